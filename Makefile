@@ -1,0 +1,31 @@
+# Two entry points: `make bench` (the default study) and `make test` (the test suite).
+# Both create .venv when it is missing and install the project into it.
+PYTHON ?= python3
+VENV ?= .venv
+# The torch build to install when the venv has none. Override for another build, e.g.
+# make bench TORCH_SPEC='torch>=2.5' (the default wheel on PyPI, with CUDA).
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: bench test lint setup clean
+
+$(BIN)/attnbench: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(BIN)/attnbench
+
+bench: setup
+	$(BIN)/attnbench run
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check attnbench tests
+	$(BIN)/ruff format --check attnbench tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,212 @@
+"""The analytic model: every computed (not measured) number attnbench reports.
+
+Pure functions on integers, no tensors. Every command and every test takes its formulas
+from here, so a number can only be wrong in one place.
+
+Notation (as in the formulas cited below): B batch, Hq query heads, Hkv KV heads,
+G = Hq / Hkv, D head_dim, d d_model, L layers, S sequence length, b bytes per element.
+
+- Projection parameters: q_proj d*Hq*D (+Hq*D bias), k_proj and v_proj d*Hkv*D (+Hkv*D)
+  each, o_proj Hq*D*d (+d).
+- KV cache: 2 (K and V) * L * B * S * Hkv * D * b bytes.
+- Attention FLOPs: two matmuls (QK^T and PV) of 2*D FLOPs per visible (query, key) pair.
+  Projections: 2 FLOPs per weight per token.
+- One cached decode step over S cached tokens moves at least the weights, the KV read
+  (2*B*Hkv*S*D*b), the new K/V written (2*B*Hkv*D*b) and the activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Bits per element of the element types attnbench knows.
+DTYPE_BITS: dict[str, int] = {
+    "float32": 32,
+    "float16": 16,
+    "bfloat16": 16,
+}
+
+#: dtypes a model (weights and activations) may use.
+MODEL_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of a whole-byte dtype name ("float16" -> 2)."""
+    if dtype not in DTYPE_BITS:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BITS)}")
+    bits = DTYPE_BITS[dtype]
+    if bits % 8:
+        raise ValueError(f"dtype {dtype!r} has {bits} bits per element, not whole bytes")
+    return bits // 8
+
+
+def variant_label(num_heads: int, num_kv_heads: int) -> str:
+    """`MHA` when every query head has its own KV head, `MQA` when all share one, else GQA-n."""
+    if num_kv_heads == num_heads:
+        return "MHA"
+    if num_kv_heads == 1:
+        return "MQA"
+    return f"GQA-{num_kv_heads}"
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The hyper-parameters of one attention layer; validated on construction."""
+
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int | None = None
+    bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "num_heads", "num_kv_heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.head_dim is None:
+            if self.d_model % self.num_heads:
+                raise ValueError(
+                    f"num_heads {self.num_heads} does not divide d_model {self.d_model}; "
+                    "set head_dim explicitly"
+                )
+            object.__setattr__(self, "head_dim", self.d_model // self.num_heads)
+        elif (
+            isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int)
+        ) or self.head_dim <= 0:
+            raise ValueError(f"head_dim must be a positive integer, got {self.head_dim!r}")
+        if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}"
+            )
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head (G)."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def variant(self) -> str:
+        return variant_label(self.num_heads, self.num_kv_heads)
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the concatenated query heads, Hq*D."""
+        return self.num_heads * self.head_dim  # type: ignore[operator]
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the concatenated KV heads, Hkv*D."""
+        return self.num_kv_heads * self.head_dim  # type: ignore[operator]
+
+
+def projection_params(shape: AttentionShape) -> dict[str, int]:
+    """Parameters of q_proj, k_proj, v_proj and o_proj (weights plus optional bias)."""
+    d, bias = shape.d_model, int(shape.bias)
+    return {
+        "q_params": d * shape.q_dim + bias * shape.q_dim,
+        "k_params": d * shape.kv_dim + bias * shape.kv_dim,
+        "v_params": d * shape.kv_dim + bias * shape.kv_dim,
+        "o_params": shape.q_dim * d + bias * d,
+    }
+
+
+def attention_params(shape: AttentionShape) -> int:
+    """All parameters of one attention layer."""
+    return sum(projection_params(shape).values())
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: str) -> int:
+    """KV-cache bytes one token costs over all layers: 2 * L * Hkv * D * b."""
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes(dtype)
+
+
+def kv_cache_bytes(
+    num_layers: int, batch: int, seq_len: int, num_kv_heads: int, head_dim: int, dtype: str
+) -> int:
+    """Bytes of a KV cache holding `seq_len` tokens for `batch` sequences: 2*L*B*S*Hkv*D*b."""
+    return batch * seq_len * kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
+
+
+def visible_pairs(q_len: int, k_len: int, causal: bool) -> int:
+    """(query, key) pairs attended. Causal masks are aligned bottom-right: query r of the
+    last q_len positions sees k_len - q_len + r + 1 keys."""
+    if not causal:
+        return q_len * k_len
+    return q_len * (k_len - q_len) + q_len * (q_len + 1) // 2
+
+
+def attention_core_flops(
+    shape: AttentionShape, batch: int, q_len: int, k_len: int, causal: bool
+) -> int:
+    """FLOPs of QK^T and PV: 2 matmuls * 2*D FLOPs per visible pair, for every query head."""
+    pairs = visible_pairs(q_len, k_len, causal)
+    return 4 * batch * shape.num_heads * shape.head_dim * pairs  # type: ignore[operator]
+
+
+def projection_flops(shape: AttentionShape, batch: int, q_tokens: int, kv_tokens: int) -> int:
+    """FLOPs of the four projections: 2 per weight per token (bias adds are not counted)."""
+    d = shape.d_model
+    q_and_o = 2 * d * shape.q_dim * 2 * batch * q_tokens
+    k_and_v = 2 * d * shape.kv_dim * 2 * batch * kv_tokens
+    return q_and_o + k_and_v
+
+
+def forward_flops(shape: AttentionShape, batch: int, q_len: int, k_len: int, causal: bool) -> int:
+    """FLOPs of one forward pass: q_len new tokens attending k_len keys (new ones included).
+
+    Prefill: q_len == k_len == prompt. Cached decode step: q_len 1, k_len = context + 1.
+    """
+    return projection_flops(shape, batch, q_len, q_len) + attention_core_flops(
+        shape, batch, q_len, k_len, causal
+    )
+
+
+def weight_bytes(shape: AttentionShape, dtype: str) -> int:
+    return attention_params(shape) * dtype_bytes(dtype)
+
+
+def cached_step_bytes(shape: AttentionShape, batch: int, context_len: int, dtype: str) -> int:
+    """Bytes one cached decode step moves at the least, with `context_len` tokens already
+    cached: weights + KV read (context plus the new token) + new K/V written +
+    activations (x read, q, attention output and layer output).
+    """
+    b = dtype_bytes(dtype)
+    kv_read = 2 * batch * shape.kv_dim * (context_len + 1) * b
+    kv_write = 2 * batch * shape.kv_dim * b
+    activations = batch * (2 * shape.d_model + 2 * shape.q_dim) * b
+    return weight_bytes(shape, dtype) + kv_read + kv_write + activations
+
+
+def uncached_step_bytes(shape: AttentionShape, batch: int, prefix_len: int, dtype: str) -> int:
+    """Bytes of one decode step without a cache, re-running the layer over `prefix_len`
+    tokens: weights + x read + K/V written and read back + q and attention output written
+    and read + layer output (only the last row is needed, all rows are counted).
+    """
+    b = dtype_bytes(dtype)
+    tokens = batch * prefix_len
+    kv = 2 * 2 * shape.kv_dim * tokens * b
+    q_and_attn = 2 * 2 * shape.q_dim * tokens * b
+    x_and_out = 2 * shape.d_model * tokens * b
+    return weight_bytes(shape, dtype) + kv + q_and_attn + x_and_out
+
+
+def decode_totals(
+    shape: AttentionShape, batch: int, prompt_len: int, gen_len: int, dtype: str, cached: bool
+) -> tuple[int, int]:
+    """Total (bytes, FLOPs) of `gen_len` decode steps after a prompt of `prompt_len`.
+
+    Step i (0-based) feeds token prompt_len + i. Cached: it attends prompt_len + i + 1 keys
+    from the cache. Uncached: the layer re-runs causally over the prefix of prompt_len + i + 1
+    tokens.
+    """
+    total_bytes = total_flops = 0
+    for i in range(gen_len):
+        n = prompt_len + i + 1
+        if cached:
+            total_bytes += cached_step_bytes(shape, batch, n - 1, dtype)
+            total_flops += forward_flops(shape, batch, 1, n, causal=True)
+        else:
+            total_bytes += uncached_step_bytes(shape, batch, n, dtype)
+            total_flops += forward_flops(shape, batch, n, n, causal=True)
+    return total_bytes, total_flops

@@ -1,0 +1,194 @@
+"""Attention: an explicit reference, and MHA / GQA / MQA modules with a KV cache.
+
+Masks follow torch.nn.functional.scaled_dot_product_attention: a boolean mask is True
+where a query may attend; a float mask is added to the scores. `is_causal` is aligned
+bottom-right: the queries are taken to be the last Lq of the Lk key positions, which is
+what chunked prefill and decode over a cache need (for Lq == Lk it is the usual mask).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .analytic import AttentionShape
+from .kv_cache import KVCache
+
+BACKENDS = ("sdpa", "naive")
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean (q_len, k_len) mask, bottom-right aligned: query i sees keys
+    j <= i + k_len - q_len."""
+    rows = torch.arange(q_len, device=device).unsqueeze(1)
+    cols = torch.arange(k_len, device=device).unsqueeze(0)
+    return cols <= rows + (k_len - q_len)
+
+
+def merge_masks(
+    attn_mask: torch.Tensor | None, is_causal: bool, q_len: int, k_len: int, device
+) -> torch.Tensor | None:
+    """One mask (boolean or additive float) equivalent to `attn_mask` plus the causal mask."""
+    if not is_causal:
+        return attn_mask
+    causal = causal_mask(q_len, k_len, device)
+    if attn_mask is None:
+        return causal
+    if attn_mask.dtype == torch.bool:
+        return attn_mask & causal
+    return attn_mask.masked_fill(~causal, float("-inf"))
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """The explicit reference: softmax(q @ k^T * scale + mask) @ v.
+
+    q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv); scale defaults to 1/sqrt(D). Softmax
+    runs in float32 for half-precision inputs. A query row whose keys are all masked out
+    yields zeros (not NaN): it attends to nothing.
+    """
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    compute_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    scores = (q.to(compute_dtype) @ k.to(compute_dtype).transpose(-2, -1)) * scale
+    mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.to(compute_dtype)
+    probs = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        probs = probs.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0)
+    return (probs @ v.to(compute_dtype)).to(q.dtype)
+
+
+class GroupedQueryAttention(nn.Module):
+    """Attention with `num_heads` query heads sharing `num_kv_heads` K/V heads.
+
+    Query head h uses KV head h // (num_heads // num_kv_heads), the grouping of
+    `repeat_interleave`. Backends give the same outputs:
+
+    - "naive": K/V expanded to num_heads with repeat_interleave, then the explicit reference
+      (the textbook way; it copies every KV head once per query head in its group);
+    - "sdpa": torch's fused scaled_dot_product_attention, with the group of query heads
+      folded into the query-length dimension so that each KV head is read once for its
+      whole group and no expanded K/V is ever built.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int | None = None,
+        bias: bool = False,
+        backend: str = "sdpa",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.shape = AttentionShape(d_model, num_heads, num_kv_heads, head_dim, bias)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim: int = self.shape.head_dim  # type: ignore[assignment]
+        self.group_size = self.shape.group_size
+        self.backend = backend
+        factory = {"device": device, "dtype": dtype}
+        self.q_proj = nn.Linear(d_model, self.shape.q_dim, bias=bias, **factory)
+        self.k_proj = nn.Linear(d_model, self.shape.kv_dim, bias=bias, **factory)
+        self.v_proj = nn.Linear(d_model, self.shape.kv_dim, bias=bias, **factory)
+        self.o_proj = nn.Linear(self.shape.q_dim, d_model, bias=bias, **factory)
+
+    @property
+    def variant(self) -> str:
+        return self.shape.variant
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        kv_cache: KVCache | None = None,
+        start_pos: int | None = None,
+    ) -> torch.Tensor:
+        """x (batch, seq, d_model) -> (batch, seq, d_model).
+
+        `context` (batch, ctx_seq, d_model) makes it cross-attention: K/V come from it.
+        With `kv_cache`, the new K/V are written at `start_pos` (default: the cache's
+        length) and the queries attend to everything cached up to the new tokens;
+        `is_causal` then masks bottom-right, which is right for prefill, chunked prefill
+        and single-token decode. `attn_mask` must broadcast to (batch, num_heads, seq, keys).
+        """
+        batch, q_len, _ = x.shape
+        source = x if context is None else context
+        kv_len = source.shape[1]
+        q = self.q_proj(x).view(batch, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(source).view(batch, kv_len, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(source).view(batch, kv_len, self.num_kv_heads, self.head_dim)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v, start_pos)
+        if self.backend == "naive":
+            out = self._attend_naive(q, k, v, attn_mask, is_causal)
+        else:
+            out = self._attend_sdpa(q, k, v, attn_mask, is_causal)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, q_len, self.shape.q_dim))
+
+    def _attend_naive(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
+        if self.group_size > 1:
+            k = k.repeat_interleave(self.group_size, dim=1)
+            v = v.repeat_interleave(self.group_size, dim=1)
+        return scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+
+    def _attend_sdpa(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
+        """Fold the G query heads of each KV head into the query-length dimension:
+        q (B, Hkv*G, Lq, D) -> (B, Hkv, G*Lq, D), attend against K/V (B, Hkv, Lk, D) as they
+        are, and unfold. The mask is laid out the same way."""
+        batch, _, q_len, head_dim = q.shape
+        k_len, groups = k.shape[2], self.group_size
+        if attn_mask is None and is_causal and q_len == 1:
+            is_causal = False  # the one query is the last position: it sees every key
+        mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
+        if groups == 1 and attn_mask is None and is_causal and q_len == k_len:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return out
+        folded_q = q.reshape(batch, self.num_kv_heads, groups * q_len, head_dim)
+        folded_mask = None
+        if mask is not None:
+            full = mask.expand(batch, self.num_heads, q_len, k_len)
+            folded_mask = full.reshape(batch, self.num_kv_heads, groups * q_len, k_len)
+        out = F.scaled_dot_product_attention(folded_q, k, v, attn_mask=folded_mask)
+        out = out.view(batch, self.num_heads, q_len, head_dim)
+        if attn_mask is not None:
+            dead = torch.isneginf(mask) if mask.dtype != torch.bool else ~mask
+            out = out.masked_fill(dead.all(dim=-1, keepdim=True), 0.0)
+        return out
+
+
+class MultiHeadAttention(GroupedQueryAttention):
+    """Multi-head attention: one KV head per query head (num_kv_heads == num_heads)."""
+
+    def __init__(self, d_model: int, num_heads: int, **kwargs) -> None:
+        super().__init__(d_model, num_heads, num_heads, **kwargs)
+
+
+class MultiQueryAttention(GroupedQueryAttention):
+    """Multi-query attention: all query heads share one KV head (num_kv_heads == 1)."""
+
+    def __init__(self, d_model: int, num_heads: int, **kwargs) -> None:
+        super().__init__(d_model, num_heads, 1, **kwargs)

@@ -1,0 +1,165 @@
+"""What every command shares: flag parsing, error handling, tables and output files."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import UsageError
+from ..output import as_dict, json_document, write_csv, write_json_atomic
+
+# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
+console = Console(width=None if sys.stdout.isatty() else 240)
+err_console = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print `error: message` (one line per problem) on stderr; return the Exit to raise."""
+    for line in message.splitlines():
+        err_console.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def handles_errors(fn: Callable) -> Callable:
+    """Turn UsageError into a one-line message and exit code 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+
+    return wrapper
+
+
+def parse_int(flag: str, text: str | None, minimum: int = 1) -> int | None:
+    """An integer flag, checked: '--d-model: expected an integer, got 'abc''."""
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"{flag}: expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise UsageError(f"{flag}: must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_int_list(flag: str, text: str | None, minimum: int = 1) -> list[int] | None:
+    """A comma-separated list of integers: '32,8,4,1'."""
+    if text is None:
+        return None
+    items = [t for t in str(text).split(",")]
+    if not items or any(not t.strip() for t in items):
+        raise UsageError(f"{flag}: expected comma-separated integers, got {text!r}")
+    return [parse_int(flag, t, minimum) for t in items]  # type: ignore[misc]
+
+
+def parse_choice_list(flag: str, text: str | None, choices: Sequence[str]) -> list[str] | None:
+    """A comma-separated list of names, each one of `choices`."""
+    if text is None:
+        return None
+    items = [t.strip() for t in str(text).split(",")]
+    for item in items:
+        if item not in choices:
+            raise UsageError(f"{flag}: unknown value {item!r}; choose from {', '.join(choices)}")
+    return items
+
+
+Column = tuple[str, str, Callable[[Any], str]]
+
+
+def render_table(title: str, records: Sequence, columns: Sequence[Column]) -> Table:
+    """A rich table: one row per record, columns given as (header, field, formatter)."""
+    table = Table(title=title, title_justify="left")
+    for header, _, _ in columns:
+        table.add_column(header, justify="right" if header[:1].islower() else "left")
+    for rec in records:
+        row = as_dict(rec)
+        table.add_row(*(fmt(row.get(field)) for _, field, fmt in columns))
+    return table
+
+
+def write_outputs(
+    command: str,
+    records: Sequence,
+    config: dict,
+    environment: dict,
+    csv_path: str | None,
+    json_path: str | None,
+    quiet: bool,
+) -> None:
+    """Write the CSV and JSON a command was asked for and say where they went."""
+    if csv_path:
+        write_csv(csv_path, records)
+        if not quiet:
+            console.print(f"wrote {csv_path}")
+    if json_path:
+        write_json_atomic(json_path, json_document(command, records, config, environment))
+        if not quiet:
+            console.print(f"wrote {json_path}")
+
+
+def fmt_int(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def fmt_ratio(v) -> str:
+    return "-" if v is None else f"{v:.2%}"
+
+
+def fmt_plain(v) -> str:
+    return "-" if v is None else str(v)
+
+
+# Options shared by the commands (typer.Annotated aliases keep each command's signature short).
+ConfigOpt = Annotated[
+    Optional[str], typer.Option("--config", help="YAML sweep file; flags override it.")
+]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option("--model", help="A model preset (see `attnbench models`), case-insensitive."),
+]
+HfConfigOpt = Annotated[
+    Optional[str], typer.Option("--hf-config", help="Path to a Hugging Face config.json.")
+]
+DModelOpt = Annotated[Optional[str], typer.Option("--d-model", help="Model width, e.g. 4096.")]
+HeadsOpt = Annotated[Optional[str], typer.Option("--heads", help="Query heads, e.g. 32.")]
+KvHeadsOpt = Annotated[
+    Optional[str], typer.Option("--kv-heads", help="KV heads, comma-separated: 32,8,4,1.")
+]
+HeadDimOpt = Annotated[
+    Optional[str], typer.Option("--head-dim", help="Head dimension (default d_model / heads).")
+]
+CsvOpt = Annotated[Optional[str], typer.Option("--csv", help="Write the records as CSV here.")]
+JsonOpt = Annotated[
+    Optional[str], typer.Option("--json", help="Write records, config and environment as JSON.")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
+
+
+def shape_overrides(d_model, heads, kv_heads, head_dim) -> dict:
+    """Flag values for the shape fields (lists, as sweep axes), None where not given."""
+    return {
+        "d_model": parse_int_list("--d-model", d_model),
+        "num_heads": parse_int_list("--heads", heads),
+        "num_kv_heads": parse_int_list("--kv-heads", kv_heads),
+        "head_dim": parse_int_list("--head-dim", head_dim),
+    }
+
+
+def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
+    """--model / --hf-config as a list of model references (None when neither is given)."""
+    if model and hf_config:
+        raise UsageError("--model and --hf-config: give one or the other, not both")
+    if hf_config:
+        return [hf_config if hf_config.endswith(".json") or "/" in hf_config
+                else f"./{hf_config}"]  # fmt: skip
+    return [model] if model else None

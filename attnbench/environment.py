@@ -1,0 +1,64 @@
+"""The environment a result was measured in, recorded with every result."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+from . import __version__
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout attnbench runs from, when it runs from one."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def collect_environment(device: torch.device | str = "cpu") -> dict:
+    """A flat dict: versions, CPU, threads, device and GPU facts (None where not applicable)."""
+    device = torch.device(device)
+    env = {
+        "attnbench_version": __version__,
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "num_threads": torch.get_num_threads(),
+        "device": str(device),
+        "device_name": cpu_model(),
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": None,
+        "gpu_memory_bytes": None,
+        "git_commit": git_commit(),
+    }
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        env["device"] = f"cuda:{index}"
+        env["device_name"] = props.name
+        env["gpu_memory_bytes"] = props.total_memory
+        env["cudnn_version"] = torch.backends.cudnn.version()
+    return env

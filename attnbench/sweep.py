@@ -60,7 +60,9 @@ FIELDS: dict[str, FieldSpec] = {
     "prompt_len": FieldSpec(int, ("decode",), default=128),
     "gen_len": FieldSpec(int, ("decode",), default=32),
     "backend": FieldSpec(str, ("decode",), choices=("sdpa", "naive"), default="sdpa"),
-    "mode": FieldSpec(str, ("decode",), choices=("cache", "no_cache"), default=["cache", "no_cache"]),
+    "mode": FieldSpec(
+        str, ("decode",), choices=("cache", "no_cache"), default=["cache", "no_cache"]
+    ),
     # scalar options
     "device": FieldSpec(str, ("kvmem", "decode"), axis=False, default="auto"),
     "measure": FieldSpec(bool, ("kvmem",), axis=False, default=True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -121,26 +121,26 @@ def fmt_plain(v) -> str:
 
 # Options shared by the commands (typer.Annotated aliases keep each command's signature short).
 ConfigOpt = Annotated[
-    Optional[str], typer.Option("--config", help="YAML sweep file; flags override it.")
+    str | None, typer.Option("--config", help="YAML sweep file; flags override it.")
 ]
 ModelOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--model", help="A model preset (see `attnbench models`), case-insensitive."),
 ]
 HfConfigOpt = Annotated[
-    Optional[str], typer.Option("--hf-config", help="Path to a Hugging Face config.json.")
+    str | None, typer.Option("--hf-config", help="Path to a Hugging Face config.json.")
 ]
-DModelOpt = Annotated[Optional[str], typer.Option("--d-model", help="Model width, e.g. 4096.")]
-HeadsOpt = Annotated[Optional[str], typer.Option("--heads", help="Query heads, e.g. 32.")]
+DModelOpt = Annotated[str | None, typer.Option("--d-model", help="Model width, e.g. 4096.")]
+HeadsOpt = Annotated[str | None, typer.Option("--heads", help="Query heads, e.g. 32.")]
 KvHeadsOpt = Annotated[
-    Optional[str], typer.Option("--kv-heads", help="KV heads, comma-separated: 32,8,4,1.")
+    str | None, typer.Option("--kv-heads", help="KV heads, comma-separated: 32,8,4,1.")
 ]
 HeadDimOpt = Annotated[
-    Optional[str], typer.Option("--head-dim", help="Head dimension (default d_model / heads).")
+    str | None, typer.Option("--head-dim", help="Head dimension (default d_model / heads).")
 ]
-CsvOpt = Annotated[Optional[str], typer.Option("--csv", help="Write the records as CSV here.")]
+CsvOpt = Annotated[str | None, typer.Option("--csv", help="Write the records as CSV here.")]
 JsonOpt = Annotated[
-    Optional[str], typer.Option("--json", help="Write records, config and environment as JSON.")
+    str | None, typer.Option("--json", help="Write records, config and environment as JSON.")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
 

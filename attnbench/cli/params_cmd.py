@@ -58,7 +58,9 @@ def params_command(
     heads: HeadsOpt = None,
     kv_heads: KvHeadsOpt = None,
     head_dim: HeadDimOpt = None,
-    bias: bool = typer.Option(None, "--bias/--no-bias", help="Projections with bias (default off)."),
+    bias: bool = typer.Option(
+        None, "--bias/--no-bias", help="Projections with bias (default off)."
+    ),
     csv: CsvOpt = None,
     json: JsonOpt = None,
     quiet: QuietOpt = False,

@@ -1,0 +1,35 @@
+"""`attnbench models` and `attnbench env`: what attnbench knows and where it runs."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from ..devices import resolve_device
+from ..environment import collect_environment
+from ..presets import PRESETS
+from . import app
+from .common import console, handles_errors
+
+
+@app.command("models")
+def models_command() -> None:
+    """List the model presets with their attention architecture and source."""
+    table = Table(title="Model presets", title_justify="left")
+    for header in ("Name", "layers", "d_model", "heads", "kv heads", "head_dim", "Variant",
+                   "dtype", "Source"):  # fmt: skip
+        table.add_column(header, justify="right" if header[0].islower() else "left")
+    for p in PRESETS.values():
+        table.add_row(p.name, str(p.num_layers), str(p.d_model), str(p.num_heads),
+                      str(p.num_kv_heads), str(p.head_dim), p.variant, p.dtype, p.source)  # fmt: skip
+    console.print(table)
+
+
+@app.command("env")
+@handles_errors
+def env_command(
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:i."),
+) -> None:
+    """Print the environment recorded with every result."""
+    for key, value in collect_environment(resolve_device(device)).items():
+        console.print(f"{key}: {value}", highlight=False)

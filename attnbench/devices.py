@@ -19,7 +19,8 @@ def torch_dtype(name: str) -> torch.dtype:
     try:
         return TORCH_DTYPES[name]
     except KeyError:
-        raise UsageError(f"dtype: unknown dtype {name!r}; choose from {', '.join(TORCH_DTYPES)}")
+        choices = ", ".join(TORCH_DTYPES)
+        raise UsageError(f"dtype: unknown dtype {name!r}; choose from {choices}") from None
 
 
 def resolve_device(name: str | None, flag: str = "--device") -> torch.device:

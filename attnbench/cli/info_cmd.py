@@ -20,8 +20,8 @@ def models_command() -> None:
                    "dtype", "Source"):  # fmt: skip
         table.add_column(header, justify="right" if header[0].islower() else "left")
     for p in PRESETS.values():
-        table.add_row(p.name, str(p.num_layers), str(p.d_model), str(p.num_heads),
-                      str(p.num_kv_heads), str(p.head_dim), p.variant, p.dtype, p.source)  # fmt: skip
+        numbers = (p.num_layers, p.d_model, p.num_heads, p.num_kv_heads, p.head_dim)
+        table.add_row(p.name, *map(str, numbers), p.variant, p.dtype, p.source)
     console.print(table)
 
 

@@ -70,7 +70,7 @@ def kvmem_command(
     dtype: str = typer.Option(
         None,
         "--dtype",
-        help="Cache dtype: float32, float16 or bfloat16 (default: the model's, else float16).",
+        help="float32, float16 or bfloat16 (default: the model's, else float16).",
     ),
     measure: bool = typer.Option(
         None, "--measure/--no-measure", help="Allocate the real cache and count it (default on)."

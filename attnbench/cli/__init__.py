@@ -32,7 +32,7 @@ def root(
 
 
 # Each module registers its commands on `app`.
-from . import info_cmd, kvmem_cmd, params_cmd  # noqa: E402,F401
+from . import decode_cmd, info_cmd, kvmem_cmd, params_cmd  # noqa: E402,F401
 
 
 def main() -> None:

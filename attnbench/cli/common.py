@@ -163,3 +163,27 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
         return [hf_config if hf_config.endswith(".json") or "/" in hf_config
                 else f"./{hf_config}"]  # fmt: skip
     return [model] if model else None
+
+
+def progress_iter(items: Sequence, describe: Callable[[Any], str], quiet: bool = False):
+    """Yield items with a progress bar (points done, ETA) on a terminal; off a terminal,
+    one plain line per item."""
+    if quiet:
+        yield from items
+        return
+    if console.is_terminal:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeRemainingColumn)  # fmt: skip
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("ETA"), TimeRemainingColumn())  # fmt: skip
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("", total=len(items))
+            for item in items:
+                progress.update(task, description=describe(item))
+                yield item
+                progress.advance(task)
+        return
+    for i, item in enumerate(items, 1):
+        console.print(f"[{i}/{len(items)}] {describe(item)}", highlight=False, markup=False)
+        yield item

@@ -1,0 +1,255 @@
+"""Prefill and per-token decode of one attention layer, with and without the KV cache.
+
+One point = (shape, backend, dtype, batch, prompt_len, gen_len, mode). The layer sees a
+fixed random sequence x of prompt_len + gen_len tokens; decode step i feeds token
+prompt_len + i:
+
+- mode "cache": the prompt is prefilled once (timed on its own), then each step projects
+  only the new token, writes its K/V into the preallocated KVCache and attends over it;
+- mode "no_cache": each step re-runs the layer causally over the whole prefix (prompt plus
+  the tokens so far) and keeps the last row, as a model without a cache must.
+
+Both modes compute the same outputs (see `decode_outputs`). Samples are per step; a
+repeat is one whole generation, and warm-up generations are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .analytic import AttentionShape, decode_totals
+from .attention import GroupedQueryAttention
+from .devices import torch_dtype
+from .kv_cache import KVCache
+from .timing import Measurement, Timer
+
+SEED = 0
+
+
+@dataclass
+class DecodeRecord:
+    variant: str
+    backend: str
+    device: str
+    dtype: str
+    batch: int
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    prompt_len: int
+    gen_len: int
+    mode: str
+    prefill_ms: float | None = None
+    step_ms_median: float | None = None
+    step_ms_p25: float | None = None
+    step_ms_p75: float | None = None
+    samples_ms: list[float] = field(default_factory=list)
+    total_ms: float | None = None
+    tokens_per_s: float | None = None
+    speedup_vs_no_cache: float | None = None
+    bytes_per_step: int | None = None
+    achieved_gbps: float | None = None
+    peak_gbps: float | None = None
+    pct_of_peak_bw: float | None = None
+    flops_per_step: int | None = None
+    achieved_tflops: float | None = None
+    noisy: bool | None = None
+    status: str = "ok"
+    model: str | None = None
+
+
+@dataclass
+class DecodeOptions:
+    warmup: int = 2
+    repeats: int = 3
+    prefill: bool = True
+    cuda_graph: bool = False
+    flush_l2: bool = False
+
+
+def build_layer(
+    shape: AttentionShape, backend: str, dtype: torch.dtype, device
+) -> GroupedQueryAttention:
+    """The layer under test, with seeded random weights."""
+    torch.manual_seed(SEED)
+    return GroupedQueryAttention(
+        shape.d_model, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.bias,
+        backend=backend, device=device, dtype=dtype,
+    )  # fmt: skip
+
+
+def random_tokens(shape: AttentionShape, batch: int, length: int, dtype, device) -> torch.Tensor:
+    """Seeded random activations (never zeros) for `length` positions."""
+    gen = torch.Generator(device="cpu").manual_seed(SEED + 1)
+    return torch.randn(batch, length, shape.d_model, generator=gen).to(device=device, dtype=dtype)
+
+
+def step_calls(
+    layer: GroupedQueryAttention, x: torch.Tensor, prompt_len: int, gen_len: int,
+    cache: KVCache | None,
+) -> list[Callable[[], torch.Tensor]]:  # fmt: skip
+    """One callable per decode step, in order (they must run in order with a cache)."""
+    if cache is not None:
+        return [
+            (lambda t=t: layer(x[:, t : t + 1], is_causal=True, kv_cache=cache))
+            for t in range(prompt_len, prompt_len + gen_len)
+        ]
+    return [
+        (lambda t=t: layer(x[:, : t + 1], is_causal=True)[:, -1:])
+        for t in range(prompt_len, prompt_len + gen_len)
+    ]
+
+
+@torch.inference_mode()
+def decode_outputs(
+    layer: GroupedQueryAttention, x: torch.Tensor, prompt_len: int, gen_len: int, cached: bool
+) -> torch.Tensor:
+    """The outputs of the gen_len decode steps, (batch, gen_len, d_model): what both modes
+    must agree on."""
+    cache = None
+    if cached:
+        cache = KVCache(x.shape[0], layer.num_kv_heads, prompt_len + gen_len, layer.head_dim,
+                        x.dtype, x.device)  # fmt: skip
+        layer(x[:, :prompt_len], is_causal=True, kv_cache=cache)
+    return torch.cat([call() for call in step_calls(layer, x, prompt_len, gen_len, cache)], 1)
+
+
+def _graph_calls(calls: list[Callable], cache: KVCache, prompt_len: int, device) -> list[Callable]:
+    """Capture each step in a CUDA graph (sharing one memory pool) and return replays.
+
+    The steps are captured in order from a cache of prompt_len tokens, so each graph bakes
+    in its own cache position."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        cache.length = prompt_len
+        calls[0]()  # warm the kernels up outside capture
+    torch.cuda.current_stream(device).wait_stream(stream)
+    cache.length = prompt_len
+    graphs: list[torch.cuda.CUDAGraph] = []
+    for call in calls:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=graphs[0].pool() if graphs else None):
+            call()
+        graphs.append(graph)
+    return [graph.replay for graph in graphs]
+
+
+@torch.inference_mode()
+def time_decode(
+    shape: AttentionShape, backend: str, dtype: str, batch: int, prompt_len: int,
+    gen_len: int, cached: bool, device: torch.device, options: DecodeOptions,
+) -> tuple[Measurement, float | None, float]:  # fmt: skip
+    """Time one point: per-step Measurement, median prefill ms (None when not run) and the
+    median total ms of a generation (prefill plus its steps)."""
+    tdtype = torch_dtype(dtype)
+    layer = build_layer(shape, backend, tdtype, device)
+    x = random_tokens(shape, batch, prompt_len + gen_len, tdtype, device)
+    timer = Timer(device, flush_l2=options.flush_l2)
+    cache = None
+    if cached:
+        cache = KVCache(batch, shape.num_kv_heads, prompt_len + gen_len, shape.head_dim,
+                        tdtype, device)  # fmt: skip
+        gen = torch.Generator(device="cpu").manual_seed(SEED + 2)
+        cache.k.copy_(torch.randn(cache.k.shape, generator=gen))
+        cache.v.copy_(torch.randn(cache.v.shape, generator=gen))
+    steps = step_calls(layer, x, prompt_len, gen_len, cache)
+    prefill = None
+    if cache is not None and options.prefill:
+        prefill = lambda: layer(x[:, :prompt_len], is_causal=True, kv_cache=cache)  # noqa: E731
+    if cache is not None and options.cuda_graph and device.type == "cuda":
+        steps = _graph_calls(steps, cache, prompt_len, device)
+
+    samples: list[float] = []
+    prefills: list[float] = []
+    totals: list[float] = []
+    for rep in range(options.warmup + options.repeats):
+        pre = 0.0
+        if prefill is not None:
+            cache.reset()
+            pre = timer.time_calls([prefill])[0]
+        if cache is not None:
+            cache.length = prompt_len  # the steps (or their graphs) write from here on
+        times = timer.time_calls(steps)
+        if rep >= options.warmup:
+            samples.extend(times)
+            prefills.append(pre)
+            totals.append(pre + sum(times))
+    prefill_ms = Measurement(prefills).median_ms if prefill is not None else None
+    return Measurement(samples), prefill_ms, Measurement(totals).median_ms
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the CPU allocator failing."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def decode_record(
+    point: dict, device: torch.device, options: DecodeOptions, peak_gbps: float | None
+) -> DecodeRecord:
+    """Measure one point and fill its record; an OOM or other failure becomes its status."""
+    shape = AttentionShape(point["d_model"], point["num_heads"], point["num_kv_heads"],
+                           point.get("head_dim"), bool(point.get("bias", False)))  # fmt: skip
+    dtype = point.get("dtype") or "float32"
+    batch, prompt_len, gen_len = point["batch"], point["prompt_len"], point["gen_len"]
+    cached = point["mode"] == "cache"
+    rec = DecodeRecord(
+        variant=shape.variant, backend=point["backend"], device=str(device), dtype=dtype,
+        batch=batch, d_model=shape.d_model, num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,  # type: ignore[arg-type]
+        prompt_len=prompt_len, gen_len=gen_len, mode=point["mode"], peak_gbps=peak_gbps,
+        model=point.get("model"),
+    )  # fmt: skip
+    total_bytes, total_flops = decode_totals(shape, batch, prompt_len, gen_len, dtype, cached)
+    rec.bytes_per_step = round(total_bytes / gen_len)
+    rec.flops_per_step = round(total_flops / gen_len)
+    try:
+        steps, prefill_ms, total_ms = time_decode(
+            shape, point["backend"], dtype, batch, prompt_len, gen_len, cached, device, options
+        )
+    except Exception as exc:  # one failing point must not stop the sweep
+        rec.status = "oom" if is_oom(exc) else f"error: {type(exc).__name__}: {exc}"
+        return rec
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    step_s = steps.median_ms * 1e-3
+    rec.prefill_ms = prefill_ms
+    rec.step_ms_median, rec.step_ms_p25, rec.step_ms_p75 = (
+        steps.median_ms, steps.p25_ms, steps.p75_ms,
+    )  # fmt: skip
+    rec.samples_ms = steps.samples_ms
+    rec.total_ms = total_ms
+    rec.tokens_per_s = batch / step_s
+    rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9
+    rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak_gbps if peak_gbps else None
+    rec.achieved_tflops = rec.flops_per_step / step_s / 1e12
+    rec.noisy = steps.noisy
+    return rec
+
+
+CONFIG_FIELDS = ("model", "variant", "backend", "device", "dtype", "batch", "d_model",
+                 "num_heads", "num_kv_heads", "head_dim", "prompt_len", "gen_len")  # fmt: skip
+
+
+def link_speedups(records: list[DecodeRecord]) -> None:
+    """Fill speedup_vs_no_cache on cache rows: the no_cache row's median step time over
+    the cache row's, for the same configuration."""
+
+    def key(r: DecodeRecord) -> tuple:
+        return tuple(getattr(r, f) for f in CONFIG_FIELDS)
+
+    baseline = {key(r): r.step_ms_median for r in records if r.mode == "no_cache"}
+    for r in records:
+        slow = baseline.get(key(r))
+        if r.mode == "cache" and slow and r.step_ms_median:
+            r.speedup_vs_no_cache = slow / r.step_ms_median

@@ -172,12 +172,11 @@ def progress_iter(items: Sequence, describe: Callable[[Any], str], quiet: bool =
         yield from items
         return
     if console.is_terminal:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeRemainingColumn)  # fmt: skip
+        from rich import progress as rp
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn())  # fmt: skip
-        with Progress(*columns, console=console, transient=True) as progress:
+        columns = (rp.TextColumn("{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                   rp.TextColumn("ETA"), rp.TimeRemainingColumn())  # fmt: skip
+        with rp.Progress(*columns, console=console, transient=True) as progress:
             task = progress.add_task("", total=len(items))
             for item in items:
                 progress.update(task, description=describe(item))

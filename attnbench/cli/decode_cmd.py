@@ -150,7 +150,8 @@ def decode_speed_command(
                for p in progress_iter(points, describe, quiet)]  # fmt: skip
     link_speedups(records)
     if not quiet:
-        title = f"Decode on {env['device_name']} ({dev}), peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
+        peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
+        title = f"Decode on {env['device_name']} ({dev}), {peak}"
         console.print(render_table(title, records, COLUMNS))
     write_outputs("decode-speed", records, study.to_dict(), env, csv, json, quiet)
     failed = [r for r in records if r.status != "ok"]

@@ -80,9 +80,9 @@ class GroupedQueryAttention(nn.Module):
 
     - "naive": K/V expanded to num_heads with repeat_interleave, then the explicit reference
       (the textbook way; it copies every KV head once per query head in its group);
-    - "sdpa": torch's fused scaled_dot_product_attention, with the group of query heads
-      folded into the query-length dimension so that each KV head is read once for its
-      whole group and no expanded K/V is ever built.
+    - "sdpa": torch's fused scaled_dot_product_attention; each KV head is read once for
+      its whole group of query heads (folded into the query dimension for decode,
+      `enable_gqa` otherwise) and no expanded K/V is ever built.
     """
 
     def __init__(
@@ -156,28 +156,37 @@ class GroupedQueryAttention(nn.Module):
         return scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
 
     def _attend_sdpa(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
-        """Fold the G query heads of each KV head into the query-length dimension:
-        q (B, Hkv*G, Lq, D) -> (B, Hkv, G*Lq, D), attend against K/V (B, Hkv, Lk, D) as they
-        are, and unfold. The mask is laid out the same way."""
+        """torch's fused attention, reading each KV head once for its group of query heads.
+
+        Decode (one query): the G query heads of each KV head are folded into the
+        query-length dimension, q (B, Hkv*G, 1, D) -> (B, Hkv, G, D), and attend to K/V
+        (B, Hkv, Lk, D) as they are. Longer queries use `enable_gqa`, which does the same
+        grouping inside the kernel; masks stay broadcastable and are never expanded.
+        """
         batch, _, q_len, head_dim = q.shape
         k_len, groups = k.shape[2], self.group_size
-        if attn_mask is None and is_causal and q_len == 1:
+        if q_len == 1:
             is_causal = False  # the one query is the last position: it sees every key
         mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
-        if groups == 1 and attn_mask is None and is_causal and q_len == k_len:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return out
-        folded_q = q.reshape(batch, self.num_kv_heads, groups * q_len, head_dim)
-        folded_mask = None
-        if mask is not None:
-            full = mask.expand(batch, self.num_heads, q_len, k_len)
-            folded_mask = full.reshape(batch, self.num_kv_heads, groups * q_len, k_len)
-        out = F.scaled_dot_product_attention(folded_q, k, v, attn_mask=folded_mask)
-        out = out.view(batch, self.num_heads, q_len, head_dim)
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+        dead_rows = None  # query rows with every key masked out: zeros, as the reference
         if attn_mask is not None:
-            dead = torch.isneginf(mask) if mask.dtype != torch.bool else ~mask
-            out = out.masked_fill(dead.all(dim=-1, keepdim=True), 0.0)
-        return out
+            dead = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
+            dead_rows = dead.all(dim=-1, keepdim=True)
+        if q_len == 1 and groups > 1:
+            folded_q = q.reshape(batch, self.num_kv_heads, groups, head_dim)
+            if mask is not None:
+                mask = mask.expand(batch, self.num_heads, 1, k_len).reshape(
+                    batch, self.num_kv_heads, groups, k_len
+                )
+            out = F.scaled_dot_product_attention(folded_q, k, v, attn_mask=mask)
+            out = out.view(batch, self.num_heads, 1, head_dim)
+        elif attn_mask is None and is_causal and q_len == k_len:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=groups > 1)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)
+        return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
 
 
 class MultiHeadAttention(GroupedQueryAttention):

@@ -154,9 +154,9 @@ def time_decode(
     if cached:
         cache = KVCache(batch, shape.num_kv_heads, prompt_len + gen_len, shape.head_dim,
                         tdtype, device)  # fmt: skip
-        gen = torch.Generator(device="cpu").manual_seed(SEED + 2)
-        cache.k.copy_(torch.randn(cache.k.shape, generator=gen))
-        cache.v.copy_(torch.randn(cache.v.shape, generator=gen))
+        gen = torch.Generator(device=device).manual_seed(SEED + 2)
+        for buffer in (cache.k, cache.v):  # generated in place: GBs at long contexts
+            buffer.normal_(generator=gen)
     steps = step_calls(layer, x, prompt_len, gen_len, cache)
     prefill = None
     if cache is not None and options.prefill:

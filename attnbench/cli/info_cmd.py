@@ -33,3 +33,23 @@ def env_command(
     """Print the environment recorded with every result."""
     for key, value in collect_environment(resolve_device(device)).items():
         console.print(f"{key}: {value}", highlight=False)
+
+
+@app.command("selfcheck")
+@handles_errors
+def selfcheck_command(
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:i."),
+) -> None:
+    """Check on a device that every backend matches a float64 reference, that cached decode
+    equals a full pass, and that a real KV cache has the analytic size. Exit 1 on failure."""
+    from ..selfcheck import run_checks
+
+    dev = resolve_device(device)
+    results = run_checks(dev)
+    for r in results:
+        mark = "[green]PASS[/]" if r.passed else "[bold red]FAIL[/]"
+        console.print(f"{mark} {r.name}: {r.detail}", highlight=False)
+    failed = sum(not r.passed for r in results)
+    console.print(f"{len(results) - failed} passed, {failed} failed on {dev}", highlight=False)
+    if failed:
+        raise typer.Exit(1)

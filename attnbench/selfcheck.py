@@ -1,0 +1,97 @@
+"""Numerical self-checks on a device: do the backends, the cache and CUDA graphs agree?
+
+Run before trusting timings from a new machine (`attnbench selfcheck --device cuda`); it
+needs nothing beyond attnbench's own dependencies, so it also runs where pytest is absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .analytic import AttentionShape, kv_cache_bytes
+from .attention import scaled_dot_product_attention
+from .decode import DecodeOptions, build_layer, decode_outputs, decode_record
+from .kvmem import measure_cache_bytes
+
+SHAPES = [AttentionShape(256, 8, kv) for kv in (8, 2, 1)]
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str
+
+
+def _reference(layer, x: torch.Tensor) -> torch.Tensor:
+    """The layer's causal output recomputed in float64 on the CPU, K/V expanded."""
+    w = {n: getattr(layer, n).weight.detach().double().cpu() for n in ("q_proj", "k_proj",
+         "v_proj", "o_proj")}  # fmt: skip
+    x64 = x.double().cpu()
+    b, s, _ = x64.shape
+    q = (x64 @ w["q_proj"].T).view(b, s, layer.num_heads, layer.head_dim).transpose(1, 2)
+    k = (x64 @ w["k_proj"].T).view(b, s, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
+    v = (x64 @ w["v_proj"].T).view(b, s, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
+    k = k.repeat_interleave(layer.group_size, 1)
+    v = v.repeat_interleave(layer.group_size, 1)
+    out = scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out.transpose(1, 2).reshape(b, s, -1) @ w["o_proj"].T
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def check_backends(device: torch.device, dtype: torch.dtype) -> list[CheckResult]:
+    """Each variant and backend against the float64 reference, with prefill + cached
+    decode against one causal pass."""
+    results = []
+    for shape in SHAPES:
+        for backend in ("sdpa", "naive"):
+            layer = build_layer(shape, backend, dtype, device)
+            x = torch.randn(2, 40, shape.d_model, device=device, dtype=dtype)
+            with torch.inference_mode():
+                full = layer(x, is_causal=True)
+            err = _relative_error(full, _reference(layer, x))
+            cached = decode_outputs(layer, x, prompt_len=32, gen_len=8, cached=True)
+            err_cache = _relative_error(cached, full[:, 32:])
+            tol = TOLERANCE[dtype]
+            name = f"{shape.variant} {backend} {str(dtype).removeprefix('torch.')}"
+            results.append(CheckResult(f"{name} vs float64", err < tol, f"rel err {err:.2e}"))
+            results.append(CheckResult(f"{name} cached decode == full pass", err_cache < tol,
+                                       f"rel err {err_cache:.2e}"))  # fmt: skip
+    return results
+
+
+def check_kv_memory(device: torch.device) -> list[CheckResult]:
+    """A real cache's storage (and, on CUDA, the allocator's count) equals the formula."""
+    expected = kv_cache_bytes(4, 2, 1000, 8, 128, "bfloat16")
+    measured, status = measure_cache_bytes(4, 2, 1000, 8, 128, "bfloat16", device, expected)
+    return [CheckResult("KV cache measured == analytic", measured == expected and status == "ok",
+                        f"{measured} vs {expected} ({status})")]  # fmt: skip
+
+
+def check_cuda_graph(device: torch.device) -> list[CheckResult]:
+    """Decode steps replayed from CUDA graphs run and give per-step samples."""
+    point = {"d_model": 256, "num_heads": 8, "num_kv_heads": 2, "batch": 2, "prompt_len": 64,
+             "gen_len": 8, "backend": "sdpa", "mode": "cache", "dtype": "bfloat16"}  # fmt: skip
+    rec = decode_record(point, device, DecodeOptions(warmup=1, repeats=2, cuda_graph=True), None)
+    ok = rec.status == "ok" and len(rec.samples_ms) == 16
+    return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]
+
+
+def run_checks(device: torch.device) -> list[CheckResult]:
+    torch.manual_seed(0)
+    checks: list[Callable[[], list[CheckResult]]] = [
+        lambda: check_backends(device, torch.float32),
+        lambda: check_backends(device, torch.bfloat16),
+        lambda: check_kv_memory(device),
+    ]
+    if device.type == "cuda":
+        checks.append(lambda: check_cuda_graph(device))
+    return [result for check in checks for result in check()]

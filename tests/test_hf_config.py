@@ -1,0 +1,297 @@
+"""Reading a model's attention architecture from a Hugging Face config.json on disk.
+
+Every file is written by the test into tmp_path; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.errors import UsageError
+from attnbench.hf_config import load_hf_config
+
+runner = CliRunner()
+
+
+def write_config(tmp_path, cfg, name="model"):
+    folder = tmp_path / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(cfg, indent=2) if not isinstance(cfg, str) else cfg)
+    return path
+
+
+def expect_usage_error(path, *needles):
+    """load_hf_config raises UsageError, and the CLI exits 2 with the same message."""
+    with pytest.raises(UsageError) as info:
+        load_hf_config(path)
+    for needle in needles:
+        assert needle in str(info.value)
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(path), "--no-measure"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.output.startswith("error:")
+    for needle in needles:
+        assert needle in result.output
+
+
+LLAMA3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "intermediate_size": 14336,
+    "torch_dtype": "bfloat16",
+    "model_type": "llama",
+}
+
+
+def test_gqa_from_num_key_value_heads(tmp_path):
+    spec = load_hf_config(write_config(tmp_path, LLAMA3_8B))
+    assert (spec.num_layers, spec.d_model, spec.num_heads, spec.num_kv_heads) == (32, 4096, 32, 8)
+    assert spec.head_dim == 128  # 4096 / 32
+    assert spec.dtype == "bfloat16"
+    assert spec.variant == "GQA-8"
+
+
+def test_qwen2_gqa(tmp_path):
+    cfg = {
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 28,
+        "torch_dtype": "bfloat16",
+        "model_type": "qwen2",
+    }
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert (spec.num_heads, spec.num_kv_heads, spec.head_dim) == (28, 4, 128)  # 3584 / 28
+    assert spec.variant == "GQA-4"
+
+
+def test_missing_num_key_value_heads_means_mha(tmp_path):
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"}
+    cfg["torch_dtype"] = "float16"
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert spec.num_kv_heads == spec.num_heads == 32
+    assert spec.variant == "MHA"
+    assert spec.dtype == "float16"
+
+
+def test_null_num_key_value_heads_means_mha(tmp_path):
+    spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "num_key_value_heads": None}))
+    assert spec.num_kv_heads == 32
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        # the original RefinedWeb names
+        {"n_head": 71, "n_layer": 32},
+        # the names of transformers' native FalconConfig
+        {"num_attention_heads": 71, "num_hidden_layers": 32},
+    ],
+)
+def test_falcon_multi_query_is_mqa(tmp_path, names):
+    cfg = {
+        "model_type": "falcon",
+        "hidden_size": 4544,
+        **names,
+        "multi_query": True,
+        "new_decoder_architecture": False,
+        "torch_dtype": "bfloat16",
+    }
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert (spec.num_layers, spec.d_model, spec.num_heads) == (32, 4544, 71)
+    assert spec.num_kv_heads == 1
+    assert spec.head_dim == 64  # 4544 / 71
+    assert spec.variant == "MQA"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hf_config treats num_kv_heads as contradicting multi_query; transformers' "
+    "FalconConfig writes num_kv_heads = num_attention_heads by default, and FalconAttention "
+    "ignores it (uses 1 KV head) when multi_query and not new_decoder_architecture",
+)
+def test_falcon_multi_query_ignores_default_num_kv_heads(tmp_path):
+    # What FalconConfig.save_pretrained writes for falcon-7b: num_kv_heads defaults to the
+    # number of query heads, and the model still has one KV head.
+    cfg = {
+        "model_type": "falcon",
+        "hidden_size": 4544,
+        "num_attention_heads": 71,
+        "num_hidden_layers": 32,
+        "num_kv_heads": 71,
+        "multi_query": True,
+        "new_decoder_architecture": False,
+        "torch_dtype": "bfloat16",
+    }
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert spec.num_kv_heads == 1
+
+
+@pytest.mark.parametrize("kv_key", ["num_kv_heads", "n_head_kv"])
+def test_falcon_new_decoder_architecture_uses_num_kv_heads(tmp_path, kv_key):
+    # falcon-40b: 60 layers, 8192 wide, 128 query heads, 8 KV heads; multi_query is ignored
+    # with the new decoder architecture.
+    cfg = {
+        "model_type": "falcon",
+        "hidden_size": 8192,
+        "num_attention_heads": 128,
+        "num_hidden_layers": 60,
+        kv_key: 8,
+        "multi_query": True,
+        "new_decoder_architecture": True,
+        "torch_dtype": "bfloat16",
+    }
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert (spec.num_layers, spec.num_heads, spec.num_kv_heads) == (60, 128, 8)
+    assert spec.head_dim == 64  # 8192 / 128
+    assert spec.variant == "GQA-8"
+
+
+def test_gpt2_names(tmp_path):
+    cfg = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024}
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert (spec.num_layers, spec.d_model, spec.num_heads, spec.num_kv_heads) == (12, 768, 12, 12)
+    assert spec.head_dim == 64  # 768 / 12
+    assert spec.variant == "MHA"
+    assert spec.dtype == "float32"  # no torch_dtype: weights are stored in float32
+
+
+def test_explicit_head_dim(tmp_path):
+    # gemma-7b: head_dim 256 although 3072 / 16 = 192.
+    cfg = {
+        "model_type": "gemma",
+        "hidden_size": 3072,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "num_hidden_layers": 28,
+        "torch_dtype": "bfloat16",
+    }
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert spec.head_dim == 256
+    assert (spec.num_layers, spec.d_model, spec.num_heads, spec.num_kv_heads) == (28, 3072, 16, 16)
+
+
+def test_name_comes_from_name_or_path_or_folder(tmp_path):
+    named = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "_name_or_path": "org/m"}))
+    assert named.name == "org/m"
+    unnamed = load_hf_config(write_config(tmp_path, LLAMA3_8B, name="my-model"))
+    assert unnamed.name == "my-model"
+
+
+def test_hf_config_in_kvmem(tmp_path):
+    path = write_config(tmp_path, LLAMA3_8B, name="llama3")
+    out = tmp_path / "out.json"
+    result = runner.invoke(
+        app,
+        ["kvmem", "--hf-config", str(path), "--seq-len", "1024", "--no-measure",
+         "--json", str(out), "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(out.read_text())["records"]
+    assert rec["model"] == "llama3"
+    assert rec["num_layers"] == 32
+    assert rec["dtype"] == "bfloat16"
+    # 2 (K and V) * 32 layers * 8 KV heads * 128 head_dim * 2 bytes = 131,072 bytes per token
+    assert rec["bytes_per_token"] == 131_072
+    # x 1 sequence x 1024 tokens = 134,217,728 bytes (128 MiB)
+    assert rec["kv_bytes"] == 134_217_728
+
+
+def test_hf_config_in_params(tmp_path):
+    path = write_config(tmp_path, LLAMA3_8B)
+    out = tmp_path / "out.json"
+    result = runner.invoke(app, ["params", "--hf-config", str(path), "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    (rec,) = json.loads(out.read_text())["records"]
+    # q and o: 4096 * 4096 each; k and v: 4096 * (8 * 128) each
+    assert rec["total_params"] == 2 * 4096 * 4096 + 2 * 4096 * 1024
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_invalid_json_names_the_line(tmp_path):
+    text = '{\n  "hidden_size": 4096,\n  "num_attention_heads": 32,\n  "num_hidden_layers" 32\n}\n'
+    path = write_config(tmp_path, text)
+    expect_usage_error(path, str(path), "line 4")
+
+
+def test_missing_hidden_size_is_named(tmp_path):
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"}
+    expect_usage_error(write_config(tmp_path, cfg), "missing", "hidden_size")
+
+
+def test_missing_num_heads_is_named(tmp_path):
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "num_attention_heads"}
+    expect_usage_error(write_config(tmp_path, cfg), "missing", "num_attention_heads")
+
+
+def test_missing_num_layers_is_named(tmp_path):
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "num_hidden_layers"}
+    expect_usage_error(write_config(tmp_path, cfg), "missing", "num_hidden_layers")
+
+
+def test_contradictory_width_fields(tmp_path):
+    cfg = {**LLAMA3_8B, "n_embd": 2048}
+    expect_usage_error(write_config(tmp_path, cfg), "contradictory", "hidden_size", "n_embd")
+
+
+def test_contradictory_kv_head_fields(tmp_path):
+    cfg = {**LLAMA3_8B, "num_kv_heads": 4}
+    expect_usage_error(write_config(tmp_path, cfg), "contradictory", "num_key_value_heads")
+
+
+def test_kv_heads_that_do_not_divide_heads(tmp_path):
+    cfg = {**LLAMA3_8B, "num_key_value_heads": 3}
+    expect_usage_error(write_config(tmp_path, cfg), "num_kv_heads 3")
+
+
+@pytest.mark.parametrize("bad", [0, -4, "32", 32.0, True])
+def test_non_positive_or_non_integer_field(tmp_path, bad):
+    cfg = {**LLAMA3_8B, "num_hidden_layers": bad}
+    expect_usage_error(write_config(tmp_path, cfg), "num_hidden_layers")
+
+
+def test_unknown_torch_dtype(tmp_path):
+    cfg = {**LLAMA3_8B, "torch_dtype": "int8"}
+    expect_usage_error(write_config(tmp_path, cfg), "torch_dtype", "int8")
+
+
+def test_top_level_not_an_object(tmp_path):
+    expect_usage_error(write_config(tmp_path, "[1, 2, 3]\n"), "JSON object")
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nowhere" / "config.json"
+    expect_usage_error(path, "not found", str(path))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="load_hf_config catches OSError but not UnicodeDecodeError: a config.json that "
+    "is not UTF-8 ends in a traceback (exit 1) instead of exit 2",
+)
+def test_non_utf8_file_is_a_usage_error(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"hidden_size": 4096, "name": "caf\xe9"}\n')
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(path), "--no-measure"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_model_and_hf_config_together(tmp_path):
+    path = write_config(tmp_path, LLAMA3_8B)
+    result = runner.invoke(
+        app, ["kvmem", "--model", "llama-2-7b", "--hf-config", str(path), "--no-measure"]
+    )
+    assert result.exit_code == 2
+    assert "--model" in result.output and "--hf-config" in result.output

@@ -1,0 +1,487 @@
+"""Sweep files: loading, validation (every problem exits 2 with a message, never a
+traceback), the Cartesian grid, flags overriding the file, and the shipped configs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.errors import UsageError
+from attnbench.sweep import load_config, resolve
+
+runner = CliRunner()
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def write_yaml(tmp_path, text: str, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def run_json(tmp_path, command: str, *args) -> list[dict]:
+    """Run a command quietly with --json and return its records."""
+    out = tmp_path / f"{command}.json"
+    result = runner.invoke(app, [command, *map(str, args), "--json", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())["records"]
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------- the grid
+
+
+def test_no_file_is_an_empty_config():
+    config = load_config(None)
+    assert config.sections == {}
+
+
+def test_cartesian_grid(tmp_path):
+    path = write_yaml(
+        tmp_path,
+        """
+        defaults:
+          num_heads: 8
+        sweep:
+          d_model: [256, 512]
+          num_kv_heads: [8, 2, 1]
+          batch: [1, 2]
+        kvmem:
+          seq_len: [16, 32]
+          dtype: float32
+        """,
+    )
+    study = resolve(load_config(path), "kvmem")
+    got = sorted(
+        (p["d_model"], p["num_kv_heads"], p["batch"], p["seq_len"]) for p in study.points()
+    )
+    want = sorted(itertools.product([256, 512], [8, 2, 1], [1, 2], [16, 32]))
+    assert got == want  # 2 * 3 * 2 * 2 = 24 points, each once
+    assert {p["dtype"] for p in study.points()} == {"float32"}
+    assert {p["num_heads"] for p in study.points()} == {8}
+
+
+def test_precedence_defaults_sweep_section_flags(tmp_path):
+    path = write_yaml(
+        tmp_path,
+        """
+        defaults:
+          d_model: 512
+          num_heads: 8
+          batch: 1
+          dtype: float32
+        sweep:
+          batch: [2, 3]
+        kvmem:
+          dtype: bfloat16
+        """,
+    )
+    config = load_config(path)
+    study = resolve(config, "kvmem")
+    assert study.values["batch"] == [2, 3]  # sweep over defaults
+    assert study.values["dtype"] == ["bfloat16"]  # the command's section over defaults
+    study = resolve(config, "kvmem", {"batch": [7], "dtype": ["float16"]})
+    assert study.values["batch"] == [7]  # flags over everything
+    assert study.values["dtype"] == ["float16"]
+
+
+def test_num_kv_heads_defaults_to_num_heads(tmp_path):
+    path = write_yaml(tmp_path, "defaults:\n  d_model: 512\n  num_heads: 8\n")
+    (p,) = resolve(load_config(path), "params").points()
+    assert p["num_kv_heads"] == 8
+
+
+def test_models_from_presets_and_config_json_beside_the_file(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": 1024,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 4,
+                "num_hidden_layers": 6,
+                "torch_dtype": "float16",
+            }
+        )  # fmt: skip
+    )
+    path = write_yaml(
+        tmp_path,
+        """
+        models: [Mistral-7B, m/config.json]
+        kvmem:
+          seq_len: 8
+        """,
+    )
+    records = run_json(tmp_path, "kvmem", "--config", path, "--no-measure")
+    by_layers = {r["num_layers"]: r for r in records}
+    assert set(by_layers) == {32, 6}
+    assert by_layers[32]["model"] == "mistral-7b"
+    # the config.json model: 2 * 6 layers * 4 KV heads * 64 (1024 / 16) * 2 bytes = 6,144
+    assert by_layers[6]["bytes_per_token"] == 6_144
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kv=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=4, unique=True),
+    batch=st.lists(st.integers(1, 64), min_size=1, max_size=3, unique=True),
+    seq=st.lists(st.integers(1, 4096), min_size=1, max_size=3, unique=True),
+    layers=st.lists(st.integers(1, 80), min_size=1, max_size=2, unique=True),
+)
+def test_grid_size_is_the_product(kv, batch, seq, layers):
+    from attnbench.sweep import StudyConfig
+
+    config = StudyConfig(
+        {
+            "defaults": {"d_model": 512, "num_heads": 8},
+            "sweep": {"num_kv_heads": kv, "batch": batch, "seq_len": seq, "num_layers": layers},
+        }
+    )
+    points = resolve(config, "kvmem").points()
+    assert len(points) == len(kv) * len(batch) * len(seq) * len(layers)
+    combos = {(p["num_kv_heads"], p["batch"], p["seq_len"], p["num_layers"]) for p in points}
+    assert combos == set(itertools.product(kv, batch, seq, layers))
+
+
+# ---------------------------------------------------------- flags override the file
+
+
+BATCH_FILE = """
+defaults:
+  d_model: 512
+  num_heads: 8
+sweep:
+  num_kv_heads: [8, 1]
+kvmem:
+  batch: [1, 2]
+  seq_len: [16]
+"""
+
+
+def test_flag_overrides_file_axis(tmp_path):
+    path = write_yaml(tmp_path, BATCH_FILE)
+    records = run_json(tmp_path, "kvmem", "--config", path, "--no-measure")
+    assert sorted({r["batch"] for r in records}) == [1, 2]
+    records = run_json(tmp_path, "kvmem", "--config", path, "--batch", 4, "--no-measure")
+    assert {r["batch"] for r in records} == {4}
+    assert len(records) == 2  # MHA and MQA, batch 4 only
+
+
+def test_kv_heads_flag_overrides_sweep(tmp_path):
+    path = write_yaml(tmp_path, BATCH_FILE)
+    records = run_json(tmp_path, "kvmem", "--config", path, "--kv-heads", 2, "--no-measure")
+    assert {r["num_kv_heads"] for r in records} == {2}
+    assert {r["num_heads"] for r in records} == {8}
+
+
+def test_kv_heads_flag_on_the_article_config(tmp_path):
+    path = CONFIGS / "article-tables.yaml"
+    (rec,) = run_json(tmp_path, "kvmem", "--config", path, "--kv-heads", 8, "--no-measure")
+    # 2 * 8 KV heads * 128 * 2 bytes * 32 * 2048 = 268,435,456 (256 MiB)
+    assert (rec["num_heads"], rec["num_kv_heads"], rec["head_dim"]) == (32, 8, 128)
+    assert rec["kv_bytes_per_layer"] == 256 * 1024**2
+
+
+def test_head_dim_flag_overrides_only_head_dim(tmp_path):
+    path = write_yaml(tmp_path, BATCH_FILE)
+    records = run_json(tmp_path, "kvmem", "--config", path, "--head-dim", 32, "--no-measure")
+    assert {(r["num_heads"], r["head_dim"]) for r in records} == {(8, 32)}
+    assert {r["num_kv_heads"] for r in records} == {8, 1}
+
+
+def test_model_flag_replaces_file_shapes_and_models(tmp_path):
+    path = write_yaml(tmp_path, BATCH_FILE + "models: [llama-2-7b]\n")
+    records = run_json(tmp_path, "kvmem", "--config", path, "--model", "falcon-7b", "--no-measure")
+    assert {r["model"] for r in records} == {"falcon-7b"}
+    assert {r["batch"] for r in records} == {1, 2}  # the file's other axes still apply
+
+
+def test_shape_flags_replace_file_models(tmp_path):
+    path = write_yaml(tmp_path, BATCH_FILE + "models: [llama-2-7b]\n")
+    records = run_json(tmp_path, "kvmem", "--config", path, "--d-model", 256, "--heads", 4,
+                       "--no-measure")  # fmt: skip
+    assert {r["model"] for r in records} == {None}
+    assert {(r["num_heads"], r["num_kv_heads"], r["head_dim"]) for r in records} == {(4, 4, 64)}
+
+
+def test_measure_flag_overrides_file(tmp_path):
+    path = write_yaml(tmp_path, BATCH_FILE + "  measure: true\n  device: cpu\n")
+    records = run_json(tmp_path, "kvmem", "--config", path, "--no-measure")
+    assert all(r["measured_bytes"] is None for r in records)
+    records = run_json(tmp_path, "kvmem", "--config", path)
+    assert all(r["measured_bytes"] == r["kv_bytes"] for r in records)
+
+
+def test_bias_in_params_section(tmp_path):
+    path = write_yaml(tmp_path, "defaults:\n  d_model: 64\n  num_heads: 4\nparams:\n  bias: true\n")
+    (rec,) = run_json(tmp_path, "params", "--config", path)
+    # 4 * 64 * 64 weights + (64 + 64 + 64 + 64) biases
+    assert rec["total_params"] == 4 * 64 * 64 + 4 * 64
+    (rec,) = run_json(tmp_path, "params", "--config", path, "--no-bias")
+    assert rec["total_params"] == 4 * 64 * 64
+
+
+# ------------------------------------------------------------------------ errors
+
+# (file text, strings the message must contain). Each is a problem of its own class.
+LOAD_ERRORS = {
+    "unknown top-level key": (
+        "sweeps:\n  num_kv_heads: [8]\n",
+        ["'sweeps'", "did you mean 'sweep'"],
+    ),
+    "unknown field in a section": (
+        "defaults:\n  d_model: 512\n  num_heads: 8\n  num_kv_head: 2\n",
+        ["'num_kv_head'", "did you mean 'num_kv_heads'"],
+    ),
+    "unknown field in a command section": (
+        "kvmem:\n  seqlen: [16]\n",
+        ["'seqlen'", "did you mean 'seq_len'"],
+    ),
+    "wrong type": (
+        "defaults:\n  d_model: abc\n  num_heads: 8\n",
+        ["d_model", "abc", "integer"],
+    ),
+    "wrong type in a list": (
+        "sweep:\n  batch: [1, two]\n",
+        ["batch", "two"],
+    ),
+    "wrong bool": (
+        "params:\n  bias: maybe\n",
+        ["bias", "maybe"],
+    ),
+    "below the minimum": (
+        "sweep:\n  seq_len: [0, 16]\n",
+        ["seq_len", ">= 1"],
+    ),
+    "list in defaults": (
+        "defaults:\n  batch: [1, 2]\n",
+        ["defaults.batch", "list"],
+    ),
+    "empty list": (
+        "defaults:\n  d_model: 512\n  num_heads: 8\nsweep:\n  num_kv_heads: []\n",
+        ["num_kv_heads", "empty"],
+    ),
+    "unknown dtype": (
+        "kvmem:\n  dtype: float61\n",
+        ["float61", "did you mean 'float16'", "float32", "bfloat16"],
+    ),
+    "unknown dtype in a list": (
+        "sweep:\n  dtype: [float32, bfloat61]\n",
+        ["bfloat61", "did you mean 'bfloat16'"],
+    ),
+    "field that does not apply to the section": (
+        "params:\n  seq_len: 16\n",
+        ["seq_len", "params"],
+    ),
+    "list for a scalar option": (
+        "kvmem:\n  device: [cpu, cuda]\n",
+        ["device", "single value"],
+    ),
+    "section not a mapping": (
+        "defaults: [1, 2]\n",
+        ["defaults", "mapping"],
+    ),
+    "models not a list": (
+        "models: llama-2-7b\n",
+        ["models", "list"],
+    ),
+    "top level not a mapping": (
+        "- d_model\n- 512\n",
+        ["mapping"],
+    ),
+    "yaml syntax error (indentation)": (
+        "defaults:\n  d_model: 512\n num_heads: 8\n",
+        ["YAML", "line 3"],
+    ),
+    "yaml syntax error (tab)": (
+        "defaults:\n  d_model: 512\n\tnum_heads: 8\n",
+        ["YAML", "line 3"],
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["kvmem", "params"])
+@pytest.mark.parametrize("case", sorted(LOAD_ERRORS))
+def test_file_errors_exit_2(tmp_path, command, case):
+    text, needles = LOAD_ERRORS[case]
+    path = write_yaml(tmp_path, text)
+    out = tmp_path / "never.csv"
+    result = runner.invoke(app, [command, "--config", str(path), "--csv", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stdout == ""  # nothing ran, no table
+    assert not out.exists()  # validated before anything ran
+    lines = error_lines(result.output)
+    assert len(lines) == 1, lines  # one problem, one line
+    assert lines[0].startswith("error:")
+    for needle in needles:
+        assert needle in lines[0]
+    assert str(path) in lines[0]  # names the file
+
+
+def test_invalid_combination_names_the_point(tmp_path):
+    path = write_yaml(
+        tmp_path,
+        "defaults:\n  d_model: 512\n  num_heads: 8\nsweep:\n  num_kv_heads: [8, 3, 1]\n",
+    )
+    result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    (line,) = error_lines(result.output)
+    assert "invalid combination" in line
+    for value in ("d_model=512", "num_heads=8", "num_kv_heads=3"):
+        assert value in line
+
+
+def test_invalid_combination_head_dim(tmp_path):
+    path = write_yaml(tmp_path, "defaults:\n  d_model: 500\n  num_heads: 8\n")
+    result = runner.invoke(app, ["params", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "d_model=500" in result.output and "num_heads=8" in result.output
+
+
+def test_every_problem_reported_once(tmp_path):
+    path = write_yaml(
+        tmp_path,
+        """
+        defaults:
+          d_model: abc
+          num_kv_head: 2
+        sweeps: {}
+        kvmem:
+          dtype: float61
+          batch: []
+        params:
+          seq_len: 5
+        """,
+    )
+    result = runner.invoke(app, ["kvmem", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    lines = error_lines(result.output)
+    assert len(lines) == 6, lines
+    assert all(line.startswith("error:") for line in lines)
+    for needle in ("d_model", "num_kv_head", "sweeps", "float61", "batch", "seq_len"):
+        assert sum(needle in line for line in lines) >= 1
+
+
+def test_unknown_model_in_file(tmp_path):
+    path = write_yaml(tmp_path, "models: [llama2-7b]\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
+    assert result.exit_code == 2
+    assert "llama2-7b" in result.output
+    assert "did you mean 'llama-2-7b'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_config_json_in_file(tmp_path):
+    path = write_yaml(tmp_path, "models: [nowhere/config.json]\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
+    assert result.exit_code == 2
+    assert "not found" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_nothing_to_run(tmp_path):
+    path = write_yaml(tmp_path, "kvmem:\n  batch: [1]\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
+    assert result.exit_code == 2
+    assert "nothing to run" in result.output
+
+
+@pytest.mark.parametrize("command", ["kvmem", "params"])
+def test_missing_file(tmp_path, command):
+    path = tmp_path / "missing.yaml"
+    result = runner.invoke(app, [command, "--config", str(path)])
+    assert result.exit_code == 2
+    assert "not found" in result.output
+    assert str(path) in result.output
+    assert "Traceback" not in result.output
+
+
+def test_directory_instead_of_file(tmp_path):
+    result = runner.invoke(app, ["kvmem", "--config", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_non_utf8_file(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"# caf\xe9\ndefaults:\n  d_model: 512\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path)])
+    assert result.exit_code == 2, result.output
+    assert str(path) in result.output
+    assert "Traceback" not in result.output
+
+
+def test_load_config_raises_usage_error(tmp_path):
+    path = write_yaml(tmp_path, "defaults:\n  num_kv_head: 2\n")
+    with pytest.raises(UsageError, match="did you mean 'num_kv_heads'"):
+        load_config(path)
+
+
+def test_empty_file_and_empty_sections_are_fine(tmp_path):
+    path = write_yaml(tmp_path, "defaults:\nparams: {}\n")
+    assert load_config(path).sections == {"params": {}}
+    assert load_config(write_yaml(tmp_path, "", name="empty.yaml")).sections == {}
+
+
+def test_decode_section_validated_but_ignored_by_kvmem(tmp_path):
+    good = write_yaml(tmp_path, BATCH_FILE + "decode:\n  prompt_len: [16, 64]\n  gen_len: 4\n")
+    records = run_json(tmp_path, "kvmem", "--config", good, "--no-measure")
+    assert len(records) == 4
+    bad = write_yaml(tmp_path, BATCH_FILE + "decode:\n  seq_len: [16]\n", name="bad.yaml")
+    result = runner.invoke(app, ["kvmem", "--config", str(bad), "--no-measure"])
+    assert result.exit_code == 2
+    assert "seq_len" in result.output and "decode" in result.output
+
+
+# -------------------------------------------------------------- shipped configs
+
+
+@pytest.mark.parametrize(
+    ("name", "command", "extra"),
+    [
+        ("default.yaml", "params", []),
+        ("default.yaml", "kvmem", ["--no-measure"]),
+        ("article-tables.yaml", "params", []),
+        ("article-tables.yaml", "kvmem", ["--no-measure"]),
+        ("models.yaml", "params", []),
+        ("models.yaml", "kvmem", ["--no-measure"]),
+    ],
+)
+def test_shipped_configs_run(tmp_path, name, command, extra):
+    records = run_json(tmp_path, command, "--config", CONFIGS / name, *extra)
+    assert records
+
+
+def test_default_config_content(tmp_path):
+    records = run_json(tmp_path, "kvmem", "--config", CONFIGS / "default.yaml", "--no-measure")
+    synthetic = [r for r in records if r["model"] is None]
+    assert {r["variant"] for r in synthetic} == {"MHA", "GQA-2", "MQA"}
+    assert {"llama-2-7b", "llama-3-8b"} <= {r["model"] for r in records}
+    assert all(r["kv_bytes"] == r["bytes_per_token"] * r["batch"] * r["seq_len"] for r in records)
+
+
+def test_models_config_covers_every_preset(tmp_path):
+    from attnbench.presets import PRESETS
+
+    records = run_json(tmp_path, "kvmem", "--config", CONFIGS / "models.yaml", "--no-measure")
+    names = {r["model"] for r in records}
+    assert names == set(PRESETS) or names >= {
+        "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
+        "mixtral-8x7b", "falcon-7b", "qwen2.5-7b", "gemma-7b", "gpt3-175b",
+    }  # fmt: skip
+    for r in records:
+        assert r["dtype"] == PRESETS[r["model"]].dtype  # each model's own dtype
+        assert r["num_layers"] == PRESETS[r["model"]].num_layers

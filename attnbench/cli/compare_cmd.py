@@ -1,0 +1,293 @@
+"""`attnbench compare` (the regression gate) and `attnbench baseline save`."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..baseline import default_baseline_path, save_baseline
+from ..compare import (
+    Comparison,
+    Finding,
+    Kind,
+    Thresholds,
+    Verdict,
+    compare_documents,
+    load_document,
+)
+from ..errors import UsageError
+from ..output import format_bytes
+from . import app
+from .common import console, fail, handles_errors
+
+FORMATS = ("table", "markdown", "json")
+STATUS = {0: "PASS", 1: "FAIL", 3: "INCOMPARABLE"}
+STYLES = {
+    Verdict.REGRESSED: "bold red",
+    Verdict.INCOMPARABLE: "magenta",
+    Verdict.MISSING: "cyan",
+    Verdict.INCONCLUSIVE: "yellow",
+    Verdict.IMPROVED: "green",
+    Verdict.NEW: "cyan",
+    Verdict.UNCHANGED: "dim",
+}
+HEADERS = ("Verdict", "Section", "Row", "Metric", "Baseline", "Current", "Change", "Interval",
+           "Reason")  # fmt: skip
+
+
+def parse_percent(flag: str, text: str) -> float:
+    """'10%' or a bare '10' (also percent) as the fraction 0.1."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise UsageError(f"{flag}: expected a percentage such as 10% or 10, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{flag}: expected a percentage >= 0, got {text!r}")
+    return value / 100
+
+
+# --- cells -------------------------------------------------------------------------------
+
+
+def _value(f: Finding, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if f.kind is Kind.TIMING:
+        return f"{v:.4g} ms"
+    if f.kind is Kind.MEMORY:
+        return format_bytes(v)
+    return f"{v:,}" if float(v).is_integer() else f"{v:,.6g}"
+
+
+def _change(f: Finding) -> str:
+    if f.baseline is None or f.current is None:
+        return "-"
+    if f.kind is Kind.TIMING:
+        return "-" if f.ratio is None else f"{f.ratio:.3f}x"
+    delta = f.current - f.baseline
+    if not delta:
+        return "0"
+    if f.kind is Kind.MEMORY:
+        pct = f" ({f.ratio - 1:+.1%})" if f.ratio else ""
+        return f"{'+' if delta >= 0 else '-'}{format_bytes(abs(delta))}{pct}"
+    return f"{delta:+,}" if float(delta).is_integer() else f"{delta:+,.6g}"
+
+
+def _interval(f: Finding) -> str:
+    return "-" if f.interval is None else f"{f.interval[0]:.3f}x..{f.interval[1]:.3f}x"
+
+
+def _varying(findings: list[Finding]) -> set[tuple[str, str]]:
+    """(section, field) pairs whose value differs between rows: what tells rows apart."""
+    values: dict[tuple[str, str], set] = {}
+    for f in findings:
+        for k, v in f.config.items():
+            values.setdefault((f.section, k), set()).add(json.dumps(v))
+    return {key for key, seen in values.items() if len(seen) > 1}
+
+
+def _label(f: Finding, varying: set[tuple[str, str]]) -> str:
+    """A row named by its varying config fields (`variant` always, and bare)."""
+    parts = [
+        str(v) if k == "variant" else f"{k}={v}"
+        for k, v in f.config.items()
+        if k == "variant" or (f.section, k) in varying
+    ]
+    return " ".join(parts) or "-"
+
+
+def _cells(result: Comparison, only_changed: bool) -> list[tuple[Finding, list[str]]]:
+    """The findings to show, each with its row of cells (in HEADERS order)."""
+    varying = _varying(result.findings)
+    rows = []
+    for f in result.sorted_findings(only_changed):
+        label, metric = _label(f, varying), f.metric or "(row)"
+        values = [_value(f, f.baseline), _value(f, f.current), _change(f), _interval(f)]
+        rows.append((f, [f.verdict.value, f.section, label, metric, *values, f.reason]))
+    return rows
+
+
+# --- formats -----------------------------------------------------------------------------
+
+
+def summary_line(result: Comparison) -> str:
+    """'FAIL (exit 1): 1 regressed, 20 unchanged; geometric-mean timing ratio 1.031x (12)'."""
+    code = result.exit_code()
+    ungated = Counter(f.verdict.value for f in result.findings if not f.gating)
+    counts = ", ".join(
+        f"{n} {verdict}" + (f" ({ungated[verdict]} not gated)" if ungated[verdict] else "")
+        for verdict, n in result.counts().items()
+    )
+    geomean = result.geomean_timing_ratio()
+    timing = (
+        f"geometric-mean timing ratio {geomean:.3f}x over {len(result.timing_ratios())} timings"
+        if geomean
+        else "no timings compared"
+    )
+    return f"{STATUS[code]} (exit {code}): {counts or 'no metrics'}; {timing}"
+
+
+def _context_lines(result: Comparison) -> list[str]:
+    """The gating environment differences and the notes, one line each."""
+    lines = []
+    diffs = [d for d in result.env_differences if d.gating]
+    if diffs:
+        changes = ", ".join(f"{d.field} {d.baseline} -> {d.current}" for d in diffs)
+        lines.append(f"Environments differ ({changes}): timings do not gate.")
+    return lines + [f"Note: {note}." for note in result.notes]
+
+
+def render_markdown(result: Comparison, only_changed: bool) -> str:
+    rows = _cells(result, only_changed)
+
+    def row(cells) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    lines = [f"**attnbench compare: {summary_line(result)}**", ""]
+    context = _context_lines(result)
+    lines += [f"{line}  " for line in context] + ([""] if context else [])
+    opened = " open" if result.exit_code() else ""
+    if not rows:
+        return "\n".join(lines).rstrip() + "\n"
+    lines += [
+        f"<details{opened}><summary>Details: {len(rows)} of {len(result.findings)} "
+        f"findings, {result.baseline} vs {result.current}</summary>",
+        "",
+        row(HEADERS),
+        row(["---"] * len(HEADERS)),
+    ]
+    lines += [row(cells) for _, cells in rows]
+    lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def render_table(result: Comparison, only_changed: bool) -> Table:
+    table = Table(
+        title=f"attnbench compare: {result.baseline} -> {result.current}", title_justify="left"
+    )
+    for header in HEADERS:
+        table.add_column(header, overflow="fold")
+    for f, cells in _cells(result, only_changed):
+        table.add_row(*map(Text, cells), style=STYLES[f.verdict])
+    return table
+
+
+def _print_table(out: Console, result: Comparison, only_changed: bool) -> None:
+    table = render_table(result, only_changed)
+    if table.row_count:
+        out.print(table)
+    for line in [*_context_lines(result), summary_line(result)]:
+        out.print(line, highlight=False, markup=False)
+
+
+def _text(result: Comparison, fmt: str, only_changed: bool) -> str:
+    if fmt == "markdown":
+        return render_markdown(result, only_changed)
+    return json.dumps(result.to_dict(only_changed), indent=2) + "\n"
+
+
+def _emit(result: Comparison, fmt: str, only_changed: bool, output: str | None) -> None:
+    """Print the report, or write it to `output` and say where it went."""
+    if output is None:
+        if fmt == "table":
+            _print_table(console, result, only_changed)
+        else:
+            typer.echo(_text(result, fmt, only_changed), nl=False)
+        return
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as fh:
+            if fmt == "table":
+                _print_table(Console(file=fh, width=200, color_system=None), result, only_changed)
+            else:
+                fh.write(_text(result, fmt, only_changed))
+    except OSError as exc:
+        raise UsageError(f"--output: cannot write {path} ({exc})") from None
+    console.print(f"wrote {path}: {summary_line(result)}", highlight=False, markup=False)
+
+
+@app.command("compare")
+@handles_errors
+def compare_command(
+    baseline: str = typer.Argument(
+        ..., metavar="BASELINE", help="Baseline results (JSON from --json, or CSV)."
+    ),
+    current: str = typer.Argument(
+        ..., metavar="CURRENT", help="Current results of the same command."
+    ),
+    time_threshold: str = typer.Option(
+        "10%", "--time-threshold", help="Smallest timing change that counts, e.g. 10%."
+    ),
+    mem_threshold: str = typer.Option(
+        "1%", "--mem-threshold", help="Measured-memory change that counts (at least 1 MiB)."
+    ),
+    fmt: str = typer.Option("table", "--format", help="table, markdown or json."),
+    output: str | None = typer.Option(None, "--output", help="Write the report here."),
+    fail_on_improvement: bool = typer.Option(
+        False, "--fail-on-improvement", help="Fail on improvements too (refresh the baseline)."
+    ),
+    allow_env_mismatch: bool = typer.Option(
+        False, "--allow-env-mismatch", help="Show timings from differing environments, ungated."
+    ),
+    only_changed: bool = typer.Option(False, "--only-changed", help="Hide unchanged rows."),
+) -> None:
+    """Gate CURRENT against BASELINE. Exit 0: no regression; 1: a regression; 2: bad input;
+    3: timings from different environments (see --allow-env-mismatch)."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: unknown value {fmt!r}; choose from {', '.join(FORMATS)}")
+    thresholds = Thresholds(
+        time=parse_percent("--time-threshold", time_threshold),
+        mem=parse_percent("--mem-threshold", mem_threshold),
+    )
+    result = compare_documents(
+        load_document(baseline),
+        load_document(current),
+        thresholds,
+        allow_env_mismatch=allow_env_mismatch,
+        fail_on_improvement=fail_on_improvement,
+    )
+    _emit(result, fmt, only_changed, output)
+    code = result.exit_code()
+    if code == 3:
+        raise fail(
+            "environments differ, timings not compared; run both on one machine, or pass "
+            "--allow-env-mismatch to show them without gating",
+            code,
+        )
+    raise typer.Exit(code)
+
+
+baseline_app = typer.Typer(
+    help="Keep the results `attnbench compare` gates against.", no_args_is_help=True
+)
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.command("save")
+@handles_errors
+def baseline_save_command(
+    results: str = typer.Argument(..., metavar="RESULTS.json", help="JSON written by --json."),
+    to: str | None = typer.Option(
+        None, "--to", help="Where to write it (default results/baselines/<stem>.json)."
+    ),
+) -> None:
+    """Validate RESULTS.json and save it as a baseline, replacing any file there."""
+    dest = Path(to) if to else default_baseline_path(results)
+    replaced = " (replaced the previous baseline)" if dest.exists() else ""
+    path, doc = save_baseline(results, dest)
+    counts = []
+    for name, records in doc.sections.items():
+        samples = sum(bool(r.get("samples_ms")) for r in records)
+        counts.append(
+            f"{name}: {len(records)} records"
+            + (f", {samples} with raw samples" if name == "decode" else "")
+        )
+    console.print(f"wrote {path}{replaced}: {'; '.join(counts)}", highlight=False, markup=False)

@@ -1,0 +1,625 @@
+"""The regression gate: compare two result documents row by row and metric by metric.
+
+Each field of a record is classified by its name (see `classify`), so fields added later
+follow the same rules. Rows are matched on their configuration fields; every metric of a
+matched row gets a verdict under the rule of its class:
+
+- exact (parameter counts, analytic bytes, FLOPs): any change, either way, is a regression;
+- measured memory: a change beyond max(1 MiB, --mem-threshold) regresses or improves;
+- timings: a change needs an effect beyond max(--time-threshold, 3 x relative IQR), evidence
+  (a seeded bootstrap bound, or p25..p75 intervals that do not overlap) and more than 5 us;
+  an effect without evidence is `inconclusive`.
+
+Timings are gated only between matching environments (see `GATING_ENV_FIELDS`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import UsageError
+from .output import SCHEMA_VERSION
+
+COMMANDS = ("params", "kvmem", "decode-speed", "run")
+SECTIONS = ("params", "kvmem", "decode")
+#: `decode-speed` documents and the `decode` section of a `run` document hold the same rows.
+SECTION_ALIASES = {"decode-speed": "decode"}
+#: Environment fields that must match for timings to gate; cpu_model only for CPU runs.
+GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_threads")
+#: The raw samples behind a timing median, where a record keeps them.
+SAMPLES_FIELDS = {"step_ms_median": "samples_ms"}
+
+
+class Kind(str, Enum):
+    """What a record field is, decided from its name alone."""
+
+    CONFIG = "config"
+    EXACT = "exact"
+    MEMORY = "memory"
+    TIMING = "timing"
+    DERIVED = "derived"
+
+
+class Verdict(str, Enum):
+    REGRESSED = "regressed"
+    INCOMPARABLE = "incomparable"
+    MISSING = "missing"
+    INCONCLUSIVE = "inconclusive"
+    IMPROVED = "improved"
+    NEW = "new"
+    UNCHANGED = "unchanged"
+
+
+#: Display order, most severe first (the member order above).
+SEVERITY = {v: i for i, v in enumerate(Verdict)}
+
+_DERIVED_NAMES = frozenset({"noisy", "status", "samples_ms"})
+_DERIVED_PREFIXES = ("achieved_", "pct_", "speedup_", "ratio_")
+_DERIVED_SUFFIXES = ("_per_s", "_gbps", "_tflops", "_pct")
+
+
+def classify(name: str) -> Kind:
+    """The class of a record field. Derived fields (rates, ratios, flags, the statistics
+    around a timing median) follow from the gated ones and are neither gated nor matched on;
+    `ratio_vs_mha` is one of them, since the parameter and byte counts it divides are gated."""
+    if (
+        name in _DERIVED_NAMES
+        or name.startswith(_DERIVED_PREFIXES)
+        or name.endswith(_DERIVED_SUFFIXES)
+    ):
+        return Kind.DERIVED
+    if name.startswith("measured") and "bytes" in name:
+        return Kind.MEMORY
+    if name.endswith(("_ms", "_ms_median")):
+        return Kind.TIMING
+    if "_ms_" in name:
+        return Kind.DERIVED
+    if "bytes" in name or name.endswith("_params") or "flops" in name:
+        return Kind.EXACT
+    return Kind.CONFIG
+
+
+# --- documents ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Document:
+    """A results file as sections of records. CSV files carry one section, no environment
+    and no raw samples; `raw` is the parsed JSON (None for CSV)."""
+
+    path: str
+    command: str
+    sections: dict[str, list[dict]]
+    environment: dict | None
+    raw: dict | None
+
+
+def load_document(path: str | Path) -> Document:
+    """Read and validate a JSON (from --json) or CSV (from --csv) results file."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{p}: {'not a file' if p.exists() else 'no such file'}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{p}: cannot read it ({exc})") from None
+    return _csv_document(p, text) if p.suffix.lower() == ".csv" else _json_document(p, text)
+
+
+def _json_document(path: Path, text: str) -> Document:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a JSON object written by --json")
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UsageError(f"{path}: schema_version {version!r} is not supported (expected 1)")
+    command = doc.get("command")
+    if command not in COMMANDS:
+        raise UsageError(f"{path}: unknown command {command!r}; expected one of {COMMANDS}")
+    environment = doc.get("environment")
+    if environment is not None and not isinstance(environment, dict):
+        raise UsageError(f"{path}: environment: expected an object")
+    if command == "run":
+        sections = _run_sections(path, doc.get("sections"))
+    else:
+        name = SECTION_ALIASES.get(command, command)
+        sections = {name: _check_records(path, name, doc.get("records"))}
+    return Document(str(path), command, sections, environment, doc)
+
+
+def _run_sections(path: Path, body: Any) -> dict[str, list[dict]]:
+    if not isinstance(body, dict) or not body:
+        raise UsageError(f"{path}: sections: expected an object of sections")
+    sections = {}
+    for key, section in body.items():
+        name = SECTION_ALIASES.get(key, key)
+        if name not in SECTIONS:
+            raise UsageError(f"{path}: sections: unknown section {key!r}")
+        if not isinstance(section, dict):
+            raise UsageError(f"{path}: sections.{key}: expected an object with records")
+        sections[name] = _check_records(path, name, section.get("records"))
+    return sections
+
+
+def _check_records(path: Path, section: str, records: Any) -> list[dict]:
+    """Records as dicts whose metrics are numbers or null (NaN counts as null)."""
+    if not isinstance(records, list):
+        raise UsageError(f"{path}: {section}: records: expected a list")
+    for i, rec in enumerate(records):
+        where = f"{path}: {section} record {i}"
+        if not isinstance(rec, dict):
+            raise UsageError(f"{where}: expected an object")
+        for name, value in rec.items():
+            if name in SAMPLES_FIELDS.values():
+                if value is not None and not (
+                    isinstance(value, list) and all(_is_number(v) for v in value)
+                ):
+                    raise UsageError(f"{where}: {name}: expected a list of numbers")
+            elif classify(name) in (Kind.EXACT, Kind.MEMORY, Kind.TIMING):
+                if value is not None and not _is_number(value):
+                    raise UsageError(f"{where}: {name}: expected a number, got {value!r}")
+                if isinstance(value, float) and math.isnan(value):
+                    rec[name] = None
+    return records
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _csv_document(path: Path, text: str) -> Document:
+    reader = csv.DictReader(io.StringIO(text))
+    fields = reader.fieldnames or []
+    section = _csv_section(path, fields)
+    records = []
+    for line, row in enumerate(reader, start=2):
+        if None in row:
+            raise UsageError(f"{path}: line {line}: more cells than the header has columns")
+        records.append({k: _cell(v) for k, v in row.items()})
+    return Document(
+        str(path), section, {section: _check_records(path, section, records)}, None, None
+    )
+
+
+def _csv_section(path: Path, fields: list[str]) -> str:
+    """A CSV has no `command` field: tell the command from a column only it writes."""
+    for column, section in (
+        ("step_ms_median", "decode"),
+        ("kv_bytes", "kvmem"),
+        ("total_params", "params"),
+    ):
+        if column in fields:
+            return section
+    raise UsageError(
+        f"{path}: not an attnbench CSV (no step_ms_median, kv_bytes or total_params column)"
+    )
+
+
+def _cell(text: str | None) -> Any:
+    """A CSV cell as the value the JSON would hold: '' -> None, '4096' -> 4096, 'True'."""
+    if text is None or text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    return value if math.isfinite(value) else text
+
+
+# --- verdicts ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The gate's knobs; the CLI sets `time` and `mem`, the rest are fixed rules."""
+
+    time: float = 0.10
+    mem: float = 0.01
+    mem_floor_bytes: int = 1 << 20
+    time_floor_ms: float = 0.005
+    noise_factor: float = 3.0
+    confidence: float = 0.99
+    resamples: int = 2000
+    seed: int = 2000
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One metric's verdict. `ratio` is current / baseline; `interval` bounds it."""
+
+    verdict: Verdict
+    reason: str
+    ratio: float | None = None
+    interval: tuple[float, float] | None = None
+    evidence: str | None = None
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """A timing as a record gives it: the median, and its p25/p75 and samples when known."""
+
+    median: float
+    p25: float | None = None
+    p75: float | None = None
+    samples: tuple[float, ...] | None = None
+
+    @property
+    def rel_iqr(self) -> float:
+        """(p75 - p25) / median, from the record's percentiles or else its samples; 0 when
+        neither is known (the spread then cannot widen the threshold)."""
+        if self.p25 is not None and self.p75 is not None:
+            return (self.p75 - self.p25) / self.median
+        if self.samples:
+            p25, p75 = np.percentile(self.samples, [25, 75])
+            return float(p75 - p25) / self.median
+        return 0.0
+
+
+def timing_stats(record: dict, metric: str) -> TimingStats:
+    stem = metric.removesuffix("_median")
+    samples = record.get(SAMPLES_FIELDS.get(metric, ""))
+    return TimingStats(
+        record[metric],
+        record.get(f"{stem}_p25"),
+        record.get(f"{stem}_p75"),
+        tuple(samples) if samples else None,
+    )
+
+
+def judge_exact(base: float, cur: float) -> Judgement:
+    if base == cur:
+        return Judgement(Verdict.UNCHANGED, "equal", 1.0 if base else None)
+    delta = cur - base
+    change = f"{delta:+,}" if float(delta).is_integer() else f"{delta:+,.6g}"
+    ratio = cur / base if base else None
+    return Judgement(Verdict.REGRESSED, f"exact metric changed by {change}", ratio)
+
+
+def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
+    """An increase beyond max(1 MiB, mem x baseline) regresses; a like decrease improves."""
+    limit = max(th.mem_floor_bytes, th.mem * abs(base))
+    delta = cur - base
+    ratio = cur / base if base else None
+    change = f"{delta / 2**20:+.2f} MiB"
+    if delta > limit:
+        return Judgement(Verdict.REGRESSED, f"{change} is above {limit / 2**20:.2f} MiB", ratio)
+    if -delta > limit:
+        return Judgement(Verdict.IMPROVED, f"{change} is beyond {limit / 2**20:.2f} MiB", ratio)
+    return Judgement(Verdict.UNCHANGED, f"{change} is within {limit / 2**20:.2f} MiB", ratio)
+
+
+def bootstrap_medians(samples: tuple[float, ...], rng: np.random.Generator, n: int) -> np.ndarray:
+    """Medians of `n` resamples with replacement. Resampling indices into the sorted samples
+    and sorting the indices keeps each resample sorted: cheaper than np.median per row."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
+    return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
+
+
+def bootstrap_ratio_interval(
+    base: tuple[float, ...], cur: tuple[float, ...], th: Thresholds
+) -> tuple[float, float]:
+    """Two one-sided `confidence` bounds on median(cur) / median(base), from a seeded
+    percentile bootstrap that resamples each side."""
+    rng = np.random.default_rng(th.seed)
+    ratios = bootstrap_medians(cur, rng, th.resamples) / bootstrap_medians(base, rng, th.resamples)
+    lo, hi = np.quantile(ratios, [1 - th.confidence, th.confidence])
+    return float(lo), float(hi)
+
+
+#: Fewer raw samples than this make a bootstrap meaningless; fall back to p25..p75.
+MIN_BOOTSTRAP_SAMPLES = 5
+
+
+def _evidence(
+    base: TimingStats, cur: TimingStats, th: Thresholds
+) -> tuple[tuple[float, float] | None, str | None]:
+    """An interval on the ratio and how it was made: a bootstrap over the samples, else the
+    ratio range the p25..p75 intervals allow (it excludes 1 exactly when they don't overlap)."""
+    if min(len(base.samples or ()), len(cur.samples or ())) >= MIN_BOOTSTRAP_SAMPLES:
+        return bootstrap_ratio_interval(base.samples, cur.samples, th), "bootstrap"
+    if None not in (base.p25, base.p75, cur.p25, cur.p75) and base.p25 > 0 and base.p75 > 0:
+        return (cur.p25 / base.p75, cur.p75 / base.p25), "p25..p75"
+    return None, None
+
+
+def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgement:
+    """Regressed (or improved) needs the effect, the evidence and the absolute floor; an
+    effect the noise or the missing evidence cannot support is inconclusive. Slowdowns and
+    speedups are judged symmetrically on the ratio's log scale."""
+    if base.median <= 0 or cur.median <= 0:
+        return Judgement(Verdict.INCONCLUSIVE, "a median is not positive")
+    ratio = cur.median / base.median
+    interval, evidence = _evidence(base, cur, th)
+    slower = ratio > 1
+    change = ratio if slower else 1 / ratio
+    word = "slower" if slower else "faster"
+    spread = max(base.rel_iqr, cur.rel_iqr)
+    needed = 1 + max(th.time, th.noise_factor * spread)
+
+    def verdict(v: Verdict, reason: str) -> Judgement:
+        return Judgement(v, reason, ratio, interval, evidence)
+
+    if abs(cur.median - base.median) <= th.time_floor_ms:
+        return verdict(Verdict.UNCHANGED, f"differs by under {th.time_floor_ms * 1000:g} us")
+    if change <= 1 + th.time:
+        return verdict(Verdict.UNCHANGED, f"{change:.3f}x {word}, within {th.time:.0%}")
+    effect = f"{change:.3f}x {word}"
+    if change <= needed:
+        noise = f"{th.noise_factor:g} x IQR/median = {th.noise_factor * spread:.1%}"
+        return verdict(Verdict.INCONCLUSIVE, f"{effect}, within the noise ({noise})")
+    if interval is None:
+        return verdict(Verdict.INCONCLUSIVE, f"{effect}, no samples or p25..p75 to test it")
+    lo, hi = interval
+    if evidence == "bootstrap":
+        bound, clear = (lo if slower else 1 / hi), 1 + th.time
+        level = f"{th.confidence:.0%} confidence bound {bound:.3f}x {word}"
+        if bound <= clear:
+            return verdict(Verdict.INCONCLUSIVE, f"{effect}, {level} (not > {clear:.2f}x)")
+        support = f"{level} (> {clear:.2f}x)"
+    else:
+        if (lo <= 1) if slower else (hi >= 1):
+            return verdict(Verdict.INCONCLUSIVE, f"{effect}, p25..p75 intervals overlap")
+        support = "p25..p75 intervals apart"
+    return verdict(Verdict.REGRESSED if slower else Verdict.IMPROVED, f"{effect}, {support}")
+
+
+# --- comparison --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One verdict: a metric of a matched row, or a whole row only one file has."""
+
+    section: str
+    config: dict
+    metric: str | None
+    kind: Kind | None
+    baseline: float | None
+    current: float | None
+    verdict: Verdict
+    reason: str
+    ratio: float | None = None
+    interval: tuple[float, float] | None = None
+    evidence: str | None = None
+    gating: bool = True
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    field: str
+    baseline: Any
+    current: Any
+    gating: bool
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    current: str
+    thresholds: Thresholds
+    fail_on_improvement: bool
+    findings: list[Finding] = field(default_factory=list)
+    env_differences: list[EnvDifference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """Findings per verdict, most severe first, verdicts with none left out."""
+        counted = Counter(f.verdict for f in self.findings)
+        return {v.value: counted[v] for v in Verdict if counted[v]}
+
+    def timing_ratios(self) -> list[float]:
+        return [
+            f.ratio
+            for f in self.findings
+            if f.kind is Kind.TIMING and f.ratio and f.verdict is not Verdict.INCOMPARABLE
+        ]
+
+    def geomean_timing_ratio(self) -> float | None:
+        ratios = self.timing_ratios()
+        return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+
+    def failures(self) -> list[Finding]:
+        """The findings that fail the gate."""
+        failing = {Verdict.REGRESSED} | ({Verdict.IMPROVED} if self.fail_on_improvement else set())
+        return [f for f in self.findings if f.gating and f.verdict in failing]
+
+    def exit_code(self) -> int:
+        """1 on a failure (it outranks 3: exact metrics gate whatever the environment),
+        3 when timings were left incomparable, else 0."""
+        if self.failures():
+            return 1
+        return 3 if any(f.verdict is Verdict.INCOMPARABLE for f in self.findings) else 0
+
+    def sorted_findings(self, only_changed: bool = False) -> list[Finding]:
+        """By severity, then by the size of the change (largest first)."""
+        shown = [f for f in self.findings if not (only_changed and f.verdict is Verdict.UNCHANGED)]
+        return sorted(
+            shown, key=lambda f: (SEVERITY[f.verdict], -abs(math.log(f.ratio)) if f.ratio else 0.0)
+        )
+
+    def to_dict(self, only_changed: bool = False) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "baseline": self.baseline,
+            "current": self.current,
+            "exit_code": self.exit_code(),
+            "thresholds": asdict(self.thresholds),
+            "fail_on_improvement": self.fail_on_improvement,
+            "summary": {
+                "counts": self.counts(),
+                "failures": len(self.failures()),
+                "timings": len(self.timing_ratios()),
+                "geomean_timing_ratio": self.geomean_timing_ratio(),
+            },
+            "environment_differences": [asdict(d) for d in self.env_differences],
+            "notes": self.notes,
+            "rows": [
+                {**asdict(f), "kind": f.kind and f.kind.value, "verdict": f.verdict.value}
+                for f in self.sorted_findings(only_changed)
+            ],
+        }
+
+
+def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDifference]:
+    """Every environment field that differs, the ones that stop timings from gating first."""
+    if base is None or cur is None:
+        return []
+    gating = set(GATING_ENV_FIELDS)
+    if any(str(env.get("device") or "cpu").startswith("cpu") for env in (base, cur)):
+        gating.add("cpu_model")
+    diffs = [
+        EnvDifference(k, base.get(k), cur.get(k), k in gating)
+        for k in dict.fromkeys([*base, *cur])
+        if base.get(k) != cur.get(k)
+    ]
+    return sorted(diffs, key=lambda d: not d.gating)
+
+
+def compare_documents(
+    base: Document,
+    cur: Document,
+    thresholds: Thresholds = Thresholds(),
+    *,
+    allow_env_mismatch: bool = False,
+    fail_on_improvement: bool = False,
+) -> Comparison:
+    """Compare the sections both documents have; raise UsageError when they share none or
+    no row matches (the files then come from different commands or sweeps)."""
+    shared = [s for s in base.sections if s in cur.sections]
+    if not shared:
+        raise UsageError(
+            f"{base.path} ({base.command}) and {cur.path} ({cur.command}) come from different "
+            "commands; compare two results of the same command"
+        )
+    result = Comparison(base.path, cur.path, thresholds, fail_on_improvement)
+    for doc in (base, cur):
+        result.notes += [
+            f"section {s} is only in {doc.path}; not compared"
+            for s in doc.sections
+            if s not in shared
+        ]
+    result.env_differences = environment_differences(base.environment, cur.environment)
+    env_mismatch = [d.field for d in result.env_differences if d.gating]
+    if base.environment is None or cur.environment is None:
+        result.notes.append("no environment recorded (CSV input): timings gate unchecked")
+    matched = 0
+    for name in shared:
+        rows, notes = match_rows(base.sections[name], cur.sections[name], (base.path, cur.path))
+        result.notes += [f"{name}: {note}" for note in notes]
+        for key, b, c in rows:
+            matched += b is not None and c is not None
+            result.findings += compare_rows(
+                name, key, b, c, thresholds, env_mismatch, allow_env_mismatch
+            )
+    if not matched:
+        raise UsageError(
+            f"{base.path} and {cur.path} have no row in common; they come from different sweeps"
+        )
+    return result
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def match_rows(
+    base: list[dict], cur: list[dict], paths: tuple[str, str]
+) -> tuple[list[tuple[dict, dict | None, dict | None]], list[str]]:
+    """Pair rows on the configuration fields both sides have (a field only one side has,
+    say one added in a later version, is left out, with a note). Baseline order first."""
+    fields = [
+        [k for k in dict.fromkeys(k for r in rows for k in r) if classify(k) is Kind.CONFIG]
+        for rows in (base, cur)
+    ]
+    union = list(dict.fromkeys(fields[0] + fields[1]))
+    keys = [k for k in fields[0] if k in fields[1]] if base and cur else union
+    dropped = [k for k in union if k not in keys]
+    notes = [f"config field {k} is only in one file; rows are matched without it" for k in dropped]
+    indexed = []
+    for rows, path in zip((base, cur), paths, strict=True):
+        index: dict[tuple, dict] = {}
+        for rec in rows:
+            key = tuple(_hashable(rec.get(k)) for k in keys)
+            if key in index:
+                config = {k: rec.get(k) for k in keys}
+                unmatched = f" (not matched on {', '.join(dropped)})" if dropped else ""
+                raise UsageError(f"{path}: two rows share the configuration {config}{unmatched}")
+            index[key] = rec
+        indexed.append(index)
+    b_index, c_index = indexed
+    pairs = []
+    for key in dict.fromkeys([*b_index, *c_index]):
+        rec = b_index[key] if key in b_index else c_index[key]
+        pairs.append(({k: rec.get(k) for k in keys}, b_index.get(key), c_index.get(key)))
+    return pairs, notes
+
+
+def compare_rows(
+    section: str,
+    config: dict,
+    base: dict | None,
+    cur: dict | None,
+    th: Thresholds,
+    env_mismatch: list[str],
+    allow_env_mismatch: bool,
+) -> list[Finding]:
+    """The findings of one row: one per metric, or a single new/missing one."""
+    if base is None or cur is None:
+        verdict, where = (Verdict.NEW, "baseline") if base is None else (Verdict.MISSING, "current")
+        return [Finding(section, config, None, None, None, None, verdict, f"row not in {where}")]
+    findings = []
+    for name in dict.fromkeys([*base, *cur]):
+        kind = classify(name)
+        if kind in (Kind.CONFIG, Kind.DERIVED):
+            continue
+        b, c = base.get(name), cur.get(name)
+        if b is None and c is None:
+            continue
+        gating = True
+        if b is None or c is None:
+            judgement = _one_sided(b is None, base if b is None else cur)
+        elif kind is Kind.EXACT:
+            judgement = judge_exact(b, c)
+        elif kind is Kind.MEMORY:
+            judgement = judge_memory(b, c, th)
+        elif env_mismatch and not allow_env_mismatch:
+            reason = f"environments differ ({', '.join(env_mismatch)})"
+            judgement = Judgement(Verdict.INCOMPARABLE, reason, c / b if b else None)
+        else:
+            judgement = judge_timing(timing_stats(base, name), timing_stats(cur, name), th)
+            if env_mismatch:
+                gating = False
+                judgement = replace(judgement, reason=f"{judgement.reason}; not gated")
+        findings.append(
+            Finding(section, config, name, kind, b, c, **asdict(judgement), gating=gating)
+        )
+    return findings
+
+
+def _one_sided(is_new: bool, lacking: dict) -> Judgement:
+    """A metric with a value on one side only: a new metric, or a failed point (whose
+    status, say `oom`, the record lacking the value gives)."""
+    status = f" (status: {lacking['status']})" if lacking.get("status") else ""
+    if is_new:
+        return Judgement(Verdict.NEW, f"no value in the baseline{status}")
+    return Judgement(Verdict.MISSING, f"no value in the current results{status}")

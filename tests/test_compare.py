@@ -1,0 +1,501 @@
+"""The regression gate: verdict rules, exit codes, input checks, formats, and a simulation of
+its false-regression and detection rates. Documents are synthetic and seeded."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.compare import (
+    Kind,
+    Thresholds,
+    TimingStats,
+    Verdict,
+    classify,
+    compare_documents,
+    environment_differences,
+    judge_timing,
+    load_document,
+)
+from attnbench.gate_sim import Noise, draw_timing, simulate
+from attnbench.output import write_csv
+
+ENV = {
+    "attnbench_version": "0.1.0",
+    "python_version": "3.11.7",
+    "torch_version": "2.5.1",
+    "platform": "Linux",
+    "cpu_model": "AMD EPYC 7763",
+    "num_threads": 8,
+    "device": "cuda:0",
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "cuda_version": "12.4",
+    "cudnn_version": 90100,
+    "gpu_memory_bytes": 85_000_000_000,
+    "git_commit": "a" * 40,
+    "peak_gbps": 2900.0,
+}
+VARIANTS = (("MHA", 32), ("GQA-8", 8), ("MQA", 1))
+
+
+def params_records() -> list[dict]:
+    q = o = 4096 * 4096
+    rows = []
+    for variant, kv in VARIANTS:
+        k = v = 4096 * 128 * kv
+        rows.append(dict(variant=variant, d_model=4096, num_heads=32, num_kv_heads=kv,
+                         head_dim=128, bias=False, q_params=q, k_params=k, v_params=v,
+                         o_params=o, total_params=q + k + v + o, module_params=q + k + v + o,
+                         ratio_vs_mha=(q + k + v + o) / (4 * q)))  # fmt: skip
+    return rows
+
+
+def kvmem_records() -> list[dict]:
+    rows = []
+    for variant, kv in VARIANTS:
+        per_token = 2 * 32 * kv * 128 * 2
+        rows.append(dict(model="llama-2-7b", variant=variant, num_layers=32, num_heads=32,
+                         num_kv_heads=kv, head_dim=128, batch=1, seq_len=4096, dtype="float16",
+                         bytes_per_token=per_token, kv_bytes_per_layer=per_token * 4096 // 32,
+                         kv_bytes=per_token * 4096, measured_bytes=per_token * 4096,
+                         ratio_vs_mha=kv / 32, status="ok"))  # fmt: skip
+    return rows
+
+
+def decode_records(seed: int = 0, slowdown: float = 1.0) -> list[dict]:
+    """Decode rows whose step samples carry realistic noise (seeded)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for variant, kv in VARIANTS:
+        for mode in ("cache", "no_cache"):
+            t = draw_timing(rng, Noise(median_ms=0.05 * (1 + kv / 8)), slowdown)
+            rows.append(dict(
+                variant=variant, backend="sdpa", device="cuda:0", dtype="float16", batch=1,
+                d_model=4096, num_heads=32, num_kv_heads=kv, head_dim=128, prompt_len=512,
+                gen_len=30, mode=mode, prefill_ms=0.8 * slowdown, step_ms_median=t.median,
+                step_ms_p25=t.p25, step_ms_p75=t.p75, samples_ms=list(t.samples),
+                total_ms=0.8 * slowdown + 30 * t.median, tokens_per_s=1000 / t.median,
+                speedup_vs_no_cache=None, bytes_per_step=kv * 1_048_576,
+                achieved_gbps=kv / t.median, peak_gbps=2900.0, pct_of_peak_bw=1.0,
+                flops_per_step=kv * 2_000_000, achieved_tflops=0.1, noisy=False, status="ok",
+                model=None,
+            ))  # fmt: skip
+    return rows
+
+
+def document(command: str, records: list[dict], env: dict | None = None) -> dict:
+    return {"schema_version": 1, "command": command, "attnbench_version": "0.1.0",
+            "created": "2026-01-01T00:00:00+00:00", "environment": env or dict(ENV),
+            "config": {}, "records": records}  # fmt: skip
+
+
+def write(tmp_path, name: str, doc) -> str:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return str(path)
+
+
+def cli(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def compare(tmp_path, base: dict, cur: dict, *flags: str):
+    return cli(
+        "compare", write(tmp_path, "base.json", base), write(tmp_path, "cur.json", cur), *flags
+    )
+
+
+def verdicts(tmp_path, base: dict, cur: dict, metric: str, **kw) -> list[Verdict]:
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "c.json", cur)),
+        **kw,
+    )
+    return [f.verdict for f in result.findings if f.metric == metric]
+
+
+# --- rules ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, kind",
+    [("variant", Kind.CONFIG), ("bias", Kind.CONFIG), ("model", Kind.CONFIG),
+     ("kv_dtype", Kind.CONFIG), ("sliding_window", Kind.CONFIG), ("page_size", Kind.CONFIG),
+     ("tp", Kind.CONFIG), ("total_params", Kind.EXACT), ("kv_bytes_per_layer", Kind.EXACT),
+     ("bytes_per_token", Kind.EXACT), ("paged_kv_bytes", Kind.EXACT),
+     ("flops_per_step", Kind.EXACT), ("measured_bytes", Kind.MEMORY),
+     ("measured_peak_bytes", Kind.MEMORY), ("step_ms_median", Kind.TIMING),
+     ("prefill_ms", Kind.TIMING), ("step_ms_p25", Kind.DERIVED), ("samples_ms", Kind.DERIVED),
+     ("tokens_per_s", Kind.DERIVED), ("achieved_tflops", Kind.DERIVED),
+     ("peak_gbps", Kind.DERIVED), ("ratio_vs_mha", Kind.DERIVED), ("status", Kind.DERIVED),
+     ("paged_waste_pct", Kind.DERIVED), ("measured_paged_bytes", Kind.MEMORY),
+     ("kv_bytes_all_gpus", Kind.EXACT), ("kv_scale_group", Kind.CONFIG)],
+)  # fmt: skip
+def test_fields_are_classified_by_name(field, kind):
+    assert classify(field) is kind
+
+
+def test_timing_needs_evidence_and_the_absolute_floor():
+    th = Thresholds()
+    tiny = judge_timing(TimingStats(0.002, 0.002, 0.002), TimingStats(0.004, 0.004, 0.004), th)
+    assert tiny.verdict is Verdict.UNCHANGED  # 2x, but only 2 us
+    bare = judge_timing(TimingStats(1.0), TimingStats(1.5), th)
+    assert bare.verdict is Verdict.INCONCLUSIVE and "no samples" in bare.reason
+    overlap = judge_timing(TimingStats(1.0, 0.99, 1.01), TimingStats(1.5, 0.9, 1.55), th)
+    assert overlap.verdict is Verdict.INCONCLUSIVE
+    apart = judge_timing(TimingStats(1.0, 0.99, 1.01), TimingStats(1.5, 1.48, 1.52), th)
+    assert apart.verdict is Verdict.REGRESSED and apart.evidence == "p25..p75"
+
+
+def test_noise_shifts_are_never_regressions():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        base, cur = draw_timing(rng, Noise()), draw_timing(rng, Noise(), slowdown=1.05)
+        assert judge_timing(base, cur, Thresholds()).verdict in (
+            Verdict.UNCHANGED,
+            Verdict.INCONCLUSIVE,
+        )
+
+
+def test_the_bootstrap_is_seeded():
+    rng = np.random.default_rng(3)
+    base, cur = draw_timing(rng, Noise()), draw_timing(rng, Noise(), slowdown=1.2)
+    assert judge_timing(base, cur, Thresholds()) == judge_timing(base, cur, Thresholds())
+
+
+def test_measured_memory_has_a_floor_and_a_relative_threshold(tmp_path):
+    def with_measured(delta: int) -> dict:
+        recs = kvmem_records()
+        recs[0]["measured_bytes"] += delta
+        return document("kvmem", recs)
+
+    base = document("kvmem", kvmem_records())
+    assert verdicts(tmp_path, base, with_measured(2 << 20), "measured_bytes")[0] is (
+        Verdict.UNCHANGED
+    )  # +2 MiB of 2 GiB is under 1%
+    assert verdicts(tmp_path, base, with_measured(64 << 20), "measured_bytes")[0] is (
+        Verdict.REGRESSED
+    )
+    assert verdicts(tmp_path, base, with_measured(-(64 << 20)), "measured_bytes")[0] is (
+        Verdict.IMPROVED
+    )
+    assert compare(tmp_path, base, with_measured(-(64 << 20))).exit_code == 0
+    assert (
+        compare(tmp_path, base, with_measured(-(64 << 20)), "--fail-on-improvement").exit_code == 1
+    )
+
+
+def test_a_failed_point_is_missing_not_skipped(tmp_path):
+    cur = kvmem_records()
+    cur[2].update(measured_bytes=None, status="skipped: needs 2 GiB, 1 GiB free")
+    base = kvmem_records()
+    base[1]["measured_bytes"] = cur[1]["measured_bytes"] = None  # null on both sides: skipped
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", document("kvmem", base))),
+        load_document(write(tmp_path, "c.json", document("kvmem", cur))),
+    )
+    measured = [f for f in result.findings if f.metric == "measured_bytes"]
+    assert [f.verdict for f in measured] == [Verdict.UNCHANGED, Verdict.MISSING]
+    assert "status: skipped" in measured[1].reason
+    assert result.exit_code() == 0
+
+
+# --- exit codes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command, records", [("params", params_records()),
+                                              ("kvmem", kvmem_records()),
+                                              ("decode-speed", decode_records())])  # fmt: skip
+def test_a_file_against_itself_passes(tmp_path, command, records):
+    path = write(tmp_path, "a.json", document(command, records))
+    result = cli("compare", path, path)
+    assert result.exit_code == 0, result.output
+    assert "PASS (exit 0)" in result.stdout
+
+
+def test_one_more_parameter_fails(tmp_path):
+    cur = params_records()
+    cur[1]["total_params"] += 1
+    result = compare(tmp_path, document("params", params_records()), document("params", cur))
+    assert result.exit_code == 1
+    assert "FAIL (exit 1): 1 regressed" in result.stdout
+
+
+def test_fewer_bytes_is_a_regression_too(tmp_path):
+    cur = kvmem_records()
+    cur[0]["kv_bytes"] -= 2
+    assert (
+        compare(tmp_path, document("kvmem", kvmem_records()), document("kvmem", cur)).exit_code == 1
+    )
+
+
+def slowed(records: list[dict], factor: float) -> list[dict]:
+    """Every timing of every row `factor` x slower, sample by sample."""
+    out = copy.deepcopy(records)
+    for rec in out:
+        for key in ("prefill_ms", "step_ms_median", "step_ms_p25", "step_ms_p75", "total_ms"):
+            rec[key] *= factor
+        rec["samples_ms"] = [s * factor for s in rec["samples_ms"]]
+    return out
+
+
+def test_a_uniform_slowdown_fails_and_swapped_files_improve(tmp_path):
+    base = document("decode-speed", decode_records())
+    slow = document("decode-speed", slowed(decode_records(), 1.5))
+    assert verdicts(tmp_path, base, slow, "step_ms_median") == [Verdict.REGRESSED] * 6
+    # prefill_ms and total_ms have neither samples nor percentiles: never more than inconclusive
+    assert set(verdicts(tmp_path, base, slow, "total_ms")) == {Verdict.INCONCLUSIVE}
+    assert compare(tmp_path, base, slow).exit_code == 1
+    assert verdicts(tmp_path, slow, base, "step_ms_median") == [Verdict.IMPROVED] * 6
+    assert compare(tmp_path, slow, base).exit_code == 0
+    assert compare(tmp_path, slow, base, "--fail-on-improvement").exit_code == 1
+
+
+def test_a_rerun_with_a_small_shift_passes(tmp_path):
+    base = document("decode-speed", decode_records(seed=1))
+    cur = document("decode-speed", decode_records(seed=2, slowdown=1.05))
+    assert Verdict.REGRESSED not in verdicts(tmp_path, base, cur, "step_ms_median")
+    assert compare(tmp_path, base, cur).exit_code == 0
+
+
+def test_timings_from_another_environment_are_incomparable(tmp_path):
+    base = document("decode-speed", decode_records())
+    other = {**ENV, "torch_version": "2.6.0"}
+    same = document("decode-speed", decode_records(), other)
+    slow = document("decode-speed", slowed(decode_records(), 1.5), other)
+    result = compare(tmp_path, base, same)
+    assert result.exit_code == 3
+    assert "environments differ" in result.stderr and "Traceback" not in result.output
+    assert compare(tmp_path, base, same, "--allow-env-mismatch").exit_code == 0
+    assert compare(tmp_path, base, slow, "--allow-env-mismatch").exit_code == 0  # shown, ungated
+    exact = document("decode-speed", decode_records(), other)
+    exact["records"][0]["bytes_per_step"] += 1  # exact metrics gate in every environment
+    assert compare(tmp_path, base, exact).exit_code == 1
+    assert compare(tmp_path, base, exact, "--allow-env-mismatch").exit_code == 1
+
+
+def test_cpu_runs_also_need_the_same_cpu_model():
+    cpu = {**ENV, "device": "cpu", "device_name": "AMD EPYC 7763"}
+    gating = {
+        d.field: d.gating
+        for d in environment_differences(
+            cpu, {**cpu, "cpu_model": "Intel Xeon", "git_commit": "b" * 40}
+        )
+    }
+    assert gating == {"cpu_model": True, "git_commit": False}
+    gpu = {d.field: d.gating for d in environment_differences(ENV, {**ENV, "cpu_model": "x"})}
+    assert gpu == {"cpu_model": False}
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(None, "no such file"), ("{not json", "not valid JSON"),
+     (json.dumps({**document("params", []), "schema_version": 2}), "schema_version 2"),
+     (json.dumps(document("kvmem", kvmem_records())), "different commands"),
+     (json.dumps(document("params", [{**params_records()[0], "total_params": "many"}])),
+      "total_params: expected a number"),
+     ("a,b\n1,2\n", "not an attnbench CSV")],
+)  # fmt: skip
+def test_bad_input_exits_2_with_one_line(tmp_path, content, message):
+    base = write(tmp_path, "base.json", document("params", params_records()))
+    suffix = ".csv" if content and content.startswith("a,b") else ".json"
+    cur = str(tmp_path / f"cur{suffix}")
+    if content is not None:
+        write(tmp_path, f"cur{suffix}", content)
+    result = cli("compare", base, cur)
+    assert result.exit_code == 2
+    assert message in result.stderr and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_files_without_a_common_row_are_mismatched(tmp_path):
+    cur = [{**r, "d_model": 2048} for r in params_records()]
+    result = compare(tmp_path, document("params", params_records()), document("params", cur))
+    assert result.exit_code == 2 and "no row in common" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--time-threshold", "ten"], "--time-threshold"), (["--mem-threshold", "-1%"], "--mem"),
+     (["--format", "xml"], "--format")],
+)  # fmt: skip
+def test_bad_flags_exit_2_naming_the_flag(tmp_path, flags, message):
+    doc = document("params", params_records())
+    result = compare(tmp_path, doc, doc, *flags)
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_a_bare_threshold_is_a_percentage(tmp_path):
+    base = document("decode-speed", decode_records())
+    slow = document("decode-speed", slowed(decode_records(), 1.5))
+    assert compare(tmp_path, base, slow, "--time-threshold", "60").exit_code == 0
+    assert compare(tmp_path, base, slow, "--time-threshold", "20%").exit_code == 1
+
+
+# --- layouts -------------------------------------------------------------------------------
+
+
+def test_csv_inputs_gate_on_percentiles(tmp_path):
+    base, slow = tmp_path / "base.csv", tmp_path / "slow.csv"
+    write_csv(base, decode_records())
+    write_csv(slow, slowed(decode_records(), 1.5))
+    same = cli("compare", str(base), str(base))
+    assert same.exit_code == 0 and "no environment recorded" in same.stdout
+    result = compare_documents(load_document(base), load_document(slow))
+    steps = [f for f in result.findings if f.metric == "step_ms_median"]
+    assert {(f.verdict, f.evidence) for f in steps} == {(Verdict.REGRESSED, "p25..p75")}
+    json_base = write(tmp_path, "base.json", document("decode-speed", decode_records()))
+    assert cli("compare", json_base, str(slow)).exit_code == 1
+
+
+def test_a_run_document_is_compared_section_by_section(tmp_path):
+    run = document("run", [])
+    del run["records"]
+    run["sections"] = {
+        "params": {"config": {}, "records": params_records()},
+        "decode": {"config": {}, "records": decode_records()},
+    }
+    single = document("decode-speed", slowed(decode_records(), 1.5))
+    result = compare(tmp_path, run, single, "--format", "json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert {row["section"] for row in report["rows"]} == {"decode"}
+    assert any("section params is only in" in note for note in report["notes"])
+    assert compare(tmp_path, run, run).exit_code == 0
+
+
+def test_a_config_field_added_later_is_left_out_of_the_match(tmp_path):
+    cur = [{**r, "kv_dtype": "float16"} for r in kvmem_records()]
+    result = compare(
+        tmp_path, document("kvmem", kvmem_records()), document("kvmem", cur), "--format", "json"
+    )
+    report = json.loads(result.stdout)
+    assert result.exit_code == 0 and report["summary"]["counts"] == {"unchanged": 12}
+    assert report["notes"] == [
+        "kvmem: config field kv_dtype is only in one file; rows are matched without it"
+    ]
+
+
+def test_rows_only_one_file_has_are_new_or_missing(tmp_path):
+    cur = params_records()[:2] + [{**params_records()[2], "bias": True}]
+    result = compare(
+        tmp_path, document("params", params_records()), document("params", cur), "--format", "json"
+    )
+    rows = json.loads(result.stdout)["rows"]
+    assert result.exit_code == 0
+    assert sorted(r["verdict"] for r in rows if r["metric"] is None) == ["missing", "new"]
+
+
+# --- formats -------------------------------------------------------------------------------
+
+
+def test_markdown_summary_and_details(tmp_path):
+    cur = params_records()
+    cur[1]["total_params"] += 1
+    result = compare(
+        tmp_path,
+        document("params", params_records()),
+        document("params", cur),
+        "--format",
+        "markdown",
+        "--only-changed",
+    )
+    lines = result.stdout.splitlines()
+    assert result.exit_code == 1
+    assert lines[0] == (
+        "**attnbench compare: FAIL (exit 1): 1 regressed, 17 unchanged; no timings compared**"
+    )
+    assert "| Verdict | Section | Row | Metric |" in result.stdout
+    assert [line for line in lines if line.startswith("| regressed")] == [
+        "| regressed | params | GQA-8 num_kv_heads=8 | total_params | 41,943,040 | 41,943,041 "
+        "| +1 | - | exact metric changed by +1 |"
+    ]
+    assert "| unchanged" not in result.stdout
+
+
+def test_only_changed_with_nothing_changed_leaves_the_summary(tmp_path):
+    doc = document("kvmem", kvmem_records())
+    result = compare(tmp_path, doc, doc, "--format", "markdown", "--only-changed")
+    assert result.stdout == (
+        "**attnbench compare: PASS (exit 0): 12 unchanged; no timings compared**\n"
+    )
+
+
+def test_markdown_reports_the_timing_geomean_and_environment(tmp_path):
+    base = document("decode-speed", decode_records())
+    slow = document("decode-speed", slowed(decode_records(), 1.5), {**ENV, "num_threads": 4})
+    result = compare(tmp_path, base, slow, "--format", "markdown", "--allow-env-mismatch")
+    summary = "PASS (exit 0): 6 regressed (6 not gated), 12 inconclusive (12 not gated)"
+    assert result.stdout.startswith(f"**attnbench compare: {summary}, 12 unchanged")
+    assert "geometric-mean timing ratio 1.500x over 18 timings" in result.stdout
+    assert "Environments differ (num_threads 8 -> 4): timings do not gate." in result.stdout
+
+
+def test_json_report(tmp_path):
+    base = document("decode-speed", decode_records())
+    out = tmp_path / "report" / "gate.json"
+    result = compare(
+        tmp_path,
+        base,
+        document("decode-speed", slowed(decode_records(), 1.5)),
+        "--format",
+        "json",
+        "--output",
+        str(out),
+    )
+    assert result.exit_code == 1 and f"wrote {out}" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["exit_code"] == 1 and report["environment_differences"] == []
+    assert report["summary"]["counts"]["regressed"] == 6
+    first = report["rows"][0]
+    assert first["verdict"] == "regressed" and first["metric"] == "step_ms_median"
+    assert first["current"] == pytest.approx(1.5 * first["baseline"])
+    assert first["ratio"] == pytest.approx(1.5)
+    lo, hi = first["interval"]
+    assert 1.1 < lo < 1.5 < hi and first["evidence"] == "bootstrap"
+    assert first["config"]["variant"] in ("MHA", "GQA-8", "MQA") and first["gating"] is True
+
+
+# --- baselines -----------------------------------------------------------------------------
+
+
+def test_baseline_save_writes_a_validated_copy(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doc = document("decode-speed", decode_records())
+    src = write(tmp_path, "nightly.json", doc)
+    result = cli("baseline", "save", src)
+    saved = tmp_path / "results" / "baselines" / "nightly.json"
+    assert result.exit_code == 0, result.output
+    assert "wrote results/baselines/nightly.json: decode: 6 records, 6 with raw samples" in (
+        result.stdout
+    )
+    assert json.loads(saved.read_text()) == doc
+    again = cli("baseline", "save", src, "--to", str(saved))
+    assert again.exit_code == 0 and "replaced the previous baseline" in again.stdout
+    assert cli("compare", str(saved), src).exit_code == 0
+
+
+def test_baseline_save_refuses_csv_and_bad_json(tmp_path):
+    csv_path = tmp_path / "r.csv"
+    write_csv(csv_path, params_records())
+    assert cli("baseline", "save", str(csv_path)).exit_code == 2
+    assert cli("baseline", "save", write(tmp_path, "bad.json", "[]")).exit_code == 2
+
+
+# --- simulation ----------------------------------------------------------------------------
+
+
+def test_simulated_false_regressions_and_detection():
+    """500 A/A pairs with lognormal noise and one-sided outliers: at most 1% flagged; a
+    planted 20% slowdown is caught in at least 95% of pairs."""
+    result = simulate(pairs=500, slowdown=1.2, seed=0)
+    assert result.false_rate <= 0.01
+    assert result.detection_rate >= 0.95

@@ -167,13 +167,13 @@ class GroupedQueryAttention(nn.Module):
         k_len, groups = k.shape[2], self.group_size
         if q_len == 1:
             is_causal = False  # the one query is the last position: it sees every key
-        mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.to(q.dtype)
-        dead_rows = None  # query rows with every key masked out: zeros, as the reference
-        if attn_mask is not None:
+        mask = dead_rows = None
+        if attn_mask is not None or (is_causal and q_len != k_len):
+            mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
             dead = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
-            dead_rows = dead.all(dim=-1, keepdim=True)
+            dead_rows = dead.all(dim=-1, keepdim=True)  # rows that see no key: zeros
+            if mask.dtype != torch.bool:
+                mask = mask.to(q.dtype)
         if q_len == 1 and groups > 1:
             folded_q = q.reshape(batch, self.num_kv_heads, groups, head_dim)
             if mask is not None:
@@ -182,10 +182,11 @@ class GroupedQueryAttention(nn.Module):
                 )
             out = F.scaled_dot_product_attention(folded_q, k, v, attn_mask=mask)
             out = out.view(batch, self.num_heads, 1, head_dim)
-        elif attn_mask is None and is_causal and q_len == k_len:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=groups > 1)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=groups > 1)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=is_causal and mask is None,
+                enable_gqa=groups > 1,
+            )  # fmt: skip
         return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
 
 

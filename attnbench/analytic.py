@@ -24,6 +24,11 @@ DTYPE_BITS: dict[str, int] = {
     "float32": 32,
     "float16": 16,
     "bfloat16": 16,
+    # KV-cache element types (see capacity.py); int4 packs two values per byte.
+    "float8_e4m3fn": 8,
+    "float8_e5m2": 8,
+    "int8": 8,
+    "int4": 4,
 }
 
 #: dtypes a model (weights and activations) may use.

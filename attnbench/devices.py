@@ -14,6 +14,16 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
 }
 
+#: Storage dtypes of KV-cache element types (capacity.KV_DTYPES): float8 are torch dtypes,
+#: int4 values are packed two per uint8 byte.
+KV_STORAGE_DTYPES: dict[str, torch.dtype] = {
+    **TORCH_DTYPES,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2,
+    "int8": torch.int8,
+    "int4": torch.uint8,
+}
+
 
 def torch_dtype(name: str) -> torch.dtype:
     try:

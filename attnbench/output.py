@@ -43,8 +43,22 @@ def write_csv(path: str | Path, records: Iterable) -> None:
         writer.writerows(rows)
 
 
-def json_document(command: str, records: Iterable, config: dict, environment: dict) -> dict:
-    """The JSON layout every command writes (schema_version 1)."""
+def append_csv_row(path: str | Path, record) -> None:
+    """Append one record to a CSV, writing the header first when the file is new or empty,
+    so a study keeps every finished row on disk as it goes."""
+    row = as_dict(record)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=csv_fields([row]), extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
+def document_header(command: str, config: dict, environment: dict) -> dict:
+    """The fields every JSON document starts with (schema_version 1)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "command": command,
@@ -52,6 +66,13 @@ def json_document(command: str, records: Iterable, config: dict, environment: di
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "environment": environment,
         "config": config,
+    }
+
+
+def json_document(command: str, records: Iterable, config: dict, environment: dict) -> dict:
+    """The JSON layout every single-section command writes."""
+    return {
+        **document_header(command, config, environment),
         "records": [as_dict(r) for r in records],
     }
 
@@ -62,7 +83,10 @@ def write_json_atomic(path: str | Path, document: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it private; give it a plain file's mode
         with os.fdopen(fd, "w") as fh:
             json.dump(document, fh, indent=2, allow_nan=False)
             fh.write("\n")

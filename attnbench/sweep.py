@@ -25,7 +25,8 @@ from typing import Any
 import yaml
 
 from .analytic import MODEL_DTYPES, AttentionShape
-from .errors import UsageError
+from .capacity import DEFAULT_SCALE_DTYPE, KV_DTYPES, SCALE_DTYPES
+from .errors import UsageError, read_user_file
 from .hf_config import load_hf_config
 from .presets import ModelSpec, get_preset
 
@@ -63,6 +64,15 @@ FIELDS: dict[str, FieldSpec] = {
     "mode": FieldSpec(
         str, ("decode",), choices=("cache", "no_cache"), default=["cache", "no_cache"]
     ),
+    # KV-cache capacity (capacity.py); kv_dtype defaults to dtype, sliding_window 0 = none
+    "kv_dtype": FieldSpec(str, ("kvmem",), choices=KV_DTYPES),
+    "kv_scale_group": FieldSpec(int, ("kvmem",)),
+    "scale_dtype": FieldSpec(str, ("kvmem",), choices=SCALE_DTYPES, default=DEFAULT_SCALE_DTYPE),
+    "sliding_window": FieldSpec(int, ("kvmem",), minimum=0),
+    "page_size": FieldSpec(int, ("kvmem",)),
+    "tp": FieldSpec(int, ("kvmem",), default=1),
+    # one batch's sequence lengths, a list (the kvmem command takes it out of the grid)
+    "seq_lens": FieldSpec(int, ("kvmem",)),
     # scalar options
     "device": FieldSpec(str, ("kvmem", "decode"), axis=False, default="auto"),
     "measure": FieldSpec(bool, ("kvmem",), axis=False, default=True),
@@ -142,12 +152,7 @@ def load_config(path: str | Path | None) -> StudyConfig:
     if path is None:
         return StudyConfig()
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UsageError(f"--config: file not found: {path}") from None
-    except OSError as exc:
-        raise UsageError(f"--config: cannot read {path}: {exc.strerror}") from None
+    text = read_user_file(path, "--config")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -249,7 +254,8 @@ def resolve(
     """Merge defaults < sweep < the command's section < flags, validate every point.
 
     `overrides` holds flag values (lists for axes). Shape flags on the command line replace
-    the file's shape and models; `models` on the command line replace both too.
+    the file's models, and --d-model/--heads its whole shape; `models` on the command line
+    replace both too.
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     sections = config.sections
@@ -259,13 +265,11 @@ def resolve(
             if command in FIELDS[name].commands:
                 merged[name] = value
     model_refs: list[str] = list(sections.get("models") or [])
-    cli_shape = any(k in overrides for k in SHAPE_FIELDS)
-    if models is not None or cli_shape:
-        model_refs = list(models or [])
-        if models is not None and not cli_shape:
-            for name in SHAPE_FIELDS:
-                merged.pop(name, None)
-    if cli_shape:
+    if models is not None or any(k in overrides for k in SHAPE_FIELDS):
+        model_refs = list(models or [])  # flags choose what runs: the file's models go
+    if models is not None or "d_model" in overrides or "num_heads" in overrides:
+        # A new base shape (or a model) replaces the file's; --kv-heads or --head-dim
+        # alone override just that field of the file's shape.
         for name in SHAPE_FIELDS:
             merged.pop(name, None)
     merged.update(overrides)

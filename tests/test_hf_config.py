@@ -112,12 +112,6 @@ def test_falcon_multi_query_is_mqa(tmp_path, names):
     assert spec.variant == "MQA"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hf_config treats num_kv_heads as contradicting multi_query; transformers' "
-    "FalconConfig writes num_kv_heads = num_attention_heads by default, and FalconAttention "
-    "ignores it (uses 1 KV head) when multi_query and not new_decoder_architecture",
-)
 def test_falcon_multi_query_ignores_default_num_kv_heads(tmp_path):
     # What FalconConfig.save_pretrained writes for falcon-7b: num_kv_heads defaults to the
     # number of query heads, and the model still has one KV head.
@@ -275,11 +269,6 @@ def test_missing_file(tmp_path):
     expect_usage_error(path, "not found", str(path))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="load_hf_config catches OSError but not UnicodeDecodeError: a config.json that "
-    "is not UTF-8 ends in a traceback (exit 1) instead of exit 2",
-)
 def test_non_utf8_file_is_a_usage_error(tmp_path):
     path = tmp_path / "config.json"
     path.write_bytes(b'{"hidden_size": 4096, "name": "caf\xe9"}\n')

@@ -165,23 +165,34 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
     return [model] if model else None
 
 
-def progress_iter(items: Sequence, describe: Callable[[Any], str], quiet: bool = False):
+def progress_iter(
+    items: Sequence,
+    describe: Callable[[Any], str],
+    quiet: bool = False,
+    weight: Callable[[Any], float] | None = None,
+):
     """Yield items with a progress bar (points done, ETA) on a terminal; off a terminal,
-    one plain line per item."""
+    one plain line per item. `weight` (e.g. each item's estimated seconds) paces the bar
+    and its ETA when items differ in cost; without it every item counts the same."""
     if quiet:
         yield from items
         return
     if console.is_terminal:
         from rich import progress as rp
+        from rich.table import Column
 
-        columns = (rp.TextColumn("{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn(),
-                   rp.TextColumn("ETA"), rp.TimeRemainingColumn())  # fmt: skip
-        with rp.Progress(*columns, console=console, transient=True) as progress:
-            task = progress.add_task("", total=len(items))
-            for item in items:
-                progress.update(task, description=describe(item))
+        weigh = weight or (lambda _: 1.0)
+        text = Column(ratio=1, no_wrap=True, overflow="ellipsis")  # the rest of the line
+        columns = (rp.TextColumn("{task.fields[count]}"), rp.BarColumn(bar_width=30),
+                   rp.TextColumn("ETA"), rp.TimeRemainingColumn(),
+                   rp.TextColumn("{task.description}", markup=False,
+                                 table_column=text))  # fmt: skip
+        with rp.Progress(*columns, console=console, transient=True, expand=True) as progress:
+            task = progress.add_task("", total=sum(weigh(item) for item in items), count="")
+            for i, item in enumerate(items, 1):
+                progress.update(task, description=describe(item), count=f"{i}/{len(items)}")
                 yield item
-                progress.advance(task)
+                progress.advance(task, weigh(item))
         return
     for i, item in enumerate(items, 1):
         console.print(f"[{i}/{len(items)}] {describe(item)}", highlight=False, markup=False)

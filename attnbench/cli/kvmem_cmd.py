@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import typer
 
 from ..analytic import MODEL_DTYPES
+from ..capacity import KV_DTYPES, SCALE_DTYPES, parse_seq_lens
 from ..devices import resolve_device
 from ..environment import collect_environment
-from ..kvmem import kvmem_record
+from ..errors import UsageError
+from ..kvmem import KvmemRecord, kvmem_record, take_batch_lengths
 from ..output import format_bytes
 from ..sweep import load_config, resolve
 from . import app
 from .common import (
+    Column,
     ConfigOpt,
     CsvOpt,
     DModelOpt,
@@ -54,6 +59,41 @@ COLUMNS = [
 ]
 
 
+def fmt_pct(v) -> str:
+    return "-" if v is None else f"{v:.2f}%"
+
+
+#: Extra columns, each shown when some record uses the option it describes.
+OPTION_COLUMNS: list[tuple[Callable[[KvmemRecord], bool], list[Column]]] = [
+    (lambda r: r.kv_dtype != r.dtype or r.scale_bytes > 0,
+     [("kv dtype", "kv_dtype", fmt_plain), ("scales", "scale_bytes", format_bytes)]),
+    (lambda r: r.windowed_layers > 0,
+     [("window", "sliding_window", fmt_int), ("windowed", "windowed_layers", fmt_int)]),
+    (lambda r: r.tp > 1,
+     [("tp", "tp", fmt_int), ("per GPU", "kv_bytes_per_gpu", format_bytes),
+      ("all GPUs", "kv_bytes_all_gpus", format_bytes)]),
+    (lambda r: r.used_bytes is not None,
+     [("page", "page_size", fmt_int), ("used", "used_bytes", format_bytes),
+      ("paged", "paged_bytes", format_bytes), ("paged waste", "paged_waste_pct", fmt_pct),
+      ("contiguous", "contiguous_bytes", format_bytes),
+      ("contig. waste", "contiguous_waste_pct", fmt_pct),
+      ("measured paged", "measured_paged_bytes", format_bytes)]),
+]  # fmt: skip
+
+
+def table_columns(records: list[KvmemRecord]) -> list[Column]:
+    """COLUMNS, with each option's columns before Status when some record uses it."""
+    extra = [c for used, cols in OPTION_COLUMNS if any(map(used, records)) for c in cols]
+    return COLUMNS[:-1] + extra + COLUMNS[-1:]
+
+
+def none_as_zero(text: str | None) -> str | None:
+    """--sliding-window items: `none` is 0 (no window)."""
+    if text is None:
+        return None
+    return ",".join("0" if t.strip().lower() == "none" else t for t in text.split(","))
+
+
 @app.command("kvmem")
 @handles_errors
 def kvmem_command(
@@ -72,6 +112,21 @@ def kvmem_command(
         "--dtype",
         help="float32, float16 or bfloat16 (default: the model's, else float16).",
     ),
+    kv_dtype: str = typer.Option(
+        None, "--kv-dtype", help=f"Cache dtypes: {', '.join(KV_DTYPES)} (default: --dtype)."
+    ),
+    kv_scale_group: str = typer.Option(
+        None, "--kv-scale-group", help="Elements per scale of quantised caches (default: a head)."
+    ),
+    scale_dtype: str = typer.Option(None, "--scale-dtype", help="Scales' dtype (float16)."),
+    sliding_window: str = typer.Option(
+        None, "--sliding-window", help="Windows of the windowed layers; 0 or none: no window."
+    ),
+    page_size: str = typer.Option(None, "--page-size", help="Paged blocks of P tokens."),
+    seq_lens: str = typer.Option(
+        None, "--seq-lens", help="One batch's lengths: 100,50,200 or 8x512 or linspace:1:4096:64."
+    ),
+    tp: str = typer.Option(None, "--tp", help="Tensor-parallel ranks, comma-separated."),
     measure: bool = typer.Option(
         None, "--measure/--no-measure", help="Allocate the real cache and count it (default on)."
     ),
@@ -88,13 +143,27 @@ def kvmem_command(
         "batch": parse_int_list("--batch", batch),
         "seq_len": parse_int_list("--seq-len", seq_len),
         "dtype": parse_choice_list("--dtype", dtype, MODEL_DTYPES),
+        "kv_dtype": parse_choice_list("--kv-dtype", kv_dtype, KV_DTYPES),
+        "kv_scale_group": parse_int_list("--kv-scale-group", kv_scale_group),
+        "scale_dtype": parse_choice_list("--scale-dtype", scale_dtype, SCALE_DTYPES),
+        "sliding_window": parse_int_list("--sliding-window", none_as_zero(sliding_window), 0),
+        "page_size": parse_int_list("--page-size", page_size),
+        "tp": parse_int_list("--tp", tp),
         "measure": measure,
         "device": device,
-    }
+    }  # fmt: skip
+    lengths = parse_seq_lens(seq_lens) if seq_lens is not None else None
+    if lengths and (batch or seq_len):
+        raise UsageError("--seq-lens: replaces --batch and --seq-len; give one or the other")
     study = resolve(load_config(config), "kvmem", overrides, model_refs(model, hf_config))
+    take_batch_lengths(study, lengths)
     dev = resolve_device(study.options["device"])
-    records = [kvmem_record(p, dev if study.options["measure"] else None) for p in study.points()]
+    specs = {m.name: m for m in study.models}
+    records = [
+        kvmem_record(p, dev if study.options["measure"] else None, specs.get(p["model"]))
+        for p in study.points()
+    ]
     if not quiet:
-        title = f"KV-cache memory (K and V) on {dev}"
-        console.print(render_table(title, records, COLUMNS))
+        title = f"KV-cache memory on {dev}"
+        console.print(render_table(title, records, table_columns(records)))
     write_outputs("kvmem", records, study.to_dict(), collect_environment(dev), csv, json, quiet)

@@ -30,6 +30,7 @@ from .common import (
     shape_overrides,
     write_outputs,
 )
+from .whole_model import print_whole_models
 
 COLUMNS = [
     ("Variant", "variant", fmt_plain),
@@ -75,5 +76,6 @@ def params_command(
         raise fail(f"internal error: {exc}", code=1) from None
     if not quiet:
         console.print(render_table("Attention parameters per layer", records, COLUMNS))
+        print_whole_models(study.models)
     write_outputs("params", records, study.to_dict(), collect_environment(),
                   csv, json, quiet)  # fmt: skip

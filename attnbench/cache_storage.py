@@ -1,0 +1,193 @@
+"""A real, allocatable KV cache in any KV dtype: float8 as torch float8 tensors, int8, int4
+packed two values per byte, with per-group scales; K and V per head, or MLA latents; per
+layer windows; contiguous or as a pool of paged blocks. Used to measure what the formulas
+in capacity.py predict, byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .capacity import (
+    KvFormat,
+    TokenLayout,
+    allocated_tokens,
+    ceil_div,
+    layer_tokens,
+)
+from .devices import KV_STORAGE_DTYPES, free_memory_bytes, torch_dtype
+from .output import format_bytes
+
+#: Largest magnitude of each integer code: int8 in [-127, 127], int4 in [-7, 7].
+_INT_MAX = {"int8": 127, "int4": 7}
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """Pack int4 codes in [-8, 7] two per byte along the last dim (even index in the low
+    nibble); an odd width gets a zero high nibble in its last byte."""
+    if codes.shape[-1] % 2:
+        codes = torch.nn.functional.pad(codes, (0, 1))
+    nibbles = (codes.to(torch.int16) & 0xF).to(torch.uint8)
+    return nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)
+
+
+def unpack_int4(packed: torch.Tensor, width: int) -> torch.Tensor:
+    """The int8 codes of `width` values packed by pack_int4."""
+    nibbles = torch.stack((packed & 0xF, packed >> 4), dim=-1).flatten(-2)[..., :width]
+    signed = nibbles.to(torch.int16)
+    return torch.where(signed > 7, signed - 16, signed).to(torch.int8)
+
+
+def _groups(x: torch.Tensor, group: int) -> torch.Tensor:
+    """(..., width) -> (..., ceil(width / group), group), zero-padded."""
+    width = x.shape[-1]
+    pad = ceil_div(width, group) * group - width
+    return torch.nn.functional.pad(x, (0, pad)).unflatten(-1, (-1, group))
+
+
+def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Values of x (..., width) as stored in `fmt`, and their scales (..., groups) or None.
+
+    Scales are absmax / (largest code) per group, rounded to the scale dtype first so that
+    dequantising with the stored scale is exact up to the code's own rounding."""
+    store = KV_STORAGE_DTYPES[fmt.dtype]
+    if not fmt.quantized:
+        return x.to(store), None
+    width = x.shape[-1]
+    groups = _groups(x.float(), fmt.scale_group or width)
+    code_max = float(_INT_MAX[fmt.dtype]) if fmt.dtype in _INT_MAX else torch.finfo(store).max
+    scale_dtype = torch_dtype(fmt.scale_dtype)
+    absmax = groups.abs().amax(dim=-1, keepdim=True)
+    scales = (absmax / code_max).clamp_min(torch.finfo(scale_dtype).tiny).to(scale_dtype)
+    scaled = (groups / scales.float()).flatten(-2)[..., :width]
+    if fmt.dtype in _INT_MAX:
+        codes = scaled.round().clamp(-code_max, code_max).to(torch.int8)
+        values = pack_int4(codes) if fmt.dtype == "int4" else codes
+    else:
+        values = scaled.to(store)
+    return values, scales.squeeze(-1)
+
+
+def dequantize(
+    values: torch.Tensor, scales: torch.Tensor | None, fmt: KvFormat, width: int
+) -> torch.Tensor:
+    """float32 values back from what `quantize` stored."""
+    if scales is None:
+        return values.float()
+    codes = unpack_int4(values, width) if fmt.dtype == "int4" else values
+    groups = _groups(codes.float(), fmt.scale_group or width)
+    return (groups * scales.float().unsqueeze(-1)).flatten(-2)[..., :width]
+
+
+class LayerStorage:
+    """One layer's cache: values (batch, vectors, tokens, stored width) and, for quantised
+    dtypes, scales (batch, vectors, tokens, groups). For K and V the first half of the
+    vectors are the K heads, the second half the V heads; an MLA cache has one vector.
+
+    For a paged pool, `batch` is the number of blocks and `tokens` the block size."""
+
+    def __init__(
+        self, batch: int, tokens: int, layout: TokenLayout, device: torch.device | str = "cpu"
+    ) -> None:
+        self.layout = layout
+        fmt, width = layout.fmt, layout.width
+        store = KV_STORAGE_DTYPES[fmt.dtype]
+        stored_width = fmt.value_bytes(width) // store.itemsize  # int4: ceil(width / 2) bytes
+        shape = (batch, layout.vectors, tokens)
+        self.values = torch.empty((*shape, stored_width), dtype=store, device=device)
+        self.scales = None
+        if fmt.quantized:
+            self.scales = torch.empty(
+                (*shape, fmt.scales_per_vector(width)),
+                dtype=torch_dtype(fmt.scale_dtype),
+                device=device,
+            )
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.values] + ([self.scales] if self.scales is not None else [])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage held by the values and the scales."""
+        return sum(t.untyped_storage().nbytes() for t in self.tensors())
+
+    def write(self, start: int, x: torch.Tensor) -> None:
+        """Store x, shaped (batch, vectors, new_tokens, width), at token `start`."""
+        values, scales = quantize(x, self.layout.fmt)
+        end = start + x.shape[2]
+        self.values[:, :, start:end].copy_(values)
+        if scales is not None:
+            self.scales[:, :, start:end].copy_(scales)  # type: ignore[index]
+
+    def read(self, end: int) -> torch.Tensor:
+        """Tokens [0, end) of every vector, dequantised to float32."""
+        scales = None if self.scales is None else self.scales[:, :, :end]
+        return dequantize(self.values[:, :, :end], scales, self.layout.fmt, self.layout.width)
+
+
+def allocate_cache(
+    layout: TokenLayout,
+    windows: Sequence[int | None],
+    seq_lens: Sequence[int],
+    page_size: int | None = None,
+    device: torch.device | str = "cpu",
+) -> list[LayerStorage]:
+    """Every layer's storage. Contiguous (page_size None): all sequences at the longest
+    length, capped by the layer's window. Paged: a pool of exactly the blocks the
+    sequences need, sum over sequences of ceil(min(s, W) / P) blocks per layer."""
+    if page_size is None:
+        longest = max(seq_lens)
+        return [
+            LayerStorage(len(seq_lens), layer_tokens(longest, w), layout, device) for w in windows
+        ]
+    return [
+        LayerStorage(
+            sum(allocated_tokens(layer_tokens(s, w), page_size) for s in seq_lens) // page_size,
+            page_size,
+            layout,
+            device,
+        )
+        for w in windows
+    ]
+
+
+def _allocator_bytes(nbytes: int) -> int:
+    """What the CUDA caching allocator reserves for one tensor: a multiple of 512 bytes."""
+    return ceil_div(nbytes, 512) * 512
+
+
+def measure_storage_bytes(
+    layout: TokenLayout,
+    windows: Sequence[int | None],
+    seq_lens: Sequence[int],
+    device: torch.device,
+    expected: int,
+    page_size: int | None = None,
+) -> tuple[int | None, str]:
+    """Allocate the cache on `device` and count its storage; `expected` is the formula's
+    bytes. On CUDA, torch.cuda.memory_allocated must grow by the allocator's rounding of
+    each tensor. Nothing is allocated when `expected` exceeds the free memory."""
+    free = free_memory_bytes(device)
+    if expected > free:
+        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+    layers = allocate_cache(layout, windows, seq_lens, page_size, device)
+    measured = sum(layer.nbytes for layer in layers)
+    status = "ok"
+    if on_cuda:
+        delta = torch.cuda.memory_allocated(device) - before
+        rounded = sum(_allocator_bytes(t.untyped_storage().nbytes())
+                      for layer in layers for t in layer.tensors())  # fmt: skip
+        if delta != rounded:
+            status = f"allocator delta {delta} != rounded storage {rounded}"
+    del layers
+    if on_cuda:
+        torch.cuda.empty_cache()
+    if measured != expected:
+        status = f"mismatch: measured {measured} != analytic {expected}"
+    return measured, status

@@ -1,0 +1,199 @@
+"""What fits on a GPU: the largest batch at a context length, or the longest context at a
+batch size, after the weights and a reserve.
+
+Per GPU, with G GPUs serving G / tp replicas of the model, each split over tp ranks:
+
+    KV budget = memory - weights on one rank - reserve
+    largest batch at S     = replicas * floor(budget / KV bytes of one sequence of S on a rank)
+    longest context at B   = the largest S with ceil(B / replicas) * KV bytes(S) <= budget
+
+The reserve stands for what is neither weights nor KV cache: activations of a forward
+pass, the CUDA context, communication buffers and allocator fragmentation. It defaults to
+10% of each GPU's memory (a serving engine told to use 90% of a GPU leaves the same), and
+takes a percentage or a size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .architecture import ModelSpec
+from .capacity import KV_DTYPES, KvFormat, TokenLayout, cache_bytes, ceil_div, token_layout
+from .errors import UsageError
+from .model_params import weight_bytes_per_rank
+from .output import format_bytes
+
+DEFAULT_RESERVE = "10%"
+
+
+class CapacityError(Exception):
+    """The request cannot fit; the message gives the numbers. Exit code 1."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """One GPU's memory, the model's share of it and the cache's layout."""
+
+    spec: ModelSpec
+    memory_bytes: int
+    gpus: int
+    tp: int
+    weights_dtype: str
+    kv: KvFormat
+    windows: tuple[int | None, ...]
+    page_size: int | None
+    reserve_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.weights_dtype not in KV_DTYPES:
+            raise UsageError(
+                f"--weights-dtype: unknown dtype {self.weights_dtype!r}; "
+                f"choose from {', '.join(KV_DTYPES)}"
+            )
+        if self.gpus % self.tp:
+            raise UsageError(f"--gpus {self.gpus}: not a multiple of --tp {self.tp}")
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // self.tp
+
+    @property
+    def layout(self) -> TokenLayout:
+        s = self.spec
+        latent = s.mla.latent_dim if s.mla else None
+        return token_layout(s.num_heads, s.num_kv_heads, s.head_dim, self.kv, self.tp, latent)
+
+    @property
+    def weights_bytes(self) -> int:
+        """Weights on one GPU (one tensor-parallel rank)."""
+        return weight_bytes_per_rank(self.spec, self.weights_dtype, self.tp)
+
+    def sequence_bytes(self, seq_len: int) -> int:
+        """KV bytes one sequence of `seq_len` tokens takes on one GPU."""
+        return cache_bytes(self.layout, self.windows, [seq_len], self.page_size).total
+
+    def kv_budget(self) -> int:
+        """Bytes left for the KV cache on one GPU; CapacityError when there are none."""
+        weights, memory, reserve = self.weights_bytes, self.memory_bytes, self.reserve_bytes
+        where = f"on each of {self.gpus} GPU(s) with --tp {self.tp}"
+        if weights > memory:
+            raise CapacityError(
+                f"weights alone do not fit: {format_bytes(weights)} ({weights:,} bytes of "
+                f"{self.weights_dtype}) {where} > {format_bytes(memory)} ({memory:,} bytes)"
+            )
+        if weights + reserve >= memory:
+            raise CapacityError(
+                f"no room for a KV cache: weights {format_bytes(weights)} + reserve "
+                f"{format_bytes(reserve)} {where} leave nothing of {format_bytes(memory)}"
+            )
+        return memory - weights - reserve
+
+
+@dataclass
+class FitRecord:
+    """The answer, with the per-GPU breakdown (weights + KV + reserve + free = memory)."""
+
+    model: str
+    question: str  # largest_batch (at seq_len) or longest_context (at batch)
+    memory_bytes_per_gpu: int
+    num_layers: int
+    gpus: int
+    tp: int
+    replicas: int
+    weights_dtype: str
+    kv_dtype: str
+    page_size: int | None
+    sliding_window: int | None
+    windowed_layers: int
+    seq_len: int | None
+    batch: int
+    batch_per_replica: int
+    context_unbounded: bool
+    max_position_embeddings: int | None
+    kv_bytes_per_sequence_per_gpu: int
+    weights_bytes_per_gpu: int
+    kv_bytes_per_gpu: int
+    reserve_bytes_per_gpu: int
+    free_bytes_per_gpu: int
+
+
+def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
+            total_batch: int, unbounded: bool, per_seq: int) -> FitRecord:  # fmt: skip
+    kv = per_replica * per_seq
+    windowed = [w for w in plan.windows if w is not None]
+    return FitRecord(
+        model=plan.spec.name,
+        question=question,
+        memory_bytes_per_gpu=plan.memory_bytes,
+        num_layers=plan.spec.num_layers,
+        gpus=plan.gpus,
+        tp=plan.tp,
+        replicas=plan.replicas,
+        weights_dtype=plan.weights_dtype,
+        kv_dtype=plan.kv.dtype,
+        page_size=plan.page_size,
+        sliding_window=max(windowed) if windowed else None,
+        windowed_layers=len(windowed),
+        seq_len=seq_len,
+        batch=total_batch,
+        batch_per_replica=per_replica,
+        context_unbounded=unbounded,
+        max_position_embeddings=plan.spec.max_position_embeddings,
+        kv_bytes_per_sequence_per_gpu=per_seq,
+        weights_bytes_per_gpu=plan.weights_bytes,
+        kv_bytes_per_gpu=kv,
+        reserve_bytes_per_gpu=plan.reserve_bytes,
+        free_bytes_per_gpu=plan.memory_bytes - plan.weights_bytes - plan.reserve_bytes - kv,
+    )
+
+
+def largest_batch(plan: FitPlan, seq_len: int) -> FitRecord:
+    """The most sequences of `seq_len` tokens that fit, over all replicas."""
+    budget = plan.kv_budget()
+    per_seq = plan.sequence_bytes(seq_len)
+    per_replica = budget // per_seq
+    if per_replica == 0:
+        raise CapacityError(
+            f"not even one sequence fits: {seq_len:,} tokens need {format_bytes(per_seq)} of "
+            f"KV cache per GPU, {format_bytes(budget)} is left after weights and reserve"
+        )
+    question = "largest_batch"
+    return _record(plan, question, seq_len, per_replica, per_replica * plan.replicas, False,
+                   per_seq)  # fmt: skip
+
+
+def longest_context(plan: FitPlan, batch: int) -> FitRecord:
+    """The longest context at which `batch` sequences fit (spread over the replicas).
+
+    KV bytes grow with the context until every layer's window is full: when all layers
+    have a window and the batch fits at the largest one, the context is unbounded."""
+    budget = plan.kv_budget()
+    per_replica = ceil_div(batch, plan.replicas)
+    question = "longest_context"
+
+    def fits(seq_len: int) -> bool:
+        return per_replica * plan.sequence_bytes(seq_len) <= budget
+
+    if not fits(1):
+        raise CapacityError(
+            f"not even one token per sequence fits: {per_replica:,} sequences per replica "
+            f"need {format_bytes(per_replica * plan.sequence_bytes(1))} per GPU, "
+            f"{format_bytes(budget)} is left after weights and reserve"
+        )
+    if all(w is not None for w in plan.windows):
+        widest = max(w for w in plan.windows if w is not None)
+        if fits(widest):
+            return _record(plan, question, None, per_replica, batch, True,
+                           plan.sequence_bytes(widest))  # fmt: skip
+        high = widest
+    else:
+        high = 2
+        while fits(high):
+            high *= 2
+    low = 1  # fits(low) and not fits(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return _record(plan, question, low, per_replica, batch, False, plan.sequence_bytes(low))

@@ -1,0 +1,265 @@
+"""Whole-model parameter counts per part: analytic, per tensor-parallel rank, and counted
+on a `meta`-device model skeleton of the same shapes (no memory used).
+
+Per layer (d d_model, Hq/Hkv heads, D head_dim, I intermediate size, E experts):
+
+- attention: q d*Hq*D, k and v d*Hkv*D each, o Hq*D*d (+ biases; + q/k norms of D each);
+  MLA: q_a d*r_q + norm r_q + q_b r_q*Hq*(D_nope+D_rope) (or q d*Hq*(D_nope+D_rope)),
+  kv_a d*(r_kv+D_rope) + norm r_kv, kv_b r_kv*Hq*(D_nope+D_v), o Hq*D_v*d;
+- MLP: (3 if gated else 2)*d*I (+ biases); MoE: E gated experts of 3*d*I_e, a router of
+  E*d (+E bias), shared experts as one gated MLP of n_shared*I_e;
+- norms: d per RMSNorm, 2*d per LayerNorm (weight and bias).
+
+Plus token embeddings V*d (+ learned positions), a final norm, and the output head V*d
+unless tied to the embeddings. Under tensor parallelism (`tp` ranks) embeddings and head
+are split by vocabulary, attention by heads (KV heads replicated when tp > Hkv, MLA's
+down-projections replicated), MLPs and experts by intermediate size; norms, routers and
+the biases added after a row-parallel projection are replicated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .architecture import ModelBody, ModelSpec
+from .capacity import ceil_div, kv_heads_per_rank, packed_bytes
+from .errors import UsageError
+
+PARTS: tuple[str, ...] = (
+    "embeddings", "attention", "mlp", "experts", "router", "norms", "output head",
+)  # fmt: skip
+
+
+def require_body(spec: ModelSpec) -> ModelBody:
+    """The model's body, or a UsageError saying whole-model counts are unknown for it."""
+    if spec.body is None:
+        raise UsageError(
+            f"{spec.name}: the whole model (vocabulary, MLP, norms) is not known, only its "
+            "attention; use a preset or a config.json of a supported model_type"
+        )
+    return spec.body
+
+
+def _attention(spec: ModelSpec, body: ModelBody, tp: int) -> int:
+    """One layer's attention parameters on one of `tp` ranks."""
+    d = spec.d_model
+    hkv = kv_heads_per_rank(spec.num_heads, spec.num_kv_heads, tp)
+    hq = spec.num_heads // tp
+    if spec.mla is not None:
+        m = spec.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            q = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hq * qk
+        else:
+            q = d * hq * qk
+        kv = (
+            d * m.latent_dim
+            + m.kv_lora_rank
+            + m.kv_lora_rank * hq * (m.qk_nope_head_dim + m.v_head_dim)
+        )
+        return q + kv + hq * m.v_head_dim * d  # fmt: skip
+    D = spec.head_dim
+    q_width, kv_width = hq * D, hkv * D
+    total = d * q_width + 2 * d * kv_width + q_width * d
+    if body.qkv_bias:
+        total += q_width + 2 * kv_width
+    if body.o_bias:
+        total += d
+    if body.qk_norm:
+        total += 2 * D
+    return total
+
+
+def _mlp(d: int, inter: int, body: ModelBody, tp: int, gated: bool) -> int:
+    """A dense MLP on one rank: column-parallel up (and gate), row-parallel down."""
+    i = ceil_div(inter, tp)
+    total = (3 if gated else 2) * d * i
+    if body.mlp_bias:
+        total += (2 if gated else 1) * i + d
+    return total
+
+
+def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
+    """Parameters of each part on one of `tp` tensor-parallel ranks (tp=1: the whole model)."""
+    body = require_body(spec)
+    d, L, moe = spec.d_model, spec.num_layers, body.moe
+    vocab = ceil_div(body.vocab_size, tp) * d
+    norm = d * (2 if body.norm_bias else 1)
+    dense_layers = L if moe is None else moe.dense_layers
+    parts = dict.fromkeys(PARTS, 0)
+    parts["embeddings"] = vocab + body.position_embeddings * d
+    parts["attention"] = L * _attention(spec, body, tp)
+    parts["mlp"] = dense_layers * _mlp(d, body.intermediate_size, body, tp, body.gated_mlp)
+    if moe is not None:
+        moe_layers = L - moe.dense_layers
+        expert = _mlp(d, moe.intermediate_size, body, tp, gated=True)
+        parts["experts"] = moe_layers * moe.num_experts * expert
+        parts["router"] = moe_layers * (moe.num_experts * d + moe.router_bias * moe.num_experts)
+        if moe.shared_experts:
+            shared = moe.shared_experts * moe.intermediate_size
+            parts["mlp"] += moe_layers * _mlp(d, shared, body, tp, gated=True)
+    parts["norms"] = (L * body.norms_per_layer + 1) * norm
+    parts["output head"] = 0 if body.tied_embeddings else vocab
+    return parts
+
+
+def total_params(spec: ModelSpec) -> int:
+    return sum(part_params(spec).values())
+
+
+def active_params(spec: ModelSpec) -> int:
+    """Parameters one token uses: all but the routed experts it is not sent to."""
+    moe = require_body(spec).moe
+    if moe is None:
+        return total_params(spec)
+    experts = part_params(spec)["experts"]
+    return total_params(spec) - experts // moe.num_experts * (
+        moe.num_experts - moe.experts_per_token
+    )
+
+
+def weight_bytes_per_rank(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
+    """Bytes of one rank's weights in `dtype` (packed for int4; quantisation scales of the
+    weights are not counted)."""
+    return packed_bytes(sum(part_params(spec, tp).values()), dtype)
+
+
+# --- the meta-device skeleton -------------------------------------------------------------
+
+
+def _norm(body: ModelBody, dim: int) -> nn.Module:
+    return nn.LayerNorm(dim) if body.norm_bias else nn.RMSNorm(dim)
+
+
+class _Mlp(nn.Module):
+    def __init__(self, d: int, inter: int, gated: bool, bias: bool) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d, inter, bias=bias) if gated else None
+        self.up = nn.Linear(d, inter, bias=bias)
+        self.down = nn.Linear(inter, d, bias=bias)
+
+
+class _Experts(nn.Module):
+    """Routed experts as stacked weights (num_experts, ...), as fused MoE kernels hold them."""
+
+    def __init__(self, num: int, d: int, inter: int) -> None:
+        super().__init__()
+        self.gate_up = nn.Parameter(torch.empty(num, 2 * inter, d))
+        self.down = nn.Parameter(torch.empty(num, d, inter))
+
+
+class _Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, body: ModelBody) -> None:
+        super().__init__()
+        d, hq = spec.d_model, spec.num_heads
+        if spec.mla is not None:
+            m = spec.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                self.q_a = nn.Linear(d, m.q_lora_rank, bias=False)
+                self.q_a_norm = nn.RMSNorm(m.q_lora_rank)
+                self.q_b = nn.Linear(m.q_lora_rank, hq * qk, bias=False)
+            else:
+                self.q = nn.Linear(d, hq * qk, bias=False)
+            self.kv_a = nn.Linear(d, m.latent_dim, bias=False)
+            self.kv_a_norm = nn.RMSNorm(m.kv_lora_rank)
+            self.kv_b = nn.Linear(m.kv_lora_rank, hq * (m.qk_nope_head_dim + m.v_head_dim),
+                                  bias=False)  # fmt: skip
+            self.o = nn.Linear(hq * m.v_head_dim, d, bias=False)
+            return
+        D, hkv = spec.head_dim, spec.num_kv_heads
+        self.q = nn.Linear(d, hq * D, bias=body.qkv_bias)
+        self.k = nn.Linear(d, hkv * D, bias=body.qkv_bias)
+        self.v = nn.Linear(d, hkv * D, bias=body.qkv_bias)
+        self.o = nn.Linear(hq * D, d, bias=body.o_bias)
+        if body.qk_norm:
+            self.q_norm, self.k_norm = nn.RMSNorm(D), nn.RMSNorm(D)
+
+
+class _Block(nn.Module):
+    def __init__(self, spec: ModelSpec, body: ModelBody, index: int) -> None:
+        super().__init__()
+        d, moe = spec.d_model, body.moe
+        self.attention = _Attention(spec, body)
+        self.norms = nn.ModuleList(_norm(body, d) for _ in range(body.norms_per_layer))
+        self.mlp = self.experts = self.router = None
+        if moe is None or index < moe.dense_layers:
+            self.mlp = _Mlp(d, body.intermediate_size, body.gated_mlp, body.mlp_bias)
+            return
+        if moe.shared_experts:
+            shared = moe.shared_experts * moe.intermediate_size
+            self.mlp = _Mlp(d, shared, True, body.mlp_bias)
+        self.experts = _Experts(moe.num_experts, d, moe.intermediate_size)
+        self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
+
+
+class ModelSkeleton(nn.Module):
+    """The model's parameters with their real shapes and no computation; build it under
+    `torch.device("meta")` to count parameters without allocating them."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        body = require_body(spec)
+        d = spec.d_model
+        self.embeddings = nn.ModuleDict({"tokens": nn.Embedding(body.vocab_size, d)})
+        if body.position_embeddings:
+            self.embeddings["positions"] = nn.Embedding(body.position_embeddings, d)
+        self.layers = nn.ModuleList(_Block(spec, body, i) for i in range(spec.num_layers))
+        self.final_norm = _norm(body, d)
+        self.output_head = nn.Linear(d, body.vocab_size, bias=False)
+        if body.tied_embeddings:
+            self.output_head.weight = self.embeddings["tokens"].weight
+
+
+def _part_of(name: str) -> str:
+    """The PARTS entry a parameter of ModelSkeleton belongs to, from its name."""
+    head = name.split(".")[0]
+    if head == "layers":
+        sub = name.split(".")[2]
+        return {"norms": "norms"}.get(sub, sub)
+    return {"final_norm": "norms", "output_head": "output head"}.get(head, head)
+
+
+def meta_part_params(spec: ModelSpec) -> dict[str, int]:
+    """Parameters per part of a ModelSkeleton built on the meta device (a tied head's
+    weight is the embeddings' and counts once)."""
+    with torch.device("meta"):
+        model = ModelSkeleton(spec)
+    parts = dict.fromkeys(PARTS, 0)
+    for name, p in model.named_parameters():
+        parts[_part_of(name)] += p.numel()
+    return parts
+
+
+@dataclass
+class ModelPartRecord:
+    """One row of the whole-model table."""
+
+    model: str
+    part: str
+    params: int
+    meta_params: int | None
+    weight_bytes: int
+
+
+def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
+    """A row per part, then `total` (and `active per token` for MoE); raises
+    ModelMismatchError when formula and skeleton disagree."""
+    from .params import ModelMismatchError
+
+    analytic, counted = part_params(spec), meta_part_params(spec)
+    if analytic != counted:
+        raise ModelMismatchError(
+            f"{spec.name}: the formulas give {analytic} but the skeleton has {counted}"
+        )
+    rows = [(part, analytic[part], counted[part]) for part in PARTS]
+    rows.append(("total", sum(analytic.values()), sum(counted.values())))
+    if spec.body and spec.body.moe:
+        rows.append(("active per token", active_params(spec), None))
+    return [
+        ModelPartRecord(spec.name, part, n, meta, packed_bytes(n, spec.dtype))
+        for part, n, meta in rows
+    ]

@@ -1,0 +1,68 @@
+"""Memory sizes from the command line, parsed exactly: binary units (KiB, MiB, GiB, TiB:
+powers of 1024) and decimal ones (KB, MB, GB, TB: powers of 1000)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .errors import UsageError
+
+BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+DECIMAL_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS = {"B": 1, "": 1, **BINARY_UNITS, **DECIMAL_UNITS}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+@dataclass(frozen=True)
+class MemorySize:
+    """A parsed size: exact bytes, and whether the text used a decimal unit (GB = 1e9)."""
+
+    bytes: int
+    text: str
+    decimal: bool
+
+    def describe(self) -> str:
+        """'80GB = 80,000,000,000 bytes (decimal GB: 10^9 bytes; GiB is 2^30)' or ''."""
+        if not self.decimal:
+            return ""
+        unit = _SIZE.match(self.text).group(2)  # type: ignore[union-attr]
+        return (
+            f"{self.text.strip()} = {self.bytes:,} bytes (decimal {unit}: "
+            f"{DECIMAL_UNITS[unit]:,} bytes; the binary units are KiB, MiB, GiB, TiB)"
+        )
+
+
+def parse_memory(text: str, flag: str) -> MemorySize:
+    """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096' (bytes): exact, a whole number of
+    bytes; anything else is a UsageError naming `flag`."""
+    match = _SIZE.match(str(text))
+    unit = match.group(2) if match else None
+    if match is None or unit not in _UNITS:
+        raise UsageError(
+            f"{flag}: bad size {text!r}; write a number and a unit such as 80GiB, 80GB "
+            "(= 80e9 bytes) or 1.5TiB"
+        )
+    value = Fraction(match.group(1)) * _UNITS[unit]
+    if value.denominator != 1:
+        raise UsageError(f"{flag}: {text!r} is not a whole number of bytes")
+    if value <= 0:
+        raise UsageError(f"{flag}: must be more than 0 bytes, got {text!r}")
+    return MemorySize(int(value), str(text), unit in DECIMAL_UNITS)
+
+
+def parse_share(text: str, flag: str, of: int) -> int:
+    """'10%' of `of` bytes (rounded down), or a size ('4GiB'); 0 is allowed."""
+    stripped = str(text).strip()
+    if stripped.endswith("%"):
+        try:
+            pct = Fraction(stripped[:-1].strip())
+        except ValueError:
+            raise UsageError(f"{flag}: bad percentage {text!r}") from None
+        if not 0 <= pct < 100:
+            raise UsageError(f"{flag}: a percentage must be in [0, 100), got {text!r}")
+        return int(of * pct / 100)
+    if stripped in ("0", "0B"):
+        return 0
+    return parse_memory(stripped, flag).bytes

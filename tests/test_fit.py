@@ -1,0 +1,184 @@
+"""`attnbench fit`: the arithmetic on round numbers, the boundary (one more sequence does
+not fit), memory sizes, and the command line's answers and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.architecture import ModelBody, ModelSpec
+from attnbench.capacity import KvFormat, layer_windows
+from attnbench.cli import app
+from attnbench.errors import UsageError
+from attnbench.fit import CapacityError, FitPlan, largest_batch, longest_context
+from attnbench.presets import PRESETS
+from attnbench.units import parse_memory, parse_share
+
+GiB = 2**30
+runner = CliRunner()
+
+# A model with round numbers: 4 layers, d 1024, 8 heads of 128 (MHA), plain 2-matrix MLP of
+# 1024, vocabulary 1024, untied head. Parameters: embeddings and head 2 * 1024^2, attention
+# 4 * 4 * 1024^2, MLP 4 * 2 * 1024^2, norms (4 * 2 + 1) * 1024 = 27,272,192 -> 54,544,384
+# bytes in float16. KV per token: 2 * 4 layers * 8 heads * 128 * 2 bytes = 16 KiB.
+ROUND = ModelSpec("round", 4, 1024, 8, 8, 128, "float16", "test",
+                  body=ModelBody(1024, 1024, gated_mlp=False))  # fmt: skip
+WEIGHTS = 54_544_384
+
+
+def plan(spec=ROUND, memory=GiB, reserve=0, gpus=1, tp=1, kv="float16", window=None,
+         page=None, weights_dtype=None) -> FitPlan:  # fmt: skip
+    return FitPlan(spec, memory, gpus, tp, weights_dtype or spec.dtype, KvFormat(kv),
+                   layer_windows(spec.num_layers, spec.windows, window), page, reserve)  # fmt: skip
+
+
+def test_round_numbers_largest_batch():
+    p = plan()
+    assert p.weights_bytes == WEIGHTS
+    rec = largest_batch(p, 1024)  # 16 MiB per sequence
+    budget = GiB - WEIGHTS  # 1,019,197,440
+    assert rec.kv_bytes_per_sequence_per_gpu == 16 * 2**20
+    assert rec.batch == 60 == budget // (16 * 2**20)
+    assert rec.free_bytes_per_gpu == budget - 60 * 16 * 2**20
+    parts = (rec.weights_bytes_per_gpu + rec.kv_bytes_per_gpu + rec.reserve_bytes_per_gpu
+             + rec.free_bytes_per_gpu)  # fmt: skip
+    assert parts == GiB
+
+
+def test_boundary_one_more_sequence_does_not_fit():
+    # Memory for exactly 60 sequences: 61 would need one byte more than there is.
+    exact = plan(memory=WEIGHTS + 60 * 16 * 2**20)
+    assert largest_batch(exact, 1024).batch == 60
+    assert largest_batch(exact, 1024).free_bytes_per_gpu == 0
+    short = plan(memory=WEIGHTS + 60 * 16 * 2**20 - 1)
+    assert largest_batch(short, 1024).batch == 59
+
+
+def test_round_numbers_longest_context_and_its_boundary():
+    p = plan()
+    rec = longest_context(p, 4)  # 4 sequences x 16 KiB per token
+    assert rec.seq_len == (GiB - WEIGHTS) // (4 * 16384) == 15551
+    assert 4 * p.sequence_bytes(rec.seq_len + 1) > GiB - WEIGHTS
+
+
+def test_reserve_replicas_and_tp():
+    p = plan(reserve=parse_share("10%", "--reserve", GiB), gpus=4, tp=2)
+    assert p.reserve_bytes == 107_374_182  # floor(0.1 * 2^30)
+    assert p.replicas == 2
+    rec = largest_batch(p, 1024)
+    per_seq = 16 * 2**20 // 2  # 4 of 8 KV heads per rank
+    per_replica = (GiB - p.weights_bytes - p.reserve_bytes) // per_seq
+    assert (rec.batch_per_replica, rec.batch) == (per_replica, 2 * per_replica)
+    with pytest.raises(UsageError, match="--gpus 3: not a multiple of --tp 2"):
+        plan(gpus=3, tp=2)
+
+
+def test_kv_dtype_halves_the_cache_plus_scales():
+    rec = largest_batch(plan(kv="float8_e4m3fn"), 1024)
+    per_seq = 1024 * (16384 // 2 + 2 * 4 * 8 * 2)  # values, plus a float16 scale per head
+    assert rec.kv_bytes_per_sequence_per_gpu == per_seq
+    assert rec.batch == (GiB - WEIGHTS) // per_seq
+
+
+def test_windows_cap_the_context():
+    windowed = ModelSpec("w", 4, 1024, 8, 8, 128, "float16", "test", windows=(256,) * 4,
+                         body=ModelBody(1024, 1024, gated_mlp=False))  # fmt: skip
+    rec = longest_context(plan(windowed), 4)
+    assert rec.context_unbounded and rec.seq_len is None
+    assert rec.kv_bytes_per_gpu == 4 * 256 * 16384
+    # Without the window the context is bounded as for ROUND.
+    assert longest_context(plan(windowed, window=0), 4).seq_len == 15551
+    # A batch too large for full windows: the longest context is below the window.
+    rec = longest_context(plan(windowed, memory=WEIGHTS + 4 * 100 * 16384), 4)
+    assert rec.seq_len == 100 and not rec.context_unbounded
+
+
+def test_page_size_rounds_each_sequence():
+    rec = largest_batch(plan(page=16, memory=WEIGHTS + 10 * 112 * 16384), 100)
+    assert rec.kv_bytes_per_sequence_per_gpu == 112 * 16384  # 100 tokens -> 7 blocks of 16
+    assert rec.batch == 10
+
+
+def test_impossible_requests():
+    with pytest.raises(CapacityError, match="weights alone do not fit"):
+        largest_batch(plan(memory=WEIGHTS - 1), 1024)
+    with pytest.raises(CapacityError, match="no room for a KV cache"):
+        largest_batch(plan(memory=WEIGHTS + 10, reserve=10), 1024)
+    with pytest.raises(CapacityError, match="not even one sequence fits"):
+        largest_batch(plan(memory=WEIGHTS + 16 * 2**20 - 1), 1024)
+
+
+def test_mla_cache_is_replicated_per_gpu():
+    spec = PRESETS["deepseek-v3"]
+    p = plan(spec, memory=141 * GiB, gpus=8, tp=8, kv="bfloat16", weights_dtype="float8_e4m3fn")
+    assert p.sequence_bytes(1000) == 1000 * 61 * 576 * 2
+
+
+# --- memory sizes ----------------------------------------------------------------------------
+
+
+def test_memory_sizes_parse_exactly():
+    assert parse_memory("80GiB", "--memory").bytes == 80 * 2**30
+    size = parse_memory("80GB", "--memory")
+    assert size.bytes == 80 * 10**9 and size.decimal and "80,000,000,000 bytes" in size.describe()
+    assert parse_memory("1.5TiB", "--memory").bytes == 3 * 2**39
+    assert parse_memory("4096", "--memory").bytes == 4096
+    assert parse_share("4GiB", "--reserve", GiB) == 4 * GiB
+    assert parse_share("0", "--reserve", GiB) == 0
+    for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB"):
+        with pytest.raises(UsageError, match="--memory"):
+            parse_memory(bad, "--memory")
+    for bad in ("100%", "x%"):
+        with pytest.raises(UsageError, match="--reserve"):
+            parse_share(bad, "--reserve", GiB)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_cli_answers_with_table_and_bar(tmp_path):
+    out = tmp_path / "fit.json"
+    args = ["fit", "--model", "llama-3-70b", "--memory", "80GiB", "--gpus", "8",
+            "--seq-len", "8192", "--json", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads(out.read_text())["records"][0]
+    per_seq = 8192 * 80 * 2 * 1 * 128 * 2  # one KV head per GPU under tp 8
+    budget = 80 * GiB - record["weights_bytes_per_gpu"] - 8 * GiB  # reserve: 10% by default
+    assert record["kv_bytes_per_sequence_per_gpu"] == per_seq
+    assert record["batch"] == budget // per_seq
+    assert f"Largest batch at 8,192 tokens: {record['batch']} sequences" in result.output
+    assert "█" in result.output and "▓" in result.output
+
+
+def test_cli_decimal_units_are_said():
+    args = ["fit", "--model", "mistral-7b", "--memory", "24GB", "--batch", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "24GB = 24,000,000,000 bytes" in result.output
+    assert "unbounded" in result.output  # every layer keeps at most 4,096 tokens
+
+
+def test_cli_weights_do_not_fit_exit_1():
+    result = runner.invoke(app, ["fit", "--model", "llama-3-70b", "--memory", "80GiB",
+                                 "--seq-len", "8192"])  # fmt: skip
+    assert result.exit_code == 1
+    assert "weights alone do not fit" in result.output and "131.42 GiB" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--memory", "80GiB"], "--seq-len or --batch: give exactly one"),
+    (["--memory", "80GiB", "--seq-len", "1", "--batch", "1"], "give exactly one"),
+    (["--seq-len", "8192"], "--memory: give the memory"),
+    (["--memory", "80XB", "--seq-len", "1"], "--memory: bad size '80XB'"),
+    (["--memory", "80GiB", "--seq-len", "1", "--tp", "3"], "--tp: 3 does not divide"),
+    (["--memory", "80GiB", "--seq-len", "1", "--kv-dtype", "fp4"], "--kv-dtype: unknown"),
+    (["--memory", "80GiB", "--seq-len", "1", "--reserve", "120%"], "--reserve"),
+    (["--memory", "80GiB", "--seq-len", "0"], "--seq-len: must be >= 1"),
+])  # fmt: skip
+def test_cli_bad_flags_exit_2(args, message):
+    result = runner.invoke(app, ["fit", "--model", "llama-3-8b", *args])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output

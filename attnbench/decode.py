@@ -70,6 +70,12 @@ class DecodeOptions:
     cuda_graph: bool = False
     flush_l2: bool = False
 
+    @classmethod
+    def from_options(cls, options: dict) -> DecodeOptions:
+        """From a resolved decode study's scalar options (sweep.Study.options)."""
+        return cls(options["warmup"], options["repeats"], options["prefill"],
+                   options["cuda_graph"], options["flush_l2"])  # fmt: skip
+
 
 def build_layer(
     shape: AttentionShape, backend: str, dtype: torch.dtype, device

@@ -44,15 +44,18 @@ def write_csv(path: str | Path, records: Iterable) -> None:
 
 
 def append_csv_row(path: str | Path, record) -> None:
-    """Append one record to a CSV, writing the header first when the file is new or empty,
-    so a study keeps every finished row on disk as it goes."""
+    """Append one record to a CSV, under the header already there (fields it lacks stay
+    in the JSON) or under a new header, so a study keeps each finished row as it goes."""
     row = as_dict(record)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
+    header = None
+    if path.exists() and path.stat().st_size:
+        with path.open(newline="") as fh:
+            header = next(csv.reader(fh), None)
     with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=csv_fields([row]), extrasaction="ignore")
-        if new:
+        writer = csv.DictWriter(fh, fieldnames=header or csv_fields([row]), extrasaction="ignore")
+        if header is None:
             writer.writeheader()
         writer.writerow(row)
 

@@ -113,6 +113,11 @@ def _check_value(name: str, value: Any, where: str) -> str | None:
     return None
 
 
+def _check_models(value: Any, where: str, problems: list[str]) -> None:
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        problems.append(f"{where}: expected a list of names or paths, got {value!r}")
+
+
 def validate_section(section: str, body: Any, problems: list[str], source: str) -> None:
     """Append to `problems` everything wrong with one section of the file."""
     where = f"{source}: {section}"
@@ -120,6 +125,9 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
         problems.append(f"{where}: expected a mapping of fields, got {type(body).__name__}")
         return
     for name, value in body.items():
+        if name == "models" and section in COMMANDS:  # a command's own models replace the list
+            _check_models(value, f"{where}.models", problems)
+            continue
         if name not in FIELDS:
             problems.append(f"{where}: unknown key {name!r}{suggest(str(name), FIELDS)}")
             continue
@@ -168,8 +176,7 @@ def load_config(path: str | Path | None) -> StudyConfig:
         if section not in SECTIONS:
             problems.append(f"{path}: unknown key {section!r}{suggest(str(section), SECTIONS)}")
         elif section == "models":
-            if not isinstance(body, list) or not all(isinstance(m, str) for m in body):
-                problems.append(f"{path}: models: expected a list of names or paths, got {body!r}")
+            _check_models(body, f"{path}: models", problems)
         elif body is not None:
             validate_section(section, body, problems, str(path))
     if problems:
@@ -262,9 +269,10 @@ def resolve(
     merged: dict[str, Any] = {}
     for section in ("defaults", "sweep", command):
         for name, value in (sections.get(section) or {}).items():
-            if command in FIELDS[name].commands:
+            if name != "models" and command in FIELDS[name].commands:
                 merged[name] = value
-    model_refs: list[str] = list(sections.get("models") or [])
+    own = sections.get(command) or {}
+    model_refs: list[str] = list(own.get("models", sections.get("models")) or [])
     if models is not None or any(k in overrides for k in SHAPE_FIELDS):
         model_refs = list(models or [])  # flags choose what runs: the file's models go
     if models is not None or "d_model" in overrides or "num_heads" in overrides:

@@ -21,3 +21,13 @@ def _seed():
     """Every test starts from the same random state."""
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """One intra-op thread for a module of tiny-tensor tests: faster, and it does not fight
+    other processes for the CPUs. The previous setting comes back after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

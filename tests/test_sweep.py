@@ -485,3 +485,24 @@ def test_models_config_covers_every_preset(tmp_path):
     for r in records:
         assert r["dtype"] == PRESETS[r["model"]].dtype  # each model's own dtype
         assert r["num_layers"] == PRESETS[r["model"]].num_layers
+
+
+def test_a_command_section_can_carry_its_own_models(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text(
+        "defaults: {d_model: 64, num_heads: 4}\n"
+        "models: [llama-2-7b]\n"
+        "decode: {models: []}\n"
+        "params: {models: [falcon-7b, gemma-7b]}\n"
+    )
+    config = load_config(path)
+    assert resolve(config, "kvmem").models[0].name == "llama-2-7b"
+    assert resolve(config, "decode").models == []
+    assert [m.name for m in resolve(config, "params").models] == ["falcon-7b", "gemma-7b"]
+
+
+def test_a_section_models_list_is_validated(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text("defaults: {d_model: 64, num_heads: 4}\ndecode: {models: llama-2-7b}\n")
+    with pytest.raises(UsageError, match=r"decode\.models: expected a list"):
+        load_config(path)

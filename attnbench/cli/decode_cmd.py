@@ -142,8 +142,7 @@ def decode_speed_command(
     points = study.points()
     if dev.type == "cpu" and any((p.get("dtype") or "float32") != "float32" for p in points):
         err_console.print("warning: half precision on the CPU runs, but slowly")
-    options = DecodeOptions(opts["warmup"], opts["repeats"], opts["prefill"], opts["cuda_graph"],
-                            opts["flush_l2"])  # fmt: skip
+    options = DecodeOptions.from_options(opts)
     env = collect_environment(dev)
     env["peak_gbps"] = measure_peak_gbps(dev)
     records = [decode_record(p, dev, options, env["peak_gbps"])

@@ -1,0 +1,181 @@
+"""`attnbench run`, `plot` and `report`: a whole study from one sweep file, and its plots
+and report re-rendered from a saved results.json."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UsageError
+from ..params import ModelMismatchError
+from ..plots import render_plots
+from ..report import findings, write_report
+from ..study import (
+    RESULTS_FILE,
+    Plan,
+    Task,
+    estimate_seconds,
+    estimate_total_seconds,
+    incomplete,
+    load_results,
+    plan_study,
+    run_study,
+    stop_on_sigint,
+)
+from . import app
+from .common import QuietOpt, console, err_console, fail, handles_errors, progress_iter
+from .decode_cmd import describe as describe_decode
+
+#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+
+
+def describe(task: Task) -> str:
+    """One line naming a point: 'kvmem llama-2-7b batch 1 context 4096 float16'."""
+    p = task.point
+    if task.section == "decode":
+        return f"decode {describe_decode(p)}"
+    name = p.get("model") or f"d{p['d_model']} h{p['num_heads']}/{p['num_kv_heads']}"
+    if task.section == "params":
+        return f"params {name}"
+    return f"kvmem {name} batch {p['batch']} context {p['seq_len']} {p.get('dtype') or ''}"
+
+
+def _dry_run(plan: Plan) -> None:
+    total = estimate_total_seconds(plan, plan.tasks)
+    for task in plan.tasks:
+        console.print(f"{describe(task)}  ~{estimate_seconds(plan, task):.2f} s",
+                      highlight=False, markup=False)  # fmt: skip
+    devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
+    about = f"about {total:.0f} s" if total >= 1 else "under a second"
+    console.print(
+        f"{len(plan.tasks)} points ({devices or 'no device needed'}), {about} (a rough "
+        "estimate); nothing was run.",
+        highlight=False,
+    )
+
+
+def _finish(doc: dict, out: Path, quiet: bool) -> None:
+    """Plots and report, then the summary."""
+    plots = render_plots(doc, out)
+    report = write_report(doc, out)
+    if quiet:
+        return
+    console.print("Findings:", style="bold")
+    for line in findings(doc):
+        console.print(f"  - {line}", highlight=False, markup=False)
+    files = [f"{name}.csv" for name in doc["sections"]] + [RESULTS_FILE]
+    console.print(f"Wrote {', '.join(files)}, {len(plots)} plots and {report.name} in {out}/",
+                  highlight=False, markup=False)  # fmt: skip
+
+
+@app.command("run")
+@handles_errors
+def run_command(
+    config: Annotated[
+        str | None, typer.Argument(help="Sweep file (default: the packaged default study).")
+    ] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", help="Results directory (default results/<time>/).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Finish the study already started in --out.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the points and a time estimate; run nothing.")
+    ] = False,
+    device: Annotated[
+        str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the file).")
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run every section of a sweep file (params, kvmem, decode), keeping each point on
+    disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
+    point (exit 130); --resume finishes the rest."""
+    plan = plan_study(config, device)
+    if dry_run:
+        _dry_run(plan)
+        return
+    if resume and out is None:
+        raise UsageError("--resume: give the results directory to finish with --out DIR")
+    out_dir = Path(out) if out else Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    stop = threading.Event()
+
+    def notice() -> None:
+        err_console.print("stopping after the current point (Ctrl-C again to stop now)")
+
+    def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
+        return progress_iter(tasks, describe, quiet, weight=lambda t: estimate_seconds(plan, t))
+
+    try:
+        with stop_on_sigint(stop, notice):
+            result = run_study(plan, out_dir, resume, stop, progress)
+    except KeyboardInterrupt:
+        raise _interrupted(out_dir, config, device) from None
+    except ModelMismatchError as exc:
+        raise fail(f"internal error: {exc}", code=1) from None
+    except OSError as exc:
+        raise _unwritable(exc) from None
+    if result.interrupted:
+        raise _interrupted(out_dir, config, device)
+    if not quiet:
+        earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
+        console.print(f"Ran {result.ran} of {result.total} points{earlier} in "
+                      f"{result.seconds:.1f} s.", highlight=False)  # fmt: skip
+    try:
+        _finish(result.document, out_dir, quiet)
+    except OSError as exc:
+        raise _unwritable(exc) from None
+    if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
+        raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
+
+
+def _unwritable(exc: OSError) -> UsageError:
+    return UsageError(f"--out: cannot write {exc.filename}: {exc.strerror}")
+
+
+def _interrupted(out_dir: Path, config: str | None, device: str | None) -> typer.Exit:
+    again = ["attnbench run", *([config] if config else []), "--out", str(out_dir), "--resume"]
+    again += ["--device", device] if device else []
+    err_console.print(f"interrupted: the finished points are in {out_dir}/; finish with: "
+                      f"{' '.join(again)}", soft_wrap=True)  # fmt: skip
+    return typer.Exit(EXIT_INTERRUPTED)
+
+
+ResultsArg = Annotated[str, typer.Argument(help="A results.json written by `attnbench run`.")]
+OutOpt = Annotated[
+    str | None, typer.Option("--out", help="Directory to write into (default: beside it).")
+]
+
+
+@app.command("plot")
+@handles_errors
+def plot_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
+    """Re-draw a study's plots from its results.json; nothing is re-run."""
+    doc = load_results(results)
+    try:
+        written = render_plots(doc, out or Path(results).parent)
+    except OSError as exc:
+        raise _unwritable(exc) from None
+    if not quiet:
+        for path in written:
+            console.print(f"wrote {path}", highlight=False)
+
+
+@app.command("report")
+@handles_errors
+def report_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
+    """Re-write a study's report.md from its results.json (showing the plots found beside
+    it); nothing is re-run."""
+    doc = load_results(results)
+    try:
+        path = write_report(doc, out or Path(results).parent)
+    except OSError as exc:
+        raise _unwritable(exc) from None
+    if not quiet:
+        console.print(f"wrote {path}", highlight=False)

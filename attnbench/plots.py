@@ -1,0 +1,295 @@
+"""PNG plots of a study's results (the `results.json` document of `attnbench run`).
+
+Figures are drawn on matplotlib's Agg canvas without pyplot, so nothing needs a display
+and no global state changes. Every plot names its device, dtype and batch (or puts what
+varies in the legend), labels its axes with units, and switches an axis to a log scale
+when its values span a decade or more. Memory is shown in binary units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
+
+from .study import failed
+from .sweep import FIELDS
+
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+#: How fields read in legends and titles.
+FIELD_NAMES = {"num_heads": "query heads", "num_kv_heads": "KV heads", "num_layers": "layers",
+               "seq_len": "context", "prompt_len": "prompt", "gen_len": "gen",
+               "dtype": ""}  # fmt: skip
+
+
+def ok_records(records: Iterable[dict], *needed: str) -> list[dict]:
+    """Records that completed (no oom or error status) and have every `needed` field."""
+    return [r for r in records if not failed(r) and all(r.get(f) is not None for f in needed)]
+
+
+def setting_fields(records: Iterable[dict]) -> list[str]:
+    """The record fields that are settings of a study (the sweep file's axes, and the
+    model): what tells one line from another. Fields derived from them (variant,
+    kv_heads_per_gpu) are not, and settings added to the sweep later are included."""
+    fields: list[str] = []
+    for r in records:
+        fields.extend(f for f in r if f not in fields
+                      and (f == "model" or (f in FIELDS and FIELDS[f].axis)))  # fmt: skip
+    return fields
+
+
+def series(
+    records: Sequence[dict], x: str, exclude: Sequence[str] = (), named: bool = True
+) -> list[tuple[str, list[dict]]]:
+    """Records grouped into lines, one per configuration (x and `exclude` aside), sorted by
+    x, each labelled by its variant or model (unless not `named`, for lines across
+    variants) plus whatever else varies between lines."""
+    keys = [f for f in setting_fields(records) if f != x and f not in exclude]
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(tuple(r.get(f) for f in keys), []).append(r)
+    varying = [f for i, f in enumerate(keys)
+               if len({k[i] for k in groups}) > 1
+               and f not in ("model", "variant", "num_kv_heads", "mode")]  # fmt: skip
+    return [(series_label(rows[0], varying, named), sorted(rows, key=lambda r: r[x]))
+            for rows in groups.values()]  # fmt: skip
+
+
+def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) -> str:
+    """'MHA', 'llama-3-8b (GQA-8)', or 'GQA-2, batch 4' when batch tells lines apart."""
+    model, variant = record.get("model"), record.get("variant")
+    name = [f"{model} ({variant})" if model else str(variant)] if named else []
+    return ", ".join([*name, *(field_text(f, record[f]) for f in extra)]) or "all"
+
+
+def field_text(field: str, value) -> str:
+    name = FIELD_NAMES.get(field, field)
+    text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    return f"{name} {text}".strip()
+
+
+def context(records: Sequence[dict], environment: dict, fields: Sequence[str]) -> str:
+    """'on Intel Xeon (cpu), float32, batch 1': the settings every record shares."""
+    device = environment.get("device_name") or environment.get("device", "?")
+    parts = [f"on {device} ({environment.get('device', '?')})"]
+    for f in fields:
+        values = {r.get(f) for r in records}
+        if len(values) == 1 and None not in values:
+            parts.append(field_text(f, values.pop()))
+    return ", ".join(parts)
+
+
+def binary_unit(largest: float) -> tuple[float, str]:
+    """The binary unit that shows `largest` bytes as a number of at least 1: (divisor, name)."""
+    for power, unit in enumerate(BINARY_UNITS):
+        if largest < 1024 ** (power + 1) or unit == BINARY_UNITS[-1]:
+            return float(1024**power), unit
+    raise AssertionError("unreachable")
+
+
+class PlainLogFormatter(LogFormatter):
+    """Labels the minor ticks LogFormatter would (some when an axis spans up to two decades,
+    none when it spans more) as plain numbers: 0.6 rather than 6e-01."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def _scale(ax: Axes, axis: str, values: Sequence[float]) -> None:
+    """A log scale when the values span a decade or more; on x, ticks at the data."""
+    values = [v for v in values if v is not None]
+    log = bool(values) and min(values) > 0 and max(values) / min(values) >= 10
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if log:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+        target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        minor = PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5))
+        target.set_minor_formatter(minor)
+    if axis == "x":
+        ax.set_xticks(sorted(set(values)))
+        target.set_minor_locator(NullLocator())
+
+
+def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.add_subplot()
+    fig.suptitle(title, fontsize=13, fontweight="bold")
+    ax.set_title(subtitle, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    return fig, ax
+
+
+def _decode_lines(
+    ax: Axes,
+    records: Sequence[dict],
+    y: str,
+    spread: tuple[str, str] | None = None,
+    modes: Sequence[str] = ("cache", "no_cache"),
+    legend_title: str | None = None,
+) -> None:
+    """One line per configuration and mode (solid with the cache, dashed without), with
+    `spread` (low, high fields) as error bars; the legend goes beside the axes."""
+    for color, (label, rows) in enumerate(series(records, "prompt_len", exclude=("mode",))):
+        for mode in modes:
+            line = [r for r in rows if r["mode"] == mode]
+            if not line:
+                continue
+            xs, ys = [r["prompt_len"] for r in line], [r[y] for r in line]
+            errors = None
+            if spread:
+                errors = [[v - r[spread[0]] for v, r in zip(ys, line, strict=True)],
+                          [r[spread[1]] - v for v, r in zip(ys, line, strict=True)]]  # fmt: skip
+            text = label if len(modes) == 1 else f"{label}, {mode.replace('_', ' ')}"
+            ax.errorbar(xs, ys, yerr=errors, linestyle="-" if mode == "cache" else "--", marker="o",
+                        color=f"C{color}", capsize=3, label=text)  # fmt: skip
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), handlelength=3,
+              title=legend_title, title_fontsize=8)  # fmt: skip
+
+
+def decode_latency(doc: dict) -> Figure | None:
+    needed = ("step_ms_median", "step_ms_p25", "step_ms_p75")
+    records = ok_records(_records(doc, "decode"), *needed)
+    if not records:
+        return None
+    fig, ax = _figure(
+        "Decode step latency, with and without the KV cache",
+        context(records, doc["environment"], ("dtype", "batch", "gen_len")),
+        "Prompt length (tokens)",
+        "Time per decode step, median (ms)",
+    )
+    _decode_lines(ax, records, "step_ms_median", spread=("step_ms_p25", "step_ms_p75"),
+                  legend_title="bars: p25 to p75")  # fmt: skip
+    _scale(ax, "x", [r["prompt_len"] for r in records])
+    _scale(ax, "y", [r["step_ms_p25"] for r in records] + [r["step_ms_p75"] for r in records])
+    return fig
+
+
+def decode_speedup(doc: dict) -> Figure | None:
+    records = ok_records(_records(doc, "decode"), "speedup_vs_no_cache")
+    if not records:
+        return None
+    fig, ax = _figure(
+        "Cached decode speed-up over recomputing the prefix",
+        context(records, doc["environment"], ("dtype", "batch", "gen_len")),
+        "Prompt length (tokens)",
+        "Speed-up (no-cache step time / cached step time, x)",
+    )
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="no speed-up (1x)")
+    _decode_lines(ax, records, "speedup_vs_no_cache", modes=("cache",))
+    _scale(ax, "x", [r["prompt_len"] for r in records])
+    _scale(ax, "y", [1.0, *(r["speedup_vs_no_cache"] for r in records)])
+    return fig
+
+
+def decode_bandwidth(doc: dict) -> Figure | None:
+    records = ok_records(_records(doc, "decode"), "pct_of_peak_bw", "peak_gbps")
+    if not records:
+        return None
+    peak = max(r["peak_gbps"] for r in records)
+    subtitle = context(records, doc["environment"], ("dtype", "batch", "gen_len"))
+    fig, ax = _figure(
+        "Achieved memory bandwidth of a decode step",
+        f"{subtitle}\nagainst the measured peak copy bandwidth, {peak:.1f} GB/s (1e9 bytes/s)",
+        "Prompt length (tokens)",
+        "Achieved bandwidth (% of measured peak)",
+    )
+    ax.axhline(100.0, color="grey", linewidth=1, linestyle=":", label="measured peak (100%)")
+    _decode_lines(ax, records, "pct_of_peak_bw")
+    _scale(ax, "x", [r["prompt_len"] for r in records])
+    _scale(ax, "y", [100.0, *(r["pct_of_peak_bw"] for r in records)])
+    return fig
+
+
+def _memory_axis(ax: Axes, records: Sequence[dict]) -> float:
+    divisor, unit = binary_unit(max(r["kv_bytes"] for r in records))
+    ax.set_ylabel(f"KV cache, K and V ({unit})")
+    return divisor
+
+
+def kv_memory_vs_heads(doc: dict) -> Figure | None:
+    """Lines over the number of KV heads, for shapes measured at two or more of them."""
+    records = ok_records(_records(doc, "kvmem"), "kv_bytes")
+    lines = [(label, rows) for label, rows
+             in series(records, "num_kv_heads", exclude=("model",), named=False)
+             if len({r["num_kv_heads"] for r in rows}) > 1]  # fmt: skip
+    if not lines:
+        return None
+    records = [r for _, rows in lines for r in rows]
+    fig, ax = _figure(
+        "KV-cache memory vs number of KV heads",
+        context(
+            records, doc["environment"], ("num_layers", "num_heads", "head_dim", "dtype", "batch")
+        ),  # fmt: skip
+        "KV heads (MHA has as many as query heads; MQA has 1)",
+        "",
+    )
+    divisor = _memory_axis(ax, records)
+    for label, rows in lines:
+        ax.plot([r["num_kv_heads"] for r in rows], [r["kv_bytes"] / divisor for r in rows],
+                marker="o", label=label)  # fmt: skip
+    heads = sorted({r["num_kv_heads"] for r in records})
+    _scale(ax, "x", heads)
+    variants = {r["num_kv_heads"]: r["variant"] for r in records}
+    ax.set_xticklabels([f"{h}\n{variants[h]}" for h in heads])
+    _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
+    ax.legend(fontsize=8)
+    return fig
+
+
+def kv_memory_vs_context(doc: dict) -> Figure | None:
+    """Lines over context length: the model presets when the study has any, else shapes."""
+    records = ok_records(_records(doc, "kvmem"), "kv_bytes")
+    presets = [r for r in records if r.get("model")]
+    records = presets or records
+    lines = [(label, rows) for label, rows in series(records, "seq_len")
+             if len({r["seq_len"] for r in rows}) > 1]  # fmt: skip
+    if not lines:
+        return None
+    records = [r for _, rows in lines for r in rows]
+    fig, ax = _figure(
+        "KV-cache memory vs context length" + (" for the model presets" if presets else ""),
+        context(records, doc["environment"], ("num_layers", "dtype", "batch")),
+        "Context length (tokens cached)",
+        "",
+    )
+    divisor = _memory_axis(ax, records)
+    for label, rows in lines:
+        ax.plot([r["seq_len"] for r in rows], [r["kv_bytes"] / divisor for r in rows],
+                marker="o", label=label)  # fmt: skip
+    _scale(ax, "x", [r["seq_len"] for r in records])
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _records(doc: dict, section: str) -> list[dict]:
+    return doc["sections"].get(section, {}).get("records", [])
+
+
+#: File name -> (caption, figure maker), in the order the report shows them.
+PLOTS: dict[str, tuple[str, Callable[[dict], Figure | None]]] = {
+    "decode_latency.png": ("Decode step latency vs prompt length", decode_latency),
+    "decode_speedup.png": ("Cached-decode speed-up vs prompt length", decode_speedup),
+    "kv_memory_heads.png": ("KV-cache memory vs number of KV heads", kv_memory_vs_heads),
+    "kv_memory_context.png": ("KV-cache memory vs context length", kv_memory_vs_context),
+    "decode_bandwidth.png": ("Achieved bandwidth vs measured peak", decode_bandwidth),
+}
+
+
+def render_plots(doc: dict, out_dir: str | Path) -> list[Path]:
+    """Write every plot the records allow into `out_dir`; return the files written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (_, make) in PLOTS.items():
+        fig = make(doc)
+        if fig is not None:
+            fig.savefig(out / name, dpi=120)
+            written.append(out / name)
+    return written

@@ -1,0 +1,271 @@
+"""report.md for a study: environment, findings in plain sentences, tables and plots.
+
+Every number comes from the study's results document; nothing is typed in here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .output import format_bytes
+from .plots import PLOTS, context, field_text, ok_records, series, series_label, setting_fields
+from .study import incomplete
+from .timing import NOISY_IQR_FRACTION
+
+Column = tuple[str, str, Callable[[object], str]]
+
+
+def _plain(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def _value(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else _plain(v)
+
+
+def _int(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _f1(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.1f}x"
+
+
+TABLES: dict[str, tuple[str, list[Column]]] = {
+    "params": ("Attention parameters per layer", [
+        ("Model", "model", _plain), ("Variant", "variant", _plain),
+        ("d_model", "d_model", _int), ("heads", "num_heads", _int),
+        ("kv heads", "num_kv_heads", _int), ("head_dim", "head_dim", _int),
+        ("parameters", "total_params", _int), ("vs MHA", "ratio_vs_mha", _pct),
+    ]),
+    "kvmem": ("KV-cache memory (K and V)", [
+        ("Model", "model", _plain), ("Variant", "variant", _plain),
+        ("layers", "num_layers", _int), ("kv heads", "num_kv_heads", _int),
+        ("head_dim", "head_dim", _int), ("batch", "batch", _int),
+        ("context", "seq_len", _int), ("dtype", "dtype", _plain),
+        ("per token", "bytes_per_token", format_bytes), ("whole model", "kv_bytes", format_bytes),
+        ("measured", "measured_bytes", format_bytes), ("vs MHA", "ratio_vs_mha", _pct),
+        ("Status", "status", _plain),
+    ]),
+    "decode": ("Decode speed", [
+        ("Model", "model", _plain), ("Variant", "variant", _plain), ("dtype", "dtype", _plain),
+        ("batch", "batch", _int), ("prompt", "prompt_len", _int), ("gen", "gen_len", _int),
+        ("Mode", "mode", _plain), ("prefill ms", "prefill_ms", _ms),
+        ("step ms (median)", "step_ms_median", _ms), ("p25", "step_ms_p25", _ms),
+        ("p75", "step_ms_p75", _ms), ("tokens/s", "tokens_per_s", _f1),
+        ("speed-up", "speedup_vs_no_cache", _x), ("GB/s", "achieved_gbps", _f1),
+        ("% peak", "pct_of_peak_bw", _f1), ("Noisy", "noisy", _plain),
+        ("Status", "status", _plain),
+    ]),
+}  # fmt: skip
+
+
+def markdown_table(records: Sequence[dict], columns: Sequence[Column]) -> str:
+    """A Markdown table; a column every record leaves empty (e.g. Model) is dropped, and a
+    setting not among `columns` that varies between the records is added after the names."""
+    shown = {field for _, field, _ in columns}
+    extra = [(f, f, _plain) for f in setting_fields(records)
+             if f not in shown and len({r.get(f) for r in records}) > 1]  # fmt: skip
+    columns = [*columns[:2], *extra, *columns[2:]]
+    columns = [c for c in columns if any(r.get(c[1]) is not None for r in records)]
+    lines = [
+        "| " + " | ".join(h for h, _, _ in columns) + " |",
+        "|" + "|".join("---" if h[:1].isupper() else "---:" for h, _, _ in columns) + "|",
+    ]
+    for r in records:
+        cells = (fmt(r.get(field)).replace("|", "\\|") for _, field, fmt in columns)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _join(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# --- findings ----------------------------------------------------------------------------
+
+
+SHAPE_TEXT = {"num_heads": "{:,} query heads", "d_model": "d_model {:,}"}
+
+
+def _share_of_mha(records: Sequence[dict], verb: str, what: str, group: Sequence[str]) -> list[str]:
+    """'With 8 query heads, GQA-2 needs 25.0% of MHA's KV cache and MQA 12.5%.' A variant
+    whose rows disagree (other settings change its share) is left out."""
+    groups: dict[tuple, dict[str, set[float]]] = {}
+    for r in records:
+        if r.get("model") is None and r["variant"] != "MHA":
+            ratios = groups.setdefault(tuple(r[f] for f in group), {})
+            ratios.setdefault(r["variant"], set()).add(r["ratio_vs_mha"])
+    found = []
+    for key, by_variant in groups.items():
+        ratios = {v: rs.pop() for v, rs in by_variant.items() if len(rs) == 1}
+        if not ratios:
+            continue
+        shape = _join([SHAPE_TEXT[f].format(v) for f, v in zip(group, key, strict=True)])
+        (first, ratio), *rest = ratios.items()
+        parts = [f"{first} {verb} {ratio:.1%} of MHA's {what}",
+                 *(f"{variant} {r:.1%}" for variant, r in rest)]  # fmt: skip
+        found.append(f"With {shape}, {_join(parts)}.")
+    return found
+
+
+def _largest_caches(records: Sequence[dict]) -> list[str]:
+    """The KV cache at the longest context studied, per model (or per shape)."""
+    presets = [r for r in records if r.get("model")] or list(records)
+    if not presets:
+        return []
+    longest = max(r["seq_len"] for r in presets)
+    batch = min(r["batch"] for r in presets if r["seq_len"] == longest)
+    rows = [r for r in presets if r["seq_len"] == longest and r["batch"] == batch]
+    shared = [f for f in ("num_layers", "dtype") if len({r[f] for r in rows}) == 1]
+    own = [f for f in ("num_layers", "dtype") if f not in shared]
+    setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0][f]) for f in shared)])
+    parts = [f"{format_bytes(r['kv_bytes'])} for "
+             + ", ".join([series_label(r), *(_setting(f, r[f]) for f in own)])
+             for r in rows]  # fmt: skip
+    return [f"At {longest:,} tokens of context ({setting}), the KV cache takes {_join(parts)}."]
+
+
+def _setting(field: str, value) -> str:
+    return f"{value} layers" if field == "num_layers" else str(value)
+
+
+def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
+    timed = ok_records(records, "step_ms_median")
+    if not timed:
+        return []
+    found = []
+    where = context(timed, environment, ())
+    for label, rows in series(timed, "prompt_len", exclude=("mode",)):
+        cached = {r["prompt_len"]: r for r in rows if r["mode"] == "cache"}
+        uncached = {r["prompt_len"]: r for r in rows if r["mode"] == "no_cache"}
+        both = sorted(set(cached) & set(uncached))
+        if len(both) >= 2:
+            lo, hi = both[0], both[-1]
+            found.append(
+                f"{label}: without the cache a decode step takes "
+                f"{uncached[lo]['step_ms_median']:.3f} ms at prompt {lo:,} and "
+                f"{uncached[hi]['step_ms_median']:.3f} ms at prompt {hi:,}; with it, "
+                f"{cached[lo]['step_ms_median']:.3f} ms and {cached[hi]['step_ms_median']:.3f} ms."
+            )
+    fast = ok_records(records, "speedup_vs_no_cache")
+    if fast:
+        longest = max(r["prompt_len"] for r in fast)
+        at_longest = [r for r in fast if r["prompt_len"] == longest]
+        parts = [f"{rows[0]['speedup_vs_no_cache']:.1f}x ({label})"
+                 for label, rows in series(at_longest, "prompt_len")]  # fmt: skip
+        found.append(f"At prompt {longest:,}, cached decode is {_join(parts)} faster than "
+                     f"recomputing the prefix, {where}.")  # fmt: skip
+    bandwidth = ok_records(records, "pct_of_peak_bw", "peak_gbps")
+    if bandwidth:
+        best = max(bandwidth, key=lambda r: r["pct_of_peak_bw"])
+        cached = "; over 100% means its data came from on-chip caches, not memory" * (
+            best["pct_of_peak_bw"] > 100
+        )
+        found.append(
+            f"The best decode step reaches {best['pct_of_peak_bw']:.1f}% of the measured peak "
+            f"copy bandwidth of {best['peak_gbps']:.1f} GB/s ({series_label(best)}, "
+            f"{best['mode'].replace('_', ' ')}, prompt {best['prompt_len']:,}){cached}."
+        )
+    noisy = [r for r in timed if r.get("noisy")]
+    if noisy:
+        found.append(f"{len(noisy)} of {len(timed)} decode timings are flagged noisy (p25 to "
+                     f"p75 wider than {NOISY_IQR_FRACTION:.0%} of the median).")  # fmt: skip
+    return found
+
+
+def findings(doc: dict) -> list[str]:
+    """A few sentences computed from the records, for the report and the run's summary."""
+    sections = {name: s["records"] for name, s in doc["sections"].items()}
+    params = ok_records(sections.get("params", []), "ratio_vs_mha")
+    kvmem = ok_records(sections.get("kvmem", []), "kv_bytes", "ratio_vs_mha")
+    found = [
+        *_share_of_mha(kvmem, "needs", "KV cache", ("num_heads",)),
+        *_largest_caches(kvmem),
+        *_share_of_mha(params, "has", "attention parameters", ("d_model", "num_heads")),
+        *_decode_findings(sections.get("decode", []), doc["environment"]),
+    ]
+    failed = incomplete(doc)
+    if failed:
+        found.append(f"{len(failed)} point(s) did not complete: "
+                     + "; ".join(describe_failure(s, r) for s, r in failed) + ".")  # fmt: skip
+    return found
+
+
+def describe_failure(section: str, record: dict) -> str:
+    """'decode MHA prompt 256 cache: oom'."""
+    detail = [field_text(f, record[f]) for f in ("d_model", "batch", "seq_len", "prompt_len")
+              if record.get(f) is not None]  # fmt: skip
+    mode = [record["mode"]] if record.get("mode") else []
+    return " ".join([section, series_label(record), *detail, *mode]) + f": {record['status']}"
+
+
+# --- the document ------------------------------------------------------------------------
+
+
+def render_report(doc: dict, plots: Sequence[str]) -> str:
+    """report.md: findings, environment, plots (file names beside the report), tables and
+    the configuration file."""
+    config, env = doc["config"], doc["environment"]
+    lines = [
+        "# attnbench study report",
+        "",
+        f"Study `{config.get('source')}`, created {doc['created']} with attnbench "
+        f"{doc['attnbench_version']}.",
+        "",
+        "## Findings",
+        "",
+        *(f"- {f}" for f in findings(doc) or ["No completed points yet."]),
+        "",
+        "## Environment",
+        "",
+        "| Field | Value |",
+        "|---|---|",
+        *(f"| {k} | {_value(v)} |" for k, v in env.items()),
+        "",
+    ]
+    if plots:
+        lines += ["## Plots", ""]
+        for name in plots:
+            caption = PLOTS.get(name, (name, None))[0]
+            lines += [f"![{caption}]({name})", ""]
+    for name, section in doc["sections"].items():
+        title, columns = TABLES[name]
+        records = section["records"]
+        lines += [f"## {title}", "", markdown_table(records, columns) if records else "No rows.",
+                  ""]  # fmt: skip
+    lines += [
+        "## Configuration",
+        "",
+        f"Resolved configuration hash `{config.get('resolved_sha256')}`; "
+        f"file SHA-256 `{config.get('file_sha256')}`.",
+        "",
+        "```yaml",
+        str(config.get("file_text", "")).rstrip(),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(doc: dict, out_dir: str | Path) -> Path:
+    """Write report.md into `out_dir`, showing the plots already there."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = [name for name in PLOTS if (out / name).is_file()]
+    path = out / "report.md"
+    path.write_text(render_report(doc, plots))
+    return path

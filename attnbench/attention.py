@@ -19,6 +19,11 @@ from .kv_cache import KVCache
 
 BACKENDS = ("sdpa", "naive")
 
+#: oneDNN's linear with prepacked weights (what torch.compile uses on the CPU) is available.
+_ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and all(
+    hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise")
+)
+
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean (q_len, k_len) mask, bottom-right aligned: query i sees keys
@@ -111,6 +116,7 @@ class GroupedQueryAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, self.shape.kv_dim, bias=bias, **factory)
         self.v_proj = nn.Linear(d_model, self.shape.kv_dim, bias=bias, **factory)
         self.o_proj = nn.Linear(self.shape.q_dim, d_model, bias=bias, **factory)
+        self._packed: dict[int, tuple] = {}  # see _project
 
     @property
     def variant(self) -> str:
@@ -137,9 +143,10 @@ class GroupedQueryAttention(nn.Module):
         batch, q_len, _ = x.shape
         source = x if context is None else context
         kv_len = source.shape[1]
-        q = self.q_proj(x).view(batch, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(source).view(batch, kv_len, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(source).view(batch, kv_len, self.num_kv_heads, self.head_dim)
+        q = self._project(self.q_proj, x).view(batch, q_len, self.num_heads, self.head_dim)
+        k = self._project(self.k_proj, source).view(batch, kv_len, self.num_kv_heads, -1)
+        v = self._project(self.v_proj, source).view(batch, kv_len, self.num_kv_heads, -1)
+        q = q.transpose(1, 2)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v, start_pos)
@@ -147,7 +154,31 @@ class GroupedQueryAttention(nn.Module):
             out = self._attend_naive(q, k, v, attn_mask, is_causal)
         else:
             out = self._attend_sdpa(q, k, v, attn_mask, is_causal)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, q_len, self.shape.q_dim))
+        out = out.transpose(1, 2).reshape(batch, q_len, self.shape.q_dim)
+        return self._project(self.o_proj, out)
+
+    def _project(self, proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """proj(x); for float32 inference on the CPU, through oneDNN with a prepacked weight.
+
+        PyTorch's default CPU GEMM is slow for the few rows of a decode step (a handful of
+        tokens against a d_model x d_model weight), and a decode step is dominated by
+        reading those weights. oneDNN's inner product on a weight reordered once into its
+        blocked layout reads them about twice as fast, with the same float32 arithmetic.
+        The packed copy is keyed on the weight's identity and version, so a change to the
+        weight (an optimiser step, load_state_dict) repacks it.
+        """
+        weight = proj.weight
+        if not (_ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype == torch.float32
+                and weight.dtype == torch.float32 and not torch.is_grad_enabled()):  # fmt: skip
+            return proj(x)
+        # Tensors made under inference_mode keep no version: only replacing them repacks.
+        key = (id(weight), None if weight.is_inference() else weight._version)
+        cached = self._packed.get(id(proj))
+        if cached is None or cached[0] != key:
+            cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
+            self._packed[id(proj)] = cached
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), cached[1], proj.bias,
+                                                  "none", [], "")  # fmt: skip
 
     def _attend_naive(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
         if self.group_size > 1:

@@ -652,3 +652,17 @@ def test_cuda_naive_equals_sdpa_with_cache(kv_heads):
     outs = [sdpa(x[:, :8], is_causal=True, kv_cache=cache)]
     outs += [sdpa(x[:, t : t + 1], is_causal=True, kv_cache=cache) for t in range(8, 12)]
     assert_matches(torch.cat(outs, dim=1), full, 1e-2)
+
+
+def test_cpu_inference_path_matches_the_plain_projections_and_repacks_on_change():
+    """Under inference on the CPU the projections run through prepacked weights: same
+    numbers as nn.Linear, and an in-place change to a weight is picked up."""
+    layer = GroupedQueryAttention(64, 8, 2)
+    x = torch.randn(2, 5, 64)
+    eager = layer(x, is_causal=True)
+    with torch.no_grad():
+        packed = layer(x, is_causal=True)
+        torch.testing.assert_close(packed, eager, rtol=1e-5, atol=1e-6)
+        layer.o_proj.weight.mul_(2.0)
+        doubled = layer(x, is_causal=True)
+    torch.testing.assert_close(doubled, 2 * eager.detach(), rtol=1e-5, atol=1e-6)

@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .compare import Document, load_document
+from .environment import collect_environment
 from .errors import UsageError
-from .output import write_json_atomic
+from .kvmem import kvmem_record
+from .output import as_dict, document_header, write_json_atomic
+from .params import params_record
+from .sweep import load_config, point_shape, resolve
 
 BASELINE_DIR = Path("results/baselines")
 
@@ -30,3 +34,29 @@ def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: cannot write the baseline ({exc})") from None
     return path, doc
+
+
+def exact_document(config_path: str | Path) -> dict:
+    """The exact metrics of a study: its params section, and its kvmem section computed
+    without measuring, as a `run` document. Nothing here depends on the machine, so a
+    change in it means the analytic model or a module changed."""
+    config = load_config(config_path)
+    params = resolve(config, "params")
+    kvmem = resolve(config, "kvmem", {"measure": False})
+    sections = {
+        "params": {"config": params.to_dict(),
+                   "records": [as_dict(params_record(point_shape(p))) for p in params.points()]},
+        "kvmem": {"config": kvmem.to_dict(),
+                  "records": [as_dict(kvmem_record(p, None)) for p in kvmem.points()]},
+    }  # fmt: skip
+    header = document_header("run", {"source": str(config_path)}, collect_environment())
+    return {**header, "sections": sections}
+
+
+def save_exact_baseline(config_path: str | Path, dest: str | Path) -> Path:
+    path = Path(dest)
+    try:
+        write_json_atomic(path, exact_document(config_path))
+    except OSError as exc:
+        raise UsageError(f"--to: cannot write {path} ({exc.strerror})") from None
+    return path

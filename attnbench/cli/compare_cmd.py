@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..baseline import default_baseline_path, save_baseline
+from ..baseline import default_baseline_path, save_baseline, save_exact_baseline
 from ..compare import (
     Comparison,
     Finding,
@@ -291,3 +291,17 @@ def baseline_save_command(
             + (f", {samples} with raw samples" if name == "decode" else "")
         )
     console.print(f"wrote {path}{replaced}: {'; '.join(counts)}", highlight=False, markup=False)
+
+
+@baseline_app.command("exact")
+@handles_errors
+def baseline_exact_command(
+    config: str = typer.Argument("configs/default.yaml", metavar="CONFIG", help="Sweep file."),
+    to: str = typer.Option(
+        "results/baselines/cpu-exact.json", "--to", help="Where to write the baseline."
+    ),
+) -> None:
+    """Write the exact metrics of a study (parameter counts, and KV-cache bytes computed
+    without measuring) as a baseline: what CI gates every change against."""
+    path = save_exact_baseline(config, to)
+    console.print(f"wrote {path}", highlight=False, markup=False)

@@ -6,7 +6,7 @@ in capacity.py predict, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -158,6 +158,37 @@ def _allocator_bytes(nbytes: int) -> int:
     return ceil_div(nbytes, 512) * 512
 
 
+def measure_allocation(
+    allocate: Callable[[], list[torch.Tensor]], device: torch.device, expected: int
+) -> tuple[int | None, str]:
+    """Run `allocate` on `device` and count the storage of the tensors it returns;
+    `expected` is the formula's bytes. On CUDA, torch.cuda.memory_allocated must grow by
+    the allocator's rounding of each tensor too. Nothing is allocated when `expected`
+    exceeds the device's free memory: the status says so and the count is None."""
+    free = free_memory_bytes(device)
+    if expected > free:
+        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+    tensors = allocate()
+    sizes = [t.untyped_storage().nbytes() for t in tensors]
+    measured = sum(sizes)
+    status = "ok"
+    if on_cuda:
+        delta = torch.cuda.memory_allocated(device) - before
+        rounded = sum(_allocator_bytes(n) for n in sizes)
+        if delta != rounded:
+            status = f"allocator delta {delta} != rounded storage {rounded}"
+    del tensors
+    if on_cuda:
+        torch.cuda.empty_cache()
+    if measured != expected:
+        status = f"mismatch: measured {measured} != analytic {expected}"
+    return measured, status
+
+
 def measure_storage_bytes(
     layout: TokenLayout,
     windows: Sequence[int | None],
@@ -166,28 +197,10 @@ def measure_storage_bytes(
     expected: int,
     page_size: int | None = None,
 ) -> tuple[int | None, str]:
-    """Allocate the cache on `device` and count its storage; `expected` is the formula's
-    bytes. On CUDA, torch.cuda.memory_allocated must grow by the allocator's rounding of
-    each tensor. Nothing is allocated when `expected` exceeds the free memory."""
-    free = free_memory_bytes(device)
-    if expected > free:
-        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
-    on_cuda = device.type == "cuda"
-    if on_cuda:
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-    layers = allocate_cache(layout, windows, seq_lens, page_size, device)
-    measured = sum(layer.nbytes for layer in layers)
-    status = "ok"
-    if on_cuda:
-        delta = torch.cuda.memory_allocated(device) - before
-        rounded = sum(_allocator_bytes(t.untyped_storage().nbytes())
-                      for layer in layers for t in layer.tensors())  # fmt: skip
-        if delta != rounded:
-            status = f"allocator delta {delta} != rounded storage {rounded}"
-    del layers
-    if on_cuda:
-        torch.cuda.empty_cache()
-    if measured != expected:
-        status = f"mismatch: measured {measured} != analytic {expected}"
-    return measured, status
+    """Allocate the cache of `layout` (see allocate_cache) and count it."""
+
+    def allocate() -> list[torch.Tensor]:
+        layers = allocate_cache(layout, windows, seq_lens, page_size, device)
+        return [t for layer in layers for t in layer.tensors()]
+
+    return measure_allocation(allocate, device, expected)

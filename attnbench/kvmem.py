@@ -13,7 +13,7 @@ import torch
 
 from .analytic import variant_label
 from .architecture import ModelSpec
-from .cache_storage import measure_storage_bytes
+from .cache_storage import measure_allocation, measure_storage_bytes
 from .capacity import (
     DEFAULT_SCALE_DTYPE,
     KvFormat,
@@ -22,10 +22,9 @@ from .capacity import (
     paging_report,
     token_layout,
 )
-from .devices import free_memory_bytes, torch_dtype
+from .devices import torch_dtype
 from .errors import UsageError
 from .kv_cache import KVCache
-from .output import format_bytes
 from .presets import PRESETS
 from .sweep import Study
 
@@ -79,34 +78,17 @@ def measure_cache_bytes(
     device: torch.device,
     expected: int,
 ) -> tuple[int | None, str]:
-    """Allocate one KVCache per layer on `device` and count their storage.
+    """Allocate one KVCache per layer on `device` and count their storage (see
+    measure_allocation: on CUDA the allocator's count must agree too)."""
 
-    On CUDA the allocator's view (torch.cuda.memory_allocated delta) must agree too.
-    Nothing is allocated when `expected` bytes exceed the device's free memory.
-    """
-    free = free_memory_bytes(device)
-    if expected > free:
-        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
-    on_cuda = device.type == "cuda"
-    if on_cuda:
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-    caches = [
-        KVCache(batch, num_kv_heads, seq_len, head_dim, torch_dtype(dtype), device)
-        for _ in range(num_layers)
-    ]
-    measured = sum(c.nbytes for c in caches)
-    status = "ok"
-    if on_cuda:
-        delta = torch.cuda.memory_allocated(device) - before
-        if delta != measured:
-            status = f"allocator delta {delta} != storage {measured}"
-    del caches
-    if on_cuda:
-        torch.cuda.empty_cache()
-    if measured != expected:
-        status = f"mismatch: measured {measured} != analytic {expected}"
-    return measured, status
+    def allocate() -> list[torch.Tensor]:
+        caches = [
+            KVCache(batch, num_kv_heads, seq_len, head_dim, torch_dtype(dtype), device)
+            for _ in range(num_layers)
+        ]
+        return [t for c in caches for t in (c.k, c.v)]
+
+    return measure_allocation(allocate, device, expected)
 
 
 def take_batch_lengths(study: Study, lengths: list[int] | None = None) -> None:

@@ -114,3 +114,32 @@ def format_bytes(n: int | float | None) -> str:
 def format_count(n: int) -> str:
     """An exact count with thousands separators: 67108864 -> '67,108,864'."""
     return f"{n:,}"
+
+
+# Cell formatters for tables (terminal and Markdown); None shows as "-".
+
+
+def fmt_plain(v) -> str:
+    return "-" if v is None else str(v)
+
+
+def fmt_int(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def fmt_pct(v) -> str:
+    """A fraction as a percentage: 0.25 -> '25.00%'."""
+    return "-" if v is None else f"{v:.2%}"
+
+
+def fmt_ms(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def fmt_f1(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def fmt_x(v) -> str:
+    """A speed-up: 11.2 -> '11.2x'."""
+    return "-" if v is None else f"{v:.1f}x"

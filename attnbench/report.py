@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .output import format_bytes
+from .output import fmt_f1, fmt_int, fmt_ms, fmt_pct, fmt_plain, fmt_x, format_bytes
 from .plots import PLOTS, context, field_text, ok_records, series, series_label, setting_fields
 from .study import incomplete
 from .timing import NOISY_IQR_FRACTION
@@ -16,59 +16,36 @@ from .timing import NOISY_IQR_FRACTION
 Column = tuple[str, str, Callable[[object], str]]
 
 
-def _plain(v) -> str:
-    return "-" if v is None else str(v)
-
-
 def _value(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else _plain(v)
-
-
-def _int(v) -> str:
-    return "-" if v is None else f"{v:,}"
-
-
-def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
-def _ms(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
-def _f1(v) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
-def _x(v) -> str:
-    return "-" if v is None else f"{v:.1f}x"
+    return f"{v:.4g}" if isinstance(v, float) else fmt_plain(v)
 
 
 TABLES: dict[str, tuple[str, list[Column]]] = {
     "params": ("Attention parameters per layer", [
-        ("Model", "model", _plain), ("Variant", "variant", _plain),
-        ("d_model", "d_model", _int), ("heads", "num_heads", _int),
-        ("kv heads", "num_kv_heads", _int), ("head_dim", "head_dim", _int),
-        ("parameters", "total_params", _int), ("vs MHA", "ratio_vs_mha", _pct),
+        ("Model", "model", fmt_plain), ("Variant", "variant", fmt_plain),
+        ("d_model", "d_model", fmt_int), ("heads", "num_heads", fmt_int),
+        ("kv heads", "num_kv_heads", fmt_int), ("head_dim", "head_dim", fmt_int),
+        ("parameters", "total_params", fmt_int), ("vs MHA", "ratio_vs_mha", fmt_pct),
     ]),
     "kvmem": ("KV-cache memory (K and V)", [
-        ("Model", "model", _plain), ("Variant", "variant", _plain),
-        ("layers", "num_layers", _int), ("kv heads", "num_kv_heads", _int),
-        ("head_dim", "head_dim", _int), ("batch", "batch", _int),
-        ("context", "seq_len", _int), ("dtype", "dtype", _plain),
+        ("Model", "model", fmt_plain), ("Variant", "variant", fmt_plain),
+        ("layers", "num_layers", fmt_int), ("kv heads", "num_kv_heads", fmt_int),
+        ("head_dim", "head_dim", fmt_int), ("batch", "batch", fmt_int),
+        ("context", "seq_len", fmt_int), ("dtype", "dtype", fmt_plain),
         ("per token", "bytes_per_token", format_bytes), ("whole model", "kv_bytes", format_bytes),
-        ("measured", "measured_bytes", format_bytes), ("vs MHA", "ratio_vs_mha", _pct),
-        ("Status", "status", _plain),
+        ("measured", "measured_bytes", format_bytes), ("vs MHA", "ratio_vs_mha", fmt_pct),
+        ("Status", "status", fmt_plain),
     ]),
     "decode": ("Decode speed", [
-        ("Model", "model", _plain), ("Variant", "variant", _plain), ("dtype", "dtype", _plain),
-        ("batch", "batch", _int), ("prompt", "prompt_len", _int), ("gen", "gen_len", _int),
-        ("Mode", "mode", _plain), ("prefill ms", "prefill_ms", _ms),
-        ("step ms (median)", "step_ms_median", _ms), ("p25", "step_ms_p25", _ms),
-        ("p75", "step_ms_p75", _ms), ("tokens/s", "tokens_per_s", _f1),
-        ("speed-up", "speedup_vs_no_cache", _x), ("GB/s", "achieved_gbps", _f1),
-        ("% peak", "pct_of_peak_bw", _f1), ("Noisy", "noisy", _plain),
-        ("Status", "status", _plain),
+        ("Model", "model", fmt_plain), ("Variant", "variant", fmt_plain),
+        ("dtype", "dtype", fmt_plain),
+        ("batch", "batch", fmt_int), ("prompt", "prompt_len", fmt_int), ("gen", "gen_len", fmt_int),
+        ("Mode", "mode", fmt_plain), ("prefill ms", "prefill_ms", fmt_ms),
+        ("step ms (median)", "step_ms_median", fmt_ms), ("p25", "step_ms_p25", fmt_ms),
+        ("p75", "step_ms_p75", fmt_ms), ("tokens/s", "tokens_per_s", fmt_f1),
+        ("speed-up", "speedup_vs_no_cache", fmt_x), ("GB/s", "achieved_gbps", fmt_f1),
+        ("% peak", "pct_of_peak_bw", fmt_f1), ("Noisy", "noisy", fmt_plain),
+        ("Status", "status", fmt_plain),
     ]),
 }  # fmt: skip
 
@@ -77,7 +54,7 @@ def markdown_table(records: Sequence[dict], columns: Sequence[Column]) -> str:
     """A Markdown table; a column every record leaves empty (e.g. Model) is dropped, and a
     setting not among `columns` that varies between the records is added after the names."""
     shown = {field for _, field, _ in columns}
-    extra = [(f, f, _plain) for f in setting_fields(records)
+    extra = [(f, f, fmt_plain) for f in setting_fields(records)
              if f not in shown and len({r.get(f) for r in records}) > 1]  # fmt: skip
     columns = [*columns[:2], *extra, *columns[2:]]
     columns = [c for c in columns if any(r.get(c[1]) is not None for r in records)]

@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import attnbench
-import attnbench.kvmem as kvmem
+import attnbench.cache_storage as cache_storage
 from attnbench.cli import app
 
 runner = CliRunner()
@@ -163,7 +163,7 @@ def test_csv_and_json_hold_the_same_records(tmp_path, args):
 
 
 def test_csv_and_json_agree_on_skipped_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(kvmem, "free_memory_bytes", lambda device: 2048)
+    monkeypatch.setattr(cache_storage, "free_memory_bytes", lambda device: 2048)
     csv_path, json_path = tmp_path / "o.csv", tmp_path / "o.json"
     invoke_ok([*KVMEM_ARGS, "--csv", csv_path, "--json", json_path, "-q"])
     records = json.loads(json_path.read_text())["records"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.kvmem as kvmem
+import attnbench.cache_storage as cache_storage
 from attnbench.cli import app
 from attnbench.kvmem import kvmem_record, measure_cache_bytes
 from attnbench.output import format_bytes
@@ -201,7 +201,7 @@ def test_measure_cache_bytes_directly():
 
 def test_skipped_when_cache_does_not_fit(tmp_path, monkeypatch):
     free = 4096
-    monkeypatch.setattr(kvmem, "free_memory_bytes", lambda device: free)
+    monkeypatch.setattr(cache_storage, "free_memory_bytes", lambda device: free)
     out = tmp_path / "k.csv"
     # 1 layer, 4 heads of 16, fp16: 2 * 4 * 16 * 2 = 256 B/token (MHA), 64 B/token (MQA)
     # seq 16: MHA 4,096 B (fits exactly), MQA 1,024 B; seq 64: MHA 16,384 B (does not fit)
@@ -230,7 +230,7 @@ def test_no_measure_never_measures(tmp_path, monkeypatch):
     def boom(device):
         raise AssertionError("--no-measure must not look at free memory")
 
-    monkeypatch.setattr(kvmem, "free_memory_bytes", boom)
+    monkeypatch.setattr(cache_storage, "free_memory_bytes", boom)
     records = kvmem_json(tmp_path, "--d-model", 64, "--heads", 4, "--seq-len", 8,
                          "--device", "cpu", "--no-measure")  # fmt: skip
     assert records[0]["measured_bytes"] is None

@@ -107,18 +107,6 @@ def write_outputs(
             console.print(f"wrote {json_path}")
 
 
-def fmt_int(v) -> str:
-    return "-" if v is None else f"{v:,}"
-
-
-def fmt_ratio(v) -> str:
-    return "-" if v is None else f"{v:.2%}"
-
-
-def fmt_plain(v) -> str:
-    return "-" if v is None else str(v)
-
-
 # Options shared by the commands (typer.Annotated aliases keep each command's signature short).
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", help="YAML sweep file; flags override it.")

@@ -9,6 +9,7 @@ from ..analytic import MODEL_DTYPES
 from ..decode import DecodeOptions, decode_record, link_speedups
 from ..devices import resolve_device
 from ..environment import collect_environment
+from ..output import fmt_f1, fmt_int, fmt_ms, fmt_plain, fmt_x
 from ..sweep import load_config, resolve
 from ..timing import measure_peak_gbps
 from . import app
@@ -26,8 +27,6 @@ from .common import (
     console,
     err_console,
     fail,
-    fmt_int,
-    fmt_plain,
     handles_errors,
     model_refs,
     parse_choice_list,
@@ -39,19 +38,6 @@ from .common import (
     write_outputs,
 )
 
-
-def _ms(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
-def _x(v) -> str:
-    return "-" if v is None else f"{v:.1f}x"
-
-
-def _f1(v) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
 COLUMNS = [
     ("Variant", "variant", fmt_plain),
     ("Backend", "backend", fmt_plain),
@@ -59,15 +45,15 @@ COLUMNS = [
     ("prompt", "prompt_len", fmt_int),
     ("gen", "gen_len", fmt_int),
     ("Mode", "mode", fmt_plain),
-    ("prefill ms", "prefill_ms", _ms),
-    ("step ms (median)", "step_ms_median", _ms),
-    ("p25", "step_ms_p25", _ms),
-    ("p75", "step_ms_p75", _ms),
-    ("total ms", "total_ms", _ms),
-    ("tokens/s", "tokens_per_s", _f1),
-    ("speed-up", "speedup_vs_no_cache", _x),
-    ("GB/s", "achieved_gbps", _f1),
-    ("% peak", "pct_of_peak_bw", _f1),
+    ("prefill ms", "prefill_ms", fmt_ms),
+    ("step ms (median)", "step_ms_median", fmt_ms),
+    ("p25", "step_ms_p25", fmt_ms),
+    ("p75", "step_ms_p75", fmt_ms),
+    ("total ms", "total_ms", fmt_ms),
+    ("tokens/s", "tokens_per_s", fmt_f1),
+    ("speed-up", "speedup_vs_no_cache", fmt_x),
+    ("GB/s", "achieved_gbps", fmt_f1),
+    ("% peak", "pct_of_peak_bw", fmt_f1),
     ("Noisy", "noisy", fmt_plain),
     ("Status", "status", fmt_plain),
 ]

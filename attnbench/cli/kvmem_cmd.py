@@ -12,7 +12,7 @@ from ..devices import resolve_device
 from ..environment import collect_environment
 from ..errors import UsageError
 from ..kvmem import KvmemRecord, kvmem_record, take_batch_lengths
-from ..output import format_bytes
+from ..output import fmt_int, fmt_pct, fmt_plain, format_bytes
 from ..sweep import load_config, resolve
 from . import app
 from .common import (
@@ -28,9 +28,6 @@ from .common import (
     ModelOpt,
     QuietOpt,
     console,
-    fmt_int,
-    fmt_plain,
-    fmt_ratio,
     handles_errors,
     model_refs,
     parse_choice_list,
@@ -54,7 +51,7 @@ COLUMNS = [
     ("per layer", "kv_bytes_per_layer", format_bytes),
     ("whole model", "kv_bytes", format_bytes),
     ("measured", "measured_bytes", format_bytes),
-    ("vs MHA", "ratio_vs_mha", fmt_ratio),
+    ("vs MHA", "ratio_vs_mha", fmt_pct),
     ("Status", "status", fmt_plain),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..environment import collect_environment
+from ..output import fmt_int, fmt_pct, fmt_plain
 from ..params import ModelMismatchError, params_record
 from ..sweep import load_config, point_shape, resolve
 from . import app
@@ -21,9 +22,6 @@ from .common import (
     QuietOpt,
     console,
     fail,
-    fmt_int,
-    fmt_plain,
-    fmt_ratio,
     handles_errors,
     model_refs,
     render_table,
@@ -45,7 +43,7 @@ COLUMNS = [
     ("o_proj", "o_params", fmt_int),
     ("total", "total_params", fmt_int),
     ("module", "module_params", fmt_int),
-    ("vs MHA", "ratio_vs_mha", fmt_ratio),
+    ("vs MHA", "ratio_vs_mha", fmt_pct),
 ]
 
 

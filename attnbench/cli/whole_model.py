@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from ..architecture import ModelSpec
 from ..model_params import whole_model_records
-from ..output import format_bytes
+from ..output import fmt_int, fmt_plain, format_bytes
 from ..params import ModelMismatchError
-from .common import console, fail, fmt_int, fmt_plain, render_table
+from .common import console, fail, render_table
 
 COLUMNS = [
     ("Part", "part", fmt_plain),

@@ -110,5 +110,5 @@ def measure_peak_gbps(device: torch.device, nbytes: int | None = None) -> float:
         nbytes = (1 << 30) if device.type == "cuda" else (256 << 20)
     src = torch.randn(nbytes // 4, device=device)
     dst = torch.empty_like(src)
-    timing = Timer(device).measure(lambda: dst.copy_(src), warmup=3, repeats=15)
+    timing = Timer(device).measure(lambda: dst.copy_(src), warmup=3, repeats=30)
     return 2 * src.nbytes / (timing.median_ms * 1e-3) / 1e9

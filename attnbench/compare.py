@@ -38,6 +38,8 @@ SECTION_ALIASES = {"decode-speed": "decode"}
 GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_threads")
 #: The raw samples behind a timing median, where a record keeps them.
 SAMPLES_FIELDS = {"step_ms_median": "samples_ms"}
+#: Relative change of the measured peak copy bandwidth that makes two runs incomparable.
+PEAK_DRIFT = 0.10
 
 
 class Kind(str, Enum):
@@ -488,11 +490,21 @@ def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDiff
     if any(str(env.get("device") or "cpu").startswith("cpu") for env in (base, cur)):
         gating.add("cpu_model")
     diffs = [
-        EnvDifference(k, base.get(k), cur.get(k), k in gating)
+        EnvDifference(k, base.get(k), cur.get(k), k in gating or _bandwidth_drift(k, base, cur))
         for k in dict.fromkeys([*base, *cur])
         if base.get(k) != cur.get(k)
     ]
     return sorted(diffs, key=lambda d: not d.gating)
+
+
+def _bandwidth_drift(key: str, base: dict, cur: dict) -> bool:
+    """The copy bandwidth each run measured (peak_gbps) moved by more than
+    PEAK_DRIFT: the machine was not in the same state (other jobs, clocks), so the
+    timings of the two runs are not comparable even on the same hardware."""
+    b, c = base.get(key), cur.get(key)
+    if key != "peak_gbps" or not _is_number(b) or not _is_number(c) or b <= 0:
+        return False
+    return abs(c / b - 1) > PEAK_DRIFT
 
 
 def compare_documents(

@@ -292,6 +292,21 @@ def test_cpu_runs_also_need_the_same_cpu_model():
     assert gpu == {"cpu_model": False}
 
 
+def test_a_machine_whose_measured_bandwidth_moved_is_another_environment(tmp_path):
+    """Two runs on the same hardware whose copy probes differ by more than 10% ran in
+    different machine states: their timings do not gate (exit 3), a 5% drift does."""
+    base = document("decode-speed", decode_records(), {**ENV, "peak_gbps": 30.0})
+    drifted = document("decode-speed", slowed(decode_records(), 1.3), {**ENV, "peak_gbps": 24.0})
+    gating = {
+        d.field: d.gating
+        for d in environment_differences(base["environment"], drifted["environment"])
+    }
+    assert gating == {"peak_gbps": True}
+    assert compare(tmp_path, base, drifted).exit_code == 3
+    close = document("decode-speed", slowed(decode_records(), 1.5), {**ENV, "peak_gbps": 28.6})
+    assert compare(tmp_path, base, close).exit_code == 1  # a 4.7% drift: timings still gate
+
+
 # --- bad input -----------------------------------------------------------------------------
 
 

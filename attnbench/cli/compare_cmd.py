@@ -134,12 +134,17 @@ def summary_line(result: Comparison) -> str:
     return f"{STATUS[code]} (exit {code}): {counts or 'no metrics'}; {timing}"
 
 
+def _env_value(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def _context_lines(result: Comparison) -> list[str]:
     """The gating environment differences and the notes, one line each."""
     lines = []
     diffs = [d for d in result.env_differences if d.gating]
     if diffs:
-        changes = ", ".join(f"{d.field} {d.baseline} -> {d.current}" for d in diffs)
+        changes = ", ".join(f"{d.field} {_env_value(d.baseline)} -> {_env_value(d.current)}"
+                            for d in diffs)  # fmt: skip
         lines.append(f"Environments differ ({changes}): timings do not gate.")
     return lines + [f"Note: {note}." for note in result.notes]
 

@@ -68,6 +68,8 @@ SEVERITY = {v: i for i, v in enumerate(Verdict)}
 _DERIVED_NAMES = frozenset({"noisy", "status", "samples_ms"})
 _DERIVED_PREFIXES = ("achieved_", "pct_", "speedup_", "ratio_")
 _DERIVED_SUFFIXES = ("_per_s", "_gbps", "_tflops", "_pct")
+#: Computed counts whose names match no pattern below; a change in them is a model change.
+_EXACT_NAMES = frozenset({"kv_heads_per_gpu", "windowed_layers"})
 
 
 def classify(name: str) -> Kind:
@@ -86,7 +88,7 @@ def classify(name: str) -> Kind:
         return Kind.TIMING
     if "_ms_" in name:
         return Kind.DERIVED
-    if "bytes" in name or name.endswith("_params") or "flops" in name:
+    if name in _EXACT_NAMES or "bytes" in name or name.endswith("_params") or "flops" in name:
         return Kind.EXACT
     return Kind.CONFIG
 

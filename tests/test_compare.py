@@ -514,3 +514,19 @@ def test_simulated_false_regressions_and_detection():
     result = simulate(pairs=500, slowdown=1.2, seed=0)
     assert result.false_rate <= 0.01
     assert result.detection_rate >= 0.95
+
+
+def test_only_inputs_are_configuration_fields():
+    """Rows are matched on configuration fields, so a computed field classified as one
+    would turn a changed number into a `missing` and a `new` row, which do not fail."""
+    from dataclasses import fields
+
+    from attnbench.decode import DecodeRecord
+    from attnbench.kvmem import KvmemRecord
+    from attnbench.params import ParamsRecord
+    from attnbench.sweep import FIELDS
+
+    inputs = set(FIELDS) | {"model", "variant", "device"}
+    for record in (ParamsRecord, KvmemRecord, DecodeRecord):
+        config = {f.name for f in fields(record) if classify(f.name) is Kind.CONFIG}
+        assert config <= inputs, (record.__name__, config - inputs)

@@ -84,6 +84,9 @@ FIELDS: dict[str, FieldSpec] = {
     "flush_l2": FieldSpec(bool, ("decode",), axis=False, default=False),
 }
 SHAPE_FIELDS = ("d_model", "num_heads", "num_kv_heads", "head_dim")
+SHAPE_FLAGS = {"d_model": "--d-model", "num_heads": "--heads", "num_kv_heads": "--kv-heads",
+               "head_dim": "--head-dim"}  # fmt: skip
+FLAGS_SOURCE = "<flags>"
 
 
 def suggest(name: str, choices) -> str:
@@ -151,7 +154,7 @@ class StudyConfig:
     """A validated sweep file (or an empty one when running from flags alone)."""
 
     sections: dict[str, Any] = field(default_factory=dict)
-    source: str = "<flags>"
+    source: str = FLAGS_SOURCE
     base_dir: Path = Path(".")
 
 
@@ -319,8 +322,13 @@ def _check_points(study: Study) -> None:
         except ValueError as exc:
             if str(exc) not in reported:
                 reported.add(str(exc))
-                desc = " ".join(f"{n}={p[n]}" for n in SHAPE_FIELDS if p.get(n) is not None)
-                problems.append(f"{study.source}: invalid combination {desc}: {exc}")
+                shape = [n for n in SHAPE_FIELDS if p.get(n) is not None]
+                if study.source == FLAGS_SOURCE:  # name the flags the user typed
+                    desc = " ".join(f"{SHAPE_FLAGS[n]} {p[n]}" for n in shape)
+                    problems.append(f"invalid combination {desc}: {exc}")
+                else:
+                    desc = " ".join(f"{n}={p[n]}" for n in shape)
+                    problems.append(f"{study.source}: invalid combination {desc}: {exc}")
     if problems:
         raise UsageError("\n".join(problems))
 

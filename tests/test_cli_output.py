@@ -82,7 +82,7 @@ def test_quiet_still_prints_errors():
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("error:")
-    assert "num_kv_heads=3" in result.stderr
+    assert "--kv-heads 3" in result.stderr
 
 
 def test_errors_go_to_stderr():

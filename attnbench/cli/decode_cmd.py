@@ -39,6 +39,7 @@ from .common import (
 )
 
 COLUMNS = [
+    ("Model", "model", fmt_plain),
     ("Variant", "variant", fmt_plain),
     ("Backend", "backend", fmt_plain),
     ("batch", "batch", fmt_int),

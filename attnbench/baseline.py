@@ -7,7 +7,7 @@ from pathlib import Path
 from .compare import Document, load_document
 from .environment import collect_environment
 from .errors import UsageError
-from .kvmem import kvmem_record
+from .kvmem import kvmem_points, kvmem_record
 from .output import as_dict, document_header, write_json_atomic
 from .params import params_record
 from .sweep import load_config, point_shape, resolve
@@ -47,7 +47,8 @@ def exact_document(config_path: str | Path) -> dict:
         "params": {"config": params.to_dict(),
                    "records": [as_dict(params_record(point_shape(p))) for p in params.points()]},
         "kvmem": {"config": kvmem.to_dict(),
-                  "records": [as_dict(kvmem_record(p, None)) for p in kvmem.points()]},
+                  "records": [as_dict(kvmem_record(p, None, spec))
+                              for p, spec in kvmem_points(kvmem)]},
     }  # fmt: skip
     header = document_header("run", {"source": str(config_path)}, collect_environment())
     return {**header, "sections": sections}

@@ -101,6 +101,17 @@ def take_batch_lengths(study: Study, lengths: list[int] | None = None) -> None:
         study.values["batch"], study.values["seq_len"] = [len(lengths)], [max(lengths)]
 
 
+def kvmem_points(
+    study: Study, lengths: list[int] | None = None
+) -> list[tuple[dict, ModelSpec | None]]:
+    """Every point of a resolved kvmem study with its model's spec (which brings the
+    model's windows and MLA latent, also for config.json models), after folding one
+    batch's lengths into the grid (take_batch_lengths). What kvmem_record needs."""
+    take_batch_lengths(study, lengths)
+    specs = {m.name: m for m in study.models}
+    return [(p, specs.get(p["model"])) for p in study.points()]
+
+
 def kvmem_record(
     point: dict, device: torch.device | None, spec: ModelSpec | None = None
 ) -> KvmemRecord:

@@ -24,12 +24,13 @@ from pathlib import Path
 import torch
 
 from .analytic import decode_totals, forward_flops
+from .architecture import ModelSpec
 from .compare import load_document
 from .decode import DecodeOptions, DecodeRecord, decode_record, is_oom, link_speedups
 from .devices import resolve_device
 from .environment import collect_environment
 from .errors import UsageError
-from .kvmem import kvmem_record
+from .kvmem import kvmem_points, kvmem_record
 from .output import append_csv_row, as_dict, document_header, write_csv, write_json_atomic
 from .params import params_record
 from .sweep import COMMANDS, Study, StudyConfig, load_config, point_shape, resolve
@@ -47,6 +48,7 @@ class Task:
     section: str
     index: int
     point: dict
+    spec: ModelSpec | None = None  # the kvmem point's model (windows, MLA)
 
 
 @dataclass
@@ -106,10 +108,12 @@ def plan_study(config_path: str | Path | None = None, device: str | None = None)
             devices[name] = resolve_device(studies[name].options["device"], where)
     tasks = []
     for name, study in studies.items():
-        points = study.points()
-        if name == "decode":
-            points = no_cache_first(points)
-        tasks.extend(Task(name, i, p) for i, p in enumerate(points))
+        if name == "kvmem":
+            pairs = kvmem_points(study)
+        else:
+            points = study.points()
+            pairs = [(p, None) for p in (no_cache_first(points) if name == "decode" else points)]
+        tasks.extend(Task(name, i, p, spec) for i, (p, spec) in enumerate(pairs))
     return Plan(config, path.read_text(), studies, devices, tasks)
 
 
@@ -239,11 +243,11 @@ def _run_point(plan: Plan, task: Task, peak_gbps: float | None):
     if task.section == "kvmem":
         device = plan.devices["kvmem"] if plan.studies["kvmem"].options["measure"] else None
         try:
-            return kvmem_record(point, device)
+            return kvmem_record(point, device, task.spec)
         except Exception as exc:  # one point out of memory must not stop the study
             if not is_oom(exc):
                 raise
-            record = kvmem_record(point, None)
+            record = kvmem_record(point, None, task.spec)
             record.status = "oom"
             return record
     return decode_record(point, plan.devices["decode"], plan.decode_options, peak_gbps)

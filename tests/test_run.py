@@ -289,3 +289,26 @@ def test_appended_rows_keep_the_existing_header(tmp_path):
     append_csv_row(path, {"b": 3, "a": 4, "c": 5})  # a field the header lacks stays out
     append_csv_row(path, {"a": 6})
     assert path.read_text().splitlines() == ["a,b", "1,2", "4,3", "6,"]
+
+
+def test_kvmem_section_matches_the_kvmem_command_for_config_json_windows_and_batches(tmp_path):
+    """run and kvmem read a study the same way: a config.json model keeps its sliding
+    window, and a YAML seq_lens list is one batch of those lengths."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "sliding_window": 64,
+        "torch_dtype": "float16"}))  # fmt: skip
+    sweep = tmp_path / "study.yaml"
+    sweep.write_text("models: [config.json]\nkvmem:\n  seq_lens: [100, 30, 200]\n"
+                     "  page_size: 16\n  measure: false\n")  # fmt: skip
+    kvmem_json = tmp_path / "kvmem.json"
+    result = runner.invoke(app, ["kvmem", "--config", str(sweep), "-q", "--json", str(kvmem_json)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["run", str(sweep), "--out", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    expected = json.loads(kvmem_json.read_text())["records"]
+    got = json.loads((tmp_path / "out" / "results.json").read_text())["sections"]["kvmem"]
+    assert got["records"] == expected
+    # 2 layers x 3 sequences x 64 kept tokens x 2 (K, V) x 2 KV heads x 64 x 2 bytes
+    assert expected[0]["kv_bytes"] == 2 * 3 * 64 * 2 * 2 * 64 * 2
+    assert expected[0]["batch"] == 3 and expected[0]["seq_len"] == 200

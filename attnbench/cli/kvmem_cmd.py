@@ -11,7 +11,7 @@ from ..capacity import KV_DTYPES, SCALE_DTYPES, parse_seq_lens
 from ..devices import resolve_device
 from ..environment import collect_environment
 from ..errors import UsageError
-from ..kvmem import KvmemRecord, kvmem_record, take_batch_lengths
+from ..kvmem import KvmemRecord, kvmem_points, kvmem_record
 from ..output import fmt_int, fmt_pct, fmt_plain, format_bytes
 from ..sweep import load_config, resolve
 from . import app
@@ -153,13 +153,9 @@ def kvmem_command(
     if lengths and (batch or seq_len):
         raise UsageError("--seq-lens: replaces --batch and --seq-len; give one or the other")
     study = resolve(load_config(config), "kvmem", overrides, model_refs(model, hf_config))
-    take_batch_lengths(study, lengths)
     dev = resolve_device(study.options["device"])
-    specs = {m.name: m for m in study.models}
-    records = [
-        kvmem_record(p, dev if study.options["measure"] else None, specs.get(p["model"]))
-        for p in study.points()
-    ]
+    measure_on = dev if study.options["measure"] else None
+    records = [kvmem_record(p, measure_on, spec) for p, spec in kvmem_points(study, lengths)]
     if not quiet:
         title = f"KV-cache memory on {dev}"
         console.print(render_table(title, records, table_columns(records)))

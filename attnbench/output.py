@@ -111,11 +111,6 @@ def format_bytes(n: int | float | None) -> str:
     raise AssertionError("unreachable")
 
 
-def format_count(n: int) -> str:
-    """An exact count with thousands separators: 67108864 -> '67,108,864'."""
-    return f"{n:,}"
-
-
 # Cell formatters for tables (terminal and Markdown); None shows as "-".
 
 

@@ -1,12 +1,12 @@
 """attnbench: benchmark and analyse MHA, MQA and GQA attention and their KV cache."""
 
-from .attention import (
+from .modules.attention import (
     GroupedQueryAttention,
     MultiHeadAttention,
     MultiQueryAttention,
     scaled_dot_product_attention,
 )
-from .kv_cache import KVCache
+from .modules.kv_cache import KVCache
 
 __version__ = "0.1.0"
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from attnbench.analytic import (
+from attnbench.model.formulas import (
     AttentionShape,
     attention_core_flops,
     attention_params,

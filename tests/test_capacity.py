@@ -10,9 +10,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench.analytic import kv_cache_bytes
-from attnbench.cache_storage import LayerStorage, pack_int4, unpack_int4
-from attnbench.capacity import (
+from attnbench.cli import app
+from attnbench.errors import UsageError
+from attnbench.experiments.kvmem import kvmem_record
+from attnbench.model.capacity import (
     KV_DTYPES,
     QUANTIZED_KV_DTYPES,
     KvFormat,
@@ -27,11 +28,10 @@ from attnbench.capacity import (
     parse_seq_lens,
     token_layout,
 )
-from attnbench.cli import app
-from attnbench.errors import UsageError
-from attnbench.hf_config import spec_from_hf_config
-from attnbench.kvmem import kvmem_record
-from attnbench.presets import PRESETS
+from attnbench.model.formulas import kv_cache_bytes
+from attnbench.model.hf_config import spec_from_hf_config
+from attnbench.model.presets import PRESETS
+from attnbench.modules.quantized_cache import LayerStorage, pack_int4, unpack_int4
 
 CPU = torch.device("cpu")
 runner = CliRunner()

@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import attnbench
-import attnbench.cache_storage as cache_storage
+import attnbench.modules.quantized_cache as cache_storage
 from attnbench.cli import app
 
 runner = CliRunner()

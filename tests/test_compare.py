@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.compare import (
+from attnbench.gate.compare import (
     Kind,
     Thresholds,
     TimingStats,
@@ -22,8 +22,8 @@ from attnbench.compare import (
     judge_timing,
     load_document,
 )
-from attnbench.gate_sim import Noise, draw_timing, simulate
-from attnbench.output import write_csv
+from attnbench.gate.simulation import Noise, draw_timing, simulate
+from attnbench.study.output import write_csv
 
 ENV = {
     "attnbench_version": "0.1.0",
@@ -521,10 +521,10 @@ def test_only_inputs_are_configuration_fields():
     would turn a changed number into a `missing` and a `new` row, which do not fail."""
     from dataclasses import fields
 
-    from attnbench.decode import DecodeRecord
-    from attnbench.kvmem import KvmemRecord
-    from attnbench.params import ParamsRecord
-    from attnbench.sweep import FIELDS
+    from attnbench.experiments.decode import DecodeRecord
+    from attnbench.experiments.kvmem import KvmemRecord
+    from attnbench.experiments.params import ParamsRecord
+    from attnbench.study.sweep import FIELDS
 
     inputs = set(FIELDS) | {"model", "variant", "device"}
     for record in (ParamsRecord, KvmemRecord, DecodeRecord):

@@ -9,17 +9,17 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import decode
-from attnbench.analytic import (
+from attnbench.cli import app
+from attnbench.experiments import decode
+from attnbench.experiments.decode import DecodeOptions, build_layer, decode_outputs, decode_record
+from attnbench.measure.timing import Measurement, Timer, percentile
+from attnbench.model.formulas import (
     AttentionShape,
     cached_step_bytes,
     decode_totals,
     forward_flops,
     uncached_step_bytes,
 )
-from attnbench.cli import app
-from attnbench.decode import DecodeOptions, build_layer, decode_outputs, decode_record
-from attnbench.timing import Measurement, Timer, percentile
 
 runner = CliRunner()
 TINY = ["--d-model", "32", "--heads", "4", "--kv-heads", "4,1", "--batch", "1",

@@ -8,13 +8,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.architecture import ModelBody, ModelSpec
-from attnbench.capacity import KvFormat, layer_windows
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.fit import CapacityError, FitPlan, largest_batch, longest_context
-from attnbench.presets import PRESETS
-from attnbench.units import parse_memory, parse_share
+from attnbench.experiments.fit import CapacityError, FitPlan, largest_batch, longest_context
+from attnbench.model.architecture import ModelBody, ModelSpec
+from attnbench.model.capacity import KvFormat, layer_windows
+from attnbench.model.presets import PRESETS
+from attnbench.model.units import parse_memory, parse_share
 
 GiB = 2**30
 runner = CliRunner()

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.hf_config import load_hf_config
+from attnbench.model.hf_config import load_hf_config
 
 runner = CliRunner()
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.cache_storage as cache_storage
+import attnbench.modules.quantized_cache as cache_storage
 from attnbench.cli import app
-from attnbench.kvmem import kvmem_record, measure_cache_bytes
-from attnbench.output import format_bytes
+from attnbench.experiments.kvmem import kvmem_record, measure_cache_bytes
+from attnbench.study.output import format_bytes
 
 runner = CliRunner()
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

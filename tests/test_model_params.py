@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.architecture import ModelBody, ModelSpec
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.hf_config import spec_from_hf_config
-from attnbench.model_params import (
+from attnbench.model.architecture import ModelBody, ModelSpec
+from attnbench.model.hf_config import spec_from_hf_config
+from attnbench.model.model_params import (
     active_params,
     meta_part_params,
     part_params,
@@ -18,7 +18,7 @@ from attnbench.model_params import (
     weight_bytes_per_rank,
     whole_model_records,
 )
-from attnbench.presets import PRESETS
+from attnbench.model.presets import PRESETS
 
 #: Totals computed by hand from each published config.json (vocabulary, intermediate size,
 #: RMSNorm weights, Qwen2's q/k/v biases, Gemma's tied embeddings, Falcon's LayerNorm

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from attnbench.analytic import AttentionShape, attention_params, projection_params
-from attnbench.attention import GroupedQueryAttention
 from attnbench.cli import app
-from attnbench.params import count_module_params, params_record
+from attnbench.experiments.params import count_module_params, params_record
+from attnbench.model.formulas import AttentionShape, attention_params, projection_params
+from attnbench.modules.attention import GroupedQueryAttention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

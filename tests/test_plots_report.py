@@ -10,8 +10,8 @@ import matplotlib.image
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.study as study
-from attnbench import plots, report
+import attnbench.study.runner as study
+from attnbench.render import plots, report
 from attnbench.cli import app
 
 runner = CliRunner()

@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.analytic import MODEL_DTYPES
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.presets import PRESETS, get_preset
+from attnbench.model.formulas import MODEL_DTYPES
+from attnbench.model.presets import PRESETS, get_preset
 
 runner = CliRunner()
 

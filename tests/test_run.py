@@ -13,10 +13,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.decode
-import attnbench.study as study
+import attnbench.experiments.decode
+import attnbench.study.runner as study
 from attnbench.cli import app
-from attnbench.output import append_csv_row
+from attnbench.study.output import append_csv_row
 
 runner = CliRunner()
 
@@ -214,14 +214,14 @@ def test_out_with_results_needs_resume(tmp_path):
 
 @pytest.mark.usefixtures("fast_peak", "no_plots")
 def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path, monkeypatch):
-    real = attnbench.decode.time_decode
+    real = attnbench.experiments.decode.time_decode
 
     def time_decode(shape, backend, dtype, batch, prompt_len, gen_len, cached, *rest):
         if shape.num_kv_heads == 1 and prompt_len == 8 and cached:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(shape, backend, dtype, batch, prompt_len, gen_len, cached, *rest)
 
-    monkeypatch.setattr(attnbench.decode, "time_decode", time_decode)
+    monkeypatch.setattr(attnbench.experiments.decode, "time_decode", time_decode)
     out = tmp_path / "study"
     result = run(tiny, "--out", out)
     assert result.exit_code == 0, result.output

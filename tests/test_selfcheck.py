@@ -4,8 +4,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from attnbench import selfcheck
 from attnbench.cli import app
+from attnbench.experiments import selfcheck
 
 runner = CliRunner()
 
@@ -20,7 +20,7 @@ def test_selfcheck_reports_a_broken_backend(monkeypatch):
     def broken(q, k, v, *args, **kwargs):
         return torch.zeros_like(q)
 
-    monkeypatch.setattr("attnbench.attention.F.scaled_dot_product_attention", broken)
+    monkeypatch.setattr("attnbench.modules.attention.F.scaled_dot_product_attention", broken)
     result = runner.invoke(app, ["selfcheck", "--device", "cpu"])
     assert result.exit_code == 1
     assert "FAIL MHA sdpa float32 vs float64" in result.output

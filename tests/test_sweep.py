@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.sweep import load_config, resolve
+from attnbench.study.sweep import load_config, resolve
 
 runner = CliRunner()
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -139,7 +139,7 @@ def test_models_from_presets_and_config_json_beside_the_file(tmp_path):
     layers=st.lists(st.integers(1, 80), min_size=1, max_size=2, unique=True),
 )
 def test_grid_size_is_the_product(kv, batch, seq, layers):
-    from attnbench.sweep import StudyConfig
+    from attnbench.study.sweep import StudyConfig
 
     config = StudyConfig(
         {
@@ -474,7 +474,7 @@ def test_default_config_content(tmp_path):
 
 
 def test_models_config_covers_every_preset(tmp_path):
-    from attnbench.presets import PRESETS
+    from attnbench.model.presets import PRESETS
 
     records = run_json(tmp_path, "kvmem", "--config", CONFIGS / "models.yaml", "--no-measure")
     names = {r["model"] for r in records}

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import UsageError
-from ..output import as_dict, json_document, write_csv, write_json_atomic
+from ..study.output import as_dict, json_document, write_csv, write_json_atomic
 
 # Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
 console = Console(width=None if sys.stdout.isatty() else 240)

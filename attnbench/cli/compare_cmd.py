@@ -12,8 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..baseline import default_baseline_path, save_baseline, save_exact_baseline
-from ..compare import (
+from ..errors import UsageError
+from ..gate.baseline import default_baseline_path, save_baseline, save_exact_baseline
+from ..gate.compare import (
     Comparison,
     Finding,
     Kind,
@@ -22,8 +23,7 @@ from ..compare import (
     compare_documents,
     load_document,
 )
-from ..errors import UsageError
-from ..output import format_bytes
+from ..study.output import format_bytes
 from . import app
 from .common import console, fail, handles_errors
 

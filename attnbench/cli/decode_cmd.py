@@ -5,13 +5,13 @@ from __future__ import annotations
 import torch
 import typer
 
-from ..analytic import MODEL_DTYPES
-from ..decode import DecodeOptions, decode_record, link_speedups
-from ..devices import resolve_device
-from ..environment import collect_environment
-from ..output import fmt_f1, fmt_int, fmt_ms, fmt_plain, fmt_x
-from ..sweep import load_config, resolve
-from ..timing import measure_peak_gbps
+from ..experiments.decode import DecodeOptions, decode_record, link_speedups
+from ..measure.devices import resolve_device
+from ..measure.environment import collect_environment
+from ..measure.timing import measure_peak_gbps
+from ..model.formulas import MODEL_DTYPES
+from ..study.output import fmt_f1, fmt_int, fmt_ms, fmt_plain, fmt_x
+from ..study.sweep import load_config, resolve
 from . import app
 from .common import (
     ConfigOpt,

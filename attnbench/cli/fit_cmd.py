@@ -6,13 +6,20 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..capacity import DEFAULT_SCALE_DTYPE, KvFormat, layer_windows
-from ..environment import collect_environment
 from ..errors import UsageError
-from ..fit import DEFAULT_RESERVE, CapacityError, FitPlan, FitRecord, largest_batch, longest_context
-from ..output import format_bytes
-from ..sweep import load_model
-from ..units import parse_memory, parse_share
+from ..experiments.fit import (
+    DEFAULT_RESERVE,
+    CapacityError,
+    FitPlan,
+    FitRecord,
+    largest_batch,
+    longest_context,
+)
+from ..measure.environment import collect_environment
+from ..model.capacity import DEFAULT_SCALE_DTYPE, KvFormat, layer_windows
+from ..model.units import parse_memory, parse_share
+from ..study.output import format_bytes
+from ..study.sweep import load_model
 from . import app
 from .common import (
     CsvOpt,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from ..devices import resolve_device
-from ..environment import collect_environment
-from ..presets import PRESETS
+from ..measure.devices import resolve_device
+from ..measure.environment import collect_environment
+from ..model.presets import PRESETS
 from . import app
 from .common import console, handles_errors
 
@@ -42,7 +42,7 @@ def selfcheck_command(
 ) -> None:
     """Check on a device that every backend matches a float64 reference, that cached decode
     equals a full pass, and that a real KV cache has the analytic size. Exit 1 on failure."""
-    from ..selfcheck import run_checks
+    from ..experiments.selfcheck import run_checks
 
     dev = resolve_device(device)
     results = run_checks(dev)

@@ -6,14 +6,14 @@ from collections.abc import Callable
 
 import typer
 
-from ..analytic import MODEL_DTYPES
-from ..capacity import KV_DTYPES, SCALE_DTYPES, parse_seq_lens
-from ..devices import resolve_device
-from ..environment import collect_environment
 from ..errors import UsageError
-from ..kvmem import KvmemRecord, kvmem_points, kvmem_record
-from ..output import fmt_int, fmt_pct, fmt_plain, format_bytes
-from ..sweep import load_config, resolve
+from ..experiments.kvmem import KvmemRecord, kvmem_points, kvmem_record
+from ..measure.devices import resolve_device
+from ..measure.environment import collect_environment
+from ..model.capacity import KV_DTYPES, SCALE_DTYPES, parse_seq_lens
+from ..model.formulas import MODEL_DTYPES
+from ..study.output import fmt_int, fmt_pct, fmt_plain, format_bytes
+from ..study.sweep import load_config, resolve
 from . import app
 from .common import (
     Column,

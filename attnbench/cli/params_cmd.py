@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from ..environment import collect_environment
-from ..output import fmt_int, fmt_pct, fmt_plain
-from ..params import ModelMismatchError, params_record
-from ..sweep import load_config, point_shape, resolve
+from ..experiments.params import ModelMismatchError, params_record
+from ..measure.environment import collect_environment
+from ..study.output import fmt_int, fmt_pct, fmt_plain
+from ..study.sweep import load_config, point_shape, resolve
 from . import app
 from .common import (
     ConfigOpt,

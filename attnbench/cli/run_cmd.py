@@ -12,10 +12,10 @@ from typing import Annotated
 import typer
 
 from ..errors import UsageError
-from ..params import ModelMismatchError
-from ..plots import render_plots
-from ..report import findings, write_report
-from ..study import (
+from ..experiments.params import ModelMismatchError
+from ..render.plots import render_plots
+from ..render.report import findings, write_report
+from ..study.runner import (
     RESULTS_FILE,
     Plan,
     Task,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..architecture import ModelSpec
-from ..model_params import whole_model_records
-from ..output import fmt_int, fmt_plain, format_bytes
-from ..params import ModelMismatchError
+from ..experiments.params import ModelMismatchError
+from ..model.architecture import ModelSpec
+from ..model.model_params import whole_model_records
+from ..study.output import fmt_int, fmt_plain, format_bytes
 from .common import console, fail, render_table
 
 COLUMNS = [

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UsageError
-from .output import SCHEMA_VERSION
+from ..errors import UsageError
+from ..study.output import SCHEMA_VERSION
 
 COMMANDS = ("params", "kvmem", "decode-speed", "run")
 SECTIONS = ("params", "kvmem", "decode")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
+from .. import __version__
 
 
 def cpu_model() -> str:

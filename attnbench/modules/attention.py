@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .analytic import AttentionShape
-from .kv_cache import KVCache
+from ..model.formulas import AttentionShape
+from ..modules.kv_cache import KVCache
 
 BACKENDS = ("sdpa", "naive")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analytic import AttentionShape, attention_params, projection_params
-from .attention import GroupedQueryAttention
+from ..model.formulas import AttentionShape, attention_params, projection_params
+from ..modules.attention import GroupedQueryAttention
 
 
 class ModelMismatchError(RuntimeError):

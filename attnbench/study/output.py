@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 
 SCHEMA_VERSION = 1
 

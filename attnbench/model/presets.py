@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import difflib
 
-from .architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
-from .errors import UsageError
+from ..errors import UsageError
+from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
 
 __all__ = ["PRESETS", "ModelSpec", "closest", "get_preset"]
 

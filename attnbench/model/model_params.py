@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .architecture import ModelBody, ModelSpec
-from .capacity import ceil_div, kv_heads_per_rank, packed_bytes
-from .errors import UsageError
+from ..errors import UsageError
+from ..model.architecture import ModelBody, ModelSpec
+from ..model.capacity import ceil_div, kv_heads_per_rank, packed_bytes
 
 PARTS: tuple[str, ...] = (
     "embeddings", "attention", "mlp", "experts", "router", "norms", "output head",
@@ -248,7 +248,7 @@ class ModelPartRecord:
 def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
     """A row per part, then `total` (and `active per token` for MoE); raises
     ModelMismatchError when formula and skeleton disagree."""
-    from .params import ModelMismatchError
+    from ..experiments.params import ModelMismatchError
 
     analytic, counted = part_params(spec), meta_part_params(spec)
     if analytic != counted:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .analytic import MODEL_DTYPES, AttentionShape
-from .architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
-from .errors import UsageError, read_user_file
+from ..errors import UsageError, read_user_file
+from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
+from ..model.formulas import MODEL_DTYPES, AttentionShape
 
 _ALIASES = {
     "d_model": ("hidden_size", "n_embd", "d_model"),

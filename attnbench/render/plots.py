@@ -15,8 +15,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
-from .study import failed
-from .sweep import FIELDS
+from ..study.runner import failed
+from ..study.sweep import FIELDS
 
 BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 #: How fields read in legends and titles.

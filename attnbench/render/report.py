@@ -8,10 +8,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .output import fmt_f1, fmt_int, fmt_ms, fmt_pct, fmt_plain, fmt_x, format_bytes
-from .plots import PLOTS, context, field_text, ok_records, series, series_label, setting_fields
-from .study import incomplete
-from .timing import NOISY_IQR_FRACTION
+from ..measure.timing import NOISY_IQR_FRACTION
+from ..render.plots import (
+    PLOTS,
+    context,
+    field_text,
+    ok_records,
+    series,
+    series_label,
+    setting_fields,
+)
+from ..study.output import fmt_f1, fmt_int, fmt_ms, fmt_pct, fmt_plain, fmt_x, format_bytes
+from ..study.runner import incomplete
 
 Column = tuple[str, str, Callable[[object], str]]
 

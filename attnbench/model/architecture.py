@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analytic import AttentionShape
+from ..model.formulas import AttentionShape
 
 
 @dataclass(frozen=True)

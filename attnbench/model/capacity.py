@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .analytic import DTYPE_BITS, dtype_bytes
-from .errors import UsageError
+from ..errors import UsageError
+from ..model.formulas import DTYPE_BITS, dtype_bytes
 
 #: Element types a KV cache may use, independent of the model's dtype.
 KV_DTYPES: tuple[str, ...] = (

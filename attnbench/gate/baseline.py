@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .compare import Document, load_document
-from .environment import collect_environment
-from .errors import UsageError
-from .kvmem import kvmem_points, kvmem_record
-from .output import as_dict, document_header, write_json_atomic
-from .params import params_record
-from .sweep import load_config, point_shape, resolve
+from ..errors import UsageError
+from ..experiments.kvmem import kvmem_points, kvmem_record
+from ..experiments.params import params_record
+from ..gate.compare import Document, load_document
+from ..measure.environment import collect_environment
+from ..study.output import as_dict, document_header, write_json_atomic
+from ..study.sweep import load_config, point_shape, resolve
 
 BASELINE_DIR = Path("results/baselines")
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .analytic import AttentionShape, kv_cache_bytes
-from .attention import scaled_dot_product_attention
-from .decode import DecodeOptions, build_layer, decode_outputs, decode_record
-from .kvmem import measure_cache_bytes
+from ..experiments.decode import DecodeOptions, build_layer, decode_outputs, decode_record
+from ..experiments.kvmem import measure_cache_bytes
+from ..model.formulas import AttentionShape, kv_cache_bytes
+from ..modules.attention import scaled_dot_product_attention
 
 SHAPES = [AttentionShape(256, 8, kv) for kv in (8, 2, 1)]
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import UsageError
+from ..errors import UsageError
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .analytic import variant_label
-from .architecture import ModelSpec
-from .cache_storage import measure_allocation, measure_storage_bytes
-from .capacity import (
+from ..errors import UsageError
+from ..measure.devices import torch_dtype
+from ..model.architecture import ModelSpec
+from ..model.capacity import (
     DEFAULT_SCALE_DTYPE,
     KvFormat,
     cache_bytes,
@@ -22,11 +22,11 @@ from .capacity import (
     paging_report,
     token_layout,
 )
-from .devices import torch_dtype
-from .errors import UsageError
-from .kv_cache import KVCache
-from .presets import PRESETS
-from .sweep import Study
+from ..model.formulas import variant_label
+from ..model.presets import PRESETS
+from ..modules.kv_cache import KVCache
+from ..modules.quantized_cache import measure_allocation, measure_storage_bytes
+from ..study.sweep import Study
 
 #: KV-cache dtype when neither the config nor the model gives one (what serving uses).
 DEFAULT_KV_DTYPE = "float16"

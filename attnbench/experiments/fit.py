@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architecture import ModelSpec
-from .capacity import KV_DTYPES, KvFormat, TokenLayout, cache_bytes, ceil_div, token_layout
-from .errors import UsageError
-from .model_params import weight_bytes_per_rank
-from .output import format_bytes
+from ..errors import UsageError
+from ..model.architecture import ModelSpec
+from ..model.capacity import KV_DTYPES, KvFormat, TokenLayout, cache_bytes, ceil_div, token_layout
+from ..model.model_params import weight_bytes_per_rank
+from ..study.output import format_bytes
 
 DEFAULT_RESERVE = "10%"
 

@@ -23,21 +23,21 @@ from pathlib import Path
 
 import torch
 
-from .analytic import decode_totals, forward_flops
-from .architecture import ModelSpec
-from .compare import load_document
-from .decode import DecodeOptions, DecodeRecord, decode_record, is_oom, link_speedups
-from .devices import resolve_device
-from .environment import collect_environment
-from .errors import UsageError
-from .kvmem import kvmem_points, kvmem_record
-from .output import append_csv_row, as_dict, document_header, write_csv, write_json_atomic
-from .params import params_record
-from .sweep import COMMANDS, Study, StudyConfig, load_config, point_shape, resolve
-from .timing import measure_peak_gbps
+from ..errors import UsageError
+from ..experiments.decode import DecodeOptions, DecodeRecord, decode_record, is_oom, link_speedups
+from ..experiments.kvmem import kvmem_points, kvmem_record
+from ..experiments.params import params_record
+from ..gate.compare import load_document
+from ..measure.devices import resolve_device
+from ..measure.environment import collect_environment
+from ..measure.timing import measure_peak_gbps
+from ..model.architecture import ModelSpec
+from ..model.formulas import decode_totals, forward_flops
+from ..study.output import append_csv_row, as_dict, document_header, write_csv, write_json_atomic
+from ..study.sweep import COMMANDS, Study, StudyConfig, load_config, point_shape, resolve
 
 #: The study `attnbench run` runs without a config file (shipped as package data).
-DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "default.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 RESULTS_FILE = "results.json"
 
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .analytic import AttentionShape, decode_totals
-from .attention import GroupedQueryAttention
-from .devices import torch_dtype
-from .kv_cache import KVCache
-from .timing import Measurement, Timer
+from ..measure.devices import torch_dtype
+from ..measure.timing import Measurement, Timer
+from ..model.formulas import AttentionShape, decode_totals
+from ..modules.attention import GroupedQueryAttention
+from ..modules.kv_cache import KVCache
 
 SEED = 0
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from .analytic import MODEL_DTYPES, AttentionShape
-from .capacity import DEFAULT_SCALE_DTYPE, KV_DTYPES, SCALE_DTYPES
-from .errors import UsageError, read_user_file
-from .hf_config import load_hf_config
-from .presets import ModelSpec, get_preset
+from ..errors import UsageError, read_user_file
+from ..model.capacity import DEFAULT_SCALE_DTYPE, KV_DTYPES, SCALE_DTYPES
+from ..model.formulas import MODEL_DTYPES, AttentionShape
+from ..model.hf_config import load_hf_config
+from ..model.presets import ModelSpec, get_preset
 
 COMMANDS = ("params", "kvmem", "decode")
 SECTIONS = ("defaults", "sweep", "models", *COMMANDS)

@@ -10,15 +10,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .capacity import (
+from ..measure.devices import KV_STORAGE_DTYPES, free_memory_bytes, torch_dtype
+from ..model.capacity import (
     KvFormat,
     TokenLayout,
     allocated_tokens,
     ceil_div,
     layer_tokens,
 )
-from .devices import KV_STORAGE_DTYPES, free_memory_bytes, torch_dtype
-from .output import format_bytes
+from ..study.output import format_bytes
 
 #: Largest magnitude of each integer code: int8 in [-127, 127], int4 in [-7, 7].
 _INT_MAX = {"int8": 127, "int4": 7}

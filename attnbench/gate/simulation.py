@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compare import Thresholds, TimingStats, Verdict, judge_timing
+from ..gate.compare import Thresholds, TimingStats, Verdict, judge_timing
 
 
 @dataclass(frozen=True)

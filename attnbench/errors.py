@@ -1,4 +1,17 @@
-"""Errors a user can fix: the CLI prints them on one line and exits with code 2."""
+"""Errors a user can fix: the CLI prints them on one line and exits with code 2.
+
+The library never names a command-line flag. An error about one input value is a
+`FieldError` carrying the field's name (`tp`, `config`); the layer that knows where the
+value came from (a flag, or a key of a sweep file) turns the field into what the user
+typed: `--tp 3`, or `kvmem.tp: 3 (study.yaml)`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -7,13 +20,89 @@ class UsageError(Exception):
     exit_code = 2
 
 
-def read_user_file(path, flag: str) -> str:
-    """The text of a file the user named with `flag`; every failure is a UsageError."""
+class FieldError(UsageError):
+    """One input field has a bad value: `reason` says why, without naming where it came
+    from; `located` (set by the layer that knows) prefixes what the user wrote."""
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        self.location: str | None = None
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = self.location or f"{self.field}: {_show(self.value)}"
+        return f"{where}: {self.reason}"
+
+    def located(self, location: str) -> FieldError:
+        """This error, reported at `location` (e.g. '--tp 3')."""
+        self.location = location
+        self.args = (self._message(),)
+        return self
+
+
+class CombinationError(UsageError):
+    """Values that are fine alone but not together (num_kv_heads 3 with num_heads 32).
+    `source` names the sweep file they came from, None for values from flags."""
+
+    def __init__(self, values: dict[str, Any], reason: str, source: str | None = None) -> None:
+        self.values = values
+        self.reason = reason
+        self.source = source
+        if source is None:
+            desc = " ".join(f"{k} {_show(v)}" for k, v in values.items())
+            super().__init__(f"invalid combination {desc}: {reason}")
+        else:
+            desc = " ".join(f"{k}={_show(v)}" for k, v in values.items())
+            super().__init__(f"{source}: invalid combination {desc}: {reason}")
+
+
+class Problems(UsageError):
+    """Every problem of a study at once, one line each (the first `limit` of them)."""
+
+    def __init__(self, errors: list[UsageError], limit: int = 20) -> None:
+        self.errors = errors
+        self.limit = limit
+        lines = [str(e) for e in errors[:limit]]
+        if len(errors) > limit:
+            lines.append(f"... and {len(errors) - limit} more problems")
+        super().__init__("\n".join(lines))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def show_value(value: Any) -> str:
+    """A value as the user would have typed it: 3, float16, 32,8,1."""
+    return _show(value)
+
+
+def closest(name: str, choices: Iterable[str]) -> str:
+    """' (did you mean X?)' for the closest of `choices`, or '' when nothing is close."""
+    match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def read_user_file(path: Path, field: str) -> str:
+    """The text of a file the user named for `field`; every failure is a FieldError."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"{flag}: file not found: {path}") from None
+        raise FieldError(field, path, "file not found") from None
+    except IsADirectoryError:
+        raise FieldError(field, path, "is a directory, not a file") from None
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{flag}: {path} is not UTF-8 text (byte {exc.start})") from None
+        raise FieldError(field, path, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise UsageError(f"{flag}: cannot read {path}: {exc.strerror}") from None
+        raise FieldError(field, path, f"cannot read it: {exc.strerror}") from None
+
+
+class ModelMismatchError(RuntimeError):
+    """The analytic model and an instantiated module disagree: a bug in attnbench, not bad
+    input. Exit code 1."""
+
+    exit_code = 1

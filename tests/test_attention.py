@@ -6,6 +6,7 @@ expanded with repeat_interleave and the softmax is written out by hand.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -20,6 +21,7 @@ from attnbench import (
     MultiQueryAttention,
     scaled_dot_product_attention,
 )
+from attnbench.modules.attention import _ONEDNN_LINEAR
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -666,3 +668,93 @@ def test_cpu_inference_path_matches_the_plain_projections_and_repacks_on_change(
         layer.o_proj.weight.mul_(2.0)
         doubled = layer(x, is_causal=True)
     torch.testing.assert_close(doubled, 2 * eager.detach(), rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------- the packed CPU projections
+
+
+def plain_forward(m: GroupedQueryAttention, x: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The module's forward with every projection through F.linear, as nn.Linear runs it,
+    and the float64 reference attention in between."""
+    batch, q_len, _ = x.shape
+    h, hkv = m.num_heads, m.num_kv_heads
+
+    def linear(proj: nn.Linear, t: torch.Tensor, heads: int) -> torch.Tensor:
+        out = F.linear(t, proj.weight, proj.bias)
+        return out.view(batch, q_len, heads, -1).transpose(1, 2)
+
+    q, k, v = linear(m.q_proj, x, h), linear(m.k_proj, x, hkv), linear(m.v_proj, x, hkv)
+    out = ref_attention(q, k, v, causal=causal).to(x.dtype)
+    return F.linear(out.transpose(1, 2).reshape(batch, q_len, -1), m.o_proj.weight, m.o_proj.bias)
+
+
+def test_weights_made_under_inference_mode_and_changed_in_place_are_not_stale():
+    """Inference tensors keep no version counter, so a packed copy of them could not tell
+    an in-place change: such weights go through nn.Linear."""
+    x = torch.randn(2, 5, D_MODEL)
+    with torch.inference_mode():
+        layer = gqa(2, bias=True)
+        layer(x, is_causal=True)
+        layer.q_proj.weight.mul_(2.0)
+        out = layer(x, is_causal=True)
+        expected = plain_forward(layer, x, causal=True)
+    assert layer.projection_path == "torch"
+    assert_matches(out, expected, 1e-5)
+
+
+@pytest.mark.parametrize(
+    "load_mode", [torch.inference_mode, contextlib.nullcontext], ids=["in_inference", "outside"]
+)
+def test_load_state_dict_after_an_inference_forward_is_picked_up(load_mode):
+    layer, other = gqa(2, bias=True), gqa(2, bias=True)
+    x = torch.randn(2, 5, D_MODEL)
+    with torch.inference_mode():
+        before = layer(x, is_causal=True)
+    with load_mode():
+        layer.load_state_dict(other.state_dict())
+    with torch.inference_mode():
+        out = layer(x, is_causal=True)
+        expected = plain_forward(other, x, causal=True)
+    assert not torch.allclose(out, before)
+    assert_matches(out, expected, 1e-5)
+
+
+def test_assigning_weight_data_is_picked_up():
+    """`.data = ...` swaps the memory without a version bump: the packed copy follows it."""
+    layer = gqa(2)
+    x = torch.randn(2, 5, D_MODEL)
+    with torch.inference_mode():
+        layer(x, is_causal=True)
+    layer.o_proj.weight.data = torch.randn_like(layer.o_proj.weight)
+    with torch.inference_mode():
+        out = layer(x, is_causal=True)
+        expected = plain_forward(layer, x, causal=True)
+    assert_matches(out, expected, 1e-5)
+
+
+@pytest.mark.skipif(not _ONEDNN_LINEAR, reason="needs oneDNN's packed linear")
+def test_projection_path_is_packed_for_float32_cpu_inference():
+    layer = gqa(2)
+    x = torch.randn(1, 3, D_MODEL)
+    assert layer.projection_path == "onednn-packed"  # before any forward: what it would take
+    with torch.inference_mode():
+        layer(x)
+    assert layer.projection_path == "onednn-packed"
+    layer(x)  # autograd on: nn.Linear
+    assert layer.projection_path == "torch"
+
+
+def test_projection_path_is_torch_for_inference_tensors_and_bfloat16():
+    x = torch.randn(1, 3, D_MODEL)
+    with torch.inference_mode():
+        made_in_inference = gqa(2)
+    assert made_in_inference.projection_path == "torch"
+    with torch.inference_mode():
+        made_in_inference(x)
+    assert made_in_inference.projection_path == "torch"
+
+    half = gqa(2, dtype=torch.bfloat16)
+    assert half.projection_path == "torch"
+    with torch.inference_mode():
+        half(x.to(torch.bfloat16))
+    assert half.projection_path == "torch"

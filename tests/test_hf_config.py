@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
-from attnbench.model.hf_config import load_hf_config
+from attnbench.model.hf_config import BODY_MODEL_TYPES, load_hf_config, spec_from_hf_config
+from attnbench.model.presets import get_preset
 
 runner = CliRunner()
 
@@ -208,6 +209,61 @@ def test_hf_config_in_params(tmp_path):
     (rec,) = json.loads(out.read_text())["records"]
     # q and o: 4096 * 4096 each; k and v: 4096 * (8 * 128) each
     assert rec["total_params"] == 2 * 4096 * 4096 + 2 * 4096 * 1024
+
+
+# transformers' default for tie_word_embeddings, per model_type: the configuration classes
+# of Llama, Mistral, Mixtral, Qwen2/3 and DeepSeek-V2/V3 untie the output head, those of
+# Gemma 1/2/3, Falcon and GPT-2 tie it.
+TIED_BY_DEFAULT = {
+    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
+    "deepseek_v2": False, "deepseek_v3": False, "gemma": True, "gemma2": True,
+    "gemma3_text": True, "falcon": True, "RefinedWeb": True, "RefinedWebModel": True,
+    "gpt2": True,
+}  # fmt: skip
+TINY_BODY = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+             "vocab_size": 100, "intermediate_size": 128, "n_positions": 32}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(TIED_BY_DEFAULT))
+def test_missing_tie_word_embeddings_takes_the_model_types_default(model_type):
+    spec = spec_from_hf_config({**TINY_BODY, "model_type": model_type}, "m", "m")
+    assert spec.body.tied_embeddings is TIED_BY_DEFAULT[model_type]
+    for given in (True, False):
+        cfg = {**TINY_BODY, "model_type": model_type, "tie_word_embeddings": given}
+        assert spec_from_hf_config(cfg, "m", "m").body.tied_embeddings is given
+
+
+def test_every_model_type_with_a_body_has_a_tie_default():
+    assert set(BODY_MODEL_TYPES) == set(TIED_BY_DEFAULT)
+
+
+def test_non_boolean_tie_word_embeddings(tmp_path):
+    cfg = {**TINY_BODY, "model_type": "llama", "tie_word_embeddings": "false"}
+    expect_usage_error(write_config(tmp_path, cfg), "tie_word_embeddings")
+
+
+def test_mla_head_dim_is_v_head_dim_whatever_head_dim_says(tmp_path):
+    """DeepSeek-V3 as transformers writes its config: head_dim is qk_rope_head_dim (64). The
+    attention shape, and so the ratios to MHA, are those of the deepseek-v3 preset."""
+    cfg = {
+        "model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
+        "num_key_value_heads": 128, "head_dim": 64, "kv_lora_rank": 512, "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+        "num_hidden_layers": 61, "dtype": "bfloat16",
+    }  # fmt: skip
+    path = write_config(tmp_path, cfg, name="v3")
+    spec = load_hf_config(path)
+    preset = get_preset("deepseek-v3")
+    assert spec.head_dim == preset.head_dim == 128
+    assert spec.attention_shape() == preset.attention_shape()
+    ratios = {}
+    for args in (["--model", "deepseek-v3"], ["--hf-config", str(path)]):
+        out = tmp_path / "out.json"
+        result = runner.invoke(app, ["kvmem", *args, "--no-measure", "--json", str(out), "-q"])
+        assert result.exit_code == 0, result.output
+        (rec,) = json.loads(out.read_text())["records"]
+        ratios[args[0]] = (rec["head_dim"], rec["ratio_vs_mha"])
+    assert ratios["--hf-config"] == ratios["--model"]
 
 
 # ---------------------------------------------------------------------------- errors

@@ -167,6 +167,58 @@ def test_config_json_body_matches_the_preset():
     assert total_params(spec_from_hf_config(cfg, "l3", "l3")) == EXACT_TOTALS["llama-3-8b"]
 
 
+# config.json files without tie_word_embeddings: the model type's default in transformers
+# decides (Llama: untied, Gemma: tied).
+CONFIGS_WITHOUT_TIE_FIELD = {
+    "llama-2-7b": {
+        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000,
+        "intermediate_size": 11008, "torch_dtype": "float16",
+    },
+    "gemma-7b": {
+        "model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "head_dim": 256, "num_hidden_layers": 28,
+        "vocab_size": 256000, "intermediate_size": 24576, "torch_dtype": "bfloat16",
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS_WITHOUT_TIE_FIELD))
+def test_config_without_tie_word_embeddings_matches_the_preset(name):
+    spec = spec_from_hf_config(CONFIGS_WITHOUT_TIE_FIELD[name], name, name)
+    assert spec.body == PRESETS[name].body
+    assert total_params(spec) == EXACT_TOTALS[name]  # llama-2-7b: 6,738,415,616
+
+
+#: DeepSeek-V3's config.json as transformers writes it: head_dim is qk_rope_head_dim.
+DEEPSEEK_V3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+    "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "head_dim": 64, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128, "v_head_dim": 128, "num_hidden_layers": 61,
+    "vocab_size": 129280, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4, "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5, "max_position_embeddings": 163840,
+    "tie_word_embeddings": False, "dtype": "bfloat16",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("topk_method", [None, "noaux_tc"], ids=["no_topk_method", "noaux_tc"])
+def test_deepseek_v3_config_json_matches_the_preset(topk_method):
+    """head_dim is v_head_dim (128), and the router counts e_score_correction_bias (stored
+    in the checkpoint) whether or not the config names its top-k method."""
+    cfg = dict(DEEPSEEK_V3_CONFIG)
+    if topk_method is not None:
+        cfg["topk_method"] = topk_method
+    spec, preset = spec_from_hf_config(cfg, "v3", "v3"), PRESETS["deepseek-v3"]
+    assert spec.head_dim == preset.head_dim == 128
+    assert spec.body == preset.body and spec.mla == preset.mla
+    assert part_params(spec) == part_params(preset) == meta_part_params(spec)
+    assert part_params(spec)["router"] == (61 - 3) * 256 * (7168 + 1)
+    assert total_params(spec) == EXACT_TOTALS["deepseek-v3"]
+
+
 def test_gpt2_small_by_hand():
     cfg = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
            "n_positions": 1024, "vocab_size": 50257}  # fmt: skip

@@ -1,21 +1,33 @@
-"""What every command shares: flag parsing, error handling, tables and output files."""
+"""What every command shares: the consoles, failing with a message, model flags, tables,
+output files and the progress display."""
 
 from __future__ import annotations
 
-import functools
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from ..errors import UsageError
-from ..study.output import as_dict, json_document, write_csv, write_json_atomic
+from ..errors import FieldError, UsageError
+from ..records import as_dict
+from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
+from ..study.output import json_document, write_csv, write_json_atomic
+from .flags import option
 
-# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
-console = Console(width=None if sys.stdout.isatty() else 240)
+
+def _page_width() -> int | None:
+    """Off a terminal (pipes, CI logs): COLUMNS, else 120; on one, the terminal's."""
+    if sys.stdout.isatty():
+        return None
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_WIDTH
+
+
+console = Console(highlight=False, width=_page_width())
 err_console = Console(stderr=True, highlight=False)
 
 
@@ -26,123 +38,6 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def handles_errors(fn: Callable) -> Callable:
-    """Turn UsageError into a one-line message and exit code 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UsageError as exc:
-            raise fail(str(exc), exc.exit_code) from None
-
-    return wrapper
-
-
-def parse_int(flag: str, text: str | None, minimum: int = 1) -> int | None:
-    """An integer flag, checked: '--d-model: expected an integer, got 'abc''."""
-    if text is None:
-        return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise UsageError(f"{flag}: expected an integer, got {text!r}") from None
-    if value < minimum:
-        raise UsageError(f"{flag}: must be >= {minimum}, got {value}")
-    return value
-
-
-def parse_int_list(flag: str, text: str | None, minimum: int = 1) -> list[int] | None:
-    """A comma-separated list of integers: '32,8,4,1'."""
-    if text is None:
-        return None
-    items = [t for t in str(text).split(",")]
-    if not items or any(not t.strip() for t in items):
-        raise UsageError(f"{flag}: expected comma-separated integers, got {text!r}")
-    return [parse_int(flag, t, minimum) for t in items]  # type: ignore[misc]
-
-
-def parse_choice_list(flag: str, text: str | None, choices: Sequence[str]) -> list[str] | None:
-    """A comma-separated list of names, each one of `choices`."""
-    if text is None:
-        return None
-    items = [t.strip() for t in str(text).split(",")]
-    for item in items:
-        if item not in choices:
-            raise UsageError(f"{flag}: unknown value {item!r}; choose from {', '.join(choices)}")
-    return items
-
-
-Column = tuple[str, str, Callable[[Any], str]]
-
-
-def render_table(title: str, records: Sequence, columns: Sequence[Column]) -> Table:
-    """A rich table: one row per record, columns given as (header, field, formatter)."""
-    table = Table(title=title, title_justify="left")
-    for header, _, _ in columns:
-        table.add_column(header, justify="right" if header[:1].islower() else "left")
-    for rec in records:
-        row = as_dict(rec)
-        table.add_row(*(fmt(row.get(field)) for _, field, fmt in columns))
-    return table
-
-
-def write_outputs(
-    command: str,
-    records: Sequence,
-    config: dict,
-    environment: dict,
-    csv_path: str | None,
-    json_path: str | None,
-    quiet: bool,
-) -> None:
-    """Write the CSV and JSON a command was asked for and say where they went."""
-    if csv_path:
-        write_csv(csv_path, records)
-        if not quiet:
-            console.print(f"wrote {csv_path}")
-    if json_path:
-        write_json_atomic(json_path, json_document(command, records, config, environment))
-        if not quiet:
-            console.print(f"wrote {json_path}")
-
-
-# Options shared by the commands (typer.Annotated aliases keep each command's signature short).
-ConfigOpt = Annotated[
-    str | None, typer.Option("--config", help="YAML sweep file; flags override it.")
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", help="A model preset (see `attnbench models`), case-insensitive."),
-]
-HfConfigOpt = Annotated[
-    str | None, typer.Option("--hf-config", help="Path to a Hugging Face config.json.")
-]
-DModelOpt = Annotated[str | None, typer.Option("--d-model", help="Model width, e.g. 4096.")]
-HeadsOpt = Annotated[str | None, typer.Option("--heads", help="Query heads, e.g. 32.")]
-KvHeadsOpt = Annotated[
-    str | None, typer.Option("--kv-heads", help="KV heads, comma-separated: 32,8,4,1.")
-]
-HeadDimOpt = Annotated[
-    str | None, typer.Option("--head-dim", help="Head dimension (default d_model / heads).")
-]
-CsvOpt = Annotated[str | None, typer.Option("--csv", help="Write the records as CSV here.")]
-JsonOpt = Annotated[
-    str | None, typer.Option("--json", help="Write records, config and environment as JSON.")
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
-
-
-def shape_overrides(d_model, heads, kv_heads, head_dim) -> dict:
-    """Flag values for the shape fields (lists, as sweep axes), None where not given."""
-    return {
-        "d_model": parse_int_list("--d-model", d_model),
-        "num_heads": parse_int_list("--heads", heads),
-        "num_kv_heads": parse_int_list("--kv-heads", kv_heads),
-        "head_dim": parse_int_list("--head-dim", head_dim),
-    }
-
-
 def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
     """--model / --hf-config as a list of model references (None when neither is given)."""
     if model and hf_config:
@@ -151,6 +46,75 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
         return [hf_config if hf_config.endswith(".json") or "/" in hf_config
                 else f"./{hf_config}"]  # fmt: skip
     return [model] if model else None
+
+
+def show_table(
+    title: str, records: Sequence, columns: Sequence[Column], wide: bool, hint: str = "--csv"
+) -> None:
+    """A table that fits the terminal: constant settings go to the title, low-ranked
+    columns go when it is too narrow (a last line names them), numbers are never cut."""
+    rows = [as_dict(r) for r in records]
+    width = terminal_width(console)
+    view = build_table(title, rows, columns, width, wide, hint=f"--wide, or {hint}")
+    print_view(console, view)
+
+
+def check_writable(*paths: str | None) -> None:
+    """Fail before anything runs when an output file cannot be written: a directory, a
+    missing or read-only folder, a read-only file, or a special file."""
+    for path in filter(None, paths):
+        p = Path(path)
+        if p.is_dir():
+            raise UsageError(f"{path}: is a directory, not a file to write")
+        if p.exists() and not p.is_file():
+            raise UsageError(f"{path}: not a regular file; give a file to write")
+        folder = p.parent if str(p.parent) else Path(".")
+        if p.exists() and not _writable(p):
+            raise UsageError(f"{path}: the file is read-only")
+        if not p.exists() and folder.exists() and not _writable(folder):
+            raise UsageError(f"{path}: cannot write in {folder}")
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK)
+
+
+def write_outputs(
+    command: str,
+    records: Sequence,
+    record_type: type,
+    config: dict,
+    environment: dict,
+    csv_path: str | None,
+    json_path: str | None,
+    quiet: bool,
+    extra: dict[str, tuple[type, list]] | None = None,
+) -> None:
+    """Write the CSV and JSON a command was asked for and say where they went. `extra`
+    holds more record lists by name (whole-model parts): a key of the JSON each, and a
+    CSV beside the main one (`out.csv` -> `out.<name>.csv`)."""
+    extra = {k: v for k, v in (extra or {}).items() if v[1]}
+    written = []
+    try:
+        if csv_path:
+            write_csv(csv_path, records, record_type)
+            written.append(csv_path)
+            for name, (rtype, rows) in extra.items():
+                path = Path(csv_path)
+                side = str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
+                write_csv(side, rows, rtype)
+                written.append(side)
+        if json_path:
+            doc = json_document(command, records, config, environment)
+            doc.update({name: [as_dict(r) for r in rows] for name, (_, rows) in extra.items()})
+            write_json_atomic(json_path, doc)
+            written.append(json_path)
+    except OSError as exc:
+        raise FieldError("json" if json_path and not written else "csv", exc.filename,
+                         f"cannot write: {exc.strerror}") from None  # fmt: skip
+    if not quiet:
+        for path in written:
+            console.print(f"wrote {path}", markup=False)
 
 
 def progress_iter(
@@ -167,10 +131,10 @@ def progress_iter(
         return
     if console.is_terminal:
         from rich import progress as rp
-        from rich.table import Column
+        from rich.table import Column as RichColumn
 
         weigh = weight or (lambda _: 1.0)
-        text = Column(ratio=1, no_wrap=True, overflow="ellipsis")  # the rest of the line
+        text = RichColumn(ratio=1, no_wrap=True, overflow="ellipsis")  # the rest of the line
         columns = (rp.TextColumn("{task.fields[count]}"), rp.BarColumn(bar_width=30),
                    rp.TextColumn("ETA"), rp.TimeRemainingColumn(),
                    rp.TextColumn("{task.description}", markup=False,
@@ -185,3 +149,19 @@ def progress_iter(
     for i, item in enumerate(items, 1):
         console.print(f"[{i}/{len(items)}] {describe(item)}", highlight=False, markup=False)
         yield item
+
+
+# Options shared by the commands.
+CONFIG = option("config", None, "--config", help="YAML sweep file; flags override it.")
+MODEL = option(
+    "model", None, "--model", help="A model preset (see `attnbench models`), case-insensitive."
+)
+HF_CONFIG = option("hf_config", None, "--hf-config", help="Path to a Hugging Face config.json.")
+CSV = option("csv", None, "--csv", help="Write the records as CSV here.")
+JSON = option("json", None, "--json", help="Write records, config and environment as JSON.")
+QUIET = option("quiet", False, "--quiet", "-q", help="Print only errors.", annotation=bool)
+WIDE = option(
+    "wide", False, "--wide", help="Show every column, wider than the terminal if need be.",
+    annotation=bool,
+)  # fmt: skip
+OUTPUTS = [CSV, JSON, WIDE, QUIET]

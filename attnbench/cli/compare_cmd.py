@@ -9,37 +9,25 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from ..errors import UsageError
+from ..errors import FieldError, UsageError
 from ..gate.baseline import default_baseline_path, save_baseline, save_exact_baseline
-from ..gate.compare import (
-    Comparison,
-    Finding,
-    Kind,
-    Thresholds,
-    Verdict,
-    compare_documents,
-    load_document,
-)
-from ..study.output import format_bytes
+from ..gate.compare import Comparison, Finding, Thresholds, compare_documents
+from ..model.units import format_bytes
+from ..records import Kind
+from ..render.table import Column, build_table, print_view, terminal_width
+from ..study.documents import load_document
 from . import app
-from .common import console, fail, handles_errors
+from .common import console, fail
+from .flags import handles_errors
 
 FORMATS = ("table", "markdown", "json")
 STATUS = {0: "PASS", 1: "FAIL", 3: "INCOMPARABLE"}
-STYLES = {
-    Verdict.REGRESSED: "bold red",
-    Verdict.INCOMPARABLE: "magenta",
-    Verdict.MISSING: "cyan",
-    Verdict.INCONCLUSIVE: "yellow",
-    Verdict.IMPROVED: "green",
-    Verdict.NEW: "cyan",
-    Verdict.UNCHANGED: "dim",
-}
 HEADERS = ("Verdict", "Section", "Row", "Metric", "Baseline", "Current", "Change", "Interval",
            "Reason")  # fmt: skip
+#: How each cell of HEADERS shows in the terminal: its kind and rank (see render.table).
+CELLS = (("status", 0), ("label", 5), ("label", 1), ("label", 2), ("number", 6),
+         ("number", 4), ("number", 3), ("number", 8), ("text", 7))  # fmt: skip
 
 
 def parse_percent(flag: str, text: str) -> float:
@@ -173,21 +161,16 @@ def render_markdown(result: Comparison, only_changed: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_table(result: Comparison, only_changed: bool) -> Table:
-    table = Table(
-        title=f"attnbench compare: {result.baseline} -> {result.current}", title_justify="left"
-    )
-    for header in HEADERS:
-        table.add_column(header, overflow="fold")
-    for f, cells in _cells(result, only_changed):
-        table.add_row(*map(Text, cells), style=STYLES[f.verdict])
-    return table
-
-
-def _print_table(out: Console, result: Comparison, only_changed: bool) -> None:
-    table = render_table(result, only_changed)
-    if table.row_count:
-        out.print(table)
+def _print_table(out: Console, result: Comparison, only_changed: bool, width: int) -> None:
+    """The findings as a table that fits `width` (the reason and the interval go first
+    when it is too narrow; --format markdown or json keep everything)."""
+    rows = [dict(zip(HEADERS, cells, strict=True)) for _, cells in _cells(result, only_changed)]
+    if rows:
+        columns = [Column(h, h, str, rank=rank, kind=kind)
+                   for h, (kind, rank) in zip(HEADERS, CELLS, strict=True)]  # fmt: skip
+        title = f"attnbench compare: {result.baseline} -> {result.current}"
+        view = build_table(title, rows, columns, width, hint="--format markdown or json")
+        print_view(out, view)
     for line in [*_context_lines(result), summary_line(result)]:
         out.print(line, highlight=False, markup=False)
 
@@ -202,7 +185,7 @@ def _emit(result: Comparison, fmt: str, only_changed: bool, output: str | None) 
     """Print the report, or write it to `output` and say where it went."""
     if output is None:
         if fmt == "table":
-            _print_table(console, result, only_changed)
+            _print_table(console, result, only_changed, terminal_width(console))
         else:
             typer.echo(_text(result, fmt, only_changed), nl=False)
         return
@@ -211,11 +194,12 @@ def _emit(result: Comparison, fmt: str, only_changed: bool, output: str | None) 
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as fh:
             if fmt == "table":
-                _print_table(Console(file=fh, width=200, color_system=None), result, only_changed)
+                wide = Console(file=fh, width=200, color_system=None)
+                _print_table(wide, result, only_changed, 200)
             else:
                 fh.write(_text(result, fmt, only_changed))
     except OSError as exc:
-        raise UsageError(f"--output: cannot write {path} ({exc})") from None
+        raise FieldError("output", path, f"cannot write: {exc.strerror}") from None
     console.print(f"wrote {path}: {summary_line(result)}", highlight=False, markup=False)
 
 
@@ -247,7 +231,10 @@ def compare_command(
     """Gate CURRENT against BASELINE. Exit 0: no regression; 1: a regression; 2: bad input;
     3: timings from different environments (see --allow-env-mismatch)."""
     if fmt not in FORMATS:
-        raise UsageError(f"--format: unknown value {fmt!r}; choose from {', '.join(FORMATS)}")
+        raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
+    if output is not None and any(Path(output).resolve() == Path(p).resolve()
+                                  for p in (baseline, current)):  # fmt: skip
+        raise FieldError("output", output, "is one of the files compared; write elsewhere")
     thresholds = Thresholds(
         time=parse_percent("--time-threshold", time_threshold),
         mem=parse_percent("--mem-threshold", mem_threshold),
@@ -301,7 +288,9 @@ def baseline_save_command(
 @baseline_app.command("exact")
 @handles_errors
 def baseline_exact_command(
-    config: str = typer.Argument("configs/default.yaml", metavar="CONFIG", help="Sweep file."),
+    config: str | None = typer.Argument(
+        None, metavar="CONFIG", help="Sweep file (default: the packaged default study)."
+    ),
     to: str = typer.Option(
         "results/baselines/cpu-exact.json", "--to", help="Where to write the baseline."
     ),

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import typer
-from rich.table import Table
 
 from ..measure.devices import resolve_device
 from ..measure.environment import collect_environment
 from ..model.presets import PRESETS
+from ..render.columns import MODELS
 from . import app
-from .common import console, handles_errors
+from .common import console, show_table
+from .flags import handles_errors
 
 
 @app.command("models")
-def models_command() -> None:
+def models_command(
+    wide: bool = typer.Option(False, "--wide", help="Show every column (the source too)."),
+) -> None:
     """List the model presets with their attention architecture and source."""
-    table = Table(title="Model presets", title_justify="left")
-    for header in ("Name", "layers", "d_model", "heads", "kv heads", "head_dim", "Variant",
-                   "dtype", "Source"):  # fmt: skip
-        table.add_column(header, justify="right" if header[0].islower() else "left")
-    for p in PRESETS.values():
-        numbers = (p.num_layers, p.d_model, p.num_heads, p.num_kv_heads, p.head_dim)
-        table.add_row(p.name, *map(str, numbers), p.variant, p.dtype, p.source)
-    console.print(table)
+    rows = [{**asdict(p), "variant": p.variant} for p in PRESETS.values()]
+    show_table("Model presets", rows, MODELS, wide, hint="attnbench models --wide")
 
 
 @app.command("env")

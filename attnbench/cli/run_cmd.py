@@ -3,7 +3,6 @@ and report re-rendered from a saved results.json."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Generator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -11,25 +10,15 @@ from typing import Annotated
 
 import typer
 
-from ..errors import UsageError
-from ..experiments.params import ModelMismatchError
+from ..errors import FieldError, UsageError
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
-from ..study.runner import (
-    RESULTS_FILE,
-    Plan,
-    Task,
-    estimate_seconds,
-    estimate_total_seconds,
-    incomplete,
-    load_results,
-    plan_study,
-    run_study,
-    stop_on_sigint,
-)
+from ..study.documents import incomplete, load_results
+from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
 from . import app
-from .common import QuietOpt, console, err_console, fail, handles_errors, progress_iter
+from .common import console, err_console, progress_iter
 from .decode_cmd import describe as describe_decode
+from .flags import handles_errors
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
@@ -40,23 +29,22 @@ def describe(task: Task) -> str:
     p = task.point
     if task.section == "decode":
         return f"decode {describe_decode(p)}"
-    name = p.get("model") or f"d{p['d_model']} h{p['num_heads']}/{p['num_kv_heads']}"
-    if task.section == "params":
-        return f"params {name}"
-    return f"kvmem {name} batch {p['batch']} context {p['seq_len']} {p.get('dtype') or ''}"
+    name = p.model or f"d{p.d_model} h{p.num_heads}/{p.num_kv_heads}"
+    if task.section == "kvmem":
+        return f"kvmem {name} batch {p.batch} context {p.seq_len} {p.dtype}"
+    return f"{task.section} {name}"
 
 
 def _dry_run(plan: Plan) -> None:
-    total = estimate_total_seconds(plan, plan.tasks)
+    total = plan.estimate_total(plan.tasks)
     for task in plan.tasks:
-        console.print(f"{describe(task)}  ~{estimate_seconds(plan, task):.2f} s",
-                      highlight=False, markup=False)  # fmt: skip
+        console.print(f"{describe(task)}  ~{plan.estimate(task):.2f} s", markup=False)
     devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
     about = f"about {total:.0f} s" if total >= 1 else "under a second"
     console.print(
         f"{len(plan.tasks)} points ({devices or 'no device needed'}), {about} (a rough "
         "estimate); nothing was run.",
-        highlight=False,
+        markup=False,
     )
 
 
@@ -68,10 +56,10 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
         return
     console.print("Findings:", style="bold")
     for line in findings(doc):
-        console.print(f"  - {line}", highlight=False, markup=False)
+        console.print(f"  - {line}", markup=False)
     files = [f"{name}.csv" for name in doc["sections"]] + [RESULTS_FILE]
     console.print(f"Wrote {', '.join(files)}, {len(plots)} plots and {report.name} in {out}/",
-                  highlight=False, markup=False)  # fmt: skip
+                  markup=False)  # fmt: skip
 
 
 @app.command("run")
@@ -92,7 +80,7 @@ def run_command(
     device: Annotated[
         str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the file).")
     ] = None,
-    quiet: QuietOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")] = False,
 ) -> None:
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
@@ -102,23 +90,22 @@ def run_command(
         _dry_run(plan)
         return
     if resume and out is None:
-        raise UsageError("--resume: give the results directory to finish with --out DIR")
+        raise FieldError("resume", None, "give the results directory to finish with --out DIR")
     out_dir = Path(out) if out else Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    stop = threading.Event()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FieldError("out", out_dir, "not a directory")
 
     def notice() -> None:
         err_console.print("stopping after the current point (Ctrl-C again to stop now)")
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
-        return progress_iter(tasks, describe, quiet, weight=lambda t: estimate_seconds(plan, t))
+        return progress_iter(tasks, describe, quiet, weight=plan.estimate)
 
     try:
-        with stop_on_sigint(stop, notice):
-            result = run_study(plan, out_dir, resume, stop, progress)
+        result = run_study(plan, DirectoryStore(out_dir), resume=resume, on_interrupt=notice,
+                           progress=progress)  # fmt: skip
     except KeyboardInterrupt:
         raise _interrupted(out_dir, config, device) from None
-    except ModelMismatchError as exc:
-        raise fail(f"internal error: {exc}", code=1) from None
     except OSError as exc:
         raise _unwritable(exc) from None
     if result.interrupted:
@@ -126,7 +113,7 @@ def run_command(
     if not quiet:
         earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
         console.print(f"Ran {result.ran} of {result.total} points{earlier} in "
-                      f"{result.seconds:.1f} s.", highlight=False)  # fmt: skip
+                      f"{result.seconds:.1f} s.")  # fmt: skip
     try:
         _finish(result.document, out_dir, quiet)
     except OSError as exc:
@@ -136,7 +123,7 @@ def run_command(
 
 
 def _unwritable(exc: OSError) -> UsageError:
-    return UsageError(f"--out: cannot write {exc.filename}: {exc.strerror}")
+    return FieldError("out", exc.filename, f"cannot write: {exc.strerror}")
 
 
 def _interrupted(out_dir: Path, config: str | None, device: str | None) -> typer.Exit:
@@ -151,6 +138,7 @@ ResultsArg = Annotated[str, typer.Argument(help="A results.json written by `attn
 OutOpt = Annotated[
     str | None, typer.Option("--out", help="Directory to write into (default: beside it).")
 ]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
 
 
 @app.command("plot")
@@ -164,7 +152,7 @@ def plot_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = Fals
         raise _unwritable(exc) from None
     if not quiet:
         for path in written:
-            console.print(f"wrote {path}", highlight=False)
+            console.print(f"wrote {path}", markup=False)
 
 
 @app.command("report")
@@ -178,4 +166,4 @@ def report_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = Fa
     except OSError as exc:
         raise _unwritable(exc) from None
     if not quiet:
-        console.print(f"wrote {path}", highlight=False)
+        console.print(f"wrote {path}", markup=False)

@@ -1,0 +1,1 @@
+"""Experiments: each takes a typed point and returns a typed record (see records.py)."""

@@ -16,53 +16,82 @@ repeat is one whole generation, and warm-up generations are not counted.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..measure.devices import torch_dtype
 from ..measure.timing import Measurement, Timer
-from ..model.formulas import AttentionShape, decode_totals
+from ..model.formulas import decode_totals
+from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
 from ..modules.kv_cache import KVCache
+from ..records import exact, info, key, timing
+from .context import Context
 
 SEED = 0
 
 
-@dataclass
-class DecodeRecord:
-    variant: str
-    backend: str
-    device: str
-    dtype: str
-    batch: int
+@dataclass(frozen=True)
+class DecodePoint:
     d_model: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
+    batch: int
+    dtype: str
     prompt_len: int
     gen_len: int
+    backend: str
     mode: str
-    prefill_ms: float | None = None
-    step_ms_median: float | None = None
-    step_ms_p25: float | None = None
-    step_ms_p75: float | None = None
-    samples_ms: list[float] = field(default_factory=list)
-    total_ms: float | None = None
-    tokens_per_s: float | None = None
-    speedup_vs_no_cache: float | None = None
-    bytes_per_step: int | None = None
-    achieved_gbps: float | None = None
-    peak_gbps: float | None = None
-    pct_of_peak_bw: float | None = None
-    flops_per_step: int | None = None
-    achieved_tflops: float | None = None
-    noisy: bool | None = None
-    status: str = "ok"
+    head_dim: int | None = None
+    bias: bool = False
     model: str | None = None
 
+    @property
+    def shape(self) -> AttentionShape:
+        return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim,
+                              self.bias)  # fmt: skip
 
-@dataclass
+    @property
+    def cached(self) -> bool:
+        return self.mode == "cache"
+
+
+@dataclass(kw_only=True)
+class DecodeRecord:
+    variant: str = key()
+    backend: str = key()
+    device: str = key()
+    dtype: str = key()
+    batch: int = key()
+    d_model: int = key()
+    num_heads: int = key()
+    num_kv_heads: int = key()
+    head_dim: int = key()
+    prompt_len: int = key()
+    gen_len: int = key()
+    mode: str = key()
+    prefill_ms: float | None = timing()
+    step_ms_median: float | None = timing()
+    step_ms_p25: float | None = timing(of="step_ms_median")
+    step_ms_p75: float | None = timing(of="step_ms_median")
+    samples_ms: list[float] = timing([], of="step_ms_median", csv=False)
+    total_ms: float | None = timing()
+    tokens_per_s: float | None = info()
+    speedup_vs_no_cache: float | None = info()
+    bytes_per_step: int | None = exact(None)
+    achieved_gbps: float | None = info()
+    peak_gbps: float | None = info()
+    pct_of_peak_bw: float | None = info()
+    flops_per_step: int | None = exact(None)
+    achieved_tflops: float | None = info()
+    noisy: bool | None = info()
+    status: str = info("ok")
+    model: str | None = key(None)
+    projection_path: str | None = info()
+
+
+@dataclass(frozen=True)
 class DecodeOptions:
     warmup: int = 2
     repeats: int = 3
@@ -71,10 +100,9 @@ class DecodeOptions:
     flush_l2: bool = False
 
     @classmethod
-    def from_options(cls, options: dict) -> DecodeOptions:
-        """From a resolved decode study's scalar options (sweep.Study.options)."""
-        return cls(options["warmup"], options["repeats"], options["prefill"],
-                   options["cuda_graph"], options["flush_l2"])  # fmt: skip
+    def from_options(cls, options) -> DecodeOptions:
+        """From a decode section's scalar options (the ones this class names)."""
+        return cls(**{f: options[f] for f in cls.__dataclass_fields__ if f in options})
 
 
 def build_layer(
@@ -151,20 +179,25 @@ def _graph_calls(calls: list[Callable], cache: KVCache, prompt_len: int, device)
     return [graph.replay for graph in graphs]
 
 
-@torch.inference_mode()
 def time_decode(
-    shape: AttentionShape, backend: str, dtype: str, batch: int, prompt_len: int,
-    gen_len: int, cached: bool, device: torch.device, options: DecodeOptions,
-) -> tuple[Measurement, float | None, float]:  # fmt: skip
+    layer: GroupedQueryAttention, point: DecodePoint, device: torch.device, options: DecodeOptions
+) -> tuple[Measurement, float | None, float]:
     """Time one point: per-step Measurement, median prefill ms (None when not run) and the
     median total ms of a generation (prefill plus its steps)."""
-    tdtype = torch_dtype(dtype)
-    layer = build_layer(shape, backend, tdtype, device)
-    unread = prompt_len if cached and not options.prefill else 0
+    with torch.inference_mode():
+        return _time_decode(layer, point, device, options)
+
+
+def _time_decode(
+    layer: GroupedQueryAttention, point: DecodePoint, device: torch.device, options: DecodeOptions
+) -> tuple[Measurement, float | None, float]:
+    shape, batch, prompt_len, gen_len = point.shape, point.batch, point.prompt_len, point.gen_len
+    tdtype = torch_dtype(point.dtype)
+    unread = prompt_len if point.cached and not options.prefill else 0
     x = random_tokens(shape, batch, prompt_len + gen_len, tdtype, device, first=unread)
     timer = Timer(device, flush_l2=options.flush_l2)
     cache = None
-    if cached:
+    if point.cached:
         cache = KVCache(batch, shape.num_kv_heads, prompt_len + gen_len, shape.head_dim,
                         tdtype, device)  # fmt: skip
         gen = torch.Generator(device=device).manual_seed(SEED + 2)
@@ -196,42 +229,46 @@ def time_decode(
     return Measurement(samples), prefill_ms, Measurement(totals).median_ms
 
 
-def is_oom(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the CPU allocator failing."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and (
-        "out of memory" in text or "can't allocate memory" in text
+def check(point: DecodePoint) -> None:
+    """Raise for a point that cannot run: its shape, dtype and backend."""
+    point.shape  # noqa: B018
+    torch_dtype(point.dtype)
+
+
+def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
+    """The point's record before timing: its configuration and the bytes and FLOPs a
+    step moves and computes (what a failed point still reports)."""
+    shape = point.shape
+    device = context.device if context.device is not None else torch.device("cpu")
+    total_bytes, total_flops = decode_totals(
+        shape, point.batch, point.prompt_len, point.gen_len, point.dtype, point.cached
     )
-
-
-def decode_record(
-    point: dict, device: torch.device, options: DecodeOptions, peak_gbps: float | None
-) -> DecodeRecord:
-    """Measure one point and fill its record; an OOM or other failure becomes its status."""
-    shape = AttentionShape(point["d_model"], point["num_heads"], point["num_kv_heads"],
-                           point.get("head_dim"), bool(point.get("bias", False)))  # fmt: skip
-    dtype = point.get("dtype") or "float32"
-    batch, prompt_len, gen_len = point["batch"], point["prompt_len"], point["gen_len"]
-    cached = point["mode"] == "cache"
-    rec = DecodeRecord(
-        variant=shape.variant, backend=point["backend"], device=str(device), dtype=dtype,
-        batch=batch, d_model=shape.d_model, num_heads=shape.num_heads,
+    return DecodeRecord(
+        variant=shape.variant, backend=point.backend, device=str(device), dtype=point.dtype,
+        batch=point.batch, d_model=shape.d_model, num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,  # type: ignore[arg-type]
-        prompt_len=prompt_len, gen_len=gen_len, mode=point["mode"], peak_gbps=peak_gbps,
-        model=point.get("model"),
+        prompt_len=point.prompt_len, gen_len=point.gen_len, mode=point.mode,
+        peak_gbps=context.peak_gbps, model=point.model,
+        bytes_per_step=round(total_bytes / point.gen_len),
+        flops_per_step=round(total_flops / point.gen_len),
     )  # fmt: skip
-    total_bytes, total_flops = decode_totals(shape, batch, prompt_len, gen_len, dtype, cached)
-    rec.bytes_per_step = round(total_bytes / gen_len)
-    rec.flops_per_step = round(total_flops / gen_len)
+
+
+def failed(point: DecodePoint, status: str, context: Context | None = None) -> DecodeRecord:
+    """The record of a point that did not complete: analytic columns and `status`."""
+    record = analytic_record(point, context or Context())
+    record.status = status
+    return record
+
+
+def run(point: DecodePoint, context: Context) -> DecodeRecord:
+    """Measure one point on `context.device` and fill its record."""
+    device = context.device if context.device is not None else torch.device("cpu")
+    options = DecodeOptions.from_options(context.options)
+    rec = analytic_record(point, context)
+    layer = build_layer(point.shape, point.backend, torch_dtype(point.dtype), device)
     try:
-        steps, prefill_ms, total_ms = time_decode(
-            shape, point["backend"], dtype, batch, prompt_len, gen_len, cached, device, options
-        )
-    except Exception as exc:  # one failing point must not stop the sweep
-        rec.status = "oom" if is_oom(exc) else f"error: {type(exc).__name__}: {exc}"
-        return rec
+        steps, prefill_ms, total_ms = time_decode(layer, point, device, options)
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -242,11 +279,13 @@ def decode_record(
     )  # fmt: skip
     rec.samples_ms = steps.samples_ms
     rec.total_ms = total_ms
-    rec.tokens_per_s = batch / step_s
-    rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9
-    rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak_gbps if peak_gbps else None
-    rec.achieved_tflops = rec.flops_per_step / step_s / 1e12
+    rec.tokens_per_s = point.batch / step_s
+    rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9  # type: ignore[operator]
+    peak = context.peak_gbps
+    rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
+    rec.achieved_tflops = rec.flops_per_step / step_s / 1e12  # type: ignore[operator]
     rec.noisy = steps.noisy
+    rec.projection_path = layer.projection_path
     return rec
 
 
@@ -258,11 +297,20 @@ def link_speedups(records: list[DecodeRecord]) -> None:
     """Fill speedup_vs_no_cache on cache rows: the no_cache row's median step time over
     the cache row's, for the same configuration."""
 
-    def key(r: DecodeRecord) -> tuple:
+    def configuration(r: DecodeRecord) -> tuple:
         return tuple(getattr(r, f) for f in CONFIG_FIELDS)
 
-    baseline = {key(r): r.step_ms_median for r in records if r.mode == "no_cache"}
+    baseline = {configuration(r): r.step_ms_median for r in records if r.mode == "no_cache"}
     for r in records:
-        slow = baseline.get(key(r))
+        slow = baseline.get(configuration(r))
         if r.mode == "cache" and slow and r.step_ms_median:
             r.speedup_vs_no_cache = slow / r.step_ms_median
+
+
+def no_cache_first(points: list[DecodePoint]) -> list[DecodePoint]:
+    """Decode points with each configuration's no_cache point just before its cache point
+    (otherwise in grid order), so the speed-up can be filled in as each cache row lands."""
+    first: dict[DecodePoint, int] = {}
+    for i, p in enumerate(points):
+        first.setdefault(replace(p, mode=""), i)
+    return sorted(points, key=lambda p: (first[replace(p, mode="")], p.mode != "no_cache"))

@@ -15,21 +15,52 @@ takes a percentage or a size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..errors import UsageError
+from ..errors import FieldError
 from ..model.architecture import ModelSpec
-from ..model.capacity import KV_DTYPES, KvFormat, TokenLayout, cache_bytes, ceil_div, token_layout
+from ..model.capacity import (
+    KvFormat,
+    TokenLayout,
+    cache_bytes,
+    ceil_div,
+    layer_windows,
+    positive_int,
+    token_layout,
+    window_summary,
+)
+from ..model.dtypes import KV_DTYPES, check_dtype
 from ..model.model_params import weight_bytes_per_rank
-from ..study.output import format_bytes
-
-DEFAULT_RESERVE = "10%"
+from ..model.units import format_bytes, parse_memory, parse_share
+from ..records import exact, info, key
+from .context import Context
 
 
 class CapacityError(Exception):
     """The request cannot fit; the message gives the numbers. Exit code 1."""
 
     exit_code = 1
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    """One question: `seq_len` asks for the largest batch, `batch` for the longest context.
+    `gpus` defaults to `tp`, `tp` to `gpus` (else 1); the dtypes to the model's."""
+
+    model: str
+    reserve: str
+    scale_dtype: str
+    memory: str | None = None
+    seq_len: int | None = None
+    batch: int | None = None
+    gpus: int | None = None
+    tp: int | None = None
+    weights_dtype: str | None = None
+    kv_dtype: str | None = None
+    kv_scale_group: int | None = None
+    sliding_window: int | None = None
+    page_size: int | None = None
+    spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -47,13 +78,10 @@ class FitPlan:
     reserve_bytes: int
 
     def __post_init__(self) -> None:
-        if self.weights_dtype not in KV_DTYPES:
-            raise UsageError(
-                f"--weights-dtype: unknown dtype {self.weights_dtype!r}; "
-                f"choose from {', '.join(KV_DTYPES)}"
-            )
+        check_dtype(self.weights_dtype, "weights_dtype", KV_DTYPES)
         if self.gpus % self.tp:
-            raise UsageError(f"--gpus {self.gpus}: not a multiple of --tp {self.tp}")
+            raise FieldError("gpus", self.gpus, f"not a multiple of tp {self.tp}")
+        self.layout  # noqa: B018  (tp must split the heads)
 
     @property
     def replicas(self) -> int:
@@ -77,7 +105,7 @@ class FitPlan:
     def kv_budget(self) -> int:
         """Bytes left for the KV cache on one GPU; CapacityError when there are none."""
         weights, memory, reserve = self.weights_bytes, self.memory_bytes, self.reserve_bytes
-        where = f"on each of {self.gpus} GPU(s) with --tp {self.tp}"
+        where = f"on each of {self.gpus} GPU(s) with tp {self.tp}"
         if weights > memory:
             raise CapacityError(
                 f"weights alone do not fit: {format_bytes(weights)} ({weights:,} bytes of "
@@ -91,38 +119,40 @@ class FitPlan:
         return memory - weights - reserve
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FitRecord:
-    """The answer, with the per-GPU breakdown (weights + KV + reserve + free = memory)."""
+    """The answer, with the per-GPU breakdown (weights + KV + reserve + free = memory).
+    The question's input (seq_len or batch) and its answer (the other) are both exact:
+    a changed answer to the same question is a changed model."""
 
-    model: str
-    question: str  # largest_batch (at seq_len) or longest_context (at batch)
-    memory_bytes_per_gpu: int
-    num_layers: int
-    gpus: int
-    tp: int
-    replicas: int
-    weights_dtype: str
-    kv_dtype: str
-    page_size: int | None
-    sliding_window: int | None
-    windowed_layers: int
-    seq_len: int | None
-    batch: int
-    batch_per_replica: int
-    context_unbounded: bool
-    max_position_embeddings: int | None
-    kv_bytes_per_sequence_per_gpu: int
-    weights_bytes_per_gpu: int
-    kv_bytes_per_gpu: int
-    reserve_bytes_per_gpu: int
-    free_bytes_per_gpu: int
+    model: str = key()
+    question: str = key()  # largest_batch (at seq_len) or longest_context (at batch)
+    memory_bytes_per_gpu: int = key()
+    num_layers: int = key()
+    gpus: int = key()
+    tp: int = key()
+    replicas: int = exact()
+    weights_dtype: str = key()
+    kv_dtype: str = key()
+    page_size: int | None = key()
+    sliding_window: int | None = key()
+    windowed_layers: int = exact()
+    seq_len: int | None = exact()
+    batch: int = exact()
+    batch_per_replica: int = exact()
+    context_unbounded: bool = info()
+    max_position_embeddings: int | None = info()
+    kv_bytes_per_sequence_per_gpu: int = exact()
+    weights_bytes_per_gpu: int = exact()
+    kv_bytes_per_gpu: int = exact()
+    reserve_bytes_per_gpu: int = exact()
+    free_bytes_per_gpu: int = exact()
 
 
 def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
             total_batch: int, unbounded: bool, per_seq: int) -> FitRecord:  # fmt: skip
     kv = per_replica * per_seq
-    windowed = [w for w in plan.windows if w is not None]
+    window, windowed_layers = window_summary(plan.windows)
     return FitRecord(
         model=plan.spec.name,
         question=question,
@@ -134,8 +164,8 @@ def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
         weights_dtype=plan.weights_dtype,
         kv_dtype=plan.kv.dtype,
         page_size=plan.page_size,
-        sliding_window=max(windowed) if windowed else None,
-        windowed_layers=len(windowed),
+        sliding_window=window,
+        windowed_layers=windowed_layers,
         seq_len=seq_len,
         batch=total_batch,
         batch_per_replica=per_replica,
@@ -197,3 +227,51 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)
     return _record(plan, question, low, per_replica, batch, False, plan.sequence_bytes(low))
+
+
+def plan_for(point: FitPoint) -> FitPlan:
+    """The FitPlan of a point; FieldError for a value that cannot be planned."""
+    spec = point.spec
+    if spec is None:
+        raise FieldError("model", point.model, "a fit needs the model's architecture")
+    if (point.seq_len is None) == (point.batch is None):
+        raise FieldError(
+            "seq_len",
+            point.seq_len,
+            "give either seq_len (for the largest batch) or batch (for the longest "
+            "context), exactly one",
+        )
+    if point.memory is None:
+        raise FieldError("memory", None, "give the memory of each GPU, e.g. 80GiB")
+    size = parse_memory(point.memory, "memory")
+    tp = positive_int("tp", point.tp) if point.tp is not None else None
+    gpus = positive_int("gpus", point.gpus) if point.gpus is not None else None
+    tp = tp or gpus or 1
+    return FitPlan(
+        spec=spec,
+        memory_bytes=size.bytes,
+        gpus=gpus or tp,
+        tp=tp,
+        weights_dtype=point.weights_dtype or spec.dtype,
+        kv=KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype),
+        windows=layer_windows(spec.num_layers, spec.windows, point.sliding_window),
+        page_size=point.page_size,
+        reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),
+    )
+
+
+def check(point: FitPoint) -> None:
+    """Raise for a question that cannot be asked (not for one whose answer is 'nothing
+    fits': that is the answer, a CapacityError when run)."""
+    plan = plan_for(point)
+    if point.page_size is not None:
+        positive_int("page_size", point.page_size)
+    plan.sequence_bytes(1)
+
+
+def run(point: FitPoint, context: Context | None = None) -> FitRecord:
+    """The answer to the point's question; CapacityError when nothing fits."""
+    plan = plan_for(point)
+    if point.seq_len is not None:
+        return largest_batch(plan, point.seq_len)
+    return longest_context(plan, point.batch)  # type: ignore[arg-type]

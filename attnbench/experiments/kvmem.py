@@ -7,154 +7,132 @@ columns describe the whole (logical) cache unless their name says per GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UsageError
-from ..measure.devices import torch_dtype
+from ..measure.devices import free_memory_bytes
+from ..measure.memory import measure_cache_bytes, measure_storage_bytes
 from ..model.architecture import ModelSpec
 from ..model.capacity import (
-    DEFAULT_SCALE_DTYPE,
     KvFormat,
     cache_bytes,
     layer_windows,
     paging_report,
     token_layout,
+    window_summary,
 )
-from ..model.formulas import variant_label
-from ..model.presets import PRESETS
-from ..modules.kv_cache import KVCache
-from ..modules.quantized_cache import measure_allocation, measure_storage_bytes
-from ..study.sweep import Study
-
-#: KV-cache dtype when neither the config nor the model gives one (what serving uses).
-DEFAULT_KV_DTYPE = "float16"
+from ..model.shapes import AttentionShape, variant_label
+from ..records import exact, info, key, memory
+from .context import Context
 
 
-@dataclass
-class KvmemRecord:
-    model: str | None
-    variant: str
-    num_layers: int
+@dataclass(frozen=True)
+class KvmemPoint:
+    """One cache to size. `seq_lens` (one batch of different lengths) replaces batch x
+    seq_len; `spec` is the point's model, which brings its per-layer windows and MLA."""
+
+    d_model: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
+    num_layers: int
     batch: int
     seq_len: int
     dtype: str
-    bytes_per_token: int
-    kv_bytes_per_layer: int
-    kv_bytes: int
-    measured_bytes: int | None
-    ratio_vs_mha: float
-    status: str
-    kv_dtype: str
-    kv_scale_group: int | None
-    scale_dtype: str | None
-    scale_bytes: int
-    sliding_window: int | None
-    windowed_layers: int
-    page_size: int | None
-    tp: int
-    kv_heads_per_gpu: int | None
-    kv_bytes_per_gpu: int
-    kv_bytes_all_gpus: int
-    used_bytes: int | None
-    paged_bytes: int | None
-    contiguous_bytes: int | None
-    paged_waste_pct: float | None
-    contiguous_waste_pct: float | None
-    measured_paged_bytes: int | None
+    scale_dtype: str
+    tp: int = 1
+    head_dim: int | None = None
+    kv_dtype: str | None = None
+    kv_scale_group: int | None = None
+    sliding_window: int | None = None
+    page_size: int | None = None
+    seq_lens: tuple[int, ...] | None = None
+    model: str | None = None
+    spec: ModelSpec | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def shape(self) -> AttentionShape:
+        return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim)
 
 
-def measure_cache_bytes(
-    num_layers: int,
-    batch: int,
-    seq_len: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: str,
-    device: torch.device,
-    expected: int,
-) -> tuple[int | None, str]:
-    """Allocate one KVCache per layer on `device` and count their storage (see
-    measure_allocation: on CUDA the allocator's count must agree too)."""
-
-    def allocate() -> list[torch.Tensor]:
-        caches = [
-            KVCache(batch, num_kv_heads, seq_len, head_dim, torch_dtype(dtype), device)
-            for _ in range(num_layers)
-        ]
-        return [t for c in caches for t in (c.k, c.v)]
-
-    return measure_allocation(allocate, device, expected)
-
-
-def take_batch_lengths(study: Study, lengths: list[int] | None = None) -> None:
-    """Make seq_lens (one batch's lengths: `lengths` from the flag, else the file's list,
-    which the sweep validated as an axis) a single grid value holding the whole list; it
-    replaces the batch and seq_len axes. Call it after `resolve`, before `points`."""
-    lengths = lengths or study.values.get("seq_lens")
-    if lengths:
-        study.values["seq_lens"] = [tuple(lengths)]
-        study.values["batch"], study.values["seq_len"] = [len(lengths)], [max(lengths)]
-
-
-def kvmem_points(
-    study: Study, lengths: list[int] | None = None
-) -> list[tuple[dict, ModelSpec | None]]:
-    """Every point of a resolved kvmem study with its model's spec (which brings the
-    model's windows and MLA latent, also for config.json models), after folding one
-    batch's lengths into the grid (take_batch_lengths). What kvmem_record needs."""
-    take_batch_lengths(study, lengths)
-    specs = {m.name: m for m in study.models}
-    return [(p, specs.get(p["model"])) for p in study.points()]
+@dataclass(kw_only=True)
+class KvmemRecord:
+    model: str | None = key()
+    variant: str = key()
+    num_layers: int = key()
+    num_heads: int = key()
+    num_kv_heads: int = key()
+    head_dim: int = key()
+    batch: int = key()
+    seq_len: int = key()
+    dtype: str = key()
+    bytes_per_token: int = exact()
+    kv_bytes_per_layer: int = exact()
+    kv_bytes: int = exact()
+    measured_bytes: int | None = memory()
+    ratio_vs_mha: float = info()
+    status: str = info()
+    kv_dtype: str = key()
+    kv_scale_group: int | None = key()
+    scale_dtype: str | None = key()
+    scale_bytes: int = exact()
+    sliding_window: int | None = key()
+    windowed_layers: int = exact()
+    page_size: int | None = key()
+    tp: int = key()
+    kv_heads_per_gpu: int | None = exact()
+    kv_bytes_per_gpu: int = exact()
+    kv_bytes_all_gpus: int = exact()
+    used_bytes: int | None = exact()
+    paged_bytes: int | None = exact()
+    contiguous_bytes: int | None = exact()
+    paged_waste_pct: float | None = info()
+    contiguous_waste_pct: float | None = info()
+    measured_paged_bytes: int | None = memory()
 
 
-def kvmem_record(
-    point: dict, device: torch.device | None, spec: ModelSpec | None = None
+def check(point: KvmemPoint) -> None:
+    """Raise for a point whose cache cannot be sized (a tp that does not divide the
+    heads, a scale group wider than a vector, ...): the same work as the record."""
+    run(point)
+
+
+def run(
+    point: KvmemPoint,
+    context: Context | None = None,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
 ) -> KvmemRecord:
-    """One row of `attnbench kvmem`; `device` None skips measuring.
-
-    `spec` (the point's model; default: the preset the point names, if any) brings its
-    per-layer windows and MLA. The point's fields kv_dtype, kv_scale_group, scale_dtype,
-    sliding_window, page_size, seq_lens and tp select the cache (absent: the model's
-    dtype, its windows, contiguous, one GPU)."""
-    layers, heads, kv_heads = point.get("num_layers", 1), point["num_heads"], point["num_kv_heads"]
-    head_dim = point.get("head_dim") or point["d_model"] // heads
-    dtype = point.get("dtype") or DEFAULT_KV_DTYPE
-    fmt = KvFormat(
-        point.get("kv_dtype") or dtype,
-        point.get("kv_scale_group"),
-        point.get("scale_dtype") or DEFAULT_SCALE_DTYPE,
-    )
-    if spec is None and point.get("model") in PRESETS:
-        spec = PRESETS[point["model"]]
+    """One row of `attnbench kvmem`; measured on `context.device` unless it is None.
+    `free_bytes` tells how much memory the device has free (a cache that does not fit is
+    not allocated)."""
+    device = context.device if context is not None else None
+    shape, spec = point.shape, point.spec
+    layers, heads, kv_heads = point.num_layers, point.num_heads, point.num_kv_heads
+    head_dim: int = shape.head_dim  # type: ignore[assignment]
+    fmt = KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
     mla = spec.mla if spec is not None else None
     latent = mla.latent_dim if mla else None
-    tp = point.get("tp") or 1
-    seq_lens = point.get("seq_lens")
-    if seq_lens is not None and not isinstance(seq_lens, (list, tuple)):
-        raise UsageError(
-            f"seq_lens: got {seq_lens!r}; one batch's lengths are a list, which "
-            "take_batch_lengths keeps whole (it is not an axis of the grid)"
-        )
-    batch, seq = (len(seq_lens), max(seq_lens)) if seq_lens else (point["batch"], point["seq_len"])
-    lengths = list(seq_lens) if seq_lens else [seq] * batch
+    if point.seq_lens:
+        lengths: dict[int, int] | tuple[int, ...] = point.seq_lens
+        batch, seq = len(point.seq_lens), max(point.seq_lens)
+    else:
+        batch, seq = point.batch, point.seq_len
+        lengths = {seq: batch}
     windows = layer_windows(
-        layers, spec.windows if spec is not None else None, point.get("sliding_window")
+        layers, spec.windows if spec is not None else None, point.sliding_window
     )
-    page_size = point.get("page_size")
-
+    page_size = point.page_size
     layout = token_layout(heads, kv_heads, head_dim, fmt, 1, latent)
-    per_gpu = token_layout(heads, kv_heads, head_dim, fmt, tp, latent)
+    per_gpu = token_layout(heads, kv_heads, head_dim, fmt, point.tp, latent)
     mha = token_layout(heads, heads, head_dim, fmt)
-    full = [seq] * batch
+    full = {seq: batch}
     total = cache_bytes(layout, windows, full)
     gpu_bytes = cache_bytes(per_gpu, windows, full).total
     largest_layer = max(cache_bytes(layout, [w], full).total for w in set(windows))
-    paging = paging_report(layout, windows, lengths, page_size) if seq_lens or page_size else None
+    paging = (
+        paging_report(layout, windows, lengths, page_size) if point.seq_lens or page_size else None
+    )
 
     measured, status = (None, "not measured")
     measured_paged = None
@@ -162,20 +140,22 @@ def kvmem_record(
         windows_unused = all(w is None or w >= seq for w in windows)
         if mla is None and not fmt.quantized and windows_unused:  # the project's KVCache
             measured, status = measure_cache_bytes(
-                layers, batch, seq, kv_heads, head_dim, fmt.dtype, device, total.total
+                layers, batch, seq, kv_heads, head_dim, fmt.dtype, device, total.total, free_bytes
             )
         else:
-            measured, status = measure_storage_bytes(layout, windows, full, device, total.total)
+            measured, status = measure_storage_bytes(
+                layout, windows, full, device, total.total, free_bytes=free_bytes
+            )
         if paging is not None and paging.paged_bytes is not None:
             measured_paged, paged_status = measure_storage_bytes(
-                layout, windows, lengths, device, paging.paged_bytes, page_size
+                layout, windows, lengths, device, paging.paged_bytes, page_size, free_bytes
             )
             if paged_status != "ok" and status == "ok":
                 status = f"paged: {paged_status}"
 
-    windowed = [w for w in windows if w is not None]
+    window, windowed_layers = window_summary(windows)
     return KvmemRecord(
-        model=point.get("model"),
+        model=point.model,
         variant="MLA" if mla else variant_label(heads, kv_heads),
         num_layers=layers,
         num_heads=heads,
@@ -183,7 +163,7 @@ def kvmem_record(
         head_dim=head_dim,
         batch=batch,
         seq_len=seq,
-        dtype=dtype,
+        dtype=point.dtype,
         bytes_per_token=layers * layout.bytes,
         kv_bytes_per_layer=largest_layer,
         kv_bytes=total.total,
@@ -194,13 +174,13 @@ def kvmem_record(
         kv_scale_group=fmt.scale_group,
         scale_dtype=fmt.scale_dtype if fmt.quantized else None,
         scale_bytes=total.scales,
-        sliding_window=max(windowed) if windowed else None,
-        windowed_layers=len(windowed),
+        sliding_window=window,
+        windowed_layers=windowed_layers,
         page_size=page_size,
-        tp=tp,
+        tp=point.tp,
         kv_heads_per_gpu=None if mla else per_gpu.vectors // 2,
         kv_bytes_per_gpu=gpu_bytes,
-        kv_bytes_all_gpus=gpu_bytes * tp,
+        kv_bytes_all_gpus=gpu_bytes * point.tp,
         used_bytes=paging.used_bytes if paging else None,
         paged_bytes=paging.paged_bytes if paging else None,
         contiguous_bytes=paging.contiguous_bytes if paging else None,
@@ -208,3 +188,10 @@ def kvmem_record(
         contiguous_waste_pct=paging.contiguous_waste_pct if paging else None,
         measured_paged_bytes=measured_paged,
     )
+
+
+def failed(point: KvmemPoint, status: str, context: Context | None = None) -> KvmemRecord:
+    """The record of a point whose allocation failed: the analytic columns, and `status`."""
+    record = run(point)
+    record.status = status
+    return record

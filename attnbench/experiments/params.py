@@ -4,29 +4,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.formulas import AttentionShape, attention_params, projection_params
+from ..errors import ModelMismatchError
+from ..model.formulas import attention_params, projection_params
+from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
+from ..records import exact, info, key
+from .context import Context
 
 
-class ModelMismatchError(RuntimeError):
-    """The analytic model and the instantiated module disagree: a bug in attnbench."""
+@dataclass(frozen=True)
+class ParamsPoint:
+    """One layer shape; `model` names the preset or config.json it came from, if any."""
 
-
-@dataclass
-class ParamsRecord:
-    variant: str
     d_model: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
-    bias: bool
-    q_params: int
-    k_params: int
-    v_params: int
-    o_params: int
-    total_params: int
-    module_params: int
-    ratio_vs_mha: float
+    head_dim: int | None = None
+    bias: bool = False
+    model: str | None = None
+
+    @property
+    def shape(self) -> AttentionShape:
+        return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim,
+                              self.bias)  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class ParamsRecord:
+    variant: str = key()
+    d_model: int = key()
+    num_heads: int = key()
+    num_kv_heads: int = key()
+    head_dim: int = key()
+    bias: bool = key()
+    q_params: int = exact()
+    k_params: int = exact()
+    v_params: int = exact()
+    o_params: int = exact()
+    total_params: int = exact()
+    module_params: int = exact()
+    ratio_vs_mha: float = info()
 
 
 def count_module_params(shape: AttentionShape) -> int:
@@ -42,9 +59,14 @@ def count_module_params(shape: AttentionShape) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def params_record(shape: AttentionShape) -> ParamsRecord:
+def check(point: ParamsPoint) -> None:
+    """Raise for a point that cannot run (the shape is validated on construction)."""
+    point.shape  # noqa: B018
+
+
+def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
     """One row of `attnbench params`; raises ModelMismatchError if formula and module differ."""
-    parts = projection_params(shape)
+    shape = point.shape
     total = attention_params(shape)
     counted = count_module_params(shape)
     if counted != total:
@@ -60,8 +82,14 @@ def params_record(shape: AttentionShape) -> ParamsRecord:
         num_kv_heads=shape.num_kv_heads,
         head_dim=shape.head_dim,  # type: ignore[arg-type]
         bias=shape.bias,
-        **parts,
+        **projection_params(shape),
         total_params=total,
         module_params=counted,
         ratio_vs_mha=total / attention_params(mha),
     )
+
+
+def params_record(shape: AttentionShape) -> ParamsRecord:
+    """The record of one layer shape (the library's entry point for a single shape)."""
+    return run(ParamsPoint(shape.d_model, shape.num_heads, shape.num_kv_heads, shape.head_dim,
+                           shape.bias))  # fmt: skip

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..experiments.decode import DecodeOptions, build_layer, decode_outputs, decode_record
-from ..experiments.kvmem import measure_cache_bytes
-from ..model.formulas import AttentionShape, kv_cache_bytes
+from ..measure.memory import measure_cache_bytes
+from ..model.capacity import kv_cache_bytes
+from ..model.shapes import AttentionShape
 from ..modules.attention import scaled_dot_product_attention
+from . import decode
+from .context import Context
+from .decode import build_layer, decode_outputs
 
 SHAPES = [AttentionShape(256, 8, kv) for kv in (8, 2, 1)]
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
@@ -78,9 +81,11 @@ def check_kv_memory(device: torch.device) -> list[CheckResult]:
 
 def check_cuda_graph(device: torch.device) -> list[CheckResult]:
     """Decode steps replayed from CUDA graphs run and give per-step samples."""
-    point = {"d_model": 256, "num_heads": 8, "num_kv_heads": 2, "batch": 2, "prompt_len": 64,
-             "gen_len": 8, "backend": "sdpa", "mode": "cache", "dtype": "bfloat16"}  # fmt: skip
-    rec = decode_record(point, device, DecodeOptions(warmup=1, repeats=2, cuda_graph=True), None)
+    point = decode.DecodePoint(d_model=256, num_heads=8, num_kv_heads=2, batch=2,
+                               dtype="bfloat16", prompt_len=64, gen_len=8, backend="sdpa",
+                               mode="cache")  # fmt: skip
+    options = {"warmup": 1, "repeats": 2, "cuda_graph": True}
+    rec = decode.run(point, Context(device, options))
     ok = rec.status == "ok" and len(rec.samples_ms) == 16
     return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]
 

@@ -1,12 +1,12 @@
 """The regression gate: compare two result documents row by row and metric by metric.
 
-Each field of a record is classified by its name (see `classify`), so fields added later
-follow the same rules. Rows are matched on their configuration fields; every metric of a
-matched row gets a verdict under the rule of its class:
+Each field of a record has the kind its record type declares (records.py): rows are
+matched on their `key` fields, and every metric of a matched row gets a verdict under the
+rule of its kind:
 
 - exact (parameter counts, analytic bytes, FLOPs): any change, either way, is a regression;
-- measured memory: a change beyond max(1 MiB, --mem-threshold) regresses or improves;
-- timings: a change needs an effect beyond max(--time-threshold, 3 x relative IQR), evidence
+- measured memory: a change beyond max(1 MiB, the memory threshold) regresses or improves;
+- timings: a change needs an effect beyond max(the time threshold, 3 x relative IQR), evidence
   (a seeded bootstrap bound, or p25..p75 intervals that do not overlap) and more than 5 us;
   an effect without evidence is `inconclusive`.
 
@@ -15,41 +15,26 @@ Timings are gated only between matching environments (see `GATING_ENV_FIELDS`).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import UsageError
+from ..measure.timing import percentile
+from ..records import Kind, gated_timing
+from ..study.documents import Document, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
+from ..study.sections import record_type
 
-COMMANDS = ("params", "kvmem", "decode-speed", "run")
-SECTIONS = ("params", "kvmem", "decode")
-#: `decode-speed` documents and the `decode` section of a `run` document hold the same rows.
-SECTION_ALIASES = {"decode-speed": "decode"}
 #: Environment fields that must match for timings to gate; cpu_model only for CPU runs.
 GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_threads")
-#: The raw samples behind a timing median, where a record keeps them.
-SAMPLES_FIELDS = {"step_ms_median": "samples_ms"}
 #: Relative change of the measured peak copy bandwidth that makes two runs incomparable.
 PEAK_DRIFT = 0.10
-
-
-class Kind(str, Enum):
-    """What a record field is, decided from its name alone."""
-
-    CONFIG = "config"
-    EXACT = "exact"
-    MEMORY = "memory"
-    TIMING = "timing"
-    DERIVED = "derived"
 
 
 class Verdict(str, Enum):
@@ -64,169 +49,6 @@ class Verdict(str, Enum):
 
 #: Display order, most severe first (the member order above).
 SEVERITY = {v: i for i, v in enumerate(Verdict)}
-
-_DERIVED_NAMES = frozenset({"noisy", "status", "samples_ms"})
-_DERIVED_PREFIXES = ("achieved_", "pct_", "speedup_", "ratio_")
-_DERIVED_SUFFIXES = ("_per_s", "_gbps", "_tflops", "_pct")
-#: Computed counts whose names match no pattern below; a change in them is a model change.
-_EXACT_NAMES = frozenset({"kv_heads_per_gpu", "windowed_layers"})
-
-
-def classify(name: str) -> Kind:
-    """The class of a record field. Derived fields (rates, ratios, flags, the statistics
-    around a timing median) follow from the gated ones and are neither gated nor matched on;
-    `ratio_vs_mha` is one of them, since the parameter and byte counts it divides are gated."""
-    if (
-        name in _DERIVED_NAMES
-        or name.startswith(_DERIVED_PREFIXES)
-        or name.endswith(_DERIVED_SUFFIXES)
-    ):
-        return Kind.DERIVED
-    if name.startswith("measured") and "bytes" in name:
-        return Kind.MEMORY
-    if name.endswith(("_ms", "_ms_median")):
-        return Kind.TIMING
-    if "_ms_" in name:
-        return Kind.DERIVED
-    if name in _EXACT_NAMES or "bytes" in name or name.endswith("_params") or "flops" in name:
-        return Kind.EXACT
-    return Kind.CONFIG
-
-
-# --- documents ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Document:
-    """A results file as sections of records. CSV files carry one section, no environment
-    and no raw samples; `raw` is the parsed JSON (None for CSV)."""
-
-    path: str
-    command: str
-    sections: dict[str, list[dict]]
-    environment: dict | None
-    raw: dict | None
-
-
-def load_document(path: str | Path) -> Document:
-    """Read and validate a JSON (from --json) or CSV (from --csv) results file."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{p}: {'not a file' if p.exists() else 'no such file'}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read it ({exc})") from None
-    return _csv_document(p, text) if p.suffix.lower() == ".csv" else _json_document(p, text)
-
-
-def _json_document(path: Path, text: str) -> Document:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"{path}: expected a JSON object written by --json")
-    version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise UsageError(f"{path}: schema_version {version!r} is not supported (expected 1)")
-    command = doc.get("command")
-    if command not in COMMANDS:
-        raise UsageError(f"{path}: unknown command {command!r}; expected one of {COMMANDS}")
-    environment = doc.get("environment")
-    if environment is not None and not isinstance(environment, dict):
-        raise UsageError(f"{path}: environment: expected an object")
-    if command == "run":
-        sections = _run_sections(path, doc.get("sections"))
-    else:
-        name = SECTION_ALIASES.get(command, command)
-        sections = {name: _check_records(path, name, doc.get("records"))}
-    return Document(str(path), command, sections, environment, doc)
-
-
-def _run_sections(path: Path, body: Any) -> dict[str, list[dict]]:
-    if not isinstance(body, dict) or not body:
-        raise UsageError(f"{path}: sections: expected an object of sections")
-    sections = {}
-    for key, section in body.items():
-        name = SECTION_ALIASES.get(key, key)
-        if name not in SECTIONS:
-            raise UsageError(f"{path}: sections: unknown section {key!r}")
-        if not isinstance(section, dict):
-            raise UsageError(f"{path}: sections.{key}: expected an object with records")
-        sections[name] = _check_records(path, name, section.get("records"))
-    return sections
-
-
-def _check_records(path: Path, section: str, records: Any) -> list[dict]:
-    """Records as dicts whose metrics are numbers or null (NaN counts as null)."""
-    if not isinstance(records, list):
-        raise UsageError(f"{path}: {section}: records: expected a list")
-    for i, rec in enumerate(records):
-        where = f"{path}: {section} record {i}"
-        if not isinstance(rec, dict):
-            raise UsageError(f"{where}: expected an object")
-        for name, value in rec.items():
-            if name in SAMPLES_FIELDS.values():
-                if value is not None and not (
-                    isinstance(value, list) and all(_is_number(v) for v in value)
-                ):
-                    raise UsageError(f"{where}: {name}: expected a list of numbers")
-            elif classify(name) in (Kind.EXACT, Kind.MEMORY, Kind.TIMING):
-                if value is not None and not _is_number(value):
-                    raise UsageError(f"{where}: {name}: expected a number, got {value!r}")
-                if isinstance(value, float) and math.isnan(value):
-                    rec[name] = None
-    return records
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _csv_document(path: Path, text: str) -> Document:
-    reader = csv.DictReader(io.StringIO(text))
-    fields = reader.fieldnames or []
-    section = _csv_section(path, fields)
-    records = []
-    for line, row in enumerate(reader, start=2):
-        if None in row:
-            raise UsageError(f"{path}: line {line}: more cells than the header has columns")
-        records.append({k: _cell(v) for k, v in row.items()})
-    return Document(
-        str(path), section, {section: _check_records(path, section, records)}, None, None
-    )
-
-
-def _csv_section(path: Path, fields: list[str]) -> str:
-    """A CSV has no `command` field: tell the command from a column only it writes."""
-    for column, section in (
-        ("step_ms_median", "decode"),
-        ("kv_bytes", "kvmem"),
-        ("total_params", "params"),
-    ):
-        if column in fields:
-            return section
-    raise UsageError(
-        f"{path}: not an attnbench CSV (no step_ms_median, kv_bytes or total_params column)"
-    )
-
-
-def _cell(text: str | None) -> Any:
-    """A CSV cell as the value the JSON would hold: '' -> None, '4096' -> 4096, 'True'."""
-    if text is None or text == "":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return value if math.isfinite(value) else text
 
 
 # --- verdicts ----------------------------------------------------------------------------
@@ -273,18 +95,18 @@ class TimingStats:
         if self.p25 is not None and self.p75 is not None:
             return (self.p75 - self.p25) / self.median
         if self.samples:
-            p25, p75 = np.percentile(self.samples, [25, 75])
-            return float(p75 - p25) / self.median
+            return (percentile(self.samples, 75) - percentile(self.samples, 25)) / self.median
         return 0.0
 
 
-def timing_stats(record: dict, metric: str) -> TimingStats:
-    stem = metric.removesuffix("_median")
-    samples = record.get(SAMPLES_FIELDS.get(metric, ""))
+def timing_stats(record: dict, metric: str, stats: dict[str, str]) -> TimingStats:
+    """The timing `metric` of a record with its statistics (`stats`: role -> field, as
+    records.gated_timing gives them)."""
+    samples = record.get(stats.get("samples", ""))
     return TimingStats(
         record[metric],
-        record.get(f"{stem}_p25"),
-        record.get(f"{stem}_p75"),
+        record.get(stats.get("p25", "")),
+        record.get(stats.get("p75", "")),
         tuple(samples) if samples else None,
     )
 
@@ -504,7 +326,7 @@ def _bandwidth_drift(key: str, base: dict, cur: dict) -> bool:
     PEAK_DRIFT: the machine was not in the same state (other jobs, clocks), so the
     timings of the two runs are not comparable even on the same hardware."""
     b, c = base.get(key), cur.get(key)
-    if key != "peak_gbps" or not _is_number(b) or not _is_number(c) or b <= 0:
+    if key != "peak_gbps" or not is_number(b) or not is_number(c) or b <= 0:
         return False
     return abs(c / b - 1) > PEAK_DRIFT
 
@@ -538,7 +360,13 @@ def compare_documents(
         result.notes.append("no environment recorded (CSV input): timings gate unchecked")
     matched = 0
     for name in shared:
-        rows, notes = match_rows(base.sections[name], cur.sections[name], (base.path, cur.path))
+        kinds = kinds_of(name)
+        if not kinds:
+            result.notes.append(f"section {name} is not known to this version; not compared")
+            continue
+        rows, notes = match_rows(
+            base.sections[name], cur.sections[name], (base.path, cur.path), kinds
+        )
         result.notes += [f"{name}: {note}" for note in notes]
         for key, b, c in rows:
             matched += b is not None and c is not None
@@ -557,12 +385,12 @@ def _hashable(value: Any) -> Any:
 
 
 def match_rows(
-    base: list[dict], cur: list[dict], paths: tuple[str, str]
+    base: list[dict], cur: list[dict], paths: tuple[str, str], kinds: dict[str, Kind]
 ) -> tuple[list[tuple[dict, dict | None, dict | None]], list[str]]:
-    """Pair rows on the configuration fields both sides have (a field only one side has,
+    """Pair rows on the key fields (`kinds`) both sides have (a field only one side has,
     say one added in a later version, is left out, with a note). Baseline order first."""
     fields = [
-        [k for k in dict.fromkeys(k for r in rows for k in r) if classify(k) is Kind.CONFIG]
+        [k for k in dict.fromkeys(k for r in rows for k in r) if kinds.get(k) is Kind.KEY]
         for rows in (base, cur)
     ]
     union = list(dict.fromkeys(fields[0] + fields[1]))
@@ -601,11 +429,16 @@ def compare_rows(
     if base is None or cur is None:
         verdict, where = (Verdict.NEW, "baseline") if base is None else (Verdict.MISSING, "current")
         return [Finding(section, config, None, None, None, None, verdict, f"row not in {where}")]
+    kinds = kinds_of(section)
+    rtype = record_type(section)
+    timings = gated_timing(rtype) if rtype else {}
     findings = []
     for name in dict.fromkeys([*base, *cur]):
-        kind = classify(name)
-        if kind in (Kind.CONFIG, Kind.DERIVED):
+        kind = kinds.get(name)
+        if kind not in (Kind.EXACT, Kind.MEMORY, Kind.TIMING):
             continue
+        if kind is Kind.TIMING and name not in timings:
+            continue  # a statistic of a timing (p25, raw samples): judged with it
         b, c = base.get(name), cur.get(name)
         if b is None and c is None:
             continue
@@ -620,7 +453,10 @@ def compare_rows(
             reason = f"environments differ ({', '.join(env_mismatch)})"
             judgement = Judgement(Verdict.INCOMPARABLE, reason, c / b if b else None)
         else:
-            judgement = judge_timing(timing_stats(base, name), timing_stats(cur, name), th)
+            stats = timings[name]
+            judgement = judge_timing(
+                timing_stats(base, name, stats), timing_stats(cur, name, stats), th
+            )
             if env_mismatch:
                 gating = False
                 judgement = replace(judgement, reason=f"{judgement.reason}; not gated")

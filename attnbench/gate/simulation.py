@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..gate.compare import Thresholds, TimingStats, Verdict, judge_timing
+from ..measure.timing import percentile
+from .compare import Thresholds, TimingStats, Verdict, judge_timing
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,9 @@ def draw_timing(rng: np.random.Generator, noise: Noise, slowdown: float = 1.0) -
     x = noise.median_ms * slowdown * run_shift * rng.lognormal(0.0, noise.sigma, noise.samples)
     hit = rng.random(noise.samples) < noise.outlier_rate
     x[hit] *= rng.uniform(1.2, noise.outlier_max, hit.sum())
-    p25, median, p75 = np.percentile(x, [25, 50, 75])
-    return TimingStats(float(median), float(p25), float(p75), tuple(x.tolist()))
+    samples = tuple(x.tolist())
+    p25, median, p75 = (percentile(samples, q) for q in (25, 50, 75))
+    return TimingStats(median, p25, p75, samples)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Device and dtype names from the command line, resolved to torch objects."""
+"""Devices by name, resolved to torch devices, and the memory they have free."""
 
 from __future__ import annotations
 
@@ -6,35 +6,15 @@ from pathlib import Path
 
 import torch
 
-from ..errors import UsageError
+from ..errors import FieldError
+from ..modules.dtypes import torch_dtype
 
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-
-#: Storage dtypes of KV-cache element types (capacity.KV_DTYPES): float8 are torch dtypes,
-#: int4 values are packed two per uint8 byte.
-KV_STORAGE_DTYPES: dict[str, torch.dtype] = {
-    **TORCH_DTYPES,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "float8_e5m2": torch.float8_e5m2,
-    "int8": torch.int8,
-    "int4": torch.uint8,
-}
+__all__ = ["free_memory_bytes", "resolve_device", "torch_dtype"]
 
 
-def torch_dtype(name: str) -> torch.dtype:
-    try:
-        return TORCH_DTYPES[name]
-    except KeyError:
-        choices = ", ".join(TORCH_DTYPES)
-        raise UsageError(f"dtype: unknown dtype {name!r}; choose from {choices}") from None
-
-
-def resolve_device(name: str | None, flag: str = "--device") -> torch.device:
+def resolve_device(name: str | None) -> torch.device:
     """'auto' (CUDA when available, else the CPU), 'cpu', 'cuda' or 'cuda:i'."""
+    given = name
     name = (name or "auto").strip().lower()
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -42,15 +22,17 @@ def resolve_device(name: str | None, flag: str = "--device") -> torch.device:
         return torch.device("cpu")
     if name == "cuda" or name.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise UsageError(f"{flag}: {name!r} requested but CUDA is not available here")
+            raise FieldError("device", given, "requested but CUDA is not available here")
         index = name.partition(":")[2]
         if index:
             if not index.isdigit() or int(index) >= torch.cuda.device_count():
                 count = torch.cuda.device_count()
-                raise UsageError(f"{flag}: no device {name!r} ({count} CUDA device(s) present)")
+                raise FieldError(
+                    "device", given, f"no such device ({count} CUDA device(s) present)"
+                )
             return torch.device("cuda", int(index))
         return torch.device("cuda", torch.cuda.current_device())
-    raise UsageError(f"{flag}: unknown device {name!r}; use auto, cpu, cuda or cuda:<index>")
+    raise FieldError("device", given, "unknown device; use auto, cpu, cuda or cuda:<index>")
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.formulas import AttentionShape
+from ..model.shapes import AttentionShape
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,11 @@ class MlaSpec:
 class MoeSpec:
     """A mixture-of-experts MLP: routed experts of `intermediate_size` each (gated), a
     router of one weight row per expert, optional shared experts (DeepSeek), and
-    `dense_layers` leading layers that keep the dense MLP (DeepSeek's first_k_dense_replace)."""
+    `dense_layers` leading layers that keep the dense MLP (DeepSeek's first_k_dense_replace).
+
+    `router_bias` adds one value per routed expert to the router: DeepSeek-V3's
+    e_score_correction_bias, a buffer in transformers that checkpoints store, so it is
+    counted as the checkpoint counts it."""
 
     num_experts: int
     experts_per_token: int

@@ -19,30 +19,34 @@ ceil(tokens / P) * P. A contiguous cache gives every sequence the longest length
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import UsageError
-from ..model.formulas import DTYPE_BITS, dtype_bytes
+from ..errors import FieldError
+from .dtypes import (
+    KV_DTYPES,
+    QUANTIZED_KV_DTYPES,
+    SCALE_DTYPES,
+    check_dtype,
+    dtype_bytes,
+    packed_bytes,
+)
 
-#: Element types a KV cache may use, independent of the model's dtype.
-KV_DTYPES: tuple[str, ...] = (
-    "float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2", "int8", "int4",
-)  # fmt: skip
-#: KV dtypes that store scales beside their values.
-QUANTIZED_KV_DTYPES: tuple[str, ...] = ("float8_e4m3fn", "float8_e5m2", "int8", "int4")
-#: dtypes a scale may use.
-SCALE_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 DEFAULT_SCALE_DTYPE = "float16"
+
+#: Sequence lengths of one batch: a list of lengths, or {length: how many sequences}.
+SeqLens = Sequence[int] | Mapping[int, int]
 
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def packed_bytes(elements: int, dtype: str) -> int:
-    """Bytes of `elements` values of `dtype` packed densely: ceil(elements * bits / 8)."""
-    return ceil_div(elements * DTYPE_BITS[dtype], 8)
+def positive_int(field: str, value: object, minimum: int = 1) -> int:
+    """`value` if it is an integer >= `minimum`, else a FieldError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FieldError(field, value, f"must be an integer >= {minimum}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -55,19 +59,10 @@ class KvFormat:
     scale_dtype: str = DEFAULT_SCALE_DTYPE
 
     def __post_init__(self) -> None:
-        if self.dtype not in KV_DTYPES:
-            raise UsageError(
-                f"--kv-dtype: unknown dtype {self.dtype!r}; choose from {', '.join(KV_DTYPES)}"
-            )
-        if self.scale_dtype not in SCALE_DTYPES:
-            raise UsageError(
-                f"--scale-dtype: unknown dtype {self.scale_dtype!r}; "
-                f"choose from {', '.join(SCALE_DTYPES)}"
-            )
-        group = self.scale_group
-        if group is not None and (isinstance(group, bool) or not isinstance(group, int)
-                                  or group < 1):  # fmt: skip
-            raise UsageError(f"--kv-scale-group: must be a positive integer, got {group!r}")
+        check_dtype(self.dtype, "kv_dtype", KV_DTYPES)
+        check_dtype(self.scale_dtype, "scale_dtype", SCALE_DTYPES)
+        if self.scale_group is not None:
+            positive_int("kv_scale_group", self.scale_group)
 
     @property
     def quantized(self) -> bool:
@@ -83,9 +78,11 @@ class KvFormat:
             return 0
         group = self.scale_group or width
         if group > width:
-            raise UsageError(
-                f"--kv-scale-group: {group} exceeds the {width} elements of one cached vector "
-                "(a scale group lies within one token's head or latent)"
+            raise FieldError(
+                "kv_scale_group",
+                group,
+                f"exceeds the {width} elements of one cached vector "
+                "(a scale group lies within one token's head or latent)",
             )
         return ceil_div(width, group)
 
@@ -119,18 +116,19 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     """KV heads one of `tp` tensor-parallel ranks keeps: Hkv / tp, or one (replicated) when
     tp exceeds Hkv, as serving engines shard them. Query heads must split evenly, and
     KV heads must split evenly or be replicated evenly."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise UsageError(f"--tp: must be a positive integer, got {tp!r}")
+    positive_int("tp", tp)
     if num_heads % tp:
-        raise UsageError(f"--tp: {tp} does not divide the {num_heads} query heads")
+        raise FieldError("tp", tp, f"does not divide the {num_heads} query heads")
     if tp <= num_kv_heads:
         if num_kv_heads % tp:
-            raise UsageError(f"--tp: {tp} does not divide the {num_kv_heads} KV heads")
+            raise FieldError("tp", tp, f"does not divide the {num_kv_heads} KV heads")
         return num_kv_heads // tp
     if tp % num_kv_heads:
-        raise UsageError(
-            f"--tp: {tp} is not a multiple of the {num_kv_heads} KV heads, so they cannot "
-            "be replicated evenly"
+        raise FieldError(
+            "tp",
+            tp,
+            f"is not a multiple of the {num_kv_heads} KV heads, so they cannot be "
+            "replicated evenly",
         )
     return 1
 
@@ -162,8 +160,7 @@ def layer_windows(
     model = tuple(model_windows) if model_windows else (None,) * num_layers
     if override is None:
         return model
-    if isinstance(override, bool) or not isinstance(override, int) or override < 0:
-        raise UsageError(f"--sliding-window: expected an integer >= 0, got {override!r}")
+    positive_int("sliding_window", override, minimum=0)
     if override == 0:
         return (None,) * num_layers
     if any(w is not None for w in model):
@@ -180,8 +177,7 @@ def allocated_tokens(tokens: int, page_size: int | None) -> int:
     """Token slots allocated for `tokens`: whole blocks of P, ceil(tokens / P) * P."""
     if page_size is None:
         return tokens
-    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-        raise UsageError(f"--page-size: must be a positive integer, got {page_size!r}")
+    positive_int("page_size", page_size)
     return ceil_div(tokens, page_size) * page_size
 
 
@@ -197,15 +193,20 @@ class CacheBytes:
         return self.values + self.scales
 
 
+def length_counts(seq_lens: SeqLens) -> Mapping[int, int]:
+    """{length: number of sequences} of a batch given as lengths or already counted."""
+    return seq_lens if isinstance(seq_lens, Mapping) else Counter(seq_lens)
+
+
 def cache_slots(
-    windows: Sequence[int | None], seq_lens: Sequence[int], page_size: int | None = None
+    windows: Sequence[int | None], seq_lens: SeqLens, page_size: int | None = None
 ) -> int:
     """Token slots over all layers and sequences: sum over layers l and sequences s of
-    allocated_tokens(layer_tokens(s, W_l), P)."""
-    counts = Counter(seq_lens)
+    allocated_tokens(layer_tokens(s, W_l), P). Layers of one window are counted once."""
+    counts = length_counts(seq_lens)
     return sum(
-        n * allocated_tokens(layer_tokens(s, w), page_size)
-        for w in windows
+        layers * n * allocated_tokens(layer_tokens(s, w), page_size)
+        for w, layers in Counter(windows).items()
         for s, n in counts.items()
     )
 
@@ -213,13 +214,28 @@ def cache_slots(
 def cache_bytes(
     layout: TokenLayout,
     windows: Sequence[int | None],
-    seq_lens: Sequence[int],
+    seq_lens: SeqLens,
     page_size: int | None = None,
 ) -> CacheBytes:
     """Bytes of the cache of every layer (`windows`, one per layer) for sequences of
     `seq_lens` tokens: token slots * bytes per token slot, values and scales apart."""
     slots = cache_slots(windows, seq_lens, page_size)
     return CacheBytes(slots * layout.value_bytes, slots * layout.scale_bytes)
+
+
+def kv_cache_bytes(
+    num_layers: int, batch: int, seq_len: int, num_kv_heads: int, head_dim: int, dtype: str
+) -> int:
+    """Bytes of a plain K/V cache (no window, no scales) of `batch` sequences of `seq_len`
+    tokens: 2 * L * B * S * Hkv * D * b."""
+    layout = token_layout(num_kv_heads, num_kv_heads, head_dim, KvFormat(dtype))
+    return cache_bytes(layout, [None] * num_layers, {seq_len: batch}).total
+
+
+def window_summary(windows: Sequence[int | None]) -> tuple[int | None, int]:
+    """(the widest sliding window or None, how many layers have one)."""
+    windowed = [w for w in windows if w is not None]
+    return (max(windowed) if windowed else None), len(windowed)
 
 
 def waste_pct(allocated: int, used: int) -> float:
@@ -248,12 +264,13 @@ class PagingReport:
 def paging_report(
     layout: TokenLayout,
     windows: Sequence[int | None],
-    seq_lens: Sequence[int],
+    seq_lens: SeqLens,
     page_size: int | None,
 ) -> PagingReport:
     """Bytes the tokens need, bytes of a paged cache (blocks of `page_size`; None: not
     paged) and of a contiguous one (every sequence at the longest length)."""
-    longest = [max(seq_lens)] * len(seq_lens)
+    counts = length_counts(seq_lens)
+    longest = {max(counts): sum(counts.values())}
     paged = cache_bytes(layout, windows, seq_lens, page_size).total if page_size else None
     return PagingReport(
         used_bytes=cache_bytes(layout, windows, seq_lens).total,
@@ -262,41 +279,39 @@ def paging_report(
     )
 
 
-def parse_seq_lens(text: str, flag: str = "--seq-lens") -> list[int]:
+def parse_seq_lens(text: str) -> list[int]:
     """Sequence lengths of one batch: comma-separated items, each `N` (one sequence of N
     tokens), `CxN` (C sequences of N tokens) or `linspace:LOW:HIGH:C` (C lengths evenly
     spaced from LOW to HIGH, rounded to the nearest integer)."""
     lengths: list[int] = []
     for item in (t.strip() for t in str(text).split(",")):
         if item.startswith("linspace:"):
-            lengths.extend(_linspace(item, flag))
+            lengths.extend(_linspace(item))
         elif "x" in item:
             count, _, length = item.partition("x")
-            lengths.extend([_positive(length, flag, item)] * _positive(count, flag, item))
+            lengths.extend([_positive(length, item)] * _positive(count, item))
         else:
-            lengths.append(_positive(item, flag, item))
+            lengths.append(_positive(item, item))
     return lengths
 
 
-def _positive(text: str, flag: str, item: str) -> int:
+def _positive(text: str, item: str) -> int:
     try:
         value = int(text.strip())
     except ValueError:
-        raise UsageError(
-            f"{flag}: bad item {item!r}; expected N, CxN or linspace:LOW:HIGH:C"
-        ) from None
+        raise FieldError("seq_lens", item, "expected N, CxN or linspace:LOW:HIGH:C") from None
     if value < 1:
-        raise UsageError(f"{flag}: {item!r}: values must be >= 1")
+        raise FieldError("seq_lens", item, "values must be >= 1")
     return value
 
 
-def _linspace(item: str, flag: str) -> list[int]:
+def _linspace(item: str) -> list[int]:
     parts = item.split(":")[1:]
     if len(parts) != 3:
-        raise UsageError(f"{flag}: bad item {item!r}; expected linspace:LOW:HIGH:C")
-    low, high, count = (_positive(p, flag, item) for p in parts)
+        raise FieldError("seq_lens", item, "expected linspace:LOW:HIGH:C")
+    low, high, count = (_positive(p, item) for p in parts)
     if high < low:
-        raise UsageError(f"{flag}: {item!r}: HIGH must be >= LOW")
+        raise FieldError("seq_lens", item, "HIGH must be >= LOW")
     if count == 1:
         return [low]
     span, steps = high - low, count - 1

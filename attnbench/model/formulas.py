@@ -8,7 +8,7 @@ G = Hq / Hkv, D head_dim, d d_model, L layers, S sequence length, b bytes per el
 
 - Projection parameters: q_proj d*Hq*D (+Hq*D bias), k_proj and v_proj d*Hkv*D (+Hkv*D)
   each, o_proj Hq*D*d (+d).
-- KV cache: 2 (K and V) * L * B * S * Hkv * D * b bytes.
+- KV cache: see capacity.py.
 - Attention FLOPs: two matmuls (QK^T and PV) of 2*D FLOPs per visible (query, key) pair.
   Projections: 2 FLOPs per weight per token.
 - One cached decode step over S cached tokens moves at least the weights, the KV read
@@ -17,92 +17,8 @@ G = Hq / Hkv, D head_dim, d d_model, L layers, S sequence length, b bytes per el
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-#: Bits per element of the element types attnbench knows.
-DTYPE_BITS: dict[str, int] = {
-    "float32": 32,
-    "float16": 16,
-    "bfloat16": 16,
-    # KV-cache element types (see capacity.py); int4 packs two values per byte.
-    "float8_e4m3fn": 8,
-    "float8_e5m2": 8,
-    "int8": 8,
-    "int4": 4,
-}
-
-#: dtypes a model (weights and activations) may use.
-MODEL_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of a whole-byte dtype name ("float16" -> 2)."""
-    if dtype not in DTYPE_BITS:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BITS)}")
-    bits = DTYPE_BITS[dtype]
-    if bits % 8:
-        raise ValueError(f"dtype {dtype!r} has {bits} bits per element, not whole bytes")
-    return bits // 8
-
-
-def variant_label(num_heads: int, num_kv_heads: int) -> str:
-    """`MHA` when every query head has its own KV head, `MQA` when all share one, else GQA-n."""
-    if num_kv_heads == num_heads:
-        return "MHA"
-    if num_kv_heads == 1:
-        return "MQA"
-    return f"GQA-{num_kv_heads}"
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """The hyper-parameters of one attention layer; validated on construction."""
-
-    d_model: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int | None = None
-    bias: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("d_model", "num_heads", "num_kv_heads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.head_dim is None:
-            if self.d_model % self.num_heads:
-                raise ValueError(
-                    f"num_heads {self.num_heads} does not divide d_model {self.d_model}; "
-                    "set head_dim explicitly"
-                )
-            object.__setattr__(self, "head_dim", self.d_model // self.num_heads)
-        elif (
-            isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int)
-        ) or self.head_dim <= 0:
-            raise ValueError(f"head_dim must be a positive integer, got {self.head_dim!r}")
-        if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}"
-            )
-
-    @property
-    def group_size(self) -> int:
-        """Query heads per KV head (G)."""
-        return self.num_heads // self.num_kv_heads
-
-    @property
-    def variant(self) -> str:
-        return variant_label(self.num_heads, self.num_kv_heads)
-
-    @property
-    def q_dim(self) -> int:
-        """Width of the concatenated query heads, Hq*D."""
-        return self.num_heads * self.head_dim  # type: ignore[operator]
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of the concatenated KV heads, Hkv*D."""
-        return self.num_kv_heads * self.head_dim  # type: ignore[operator]
+from .dtypes import dtype_bytes
+from .shapes import AttentionShape
 
 
 def projection_params(shape: AttentionShape) -> dict[str, int]:
@@ -119,18 +35,6 @@ def projection_params(shape: AttentionShape) -> dict[str, int]:
 def attention_params(shape: AttentionShape) -> int:
     """All parameters of one attention layer."""
     return sum(projection_params(shape).values())
-
-
-def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: str) -> int:
-    """KV-cache bytes one token costs over all layers: 2 * L * Hkv * D * b."""
-    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes(dtype)
-
-
-def kv_cache_bytes(
-    num_layers: int, batch: int, seq_len: int, num_kv_heads: int, head_dim: int, dtype: str
-) -> int:
-    """Bytes of a KV cache holding `seq_len` tokens for `batch` sequences: 2*L*B*S*Hkv*D*b."""
-    return batch * seq_len * kv_bytes_per_token(num_layers, num_kv_heads, head_dim, dtype)
 
 
 def visible_pairs(q_len: int, k_len: int, causal: bool) -> int:

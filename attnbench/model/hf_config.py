@@ -8,9 +8,10 @@ Sliding windows are read as the model defines them: `layer_types` when present; 
 `use_sliding_window` (false or absent: no window) and `max_window_layers` (layers from that
 index on are windowed); Gemma-2 windows its even layers, Gemma-3 all but every
 `sliding_window_pattern`-th; otherwise `sliding_window` applies to every layer (Mistral).
-MLA (DeepSeek-V2/V3) comes from kv_lora_rank and its companions; the whole-model body
-(vocabulary, MLP or experts, norms, biases, tied head) from the fields of the model types
-in BODY_MODEL_TYPES.
+MLA (DeepSeek-V2/V3) comes from kv_lora_rank and its companions, with heads of v_head_dim
+whatever head_dim says; the whole-model body (vocabulary, MLP or experts, norms, biases,
+tied head) from the fields of the model types in BODY_MODEL_TYPES, where a missing
+tie_word_embeddings takes transformers' default for the model type.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 
 from ..errors import UsageError, read_user_file
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
-from ..model.formulas import MODEL_DTYPES, AttentionShape
+from ..model.dtypes import MODEL_DTYPES
+from ..model.shapes import AttentionShape
 
 _ALIASES = {
     "d_model": ("hidden_size", "n_embd", "d_model"),
@@ -83,7 +85,10 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
             f"{', '.join(MODEL_DTYPES)}"
         )
     mla = _mla(cfg, where)
-    if mla is not None and head_dim is None:
+    if mla is not None:
+        # Heads of v_head_dim, as in the presets: DeepSeek configs written by transformers
+        # set head_dim to qk_rope_head_dim (64), which would give a model's config.json
+        # other ratios to MHA than its preset.
         head_dim = mla.v_head_dim
     try:
         shape = AttentionShape(d_model, num_heads, num_kv_heads, head_dim)
@@ -154,11 +159,16 @@ def _mla(cfg: dict, where: str) -> MlaSpec | None:
     )
 
 
-#: model_type values whose whole-model body attnbench reads (others: attention only).
-BODY_MODEL_TYPES = (
-    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-    "deepseek_v2", "deepseek_v3", "falcon", "RefinedWeb", "RefinedWebModel", "gpt2",
-)  # fmt: skip
+#: The model_type values whose whole-model body attnbench reads (others: attention only),
+#: each with transformers' default for tie_word_embeddings: it applies when a config.json
+#: leaves the field out or sets it to null.
+TIED_EMBEDDINGS_BY_DEFAULT: dict[str, bool] = {
+    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
+    "deepseek_v2": False, "deepseek_v3": False,
+    "gemma": True, "gemma2": True, "gemma3_text": True,
+    "falcon": True, "RefinedWeb": True, "RefinedWebModel": True, "gpt2": True,
+}  # fmt: skip
+BODY_MODEL_TYPES = tuple(TIED_EMBEDDINGS_BY_DEFAULT)
 
 
 def _body(cfg: dict, d_model: int, where: str) -> ModelBody | None:
@@ -167,7 +177,11 @@ def _body(cfg: dict, d_model: int, where: str) -> ModelBody | None:
     if kind not in BODY_MODEL_TYPES or cfg.get("vocab_size") is None:
         return None
     vocab = _positive_int(cfg, "vocab_size", where)
-    tied = cfg.get("tie_word_embeddings", True) is not False  # transformers' default: tied
+    tied = cfg.get("tie_word_embeddings")
+    if tied is None:
+        tied = TIED_EMBEDDINGS_BY_DEFAULT[kind]
+    elif not isinstance(tied, bool):
+        raise UsageError(f"{where}: field 'tie_word_embeddings' must be true or false")
     if kind in ("falcon", "RefinedWeb", "RefinedWebModel"):
         bias = bool(cfg.get("bias", False))
         single_norm = cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture")
@@ -197,6 +211,8 @@ def _body(cfg: dict, d_model: int, where: str) -> ModelBody | None:
 
 
 def _moe(cfg: dict, where: str) -> MoeSpec | None:
+    """The experts; DeepSeek-V3's router also counts e_score_correction_bias, one value per
+    routed expert: a buffer in transformers, but stored in the checkpoints (see MoeSpec)."""
     experts_key = next((k for k in ("n_routed_experts", "num_local_experts") if cfg.get(k)), None)
     if experts_key is None:
         return None
@@ -209,14 +225,14 @@ def _moe(cfg: dict, where: str) -> MoeSpec | None:
         intermediate_size=_positive_int(cfg, inter_key, where),
         shared_experts=cfg.get("n_shared_experts") or 0,
         dense_layers=cfg.get("first_k_dense_replace") or 0,
-        router_bias=cfg.get("topk_method") == "noaux_tc",
+        router_bias=cfg.get("model_type") == "deepseek_v3",
     )
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read config.json at `path`; every problem is a UsageError naming the file and field."""
     path = Path(path)
-    text = read_user_file(path, "--hf-config")
+    text = read_user_file(path, "hf_config")
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -1,5 +1,5 @@
-"""Whole-model parameter counts per part: analytic, per tensor-parallel rank, and counted
-on a `meta`-device model skeleton of the same shapes (no memory used).
+"""Whole-model parameter counts per part: analytic, per tensor-parallel rank, (counted on a
+`meta`-device skeleton of the same shapes by modules/skeleton.py).
 
 Per layer (d d_model, Hq/Hkv heads, D head_dim, I intermediate size, E experts):
 
@@ -7,7 +7,8 @@ Per layer (d d_model, Hq/Hkv heads, D head_dim, I intermediate size, E experts):
   MLA: q_a d*r_q + norm r_q + q_b r_q*Hq*(D_nope+D_rope) (or q d*Hq*(D_nope+D_rope)),
   kv_a d*(r_kv+D_rope) + norm r_kv, kv_b r_kv*Hq*(D_nope+D_v), o Hq*D_v*d;
 - MLP: (3 if gated else 2)*d*I (+ biases); MoE: E gated experts of 3*d*I_e, a router of
-  E*d (+E bias), shared experts as one gated MLP of n_shared*I_e;
+  E*d (+E bias: the router of DeepSeek-V3 counts e_score_correction_bias, a buffer in
+  transformers that checkpoints store), shared experts as one gated MLP of n_shared*I_e;
 - norms: d per RMSNorm, 2*d per LayerNorm (weight and bias).
 
 Plus token embeddings V*d (+ learned positions), a final norm, and the output head V*d
@@ -19,14 +20,10 @@ the biases added after a row-parallel projection are replicated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
-from torch import nn
-
 from ..errors import UsageError
 from ..model.architecture import ModelBody, ModelSpec
-from ..model.capacity import ceil_div, kv_heads_per_rank, packed_bytes
+from ..model.capacity import ceil_div, kv_heads_per_rank
+from ..model.dtypes import packed_bytes
 
 PARTS: tuple[str, ...] = (
     "embeddings", "attention", "mlp", "experts", "router", "norms", "output head",
@@ -125,141 +122,3 @@ def weight_bytes_per_rank(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
     """Bytes of one rank's weights in `dtype` (packed for int4; quantisation scales of the
     weights are not counted)."""
     return packed_bytes(sum(part_params(spec, tp).values()), dtype)
-
-
-# --- the meta-device skeleton -------------------------------------------------------------
-
-
-def _norm(body: ModelBody, dim: int) -> nn.Module:
-    return nn.LayerNorm(dim) if body.norm_bias else nn.RMSNorm(dim)
-
-
-class _Mlp(nn.Module):
-    def __init__(self, d: int, inter: int, gated: bool, bias: bool) -> None:
-        super().__init__()
-        self.gate = nn.Linear(d, inter, bias=bias) if gated else None
-        self.up = nn.Linear(d, inter, bias=bias)
-        self.down = nn.Linear(inter, d, bias=bias)
-
-
-class _Experts(nn.Module):
-    """Routed experts as stacked weights (num_experts, ...), as fused MoE kernels hold them."""
-
-    def __init__(self, num: int, d: int, inter: int) -> None:
-        super().__init__()
-        self.gate_up = nn.Parameter(torch.empty(num, 2 * inter, d))
-        self.down = nn.Parameter(torch.empty(num, d, inter))
-
-
-class _Attention(nn.Module):
-    def __init__(self, spec: ModelSpec, body: ModelBody) -> None:
-        super().__init__()
-        d, hq = spec.d_model, spec.num_heads
-        if spec.mla is not None:
-            m = spec.mla
-            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-            if m.q_lora_rank:
-                self.q_a = nn.Linear(d, m.q_lora_rank, bias=False)
-                self.q_a_norm = nn.RMSNorm(m.q_lora_rank)
-                self.q_b = nn.Linear(m.q_lora_rank, hq * qk, bias=False)
-            else:
-                self.q = nn.Linear(d, hq * qk, bias=False)
-            self.kv_a = nn.Linear(d, m.latent_dim, bias=False)
-            self.kv_a_norm = nn.RMSNorm(m.kv_lora_rank)
-            self.kv_b = nn.Linear(m.kv_lora_rank, hq * (m.qk_nope_head_dim + m.v_head_dim),
-                                  bias=False)  # fmt: skip
-            self.o = nn.Linear(hq * m.v_head_dim, d, bias=False)
-            return
-        D, hkv = spec.head_dim, spec.num_kv_heads
-        self.q = nn.Linear(d, hq * D, bias=body.qkv_bias)
-        self.k = nn.Linear(d, hkv * D, bias=body.qkv_bias)
-        self.v = nn.Linear(d, hkv * D, bias=body.qkv_bias)
-        self.o = nn.Linear(hq * D, d, bias=body.o_bias)
-        if body.qk_norm:
-            self.q_norm, self.k_norm = nn.RMSNorm(D), nn.RMSNorm(D)
-
-
-class _Block(nn.Module):
-    def __init__(self, spec: ModelSpec, body: ModelBody, index: int) -> None:
-        super().__init__()
-        d, moe = spec.d_model, body.moe
-        self.attention = _Attention(spec, body)
-        self.norms = nn.ModuleList(_norm(body, d) for _ in range(body.norms_per_layer))
-        self.mlp = self.experts = self.router = None
-        if moe is None or index < moe.dense_layers:
-            self.mlp = _Mlp(d, body.intermediate_size, body.gated_mlp, body.mlp_bias)
-            return
-        if moe.shared_experts:
-            shared = moe.shared_experts * moe.intermediate_size
-            self.mlp = _Mlp(d, shared, True, body.mlp_bias)
-        self.experts = _Experts(moe.num_experts, d, moe.intermediate_size)
-        self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
-
-
-class ModelSkeleton(nn.Module):
-    """The model's parameters with their real shapes and no computation; build it under
-    `torch.device("meta")` to count parameters without allocating them."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        body = require_body(spec)
-        d = spec.d_model
-        self.embeddings = nn.ModuleDict({"tokens": nn.Embedding(body.vocab_size, d)})
-        if body.position_embeddings:
-            self.embeddings["positions"] = nn.Embedding(body.position_embeddings, d)
-        self.layers = nn.ModuleList(_Block(spec, body, i) for i in range(spec.num_layers))
-        self.final_norm = _norm(body, d)
-        self.output_head = nn.Linear(d, body.vocab_size, bias=False)
-        if body.tied_embeddings:
-            self.output_head.weight = self.embeddings["tokens"].weight
-
-
-def _part_of(name: str) -> str:
-    """The PARTS entry a parameter of ModelSkeleton belongs to, from its name."""
-    head = name.split(".")[0]
-    if head == "layers":
-        sub = name.split(".")[2]
-        return {"norms": "norms"}.get(sub, sub)
-    return {"final_norm": "norms", "output_head": "output head"}.get(head, head)
-
-
-def meta_part_params(spec: ModelSpec) -> dict[str, int]:
-    """Parameters per part of a ModelSkeleton built on the meta device (a tied head's
-    weight is the embeddings' and counts once)."""
-    with torch.device("meta"):
-        model = ModelSkeleton(spec)
-    parts = dict.fromkeys(PARTS, 0)
-    for name, p in model.named_parameters():
-        parts[_part_of(name)] += p.numel()
-    return parts
-
-
-@dataclass
-class ModelPartRecord:
-    """One row of the whole-model table."""
-
-    model: str
-    part: str
-    params: int
-    meta_params: int | None
-    weight_bytes: int
-
-
-def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
-    """A row per part, then `total` (and `active per token` for MoE); raises
-    ModelMismatchError when formula and skeleton disagree."""
-    from ..experiments.params import ModelMismatchError
-
-    analytic, counted = part_params(spec), meta_part_params(spec)
-    if analytic != counted:
-        raise ModelMismatchError(
-            f"{spec.name}: the formulas give {analytic} but the skeleton has {counted}"
-        )
-    rows = [(part, analytic[part], counted[part]) for part in PARTS]
-    rows.append(("total", sum(analytic.values()), sum(counted.values())))
-    if spec.body and spec.body.moe:
-        rows.append(("active per token", active_params(spec), None))
-    return [
-        ModelPartRecord(spec.name, part, n, meta, packed_bytes(n, spec.dtype))
-        for part, n, meta in rows
-    ]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
-
-from ..errors import UsageError
+from ..errors import FieldError, closest
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
 
-__all__ = ["PRESETS", "ModelSpec", "closest", "get_preset"]
+__all__ = ["PRESETS", "ModelSpec", "get_preset"]
 
 
 def _spec(name, layers, d_model, heads, kv_heads, head_dim, dtype, source, **extra) -> ModelSpec:
@@ -87,15 +85,9 @@ PRESETS: dict[str, ModelSpec] = {p.name: p for p in (
 # fmt: on
 
 
-def closest(name: str, choices) -> str:
-    """' (did you mean X?)' for the closest choice, or '' when nothing is close."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
-def get_preset(name: str, field: str = "--model") -> ModelSpec:
-    """The preset called `name` (case-insensitive); UsageError suggests the closest name."""
+def get_preset(name: str) -> ModelSpec:
+    """The preset called `name` (case-insensitive); FieldError suggests the closest name."""
     key = name.strip().lower()
     if key not in PRESETS:
-        raise UsageError(f"{field}: unknown model {name!r}{closest(key, PRESETS)}")
+        raise FieldError("model", name, f"unknown model{closest(key, PRESETS)}")
     return PRESETS[key]

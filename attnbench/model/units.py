@@ -1,5 +1,5 @@
-"""Memory sizes from the command line, parsed exactly: binary units (KiB, MiB, GiB, TiB:
-powers of 1024) and decimal ones (KB, MB, GB, TB: powers of 1000)."""
+"""Byte units: sizes parsed exactly from text (binary KiB, MiB, GiB, TiB: powers of 1024;
+decimal KB, MB, GB, TB: powers of 1000), and byte counts shown in binary units."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..errors import UsageError
+from ..errors import FieldError
 
 BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+#: Binary units from bytes up, as shown.
+BINARY_NAMES = ("B", *BINARY_UNITS)
 DECIMAL_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS = {"B": 1, "": 1, **BINARY_UNITS, **DECIMAL_UNITS}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
@@ -34,35 +36,52 @@ class MemorySize:
         )
 
 
-def parse_memory(text: str, flag: str) -> MemorySize:
+def parse_memory(text: str, field: str) -> MemorySize:
     """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096' (bytes): exact, a whole number of
-    bytes; anything else is a UsageError naming `flag`."""
+    bytes; anything else is a FieldError for `field`."""
     match = _SIZE.match(str(text))
     unit = match.group(2) if match else None
     if match is None or unit not in _UNITS:
-        raise UsageError(
-            f"{flag}: bad size {text!r}; write a number and a unit such as 80GiB, 80GB "
-            "(= 80e9 bytes) or 1.5TiB"
+        raise FieldError(
+            field,
+            text,
+            "bad size; write a number and a unit such as 80GiB, 80GB (= 80e9 bytes) or 1.5TiB",
         )
     value = Fraction(match.group(1)) * _UNITS[unit]
     if value.denominator != 1:
-        raise UsageError(f"{flag}: {text!r} is not a whole number of bytes")
+        raise FieldError(field, text, "not a whole number of bytes")
     if value <= 0:
-        raise UsageError(f"{flag}: must be more than 0 bytes, got {text!r}")
+        raise FieldError(field, text, "must be more than 0 bytes")
     return MemorySize(int(value), str(text), unit in DECIMAL_UNITS)
 
 
-def parse_share(text: str, flag: str, of: int) -> int:
+def parse_share(text: str, field: str, of: int) -> int:
     """'10%' of `of` bytes (rounded down), or a size ('4GiB'); 0 is allowed."""
     stripped = str(text).strip()
     if stripped.endswith("%"):
         try:
             pct = Fraction(stripped[:-1].strip())
         except ValueError:
-            raise UsageError(f"{flag}: bad percentage {text!r}") from None
+            raise FieldError(field, text, "bad percentage") from None
         if not 0 <= pct < 100:
-            raise UsageError(f"{flag}: a percentage must be in [0, 100), got {text!r}")
+            raise FieldError(field, text, "a percentage must be in [0, 100)")
         return int(of * pct / 100)
     if stripped in ("0", "0B"):
         return 0
-    return parse_memory(stripped, flag).bytes
+    return parse_memory(stripped, field).bytes
+
+
+def binary_unit(largest: float) -> tuple[float, str]:
+    """The binary unit that shows `largest` bytes as a number of at least 1: (divisor, name)."""
+    for power, unit in enumerate(BINARY_NAMES):
+        if largest < 1024 ** (power + 1) or unit == BINARY_NAMES[-1]:
+            return float(1024**power), unit
+    raise AssertionError("unreachable")
+
+
+def format_bytes(n: int | float | None) -> str:
+    """Binary units: 1536 -> '1.50 KiB', 512 -> '512 B'; None -> '-'."""
+    if n is None:
+        return "-"
+    divisor, unit = binary_unit(abs(float(n)))
+    return f"{int(n)} B" if unit == "B" else f"{n / divisor:.2f} {unit}"

@@ -9,12 +9,13 @@ what chunked prefill and decode over a cache need (for Lq == Lk it is the usual 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.formulas import AttentionShape
+from ..model.shapes import AttentionShape
 from ..modules.kv_cache import KVCache
 
 BACKENDS = ("sdpa", "naive")
@@ -23,6 +24,39 @@ BACKENDS = ("sdpa", "naive")
 _ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and all(
     hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise")
 )
+#: GroupedQueryAttention.projection_path values.
+PACKED_PATH, TORCH_PATH = "onednn-packed", "torch"
+
+
+class _PackedWeight(NamedTuple):
+    """A projection weight reordered for oneDNN, and what it was reordered from."""
+
+    weight: torch.Tensor  # the parameter itself: its identity
+    source: torch.Tensor  # an alias of the memory packed, kept so no new weight can reuse it
+    version: int  # weight._version when packed
+    packed: torch.Tensor
+
+    def matches(self, weight: torch.Tensor) -> bool:
+        return (
+            self.weight is weight
+            and self.version == weight._version
+            and self.source.data_ptr() == weight.data_ptr()
+            and self.source.shape == weight.shape
+            and self.source.stride() == weight.stride()
+        )
+
+
+def _packable(proj: nn.Linear) -> bool:
+    """Whether the packed path can serve `proj`: float32 on the CPU, and a weight whose
+    in-place changes are seen. An inference tensor (made under torch.inference_mode) keeps
+    no version counter, so a packed copy of it could go stale without notice."""
+    weight, bias = proj.weight, proj.bias
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and not weight.is_inference()
+        and (bias is None or (bias.device.type == "cpu" and bias.dtype == torch.float32))
+    )
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -116,11 +150,27 @@ class GroupedQueryAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, self.shape.kv_dim, bias=bias, **factory)
         self.v_proj = nn.Linear(d_model, self.shape.kv_dim, bias=bias, **factory)
         self.o_proj = nn.Linear(self.shape.q_dim, d_model, bias=bias, **factory)
-        self._packed: dict[int, tuple] = {}  # see _project
+        self._packed: dict[int, _PackedWeight] = {}  # see _project
+        self._last_path: str | None = None
 
     @property
     def variant(self) -> str:
         return self.shape.variant
+
+    @property
+    def projection_path(self) -> str:
+        """How the most recent forward ran its q/k/v/o projections: "onednn-packed"
+        (oneDNN with prepacked weights, see _project) or "torch" (nn.Linear). Before the
+        first forward: the path a float32 CPU input under inference mode would take."""
+        if self._last_path is not None:
+            return self._last_path
+        return PACKED_PATH if self._weights_packable() else TORCH_PATH
+
+    def _projections(self) -> tuple[nn.Linear, ...]:
+        return (self.q_proj, self.k_proj, self.v_proj, self.o_proj)
+
+    def _weights_packable(self) -> bool:
+        return _ONEDNN_LINEAR and all(_packable(p) for p in self._projections())
 
     def forward(
         self,
@@ -143,9 +193,11 @@ class GroupedQueryAttention(nn.Module):
         batch, q_len, _ = x.shape
         source = x if context is None else context
         kv_len = source.shape[1]
-        q = self._project(self.q_proj, x).view(batch, q_len, self.num_heads, self.head_dim)
-        k = self._project(self.k_proj, source).view(batch, kv_len, self.num_kv_heads, -1)
-        v = self._project(self.v_proj, source).view(batch, kv_len, self.num_kv_heads, -1)
+        packed = self._use_packed(x, source)
+        self._last_path = PACKED_PATH if packed else TORCH_PATH
+        q = self._project(self.q_proj, x, packed).view(batch, q_len, self.num_heads, -1)
+        k = self._project(self.k_proj, source, packed).view(batch, kv_len, self.num_kv_heads, -1)
+        v = self._project(self.v_proj, source, packed).view(batch, kv_len, self.num_kv_heads, -1)
         q = q.transpose(1, 2)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if kv_cache is not None:
@@ -155,29 +207,44 @@ class GroupedQueryAttention(nn.Module):
         else:
             out = self._attend_sdpa(q, k, v, attn_mask, is_causal)
         out = out.transpose(1, 2).reshape(batch, q_len, self.shape.q_dim)
-        return self._project(self.o_proj, out)
+        return self._project(self.o_proj, out, packed)
 
-    def _project(self, proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        """proj(x); for float32 inference on the CPU, through oneDNN with a prepacked weight.
+    def _use_packed(self, x: torch.Tensor, source: torch.Tensor) -> bool:
+        """Whether this forward runs every projection on prepacked weights (see _project):
+        float32 CPU inputs, no autograd, and weights whose staleness can be detected."""
+        if torch.is_grad_enabled() or not all(
+            t.device.type == "cpu" and t.dtype == torch.float32 for t in (x, source)
+        ):
+            return False
+        if not self._weights_packable():
+            self._packed.clear()  # copies of weights that can no longer be packed
+            return False
+        return True
+
+    def _project(self, proj: nn.Linear, x: torch.Tensor, packed: bool) -> torch.Tensor:
+        """proj(x); with `packed`, through oneDNN with a prepacked weight.
 
         PyTorch's default CPU GEMM is slow for the few rows of a decode step (a handful of
         tokens against a d_model x d_model weight), and a decode step is dominated by
         reading those weights. oneDNN's inner product on a weight reordered once into its
         blocked layout reads them about twice as fast, with the same float32 arithmetic.
-        The packed copy is keyed on the weight's identity and version, so a change to the
-        weight (an optimiser step, load_state_dict) repacks it.
+
+        The packed copy is used again only while the weight is the same tensor, over the
+        same memory, at the same version: an in-place change (an optimiser step,
+        load_state_dict, mul_ under no_grad or inference_mode), an assignment to `.data`
+        or a new parameter repacks it. Only changes made in place through `.data`, which
+        bypass the version counter as they bypass autograd, go unseen.
         """
-        weight = proj.weight
-        if not (_ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype == torch.float32
-                and weight.dtype == torch.float32 and not torch.is_grad_enabled()):  # fmt: skip
+        if not packed:
             return proj(x)
-        # Tensors made under inference_mode keep no version: only replacing them repacks.
-        key = (id(weight), None if weight.is_inference() else weight._version)
+        weight = proj.weight
         cached = self._packed.get(id(proj))
-        if cached is None or cached[0] != key:
-            cached = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
+        if cached is None or not cached.matches(weight):
+            source = weight.detach()
+            cached = _PackedWeight(weight, source, weight._version,
+                                   torch.ops.mkldnn._reorder_linear_weight(source))  # fmt: skip
             self._packed[id(proj)] = cached
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), cached[1], proj.bias,
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), cached.packed, proj.bias,
                                                   "none", [], "")  # fmt: skip
 
     def _attend_naive(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:

@@ -1,24 +1,25 @@
 """A real, allocatable KV cache in any KV dtype: float8 as torch float8 tensors, int8, int4
 packed two values per byte, with per-group scales; K and V per head, or MLA latents; per
 layer windows; contiguous or as a pool of paged blocks. Used to measure what the formulas
-in capacity.py predict, byte for byte.
+in capacity.py predict, byte for byte (see measure/memory.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from ..measure.devices import KV_STORAGE_DTYPES, free_memory_bytes, torch_dtype
 from ..model.capacity import (
     KvFormat,
+    SeqLens,
     TokenLayout,
     allocated_tokens,
     ceil_div,
     layer_tokens,
+    length_counts,
 )
-from ..study.output import format_bytes
+from .dtypes import storage_dtype
 
 #: Largest magnitude of each integer code: int8 in [-127, 127], int4 in [-7, 7].
 _INT_MAX = {"int8": 127, "int4": 7}
@@ -52,13 +53,13 @@ def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor
 
     Scales are absmax / (largest code) per group, rounded to the scale dtype first so that
     dequantising with the stored scale is exact up to the code's own rounding."""
-    store = KV_STORAGE_DTYPES[fmt.dtype]
+    store = storage_dtype(fmt.dtype)
     if not fmt.quantized:
         return x.to(store), None
     width = x.shape[-1]
     groups = _groups(x.float(), fmt.scale_group or width)
     code_max = float(_INT_MAX[fmt.dtype]) if fmt.dtype in _INT_MAX else torch.finfo(store).max
-    scale_dtype = torch_dtype(fmt.scale_dtype)
+    scale_dtype = storage_dtype(fmt.scale_dtype)
     absmax = groups.abs().amax(dim=-1, keepdim=True)
     scales = (absmax / code_max).clamp_min(torch.finfo(scale_dtype).tiny).to(scale_dtype)
     scaled = (groups / scales.float()).flatten(-2)[..., :width]
@@ -93,7 +94,7 @@ class LayerStorage:
     ) -> None:
         self.layout = layout
         fmt, width = layout.fmt, layout.width
-        store = KV_STORAGE_DTYPES[fmt.dtype]
+        store = storage_dtype(fmt.dtype)
         stored_width = fmt.value_bytes(width) // store.itemsize  # int4: ceil(width / 2) bytes
         shape = (batch, layout.vectors, tokens)
         self.values = torch.empty((*shape, stored_width), dtype=store, device=device)
@@ -101,7 +102,7 @@ class LayerStorage:
         if fmt.quantized:
             self.scales = torch.empty(
                 (*shape, fmt.scales_per_vector(width)),
-                dtype=torch_dtype(fmt.scale_dtype),
+                dtype=storage_dtype(fmt.scale_dtype),
                 device=device,
             )
 
@@ -130,77 +131,24 @@ class LayerStorage:
 def allocate_cache(
     layout: TokenLayout,
     windows: Sequence[int | None],
-    seq_lens: Sequence[int],
+    seq_lens: SeqLens,
     page_size: int | None = None,
     device: torch.device | str = "cpu",
 ) -> list[LayerStorage]:
     """Every layer's storage. Contiguous (page_size None): all sequences at the longest
     length, capped by the layer's window. Paged: a pool of exactly the blocks the
     sequences need, sum over sequences of ceil(min(s, W) / P) blocks per layer."""
+    counts = length_counts(seq_lens)
     if page_size is None:
-        longest = max(seq_lens)
-        return [
-            LayerStorage(len(seq_lens), layer_tokens(longest, w), layout, device) for w in windows
-        ]
+        longest, batch = max(counts), sum(counts.values())
+        return [LayerStorage(batch, layer_tokens(longest, w), layout, device) for w in windows]
     return [
         LayerStorage(
-            sum(allocated_tokens(layer_tokens(s, w), page_size) for s in seq_lens) // page_size,
+            sum(n * allocated_tokens(layer_tokens(s, w), page_size) for s, n in counts.items())
+            // page_size,
             page_size,
             layout,
             device,
         )
         for w in windows
     ]
-
-
-def _allocator_bytes(nbytes: int) -> int:
-    """What the CUDA caching allocator reserves for one tensor: a multiple of 512 bytes."""
-    return ceil_div(nbytes, 512) * 512
-
-
-def measure_allocation(
-    allocate: Callable[[], list[torch.Tensor]], device: torch.device, expected: int
-) -> tuple[int | None, str]:
-    """Run `allocate` on `device` and count the storage of the tensors it returns;
-    `expected` is the formula's bytes. On CUDA, torch.cuda.memory_allocated must grow by
-    the allocator's rounding of each tensor too. Nothing is allocated when `expected`
-    exceeds the device's free memory: the status says so and the count is None."""
-    free = free_memory_bytes(device)
-    if expected > free:
-        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
-    on_cuda = device.type == "cuda"
-    if on_cuda:
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
-    tensors = allocate()
-    sizes = [t.untyped_storage().nbytes() for t in tensors]
-    measured = sum(sizes)
-    status = "ok"
-    if on_cuda:
-        delta = torch.cuda.memory_allocated(device) - before
-        rounded = sum(_allocator_bytes(n) for n in sizes)
-        if delta != rounded:
-            status = f"allocator delta {delta} != rounded storage {rounded}"
-    del tensors
-    if on_cuda:
-        torch.cuda.empty_cache()
-    if measured != expected:
-        status = f"mismatch: measured {measured} != analytic {expected}"
-    return measured, status
-
-
-def measure_storage_bytes(
-    layout: TokenLayout,
-    windows: Sequence[int | None],
-    seq_lens: Sequence[int],
-    device: torch.device,
-    expected: int,
-    page_size: int | None = None,
-) -> tuple[int | None, str]:
-    """Allocate the cache of `layout` (see allocate_cache) and count it."""
-
-    def allocate() -> list[torch.Tensor]:
-        layers = allocate_cache(layout, windows, seq_lens, page_size, device)
-        return [t for layer in layers for t in layer.tensors()]
-
-    return measure_allocation(allocate, device, expected)

@@ -15,10 +15,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
-from ..study.runner import failed
-from ..study.sweep import FIELDS
+from ..model.units import binary_unit
+from ..records import Kind, failed, field_kinds
+from ..study.sections import KINDS
 
-BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+#: Fields that are inputs of some section: what tells one line of a plot from another.
+SETTINGS = frozenset(
+    name
+    for kind in KINDS.values()
+    for name, k in field_kinds(kind.record).items()
+    if k is Kind.KEY and name != "variant"
+)
 #: How fields read in legends and titles.
 FIELD_NAMES = {"num_heads": "query heads", "num_kv_heads": "KV heads", "num_layers": "layers",
                "seq_len": "context", "prompt_len": "prompt", "gen_len": "gen",
@@ -37,7 +44,7 @@ def setting_fields(records: Iterable[dict]) -> list[str]:
     fields: list[str] = []
     for r in records:
         fields.extend(f for f in r if f not in fields
-                      and (f == "model" or (f in FIELDS and FIELDS[f].axis)))  # fmt: skip
+                      and f in SETTINGS)  # fmt: skip
     return fields
 
 
@@ -80,14 +87,6 @@ def context(records: Sequence[dict], environment: dict, fields: Sequence[str]) -
         if len(values) == 1 and None not in values:
             parts.append(field_text(f, values.pop()))
     return ", ".join(parts)
-
-
-def binary_unit(largest: float) -> tuple[float, str]:
-    """The binary unit that shows `largest` bytes as a number of at least 1: (divisor, name)."""
-    for power, unit in enumerate(BINARY_UNITS):
-        if largest < 1024 ** (power + 1) or unit == BINARY_UNITS[-1]:
-            return float(1024**power), unit
-    raise AssertionError("unreachable")
 
 
 class PlainLogFormatter(LogFormatter):

@@ -5,75 +5,27 @@ Every number comes from the study's results document; nothing is typed in here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..measure.timing import NOISY_IQR_FRACTION
-from ..render.plots import (
-    PLOTS,
-    context,
-    field_text,
-    ok_records,
-    series,
-    series_label,
-    setting_fields,
-)
-from ..study.output import fmt_f1, fmt_int, fmt_ms, fmt_pct, fmt_plain, fmt_x, format_bytes
-from ..study.runner import incomplete
+from ..model.units import format_bytes
+from ..study.documents import incomplete
+from .columns import columns_for
+from .plots import PLOTS, context, field_text, ok_records, series, series_label
+from .table import markdown_table
 
-Column = tuple[str, str, Callable[[object], str]]
+#: The title of each section's table in the report.
+TITLES = {
+    "params": "Attention parameters per layer",
+    "kvmem": "KV-cache memory (K and V)",
+    "decode": "Decode speed",
+    "fit": "What fits",
+}
 
 
 def _value(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else fmt_plain(v)
-
-
-TABLES: dict[str, tuple[str, list[Column]]] = {
-    "params": ("Attention parameters per layer", [
-        ("Model", "model", fmt_plain), ("Variant", "variant", fmt_plain),
-        ("d_model", "d_model", fmt_int), ("heads", "num_heads", fmt_int),
-        ("kv heads", "num_kv_heads", fmt_int), ("head_dim", "head_dim", fmt_int),
-        ("parameters", "total_params", fmt_int), ("vs MHA", "ratio_vs_mha", fmt_pct),
-    ]),
-    "kvmem": ("KV-cache memory (K and V)", [
-        ("Model", "model", fmt_plain), ("Variant", "variant", fmt_plain),
-        ("layers", "num_layers", fmt_int), ("kv heads", "num_kv_heads", fmt_int),
-        ("head_dim", "head_dim", fmt_int), ("batch", "batch", fmt_int),
-        ("context", "seq_len", fmt_int), ("dtype", "dtype", fmt_plain),
-        ("per token", "bytes_per_token", format_bytes), ("whole model", "kv_bytes", format_bytes),
-        ("measured", "measured_bytes", format_bytes), ("vs MHA", "ratio_vs_mha", fmt_pct),
-        ("Status", "status", fmt_plain),
-    ]),
-    "decode": ("Decode speed", [
-        ("Model", "model", fmt_plain), ("Variant", "variant", fmt_plain),
-        ("dtype", "dtype", fmt_plain),
-        ("batch", "batch", fmt_int), ("prompt", "prompt_len", fmt_int), ("gen", "gen_len", fmt_int),
-        ("Mode", "mode", fmt_plain), ("prefill ms", "prefill_ms", fmt_ms),
-        ("step ms (median)", "step_ms_median", fmt_ms), ("p25", "step_ms_p25", fmt_ms),
-        ("p75", "step_ms_p75", fmt_ms), ("tokens/s", "tokens_per_s", fmt_f1),
-        ("speed-up", "speedup_vs_no_cache", fmt_x), ("GB/s", "achieved_gbps", fmt_f1),
-        ("% peak", "pct_of_peak_bw", fmt_f1), ("Noisy", "noisy", fmt_plain),
-        ("Status", "status", fmt_plain),
-    ]),
-}  # fmt: skip
-
-
-def markdown_table(records: Sequence[dict], columns: Sequence[Column]) -> str:
-    """A Markdown table; a column every record leaves empty (e.g. Model) is dropped, and a
-    setting not among `columns` that varies between the records is added after the names."""
-    shown = {field for _, field, _ in columns}
-    extra = [(f, f, fmt_plain) for f in setting_fields(records)
-             if f not in shown and len({r.get(f) for r in records}) > 1]  # fmt: skip
-    columns = [*columns[:2], *extra, *columns[2:]]
-    columns = [c for c in columns if any(r.get(c[1]) is not None for r in records)]
-    lines = [
-        "| " + " | ".join(h for h, _, _ in columns) + " |",
-        "|" + "|".join("---" if h[:1].isupper() else "---:" for h, _, _ in columns) + "|",
-    ]
-    for r in records:
-        cells = (fmt(r.get(field)).replace("|", "\\|") for _, field, fmt in columns)
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return f"{v:.4g}" if isinstance(v, float) else ("-" if v is None else str(v))
 
 
 def _join(items: Sequence[str]) -> str:
@@ -228,10 +180,9 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
             caption = PLOTS.get(name, (name, None))[0]
             lines += [f"![{caption}]({name})", ""]
     for name, section in doc["sections"].items():
-        title, columns = TABLES[name]
         records = section["records"]
-        lines += [f"## {title}", "", markdown_table(records, columns) if records else "No rows.",
-                  ""]  # fmt: skip
+        table = markdown_table(records, columns_for(name, records)) if records else "No rows."
+        lines += [f"## {TITLES.get(name, name)}", "", table, ""]
     lines += [
         "## Configuration",
         "",

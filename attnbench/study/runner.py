@@ -1,12 +1,12 @@
-"""A whole study from one sweep file: every section's points, run one by one, each kept on
-disk as soon as it finishes.
+"""The one runner: every command and every study executes its points here.
 
-After each point its row is appended to `<section>.csv` and `results.json` is rewritten
-atomically, so a crash or Ctrl-C keeps every finished point. Points run in a fixed order
-(params, kvmem, then decode, with each configuration's no_cache point before its cache
-point so the cache row's speed-up is known when it is written); the k-th record of a
-section is therefore its k-th point, which is how `resume` knows what is left. A resumed
-study must resolve to the same configuration: its hash is stored in results.json.
+A study is sections of typed points. The runner alone sets the threads, collects the
+environment, measures the peak bandwidth (once, when a timed section has points to run),
+orders the points, runs them one by one (an out-of-memory point becomes its record's
+status), links speed-ups, and hands each record to a store as soon as it exists, so a
+crash or Ctrl-C keeps every finished point. The k-th record of a section is its k-th
+point, which is how a resumed run knows what is left; a resumed study must resolve to
+the same configuration, whose hash the store keeps.
 """
 
 from __future__ import annotations
@@ -18,27 +18,31 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from ..errors import UsageError
-from ..experiments.decode import DecodeOptions, DecodeRecord, decode_record, is_oom, link_speedups
-from ..experiments.kvmem import kvmem_points, kvmem_record
-from ..experiments.params import params_record
-from ..gate.compare import load_document
+from ..errors import CombinationError, FieldError, Problems, UsageError
+from ..experiments.context import Context
+from ..measure import timing
 from ..measure.devices import resolve_device
 from ..measure.environment import collect_environment
-from ..measure.timing import measure_peak_gbps
-from ..model.architecture import ModelSpec
-from ..model.formulas import decode_totals, forward_flops
-from ..study.output import append_csv_row, as_dict, document_header, write_csv, write_json_atomic
-from ..study.sweep import COMMANDS, Study, StudyConfig, load_config, point_shape, resolve
+from ..measure.memory import is_oom
+from ..records import as_dict
+from .documents import load_results
+from .estimate import peak_seconds, point_seconds
+from .output import append_csv_row, document_header, write_csv, write_json_atomic
+from .schema import DEFAULT_SECTIONS, SECTIONS, fields_for
+from .sections import KINDS, SectionKind
+from .sweep import FROM_FLAGS, Section, StudyConfig, load_config, resolve
 
 #: The study `attnbench run` runs without a config file (shipped as package data).
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 RESULTS_FILE = "results.json"
+#: Problems listed before the rest are summed up.
+MAX_PROBLEMS = 20
 
 
 @dataclass(frozen=True)
@@ -47,31 +51,51 @@ class Task:
 
     section: str
     index: int
-    point: dict
-    spec: ModelSpec | None = None  # the kvmem point's model (windows, MLA)
+    point: Any
 
 
 @dataclass
 class Plan:
-    """A resolved study: the sections to run, their points in run order, and devices."""
+    """A resolved, validated study: its sections, their points in run order, devices."""
 
     config: StudyConfig
-    text: str
-    studies: dict[str, Study]
+    sections: dict[str, Section]
     devices: dict[str, torch.device]
     tasks: list[Task]
 
     @property
-    def decode_options(self) -> DecodeOptions:
-        return DecodeOptions.from_options(self.studies["decode"].options)
-
-    @property
     def device(self) -> torch.device:
         """The device the environment is recorded for: decode's, else kvmem's."""
-        return next(iter(self.devices.values()), torch.device("cpu"))
+        for name in ("decode", "kvmem"):
+            if name in self.devices:
+                return self.devices[name]
+        return torch.device("cpu")
+
+    @property
+    def threads(self) -> int | None:
+        decode = self.sections.get("decode")
+        return decode.options.get("threads") if decode else None
+
+    def context(self, section: str, peak_gbps: float | None = None) -> Context:
+        """What the points of `section` run with; kvmem's device is None when it does not
+        measure."""
+        sec = self.sections[section]
+        device = self.devices.get(section)
+        if section == "kvmem" and not sec.options.get("measure", True):
+            device = None
+        return Context(device, sec.options, peak_gbps if KINDS[section].timed else None)
+
+    def estimate(self, task: Task) -> float:
+        """A rough time for one task, in seconds."""
+        sec = self.sections[task.section]
+        return point_seconds(task.point, self.devices.get(task.section), sec.options)
+
+    def estimate_total(self, tasks: Sequence[Task]) -> float:
+        timed = any(KINDS[t.section].timed for t in tasks)
+        return (peak_seconds(self.device) if timed else 0.0) + sum(map(self.estimate, tasks))
 
     def section_configs(self) -> dict[str, dict]:
-        return {name: study.to_dict() for name, study in self.studies.items()}
+        return {name: sec.to_dict() for name, sec in self.sections.items()}
 
     @property
     def resolved_sha256(self) -> str:
@@ -83,8 +107,8 @@ class Plan:
         """The `config` of results.json: the file as written and resolved per section."""
         return {
             "source": self.config.source,
-            "file_sha256": hashlib.sha256(self.text.encode()).hexdigest(),
-            "file_text": self.text,
+            "file_sha256": hashlib.sha256(self.config.text.encode()).hexdigest(),
+            "file_text": self.config.text,
             "resolved_sha256": self.resolved_sha256,
             "sections": self.section_configs(),
         }
@@ -94,206 +118,294 @@ def _without_source(config: dict) -> dict:
     return {k: v for k, v in config.items() if k != "source"}
 
 
-def plan_study(config_path: str | Path | None = None, device: str | None = None) -> Plan:
-    """Resolve every section the file names (all three when it names none); `device`
-    overrides the file's device. Bad input raises UsageError before anything runs."""
-    path = Path(config_path) if config_path is not None else DEFAULT_CONFIG
-    config = load_config(path)
-    names = [s for s in COMMANDS if s in config.sections] or list(COMMANDS)
-    studies = {name: resolve(config, name, {"device": device}) for name in names}
-    devices = {}
-    for name in ("decode", "kvmem"):
-        if name in studies:
-            where = "--device" if device else f"{config.source}: {name}.device"
-            devices[name] = resolve_device(studies[name].options["device"], where)
-    tasks = []
-    for name, study in studies.items():
-        if name == "kvmem":
-            pairs = kvmem_points(study)
+def plan_sections(config: StudyConfig, sections: dict[str, Section]) -> Plan:
+    """Expand, order and check every point of `sections`, and resolve their devices.
+    Every problem is found here, before anything runs: one UsageError lists them all."""
+    problems: list[UsageError] = []
+    devices: dict[str, torch.device] = {}
+    tasks: list[Task] = []
+    for name, sec in sections.items():
+        kind = KINDS[name]
+        try:
+            if "device" in sec.options:
+                devices[name] = resolve_device(sec.options["device"])
+            points = sec.points()
+        except FieldError as exc:
+            problems.append(sec.locate(exc))
+            continue
+        if not points:
+            problems.append(_nothing_to_run(sec))
+        problems.extend(_check_points(kind, sec, points))
+        ordered = kind.order(points) if kind.order else points
+        tasks.extend(Task(name, i, p) for i, p in enumerate(ordered))
+    if problems:
+        raise Problems(problems, MAX_PROBLEMS)
+    return Plan(config, sections, devices, tasks)
+
+
+def _nothing_to_run(sec: Section) -> UsageError:
+    if sec.name == "fit":
+        return FieldError("model", None, "nothing to fit: give a model")
+    given = [n for n in ("num_kv_heads", "head_dim") if n in sec.values]
+    if given and not sec.has_shape:
+        missing = next(n for n in ("d_model", "num_heads") if n not in sec.values)
+        return UsageError(f"{sec.source}: {', '.join(given)} given without {missing}")
+    return UsageError(f"{sec.source}: nothing to run for {sec.name}: give d_model and "
+                      "num_heads, or models")  # fmt: skip
+
+
+def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageError]:
+    """One error per distinct problem of the section's points."""
+    found: dict[str, UsageError] = {}
+    for point in points:
+        try:
+            kind.check(point)
+        except FieldError as exc:
+            error: UsageError = sec.locate(exc, point)
+        except ValueError as exc:  # an impossible shape: name the values that make it
+            error = _combination(sec, point, str(exc))
         else:
-            points = study.points()
-            pairs = [(p, None) for p in (no_cache_first(points) if name == "decode" else points)]
-        tasks.extend(Task(name, i, p, spec) for i, (p, spec) in enumerate(pairs))
-    return Plan(config, path.read_text(), studies, devices, tasks)
+            continue
+        found.setdefault(str(error), error)
+    return list(found.values())
 
 
-def no_cache_first(points: list[dict]) -> list[dict]:
-    """Decode points with each configuration's no_cache point just before its cache point
-    (otherwise in grid order), so the speed-up can be filled in as each cache row lands."""
-    first: dict[tuple, int] = {}
-    for i, p in enumerate(points):
-        first.setdefault(_configuration(p), i)
-    return sorted(points, key=lambda p: (first[_configuration(p)], p["mode"] != "no_cache"))
+def _combination(sec: Section, point: Any, reason: str) -> UsageError:
+    if getattr(point, "model", None):
+        return UsageError(f"{point.model}: {reason}")
+    values = {n: getattr(point, n) for n in ("d_model", "num_heads", "num_kv_heads", "head_dim")
+              if getattr(point, n, None) is not None}  # fmt: skip
+    from_file = any(sec.origins.get(n) not in (None, FROM_FLAGS) for n in values)
+    return CombinationError(values, reason, sec.source if from_file else None)
 
 
-def _configuration(point: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in point.items() if k != "mode"))
+def plan_study(
+    config_path: str | Path | None = None,
+    device: str | None = None,
+    names: Sequence[str] | None = None,
+    measure: bool | None = None,
+) -> Plan:
+    """A study from a sweep file (the default study when None): every section it names
+    (params, kvmem and decode when it names none; `names` to choose). `device` overrides
+    the file's device, `measure` whether kvmem allocates its caches."""
+    config = load_config(Path(config_path) if config_path is not None else DEFAULT_CONFIG)
+    names = names or [s for s in SECTIONS if s in config.sections] or list(DEFAULT_SECTIONS)
+    given = {"device": device, "measure": measure}
+    sections = {
+        n: resolve(config, n, {k: v for k, v in given.items() if k in fields_for(n)}) for n in names
+    }
+    return plan_sections(config, sections)
 
 
-# --- the dry-run estimate ----------------------------------------------------------------
+def plan_command(
+    section: str,
+    config_path: str | Path | None,
+    overrides: dict[str, Any],
+    models: list[str] | None = None,
+) -> Plan:
+    """A one-section study: a command's flags over an optional sweep file."""
+    config = load_config(config_path)
+    return plan_sections(config, {section: resolve(config, section, overrides, models)})
 
 
-@dataclass(frozen=True)
-class Speeds:
-    """Rough device speeds for the dry-run estimate only; nothing measured uses them."""
-
-    flops: float
-    bytes_per_s: float
-    call_s: float  # fixed cost of one timed call: Python, dispatch, kernel launch
-    peak_s: float  # the peak-bandwidth copy measured before decode
+# --- stores ------------------------------------------------------------------------------
 
 
-SPEEDS = {"cpu": Speeds(2e10, 1e10, 2e-4, 1.5), "cuda": Speeds(5e13, 2e12, 5e-5, 0.5)}
-#: Half precision on the CPU runs through slow paths.
-CPU_HALF_SLOWDOWN = 8.0
-#: Params (a module on the meta device) and kvmem (allocate, count, free) points.
-CHEAP_POINT_S = 2e-3
+class MemoryStore:
+    """Keeps the document in memory: what a single command renders and writes at the end."""
 
+    def exists(self) -> bool:
+        return False
 
-def estimate_seconds(plan: Plan, task: Task) -> float:
-    """A rough time for one point, from the analytic bytes and FLOPs."""
-    if task.section != "decode":
-        return CHEAP_POINT_S
-    device = plan.devices["decode"]
-    speed = SPEEDS.get(device.type, SPEEDS["cpu"])
-    opts, p = plan.decode_options, task.point
-    shape, dtype, cached = point_shape(p), p.get("dtype") or "float32", p["mode"] == "cache"
-    nbytes, flops = decode_totals(shape, p["batch"], p["prompt_len"], p["gen_len"], dtype, cached)
-    if cached and opts.prefill:
-        flops += forward_flops(shape, p["batch"], p["prompt_len"], p["prompt_len"], causal=True)
-    generation = max(flops / speed.flops, nbytes / speed.bytes_per_s) + p["gen_len"] * speed.call_s
-    if device.type == "cpu" and dtype != "float32":
-        generation *= CPU_HALF_SLOWDOWN
-    return (opts.warmup + opts.repeats) * generation
+    def load(self) -> dict:
+        raise UsageError("resume: nothing stored in memory to resume")
 
+    def save(self, document: dict) -> None:
+        pass
 
-def estimate_total_seconds(plan: Plan, tasks: Sequence[Task]) -> float:
-    """The points' estimates plus the bandwidth measurement when decode runs."""
-    decode = any(t.section == "decode" for t in tasks)
-    peak = SPEEDS.get(plan.device.type, SPEEDS["cpu"]).peak_s if decode else 0.0
-    return peak + sum(estimate_seconds(plan, t) for t in tasks)
+    def append(self, section: str, record: Any, record_type: type) -> None:
+        pass
 
-
-# --- running -----------------------------------------------------------------------------
+    def rewrite(self, section: str, records: list[dict], record_type: type) -> None:
+        pass
 
 
 @dataclass
-class RunResult:
+class DirectoryStore:
+    """results.json (rewritten atomically after each point) and one CSV per section
+    (appended to) in `out_dir`."""
+
     out_dir: Path
-    document: dict
-    total: int  # points in the study
-    skipped: int  # already recorded by an earlier run (--resume)
-    ran: int
-    seconds: float
-    interrupted: bool
+
+    @property
+    def path(self) -> Path:
+        return self.out_dir / RESULTS_FILE
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def load(self) -> dict:
+        if not self.path.is_file():
+            raise FieldError("resume", str(self.out_dir), f"no {RESULTS_FILE} there to resume")
+        return load_results(self.path)
+
+    def save(self, document: dict) -> None:
+        write_json_atomic(self.path, document)
+
+    def append(self, section: str, record: Any, record_type: type) -> None:
+        append_csv_row(self.out_dir / f"{section}.csv", record, record_type)
+
+    def rewrite(self, section: str, records: list[dict], record_type: type) -> None:
+        """The section's CSV exactly as the JSON has it, so a row appended just before a
+        crash (and not in the JSON) is not kept twice."""
+        csv_path = self.out_dir / f"{section}.csv"
+        if records:
+            write_csv(csv_path, records, record_type)
+        else:
+            csv_path.unlink(missing_ok=True)
 
 
+Store = MemoryStore | DirectoryStore
+#: Runs one task: the default runs the section's experiment.
+Executor = Callable[[Task, Context], Any]
 Progress = Callable[[Sequence[Task]], Generator[Task, None, None]]
+
+
+def run_experiment(task: Task, context: Context) -> Any:
+    return KINDS[task.section].run(task.point, context)
 
 
 def _no_progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
     yield from tasks
 
 
+@dataclass
+class RunResult:
+    document: dict
+    records: dict[str, list] = field(default_factory=dict)  # this run's records, as objects
+    total: int = 0  # points in the study
+    skipped: int = 0  # already recorded by an earlier run (resume)
+    ran: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def environment(self) -> dict:
+        return self.document["environment"]
+
+    def section_records(self, section: str) -> list[dict]:
+        return self.document["sections"][section]["records"]
+
+
 def run_study(
     plan: Plan,
-    out_dir: Path,
+    store: Store | None = None,
+    *,
+    command: str = "run",
     resume: bool = False,
     stop: threading.Event | None = None,
+    on_interrupt: Callable[[], None] | None = None,
     progress: Progress = _no_progress,
+    execute: Executor = run_experiment,
+    probe_peak: Callable[[torch.device], float] | None = None,
 ) -> RunResult:
-    """Run the points not yet recorded in `out_dir`, keeping each one as it finishes.
+    """Run the points of `plan` not yet in `store`, keeping each one as it finishes.
 
-    `stop` is checked between points: once set, the study ends after the current point.
-    `progress` wraps the pending tasks (a progress bar); it may be a generator.
-    """
+    `execute` runs one task (tests inject their own); `probe_peak` measures the copy
+    bandwidth timed points are held against (default: measure.timing.measure_peak_gbps).
+    With `on_interrupt`, the first Ctrl-C sets `stop` and calls it, and the study ends
+    after the current point; `stop` is checked between points. `progress` wraps the
+    pending tasks (a progress bar)."""
     start = time.perf_counter()
-    path = out_dir / RESULTS_FILE
-    threads = "decode" in plan.studies and plan.studies["decode"].options["threads"]
-    if threads:
-        torch.set_num_threads(threads)
-    doc = _resumed_document(plan, path) if resume else _new_document(plan, path)
+    store = store if store is not None else MemoryStore()
+    stop = stop if stop is not None else threading.Event()
+    if plan.threads:
+        torch.set_num_threads(plan.threads)
+    doc = _resumed_document(plan, store) if resume else _new_document(plan, store, command)
     sections = doc["sections"]
     pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
-    peak = doc["environment"].get("peak_gbps")
-    decoded = _decode_records(path, sections)
+    env = doc["environment"]
+    if any(KINDS[t.section].timed for t in pending) and env.get("peak_gbps") is None:
+        probe = probe_peak or timing.measure_peak_gbps
+        env["peak_gbps"] = probe(plan.devices.get("decode", plan.device))
+        store.save(doc)
+    records: dict[str, list] = {name: [] for name in plan.sections}
+    linked = _linkable(plan, sections)
     ran = 0
-    with closing(progress(pending)) as tasks:
+    interrupt = _stop_on_sigint(stop, on_interrupt) if on_interrupt else _nothing()
+    with interrupt, closing(progress(pending)) as tasks:
         for task in tasks:
-            record = _run_point(plan, task, peak)
-            if isinstance(record, DecodeRecord):
-                decoded.append(record)
-                link_speedups(decoded)
+            kind = KINDS[task.section]
+            context = plan.context(task.section, env.get("peak_gbps"))
+            record = _execute(kind, task, context, execute)
+            records[task.section].append(record)
+            if kind.link is not None:  # earlier rows of its configuration are already in
+                linked[task.section].append(record)
+                kind.link(linked[task.section])
             sections[task.section]["records"].append(as_dict(record))
-            append_csv_row(out_dir / f"{task.section}.csv", record)
-            write_json_atomic(path, doc)
+            store.append(task.section, record, kind.record)
+            store.save(doc)
             ran += 1
-            if stop is not None and stop.is_set():
+            if stop.is_set():
                 break
     skipped = len(plan.tasks) - len(pending)
-    interrupted = skipped + ran < len(plan.tasks)
-    return RunResult(out_dir, doc, len(plan.tasks), skipped, ran, time.perf_counter() - start,
-                     interrupted)  # fmt: skip
+    return RunResult(doc, records, len(plan.tasks), skipped, ran, time.perf_counter() - start,
+                     skipped + ran < len(plan.tasks))  # fmt: skip
 
 
-def _run_point(plan: Plan, task: Task, peak_gbps: float | None):
-    point = task.point
-    if task.section == "params":
-        return params_record(point_shape(point))
-    if task.section == "kvmem":
-        device = plan.devices["kvmem"] if plan.studies["kvmem"].options["measure"] else None
-        try:
-            return kvmem_record(point, device, task.spec)
-        except Exception as exc:  # one point out of memory must not stop the study
-            if not is_oom(exc):
-                raise
-            record = kvmem_record(point, None, task.spec)
-            record.status = "oom"
-            return record
-    return decode_record(point, plan.devices["decode"], plan.decode_options, peak_gbps)
-
-
-def _new_document(plan: Plan, path: Path) -> dict:
-    """A new results.json with the environment (and peak bandwidth), no records yet."""
-    if path.exists():
-        raise UsageError(f"--out: {path.parent} already holds results; add --resume to finish "
-                         "them, or choose another directory")  # fmt: skip
-    environment = collect_environment(plan.device)
-    if "decode" in plan.studies:
-        environment["peak_gbps"] = measure_peak_gbps(plan.devices["decode"])
-    sections = {name: {"config": study.to_dict(), "records": []}
-                for name, study in plan.studies.items()}  # fmt: skip
-    doc = {**document_header("run", plan.config_document(), environment), "sections": sections}
-    write_json_atomic(path, doc)
-    return doc
-
-
-def _resumed_document(plan: Plan, path: Path) -> dict:
-    """The saved results.json, checked against `plan`; the CSVs are rewritten from it, so
-    a row appended just before a crash (and not in the JSON) is not kept twice."""
-    if not path.is_file():
-        raise UsageError(f"--resume: no {RESULTS_FILE} in {path.parent} to resume")
-    doc = load_results(path)
-    if doc["config"].get("resolved_sha256") != plan.resolved_sha256:
-        raise UsageError(f"--resume: {path} was recorded with a different configuration "
-                         f"({config_difference(doc, plan)}); resume it with the same config, "
-                         "or choose another --out")  # fmt: skip
-    for name, section in doc["sections"].items():  # the CSVs again, exactly as the JSON has them
-        csv_path = path.parent / f"{name}.csv"
-        if section["records"]:
-            write_csv(csv_path, section["records"])
-        else:
-            csv_path.unlink(missing_ok=True)
-    return doc
-
-
-def _decode_records(path: Path, sections: dict) -> list[DecodeRecord]:
-    """The decode records so far as records again (link_speedups works on those)."""
+def _execute(kind: SectionKind, task: Task, context: Context, execute: Executor) -> Any:
+    """The task's record; a point that runs out of memory (or, in a section that keeps
+    going, fails otherwise) gets a record saying so instead of stopping the study."""
     try:
-        return [DecodeRecord(**r) for r in sections.get("decode", {}).get("records", [])]
-    except TypeError:
-        raise UsageError(f"--resume: {path}: its decode records come from another version "
-                         "of attnbench") from None  # fmt: skip
+        return execute(task, context)
+    except Exception as exc:
+        if kind.failed is None:
+            raise
+        if is_oom(exc):
+            return kind.failed(task.point, "oom", context)
+        if kind.keeps_going:
+            return kind.failed(task.point, f"error: {type(exc).__name__}: {exc}", context)
+        raise
+
+
+def _linkable(plan: Plan, sections: dict) -> dict[str, list]:
+    """The records so far of sections whose records link to each other (speed-ups), as
+    record objects again."""
+    linked = {}
+    for name in plan.sections:
+        kind = KINDS[name]
+        if kind.link is not None:
+            try:
+                linked[name] = [kind.record(**r) for r in sections[name]["records"]]
+            except TypeError:
+                raise UsageError(f"resume: the {name} records come from another version of "
+                                 "attnbench") from None  # fmt: skip
+    return linked
+
+
+def _new_document(plan: Plan, store: Store, command: str) -> dict:
+    """A new document with the environment, no records yet."""
+    if store.exists():
+        raise FieldError("out", str(getattr(store, "out_dir", "")), "already holds results; "
+                         "resume them, or choose another directory")  # fmt: skip
+    environment = collect_environment(plan.device)
+    sections = {name: {"config": sec.to_dict(), "records": []}
+                for name, sec in plan.sections.items()}  # fmt: skip
+    doc = {**document_header(command, plan.config_document(), environment), "sections": sections}
+    store.save(doc)
+    return doc
+
+
+def _resumed_document(plan: Plan, store: Store) -> dict:
+    """The stored document, checked against `plan`, with its CSVs rewritten from it."""
+    doc = store.load()
+    if doc["config"].get("resolved_sha256") != plan.resolved_sha256:
+        raise UsageError(f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
+                         f"different configuration ({config_difference(doc, plan)}); resume it "
+                         "with the same configuration, or choose another directory")  # fmt: skip
+    for name, section in doc["sections"].items():
+        store.rewrite(name, section["records"], KINDS[name].record)
+    return doc
 
 
 def config_difference(doc: dict, plan: Plan) -> str:
@@ -310,32 +422,13 @@ def config_difference(doc: dict, plan: Plan) -> str:
     return "its configuration hash differs"
 
 
-def load_results(path: str | Path) -> dict:
-    """A results.json written by `attnbench run`, validated; UsageError otherwise."""
-    document = load_document(path)
-    if document.command != "run" or document.raw is None:
-        raise UsageError(f"{path}: written by `attnbench {document.command}`, not by "
-                         "`attnbench run`")  # fmt: skip
-    return document.raw
-
-
-def failed(record: dict) -> bool:
-    """The point ran out of memory or failed: its record holds no measurement."""
-    status = str(record.get("status"))
-    return status == "oom" or status.startswith("error")
-
-
-def incomplete(doc: dict) -> list[tuple[str, dict]]:
-    """(section, record) of every point that ran out of memory or failed."""
-    return [(name, r) for name, section in doc["sections"].items()
-            for r in section["records"] if failed(r)]  # fmt: skip
-
-
-# --- Ctrl-C ------------------------------------------------------------------------------
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 @contextmanager
-def stop_on_sigint(stop: threading.Event, notice: Callable[[], None]) -> Iterator[None]:
+def _stop_on_sigint(stop: threading.Event, notice: Callable[[], None]) -> Iterator[None]:
     """While inside, the first Ctrl-C sets `stop` (and calls `notice`) so the study ends
     after the current point; a second one raises KeyboardInterrupt at once."""
     if threading.current_thread() is not threading.main_thread():

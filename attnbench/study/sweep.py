@@ -1,22 +1,23 @@
-"""Sweep files: load, validate and expand a YAML study into grid points.
+"""Sweep files: load, validate and expand a YAML study into typed points.
 
-Layout (every section optional)::
+Layout (every key optional)::
 
-    defaults: {field: scalar, ...}          # applies to every command
+    defaults: {field: scalar, ...}          # applies to every section
     sweep:    {field: [values], ...}        # expanded as a Cartesian grid
     models:   [llama-2-7b, path/to/config.json]
-    params:   {field: value or [values]}    # per-command sections override the above
+    params:   {field: value or [values]}    # per-section keys override the above
     kvmem:    {...}
     decode:   {...}
+    fit:      {...}
 
 A point's shape comes from d_model / num_heads / num_kv_heads / head_dim, or from a model
-(preset or config.json). Flags on the command line override the file (see `resolve`).
-Every problem is reported before anything runs, as a UsageError with one line per problem.
+(preset or config.json). Values given on the command line override the file (see
+`resolve`). Every problem is reported before anything runs, one line per problem, naming
+the key as the file spells it.
 """
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,93 +25,35 @@ from typing import Any
 
 import yaml
 
-from ..errors import UsageError, read_user_file
-from ..model.capacity import DEFAULT_SCALE_DTYPE, KV_DTYPES, SCALE_DTYPES
-from ..model.formulas import MODEL_DTYPES, AttentionShape
+from ..errors import FieldError, UsageError, closest, read_user_file, show_value
+from ..model.architecture import ModelSpec
 from ..model.hf_config import load_hf_config
-from ..model.presets import ModelSpec, get_preset
+from ..model.presets import get_preset
+from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, fields_for
+from .sections import KINDS
 
-COMMANDS = ("params", "kvmem", "decode")
-SECTIONS = ("defaults", "sweep", "models", *COMMANDS)
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """One config field: its type, the commands that use it, and whether it is an axis of
-    the grid (a list expands) or a scalar option."""
-
-    type: type
-    commands: tuple[str, ...]
-    axis: bool = True
-    choices: tuple[str, ...] | None = None
-    minimum: int | None = 1
-    default: Any = None
-
-
-_SHAPE = ("params", "kvmem", "decode")
-FIELDS: dict[str, FieldSpec] = {
-    "d_model": FieldSpec(int, _SHAPE),
-    "num_heads": FieldSpec(int, _SHAPE),
-    "num_kv_heads": FieldSpec(int, _SHAPE),
-    "head_dim": FieldSpec(int, _SHAPE),
-    "bias": FieldSpec(bool, ("params", "decode"), default=False),
-    "num_layers": FieldSpec(int, ("kvmem",), default=1),
-    "batch": FieldSpec(int, ("kvmem", "decode"), default=1),
-    "seq_len": FieldSpec(int, ("kvmem",), default=2048),
-    "dtype": FieldSpec(str, ("kvmem", "decode"), choices=MODEL_DTYPES),
-    "prompt_len": FieldSpec(int, ("decode",), default=128),
-    "gen_len": FieldSpec(int, ("decode",), default=32),
-    "backend": FieldSpec(str, ("decode",), choices=("sdpa", "naive"), default="sdpa"),
-    "mode": FieldSpec(
-        str, ("decode",), choices=("cache", "no_cache"), default=["cache", "no_cache"]
-    ),
-    # KV-cache capacity (capacity.py); kv_dtype defaults to dtype, sliding_window 0 = none
-    "kv_dtype": FieldSpec(str, ("kvmem",), choices=KV_DTYPES),
-    "kv_scale_group": FieldSpec(int, ("kvmem",)),
-    "scale_dtype": FieldSpec(str, ("kvmem",), choices=SCALE_DTYPES, default=DEFAULT_SCALE_DTYPE),
-    "sliding_window": FieldSpec(int, ("kvmem",), minimum=0),
-    "page_size": FieldSpec(int, ("kvmem",)),
-    "tp": FieldSpec(int, ("kvmem",), default=1),
-    # one batch's sequence lengths, a list (the kvmem command takes it out of the grid)
-    "seq_lens": FieldSpec(int, ("kvmem",)),
-    # scalar options
-    "device": FieldSpec(str, ("kvmem", "decode"), axis=False, default="auto"),
-    "measure": FieldSpec(bool, ("kvmem",), axis=False, default=True),
-    "prefill": FieldSpec(bool, ("decode",), axis=False, default=True),
-    "warmup": FieldSpec(int, ("decode",), axis=False, minimum=0, default=2),
-    "repeats": FieldSpec(int, ("decode",), axis=False, default=3),
-    "threads": FieldSpec(int, ("decode",), axis=False, default=None),
-    "cuda_graph": FieldSpec(bool, ("decode",), axis=False, default=False),
-    "flush_l2": FieldSpec(bool, ("decode",), axis=False, default=False),
-}
-SHAPE_FIELDS = ("d_model", "num_heads", "num_kv_heads", "head_dim")
-SHAPE_FLAGS = {"d_model": "--d-model", "num_heads": "--heads", "num_kv_heads": "--kv-heads",
-               "head_dim": "--head-dim"}  # fmt: skip
+#: The origin of a value given on the command line (the CLI names it by its flag).
+FROM_FLAGS = "flags"
 FLAGS_SOURCE = "<flags>"
 
 
-def suggest(name: str, choices) -> str:
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
-def _check_value(name: str, value: Any, where: str) -> str | None:
-    """A problem with one scalar value, or None."""
+def check_value(name: str, value: Any) -> str | None:
+    """Why one scalar value does not fit field `name`, or None when it does."""
     spec = FIELDS[name]
     if spec.type is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"{where}.{name}: expected an integer, got {value!r}"
+            return f"expected an integer, got {value!r}"
         if spec.minimum is not None and value < spec.minimum:
-            return f"{where}.{name}: must be >= {spec.minimum}, got {value}"
+            return f"must be >= {spec.minimum}, got {value}"
     elif spec.type is bool:
         if not isinstance(value, bool):
-            return f"{where}.{name}: expected true or false, got {value!r}"
+            return f"expected true or false, got {value!r}"
     elif not isinstance(value, str):
-        return f"{where}.{name}: expected a string, got {value!r}"
+        return f"expected a string, got {value!r}"
     if spec.choices and value not in spec.choices:
-        kind = "dtype" if name == "dtype" else "value"
+        kind = "dtype" if "dtype" in name else "value"
         return (
-            f"{where}.{name}: unknown {kind} {value!r}{suggest(str(value), spec.choices)}; "
+            f"unknown {kind} {value!r}{closest(str(value), spec.choices)}; "
             f"choose from {', '.join(spec.choices)}"
         )
     return None
@@ -128,14 +71,14 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
         problems.append(f"{where}: expected a mapping of fields, got {type(body).__name__}")
         return
     for name, value in body.items():
-        if name == "models" and section in COMMANDS:  # a command's own models replace the list
+        if name == "models" and section in SECTIONS:  # a section's own models replace the list
             _check_models(value, f"{where}.models", problems)
             continue
         if name not in FIELDS:
-            problems.append(f"{where}: unknown key {name!r}{suggest(str(name), FIELDS)}")
+            problems.append(f"{where}: unknown key {name!r}{closest(str(name), FIELDS)}")
             continue
         spec = FIELDS[name]
-        if section in COMMANDS and section not in spec.commands:
+        if section in SECTIONS and section not in spec.sections:
             problems.append(f"{where}: {name!r} does not apply to {section}")
             continue
         values = value if isinstance(value, list) else [value]
@@ -146,7 +89,9 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
             if not value:
                 problems.append(f"{where}.{name}: empty list (the grid would be empty)")
                 continue
-        problems.extend(p for v in values if (p := _check_value(name, v, where)))
+        problems.extend(
+            f"{where}.{name}: {reason}" for v in values if (reason := check_value(name, v))
+        )
 
 
 @dataclass
@@ -156,6 +101,7 @@ class StudyConfig:
     sections: dict[str, Any] = field(default_factory=dict)
     source: str = FLAGS_SOURCE
     base_dir: Path = Path(".")
+    text: str = ""
 
 
 def load_config(path: str | Path | None) -> StudyConfig:
@@ -163,7 +109,7 @@ def load_config(path: str | Path | None) -> StudyConfig:
     if path is None:
         return StudyConfig()
     path = Path(path)
-    text = read_user_file(path, "--config")
+    text = read_user_file(path, "config")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -176,8 +122,8 @@ def load_config(path: str | Path | None) -> StudyConfig:
         raise UsageError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     problems: list[str] = []
     for section, body in data.items():
-        if section not in SECTIONS:
-            problems.append(f"{path}: unknown key {section!r}{suggest(str(section), SECTIONS)}")
+        if section not in FILE_KEYS:
+            problems.append(f"{path}: unknown key {section!r}{closest(str(section), FILE_KEYS)}")
         elif section == "models":
             _check_models(body, f"{path}: models", problems)
         elif body is not None:
@@ -185,34 +131,37 @@ def load_config(path: str | Path | None) -> StudyConfig:
     if problems:
         raise UsageError("\n".join(problems))
     sections = {k: v for k, v in data.items() if v is not None}
-    return StudyConfig(sections, str(path), path.parent)
+    return StudyConfig(sections, str(path), path.parent, text)
 
 
-def load_model(ref: str, base_dir: Path = Path("."), field_name: str = "models") -> ModelSpec:
-    """A preset name, or a path to a Hugging Face config.json (relative to the sweep file)."""
+def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:
+    """A preset name (case-insensitive), or a path to a Hugging Face config.json (relative
+    to the sweep file when it is not found as given)."""
     if ref.endswith(".json") or "/" in ref:
         path = Path(ref)
         if not path.is_absolute() and not path.exists():
             path = base_dir / path
         return load_hf_config(path)
-    return get_preset(ref, field_name)
+    return get_preset(ref)
 
 
 @dataclass
-class Study:
-    """One command's resolved grid: axis values (lists), scalar options, and models."""
+class Section:
+    """One section of a study, resolved: its axes (lists), scalar options and models, and
+    where each value came from (FROM_FLAGS, or the file section that set it)."""
 
-    command: str
+    name: str
     values: dict[str, list]
     options: dict[str, Any]
     models: list[ModelSpec]
     source: str
+    origins: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The resolved configuration, for the JSON output."""
         return {
             "source": self.source,
-            "command": self.command,
+            "command": self.name,
             **self.values,
             **self.options,
             "models": [m.name for m in self.models],
@@ -222,19 +171,46 @@ class Study:
     def has_shape(self) -> bool:
         return "d_model" in self.values and "num_heads" in self.values
 
-    def points(self) -> list[dict]:
-        """Every grid point: synthetic shapes first, then models (whose shape fields come
-        from the model). Each point is a dict of field -> value plus `model` (or None)."""
-        axes = [n for n in self.values if n not in SHAPE_FIELDS and n != "num_layers"]
-        rest = [dict(zip(axes, combo, strict=True))
-                for combo in itertools.product(*(self.values[a] for a in axes))]  # fmt: skip
-        points: list[dict] = []
+    def locate(self, error: FieldError, point: Any = None) -> FieldError:
+        """`error` placed where the user set the field: `kvmem.tp: 3 (study.yaml)` for a
+        file; values from flags are left for the CLI to name by their flag, and values a
+        model brought are named with the model."""
+        if error.location is not None:
+            return error
+        origin = self.origins.get(error.field)
+        value = show_value(error.value)
+        if origin is not None and origin != FROM_FLAGS:
+            return error.located(f"{origin}.{error.field}: {value} ({self.source})")
+        model = getattr(point, "model", None)
+        if origin is None and model is not None:
+            return error.located(f"{model}: {error.field} {value}")
+        return error
+
+    def points(self) -> list:
+        """Every grid point as a typed point: synthetic shapes first, then models (whose
+        shape fields, and dtype unless one is given, come from the model)."""
+        kind = KINDS[self.name]
+        wanted = set(kind.point.__dataclass_fields__)
+        seq_lens = self.values.get("seq_lens")
+        grid_only = (*SHAPE_FIELDS, "num_layers", "seq_lens")
+        axes = [n for n in self.values if n not in grid_only and n in wanted]
+        rest = [
+            dict(zip(axes, combo, strict=True))
+            for combo in itertools.product(*(self.values[a] for a in axes))
+        ]
+        if seq_lens:
+            for r in rest:
+                r.update(seq_lens=tuple(seq_lens), batch=len(seq_lens), seq_len=max(seq_lens))
+        options = {k: v for k, v in self.options.items() if k in wanted}
+        points = []
         if self.has_shape:
-            shape_axes = [n for n in (*SHAPE_FIELDS, "num_layers") if n in self.values]
+            shape_axes = [
+                n for n in (*SHAPE_FIELDS, "num_layers") if n in self.values and n in wanted
+            ]
             for combo in itertools.product(*(self.values[a] for a in shape_axes)):
                 shape = dict(zip(shape_axes, combo, strict=True))
                 shape.setdefault("num_kv_heads", shape["num_heads"])
-                points.extend({"model": None, **shape, **r} for r in rest)
+                points.extend(kind.point(**shape, **r, **options) for r in rest)
         for model in self.models:
             shape = {
                 "d_model": model.d_model,
@@ -242,102 +218,68 @@ class Study:
                 "num_kv_heads": model.num_kv_heads,
                 "head_dim": model.head_dim,
                 "num_layers": model.num_layers,
+                "model": model.name,
+                "spec": model,
             }
+            shape = {k: v for k, v in shape.items() if k in wanted}
             for r in rest:
-                point = {"model": model.name, **shape, **r}
-                if point.get("dtype") is None and "dtype" in fields_for(self.command):
+                point = {**shape, **r, **options}
+                if "dtype" in wanted and self.origins.get("dtype") is None:
                     point["dtype"] = model.dtype
-                points.append(point)
+                points.append(kind.point(**point))
         return points
-
-
-def fields_for(command: str) -> list[str]:
-    return [n for n, s in FIELDS.items() if command in s.commands]
 
 
 def resolve(
     config: StudyConfig,
-    command: str,
+    section: str,
     overrides: dict[str, Any] | None = None,
     models: list[str] | None = None,
-) -> Study:
-    """Merge defaults < sweep < the command's section < flags, validate every point.
-
-    `overrides` holds flag values (lists for axes). Shape flags on the command line replace
-    the file's models, and --d-model/--heads its whole shape; `models` on the command line
-    replace both too.
-    """
+) -> Section:
+    """Merge defaults < sweep < the section's own keys < `overrides` (values from flags;
+    lists for axes). Shape values in `overrides` replace the file's models, and d_model or
+    num_heads its whole shape; `models` given there replace both too."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     sections = config.sections
     merged: dict[str, Any] = {}
-    for section in ("defaults", "sweep", command):
-        for name, value in (sections.get(section) or {}).items():
-            if name != "models" and command in FIELDS[name].commands:
+    origins: dict[str, str] = {}
+    for part in ("defaults", "sweep", section):
+        for name, value in (sections.get(part) or {}).items():
+            if name != "models" and section in FIELDS[name].sections:
                 merged[name] = value
-    own = sections.get(command) or {}
+                origins[name] = part
+    own = sections.get(section) or {}
     model_refs: list[str] = list(own.get("models", sections.get("models")) or [])
+    model_origin = "models" if "models" not in own else f"{section}.models"
     if models is not None or any(k in overrides for k in SHAPE_FIELDS):
         model_refs = list(models or [])  # flags choose what runs: the file's models go
+        model_origin = FROM_FLAGS
     if models is not None or "d_model" in overrides or "num_heads" in overrides:
-        # A new base shape (or a model) replaces the file's; --kv-heads or --head-dim
+        # A new base shape (or a model) replaces the file's; num_kv_heads or head_dim
         # alone override just that field of the file's shape.
         for name in SHAPE_FIELDS:
             merged.pop(name, None)
+            origins.pop(name, None)
     merged.update(overrides)
+    origins.update(dict.fromkeys(overrides, FROM_FLAGS))
 
     values: dict[str, list] = {}
     options: dict[str, Any] = {}
-    for name in fields_for(command):
+    for name in fields_for(section):
         spec = FIELDS[name]
-        value = merged.get(name, spec.default)
+        value = merged.get(name)
+        if value is None:
+            value = spec.default_for(section)
         if not spec.axis:
             options[name] = value
         elif value is not None:
             values[name] = value if isinstance(value, list) else [value]
-    origin = "--model" if models is not None else "models"
-    loaded = [load_model(ref, config.base_dir, origin) for ref in model_refs]
-    study = Study(command, values, options, loaded, config.source)
-    _check_points(study)
-    return study
-
-
-def _check_points(study: Study) -> None:
-    problems = []
-    shape_given = [n for n in SHAPE_FIELDS if n in study.values]
-    if shape_given and not study.has_shape:
-        missing = [n for n in ("d_model", "num_heads") if n not in study.values]
-        problems.append(f"{study.source}: {', '.join(shape_given)} given without {missing[0]}")
-    points = study.points()
-    if not points:
-        problems.append(
-            f"{study.source}: nothing to run for {study.command}: give d_model and num_heads "
-            "(or --d-model/--heads), or models (or --model/--hf-config)"
-        )
-    reported = set()
-    for p in points:
-        if p["model"] is not None:
-            continue
+    loaded = []
+    for ref in model_refs:
         try:
-            AttentionShape(p["d_model"], p["num_heads"], p["num_kv_heads"], p.get("head_dim"))
-        except ValueError as exc:
-            if str(exc) not in reported:
-                reported.add(str(exc))
-                shape = [n for n in SHAPE_FIELDS if p.get(n) is not None]
-                if study.source == FLAGS_SOURCE:  # name the flags the user typed
-                    desc = " ".join(f"{SHAPE_FLAGS[n]} {p[n]}" for n in shape)
-                    problems.append(f"invalid combination {desc}: {exc}")
-                else:
-                    desc = " ".join(f"{n}={p[n]}" for n in shape)
-                    problems.append(f"{study.source}: invalid combination {desc}: {exc}")
-    if problems:
-        raise UsageError("\n".join(problems))
-
-
-def point_shape(point: dict) -> AttentionShape:
-    return AttentionShape(
-        point["d_model"],
-        point["num_heads"],
-        point["num_kv_heads"],
-        point.get("head_dim"),
-        bias=bool(point.get("bias", False)),
-    )
+            loaded.append(load_model(ref, config.base_dir))
+        except FieldError as exc:
+            if model_origin != FROM_FLAGS:
+                exc.located(f"{model_origin}: {ref} ({config.source})")
+            raise
+    return Section(section, values, options, loaded, config.source, origins)

@@ -1,0 +1,145 @@
+"""Flags, generated from the sweep schema: each field of a section is an option of its
+command, named after the field (`seq_len` -> `--seq-len`, with a few shorter names), with
+the schema's help. Values are parsed here (comma-separated lists for axes) and checked by
+the schema's own rules; errors name the flag and the value the user typed."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from ..errors import CombinationError, FieldError, Problems, UsageError, show_value
+from ..model.capacity import parse_seq_lens
+from ..study.schema import FIELDS, fields_for
+from ..study.sweep import check_value
+
+#: Fields whose flag is not the field's name.
+FLAG_NAMES = {"num_heads": "--heads", "num_kv_heads": "--kv-heads", "num_layers": "--layers"}
+EXPECTED_INT = {False: "expected an integer", True: "expected integers, comma-separated"}
+
+
+def flag_of(field: str) -> str:
+    """The flag that sets `field`: 'seq_len' -> '--seq-len', 'num_heads' -> '--heads'."""
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+
+
+def describe_error(error: UsageError) -> str:
+    """The error's message, with the fields set by flags named by their flags."""
+    if isinstance(error, Problems):
+        lines = [describe_error(e) for e in error.errors[: error.limit]]
+        if len(error.errors) > error.limit:
+            lines.append(f"... and {len(error.errors) - error.limit} more problems")
+        return "\n".join(lines)
+    if isinstance(error, FieldError) and error.location is None:
+        value = "" if error.value is None else f" {show_value(error.value)}"
+        return f"{flag_of(error.field)}{value}: {error.reason}"
+    if isinstance(error, CombinationError) and error.source is None:
+        desc = " ".join(f"{flag_of(k)} {show_value(v)}" for k, v in error.values.items())
+        return f"invalid combination {desc}: {error.reason}"
+    return str(error)
+
+
+def _option(name: str) -> inspect.Parameter:
+    spec, flag = FIELDS[name], flag_of(name)
+    if spec.type is bool:
+        option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=spec.help)
+        annotation: Any = bool | None
+    else:
+        option = typer.Option(None, flag, help=spec.help)
+        annotation = str | None
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=annotation)  # fmt: skip
+
+
+def parse_field(name: str, text: str) -> Any:
+    """A flag's text as the field's value: a list for an axis ('32,8,1' -> [32, 8, 1]),
+    else one value. FieldError naming the field when a value does not fit."""
+    spec = FIELDS[name]
+    if name == "seq_lens":
+        return parse_seq_lens(text)
+    items = [t.strip() for t in str(text).split(",")] if spec.axis else [str(text).strip()]
+    values: list[Any] = []
+    for item in items:
+        value: Any = item
+        if spec.type is int:
+            if name == "sliding_window" and item.lower() == "none":
+                item = "0"
+            try:
+                value = int(item)
+            except ValueError:
+                raise FieldError(name, text, EXPECTED_INT[spec.axis]) from None
+        reason = check_value(name, value)
+        if reason:
+            raise FieldError(name, value, reason)
+        values.append(value)
+    return values if spec.axis else values[0]
+
+
+def parse_flags(section: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The values of a section's flags (None where not given); every problem at once."""
+    values: dict[str, Any] = {}
+    problems: list[UsageError] = []
+    for name, raw in given.items():
+        if raw is None or FIELDS[name].type is bool:
+            values[name] = raw
+            continue
+        try:
+            values[name] = parse_field(name, raw)
+        except FieldError as exc:
+            problems.append(exc)
+    if problems:
+        raise Problems(problems)
+    return values
+
+
+def section_command(
+    app: typer.Typer,
+    name: str,
+    section: str,
+    fields: list[str] | None = None,
+    before: list[inspect.Parameter] = (),  # type: ignore[assignment]
+    after: list[inspect.Parameter] = (),  # type: ignore[assignment]
+) -> Callable[[Callable], Callable]:
+    """Register `fn(overrides, **other)` as command `name`, with one option per field of
+    `section` (or `fields`) between the `before` and `after` options; `overrides` holds
+    the parsed field values, None where a flag was not given."""
+    names = fields or fields_for(section)
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            overrides = parse_flags(section, {n: kwargs.pop(n) for n in names})
+            return fn(overrides, **kwargs)
+
+        params = [*before, *map(_option, names), *after]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        app.command(name)(handles_errors(command))
+        return fn
+
+    return decorate
+
+
+def handles_errors(fn: Callable) -> Callable:
+    """Turn a UsageError into one line per problem on stderr and its exit code (2 for bad
+    input), never a traceback."""
+    from .common import fail
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as exc:
+            raise fail(describe_error(exc), exc.exit_code) from None
+
+    return wrapper
+
+
+def option(name: str, default: Any, *flags: str, help: str, annotation: Any = str | None):
+    """A keyword-only parameter for `section_command`'s before/after lists."""
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                             default=typer.Option(default, *flags, help=help),
+                             annotation=annotation)  # fmt: skip

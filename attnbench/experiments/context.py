@@ -1,0 +1,20 @@
+"""What an experiment gets besides its point: where to measure, and the run's peak."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Context:
+    """`device` None means compute only (nothing is allocated or timed). `options` are the
+    section's scalar options (warm-up, repeats, ...), `peak_gbps` the copy bandwidth the
+    runner measured on `device` before the first timed point."""
+
+    device: torch.device | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    peak_gbps: float | None = None

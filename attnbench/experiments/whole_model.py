@@ -1,0 +1,48 @@
+"""Whole-model parameter counts per part: the formulas of model/model_params.py, checked
+against a meta-device skeleton of the model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ModelMismatchError
+from ..model.architecture import ModelSpec
+from ..model.dtypes import packed_bytes
+from ..model.model_params import PARTS, active_params, part_params
+from ..modules.skeleton import meta_part_params
+from ..records import exact, key
+
+
+@dataclass(kw_only=True)
+class ModelPartRecord:
+    """One row of the whole-model table."""
+
+    model: str = key()
+    part: str = key()
+    params: int = exact()
+    meta_params: int | None = exact()
+    weight_bytes: int = exact()
+
+
+def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
+    """A row per part, then `total` (and `active per token` for MoE); raises
+    ModelMismatchError when formula and skeleton disagree."""
+    analytic, counted = part_params(spec), meta_part_params(spec)
+    if analytic != counted:
+        raise ModelMismatchError(
+            f"{spec.name}: the formulas give {analytic} but the skeleton has {counted}"
+        )
+    rows = [(part, analytic[part], counted[part]) for part in PARTS]
+    rows.append(("total", sum(analytic.values()), sum(counted.values())))
+    if spec.body and spec.body.moe:
+        rows.append(("active per token", active_params(spec), None))
+    return [
+        ModelPartRecord(
+            model=spec.name,
+            part=part,
+            params=n,
+            meta_params=meta,
+            weight_bytes=packed_bytes(n, spec.dtype),
+        )  # fmt: skip
+        for part, n, meta in rows
+    ]

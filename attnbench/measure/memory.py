@@ -1,0 +1,107 @@
+"""Measured memory: allocate a cache for real and count what it holds, byte for byte.
+
+On the CPU the count is the tensors' storage. On CUDA the caching allocator's own count
+(torch.cuda.memory_allocated) must grow by each tensor's size rounded to its 512-byte
+blocks too, so an allocation the tensors do not show cannot hide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..model.capacity import SeqLens, TokenLayout, ceil_div
+from ..model.units import format_bytes
+from ..modules.kv_cache import KVCache
+from ..modules.quantized_cache import allocate_cache
+from .devices import free_memory_bytes, torch_dtype
+
+
+def _allocator_bytes(nbytes: int) -> int:
+    """What the CUDA caching allocator reserves for one tensor: a multiple of 512 bytes."""
+    return ceil_div(nbytes, 512) * 512
+
+
+def measure_allocation(
+    allocate: Callable[[], list[torch.Tensor]],
+    device: torch.device,
+    expected: int,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
+) -> tuple[int | None, str]:
+    """Run `allocate` on `device` and count the storage of the tensors it returns;
+    `expected` is the formula's bytes. Nothing is allocated when `expected` exceeds what
+    `free_bytes` says the device has free: the status says so and the count is None."""
+    free = free_bytes(device)
+    if expected > free:
+        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+    tensors = allocate()
+    sizes = [t.untyped_storage().nbytes() for t in tensors]
+    measured = sum(sizes)
+    status = "ok"
+    if on_cuda:
+        delta = torch.cuda.memory_allocated(device) - before
+        rounded = sum(_allocator_bytes(n) for n in sizes)
+        if delta != rounded:
+            status = f"allocator delta {delta} != rounded storage {rounded}"
+    del tensors
+    if on_cuda:
+        torch.cuda.empty_cache()
+    if measured != expected:
+        status = f"mismatch: measured {measured} != analytic {expected}"
+    return measured, status
+
+
+def measure_cache_bytes(
+    num_layers: int,
+    batch: int,
+    seq_len: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    device: torch.device,
+    expected: int,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
+) -> tuple[int | None, str]:
+    """Allocate one KVCache (the module decode uses) per layer on `device` and count it."""
+
+    def allocate() -> list[torch.Tensor]:
+        caches = [
+            KVCache(batch, num_kv_heads, seq_len, head_dim, torch_dtype(dtype), device)
+            for _ in range(num_layers)
+        ]
+        return [t for c in caches for t in (c.k, c.v)]
+
+    return measure_allocation(allocate, device, expected, free_bytes)
+
+
+def measure_storage_bytes(
+    layout: TokenLayout,
+    windows: Sequence[int | None],
+    seq_lens: SeqLens,
+    device: torch.device,
+    expected: int,
+    page_size: int | None = None,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
+) -> tuple[int | None, str]:
+    """Allocate the quantisable cache of `layout` (see allocate_cache) and count it."""
+
+    def allocate() -> list[torch.Tensor]:
+        layers = allocate_cache(layout, windows, seq_lens, page_size, device)
+        return [t for layer in layers for t in layer.tensors()]
+
+    return measure_allocation(allocate, device, expected, free_bytes)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the CPU allocator failing."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )

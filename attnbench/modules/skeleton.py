@@ -1,0 +1,114 @@
+"""A model's parameters with their real shapes and no computation, built on the `meta`
+device to count them without allocating memory: the check on model/model_params.py."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..model.architecture import ModelBody, ModelSpec
+from ..model.model_params import PARTS, require_body
+
+
+def _norm(body: ModelBody, dim: int) -> nn.Module:
+    return nn.LayerNorm(dim) if body.norm_bias else nn.RMSNorm(dim)
+
+
+class _Mlp(nn.Module):
+    def __init__(self, d: int, inter: int, gated: bool, bias: bool) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d, inter, bias=bias) if gated else None
+        self.up = nn.Linear(d, inter, bias=bias)
+        self.down = nn.Linear(inter, d, bias=bias)
+
+
+class _Experts(nn.Module):
+    """Routed experts as stacked weights (num_experts, ...), as fused MoE kernels hold them."""
+
+    def __init__(self, num: int, d: int, inter: int) -> None:
+        super().__init__()
+        self.gate_up = nn.Parameter(torch.empty(num, 2 * inter, d))
+        self.down = nn.Parameter(torch.empty(num, d, inter))
+
+
+class _Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, body: ModelBody) -> None:
+        super().__init__()
+        d, hq = spec.d_model, spec.num_heads
+        if spec.mla is not None:
+            m = spec.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                self.q_a = nn.Linear(d, m.q_lora_rank, bias=False)
+                self.q_a_norm = nn.RMSNorm(m.q_lora_rank)
+                self.q_b = nn.Linear(m.q_lora_rank, hq * qk, bias=False)
+            else:
+                self.q = nn.Linear(d, hq * qk, bias=False)
+            self.kv_a = nn.Linear(d, m.latent_dim, bias=False)
+            self.kv_a_norm = nn.RMSNorm(m.kv_lora_rank)
+            self.kv_b = nn.Linear(m.kv_lora_rank, hq * (m.qk_nope_head_dim + m.v_head_dim),
+                                  bias=False)  # fmt: skip
+            self.o = nn.Linear(hq * m.v_head_dim, d, bias=False)
+            return
+        D, hkv = spec.head_dim, spec.num_kv_heads
+        self.q = nn.Linear(d, hq * D, bias=body.qkv_bias)
+        self.k = nn.Linear(d, hkv * D, bias=body.qkv_bias)
+        self.v = nn.Linear(d, hkv * D, bias=body.qkv_bias)
+        self.o = nn.Linear(hq * D, d, bias=body.o_bias)
+        if body.qk_norm:
+            self.q_norm, self.k_norm = nn.RMSNorm(D), nn.RMSNorm(D)
+
+
+class _Block(nn.Module):
+    def __init__(self, spec: ModelSpec, body: ModelBody, index: int) -> None:
+        super().__init__()
+        d, moe = spec.d_model, body.moe
+        self.attention = _Attention(spec, body)
+        self.norms = nn.ModuleList(_norm(body, d) for _ in range(body.norms_per_layer))
+        self.mlp = self.experts = self.router = None
+        if moe is None or index < moe.dense_layers:
+            self.mlp = _Mlp(d, body.intermediate_size, body.gated_mlp, body.mlp_bias)
+            return
+        if moe.shared_experts:
+            shared = moe.shared_experts * moe.intermediate_size
+            self.mlp = _Mlp(d, shared, True, body.mlp_bias)
+        self.experts = _Experts(moe.num_experts, d, moe.intermediate_size)
+        self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
+
+
+class ModelSkeleton(nn.Module):
+    """The model's parameters with their real shapes and no computation; build it under
+    `torch.device("meta")` to count parameters without allocating them."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        body = require_body(spec)
+        d = spec.d_model
+        self.embeddings = nn.ModuleDict({"tokens": nn.Embedding(body.vocab_size, d)})
+        if body.position_embeddings:
+            self.embeddings["positions"] = nn.Embedding(body.position_embeddings, d)
+        self.layers = nn.ModuleList(_Block(spec, body, i) for i in range(spec.num_layers))
+        self.final_norm = _norm(body, d)
+        self.output_head = nn.Linear(d, body.vocab_size, bias=False)
+        if body.tied_embeddings:
+            self.output_head.weight = self.embeddings["tokens"].weight
+
+
+def _part_of(name: str) -> str:
+    """The PARTS entry a parameter of ModelSkeleton belongs to, from its name."""
+    head = name.split(".")[0]
+    if head == "layers":
+        sub = name.split(".")[2]
+        return {"norms": "norms"}.get(sub, sub)
+    return {"final_norm": "norms", "output_head": "output head"}.get(head, head)
+
+
+def meta_part_params(spec: ModelSpec) -> dict[str, int]:
+    """Parameters per part of a ModelSkeleton built on the meta device (a tied head's
+    weight is the embeddings' and counts once)."""
+    with torch.device("meta"):
+        model = ModelSkeleton(spec)
+    parts = dict.fromkeys(PARTS, 0)
+    for name, p in model.named_parameters():
+        parts[_part_of(name)] += p.numel()
+    return parts

@@ -1,0 +1,100 @@
+"""What each field of a record is. Every record type is a dataclass whose fields declare
+their kind in the field's metadata, and everything that reads records (the regression
+gate, the CSV and JSON writers, tables, plots and the report) goes by these declarations:
+
+- `key`: an input of the sweep (shape, batch, dtype, mode...): rows are matched on keys;
+- `exact`: a computed count or size (parameters, bytes, FLOPs): any change is a regression;
+- `memory`: a measured allocation, gated with a tolerance;
+- `timing`: a measured time, gated against noise; its statistics (percentiles, raw
+  samples) are timing fields too, that name the field they describe with `of`;
+- `info`: everything else (ratios, rates, flags, status): shown, never gated or matched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+
+class Kind(str, Enum):
+    KEY = "key"
+    EXACT = "exact"
+    MEMORY = "memory"
+    TIMING = "timing"
+    INFO = "info"
+
+
+_NO_DEFAULT: Any = dataclasses.MISSING
+
+
+def _field(kind: Kind, default: Any, csv: bool = True, of: str | None = None, **kw) -> Any:
+    metadata = {"kind": kind, "csv": csv, "of": of}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata, **kw)
+
+
+def key(default: Any = _NO_DEFAULT) -> Any:
+    """A sweep input; rows of two runs are matched on their keys."""
+    return _field(Kind.KEY, default)
+
+
+def exact(default: Any = _NO_DEFAULT) -> Any:
+    """A computed count or size: the same inputs must always give the same value."""
+    return _field(Kind.EXACT, default)
+
+
+def memory(default: Any = None) -> Any:
+    """A measured allocation in bytes."""
+    return _field(Kind.MEMORY, default)
+
+
+def timing(default: Any = None, of: str | None = None, csv: bool = True) -> Any:
+    """A measured time in ms; `of` marks a statistic (p25, raw samples) of another timing
+    field, which is the one gated. Raw samples are JSON only (`csv=False`)."""
+    return _field(Kind.TIMING, default, csv=csv, of=of)
+
+
+def info(default: Any = None) -> Any:
+    """Derived or descriptive: a ratio, a rate, a flag, a status."""
+    return _field(Kind.INFO, default)
+
+
+def field_kinds(record_type: type) -> dict[str, Kind]:
+    """Each field of a record type and its declared kind, in field order."""
+    return {f.name: f.metadata["kind"] for f in dataclasses.fields(record_type)}
+
+
+def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
+    """The timing fields that are gated, each with its statistics by role: for
+    step_ms_median {'p25': 'step_ms_p25', 'p75': 'step_ms_p75', 'samples': 'samples_ms'}."""
+    fields = dataclasses.fields(record_type)
+    gated = {
+        f.name: {} for f in fields if f.metadata["kind"] is Kind.TIMING and not f.metadata["of"]
+    }
+    for f in fields:
+        of = f.metadata["of"]
+        if of:
+            role = "samples" if f.name.startswith("samples") else f.name.rsplit("_", 1)[-1]
+            gated[of][role] = f.name
+    return gated
+
+
+def csv_fields(record_type: type) -> list[str]:
+    """The fields a CSV row holds: all but the raw samples."""
+    return [f.name for f in dataclasses.fields(record_type) if f.metadata["csv"]]
+
+
+def as_dict(record: Any) -> dict:
+    """A record (dataclass or dict) as a plain dict."""
+    if dataclasses.is_dataclass(record):
+        return dataclasses.asdict(record)  # type: ignore[arg-type]
+    return dict(record) if isinstance(record, Mapping) else record
+
+
+def failed(record: Mapping) -> bool:
+    """The point ran out of memory or failed: its record holds no measurement."""
+    status = str(record.get("status"))
+    return status == "oom" or status.startswith("error")

@@ -1,0 +1,342 @@
+"""Tables that fit the terminal: one engine for every command's table and the report.
+
+A table is described by a list of `Column`s (see columns.py for every command's list) and
+built from records (plain dicts). `build_table` makes it fit a given width without cutting
+a number: settings that are the same in every row move into the title, then columns with a
+shorter form switch to it, then the least important columns are hidden (and named in a
+footer line). `markdown_table` renders the same columns as GitHub Markdown.
+
+Widths follow rich's default table layout: each column takes its text plus one space of
+padding on either side and one border, and the table one border more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Any
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+
+#: Column kinds. Numbers, statuses and labels are never cut, wrapped or folded; text may fold.
+KINDS = ("number", "status", "text", "label")
+#: Characters a column adds to the table beyond its text (two of padding, one border).
+COLUMN_EXTRA = 3
+#: Characters a table adds beyond its columns (the last border).
+TABLE_EXTRA = 1
+#: A text column is only kept when it fits with its longest cell on at most this many lines.
+TEXT_MAX_LINES = 3
+#: What joins the title and the settings every row shares.
+TITLE_SEPARATOR = " · "
+#: Terminal width assumed off a terminal when COLUMNS does not say.
+DEFAULT_WIDTH = 120
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table, and how its cells read.
+
+    header: the column's heading ("step ms", "kv heads").
+    field: the record field it shows.
+    fmt: a value's full cell text (None shows as "-").
+    rank: importance; lower is more important, and the highest rank is hidden first when
+        the table is too wide (of two equal ranks, the later column goes first).
+    kind: "number" (right-justified), "status" or "label" (left-justified): never cut,
+        wrapped or folded; "text" (notes, sources): left-justified, folds into the space
+        the other columns leave.
+    compact: a shorter cell text ("67.1 M" for 67,108,864), used when the table does not
+        fit with the full one.
+    setting: a setting of the sweep (model, dtype, batch, ...): when it reads the same in
+        every row, it leaves the table for the title.
+    title_text: how a constant setting reads in the title ("d_model 4,096"); the default
+        is the header and the cell text ("batch 1").
+    cell: the full cell text from the whole record, for cells made of several fields (the
+        spread of a timing); it replaces fmt. The column is still left out when `field` is
+        None in every row.
+    """
+
+    header: str
+    field: str
+    fmt: Callable[[Any], str]
+    rank: int = 50
+    kind: str = "number"
+    compact: Callable[[Any], str] | None = None
+    setting: bool = False
+    title_text: Callable[[Any], str] | None = None
+    cell: Callable[[Mapping[str, Any]], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"Column {self.header!r}: kind must be one of {KINDS}, not {self.kind!r}"
+            )
+
+    def value(self, row: Mapping[str, Any]) -> Any:
+        """The record's value for this column (None when the record lacks the field)."""
+        return row.get(self.field)
+
+    def text(self, row: Mapping[str, Any]) -> str:
+        """The full cell text."""
+        return self.cell(row) if self.cell is not None else self.fmt(self.value(row))
+
+    def short_text(self, row: Mapping[str, Any]) -> str:
+        """The compact cell text (the full one when the column has no compact form)."""
+        if self.compact is None or self.cell is not None:
+            return self.text(row)
+        return self.compact(self.value(row))
+
+    def title_part(self, row: Mapping[str, Any]) -> str:
+        """How this setting, constant over the rows, reads in the title."""
+        if self.title_text is not None:
+            return self.title_text(self.value(row))
+        return f"{self.header} {self.text(row)}"
+
+    @property
+    def justify(self) -> str:
+        return "right" if self.kind == "number" else "left"
+
+
+@dataclass
+class TableView:
+    """A table built to fit a width, and what was left out of it to fit.
+
+    table: the rich table to print.
+    title: its title on one line (the table's own may be broken between settings).
+    hidden: headers of the columns hidden for width, most important first.
+    shared: the title parts of the settings every row shares (they are in the title).
+    needed_width: the width the table takes: at most the width asked for, unless `wide`
+        (or unless a single column alone is wider). With `wide` the table's own `width`
+        is set to it, so print it uncropped (`print_view`, or a console that wide).
+    compacted: headers of the columns shown in their compact form.
+    hint: how to see the hidden columns, the end of the footer line.
+    """
+
+    table: Table
+    title: str
+    hidden: list[str]
+    shared: list[str]
+    needed_width: int
+    compacted: list[str] = field(default_factory=list)
+    hint: str = "--wide, or --csv"
+
+    def footer(self) -> str | None:
+        """'3 columns hidden (p25, p75, noisy): --wide, or --csv', or None if none are."""
+        if not self.hidden:
+            return None
+        count = len(self.hidden)
+        noun = "column" if count == 1 else "columns"
+        return f"{count} {noun} hidden ({', '.join(self.hidden)}): {self.hint}"
+
+
+def as_row(record: Any) -> Mapping[str, Any]:
+    """A record as a mapping: a Mapping as it is, a dataclass instance by its fields."""
+    if isinstance(record, Mapping):
+        return record
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    raise TypeError(f"a table row must be a mapping or a dataclass, not {type(record).__name__}")
+
+
+def present_columns(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> list[Column]:
+    """The columns with a value in at least one row (a field None or missing in every row,
+    like Model for synthetic shapes, is left out)."""
+    return [c for c in columns if any(c.value(r) is not None for r in rows)]
+
+
+def split_settings(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]
+) -> tuple[list[Column], list[str]]:
+    """(columns to show, title parts): each setting column whose cell reads the same in
+    every row becomes a title part. Non-setting columns always stay, and when every column
+    would leave, the most important of them (lowest rank, then first) stays."""
+    if not rows:
+        return list(columns), []
+    constant = [i for i, c in enumerate(columns)
+                if c.setting and len({c.text(r) for r in rows}) == 1]  # fmt: skip
+    if constant and len(constant) == len(columns):
+        constant.remove(min(constant, key=lambda i: (columns[i].rank, i)))
+    shown = [c for i, c in enumerate(columns) if i not in constant]
+    return shown, [columns[i].title_part(rows[0]) for i in constant]
+
+
+def table_width(widths: Sequence[int]) -> int:
+    """The width rich's default table takes for columns of these text widths."""
+    return sum(widths) + COLUMN_EXTRA * len(widths) + TABLE_EXTRA if widths else 0
+
+
+@dataclass
+class _Layout:
+    """One column's candidate widths and cell texts."""
+
+    column: Column
+    index: int
+    full: list[str]
+    short: list[str]
+    full_width: int
+    short_width: int
+    fit_width: int  # the least width it is kept at: the full width but for text columns
+    compact: bool = False
+
+    @property
+    def width(self) -> int:
+        return self.short_width if self.compact else self.fit_width
+
+    @property
+    def cells(self) -> list[str]:
+        return self.short if self.compact else self.full
+
+
+def _longest(texts: Sequence[str]) -> int:
+    return max((cell_len(t) for t in texts), default=0)
+
+
+def _layout(column: Column, index: int, rows: Sequence[Mapping[str, Any]], wide: bool) -> _Layout:
+    header = cell_len(column.header)
+    full = [column.text(r) for r in rows]
+    short = [column.short_text(r) for r in rows]
+    full_width = max(header, _longest(full))
+    short_width = max(header, _longest(short))
+    fit_width = full_width
+    if column.kind == "text" and not wide:
+        words = _longest([w for t in full for w in t.split()])
+        fit_width = min(full_width, max(header, words, ceil(_longest(full) / TEXT_MAX_LINES)))
+    return _Layout(column, index, full, short, full_width, short_width, fit_width)
+
+
+def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
+    """Compact, then hide, columns until the table fits `width`; return the hidden ones.
+    Compact forms that hiding made unnecessary are switched back to the full text."""
+
+    def total() -> int:
+        return table_width([lay.width for lay in layouts])
+
+    by_savings = sorted(
+        (lay for lay in layouts if lay.short_width < lay.fit_width),
+        key=lambda lay: (lay.short_width - lay.fit_width, -lay.column.rank, -lay.index),
+    )
+    for lay in by_savings:
+        if total() <= width:
+            break
+        lay.compact = True
+    hidden: list[_Layout] = []
+    for lay in sorted(layouts, key=lambda lay: (-lay.column.rank, -lay.index)):
+        if total() <= width or len(layouts) == 1:
+            break
+        layouts[:] = [other for other in layouts if other is not lay]
+        hidden.append(lay)
+    for lay in sorted(layouts, key=lambda lay: (lay.column.rank, lay.index)):
+        if lay.compact:
+            lay.compact = False
+            if total() > width:
+                lay.compact = True
+    return sorted(hidden, key=lambda lay: (lay.column.rank, lay.index))
+
+
+def build_table(
+    title: str,
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[Column],
+    width: int,
+    wide: bool = False,
+    hint: str = "--wide, or --csv",
+) -> TableView:
+    """A rich table of `rows` that fits `width` characters.
+
+    Columns empty in every row are left out; settings constant over the rows move to the
+    title ("Attention parameters per layer · d_model 4,096 · 32 heads"). If the rest is
+    wider than `width`, columns with a compact form switch to it (largest saving first),
+    then columns are hidden from the highest rank down until the table fits. With `wide`,
+    nothing is compacted or hidden: the table is as wide as it needs (`needed_width`).
+    Rows may be mappings or dataclass instances.
+    """
+    records = [as_row(r) for r in rows]
+    shown, shared = split_settings(records, present_columns(records, columns))
+    layouts = [_layout(c, i, records, wide) for i, c in enumerate(shown)]
+    hidden = [] if wide else _fit(layouts, width)
+    needed = table_width([lay.width for lay in layouts])
+
+    full_title = TITLE_SEPARATOR.join([t for t in (title, *shared) if t])
+    table = Table(title=wrap_title(title, shared, needed) or None, title_justify="left")
+    if wide:
+        table.width = needed
+    for lay in layouts:
+        col = lay.column
+        if col.kind == "text":
+            table.add_column(col.header, justify="left", overflow="fold", min_width=lay.width)
+        else:
+            table.add_column(col.header, justify=col.justify, no_wrap=True, min_width=lay.width)
+    for i in range(len(records)):
+        table.add_row(*(lay.cells[i] for lay in layouts))
+    return TableView(
+        table=table,
+        title=full_title,
+        hidden=[lay.column.header for lay in hidden],
+        shared=shared,
+        needed_width=needed,
+        compacted=[lay.column.header for lay in layouts if lay.compact],
+        hint=hint,
+    )
+
+
+def wrap_title(title: str, parts: Sequence[str], width: int) -> str:
+    """`title · part · part`, broken into lines of at most `width` characters between
+    parts rather than inside one ('no bias' stays whole); rich wraps a part that alone is
+    wider than that."""
+    lines = [title] if title else []
+    end = TITLE_SEPARATOR.rstrip()  # what a line that goes on ends with
+    for i, part in enumerate(parts):
+        more = end if i < len(parts) - 1 else ""
+        if lines and cell_len(lines[-1] + TITLE_SEPARATOR + part + more) <= width:
+            lines[-1] += TITLE_SEPARATOR + part
+        elif lines:
+            lines[-1] += end
+            lines.append(part)
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def print_view(console: Console, view: TableView) -> None:
+    """Print the table (uncropped, so a --wide table may run past the terminal's edge) and
+    its footer line when columns were hidden."""
+    console.print(view.table, crop=False)
+    footer = view.footer()
+    if footer:
+        console.print(footer, style="dim", highlight=False, markup=False)
+
+
+def terminal_width(console: Console) -> int:
+    """The width to fit tables to: the console's on a terminal; off one (a pipe, a log),
+    $COLUMNS when it holds a positive integer, else 120."""
+    if console.is_terminal:
+        return console.width
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return DEFAULT_WIDTH
+    return columns if columns > 0 else DEFAULT_WIDTH
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
+    """A GitHub Markdown table of every column with a value in some row, in full text
+    (never compact), number columns right-aligned; '|' in a cell is escaped."""
+    records = [as_row(r) for r in rows]
+    shown = present_columns(records, columns)
+    if not shown:
+        return ""
+    lines = [
+        "| " + " | ".join(_markdown_cell(c.header) for c in shown) + " |",
+        "|" + "|".join("---:" if c.kind == "number" else "---" for c in shown) + "|",
+    ]
+    for r in records:
+        lines.append("| " + " | ".join(_markdown_cell(c.text(r)) for c in shown) + " |")
+    return "\n".join(lines)

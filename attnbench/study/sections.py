@@ -1,0 +1,55 @@
+"""The kinds of section a study can hold, and what the runner needs to know of each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..experiments import decode, fit, kvmem, params, whole_model
+
+
+@dataclass(frozen=True)
+class SectionKind:
+    """`run(point, context)` measures one point; `check(point)` raises for a point that
+    cannot run, before anything runs; `failed(point, status)` is the record of a point that
+    ran out of memory (None: such a point stops the study). A section that `keeps_going`
+    records any other failure of a point as an `error: ...` status and goes on."""
+
+    name: str
+    point: type
+    record: type
+    run: Callable[..., Any]
+    check: Callable[[Any], None]
+    failed: Callable[[Any, str], Any] | None = None
+    link: Callable[[list], None] | None = None
+    order: Callable[[list], list] | None = None
+    timed: bool = False
+    measures: bool = False
+    keeps_going: bool = False
+
+
+KINDS: dict[str, SectionKind] = {
+    "params": SectionKind("params", params.ParamsPoint, params.ParamsRecord, params.run,
+                          params.check),
+    "kvmem": SectionKind("kvmem", kvmem.KvmemPoint, kvmem.KvmemRecord, kvmem.run, kvmem.check,
+                         failed=kvmem.failed, measures=True),
+    "decode": SectionKind("decode", decode.DecodePoint, decode.DecodeRecord, decode.run,
+                          decode.check, failed=decode.failed, link=decode.link_speedups,
+                          order=decode.no_cache_first, timed=True, measures=True,
+                          keeps_going=True),
+    "fit": SectionKind("fit", fit.FitPoint, fit.FitRecord, fit.run, fit.check),
+}  # fmt: skip
+
+
+#: Every record type by the name of the records it holds: the sections', and the
+#: whole-model part records `params` writes beside its own.
+RECORD_TYPES: dict[str, type] = {
+    **{name: kind.record for name, kind in KINDS.items()},
+    "model_parts": whole_model.ModelPartRecord,
+}
+
+
+def record_type(section: str) -> type | None:
+    """The record dataclass of a section (None for a section this version does not know)."""
+    return RECORD_TYPES.get(section)

@@ -1,0 +1,482 @@
+"""Tables that fit an 80-column terminal: attnbench.render.table and its column specs."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from attnbench.render.columns import (
+    DECODE,
+    KVMEM,
+    MODELS,
+    PARAMS,
+    SECTION_COLUMNS,
+    WHOLE_MODEL,
+    columns_for,
+    fmt_int,
+    fmt_ms,
+    fmt_pct,
+    fmt_pct_value,
+    fmt_plain,
+    fmt_si,
+    fmt_status,
+    fmt_x,
+    format_bytes,
+    iqr_cell,
+    kvmem_columns,
+)
+from attnbench.render.table import (
+    Column,
+    TableView,
+    build_table,
+    markdown_table,
+    print_view,
+    table_width,
+    terminal_width,
+)
+
+# --- rows, computed by hand ---------------------------------------------------------------
+
+D_MODEL, HEADS, HEAD_DIM = 4096, 32, 128
+VARIANTS = {32: "MHA", 8: "GQA-8", 4: "GQA-4", 1: "MQA"}
+PARAM_TOTALS = {32: 67_108_864, 8: 41_943_040, 4: 37_748_736, 1: 34_603_008}
+
+
+def params_rows() -> list[dict]:
+    rows = []
+    for kv, variant in VARIANTS.items():
+        q = o = D_MODEL * HEADS * HEAD_DIM
+        k = v = D_MODEL * kv * HEAD_DIM
+        total = q + k + v + o
+        rows.append(dict(model=None, variant=variant, d_model=D_MODEL, num_heads=HEADS,
+                         num_kv_heads=kv, head_dim=HEAD_DIM, bias=False, q_params=q,
+                         k_params=k, v_params=v, o_params=o, total_params=total,
+                         module_params=total, ratio_vs_mha=total / PARAM_TOTALS[32]))  # fmt: skip
+    return rows
+
+
+# llama-3-70b: 80 layers, 8 KV heads of 128, bfloat16: 2 (K, V) * 80 * 8 * 128 * 2 bytes.
+LLAMA3_70B_PER_TOKEN = 327_680
+
+
+def kvmem_row(model="llama-3-70b", seq_len=8192, layers=80, heads=64, kv=8, **extra) -> dict:
+    per_token = 2 * layers * kv * HEAD_DIM * 2
+    row = dict(model=model, variant=VARIANTS.get(kv, f"GQA-{kv}"), num_layers=layers,
+               num_heads=heads, num_kv_heads=kv, head_dim=HEAD_DIM, batch=1, seq_len=seq_len,
+               dtype="bfloat16", bytes_per_token=per_token,
+               kv_bytes_per_layer=per_token // layers * seq_len, kv_bytes=per_token * seq_len,
+               measured_bytes=per_token * seq_len, ratio_vs_mha=kv / heads, status="ok",
+               kv_dtype="bfloat16", kv_scale_group=None, scale_dtype=None, scale_bytes=0,
+               sliding_window=None, windowed_layers=0, page_size=None, tp=1,
+               kv_heads_per_gpu=kv, kv_bytes_per_gpu=per_token * seq_len,
+               kv_bytes_all_gpus=per_token * seq_len, used_bytes=None, paged_bytes=None,
+               contiguous_bytes=None, paged_waste_pct=None, contiguous_waste_pct=None,
+               measured_paged_bytes=None)  # fmt: skip
+    row.update(extra)
+    return row
+
+
+CONTEXTS = (1024, 8192, 32768, 131072)
+
+
+def kvmem_rows() -> list[dict]:
+    return [kvmem_row(seq_len=n) for n in CONTEXTS]
+
+
+def decode_rows() -> list[dict]:
+    """MHA, GQA-8 and MQA, cache and no cache, two prompt lengths: long floats, as measured."""
+    rows = []
+    for kv in (32, 8, 1):
+        for prompt in (512, 4096):
+            base = 0.123456789 * (1 + kv / 8) * (prompt / 512) ** 0.5
+            for mode, factor in (("cache", 1.0), ("no_cache", 7.891011)):
+                step = base * factor
+                rows.append(dict(
+                    model=None, variant=VARIANTS[kv], backend="sdpa", device="cpu",
+                    dtype="float32", batch=1, d_model=D_MODEL, num_heads=HEADS,
+                    num_kv_heads=kv, head_dim=HEAD_DIM, prompt_len=prompt, gen_len=4, mode=mode,
+                    prefill_ms=step * 3.3333333, step_ms_median=step, step_ms_p25=step * 0.9876,
+                    step_ms_p75=step * 1.04321, samples_ms=[step] * 3, total_ms=step * 4.0001,
+                    tokens_per_s=1000.0 / step, speedup_vs_no_cache=None, bytes_per_step=10**7,
+                    achieved_gbps=12.3456789 / factor, peak_gbps=45.678901,
+                    pct_of_peak_bw=27.0271234 / factor, flops_per_step=10**8,
+                    achieved_tflops=0.0123, noisy=False, status="ok",
+                ))  # fmt: skip
+    for cached, uncached in zip(rows[::2], rows[1::2], strict=True):
+        cached["speedup_vs_no_cache"] = uncached["step_ms_median"] / cached["step_ms_median"]
+    return rows
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def render(view: TableView, width: int = 80) -> str:
+    """The table and its footer as a terminal `width` characters wide shows them."""
+    console = Console(width=width, file=io.StringIO(), record=True)
+    print_view(console, view)
+    return console.export_text()
+
+
+def flat(text: str) -> str:
+    """The text with every run of whitespace as one space (a title may wrap)."""
+    return " ".join(text.split())
+
+
+def header_line(text: str) -> str:
+    """The line of column headers (the first line drawn with the heavy vertical border)."""
+    return next(line for line in text.splitlines() if line.startswith("┃"))
+
+
+def assert_fits(text: str, width: int) -> None:
+    assert "…" not in text
+    for line in text.splitlines():
+        assert len(line) <= width, line
+
+
+# --- formatters ---------------------------------------------------------------------------
+
+
+def test_format_bytes_binary_units():
+    assert format_bytes(None) == "-"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.50 KiB"
+    assert format_bytes(LLAMA3_70B_PER_TOKEN) == "320.00 KiB"
+    assert format_bytes(LLAMA3_70B_PER_TOKEN * 131072) == "40.00 GiB"
+    assert format_bytes(3 * 1024**5) == "3072.00 TiB"
+
+
+def test_count_and_percent_formatters():
+    assert fmt_int(67_108_864) == "67,108,864"
+    assert fmt_si(67_108_864) == "67.1 M"
+    assert fmt_si(16_777_216) == "16.8 M"
+    assert fmt_si(6_738_415_616) == "6.74 G"
+    assert fmt_si(9_999) == "9,999"
+    assert fmt_si(12_345) == "12.3 k"
+    assert fmt_si(999_999) == "1.00 M"
+    assert fmt_si(100_000) == "100 k"
+    assert fmt_si(None) == "-"
+    assert fmt_pct(0.25) == "25.00%"
+    assert fmt_pct_value(12.5) == "12.50%"
+    assert fmt_ms(1.23456) == "1.235"
+    assert fmt_x(11.2345) == "11.2x"
+    assert fmt_plain(None) == "-"
+    assert fmt_status("error: RuntimeError: CUDA out of memory") == "error"
+
+
+def test_iqr_cell_is_half_the_iqr_over_the_median():
+    cell = iqr_cell()
+    assert cell({"step_ms_median": 2.0, "step_ms_p25": 1.9, "step_ms_p75": 2.1}) == "±5.0%"
+    assert cell({"step_ms_median": 2.0, "step_ms_p25": None, "step_ms_p75": 2.1}) == "-"
+    assert cell({}) == "-"
+
+
+# --- params -------------------------------------------------------------------------------
+
+
+def test_params_table_fits_80_columns_without_cutting():
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 80)
+    text = render(view)
+    assert_fits(text, 80)
+    assert view.needed_width <= 80
+    title = "Attention parameters per layer · d_model 4,096 · 32 heads · head_dim 128 · no bias"
+    assert view.title == title
+    assert flat(title) in flat(text)
+    assert view.shared == ["d_model 4,096", "32 heads", "head_dim 128", "no bias"]
+    headers = header_line(text)
+    for gone in ("d_model", "head_dim", "bias", "Model"):
+        assert gone not in headers
+    for kv, total in PARAM_TOTALS.items():
+        assert f"{total:,}" in text or fmt_si(total) in text
+        assert VARIANTS[kv] in text
+    # the total and the share of MHA are the last to go, and are shown in full here
+    assert "67,108,864" in text and "51.56%" in text
+    assert view.footer() is None if not view.hidden else view.footer() in text
+
+
+def test_params_table_at_120_columns_is_in_full():
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 120)
+    text = render(view, 120)
+    assert_fits(text, 120)
+    assert view.hidden == [] and view.compacted == [] and view.footer() is None
+    assert "16,777,216" in text and "524,288" in text and "34,603,008" in text
+    assert "M " not in text
+
+
+def test_params_kv_heads_column_stays_when_it_varies():
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 200)
+    assert "kv heads" in header_line(render(view, 200))
+    rows = [r for r in params_rows() if r["num_kv_heads"] == 8]
+    view = build_table("Attention parameters per layer", rows, PARAMS, 200)
+    assert "8 kv heads" in view.shared
+    assert "kv heads" not in header_line(render(view, 200))
+
+
+def test_narrow_params_table_hides_the_least_important_first():
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 60)
+    text = render(view, 60)
+    assert_fits(text, 60)
+    headers = header_line(text)
+    for kept in ("Variant", "total", "vs MHA"):
+        assert kept in headers
+    assert view.hidden == ["v_proj", "o_proj", "kv heads"]  # rank 40, 40, 45
+    assert view.compacted == ["q_proj", "k_proj", "total", "module"]
+    assert "16.8 M" in text and "524 k" in text and "34.6 M" in text
+    # the title breaks between settings, never inside one
+    assert view.needed_width == 57
+    lines = text.splitlines()
+    assert lines[0].rstrip() == "Attention parameters per layer · d_model 4,096 ·"
+    assert lines[1].rstrip() == "32 heads · head_dim 128 · no bias"
+    assert view.footer() in flat(text)
+
+
+def test_wide_keeps_every_column_in_full():
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 80, wide=True)
+    assert view.hidden == [] and view.compacted == []
+    assert view.needed_width > 80
+    text = render(view, 80)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) == view.needed_width
+    headers = header_line(text)
+    for header in ("Variant", "kv heads", "q_proj", "k_proj", "v_proj", "o_proj", "total",
+                   "module", "vs MHA"):  # fmt: skip
+        assert header in headers
+    assert "524,288" in text and "16,777,216" in text
+
+
+# --- kvmem --------------------------------------------------------------------------------
+
+
+def test_kvmem_table_llama3_70b_at_80_columns():
+    rows = kvmem_rows()
+    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80)
+    text = render(view)
+    assert_fits(text, 80)
+    for part in ("llama-3-70b", "80 layers", "64 heads", "8 kv heads", "head_dim 128",
+                 "batch 1", "bfloat16"):  # fmt: skip
+        assert part in view.shared
+        assert part in flat(text)
+    assert "320.00 KiB" in text  # per token
+    for n in CONTEXTS:
+        assert format_bytes(LLAMA3_70B_PER_TOKEN * n) in text
+        assert f"{n:,}" in text
+    assert "40.00 GiB" in text and "12.50%" in text
+    headers = header_line(text)
+    for kept in ("Variant", "context", "whole model", "vs MHA", "Status"):
+        assert kept in headers
+    assert view.hidden == ["per layer"]
+    assert view.footer() == "1 column hidden (per layer): --wide, or --csv"
+    assert view.footer() in text
+
+
+def test_kvmem_constant_context_moves_to_the_title():
+    rows = [kvmem_row("llama-3-8b", layers=32, heads=32), kvmem_row(),
+            kvmem_row("falcon-7b", layers=32, heads=71, kv=1)]  # fmt: skip
+    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80)
+    text = render(view)
+    assert_fits(text, 80)
+    assert "context 8,192" in view.shared and "batch 1" in view.shared
+    headers = header_line(text)
+    assert "Model" in headers and "context" not in headers
+    for r in rows:
+        assert r["model"] in text
+        assert format_bytes(r["kv_bytes"]) in text
+
+
+def test_kvmem_long_status_is_shortened_not_cut():
+    rows = kvmem_rows()
+    rows[-1].update(measured_bytes=None, status="skipped: needs 40.00 GiB, 23.50 GiB free")
+    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80)
+    text = render(view)
+    assert_fits(text, 80)
+    assert "skipped" in text and "Status" in view.compacted
+    wide = render(build_table("KV-cache memory", rows, kvmem_columns(rows), 80, wide=True))
+    assert "skipped: needs 40.00 GiB, 23.50 GiB free" in wide
+
+
+def test_kvmem_option_columns_only_when_used_and_before_status():
+    rows = kvmem_rows()
+    assert kvmem_columns(rows) == KVMEM
+    rows[0].update(tp=2, kv_bytes_per_gpu=1, used_bytes=100, paged_bytes=128,
+                   paged_waste_pct=21.875)  # fmt: skip
+    headers = [c.header for c in kvmem_columns(rows)]
+    assert headers[-1] == "Status"
+    assert headers[len(KVMEM) - 1 :] == ["tp", "per GPU", "all GPUs", "page", "used", "paged",
+        "paged waste", "contiguous", "contig. waste", "measured paged", "Status"]  # fmt: skip
+    assert "kv dtype" not in headers and "window" not in headers
+    rows[1].update(kv_dtype="int8", scale_bytes=4096)
+    assert "kv dtype" in [c.header for c in kvmem_columns(rows)]
+    view = build_table("KV", rows, kvmem_columns(rows), 300)
+    assert "21.88%" in render(view, 300)
+    assert columns_for("kvmem", rows) == kvmem_columns(rows)
+
+
+# --- decode -------------------------------------------------------------------------------
+
+DECODE_TITLE = "Decode on Intel Xeon (cpu), peak copy bandwidth 45.7 GB/s"
+
+
+def test_decode_table_fits_80_columns_with_the_step_times():
+    rows = decode_rows()
+    view = build_table(DECODE_TITLE, rows, DECODE, 80)
+    text = render(view)
+    assert_fits(text, 80)
+    assert view.shared == ["sdpa", "cpu", "float32", "batch 1", "d_model 4,096", "32 heads",
+                           "head_dim 128", "gen 4"]  # fmt: skip
+    assert flat(view.title) in flat(text)
+    headers = header_line(text)
+    for kept in ("Variant", "Mode", "context", "step ms", "±IQR", "tok/s", "speed-up"):
+        assert kept in headers
+    for r in rows:
+        assert fmt_ms(r["step_ms_median"]) in text
+    assert fmt_x(rows[0]["speedup_vs_no_cache"]) in text
+    assert "±2.8%" in text  # (1.04321 - 0.9876) / 2
+    assert "p25" in view.hidden and "noisy" in view.hidden
+    count = len(view.hidden)
+    assert view.footer() == f"{count} columns hidden ({', '.join(view.hidden)}): --wide, or --csv"
+    assert view.footer() in flat(text)
+
+
+def test_decode_hidden_columns_in_rank_order():
+    rows = decode_rows()
+    view = build_table(DECODE_TITLE, rows, DECODE, 80)
+    ranks = {c.header: c.rank for c in DECODE}
+    assert [ranks[h] for h in view.hidden] == sorted(ranks[h] for h in view.hidden)
+    # the low-priority columns go before any default one
+    assert set(view.hidden) >= {"prefill ms", "p25", "p75", "total ms", "GB/s", "noisy"}
+
+
+def test_decode_table_at_120_and_wide():
+    rows = decode_rows()
+    text = render(build_table(DECODE_TITLE, rows, DECODE, 120), 120)
+    assert_fits(text, 120)
+    for kept in ("kv heads", "% peak", "Status"):
+        assert kept in header_line(text)
+    view = build_table(DECODE_TITLE, rows, DECODE, 80, wide=True)
+    text = render(view)
+    assert view.hidden == [] and "…" not in text
+    headers = header_line(text)
+    for header in ("prefill ms", "p25", "p75", "total ms", "GB/s", "% peak", "noisy", "Status"):
+        assert header in headers
+    for r in rows:
+        assert fmt_ms(r["step_ms_p25"]) in text and fmt_ms(r["total_ms"]) in text
+
+
+# --- whole model and presets --------------------------------------------------------------
+
+
+def test_whole_model_table():
+    parts = [("embeddings", 1_050_673_152, 2_101_346_304), ("attention", 12_079_595_520, None),
+             ("total", 70_553_706_496, 141_107_412_992)]  # fmt: skip
+    rows = [dict(model="llama-3-70b", part=p, params=n, meta_params=n, weight_bytes=b)
+            for p, n, b in parts]  # fmt: skip
+    view = build_table("Whole model", rows, WHOLE_MODEL, 80)
+    text = render(view)
+    assert_fits(text, 80)
+    assert view.shared == ["llama-3-70b"]
+    assert "70,553,706,496" in text and "131.42 GiB" in text
+
+
+PRESET_ROWS = [
+    dict(name="llama-3-70b", num_layers=80, d_model=8192, num_heads=64, num_kv_heads=8,
+         head_dim=128, variant="GQA-8", dtype="bfloat16",
+         source="meta-llama/Meta-Llama-3-70B config.json"),
+    dict(name="deepseek-v2-lite", num_layers=27, d_model=2048, num_heads=16, num_kv_heads=16,
+         head_dim=128, variant="MLA", dtype="bfloat16",
+         source="deepseek-ai/DeepSeek-V2-Lite config.json (MLA, 64 routed + 2 shared experts)"),
+    dict(name="deepseek-v3", num_layers=61, d_model=7168, num_heads=128, num_kv_heads=128,
+         head_dim=128, variant="MLA", dtype="bfloat16",
+         source="deepseek-ai/DeepSeek-V3 config.json (MLA, 256 routed + 1 shared expert; "
+                "without the multi-token-prediction layer)"),
+]  # fmt: skip
+
+
+def test_models_table_drops_the_source_rather_than_folding_it_thin():
+    view = build_table("Model presets", PRESET_ROWS, MODELS, 80)
+    text = render(view)
+    assert_fits(text, 80)
+    assert view.hidden[-1] == "Source"
+    assert "deepseek-v2-lite" in text and "config.json" not in text
+    wide = build_table("Model presets", PRESET_ROWS, MODELS, 140)
+    text = render(wide, 140)
+    assert wide.hidden == [] and "Source" in header_line(text)
+    body = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(body) <= 3 * len(PRESET_ROWS)  # each source on at most three lines
+    assert "multi-token-prediction" in text.replace("│", "").replace("\n", "")
+
+
+# --- the engine's rules -------------------------------------------------------------------
+
+
+def test_all_none_columns_are_left_out():
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 200)
+    text = render(view, 200)
+    assert "Model" not in header_line(text)
+    assert "module" in header_line(text)
+
+
+def test_equal_ranks_drop_the_later_column_first():
+    cols = [Column(h, h, fmt_int, rank=5) for h in ("a", "b", "c")]
+    rows = [{"a": 10**9, "b": 10**9, "c": 10**9}]
+    view = build_table("t", rows, cols, table_width([13, 13]))
+    assert view.hidden == ["c"]
+    view = build_table("t", rows, cols, table_width([13]))
+    assert view.hidden == ["b", "c"]
+
+
+def test_a_lone_setting_column_stays():
+    cols = [Column("batch", "batch", fmt_int, setting=True)]
+    view = build_table("t", [{"batch": 1}, {"batch": 1}], cols, 80)
+    assert view.shared == [] and view.title == view.table.title == "t"
+    assert "batch" in render(view)
+
+
+def test_non_settings_never_move_to_the_title():
+    cols = [Column("a", "a", fmt_int), Column("b", "b", fmt_int, setting=True)]
+    view = build_table("t", [{"a": 1, "b": 2}, {"a": 1, "b": 2}], cols, 80)
+    assert view.shared == ["b 2"] and view.title == "t · b 2"
+    assert view.table.title == "t ·\nb 2"  # broken to the table's width (5) between parts
+    assert [c.header for c in view.table.columns] == ["a"]
+
+
+def test_footer_wording():
+    def view(hidden):
+        return TableView(table=None, title="", hidden=hidden, shared=[], needed_width=0)  # type: ignore[arg-type]
+
+    assert view([]).footer() is None
+    assert view(["p25", "p75", "noisy"]).footer() == (
+        "3 columns hidden (p25, p75, noisy): --wide, or --csv"
+    )
+    assert view(["per layer"]).footer() == "1 column hidden (per layer): --wide, or --csv"
+
+
+def test_markdown_table_uses_full_text_and_aligns_numbers():
+    cols = [*PARAMS, Column("note", "note", fmt_plain, kind="text")]
+    rows = params_rows()
+    rows[0]["note"] = "a | b"
+    md = markdown_table(rows, cols).splitlines()
+    assert md[0].startswith("| Variant | d_model |") and "Model" not in md[0]
+    assert md[1].startswith("|---|---:|") and md[1].endswith("|---:|---|")
+    assert "67,108,864" in md[2] and "67.1 M" not in md[2]
+    assert "a \\| b" in md[2]
+    assert len(md) == 2 + len(rows)
+
+
+def test_terminal_width(monkeypatch):
+    console = Console(file=io.StringIO(), width=240)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert terminal_width(console) == 100
+    monkeypatch.setenv("COLUMNS", "wide")
+    assert terminal_width(console) == 120
+    monkeypatch.delenv("COLUMNS")
+    assert terminal_width(console) == 120
+    terminal = Console(file=io.StringIO(), width=91, force_terminal=True)
+    assert terminal_width(terminal) == 91
+
+
+@pytest.mark.parametrize("section", ["params", "decode"])
+def test_section_columns(section):
+    assert columns_for(section, []) is SECTION_COLUMNS[section]
+    with pytest.raises(KeyError):
+        columns_for("nope", [])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnbench.measure import timing
+
 
 def pytest_collection_modifyitems(config, items):
     """Skip tests marked `cuda` when no CUDA device is available."""
@@ -31,3 +33,16 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+#: The copy bandwidth every unit test's run gets instead of measuring it.
+STUB_PEAK_GBPS = 10.0
+
+
+@pytest.fixture(autouse=True)
+def _stub_peak_bandwidth(request, monkeypatch):
+    """Unit tests never measure the copy bandwidth (a second of large copies per run):
+    every run that would gets STUB_PEAK_GBPS. A test marked `real_peak_probe` measures."""
+    if request.node.get_closest_marker("real_peak_probe") is None:
+        monkeypatch.setattr(timing, "measure_peak_gbps", lambda device, nbytes=None: STUB_PEAK_GBPS)
+    yield

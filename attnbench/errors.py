@@ -3,7 +3,7 @@
 The library never names a command-line flag. An error about one input value is a
 `FieldError` carrying the field's name (`tp`, `config`); the layer that knows where the
 value came from (a flag, or a key of a sweep file) turns the field into what the user
-typed: `--tp 3`, or `kvmem.tp: 3 (study.yaml)`.
+typed: the flag and its value, or `kvmem.tp: 3 (study.yaml)`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class FieldError(UsageError):
         return f"{where}: {self.reason}"
 
     def located(self, location: str) -> FieldError:
-        """This error, reported at `location` (e.g. '--tp 3')."""
+        """This error, reported at `location` (what the user typed, e.g. a flag and value)."""
         self.location = location
         self.args = (self._message(),)
         return self

@@ -16,6 +16,7 @@ from ..errors import FieldError, UsageError
 from ..records import as_dict
 from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
 from ..study.output import json_document, write_csv, write_json_atomic
+from ..study.runner import Plan, RunResult, plan_command, run_study
 from .flags import option
 
 
@@ -46,6 +47,23 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
         return [hf_config if hf_config.endswith(".json") or "/" in hf_config
                 else f"./{hf_config}"]  # fmt: skip
     return [model] if model else None
+
+
+def run_section(
+    section: str,
+    command: str,
+    config: str | None,
+    overrides: dict,
+    model: str | None,
+    hf_config: str | None,
+    outputs: Sequence[str | None] = (),
+    **run_options: Any,
+) -> tuple[Plan, RunResult]:
+    """A command's one-section study: the outputs checked, every point planned and
+    checked, then run through the runner."""
+    check_writable(*outputs)
+    plan = plan_command(section, config, overrides, model_refs(model, hf_config))
+    return plan, run_study(plan, command=command, **run_options)
 
 
 def show_table(

@@ -46,7 +46,7 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
     env = result.environment
     if not quiet:
         peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
-        show_table(f"Decode on {env['device_name']} ({plan.device}), {peak}",
+        show_table(f"Decode on {env['device_name']}, {peak}",
                    result.section_records("decode"), DECODE, wide)  # fmt: skip
     config_doc = plan.sections["decode"].to_dict()
     write_outputs("decode-speed", records, DecodeRecord, config_doc, env, csv, json, quiet)

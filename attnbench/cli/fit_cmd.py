@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..experiments.fit import CapacityError, FitRecord
 from ..model.units import format_bytes, parse_memory
 from ..render.fit import answer_line, breakdown_table, memory_bar
-from ..study.runner import plan_command, run_study
 from . import app
 from .common import (
     CONFIG,
@@ -14,10 +13,9 @@ from .common import (
     JSON,
     MODEL,
     QUIET,
-    check_writable,
     console,
     fail,
-    model_refs,
+    run_section,
     write_outputs,
 )
 from .flags import section_command
@@ -27,14 +25,10 @@ from .flags import section_command
 def fit_command(overrides, model, hf_config, config, csv, json, quiet) -> None:
     """The largest batch at a context length (--seq-len), or the longest context at a batch
     size (--batch), that fits beside the weights and a reserve; exits 1 when nothing fits."""
-    check_writable(csv, json)
-    plan = plan_command("fit", config, overrides, model_refs(model, hf_config))
     try:
-        result = run_study(plan, command="fit")
+        plan, result = run_section("fit", "fit", config, overrides, model, hf_config, (csv, json))
     except CapacityError as exc:
-        point = plan.tasks[len(plan.tasks) - 1].point if len(plan.tasks) == 1 else None
-        name = point.model if point else "fit"
-        raise fail(f"{name}: {exc}", exc.exit_code) from None
+        raise fail(f"{model or hf_config}: {exc}", exc.exit_code) from None
     records: list[FitRecord] = result.records["fit"]
     if not quiet:
         for task, record in zip(plan.tasks, records, strict=True):

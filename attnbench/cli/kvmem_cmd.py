@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from ..experiments.kvmem import KvmemRecord
 from ..render.columns import kvmem_columns
-from ..study.runner import plan_command, run_study
 from . import app
 from .common import (
     CONFIG,
     HF_CONFIG,
     MODEL,
     OUTPUTS,
-    check_writable,
-    model_refs,
+    run_section,
     show_table,
     write_outputs,
 )
@@ -23,9 +21,7 @@ from .flags import section_command
 def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """KV-cache bytes (K and V) per token, per layer and for the whole model; measured by
     allocating the real cache, which must equal the formula exactly."""
-    check_writable(csv, json)
-    plan = plan_command("kvmem", config, overrides, model_refs(model, hf_config))
-    result = run_study(plan, command="kvmem")
+    plan, result = run_section("kvmem", "kvmem", config, overrides, model, hf_config, (csv, json))
     records = result.records["kvmem"]
     if not quiet:
         rows = result.section_records("kvmem")

@@ -5,16 +5,14 @@ from __future__ import annotations
 from ..experiments.params import ParamsRecord
 from ..experiments.whole_model import ModelPartRecord, whole_model_records
 from ..render.columns import PARAMS, WHOLE_MODEL
-from ..study.runner import plan_command, run_study
 from . import app
 from .common import (
     CONFIG,
     HF_CONFIG,
     MODEL,
     OUTPUTS,
-    check_writable,
     console,
-    model_refs,
+    run_section,
     show_table,
     write_outputs,
 )
@@ -26,9 +24,7 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     """Parameter counts of one attention layer per variant: analytic, and counted on a
     module built on the meta device (a mismatch is a bug and fails). With a model, also
     its whole-model count per part."""
-    check_writable(csv, json)
-    plan = plan_command("params", config, overrides, model_refs(model, hf_config))
-    result = run_study(plan, command="params")
+    plan, result = run_section("params", "params", config, overrides, model, hf_config, (csv, json))
     records = result.records["params"]
     models = plan.sections["params"].models
     parts = [r for spec in models if spec.body is not None for r in whole_model_records(spec)]

@@ -28,29 +28,21 @@ from ..modules.attention import GroupedQueryAttention
 from ..modules.kv_cache import KVCache
 from ..records import exact, info, key, timing
 from .context import Context
+from .params import ParamsPoint
 
 SEED = 0
 
 
-@dataclass(frozen=True)
-class DecodePoint:
-    d_model: int
-    num_heads: int
-    num_kv_heads: int
+@dataclass(frozen=True, kw_only=True)
+class DecodePoint(ParamsPoint):
+    """One layer shape (see ParamsPoint) decoding `gen_len` tokens after `prompt_len`."""
+
     batch: int
     dtype: str
     prompt_len: int
     gen_len: int
     backend: str
     mode: str
-    head_dim: int | None = None
-    bias: bool = False
-    model: str | None = None
-
-    @property
-    def shape(self) -> AttentionShape:
-        return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim,
-                              self.bias)  # fmt: skip
 
     @property
     def cached(self) -> bool:

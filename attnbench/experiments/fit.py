@@ -42,7 +42,7 @@ class CapacityError(Exception):
     exit_code = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FitPoint:
     """One question: `seq_len` asks for the largest batch, `batch` for the longest context.
     `gpus` defaults to `tp`, `tp` to `gpus` (else 1); the dtypes to the model's."""

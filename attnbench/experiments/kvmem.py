@@ -28,7 +28,7 @@ from ..records import exact, info, key, memory
 from .context import Context
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KvmemPoint:
     """One cache to size. `seq_lens` (one batch of different lengths) replaces batch x
     seq_len; `spec` is the point's model, which brings its per-layer windows and MLA."""

@@ -12,7 +12,7 @@ from ..records import exact, info, key
 from .context import Context
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ParamsPoint:
     """One layer shape; `model` names the preset or config.json it came from, if any."""
 
@@ -91,5 +91,12 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
 
 def params_record(shape: AttentionShape) -> ParamsRecord:
     """The record of one layer shape (the library's entry point for a single shape)."""
-    return run(ParamsPoint(shape.d_model, shape.num_heads, shape.num_kv_heads, shape.head_dim,
-                           shape.bias))  # fmt: skip
+    return run(
+        ParamsPoint(
+            d_model=shape.d_model,
+            num_heads=shape.num_heads,
+            num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            bias=shape.bias,
+        )
+    )

@@ -1,6 +1,6 @@
 """Numerical self-checks on a device: do the backends, the cache and CUDA graphs agree?
 
-Run before trusting timings from a new machine (`attnbench selfcheck --device cuda`); it
+Run before trusting timings from a new machine (`attnbench selfcheck` on that device); it
 needs nothing beyond attnbench's own dependencies, so it also runs where pytest is absent.
 """
 

@@ -27,34 +27,27 @@ def fmt_plain(v: Any) -> str:
     return NONE_TEXT if v is None else str(v)
 
 
-def fmt_int(v: Any) -> str:
-    """Thousands separators: 4096 -> '4,096'."""
-    return NONE_TEXT if v is None else f"{v:,}"
+def _formatter(spec: str, suffix: str = "") -> Callable[[Any], str]:
+    """A cell formatter: `format(v, spec)` plus `suffix`, and NONE_TEXT for None."""
+
+    def fmt(v: Any) -> str:
+        return NONE_TEXT if v is None else format(v, spec) + suffix
+
+    return fmt
 
 
-def fmt_pct(v: Any) -> str:
-    """A fraction as a percentage: 0.25 -> '25.00%'."""
-    return NONE_TEXT if v is None else f"{v:.2%}"
-
-
-def fmt_pct_value(v: Any) -> str:
-    """A value already in percent: 12.5 -> '12.50%'."""
-    return NONE_TEXT if v is None else f"{v:.2f}%"
-
-
-def fmt_ms(v: Any) -> str:
-    """Milliseconds, three decimals: 1.23456 -> '1.235'."""
-    return NONE_TEXT if v is None else f"{v:.3f}"
-
-
-def fmt_f1(v: Any) -> str:
-    """One decimal: 1234.56 -> '1234.6'."""
-    return NONE_TEXT if v is None else f"{v:.1f}"
-
-
-def fmt_x(v: Any) -> str:
-    """A speed-up: 11.2 -> '11.2x'."""
-    return NONE_TEXT if v is None else f"{v:.1f}x"
+#: Thousands separators: 4096 -> '4,096'.
+fmt_int = _formatter(",")
+#: A fraction as a percentage: 0.25 -> '25.00%'.
+fmt_pct = _formatter(".2%")
+#: A value already in percent: 12.5 -> '12.50%'.
+fmt_pct_value = _formatter(".2f", "%")
+#: Milliseconds, three decimals: 1.23456 -> '1.235'.
+fmt_ms = _formatter(".3f")
+#: One decimal: 1234.56 -> '1234.6'.
+fmt_f1 = _formatter(".1f")
+#: A speed-up: 11.2 -> '11.2x'.
+fmt_x = _formatter(".1f", "x")
 
 
 def fmt_yes_no(v: Any) -> str:
@@ -266,7 +259,7 @@ DECODE: list[Column] = [
 ]  # fmt: skip
 
 
-# --- whole model (params --model) and the model presets -------------------------------------
+# --- whole model (the params of a model) and the model presets --------------------------
 
 WHOLE_MODEL: list[Column] = [
     _model(0),

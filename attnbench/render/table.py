@@ -122,15 +122,16 @@ class TableView:
     shared: list[str]
     needed_width: int
     compacted: list[str] = field(default_factory=list)
-    hint: str = "--wide, or --csv"
+    hint: str = ""
 
     def footer(self) -> str | None:
-        """'3 columns hidden (p25, p75, noisy): --wide, or --csv', or None if none are."""
+        """'3 columns hidden (p25, p75, noisy): <hint>', or None if none are."""
         if not self.hidden:
             return None
         count = len(self.hidden)
         noun = "column" if count == 1 else "columns"
-        return f"{count} {noun} hidden ({', '.join(self.hidden)}): {self.hint}"
+        line = f"{count} {noun} hidden ({', '.join(self.hidden)})"
+        return f"{line}: {self.hint}" if self.hint else line
 
 
 def as_row(record: Any) -> Mapping[str, Any]:
@@ -243,7 +244,7 @@ def build_table(
     columns: Sequence[Column],
     width: int,
     wide: bool = False,
-    hint: str = "--wide, or --csv",
+    hint: str = "",
 ) -> TableView:
     """A rich table of `rows` that fits `width` characters.
 
@@ -302,7 +303,7 @@ def wrap_title(title: str, parts: Sequence[str], width: int) -> str:
 
 
 def print_view(console: Console, view: TableView) -> None:
-    """Print the table (uncropped, so a --wide table may run past the terminal's edge) and
+    """Print the table (uncropped, so a wide table may run past the terminal's edge) and
     its footer line when columns were hidden."""
     console.print(view.table, crop=False)
     footer = view.footer()

@@ -19,7 +19,7 @@ from .sections import KINDS, record_type
 #: The commands whose JSON holds records, and the section each single command writes.
 COMMAND_SECTIONS = {"params": "params", "kvmem": "kvmem", "decode-speed": "decode", "fit": "fit"}
 COMMANDS = (*COMMAND_SECTIONS, "run")
-#: Whole-model part records that `params --model` writes beside its per-layer records.
+#: Whole-model part records that `params` writes, for a model, beside its per-layer records.
 PARTS_SECTION = "model_parts"
 
 
@@ -42,7 +42,7 @@ def kinds_of(section: str) -> dict[str, Kind]:
 
 
 def load_document(path: str | Path) -> Document:
-    """Read and validate a JSON (from --json) or CSV (from --csv) results file."""
+    """Read and validate a JSON or CSV results file written by a command."""
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{p}: {'not a file' if p.exists() else 'no such file'}")
@@ -61,7 +61,7 @@ def _json_document(path: Path, text: str) -> Document:
     except RecursionError:
         raise UsageError(f"{path}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
-        raise UsageError(f"{path}: expected a JSON object written by --json")
+        raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise UsageError(f"{path}: schema_version {version!r} is not supported (expected 1)")

@@ -1,5 +1,5 @@
 """A rough time for each point of a study, from the analytic bytes and FLOPs: what the
-progress bar paces itself by and `run --dry-run` prints. Nothing measured uses it."""
+progress bar paces itself by and a dry run prints. Nothing measured uses it."""
 
 from __future__ import annotations
 

@@ -58,6 +58,23 @@ class CombinationError(UsageError):
             super().__init__(f"{source}: invalid combination {desc}: {reason}")
 
 
+class MissingFields(UsageError):
+    """Nothing to run: the user must give every field of one of `choices` (groups of
+    field names). `source` names the sweep file, None when flags alone were given."""
+
+    def __init__(self, what: str, choices: list[list[str]], source: str | None = None) -> None:
+        self.what = what
+        self.choices = choices
+        self.source = source
+        super().__init__(self.render(lambda name: name))
+
+    def render(self, name) -> str:
+        """The message with each field named by `name(field)`."""
+        options = " or ".join(" and ".join(map(name, group)) for group in self.choices)
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}nothing to run for {self.what}: give {options}"
+
+
 class Problems(UsageError):
     """Every problem of a study at once, one line each (the first `limit` of them)."""
 

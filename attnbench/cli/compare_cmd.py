@@ -26,7 +26,7 @@ STATUS = {0: "PASS", 1: "FAIL", 3: "INCOMPARABLE"}
 HEADERS = ("Verdict", "Section", "Row", "Metric", "Baseline", "Current", "Change", "Interval",
            "Reason")  # fmt: skip
 #: How each cell of HEADERS shows in the terminal: its kind and rank (see render.table).
-CELLS = (("status", 0), ("label", 5), ("label", 1), ("label", 2), ("number", 6),
+CELLS = (("status", 0), ("label", 5), ("text", 1), ("label", 2), ("number", 6),
          ("number", 4), ("number", 3), ("number", 8), ("text", 7))  # fmt: skip
 
 
@@ -83,10 +83,11 @@ def _varying(findings: list[Finding]) -> set[tuple[str, str]]:
 
 def _label(f: Finding, varying: set[tuple[str, str]]) -> str:
     """A row named by its varying config fields (`variant` always, and bare)."""
+    named = "variant" in f.config  # the variant names the KV heads
     parts = [
         str(v) if k == "variant" else f"{k}={v}"
         for k, v in f.config.items()
-        if k == "variant" or (f.section, k) in varying
+        if k == "variant" or ((f.section, k) in varying and not (named and k == "num_kv_heads"))
     ]
     return " ".join(parts) or "-"
 

@@ -12,7 +12,14 @@ from typing import Any
 
 import typer
 
-from ..errors import CombinationError, FieldError, Problems, UsageError, show_value
+from ..errors import (
+    CombinationError,
+    FieldError,
+    MissingFields,
+    Problems,
+    UsageError,
+    show_value,
+)
 from ..model.capacity import parse_seq_lens
 from ..study.schema import FIELDS, fields_for
 from ..study.sweep import check_value
@@ -37,6 +44,8 @@ def describe_error(error: UsageError) -> str:
     if isinstance(error, FieldError) and error.location is None:
         value = "" if error.value is None else f" {show_value(error.value)}"
         return f"{flag_of(error.field)}{value}: {error.reason}"
+    if isinstance(error, MissingFields) and error.source is None:
+        return error.render(flag_of)
     if isinstance(error, CombinationError) and error.source is None:
         desc = " ".join(f"{flag_of(k)} {show_value(v)}" for k, v in error.values.items())
         return f"invalid combination {desc}: {error.reason}"

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CombinationError, FieldError, Problems, UsageError
+from ..errors import CombinationError, FieldError, MissingFields, Problems, UsageError
 from ..experiments.context import Context
 from ..measure import timing
 from ..measure.devices import resolve_device
@@ -36,7 +36,7 @@ from .estimate import peak_seconds, point_seconds
 from .output import append_csv_row, document_header, write_csv, write_json_atomic
 from .schema import DEFAULT_SECTIONS, SECTIONS, fields_for
 from .sections import KINDS, SectionKind
-from .sweep import FROM_FLAGS, Section, StudyConfig, load_config, resolve
+from .sweep import FLAGS_SOURCE, FROM_FLAGS, Section, StudyConfig, load_config, resolve
 
 #: The study `attnbench run` runs without a config file (shipped as package data).
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
@@ -144,14 +144,10 @@ def plan_sections(config: StudyConfig, sections: dict[str, Section]) -> Plan:
 
 
 def _nothing_to_run(sec: Section) -> UsageError:
+    source = None if sec.source == FLAGS_SOURCE else sec.source
     if sec.name == "fit":
-        return FieldError("model", None, "nothing to fit: give a model")
-    given = [n for n in ("num_kv_heads", "head_dim") if n in sec.values]
-    if given and not sec.has_shape:
-        missing = next(n for n in ("d_model", "num_heads") if n not in sec.values)
-        return UsageError(f"{sec.source}: {', '.join(given)} given without {missing}")
-    return UsageError(f"{sec.source}: nothing to run for {sec.name}: give d_model and "
-                      "num_heads, or models")  # fmt: skip
+        return MissingFields("fit", [["model"]], source)
+    return MissingFields(sec.name, [["d_model", "num_heads"], ["model"]], source)
 
 
 def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageError]:
@@ -173,8 +169,10 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
 def _combination(sec: Section, point: Any, reason: str) -> UsageError:
     if getattr(point, "model", None):
         return UsageError(f"{point.model}: {reason}")
-    values = {n: getattr(point, n) for n in ("d_model", "num_heads", "num_kv_heads", "head_dim")
-              if getattr(point, n, None) is not None}  # fmt: skip
+    given = [n for n in ("d_model", "num_heads", "num_kv_heads", "head_dim")
+             if getattr(point, n, None) is not None]  # fmt: skip
+    typed = [n for n in given if n in sec.origins]  # what the user set, not defaults
+    values = {n: getattr(point, n) for n in typed or given}
     from_file = any(sec.origins.get(n) not in (None, FROM_FLAGS) for n in values)
     return CombinationError(values, reason, sec.source if from_file else None)
 

@@ -28,7 +28,7 @@ def _page_width() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_WIDTH
 
 
-console = Console(highlight=False, width=_page_width())
+console = Console(highlight=False, width=_page_width(), soft_wrap=True)
 err_console = Console(stderr=True, highlight=False)
 
 

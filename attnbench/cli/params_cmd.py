@@ -35,7 +35,7 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
                 console.print(f"{spec.name}: whole-model counts unknown (attention only)")
                 continue
             rows = [r for r in parts if r.model == spec.name]
-            title = f"Whole model: {spec.name} ({spec.dtype} weights)"
+            title = f"Whole model ({spec.dtype} weights)"
             show_table(title, rows, WHOLE_MODEL, wide)
             if spec.mla is not None:
                 console.print(

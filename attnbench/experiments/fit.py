@@ -127,6 +127,7 @@ class FitRecord:
 
     model: str = key()
     question: str = key()  # largest_batch (at seq_len) or longest_context (at batch)
+    given: int = key()  # the question's input: seq_len for largest_batch, batch for the other
     memory_bytes_per_gpu: int = key()
     num_layers: int = key()
     gpus: int = key()
@@ -156,6 +157,7 @@ def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
     return FitRecord(
         model=plan.spec.name,
         question=question,
+        given=seq_len if question == "largest_batch" else total_batch,  # type: ignore[arg-type]
         memory_bytes_per_gpu=plan.memory_bytes,
         num_layers=plan.spec.num_layers,
         gpus=plan.gpus,

@@ -14,7 +14,7 @@ import torch
 from ..measure.memory import measure_cache_bytes
 from ..model.capacity import kv_cache_bytes
 from ..model.shapes import AttentionShape
-from ..modules.attention import scaled_dot_product_attention
+from ..modules.attention import BACKENDS, scaled_dot_product_attention
 from . import decode
 from .context import Context
 from .decode import build_layer, decode_outputs
@@ -55,7 +55,7 @@ def check_backends(device: torch.device, dtype: torch.dtype) -> list[CheckResult
     decode against one causal pass."""
     results = []
     for shape in SHAPES:
-        for backend in ("sdpa", "naive"):
+        for backend in BACKENDS:
             layer = build_layer(shape, backend, dtype, device)
             x = torch.randn(2, 40, shape.d_model, device=device, dtype=dtype)
             with torch.inference_mode():

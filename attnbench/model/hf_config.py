@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import UsageError, read_user_file
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
-from ..model.dtypes import MODEL_DTYPES
+from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
 
 _ALIASES = {
@@ -29,8 +29,6 @@ _ALIASES = {
     "num_heads": ("num_attention_heads", "n_head", "n_heads"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
 }
-_DTYPE_NAMES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
-                "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # fmt: skip
 
 
 def _positive_int(cfg: dict, key: str, where: str) -> int:
@@ -77,9 +75,10 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     head_dim = cfg.get("head_dim")
     if head_dim is not None:
         head_dim = _positive_int(cfg, "head_dim", where)
+    # transformers loads a config without a dtype in float32
     raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    dtype = _DTYPE_NAMES.get(str(raw_dtype).replace("torch.", ""))
-    if dtype is None:
+    dtype = canonical_dtype(raw_dtype)
+    if dtype not in MODEL_DTYPES:
         raise UsageError(
             f"{where}: field 'torch_dtype' is {raw_dtype!r}; expected one of "
             f"{', '.join(MODEL_DTYPES)}"

@@ -24,6 +24,8 @@ from ..errors import UsageError
 from ..model.architecture import ModelBody, ModelSpec
 from ..model.capacity import ceil_div, kv_heads_per_rank
 from ..model.dtypes import packed_bytes
+from ..model.formulas import attention_params
+from ..model.shapes import AttentionShape
 
 PARTS: tuple[str, ...] = (
     "embeddings", "attention", "mlp", "experts", "router", "norms", "output head",
@@ -58,15 +60,14 @@ def _attention(spec: ModelSpec, body: ModelBody, tp: int) -> int:
             + m.kv_lora_rank * hq * (m.qk_nope_head_dim + m.v_head_dim)
         )
         return q + kv + hq * m.v_head_dim * d  # fmt: skip
-    D = spec.head_dim
-    q_width, kv_width = hq * D, hkv * D
-    total = d * q_width + 2 * d * kv_width + q_width * d
+    shape = AttentionShape(d, hq, hkv, spec.head_dim)  # this rank's heads, weights only
+    total = attention_params(shape)
     if body.qkv_bias:
-        total += q_width + 2 * kv_width
+        total += shape.q_dim + 2 * shape.kv_dim
     if body.o_bias:
         total += d
     if body.qk_norm:
-        total += 2 * D
+        total += 2 * spec.head_dim
     return total
 
 

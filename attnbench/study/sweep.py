@@ -32,6 +32,8 @@ from ..model.presets import get_preset
 from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, fields_for
 from .sections import KINDS
 
+#: Fields a model gives its points.
+MODEL_FIELDS = (*SHAPE_FIELDS, "num_layers", "dtype")
 #: The origin of a value given on the command line (the CLI names it by its flag).
 FROM_FLAGS = "flags"
 FLAGS_SOURCE = "<flags>"
@@ -182,7 +184,7 @@ class Section:
         if origin is not None and origin != FROM_FLAGS:
             return error.located(f"{origin}.{error.field}: {value} ({self.source})")
         model = getattr(point, "model", None)
-        if origin is None and model is not None:
+        if origin is None and model is not None and error.field in MODEL_FIELDS:
             return error.located(f"{model}: {error.field} {value}")
         return error
 

@@ -6,22 +6,20 @@ import dataclasses
 
 import pytest
 
+from attnbench.model.capacity import KvFormat, kv_cache_bytes, token_layout
+from attnbench.model.dtypes import dtype_bytes
 from attnbench.model.formulas import (
-    AttentionShape,
     attention_core_flops,
     attention_params,
     cached_step_bytes,
     decode_totals,
-    dtype_bytes,
     forward_flops,
-    kv_bytes_per_token,
-    kv_cache_bytes,
     projection_flops,
     projection_params,
     uncached_step_bytes,
-    variant_label,
     visible_pairs,
 )
+from attnbench.model.shapes import AttentionShape, variant_label
 
 GiB, MiB = 1024**3, 1024**2
 
@@ -83,6 +81,12 @@ def test_kv_cache_bytes_scales_with_layers_and_dtype():
     # the same in float32 is twice that
     assert kv_cache_bytes(32, 1, 4096, 32, 128, "float32") == 4 * GiB
     assert kv_cache_bytes(1, 1, 0, 8, 128, "bfloat16") == 0
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: str) -> int:
+    """Bytes one token takes in the cache of every layer: L times one layer's layout."""
+    layout = token_layout(num_kv_heads, num_kv_heads, head_dim, KvFormat(dtype))
+    return num_layers * layout.bytes
 
 
 def test_kv_bytes_per_token():

@@ -11,36 +11,53 @@ import torch
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.errors import UsageError
-from attnbench.experiments.kvmem import kvmem_record
+from attnbench.errors import FieldError, UsageError
+from attnbench.experiments import kvmem
+from attnbench.experiments.context import Context
+from attnbench.experiments.kvmem import KvmemPoint
+from attnbench.model.architecture import ModelSpec
 from attnbench.model.capacity import (
-    KV_DTYPES,
-    QUANTIZED_KV_DTYPES,
     KvFormat,
     TokenLayout,
     allocated_tokens,
     cache_bytes,
+    kv_cache_bytes,
     kv_heads_per_rank,
     layer_tokens,
     layer_windows,
-    packed_bytes,
     paging_report,
     parse_seq_lens,
     token_layout,
 )
-from attnbench.model.formulas import kv_cache_bytes
+from attnbench.model.dtypes import KV_DTYPES, QUANTIZED_KV_DTYPES, packed_bytes
 from attnbench.model.hf_config import spec_from_hf_config
 from attnbench.model.presets import PRESETS
 from attnbench.modules.quantized_cache import LayerStorage, pack_int4, unpack_int4
+from attnbench.study.sweep import StudyConfig, resolve
 
 CPU = torch.device("cpu")
 runner = CliRunner()
 
 
-def point(**kw) -> dict:
+def point(**kw) -> KvmemPoint:
     base = {"model": None, "d_model": 256, "num_heads": 8, "num_kv_heads": 2, "head_dim": 32,
-            "num_layers": 2, "batch": 2, "seq_len": 24, "dtype": "float16"}  # fmt: skip
-    return {**base, **kw}
+            "num_layers": 2, "batch": 2, "seq_len": 24, "dtype": "float16",
+            "scale_dtype": "float16"}  # fmt: skip
+    return KvmemPoint(**{**base, **kw})
+
+
+def model_point(spec: ModelSpec, **kw) -> KvmemPoint:
+    """A point of a model, as a study makes it: the model's shape, dtype and spec."""
+    base = {"model": spec.name, "spec": spec, "d_model": spec.d_model,
+            "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim, "num_layers": spec.num_layers, "batch": 1,
+            "seq_len": 2048, "dtype": spec.dtype, "scale_dtype": "float16"}  # fmt: skip
+    return KvmemPoint(**{**base, **kw})
+
+
+def field_error(info: pytest.ExceptionInfo) -> tuple:
+    """(field, value) of a FieldError: the library names fields, never flags."""
+    return info.value.field, info.value.value
 
 
 # --- element types and scales -------------------------------------------------------------
@@ -58,17 +75,21 @@ def test_scales_default_one_per_vector_and_groups():
     assert KvFormat("int8").scale_bytes(128) == 2  # one float16 scale per token per head
     assert KvFormat("int8", 32).scale_bytes(128) == 4 * 2
     assert KvFormat("int4", 48, "float32").scale_bytes(128) == 3 * 4  # ceil(128 / 48) = 3
-    with pytest.raises(UsageError, match="--kv-scale-group: 256 exceeds"):
+    with pytest.raises(FieldError, match="exceeds the 128 elements") as info:
         KvFormat("int8", 256).scale_bytes(128)
+    assert field_error(info) == ("kv_scale_group", 256)
 
 
-def test_bad_formats_name_the_flag():
-    with pytest.raises(UsageError, match="--kv-dtype: unknown dtype 'fp4'"):
+def test_bad_formats_name_the_field():
+    with pytest.raises(FieldError, match="kv_dtype: fp4: unknown dtype") as info:
         KvFormat("fp4")
-    with pytest.raises(UsageError, match="--scale-dtype"):
+    assert field_error(info) == ("kv_dtype", "fp4")
+    with pytest.raises(FieldError, match="unknown dtype") as info:
         KvFormat("int8", scale_dtype="int8")
-    with pytest.raises(UsageError, match="--kv-scale-group"):
+    assert field_error(info) == ("scale_dtype", "int8")
+    with pytest.raises(FieldError, match="must be an integer >= 1") as info:
         KvFormat("int8", 0)
+    assert field_error(info) == ("kv_scale_group", 0)
 
 
 def test_llama3_8b_token_bytes_per_dtype_by_hand():
@@ -108,18 +129,20 @@ def test_tp_splits_then_replicates_kv_heads():
     assert kv_heads_per_rank(64, 8, 4) == 2
     assert kv_heads_per_rank(64, 8, 8) == 1
     assert kv_heads_per_rank(64, 8, 16) == 1  # more ranks than KV heads: one each, replicated
-    with pytest.raises(UsageError, match="--tp: 3 does not divide the 64 query heads"):
+    with pytest.raises(FieldError, match="tp: 3: does not divide the 64 query heads") as info:
         kv_heads_per_rank(64, 8, 3)
-    with pytest.raises(UsageError, match="not a multiple of the 4 KV heads"):
+    assert field_error(info) == ("tp", 3)
+    with pytest.raises(FieldError, match="not a multiple of the 4 KV heads") as info:
         kv_heads_per_rank(24, 4, 6)
+    assert field_error(info) == ("tp", 6)
 
 
 def test_tp_record_per_gpu_and_total():
     # 2 layers x 2 seqs x 24 tokens x 2 (K, V) x 32 x 2 bytes = 12,288 bytes per KV head.
-    rec = kvmem_record(point(tp=2), None)
+    rec = kvmem.run(point(tp=2))
     assert (rec.kv_bytes, rec.kv_heads_per_gpu) == (2 * 12288, 1)
     assert (rec.kv_bytes_per_gpu, rec.kv_bytes_all_gpus) == (12288, 2 * 12288)
-    rec = kvmem_record(point(tp=8), None)  # tp 8 > 2 KV heads: each rank keeps one
+    rec = kvmem.run(point(tp=8))  # tp 8 > 2 KV heads: each rank keeps one
     assert (rec.kv_bytes_per_gpu, rec.kv_bytes_all_gpus) == (12288, 8 * 12288)
 
 
@@ -137,39 +160,33 @@ def test_window_override_rules():
     assert layer_windows(3, None, 64) == (64, 64, 64)
     assert layer_windows(4, (4096, None) * 2, 1024) == (1024, None, 1024, None)
     assert layer_windows(2, (4096, 4096), 0) == (None, None)
-    with pytest.raises(UsageError, match="--sliding-window"):
+    with pytest.raises(FieldError, match="must be an integer >= 0") as info:
         layer_windows(2, None, -1)
+    assert field_error(info) == ("sliding_window", -1)
 
 
 def test_mistral_window_at_32k_by_hand():
     spec = PRESETS["mistral-7b"]
-    base = {"model": spec.name, "d_model": 4096, "num_heads": 32, "num_kv_heads": 8,
-            "head_dim": 128, "num_layers": 32, "batch": 1, "seq_len": 32768,
-            "dtype": "bfloat16"}  # fmt: skip
+    base = model_point(spec, seq_len=32768)
+    assert (base.d_model, base.num_heads, base.num_kv_heads, base.head_dim) == (4096, 32, 8, 128)
+    assert (base.num_layers, base.dtype) == (32, "bfloat16")
     per_token = 32 * 2 * 8 * 128 * 2  # 131,072 bytes
-    windowed = kvmem_record(base, None, spec)
+    windowed = kvmem.run(base)
     assert windowed.kv_bytes == 4096 * per_token and windowed.windowed_layers == 32
-    full = kvmem_record({**base, "sliding_window": 0}, None, spec)
+    assert windowed.sliding_window == 4096
+    full = kvmem.run(model_point(spec, seq_len=32768, sliding_window=0))
     assert full.kv_bytes == 32768 * per_token and full.sliding_window is None
-    short = kvmem_record({**base, "seq_len": 1000}, None, spec)
+    short = kvmem.run(model_point(spec, seq_len=1000))
     assert short.kv_bytes == 1000 * per_token  # the window is longer than the context
 
 
 def test_alternating_windows_gemma2_by_hand():
     spec = PRESETS["gemma-2-9b"]
-    p = {
-        "model": spec.name,
-        "d_model": 3584,
-        "num_heads": 16,
-        "num_kv_heads": 8,
-        "head_dim": 256,
-        "num_layers": 42,
-        "batch": 1,
-        "seq_len": 8192,
-        "dtype": "bfloat16",
-    }
+    p = model_point(spec, seq_len=8192)
+    assert (p.d_model, p.num_heads, p.num_kv_heads, p.head_dim) == (3584, 16, 8, 256)
+    assert (p.num_layers, p.dtype) == (42, "bfloat16")
     per_layer_token = 2 * 8 * 256 * 2
-    rec = kvmem_record(p, None, spec)
+    rec = kvmem.run(p)
     assert rec.kv_bytes == 21 * (4096 + 8192) * per_layer_token
     assert rec.kv_bytes_per_layer == 8192 * per_layer_token  # the largest (global) layer
 
@@ -181,8 +198,9 @@ def test_page_rounding_divides_and_does_not():
     assert allocated_tokens(256, 16) == 256
     assert allocated_tokens(100, 16) == 112
     assert allocated_tokens(1, 16) == 16
-    with pytest.raises(UsageError, match="--page-size"):
+    with pytest.raises(FieldError, match="must be an integer >= 1") as info:
         allocated_tokens(10, 0)
+    assert field_error(info) == ("page_size", 0)
 
 
 def test_paging_report_by_hand():
@@ -209,9 +227,17 @@ def test_seq_lens_syntax():
     assert parse_seq_lens("3x17, 5") == [17, 17, 17, 5]
     assert parse_seq_lens("linspace:100:200:5") == [100, 125, 150, 175, 200]
     assert parse_seq_lens("linspace:1:2:4") == [1, 1, 2, 2]
-    for bad in ("100,,5", "0", "x5", "linspace:5:1:3", "linspace:1:5"):
-        with pytest.raises(UsageError, match="--seq-lens"):
-            parse_seq_lens(bad)
+    bad = {
+        "100,,5": "expected N, CxN",
+        "0": "must be >= 1",
+        "x5": "expected N, CxN",
+        "linspace:5:1:3": "HIGH must be >= LOW",
+        "linspace:1:5": "expected linspace:",
+    }
+    for text, reason in bad.items():
+        with pytest.raises(FieldError, match=reason) as info:
+            parse_seq_lens(text)
+        assert info.value.field == "seq_lens", text
 
 
 # --- MLA -----------------------------------------------------------------------------------
@@ -219,18 +245,10 @@ def test_seq_lens_syntax():
 
 def test_mla_latent_bytes_by_hand():
     spec = PRESETS["deepseek-v3"]
-    p = {
-        "model": spec.name,
-        "d_model": 7168,
-        "num_heads": 128,
-        "num_kv_heads": 128,
-        "head_dim": 128,
-        "num_layers": 61,
-        "batch": 1,
-        "seq_len": 1000,
-        "dtype": "bfloat16",
-    }
-    rec = kvmem_record({**p, "tp": 8}, None, spec)
+    p = model_point(spec, seq_len=1000, tp=8)
+    assert (p.d_model, p.num_heads, p.num_kv_heads, p.head_dim) == (7168, 128, 128, 128)
+    assert (p.num_layers, p.dtype) == (61, "bfloat16")
+    rec = kvmem.run(p)
     assert rec.variant == "MLA"
     assert rec.bytes_per_token == 61 * (512 + 64) * 2  # one latent, not K and V per head
     assert rec.kv_bytes == 1000 * 61 * 576 * 2
@@ -244,7 +262,7 @@ def test_mla_latent_bytes_by_hand():
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_plain_points_keep_the_original_formula(dtype):
     p = point(dtype=dtype)
-    rec = kvmem_record(p, CPU)
+    rec = kvmem.run(p, Context(CPU))
     assert rec.kv_bytes == kv_cache_bytes(2, 2, 24, 2, 32, dtype) == rec.measured_bytes
     assert rec.kv_dtype == dtype and rec.scale_bytes == 0 and rec.status == "ok"
 
@@ -252,7 +270,7 @@ def test_plain_points_keep_the_original_formula(dtype):
 # --- measured == analytic on the CPU ---------------------------------------------------------
 
 
-OPTIONS = [{}, {"sliding_window": 16}, {"seq_lens": [24, 5, 17], "page_size": 8},
+OPTIONS = [{}, {"sliding_window": 16}, {"seq_lens": (24, 5, 17), "page_size": 8},
            {"tp": 2, "scale_dtype": "float32"}]  # fmt: skip
 MEASURED_CASES = [(dtype, options) for dtype in KV_DTYPES for options in OPTIONS] + [
     (dtype, {"kv_scale_group": 12})
@@ -262,7 +280,7 @@ MEASURED_CASES = [(dtype, options) for dtype in KV_DTYPES for options in OPTIONS
 
 @pytest.mark.parametrize("dtype, options", MEASURED_CASES)
 def test_measured_equals_analytic(dtype, options):
-    rec = kvmem_record(point(kv_dtype=dtype, **options), CPU)
+    rec = kvmem.run(point(kv_dtype=dtype, **options), Context(CPU))
     assert rec.status == "ok"
     assert rec.measured_bytes == rec.kv_bytes
     if "page_size" in options:
@@ -272,10 +290,10 @@ def test_measured_equals_analytic(dtype, options):
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 def test_measured_mla_equals_analytic(dtype):
     spec = PRESETS["deepseek-v2-lite"]
-    p = {"model": spec.name, "d_model": 2048, "num_heads": 16, "num_kv_heads": 16,
-         "head_dim": 128, "num_layers": 27, "batch": 1, "seq_len": 9, "dtype": "bfloat16",
-         "kv_dtype": dtype}  # fmt: skip
-    rec = kvmem_record(p, CPU, spec)
+    p = model_point(spec, seq_len=9, kv_dtype=dtype)
+    assert (p.d_model, p.num_heads, p.num_kv_heads, p.head_dim) == (2048, 16, 16, 128)
+    assert (p.num_layers, p.dtype) == (27, "bfloat16")
+    rec = kvmem.run(p, Context(CPU))
     assert rec.status == "ok" and rec.measured_bytes == rec.kv_bytes
 
 
@@ -374,19 +392,31 @@ def test_yaml_fields(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--kv-dtype", "fp4"], "--kv-dtype: unknown value 'fp4'"),
-    (["--page-size", "0"], "--page-size: must be >= 1"),
-    (["--sliding-window", "-1"], "--sliding-window: must be >= 0"),
-    (["--seq-lens", "1,x"], "--seq-lens: bad item"),
-    (["--tp", "3"], "--tp: 3 does not divide the 32 query heads"),
-    (["--kv-dtype", "int8", "--kv-scale-group", "999"], "--kv-scale-group: 999 exceeds"),
+    (["--kv-dtype", "fp4"], "--kv-dtype fp4: unknown dtype 'fp4'"),
+    (["--page-size", "0"], "--page-size 0: must be >= 1"),
+    (["--sliding-window", "-1"], "--sliding-window -1: must be >= 0"),
+    (["--seq-lens", "1,x"], "--seq-lens x: expected N, CxN or linspace:LOW:HIGH:C"),
+    (["--tp", "3"], "--tp 3: does not divide the 32 query heads"),
+    (["--kv-dtype", "int8", "--kv-scale-group", "999"],
+     "--kv-scale-group 999: exceeds the 128 elements"),
 ])  # fmt: skip
 def test_bad_flags_exit_2(args, message):
     result = runner.invoke(app, ["kvmem", "--model", "llama-3-8b", "--no-measure", *args])
     assert result.exit_code == 2
-    assert message in result.output and "Traceback" not in result.output
+    assert result.output.startswith(f"error: {message}"), result.output
+    assert "Traceback" not in result.output
 
 
-def test_seq_lens_must_stay_a_list():
-    with pytest.raises(UsageError, match="seq_lens: got 100"):
-        kvmem_record(point(seq_lens=100), None)
+def test_seq_lens_stay_one_batch():
+    # One batch's lengths are not an axis of the grid: every point keeps the whole list.
+    overrides = {"d_model": [256], "num_heads": [8], "num_kv_heads": [2],
+                 "seq_lens": [24, 5, 17], "kv_dtype": ["float16", "int8"]}  # fmt: skip
+    points = resolve(StudyConfig(), "kvmem", overrides).points()
+    assert [p.kv_dtype for p in points] == ["float16", "int8"]
+    for p in points:
+        assert (p.seq_lens, p.batch, p.seq_len) == ((24, 5, 17), 3, 24)
+    rec = kvmem.run(points[0])
+    assert (rec.batch, rec.seq_len) == (3, 24)
+    # 1 layer, 2 KV heads of 32 in float16: 256 bytes per token
+    assert rec.used_bytes == (24 + 5 + 17) * 256
+    assert rec.contiguous_bytes == rec.kv_bytes == 3 * 24 * 256

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import platform
+import re
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -14,8 +15,11 @@ import torch
 from typer.testing import CliRunner
 
 import attnbench
-import attnbench.modules.quantized_cache as cache_storage
 from attnbench.cli import app
+from attnbench.cli.common import write_outputs
+from attnbench.cli.flags import parse_field
+from attnbench.experiments import kvmem
+from attnbench.study.runner import DirectoryStore, plan_command, run_study
 
 runner = CliRunner()
 
@@ -48,17 +52,44 @@ def normalized(df: pd.DataFrame) -> list[dict]:
 # --------------------------------------------------------------------- the table
 
 
+def header_cells(out: str) -> list[str]:
+    """The column headers of the (first) table in `out`."""
+    line = next(line for line in out.splitlines() if line.startswith("┃"))
+    return [cell.strip() for cell in line.strip("┃").split("┃")]
+
+
 def test_table_on_stdout():
-    result = invoke_ok([*KVMEM_ARGS, "--no-measure"])
+    result = invoke_ok([*KVMEM_ARGS, "--measure", "--wide"])
     assert result.stderr == ""
     out = result.stdout
     assert "KV-cache memory" in out
-    for header in ("Variant", "per token", "per layer", "whole model", "measured", "Status"):
-        assert header in out
+    assert header_cells(out) == ["Variant", "kv heads", "batch", "context", "per token",
+                                 "per layer", "whole model", "measured", "vs MHA",
+                                 "Status"]  # fmt: skip
+    # settings every row shares are said once, in the title
+    assert "1 layers · 4 heads · head_dim 16 · float16" in out.splitlines()[0]
     for variant in ("MHA", "GQA-2", "MQA"):
         assert variant in out
     # 1 layer, 4 KV heads of 16, fp16: 2 * 4 * 16 * 2 = 256 bytes per token
     assert "256 B" in out
+    assert "columns hidden" not in out
+
+
+def test_a_narrow_table_hides_columns_and_says_so():
+    every = header_cells(invoke_ok([*KVMEM_ARGS, "--measure", "--wide"]).stdout)
+    narrow = runner.invoke(app, [*KVMEM_ARGS, "--measure"], env={"COLUMNS": "60"})
+    assert narrow.exit_code == 0, narrow.output
+    shown = header_cells(narrow.stdout)
+    assert {"Variant", "whole model"} <= set(shown) and len(shown) < len(every)
+    assert all(len(line) <= 60 for line in narrow.stdout.splitlines() if line[:1] in tuple("┏┃┡│└"))
+    footer = re.search(r"(\d+) columns hidden \((.*)\): --wide, or --csv$",
+                       " ".join(narrow.stdout.split()))  # fmt: skip
+    assert footer is not None, narrow.stdout
+    hidden = footer.group(2).split(", ")
+    assert int(footer.group(1)) == len(hidden)
+    assert sorted(hidden) == sorted(set(every) - set(shown))
+    wide = runner.invoke(app, [*KVMEM_ARGS, "--measure", "--wide"], env={"COLUMNS": "60"})
+    assert header_cells(wide.stdout) == every and "columns hidden" not in wide.stdout
 
 
 def test_params_table_on_stdout():
@@ -162,15 +193,42 @@ def test_csv_and_json_hold_the_same_records(tmp_path, args):
     assert normalized(from_csv) == normalized(from_json)
 
 
-def test_csv_and_json_agree_on_skipped_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_storage, "free_memory_bytes", lambda device: 2048)
+def kvmem_with_2048_bytes_free(store=None):
+    """The kvmem study of KVMEM_ARGS, measured on a device that says 2048 bytes are free."""
+    flags = dict(zip(KVMEM_ARGS[1::2], KVMEM_ARGS[2::2], strict=True))
+    names = {"--d-model": "d_model", "--heads": "num_heads", "--kv-heads": "num_kv_heads",
+             "--seq-len": "seq_len", "--batch": "batch", "--device": "device"}  # fmt: skip
+    overrides = {names[f]: parse_field(names[f], text) for f, text in flags.items()}
+    plan = plan_command("kvmem", None, {**overrides, "measure": True})
+
+    def execute(task, context):
+        return kvmem.run(task.point, context, free_bytes=lambda device: 2048)
+
+    return plan, run_study(plan, store, command="kvmem", execute=execute)
+
+
+def test_csv_and_json_agree_on_skipped_rows(tmp_path):
     csv_path, json_path = tmp_path / "o.csv", tmp_path / "o.json"
-    invoke_ok([*KVMEM_ARGS, "--csv", csv_path, "--json", json_path, "-q"])
+    plan, result = kvmem_with_2048_bytes_free()
+    write_outputs("kvmem", result.records["kvmem"], kvmem.KvmemRecord,
+                  plan.sections["kvmem"].to_dict(), result.environment, str(csv_path),
+                  str(json_path), quiet=True)  # fmt: skip
     records = json.loads(json_path.read_text())["records"]
     skipped = [r for r in records if r["status"].startswith("skipped")]
     assert skipped and len(skipped) < len(records)
     assert all(r["measured_bytes"] is None and r["kv_bytes"] > 2048 for r in skipped)
+    measured = [r for r in records if not r["status"].startswith("skipped")]
+    assert all(r["measured_bytes"] == r["kv_bytes"] <= 2048 for r in measured)
     assert normalized(pd.read_csv(csv_path)) == normalized(pd.DataFrame(records))
+
+
+def test_a_study_directory_agrees_on_skipped_rows(tmp_path):
+    """`run` keeps results.json and appends each row to the section's CSV as it goes."""
+    _, result = kvmem_with_2048_bytes_free(DirectoryStore(tmp_path))
+    records = json.loads((tmp_path / "results.json").read_text())["sections"]["kvmem"]["records"]
+    assert records == result.section_records("kvmem") and len(records) == 12
+    assert any(r["status"].startswith("skipped") for r in records)
+    assert normalized(pd.read_csv(tmp_path / "kvmem.csv")) == normalized(pd.DataFrame(records))
 
 
 def test_csv_values_are_exact(tmp_path):
@@ -185,6 +243,47 @@ def test_csv_values_are_exact(tmp_path):
     assert row["kv_bytes_per_layer"] == str(77309411328 // 96)
     assert row["ratio_vs_mha"] == "1.0"
     assert row["measured_bytes"] == ""
+
+
+def test_params_with_a_model_writes_its_parts(tmp_path):
+    json_path, csv_path = tmp_path / "F.json", tmp_path / "G.csv"
+    invoke_ok(["params", "--model", "llama-2-7b", "--json", json_path, "--csv", csv_path, "-q"])
+    doc = json.loads(json_path.read_text())
+    parts = {r["part"]: r for r in doc["model_parts"]}
+    assert {r["model"] for r in doc["model_parts"]} == {"llama-2-7b"}
+    total = parts["total"]
+    assert total["params"] == total["meta_params"] == 6_738_415_616
+    assert total["weight_bytes"] == 2 * 6_738_415_616  # float16
+    assert total["params"] == sum(r["params"] for p, r in parts.items() if p != "total")
+    assert [r["total_params"] for r in doc["records"]] == [4 * 4096 * 4096]
+
+    side = csv_path.with_name(csv_path.stem + ".model_parts.csv")
+    assert side.is_file()
+    assert normalized(pd.read_csv(side)) == normalized(pd.DataFrame(doc["model_parts"]))
+    assert normalized(pd.read_csv(csv_path)) == normalized(pd.DataFrame(doc["records"]))
+
+    same = runner.invoke(app, ["compare", str(json_path), str(json_path), "--format", "json"])
+    assert same.exit_code == 0, same.output
+    report = json.loads(same.stdout)
+    assert {r["section"] for r in report["rows"]} == {"params", "model_parts"}
+    assert runner.invoke(app, ["compare", str(side), str(side)]).exit_code == 0
+
+    doc["model_parts"][-1]["params"] += 1
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["compare", str(json_path), str(changed), "--format", "json"])
+    assert result.exit_code == 1
+    (row,) = [r for r in json.loads(result.stdout)["rows"] if r["verdict"] == "regressed"]
+    assert (row["section"], row["config"]["part"], row["metric"]) == (
+        "model_parts", "total", "params"
+    )  # fmt: skip
+
+
+def test_params_without_a_model_writes_no_parts(tmp_path):
+    json_path, csv_path = tmp_path / "F.json", tmp_path / "G.csv"
+    invoke_ok([*PARAMS_ARGS, "--json", json_path, "--csv", csv_path, "-q"])
+    assert "model_parts" not in json.loads(json_path.read_text())
+    assert [p.name for p in sorted(tmp_path.iterdir())] == ["F.json", "G.csv"]
 
 
 # ------------------------------------------------------------------------- env

@@ -4,6 +4,7 @@ its false-regression and detection rates. Documents are synthetic and seeded."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -11,19 +12,25 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
+from attnbench.experiments.decode import DecodeRecord
+from attnbench.experiments.fit import FitRecord
+from attnbench.experiments.kvmem import KvmemRecord
+from attnbench.experiments.params import ParamsRecord
 from attnbench.gate.compare import (
-    Kind,
     Thresholds,
     TimingStats,
     Verdict,
-    classify,
     compare_documents,
     environment_differences,
     judge_timing,
-    load_document,
+    timing_stats,
 )
 from attnbench.gate.simulation import Noise, draw_timing, simulate
+from attnbench.records import Kind, field_kinds, gated_timing
+from attnbench.study.documents import load_document
 from attnbench.study.output import write_csv
+from attnbench.study.schema import FIELDS
+from attnbench.study.sections import RECORD_TYPES
 
 ENV = {
     "attnbench_version": "0.1.0",
@@ -101,7 +108,8 @@ def write(tmp_path, name: str, doc) -> str:
 
 
 def cli(*args: str):
-    return CliRunner().invoke(app, list(args))
+    """The CLI on a wide terminal: every column of a table, every line unwrapped."""
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
 
 
 def compare(tmp_path, base: dict, cur: dict, *flags: str):
@@ -123,21 +131,74 @@ def verdicts(tmp_path, base: dict, cur: dict, metric: str, **kw) -> list[Verdict
 
 
 @pytest.mark.parametrize(
-    "field, kind",
-    [("variant", Kind.CONFIG), ("bias", Kind.CONFIG), ("model", Kind.CONFIG),
-     ("kv_dtype", Kind.CONFIG), ("sliding_window", Kind.CONFIG), ("page_size", Kind.CONFIG),
-     ("tp", Kind.CONFIG), ("total_params", Kind.EXACT), ("kv_bytes_per_layer", Kind.EXACT),
-     ("bytes_per_token", Kind.EXACT), ("paged_kv_bytes", Kind.EXACT),
-     ("flops_per_step", Kind.EXACT), ("measured_bytes", Kind.MEMORY),
-     ("measured_peak_bytes", Kind.MEMORY), ("step_ms_median", Kind.TIMING),
-     ("prefill_ms", Kind.TIMING), ("step_ms_p25", Kind.DERIVED), ("samples_ms", Kind.DERIVED),
-     ("tokens_per_s", Kind.DERIVED), ("achieved_tflops", Kind.DERIVED),
-     ("peak_gbps", Kind.DERIVED), ("ratio_vs_mha", Kind.DERIVED), ("status", Kind.DERIVED),
-     ("paged_waste_pct", Kind.DERIVED), ("measured_paged_bytes", Kind.MEMORY),
-     ("kv_bytes_all_gpus", Kind.EXACT), ("kv_scale_group", Kind.CONFIG)],
+    "record, field, kind",
+    [(ParamsRecord, "variant", Kind.KEY), (ParamsRecord, "bias", Kind.KEY),
+     (ParamsRecord, "total_params", Kind.EXACT), (ParamsRecord, "ratio_vs_mha", Kind.INFO),
+     (KvmemRecord, "model", Kind.KEY), (KvmemRecord, "kv_dtype", Kind.KEY),
+     (KvmemRecord, "sliding_window", Kind.KEY), (KvmemRecord, "page_size", Kind.KEY),
+     (KvmemRecord, "tp", Kind.KEY), (KvmemRecord, "kv_scale_group", Kind.KEY),
+     (KvmemRecord, "kv_bytes_per_layer", Kind.EXACT), (KvmemRecord, "bytes_per_token", Kind.EXACT),
+     (KvmemRecord, "paged_bytes", Kind.EXACT), (KvmemRecord, "kv_bytes_all_gpus", Kind.EXACT),
+     (KvmemRecord, "kv_heads_per_gpu", Kind.EXACT), (KvmemRecord, "windowed_layers", Kind.EXACT),
+     (KvmemRecord, "measured_bytes", Kind.MEMORY),
+     (KvmemRecord, "measured_paged_bytes", Kind.MEMORY),
+     (KvmemRecord, "ratio_vs_mha", Kind.INFO), (KvmemRecord, "status", Kind.INFO),
+     (KvmemRecord, "paged_waste_pct", Kind.INFO),
+     (DecodeRecord, "flops_per_step", Kind.EXACT), (DecodeRecord, "bytes_per_step", Kind.EXACT),
+     (DecodeRecord, "step_ms_median", Kind.TIMING), (DecodeRecord, "prefill_ms", Kind.TIMING),
+     (DecodeRecord, "step_ms_p25", Kind.TIMING), (DecodeRecord, "samples_ms", Kind.TIMING),
+     (DecodeRecord, "tokens_per_s", Kind.INFO), (DecodeRecord, "achieved_tflops", Kind.INFO),
+     (DecodeRecord, "peak_gbps", Kind.INFO), (DecodeRecord, "status", Kind.INFO),
+     (FitRecord, "model", Kind.KEY), (FitRecord, "windowed_layers", Kind.EXACT),
+     (FitRecord, "batch", Kind.EXACT), (FitRecord, "context_unbounded", Kind.INFO)],
 )  # fmt: skip
-def test_fields_are_classified_by_name(field, kind):
-    assert classify(field) is kind
+def test_records_declare_the_kind_of_each_field(record, field, kind):
+    assert field_kinds(record)[field] is kind
+
+
+def test_only_the_median_step_time_carries_statistics():
+    """p25, p75 and the raw samples are statistics of step_ms_median, judged with it and
+    never on their own; prefill and total time are gated timings without statistics."""
+    assert gated_timing(DecodeRecord) == {
+        "prefill_ms": {},
+        "step_ms_median": {"p25": "step_ms_p25", "p75": "step_ms_p75", "samples": "samples_ms"},
+        "total_ms": {},
+    }
+    rec = decode_records()[0]
+    stats = timing_stats(rec, "step_ms_median", gated_timing(DecodeRecord)["step_ms_median"])
+    assert stats == TimingStats(
+        rec["step_ms_median"], rec["step_ms_p25"], rec["step_ms_p75"], tuple(rec["samples_ms"])
+    )
+    assert timing_stats(rec, "prefill_ms", {}) == TimingStats(rec["prefill_ms"])
+
+
+def test_statistics_of_a_timing_get_no_verdict_of_their_own(tmp_path):
+    base = document("decode-speed", decode_records())
+    slow = document("decode-speed", slowed(decode_records(), 1.5))
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "c.json", slow)),
+    )
+    assert {f.metric for f in result.findings if f.kind is Kind.TIMING} == {
+        "prefill_ms",
+        "step_ms_median",
+        "total_ms",
+    }
+    assert {f.metric for f in result.findings} == {
+        "prefill_ms", "step_ms_median", "total_ms", "bytes_per_step", "flops_per_step"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name, record_type", sorted(RECORD_TYPES.items()))
+def test_every_field_of_every_record_declares_a_kind(name, record_type):
+    """Nothing guesses a kind from a field's name: a field without a declared kind would
+    be neither matched nor gated."""
+    fields = dataclasses.fields(record_type)
+    assert fields, name
+    undeclared = [f.name for f in fields if not isinstance(f.metadata.get("kind"), Kind)]
+    assert undeclared == [], (name, undeclared)
+    assert list(field_kinds(record_type)) == [f.name for f in fields]
+    assert any(k is Kind.KEY for k in field_kinds(record_type).values()), name
 
 
 def test_timing_needs_evidence_and_the_absolute_floor():
@@ -360,8 +421,9 @@ def test_a_bare_threshold_is_a_percentage(tmp_path):
 
 def test_csv_inputs_gate_on_percentiles(tmp_path):
     base, slow = tmp_path / "base.csv", tmp_path / "slow.csv"
-    write_csv(base, decode_records())
-    write_csv(slow, slowed(decode_records(), 1.5))
+    write_csv(base, decode_records(), DecodeRecord)  # as the commands write it: no samples
+    write_csv(slow, slowed(decode_records(), 1.5), DecodeRecord)
+    assert "samples_ms" not in base.read_text().splitlines()[0].split(",")
     same = cli("compare", str(base), str(base))
     assert same.exit_code == 0 and "no environment recorded" in same.stdout
     result = compare_documents(load_document(base), load_document(slow))
@@ -430,7 +492,7 @@ def test_markdown_summary_and_details(tmp_path):
     )
     assert "| Verdict | Section | Row | Metric |" in result.stdout
     assert [line for line in lines if line.startswith("| regressed")] == [
-        "| regressed | params | GQA-8 num_kv_heads=8 | total_params | 41,943,040 | 41,943,041 "
+        "| regressed | params | GQA-8 | total_params | 41,943,040 | 41,943,041 "
         "| +1 | - | exact metric changed by +1 |"
     ]
     assert "| unchanged" not in result.stdout
@@ -479,6 +541,25 @@ def test_json_report(tmp_path):
     assert first["config"]["variant"] in ("MHA", "GQA-8", "MQA") and first["gating"] is True
 
 
+@pytest.mark.parametrize("which", ["baseline", "current"])
+def test_the_report_never_overwrites_a_compared_file(tmp_path, monkeypatch, which):
+    base = write(tmp_path, "a.json", document("params", params_records()))
+    cur = write(tmp_path, "b.json", document("params", params_records()))
+    target = tmp_path / ("a.json" if which == "baseline" else "b.json")
+    before = target.read_bytes()
+    (tmp_path / "link.json").symlink_to(target)
+    monkeypatch.chdir(tmp_path)
+    for spelling in (str(target), target.name, f"./{target.name}", "link.json"):  # one file
+        result = cli("compare", base, cur, "--output", spelling, "--format", "json")
+        assert result.exit_code == 2, (spelling, result.output)
+        assert "--output" in result.stderr and "is one of the files compared" in result.stderr
+        assert "Traceback" not in result.output
+        assert target.read_bytes() == before
+    elsewhere = tmp_path / "report.json"
+    assert cli("compare", base, cur, "--output", str(elsewhere)).exit_code == 0
+    assert elsewhere.exists() and target.read_bytes() == before
+
+
 # --- baselines -----------------------------------------------------------------------------
 
 
@@ -494,13 +575,16 @@ def test_baseline_save_writes_a_validated_copy(tmp_path, monkeypatch):
     )
     assert json.loads(saved.read_text()) == doc
     again = cli("baseline", "save", src, "--to", str(saved))
-    assert again.exit_code == 0 and "replaced the previous baseline" in again.stdout
+    # the message may be wrapped at the console's width (see test_cli_messages.py)
+    assert again.exit_code == 0 and "replaced the previous baseline" in " ".join(
+        again.stdout.split()
+    )
     assert cli("compare", str(saved), src).exit_code == 0
 
 
 def test_baseline_save_refuses_csv_and_bad_json(tmp_path):
     csv_path = tmp_path / "r.csv"
-    write_csv(csv_path, params_records())
+    write_csv(csv_path, params_records(), ParamsRecord)
     assert cli("baseline", "save", str(csv_path)).exit_code == 2
     assert cli("baseline", "save", write(tmp_path, "bad.json", "[]")).exit_code == 2
 
@@ -516,17 +600,16 @@ def test_simulated_false_regressions_and_detection():
     assert result.detection_rate >= 0.95
 
 
-def test_only_inputs_are_configuration_fields():
-    """Rows are matched on configuration fields, so a computed field classified as one
-    would turn a changed number into a `missing` and a `new` row, which do not fail."""
-    from dataclasses import fields
-
-    from attnbench.experiments.decode import DecodeRecord
-    from attnbench.experiments.kvmem import KvmemRecord
-    from attnbench.experiments.params import ParamsRecord
-    from attnbench.study.sweep import FIELDS
-
-    inputs = set(FIELDS) | {"model", "variant", "device"}
-    for record in (ParamsRecord, KvmemRecord, DecodeRecord):
-        config = {f.name for f in fields(record) if classify(f.name) is Kind.CONFIG}
-        assert config <= inputs, (record.__name__, config - inputs)
+def test_only_inputs_are_key_fields():
+    """Rows are matched on key fields, so a computed field declared as one would turn a
+    changed number into a `missing` and a `new` row, which do not fail."""
+    derived_from_inputs = {
+        "model", "variant", "device",  # the model's name; the heads; the device the run used
+        "question",  # fit: which of seq_len and batch was given
+        "memory_bytes_per_gpu",  # fit: --memory in bytes
+        "part",  # model_parts: the name of a part of the model
+    }  # fmt: skip
+    inputs = set(FIELDS) | derived_from_inputs
+    for name, record in RECORD_TYPES.items():
+        keys = {f for f, kind in field_kinds(record).items() if kind is Kind.KEY}
+        assert keys <= inputs, (name, keys - inputs)

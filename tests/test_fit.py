@@ -4,12 +4,13 @@ not fit), memory sizes, and the command line's answers and exit codes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.errors import UsageError
+from attnbench.errors import FieldError
 from attnbench.experiments.fit import CapacityError, FitPlan, largest_batch, longest_context
 from attnbench.model.architecture import ModelBody, ModelSpec
 from attnbench.model.capacity import KvFormat, layer_windows
@@ -64,15 +65,16 @@ def test_round_numbers_longest_context_and_its_boundary():
 
 
 def test_reserve_replicas_and_tp():
-    p = plan(reserve=parse_share("10%", "--reserve", GiB), gpus=4, tp=2)
+    p = plan(reserve=parse_share("10%", "reserve", GiB), gpus=4, tp=2)
     assert p.reserve_bytes == 107_374_182  # floor(0.1 * 2^30)
     assert p.replicas == 2
     rec = largest_batch(p, 1024)
     per_seq = 16 * 2**20 // 2  # 4 of 8 KV heads per rank
     per_replica = (GiB - p.weights_bytes - p.reserve_bytes) // per_seq
     assert (rec.batch_per_replica, rec.batch) == (per_replica, 2 * per_replica)
-    with pytest.raises(UsageError, match="--gpus 3: not a multiple of --tp 2"):
+    with pytest.raises(FieldError, match="not a multiple of tp 2") as error:
         plan(gpus=3, tp=2)
+    assert (error.value.field, error.value.value) == ("gpus", 3)
 
 
 def test_kv_dtype_halves_the_cache_plus_scales():
@@ -120,19 +122,22 @@ def test_mla_cache_is_replicated_per_gpu():
 
 
 def test_memory_sizes_parse_exactly():
-    assert parse_memory("80GiB", "--memory").bytes == 80 * 2**30
-    size = parse_memory("80GB", "--memory")
+    assert parse_memory("80GiB", "memory").bytes == 80 * 2**30
+    size = parse_memory("80GB", "memory")
     assert size.bytes == 80 * 10**9 and size.decimal and "80,000,000,000 bytes" in size.describe()
-    assert parse_memory("1.5TiB", "--memory").bytes == 3 * 2**39
-    assert parse_memory("4096", "--memory").bytes == 4096
-    assert parse_share("4GiB", "--reserve", GiB) == 4 * GiB
-    assert parse_share("0", "--reserve", GiB) == 0
+    assert parse_memory("1.5TiB", "memory").bytes == 3 * 2**39
+    assert parse_memory("4096", "memory").bytes == 4096
+    assert parse_share("4GiB", "reserve", GiB) == 4 * GiB
+    assert parse_share("0", "reserve", GiB) == 0
+    assert parse_share("12.5%", "reserve", 1000) == 125
     for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB"):
-        with pytest.raises(UsageError, match="--memory"):
-            parse_memory(bad, "--memory")
+        with pytest.raises(FieldError) as error:
+            parse_memory(bad, "memory")
+        assert (error.value.field, error.value.value) == ("memory", bad)
     for bad in ("100%", "x%"):
-        with pytest.raises(UsageError, match="--reserve"):
-            parse_share(bad, "--reserve", GiB)
+        with pytest.raises(FieldError) as error:
+            parse_share(bad, "reserve", GiB)
+        assert (error.value.field, error.value.value) == ("reserve", bad)
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -169,16 +174,94 @@ def test_cli_weights_do_not_fit_exit_1():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--memory", "80GiB"], "--seq-len or --batch: give exactly one"),
-    (["--memory", "80GiB", "--seq-len", "1", "--batch", "1"], "give exactly one"),
-    (["--seq-len", "8192"], "--memory: give the memory"),
-    (["--memory", "80XB", "--seq-len", "1"], "--memory: bad size '80XB'"),
-    (["--memory", "80GiB", "--seq-len", "1", "--tp", "3"], "--tp: 3 does not divide"),
-    (["--memory", "80GiB", "--seq-len", "1", "--kv-dtype", "fp4"], "--kv-dtype: unknown"),
-    (["--memory", "80GiB", "--seq-len", "1", "--reserve", "120%"], "--reserve"),
-    (["--memory", "80GiB", "--seq-len", "0"], "--seq-len: must be >= 1"),
+    (["--memory", "80GiB", "--seq-len", "1", "--batch", "1"],
+     "--seq-len 1: give either seq_len (for the largest batch) or batch (for the longest "
+     "context), exactly one"),
+    (["--memory", "80XB", "--seq-len", "1"], "--memory 80XB: bad size"),
+    (["--memory", "0GiB", "--seq-len", "1"], "--memory 0GiB: must be more than 0 bytes"),
+    (["--memory", "80GiB", "--seq-len", "1", "--tp", "3"],
+     "--tp 3: does not divide the 32 query heads"),
+    (["--memory", "80GiB", "--seq-len", "1", "--kv-dtype", "fp4"],
+     "--kv-dtype fp4: unknown dtype 'fp4'"),
+    (["--memory", "80GiB", "--seq-len", "1", "--reserve", "120%"],
+     "--reserve 120%: a percentage must be in [0, 100)"),
+    (["--memory", "80GiB", "--seq-len", "0"], "--seq-len 0: must be >= 1"),
 ])  # fmt: skip
 def test_cli_bad_flags_exit_2(args, message):
     result = runner.invoke(app, ["fit", "--model", "llama-3-8b", *args])
     assert result.exit_code == 2
-    assert message in result.output and "Traceback" not in result.output
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert "Traceback" not in result.output
+
+
+MISSING = [
+    (["--memory", "80GiB"], "--seq-len",
+     "give either seq_len (for the largest batch) or batch (for the longest context), "
+     "exactly one"),
+    (["--seq-len", "8192"], "--memory", "give the memory of each GPU, e.g. 80GiB"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args, flag, reason", MISSING)
+def test_cli_missing_flags_exit_2(args, flag, reason):
+    result = runner.invoke(app, ["fit", "--model", "llama-3-8b", *args])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip().endswith(f": {reason}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, flag, reason", MISSING)
+def test_cli_missing_flags_are_named_by_their_flag(args, flag, reason):
+    result = runner.invoke(app, ["fit", "--model", "llama-3-8b", *args])
+    assert result.stderr == f"error: {flag}: {reason}\n"
+
+
+# --- compare accepts fit results --------------------------------------------------------------
+
+
+def fit_json(tmp_path, name: str, *args: str) -> Path:
+    out = tmp_path / name
+    result = runner.invoke(app, ["fit", "--model", "llama-3-8b", "--memory", "80GiB", *args,
+                                 "--json", str(out), "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("question", [["--seq-len", "8192"], ["--batch", "8"]])
+def test_fit_json_is_accepted_by_compare(tmp_path, question):
+    path = fit_json(tmp_path, "fit.json", *question)
+    same = runner.invoke(app, ["compare", str(path), str(path), "--format", "json"])
+    assert same.exit_code == 0, same.output
+    report = json.loads(same.stdout)
+    assert {r["section"] for r in report["rows"]} == {"fit"}
+    assert report["summary"]["counts"] == {"unchanged": len(report["rows"])}
+    exact = {r["metric"] for r in report["rows"]}
+    assert {"batch", "kv_bytes_per_sequence_per_gpu", "free_bytes_per_gpu"} <= exact
+
+    doc = json.loads(path.read_text())
+    doc["records"][0]["batch"] += 1
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["compare", str(path), str(changed), "--format", "json"])
+    assert result.exit_code == 1, result.output
+    (row,) = [r for r in json.loads(result.stdout)["rows"] if r["verdict"] == "regressed"]
+    assert (row["section"], row["metric"], row["current"] - row["baseline"]) == ("fit", "batch", 1)
+
+
+def test_fit_from_other_memory_has_no_row_in_common(tmp_path):
+    """memory_bytes_per_gpu is a key: another GPU size is another question, not a change."""
+    a = fit_json(tmp_path, "a.json", "--seq-len", "8192")
+    doc = json.loads(a.read_text())
+    doc["records"][0]["memory_bytes_per_gpu"] = 24 * GiB
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(doc))
+    result = runner.invoke(app, ["compare", str(a), str(b)])
+    assert result.exit_code == 2 and "no row in common" in result.stderr
+
+
+@pytest.mark.parametrize("question", [["--seq-len", "1024,8192"], ["--batch", "1,8"]])
+def test_a_fit_sweep_is_accepted_by_compare(tmp_path, question):
+    path = fit_json(tmp_path, "fit.json", *question)
+    assert len(json.loads(path.read_text())["records"]) == 2
+    result = runner.invoke(app, ["compare", str(path), str(path)])
+    assert result.exit_code == 0, result.output

@@ -323,6 +323,8 @@ def test_top_level_not_an_object(tmp_path):
 def test_missing_file(tmp_path):
     path = tmp_path / "nowhere" / "config.json"
     expect_usage_error(path, "not found", str(path))
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(path), "--no-measure"])
+    assert result.output.startswith(f"error: --hf-config {path}: file not found")
 
 
 def test_non_utf8_file_is_a_usage_error(tmp_path):

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.modules.quantized_cache as cache_storage
 from attnbench.cli import app
-from attnbench.experiments.kvmem import kvmem_record, measure_cache_bytes
-from attnbench.study.output import format_bytes
+from attnbench.experiments import kvmem
+from attnbench.experiments.context import Context
+from attnbench.experiments.kvmem import KvmemPoint, KvmemRecord
+from attnbench.measure.memory import measure_cache_bytes
+from attnbench.model.units import format_bytes
+from attnbench.study.output import write_csv
+from attnbench.study.runner import plan_command, run_study
+from attnbench.study.sweep import StudyConfig, resolve
 
 runner = CliRunner()
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).parent.parent / "configs"
+CPU = torch.device("cpu")
 GiB, MiB = 1024**3, 1024**2
 
 CSV_COLUMNS = [
@@ -37,17 +45,17 @@ def kvmem_json(tmp_path, *args) -> list[dict]:
 
 
 def point(d_model, heads, kv_heads, layers=1, batch=1, seq=1, dtype="float16", head_dim=None):
-    return {
-        "model": None,
-        "d_model": d_model,
-        "num_heads": heads,
-        "num_kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "num_layers": layers,
-        "batch": batch,
-        "seq_len": seq,
-        "dtype": dtype,
-    }
+    return KvmemPoint(
+        d_model=d_model,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        num_layers=layers,
+        batch=batch,
+        seq_len=seq,
+        dtype=dtype,
+        scale_dtype="float16",
+    )
 
 
 # ------------------------------------------------------------- hand-computed cases
@@ -65,7 +73,7 @@ def point(d_model, heads, kv_heads, layers=1, batch=1, seq=1, dtype="float16", h
     ],
 )
 def test_article_variants(kv_heads, variant, per_token, per_layer):
-    rec = kvmem_record(point(4096, 32, kv_heads, batch=32, seq=2048), None)
+    rec = kvmem.run(point(4096, 32, kv_heads, batch=32, seq=2048))
     assert rec.variant == variant
     assert rec.head_dim == 128
     assert rec.bytes_per_token == per_token
@@ -78,7 +86,7 @@ def test_article_variants(kv_heads, variant, per_token, per_layer):
 def test_llama_2_70b_gqa():
     # 80 layers, 8 KV heads, head_dim 128, fp16:
     # 2 * 80 * 8 * 128 * 2 = 327,680 bytes per token; x 4096 tokens = 1,342,177,280 bytes
-    rec = kvmem_record(point(8192, 64, 8, layers=80, batch=1, seq=4096), None)
+    rec = kvmem.run(point(8192, 64, 8, layers=80, batch=1, seq=4096))
     assert rec.bytes_per_token == 327_680
     assert rec.kv_bytes == 1_342_177_280
     # one layer: 2 * 8 * 128 * 2 * 4096 = 16,777,216 (16 MiB)
@@ -90,7 +98,7 @@ def test_llama_2_70b_gqa():
 def test_mqa_falcon_shape():
     # falcon-7b: 32 layers, 1 KV head, head_dim 4544 / 71 = 64, bf16:
     # 2 * 32 * 1 * 64 * 2 = 8,192 bytes per token; batch 4 x 2048 tokens = 67,108,864
-    rec = kvmem_record(point(4544, 71, 1, layers=32, batch=4, seq=2048, dtype="bfloat16"), None)
+    rec = kvmem.run(point(4544, 71, 1, layers=32, batch=4, seq=2048, dtype="bfloat16"))
     assert rec.head_dim == 64
     assert rec.variant == "MQA"
     assert rec.bytes_per_token == 8_192
@@ -103,7 +111,7 @@ def test_explicit_head_dim():
     # 2 * 3 * 2 * 32 * 4 = 1,536 bytes per token; batch 2 x 10 tokens = 30,720 bytes;
     # one layer: 30,720 / 3 = 10,240
     p = point(512, 8, 2, layers=3, batch=2, seq=10, dtype="float32", head_dim=32)
-    rec = kvmem_record(p, None)
+    rec = kvmem.run(p)
     assert rec.head_dim == 32
     assert rec.bytes_per_token == 1_536
     assert rec.kv_bytes == 30_720
@@ -113,11 +121,33 @@ def test_explicit_head_dim():
 
 
 def test_default_dtype_is_float16():
-    p = point(512, 8, 8)
-    p["dtype"] = None
-    rec = kvmem_record(p, None)
+    # no dtype given and no model: the kvmem section's default, float16
+    section = resolve(StudyConfig(), "kvmem", {"d_model": [512], "num_heads": [8]})
+    (p,) = section.points()
+    assert p.dtype == "float16"
+    rec = kvmem.run(p)
     assert rec.dtype == "float16"
     assert rec.bytes_per_token == 2 * 8 * 64 * 2  # 2,048
+
+
+def test_billion_sequences_are_computed_not_listed():
+    # 2 * L * B * S * Hkv * D * b for Llama-2-70B's shape (80 layers, 8 KV heads of 128,
+    # float16) at batch 10**9 and 4096 tokens; the batch is a count, never a list of lengths.
+    p = KvmemPoint(d_model=8192, num_heads=64, num_kv_heads=8, num_layers=80, batch=10**9,
+                   seq_len=4096, dtype="float16", scale_dtype="float16")  # fmt: skip
+    start = time.perf_counter()
+    rec = kvmem.run(p)
+    assert time.perf_counter() - start < 1.0
+    assert rec.kv_bytes == 2 * 80 * 10**9 * 4096 * 8 * 128 * 2  # 1,342,177,280,000,000,000
+    assert rec.kv_bytes == 1_342_177_280_000_000_000
+    assert rec.kv_bytes_per_layer == rec.kv_bytes // 80
+    assert rec.bytes_per_token == 327_680
+    assert (rec.batch, rec.seq_len, rec.measured_bytes) == (10**9, 4096, None)
+    # paged in blocks of 16 tokens (which divide 4096): no waste, still counted, not listed
+    start = time.perf_counter()
+    paged = kvmem.run(dataclasses.replace(p, page_size=16))
+    assert time.perf_counter() - start < 1.0
+    assert paged.paged_bytes == paged.used_bytes == paged.contiguous_bytes == rec.kv_bytes
 
 
 # ------------------------------------------------------------------ the command
@@ -195,21 +225,27 @@ def test_measured_equals_analytic_on_cpu(tmp_path):
 
 def test_measure_cache_bytes_directly():
     # 2 layers * (K and V) * batch 3 * 2 KV heads * 5 tokens * head_dim 4 * 2 bytes = 960
-    measured, status = measure_cache_bytes(2, 3, 5, 2, 4, "float16", torch.device("cpu"), 960)
+    measured, status = measure_cache_bytes(2, 3, 5, 2, 4, "float16", CPU, 960)
     assert (measured, status) == (960, "ok")
 
 
-def test_skipped_when_cache_does_not_fit(tmp_path, monkeypatch):
+def test_skipped_when_cache_does_not_fit(tmp_path):
     free = 4096
-    monkeypatch.setattr(cache_storage, "free_memory_bytes", lambda device: free)
-    out = tmp_path / "k.csv"
     # 1 layer, 4 heads of 16, fp16: 2 * 4 * 16 * 2 = 256 B/token (MHA), 64 B/token (MQA)
     # seq 16: MHA 4,096 B (fits exactly), MQA 1,024 B; seq 64: MHA 16,384 B (does not fit)
-    result = runner.invoke(app, [
-        "kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1", "--seq-len", "16,64",
-        "--device", "cpu", "--csv", str(out), "-q",
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
+    plan = plan_command("kvmem", None, {"d_model": [64], "num_heads": [4],
+                                        "num_kv_heads": [4, 1], "seq_len": [16, 64],
+                                        "device": "cpu"})  # fmt: skip
+    seen = []
+
+    def execute(task, context):
+        seen.append(context.device)
+        return kvmem.run(task.point, context, free_bytes=lambda device: free)
+
+    result = run_study(plan, execute=execute)
+    assert seen == [CPU] * 4
+    out = tmp_path / "k.csv"
+    write_csv(out, result.records["kvmem"], KvmemRecord)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 4
     for row in rows:
@@ -226,15 +262,20 @@ def test_skipped_when_cache_does_not_fit(tmp_path, monkeypatch):
     assert sum(row["measured_bytes"] == "" for row in rows) == 1
 
 
-def test_no_measure_never_measures(tmp_path, monkeypatch):
+def test_no_measure_never_measures():
     def boom(device):
         raise AssertionError("--no-measure must not look at free memory")
 
-    monkeypatch.setattr(cache_storage, "free_memory_bytes", boom)
-    records = kvmem_json(tmp_path, "--d-model", 64, "--heads", 4, "--seq-len", 8,
-                         "--device", "cpu", "--no-measure")  # fmt: skip
-    assert records[0]["measured_bytes"] is None
-    assert "skipped" not in records[0]["status"]
+    plan = plan_command("kvmem", None, {"d_model": [64], "num_heads": [4], "seq_len": [8],
+                                        "device": "cpu", "measure": False})  # fmt: skip
+    result = run_study(plan, execute=lambda task, ctx: kvmem.run(task.point, ctx, boom))
+    (rec,) = result.records["kvmem"]
+    assert rec.measured_bytes is None
+    assert "skipped" not in rec.status
+    # the same point, measured, does ask how much memory is free
+    (task,) = plan.tasks
+    with pytest.raises(AssertionError, match="must not look at free memory"):
+        kvmem.run(task.point, Context(CPU), free_bytes=boom)
 
 
 def test_csv_columns(tmp_path):
@@ -262,6 +303,7 @@ def test_csv_columns(tmp_path):
 def test_cuda_without_cuda_exits_2(device):
     result = runner.invoke(app, ["kvmem", "--d-model", "64", "--heads", "4", "--device", device])
     assert result.exit_code == 2
+    assert result.output.startswith(f"error: --device {device}: ")
     assert "CUDA" in result.output
     assert "Traceback" not in result.output
 
@@ -269,23 +311,27 @@ def test_cuda_without_cuda_exits_2(device):
 def test_unknown_device_exits_2():
     result = runner.invoke(app, ["kvmem", "--d-model", "64", "--heads", "4", "--device", "tpu"])
     assert result.exit_code == 2
-    assert "tpu" in result.output
+    assert "--device tpu: unknown device" in result.output
 
 
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--d-model", "64", "--heads", "4", "--batch", "0"], "--batch"),
-        (["--d-model", "64", "--heads", "4", "--seq-len", "x"], "--seq-len"),
-        (["--d-model", "64", "--heads", "4", "--dtype", "fp8"], "fp8"),
-        (["--d-model", "64", "--heads", "4", "--kv-heads", "3"], "--kv-heads 3"),
-        (["--d-model", "60", "--heads", "8"], "--d-model 60"),
-        (["--heads", "4"], "d_model"),
+        (["--d-model", "64", "--heads", "4", "--batch", "0"], "--batch 0: must be >= 1"),
+        (["--d-model", "64", "--heads", "4", "--seq-len", "x"], "--seq-len x: expected integer"),
+        (["--d-model", "64", "--heads", "4", "--dtype", "fp8"], "--dtype fp8: unknown dtype"),
+        (["--d-model", "64", "--heads", "4", "--kv-heads", "3"],
+         "invalid combination --d-model 64 --heads 4 --kv-heads 3: "
+         "num_kv_heads 3 does not divide num_heads 4"),
+        (["--d-model", "60", "--heads", "8"], "num_heads 8 does not divide d_model 60"),
+        (["--d-model", "60", "--heads", "8"], "invalid combination --d-model 60 --heads 8"),
+        (["--heads", "4"], "give --d-model and --heads or --model"),
         ([], "nothing to run"),
     ],
-)
+)  # fmt: skip
 def test_bad_flags_exit_2(args, needle):
     result = runner.invoke(app, ["kvmem", *args, "--no-measure"])
     assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ")
     assert needle in result.output
     assert "Traceback" not in result.output

@@ -7,18 +7,18 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.errors import UsageError
+from attnbench.errors import FieldError, UsageError
+from attnbench.experiments.whole_model import whole_model_records
 from attnbench.model.architecture import ModelBody, ModelSpec
 from attnbench.model.hf_config import spec_from_hf_config
 from attnbench.model.model_params import (
     active_params,
-    meta_part_params,
     part_params,
     total_params,
     weight_bytes_per_rank,
-    whole_model_records,
 )
 from attnbench.model.presets import PRESETS
+from attnbench.modules.skeleton import meta_part_params
 
 #: Totals computed by hand from each published config.json (vocabulary, intermediate size,
 #: RMSNorm weights, Qwen2's q/k/v biases, Gemma's tied embeddings, Falcon's LayerNorm
@@ -138,8 +138,9 @@ def test_parts_per_rank_by_hand():
     # tp 4 > 2 KV heads: each rank keeps one KV head; ceil(10 / 4) = 3 rows, ceil(6 / 4) = 2.
     assert sum(part_params(TINY, 4).values()) == 24 + (16 + 16 + 16 + 16) + 48 + 24 + 24
     assert weight_bytes_per_rank(TINY, "int4", 4) == 184 // 2
-    with pytest.raises(UsageError, match="--tp: 3"):
+    with pytest.raises(FieldError, match="does not divide the 4 query heads") as info:
         part_params(TINY, 3)
+    assert (info.value.field, info.value.value) == ("tp", 3)
 
 
 def test_llama_3_70b_per_gpu_weights_under_tp8():
@@ -254,6 +255,7 @@ def test_records_and_cli_table():
     records = whole_model_records(PRESETS["mixtral-8x7b"])
     assert [r.part for r in records][-2:] == ["total", "active per token"]
     assert records[-2].params == records[-2].meta_params == EXACT_TOTALS["mixtral-8x7b"]
-    result = CliRunner().invoke(app, ["params", "--model", "qwen2.5-7b"])
+    result = CliRunner().invoke(app, ["params", "--model", "qwen2.5-7b"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "Whole model: qwen2.5-7b" in result.output and "7,615,616,512" in result.output
+    assert "Whole model (bfloat16 weights) · qwen2.5-7b" in result.output
+    assert "7,615,616,512" in result.output

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
-from attnbench.errors import UsageError
-from attnbench.model.formulas import MODEL_DTYPES
+from attnbench.errors import FieldError
+from attnbench.model.dtypes import MODEL_DTYPES
 from attnbench.model.presets import PRESETS, get_preset
 
 runner = CliRunner()
@@ -100,8 +100,9 @@ def test_get_preset_is_case_insensitive(given, expected):
     [("llama2-7b", "llama-2-7b"), ("mistral7b", "mistral-7b"), ("gemma-7", "gemma-7b")],
 )
 def test_get_preset_unknown_suggests_closest(given, suggestion):
-    with pytest.raises(UsageError) as info:
+    with pytest.raises(FieldError) as info:
         get_preset(given)
+    assert (info.value.field, info.value.value) == ("model", given)
     assert given in str(info.value)
     assert f"did you mean {suggestion!r}" in str(info.value)
 
@@ -119,7 +120,8 @@ def _table_rows(output: str) -> tuple[list[str], list[list[str]]]:
 
 
 def test_models_command_lists_every_preset_with_its_fields():
-    result = runner.invoke(app, ["models"])
+    # --wide: every column, the long Source one included, each cell on one line
+    result = runner.invoke(app, ["models", "--wide"])
     assert result.exit_code == 0, result.output
     header, rows = _table_rows(result.stdout)
     for column in ("Name", "layers", "d_model", "heads", "kv heads", "head_dim", "dtype"):
@@ -130,14 +132,16 @@ def test_models_command_lists_every_preset_with_its_fields():
     for name, (layers, d_model, heads, kv_heads, head_dim, _) in PUBLISHED.items():
         assert name in by_name, f"{name} missing from `attnbench models`"
         row = by_name[name]
-        assert row[col["layers"]] == str(layers)
-        assert row[col["d_model"]] == str(d_model)
-        assert row[col["heads"]] == str(heads)
-        assert row[col["kv heads"]] == str(kv_heads)
-        assert row[col["head_dim"]] == str(head_dim)
+        # integers are shown with thousands separators (4,096)
+        assert row[col["layers"]] == f"{layers:,}"
+        assert row[col["d_model"]] == f"{d_model:,}"
+        assert row[col["heads"]] == f"{heads:,}"
+        assert row[col["kv heads"]] == f"{kv_heads:,}"
+        assert row[col["head_dim"]] == f"{head_dim:,}"
+        assert row[col["Variant"]] == VARIANTS[name]
         assert row[col["dtype"]] == PRESETS[name].dtype
         source = next(r for h, r in zip(header, row, strict=True) if h.lower() == "source")
-        assert source
+        assert source == PRESETS[name].source
 
 
 def test_kvmem_model_flag_is_case_insensitive(tmp_path):
@@ -156,7 +160,7 @@ def test_kvmem_model_flag_is_case_insensitive(tmp_path):
 def test_unknown_model_exits_2_with_suggestion(command):
     result = runner.invoke(app, [command, "--model", "llama-2-7bb"])
     assert result.exit_code == 2
-    assert "llama-2-7bb" in result.output
+    assert result.output.startswith("error: --model llama-2-7bb: unknown model")
     assert "did you mean 'llama-2-7b'" in result.output
     assert "Traceback" not in result.output
     assert result.stdout == ""

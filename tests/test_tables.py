@@ -37,6 +37,9 @@ from attnbench.render.table import (
     terminal_width,
 )
 
+HINT = "--wide, or --csv"  # what the CLI passes
+
+
 # --- rows, computed by hand ---------------------------------------------------------------
 
 D_MODEL, HEADS, HEAD_DIM = 4096, 32, 128
@@ -176,7 +179,7 @@ def test_iqr_cell_is_half_the_iqr_over_the_median():
 
 
 def test_params_table_fits_80_columns_without_cutting():
-    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 80)
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert view.needed_width <= 80
@@ -196,7 +199,7 @@ def test_params_table_fits_80_columns_without_cutting():
 
 
 def test_params_table_at_120_columns_is_in_full():
-    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 120)
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 120, hint=HINT)
     text = render(view, 120)
     assert_fits(text, 120)
     assert view.hidden == [] and view.compacted == [] and view.footer() is None
@@ -205,16 +208,16 @@ def test_params_table_at_120_columns_is_in_full():
 
 
 def test_params_kv_heads_column_stays_when_it_varies():
-    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 200)
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 200, hint=HINT)
     assert "kv heads" in header_line(render(view, 200))
     rows = [r for r in params_rows() if r["num_kv_heads"] == 8]
-    view = build_table("Attention parameters per layer", rows, PARAMS, 200)
+    view = build_table("Attention parameters per layer", rows, PARAMS, 200, hint=HINT)
     assert "8 kv heads" in view.shared
     assert "kv heads" not in header_line(render(view, 200))
 
 
 def test_narrow_params_table_hides_the_least_important_first():
-    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 60)
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 60, hint=HINT)
     text = render(view, 60)
     assert_fits(text, 60)
     headers = header_line(text)
@@ -232,7 +235,9 @@ def test_narrow_params_table_hides_the_least_important_first():
 
 
 def test_wide_keeps_every_column_in_full():
-    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 80, wide=True)
+    view = build_table(
+        "Attention parameters per layer", params_rows(), PARAMS, 80, wide=True, hint=HINT
+    )
     assert view.hidden == [] and view.compacted == []
     assert view.needed_width > 80
     text = render(view, 80)
@@ -250,7 +255,7 @@ def test_wide_keeps_every_column_in_full():
 
 def test_kvmem_table_llama3_70b_at_80_columns():
     rows = kvmem_rows()
-    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80)
+    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     for part in ("llama-3-70b", "80 layers", "64 heads", "8 kv heads", "head_dim 128",
@@ -273,7 +278,7 @@ def test_kvmem_table_llama3_70b_at_80_columns():
 def test_kvmem_constant_context_moves_to_the_title():
     rows = [kvmem_row("llama-3-8b", layers=32, heads=32), kvmem_row(),
             kvmem_row("falcon-7b", layers=32, heads=71, kv=1)]  # fmt: skip
-    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80)
+    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert "context 8,192" in view.shared and "batch 1" in view.shared
@@ -287,11 +292,13 @@ def test_kvmem_constant_context_moves_to_the_title():
 def test_kvmem_long_status_is_shortened_not_cut():
     rows = kvmem_rows()
     rows[-1].update(measured_bytes=None, status="skipped: needs 40.00 GiB, 23.50 GiB free")
-    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80)
+    view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert "skipped" in text and "Status" in view.compacted
-    wide = render(build_table("KV-cache memory", rows, kvmem_columns(rows), 80, wide=True))
+    wide = render(
+        build_table("KV-cache memory", rows, kvmem_columns(rows), 80, wide=True, hint=HINT)
+    )
     assert "skipped: needs 40.00 GiB, 23.50 GiB free" in wide
 
 
@@ -307,7 +314,7 @@ def test_kvmem_option_columns_only_when_used_and_before_status():
     assert "kv dtype" not in headers and "window" not in headers
     rows[1].update(kv_dtype="int8", scale_bytes=4096)
     assert "kv dtype" in [c.header for c in kvmem_columns(rows)]
-    view = build_table("KV", rows, kvmem_columns(rows), 300)
+    view = build_table("KV", rows, kvmem_columns(rows), 300, hint=HINT)
     assert "21.88%" in render(view, 300)
     assert columns_for("kvmem", rows) == kvmem_columns(rows)
 
@@ -319,7 +326,7 @@ DECODE_TITLE = "Decode on Intel Xeon (cpu), peak copy bandwidth 45.7 GB/s"
 
 def test_decode_table_fits_80_columns_with_the_step_times():
     rows = decode_rows()
-    view = build_table(DECODE_TITLE, rows, DECODE, 80)
+    view = build_table(DECODE_TITLE, rows, DECODE, 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert view.shared == ["sdpa", "cpu", "float32", "batch 1", "d_model 4,096", "32 heads",
@@ -340,7 +347,7 @@ def test_decode_table_fits_80_columns_with_the_step_times():
 
 def test_decode_hidden_columns_in_rank_order():
     rows = decode_rows()
-    view = build_table(DECODE_TITLE, rows, DECODE, 80)
+    view = build_table(DECODE_TITLE, rows, DECODE, 80, hint=HINT)
     ranks = {c.header: c.rank for c in DECODE}
     assert [ranks[h] for h in view.hidden] == sorted(ranks[h] for h in view.hidden)
     # the low-priority columns go before any default one
@@ -349,11 +356,11 @@ def test_decode_hidden_columns_in_rank_order():
 
 def test_decode_table_at_120_and_wide():
     rows = decode_rows()
-    text = render(build_table(DECODE_TITLE, rows, DECODE, 120), 120)
+    text = render(build_table(DECODE_TITLE, rows, DECODE, 120, hint=HINT), 120)
     assert_fits(text, 120)
     for kept in ("kv heads", "% peak", "Status"):
         assert kept in header_line(text)
-    view = build_table(DECODE_TITLE, rows, DECODE, 80, wide=True)
+    view = build_table(DECODE_TITLE, rows, DECODE, 80, wide=True, hint=HINT)
     text = render(view)
     assert view.hidden == [] and "…" not in text
     headers = header_line(text)
@@ -371,7 +378,7 @@ def test_whole_model_table():
              ("total", 70_553_706_496, 141_107_412_992)]  # fmt: skip
     rows = [dict(model="llama-3-70b", part=p, params=n, meta_params=n, weight_bytes=b)
             for p, n, b in parts]  # fmt: skip
-    view = build_table("Whole model", rows, WHOLE_MODEL, 80)
+    view = build_table("Whole model", rows, WHOLE_MODEL, 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert view.shared == ["llama-3-70b"]
@@ -393,12 +400,12 @@ PRESET_ROWS = [
 
 
 def test_models_table_drops_the_source_rather_than_folding_it_thin():
-    view = build_table("Model presets", PRESET_ROWS, MODELS, 80)
+    view = build_table("Model presets", PRESET_ROWS, MODELS, 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert view.hidden[-1] == "Source"
     assert "deepseek-v2-lite" in text and "config.json" not in text
-    wide = build_table("Model presets", PRESET_ROWS, MODELS, 140)
+    wide = build_table("Model presets", PRESET_ROWS, MODELS, 140, hint=HINT)
     text = render(wide, 140)
     assert wide.hidden == [] and "Source" in header_line(text)
     body = [line for line in text.splitlines() if line.startswith("│")]
@@ -410,7 +417,7 @@ def test_models_table_drops_the_source_rather_than_folding_it_thin():
 
 
 def test_all_none_columns_are_left_out():
-    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 200)
+    view = build_table("Attention parameters per layer", params_rows(), PARAMS, 200, hint=HINT)
     text = render(view, 200)
     assert "Model" not in header_line(text)
     assert "module" in header_line(text)
@@ -419,22 +426,22 @@ def test_all_none_columns_are_left_out():
 def test_equal_ranks_drop_the_later_column_first():
     cols = [Column(h, h, fmt_int, rank=5) for h in ("a", "b", "c")]
     rows = [{"a": 10**9, "b": 10**9, "c": 10**9}]
-    view = build_table("t", rows, cols, table_width([13, 13]))
+    view = build_table("t", rows, cols, table_width([13, 13]), hint=HINT)
     assert view.hidden == ["c"]
-    view = build_table("t", rows, cols, table_width([13]))
+    view = build_table("t", rows, cols, table_width([13]), hint=HINT)
     assert view.hidden == ["b", "c"]
 
 
 def test_a_lone_setting_column_stays():
     cols = [Column("batch", "batch", fmt_int, setting=True)]
-    view = build_table("t", [{"batch": 1}, {"batch": 1}], cols, 80)
+    view = build_table("t", [{"batch": 1}, {"batch": 1}], cols, 80, hint=HINT)
     assert view.shared == [] and view.title == view.table.title == "t"
     assert "batch" in render(view)
 
 
 def test_non_settings_never_move_to_the_title():
     cols = [Column("a", "a", fmt_int), Column("b", "b", fmt_int, setting=True)]
-    view = build_table("t", [{"a": 1, "b": 2}, {"a": 1, "b": 2}], cols, 80)
+    view = build_table("t", [{"a": 1, "b": 2}, {"a": 1, "b": 2}], cols, 80, hint=HINT)
     assert view.shared == ["b 2"] and view.title == "t · b 2"
     assert view.table.title == "t ·\nb 2"  # broken to the table's width (5) between parts
     assert [c.header for c in view.table.columns] == ["a"]
@@ -442,13 +449,22 @@ def test_non_settings_never_move_to_the_title():
 
 def test_footer_wording():
     def view(hidden):
-        return TableView(table=None, title="", hidden=hidden, shared=[], needed_width=0)  # type: ignore[arg-type]
+        return TableView(
+            table=None,  # type: ignore[arg-type]
+            title="",
+            hidden=hidden,
+            shared=[],
+            needed_width=0,
+            hint=HINT,
+        )
 
     assert view([]).footer() is None
     assert view(["p25", "p75", "noisy"]).footer() == (
         "3 columns hidden (p25, p75, noisy): --wide, or --csv"
     )
     assert view(["per layer"]).footer() == "1 column hidden (per layer): --wide, or --csv"
+    bare = TableView(table=None, title="", hidden=["p25"], shared=[], needed_width=0)  # type: ignore[arg-type]
+    assert bare.footer() == "1 column hidden (p25)"
 
 
 def test_markdown_table_uses_full_text_and_aligns_numbers():

@@ -21,9 +21,13 @@ from attnbench import (
     MultiQueryAttention,
     scaled_dot_product_attention,
 )
-from attnbench.modules.attention import _ONEDNN_LINEAR
 
 pytestmark = pytest.mark.usefixtures("single_thread")
+
+#: This torch build has oneDNN's linear with prepacked weights (asked of torch itself).
+ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and all(
+    hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise")
+)
 
 D_MODEL = 64
 HEADS = 8
@@ -732,7 +736,7 @@ def test_assigning_weight_data_is_picked_up():
     assert_matches(out, expected, 1e-5)
 
 
-@pytest.mark.skipif(not _ONEDNN_LINEAR, reason="needs oneDNN's packed linear")
+@pytest.mark.skipif(not ONEDNN_LINEAR, reason="needs oneDNN's packed linear")
 def test_projection_path_is_packed_for_float32_cpu_inference():
     layer = gqa(2)
     x = torch.randn(1, 3, D_MODEL)

@@ -67,7 +67,7 @@ def test_table_on_stdout():
                                  "per layer", "whole model", "measured", "vs MHA",
                                  "Status"]  # fmt: skip
     # settings every row shares are said once, in the title
-    assert "1 layers · 4 heads · head_dim 16 · float16" in out.splitlines()[0]
+    assert "1 layer · 4 heads · head_dim 16 · float16" in out.splitlines()[0]
     for variant in ("MHA", "GQA-2", "MQA"):
         assert variant in out
     # 1 layer, 4 KV heads of 16, fp16: 2 * 4 * 16 * 2 = 256 bytes per token

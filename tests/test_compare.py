@@ -606,6 +606,7 @@ def test_only_inputs_are_key_fields():
     derived_from_inputs = {
         "model", "variant", "device",  # the model's name; the heads; the device the run used
         "question",  # fit: which of seq_len and batch was given
+        "given",  # fit: the value of that one (seq_len or batch)
         "memory_bytes_per_gpu",  # fit: --memory in bytes
         "part",  # model_parts: the name of a part of the model
     }  # fmt: skip

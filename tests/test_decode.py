@@ -1,6 +1,9 @@
 """decode-speed: the harness's statistics, cached == uncached outputs, formulas, failures."""
 
+from __future__ import annotations
+
 import csv
+import functools
 import json
 import statistics
 import time
@@ -9,17 +12,23 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import attnbench.cli.decode_cmd
 from attnbench.cli import app
 from attnbench.experiments import decode
-from attnbench.experiments.decode import DecodeOptions, build_layer, decode_outputs, decode_record
+from attnbench.experiments.context import Context
+from attnbench.experiments.decode import DecodePoint, build_layer, decode_outputs
 from attnbench.measure.timing import Measurement, Timer, percentile
 from attnbench.model.formulas import (
-    AttentionShape,
     cached_step_bytes,
     decode_totals,
     forward_flops,
     uncached_step_bytes,
 )
+from attnbench.model.shapes import AttentionShape
+from attnbench.study import runner as study
+from attnbench.study.runner import DirectoryStore, plan_command, run_experiment, run_study
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 runner = CliRunner()
 TINY = ["--d-model", "32", "--heads", "4", "--kv-heads", "4,1", "--batch", "1",
@@ -30,7 +39,7 @@ DECODE_COLUMNS = [
     "head_dim", "prompt_len", "gen_len", "mode", "prefill_ms", "step_ms_median", "step_ms_p25",
     "step_ms_p75", "total_ms", "tokens_per_s", "speedup_vs_no_cache", "bytes_per_step",
     "achieved_gbps", "peak_gbps", "pct_of_peak_bw", "flops_per_step", "achieved_tflops",
-    "noisy", "status",
+    "noisy", "status", "model", "projection_path",
 ]  # fmt: skip
 
 
@@ -130,12 +139,34 @@ def test_decode_flops_by_hand():
 
 # --- records and failures ----------------------------------------------------------------
 
-POINT = {"d_model": 32, "num_heads": 4, "num_kv_heads": 2, "batch": 1, "prompt_len": 4,
-         "gen_len": 3, "backend": "sdpa", "mode": "cache", "dtype": "float32"}  # fmt: skip
+TINY_POINT = {"d_model": 32, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "prompt_len": 4,
+              "gen_len": 3, "backend": "sdpa", "mode": "cache", "dtype": "float32"}  # fmt: skip
+POINT = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2})
+CPU = torch.device("cpu")
+#: Field values of a tiny decode study (what the decode-speed flags would give).
+TINY_VALUES = {"d_model": [32], "num_heads": [4], "num_kv_heads": [4, 1], "batch": [1],
+               "prompt_len": [4], "gen_len": [3], "warmup": 0, "repeats": 1,
+               "device": "cpu"}  # fmt: skip
+
+
+def tiny_plan(**values) -> study.Plan:
+    """A planned decode study of TINY_VALUES, with `values` replacing some of them."""
+    return plan_command("decode", None, {**TINY_VALUES, **values})
+
+
+def raising(exc: BaseException, when=lambda point: True):
+    """An executor that raises `exc` for the points `when` picks and runs the others."""
+
+    def execute(task: study.Task, context: Context):
+        if when(task.point):
+            raise exc
+        return run_experiment(task, context)
+
+    return execute
 
 
 def test_record_fields_are_consistent():
-    rec = decode_record(POINT, torch.device("cpu"), DecodeOptions(warmup=0, repeats=2), 10.0)
+    rec = decode.run(POINT, Context(CPU, {"warmup": 0, "repeats": 2}, peak_gbps=10.0))
     assert rec.status == "ok"
     assert len(rec.samples_ms) == 2 * 3  # repeats x gen_len per-step samples
     assert rec.step_ms_p25 <= rec.step_ms_median <= rec.step_ms_p75
@@ -144,55 +175,88 @@ def test_record_fields_are_consistent():
     assert rec.achieved_gbps == pytest.approx(rec.bytes_per_step / rec.step_ms_median / 1e6)
     assert rec.pct_of_peak_bw == pytest.approx(10 * rec.achieved_gbps)
     assert rec.total_ms >= rec.prefill_ms
+    assert rec.peak_gbps == 10.0
+    assert rec.projection_path in ("onednn-packed", "torch")
 
 
 def test_no_prefill_leaves_prefill_empty():
-    options = DecodeOptions(warmup=0, repeats=1, prefill=False)
-    rec = decode_record(POINT, torch.device("cpu"), options, None)
+    rec = decode.run(POINT, Context(CPU, {"warmup": 0, "repeats": 1, "prefill": False}))
     assert rec.status == "ok" and rec.prefill_ms is None and rec.pct_of_peak_bw is None
+    assert len(rec.samples_ms) == 3
 
 
-def test_out_of_memory_becomes_a_status(monkeypatch):
-    def boom(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
-
-    monkeypatch.setattr(decode, "time_decode", boom)
-    rec = decode_record(POINT, torch.device("cpu"), DecodeOptions(), None)
-    assert rec.status == "oom" and rec.step_ms_median is None
-    assert rec.bytes_per_step is not None  # the analytic columns are still filled
-
-
-def test_cpu_allocator_failure_is_an_oom_and_other_errors_are_recorded(monkeypatch):
-    cpu_oom = RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory")
-    monkeypatch.setattr(decode, "time_decode", _raiser(cpu_oom))
-    assert decode_record(POINT, torch.device("cpu"), DecodeOptions(), None).status == "oom"
-    monkeypatch.setattr(decode, "time_decode", _raiser(ValueError("bad thing")))
-    status = decode_record(POINT, torch.device("cpu"), DecodeOptions(), None).status
-    assert status == "error: ValueError: bad thing"
+def test_out_of_memory_becomes_a_status():
+    plan = tiny_plan(num_kv_heads=[2], mode=["cache"])
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    result = run_study(plan, execute=raising(oom))
+    (rec,) = result.records["decode"]
+    assert rec.status == "oom" and rec.step_ms_median is None and rec.samples_ms == []
+    # the analytic columns are still filled: 3 steps over 4 then 5 then 6 cached tokens
+    total_bytes, total_flops = decode_totals(AttentionShape(32, 4, 2), 1, 4, 3, "float32", True)
+    assert rec.bytes_per_step == round(total_bytes / 3)
+    assert rec.flops_per_step == round(total_flops / 3)
+    assert result.section_records("decode")[0]["status"] == "oom"
+    assert result.ran == 1 and not result.interrupted
 
 
-def _raiser(exc):
-    def raise_it(*args, **kwargs):
-        raise exc
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory"), "oom"),
+        (ValueError("bad thing"), "error: ValueError: bad thing"),
+    ],
+)
+def test_cpu_allocator_failure_is_an_oom_and_other_errors_are_recorded(exc, status):
+    result = run_study(tiny_plan(num_kv_heads=[2], mode=["cache"]), execute=raising(exc))
+    (rec,) = result.records["decode"]
+    assert rec.status == status and rec.step_ms_median is None
 
-    return raise_it
+
+def is_mqa(point: DecodePoint) -> bool:
+    return point.num_kv_heads == 1
 
 
-def test_sweep_goes_on_after_an_oom_and_exits_nonzero(monkeypatch, tmp_path):
-    real = decode.time_decode
+def test_sweep_goes_on_after_an_oom(tmp_path):
+    plan = tiny_plan()
+    oom = torch.OutOfMemoryError("out of memory")
+    result = run_study(plan, DirectoryStore(tmp_path), execute=raising(oom, when=is_mqa))
+    assert result.ran == result.total == 4 and not result.interrupted
+    rows = list(csv.DictReader((tmp_path / "decode.csv").open()))
+    assert len(rows) == 4  # 2 variants x 2 modes, all recorded, no_cache first
+    assert [(r["num_kv_heads"], r["mode"], r["status"]) for r in rows] == [
+        ("4", "no_cache", "ok"), ("4", "cache", "ok"),
+        ("1", "no_cache", "oom"), ("1", "cache", "oom"),
+    ]  # fmt: skip
+    mha_cache = result.records["decode"][1]
+    assert mha_cache.speedup_vs_no_cache > 0  # linked to the no_cache row before it
+    assert result.records["decode"][3].speedup_vs_no_cache is None
 
-    def fail_mqa(shape, *args, **kwargs):
-        if shape.num_kv_heads == 1:
-            raise torch.OutOfMemoryError("out of memory")
-        return real(shape, *args, **kwargs)
 
-    monkeypatch.setattr(decode, "time_decode", fail_mqa)
+def with_executor(monkeypatch, module, execute) -> None:
+    """Make the command in `module` run its study through the public runner with
+    `execute` (the injection point run_study offers for tests)."""
+    monkeypatch.setattr(module, "run_study", functools.partial(run_study, execute=execute))
+
+
+def test_decode_speed_exits_1_when_a_point_did_not_complete(monkeypatch, tmp_path):
+    oom = torch.OutOfMemoryError("out of memory")
+    with_executor(monkeypatch, attnbench.cli.decode_cmd, raising(oom, when=is_mqa))
     out = tmp_path / "d.csv"
     result = runner.invoke(app, ["decode-speed", *TINY, "--device", "cpu", "--csv", str(out)])
     assert result.exit_code == 1
+    assert "2 of 4 points did not complete: oom" in result.stderr
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 4  # 2 variants x 2 modes, all recorded
     assert sorted(r["status"] for r in rows) == ["ok", "ok", "oom", "oom"]
+
+
+def test_decode_points_put_no_cache_first():
+    points = [DecodePoint(**{**TINY_POINT, "prompt_len": n, "mode": m})
+              for n in (4, 8) for m in ("cache", "no_cache")]  # fmt: skip
+    assert [(p.prompt_len, p.mode) for p in decode.no_cache_first(points)] == [
+        (4, "no_cache"), (4, "cache"), (8, "no_cache"), (8, "cache"),
+    ]  # fmt: skip
+    planned = [(t.point.num_kv_heads, t.point.mode) for t in tiny_plan().tasks]
+    assert planned == [(4, "no_cache"), (4, "cache"), (1, "no_cache"), (1, "cache")]
 
 
 # --- the command -------------------------------------------------------------------------
@@ -206,16 +270,19 @@ def test_csv_and_json_hold_the_same_records(tmp_path):
     rows = list(csv.DictReader(csv_path.open()))
     doc = json.loads(json_path.read_text())
     assert doc["command"] == "decode-speed"
-    assert doc["environment"]["peak_gbps"] > 0
+    assert doc["environment"]["peak_gbps"] == 10.0  # the stubbed probe (conftest)
     assert doc["environment"]["num_threads"] == torch.get_num_threads()
-    assert list(rows[0])[: len(DECODE_COLUMNS)] == DECODE_COLUMNS
+    assert list(rows[0]) == DECODE_COLUMNS
     assert "samples_ms" not in rows[0]
     assert len(rows) == len(doc["records"]) == 4
+    assert [r["mode"] for r in rows] == ["no_cache", "cache"] * 2  # the runner's order
     for row, rec in zip(rows, doc["records"], strict=True):
         assert len(rec["samples_ms"]) == 3
         assert float(row["step_ms_median"]) == pytest.approx(rec["step_ms_median"])
         assert int(row["bytes_per_step"]) == rec["bytes_per_step"]
         assert rec["step_ms_median"] == pytest.approx(statistics.median(rec["samples_ms"]))
+        assert rec["peak_gbps"] == 10.0
+        assert rec["projection_path"] == row["projection_path"] != ""
         if rec["mode"] == "cache":
             assert rec["speedup_vs_no_cache"] > 0
         else:
@@ -223,14 +290,37 @@ def test_csv_and_json_hold_the_same_records(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("columns", "flags", "hidden"),
+    [("80", [], True), ("250", [], False), ("80", ["--wide"], False)],
+    ids=["narrow", "wide terminal", "--wide"],
+)
+def test_table_fits_the_width_or_shows_every_column(columns, flags, hidden):
+    result = runner.invoke(app, ["decode-speed", *TINY, "--device", "cpu", *flags],
+                           env={"COLUMNS": columns})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (head,) = [line for line in result.stdout.splitlines() if "┃ Variant" in line]
+    headers = [h.strip() for h in head.strip("┃").split("┃")]
+    assert {"Variant", "Mode", "step ms", "speed-up", "Status"} <= set(headers)
+    for header in ("prefill ms", "p25", "p75", "total ms"):
+        assert (header not in headers) is hidden
+    assert ("columns hidden (" in result.stdout) is hidden
+    assert ("--wide, or --csv" in result.stdout) is hidden
+    # settings every row shares are in the title, not columns
+    title = " ".join(result.stdout.split("┏")[0].split())
+    assert "peak copy bandwidth 10.0 GB/s" in title
+    for setting in ("sdpa", "cpu", "float32", "batch 1", "d_model 32", "4 heads", "gen 3"):
+        assert setting in title
+
+
+@pytest.mark.parametrize(
     "args, needle",
     [
-        (["--device", "cuda"], "--device"),
-        (["--mode", "fast"], "--mode"),
-        (["--backend", "flash"], "--backend"),
-        (["--prompt-len", "0"], "--prompt-len"),
-        (["--repeats", "x"], "--repeats"),
-        (["--dtype", "float64"], "--dtype"),
+        (["--device", "cuda"], "--device cuda: "),
+        (["--mode", "fast"], "--mode fast: unknown value 'fast'"),
+        (["--backend", "flash"], "--backend flash: unknown value 'flash'"),
+        (["--prompt-len", "0"], "--prompt-len 0: must be >= 1"),
+        (["--repeats", "x"], "--repeats x: expected an integer"),
+        (["--dtype", "float64"], "--dtype float64: unknown dtype 'float64'"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, needle):
@@ -238,12 +328,15 @@ def test_bad_flags_exit_2_with_one_line(args, needle):
         pytest.skip("CUDA is present")
     result = runner.invoke(app, ["decode-speed", *TINY, *args])
     assert result.exit_code == 2
-    assert needle in result.output and "Traceback" not in result.output
+    assert "Traceback" not in result.output and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {needle}"), line
 
 
 @pytest.mark.cuda
 def test_cuda_graph_replays_match_eager_timing_shape():
-    point = {**POINT, "dtype": "bfloat16", "prompt_len": 64, "gen_len": 4}
-    options = DecodeOptions(warmup=1, repeats=2, cuda_graph=True)
-    rec = decode_record(point, torch.device("cuda"), options, None)
+    point = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2, "dtype": "bfloat16",
+                           "prompt_len": 64, "gen_len": 4})  # fmt: skip
+    options = {"warmup": 1, "repeats": 2, "cuda_graph": True}
+    rec = decode.run(point, Context(torch.device("cuda"), options))
     assert rec.status == "ok" and len(rec.samples_ms) == 8

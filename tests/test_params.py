@@ -152,7 +152,7 @@ def test_cli_params_model_preset():
         (["--d-model", "0", "--heads", "32"], ["--d-model", "0"]),
         (["--d-model", "-4", "--heads", "32"], ["--d-model", "-4"]),
         (["--d-model", "abc", "--heads", "32"], ["--d-model", "--d-model abc:"]),
-        (["--d-model", "64", "--heads", "4", "--kv-heads", "8,,4"], ["--kv-heads", "--kv-heads 8,,4:"]),
+        (["--d-model", "64", "--heads", "4", "--kv-heads", "8,,4"], ["--kv-heads 8,,4:"]),
         (["--model", "lama-2-7b"], ["--model", "--model lama-2-7b:", "did you mean 'llama-2-7b'"]),
     ],
     ids=["heads-30", "kv-heads-3", "d-model-0", "d-model-neg", "d-model-abc", "kv-heads-empty",

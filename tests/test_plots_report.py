@@ -10,9 +10,15 @@ import matplotlib.image
 import pytest
 from typer.testing import CliRunner
 
-import attnbench.study.runner as study
-from attnbench.render import plots, report
+import attnbench.cli.run_cmd
 from attnbench.cli import app
+from attnbench.model.units import binary_unit
+from attnbench.render import plots, report
+from attnbench.render.columns import PARAMS, kvmem_columns
+from attnbench.render.table import markdown_table
+from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 runner = CliRunner()
 
@@ -30,19 +36,24 @@ def saved(tmp_path_factory) -> dict:
     """A finished tiny study's results.json (no plots, no report yet) and its document."""
     out = tmp_path_factory.mktemp("study")
     (out / "tiny.yaml").write_text(TINY)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(study, "measure_peak_gbps", lambda device: 10.0)
-        result = study.run_study(study.plan_study(out / "tiny.yaml"), out)
-    assert not result.interrupted
-    return {"path": out / study.RESULTS_FILE, "doc": result.document}
+    # module-scoped: conftest's stub of the peak probe is not in place yet
+    result = run_study(plan_study(out / "tiny.yaml"), DirectoryStore(out),
+                       probe_peak=lambda device: 10.0)  # fmt: skip
+    assert not result.interrupted and result.ran == 3 + 9 + 12
+    return {"path": out / RESULTS_FILE, "doc": result.document}
 
 
 @pytest.fixture
-def nothing_runs(monkeypatch):
-    def forbidden(*args, **kwargs):
-        pytest.fail("re-rendering ran a point")
+def nothing_runs(monkeypatch, saved):
+    """Re-rendering runs no study and leaves the saved results as they were."""
 
-    monkeypatch.setattr(study, "_run_point", forbidden)
+    def forbidden(*args, **kwargs):
+        pytest.fail("re-rendering ran a study")
+
+    monkeypatch.setattr(attnbench.cli.run_cmd, "run_study", forbidden)
+    before = saved["path"].read_bytes()
+    yield
+    assert saved["path"].read_bytes() == before
 
 
 def _saved_copy(saved, tmp_path, edit=None):
@@ -138,17 +149,16 @@ def test_plots_skip_what_the_study_lacks(saved, tmp_path):
 
 
 def test_binary_units():
-    assert plots.binary_unit(1000) == (1.0, "B")
-    assert plots.binary_unit(1536) == (1024.0, "KiB")
-    assert plots.binary_unit(3 * 2**30) == (2.0**30, "GiB")
+    assert binary_unit(1000) == (1.0, "B")
+    assert binary_unit(1536) == (1024.0, "KiB")
+    assert binary_unit(3 * 2**30) == (2.0**30, "GiB")
 
 
 # ------------------------------------------------------------------ report pieces
 
 
 def test_markdown_table_drops_empty_columns_and_escapes():
-    columns = report.TABLES["params"][1]
-    table = report.markdown_table([{"variant": "a|b", "d_model": 4096, "model": None}], columns)
+    table = markdown_table([{"variant": "a|b", "d_model": 4096, "model": None}], PARAMS)
     header, rule, row = table.splitlines()
     assert header == "| Variant | d_model |" and rule == "|---|---:|"
     assert row == "| a\\|b | 4,096 |"
@@ -169,5 +179,11 @@ def test_settings_added_to_records_later_tell_lines_and_columns_apart():
             for tp in (1, 2)]  # fmt: skip
     lines = plots.series(rows, "num_kv_heads", named=False)
     assert [(label, len(line)) for label, line in lines] == [("tp 1", 2), ("tp 2", 2)]
-    columns = [("Variant", "variant", str), ("kv heads", "num_kv_heads", str)]
-    assert report.markdown_table(rows, columns).splitlines()[0] == "| Variant | kv heads | tp |"
+    assert [[r["num_kv_heads"] for r in line] for _, line in lines] == [[1, 4], [1, 4]]
+    # the report's kvmem table shows tp as a column of its own once some row uses it
+    table = markdown_table(rows, kvmem_columns(rows)).splitlines()
+    assert table[0] == "| Variant | kv heads | context | whole model | tp |"
+    assert table[2:] == ["| MHA | 4 | 8 | 256 B | 1 |", "| MHA | 4 | 8 | 256 B | 2 |",
+                         "| MQA | 1 | 8 | 64 B | 1 |", "| MQA | 1 | 8 | 64 B | 2 |"]  # fmt: skip
+    without_tp = [{**r, "tp": 1} for r in rows[::2]]
+    assert "tp" not in markdown_table(without_tp, kvmem_columns(without_tp)).splitlines()[0]

@@ -3,9 +3,11 @@ dry-run, out of memory, and its bad input."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
+import threading
 
 import matplotlib.image
 import pandas as pd
@@ -13,10 +15,20 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import attnbench.experiments.decode
-import attnbench.study.runner as study
+import attnbench.cli.run_cmd
 from attnbench.cli import app
+from attnbench.experiments.decode import DecodePoint, no_cache_first
+from attnbench.render.report import findings
 from attnbench.study.output import append_csv_row
+from attnbench.study.runner import (
+    DirectoryStore,
+    Task,
+    plan_study,
+    run_experiment,
+    run_study,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 runner = CliRunner()
 
@@ -54,18 +66,61 @@ def tiny(tmp_path):
 
 
 @pytest.fixture
-def fast_peak(monkeypatch):
-    """Skip the 256 MiB bandwidth copy where the test is not about it."""
-    monkeypatch.setattr(study, "measure_peak_gbps", lambda device: 10.0)
+def no_plots(monkeypatch):
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
 
 
 @pytest.fixture
-def no_plots(monkeypatch):
-    monkeypatch.setattr("attnbench.cli.run_cmd.render_plots", lambda doc, out: [])
+def cli_runs_with(monkeypatch):
+    """`cli_runs_with(execute, **options)`: `attnbench run` runs its study through the
+    public runner with `execute` (and any other run_study options) injected."""
+
+    def inject(execute, **options) -> None:
+        study = functools.partial(run_study, execute=execute, **options)
+        monkeypatch.setattr(attnbench.cli.run_cmd, "run_study", study)
+
+    return inject
+
+
+def after_points(k: int, then):
+    """An executor that runs every point and calls `then()` once the k-th has finished
+    (before its record is handed back to the runner)."""
+    done: list[Task] = []
+
+    def execute(task: Task, context):
+        record = run_experiment(task, context)
+        done.append(task)
+        if len(done) == k:
+            then()
+        return record
+
+    return execute
+
+
+def sigint() -> None:
+    """Ctrl-C, as the terminal sends it; only while the runner handles it (without its
+    handler the test session itself would stop)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        pytest.fail("no Ctrl-C handler is installed while the study runs")
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def sigint_twice() -> None:
+    sigint()
+    sigint()
+
+
+def forbidden(*args, **kwargs):
+    pytest.fail("a dry run ran something")
 
 
 def run(*args):
     return runner.invoke(app, ["run", *map(str, args)])
+
+
+def flat(text: str) -> str:
+    """Console text with its line breaks (the console's width) undone."""
+    return " ".join(text.split())
 
 
 def csv_rows(out, section) -> pd.DataFrame:
@@ -108,55 +163,61 @@ def test_end_to_end(tiny, tmp_path):
     for variant in ("MHA", "GQA-2", "MQA"):
         assert variant in report
     assert "![Decode step latency" in report
-    assert "GQA-2 needs 50.0% of MHA's KV cache and MQA 25.0%" in result.stdout
+    assert "With 4 query heads, GQA-2 needs 50.0% of MHA's KV cache and MQA 25.0%." in flat(
+        result.stdout
+    )
     assert "Findings" in result.stdout
 
 
-def test_decode_points_put_no_cache_first():
-    points = [{"prompt_len": n, "mode": m} for n in (4, 8) for m in ("cache", "no_cache")]
-    assert [(p["prompt_len"], p["mode"]) for p in study.no_cache_first(points)] == [
+def test_decode_points_put_no_cache_first(tiny):
+    base = {"d_model": 64, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "dtype": "float32",
+            "gen_len": 4, "backend": "sdpa"}  # fmt: skip
+    points = [
+        DecodePoint(**base, prompt_len=n, mode=m) for n in (4, 8) for m in ("cache", "no_cache")
+    ]
+    assert [(p.prompt_len, p.mode) for p in no_cache_first(points)] == [
         (4, "no_cache"), (4, "cache"), (8, "no_cache"), (8, "cache"),
+    ]  # fmt: skip
+    plan = plan_study(tiny)
+    decode = [t.point for t in plan.tasks if t.section == "decode"]
+    assert [(p.num_kv_heads, p.prompt_len, p.mode) for p in decode[:4]] == [
+        (4, 4, "no_cache"), (4, 4, "cache"), (4, 8, "no_cache"), (4, 8, "cache"),
     ]  # fmt: skip
 
 
 # ------------------------------------------------------------ nothing lost
 
-
-REAL_RUN_POINT = study._run_point
-
-
-def _interrupt_after(monkeypatch, k: int, how) -> None:
-    """Call `how()` once the k-th point of the run has finished."""
-    real = REAL_RUN_POINT
-    done = []
-
-    def run_point(*args):
-        record = real(*args)
-        done.append(1)
-        if len(done) == k:
-            how()
-        return record
-
-    monkeypatch.setattr(study, "_run_point", run_point)
+#: Stop after this many points: between a no_cache point and its cache point.
+K = POINTS["params"] + POINTS["kvmem"] + 3
 
 
-@pytest.mark.usefixtures("fast_peak", "no_plots")
-def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("no_plots")
+def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
     out = tmp_path / "study"
-    k = POINTS["params"] + POINTS["kvmem"] + 3  # stop between a no_cache and its cache point
-    _interrupt_after(monkeypatch, k, lambda: os.kill(os.getpid(), signal.SIGINT))
-    result = run(tiny, "--out", out)
-    assert result.exit_code == 130, result.output
-    assert "--resume" in result.stderr and str(out) in result.stderr
+    handler = signal.getsignal(signal.SIGINT)
+    notices = []
+    result = run_study(plan_study(tiny), DirectoryStore(out), execute=after_points(K, sigint),
+                       on_interrupt=lambda: notices.append("stopping"))  # fmt: skip
+    assert result.interrupted and result.ran == K and notices == ["stopping"]
+    assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C is the test runner's again
     assert len(csv_rows(out, "decode")) == 3
     doc = json.loads((out / "results.json").read_text())
-    assert sum(len(s["records"]) for s in doc["sections"].values()) == k
+    assert sum(len(s["records"]) for s in doc["sections"].values()) == K
 
-    monkeypatch.setattr(study, "_run_point", REAL_RUN_POINT)
-    monkeypatch.setattr(study, "measure_peak_gbps", lambda device: pytest.fail("re-measured"))
+    # one more point, then stop; the peak bandwidth stored with the study is reused
+    stop = threading.Event()
+    result = run_study(plan_study(tiny), DirectoryStore(out), resume=True, stop=stop,
+                       execute=after_points(1, stop.set),
+                       probe_peak=lambda device: pytest.fail("re-measured"))  # fmt: skip
+    assert (result.skipped, result.ran, result.interrupted) == (K, 1, True)
+    (cached,) = result.records["decode"]
+    assert (cached.num_kv_heads, cached.prompt_len, cached.mode) == (4, 8, "cache")
+    assert cached.speedup_vs_no_cache > 0  # linked to the no_cache row of the first run
+    assert result.environment["peak_gbps"] == doc["environment"]["peak_gbps"]
+
     result = run(tiny, "--out", out, "--resume")
     assert result.exit_code == 0, result.output
-    assert f"({k} recorded earlier)" in result.stdout
+    assert f"({K + 1} recorded earlier)" in result.stdout
     for section, count in POINTS.items():
         assert len(csv_rows(out, section)) == count
     decode = csv_rows(out, "decode")
@@ -164,23 +225,34 @@ def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path, monke
     assert decode.loc[decode["mode"] == "cache", "speedup_vs_no_cache"].notna().all()
 
 
-@pytest.mark.usefixtures("fast_peak", "no_plots")
-def test_a_hard_stop_keeps_every_finished_row(tiny, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("no_plots")
+def test_a_hard_stop_keeps_every_finished_row(tiny, tmp_path):
     """A second Ctrl-C (KeyboardInterrupt mid-point) loses only the point it hit."""
     out = tmp_path / "study"
-
-    def hard_stop():
-        raise KeyboardInterrupt
-
-    _interrupt_after(monkeypatch, 2, hard_stop)
-    assert run(tiny, "--out", out).exit_code == 130
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(plan_study(tiny), DirectoryStore(out), execute=after_points(2, sigint_twice),
+                  on_interrupt=lambda: None)  # fmt: skip
+    assert signal.getsignal(signal.SIGINT) is handler
     assert len(csv_rows(out, "params")) == 1
-    monkeypatch.setattr(study, "_run_point", REAL_RUN_POINT)
+    doc = json.loads((out / "results.json").read_text())
+    assert len(doc["sections"]["params"]["records"]) == 1
     assert run(tiny, "--out", out, "--resume", "-q").exit_code == 0
     assert [len(csv_rows(out, s)) for s in POINTS] == list(POINTS.values())
 
 
-@pytest.mark.usefixtures("fast_peak", "no_plots")
+@pytest.mark.parametrize("then", [sigint, sigint_twice], ids=["ctrl-c", "ctrl-c twice"])
+@pytest.mark.usefixtures("no_plots")
+def test_interrupted_run_exits_130_and_says_how_to_resume(tiny, tmp_path, cli_runs_with, then):
+    out = tmp_path / "study"
+    cli_runs_with(after_points(2, then))
+    result = run(tiny, "--out", out)
+    assert result.exit_code == 130, result.output
+    assert f"attnbench run {tiny} --out {out} --resume" in result.stderr
+    assert (out / "results.json").is_file() and not (out / "report.md").exists()
+
+
+@pytest.mark.usefixtures("no_plots")
 def test_resume_with_another_config_exits_2(tmp_path):
     out = tmp_path / "study"
     params_only = tmp_path / "params.yaml"
@@ -198,89 +270,141 @@ def test_resume_with_another_config_exits_2(tmp_path):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.usefixtures("fast_peak", "no_plots")
+@pytest.mark.usefixtures("no_plots")
 def test_out_with_results_needs_resume(tmp_path):
     out = tmp_path / "study"
     config = tmp_path / "params.yaml"
     config.write_text("defaults: {d_model: 64, num_heads: 4}\nparams: {}\n")
     assert run(config, "--out", out, "-q").exit_code == 0
     result = run(config, "--out", out)
-    assert result.exit_code == 2 and "--resume" in result.stderr
+    assert result.exit_code == 2
+    assert f"error: --out {out}: already holds results; resume them" in result.stderr
     result = run(config, "--resume")
-    assert result.exit_code == 2 and "--out" in result.stderr
+    assert result.exit_code == 2
+    assert "error: --resume: give the results directory to finish with --out" in result.stderr
     result = run(config, "--out", tmp_path / "empty", "--resume")
-    assert result.exit_code == 2 and "no results.json" in result.stderr
+    assert result.exit_code == 2 and "no results.json there to resume" in result.stderr
 
 
-@pytest.mark.usefixtures("fast_peak", "no_plots")
-def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path, monkeypatch):
-    real = attnbench.experiments.decode.time_decode
+def is_mqa_cache_at_8(task: Task) -> bool:
+    p = task.point
+    return task.section == "decode" and (p.num_kv_heads, p.prompt_len, p.mode) == (1, 8, "cache")
 
-    def time_decode(shape, backend, dtype, batch, prompt_len, gen_len, cached, *rest):
-        if shape.num_kv_heads == 1 and prompt_len == 8 and cached:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(shape, backend, dtype, batch, prompt_len, gen_len, cached, *rest)
 
-    monkeypatch.setattr(attnbench.experiments.decode, "time_decode", time_decode)
+def failing(exc: BaseException, when):
+    def execute(task: Task, context):
+        if when(task):
+            raise exc
+        return run_experiment(task, context)
+
+    return execute
+
+
+MQA_OOM = "decode MQA d_model 64 batch 1 prompt 8 cache: oom"
+
+
+def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path):
     out = tmp_path / "study"
-    result = run(tiny, "--out", out)
-    assert result.exit_code == 0, result.output
-    assert "1 point(s) did not complete" in result.stdout
-    assert "decode MQA d_model 64 batch 1 prompt 8 cache: oom" in result.stdout
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    result = run_study(
+        plan_study(tiny), DirectoryStore(out), execute=failing(oom, is_mqa_cache_at_8)
+    )
+    assert not result.interrupted and result.ran == sum(POINTS.values())
+    assert findings(result.document)[-1] == f"1 point(s) did not complete: {MQA_OOM}."
     decode = csv_rows(out, "decode")
     assert len(decode) == POINTS["decode"]
     assert (decode["status"] == "oom").sum() == 1
+    oom_row = decode[decode["status"] == "oom"].iloc[0]
+    assert (oom_row["num_kv_heads"], oom_row["prompt_len"], oom_row["mode"]) == (1, 8, "cache")
+    assert pd.isna(oom_row["step_ms_median"]) and oom_row["bytes_per_step"] > 0
+
+
+@pytest.mark.usefixtures("no_plots")
+@pytest.mark.parametrize(
+    ("exc", "code", "status"),
+    [
+        (torch.OutOfMemoryError("CUDA out of memory"), 0, "oom"),
+        (ValueError("bad thing"), 1, "error: ValueError: bad thing"),
+    ],
+)
+def test_run_exits_1_only_for_failures_other_than_memory(tiny, tmp_path, cli_runs_with, exc,
+                                                         code, status):  # fmt: skip
+    out = tmp_path / "study"
+    cli_runs_with(failing(exc, is_mqa_cache_at_8))
+    result = run(tiny, "--out", out)
+    assert result.exit_code == code, result.output
+    assert f"1 point(s) did not complete: {MQA_OOM.replace('oom', status)}." in flat(result.stdout)
+    assert list(csv_rows(out, "decode")["status"]).count(status) == 1
 
 
 # ------------------------------------------------------------ dry run, bad input
 
 
-def test_dry_run_runs_nothing(tiny, tmp_path, monkeypatch):
-    def forbidden(*args, **kwargs):
-        pytest.fail("a dry run ran something")
-
-    monkeypatch.setattr(study, "_run_point", forbidden)
-    monkeypatch.setattr(study, "measure_peak_gbps", forbidden)
+def test_dry_run_runs_nothing(tiny, tmp_path, cli_runs_with):
+    cli_runs_with(forbidden, probe_peak=forbidden)
     out = tmp_path / "study"
     result = run(tiny, "--out", out, "--dry-run")
     assert result.exit_code == 0, result.output
     assert not out.exists()
     lines = result.stdout.splitlines()
     assert sum(line.startswith("decode ") for line in lines) == POINTS["decode"]
+    assert sum(line.startswith("kvmem ") for line in lines) == POINTS["kvmem"]
     assert f"{sum(POINTS.values())} points" in result.stdout and "nothing was run" in result.stdout
 
 
 def test_default_study_plans_within_budget():
     """The packaged study: every variant, cache and no cache at several prompt lengths."""
-    plan = study.plan_study()
+    plan = plan_study()
     decode = [t.point for t in plan.tasks if t.section == "decode"]
-    kv_heads = {p["num_kv_heads"] for p in decode}
-    assert {1, *(p["num_heads"] for p in decode)} < kv_heads  # MQA, MHA and a GQA between
-    assert {p["mode"] for p in decode} == {"cache", "no_cache"}
-    assert len({p["prompt_len"] for p in decode}) >= 3
-    assert study.estimate_total_seconds(plan, plan.tasks) < 30
+    kv_heads = {p.num_kv_heads for p in decode}
+    assert {1, *(p.num_heads for p in decode)} < kv_heads  # MQA, MHA and a GQA between
+    assert {p.mode for p in decode} == {"cache", "no_cache"}
+    assert len({p.prompt_len for p in decode}) >= 3
+    assert 0 < plan.estimate_total(plan.tasks) < 30
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["missing.yaml"], "file not found"),
-        (["--device", "tpu"], "--device: unknown device 'tpu'"),
+        (["missing.yaml"], "missing.yaml: file not found"),
+        (["--device", "tpu"], "--device tpu: unknown device"),
     ],
 )
 def test_bad_input_is_one_line(args, message):
     result = run(*args, "--dry-run")
     assert result.exit_code == 2
-    assert message in result.stderr and "Traceback" not in result.output
+    assert result.stderr.startswith("error: ") and message in result.stderr.splitlines()[0]
+    assert "Traceback" not in result.output and result.stdout == ""
 
 
-@pytest.mark.usefixtures("fast_peak")
+def test_a_bad_device_is_reported_once():
+    result = run("--device", "tpu", "--dry-run")
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_a_missing_sweep_file_names_no_flag_that_run_lacks():
+    result = run("missing.yaml", "--dry-run")
+    assert result.exit_code == 2
+    assert "--config" not in result.stderr, result.stderr
+
+
+def test_resuming_an_empty_directory_names_out(tmp_path):
+    config = tmp_path / "params.yaml"
+    config.write_text("defaults: {d_model: 64, num_heads: 4}\nparams: {}\n")
+    result = run(config, "--out", tmp_path / "empty", "--resume")
+    assert result.exit_code == 2
+    assert f"error: --out {tmp_path / 'empty'}: no results.json" in result.stderr, result.stderr
+
+
 def test_unwritable_out_is_one_line(tmp_path):
     config = tmp_path / "params.yaml"
     config.write_text("defaults: {d_model: 64, num_heads: 4}\nparams: {}\n")
     result = run(config, "--out", config / "study")
     assert result.exit_code == 2
-    assert "--out: cannot write" in result.stderr and "Not a directory" in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: --out {config / 'study'}")
+    assert "cannot write: Not a directory" in line
 
 
 def test_appended_rows_keep_the_existing_header(tmp_path):

@@ -6,6 +6,10 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.experiments import selfcheck
+from attnbench.experiments.decode import build_layer
+from attnbench.modules.attention import GroupedQueryAttention
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 runner = CliRunner()
 
@@ -14,16 +18,43 @@ def test_selfcheck_passes_on_the_cpu():
     result = runner.invoke(app, ["selfcheck", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert "0 failed" in result.output and "FAIL" not in result.output
+    assert "PASS MQA naive float32 cached decode == full pass" in result.output
 
 
-def test_selfcheck_reports_a_broken_backend(monkeypatch):
-    def broken(q, k, v, *args, **kwargs):
-        return torch.zeros_like(q)
+class HalfOutputAttention(GroupedQueryAttention):
+    """A broken backend: every output is half what the layer's weights give."""
 
-    monkeypatch.setattr("attnbench.modules.attention.F.scaled_dot_product_attention", broken)
+    def forward(self, *args, **kwargs):
+        return 0.5 * super().forward(*args, **kwargs)
+
+
+def broken_sdpa(shape, backend, dtype, device):
+    """The selfcheck's layer, but with the sdpa backend broken (the same weights)."""
+    layer = build_layer(shape, backend, dtype, device)
+    if backend != "sdpa":
+        return layer
+    broken = HalfOutputAttention(shape.d_model, shape.num_heads, shape.num_kv_heads,
+                                 shape.head_dim, shape.bias, backend=backend, device=device,
+                                 dtype=dtype)  # fmt: skip
+    broken.load_state_dict(layer.state_dict())
+    return broken
+
+
+def test_selfcheck_reports_a_broken_backend():
+    checks = selfcheck.check_backends(torch.device("cpu"), torch.float32, build=broken_sdpa)
+    results = {r.name: r for r in checks}
+    assert not results["MHA sdpa float32 vs float64"].passed
+    assert results["MHA sdpa float32 vs float64"].detail == "rel err 5.00e-01"
+    assert results["MHA naive float32 vs float64"].passed
+    # halved everywhere, the cached steps still agree with the (halved) full pass
+    assert results["MQA sdpa float32 cached decode == full pass"].passed
+
+
+def test_selfcheck_command_passes_on_the_cpu():
     result = runner.invoke(app, ["selfcheck", "--device", "cpu"])
-    assert result.exit_code == 1
-    assert "FAIL MHA sdpa float32 vs float64" in result.output
+    assert result.exit_code == 0, result.output
+    assert "PASS MHA sdpa float32 vs float64" in result.output
+    assert "FAIL" not in result.output and ", 0 failed on cpu" in result.output
 
 
 @pytest.mark.cuda

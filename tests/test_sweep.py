@@ -15,10 +15,19 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
+from attnbench.experiments.kvmem import KvmemPoint
+from attnbench.experiments.params import ParamsPoint
+from attnbench.model.presets import PRESETS
+from attnbench.records import failed
+from attnbench.study.runner import DEFAULT_CONFIG
 from attnbench.study.sweep import load_config, resolve
 
 runner = CliRunner()
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ROOT = Path(__file__).resolve().parent.parent
+#: The example sweep files shipped beside the package.
+CONFIGS = ROOT / "configs"
+#: The default study, shipped inside the package (what `attnbench run` runs).
+DEFAULT = ROOT / "attnbench" / "configs" / "default.yaml"
 
 
 def write_yaml(tmp_path, text: str, name: str = "study.yaml") -> Path:
@@ -63,13 +72,13 @@ def test_cartesian_grid(tmp_path):
         """,
     )
     study = resolve(load_config(path), "kvmem")
-    got = sorted(
-        (p["d_model"], p["num_kv_heads"], p["batch"], p["seq_len"]) for p in study.points()
-    )
+    points = study.points()
+    assert all(isinstance(p, KvmemPoint) for p in points)
+    got = sorted((p.d_model, p.num_kv_heads, p.batch, p.seq_len) for p in points)
     want = sorted(itertools.product([256, 512], [8, 2, 1], [1, 2], [16, 32]))
     assert got == want  # 2 * 3 * 2 * 2 = 24 points, each once
-    assert {p["dtype"] for p in study.points()} == {"float32"}
-    assert {p["num_heads"] for p in study.points()} == {8}
+    assert {p.dtype for p in points} == {"float32"}
+    assert {p.num_heads for p in points} == {8}
 
 
 def test_precedence_defaults_sweep_section_flags(tmp_path):
@@ -99,7 +108,8 @@ def test_precedence_defaults_sweep_section_flags(tmp_path):
 def test_num_kv_heads_defaults_to_num_heads(tmp_path):
     path = write_yaml(tmp_path, "defaults:\n  d_model: 512\n  num_heads: 8\n")
     (p,) = resolve(load_config(path), "params").points()
-    assert p["num_kv_heads"] == 8
+    assert isinstance(p, ParamsPoint)
+    assert (p.d_model, p.num_heads, p.num_kv_heads, p.head_dim) == (512, 8, 8, None)
 
 
 def test_models_from_presets_and_config_json_beside_the_file(tmp_path):
@@ -149,7 +159,7 @@ def test_grid_size_is_the_product(kv, batch, seq, layers):
     )
     points = resolve(config, "kvmem").points()
     assert len(points) == len(kv) * len(batch) * len(seq) * len(layers)
-    combos = {(p["num_kv_heads"], p["batch"], p["seq_len"], p["num_layers"]) for p in points}
+    combos = {(p.num_kv_heads, p.batch, p.seq_len, p.num_layers) for p in points}
     assert combos == set(itertools.product(kv, batch, seq, layers))
 
 
@@ -350,6 +360,37 @@ def test_invalid_combination_head_dim(tmp_path):
     assert "d_model=500" in result.output and "num_heads=8" in result.output
 
 
+def test_a_file_value_is_named_by_section_field_and_file(tmp_path):
+    path = write_yaml(tmp_path, "defaults: {d_model: 512, num_heads: 8}\nkvmem:\n  tp: 3\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
+    assert result.exit_code == 2
+    (line,) = error_lines(result.output)
+    assert line == f"error: kvmem.tp: 3 ({path}): does not divide the 8 query heads"
+
+
+def test_a_flag_value_is_named_by_its_flag(tmp_path):
+    path = write_yaml(tmp_path, "defaults: {d_model: 512, num_heads: 8}\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path), "--tp", "3", "--no-measure"])
+    assert result.exit_code == 2
+    (line,) = error_lines(result.output)
+    assert line == "error: --tp 3: does not divide the 8 query heads"
+
+
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        ("kvmem:\n  dtype: float61\n", "kvmem.dtype: float61"),
+        ("sweep:\n  seq_len: [0, 16]\n", "sweep.seq_len: 0"),
+    ],
+)
+def test_a_value_rejected_on_loading_is_named_by_section_field_and_file(tmp_path, text, start):
+    path = write_yaml(tmp_path, text)
+    result = runner.invoke(app, ["kvmem", "--config", str(path)])
+    assert result.exit_code == 2
+    (line,) = error_lines(result.output)
+    assert line.startswith(f"error: {start} ({path}): "), line
+
+
 def test_every_problem_reported_once(tmp_path):
     path = write_yaml(
         tmp_path,
@@ -452,36 +493,46 @@ def test_decode_section_validated_but_ignored_by_kvmem(tmp_path):
 @pytest.mark.parametrize(
     ("name", "command", "extra"),
     [
-        ("default.yaml", "params", []),
-        ("default.yaml", "kvmem", ["--no-measure"]),
-        ("article-tables.yaml", "params", []),
-        ("article-tables.yaml", "kvmem", ["--no-measure"]),
-        ("models.yaml", "params", []),
-        ("models.yaml", "kvmem", ["--no-measure"]),
+        (DEFAULT, "params", []),
+        (DEFAULT, "kvmem", ["--no-measure"]),
+        (CONFIGS / "article-tables.yaml", "params", []),
+        (CONFIGS / "article-tables.yaml", "kvmem", ["--no-measure"]),
+        (CONFIGS / "models.yaml", "params", []),
+        (CONFIGS / "models.yaml", "kvmem", ["--no-measure"]),
     ],
+    ids=lambda v: v.name if isinstance(v, Path) else None,
 )
 def test_shipped_configs_run(tmp_path, name, command, extra):
-    records = run_json(tmp_path, command, "--config", CONFIGS / name, *extra)
+    records = run_json(tmp_path, command, "--config", name, *extra)
     assert records
+    assert not any(map(failed, records))
+
+
+def test_run_uses_the_packaged_default_study():
+    assert DEFAULT.is_file() and DEFAULT_CONFIG.samefile(DEFAULT)
 
 
 def test_default_config_content(tmp_path):
-    records = run_json(tmp_path, "kvmem", "--config", CONFIGS / "default.yaml", "--no-measure")
+    records = run_json(tmp_path, "kvmem", "--config", DEFAULT, "--no-measure")
     synthetic = [r for r in records if r["model"] is None]
     assert {r["variant"] for r in synthetic} == {"MHA", "GQA-2", "MQA"}
     assert {"llama-2-7b", "llama-3-8b"} <= {r["model"] for r in records}
     assert all(r["kv_bytes"] == r["bytes_per_token"] * r["batch"] * r["seq_len"] for r in records)
 
 
-def test_models_config_covers_every_preset(tmp_path):
-    from attnbench.model.presets import PRESETS
+#: The presets configs/models.yaml sizes (the newer presets, DeepSeek and Gemma 2, are not
+#: in it).
+MODELS_YAML = {
+    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
+    "mixtral-8x7b", "falcon-7b", "qwen2.5-7b", "gemma-7b", "gpt3-175b",
+}  # fmt: skip
 
+
+def test_models_config_sizes_each_of_its_presets(tmp_path):
     records = run_json(tmp_path, "kvmem", "--config", CONFIGS / "models.yaml", "--no-measure")
-    names = {r["model"] for r in records}
-    assert names == set(PRESETS) or names >= {
-        "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
-        "mixtral-8x7b", "falcon-7b", "qwen2.5-7b", "gemma-7b", "gpt3-175b",
-    }  # fmt: skip
+    names = [r["model"] for r in records]
+    assert set(names) == MODELS_YAML and set(PRESETS) >= MODELS_YAML
+    assert len(names) == 3 * len(MODELS_YAML)  # batch 1 at three context lengths each
     for r in records:
         assert r["dtype"] == PRESETS[r["model"]].dtype  # each model's own dtype
         assert r["num_layers"] == PRESETS[r["model"]].num_layers

@@ -85,7 +85,10 @@ def run_command(
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
     point (exit 130); --resume finishes the rest."""
-    plan = plan_study(config, device)
+    try:
+        plan = plan_study(config, device)
+    except FieldError as exc:  # the sweep file is an argument here, not a flag
+        raise (exc.located(str(config)) if exc.field == "config" else exc) from None
     if dry_run:
         _dry_run(plan)
         return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -50,13 +51,16 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
 
-def check_backends(device: torch.device, dtype: torch.dtype) -> list[CheckResult]:
+def check_backends(
+    device: torch.device, dtype: torch.dtype, build: Callable[..., Any] = build_layer
+) -> list[CheckResult]:
     """Each variant and backend against the float64 reference, with prefill + cached
-    decode against one causal pass."""
+    decode against one causal pass. `build(shape, backend, dtype, device)` makes the
+    layer under test (a test passes a broken one to see the check fail)."""
     results = []
     for shape in SHAPES:
         for backend in BACKENDS:
-            layer = build_layer(shape, backend, dtype, device)
+            layer = build(shape, backend, dtype, device)
             x = torch.randn(2, 40, shape.d_model, device=device, dtype=dtype)
             with torch.inference_mode():
                 full = layer(x, is_causal=True)

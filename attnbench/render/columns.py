@@ -170,7 +170,7 @@ PARAMS: list[Column] = [
 KVMEM: list[Column] = [
     _model(0),
     _label("Variant", "variant", 0),
-    _setting_int("layers", "num_layers", 12, lambda v: f"{v:,} layers"),
+    _setting_int("layers", "num_layers", 12, lambda v: f"{v:,} layer{'' if v == 1 else 's'}"),
     _heads(13),
     _kv_heads(11),
     _head_dim(14),

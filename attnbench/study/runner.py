@@ -139,7 +139,8 @@ def plan_sections(config: StudyConfig, sections: dict[str, Section]) -> Plan:
         ordered = kind.order(points) if kind.order else points
         tasks.extend(Task(name, i, p) for i, p in enumerate(ordered))
     if problems:
-        raise Problems(problems, MAX_PROBLEMS)
+        unique = {str(p): p for p in problems}  # one line for a value every section shares
+        raise Problems(list(unique.values()), MAX_PROBLEMS)
     return Plan(config, sections, devices, tasks)
 
 
@@ -244,7 +245,7 @@ class DirectoryStore:
 
     def load(self) -> dict:
         if not self.path.is_file():
-            raise FieldError("resume", str(self.out_dir), f"no {RESULTS_FILE} there to resume")
+            raise FieldError("out", str(self.out_dir), f"no {RESULTS_FILE} there to resume")
         return load_results(self.path)
 
     def save(self, document: dict) -> None:
@@ -317,35 +318,34 @@ def run_study(
     start = time.perf_counter()
     store = store if store is not None else MemoryStore()
     stop = stop if stop is not None else threading.Event()
-    if plan.threads:
-        torch.set_num_threads(plan.threads)
-    doc = _resumed_document(plan, store) if resume else _new_document(plan, store, command)
-    sections = doc["sections"]
-    pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
-    env = doc["environment"]
-    if any(KINDS[t.section].timed for t in pending) and env.get("peak_gbps") is None:
-        probe = probe_peak or timing.measure_peak_gbps
-        env["peak_gbps"] = probe(plan.devices.get("decode", plan.device))
-        store.save(doc)
-    records: dict[str, list] = {name: [] for name in plan.sections}
-    linked = _linkable(plan, sections)
-    ran = 0
-    interrupt = _stop_on_sigint(stop, on_interrupt) if on_interrupt else _nothing()
-    with interrupt, closing(progress(pending)) as tasks:
-        for task in tasks:
-            kind = KINDS[task.section]
-            context = plan.context(task.section, env.get("peak_gbps"))
-            record = _execute(kind, task, context, execute)
-            records[task.section].append(record)
-            if kind.link is not None:  # earlier rows of its configuration are already in
-                linked[task.section].append(record)
-                kind.link(linked[task.section])
-            sections[task.section]["records"].append(as_dict(record))
-            store.append(task.section, record, kind.record)
+    with _threads(plan.threads):
+        doc = _resumed_document(plan, store) if resume else _new_document(plan, store, command)
+        sections = doc["sections"]
+        pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
+        env = doc["environment"]
+        if any(KINDS[t.section].timed for t in pending) and env.get("peak_gbps") is None:
+            probe = probe_peak or timing.measure_peak_gbps
+            env["peak_gbps"] = probe(plan.devices.get("decode", plan.device))
             store.save(doc)
-            ran += 1
-            if stop.is_set():
-                break
+        records: dict[str, list] = {name: [] for name in plan.sections}
+        linked = _linkable(plan, sections)
+        ran = 0
+        interrupt = _stop_on_sigint(stop, on_interrupt) if on_interrupt else _nothing()
+        with interrupt, closing(progress(pending)) as tasks:
+            for task in tasks:
+                kind = KINDS[task.section]
+                context = plan.context(task.section, env.get("peak_gbps"))
+                record = _execute(kind, task, context, execute)
+                records[task.section].append(record)
+                if kind.link is not None:  # earlier rows of its configuration are already in
+                    linked[task.section].append(record)
+                    kind.link(linked[task.section])
+                sections[task.section]["records"].append(as_dict(record))
+                store.append(task.section, record, kind.record)
+                store.save(doc)
+                ran += 1
+                if stop.is_set():
+                    break
     skipped = len(plan.tasks) - len(pending)
     return RunResult(doc, records, len(plan.tasks), skipped, ran, time.perf_counter() - start,
                      skipped + ran < len(plan.tasks))  # fmt: skip
@@ -423,6 +423,18 @@ def config_difference(doc: dict, plan: Plan) -> str:
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+@contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `count` (when given) inside, and restored after."""
+    before = torch.get_num_threads()
+    if count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextmanager

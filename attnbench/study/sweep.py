@@ -92,7 +92,9 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
                 problems.append(f"{where}.{name}: empty list (the grid would be empty)")
                 continue
         problems.extend(
-            f"{where}.{name}: {reason}" for v in values if (reason := check_value(name, v))
+            f"{section}.{name}: {show_value(v)} ({source}): {reason}"
+            for v in values
+            if (reason := check_value(name, v))
         )
 
 

@@ -24,8 +24,8 @@ test: setup
 	$(BIN)/python -m pytest
 
 lint: setup
-	$(BIN)/ruff check attnbench tests
-	$(BIN)/ruff format --check attnbench tests
+	$(BIN)/ruff check attnbench tests scripts
+	$(BIN)/ruff format --check attnbench tests scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -4,7 +4,8 @@ A session is a fenced block whose first line is `$ attnbench ...`; each `$ ` lin
 (in a scratch directory holding the repository's configs/ and scripts/examples/), and
 the lines after it, up to the next `$ ` line or the end of the block, become what it
 printed (stdout and stderr, in order, without the progress lines, and with the exit code
-when it is not 0). Tables render at COLUMNS=100, the width of the page. Run it after any change to what a command prints:
+when it is not 0). Tables render at COLUMNS=100, the width of the page. Run it after any
+change to what a command prints:
 
     .venv/bin/python scripts/readme_examples.py
 """

@@ -144,13 +144,12 @@ OutOpt = Annotated[
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
 
 
-@app.command("plot")
-@handles_errors
-def plot_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
-    """Re-draw a study's plots from its results.json; nothing is re-run."""
+def _rerender(results: str, out: str | None, quiet: bool, write) -> None:
+    """Re-write files from a saved results.json with `write(doc, out_dir)`, which returns
+    the paths it wrote; nothing is re-run."""
     doc = load_results(results)
     try:
-        written = render_plots(doc, out or Path(results).parent)
+        written = write(doc, out or Path(results).parent)
     except OSError as exc:
         raise _unwritable(exc) from None
     if not quiet:
@@ -158,15 +157,16 @@ def plot_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = Fals
             console.print(f"wrote {path}", markup=False)
 
 
+@app.command("plot")
+@handles_errors
+def plot_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
+    """Re-draw a study's plots from its results.json; nothing is re-run."""
+    _rerender(results, out, quiet, render_plots)
+
+
 @app.command("report")
 @handles_errors
 def report_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
     """Re-write a study's report.md from its results.json (showing the plots found beside
     it); nothing is re-run."""
-    doc = load_results(results)
-    try:
-        path = write_report(doc, out or Path(results).parent)
-    except OSError as exc:
-        raise _unwritable(exc) from None
-    if not quiet:
-        console.print(f"wrote {path}", markup=False)
+    _rerender(results, out, quiet, lambda doc, out_dir: [write_report(doc, out_dir)])

@@ -29,6 +29,9 @@ def root(
     ),
 ) -> None:
     """Benchmark and analyse MHA, MQA and GQA attention and their KV cache."""
+    from .common import fit_console_to_page
+
+    fit_console_to_page()
 
 
 # Each module registers its commands on `app`; `--help` lists them in this order.

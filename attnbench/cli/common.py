@@ -29,6 +29,11 @@ def _page_width() -> int | None:
 
 
 console = Console(highlight=False, width=_page_width(), soft_wrap=True)
+
+
+def fit_console_to_page() -> None:
+    """Size the console for this invocation (COLUMNS may differ from one to the next)."""
+    console.width = _page_width()  # type: ignore[assignment]
 err_console = Console(stderr=True, highlight=False)
 
 

@@ -34,6 +34,8 @@ console = Console(highlight=False, width=_page_width(), soft_wrap=True)
 def fit_console_to_page() -> None:
     """Size the console for this invocation (COLUMNS may differ from one to the next)."""
     console.width = _page_width()  # type: ignore[assignment]
+
+
 err_console = Console(stderr=True, highlight=False)
 
 
@@ -175,13 +177,20 @@ def progress_iter(
 
 
 # Options shared by the commands.
-CONFIG = option("config", None, "--config", help="YAML sweep file; flags override it.")
-MODEL = option(
-    "model", None, "--model", help="A model preset (see `attnbench models`), case-insensitive."
+CONFIG = option(
+    "config", None, "--config", help="YAML sweep file; flags override it.", metavar="PATH"
 )
-HF_CONFIG = option("hf_config", None, "--hf-config", help="Path to a Hugging Face config.json.")
-CSV = option("csv", None, "--csv", help="Write the records as CSV here.")
-JSON = option("json", None, "--json", help="Write records, config and environment as JSON.")
+MODEL = option(
+    "model", None, "--model", metavar="NAME",
+    help="A model preset (see `attnbench models`), case-insensitive.",
+)  # fmt: skip
+HF_CONFIG = option(
+    "hf_config", None, "--hf-config", help="Path to a Hugging Face config.json.", metavar="PATH"
+)
+CSV = option("csv", None, "--csv", help="Write the records as CSV here.", metavar="PATH")
+JSON = option(
+    "json", None, "--json", help="Write records, config and environment as JSON.", metavar="PATH"
+)
 QUIET = option("quiet", False, "--quiet", "-q", help="Print only errors.", annotation=bool)
 WIDE = option(
     "wide", False, "--wide", help="Show every column, wider than the terminal if need be.",

@@ -58,7 +58,8 @@ def _option(name: str) -> inspect.Parameter:
         option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=spec.help)
         annotation: Any = bool | None
     else:
-        option = typer.Option(None, flag, help=spec.help)
+        metavar = ("INT" if spec.type is int else "TEXT") + (",..." if spec.axis else "")
+        option = typer.Option(None, flag, help=spec.help, metavar=metavar)
         annotation = str | None
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=annotation)  # fmt: skip
@@ -147,8 +148,15 @@ def handles_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def option(name: str, default: Any, *flags: str, help: str, annotation: Any = str | None):
+def option(
+    name: str,
+    default: Any,
+    *flags: str,
+    help: str,
+    annotation: Any = str | None,
+    metavar: str | None = None,
+) -> inspect.Parameter:
     """A keyword-only parameter for `section_command`'s before/after lists."""
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                             default=typer.Option(default, *flags, help=help),
+    given = typer.Option(default, *flags, help=help, metavar=metavar)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=given,
                              annotation=annotation)  # fmt: skip

@@ -1,0 +1,1 @@
+"""The regression gate: compare two result documents, baselines, the gate simulation."""

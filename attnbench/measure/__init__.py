@@ -1,0 +1,1 @@
+"""Measuring: the one timing harness, devices, the environment, allocated memory."""

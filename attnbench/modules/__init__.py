@@ -1,0 +1,1 @@
+"""torch modules: attention, KV caches (plain and quantised/paged), the meta-device skeleton."""

@@ -1,0 +1,1 @@
+"""Rendering: tables that fit the terminal, their column specs, plots, the report."""

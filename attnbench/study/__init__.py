@@ -1,0 +1,1 @@
+"""Studies: the sweep schema and files, typed points, the one runner, result files."""

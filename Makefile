@@ -7,7 +7,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: bench test lint setup clean
+.PHONY: bench test fuzz lint setup clean
 
 $(BIN)/attnbench: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ bench: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The long fuzzing profile (about 10 minutes on 2 cores); `make test` runs a short one.
+fuzz: setup
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/test_fuzz.py -p no:cacheprovider --hypothesis-show-statistics
 
 lint: setup
 	$(BIN)/ruff check attnbench tests scripts

@@ -2,9 +2,40 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+
+
+class OneLineErrors(TyperGroup):
+    """The command group, with the parser's own errors (an unknown option, a missing
+    value) printed as one `error:` line and exit code 2, like every other bad input,
+    instead of a usage block."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:  # fmt: skip
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.Abort:
+            print("error: interrupted", file=sys.stderr)
+            sys.exit(130)
+        except Exception as exc:
+            message = getattr(exc, "format_message", None)
+            code = getattr(exc, "exit_code", None)
+            if message is None or not isinstance(code, int):
+                raise
+            text = message()
+            print(text if "\n" in text else f"error: {text}", file=sys.stderr)  # help: as is
+            sys.exit(code)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
+    cls=OneLineErrors,
     name="attnbench",
     help="Benchmark and analyse MHA, MQA and GQA attention and their KV cache.",
     no_args_is_help=True,

@@ -20,7 +20,7 @@ class OneLineErrors(TyperGroup):
             return super().main(args, prog_name, complete_var, False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
-        except typer.Abort:
+        except (typer.Abort, KeyboardInterrupt):
             print("error: interrupted", file=sys.stderr)
             sys.exit(130)
         except Exception as exc:

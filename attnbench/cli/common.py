@@ -3,8 +3,10 @@ output files and the progress display."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from ..records import as_dict
 from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
 from ..study.output import json_document, write_csv, write_json_atomic
 from ..study.runner import Plan, RunResult, plan_command, run_study
-from .flags import option
+from .flags import flag_of, option
 
 
 def _page_width() -> int | None:
@@ -63,12 +65,12 @@ def run_section(
     overrides: dict,
     model: str | None,
     hf_config: str | None,
-    outputs: Sequence[str | None] = (),
+    outputs: dict[str, str | None],
     **run_options: Any,
 ) -> tuple[Plan, RunResult]:
     """A command's one-section study: the outputs checked, every point planned and
     checked, then run through the runner."""
-    check_writable(*outputs)
+    check_writable(outputs, {"config": config, "hf_config": hf_config})
     plan = plan_command(section, config, overrides, model_refs(model, hf_config))
     return plan, run_study(plan, command=command, **run_options)
 
@@ -84,24 +86,93 @@ def show_table(
     print_view(console, view)
 
 
-def check_writable(*paths: str | None) -> None:
-    """Fail before anything runs when an output file cannot be written: a directory, a
-    missing or read-only folder, a read-only file, or a special file."""
-    for path in filter(None, paths):
-        p = Path(path)
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory, not a file to write")
-        if p.exists() and not p.is_file():
-            raise UsageError(f"{path}: not a regular file; give a file to write")
-        folder = p.parent if str(p.parent) else Path(".")
-        if p.exists() and not _writable(p):
-            raise UsageError(f"{path}: the file is read-only")
-        if not p.exists() and folder.exists() and not _writable(folder):
-            raise UsageError(f"{path}: cannot write in {folder}")
+def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
+    """Fail before anything runs when an output cannot be written: a directory, a special
+    file, a read-only file, a folder that is not a writable directory, one of the
+    command's own `inputs`, or the same file as another output. Both map a field
+    (csv, config...) to the path given for it; errors name the field's flag."""
+    given = [(field, path) for field, path in outputs.items() if path]
+    reads = [(field, path) for field, path in inputs.items() if path]
+    for i, (field, path) in enumerate(given):
+        reason = _unwritable_reason(Path(path))
+        same_input = next((f for f, other in reads if _same_file(path, other)), None)
+        earlier = next((f for f, other in given[:i] if _same_file(path, other)), None)
+        if reason is None and same_input is not None:
+            reason = (f"is the {flag_of(same_input)} file, an input of this command; write "
+                      "the output elsewhere")  # fmt: skip
+        elif reason is None and earlier is not None:
+            reason = f"is also the {flag_of(earlier)} output; give each output its own file"
+        if reason is not None:
+            raise FieldError(field, path, reason)
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Two names of one file: equal once resolved (symlinks too), or hard links."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _unwritable_reason(p: Path) -> str | None:
+    """Why a file cannot be written at `p`, or None."""
+    if p.is_dir():
+        return "is a directory, not a file to write"
+    if p.exists():
+        if not p.is_file():
+            return "not a regular file (a device, a FIFO or a socket); give a file to write"
+        if not _writable(p):
+            return "the file is read-only"
+        return None
+    target = Path(os.path.realpath(p))  # a symlink to no file yet writes its target
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folder to create it in, or the first one there is
+    if not folder.is_dir():
+        return f"cannot write in {folder}: not a directory"
+    if not _writable(folder):
+        return f"cannot write in {folder}: not a writable directory"
+    return None
 
 
 def _writable(path: Path) -> bool:
-    return os.access(path, os.W_OK)
+    """Writable by this process, and by its mode bits too: root passes os.access on a
+    read-only file or folder, and would write through it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o222) and os.access(path, os.W_OK)
+
+
+def keep_records(command: str, document: dict) -> Path | None:
+    """Save `document` (records that could not be written where asked) to a new file in
+    the system's temporary folder, else in the current one; its path, or None when
+    neither takes it."""
+    for folder in (tempfile.gettempdir(), "."):
+        try:
+            fd, name = tempfile.mkstemp(prefix=f"attnbench-{command}-", suffix=".json",
+                                        dir=folder)  # fmt: skip
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(document, fh, indent=2, allow_nan=False, default=str)
+                    fh.write("\n")
+            except BaseException:
+                Path(name).unlink(missing_ok=True)
+                raise
+        except (OSError, ValueError):
+            continue
+        return Path(name).resolve()
+    return None
+
+
+def kept_text(kept: Path | None) -> str:
+    """The end of an error about outputs not written: where the records went instead."""
+    if kept is None:
+        return "; the records could not be kept anywhere (no space in the temporary folder or here)"
+    return f"; the records are kept in {kept}"
 
 
 def write_outputs(
@@ -117,9 +188,14 @@ def write_outputs(
 ) -> None:
     """Write the CSV and JSON a command was asked for and say where they went. `extra`
     holds more record lists by name (whole-model parts): a key of the JSON each, and a
-    CSV beside the main one (`out.csv` -> `out.<name>.csv`)."""
+    CSV beside the main one (`out.csv` -> `out.<name>.csv`). When a file cannot be written
+    (a full disk), the records are kept in a file in the temporary folder, named in the
+    error, so the work done is not lost."""
     extra = {k: v for k, v in (extra or {}).items() if v[1]}
+    doc = json_document(command, records, config, environment)
+    doc.update({name: [as_dict(r) for r in rows] for name, (_, rows) in extra.items()})
     written = []
+    field = "csv"
     try:
         if csv_path:
             write_csv(csv_path, records, record_type)
@@ -130,13 +206,16 @@ def write_outputs(
                 write_csv(side, rows, rtype)
                 written.append(side)
         if json_path:
-            doc = json_document(command, records, config, environment)
-            doc.update({name: [as_dict(r) for r in rows] for name, (_, rows) in extra.items()})
+            field = "json"
             write_json_atomic(json_path, doc)
             written.append(json_path)
     except OSError as exc:
-        raise FieldError("json" if json_path and not written else "csv", exc.filename,
-                         f"cannot write: {exc.strerror}") from None  # fmt: skip
+        kept = keep_records(command, doc)
+        if not quiet:
+            for path in written:
+                console.print(f"wrote {path}", markup=False)
+        raise FieldError(field, exc.filename or (json_path if field == "json" else csv_path),
+                         f"cannot write: {exc.strerror}{kept_text(kept)}") from None  # fmt: skip
     if not quiet:
         for path in written:
             console.print(f"wrote {path}", markup=False)

@@ -18,7 +18,7 @@ from ..records import Kind
 from ..render.table import Column, build_table, print_view, terminal_width
 from ..study.documents import load_document
 from . import app
-from .common import console, fail
+from .common import check_writable, console, fail
 from .flags import handles_errors
 
 FORMATS = ("table", "markdown", "json")
@@ -44,8 +44,12 @@ def parse_percent(flag: str, text: str) -> float:
 # --- cells -------------------------------------------------------------------------------
 
 
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)
+
+
 def _value(f: Finding, v: float | None) -> str:
-    if v is None:
+    if not _finite(v):
         return "-"
     if f.kind is Kind.TIMING:
         return f"{v:.4g} ms"
@@ -55,21 +59,23 @@ def _value(f: Finding, v: float | None) -> str:
 
 
 def _change(f: Finding) -> str:
-    if f.baseline is None or f.current is None:
+    if not (_finite(f.baseline) and _finite(f.current)):
         return "-"
     if f.kind is Kind.TIMING:
-        return "-" if f.ratio is None else f"{f.ratio:.3f}x"
+        return f"{f.ratio:.3f}x" if _finite(f.ratio) else "-"
     delta = f.current - f.baseline
     if not delta:
         return "0"
     if f.kind is Kind.MEMORY:
-        pct = f" ({f.ratio - 1:+.1%})" if f.ratio else ""
+        pct = f" ({f.ratio - 1:+.1%})" if f.ratio and _finite(f.ratio) else ""
         return f"{'+' if delta >= 0 else '-'}{format_bytes(abs(delta))}{pct}"
     return f"{delta:+,}" if float(delta).is_integer() else f"{delta:+,.6g}"
 
 
 def _interval(f: Finding) -> str:
-    return "-" if f.interval is None else f"{f.interval[0]:.3f}x..{f.interval[1]:.3f}x"
+    if f.interval is None or not all(map(_finite, f.interval)):
+        return "-"
+    return f"{f.interval[0]:.3f}x..{f.interval[1]:.3f}x"
 
 
 def _varying(findings: list[Finding]) -> set[tuple[str, str]]:
@@ -233,9 +239,7 @@ def compare_command(
     3: timings from different environments (see --allow-env-mismatch)."""
     if fmt not in FORMATS:
         raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
-    if output is not None and any(Path(output).resolve() == Path(p).resolve()
-                                  for p in (baseline, current)):  # fmt: skip
-        raise FieldError("output", output, "is one of the files compared; write elsewhere")
+    check_writable({"output": output}, {"baseline": baseline, "current": current})
     thresholds = Thresholds(
         time=parse_percent("--time-threshold", time_threshold),
         mem=parse_percent("--mem-threshold", mem_threshold),
@@ -274,6 +278,7 @@ def baseline_save_command(
 ) -> None:
     """Validate RESULTS.json and save it as a baseline, replacing any file there."""
     dest = Path(to) if to else default_baseline_path(results)
+    check_writable({"to": str(dest)}, {})  # over the results file itself is harmless
     replaced = " (replaced the previous baseline)" if dest.exists() else ""
     path, doc = save_baseline(results, dest)
     counts = []
@@ -298,5 +303,6 @@ def baseline_exact_command(
 ) -> None:
     """Write the exact metrics of a study (parameter counts, and KV-cache bytes computed
     without measuring) as a baseline: what CI gates every change against."""
+    check_writable({"to": to}, {"config": config})
     path = save_exact_baseline(config, to)
     console.print(f"wrote {path}", highlight=False, markup=False)

@@ -33,7 +33,7 @@ def describe(point: DecodePoint) -> str:
 def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """Prefill and per-token decode latency of one attention layer, with the KV cache and
     without it, against the memory bandwidth measured on the same device."""
-    check_writable(csv, json)
+    check_writable({"csv": csv, "json": json}, {"config": config, "hf_config": hf_config})
     plan = plan_command("decode", config, overrides, model_refs(model, hf_config))
     if plan.device.type == "cpu" and any(t.point.dtype != "float32" for t in plan.tasks):
         err_console.print("warning: half precision on the CPU runs, but slowly")

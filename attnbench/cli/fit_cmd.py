@@ -26,7 +26,15 @@ def fit_command(overrides, model, hf_config, config, csv, json, quiet) -> None:
     """The largest batch at a context length (--seq-len), or the longest context at a batch
     size (--batch), that fits beside the weights and a reserve; exits 1 when nothing fits."""
     try:
-        plan, result = run_section("fit", "fit", config, overrides, model, hf_config, (csv, json))
+        plan, result = run_section(
+            "fit",
+            "fit",
+            config,
+            overrides,
+            model,
+            hf_config,
+            {"csv": csv, "json": json},
+        )
     except CapacityError as exc:
         raise fail(f"{model or hf_config}: {exc}", exc.exit_code) from None
     records: list[FitRecord] = result.records["fit"]

@@ -21,7 +21,8 @@ from ..errors import (
     show_value,
 )
 from ..model.capacity import parse_seq_lens
-from ..study.schema import FIELDS, fields_for
+from ..study.runner import TooManyPoints
+from ..study.schema import FIELDS, above_maximum, fields_for
 from ..study.sweep import check_value
 
 #: Fields whose flag is not the field's name.
@@ -29,8 +30,15 @@ FLAG_NAMES = {"num_heads": "--heads", "num_kv_heads": "--kv-heads", "num_layers"
 EXPECTED_INT = {False: "expected an integer", True: "expected integers, comma-separated"}
 
 
+#: Inputs given as arguments, not flags: named by what they are.
+ARGUMENTS = {"baseline": "BASELINE", "current": "CURRENT", "results": "RESULTS"}
+
+
 def flag_of(field: str) -> str:
-    """The flag that sets `field`: 'seq_len' -> '--seq-len', 'num_heads' -> '--heads'."""
+    """The flag that sets `field`: 'seq_len' -> '--seq-len', 'num_heads' -> '--heads'
+    (an argument's name for the inputs given as arguments)."""
+    if field in ARGUMENTS:
+        return ARGUMENTS[field]
     return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
@@ -46,6 +54,8 @@ def describe_error(error: UsageError) -> str:
         return f"{flag_of(error.field)}{value}: {error.reason}"
     if isinstance(error, MissingFields) and error.source is None:
         return error.render(flag_of)
+    if isinstance(error, TooManyPoints):
+        return error.render(flag_of)
     if isinstance(error, CombinationError) and error.source is None:
         desc = " ".join(f"{flag_of(k)} {show_value(v)}" for k, v in error.values.items())
         return f"invalid combination {desc}: {error.reason}"
@@ -55,11 +65,11 @@ def describe_error(error: UsageError) -> str:
 def _option(name: str) -> inspect.Parameter:
     spec, flag = FIELDS[name], flag_of(name)
     if spec.type is bool:
-        option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=spec.help)
+        option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=spec.help_text())
         annotation: Any = bool | None
     else:
         metavar = ("INT" if spec.type is int else "TEXT") + (",..." if spec.axis else "")
-        option = typer.Option(None, flag, help=spec.help, metavar=metavar)
+        option = typer.Option(None, flag, help=spec.help_text(), metavar=metavar)
         annotation = str | None
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=annotation)  # fmt: skip
@@ -67,10 +77,15 @@ def _option(name: str) -> inspect.Parameter:
 
 def parse_field(name: str, text: str) -> Any:
     """A flag's text as the field's value: a list for an axis ('32,8,1' -> [32, 8, 1]),
-    else one value. FieldError naming the field when a value does not fit."""
+    else one value. FieldError naming the field when a value does not fit (below its
+    minimum or above its maximum)."""
     spec = FIELDS[name]
     if name == "seq_lens":
-        return parse_seq_lens(text)
+        lengths = parse_seq_lens(text)
+        if lengths and above_maximum(name, max(lengths)):
+            first = next(n for n in lengths if above_maximum(name, n))
+            raise FieldError(name, first, above_maximum(name, first))  # type: ignore[arg-type]
+        return lengths
     items = [t.strip() for t in str(text).split(",")] if spec.axis else [str(text).strip()]
     values: list[Any] = []
     for item in items:
@@ -82,7 +97,7 @@ def parse_field(name: str, text: str) -> Any:
                 value = int(item)
             except ValueError:
                 raise FieldError(name, text, EXPECTED_INT[spec.axis]) from None
-        reason = check_value(name, value)
+        reason = check_value(name, value) or above_maximum(name, value)
         if reason:
             raise FieldError(name, value, reason)
         values.append(value)

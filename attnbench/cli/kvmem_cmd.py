@@ -21,7 +21,15 @@ from .flags import section_command
 def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """KV-cache bytes (K and V) per token, per layer and for the whole model; measured by
     allocating the real cache, which must equal the formula exactly."""
-    plan, result = run_section("kvmem", "kvmem", config, overrides, model, hf_config, (csv, json))
+    plan, result = run_section(
+        "kvmem",
+        "kvmem",
+        config,
+        overrides,
+        model,
+        hf_config,
+        {"csv": csv, "json": json},
+    )
     records = result.records["kvmem"]
     if not quiet:
         rows = result.section_records("kvmem")

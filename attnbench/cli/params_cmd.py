@@ -24,7 +24,15 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     """Parameter counts of one attention layer per variant: analytic, and counted on a
     module built on the meta device (a mismatch is a bug and fails). With a model, also
     its whole-model count per part."""
-    plan, result = run_section("params", "params", config, overrides, model, hf_config, (csv, json))
+    plan, result = run_section(
+        "params",
+        "params",
+        config,
+        overrides,
+        model,
+        hf_config,
+        {"csv": csv, "json": json},
+    )
     records = result.records["params"]
     models = plan.sections["params"].models
     parts = [r for spec in models if spec.body is not None for r in whole_model_records(spec)]

@@ -3,6 +3,7 @@ and report re-rendered from a saved results.json."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -14,9 +15,17 @@ from ..errors import FieldError, UsageError
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
 from ..study.documents import incomplete, load_results
-from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
+from ..study.runner import (
+    MAX_POINTS,
+    RESULTS_FILE,
+    DirectoryStore,
+    Plan,
+    Task,
+    plan_study,
+    run_study,
+)
 from . import app
-from .common import console, err_console, progress_iter
+from .common import console, err_console, keep_records, kept_text, progress_iter
 from .decode_cmd import describe as describe_decode
 from .flags import handles_errors
 
@@ -62,6 +71,19 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
                   markup=False)  # fmt: skip
 
 
+def _max_points(text: str | None) -> int:
+    """--max-points as a number (the default when not given)."""
+    if text is None:
+        return MAX_POINTS
+    try:
+        value = int(text.strip().replace(",", ""))
+    except ValueError:
+        raise FieldError("max_points", text, "expected an integer") from None
+    if value < 1:
+        raise FieldError("max_points", value, "must be >= 1")
+    return value
+
+
 @app.command("run")
 @handles_errors
 def run_command(
@@ -81,12 +103,20 @@ def run_command(
         str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the file).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")] = False,
+    max_points: Annotated[
+        str | None,
+        typer.Option(
+            "--max-points",
+            metavar="INT",
+            help=f"Refuse a study of more points than this (default {MAX_POINTS:,}).",
+        ),
+    ] = None,
 ) -> None:
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
     point (exit 130); --resume finishes the rest."""
     try:
-        plan = plan_study(config, device)
+        plan = plan_study(config, device, max_points=_max_points(max_points))
     except FieldError as exc:  # the sweep file is an argument here, not a flag
         raise (exc.located(str(config)) if exc.field == "config" else exc) from None
     if dry_run:
@@ -104,29 +134,47 @@ def run_command(
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)
 
+    store = DirectoryStore(out_dir)
     try:
-        result = run_study(plan, DirectoryStore(out_dir), resume=resume, on_interrupt=notice,
-                           progress=progress)  # fmt: skip
-    except KeyboardInterrupt:
+        with store.locked() as note:  # one writer per directory, for the whole run
+            if note:
+                err_console.print(f"note: {note}", soft_wrap=True, markup=False)
+            result = run_study(plan, store, resume=resume, on_interrupt=notice,
+                               progress=progress)  # fmt: skip
+            if result.interrupted:  # stopped after a point: the way out of a Ctrl-C
+                raise KeyboardInterrupt
+            if not quiet:
+                earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
+                console.print(f"Ran {result.ran} of {result.total} points{earlier} in "
+                              f"{result.seconds:.1f} s.")  # fmt: skip
+            _finish(result.document, out_dir, quiet)
+    except KeyboardInterrupt:  # while running, or while writing plots and the report
         raise _interrupted(out_dir, config, device) from None
     except OSError as exc:
-        raise _unwritable(exc) from None
-    if result.interrupted:
-        raise _interrupted(out_dir, config, device)
-    if not quiet:
-        earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
-        console.print(f"Ran {result.ran} of {result.total} points{earlier} in "
-                      f"{result.seconds:.1f} s.")  # fmt: skip
-    try:
-        _finish(result.document, out_dir, quiet)
-    except OSError as exc:
-        raise _unwritable(exc) from None
+        raise _unwritable(exc, out_dir, store) from None
     if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
         raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
 
 
-def _unwritable(exc: OSError) -> UsageError:
-    return FieldError("out", exc.filename, f"cannot write: {exc.strerror}")
+def _unwritable(exc: OSError, out_dir: Path, store: DirectoryStore | None = None) -> UsageError:
+    """A write into the results directory failed (a full disk): name the file; when the
+    study's results.json could not take the last points, keep them in a file elsewhere."""
+    where = exc.filename or out_dir
+    kept = ""
+    if store is not None and store.document is not None and _unsaved(store):
+        kept = kept_text(keep_records("run", store.document))
+    return FieldError("out", where, f"cannot write: {exc.strerror}{kept}")
+
+
+def _unsaved(store: DirectoryStore) -> bool:
+    """results.json lacks some records of the document in memory."""
+    try:
+        saved = json.loads(store.path.read_text(encoding="utf-8"))
+        counts = {n: len(s["records"]) for n, s in saved["sections"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True
+    doc = store.document or {}
+    return any(counts.get(n) != len(s["records"]) for n, s in doc.get("sections", {}).items())
 
 
 def _interrupted(out_dir: Path, config: str | None, device: str | None) -> typer.Exit:
@@ -148,10 +196,11 @@ def _rerender(results: str, out: str | None, quiet: bool, write) -> None:
     """Re-write files from a saved results.json with `write(doc, out_dir)`, which returns
     the paths it wrote; nothing is re-run."""
     doc = load_results(results)
+    out_dir = Path(out) if out else Path(results).parent
     try:
-        written = write(doc, out or Path(results).parent)
+        written = write(doc, out_dir)
     except OSError as exc:
-        raise _unwritable(exc) from None
+        raise _unwritable(exc, out_dir) from None
     if not quiet:
         for path in written:
             console.print(f"wrote {path}", markup=False)

@@ -20,10 +20,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..measure.devices import torch_dtype
+from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.timing import Measurement, Timer
-from ..model.formulas import decode_totals
+from ..model.dtypes import dtype_bytes
+from ..model.formulas import attention_params, decode_totals
 from ..model.shapes import AttentionShape
+from ..model.units import format_bytes
 from ..modules.attention import GroupedQueryAttention
 from ..modules.kv_cache import KVCache
 from ..records import exact, info, key, timing
@@ -31,6 +33,8 @@ from .context import Context
 from .params import ParamsPoint
 
 SEED = 0
+#: Bytes of an attention score of the naive backend: float32 (half inputs are upcast).
+SCORE_BYTES = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +225,41 @@ def _time_decode(
     return Measurement(samples), prefill_ms, Measurement(totals).median_ms
 
 
+def forward_bytes(point: DecodePoint, q_len: int, k_len: int) -> int:
+    """Bytes one forward of `q_len` new tokens over `k_len` keys allocates at the least:
+    q, the new K and V, the attention output and the layer output; with the naive
+    backend also the scores and probabilities (float32, B*Hq*q_len*k_len each) and K/V
+    expanded to every query head."""
+    shape, batch = point.shape, point.batch
+    b = dtype_bytes(point.dtype)
+    total = batch * q_len * (2 * shape.q_dim + 2 * shape.kv_dim + shape.d_model) * b
+    if point.backend == "naive":
+        total += 2 * batch * shape.num_heads * q_len * k_len * SCORE_BYTES
+        if shape.group_size > 1:
+            total += 2 * batch * shape.num_heads * k_len * shape.head_dim * b  # type: ignore[operator]
+    return total
+
+
+def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
+    """Bytes a decode point allocates at its peak, at the least, in Python integers (no
+    size overflows): the weights, the input x of batch * (prompt_len + gen_len) * d_model
+    elements, the KV cache of 2 * batch * Hkv * (prompt_len + gen_len) * D elements
+    (mode cache) and the largest forward: the prefill or the last step with a cache, the
+    layer over the whole prefix without one (see forward_bytes)."""
+    shape, batch = point.shape, point.batch
+    b = dtype_bytes(point.dtype)
+    length = point.prompt_len + point.gen_len
+    weights = attention_params(shape) * b
+    x = batch * length * shape.d_model * b
+    if not point.cached:
+        return weights + x + forward_bytes(point, length, length)
+    cache = 2 * batch * shape.kv_dim * length * b
+    largest = forward_bytes(point, 1, length)
+    if prefill:
+        largest = max(largest, forward_bytes(point, point.prompt_len, point.prompt_len))
+    return weights + x + cache + largest
+
+
 def check(point: DecodePoint) -> None:
     """Raise for a point that cannot run: its shape, dtype and backend."""
     point.shape  # noqa: B018
@@ -253,11 +292,21 @@ def failed(point: DecodePoint, status: str, context: Context | None = None) -> D
     return record
 
 
-def run(point: DecodePoint, context: Context) -> DecodeRecord:
-    """Measure one point on `context.device` and fill its record."""
+def run(
+    point: DecodePoint,
+    context: Context,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
+) -> DecodeRecord:
+    """Measure one point on `context.device` and fill its record. A point that needs more
+    memory (decode_bytes) than `free_bytes` says the device has free is not run: its
+    status says what it needs."""
     device = context.device if context.device is not None else torch.device("cpu")
     options = DecodeOptions.from_options(context.options)
     rec = analytic_record(point, context)
+    needed, free = decode_bytes(point, options.prefill), free_bytes(device)
+    if needed > free:
+        rec.status = f"skipped: needs {format_bytes(needed)}, {format_bytes(free)} free"
+        return rec
     layer = build_layer(point.shape, point.backend, torch_dtype(point.dtype), device)
     try:
         steps, prefill_ms, total_ms = time_decode(layer, point, device, options)

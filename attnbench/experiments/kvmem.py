@@ -21,6 +21,7 @@ from ..model.capacity import (
     layer_windows,
     paging_report,
     token_layout,
+    window_counts,
     window_summary,
 )
 from ..model.shapes import AttentionShape, variant_label
@@ -122,22 +123,25 @@ def run(
     windows = layer_windows(
         layers, spec.windows if spec is not None else None, point.sliding_window
     )
+    # The formulas count layers per window (computed in Python integers, per distinct
+    # window and length); only an allocation goes layer by layer.
+    counts = window_counts(windows)
     page_size = point.page_size
     layout = token_layout(heads, kv_heads, head_dim, fmt, 1, latent)
     per_gpu = token_layout(heads, kv_heads, head_dim, fmt, point.tp, latent)
     mha = token_layout(heads, heads, head_dim, fmt)
     full = {seq: batch}
-    total = cache_bytes(layout, windows, full)
-    gpu_bytes = cache_bytes(per_gpu, windows, full).total
-    largest_layer = max(cache_bytes(layout, [w], full).total for w in set(windows))
+    total = cache_bytes(layout, counts, full)
+    gpu_bytes = cache_bytes(per_gpu, counts, full).total
+    largest_layer = max(cache_bytes(layout, {w: 1}, full).total for w in counts)
     paging = (
-        paging_report(layout, windows, lengths, page_size) if point.seq_lens or page_size else None
+        paging_report(layout, counts, lengths, page_size) if point.seq_lens or page_size else None
     )
 
     measured, status = (None, "not measured")
     measured_paged = None
     if device is not None:
-        windows_unused = all(w is None or w >= seq for w in windows)
+        windows_unused = all(w is None or w >= seq for w in counts)
         if mla is None and not fmt.quantized and windows_unused:  # the project's KVCache
             measured, status = measure_cache_bytes(
                 layers, batch, seq, kv_heads, head_dim, fmt.dtype, device, total.total, free_bytes
@@ -153,7 +157,7 @@ def run(
             if paged_status != "ok" and status == "ok":
                 status = f"paged: {paged_status}"
 
-    window, windowed_layers = window_summary(windows)
+    window, windowed_layers = window_summary(counts)
     return KvmemRecord(
         model=point.model,
         variant="MLA" if mla else variant_label(heads, kv_heads),
@@ -168,7 +172,7 @@ def run(
         kv_bytes_per_layer=largest_layer,
         kv_bytes=total.total,
         measured_bytes=measured,
-        ratio_vs_mha=total.total / cache_bytes(mha, windows, full).total,
+        ratio_vs_mha=total.total / cache_bytes(mha, counts, full).total,
         status=status,
         kv_dtype=fmt.dtype,
         kv_scale_group=fmt.scale_group,

@@ -19,7 +19,9 @@ def default_baseline_path(results: str | Path) -> Path:
 
 def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[Path, Document]:
     """Validate `results` (a command's JSON) and write it unchanged to `dest`, replacing any
-    file there. Only JSON will do: a CSV lacks the raw samples and the environment."""
+    file there. Only JSON will do: a CSV lacks the raw samples and the environment. The
+    validation is compare's own (study.documents.load_document): a baseline is a file
+    compare accepts."""
     doc = load_document(results)
     if doc.raw is None:
         raise UsageError(f"{results}: save the JSON a command wrote; a CSV has no samples")
@@ -28,7 +30,10 @@ def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[
     path = Path(dest) if dest else default_baseline_path(results)
     try:
         write_json_atomic(path, doc.raw)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise UsageError(f"{exc.filename or path}: cannot write the baseline: "
+                         f"{exc.strerror}") from None  # fmt: skip
+    except ValueError as exc:
         raise UsageError(f"{path}: cannot write the baseline ({exc})") from None
     return path, doc
 

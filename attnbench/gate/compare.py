@@ -171,9 +171,14 @@ def _evidence(
 def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgement:
     """Regressed (or improved) needs the effect, the evidence and the absolute floor; an
     effect the noise or the missing evidence cannot support is inconclusive. Slowdowns and
-    speedups are judged symmetrically on the ratio's log scale."""
-    if base.median <= 0 or cur.median <= 0:
-        return Judgement(Verdict.INCONCLUSIVE, "a median is not positive")
+    speedups are judged symmetrically on the ratio's log scale. A current median that is not
+    a positive time fails (the measurement is broken); such a baseline is inconclusive."""
+    if not (math.isfinite(cur.median) and cur.median > 0):  # the head measured nothing
+        reason = f"the current median is {cur.median:g} ms: a time must be above 0"
+        return Judgement(Verdict.REGRESSED, reason)
+    if not (math.isfinite(base.median) and base.median > 0):
+        reason = f"the baseline median is {base.median:g} ms: nothing to compare against"
+        return Judgement(Verdict.INCONCLUSIVE, reason)
     ratio = cur.median / base.median
     interval, evidence = _evidence(base, cur, th)
     slower = ratio > 1
@@ -402,6 +407,8 @@ def match_rows(
         index: dict[tuple, dict] = {}
         for rec in rows:
             key = tuple(_hashable(rec.get(k)) for k in keys)
+            if index.get(key) == rec:
+                continue  # the same row twice (two models with one layer shape)
             if key in index:
                 config = {k: rec.get(k) for k in keys}
                 unmatched = f" (not matched on {', '.join(dropped)})" if dropped else ""

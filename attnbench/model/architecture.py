@@ -46,6 +46,17 @@ class MoeSpec:
     dense_layers: int = 0
     router_bias: bool = False
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(
+                f"experts_per_token {self.experts_per_token} must be between 1 and "
+                f"num_experts {self.num_experts}"
+            )
+        if self.intermediate_size <= 0 or self.shared_experts < 0 or self.dense_layers < 0:
+            raise ValueError(
+                "intermediate_size must be positive, shared_experts and dense_layers >= 0"
+            )
+
 
 @dataclass(frozen=True)
 class ModelBody:

@@ -36,6 +36,11 @@ DEFAULT_SCALE_DTYPE = "float16"
 
 #: Sequence lengths of one batch: a list of lengths, or {length: how many sequences}.
 SeqLens = Sequence[int] | Mapping[int, int]
+#: Each layer's window (None: global), or {window: how many layers}.
+Windows = Sequence[int | None] | Mapping[int | None, int]
+#: The most sequences one batch of listed lengths (seq_lens) may hold: they are kept one
+#: by one.
+MAX_SEQUENCES = 1_000_000
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -198,22 +203,25 @@ def length_counts(seq_lens: SeqLens) -> Mapping[int, int]:
     return seq_lens if isinstance(seq_lens, Mapping) else Counter(seq_lens)
 
 
-def cache_slots(
-    windows: Sequence[int | None], seq_lens: SeqLens, page_size: int | None = None
-) -> int:
+def window_counts(windows: Windows) -> Mapping[int | None, int]:
+    """{window: number of layers} of layers given one by one or already counted."""
+    return windows if isinstance(windows, Mapping) else Counter(windows)
+
+
+def cache_slots(windows: Windows, seq_lens: SeqLens, page_size: int | None = None) -> int:
     """Token slots over all layers and sequences: sum over layers l and sequences s of
     allocated_tokens(layer_tokens(s, W_l), P). Layers of one window are counted once."""
     counts = length_counts(seq_lens)
     return sum(
         layers * n * allocated_tokens(layer_tokens(s, w), page_size)
-        for w, layers in Counter(windows).items()
+        for w, layers in window_counts(windows).items()
         for s, n in counts.items()
     )
 
 
 def cache_bytes(
     layout: TokenLayout,
-    windows: Sequence[int | None],
+    windows: Windows,
     seq_lens: SeqLens,
     page_size: int | None = None,
 ) -> CacheBytes:
@@ -229,13 +237,13 @@ def kv_cache_bytes(
     """Bytes of a plain K/V cache (no window, no scales) of `batch` sequences of `seq_len`
     tokens: 2 * L * B * S * Hkv * D * b."""
     layout = token_layout(num_kv_heads, num_kv_heads, head_dim, KvFormat(dtype))
-    return cache_bytes(layout, [None] * num_layers, {seq_len: batch}).total
+    return cache_bytes(layout, {None: num_layers}, {seq_len: batch}).total
 
 
-def window_summary(windows: Sequence[int | None]) -> tuple[int | None, int]:
+def window_summary(windows: Windows) -> tuple[int | None, int]:
     """(the widest sliding window or None, how many layers have one)."""
-    windowed = [w for w in windows if w is not None]
-    return (max(windowed) if windowed else None), len(windowed)
+    windowed = {w: n for w, n in window_counts(windows).items() if w is not None and n}
+    return (max(windowed) if windowed else None), sum(windowed.values())
 
 
 def waste_pct(allocated: int, used: int) -> float:
@@ -263,7 +271,7 @@ class PagingReport:
 
 def paging_report(
     layout: TokenLayout,
-    windows: Sequence[int | None],
+    windows: Windows,
     seq_lens: SeqLens,
     page_size: int | None,
 ) -> PagingReport:
@@ -279,20 +287,33 @@ def paging_report(
     )
 
 
-def parse_seq_lens(text: str) -> list[int]:
+def parse_seq_lens(text: str, max_count: int = MAX_SEQUENCES) -> list[int]:
     """Sequence lengths of one batch: comma-separated items, each `N` (one sequence of N
     tokens), `CxN` (C sequences of N tokens) or `linspace:LOW:HIGH:C` (C lengths evenly
-    spaced from LOW to HIGH, rounded to the nearest integer)."""
+    spaced from LOW to HIGH, rounded to the nearest integer). At most `max_count` lengths
+    in all, counted before any list is built."""
     lengths: list[int] = []
     for item in (t.strip() for t in str(text).split(",")):
         if item.startswith("linspace:"):
-            lengths.extend(_linspace(item))
+            low, high, count = _linspace_bounds(item)
+            _check_count(len(lengths) + count, max_count, item)
+            lengths.extend(_linspace(low, high, count))
         elif "x" in item:
-            count, _, length = item.partition("x")
-            lengths.extend([_positive(length, item)] * _positive(count, item))
+            count_text, _, length_text = item.partition("x")
+            length, count = _positive(length_text, item), _positive(count_text, item)
+            _check_count(len(lengths) + count, max_count, item)
+            lengths.extend([length] * count)
         else:
+            _check_count(len(lengths) + 1, max_count, item)
             lengths.append(_positive(item, item))
     return lengths
+
+
+def _check_count(total: int, max_count: int, item: str) -> None:
+    if total > max_count:
+        raise FieldError(
+            "seq_lens", item, f"more than {max_count:,} sequences in one batch ({total:,})"
+        )
 
 
 def _positive(text: str, item: str) -> int:
@@ -305,13 +326,17 @@ def _positive(text: str, item: str) -> int:
     return value
 
 
-def _linspace(item: str) -> list[int]:
+def _linspace_bounds(item: str) -> tuple[int, int, int]:
     parts = item.split(":")[1:]
     if len(parts) != 3:
         raise FieldError("seq_lens", item, "expected linspace:LOW:HIGH:C")
     low, high, count = (_positive(p, item) for p in parts)
     if high < low:
         raise FieldError("seq_lens", item, "HIGH must be >= LOW")
+    return low, high, count
+
+
+def _linspace(low: int, high: int, count: int) -> list[int]:
     if count == 1:
         return [low]
     span, steps = high - low, count - 1

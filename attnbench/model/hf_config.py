@@ -10,37 +10,118 @@ index on are windowed); Gemma-2 windows its even layers, Gemma-3 all but every
 `sliding_window_pattern`-th; otherwise `sliding_window` applies to every layer (Mistral).
 MLA (DeepSeek-V2/V3) comes from kv_lora_rank and its companions, with heads of v_head_dim
 whatever head_dim says; the whole-model body (vocabulary, MLP or experts, norms, biases,
-tied head) from the fields of the model types in BODY_MODEL_TYPES, where a missing
-tie_word_embeddings takes transformers' default for the model type.
+tied head) from the fields of the model types in BODY_MODEL_TYPES; other model types are
+read for their attention only.
+
+Every field read is checked: integers are integers in range (positive, or >= 0 where 0
+means something), booleans are booleans, strings are strings. A field left out (or null)
+takes transformers' default for the model type where it has one (tie_word_embeddings,
+GPT-2's n_positions and n_inner, intermediate_size, the experts of Mixtral and DeepSeek),
+and is a "missing field" error where it has none. The file itself is bounded: at most
+MAX_CONFIG_BYTES, nested at most MAX_DEPTH deep.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from ..errors import UsageError, read_user_file
+from ..errors import UsageError, brief, read_user_file
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
+
+#: The largest config.json read (a larger one is refused before it is read).
+MAX_CONFIG_BYTES = 10 << 20
+#: Deepest nesting of objects and arrays read (a config.json needs about 4).
+MAX_DEPTH = 64
+
+# Upper bounds of the integer fields, far above any real model: a size computed from them
+# stays a size (the sweep schema bounds the same quantities given as flags).
+_WIDTH = 2**20  # hidden and MLP widths, latent ranks
+_HEADS = 2**16  # heads and head dims
+_LAYERS = 100_000
+_EXPERTS = 2**16
+_VOCAB = 2**24
+_TOKENS = 10**9  # windows
+_POSITIONS = 2**40  # the context a model declares
 
 _ALIASES = {
     "d_model": ("hidden_size", "n_embd", "d_model"),
     "num_heads": ("num_attention_heads", "n_head", "n_heads"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
 }
+_MAXIMUM = {"d_model": _WIDTH, "num_heads": _HEADS, "num_layers": _LAYERS}
+
+#: Marks a field that has no default: a config.json must give it.
+REQUIRED: Any = object()
 
 
-def _positive_int(cfg: dict, key: str, where: str) -> int:
-    value = cfg[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{where}: field {key!r} must be a positive integer, got {value!r}")
+def _missing(key: str, where: str, why: str = "") -> UsageError:
+    return UsageError(f"{where}: missing field {key!r}{why}")
+
+
+def _int(
+    cfg: dict,
+    key: str,
+    where: str,
+    default: Any = REQUIRED,
+    *,
+    minimum: int = 1,
+    maximum: int = _WIDTH,
+    why: str = "",
+) -> Any:
+    """cfg[key] as an integer in [minimum, maximum]; `default` when it is absent or null
+    (REQUIRED: an error naming the field, with `why` appended)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is REQUIRED:
+            raise _missing(key, where, why)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise UsageError(f"{where}: field {key!r} must be {kind}, got {brief(value)}")
+    if value > maximum:
+        raise UsageError(f"{where}: field {key!r} must be at most {maximum:,}, got {brief(value)}")
+    return value
+
+
+def _positive_int(cfg: dict, key: str, where: str, maximum: int = _WIDTH) -> int:
+    return _int(cfg, key, where, maximum=maximum)
+
+
+def _optional_int(
+    cfg: dict, key: str, where: str, default: int | None = None, maximum: int = _WIDTH
+) -> int | None:
+    return _int(cfg, key, where, default, maximum=maximum)
+
+
+def _bool(cfg: dict, key: str, where: str, default: bool) -> bool:
+    """cfg[key] as true or false; `default` when it is absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise UsageError(f"{where}: field {key!r} must be true or false, got {brief(value)}")
+    return value
+
+
+def _str(cfg: dict, key: str, where: str) -> str | None:
+    """cfg[key] as a string; None when it is absent or null."""
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"{where}: field {key!r} must be a string, got {brief(value)}")
     return value
 
 
 def _one_of(cfg: dict, field: str, where: str) -> int:
     """The value under any alias of `field`; aliases that disagree are an error."""
-    found = {k: _positive_int(cfg, k, where) for k in _ALIASES[field] if k in cfg}
+    found = {
+        k: _int(cfg, k, where, maximum=_MAXIMUM[field])
+        for k in _ALIASES[field]
+        if cfg.get(k) is not None
+    }
     if not found:
         names = " or ".join(repr(k) for k in _ALIASES[field])
         raise UsageError(f"{where}: missing field {names}")
@@ -49,38 +130,47 @@ def _one_of(cfg: dict, field: str, where: str) -> int:
     return next(iter(found.values()))
 
 
-def _kv_heads(cfg: dict, num_heads: int, where: str) -> int:
+#: transformers' default for multi_query, for model types whose attention reads it.
+MULTI_QUERY_BY_DEFAULT = {"falcon": True}
+#: transformers' default head_dim, for model types where it is not d_model / heads.
+HEAD_DIM_BY_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "qwen3": 128}
+
+
+def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     # Falcon's original architecture: multi_query means one KV head, whatever num_kv_heads
     # says (FalconConfig writes num_kv_heads = num_attention_heads by default and the
     # model ignores it unless new_decoder_architecture is set).
-    if cfg.get("multi_query") and not cfg.get("new_decoder_architecture"):
+    multi_query = _bool(cfg, "multi_query", where, MULTI_QUERY_BY_DEFAULT.get(kind, False))
+    if multi_query and not _bool(cfg, "new_decoder_architecture", where, False):
         return 1
     candidates: dict[str, int] = {}
     for key in ("num_key_value_heads", "num_kv_heads", "n_head_kv"):
         if cfg.get(key) is not None:
-            candidates[key] = _positive_int(cfg, key, where)
+            candidates[key] = _int(cfg, key, where, maximum=_HEADS)
     if len(set(candidates.values())) > 1:
         raise UsageError(f"{where}: contradictory KV-head fields {candidates}")
     return next(iter(candidates.values())) if candidates else num_heads
 
 
 def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
-    """A ModelSpec from a parsed config.json; `where` names the file in error messages."""
+    """A ModelSpec from a parsed config.json; `where` names the file in error messages.
+    Every field read is checked (type and range); an absent or null field takes
+    transformers' default for the model type where it has one, and is an error naming the
+    field where it has none."""
     if not isinstance(cfg, dict):
         raise UsageError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    kind = _str(cfg, "model_type", where) or ""
     d_model = _one_of(cfg, "d_model", where)
     num_heads = _one_of(cfg, "num_heads", where)
     num_layers = _one_of(cfg, "num_layers", where)
-    num_kv_heads = _kv_heads(cfg, num_heads, where)
-    head_dim = cfg.get("head_dim")
-    if head_dim is not None:
-        head_dim = _positive_int(cfg, "head_dim", where)
+    num_kv_heads = _kv_heads(cfg, num_heads, kind, where)
+    head_dim = _int(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=_HEADS)
     # transformers loads a config without a dtype in float32
-    raw_dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    raw_dtype = _str(cfg, "torch_dtype", where) or _str(cfg, "dtype", where) or "float32"
     dtype = canonical_dtype(raw_dtype)
     if dtype not in MODEL_DTYPES:
         raise UsageError(
-            f"{where}: field 'torch_dtype' is {raw_dtype!r}; expected one of "
+            f"{where}: field 'torch_dtype' is {brief(raw_dtype)}; expected one of "
             f"{', '.join(MODEL_DTYPES)}"
         )
     mla = _mla(cfg, where)
@@ -93,7 +183,6 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         shape = AttentionShape(d_model, num_heads, num_kv_heads, head_dim)
     except ValueError as exc:
         raise UsageError(f"{where}: {exc}") from None
-    context = cfg.get("max_position_embeddings") or cfg.get("n_positions")
     return ModelSpec(
         name=name,
         num_layers=num_layers,
@@ -103,39 +192,52 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         head_dim=shape.head_dim,  # type: ignore[arg-type]
         dtype=dtype,
         source=str(where),
-        windows=_windows(cfg, num_layers, where),
+        windows=_windows(cfg, num_layers, kind, where),
         mla=mla,
-        body=_body(cfg, d_model, where),
-        max_position_embeddings=context if isinstance(context, int) and context > 0 else None,
+        body=_body(cfg, kind, d_model, num_layers, where),
+        max_position_embeddings=_context(cfg, kind, where),
     )
 
 
-def _optional_int(cfg: dict, key: str, where: str, default: int | None = None) -> int | None:
-    return _positive_int(cfg, key, where) if cfg.get(key) is not None else default
+#: GPT-2's context (n_positions) when its config leaves it out: GPT2Config's default.
+GPT2_POSITIONS = 1024
 
 
-def _windows(cfg: dict, num_layers: int, where: str) -> tuple[int | None, ...] | None:
+def _context(cfg: dict, kind: str, where: str) -> int | None:
+    """The context the model declares (max_position_embeddings, GPT-2's n_positions)."""
+    declared = _int(cfg, "max_position_embeddings", where, None, maximum=_POSITIONS)
+    positions = _int(
+        cfg, "n_positions", where, GPT2_POSITIONS if kind == "gpt2" else None, maximum=_POSITIONS
+    )
+    return declared or positions
+
+
+def _windows(cfg: dict, num_layers: int, kind: str, where: str) -> tuple[int | None, ...] | None:
     """Each layer's sliding window (None: global), or None when no layer has one."""
-    window = _optional_int(cfg, "sliding_window", where)
+    window = _int(cfg, "sliding_window", where, None, maximum=_TOKENS)
     # Qwen configs switch windows on with use_sliding_window (default false); others don't.
-    uses = cfg.get("use_sliding_window", not str(cfg.get("model_type", "")).startswith("qwen"))
+    uses = _bool(cfg, "use_sliding_window", where, not kind.startswith("qwen"))
     if window is None or not uses:
         return None
     types = cfg.get("layer_types")
     if types is not None:
-        if not isinstance(types, list) or len(types) != num_layers:
-            raise UsageError(f"{where}: field 'layer_types' must list {num_layers} layer types")
+        if (
+            not isinstance(types, list)
+            or len(types) != num_layers
+            or not all(isinstance(t, str) for t in types)
+        ):
+            raise UsageError(
+                f"{where}: field 'layer_types' must list {num_layers} layer types (strings)"
+            )
         windowed = [t == "sliding_attention" for t in types]
-    elif cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
-        first = cfg["max_window_layers"]
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise UsageError(f"{where}: field 'max_window_layers' must be an integer >= 0")
+    elif cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        first = _int(cfg, "max_window_layers", where, minimum=0, maximum=_LAYERS)
         windowed = [i >= first for i in range(num_layers)]
-    elif cfg.get("model_type") == "gemma2":
+    elif kind == "gemma2":
         windowed = [i % 2 == 0 for i in range(num_layers)]
-    elif cfg.get("model_type") in ("gemma3", "gemma3_text"):
-        every = _optional_int(cfg, "sliding_window_pattern", where, 6)
-        windowed = [(i + 1) % every != 0 for i in range(num_layers)]  # type: ignore[operator]
+    elif kind in ("gemma3", "gemma3_text"):
+        every = _int(cfg, "sliding_window_pattern", where, 6, maximum=_LAYERS)
+        windowed = [(i + 1) % every != 0 for i in range(num_layers)]
     else:
         windowed = [True] * num_layers
     if not any(windowed):
@@ -146,14 +248,16 @@ def _windows(cfg: dict, num_layers: int, where: str) -> tuple[int | None, ...] |
 def _mla(cfg: dict, where: str) -> MlaSpec | None:
     if cfg.get("kv_lora_rank") is None:
         return None
-    missing = [k for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim") if k not in cfg]
+    missing = [
+        k for k in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim") if cfg.get(k) is None
+    ]
     if missing:
         raise UsageError(f"{where}: kv_lora_rank (MLA) given without {missing[0]!r}")
     return MlaSpec(
         kv_lora_rank=_positive_int(cfg, "kv_lora_rank", where),
-        qk_rope_head_dim=_positive_int(cfg, "qk_rope_head_dim", where),
-        qk_nope_head_dim=_positive_int(cfg, "qk_nope_head_dim", where),
-        v_head_dim=_positive_int(cfg, "v_head_dim", where),
+        qk_rope_head_dim=_positive_int(cfg, "qk_rope_head_dim", where, _HEADS),
+        qk_nope_head_dim=_positive_int(cfg, "qk_nope_head_dim", where, _HEADS),
+        v_head_dim=_positive_int(cfg, "v_head_dim", where, _HEADS),
         q_lora_rank=_optional_int(cfg, "q_lora_rank", where),
     )
 
@@ -169,72 +273,170 @@ TIED_EMBEDDINGS_BY_DEFAULT: dict[str, bool] = {
 }  # fmt: skip
 BODY_MODEL_TYPES = tuple(TIED_EMBEDDINGS_BY_DEFAULT)
 
+#: transformers' default intermediate_size of the gated-MLP model types. Gemma-2 has none
+#: here: its configuration class changed the default between releases (24576, then 9216),
+#: so a gemma2 config.json must give the field.
+INTERMEDIATE_SIZE_BY_DEFAULT: dict[str, int] = {
+    "llama": 11008, "mistral": 14336, "mixtral": 14336, "qwen2": 22016, "qwen3": 22016,
+    "gemma": 24576, "gemma3_text": 9216, "deepseek_v2": 11008, "deepseek_v3": 18432,
+}  # fmt: skip
 
-def _body(cfg: dict, d_model: int, where: str) -> ModelBody | None:
+
+def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> ModelBody | None:
     """The network besides attention, or None for a model type attnbench does not know."""
-    kind = cfg.get("model_type")
     if kind not in BODY_MODEL_TYPES or cfg.get("vocab_size") is None:
         return None
-    vocab = _positive_int(cfg, "vocab_size", where)
-    tied = cfg.get("tie_word_embeddings")
-    if tied is None:
-        tied = TIED_EMBEDDINGS_BY_DEFAULT[kind]
-    elif not isinstance(tied, bool):
-        raise UsageError(f"{where}: field 'tie_word_embeddings' must be true or false")
+    vocab = _int(cfg, "vocab_size", where, maximum=_VOCAB)
+    tied = _bool(cfg, "tie_word_embeddings", where, TIED_EMBEDDINGS_BY_DEFAULT[kind])
     if kind in ("falcon", "RefinedWeb", "RefinedWebModel"):
-        bias = bool(cfg.get("bias", False))
-        single_norm = cfg.get("parallel_attn", True) and not cfg.get("new_decoder_architecture")
+        bias = _bool(cfg, "bias", where, False)
+        single_norm = _bool(cfg, "parallel_attn", where, True) and not _bool(
+            cfg, "new_decoder_architecture", where, False
+        )
         return ModelBody(
-            vocab, _optional_int(cfg, "ffn_hidden_size", where, 4 * d_model),  # type: ignore[arg-type]
+            vocab, _int(cfg, "ffn_hidden_size", where, 4 * d_model),
             gated_mlp=False, mlp_bias=bias, qkv_bias=bias, o_bias=bias, norm_bias=True,
             norms_per_layer=1 if single_norm else 2, tied_embeddings=tied,
         )  # fmt: skip
     if kind == "gpt2":
+        positions = _int(cfg, "n_positions", where, GPT2_POSITIONS, maximum=_POSITIONS)
         return ModelBody(
-            vocab, _optional_int(cfg, "n_inner", where, 4 * d_model),  # type: ignore[arg-type]
+            vocab, _int(cfg, "n_inner", where, 4 * d_model),
             gated_mlp=False, mlp_bias=True, qkv_bias=True, o_bias=True, norm_bias=True,
-            tied_embeddings=tied, position_embeddings=_positive_int(cfg, "n_positions", where),
+            tied_embeddings=tied, position_embeddings=positions,
         )  # fmt: skip
-    attention_bias = bool(cfg.get("attention_bias", False))
+    why = (
+        f" (a {kind} config.json must give it: transformers' default changed between releases)"
+        if kind not in INTERMEDIATE_SIZE_BY_DEFAULT
+        else ""
+    )
+    intermediate = _int(
+        cfg, "intermediate_size", where, INTERMEDIATE_SIZE_BY_DEFAULT.get(kind, REQUIRED), why=why
+    )
+    attention_bias = _bool(cfg, "attention_bias", where, False)
     return ModelBody(
         vocab,
-        _positive_int(cfg, "intermediate_size", where),
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        intermediate,
+        mlp_bias=_bool(cfg, "mlp_bias", where, False),
         qkv_bias=attention_bias or kind == "qwen2",
         o_bias=attention_bias,
         qk_norm=kind in ("qwen3", "gemma3_text"),
         norms_per_layer=4 if kind in ("gemma2", "gemma3_text") else 2,
         tied_embeddings=tied,
-        moe=_moe(cfg, where),
+        moe=_moe(cfg, kind, intermediate, num_layers, where),
     )
 
 
-def _moe(cfg: dict, where: str) -> MoeSpec | None:
+#: transformers' defaults for the experts of its mixture-of-experts model types, used for
+#: a config.json that gives an experts count (n_routed_experts or num_local_experts; one
+#: that gives none is read as a dense model). A default of None: the field must be given.
+MOE_DEFAULTS: dict[str, dict[str, int | None]] = {
+    "mixtral": {"num_experts_per_tok": 2},
+    "deepseek_v2": {
+        "num_experts_per_tok": None, "moe_intermediate_size": 1407, "n_shared_experts": 2,
+        "first_k_dense_replace": 0,
+    },
+    "deepseek_v3": {
+        "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1,
+        "first_k_dense_replace": 3,
+    },
+}  # fmt: skip
+_EXPERT_KEYS = ("n_routed_experts", "num_local_experts")
+
+
+def _moe(cfg: dict, kind: str, intermediate: int, num_layers: int, where: str) -> MoeSpec | None:
     """The experts; DeepSeek-V3's router also counts e_score_correction_bias, one value per
     routed expert: a buffer in transformers, but stored in the checkpoints (see MoeSpec)."""
-    experts_key = next((k for k in ("n_routed_experts", "num_local_experts") if cfg.get(k)), None)
-    if experts_key is None:
+    defaults = MOE_DEFAULTS.get(kind, {})
+    counts = {
+        k: _int(cfg, k, where, maximum=_EXPERTS) for k in _EXPERT_KEYS if cfg.get(k) is not None
+    }
+    if len(set(counts.values())) > 1:
+        raise UsageError(f"{where}: contradictory expert-count fields {counts}")
+    if not counts:
         return None
-    if cfg.get("moe_layer_freq", 1) != 1:
-        raise UsageError(f"{where}: moe_layer_freq {cfg['moe_layer_freq']!r} is not supported")
-    inter_key = "moe_intermediate_size" if "moe_intermediate_size" in cfg else "intermediate_size"
-    return MoeSpec(
-        num_experts=_positive_int(cfg, experts_key, where),
-        experts_per_token=_positive_int(cfg, "num_experts_per_tok", where),
-        intermediate_size=_positive_int(cfg, inter_key, where),
-        shared_experts=cfg.get("n_shared_experts") or 0,
-        dense_layers=cfg.get("first_k_dense_replace") or 0,
-        router_bias=cfg.get("model_type") == "deepseek_v3",
+    experts_key, num_experts = next(iter(counts.items()))
+    freq = _int(cfg, "moe_layer_freq", where, 1, maximum=_LAYERS)
+    if freq != 1:
+        raise UsageError(f"{where}: field 'moe_layer_freq' {freq} is not supported (only 1)")
+
+    def default(key: str, fallback: Any = REQUIRED) -> Any:
+        value = defaults.get(key, fallback)
+        return REQUIRED if value is None else value
+
+    per_token = _int(
+        cfg, "num_experts_per_tok", where, default("num_experts_per_tok"), maximum=_EXPERTS
     )
+    if per_token > num_experts:
+        raise UsageError(
+            f"{where}: field 'num_experts_per_tok' ({per_token}) must be at most "
+            f"{experts_key!r} ({num_experts}), the number of experts"
+        )
+    dense = cfg.get("first_k_dense_replace")
+    if dense is None:
+        # transformers' default (DeepSeek-V3: 3) leaves a model of fewer layers all dense
+        dense_layers = min(default("first_k_dense_replace", 0), num_layers)
+    else:
+        dense_layers = _int(cfg, "first_k_dense_replace", where, minimum=0, maximum=_LAYERS)
+        if dense_layers > num_layers:
+            raise UsageError(
+                f"{where}: field 'first_k_dense_replace' ({dense_layers}) must be at most "
+                f"'num_hidden_layers' ({num_layers})"
+            )
+    return MoeSpec(
+        num_experts=num_experts,
+        experts_per_token=per_token,
+        intermediate_size=_int(
+            cfg, "moe_intermediate_size", where, default("moe_intermediate_size", intermediate)
+        ),
+        shared_experts=_int(
+            cfg,
+            "n_shared_experts",
+            where,
+            default("n_shared_experts", 0),
+            minimum=0,
+            maximum=_EXPERTS,
+        ),
+        dense_layers=dense_layers,
+        router_bias=kind == "deepseek_v3",
+    )
+
+
+def json_depth(data: Any) -> int:
+    """How deeply the arrays and objects of parsed JSON nest (a scalar: 0). Iterative."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in value)
+    return deepest
+
+
+def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON `text`, nested at most `max_depth` deep; every problem a one-line UsageError.
+    Nesting deeper than Python's recursion allows stops the parser itself (RecursionError),
+    before it takes any memory to speak of."""
+    too_deep = UsageError(f"{where}: JSON nested deeper than {max_depth} levels")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:  # an integer of more digits than Python converts, say
+        raise UsageError(f"{where}: invalid JSON: {str(exc).splitlines()[0]}") from None
+    if json_depth(data) > max_depth:
+        raise too_deep
+    return data
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read config.json at `path`; every problem is a UsageError naming the file and field."""
     path = Path(path)
-    text = read_user_file(path, "hf_config")
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    text = read_user_file(path, "hf_config", limit=MAX_CONFIG_BYTES)
+    cfg = parse_json(text, str(path))
+    name = _str(cfg, "_name_or_path", str(path)) if isinstance(cfg, dict) else None
     return spec_from_hf_config(cfg, name or path.parent.name or path.stem, str(path))

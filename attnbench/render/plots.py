@@ -8,6 +8,7 @@ when its values span a decade or more. Memory is shown in binary units.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
 from ..model.units import binary_unit
 from ..records import Kind, failed, field_kinds
+from ..study.output import named
 from ..study.sections import KINDS
 
 #: Fields that are inputs of some section: what tells one line of a plot from another.
@@ -33,8 +35,14 @@ FIELD_NAMES = {"num_heads": "query heads", "num_kv_heads": "KV heads", "num_laye
 
 
 def ok_records(records: Iterable[dict], *needed: str) -> list[dict]:
-    """Records that completed (no oom or error status) and have every `needed` field."""
-    return [r for r in records if not failed(r) and all(r.get(f) is not None for f in needed)]
+    """Records that completed (no oom or error status) and have every `needed` field, with
+    a finite value (a NaN or an infinity is no value to draw or to write down)."""
+    return [r for r in records if not failed(r) and all(known(r.get(f)) for f in needed)]
+
+
+def known(value) -> bool:
+    """A value to show: not None, and finite when it is a float."""
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
 
 
 def setting_fields(records: Iterable[dict]) -> list[str]:
@@ -151,7 +159,7 @@ def _decode_lines(
 
 
 def decode_latency(doc: dict) -> Figure | None:
-    needed = ("step_ms_median", "step_ms_p25", "step_ms_p75")
+    needed = ("step_ms_median", "step_ms_p25", "step_ms_p75", "prompt_len", "mode")
     records = ok_records(_records(doc, "decode"), *needed)
     if not records:
         return None
@@ -169,7 +177,7 @@ def decode_latency(doc: dict) -> Figure | None:
 
 
 def decode_speedup(doc: dict) -> Figure | None:
-    records = ok_records(_records(doc, "decode"), "speedup_vs_no_cache")
+    records = ok_records(_records(doc, "decode"), "speedup_vs_no_cache", "prompt_len", "mode")
     if not records:
         return None
     fig, ax = _figure(
@@ -186,7 +194,9 @@ def decode_speedup(doc: dict) -> Figure | None:
 
 
 def decode_bandwidth(doc: dict) -> Figure | None:
-    records = ok_records(_records(doc, "decode"), "pct_of_peak_bw", "peak_gbps")
+    records = ok_records(
+        _records(doc, "decode"), "pct_of_peak_bw", "peak_gbps", "prompt_len", "mode"
+    )
     if not records:
         return None
     peak = max(r["peak_gbps"] for r in records)
@@ -212,7 +222,7 @@ def _memory_axis(ax: Axes, records: Sequence[dict]) -> float:
 
 def kv_memory_vs_heads(doc: dict) -> Figure | None:
     """Lines over the number of KV heads, for shapes measured at two or more of them."""
-    records = ok_records(_records(doc, "kvmem"), "kv_bytes")
+    records = ok_records(_records(doc, "kvmem"), "kv_bytes", "num_kv_heads")
     lines = [(label, rows) for label, rows
              in series(records, "num_kv_heads", exclude=("model",), named=False)
              if len({r["num_kv_heads"] for r in rows}) > 1]  # fmt: skip
@@ -233,7 +243,7 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
                 marker="o", label=label)  # fmt: skip
     heads = sorted({r["num_kv_heads"] for r in records})
     _scale(ax, "x", heads)
-    variants = {r["num_kv_heads"]: r["variant"] for r in records}
+    variants = {r["num_kv_heads"]: r.get("variant") or "" for r in records}
     ax.set_xticklabels([f"{h}\n{variants[h]}" for h in heads])
     _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
     ax.legend(fontsize=8)
@@ -242,7 +252,7 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
 
 def kv_memory_vs_context(doc: dict) -> Figure | None:
     """Lines over context length: the model presets when the study has any, else shapes."""
-    records = ok_records(_records(doc, "kvmem"), "kv_bytes")
+    records = ok_records(_records(doc, "kvmem"), "kv_bytes", "seq_len")
     presets = [r for r in records if r.get("model")]
     records = presets or records
     lines = [(label, rows) for label, rows in series(records, "seq_len")
@@ -289,6 +299,10 @@ def render_plots(doc: dict, out_dir: str | Path) -> list[Path]:
     for name, (_, make) in PLOTS.items():
         fig = make(doc)
         if fig is not None:
-            fig.savefig(out / name, dpi=120)
+            try:
+                fig.savefig(out / name, dpi=120)
+            except OSError as exc:  # no half-written image is left behind
+                (out / name).unlink(missing_ok=True)
+                raise named(exc, out / name) from None
             written.append(out / name)
     return written

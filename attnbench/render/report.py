@@ -11,8 +11,9 @@ from pathlib import Path
 from ..measure.timing import NOISY_IQR_FRACTION
 from ..model.units import format_bytes
 from ..study.documents import incomplete
+from ..study.output import named
 from .columns import columns_for
-from .plots import PLOTS, context, field_text, ok_records, series, series_label
+from .plots import PLOTS, context, field_text, known, ok_records, series, series_label
 from .table import markdown_table
 
 #: The title of each section's table in the report.
@@ -25,7 +26,19 @@ TITLES = {
 
 
 def _value(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else ("-" if v is None else str(v))
+    """An environment value: '-' for None, NaN or an infinity."""
+    if not known(v):
+        return "-"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _bytes(v) -> str:
+    return format_bytes(v) if known(v) else "-"
+
+
+def _finite_rows(records: Sequence[dict]) -> list[dict]:
+    """Records for a table, a NaN or an infinity shown as a missing value ('-')."""
+    return [{k: v if known(v) or v is None else None for k, v in r.items()} for r in records]
 
 
 def _join(items: Sequence[str]) -> str:
@@ -43,13 +56,15 @@ def _share_of_mha(records: Sequence[dict], verb: str, what: str, group: Sequence
     whose rows disagree (other settings change its share) is left out."""
     groups: dict[tuple, dict[str, set[float]]] = {}
     for r in records:
-        if r.get("model") is None and r["variant"] != "MHA":
-            ratios = groups.setdefault(tuple(r[f] for f in group), {})
+        if r.get("model") is None and r.get("variant") not in (None, "MHA"):
+            ratios = groups.setdefault(tuple(r.get(f) for f in group), {})
             ratios.setdefault(r["variant"], set()).add(r["ratio_vs_mha"])
     found = []
     for key, by_variant in groups.items():
         ratios = {v: rs.pop() for v, rs in by_variant.items() if len(rs) == 1}
         if not ratios:
+            continue
+        if None in key:
             continue
         shape = _join([SHAPE_TEXT[f].format(v) for f, v in zip(group, key, strict=True)])
         (first, ratio), *rest = ratios.items()
@@ -61,17 +76,18 @@ def _share_of_mha(records: Sequence[dict], verb: str, what: str, group: Sequence
 
 def _largest_caches(records: Sequence[dict]) -> list[str]:
     """The KV cache at the longest context studied, per model (or per shape)."""
+    records = ok_records(records, "seq_len", "batch")
     presets = [r for r in records if r.get("model")] or list(records)
     if not presets:
         return []
     longest = max(r["seq_len"] for r in presets)
     batch = min(r["batch"] for r in presets if r["seq_len"] == longest)
     rows = [r for r in presets if r["seq_len"] == longest and r["batch"] == batch]
-    shared = [f for f in ("num_layers", "dtype") if len({r[f] for r in rows}) == 1]
+    shared = [f for f in ("num_layers", "dtype") if len({r.get(f) for r in rows}) == 1]
     own = [f for f in ("num_layers", "dtype") if f not in shared]
-    setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0][f]) for f in shared)])
-    parts = [f"{format_bytes(r['kv_bytes'])} for "
-             + ", ".join([series_label(r), *(_setting(f, r[f]) for f in own)])
+    setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0].get(f)) for f in shared)])
+    parts = [f"{_bytes(r['kv_bytes'])} for "
+             + ", ".join([series_label(r), *(_setting(f, r.get(f)) for f in own)])
              for r in rows]  # fmt: skip
     return [f"At {longest:,} tokens of context ({setting}), the KV cache takes {_join(parts)}."]
 
@@ -81,7 +97,7 @@ def _setting(field: str, value) -> str:
 
 
 def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
-    timed = ok_records(records, "step_ms_median")
+    timed = ok_records(records, "step_ms_median", "prompt_len", "mode")
     if not timed:
         return []
     found = []
@@ -98,7 +114,7 @@ def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
                 f"{uncached[hi]['step_ms_median']:.3f} ms at prompt {hi:,}; with it, "
                 f"{cached[lo]['step_ms_median']:.3f} ms and {cached[hi]['step_ms_median']:.3f} ms."
             )
-    fast = ok_records(records, "speedup_vs_no_cache")
+    fast = ok_records(records, "speedup_vs_no_cache", "prompt_len")
     if fast:
         longest = max(r["prompt_len"] for r in fast)
         at_longest = [r for r in fast if r["prompt_len"] == longest]
@@ -106,7 +122,7 @@ def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
                  for label, rows in series(at_longest, "prompt_len")]  # fmt: skip
         found.append(f"At prompt {longest:,}, cached decode is {_join(parts)} faster than "
                      f"recomputing the prefix, {where}.")  # fmt: skip
-    bandwidth = ok_records(records, "pct_of_peak_bw", "peak_gbps")
+    bandwidth = ok_records(records, "pct_of_peak_bw", "peak_gbps", "prompt_len", "mode")
     if bandwidth:
         best = max(bandwidth, key=lambda r: r["pct_of_peak_bw"])
         cached = "; over 100% means its data came from on-chip caches, not memory" * (
@@ -181,7 +197,8 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
             lines += [f"![{caption}]({name})", ""]
     for name, section in doc["sections"].items():
         records = section["records"]
-        table = markdown_table(records, columns_for(name, records)) if records else "No rows."
+        rows = _finite_rows(records)
+        table = markdown_table(rows, columns_for(name, rows)) if rows else "No rows."
         lines += [f"## {TITLES.get(name, name)}", "", table, ""]
     lines += [
         "## Configuration",
@@ -203,5 +220,9 @@ def write_report(doc: dict, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = [name for name in PLOTS if (out / name).is_file()]
     path = out / "report.md"
-    path.write_text(render_report(doc, plots))
+    try:
+        path.write_text(render_report(doc, plots))
+    except OSError as exc:  # no half-written report is left behind
+        path.unlink(missing_ok=True)
+        raise named(exc, path) from None
     return path

@@ -4,9 +4,11 @@ CSVs, read back and validated against the record types' declared field kinds."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,12 @@ def kinds_of(section: str) -> dict[str, Kind]:
 
 
 def load_document(path: str | Path) -> Document:
-    """Read and validate a JSON or CSV results file written by a command."""
+    """Read and validate a JSON or CSV results file written by a command: the one reader
+    of result files (compare, baseline save, plot, report and resume all come here).
+
+    Every record is checked against its record type: exact, memory and timing metrics are
+    finite numbers >= 0 (or null), keys and infos have their declared types, every record
+    of a section has the same key fields, and no two records share their key values."""
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{p}: {'not a file' if p.exists() else 'no such file'}")
@@ -60,18 +67,23 @@ def _json_document(path: Path, text: str) -> Document:
         raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise UsageError(f"{path}: JSON nested too deeply") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise UsageError(f"{path}: schema_version {version!r} is not supported (expected 1)")
+        raise UsageError(f"{path}: schema_version {_short(version)} is not supported "
+                         "(expected 1)")  # fmt: skip
     command = doc.get("command")
     if command not in COMMANDS:
-        raise UsageError(f"{path}: unknown command {command!r}; expected one of {COMMANDS}")
+        raise UsageError(f"{path}: unknown command {_short(command)}; expected one of {COMMANDS}")
     environment = doc.get("environment")
-    if environment is not None and not isinstance(environment, dict):
-        raise UsageError(f"{path}: environment: expected an object")
+    if not isinstance(environment, dict):
+        raise UsageError(f"{path}: environment: expected an object (the machine the results "
+                         f"were measured on), got {_short(environment)}")  # fmt: skip
     if command == "run":
+        _check_run_header(path, doc)
         sections = _run_sections(path, doc.get("sections"))
     else:
         name = COMMAND_SECTIONS[command]
@@ -81,25 +93,58 @@ def _json_document(path: Path, text: str) -> Document:
     return Document(str(path), command, sections, environment, doc)
 
 
+def _check_run_header(path: Path, doc: dict) -> None:
+    """What plot, report and resume read of a run document besides its records."""
+    if not isinstance(doc.get("config"), dict):
+        raise UsageError(f"{path}: config: expected an object, got {_short(doc.get('config'))}")
+    for name in ("created", "attnbench_version"):
+        if not isinstance(doc.get(name), str):
+            raise UsageError(f"{path}: {name}: expected text, got {_short(doc.get(name))}")
+
+
 def _run_sections(path: Path, body: Any) -> dict[str, list[dict]]:
     if not isinstance(body, dict) or not body:
         raise UsageError(f"{path}: sections: expected an object of sections")
     sections = {}
     for name, section in body.items():
         if name not in KINDS:
-            raise UsageError(f"{path}: sections: unknown section {name!r}")
+            raise UsageError(f"{path}: sections: unknown section {_short(name)}")
         if not isinstance(section, dict):
             raise UsageError(f"{path}: sections.{name}: expected an object with records")
+        if not isinstance(section.get("config", {}), dict):
+            raise UsageError(f"{path}: sections.{name}.config: expected an object")
         sections[name] = _check_records(path, name, section.get("records"))
     return sections
 
 
+#: How a field's declared type reads in an error, and the values it takes (None aside).
+_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: is_number(v)),
+    "str": ("text", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def declared_types(rtype: type | None) -> dict[str, list[str]]:
+    """Each field's declared scalar types ('int | None' -> ['int']); fields of another
+    type (lists) are left out."""
+    types = {}
+    for f in dataclasses.fields(rtype) if rtype else ():
+        names = [t.strip() for t in str(f.type).split("|") if t.strip() != "None"]
+        if names and all(t in _TYPES for t in names):
+            types[f.name] = names
+    return types
+
+
 def _check_records(path: Path, section: str, records: Any) -> list[dict]:
-    """Records as dicts whose metrics are numbers or null (NaN counts as null)."""
+    """Records as dicts: metrics finite numbers >= 0 or null, keys and infos of their
+    declared types, the same key fields in every record, no two with the same keys."""
     if not isinstance(records, list):
         raise UsageError(f"{path}: {section}: records: expected a list")
     kinds = kinds_of(section)
     rtype = record_type(section)
+    types = declared_types(rtype)
     timings = gated_timing(rtype).values() if rtype else []
     samples = {stats["samples"] for stats in timings if "samples" in stats}
     for i, rec in enumerate(records):
@@ -108,16 +153,95 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
             raise UsageError(f"{where}: expected an object")
         for name, value in rec.items():
             if name in samples:
-                if value is not None and not (
-                    isinstance(value, list) and all(is_number(v) for v in value)
-                ):
+                if value is not None and not isinstance(value, list):
                     raise UsageError(f"{where}: {name}: expected a list of numbers")
-            elif kinds.get(name) in (Kind.EXACT, Kind.MEMORY, Kind.TIMING):
-                if value is not None and not is_number(value):
-                    raise UsageError(f"{where}: {name}: expected a number, got {value!r}")
-                if isinstance(value, float) and math.isnan(value):
-                    rec[name] = None
+                for j, v in enumerate(value or ()):
+                    _check_metric(where, f"{name}[{j}]", v)
+            elif kinds.get(name) in METRICS:
+                _check_metric(where, name, value)
+            elif name in types:
+                _check_type(where, name, value, types[name])
+    _check_keys(path, section, records, [k for k, kind in kinds.items() if kind is Kind.KEY])
     return records
+
+
+#: The kinds of field that are measured or computed sizes, counts and times.
+METRICS = (Kind.EXACT, Kind.MEMORY, Kind.TIMING)
+
+
+def _check_metric(where: str, name: str, value: Any) -> None:
+    """A size, a count or a time: null, or a finite number >= 0."""
+    if value is None:
+        return
+    if not is_number(value):
+        if isinstance(value, str) and _non_finite_text(value):
+            raise UsageError(f"{where}: {name}: {value} is not a finite number")
+        raise UsageError(f"{where}: {name}: expected a number, got {_short(value)}")
+    _check_finite(where, name, value)
+    if value < 0:
+        raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time "
+                         "is >= 0")  # fmt: skip
+
+
+def _check_finite(where: str, name: str, value: int | float) -> None:
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        raise UsageError(f"{where}: {name}: {_short(value)} is too large") from None
+    if not finite:
+        raise UsageError(f"{where}: {name}: {value} is not a finite number")
+
+
+def _check_type(where: str, name: str, value: Any, types: list[str]) -> None:
+    if value is None:
+        return
+    if isinstance(value, str) and "str" not in types and _non_finite_text(value):
+        raise UsageError(f"{where}: {name}: {value} is not a finite number")
+    if not any(_TYPES[t][1](value) for t in types):
+        expected = " or ".join(_TYPES[t][0] for t in types)
+        raise UsageError(f"{where}: {name}: expected {expected} or null, got {_short(value)}")
+    if is_number(value):
+        _check_finite(where, name, value)
+
+
+def _check_keys(path: Path, section: str, records: list[dict], keys: list[str]) -> None:
+    """Every record has the key fields any record of the section has (a file from an
+    earlier version may lack a key field in all of them), and no two records have the
+    same key values with different metrics: rows are matched on their keys. A record
+    repeated whole is the same row twice (two models with one layer shape give the same
+    per-layer params row), not a conflict; compare matches it once."""
+    present = [k for k in keys if any(k in rec for rec in records)]
+    seen: dict[tuple, int] = {}
+    for i, rec in enumerate(records):
+        where = f"{path}: {section} record {i}"
+        for k in present:
+            if k not in rec:
+                raise UsageError(f"{where}: key field {k} is missing (other records have it)")
+        values = tuple(_hashable(rec[k]) for k in present)
+        if values in seen and records[seen[values]] != rec:
+            config = " ".join(f"{k}={rec[k]}" for k in present if rec[k] is not None)
+            raise UsageError(f"{where}: a duplicate row: record {seen[values]} has the same "
+                             f"key fields ({config or 'none'}) and other values")  # fmt: skip
+        seen.setdefault(values, i)
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def _non_finite_text(text: str) -> bool:
+    return text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value for an error message, cut to `limit` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long for repr
+        text = "a number of thousands of digits"
+    if text == "None":
+        return "null"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def is_number(value: Any) -> bool:
@@ -128,11 +252,14 @@ def _csv_document(path: Path, text: str) -> Document:
     reader = csv.DictReader(io.StringIO(text))
     fields = reader.fieldnames or []
     section = _csv_section(path, fields)
+    text_fields = {name for name, types in declared_types(record_type(section)).items()
+                   if types == ["str"]}  # fmt: skip
     records = []
     for line, row in enumerate(reader, start=2):
         if None in row:
             raise UsageError(f"{path}: line {line}: more cells than the header has columns")
-        records.append({k: _cell(v) for k, v in row.items()})
+        records.append({k: _text_cell(v) if k in text_fields else _cell(v)
+                        for k, v in row.items()})  # fmt: skip
     return Document(
         str(path), section, {section: _check_records(path, section, records)}, None, None
     )
@@ -152,6 +279,11 @@ def _csv_section(path: Path, fields: list[str]) -> str:
     raise UsageError(
         f"{path}: not an attnbench CSV (no step_ms_median, kv_bytes or total_params column)"
     )
+
+
+def _text_cell(text: str | None) -> str | None:
+    """A cell of a text field ('7' stays '7'): '' -> None."""
+    return None if text is None or text == "" else text
 
 
 def _cell(text: str | None) -> Any:

@@ -6,7 +6,9 @@ holds the records whole. JSON is written atomically, and only over a regular fil
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import json
 import os
 import stat
@@ -30,33 +32,81 @@ def _header(rows: Sequence[dict], record_type: type | None) -> list[str]:
     return fields
 
 
+def writable_target(path: str | Path) -> Path:
+    """The file a write to `path` lands in: `path`, or the file a symlink there points
+    to. OSError (naming `path`) for what must not be written: a directory, a device, a
+    FIFO or a socket (also behind a symlink), or a read-only file (by its mode bits, which
+    root would otherwise write through)."""
+    path = Path(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise named(exc, path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "the file is read-only", str(path))
+    return target
+
+
+def named(exc: OSError, path: str | Path) -> OSError:
+    """`exc` with the file it failed on: a write that fails (a full disk) names none."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
+
+
 def write_csv(path: str | Path, records: Iterable, record_type: type | None = None) -> None:
     """Write records as CSV (None becomes an empty cell); raw samples stay in the JSON."""
     rows = [as_dict(r) for r in records]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=_header(rows, record_type), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    try:
+        target = writable_target(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("w", newline="") as fh:
+            fields = _header(rows, record_type)
+            writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    except OSError as exc:
+        raise named(exc, path) from None
 
 
 def append_csv_row(path: str | Path, record, record_type: type | None = None) -> None:
     """Append one record to a CSV, under the header already there (fields it lacks stay
     in the JSON) or under a new header, so a study keeps each finished row as it goes."""
     row = as_dict(record)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = None
-    if path.exists() and path.stat().st_size:
-        with path.open(newline="") as fh:
-            header = next(csv.reader(fh), None)
-    with path.open("a", newline="") as fh:
-        fields = header or _header([row], record_type)
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        if header is None:
-            writer.writeheader()
-        writer.writerow(row)
+    try:
+        target = writable_target(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        header = None
+        if target.exists() and target.stat().st_size:
+            with target.open(newline="") as fh:
+                header = next(csv.reader(fh), None)
+        with target.open("a", newline="") as fh:
+            fields = header or _header([row], record_type)
+            writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+            if header is None:
+                writer.writeheader()
+            writer.writerow(row)
+    except OSError as exc:
+        raise named(exc, path) from None
+
+
+def csv_row_count(path: str | Path) -> int | None:
+    """The rows of a CSV under its header; None when there is no file (or no header)."""
+    try:
+        with Path(path).open(newline="") as fh:
+            reader = csv.reader(fh)
+            if next(reader, None) is None:
+                return None
+            return sum(1 for _ in reader)
+    except FileNotFoundError:
+        return None
 
 
 def document_header(command: str, config: dict, environment: dict) -> dict:
@@ -80,22 +130,41 @@ def json_document(command: str, records: Iterable, config: dict, environment: di
 
 
 def write_json_atomic(path: str | Path, document: dict) -> None:
-    """Write JSON to a temporary file beside `path`, then rename it over `path`, so a
-    reader (or a crash) never sees half a file. Only a regular file (or nothing) is
-    replaced: a device, a FIFO or a directory there is an OSError, never overwritten."""
-    path = Path(path)
-    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
-        raise IsADirectoryError(21, "not a regular file", str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
+    """Write JSON to a temporary file beside the target, then rename it over the target,
+    so a reader (or a crash) never sees half a file. Only a regular file (or nothing) is
+    replaced, keeping its mode (and owner, where allowed); a symlink to one is followed and
+    stays a symlink. A directory, a device, a FIFO, a socket or a read-only file there is
+    an OSError, never overwritten. Every OSError names `path`."""
     try:
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it private; give it a plain file's mode
+        target = writable_target(path)
+        replace_with_json(target, document)
+    except OSError as exc:
+        raise named(exc, path) from None
+
+
+def replace_with_json(target: Path, document: dict) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        before: os.stat_result | None = target.stat()
+    except FileNotFoundError:
+        before = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
         with os.fdopen(fd, "w") as fh:
+            if before is None:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes it private; a plain file's mode
+            else:
+                os.fchmod(fd, stat.S_IMODE(before.st_mode))
+                if (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+                    with contextlib.suppress(PermissionError):  # only root gives files away
+                        os.fchown(fd, before.st_uid, before.st_gid)
             json.dump(document, fh, indent=2, allow_nan=False)
             fh.write("\n")
-        os.replace(tmp, path)
+            fh.flush()
+            os.fsync(fd)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -25,18 +25,31 @@ from typing import Any
 
 import yaml
 
-from ..errors import FieldError, UsageError, closest, read_user_file, show_value
+from ..errors import (
+    FieldError,
+    UsageError,
+    brief,
+    closest,
+    one_line,
+    read_user_file,
+    show_value,
+)
 from ..model.architecture import ModelSpec
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
 from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, fields_for
 from .sections import KINDS
+from .yaml_loader import YamlInputError, load_yaml
 
 #: Fields a model gives its points.
 MODEL_FIELDS = (*SHAPE_FIELDS, "num_layers", "dtype")
 #: The origin of a value given on the command line (the CLI names it by its flag).
 FROM_FLAGS = "flags"
 FLAGS_SOURCE = "<flags>"
+#: The largest sweep file read (a larger one is refused before it is read).
+MAX_SWEEP_FILE_BYTES = 1 << 20
+#: Problems reported for one file; the rest are counted.
+MAX_PROBLEM_LINES = 20
 
 
 def check_value(name: str, value: Any) -> str | None:
@@ -44,18 +57,18 @@ def check_value(name: str, value: Any) -> str | None:
     spec = FIELDS[name]
     if spec.type is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"expected an integer, got {value!r}"
+            return f"expected an integer, got {brief(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}, got {value}"
     elif spec.type is bool:
         if not isinstance(value, bool):
-            return f"expected true or false, got {value!r}"
+            return f"expected true or false, got {brief(value)}"
     elif not isinstance(value, str):
-        return f"expected a string, got {value!r}"
+        return f"expected a string, got {brief(value)}"
     if spec.choices and value not in spec.choices:
         kind = "dtype" if "dtype" in name else "value"
         return (
-            f"unknown {kind} {value!r}{closest(str(value), spec.choices)}; "
+            f"unknown {kind} {brief(value)}{closest(str(value), spec.choices)}; "
             f"choose from {', '.join(spec.choices)}"
         )
     return None
@@ -63,7 +76,7 @@ def check_value(name: str, value: Any) -> str | None:
 
 def _check_models(value: Any, where: str, problems: list[str]) -> None:
     if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
-        problems.append(f"{where}: expected a list of names or paths, got {value!r}")
+        problems.append(f"{where}: expected a list of names or paths, got {brief(value)}")
 
 
 def validate_section(section: str, body: Any, problems: list[str], source: str) -> None:
@@ -77,7 +90,7 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
             _check_models(value, f"{where}.models", problems)
             continue
         if name not in FIELDS:
-            problems.append(f"{where}: unknown key {name!r}{closest(str(name), FIELDS)}")
+            problems.append(f"{where}: unknown key {brief(name)}{closest(str(name), FIELDS)}")
             continue
         spec = FIELDS[name]
         if section in SECTIONS and section not in spec.sections:
@@ -86,13 +99,15 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
         values = value if isinstance(value, list) else [value]
         if isinstance(value, list):
             if section == "defaults" or not spec.axis:
-                problems.append(f"{where}.{name}: expected a single value, got a list {value}")
+                problems.append(
+                    f"{where}.{name}: expected a single value, got a list {brief(value)}"
+                )
                 continue
             if not value:
                 problems.append(f"{where}.{name}: empty list (the grid would be empty)")
                 continue
         problems.extend(
-            f"{section}.{name}: {show_value(v)} ({source}): {reason}"
+            f"{section}.{name}: {one_line(show_value(v))} ({source}): {reason}"
             for v in values
             if (reason := check_value(name, v))
         )
@@ -113,9 +128,11 @@ def load_config(path: str | Path | None) -> StudyConfig:
     if path is None:
         return StudyConfig()
     path = Path(path)
-    text = read_user_file(path, "config")
+    text = read_user_file(path, "config", limit=MAX_SWEEP_FILE_BYTES)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except YamlInputError as exc:
+        raise UsageError(_cap([f"{path}: {problem}" for problem in exc.problems])) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -127,15 +144,25 @@ def load_config(path: str | Path | None) -> StudyConfig:
     problems: list[str] = []
     for section, body in data.items():
         if section not in FILE_KEYS:
-            problems.append(f"{path}: unknown key {section!r}{closest(str(section), FILE_KEYS)}")
+            problems.append(
+                f"{path}: unknown key {brief(section)}{closest(str(section), FILE_KEYS)}"
+            )
         elif section == "models":
             _check_models(body, f"{path}: models", problems)
         elif body is not None:
             validate_section(section, body, problems, str(path))
     if problems:
-        raise UsageError("\n".join(problems))
+        raise UsageError(_cap(problems))
     sections = {k: v for k, v in data.items() if v is not None}
     return StudyConfig(sections, str(path), path.parent, text)
+
+
+def _cap(problems: list[str], limit: int = MAX_PROBLEM_LINES) -> str:
+    """The first `limit` problems, one line each, and how many more there are."""
+    lines = problems[:limit]
+    if len(problems) > limit:
+        lines.append(f"... and {len(problems) - limit} more problems")
+    return "\n".join(lines)
 
 
 def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:

@@ -1,0 +1,534 @@
+"""Output files and result files: every output checked before any work, records kept when
+a write fails after it, atomic JSON that never replaces what is not a regular file, one
+validator for every result file read back, one `run` per results directory, and Ctrl-C
+at any moment of a run."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import math
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import attnbench.cli.common
+import attnbench.cli.decode_cmd
+import attnbench.cli.run_cmd
+import attnbench.study.output
+from attnbench.cli import app
+from attnbench.errors import FieldError, UsageError
+from attnbench.experiments.params import ParamsRecord
+from attnbench.gate.compare import Thresholds, TimingStats, Verdict, judge_timing
+from attnbench.render import plots, report
+from attnbench.study.documents import load_document
+from attnbench.study.output import write_json_atomic
+from attnbench.study.runner import LOCK_FILE, RESULTS_FILE, DirectoryStore, plan_study, run_study
+
+runner = CliRunner()
+
+PARAMS_STUDY = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 2, 1]}\n"
+KVMEM_ARGS = ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1", "--no-measure"]
+
+
+def enospc() -> OSError:
+    """What a write on a full disk raises: it names no file."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def cli(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "250"})
+
+
+def one_error(result, code: int = 2) -> str:
+    """The single `error:` line of a failed command."""
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def study(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(PARAMS_STUDY)
+    return path
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    def forbidden(*args, **kwargs):
+        pytest.fail("the command ran before checking its outputs")
+
+    monkeypatch.setattr(attnbench.cli.common, "run_study", forbidden)
+    monkeypatch.setattr(attnbench.cli.decode_cmd, "run_study", forbidden)
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The system temporary folder, for this test: where kept records go."""
+    folder = tmp_path / "systmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+# ------------------------------------------------------------------ 1. outputs checked first
+
+
+@pytest.mark.usefixtures("nothing_runs")
+@pytest.mark.parametrize(
+    ("command", "outputs", "message"),
+    [
+        ("params", ["--csv", "s.yaml"],
+         "--csv s.yaml: is the --config file, an input of this command"),
+        ("params", ["--json", "s.yaml"],
+         "--json s.yaml: is the --config file, an input of this command"),
+        ("params", ["--csv", "o.json", "--json", "./o.json"],
+         "--json ./o.json: is also the --csv output; give each output its own file"),
+        ("decode-speed", ["--json", "link.yaml"],
+         "--json link.yaml: is the --config file, an input of this command"),
+        ("params", ["--csv", "folder"], "--csv folder: is a directory, not a file to write"),
+        ("params", ["--csv", "/dev/full"], "--csv /dev/full: not a regular file"),
+        ("params", ["--json", "/proc/foo/x.json"],
+         "--json /proc/foo/x.json: cannot write in /proc: not a writable directory"),
+        ("kvmem", ["--json", "ro.json"], "--json ro.json: the file is read-only"),
+        ("kvmem", ["--csv", "locked/x.csv"], "cannot write in "),
+    ],
+    ids=["csv-is-config", "json-is-config", "csv-is-json", "decode-json-is-config-by-link",
+         "directory", "device", "proc", "read-only-file", "read-only-folder"],
+)  # fmt: skip
+def test_outputs_are_checked_before_any_work(study, monkeypatch, command, outputs, message):
+    monkeypatch.chdir(study.parent)
+    if outputs[-1].startswith("/") and not Path(outputs[-1]).parent.parent.exists():
+        pytest.skip(f"no {outputs[-1]} here")
+    (study.parent / "folder").mkdir()
+    (study.parent / "link.yaml").symlink_to(study)
+    read_only = study.parent / "ro.json"
+    read_only.write_text("{}")
+    read_only.chmod(0o444)
+    (study.parent / "locked").mkdir(mode=0o555)
+    before = study.read_bytes()
+    line = one_error(cli(command, "--config", "s.yaml", *outputs))
+    assert message in line
+    assert study.read_bytes() == before and read_only.read_text() == "{}"
+    assert not (study.parent / "o.json").exists()
+
+
+def test_an_output_file_the_process_cannot_write_is_refused(tmp_path, monkeypatch):
+    """os.access decides for a user that is not root (root passes it on any file)."""
+    path = tmp_path / "o.json"
+    path.write_text("{}")
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != path)
+    with pytest.raises(UsageError, match="the file is read-only"):
+        attnbench.cli.common.check_writable({"json": str(path)}, {})
+    folder_path = tmp_path / "sub" / "x.json"
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != tmp_path)
+    with pytest.raises(UsageError, match=f"cannot write in {tmp_path}"):
+        attnbench.cli.common.check_writable({"json": str(folder_path)}, {})
+
+
+# ------------------------------------------------------------------ 2. a write that fails
+
+
+def test_a_full_disk_keeps_the_records_and_names_the_file(tmp_path, monkeypatch, private_tmp):
+    def full(*args, **kwargs):
+        raise enospc()
+
+    monkeypatch.setattr(attnbench.study.output, "replace_with_json", full)
+    out = tmp_path / "k.json"
+    line = one_error(cli(*KVMEM_ARGS, "--json", out, "-q"))
+    assert line.startswith(f"error: --json {out}: cannot write: No space left on device; "
+                           "the records are kept in ")  # fmt: skip
+    (kept,) = private_tmp.glob("attnbench-kvmem-*.json")
+    assert line.endswith(str(kept.resolve()))
+    doc = load_document(kept)
+    assert doc.command == "kvmem" and len(doc.sections["kvmem"]) == 3
+    assert not out.exists()
+
+
+def test_a_folder_gone_after_the_check_keeps_the_records(tmp_path, private_tmp):
+    gone = tmp_path / "gone"
+    csv_path = gone / "p.csv"
+    attnbench.cli.common.check_writable({"csv": str(csv_path)}, {})
+    gone.write_text("a file where the folder was")
+    records = [ParamsRecord(variant="MHA", d_model=64, num_heads=4, num_kv_heads=4,
+                            head_dim=16, bias=False, q_params=4096, k_params=4096,
+                            v_params=4096, o_params=4096, total_params=16384,
+                            module_params=16384, ratio_vs_mha=1.0)]  # fmt: skip
+    with pytest.raises(FieldError) as caught:
+        attnbench.cli.common.write_outputs("params", records, ParamsRecord, {}, {"device": "cpu"},
+                                           str(csv_path), None, quiet=True)  # fmt: skip
+    assert caught.value.field == "csv" and "cannot write: " in caught.value.reason
+    (kept,) = private_tmp.glob("attnbench-params-*.json")
+    assert f"the records are kept in {kept.resolve()}" in caught.value.reason
+    assert json.loads(kept.read_text())["records"][0]["total_params"] == 16384
+
+
+def test_run_on_a_full_disk_names_the_file_and_keeps_the_records(study, tmp_path, monkeypatch,
+                                                                 private_tmp):  # fmt: skip
+    real = attnbench.study.output.replace_with_json
+    saves = []
+
+    def fills_up(target, document):
+        saves.append(target)
+        if len(saves) > 2:  # the new document and the first point fit; the second does not
+            raise enospc()
+        real(target, document)
+
+    monkeypatch.setattr(attnbench.study.output, "replace_with_json", fills_up)
+    out = tmp_path / "study"
+    line = one_error(cli("run", study, "--out", out, "-q"))
+    assert "None" not in line
+    assert line.startswith(f"error: --out {out / RESULTS_FILE}: cannot write: No space left on "
+                           "device; the records are kept in ")  # fmt: skip
+    (kept,) = private_tmp.glob("attnbench-run-*.json")
+    assert len(json.loads(kept.read_text())["sections"]["params"]["records"]) == 2
+    assert len(load_document(out / RESULTS_FILE).sections["params"]) == 1
+    assert not (out / LOCK_FILE).exists()
+
+
+def test_a_report_that_cannot_be_written_is_named(tmp_path, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise enospc()
+
+    doc = run_study(plan_study(_write(tmp_path / "s.yaml", PARAMS_STUDY))).document
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError) as caught:
+        report.write_report(doc, tmp_path)
+    assert caught.value.filename == str(tmp_path / "report.md")
+
+
+# ------------------------------------------------------------------ 3. atomic replace
+
+
+def test_atomic_json_keeps_the_mode_and_writes_through_a_symlink(tmp_path):
+    path = tmp_path / "o.json"
+    path.write_text("old")
+    path.chmod(0o640)
+    write_json_atomic(path, {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    write_json_atomic(link, {"a": 2})
+    assert link.is_symlink() and json.loads(path.read_text()) == {"a": 2}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "o.json"]
+
+
+def test_atomic_json_never_replaces_what_is_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    device = tmp_path / "null.json"
+    device.symlink_to(os.devnull)
+    read_only = tmp_path / "ro.json"
+    read_only.write_text("keep")
+    read_only.chmod(0o444)
+    for path, reason in ((fifo, "not a regular file"), (device, "not a regular file"),
+                         (tmp_path, "is a directory"),
+                         (read_only, "the file is read-only")):  # fmt: skip
+        with pytest.raises(OSError) as caught:
+            write_json_atomic(path, {"a": 1})
+        assert caught.value.strerror == reason and caught.value.filename == str(path)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert device.is_symlink() and stat.S_ISCHR(Path(os.devnull).stat().st_mode)
+    assert read_only.read_text() == "keep"
+
+
+# ------------------------------------------------------------------ 4-7. result files
+
+
+@pytest.fixture(scope="module")
+def kvmem_doc(tmp_path_factory) -> dict:
+    path = tmp_path_factory.mktemp("kvmem") / "k.json"
+    result = runner.invoke(app, [*KVMEM_ARGS, "--json", str(path), "-q"])
+    assert result.exit_code == 0, result.output
+    return json.loads(path.read_text())
+
+
+def _write(path: Path, doc) -> Path:
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc, allow_nan=True))
+    return path
+
+
+def _set(field: str, value):
+    def edit(doc):
+        doc["records"][1][field] = value
+
+    return edit
+
+
+def _duplicate(doc):
+    """Record 1 again, with another value: which of the two would compare match?"""
+    doc["records"].append({**doc["records"][1], "kv_bytes": doc["records"][1]["kv_bytes"] + 2})
+
+
+def _drop_key(doc):
+    del doc["records"][1]["num_kv_heads"]
+
+
+def _no_environment(doc):
+    doc["environment"] = None
+
+
+BAD_RESULTS = [
+    (_set("kv_bytes", math.nan), "k.json: kvmem record 1: kv_bytes: nan is not a finite number"),
+    ("1e400", "k.json: kvmem record 1: kv_bytes: inf is not a finite number"),
+    (_set("kv_bytes", -4096), "k.json: kvmem record 1: kv_bytes: -4096 is negative"),
+    (_set("measured_bytes", -1.5), "kvmem record 1: measured_bytes: -1.5 is negative"),
+    (_set("bytes_per_token", 10**400), "kvmem record 1: bytes_per_token: 1000000"),
+    (_set("ratio_vs_mha", "half"), "kvmem record 1: ratio_vs_mha: expected a number or null"),
+    (_set("num_kv_heads", "2"), "kvmem record 1: num_kv_heads: expected an integer or null"),
+    (_duplicate, "kvmem record 3: a duplicate row: record 1 has the same key fields ("),
+    (_drop_key, "kvmem record 1: key field num_kv_heads is missing"),
+    (_no_environment, "k.json: environment: expected an object"),
+]  # fmt: skip
+BAD_IDS = ["nan", "1e400", "negative-exact", "negative-memory", "huge-int", "info-type",
+           "key-type", "duplicate", "missing-key", "null-environment"]  # fmt: skip
+
+
+def _bad_copy(doc: dict, tmp_path: Path, edit) -> Path:
+    if isinstance(edit, str):  # JSON text that Python's json reads as an infinity
+        text = json.dumps(doc).replace(f'"kv_bytes": {doc["records"][1]["kv_bytes"]}',
+                                       f'"kv_bytes": {edit}', 1)  # fmt: skip
+        assert edit in text
+        return _write(tmp_path / "k.json", text)
+    bad = copy.deepcopy(doc)
+    edit(bad)
+    return _write(tmp_path / "k.json", bad)
+
+
+@pytest.mark.parametrize(("edit", "message"), BAD_RESULTS, ids=BAD_IDS)
+def test_compare_rejects_bad_result_files_naming_the_field(kvmem_doc, tmp_path, edit, message):
+    base = _write(tmp_path / "base.json", kvmem_doc)
+    bad = _bad_copy(kvmem_doc, tmp_path, edit)
+    for args in ((base, bad), (bad, base)):
+        line = one_error(cli("compare", *args))
+        assert message in line and "OverflowError" not in line
+
+
+@pytest.mark.parametrize(("edit", "message"), BAD_RESULTS[:3] + BAD_RESULTS[7:],
+                         ids=BAD_IDS[:3] + BAD_IDS[7:])  # fmt: skip
+def test_baseline_save_accepts_only_what_compare_accepts(kvmem_doc, tmp_path, edit, message):
+    bad = _bad_copy(kvmem_doc, tmp_path, edit)
+    dest = tmp_path / "baseline.json"
+    assert message in one_error(cli("baseline", "save", bad, "--to", dest))
+    assert not dest.exists()
+    good = _write(tmp_path / "good.json", kvmem_doc)
+    assert cli("baseline", "save", good, "--to", dest).exit_code == 0
+    assert cli("compare", dest, good).exit_code == 0
+
+
+def test_a_row_repeated_whole_is_one_row(tmp_path, monkeypatch):
+    """Two models with one layer shape give the same params row twice: a study of them
+    resumes, reports and compares (against itself, and against the row once)."""
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    config = _write(tmp_path / "two.yaml", "models: [llama-3-8b, mistral-7b]\nparams: {}\n")
+    out = tmp_path / "study"
+    assert cli("run", config, "--out", out, "-q").exit_code == 0
+    results = out / RESULTS_FILE
+    rows = load_document(results).sections["params"]
+    assert len(rows) == 2 and rows[0] == rows[1]
+    assert cli("run", config, "--out", out, "--resume", "-q").exit_code == 0
+    assert cli("report", results, "-q").exit_code == 0
+    once = json.loads(results.read_text())
+    once["sections"]["params"]["records"].pop()
+    assert cli("compare", results, _write(tmp_path / "once.json", once)).exit_code == 0
+    assert cli("compare", results, results).exit_code == 0
+
+
+def test_csv_results_are_validated_too(kvmem_doc, tmp_path):
+    path = tmp_path / "k.csv"
+    assert cli(*KVMEM_ARGS, "--csv", path, "-q").exit_code == 0
+    lines = path.read_text().splitlines()
+    good = _write(tmp_path / "good.csv", "\n".join(lines) + "\n")
+    assert len(load_document(good).sections["kvmem"]) == 3
+    header = lines[0].split(",")
+    row = lines[2].split(",")
+    row[header.index("kv_bytes")] = "1"
+    bad = _write(tmp_path / "dup.csv", "\n".join([*lines, ",".join(row)]) + "\n")
+    assert "dup.csv: kvmem record 3: a duplicate row" in one_error(cli("compare", good, bad))
+    row = lines[1].split(",")
+    row[header.index("kv_bytes")] = "inf"
+    inf = _write(tmp_path / "inf.csv", "\n".join([lines[0], ",".join(row)]) + "\n")
+    assert "kvmem record 0: kv_bytes: inf is not a finite number" in one_error(
+        cli("compare", good, inf)
+    )
+
+
+@pytest.fixture(scope="module")
+def run_doc(tmp_path_factory) -> dict:
+    """A tiny study's results document: params, kvmem (not measured) and decode."""
+    folder = tmp_path_factory.mktemp("run")
+    config = _write(folder / "tiny.yaml", """\
+defaults: {d_model: 32, num_heads: 2}
+sweep: {num_kv_heads: [2, 1]}
+params: {}
+kvmem: {num_layers: 1, batch: 1, seq_len: [16, 256], dtype: float32, measure: false}
+decode: {batch: 1, prompt_len: [2, 4], gen_len: 2, warmup: 0, repeats: 1, device: cpu}
+""")  # fmt: skip
+    return run_study(plan_study(config), probe_peak=lambda device: 10.0).document
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_plot_and_report_refuse_a_run_without_environment(run_doc, tmp_path, command):
+    doc = copy.deepcopy(run_doc)
+    doc["environment"] = None
+    path = _write(tmp_path / RESULTS_FILE, doc)
+    line = one_error(cli(command, path))
+    assert f"{path}: environment: expected an object" in line
+
+
+def test_a_head_with_a_zero_median_fails_and_a_negative_one_is_rejected(run_doc, tmp_path):
+    doc = copy.deepcopy(run_doc)
+    base = _write(tmp_path / "base.json", doc)
+    doc["sections"]["decode"]["records"][0]["step_ms_median"] = 0.0
+    zero = _write(tmp_path / "zero.json", doc)
+    result = cli("compare", base, zero, "--format", "json")
+    assert result.exit_code == 1, result.output
+    rows = json.loads(result.stdout)["rows"]
+    (row,) = [r for r in rows if r["metric"] == "step_ms_median" and r["current"] == 0.0]
+    assert row["verdict"] == "regressed" and "current median is 0 ms" in row["reason"]
+    doc["sections"]["decode"]["records"][0]["step_ms_median"] = -0.5
+    negative = _write(tmp_path / "negative.json", doc)
+    assert "step_ms_median: -0.5 is negative" in one_error(cli("compare", base, negative))
+
+
+def test_judge_timing_fails_a_current_median_that_is_not_positive():
+    good = TimingStats(1.0, 0.9, 1.1)
+    for median in (0.0, -1.0, float("nan")):
+        judged = judge_timing(good, TimingStats(median), Thresholds())
+        assert judged.verdict is Verdict.REGRESSED and "current median" in judged.reason
+    judged = judge_timing(TimingStats(0.0), good, Thresholds())
+    assert judged.verdict is Verdict.INCONCLUSIVE and "baseline median" in judged.reason
+
+
+NON_FINITE = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
+
+
+def test_plots_and_report_show_no_nan_or_inf(run_doc, tmp_path):
+    doc = copy.deepcopy(run_doc)
+    doc["environment"]["peak_gbps"] = float("inf")
+    for r in doc["sections"]["kvmem"]["records"]:
+        r["kv_bytes"], r["ratio_vs_mha"] = float("inf"), float("nan")
+    for r in doc["sections"]["decode"]["records"]:
+        r["pct_of_peak_bw"], r["speedup_vs_no_cache"] = float("inf"), float("nan")
+        r["tokens_per_s"] = float("-inf")
+    for r in doc["sections"]["params"]["records"]:
+        r["ratio_vs_mha"] = float("nan")
+    plots.render_plots(doc, tmp_path)  # draws what is finite, fails on nothing
+    text = report.write_report(doc, tmp_path).read_text()
+    assert not NON_FINITE.findall(text.split("## Configuration")[0]), text
+    assert not NON_FINITE.findall(" ".join(report.findings(doc)))
+
+
+# ------------------------------------------------------------------ 8. one writer per directory
+
+
+def _lock(out: Path, pid: int, host: str | None = None) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_FILE
+    path.write_text(f"{pid} {host or socket.gethostname()}\n")
+    return path
+
+
+def test_a_second_run_into_a_directory_in_use_exits_2(study, tmp_path):
+    out = tmp_path / "study"
+    lock = _lock(out, os.getppid())  # a live process of this host
+    line = one_error(cli("run", study, "--out", out, "-q"))
+    assert f"--out {out}: in use by process {os.getppid()} on {socket.gethostname()}" in line
+    assert lock.read_text() == f"{os.getppid()} {socket.gethostname()}\n"
+    assert not (out / RESULTS_FILE).exists()
+    _lock(out, 1, "another-host")  # a process elsewhere cannot be checked: never stale
+    assert "in use by process 1 on another-host" in one_error(cli("run", study, "--out", out))
+
+
+def test_a_stale_lock_is_taken_over_with_a_note(study, tmp_path, monkeypatch):
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    pid = int(gone.stdout)
+    out = tmp_path / "study"
+    _lock(out, pid)
+    result = cli("run", study, "--out", out, "-q")
+    assert result.exit_code == 0, result.output
+    assert f"note: {out / LOCK_FILE}: process {pid} on {socket.gethostname()}" in result.stderr
+    assert "no longer running" in result.stderr
+    assert not (out / LOCK_FILE).exists()
+
+
+def test_the_lock_is_held_for_the_whole_run_and_released(study, tmp_path, monkeypatch):
+    held = []
+
+    def plots_see_the_lock(doc, out):
+        held.append((out / LOCK_FILE).read_text().split())
+        return []
+
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", plots_see_the_lock)
+    out = tmp_path / "study"
+    assert cli("run", study, "--out", out, "-q").exit_code == 0
+    assert held == [[str(os.getpid()), socket.gethostname()]]
+    assert not (out / LOCK_FILE).exists()
+    store = DirectoryStore(out)
+    with store.locked(), store.locked():  # re-entrant; the outer one releases
+        assert (out / LOCK_FILE).exists()
+    assert not (out / LOCK_FILE).exists()
+
+
+def _csv_rows(path: Path) -> int:
+    return len(path.read_text().splitlines()) - 1
+
+
+def test_a_new_study_rewrites_csvs_left_in_its_directory(study, tmp_path, monkeypatch):
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "params.csv").write_text("variant,d_model\nold,1\nold,2\nold,3\nold,4\n")
+    assert cli("run", study, "--out", out, "-q").exit_code == 0
+    assert _csv_rows(out / "params.csv") == 3
+    assert "old" not in (out / "params.csv").read_text()
+
+
+def test_resume_rebuilds_csvs_that_disagree_with_the_results(study, tmp_path, monkeypatch):
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    out = tmp_path / "study"
+    assert cli("run", study, "--out", out, "-q").exit_code == 0
+    csv_path = out / "params.csv"
+    good = csv_path.read_text()
+    csv_path.write_text(good + good.splitlines()[-1] + "\n")  # a row kept twice
+    assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
+    assert csv_path.read_text() == good
+    csv_path.unlink()
+    assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
+    assert csv_path.read_text() == good
+
+
+# ------------------------------------------------------------------ 9. Ctrl-C at any moment
+
+
+def test_ctrl_c_while_plotting_says_how_to_finish(study, tmp_path, monkeypatch):
+    def interrupted(doc, out):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", interrupted)
+    out = tmp_path / "study"
+    result = cli("run", study, "--out", out, "-q")
+    assert result.exit_code == 130, result.output
+    assert "Traceback" not in result.output
+    assert (f"interrupted: the finished points are in {out}/; finish with: attnbench run "
+            f"{study} --out {out} --resume") in " ".join(result.stderr.split())  # fmt: skip
+    assert not (out / LOCK_FILE).exists()
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
+    assert (out / "report.md").is_file()

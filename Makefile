@@ -23,7 +23,7 @@ bench: setup
 test: setup
 	$(BIN)/python -m pytest
 
-# The long fuzzing profile (3,000 examples per property, about 10 minutes on 2 cores);
+# The long fuzzing profile (3,600 examples per property, about 10 minutes on 2 cores);
 # `make test` runs a short one.
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/test_fuzz.py -p no:cacheprovider --hypothesis-show-statistics

@@ -25,7 +25,7 @@ settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
-    "fuzz", max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck)
+    "fuzz", max_examples=3600, deadline=None, suppress_health_check=list(HealthCheck)
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

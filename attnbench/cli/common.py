@@ -76,13 +76,19 @@ def run_section(
 
 
 def show_table(
-    title: str, records: Sequence, columns: Sequence[Column], wide: bool, hint: str = "--csv"
+    title: str,
+    records: Sequence,
+    columns: Sequence[Column],
+    wide: bool,
+    hint: str | None = "--csv",
 ) -> None:
     """A table that fits the terminal: constant settings go to the title, low-ranked
     columns go when it is too narrow (a last line names them), numbers are never cut."""
     rows = [as_dict(r) for r in records]
     width = terminal_width(console)
-    view = build_table(title, rows, columns, width, wide, hint=f"--wide, or {hint}")
+    view = build_table(
+        title, rows, columns, width, wide, hint="--wide" + f", or {hint}" * bool(hint)
+    )
     print_view(console, view)
 
 

@@ -21,7 +21,7 @@ def models_command(
 ) -> None:
     """List the model presets with their attention architecture and source."""
     rows = [{**asdict(p), "variant": p.variant} for p in PRESETS.values()]
-    show_table("Model presets", rows, MODELS, wide, hint="attnbench models --wide")
+    show_table("Model presets", rows, MODELS, wide, hint=None)
 
 
 @app.command("env")

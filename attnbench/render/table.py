@@ -308,7 +308,8 @@ def print_view(console: Console, view: TableView) -> None:
     console.print(view.table, crop=False)
     footer = view.footer()
     if footer:
-        console.print(footer, style="dim", highlight=False, markup=False)
+        # wrapped between words at the page's width, whatever the console's default
+        console.print(footer, style="dim", highlight=False, markup=False, soft_wrap=False)
 
 
 def terminal_width(console: Console) -> int:

@@ -34,7 +34,7 @@ from attnbench.model.capacity import (
 from attnbench.model.formulas import attention_params
 from attnbench.model.units import format_bytes
 from attnbench.study import schema
-from attnbench.study.runner import (
+from attnbench.study.plan import (
     MAX_POINTS,
     TooManyPoints,
     plan_command,

@@ -32,7 +32,8 @@ from attnbench.gate.compare import Thresholds, TimingStats, Verdict, judge_timin
 from attnbench.render import plots, report
 from attnbench.study.documents import load_document
 from attnbench.study.output import write_json_atomic
-from attnbench.study.runner import LOCK_FILE, RESULTS_FILE, DirectoryStore, plan_study, run_study
+from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
+from attnbench.study.stores import LOCK_FILE
 
 runner = CliRunner()
 

@@ -21,7 +21,7 @@ from ..errors import (
     show_value,
 )
 from ..model.capacity import parse_seq_lens
-from ..study.runner import TooManyPoints
+from ..study.plan import TooManyPoints
 from ..study.schema import FIELDS, above_maximum, fields_for
 from ..study.sweep import check_value
 

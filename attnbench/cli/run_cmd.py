@@ -15,15 +15,8 @@ from ..errors import FieldError, UsageError
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
 from ..study.documents import incomplete, load_results
-from ..study.runner import (
-    MAX_POINTS,
-    RESULTS_FILE,
-    DirectoryStore,
-    Plan,
-    Task,
-    plan_study,
-    run_study,
-)
+from ..study.plan import MAX_POINTS
+from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
 from . import app
 from .common import console, err_console, keep_records, kept_text, progress_iter
 from .decode_cmd import describe as describe_decode

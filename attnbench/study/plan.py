@@ -1,0 +1,304 @@
+"""Planning a study: its sections expanded into typed points, ordered, and every point
+checked (limits, shapes, capacity) before anything runs; all problems reported at once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CombinationError, FieldError, MissingFields, Problems, UsageError
+from ..experiments.context import Context
+from ..measure.devices import resolve_device
+from ..model.capacity import MAX_SEQUENCES
+from .estimate import peak_seconds, point_seconds
+from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
+from .sections import KINDS, SectionKind
+from .sweep import (
+    FLAGS_SOURCE,
+    FROM_FLAGS,
+    MODEL_FIELDS,
+    Section,
+    StudyConfig,
+    load_config,
+    resolve,
+)
+
+#: The study `attnbench run` runs without a config file (shipped as package data).
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
+#: Problems listed before the rest are summed up.
+MAX_PROBLEMS = 20
+#: Points a study may hold unless told otherwise (`plan_study`'s max_points).
+MAX_POINTS = 100_000
+
+
+@dataclass(frozen=True)
+class Task:
+    """One point of one section; `index` is its position in the section's order."""
+
+    section: str
+    index: int
+    point: Any
+
+
+@dataclass
+class Plan:
+    """A resolved, validated study: its sections, their points in run order, devices."""
+
+    config: StudyConfig
+    sections: dict[str, Section]
+    devices: dict[str, torch.device]
+    tasks: list[Task]
+
+    @property
+    def device(self) -> torch.device:
+        """The device the environment is recorded for: decode's, else kvmem's."""
+        for name in ("decode", "kvmem"):
+            if name in self.devices:
+                return self.devices[name]
+        return torch.device("cpu")
+
+    @property
+    def threads(self) -> int | None:
+        decode = self.sections.get("decode")
+        return decode.options.get("threads") if decode else None
+
+    def context(self, section: str, peak_gbps: float | None = None) -> Context:
+        """What the points of `section` run with; kvmem's device is None when it does not
+        measure."""
+        sec = self.sections[section]
+        device = self.devices.get(section)
+        if section == "kvmem" and not sec.options.get("measure", True):
+            device = None
+        return Context(device, sec.options, peak_gbps if KINDS[section].timed else None)
+
+    def estimate(self, task: Task) -> float:
+        """A rough time for one task, in seconds."""
+        sec = self.sections[task.section]
+        return point_seconds(task.point, self.devices.get(task.section), sec.options)
+
+    def estimate_total(self, tasks: Sequence[Task]) -> float:
+        timed = any(KINDS[t.section].timed for t in tasks)
+        return (peak_seconds(self.device) if timed else 0.0) + sum(map(self.estimate, tasks))
+
+    def section_configs(self) -> dict[str, dict]:
+        return {name: sec.to_dict() for name, sec in self.sections.items()}
+
+    @property
+    def resolved_sha256(self) -> str:
+        """A hash of what the study measures (not where the file lives)."""
+        configs = {name: without_source(c) for name, c in self.section_configs().items()}
+        return hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()
+
+    def config_document(self) -> dict:
+        """The `config` of results.json: the file as written and resolved per section."""
+        return {
+            "source": self.config.source,
+            "file_sha256": hashlib.sha256(self.config.text.encode()).hexdigest(),
+            "file_text": self.config.text,
+            "resolved_sha256": self.resolved_sha256,
+            "sections": self.section_configs(),
+        }
+
+
+def without_source(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "source"}
+
+
+class TooManyPoints(UsageError):
+    """A study larger than its limit of points, found before any point is built.
+    `field` names the setting that raises the limit (None where it cannot be raised)."""
+
+    def __init__(self, source: str | None, sections: Sequence[str], count: int, limit: int,
+                 field: str | None = "max_points") -> None:  # fmt: skip
+        self.source = source
+        self.sections = list(sections)
+        self.count = count
+        self.limit = limit
+        self.field = field
+        super().__init__(self.render(lambda name: name))
+
+    def render(self, name: Callable[[str], str]) -> str:
+        """The message with the setting that raises the limit named by `name(field)`."""
+        where = f"{self.source}: " if self.source else ""
+        names = self.sections
+        what = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        hint = f"raise it with {name(self.field)}" if self.field else "give fewer values"
+        return (f"{where}{self.count:,} points in {what}, more than the limit of "
+                f"{self.limit:,} ({hint})")  # fmt: skip
+
+
+def point_count(sec: Section) -> int:
+    """How many points `sec.points()` gives, from the lengths of its axes alone (as it
+    builds them: the grid of its other axes, for each synthetic shape and each model)."""
+    wanted = set(KINDS[sec.name].point.__dataclass_fields__)
+    shape_axes = (*SHAPE_FIELDS, "num_layers")
+    rest = math.prod(
+        len(values)
+        for name, values in sec.values.items()
+        if name not in (*shape_axes, "seq_lens") and name in wanted
+    )
+    shapes = 0
+    if sec.has_shape:
+        shapes = math.prod(
+            len(sec.values[n]) for n in shape_axes if n in sec.values and n in wanted
+        )
+    return rest * (shapes + len(sec.models))
+
+
+def check_limits(sec: Section) -> list[UsageError]:
+    """Every value of `sec` above its field's maximum (axes, options and what its models
+    bring), and a batch of more than MAX_SEQUENCES listed lengths: checked before any
+    point is built, so no size is computed from them."""
+    problems: list[UsageError] = []
+    for name, value in (*sec.values.items(), *sec.options.items()):
+        values = value if isinstance(value, list) else [value]
+        if name == "seq_lens" and len(values) > MAX_SEQUENCES:
+            reason = f"more than {MAX_SEQUENCES:,} sequences in one batch"
+            problems.append(sec.locate(FieldError(name, f"{len(values):,} lengths", reason)))
+            continue
+        if FIELDS[name].type is not int:
+            continue
+        found = {}
+        for v in values:
+            if (reason := above_maximum(name, v)) and v not in found:
+                found[v] = sec.locate(FieldError(name, v, reason))
+        problems.extend(found.values())
+    for model in sec.models:
+        for name in MODEL_FIELDS:
+            value = getattr(model, name, None)
+            if (reason := above_maximum(name, value)) is not None:
+                error = FieldError(name, value, reason)
+                problems.append(error.located(f"{model.name}: {name} {value}"))
+    return problems
+
+
+def _check_size(sections: dict[str, Section], counts: dict[str, int], max_points: int,
+                field: str | None) -> UsageError | None:  # fmt: skip
+    """The study's points over `max_points`: one section's, else all of them together."""
+    source = next(iter(sections.values())).source if sections else FLAGS_SOURCE
+    where = None if source == FLAGS_SOURCE else source
+    for name, count in counts.items():
+        if count > max_points:
+            return TooManyPoints(where, [name], count, max_points, field)
+    total = sum(counts.values())
+    if total > max_points:
+        return TooManyPoints(where, list(counts), total, max_points, field)
+    return None
+
+
+def plan_sections(
+    config: StudyConfig,
+    sections: dict[str, Section],
+    max_points: int = MAX_POINTS,
+    limit_field: str | None = "max_points",
+) -> Plan:
+    """Expand, order and check every point of `sections`, and resolve their devices.
+    Every problem is found here, before anything runs: one UsageError lists them all.
+    Values above their maximum, and a study of more than `max_points` points (counted
+    before they are built; `limit_field` names what raises the limit, None where nothing
+    can), stop it before any point is built."""
+    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
+        raise FieldError("max_points", max_points, "must be an integer >= 1")
+    limits = [p for sec in sections.values() for p in check_limits(sec)]
+    if limits:
+        unique = {str(p): p for p in limits}
+        raise Problems(list(unique.values()), MAX_PROBLEMS)
+    too_many = _check_size(sections, {n: point_count(s) for n, s in sections.items()},
+                           max_points, limit_field)  # fmt: skip
+    if too_many is not None:
+        raise too_many
+    problems: list[UsageError] = []
+    devices: dict[str, torch.device] = {}
+    tasks: list[Task] = []
+    for name, sec in sections.items():
+        kind = KINDS[name]
+        try:
+            if "device" in sec.options:
+                devices[name] = resolve_device(sec.options["device"])
+            points = sec.points()
+        except FieldError as exc:
+            problems.append(sec.locate(exc))
+            continue
+        if not points:
+            problems.append(_nothing_to_run(sec))
+        problems.extend(_check_points(kind, sec, points))
+        ordered = kind.order(points) if kind.order else points
+        tasks.extend(Task(name, i, p) for i, p in enumerate(ordered))
+    if problems:
+        unique = {str(p): p for p in problems}  # one line for a value every section shares
+        raise Problems(list(unique.values()), MAX_PROBLEMS)
+    return Plan(config, sections, devices, tasks)
+
+
+def _nothing_to_run(sec: Section) -> UsageError:
+    source = None if sec.source == FLAGS_SOURCE else sec.source
+    if sec.name == "fit":
+        return MissingFields("fit", [["model"]], source)
+    return MissingFields(sec.name, [["d_model", "num_heads"], ["model"]], source)
+
+
+def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageError]:
+    """One error per distinct problem of the section's points."""
+    found: dict[str, UsageError] = {}
+    for point in points:
+        try:
+            kind.check(point)
+        except FieldError as exc:
+            error: UsageError = sec.locate(exc, point)
+        except ValueError as exc:  # an impossible shape: name the values that make it
+            error = _combination(sec, point, str(exc))
+        else:
+            continue
+        found.setdefault(str(error), error)
+    return list(found.values())
+
+
+def _combination(sec: Section, point: Any, reason: str) -> UsageError:
+    if getattr(point, "model", None):
+        return UsageError(f"{point.model}: {reason}")
+    given = [n for n in ("d_model", "num_heads", "num_kv_heads", "head_dim")
+             if getattr(point, n, None) is not None]  # fmt: skip
+    typed = [n for n in given if n in sec.origins]  # what the user set, not defaults
+    values = {n: getattr(point, n) for n in typed or given}
+    from_file = any(sec.origins.get(n) not in (None, FROM_FLAGS) for n in values)
+    return CombinationError(values, reason, sec.source if from_file else None)
+
+
+def plan_study(
+    config_path: str | Path | None = None,
+    device: str | None = None,
+    names: Sequence[str] | None = None,
+    measure: bool | None = None,
+    max_points: int = MAX_POINTS,
+) -> Plan:
+    """A study from a sweep file (the default study when None): every section it names
+    (params, kvmem and decode when it names none; `names` to choose). `device` overrides
+    the file's device, `measure` whether kvmem allocates its caches; a study of more than
+    `max_points` points is refused before any is built."""
+    config = load_config(Path(config_path) if config_path is not None else DEFAULT_CONFIG)
+    names = names or [s for s in SECTIONS if s in config.sections] or list(DEFAULT_SECTIONS)
+    given = {"device": device, "measure": measure}
+    sections = {
+        n: resolve(config, n, {k: v for k, v in given.items() if k in fields_for(n)}) for n in names
+    }
+    return plan_sections(config, sections, max_points)
+
+
+def plan_command(
+    section: str,
+    config_path: str | Path | None,
+    overrides: dict[str, Any],
+    models: list[str] | None = None,
+) -> Plan:
+    """A one-section study: a command's flags over an optional sweep file, of at most
+    MAX_POINTS points (a command cannot raise the limit)."""
+    config = load_config(config_path)
+    sections = {section: resolve(config, section, overrides, models)}
+    return plan_sections(config, sections, MAX_POINTS, limit_field=None)

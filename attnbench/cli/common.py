@@ -30,12 +30,15 @@ def _page_width() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_WIDTH
 
 
-console = Console(highlight=False, width=_page_width(), soft_wrap=True)
+#: Off a terminal, long lines (paths, findings) stay whole for the reader to wrap; on one,
+#: rich wraps them between words.
+console = Console(highlight=False, width=_page_width(), soft_wrap=not sys.stdout.isatty())
 
 
 def fit_console_to_page() -> None:
     """Size the console for this invocation (COLUMNS may differ from one to the next)."""
     console.width = _page_width()  # type: ignore[assignment]
+    console.soft_wrap = not sys.stdout.isatty()
 
 
 err_console = Console(stderr=True, highlight=False)

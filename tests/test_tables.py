@@ -496,3 +496,29 @@ def test_section_columns(section):
     assert columns_for(section, []) is SECTION_COLUMNS[section]
     with pytest.raises(KeyError):
         columns_for("nope", [])
+
+
+def test_text_columns_never_push_the_table_past_the_page():
+    """rich's own shrinking of wrapped columns can round a table one past the page; the
+    fit gives text columns exactly their width, at every page width."""
+    columns = [
+        Column("Verdict", "v", str, rank=0, kind="status"),
+        Column("Row", "r", str, rank=1, kind="text"),
+        Column("Metric", "m", str, rank=2, kind="label"),
+        Column("Baseline", "b", str, rank=6),
+        Column("Current", "c", str, rank=4),
+        Column("Change", "x", str, rank=3),
+        Column("Reason", "why", str, rank=7, kind="text"),
+    ]
+    rows = [
+        {"v": "unchanged", "r": f"MQA mode=no_cache prompt_len={n}", "m": "step_ms_median",
+         "b": "0.4171 ms", "c": "0.4578 ms", "x": "1.098x",
+         "why": "1.098x slower, within 10%" + " and more" * (n % 3)}
+        for n in range(8)
+    ]  # fmt: skip
+    for width in range(50, 141):
+        view = build_table("t", rows, columns, width, hint=HINT)
+        console = Console(width=width, file=io.StringIO(), record=True)
+        print_view(console, view)
+        lines = console.export_text().splitlines()
+        assert max(len(line) for line in lines if line[:1] in "┏┃│└") <= width, width

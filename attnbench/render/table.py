@@ -267,8 +267,10 @@ def build_table(
         table.width = needed
     for lay in layouts:
         col = lay.column
-        if col.kind == "text":
-            table.add_column(col.header, justify="left", overflow="fold", min_width=lay.width)
+        if col.kind == "text":  # exactly the width the fit gave it: rich's own shrinking
+            width = None if wide else lay.width  # can round a table past the page
+            table.add_column(col.header, justify="left", overflow="fold", min_width=lay.width,
+                             max_width=width)  # fmt: skip
         else:
             table.add_column(col.header, justify=col.justify, no_wrap=True, min_width=lay.width)
     for i in range(len(records)):

@@ -9,10 +9,7 @@ typed: the flag and its value, or `kvmem.tp: 3 (study.yaml)`.
 from __future__ import annotations
 
 import difflib
-import os
-import stat
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -83,10 +80,14 @@ class Problems(UsageError):
     def __init__(self, errors: list[UsageError], limit: int = 20) -> None:
         self.errors = errors
         self.limit = limit
-        lines = [str(e) for e in errors[:limit]]
-        if len(errors) > limit:
-            lines.append(f"... and {len(errors) - limit} more problems")
-        super().__init__("\n".join(lines))
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self, describe: Callable[[UsageError], str] = str) -> list[str]:
+        """The first `limit` problems as `describe` words them, and how many more."""
+        lines = [describe(e) for e in self.errors[: self.limit]]
+        if len(self.errors) > self.limit:
+            lines.append(f"... and {len(self.errors) - self.limit} more problems")
+        return lines
 
 
 def _show(value: Any) -> str:
@@ -102,7 +103,10 @@ def show_value(value: Any) -> str:
 
 def brief(value: Any, width: int = 60) -> str:
     """repr(value) for a one-line message, cut to `width` characters."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to convert to text
+        text = "a number of thousands of digits"
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -115,68 +119,6 @@ def closest(name: str, choices: Iterable[str]) -> str:
     """' (did you mean X?)' for the closest of `choices`, or '' when nothing is close."""
     match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
-
-
-def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
-    """The text of a file the user named for `field`; every failure is a FieldError.
-
-    Only a regular file is read (a directory, a device such as /dev/zero, a FIFO or a
-    socket is refused before anything is read, so nothing blocks), and with a `limit` at
-    most `limit` bytes of it: a larger file is refused from its size, and one that grows
-    while it is read is cut at `limit` + 1 bytes and refused. Line ends are read as '\\n'.
-    """
-    path = Path(path)
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise FieldError(field, path, "file not found") from None
-    except (OSError, ValueError) as exc:
-        raise FieldError(field, path, f"cannot read it: {_reason(exc)}") from None
-    _check_regular(info, field, path, limit)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-        with os.fdopen(fd, "rb") as file:
-            # the path may have been replaced since the stat: check what was opened
-            _check_regular(os.fstat(file.fileno()), field, path, limit)
-            data = file.read() if limit is None else file.read(limit + 1)
-    except FileNotFoundError:
-        raise FieldError(field, path, "file not found") from None
-    except OSError as exc:
-        raise FieldError(field, path, f"cannot read it: {_reason(exc)}") from None
-    if limit is not None and len(data) > limit:
-        raise FieldError(field, path, f"file too large (over {format_size(limit)})")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FieldError(field, path, f"not UTF-8 text (byte {exc.start})") from None
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _check_regular(info: os.stat_result, field: str, path: Path, limit: int | None) -> None:
-    if stat.S_ISDIR(info.st_mode):
-        raise FieldError(field, path, "is a directory, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise FieldError(field, path, "not a regular file (a device, pipe or socket)")
-    if limit is not None and info.st_size > limit:
-        raise FieldError(
-            field,
-            path,
-            f"file too large ({format_size(info.st_size)}; the limit is {format_size(limit)})",
-        )
-
-
-def _reason(exc: Exception) -> str:
-    return getattr(exc, "strerror", None) or str(exc)
-
-
-def format_size(n: int) -> str:
-    """A byte count for a message: 1 MiB, 47.7 MiB, 512 bytes."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.0f} {unit}" if n % scale == 0 else f"{value:.1f} {unit}"
-    return f"{n} bytes"
 
 
 class ModelMismatchError(RuntimeError):

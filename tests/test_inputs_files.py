@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.errors import FieldError, UsageError, read_user_file
+from attnbench.errors import FieldError, UsageError
+from attnbench.model.files import read_user_file
 from attnbench.model.hf_config import (
     GPT2_POSITIONS,
     INTERMEDIATE_SIZE_BY_DEFAULT,

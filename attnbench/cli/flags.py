@@ -45,10 +45,7 @@ def flag_of(field: str) -> str:
 def describe_error(error: UsageError) -> str:
     """The error's message, with the fields set by flags named by their flags."""
     if isinstance(error, Problems):
-        lines = [describe_error(e) for e in error.errors[: error.limit]]
-        if len(error.errors) > error.limit:
-            lines.append(f"... and {len(error.errors) - error.limit} more problems")
-        return "\n".join(lines)
+        return "\n".join(error.lines(describe_error))
     if isinstance(error, FieldError) and error.location is None:
         value = "" if error.value is None else f" {show_value(error.value)}"
         return f"{flag_of(error.field)}{value}: {error.reason}"

@@ -15,7 +15,6 @@ Timings are gated only between matching environments (see `GATING_ENV_FIELDS`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -27,7 +26,7 @@ import numpy as np
 from ..errors import UsageError
 from ..measure.timing import percentile
 from ..records import Kind, gated_timing
-from ..study.documents import Document, is_number, kinds_of
+from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
 from ..study.sections import record_type
 
@@ -385,10 +384,6 @@ def compare_documents(
     return result
 
 
-def _hashable(value: Any) -> Any:
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
-
-
 def match_rows(
     base: list[dict], cur: list[dict], paths: tuple[str, str], kinds: dict[str, Kind]
 ) -> tuple[list[tuple[dict, dict | None, dict | None]], list[str]]:
@@ -406,7 +401,7 @@ def match_rows(
     for rows, path in zip((base, cur), paths, strict=True):
         index: dict[tuple, dict] = {}
         for rec in rows:
-            key = tuple(_hashable(rec.get(k)) for k in keys)
+            key = tuple(hashable(rec.get(k)) for k in keys)
             if index.get(key) == rec:
                 continue  # the same row twice (two models with one layer shape)
             if key in index:

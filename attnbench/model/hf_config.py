@@ -27,10 +27,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, brief, read_user_file
+from ..errors import UsageError, brief
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
+from .files import read_user_file
 
 #: The largest config.json read (a larger one is refused before it is read).
 MAX_CONFIG_BYTES = 10 << 20

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, brief
 from ..records import Kind, failed, field_kinds, gated_timing
 from .output import SCHEMA_VERSION
 from .sections import KINDS, record_type
@@ -217,7 +217,7 @@ def _check_keys(path: Path, section: str, records: list[dict], keys: list[str]) 
         for k in present:
             if k not in rec:
                 raise UsageError(f"{where}: key field {k} is missing (other records have it)")
-        values = tuple(_hashable(rec[k]) for k in present)
+        values = tuple(hashable(rec[k]) for k in present)
         if values in seen and records[seen[values]] != rec:
             config = " ".join(f"{k}={rec[k]}" for k in present if rec[k] is not None)
             raise UsageError(f"{where}: a duplicate row: record {seen[values]} has the same "
@@ -225,7 +225,8 @@ def _check_keys(path: Path, section: str, records: list[dict], keys: list[str]) 
         seen.setdefault(values, i)
 
 
-def _hashable(value: Any) -> Any:
+def hashable(value: Any) -> Any:
+    """A key value rows can be matched on: lists and objects as their JSON text."""
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
@@ -233,15 +234,9 @@ def _non_finite_text(text: str) -> bool:
     return text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    """A value for an error message, cut to `limit` characters."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int too long for repr
-        text = "a number of thousands of digits"
-    if text == "None":
-        return "null"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: Any) -> str:
+    """A value for an error message, as JSON spells null, cut to one short line."""
+    return "null" if value is None else brief(value)
 
 
 def is_number(value: Any) -> bool:

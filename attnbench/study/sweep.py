@@ -27,14 +27,15 @@ import yaml
 
 from ..errors import (
     FieldError,
+    Problems,
     UsageError,
     brief,
     closest,
     one_line,
-    read_user_file,
     show_value,
 )
 from ..model.architecture import ModelSpec
+from ..model.files import read_user_file
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
 from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, fields_for
@@ -132,7 +133,7 @@ def load_config(path: str | Path | None) -> StudyConfig:
     try:
         data = load_yaml(text)
     except YamlInputError as exc:
-        raise UsageError(_cap([f"{path}: {problem}" for problem in exc.problems])) from None
+        raise _problems([f"{path}: {problem}" for problem in exc.problems]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -152,17 +153,14 @@ def load_config(path: str | Path | None) -> StudyConfig:
         elif body is not None:
             validate_section(section, body, problems, str(path))
     if problems:
-        raise UsageError(_cap(problems))
+        raise _problems(problems)
     sections = {k: v for k, v in data.items() if v is not None}
     return StudyConfig(sections, str(path), path.parent, text)
 
 
-def _cap(problems: list[str], limit: int = MAX_PROBLEM_LINES) -> str:
-    """The first `limit` problems, one line each, and how many more there are."""
-    lines = problems[:limit]
-    if len(problems) > limit:
-        lines.append(f"... and {len(problems) - limit} more problems")
-    return "\n".join(lines)
+def _problems(lines: list[str]) -> Problems:
+    """One error per line, the first MAX_PROBLEM_LINES of them shown."""
+    return Problems([UsageError(line) for line in lines], MAX_PROBLEM_LINES)
 
 
 def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:

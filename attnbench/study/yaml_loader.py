@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from ..errors import brief
+
 #: Deepest nesting of mappings and sequences a file may have (a sweep file needs 3).
 MAX_DEPTH = 64
 #: Most nodes aliases may add to a document once expanded (beyond the file's own nodes).
@@ -73,12 +75,7 @@ class BoundedSafeLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: construct_mapping reports it
                 continue
             where = f"at lines {seen} and {line}" if seen != line else f"twice at line {line}"
-            self.duplicates.append((line, f"duplicate key {_short(key)} {where}"))
-
-
-def _short(key: Any, width: int = 60) -> str:
-    text = repr(key)
-    return text if len(text) <= width else text[: width - 3] + "..."
+            self.duplicates.append((line, f"duplicate key {brief(key)} {where}"))
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..model.capacity import parse_seq_lens
 from ..study.plan import TooManyPoints
-from ..study.schema import FIELDS, above_maximum, fields_for
+from ..study.schema import FIELDS, fields_for
 from ..study.sweep import check_value
 
 #: Fields whose flag is not the field's name.
@@ -79,9 +79,9 @@ def parse_field(name: str, text: str) -> Any:
     spec = FIELDS[name]
     if name == "seq_lens":
         lengths = parse_seq_lens(text)
-        if lengths and above_maximum(name, max(lengths)):
-            first = next(n for n in lengths if above_maximum(name, n))
-            raise FieldError(name, first, above_maximum(name, first))  # type: ignore[arg-type]
+        if lengths and check_value(name, max(lengths)):  # the first length that is too long
+            first = next(n for n in lengths if check_value(name, n))
+            raise FieldError(name, first, check_value(name, first))  # type: ignore[arg-type]
         return lengths
     items = [t.strip() for t in str(text).split(",")] if spec.axis else [str(text).strip()]
     values: list[Any] = []
@@ -94,7 +94,7 @@ def parse_field(name: str, text: str) -> Any:
                 value = int(item)
             except ValueError:
                 raise FieldError(name, text, EXPECTED_INT[spec.axis]) from None
-        reason = check_value(name, value) or above_maximum(name, value)
+        reason = check_value(name, value)
         if reason:
             raise FieldError(name, value, reason)
         values.append(value)

@@ -38,7 +38,7 @@ from ..model.architecture import ModelSpec
 from ..model.files import read_user_file
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
-from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, fields_for
+from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS
 from .yaml_loader import YamlInputError, load_yaml
 
@@ -54,13 +54,16 @@ MAX_PROBLEM_LINES = 20
 
 
 def check_value(name: str, value: Any) -> str | None:
-    """Why one scalar value does not fit field `name`, or None when it does."""
+    """Why one scalar value does not fit field `name` (its type, range or choices), or
+    None when it does: what flags and sweep files are both checked by."""
     spec = FIELDS[name]
     if spec.type is int:
         if isinstance(value, bool) or not isinstance(value, int):
             return f"expected an integer, got {brief(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}, got {value}"
+        if too_large := above_maximum(name, value):
+            return too_large
     elif spec.type is bool:
         if not isinstance(value, bool):
             return f"expected true or false, got {brief(value)}"

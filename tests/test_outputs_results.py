@@ -236,8 +236,9 @@ def test_atomic_json_never_replaces_what_is_not_a_regular_file(tmp_path):
     read_only = tmp_path / "ro.json"
     read_only.write_text("keep")
     read_only.chmod(0o444)
-    for path, reason in ((fifo, "not a regular file"), (device, "not a regular file"),
-                         (tmp_path, "is a directory"),
+    special = "not a regular file (a device, a FIFO or a socket); give a file to write"
+    for path, reason in ((fifo, special), (device, special),
+                         (tmp_path, "is a directory, not a file to write"),
                          (read_only, "the file is read-only")):  # fmt: skip
         with pytest.raises(OSError) as caught:
             write_json_atomic(path, {"a": 1})

@@ -17,7 +17,13 @@ from rich.console import Console
 from ..errors import FieldError, UsageError
 from ..records import as_dict
 from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
-from ..study.output import json_document, write_csv, write_json_atomic
+from ..study.output import (
+    json_document,
+    writable,
+    writable_target,
+    write_csv,
+    write_json_atomic,
+)
 from ..study.runner import Plan, RunResult, plan_command, run_study
 from .flags import flag_of, option
 
@@ -126,34 +132,22 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 
 
 def _unwritable_reason(p: Path) -> str | None:
-    """Why a file cannot be written at `p`, or None."""
-    if p.is_dir():
-        return "is a directory, not a file to write"
-    if p.exists():
-        if not p.is_file():
-            return "not a regular file (a device, a FIFO or a socket); give a file to write"
-        if not _writable(p):
-            return "the file is read-only"
+    """Why a file cannot be written at `p` (what is there, or the folder it would go in),
+    or None."""
+    if p.exists():  # what is there: the writer's own checks
+        try:
+            writable_target(p)
+        except OSError as exc:
+            return exc.strerror
         return None
-    target = Path(os.path.realpath(p))  # a symlink to no file yet writes its target
-    folder = target.parent
+    folder = Path(os.path.realpath(p)).parent  # a symlink to no file yet writes its target
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent  # the folder to create it in, or the first one there is
     if not folder.is_dir():
         return f"cannot write in {folder}: not a directory"
-    if not _writable(folder):
+    if not writable(folder):
         return f"cannot write in {folder}: not a writable directory"
     return None
-
-
-def _writable(path: Path) -> bool:
-    """Writable by this process, and by its mode bits too: root passes os.access on a
-    read-only file or folder, and would write through it."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return False
-    return bool(mode & 0o222) and os.access(path, os.W_OK)
 
 
 def keep_records(command: str, document: dict) -> Path | None:
@@ -220,14 +214,15 @@ def write_outputs(
             written.append(json_path)
     except OSError as exc:
         kept = keep_records(command, doc)
-        if not quiet:
-            for path in written:
-                console.print(f"wrote {path}", markup=False)
-        raise FieldError(field, exc.filename or (json_path if field == "json" else csv_path),
-                         f"cannot write: {exc.strerror}{kept_text(kept)}") from None  # fmt: skip
+        failure = FieldError(field, exc.filename or (json_path if field == "json" else csv_path),
+                             f"cannot write: {exc.strerror}{kept_text(kept)}")  # fmt: skip
+    else:
+        failure = None
     if not quiet:
         for path in written:
             console.print(f"wrote {path}", markup=False)
+    if failure is not None:
+        raise failure
 
 
 def progress_iter(

@@ -46,12 +46,23 @@ def writable_target(path: str | Path) -> Path:
     except OSError as exc:
         raise named(exc, path) from None
     if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file to write", str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    if not st.st_mode & 0o222 or not os.access(target, os.W_OK):
+        raise OSError(errno.EINVAL, "not a regular file (a device, a FIFO or a socket); give "
+                      "a file to write", str(path))  # fmt: skip
+    if not writable(target):
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     return target
+
+
+def writable(path: Path) -> bool:
+    """Writable by this process, and by its mode bits too: root passes os.access on a
+    read-only file or folder, and would write through it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o222) and os.access(path, os.W_OK)
 
 
 def named(exc: OSError, path: str | Path) -> OSError:

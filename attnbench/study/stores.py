@@ -120,7 +120,6 @@ class DirectoryStore:
     def acquire(self) -> str | None:
         """Take the lock (see `locked`)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        me = f"{os.getpid()} {socket.gethostname()}"
         note = None
         for _ in range(3):  # a stale lock is moved aside, then the lock is taken again
             try:
@@ -137,7 +136,7 @@ class DirectoryStore:
                             "longer running; took its lock over")  # fmt: skip
                 continue
             with os.fdopen(fd, "w") as fh:
-                fh.write(me + "\n")
+                fh.write(_holder() + "\n")
             self._lock_held = True
             return note
         raise self._busy(_read_lock(self.lock_path) or "")
@@ -147,7 +146,7 @@ class DirectoryStore:
         if not self._lock_held:
             return
         self._lock_held = False
-        if _read_lock(self.lock_path) == f"{os.getpid()} {socket.gethostname()}":
+        if _read_lock(self.lock_path) == _holder():
             self.lock_path.unlink(missing_ok=True)
 
     def _busy(self, holder: str) -> UsageError:
@@ -173,6 +172,11 @@ class DirectoryStore:
             return False
         aside.unlink(missing_ok=True)
         return True
+
+
+def _holder() -> str:
+    """What this process writes in a lock file: "pid host"."""
+    return f"{os.getpid()} {socket.gethostname()}"
 
 
 def _read_lock(path: Path) -> str | None:

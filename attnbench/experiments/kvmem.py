@@ -18,10 +18,10 @@ from ..model.architecture import ModelSpec
 from ..model.capacity import (
     KvFormat,
     cache_bytes,
+    counted,
     layer_windows,
     paging_report,
     token_layout,
-    window_counts,
     window_summary,
 )
 from ..model.shapes import AttentionShape, variant_label
@@ -125,7 +125,7 @@ def run(
     )
     # The formulas count layers per window (computed in Python integers, per distinct
     # window and length); only an allocation goes layer by layer.
-    counts = window_counts(windows)
+    counts = counted(windows)
     page_size = point.page_size
     layout = token_layout(heads, kv_heads, head_dim, fmt, 1, latent)
     per_gpu = token_layout(heads, kv_heads, head_dim, fmt, point.tp, latent)

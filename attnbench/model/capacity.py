@@ -198,23 +198,19 @@ class CacheBytes:
         return self.values + self.scales
 
 
-def length_counts(seq_lens: SeqLens) -> Mapping[int, int]:
-    """{length: number of sequences} of a batch given as lengths or already counted."""
-    return seq_lens if isinstance(seq_lens, Mapping) else Counter(seq_lens)
-
-
-def window_counts(windows: Windows) -> Mapping[int | None, int]:
-    """{window: number of layers} of layers given one by one or already counted."""
-    return windows if isinstance(windows, Mapping) else Counter(windows)
+def counted(items: SeqLens | Windows) -> Mapping:
+    """{value: how many} of values given one by one (sequence lengths, layer windows), or
+    already counted."""
+    return items if isinstance(items, Mapping) else Counter(items)
 
 
 def cache_slots(windows: Windows, seq_lens: SeqLens, page_size: int | None = None) -> int:
     """Token slots over all layers and sequences: sum over layers l and sequences s of
     allocated_tokens(layer_tokens(s, W_l), P). Layers of one window are counted once."""
-    counts = length_counts(seq_lens)
+    counts = counted(seq_lens)
     return sum(
         layers * n * allocated_tokens(layer_tokens(s, w), page_size)
-        for w, layers in window_counts(windows).items()
+        for w, layers in counted(windows).items()
         for s, n in counts.items()
     )
 
@@ -242,7 +238,7 @@ def kv_cache_bytes(
 
 def window_summary(windows: Windows) -> tuple[int | None, int]:
     """(the widest sliding window or None, how many layers have one)."""
-    windowed = {w: n for w, n in window_counts(windows).items() if w is not None and n}
+    windowed = {w: n for w, n in counted(windows).items() if w is not None and n}
     return (max(windowed) if windowed else None), sum(windowed.values())
 
 
@@ -277,7 +273,7 @@ def paging_report(
 ) -> PagingReport:
     """Bytes the tokens need, bytes of a paged cache (blocks of `page_size`; None: not
     paged) and of a contiguous one (every sequence at the longest length)."""
-    counts = length_counts(seq_lens)
+    counts = counted(seq_lens)
     longest = {max(counts): sum(counts.values())}
     paged = cache_bytes(layout, windows, seq_lens, page_size).total if page_size else None
     return PagingReport(

@@ -16,8 +16,8 @@ from ..model.capacity import (
     TokenLayout,
     allocated_tokens,
     ceil_div,
+    counted,
     layer_tokens,
-    length_counts,
 )
 from .dtypes import storage_dtype
 
@@ -138,7 +138,7 @@ def allocate_cache(
     """Every layer's storage. Contiguous (page_size None): all sequences at the longest
     length, capped by the layer's window. Paged: a pool of exactly the blocks the
     sequences need, sum over sequences of ceil(min(s, W) / P) blocks per layer."""
-    counts = length_counts(seq_lens)
+    counts = counted(seq_lens)
     if page_size is None:
         longest, batch = max(counts), sum(counts.values())
         return [LayerStorage(batch, layer_tokens(longest, w), layout, device) for w in windows]

@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..measure.devices import free_memory_bytes, torch_dtype
+from ..measure.memory import skip_status
 from ..measure.timing import Measurement, Timer
 from ..model.dtypes import dtype_bytes
-from ..model.formulas import attention_params, decode_totals
+from ..model.formulas import decode_totals, weight_bytes
 from ..model.shapes import AttentionShape
-from ..model.units import format_bytes
 from ..modules.attention import GroupedQueryAttention
 from ..modules.kv_cache import KVCache
 from ..records import exact, info, key, timing
@@ -249,7 +249,7 @@ def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
     shape, batch = point.shape, point.batch
     b = dtype_bytes(point.dtype)
     length = point.prompt_len + point.gen_len
-    weights = attention_params(shape) * b
+    weights = weight_bytes(shape, point.dtype)
     x = batch * length * shape.d_model * b
     if not point.cached:
         return weights + x + forward_bytes(point, length, length)
@@ -303,9 +303,9 @@ def run(
     device = context.device if context.device is not None else torch.device("cpu")
     options = DecodeOptions.from_options(context.options)
     rec = analytic_record(point, context)
-    needed, free = decode_bytes(point, options.prefill), free_bytes(device)
-    if needed > free:
-        rec.status = f"skipped: needs {format_bytes(needed)}, {format_bytes(free)} free"
+    skipped = skip_status(decode_bytes(point, options.prefill), free_bytes(device))
+    if skipped is not None:
+        rec.status = skipped
         return rec
     layer = build_layer(point.shape, point.backend, torch_dtype(point.dtype), device)
     try:

@@ -18,6 +18,14 @@ from ..modules.quantized_cache import allocate_cache
 from .devices import free_memory_bytes, torch_dtype
 
 
+def skip_status(needed: int, free: int) -> str | None:
+    """The status of what is not allocated because `needed` bytes exceed the `free` ones
+    ('skipped: needs 40.00 GiB, 23.50 GiB free'), or None when they fit."""
+    if needed <= free:
+        return None
+    return f"skipped: needs {format_bytes(needed)}, {format_bytes(free)} free"
+
+
 def _allocator_bytes(nbytes: int) -> int:
     """What the CUDA caching allocator reserves for one tensor: a multiple of 512 bytes."""
     return ceil_div(nbytes, 512) * 512
@@ -32,9 +40,9 @@ def measure_allocation(
     """Run `allocate` on `device` and count the storage of the tensors it returns;
     `expected` is the formula's bytes. Nothing is allocated when `expected` exceeds what
     `free_bytes` says the device has free: the status says so and the count is None."""
-    free = free_bytes(device)
-    if expected > free:
-        return None, f"skipped: needs {format_bytes(expected)}, {format_bytes(free)} free"
+    skipped = skip_status(expected, free_bytes(device))
+    if skipped is not None:
+        return None, skipped
     on_cuda = device.type == "cuda"
     if on_cuda:
         torch.cuda.synchronize(device)

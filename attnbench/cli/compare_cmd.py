@@ -15,6 +15,7 @@ from ..gate.baseline import default_baseline_path, save_baseline, save_exact_bas
 from ..gate.compare import Comparison, Finding, Thresholds, compare_documents
 from ..model.units import format_bytes
 from ..records import Kind
+from ..render.columns import known
 from ..render.table import Column, build_table, print_view, terminal_width
 from ..study.documents import load_document
 from . import app
@@ -44,12 +45,8 @@ def parse_percent(flag: str, text: str) -> float:
 # --- cells -------------------------------------------------------------------------------
 
 
-def _finite(v: float | None) -> bool:
-    return v is not None and math.isfinite(v)
-
-
 def _value(f: Finding, v: float | None) -> str:
-    if not _finite(v):
+    if not known(v):
         return "-"
     if f.kind is Kind.TIMING:
         return f"{v:.4g} ms"
@@ -59,21 +56,21 @@ def _value(f: Finding, v: float | None) -> str:
 
 
 def _change(f: Finding) -> str:
-    if not (_finite(f.baseline) and _finite(f.current)):
+    if not (known(f.baseline) and known(f.current)):
         return "-"
     if f.kind is Kind.TIMING:
-        return f"{f.ratio:.3f}x" if _finite(f.ratio) else "-"
+        return f"{f.ratio:.3f}x" if known(f.ratio) else "-"
     delta = f.current - f.baseline
     if not delta:
         return "0"
     if f.kind is Kind.MEMORY:
-        pct = f" ({f.ratio - 1:+.1%})" if f.ratio and _finite(f.ratio) else ""
+        pct = f" ({f.ratio - 1:+.1%})" if f.ratio and known(f.ratio) else ""
         return f"{'+' if delta >= 0 else '-'}{format_bytes(abs(delta))}{pct}"
     return f"{delta:+,}" if float(delta).is_integer() else f"{delta:+,.6g}"
 
 
 def _interval(f: Finding) -> str:
-    if f.interval is None or not all(map(_finite, f.interval)):
+    if f.interval is None or not all(map(known, f.interval)):
         return "-"
     return f"{f.interval[0]:.3f}x..{f.interval[1]:.3f}x"
 

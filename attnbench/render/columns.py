@@ -8,6 +8,7 @@ to the title when every row shares them) and what to hide first in a narrow term
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,12 @@ SI_FROM = 10_000
 
 
 # --- formatters ----------------------------------------------------------------------------
+
+
+def known(value: Any) -> bool:
+    """A value to show: not None, and finite when it is a float (a NaN or an infinity is
+    no value to draw or to write down)."""
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
 
 
 def fmt_plain(v: Any) -> str:

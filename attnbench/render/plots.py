@@ -8,7 +8,6 @@ when its values span a decade or more. Memory is shown in binary units.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from ..model.units import binary_unit
 from ..records import Kind, failed, field_kinds
 from ..study.output import named
 from ..study.sections import KINDS
+from .columns import known
 
 #: Fields that are inputs of some section: what tells one line of a plot from another.
 SETTINGS = frozenset(
@@ -38,11 +38,6 @@ def ok_records(records: Iterable[dict], *needed: str) -> list[dict]:
     """Records that completed (no oom or error status) and have every `needed` field, with
     a finite value (a NaN or an infinity is no value to draw or to write down)."""
     return [r for r in records if not failed(r) and all(known(r.get(f)) for f in needed)]
-
-
-def known(value) -> bool:
-    """A value to show: not None, and finite when it is a float."""
-    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
 
 
 def setting_fields(records: Iterable[dict]) -> list[str]:

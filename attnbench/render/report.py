@@ -12,8 +12,8 @@ from ..measure.timing import NOISY_IQR_FRACTION
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named
-from .columns import columns_for
-from .plots import PLOTS, context, field_text, known, ok_records, series, series_label
+from .columns import columns_for, known
+from .plots import PLOTS, context, field_text, ok_records, series, series_label
 from .table import markdown_table
 
 #: The title of each section's table in the report.

@@ -16,7 +16,7 @@ import torch
 from ..errors import CombinationError, FieldError, MissingFields, Problems, UsageError
 from ..experiments.context import Context
 from ..measure.devices import resolve_device
-from ..model.capacity import MAX_SEQUENCES
+from ..model.capacity import MAX_SEQUENCES, positive_int
 from .estimate import peak_seconds, point_seconds
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
@@ -204,8 +204,7 @@ def plan_sections(
     Values above their maximum, and a study of more than `max_points` points (counted
     before they are built; `limit_field` names what raises the limit, None where nothing
     can), stop it before any point is built."""
-    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
-        raise FieldError("max_points", max_points, "must be an integer >= 1")
+    positive_int("max_points", max_points)
     limits = [p for sec in sections.values() for p in check_limits(sec)]
     if limits:
         unique = {str(p): p for p in limits}

@@ -7,12 +7,12 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: bench test fuzz lint setup clean
+.PHONY: bench test test-slow fuzz lint setup clean
 
 $(BIN)/attnbench: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,hf]"
 	touch $@
 
 setup: $(BIN)/attnbench
@@ -22,6 +22,10 @@ bench: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# Also the slow tests: compiling flex_attention on the CPU, a minute or so.
+test-slow: setup
+	$(BIN)/python -m pytest --slow
 
 # The long fuzzing profile (3,600 examples per property, about 10 minutes on 2 cores);
 # `make test` runs a short one.

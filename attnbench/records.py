@@ -77,7 +77,7 @@ def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
     for f in fields:
         of = f.metadata["of"]
         if of:
-            role = "samples" if f.name.startswith("samples") else f.name.rsplit("_", 1)[-1]
+            role = "samples" if "samples" in f.name else f.name.rsplit("_", 1)[-1]
             gated[of][role] = f.name
     return gated
 

@@ -1,31 +1,54 @@
-"""Print the timing gate's simulated false-regression and detection rates.
+"""Print the timing gate's false-regression and detection rates, as Markdown.
 
-The first line is the configuration tests/test_compare.py asserts on (500 pairs, seed 0,
-the default noise); the tables below show how the rates move with the step-to-step noise
-and with the shift between two runs (which the gate's statistics cannot see: hence running
-baseline and candidate in one job).
+Synthetic (the default): the first line is the configuration tests/test_compare.py asserts
+on (500 pairs, seed 0, the default noise); the tables below show how the rates move with
+the step-to-step noise and with the shift between two runs (which the gate's statistics
+cannot see: hence running baseline and candidate in one job).
+
+Real (--results): the raw samples of the decode rows of a results JSON (`decode-speed
+--json` or `run`'s results.json). Every run of a pair is a bootstrap draw from one row's
+own samples, so a pair differs as two runs under that one run's conditions would: the
+rates hold for the noise within a run. The shift between two separate runs (another
+process, clocks, a busy machine) is not in those samples; on a shared machine it is much
+larger, and these figures say nothing about it. A second figure per row judges the first
+half of its samples, in the order they were taken, against the second half (one pair per
+row, half the samples each): drift within the run shows there.
 
     python scripts/gate_simulation.py [--pairs 500] [--seed 0]
+    python scripts/gate_simulation.py --results results.json [--provider sdpa-math]
+        [--pairs 100] [--slowdown 1.2] [--metric step_ms_median] [--noise-factor 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from dataclasses import replace
 
-from attnbench.gate_sim import Noise, simulate
+from attnbench.errors import UsageError
+from attnbench.gate.compare import Thresholds
+from attnbench.gate.simulation import (
+    Noise,
+    SeriesResult,
+    SimulationResult,
+    simulate,
+    simulate_document,
+    stats_of,
+    totals,
+)
+from attnbench.study.documents import load_document
 
 SIGMAS = (0.01, 0.02, 0.03, 0.05, 0.08)
 SLOWDOWNS = (1.1, 1.2, 1.5)
 RUN_SIGMAS = (0.01, 0.03, 0.05)
+#: The rates the gate is held to: at most this many false regressions, at least this
+#: many planted slowdowns caught.
+MAX_FALSE, MIN_CAUGHT = 0.01, 0.95
+#: Series listed one by one when they miss either rate.
+WORST_SHOWN = 15
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-
+def synthetic(pairs: int, seed: int) -> None:
     noise = Noise()
     result = simulate(pairs=500, slowdown=1.2, noise=noise, seed=0)
     print(f"default noise {noise}")
@@ -39,7 +62,7 @@ def main() -> None:
     print("|---" * (3 + len(SLOWDOWNS)) + "|")
     for sigma in SIGMAS:
         level = replace(noise, sigma=sigma)
-        runs = [simulate(args.pairs, s, level, seed=args.seed) for s in SLOWDOWNS]
+        runs = [simulate(pairs, s, level, seed=seed) for s in SLOWDOWNS]
         caught = " | ".join(f"{r.detection_rate:.1%}" for r in runs)
         iqr = 2 * 0.6745 * sigma  # of a lognormal with small sigma, before outliers
         print(f"| {sigma:.0%} | {iqr:.1%} | {runs[0].false_rate:.1%} | {caught} |")
@@ -47,8 +70,130 @@ def main() -> None:
     print("| run-to-run shift | false regressions | caught at 1.2x |")
     print("|---|---|---|")
     for run_sigma in RUN_SIGMAS:
-        r = simulate(args.pairs, 1.2, replace(noise, run_sigma=run_sigma), seed=args.seed)
+        r = simulate(pairs, 1.2, replace(noise, run_sigma=run_sigma), seed=seed)
         print(f"| {run_sigma:.0%} | {r.false_rate:.1%} | {r.detection_rate:.1%} |")
+
+
+def _thresholds(th: Thresholds) -> str:
+    if th == Thresholds():
+        return "default thresholds"
+    return f"time threshold {th.time:.0%}, noise factor {th.noise_factor:g} x IQR/median"
+
+
+def _rates(r: SimulationResult) -> str:
+    return f"{r.false_rate:.1%} | {r.detection_rate:.1%}"
+
+
+def _halves(r: SimulationResult) -> str:
+    return f"{r.false_regressions} of {r.pairs} | {r.detections} of {r.pairs}"
+
+
+def _spread(results: list[SeriesResult]) -> str:
+    """Median sample count and median relative IQR of the series."""
+    counts = [len(r.series.samples) for r in results]
+    iqrs = [stats_of(r.series.samples).rel_iqr for r in results]
+    return f"{statistics.median(counts):g} | {statistics.median(iqrs):.1%}"
+
+
+def real(
+    path: str,
+    provider: str | None,
+    pairs: int,
+    slowdown: float,
+    seed: int,
+    metrics: list[str] | None,
+    thresholds: Thresholds,
+) -> None:
+    document = load_document(path)
+    results = simulate_document(document, pairs, slowdown, provider, metrics, thresholds, seed)
+    only = f", provider {provider}" if provider else ""
+    print(f"**Gate on real samples: {path}{only}**")
+    print()
+    print(
+        f"{len(results)} timings of decode rows that ran, {pairs} A/A pairs and {pairs} pairs "
+        f"slowed {slowdown:g}x each, seed {seed}, {_thresholds(thresholds)}. Each run of a pair is "
+        "a bootstrap draw from one row's own samples: the rates hold for the noise within "
+        "one run. The shift between two separate runs is not in these samples (on a shared "
+        "machine it is much larger): see the run-to-run table of the synthetic mode."
+    )
+    print()
+    if not results:
+        print("No decode row that ran kept raw samples" + (f" of {provider}." if provider else "."))
+        return
+    slow = f"{slowdown:g}x"
+    head = (
+        f"series | median samples | median IQR/median | false regressions | caught at {slow} "
+        "| halves: false | halves: caught |"
+    )
+    print(f"| metric | {head}")
+    print("|---" * 8 + "|")
+    for (metric,), (res, halves) in totals(results).items():
+        these = [r for r in results if r.series.metric == metric]
+        print(f"| {metric} | {len(these)} | {_spread(these)} | {_rates(res)} | {_halves(halves)} |")
+    print()
+    print(f"| metric | provider | {head}")
+    print("|---" * 9 + "|")
+    for (metric, name), (res, halves) in totals(results, by="provider").items():
+        these = [r for r in results if (r.series.metric, r.series.provider) == (metric, name)]
+        print(
+            f"| {metric} | {name} | {len(these)} | {_spread(these)} | {_rates(res)} "
+            f"| {_halves(halves)} |"
+        )
+    worst = [
+        r
+        for r in results
+        if r.resampled.false_rate > MAX_FALSE or r.resampled.detection_rate < MIN_CAUGHT
+    ]
+    worst.sort(key=lambda r: (r.resampled.detection_rate, -r.resampled.false_rate))
+    print()
+    print(
+        f"{len(worst)} of {len(results)} timings miss <= {MAX_FALSE:.0%} false regressions "
+        f"or >= {MIN_CAUGHT:.0%} caught" + (":" if worst else ".")
+    )
+    if worst:
+        print()
+        print(f"| row | metric | samples | IQR/median | false regressions | caught at {slow} |")
+        print("|---" * 6 + "|")
+        for r in worst[:WORST_SHOWN]:
+            s = r.series
+            iqr = stats_of(s.samples).rel_iqr
+            print(
+                f"| {s.label} | {s.metric} | {len(s.samples)} | {iqr:.1%} | {_rates(r.resampled)} |"
+            )
+        if len(worst) > WORST_SHOWN:
+            print(f"\n({len(worst) - WORST_SHOWN} more not shown)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--pairs", type=int, default=None, help="per cell (default 500), or per timing (100)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", help="a results JSON whose decode samples to resample")
+    parser.add_argument("--provider", help="with --results: only this provider's rows")
+    parser.add_argument("--slowdown", type=float, default=1.2, help="with --results")
+    parser.add_argument(
+        "--metric", action="append", help="with --results: only this timing (repeatable)"
+    )
+    parser.add_argument(
+        "--noise-factor",
+        type=float,
+        default=Thresholds.noise_factor,
+        help="with --results: the gate's IQR multiple (what-if; compare uses the default)",
+    )
+    args = parser.parse_args()
+    if args.results is None:
+        if args.provider or args.metric or args.noise_factor != Thresholds.noise_factor:
+            parser.error("--provider, --metric and --noise-factor need --results")
+        synthetic(args.pairs or 500, args.seed)
+    else:
+        thresholds = Thresholds(noise_factor=args.noise_factor)
+        try:
+            real(args.results, args.provider, args.pairs or 100, args.slowdown, args.seed,
+                 args.metric, thresholds)  # fmt: skip
+        except UsageError as exc:
+            parser.error(str(exc))
 
 
 if __name__ == "__main__":

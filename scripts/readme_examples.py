@@ -1,6 +1,7 @@
 """Re-run every example session of README.md and write its real output into the page.
 
-A session is a fenced block whose first line is `$ attnbench ...`; each `$ ` line is run
+A session is a fenced block whose first line is `$ attnbench ...` (or `$ python scripts/...`,
+one of this repository's scripts); each `$ ` line is run
 (in a scratch directory holding the repository's configs/ and scripts/examples/), and
 the lines after it, up to the next `$ ` line or the end of the block, become what it
 printed (stdout and stderr, in order, without the progress lines, and with the exit code
@@ -25,17 +26,23 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 WIDTH = "100"
 FENCE = re.compile(r"^```")
+SESSION = re.compile(r"^\$ (attnbench|python scripts/)")
 #: The one line per point a command prints off a terminal while it runs.
 PROGRESS = re.compile(r"^\[\d+/\d+\] ")
 
 
 def run(command: str, cwd: Path) -> list[str]:
-    """What `command` (an attnbench command line) prints, as lines."""
+    """What `command` (an attnbench command line, or a script of this repository run
+    from its root) prints, as lines."""
     args = shlex.split(command)
-    assert args[0] == "attnbench", command
-    attnbench = Path(sys.executable).parent / "attnbench"
     env = {**os.environ, "COLUMNS": WIDTH, "NO_COLOR": "1", "TERM": "dumb"}
-    done = subprocess.run([str(attnbench), *args[1:]], cwd=cwd, env=env, text=True,
+    if args[0] == "python":
+        assert args[1].startswith("scripts/"), command
+        args, cwd = [sys.executable, *args[1:]], ROOT
+    else:
+        assert args[0] == "attnbench", command
+        args = [str(Path(sys.executable).parent / "attnbench"), *args[1:]]
+    done = subprocess.run(args, cwd=cwd, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     lines = [line.rstrip() for line in done.stdout.rstrip("\n").splitlines()]
     lines = [line for line in lines if not PROGRESS.match(line)]
@@ -49,7 +56,7 @@ def regenerate(lines: list[str], cwd: Path) -> list[str]:
         line = lines[i]
         out.append(line)
         i += 1
-        if not FENCE.match(line) or i >= len(lines) or not lines[i].startswith("$ attnbench"):
+        if not FENCE.match(line) or i >= len(lines) or not SESSION.match(lines[i]):
             continue
         while i < len(lines) and not FENCE.match(lines[i]):  # the session, up to its fence
             command = lines[i]

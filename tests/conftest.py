@@ -8,14 +8,22 @@ import torch
 from attnbench.measure import timing
 
 
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="also run the tests marked slow")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip tests marked `cuda` when no CUDA device is available."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    """Skip tests marked `cuda` when no CUDA device is available, and tests marked `slow`
+    unless --slow is given (`make test-slow`)."""
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["cuda"] = pytest.mark.skip(reason="needs a CUDA device")
+    if not config.getoption("--slow"):
+        skips["slow"] = pytest.mark.skip(reason="slow: run with --slow (make test-slow)")
     for item in items:
-        if item.get_closest_marker("cuda") is not None:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
@@ -35,14 +43,20 @@ def single_thread():
     torch.set_num_threads(before)
 
 
-#: The copy bandwidth every unit test's run gets instead of measuring it.
+#: The copy bandwidth and matmul throughput every unit test's run gets instead of
+#: measuring them.
 STUB_PEAK_GBPS = 10.0
+STUB_PEAK_TFLOPS = 0.1
 
 
 @pytest.fixture(autouse=True)
-def _stub_peak_bandwidth(request, monkeypatch):
-    """Unit tests never measure the copy bandwidth (a second of large copies per run):
-    every run that would gets STUB_PEAK_GBPS. A test marked `real_peak_probe` measures."""
+def _stub_peaks(request, monkeypatch):
+    """Unit tests never measure the peaks (a second of large copies and matmuls per run):
+    every run that would gets STUB_PEAK_GBPS and STUB_PEAK_TFLOPS. A test marked
+    `real_peak_probe` measures."""
     if request.node.get_closest_marker("real_peak_probe") is None:
         monkeypatch.setattr(timing, "measure_peak_gbps", lambda device, nbytes=None: STUB_PEAK_GBPS)
+        monkeypatch.setattr(
+            timing, "measure_peak_tflops", lambda device, dtype, n=None: STUB_PEAK_TFLOPS
+        )
     yield

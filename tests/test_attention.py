@@ -762,3 +762,61 @@ def test_projection_path_is_torch_for_inference_tensors_and_bfloat16():
     with torch.inference_mode():
         half(x.to(torch.bfloat16))
     assert half.projection_path == "torch"
+
+
+# --- fixed calls: checked once, then nothing but the computation -----------------------------
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("backend", ["sdpa", "naive"])
+def test_fixed_calls_equal_the_forward_with_a_cache(kv_heads, backend):
+    layer = GroupedQueryAttention(32, 4, kv_heads, backend=backend, dtype=torch.float64)
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    with torch.inference_mode():
+        ours, theirs = (KVCache(2, kv_heads, 7, 8, torch.float64) for _ in range(2))
+        prefill = layer.causal_call(x[:, :6], cache=ours)()
+        expected_prefill = layer(x[:, :6], is_causal=True, kv_cache=theirs)
+        step = layer.decode_step(x[:, 6:7].contiguous(), ours, 6)()
+        expected_step = layer(x[:, 6:7], is_causal=True, kv_cache=theirs)
+        no_cache = layer.causal_call(x)()[:, -1:]
+    torch.testing.assert_close(prefill, expected_prefill, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(step, expected_step, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(no_cache, expected_step, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ours.k, theirs.k, rtol=0, atol=0)  # the same K/V written
+    torch.testing.assert_close(ours.v, theirs.v, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "position", "cache_len", "message"),
+    [
+        ((2, 2, 32), 3, 8, r"expected x of shape \(batch, 1, 32\)"),
+        ((2, 1, 16), 3, 8, r"expected x of shape \(batch, 1, 32\)"),
+        ((3, 1, 32), 3, 8, "does not fit batch 3"),
+        ((2, 1, 32), 8, 8, "9 keys do not fit a cache of 8 tokens"),
+        ((2, 1, 32), -1, 8, "position must be an integer >= 0"),
+    ],
+)
+def test_a_decode_step_is_checked_when_it_is_built(x_shape, position, cache_len, message):
+    layer = GroupedQueryAttention(32, 4, 2)
+    cache = KVCache(2, 2, cache_len, 8)
+    with pytest.raises(ValueError, match=message):
+        layer.decode_step(torch.randn(*x_shape), cache, position)
+
+
+def test_a_decode_step_refuses_a_cache_of_another_dtype():
+    layer = GroupedQueryAttention(32, 4, 2)
+    cache = KVCache(2, 2, 8, 8, torch.float64)
+    with pytest.raises(ValueError, match="cache holds torch.float64"):
+        layer.decode_step(torch.randn(2, 1, 32), cache, 3)
+
+
+def test_fixed_calls_resolve_the_projection_path_once():
+    layer = GroupedQueryAttention(32, 4, 2)
+    with torch.inference_mode():
+        layer.decode_step(torch.randn(2, 1, 32), KVCache(2, 2, 8, 8), 3)()
+    expected = "onednn-packed" if ONEDNN_LINEAR else "torch"
+    assert layer.projection_path == expected
+    with torch.inference_mode():
+        layer.decode_step(torch.randn(2, 1, 32, dtype=torch.float64),
+                          KVCache(2, 2, 8, 8, torch.float64), 3)  # fmt: skip
+    assert layer.projection_path == "torch"  # float64 has no packed path

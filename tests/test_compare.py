@@ -25,7 +25,15 @@ from attnbench.gate.compare import (
     judge_timing,
     timing_stats,
 )
-from attnbench.gate.simulation import Noise, draw_timing, simulate
+from attnbench.gate.simulation import (
+    Noise,
+    draw_timing,
+    real_series,
+    simulate,
+    simulate_document,
+    totals,
+)
+from attnbench.measure.timing import percentile
 from attnbench.records import Kind, field_kinds, gated_timing
 from attnbench.study.documents import load_document
 from attnbench.study.output import write_csv
@@ -74,23 +82,42 @@ def kvmem_records() -> list[dict]:
     return rows
 
 
-def decode_records(seed: int = 0, slowdown: float = 1.0) -> list[dict]:
-    """Decode rows whose step samples carry realistic noise (seeded)."""
+def _timing(median: str, prefix: str, samples: str, t: TimingStats | None) -> dict:
+    """A gated timing's fields as a record carries them (all None when not measured)."""
+    if t is None:
+        return {median: None, f"{prefix}_p25": None, f"{prefix}_p75": None, samples: []}
+    return {median: t.median, f"{prefix}_p25": t.p25, f"{prefix}_p75": t.p75,
+            samples: list(t.samples)}  # fmt: skip
+
+
+def decode_records(seed: int = 0, slowdown: float = 1.0, steps: int = 30) -> list[dict]:
+    """Decode rows whose step (`steps` samples), prefill (cache rows) and generation
+    samples carry realistic noise (seeded)."""
     rng = np.random.default_rng(seed)
     rows = []
     for variant, kv in VARIANTS:
         for mode in ("cache", "no_cache"):
-            t = draw_timing(rng, Noise(median_ms=0.05 * (1 + kv / 8)), slowdown)
+            step_ms = 0.05 * (1 + kv / 8)
+            t = draw_timing(rng, Noise(median_ms=step_ms, samples=steps), slowdown)
+            gen = draw_timing(rng, Noise(median_ms=30 * step_ms, samples=10), slowdown)
+            pre = draw_timing(rng, Noise(median_ms=0.8), slowdown) if mode == "cache" else None
             rows.append(dict(
-                variant=variant, backend="sdpa", device="cuda:0", dtype="float16", batch=1,
-                d_model=4096, num_heads=32, num_kv_heads=kv, head_dim=128, prompt_len=512,
-                gen_len=30, mode=mode, prefill_ms=0.8 * slowdown, step_ms_median=t.median,
-                step_ms_p25=t.p25, step_ms_p75=t.p75, samples_ms=list(t.samples),
-                total_ms=0.8 * slowdown + 30 * t.median, tokens_per_s=1000 / t.median,
-                speedup_vs_no_cache=None, bytes_per_step=kv * 1_048_576,
-                achieved_gbps=kv / t.median, peak_gbps=2900.0, pct_of_peak_bw=1.0,
-                flops_per_step=kv * 2_000_000, achieved_tflops=0.1, noisy=False, status="ok",
-                model=None,
+                variant=variant, provider="attnbench", device="cuda:0", dtype="float16",
+                batch=1, d_model=4096, num_heads=32, num_kv_heads=kv, head_dim=128,
+                prompt_len=512, gen_len=30, mode=mode, cuda_graph=False,
+                **_timing("step_ms_median", "step_ms", "samples_ms", t),
+                step_repeats=len(t.samples), step_stop="target_ci", step_ci_pct=1.0,
+                tokens_per_s=1000 / t.median, speedup_vs_no_cache=None,
+                baseline_provider="attnbench", speedup_vs_baseline=1.0,
+                bytes_per_step=kv * 1_048_576, achieved_gbps=kv / t.median, peak_gbps=2900.0,
+                pct_of_peak_bw=1.0, flops_per_step=kv * 2_000_000,
+                **_timing("prefill_ms_median", "prefill_ms", "prefill_samples_ms", pre),
+                prefill_flops=None if pre is None else 1_000_000_000,
+                achieved_tflops=None if pre is None else 0.1, peak_tflops=989.0,
+                pct_of_peak_flops=None if pre is None else 0.01,
+                **_timing("gen_ms_median", "gen_ms", "gen_samples_ms", gen),
+                gen_tokens_per_s=30_000 / gen.median, noisy=False, status="ok", model=None,
+                projection_path="torch",
             ))  # fmt: skip
     return rows
 
@@ -145,8 +172,11 @@ def verdicts(tmp_path, base: dict, cur: dict, metric: str, **kw) -> list[Verdict
      (KvmemRecord, "ratio_vs_mha", Kind.INFO), (KvmemRecord, "status", Kind.INFO),
      (KvmemRecord, "paged_waste_pct", Kind.INFO),
      (DecodeRecord, "flops_per_step", Kind.EXACT), (DecodeRecord, "bytes_per_step", Kind.EXACT),
-     (DecodeRecord, "step_ms_median", Kind.TIMING), (DecodeRecord, "prefill_ms", Kind.TIMING),
+     (DecodeRecord, "step_ms_median", Kind.TIMING),
+     (DecodeRecord, "prefill_ms_median", Kind.TIMING), (DecodeRecord, "gen_ms_median", Kind.TIMING),
      (DecodeRecord, "step_ms_p25", Kind.TIMING), (DecodeRecord, "samples_ms", Kind.TIMING),
+     (DecodeRecord, "prefill_samples_ms", Kind.TIMING),
+     (DecodeRecord, "gen_samples_ms", Kind.TIMING), (DecodeRecord, "provider", Kind.KEY),
      (DecodeRecord, "tokens_per_s", Kind.INFO), (DecodeRecord, "achieved_tflops", Kind.INFO),
      (DecodeRecord, "peak_gbps", Kind.INFO), (DecodeRecord, "status", Kind.INFO),
      (FitRecord, "model", Kind.KEY), (FitRecord, "windowed_layers", Kind.EXACT),
@@ -156,20 +186,28 @@ def test_records_declare_the_kind_of_each_field(record, field, kind):
     assert field_kinds(record)[field] is kind
 
 
-def test_only_the_median_step_time_carries_statistics():
-    """p25, p75 and the raw samples are statistics of step_ms_median, judged with it and
-    never on their own; prefill and total time are gated timings without statistics."""
+def test_every_gated_timing_carries_its_own_statistics():
+    """p25, p75 and the raw samples are statistics of the step, the prefill and the
+    generation time, each judged with its own and never on their own."""
     assert gated_timing(DecodeRecord) == {
-        "prefill_ms": {},
         "step_ms_median": {"p25": "step_ms_p25", "p75": "step_ms_p75", "samples": "samples_ms"},
-        "total_ms": {},
-    }
+        "prefill_ms_median": {
+            "p25": "prefill_ms_p25", "p75": "prefill_ms_p75", "samples": "prefill_samples_ms"
+        },
+        "gen_ms_median": {"p25": "gen_ms_p25", "p75": "gen_ms_p75", "samples": "gen_samples_ms"},
+    }  # fmt: skip
     rec = decode_records()[0]
-    stats = timing_stats(rec, "step_ms_median", gated_timing(DecodeRecord)["step_ms_median"])
-    assert stats == TimingStats(
-        rec["step_ms_median"], rec["step_ms_p25"], rec["step_ms_p75"], tuple(rec["samples_ms"])
-    )
-    assert timing_stats(rec, "prefill_ms", {}) == TimingStats(rec["prefill_ms"])
+    for metric, prefix, samples in (("step_ms_median", "step_ms", "samples_ms"),
+                                    ("prefill_ms_median", "prefill_ms", "prefill_samples_ms"),
+                                    ("gen_ms_median", "gen_ms", "gen_samples_ms")):  # fmt: skip
+        stats = timing_stats(rec, metric, gated_timing(DecodeRecord)[metric])
+        assert stats == TimingStats(
+            rec[metric], rec[f"{prefix}_p25"], rec[f"{prefix}_p75"], tuple(rec[samples])
+        )
+    assert timing_stats(rec, "gen_ms_median", {}) == TimingStats(rec["gen_ms_median"])
+
+
+TIMINGS = {"step_ms_median", "prefill_ms_median", "gen_ms_median"}
 
 
 def test_statistics_of_a_timing_get_no_verdict_of_their_own(tmp_path):
@@ -179,13 +217,9 @@ def test_statistics_of_a_timing_get_no_verdict_of_their_own(tmp_path):
         load_document(write(tmp_path, "b.json", base)),
         load_document(write(tmp_path, "c.json", slow)),
     )
-    assert {f.metric for f in result.findings if f.kind is Kind.TIMING} == {
-        "prefill_ms",
-        "step_ms_median",
-        "total_ms",
-    }
-    assert {f.metric for f in result.findings} == {
-        "prefill_ms", "step_ms_median", "total_ms", "bytes_per_step", "flops_per_step"
+    assert {f.metric for f in result.findings if f.kind is Kind.TIMING} == TIMINGS
+    assert {f.metric for f in result.findings} == TIMINGS | {
+        "bytes_per_step", "flops_per_step", "prefill_flops"
     }  # fmt: skip
 
 
@@ -266,6 +300,87 @@ def test_a_failed_point_is_missing_not_skipped(tmp_path):
     assert result.exit_code() == 0
 
 
+# --- statuses ------------------------------------------------------------------------------
+
+
+def with_status(records: list[dict], i: int, status: str) -> list[dict]:
+    """Row `i` as a point that ran no timing: `status`, every timing empty."""
+    out = copy.deepcopy(records)
+    for prefix, samples in (("step_ms", "samples_ms"), ("prefill_ms", "prefill_samples_ms"),
+                            ("gen_ms", "gen_samples_ms")):  # fmt: skip
+        out[i].update({f"{prefix}_median": None, f"{prefix}_p25": None, f"{prefix}_p75": None,
+                       samples: []})  # fmt: skip
+    out[i]["status"] = status
+    return out
+
+
+def status_findings(tmp_path, base: list[dict], cur: list[dict], env: dict | None = None, **kw):
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", document("decode-speed", base))),
+        load_document(write(tmp_path, "c.json", document("decode-speed", cur, env))),
+        **kw,
+    )
+    return result, [f for f in result.findings if f.metric == "status"]
+
+
+WRONG = "wrong: max abs error 0.5 above 0.001"
+UNSUPPORTED = "unsupported: no kernel for this shape"
+
+
+def test_a_point_whose_output_turns_wrong_fails_in_any_environment(tmp_path):
+    """A wrong output is a regression like a changed exact metric: whatever the machine.
+    Its timings are gone, and show as missing beside it."""
+    cur = with_status(decode_records(), 0, WRONG)
+    result, (status,) = status_findings(tmp_path, decode_records(), cur)
+    assert status.verdict is Verdict.REGRESSED and status.gating
+    assert "'ok' -> 'wrong: max abs error" in status.reason and "wrong now" in status.reason
+    assert result.exit_code() == 1
+    row0 = [f for f in result.findings if f.config == status.config and f.kind is Kind.TIMING]
+    assert {f.verdict for f in row0} == {Verdict.MISSING}
+    other = {**ENV, "torch_version": "2.6.0"}
+    result, (status,) = status_findings(tmp_path, decode_records(), cur, other)
+    assert status.verdict is Verdict.REGRESSED and result.exit_code() == 1
+    result, (status,) = status_findings(tmp_path, cur, decode_records())  # fixed
+    assert status.verdict is Verdict.IMPROVED and result.exit_code() == 0
+    unsupported = with_status(decode_records(), 0, UNSUPPORTED)
+    _, (status,) = status_findings(tmp_path, unsupported, cur)
+    assert status.verdict is Verdict.REGRESSED
+
+
+def test_a_point_that_no_longer_runs_fails_where_environments_match(tmp_path):
+    cur = with_status(decode_records(), 1, UNSUPPORTED)
+    result, (status,) = status_findings(tmp_path, decode_records(), cur)
+    assert status.verdict is Verdict.REGRESSED and "no longer runs" in status.reason
+    assert result.exit_code() == 1
+    other = {**ENV, "torch_version": "2.6.0"}  # what a kernel takes depends on the torch
+    result, (status,) = status_findings(tmp_path, decode_records(), cur, other)
+    assert status.verdict is Verdict.INCOMPARABLE and result.exit_code() == 3
+    result, (status,) = status_findings(
+        tmp_path, decode_records(), cur, other, allow_env_mismatch=True
+    )
+    assert status.verdict is Verdict.REGRESSED and not status.gating
+    assert status.reason.endswith("; not gated") and result.exit_code() == 0
+    result, (status,) = status_findings(tmp_path, cur, decode_records())
+    assert status.verdict is Verdict.IMPROVED and result.exit_code() == 0
+
+
+def test_a_status_unchanged_in_kind_gets_no_verdict(tmp_path):
+    """Wrong in both, or unsupported in both (for whatever reason): nothing to gate; the
+    exact metrics are still compared. A file with such rows passes against itself."""
+    recs = with_status(with_status(decode_records(), 0, WRONG), 1, UNSUPPORTED)
+    cur = with_status(with_status(decode_records(), 0, "wrong: nan"), 1, "unsupported: other")
+    result, statuses = status_findings(tmp_path, recs, cur)
+    assert statuses == [] and result.exit_code() == 0
+    assert {f.verdict for f in result.findings if f.kind is Kind.EXACT} == {Verdict.UNCHANGED}
+    path = write(tmp_path, "a.json", document("decode-speed", recs))
+    assert cli("compare", path, path).exit_code == 0
+    markdown = compare(tmp_path, document("decode-speed", decode_records()),
+                       document("decode-speed", recs), "--format", "markdown")  # fmt: skip
+    assert markdown.exit_code == 1 and "| regressed | decode | MHA mode=cache | status |" in (
+        markdown.stdout
+    )
+
+
 # --- exit codes ----------------------------------------------------------------------------
 
 
@@ -299,9 +414,12 @@ def slowed(records: list[dict], factor: float) -> list[dict]:
     """Every timing of every row `factor` x slower, sample by sample."""
     out = copy.deepcopy(records)
     for rec in out:
-        for key in ("prefill_ms", "step_ms_median", "step_ms_p25", "step_ms_p75", "total_ms"):
-            rec[key] *= factor
-        rec["samples_ms"] = [s * factor for s in rec["samples_ms"]]
+        for prefix, samples in (("step_ms", "samples_ms"), ("prefill_ms", "prefill_samples_ms"),
+                                ("gen_ms", "gen_samples_ms")):  # fmt: skip
+            for key in (f"{prefix}_median", f"{prefix}_p25", f"{prefix}_p75"):
+                if rec[key] is not None:
+                    rec[key] *= factor
+            rec[samples] = [s * factor for s in rec[samples]]
     return out
 
 
@@ -309,12 +427,21 @@ def test_a_uniform_slowdown_fails_and_swapped_files_improve(tmp_path):
     base = document("decode-speed", decode_records())
     slow = document("decode-speed", slowed(decode_records(), 1.5))
     assert verdicts(tmp_path, base, slow, "step_ms_median") == [Verdict.REGRESSED] * 6
-    # prefill_ms and total_ms have neither samples nor percentiles: never more than inconclusive
-    assert set(verdicts(tmp_path, base, slow, "total_ms")) == {Verdict.INCONCLUSIVE}
+    assert verdicts(tmp_path, base, slow, "gen_ms_median") == [Verdict.REGRESSED] * 6
+    assert verdicts(tmp_path, base, slow, "prefill_ms_median") == [Verdict.REGRESSED] * 3
     assert compare(tmp_path, base, slow).exit_code == 1
     assert verdicts(tmp_path, slow, base, "step_ms_median") == [Verdict.IMPROVED] * 6
     assert compare(tmp_path, slow, base).exit_code == 0
     assert compare(tmp_path, slow, base, "--fail-on-improvement").exit_code == 1
+
+
+def test_a_timing_without_samples_or_percentiles_is_at_most_inconclusive(tmp_path):
+    bare = decode_records()
+    for rec in bare:
+        rec.update(prefill_ms_p25=None, prefill_ms_p75=None, prefill_samples_ms=[])
+    slow = slowed(bare, 1.5)
+    base, cur = document("decode-speed", bare), document("decode-speed", slow)
+    assert verdicts(tmp_path, base, cur, "prefill_ms_median") == [Verdict.INCONCLUSIVE] * 3
 
 
 def test_a_rerun_with_a_small_shift_passes(tmp_path):
@@ -366,6 +493,20 @@ def test_a_machine_whose_measured_bandwidth_moved_is_another_environment(tmp_pat
     assert compare(tmp_path, base, drifted).exit_code == 3
     close = document("decode-speed", slowed(decode_records(), 1.5), {**ENV, "peak_gbps": 28.6})
     assert compare(tmp_path, base, close).exit_code == 1  # a 4.7% drift: timings still gate
+
+
+def test_a_machine_whose_measured_matmul_peak_moved_is_another_environment():
+    """peak_tflops is {dtype: TFLOPS}: a dtype both runs measured that moved by more than
+    10% stops timings from gating; one only a run measured does not."""
+    base = {**ENV, "peak_tflops": {"float16": 700.0, "float32": 50.0}}
+
+    def gating(peaks: dict) -> dict:
+        diffs = environment_differences(base, {**base, "peak_tflops": peaks})
+        return {d.field: d.gating for d in diffs}
+
+    assert gating({"float16": 500.0, "float32": 50.0}) == {"peak_tflops": True}
+    assert gating({"float16": 680.0, "float32": 50.0}) == {"peak_tflops": False}
+    assert gating({"float16": 700.0, "bfloat16": 1.0}) == {"peak_tflops": False}
 
 
 # --- bad input -----------------------------------------------------------------------------
@@ -510,9 +651,9 @@ def test_markdown_reports_the_timing_geomean_and_environment(tmp_path):
     base = document("decode-speed", decode_records())
     slow = document("decode-speed", slowed(decode_records(), 1.5), {**ENV, "num_threads": 4})
     result = compare(tmp_path, base, slow, "--format", "markdown", "--allow-env-mismatch")
-    summary = "PASS (exit 0): 6 regressed (6 not gated), 12 inconclusive (12 not gated)"
-    assert result.stdout.startswith(f"**attnbench compare: {summary}, 12 unchanged")
-    assert "geometric-mean timing ratio 1.500x over 18 timings" in result.stdout
+    summary = "PASS (exit 0): 15 regressed (15 not gated), 15 unchanged"
+    assert result.stdout.startswith(f"**attnbench compare: {summary};")
+    assert "geometric-mean timing ratio 1.500x over 15 timings" in result.stdout
     assert "Environments differ (num_threads 8 -> 4): timings do not gate." in result.stdout
 
 
@@ -531,8 +672,8 @@ def test_json_report(tmp_path):
     assert result.exit_code == 1 and f"wrote {out}" in result.stdout
     report = json.loads(out.read_text())
     assert report["exit_code"] == 1 and report["environment_differences"] == []
-    assert report["summary"]["counts"]["regressed"] == 6
-    first = report["rows"][0]
+    assert report["summary"]["counts"]["regressed"] == 15  # 6 steps, 6 generations, 3 prefills
+    first = next(row for row in report["rows"] if row["metric"] == "step_ms_median")
     assert first["verdict"] == "regressed" and first["metric"] == "step_ms_median"
     assert first["current"] == pytest.approx(1.5 * first["baseline"])
     assert first["ratio"] == pytest.approx(1.5)
@@ -600,6 +741,43 @@ def test_simulated_false_regressions_and_detection():
     assert result.detection_rate >= 0.95
 
 
+def samples_document(tmp_path):
+    """Two providers' decode rows with 60 seeded step samples each (3% jitter, 3% hiccups:
+    the default Noise), and one row that is wrong."""
+    rows = decode_records(seed=5, steps=60) + [
+        {**r, "provider": "naive"} for r in decode_records(seed=6, slowdown=3.0, steps=60)
+    ]
+    rows = with_status(rows, 11, WRONG)
+    return load_document(write(tmp_path, "samples.json", document("decode-speed", rows)))
+
+
+def test_real_samples_catch_a_planted_slowdown_and_stay_quiet(tmp_path):
+    """Resampled from the rows' own samples, a 20% slowdown is caught in >= 95% of pairs and
+    A/A pairs are flagged in <= 1%, per provider too; the wrong row is left out."""
+    doc = samples_document(tmp_path)
+    steps = real_series(doc, metrics=["step_ms_median"])
+    assert len(steps) == 11 and {s.provider for s in steps} == {"attnbench", "naive"}
+    results = simulate_document(doc, pairs=25, slowdown=1.2, metrics=["step_ms_median"])
+    for (metric, *_), (resampled, halves) in [*totals(results).items(),
+                                              *totals(results, by="provider").items()]:  # fmt: skip
+        assert metric == "step_ms_median"
+        assert resampled.false_rate <= 0.01 and resampled.detection_rate >= 0.95
+        assert halves.pairs in (5, 6, 11)
+    naive = simulate_document(doc, pairs=25, provider="naive", metrics=["step_ms_median"])
+    assert [r.series.provider for r in naive] == ["naive"] * 5
+    assert naive == [r for r in results if r.series.provider == "naive"]  # seeds per row
+
+
+def test_real_samples_do_not_detect_what_was_not_planted(tmp_path):
+    """The detection rate is the gate's: with no slowdown planted nothing is caught, and a
+    5% one (under the 10% threshold) is not either."""
+    doc = samples_document(tmp_path)
+    for slowdown in (1.0, 1.05):
+        results = simulate_document(doc, pairs=10, slowdown=slowdown, metrics=["step_ms_median"])
+        resampled, halves = totals(results)[("step_ms_median",)]
+        assert resampled.detection_rate == 0.0 and halves.detections == 0
+
+
 def test_only_inputs_are_key_fields():
     """Rows are matched on key fields, so a computed field declared as one would turn a
     changed number into a `missing` and a `new` row, which do not fail."""
@@ -614,3 +792,24 @@ def test_only_inputs_are_key_fields():
     for name, record in RECORD_TYPES.items():
         keys = {f for f, kind in field_kinds(record).items() if kind is Kind.KEY}
         assert keys <= inputs, (name, keys - inputs)
+
+
+def test_raw_samples_let_a_noisy_but_clear_slowdown_gate_and_percentiles_alone_do_not():
+    """Fixed-context samples are independent draws: with enough of them the bootstrap sees
+    a 20% slowdown through a 30% IQR. Percentiles alone need 3 x IQR/median of effect."""
+    rng = np.random.default_rng(7)
+    base = rng.lognormal(0.0, 0.22, 400)  # IQR/median about 30%
+    slower = 1.2 * rng.lognormal(0.0, 0.22, 400)
+
+    def stats(x, with_samples: bool) -> TimingStats:
+        values = tuple(x.tolist())
+        p25, median, p75 = (percentile(values, q) for q in (25, 50, 75))
+        return TimingStats(median, p25, p75, values if with_samples else None)
+
+    th = Thresholds()
+    sampled = judge_timing(stats(base, True), stats(slower, True), th)
+    assert sampled.verdict is Verdict.REGRESSED and sampled.evidence == "bootstrap"
+    summarised = judge_timing(stats(base, False), stats(slower, False), th)
+    assert summarised.verdict is Verdict.INCONCLUSIVE and "within the noise" in summarised.reason
+    same = judge_timing(stats(base, True), stats(rng.lognormal(0.0, 0.22, 400), True), th)
+    assert same.verdict in (Verdict.UNCHANGED, Verdict.INCONCLUSIVE)

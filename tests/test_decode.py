@@ -22,6 +22,8 @@ from attnbench.model.formulas import (
     cached_step_bytes,
     decode_totals,
     forward_flops,
+    prefill_flops,
+    step_totals,
     uncached_step_bytes,
 )
 from attnbench.model.shapes import AttentionShape
@@ -35,10 +37,14 @@ TINY = ["--d-model", "32", "--heads", "4", "--kv-heads", "4,1", "--batch", "1",
         "--prompt-len", "4", "--gen-len", "3", "--warmup", "0", "--repeats", "1"]  # fmt: skip
 
 DECODE_COLUMNS = [
-    "variant", "backend", "device", "dtype", "batch", "d_model", "num_heads", "num_kv_heads",
-    "head_dim", "prompt_len", "gen_len", "mode", "prefill_ms", "step_ms_median", "step_ms_p25",
-    "step_ms_p75", "total_ms", "tokens_per_s", "speedup_vs_no_cache", "bytes_per_step",
-    "achieved_gbps", "peak_gbps", "pct_of_peak_bw", "flops_per_step", "achieved_tflops",
+    "variant", "provider", "device", "dtype", "batch", "d_model", "num_heads", "num_kv_heads",
+    "head_dim", "prompt_len", "gen_len", "mode", "cuda_graph", "step_ms_median", "step_ms_p25",
+    "step_ms_p75", "step_repeats", "step_calls_per_sample", "step_stop", "step_ci_pct",
+    "tokens_per_s",
+    "speedup_vs_no_cache", "baseline_provider", "speedup_vs_baseline", "bytes_per_step",
+    "achieved_gbps", "peak_gbps", "pct_of_peak_bw", "flops_per_step", "prefill_ms_median",
+    "prefill_ms_p25", "prefill_ms_p75", "prefill_flops", "achieved_tflops", "peak_tflops",
+    "pct_of_peak_flops", "gen_ms_median", "gen_ms_p25", "gen_ms_p75", "gen_tokens_per_s",
     "noisy", "status", "model", "projection_path",
 ]  # fmt: skip
 
@@ -140,7 +146,8 @@ def test_decode_flops_by_hand():
 # --- records and failures ----------------------------------------------------------------
 
 TINY_POINT = {"d_model": 32, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "prompt_len": 4,
-              "gen_len": 3, "backend": "sdpa", "mode": "cache", "dtype": "float32"}  # fmt: skip
+              "gen_len": 3, "provider": "attnbench", "mode": "cache",
+              "dtype": "float32"}  # fmt: skip
 POINT = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2})
 CPU = torch.device("cpu")
 #: Field values of a tiny decode study (what the decode-speed flags would give).
@@ -166,23 +173,52 @@ def raising(exc: BaseException, when=lambda point: True):
 
 
 def test_record_fields_are_consistent():
-    rec = decode.run(POINT, Context(CPU, {"warmup": 0, "repeats": 2}, peak_gbps=10.0))
+    context = Context(CPU, {"warmup": 0, "repeats": 4}, peak_gbps=10.0,
+                      peak_tflops={"float32": 0.5})  # fmt: skip
+    rec = decode.run(POINT, context)
     assert rec.status == "ok"
-    assert len(rec.samples_ms) == 2 * 3  # repeats x gen_len per-step samples
+    assert len(rec.samples_ms) == rec.step_repeats == 4 and rec.step_stop == "repeats"
     assert rec.step_ms_p25 <= rec.step_ms_median <= rec.step_ms_p75
-    assert rec.prefill_ms is not None and rec.prefill_ms > 0
     assert rec.tokens_per_s == pytest.approx(1 / (rec.step_ms_median * 1e-3))
     assert rec.achieved_gbps == pytest.approx(rec.bytes_per_step / rec.step_ms_median / 1e6)
     assert rec.pct_of_peak_bw == pytest.approx(10 * rec.achieved_gbps)
-    assert rec.total_ms >= rec.prefill_ms
     assert rec.peak_gbps == 10.0
     assert rec.projection_path in ("onednn-packed", "torch")
+    # the fixed-context step: S = 4 cached tokens, the new one attends 5 keys
+    assert (rec.bytes_per_step, rec.flops_per_step) == step_totals(
+        AttentionShape(32, 4, 2), 1, 4, "float32", cached=True
+    )
+    # the prefill, held against the matmul peak
+    assert len(rec.prefill_samples_ms) == 4 and rec.prefill_ms_median > 0
+    assert rec.prefill_flops == prefill_flops(AttentionShape(32, 4, 2), 1, 4)
+    assert rec.achieved_tflops == pytest.approx(rec.prefill_flops / rec.prefill_ms_median / 1e9)
+    assert rec.peak_tflops == 0.5
+    assert rec.pct_of_peak_flops == pytest.approx(100 * rec.achieved_tflops / 0.5)
+    # whole generations: one sample per generation of gen_len tokens
+    assert len(rec.gen_samples_ms) == 4
+    assert rec.gen_tokens_per_s == pytest.approx(3 / (rec.gen_ms_median * 1e-3))
+    assert rec.gen_ms_median > rec.step_ms_median
 
 
-def test_no_prefill_leaves_prefill_empty():
-    rec = decode.run(POINT, Context(CPU, {"warmup": 0, "repeats": 1, "prefill": False}))
-    assert rec.status == "ok" and rec.prefill_ms is None and rec.pct_of_peak_bw is None
-    assert len(rec.samples_ms) == 3
+def test_no_prefill_and_no_generation_leave_their_metrics_empty():
+    point = DecodePoint(**{**TINY_POINT, "gen_len": 0})
+    rec = decode.run(point, Context(CPU, {"warmup": 0, "repeats": 2, "prefill": False}))
+    assert rec.status == "ok" and len(rec.samples_ms) == 2
+    assert rec.prefill_ms_median is None and rec.prefill_samples_ms == []
+    assert rec.prefill_flops is None and rec.achieved_tflops is None
+    assert rec.gen_ms_median is None and rec.gen_samples_ms == [] and rec.gen_tokens_per_s is None
+    assert rec.pct_of_peak_bw is None  # no peak was given
+
+
+def test_adaptive_sampling_is_the_default_and_records_why_it_stopped():
+    rec = decode.run(POINT, Context(CPU, {"warmup": 1, "max_time": 0.5, "prefill": False}))
+    assert rec.status == "ok"
+    assert rec.step_stop in ("target_ci", "max_time")
+    assert rec.step_repeats == len(rec.samples_ms) >= 5
+    if rec.step_stop == "target_ci":
+        assert rec.step_ci_pct <= 2.0
+    else:
+        assert rec.step_ci_pct > 2.0
 
 
 def test_out_of_memory_becomes_a_status():
@@ -191,10 +227,9 @@ def test_out_of_memory_becomes_a_status():
     result = run_study(plan, execute=raising(oom))
     (rec,) = result.records["decode"]
     assert rec.status == "oom" and rec.step_ms_median is None and rec.samples_ms == []
-    # the analytic columns are still filled: 3 steps over 4 then 5 then 6 cached tokens
-    total_bytes, total_flops = decode_totals(AttentionShape(32, 4, 2), 1, 4, 3, "float32", True)
-    assert rec.bytes_per_step == round(total_bytes / 3)
-    assert rec.flops_per_step == round(total_flops / 3)
+    # the analytic columns are still filled: one step at a context of 4 cached tokens
+    step_bytes, step_flops = step_totals(AttentionShape(32, 4, 2), 1, 4, "float32", True)
+    assert (rec.bytes_per_step, rec.flops_per_step) == (step_bytes, step_flops)
     assert result.section_records("decode")[0]["status"] == "oom"
     assert result.ran == 1 and not result.interrupted
 
@@ -249,14 +284,36 @@ def test_decode_speed_exits_1_when_a_point_did_not_complete(monkeypatch, tmp_pat
     assert sorted(r["status"] for r in rows) == ["ok", "ok", "oom", "oom"]
 
 
-def test_decode_points_put_no_cache_first():
-    points = [DecodePoint(**{**TINY_POINT, "prompt_len": n, "mode": m})
-              for n in (4, 8) for m in ("cache", "no_cache")]  # fmt: skip
-    assert [(p.prompt_len, p.mode) for p in decode.no_cache_first(points)] == [
-        (4, "no_cache"), (4, "cache"), (8, "no_cache"), (8, "cache"),
+def test_decode_points_put_the_baseline_and_no_cache_first():
+    points = [DecodePoint(**{**TINY_POINT, "prompt_len": n, "mode": m, "provider": p})
+              for n in (4, 8) for p in ("naive", "attnbench")
+              for m in ("cache", "no_cache")]  # fmt: skip
+    order = [(p.prompt_len, p.provider, p.mode) for p in decode.run_order(points, {})]
+    assert order == [
+        (4, "attnbench", "no_cache"), (4, "attnbench", "cache"),
+        (4, "naive", "no_cache"), (4, "naive", "cache"),
+        (8, "attnbench", "no_cache"), (8, "attnbench", "cache"),
+        (8, "naive", "no_cache"), (8, "naive", "cache"),
     ]  # fmt: skip
+    naive_first = decode.run_order(points, {"baseline_provider": "naive"})
+    assert [p.provider for p in naive_first[:4]] == ["naive", "naive", "attnbench", "attnbench"]
     planned = [(t.point.num_kv_heads, t.point.mode) for t in tiny_plan().tasks]
     assert planned == [(4, "no_cache"), (4, "cache"), (1, "no_cache"), (1, "cache")]
+
+
+def test_speedups_link_each_row_to_its_no_cache_and_baseline_rows():
+    plan = tiny_plan(num_kv_heads=[2], provider=["naive", "attnbench"])
+    records = run_study(plan).records["decode"]
+    by = {(r.provider, r.mode): r for r in records}
+    assert [(r.provider, r.mode) for r in records][0] == ("attnbench", "no_cache")
+    for r in records:
+        base = by[("attnbench", r.mode)]
+        assert r.baseline_provider == "attnbench"
+        assert r.speedup_vs_baseline == pytest.approx(base.step_ms_median / r.step_ms_median)
+    naive = by[("naive", "cache")]
+    expected = by[("naive", "no_cache")].step_ms_median / naive.step_ms_median
+    assert naive.speedup_vs_no_cache == pytest.approx(expected)
+    assert by[("attnbench", "cache")].speedup_vs_baseline == 1.0
 
 
 # --- the command -------------------------------------------------------------------------
@@ -277,7 +334,7 @@ def test_csv_and_json_hold_the_same_records(tmp_path):
     assert len(rows) == len(doc["records"]) == 4
     assert [r["mode"] for r in rows] == ["no_cache", "cache"] * 2  # the runner's order
     for row, rec in zip(rows, doc["records"], strict=True):
-        assert len(rec["samples_ms"]) == 3
+        assert len(rec["samples_ms"]) == len(rec["gen_samples_ms"]) == 1  # --repeats 1
         assert float(row["step_ms_median"]) == pytest.approx(rec["step_ms_median"])
         assert int(row["bytes_per_step"]) == rec["bytes_per_step"]
         assert rec["step_ms_median"] == pytest.approx(statistics.median(rec["samples_ms"]))
@@ -301,14 +358,14 @@ def test_table_fits_the_width_or_shows_every_column(columns, flags, hidden):
     (head,) = [line for line in result.stdout.splitlines() if "┃ Variant" in line]
     headers = [h.strip() for h in head.strip("┃").split("┃")]
     assert {"Variant", "Mode", "step ms", "speed-up", "Status"} <= set(headers)
-    for header in ("prefill ms", "p25", "p75", "total ms"):
+    for header in ("p25", "p75"):
         assert (header not in headers) is hidden
     assert ("columns hidden (" in result.stdout) is hidden
     assert ("--wide, or --csv" in result.stdout) is hidden
     # settings every row shares are in the title, not columns
     title = " ".join(result.stdout.split("┏")[0].split())
     assert "peak copy bandwidth 10.0 GB/s" in title
-    for setting in ("sdpa", "cpu", "float32", "batch 1", "d_model 32", "4 heads", "gen 3"):
+    for setting in ("attnbench", "cpu", "float32", "batch 1", "d_model 32", "4 heads", "gen 3"):
         assert setting in title
 
 
@@ -317,7 +374,12 @@ def test_table_fits_the_width_or_shows_every_column(columns, flags, hidden):
     [
         (["--device", "cuda"], "--device cuda: "),
         (["--mode", "fast"], "--mode fast: unknown value 'fast'"),
-        (["--backend", "flash"], "--backend flash: unknown value 'flash'"),
+        (["--backend", "flash"], "--provider flash: unknown value 'flash'"),
+        (["--provider", "sdpa-fast"], "--provider sdpa-fast: unknown value 'sdpa-fast'"),
+        (["--backend", "naive", "--provider", "naive"], "--backend naive: is the old name"),
+        (["--target-rel-ci", "0"], "--target-rel-ci 0.0: must be a number above 0"),
+        (["--max-time", "soon"], "--max-time soon: expected a number"),
+        (["--gen-len", "-1"], "--gen-len -1: must be >= 0"),
         (["--prompt-len", "0"], "--prompt-len 0: must be >= 1"),
         (["--repeats", "x"], "--repeats x: expected an integer"),
         (["--dtype", "float64"], "--dtype float64: unknown dtype 'float64'"),
@@ -333,10 +395,17 @@ def test_bad_flags_exit_2_with_one_line(args, needle):
     assert line.startswith(f"error: {needle}"), line
 
 
+def test_cuda_graphs_on_the_cpu_are_unsupported_rows():
+    point = DecodePoint(**{**TINY_POINT, "cuda_graph": True})
+    rec = decode.run(point, Context(CPU, {"warmup": 0, "repeats": 1}))
+    assert rec.status == "unsupported: CUDA graphs need a CUDA device"
+    assert rec.step_ms_median is None and rec.samples_ms == []
+
+
 @pytest.mark.cuda
-def test_cuda_graph_replays_match_eager_timing_shape():
+@pytest.mark.parametrize("graph", [False, True])
+def test_cuda_graph_and_eager_steps_side_by_side(graph):
     point = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2, "dtype": "bfloat16",
-                           "prompt_len": 64, "gen_len": 4})  # fmt: skip
-    options = {"warmup": 1, "repeats": 2, "cuda_graph": True}
-    rec = decode.run(point, Context(torch.device("cuda"), options))
-    assert rec.status == "ok" and len(rec.samples_ms) == 8
+                           "prompt_len": 64, "gen_len": 4, "cuda_graph": graph})  # fmt: skip
+    rec = decode.run(point, Context(torch.device("cuda"), {"warmup": 1, "repeats": 5}))
+    assert rec.status == "ok" and len(rec.samples_ms) == 5 and rec.cuda_graph is graph

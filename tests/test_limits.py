@@ -201,7 +201,7 @@ def test_threads_are_bounded_in_planning_as_a_field_error(monkeypatch):
 
 def point(**kw) -> DecodePoint:
     base = dict(d_model=64, num_heads=4, num_kv_heads=2, batch=3, dtype="float32",
-                prompt_len=10, gen_len=5, backend="sdpa", mode="cache")  # fmt: skip
+                prompt_len=10, gen_len=5, provider="attnbench", mode="cache")  # fmt: skip
     return DecodePoint(**{**base, **kw})
 
 
@@ -217,12 +217,18 @@ def test_decode_bytes_counts_input_cache_weights_and_scores():
     assert decode_bytes(point(mode="no_cache")) == weights + x + uncached
     scores = 2 * 3 * 4 * total * total * 4
     expanded = 2 * 3 * 4 * total * 16 * b
-    assert decode_bytes(point(mode="no_cache", backend="naive")) == (
-        weights + x + uncached + scores + expanded
+    for provider in ("naive", "sdpa-math"):  # the ones that hold every score
+        assert decode_bytes(point(mode="no_cache", provider=provider)) == (
+            weights + x + uncached + scores + expanded
+        )
+    # hf holds a StaticCache for its step and another for its generations
+    assert decode_bytes(point(provider="hf")) == weights + x + 3 * cache + prefill
+    assert decode_bytes(point(provider="hf", gen_len=0)) == (
+        weights + 3 * 11 * 64 * b + 2 * (2 * 3 * 2 * 11 * 16 * b) + prefill
     )
     huge = point(d_model=2**20, num_heads=2**16, num_kv_heads=2**16, head_dim=2**16,
                  batch=10**9, prompt_len=10**9, gen_len=10**6, mode="no_cache",
-                 backend="naive")  # fmt: skip
+                 provider="naive")  # fmt: skip
     assert decode_bytes(huge) > 2**63  # exact in Python integers, far past any int64
 
 

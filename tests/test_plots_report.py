@@ -21,6 +21,7 @@ from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 runner = CliRunner()
+PROVIDERS_PNG = "decode_providers.png"
 
 TINY = """\
 defaults: {d_model: 64, num_heads: 4}
@@ -38,7 +39,8 @@ def saved(tmp_path_factory) -> dict:
     (out / "tiny.yaml").write_text(TINY)
     # module-scoped: conftest's stub of the peak probe is not in place yet
     result = run_study(plan_study(out / "tiny.yaml"), DirectoryStore(out),
-                       probe_peak=lambda device: 10.0)  # fmt: skip
+                       probe_peak=lambda device: 10.0,
+                       probe_flops=lambda device, dtype: 1e-4)  # fmt: skip
     assert not result.interrupted and result.ran == 3 + 9 + 12
     return {"path": out / RESULTS_FILE, "doc": result.document}
 
@@ -73,7 +75,8 @@ def test_plot_rerenders_from_results(saved, tmp_path):
     out = tmp_path / "plots"
     result = runner.invoke(app, ["plot", str(saved["path"]), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in out.iterdir()) == sorted(plots.PLOTS)
+    # one provider: no providers plot
+    assert sorted(p.name for p in out.iterdir()) == sorted(set(plots.PLOTS) - {PROVIDERS_PNG})
     for png in out.iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         height, width, _ = matplotlib.image.imread(png).shape
@@ -91,8 +94,9 @@ def test_report_rerenders_beside_results(saved, tmp_path):
         assert heading in text
     for variant in ("MHA", "GQA-2", "MQA"):
         assert f"| {variant} |" in text
-    assert "![Decode step latency vs prompt length](decode_latency.png)" in text
+    assert "![Decode step latency vs context](decode_latency.png)" in text
     assert "decode_speedup.png" not in text  # only the plots that exist are shown
+    assert "vs attnbench" not in text and "by provider" not in text  # one provider
 
 
 def test_report_numbers_come_from_the_records(saved, tmp_path):
@@ -107,7 +111,7 @@ def test_report_numbers_come_from_the_records(saved, tmp_path):
     path = _saved_copy(saved, tmp_path, edit)
     assert runner.invoke(app, ["report", str(path), "-q"]).exit_code == 0
     text = (tmp_path / "report.md").read_text()
-    assert "At prompt 8, cached decode is 987.6x (MHA)" in text
+    assert "At context 8, cached decode is 987.6x (MHA)" in text
     assert "GQA-2 needs 50.0% of MHA's KV cache and MQA 12.3%" in text
 
 
@@ -130,7 +134,7 @@ def test_plots_name_device_units_and_scales(saved):
     doc = saved["doc"]
     latency = plots.decode_latency(doc).axes[0]
     assert "float32" in latency.get_title() and "batch 1" in latency.get_title()
-    assert latency.get_xlabel() == "Prompt length (tokens)" and "(ms)" in latency.get_ylabel()
+    assert latency.get_xlabel() == "Context (tokens cached)" and "(ms)" in latency.get_ylabel()
     labels = [t.get_text() for t in latency.get_legend().get_texts()]
     assert "MHA, cache" in labels and "MQA, no cache" in labels
 
@@ -168,7 +172,7 @@ def test_findings_list_incomplete_points(saved):
     doc = copy.deepcopy(saved["doc"])
     doc["sections"]["decode"]["records"][0]["status"] = "oom"
     found = report.findings(doc)
-    assert found[-1].startswith("1 point(s) did not complete: decode MHA d_model 64")
+    assert found[-1].startswith("1 point(s) did not complete: decode MHA attnbench d_model 64")
     assert found[-1].endswith(": oom.")
 
 
@@ -187,3 +191,152 @@ def test_settings_added_to_records_later_tell_lines_and_columns_apart():
                          "| MQA | 1 | 8 | 64 B | 1 |", "| MQA | 1 | 8 | 64 B | 2 |"]  # fmt: skip
     without_tp = [{**r, "tp": 1} for r in rows[::2]]
     assert "tp" not in markdown_table(without_tp, kvmem_columns(without_tp)).splitlines()[0]
+
+
+# ------------------------------------------------------------------ providers side by side
+
+CUDNN = "unsupported: no cuDNN kernel on the CPU"
+WRONG = "wrong: max error 0.5 against the reference, above 0.001"
+
+
+def with_providers(doc: dict) -> dict:
+    """The tiny study's decode records as if three more providers had run beside
+    attnbench: sdpa-flash 1.25x as fast everywhere, sdpa-cudnn unsupported, and naive
+    disagreeing with the reference at MQA (timed elsewhere, 2x slower)."""
+    doc = copy.deepcopy(doc)
+    section = doc["sections"]["decode"]
+    base = section["records"]
+    flash, cudnn, naive = [], [], []
+    untimed = dict(step_ms_median=None, step_ms_p25=None, step_ms_p75=None, samples_ms=[],
+                   tokens_per_s=None, speedup_vs_no_cache=None, speedup_vs_baseline=None,
+                   pct_of_peak_bw=None, achieved_gbps=None, noisy=None)  # fmt: skip
+    for r in base:
+        r["speedup_vs_baseline"] = 1.0
+        timing = {f: r[f] * 0.8 for f in ("step_ms_median", "step_ms_p25", "step_ms_p75")}
+        flash.append({**r, **timing, "provider": "sdpa-flash", "speedup_vs_baseline": 1.25})
+        cudnn.append({**r, **untimed, "provider": "sdpa-cudnn", "status": CUDNN})
+        slow = {f: r[f] * 2 for f in ("step_ms_median", "step_ms_p25", "step_ms_p75")}
+        if r["variant"] == "MQA":
+            naive.append({**r, **untimed, "provider": "naive", "status": WRONG})
+        else:
+            naive.append({**r, **slow, "provider": "naive", "speedup_vs_baseline": 0.5})
+    section["records"] = base + flash + naive + cudnn
+    return doc
+
+
+def cached(doc: dict, provider: str, variant: str, context: int) -> dict:
+    return next(r for r in doc["sections"]["decode"]["records"]
+                if (r["provider"], r["variant"], r["prompt_len"], r["mode"])
+                == (provider, variant, context, "cache"))  # fmt: skip
+
+
+def test_providers_plot_one_line_per_provider_one_panel_per_variant(saved, tmp_path):
+    doc = with_providers(saved["doc"])
+    fig = plots.decode_providers(doc)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["MHA", "GQA-2", "MQA"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["attnbench (baseline)", "sdpa-flash", "naive"]  # cudnn: nothing timed
+    assert "float32" in fig.legends[0].get_title().get_text()
+    assert fig.get_supxlabel() == "Context (tokens cached)"
+    lines = {bars.get_label(): bars.lines[0] for bars in panels[0].containers}
+    assert sorted(lines) == ["attnbench (baseline)", "naive", "sdpa-flash"]
+    mha = cached(doc, "sdpa-flash", "MHA", 8)
+    assert list(lines["sdpa-flash"].get_xdata()) == [4, 8]
+    assert lines["sdpa-flash"].get_ydata()[-1] == pytest.approx(mha["step_ms_median"])
+    assert lines["attnbench (baseline)"].get_linewidth() > lines["naive"].get_linewidth()
+    assert "naive" not in [bars.get_label() for bars in panels[2].containers]  # wrong there
+    written = plots.render_plots(doc, tmp_path)
+    assert tmp_path / PROVIDERS_PNG in written
+    height, width, _ = matplotlib.image.imread(tmp_path / PROVIDERS_PNG).shape
+    assert width > 1000 and height > 400
+    # the cache-vs-no-cache plots keep to the baseline provider
+    latency = plots.decode_latency(doc).axes[0]
+    assert "provider attnbench" in latency.get_title()
+    assert len([t for t in latency.get_legend().get_texts()]) == 6  # 3 variants x 2 modes
+
+
+def test_providers_plot_needs_two_providers(saved):
+    assert plots.decode_providers(saved["doc"]) is None
+    doc = with_providers(saved["doc"])
+    for r in doc["sections"]["decode"]["records"]:
+        if r["provider"] != "attnbench" and r["mode"] == "cache":
+            r["status"] = "oom"
+    assert plots.decode_providers(doc) is None  # one provider has cached steps
+
+
+def test_findings_name_the_fastest_provider_and_what_was_not_timed(saved):
+    doc = with_providers(saved["doc"])
+    found = report.findings(doc)
+    longest = [f"{v} sdpa-flash ({cached(doc, 'sdpa-flash', v, 8)['step_ms_median']:.3f} ms, "
+               f"1.25x attnbench)" for v in ("MHA", "GQA-2", "MQA")]  # fmt: skip
+    fastest = (f"Fastest cached decode step at context 8: {longest[0]}, {longest[1]} and "
+               f"{longest[2]}.")  # fmt: skip
+    assert fastest in found
+    assert ("Unsupported here, so not timed: sdpa-cudnn at 12 points (no cuDNN kernel on the "
+            "CPU).") in found  # fmt: skip
+    wrong = next(f for f in found if "disagree with the reference" in f)
+    assert wrong.startswith(
+        "4 point(s) disagree with the reference, so not timed: decode MQA "
+        "naive d_model 64 batch 1 context 4 no_cache: wrong: max error 0.5"
+    )
+    assert not any("did not complete" in f for f in found)  # rows, not failures
+    # the cache-vs-no-cache lines keep to the baseline, and say so
+    speedup = next(f for f in found if "faster than recomputing the prefix" in f)
+    assert speedup.endswith("provider attnbench.")
+    assert sum("without the cache a decode step takes" in f for f in found) == 3
+
+
+def test_fastest_provider_may_be_the_baseline(saved):
+    doc = with_providers(saved["doc"])
+    for r in doc["sections"]["decode"]["records"]:
+        if r["provider"] == "sdpa-flash" and r["variant"] == "MHA":
+            r["step_ms_median"] *= 10
+    line = next(f for f in report.findings(doc) if f.startswith("Fastest"))
+    base = cached(doc, "attnbench", "MHA", 8)["step_ms_median"]
+    assert f"MHA attnbench ({base:.3f} ms, the baseline), GQA-2 sdpa-flash" in line
+
+
+def test_report_shows_providers_side_by_side(saved, tmp_path):
+    doc = with_providers(saved["doc"])
+    text = report.render_report(doc, [PROVIDERS_PNG])
+    assert "![Cached decode step latency by provider](decode_providers.png)" in text
+    assert ("### Cached decode step, ms by provider (speed-up over attnbench); not timed at "
+            "any point: sdpa-cudnn") in text  # fmt: skip
+    table = text[text.index("### Cached decode step") :].split("\n\n")[2].splitlines()
+    assert table[0] == "| Variant | context | attnbench | sdpa-flash | naive | fastest |"
+    base = cached(doc, "attnbench", "MHA", 8)["step_ms_median"]
+    flash = cached(doc, "sdpa-flash", "MHA", 8)["step_ms_median"]
+    naive = cached(doc, "naive", "MHA", 8)["step_ms_median"]
+    assert f"| MHA | 8 | {base:.3f} | {flash:.3f} (1.25x) | {naive:.3f} (0.50x) | sdpa-flash |" in (
+        table
+    )
+    assert any(row.startswith("| MQA | 8 |") and "| wrong |" in row for row in table)
+    assert len(table) == 2 + 6  # 3 variants x 2 contexts
+    decode = text[text.index("## Decode speed") :]
+    assert "| vs attnbench |" in decode.splitlines()[2]
+    assert "no cuDNN kernel" not in decode.split("###")[0]  # the table says "unsupported"
+
+
+def test_decode_findings_on_prefill_noise_and_sampling_time(saved):
+    doc = copy.deepcopy(saved["doc"])
+    records = doc["sections"]["decode"]["records"]
+    for r in records:
+        r.update(noisy=False, step_stop="target_ci")
+    for r in records[:3]:
+        r["noisy"] = True
+    records[0].update(step_stop="max_time", step_ci_pct=7.25)
+    records[1].update(step_stop="max_time", step_ci_pct=2.5)
+    best = max((r for r in records if r.get("pct_of_peak_flops") is not None),
+               key=lambda r: r["pct_of_peak_flops"])  # fmt: skip
+    found = report.findings(doc)
+    assert ("3 of 12 decode steps (each timed at a fixed context) are flagged noisy: p25 to "
+            "p75 wider than 10% of the median.") in found  # fmt: skip
+    assert ("2 of 12 decode steps ran out of sampling time before their median was known as "
+            "closely as asked (the widest 95% interval of a median: ±7.2%).") in found  # fmt: skip
+    prefill = next(f for f in found if f.startswith("The best prefill"))
+    assert prefill == (
+        f"The best prefill reaches {best['achieved_tflops']:.3g} TFLOPS, "
+        f"{best['pct_of_peak_flops']:.1f}% of the measured float32 matmul peak of 0.0001 TFLOPS "
+        f"({best['variant']}, {best['prompt_len']} tokens)."
+    )

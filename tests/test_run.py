@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import attnbench.cli.run_cmd
 from attnbench.cli import app
-from attnbench.experiments.decode import DecodePoint, no_cache_first
+from attnbench.experiments.decode import DecodePoint, run_order
 from attnbench.render.report import findings
 from attnbench.study.output import append_csv_row
 from attnbench.study.runner import (
@@ -171,11 +171,11 @@ def test_end_to_end(tiny, tmp_path):
 
 def test_decode_points_put_no_cache_first(tiny):
     base = {"d_model": 64, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "dtype": "float32",
-            "gen_len": 4, "backend": "sdpa"}  # fmt: skip
+            "gen_len": 4, "provider": "attnbench"}  # fmt: skip
     points = [
         DecodePoint(**base, prompt_len=n, mode=m) for n in (4, 8) for m in ("cache", "no_cache")
     ]
-    assert [(p.prompt_len, p.mode) for p in no_cache_first(points)] == [
+    assert [(p.prompt_len, p.mode) for p in run_order(points, {})] == [
         (4, "no_cache"), (4, "cache"), (8, "no_cache"), (8, "cache"),
     ]  # fmt: skip
     plan = plan_study(tiny)
@@ -300,7 +300,7 @@ def failing(exc: BaseException, when):
     return execute
 
 
-MQA_OOM = "decode MQA d_model 64 batch 1 prompt 8 cache: oom"
+MQA_OOM = "decode MQA attnbench d_model 64 batch 1 context 8 cache: oom"
 
 
 def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path):

@@ -4,12 +4,16 @@ compact unit."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 from typer.testing import CliRunner
 
+import attnbench.cli.decode_cmd
 from attnbench.cli import app
+from attnbench.experiments import decode
+from attnbench.study.runner import run_experiment, run_study
 
 runner = CliRunner()
 WIDTHS = ["80", "120"]
@@ -56,7 +60,41 @@ def test_decode(width, tmp_path):
     for record in json.loads(out.read_text())["records"]:
         assert f"{record['step_ms_median']:.3f}" in text
     flat = " ".join(text.split())
-    assert "sdpa" in flat and "float32" in flat and "batch 1" in flat  # constant: the title
+    assert "provider attnbench" in flat and "float32" in flat and "batch 1" in flat  # the title
+    assert "by provider" not in text  # one provider: nothing side by side
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_decode_providers(width, tmp_path):
+    """Two providers timed and one the CPU lacks: every row, the reason once, and the
+    cached steps side by side."""
+    out = tmp_path / "d.json"
+    text = screen(width, "decode-speed", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
+                  "--prompt-len", "16", "--provider", "attnbench,sdpa-math,sdpa-efficient",
+                  "--repeats", "3", "--warmup", "0", "--json", str(out))  # fmt: skip
+    assert_readable(text, width)
+    records = json.loads(out.read_text())["records"]
+    assert len(records) == 12
+    main, side = text.split("Cached decode step, ms by provider")
+    for record in records:
+        if record["status"] == "ok":
+            assert f"{record['step_ms_median']:.3f}" in main
+    headers = next(line for line in main.splitlines() if line.startswith("┃"))
+    headers = [h.strip() for h in headers.split("┃")[1:-1]]
+    assert headers[:4] == ["Variant", "provider", "Mode", "step ms"]  # context 16: the title
+    assert "Status" in headers and main.count("unsupported") >= 4
+    notes = [line for line in main.splitlines() if "no memory-efficient kernel" in line]
+    assert notes == ["unsupported: no memory-efficient kernel on the CPU (sdpa-efficient, 4 rows)"]
+    assert "not timed at any point: sdpa-efficient" in " ".join(side.split())
+    rows = [line for line in side.splitlines() if line.startswith("│")]
+    assert len(rows) == 2  # MHA and MQA at context 16, cached
+    for row in rows:
+        variant, attnbench, math, fastest = [c.strip() for c in row.split("│")[1:-1]]
+        times = {r["provider"]: r["step_ms_median"] for r in records
+                 if (r["variant"], r["mode"], r["status"]) == (variant, "cache", "ok")}  # fmt: skip
+        assert attnbench == f"{times['attnbench']:.3f}"
+        assert math.split()[0] == f"{times['sdpa-math']:.3f}"  # and its speed-up when room
+        assert fastest == min(times, key=times.get)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -88,3 +126,52 @@ def test_fit(width):
                   "--seq-len", "8192")  # fmt: skip
     assert_readable(text, width)
     assert "Largest batch at 8,192 tokens: 177 sequences" in text
+
+
+# ------------------------------------------------------------------ decode-speed's exit status
+
+TINY_DECODE = ["decode-speed", "--d-model", "32", "--heads", "4", "--kv-heads", "4",
+               "--prompt-len", "4", "--provider", "attnbench,naive,sdpa-math", "--repeats", "2",
+               "--warmup", "0"]  # fmt: skip
+
+
+def with_statuses(monkeypatch, statuses: dict[str, str]) -> None:
+    """decode-speed runs its points for real, but a provider named in `statuses` gives that
+    status instead ('raise': an exception, which the runner records as an error)."""
+
+    def execute(task, context):
+        status = statuses.get(task.point.provider)
+        if status is None:
+            return run_experiment(task, context)
+        if status == "raise":
+            raise RuntimeError("the kernel crashed")
+        return decode.failed(task.point, status, context)
+
+    monkeypatch.setattr(attnbench.cli.decode_cmd, "run_study",
+                        functools.partial(run_study, execute=execute))  # fmt: skip
+
+
+def test_unsupported_and_wrong_rows_are_not_errors(monkeypatch):
+    with_statuses(monkeypatch, {"naive": "wrong: max error 0.5 against the reference, above 0.001",
+                                "sdpa-math": "unsupported: no math kernel today"})  # fmt: skip
+    result = runner.invoke(app, TINY_DECODE, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == (
+        "warning: 1 provider disagrees with the reference: naive at 2 points (max error 0.5 "
+        "against the reference, above 0.001)"
+    )
+    assert "wrong: max error 0.5 against the reference, above 0.001 (naive, 2 rows)" in (
+        result.stdout
+    )
+    assert "unsupported: no math kernel today (sdpa-math, 2 rows)" in result.stdout
+    assert "did not complete" not in result.output
+    assert_readable(result.stdout, "80")
+
+
+def test_failed_points_exit_1(monkeypatch):
+    with_statuses(monkeypatch, {"naive": "raise", "sdpa-math": "unsupported: no math kernel"})
+    result = runner.invoke(app, TINY_DECODE, env={"COLUMNS": "80"})
+    assert result.exit_code == 1
+    assert ("2 of 6 points did not complete: error: RuntimeError: the kernel crashed"
+            in result.stderr)  # fmt: skip
+    assert "sdpa-math" not in result.stderr  # unsupported: not a failure

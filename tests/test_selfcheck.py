@@ -46,8 +46,9 @@ def test_selfcheck_reports_a_broken_backend():
     assert not results["MHA sdpa float32 vs float64"].passed
     assert results["MHA sdpa float32 vs float64"].detail == "rel err 5.00e-01"
     assert results["MHA naive float32 vs float64"].passed
-    # halved everywhere, the cached steps still agree with the (halved) full pass
-    assert results["MQA sdpa float32 cached decode == full pass"].passed
+    # the fixed calls the timings run are not the broken forward: they disagree with it
+    assert not results["MQA sdpa float32 cached decode == full pass"].passed
+    assert results["MQA naive float32 cached decode == full pass"].passed
 
 
 def test_selfcheck_command_passes_on_the_cpu():
@@ -55,6 +56,7 @@ def test_selfcheck_command_passes_on_the_cpu():
     assert result.exit_code == 0, result.output
     assert "PASS MHA sdpa float32 vs float64" in result.output
     assert "FAIL" not in result.output and ", 0 failed on cpu" in result.output
+    assert "PASS provider sdpa-flash float32 step vs reference" in result.output
 
 
 @pytest.mark.cuda

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -557,3 +558,75 @@ def test_a_section_models_list_is_validated(tmp_path):
     path.write_text("defaults: {d_model: 64, num_heads: 4}\ndecode: {models: llama-2-7b}\n")
     with pytest.raises(UsageError, match=r"decode\.models: expected a list"):
         load_config(path)
+
+
+# --- decode: providers, the old backend key, sampling options -------------------------------
+
+
+def decode_points(tmp_path, text: str) -> list:
+    from attnbench.study.plan import plan_study
+
+    plan = plan_study(write_yaml(tmp_path, text), names=["decode"])
+    return [t.point for t in plan.tasks]
+
+
+def test_the_old_backend_key_and_value_still_work(tmp_path):
+    points = decode_points(
+        tmp_path,
+        """
+        decode: {d_model: 64, num_heads: 4, prompt_len: 8, mode: cache,
+                 backend: [sdpa, naive], device: cpu}
+    """,
+    )
+    assert [p.provider for p in points] == ["attnbench", "naive"]
+
+
+def test_backend_and_provider_together_are_refused(tmp_path):
+    path = write_yaml(tmp_path, "decode: {backend: sdpa, provider: naive}")
+    with pytest.raises(UsageError, match="'backend' is the old name of 'provider'; give one"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_time: 0", "decode.max_time: 0 .*: must be a number above 0, got 0"),
+        ("target_rel_ci: 2", "decode.target_rel_ci: 2 .*: must be <= 1"),
+        ("max_time: soon", "decode.max_time: soon .*: expected a number"),
+        ("gen_len: -1", "decode.gen_len: -1 .*: must be >= 0"),
+        ("provider: [attnbench, tpu]", "decode.provider: tpu .*: unknown value 'tpu'"),
+    ],
+)
+def test_bad_decode_options_name_the_key(tmp_path, text, message):
+    with pytest.raises(UsageError, match=message):
+        load_config(write_yaml(tmp_path, f"decode: {{{text}}}"))
+
+
+def test_cuda_graph_is_an_axis_for_graph_and_eager_side_by_side(tmp_path):
+    points = decode_points(
+        tmp_path,
+        """
+        decode: {d_model: 64, num_heads: 4, prompt_len: 8, mode: cache,
+                 cuda_graph: [false, true], device: cpu}
+    """,
+    )
+    assert [p.cuda_graph for p in points] == [False, True]
+
+
+def test_sampling_options_reach_the_points_context(tmp_path):
+    from attnbench.experiments.decode import DecodeOptions
+    from attnbench.study.plan import plan_study
+
+    path = write_yaml(
+        tmp_path,
+        """
+        decode: {d_model: 64, num_heads: 4, prompt_len: 8, device: cpu,
+                 max_time: 3, target_rel_ci: 0.05, min_repeats: 7}
+    """,
+    )
+    options = DecodeOptions.from_options(
+        plan_study(path, names=["decode"]).context("decode").options
+    )
+    sampling = options.sampling(torch.device("cpu"))
+    assert (sampling.max_time_s, sampling.target_rel_ci, sampling.min_repeats) == (3, 0.05, 7)
+    assert sampling.repeats is None  # adaptive unless repeats is given

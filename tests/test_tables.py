@@ -8,13 +8,14 @@ import pytest
 from rich.console import Console
 
 from attnbench.render.columns import (
-    DECODE,
     KVMEM,
     MODELS,
     PARAMS,
     SECTION_COLUMNS,
+    VS_BASELINE,
     WHOLE_MODEL,
     columns_for,
+    decode_columns,
     fmt_int,
     fmt_ms,
     fmt_pct,
@@ -23,10 +24,13 @@ from attnbench.render.columns import (
     fmt_si,
     fmt_status,
     fmt_x,
+    fmt_x2,
     format_bytes,
     iqr_cell,
     kvmem_columns,
+    status_notes,
 )
+from attnbench.render.providers import ProviderCell, providers_table
 from attnbench.render.table import (
     Column,
     TableView,
@@ -88,27 +92,60 @@ def kvmem_rows() -> list[dict]:
     return [kvmem_row(seq_len=n) for n in CONTEXTS]
 
 
-def decode_rows() -> list[dict]:
-    """MHA, GQA-8 and MQA, cache and no cache, two prompt lengths: long floats, as measured."""
+#: Each provider's step time relative to the baseline's (attnbench), and its statuses.
+PROVIDER_FACTORS = {"attnbench": 1.0, "sdpa-flash": 0.8, "naive": 3.0, "sdpa-math": 0.5, "hf": 0.25}
+UNSUPPORTED = "unsupported: no cuDNN kernel on the CPU"
+
+
+def decode_row(variant: str, kv: int, prompt: int, provider: str, mode: str, step) -> dict:
+    """One decode record: every field, long floats as measured; `step` None: not timed."""
+    timed = step is not None
+    prefill = timed and mode == "cache"
+    return dict(
+        model=None, variant=variant, provider=provider, device="cpu", dtype="float32", batch=1,
+        d_model=D_MODEL, num_heads=HEADS, num_kv_heads=kv, head_dim=HEAD_DIM, prompt_len=prompt,
+        gen_len=4, mode=mode, cuda_graph=False,
+        step_ms_median=step, step_ms_p25=step * 0.9876 if timed else None,
+        step_ms_p75=step * 1.04321 if timed else None, samples_ms=[step] * 3 if timed else [],
+        step_repeats=123 if timed else None, step_stop="target_ci" if timed else None,
+        step_ci_pct=1.5 if timed else None, tokens_per_s=1000.0 / step if timed else None,
+        speedup_vs_no_cache=None, baseline_provider="attnbench", speedup_vs_baseline=None,
+        bytes_per_step=10**7, achieved_gbps=10**4 / step if timed else None, peak_gbps=45.678901,
+        pct_of_peak_bw=2.7027 / step if timed else None, flops_per_step=10**8,
+        prefill_ms_median=step * 3.3333333 if prefill else None,
+        prefill_ms_p25=None, prefill_ms_p75=None, prefill_samples_ms=[], prefill_flops=10**9,
+        achieved_tflops=0.0123456 if prefill else None, peak_tflops=0.1,
+        pct_of_peak_flops=12.3456 if prefill else None,
+        gen_ms_median=step * 4.0001 if timed else None, gen_ms_p25=None, gen_ms_p75=None,
+        gen_samples_ms=[], gen_tokens_per_s=4321.06 if timed else None,
+        noisy=False if timed else None,
+        status="ok" if timed else UNSUPPORTED, projection_path="onednn-packed" if timed else None,
+    )  # fmt: skip
+
+
+def decode_rows(providers=("attnbench",), unsupported=()) -> list[dict]:
+    """MHA, GQA-8 and MQA, two contexts, each provider without and with the cache (the
+    order `attnbench decode-speed` runs them in); the speed-ups linked as the run does."""
     rows = []
     for kv in (32, 8, 1):
         for prompt in (512, 4096):
             base = 0.123456789 * (1 + kv / 8) * (prompt / 512) ** 0.5
-            for mode, factor in (("cache", 1.0), ("no_cache", 7.891011)):
-                step = base * factor
-                rows.append(dict(
-                    model=None, variant=VARIANTS[kv], backend="sdpa", device="cpu",
-                    dtype="float32", batch=1, d_model=D_MODEL, num_heads=HEADS,
-                    num_kv_heads=kv, head_dim=HEAD_DIM, prompt_len=prompt, gen_len=4, mode=mode,
-                    prefill_ms=step * 3.3333333, step_ms_median=step, step_ms_p25=step * 0.9876,
-                    step_ms_p75=step * 1.04321, samples_ms=[step] * 3, total_ms=step * 4.0001,
-                    tokens_per_s=1000.0 / step, speedup_vs_no_cache=None, bytes_per_step=10**7,
-                    achieved_gbps=12.3456789 / factor, peak_gbps=45.678901,
-                    pct_of_peak_bw=27.0271234 / factor, flops_per_step=10**8,
-                    achieved_tflops=0.0123, noisy=False, status="ok",
-                ))  # fmt: skip
-    for cached, uncached in zip(rows[::2], rows[1::2], strict=True):
-        cached["speedup_vs_no_cache"] = uncached["step_ms_median"] / cached["step_ms_median"]
+            for provider in (*providers, *unsupported):
+                for mode, factor in (("no_cache", 7.891011), ("cache", 1.0)):
+                    step = None
+                    if provider in PROVIDER_FACTORS:
+                        step = base * factor * PROVIDER_FACTORS[provider]
+                    rows.append(decode_row(VARIANTS[kv], kv, prompt, provider, mode, step))
+    steps = {(r["variant"], r["prompt_len"], r["provider"], r["mode"]): r["step_ms_median"]
+             for r in rows}  # fmt: skip
+    for r in rows:
+        if r["step_ms_median"] is None:
+            continue
+        key = (r["variant"], r["prompt_len"])
+        if r["mode"] == "cache":
+            slow = steps[(*key, r["provider"], "no_cache")]
+            r["speedup_vs_no_cache"] = slow / r["step_ms_median"]
+        r["speedup_vs_baseline"] = steps[(*key, "attnbench", r["mode"])] / r["step_ms_median"]
     return rows
 
 
@@ -326,48 +363,189 @@ DECODE_TITLE = "Decode on Intel Xeon (cpu), peak copy bandwidth 45.7 GB/s"
 
 def test_decode_table_fits_80_columns_with_the_step_times():
     rows = decode_rows()
-    view = build_table(DECODE_TITLE, rows, DECODE, 80, hint=HINT)
+    view = build_table(DECODE_TITLE, rows, decode_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
-    assert view.shared == ["sdpa", "cpu", "float32", "batch 1", "d_model 4,096", "32 heads",
-                           "head_dim 128", "gen 4"]  # fmt: skip
+    assert view.shared == ["provider attnbench", "float32", "batch 1", "cpu", "d_model 4,096",
+                           "32 heads", "head_dim 128", "gen 4",
+                           "onednn-packed projections"]  # fmt: skip
     assert flat(view.title) in flat(text)
-    headers = header_line(text)
-    for kept in ("Variant", "Mode", "context", "step ms", "±IQR", "tok/s", "speed-up"):
-        assert kept in headers
+    headers = header_line(text).split("┃")[1:-1]
+    assert [h.strip() for h in headers] == ["Variant", "Mode", "context", "step ms", "±IQR",
+                                            "tok/s", "speed-up", "% peak"]  # fmt: skip
     for r in rows:
         assert fmt_ms(r["step_ms_median"]) in text
-    assert fmt_x(rows[0]["speedup_vs_no_cache"]) in text
+    assert fmt_x(rows[1]["speedup_vs_no_cache"]) in text
     assert "±2.8%" in text  # (1.04321 - 0.9876) / 2
-    assert "p25" in view.hidden and "noisy" in view.hidden
+    # one provider: no speed-up over it, and every status is ok: Status is the first to go
+    assert "vs attnbench" not in [c.header for c in decode_columns(rows)]
+    assert view.hidden[0] == "Status" and "p25" in view.hidden and "noisy" in view.hidden
     count = len(view.hidden)
     assert view.footer() == f"{count} columns hidden ({', '.join(view.hidden)}): --wide, or --csv"
     assert view.footer() in flat(text)
 
 
 def test_decode_hidden_columns_in_rank_order():
-    rows = decode_rows()
-    view = build_table(DECODE_TITLE, rows, DECODE, 80, hint=HINT)
-    ranks = {c.header: c.rank for c in DECODE}
+    rows = decode_rows(PROVIDERS)
+    columns = decode_columns(rows)
+    view = build_table(DECODE_TITLE, rows, columns, 80, hint=HINT)
+    ranks = {c.header: c.rank for c in columns}
     assert [ranks[h] for h in view.hidden] == sorted(ranks[h] for h in view.hidden)
     # the low-priority columns go before any default one
-    assert set(view.hidden) >= {"prefill ms", "p25", "p75", "total ms", "GB/s", "noisy"}
+    assert set(view.hidden) >= {"prefill ms", "prefill TFLOPS", "% peak flops", "p25", "p75",
+                                "samples", "stop", "gen tok/s", "GB/s", "noisy"}  # fmt: skip
 
 
-def test_decode_table_at_120_and_wide():
-    rows = decode_rows()
-    text = render(build_table(DECODE_TITLE, rows, DECODE, 120, hint=HINT), 120)
-    assert_fits(text, 120)
-    for kept in ("kv heads", "% peak", "Status"):
-        assert kept in header_line(text)
-    view = build_table(DECODE_TITLE, rows, DECODE, 80, wide=True, hint=HINT)
+PROVIDERS = ("attnbench", "sdpa-flash", "naive")
+
+
+def test_decode_providers_at_80_columns_in_rank_order():
+    rows = decode_rows(PROVIDERS)
+    view = build_table(DECODE_TITLE, rows, decode_columns(rows), 80, hint=HINT)
+    text = render(view)
+    assert_fits(text, 80)
+    assert "provider attnbench" not in view.title  # it varies: a column
+    headers = [h.strip() for h in header_line(text).split("┃")[1:-1]]
+    assert headers == ["Variant", "provider", "Mode", "context", "step ms", "±IQR", "tok/s"]
+    assert view.hidden[:4] == ["speed-up", "vs attnbench", "% peak", "Status"]
+    for provider in PROVIDERS:
+        assert f"│ {provider:<10} │" in text
+
+
+def test_decode_providers_wide_shows_every_new_field():
+    rows = decode_rows(PROVIDERS)
+    view = build_table(DECODE_TITLE, rows, decode_columns(rows), 80, wide=True, hint=HINT)
     text = render(view)
     assert view.hidden == [] and "…" not in text
-    headers = header_line(text)
-    for header in ("prefill ms", "p25", "p75", "total ms", "GB/s", "% peak", "noisy", "Status"):
-        assert header in headers
+    headers = [h.strip() for h in header_line(text).split("┃")[1:-1]]
+    assert headers == ["Variant", "provider", "Mode", "context", "step ms", "±IQR", "tok/s",
+                       "speed-up", "vs attnbench", "% peak", "Status", "kv heads", "prefill ms",
+                       "prefill TFLOPS", "% peak flops", "p25", "p75", "samples", "stop",
+                       "gen tok/s", "GB/s", "noisy"]  # fmt: skip
+    flash = next(r for r in rows if r["provider"] == "sdpa-flash" and r["mode"] == "cache")
+    line = next(line for line in text.splitlines() if "sdpa-flash" in line and "│ cache" in line)
+    for cell in (
+        "1.25x",
+        fmt_ms(flash["step_ms_median"]),
+        fmt_ms(flash["prefill_ms_median"]),
+        "0.012",
+        "12.3",
+        fmt_ms(flash["step_ms_p25"]),
+        "123",
+        "target_ci",
+        "4321.1",
+    ):
+        assert f" {cell} " in line, cell  # fmt: skip
+    naive = next(line for line in text.splitlines() if "naive" in line and "│ cache" in line)
+    assert " 0.33x " in naive
+
+
+def test_decode_unsupported_rows_read_by_their_status():
+    rows = decode_rows(PROVIDERS[:2], unsupported=("sdpa-cudnn",))
+    view = build_table(DECODE_TITLE, rows, decode_columns(rows), 80, hint=HINT)
+    text = render(view)
+    assert_fits(text, 80)
+    headers = [h.strip() for h in header_line(text).split("┃")[1:-1]]
+    assert headers[:6] == ["Variant", "provider", "Mode", "context", "step ms", "±IQR"]
+    assert "Status" in headers  # a row without a time is read by its status
+    cudnn = [line for line in text.splitlines() if "sdpa-cudnn" in line]
+    assert len(cudnn) == 12 and all(" - " in line and "unsupported" in line for line in cudnn)
+    assert "no cuDNN kernel" not in text  # the reason is a note under the table, once
+    assert status_notes(rows) == [f"{UNSUPPORTED} (sdpa-cudnn, 12 rows)"]
+    wide = render(build_table(DECODE_TITLE, rows, decode_columns(rows), 80, wide=True))
+    assert "no cuDNN kernel" not in wide and "unsupported" in wide
+
+
+def test_status_notes_list_each_reason_once():
+    rows = [{"status": "ok", "provider": "a"}, {"status": "oom", "provider": "a"},
+            {"status": "wrong: max error 1 above 0.001", "provider": "b"},
+            {"status": "wrong: max error 1 above 0.001", "provider": "c"},
+            {"status": "skipped: needs 4.00 GiB, 1.00 GiB free", "provider": "a"}]  # fmt: skip
+    assert status_notes(rows) == ["wrong: max error 1 above 0.001 (b, c, 2 rows)",
+                                  "skipped: needs 4.00 GiB, 1.00 GiB free (a, 1 row)"]  # fmt: skip
+
+
+def test_decode_columns_follow_the_rows():
+    rows = decode_rows(PROVIDERS)
+    headers = [c.header for c in decode_columns(rows)]
+    assert "vs attnbench" in headers and "graph" not in headers and "gen" in headers
+    rows[0]["baseline_provider"] = "naive"  # two baselines: no single name for the header
+    assert VS_BASELINE in [c.header for c in decode_columns(rows)]
     for r in rows:
-        assert fmt_ms(r["step_ms_p25"]) in text and fmt_ms(r["total_ms"]) in text
+        r.update(cuda_graph=True, gen_len=0)
+    columns = decode_columns(rows)
+    assert "graph" in [c.header for c in columns] and "gen" not in [c.header for c in columns]
+    view = build_table(DECODE_TITLE, rows, columns, 200)
+    assert "CUDA graphs" in view.shared
+    rows[0]["cuda_graph"] = False
+    text = render(build_table(DECODE_TITLE, rows, decode_columns(rows), 400), 400)
+    assert "│ eager " in text and "│ graph " in text
+    assert columns_for("decode", rows) == decode_columns(rows)
+
+
+# --- providers side by side ---------------------------------------------------------------
+
+
+def test_providers_table_one_row_per_cached_configuration():
+    rows = decode_rows(PROVIDERS, unsupported=("sdpa-cudnn",))
+    side = providers_table(rows)
+    assert side.title == ("Cached decode step, ms by provider (speed-up over attnbench); "
+                          "not timed at any point: sdpa-cudnn")  # fmt: skip
+    assert len(side.rows) == 6  # 3 variants x 2 contexts, cache only
+    view = build_table(side.title, side.rows, side.columns, 200)
+    text = render(view, 200)
+    assert_fits(text, 200)
+    headers = [h.strip() for h in header_line(text).split("┃")[1:-1]]
+    # the baseline first; kv heads left to the variant's name; sdpa-cudnn, timed nowhere,
+    # only in the title
+    assert headers == ["Variant", "context", "attnbench", "sdpa-flash", "naive", "fastest"]
+    mha = next(line for line in text.splitlines() if "│ MHA " in line and "4,096" in line)
+    base = next(r["step_ms_median"] for r in rows if r["variant"] == "MHA"
+                and r["prompt_len"] == 4096 and r["provider"] == "attnbench"
+                and r["mode"] == "cache")  # fmt: skip
+    cells = [c.strip() for c in mha.split("│")[1:-1]]
+    assert cells == ["MHA", "4,096", fmt_ms(base), f"{fmt_ms(base * 0.8)} (1.25x)",
+                     f"{fmt_ms(base * 3)} (0.33x)", "sdpa-flash"]  # fmt: skip
+
+
+def test_providers_table_narrow_drops_the_speedups_together_then_providers():
+    rows = decode_rows((*PROVIDERS, "sdpa-math", "hf"))  # hf: the fastest, and the last
+    side = providers_table(rows)
+    view = build_table(side.title, side.rows, side.columns, 80, hint="--wide")
+    text = render(view)
+    assert_fits(text, 80)
+    assert view.compacted == [*PROVIDERS, "sdpa-math"]  # all of them, not some
+    assert "x)" not in text
+    assert view.hidden == ["hf"] and text.count("│ hf      │") == 6  # named as the fastest
+    assert view.footer() == "1 column hidden (hf): --wide"
+    wide = render(build_table(side.title, side.rows, side.columns, 80, wide=True))
+    assert "(1.25x)" in wide and "(2.00x)" in wide and "(4.00x)" in wide
+
+
+def test_providers_table_without_the_baseline_shows_times_alone():
+    rows = [r for r in decode_rows(PROVIDERS) if r["provider"] != "attnbench"]
+    for r in rows:
+        r["speedup_vs_baseline"] = None  # nothing to compare with
+    side = providers_table(rows)
+    assert side.title == "Cached decode step, ms by provider"
+    text = render(build_table(side.title, side.rows, side.columns, 200), 200)
+    assert "x)" not in text and header_line(text).split("┃")[3].strip() == "sdpa-flash"
+
+
+def test_providers_table_needs_two_providers():
+    assert providers_table(decode_rows()).rows == []
+    no_cache = [r for r in decode_rows(PROVIDERS) if r["mode"] == "no_cache"]
+    assert providers_table(no_cache).rows == []
+
+
+def test_provider_cells():
+    assert ProviderCell(0.2345, None, "ok").full() == "0.234"  # the baseline's own
+    assert ProviderCell(0.2345, 1.0, "ok").full() == "0.234 (1.00x)"
+    assert ProviderCell(0.2, 1.2345, "ok").full() == "0.200 (1.23x)"
+    assert ProviderCell(0.2, 1.2345, "ok").short() == "0.200"
+    assert ProviderCell(None, None, "wrong: max error 1").full() == "wrong"
+    assert ProviderCell(None, None, "oom").short() == "oom"
+    assert fmt_x2(0.0042) == "0.0042x" and fmt_x2(127.314) == "127.31x" and fmt_x2(None) == "-"
 
 
 # --- whole model and presets --------------------------------------------------------------
@@ -432,6 +610,20 @@ def test_equal_ranks_drop_the_later_column_first():
     assert view.hidden == ["b", "c"]
 
 
+def test_a_group_switches_to_its_compact_form_together():
+    cols = [Column("a", "a", lambda v: f"{v} long tail", compact=str, group="g"),
+            Column("b", "b", lambda v: f"{v}+", compact=str, group="g"),
+            Column("c", "c", lambda v: f"{v} other tail", compact=str)]  # fmt: skip
+    rows = [{"a": 1, "b": 2, "c": 3}]
+    # b alone would fit in full (1 + 2 + 1 + 9 + 1 = 14) once a and c are compact
+    view = build_table("t", rows, cols, table_width([1, 2, 1]), hint=HINT)
+    assert view.compacted == ["a", "b", "c"] and view.hidden == []
+    assert "2+" not in render(view)
+    ungrouped = [Column(c.header, c.field, c.fmt, compact=c.compact) for c in cols]
+    view = build_table("t", rows, ungrouped, table_width([1, 2, 1]), hint=HINT)
+    assert view.compacted == ["a", "c"] and "2+" in render(view)
+
+
 def test_a_lone_setting_column_stays():
     cols = [Column("batch", "batch", fmt_int, setting=True)]
     view = build_table("t", [{"batch": 1}, {"batch": 1}], cols, 80, hint=HINT)
@@ -491,7 +683,7 @@ def test_terminal_width(monkeypatch):
     assert terminal_width(terminal) == 91
 
 
-@pytest.mark.parametrize("section", ["params", "decode"])
+@pytest.mark.parametrize("section", ["params", "fit"])
 def test_section_columns(section):
     assert columns_for(section, []) is SECTION_COLUMNS[section]
     with pytest.raises(KeyError):

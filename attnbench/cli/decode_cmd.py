@@ -1,9 +1,12 @@
-"""`attnbench decode-speed`: prefill and per-token decode latency, cache vs no cache."""
+"""`attnbench decode-speed`: prefill and per-token decode latency, cache vs no cache, by
+every provider asked for."""
 
 from __future__ import annotations
 
 from ..experiments.decode import DecodePoint, DecodeRecord
-from ..render.columns import DECODE
+from ..records import as_dict, failed
+from ..render.columns import decode_columns, status_notes
+from ..render.providers import providers_table
 from ..study.runner import Task, plan_command, run_study
 from . import app
 from .common import (
@@ -12,6 +15,7 @@ from .common import (
     MODEL,
     OUTPUTS,
     check_writable,
+    console,
     err_console,
     fail,
     model_refs,
@@ -23,10 +27,12 @@ from .flags import section_command
 
 
 def describe(point: DecodePoint) -> str:
-    """'d512 h8/8 sdpa float32 batch 1 prompt 64 gen 4 cache'."""
+    """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph'."""
     name = point.model or f"d{point.d_model} h{point.num_heads}/{point.num_kv_heads}"
-    return (f"{name} {point.backend} {point.dtype} batch {point.batch} "
-            f"prompt {point.prompt_len} gen {point.gen_len} {point.mode}")  # fmt: skip
+    gen = f" gen {point.gen_len}" if point.gen_len else ""
+    graph = " graph" if point.cuda_graph else ""
+    return (f"{name} {point.provider} {point.dtype} batch {point.batch} "
+            f"context {point.prompt_len}{gen} {point.mode}{graph}")  # fmt: skip
 
 
 @section_command(app, "decode-speed", "decode", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
@@ -45,12 +51,48 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
     records = result.records["decode"]
     env = result.environment
     if not quiet:
-        peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
-        show_table(f"Decode on {env['device_name']}, {peak}",
-                   result.section_records("decode"), DECODE, wide)  # fmt: skip
+        show_results(result.section_records("decode"), env, wide)
     config_doc = plan.sections["decode"].to_dict()
     write_outputs("decode-speed", records, DecodeRecord, config_doc, env, csv, json, quiet)
-    failed = [r for r in records if r.status != "ok"]
-    if failed:
-        raise fail(f"{len(failed)} of {len(records)} points did not complete: "
-                   + "; ".join(sorted({r.status for r in failed})), code=1)  # fmt: skip
+    warn_wrong(records)
+    broken = [r for r in records if failed(as_dict(r))]
+    if broken:
+        raise fail(f"{len(broken)} of {len(records)} points did not complete: "
+                   + "; ".join(sorted({r.status for r in broken})), code=1)  # fmt: skip
+
+
+def show_results(rows: list[dict], env: dict, wide: bool) -> None:
+    """Every point's row, the reasons behind statuses the table shortens, and, with
+    several providers, their cached steps side by side."""
+    peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
+    show_table(f"Decode on {env['device_name']}, {peak}", rows, decode_columns(rows), wide)
+    for note in status_notes(rows):
+        console.print(note, markup=False)
+    show_providers(rows, wide)
+
+
+def show_providers(rows: list[dict], wide: bool = False) -> None:
+    """With several providers, their cached steps side by side (after a blank line);
+    nothing otherwise. `attnbench run` shows it too."""
+    side = providers_table(rows)
+    if side.rows:
+        console.print()
+        show_table(side.title, side.rows, side.columns, wide, hint=None)
+
+
+def warn_wrong(records: list[DecodeRecord]) -> None:
+    """One line on stderr naming the providers whose output disagrees with the reference
+    (rows, not errors: the exit status does not change)."""
+    wrong = [r for r in records if r.status.startswith("wrong")]
+    if not wrong:
+        return
+    by_provider: dict[str, list[DecodeRecord]] = {}
+    for r in wrong:
+        by_provider.setdefault(r.provider, []).append(r)
+    noun = "provider disagrees" if len(by_provider) == 1 else "providers disagree"
+    parts = []
+    for provider, rows in by_provider.items():
+        reason = rows[0].status.split(":", 1)[-1].strip()
+        parts.append(f"{provider} at {len(rows)} point{'s' * (len(rows) != 1)} ({reason})")
+    err_console.print(f"warning: {len(by_provider)} {noun} with the reference: "
+                      + "; ".join(parts), markup=False, soft_wrap=True)  # fmt: skip

@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..model.capacity import parse_seq_lens
 from ..study.plan import TooManyPoints
-from ..study.schema import FIELDS, fields_for
+from ..study.schema import ALIASES, FIELDS, canonical_value, fields_for
 from ..study.sweep import check_value
 
 #: Fields whose flag is not the field's name.
@@ -59,16 +59,22 @@ def describe_error(error: UsageError) -> str:
     return str(error)
 
 
-def _option(name: str) -> inspect.Parameter:
-    spec, flag = FIELDS[name], flag_of(name)
+METAVARS = {int: "INT", float: "NUM"}
+
+
+def _option(name: str, alias: str | None = None) -> inspect.Parameter:
+    """The option of field `name`; with `alias`, a hidden option under the field's old
+    name."""
+    spec, flag = FIELDS[name], flag_of(alias or name)
     if spec.type is bool:
         option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=spec.help_text())
         annotation: Any = bool | None
     else:
-        metavar = ("INT" if spec.type is int else "TEXT") + (",..." if spec.axis else "")
-        option = typer.Option(None, flag, help=spec.help_text(), metavar=metavar)
+        metavar = METAVARS.get(spec.type, "TEXT") + (",..." if spec.axis else "")
+        option = typer.Option(None, flag, help=spec.help_text(), metavar=metavar,
+                              hidden=alias is not None)  # fmt: skip
         annotation = str | None
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+    return inspect.Parameter(alias or name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=annotation)  # fmt: skip
 
 
@@ -86,7 +92,7 @@ def parse_field(name: str, text: str) -> Any:
     items = [t.strip() for t in str(text).split(",")] if spec.axis else [str(text).strip()]
     values: list[Any] = []
     for item in items:
-        value: Any = item
+        value: Any = canonical_value(name, item)
         if spec.type is int:
             if name == "sliding_window" and item.lower() == "none":
                 item = "0"
@@ -94,6 +100,11 @@ def parse_field(name: str, text: str) -> Any:
                 value = int(item)
             except ValueError:
                 raise FieldError(name, text, EXPECTED_INT[spec.axis]) from None
+        elif spec.type is float:
+            try:
+                value = float(item)
+            except ValueError:
+                raise FieldError(name, text, "expected a number") from None
         reason = check_value(name, value)
         if reason:
             raise FieldError(name, value, reason)
@@ -130,14 +141,21 @@ def section_command(
     `section` (or `fields`) between the `before` and `after` options; `overrides` holds
     the parsed field values, None where a flag was not given."""
     names = fields or fields_for(section)
+    aliases = {old: new for old, new in ALIASES.items() if new in names}
 
     def decorate(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
-            overrides = parse_flags(section, {n: kwargs.pop(n) for n in names})
-            return fn(overrides, **kwargs)
+            given = {n: kwargs.pop(n) for n in names}
+            for old, new in aliases.items():
+                value = kwargs.pop(old)
+                if value is not None and given[new] is not None:
+                    raise FieldError(old, value, f"is the old name of {flag_of(new)}; give one")
+                given[new] = value if value is not None else given[new]
+            return fn(parse_flags(section, given), **kwargs)
 
-        params = [*before, *map(_option, names), *after]
+        hidden = [_option(new, old) for old, new in aliases.items()]
+        params = [*before, *map(_option, names), *hidden, *after]
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         app.command(name)(handles_errors(command))
         return fn

@@ -20,6 +20,7 @@ from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study,
 from . import app
 from .common import console, err_console, keep_records, kept_text, progress_iter
 from .decode_cmd import describe as describe_decode
+from .decode_cmd import show_providers
 from .flags import handles_errors
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
@@ -56,6 +57,7 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
     report = write_report(doc, out)
     if quiet:
         return
+    show_providers(doc["sections"].get("decode", {}).get("records", []))
     console.print("Findings:", style="bold")
     for line in findings(doc):
         console.print(f"  - {line}", markup=False)

@@ -12,9 +12,11 @@ import torch
 @dataclass(frozen=True)
 class Context:
     """`device` None means compute only (nothing is allocated or timed). `options` are the
-    section's scalar options (warm-up, repeats, ...), `peak_gbps` the copy bandwidth the
-    runner measured on `device` before the first timed point."""
+    section's scalar options (warm-up, repeats, ...), `peak_gbps` the copy bandwidth and
+    `peak_tflops` the matmul throughput per dtype the runner measured on `device` before
+    the first timed point."""
 
     device: torch.device | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     peak_gbps: float | None = None
+    peak_tflops: Mapping[str, float] = field(default_factory=dict)

@@ -1,52 +1,74 @@
-"""Prefill and per-token decode of one attention layer, with and without the KV cache.
+"""Prefill and per-token decode of one attention layer, with and without the KV cache,
+by every provider of the operator (modules/providers.py).
 
-One point = (shape, backend, dtype, batch, prompt_len, gen_len, mode). The layer sees a
-fixed random sequence x of prompt_len + gen_len tokens; decode step i feeds token
-prompt_len + i:
+One point = (shape, provider, dtype, batch, context S = prompt_len, gen_len, mode,
+cuda_graph). Its metrics, each with its own raw samples:
 
-- mode "cache": the prompt is prefilled once (timed on its own), then each step projects
-  only the new token, writes its K/V into the preallocated KVCache and attends over it;
-- mode "no_cache": each step re-runs the layer causally over the whole prefix (prompt plus
-  the tokens so far) and keeps the last row, as a model without a cache must.
+- the step (the default metric), at a fixed context: every timed call is one decode step
+  with exactly S cached tokens: it writes position S and attends S + 1 keys (mode
+  "cache"), or one causal forward over S + 1 tokens keeping the last row (mode
+  "no_cache"). The samples are independent draws of one quantity;
+- the prefill (mode cache, option `prefill`): one causal forward over the S prompt tokens
+  that fills the cache, held against the matmul peak (it is compute-bound);
+- the generation (gen_len N > 0): N tokens decoded one after another from context S, one
+  sample per whole generation: `gen_tokens_per_s`.
 
-Both modes compute the same outputs (see `decode_outputs`). Samples are per step; a
-repeat is one whole generation, and warm-up generations are not counted.
+Before anything is timed, the provider's step is checked against the explicit reference
+on the same inputs; a provider that disagrees is `wrong` and is not timed, one that cannot
+run the point is `unsupported`, with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
+from ..errors import FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
-from ..measure.memory import skip_status
-from ..measure.timing import Measurement, Timer
+from ..measure.memory import is_oom, skip_status
+from ..measure.timing import Measurement, Sampling, Timer
 from ..model.dtypes import dtype_bytes
-from ..model.formulas import decode_totals, weight_bytes
+from ..model.formulas import prefill_flops, step_totals, weight_bytes
 from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
 from ..modules.kv_cache import KVCache
+from ..modules.providers import (
+    PROVIDERS,
+    DecodeInputs,
+    Unsupported,
+    Workload,
+    check_output,
+    reference_step,
+    refusals,
+)
 from ..records import exact, info, key, timing
 from .context import Context
 from .params import ParamsPoint
 
 SEED = 0
-#: Bytes of an attention score of the naive backend: float32 (half inputs are upcast).
+#: Bytes of an attention score of the naive provider: float32 (half inputs are upcast).
 SCORE_BYTES = 4
+#: Seconds of sampling per measurement of a point, by device type, unless set.
+MAX_TIME_S = {"cpu": 2.0, "cuda": 1.0}
+#: The least time one sample spans, by device type: shorter calls are timed in blocks
+#: (see measure.timing.Sampling), unless something must run between calls.
+MIN_SAMPLE_MS = {"cpu": 5.0, "cuda": 0.5}
 
 
 @dataclass(frozen=True, kw_only=True)
 class DecodePoint(ParamsPoint):
-    """One layer shape (see ParamsPoint) decoding `gen_len` tokens after `prompt_len`."""
+    """One layer shape (see ParamsPoint) decoding at a context of `prompt_len` tokens."""
 
     batch: int
     dtype: str
     prompt_len: int
-    gen_len: int
-    backend: str
-    mode: str
+    gen_len: int = 0
+    provider: str = "attnbench"
+    mode: str = "cache"
+    cuda_graph: bool = False
 
     @property
     def cached(self) -> bool:
@@ -56,7 +78,7 @@ class DecodePoint(ParamsPoint):
 @dataclass(kw_only=True)
 class DecodeRecord:
     variant: str = key()
-    backend: str = key()
+    provider: str = key()
     device: str = key()
     dtype: str = key()
     batch: int = key()
@@ -67,20 +89,37 @@ class DecodeRecord:
     prompt_len: int = key()
     gen_len: int = key()
     mode: str = key()
-    prefill_ms: float | None = timing()
+    cuda_graph: bool = key(False)
     step_ms_median: float | None = timing()
     step_ms_p25: float | None = timing(of="step_ms_median")
     step_ms_p75: float | None = timing(of="step_ms_median")
     samples_ms: list[float] = timing([], of="step_ms_median", csv=False)
-    total_ms: float | None = timing()
+    step_repeats: int | None = info()
+    step_calls_per_sample: int | None = info()
+    step_stop: str | None = info()
+    step_ci_pct: float | None = info()
     tokens_per_s: float | None = info()
     speedup_vs_no_cache: float | None = info()
+    baseline_provider: str | None = info()
+    speedup_vs_baseline: float | None = info()
     bytes_per_step: int | None = exact(None)
     achieved_gbps: float | None = info()
     peak_gbps: float | None = info()
     pct_of_peak_bw: float | None = info()
     flops_per_step: int | None = exact(None)
+    prefill_ms_median: float | None = timing()
+    prefill_ms_p25: float | None = timing(of="prefill_ms_median")
+    prefill_ms_p75: float | None = timing(of="prefill_ms_median")
+    prefill_samples_ms: list[float] = timing([], of="prefill_ms_median", csv=False)
+    prefill_flops: int | None = exact(None)
     achieved_tflops: float | None = info()
+    peak_tflops: float | None = info()
+    pct_of_peak_flops: float | None = info()
+    gen_ms_median: float | None = timing()
+    gen_ms_p25: float | None = timing(of="gen_ms_median")
+    gen_ms_p75: float | None = timing(of="gen_ms_median")
+    gen_samples_ms: list[float] = timing([], of="gen_ms_median", csv=False)
+    gen_tokens_per_s: float | None = info()
     noisy: bool | None = info()
     status: str = info("ok")
     model: str | None = key(None)
@@ -89,16 +128,34 @@ class DecodeRecord:
 
 @dataclass(frozen=True)
 class DecodeOptions:
+    """A decode section's scalar options; `max_time` None means MAX_TIME_S's default."""
+
     warmup: int = 2
-    repeats: int = 3
+    repeats: int | None = None
+    min_repeats: int = 5
+    max_time: float | None = None
+    target_rel_ci: float = 0.02
     prefill: bool = True
-    cuda_graph: bool = False
     flush_l2: bool = False
+    baseline_provider: str = "attnbench"
 
     @classmethod
-    def from_options(cls, options) -> DecodeOptions:
-        """From a decode section's scalar options (the ones this class names)."""
-        return cls(**{f: options[f] for f in cls.__dataclass_fields__ if f in options})
+    def from_options(cls, options: Mapping[str, Any]) -> DecodeOptions:
+        """From a decode section's scalar options (the ones this class names; None keeps
+        the default)."""
+        given = {f: options[f] for f in cls.__dataclass_fields__ if options.get(f) is not None}
+        return cls(**given)
+
+    def sampling(self, device: torch.device) -> Sampling:
+        max_time = self.max_time if self.max_time is not None else MAX_TIME_S[device.type]
+        return Sampling(
+            warmup=self.warmup,
+            repeats=self.repeats,
+            min_repeats=min(self.min_repeats, self.repeats or self.min_repeats),
+            max_time_s=max_time,
+            target_rel_ci=self.target_rel_ci,
+            min_sample_ms=MIN_SAMPLE_MS[device.type],
+        )
 
 
 def build_layer(
@@ -112,128 +169,113 @@ def build_layer(
     )  # fmt: skip
 
 
-def random_tokens(
-    shape: AttentionShape, batch: int, length: int, dtype, device, first: int = 0
-) -> torch.Tensor:
-    """The layer's input for `length` positions: seeded random activations (never zeros)
-    from position `first` on. Positions before it are never read (decode over a cache
-    filled without prefill) and are left unwritten, which costs nothing at long contexts."""
-    x = torch.empty(batch, length, shape.d_model, dtype=dtype, device=device)
+def random_tokens(shape: AttentionShape, batch: int, length: int, dtype, device) -> torch.Tensor:
+    """The layer's input for `length` positions: seeded random activations (never zeros)."""
     gen = torch.Generator(device=device).manual_seed(SEED + 1)
-    x[:, first:].normal_(generator=gen)
-    return x
+    return torch.randn(batch, length, shape.d_model, dtype=dtype, device=device, generator=gen)
 
 
-def step_calls(
-    layer: GroupedQueryAttention, x: torch.Tensor, prompt_len: int, gen_len: int,
-    cache: KVCache | None,
-) -> list[Callable[[], torch.Tensor]]:  # fmt: skip
-    """One callable per decode step, in order (they must run in order with a cache)."""
-    if cache is not None:
-        return [
-            (lambda t=t: layer(x[:, t : t + 1], is_causal=True, kv_cache=cache))
-            for t in range(prompt_len, prompt_len + gen_len)
-        ]
-    return [
-        (lambda t=t: layer(x[:, : t + 1], is_causal=True)[:, -1:])
-        for t in range(prompt_len, prompt_len + gen_len)
-    ]
+def filled_cache(shape: AttentionShape, batch: int, length: int, dtype, device) -> KVCache:
+    """A cache of `length` tokens holding seeded random K/V (generated in place: GBs at
+    long contexts), as if a prompt had been prefilled."""
+    cache = KVCache(batch, shape.num_kv_heads, length, shape.head_dim, dtype, device)  # type: ignore[arg-type]
+    gen = torch.Generator(device=device).manual_seed(SEED + 2)
+    for buffer in (cache.k, cache.v):
+        buffer.normal_(generator=gen)
+    cache.length = length
+    return cache
+
+
+def point_inputs(point: DecodePoint, layer: GroupedQueryAttention, device) -> DecodeInputs:
+    """The inputs every provider of `point` shares: x for context + max(gen_len, 1) tokens
+    and, cached, a filled cache of as many."""
+    length = point.prompt_len + max(point.gen_len, 1)
+    tdtype = torch_dtype(point.dtype)
+    x = random_tokens(point.shape, point.batch, length, tdtype, device)
+    cache = filled_cache(point.shape, point.batch, length, tdtype, device) if point.cached else None
+    return DecodeInputs(layer, x, cache, point.prompt_len, point.gen_len)
 
 
 @torch.inference_mode()
 def decode_outputs(
     layer: GroupedQueryAttention, x: torch.Tensor, prompt_len: int, gen_len: int, cached: bool
 ) -> torch.Tensor:
-    """The outputs of the gen_len decode steps, (batch, gen_len, d_model): what both modes
-    must agree on."""
-    cache = None
-    if cached:
-        cache = KVCache(x.shape[0], layer.num_kv_heads, prompt_len + gen_len, layer.head_dim,
-                        x.dtype, x.device)  # fmt: skip
-        layer(x[:, :prompt_len], is_causal=True, kv_cache=cache)
-    return torch.cat([call() for call in step_calls(layer, x, prompt_len, gen_len, cache)], 1)
+    """The outputs of gen_len tokens decoded after a prefilled prompt, (batch, gen_len,
+    d_model), through the fixed calls the timings use: what both modes, and one causal
+    pass over everything, must agree on."""
+    if not cached:
+        return torch.cat(
+            [
+                layer.causal_call(x[:, : t + 1])()[:, -1:]
+                for t in range(prompt_len, prompt_len + gen_len)
+            ],
+            dim=1,
+        )
+    cache = KVCache(x.shape[0], layer.num_kv_heads, prompt_len + gen_len, layer.head_dim,
+                    x.dtype, x.device)  # fmt: skip
+    layer.causal_call(x[:, :prompt_len], cache=cache)()
+    steps = [layer.decode_step(x[:, t : t + 1].contiguous(), cache, t)
+             for t in range(prompt_len, prompt_len + gen_len)]  # fmt: skip
+    return torch.cat([step() for step in steps], dim=1)
 
 
-def _graph_calls(calls: list[Callable], cache: KVCache, prompt_len: int, device) -> list[Callable]:
-    """Capture each step in a CUDA graph (sharing one memory pool) and return replays.
-
-    The steps are captured in order from a cache of prompt_len tokens, so each graph bakes
-    in its own cache position."""
+def capture_graph(
+    call: Callable[[], object], setup: Callable[[], object] | None, device
+) -> Callable[[], None]:
+    """`call` captured once in a CUDA graph (after a warm-up on a side stream), returned as
+    its replay. Possible because a fixed-context call reads and writes the same memory
+    every time."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
-        cache.length = prompt_len
-        calls[0]()  # warm the kernels up outside capture
-    torch.cuda.current_stream(device).wait_stream(stream)
-    cache.length = prompt_len
-    graphs: list[torch.cuda.CUDAGraph] = []
-    for call in calls:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=graphs[0].pool() if graphs else None):
+        for _ in range(2):
+            if setup is not None:
+                setup()
             call()
-        graphs.append(graph)
-    return [graph.replay for graph in graphs]
+    torch.cuda.current_stream(device).wait_stream(stream)
+    if setup is not None:
+        setup()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph.replay
 
 
-def time_decode(
-    layer: GroupedQueryAttention, point: DecodePoint, device: torch.device, options: DecodeOptions
-) -> tuple[Measurement, float | None, float]:
-    """Time one point: per-step Measurement, median prefill ms (None when not run) and the
-    median total ms of a generation (prefill plus its steps)."""
-    with torch.inference_mode():
-        return _time_decode(layer, point, device, options)
+@dataclass
+class Timings:
+    step: Measurement
+    prefill: Measurement | None = None
+    generation: Measurement | None = None
 
 
-def _time_decode(
-    layer: GroupedQueryAttention, point: DecodePoint, device: torch.device, options: DecodeOptions
-) -> tuple[Measurement, float | None, float]:
-    shape, batch, prompt_len, gen_len = point.shape, point.batch, point.prompt_len, point.gen_len
-    tdtype = torch_dtype(point.dtype)
-    unread = prompt_len if point.cached and not options.prefill else 0
-    x = random_tokens(shape, batch, prompt_len + gen_len, tdtype, device, first=unread)
+def time_workload(
+    work: Workload, point: DecodePoint, device: torch.device, options: DecodeOptions
+) -> Timings:
+    """Time the point's metrics: the prefill first (it fills the cache with real K/V),
+    then the fixed-context step, then whole generations."""
     timer = Timer(device, flush_l2=options.flush_l2)
-    cache = None
-    if point.cached:
-        cache = KVCache(batch, shape.num_kv_heads, prompt_len + gen_len, shape.head_dim,
-                        tdtype, device)  # fmt: skip
-        gen = torch.Generator(device=device).manual_seed(SEED + 2)
-        for buffer in (cache.k, cache.v):  # generated in place: GBs at long contexts
-            buffer.normal_(generator=gen)
-    steps = step_calls(layer, x, prompt_len, gen_len, cache)
+    sampling = options.sampling(device)
     prefill = None
-    if cache is not None and options.prefill:
-        prefill = lambda: layer(x[:, :prompt_len], is_causal=True, kv_cache=cache)  # noqa: E731
-    if cache is not None and options.cuda_graph and device.type == "cuda":
-        steps = _graph_calls(steps, cache, prompt_len, device)
-
-    samples: list[float] = []
-    prefills: list[float] = []
-    totals: list[float] = []
-    for rep in range(options.warmup + options.repeats):
-        pre = 0.0
-        if prefill is not None:
-            cache.reset()
-            pre = timer.time_calls([prefill])[0]
-        if cache is not None:
-            cache.length = prompt_len  # the steps (or their graphs) write from here on
-        times = timer.time_calls(steps)
-        if rep >= options.warmup:
-            samples.extend(times)
-            prefills.append(pre)
-            totals.append(pre + sum(times))
-    prefill_ms = Measurement(prefills).median_ms if prefill is not None else None
-    return Measurement(samples), prefill_ms, Measurement(totals).median_ms
+    if point.cached and options.prefill and work.prefill is not None:
+        prefill = timer.sample(work.prefill, sampling, work.prefill_setup)
+    step = work.step
+    if point.cuda_graph:
+        step = capture_graph(step, work.step_setup, device)
+    timings = Timings(timer.sample(step, sampling, work.step_setup), prefill)
+    if point.gen_len and work.generation is not None:
+        timings.generation = timer.sample(work.generation, sampling, work.generation_setup)
+    return timings
 
 
 def forward_bytes(point: DecodePoint, q_len: int, k_len: int) -> int:
     """Bytes one forward of `q_len` new tokens over `k_len` keys allocates at the least:
     q, the new K and V, the attention output and the layer output; with the naive
-    backend also the scores and probabilities (float32, B*Hq*q_len*k_len each) and K/V
+    provider also the scores and probabilities (float32, B*Hq*q_len*k_len each) and K/V
     expanded to every query head."""
     shape, batch = point.shape, point.batch
     b = dtype_bytes(point.dtype)
     total = batch * q_len * (2 * shape.q_dim + 2 * shape.kv_dim + shape.d_model) * b
-    if point.backend == "naive":
+    if point.provider in ("naive", "sdpa-math"):
         total += 2 * batch * shape.num_heads * q_len * k_len * SCORE_BYTES
         if shape.group_size > 1:
             total += 2 * batch * shape.num_heads * k_len * shape.head_dim * b  # type: ignore[operator]
@@ -242,18 +284,20 @@ def forward_bytes(point: DecodePoint, q_len: int, k_len: int) -> int:
 
 def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
     """Bytes a decode point allocates at its peak, at the least, in Python integers (no
-    size overflows): the weights, the input x of batch * (prompt_len + gen_len) * d_model
-    elements, the KV cache of 2 * batch * Hkv * (prompt_len + gen_len) * D elements
-    (mode cache) and the largest forward: the prefill or the last step with a cache, the
-    layer over the whole prefix without one (see forward_bytes)."""
+    size overflows): the weights, the input x of batch * L * d_model elements with
+    L = prompt_len + max(gen_len, 1), the KV cache of 2 * batch * Hkv * L * D elements
+    (mode cache; the hf provider holds a copy for its step and one for its generations)
+    and the largest forward: the prefill or a step with a cache, the layer over the whole
+    prefix without one (see forward_bytes)."""
     shape, batch = point.shape, point.batch
     b = dtype_bytes(point.dtype)
-    length = point.prompt_len + point.gen_len
+    length = point.prompt_len + max(point.gen_len, 1)
     weights = weight_bytes(shape, point.dtype)
     x = batch * length * shape.d_model * b
     if not point.cached:
         return weights + x + forward_bytes(point, length, length)
-    cache = 2 * batch * shape.kv_dim * length * b
+    copies = 1 + (point.provider == "hf") * (1 + (point.gen_len > 0))
+    cache = copies * 2 * batch * shape.kv_dim * length * b
     largest = forward_bytes(point, 1, length)
     if prefill:
         largest = max(largest, forward_bytes(point, point.prompt_len, point.prompt_len))
@@ -261,9 +305,21 @@ def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
 
 
 def check(point: DecodePoint) -> None:
-    """Raise for a point that cannot run: its shape, dtype and backend."""
+    """Raise for a point that cannot run: its shape, dtype and provider."""
     point.shape  # noqa: B018
     torch_dtype(point.dtype)
+    if point.provider not in PROVIDERS:
+        raise ValueError(f"unknown provider {point.provider!r}")
+
+
+def check_section(values: Mapping[str, list], options: Mapping[str, Any], given: set[str]) -> None:
+    """Raise for options that cannot work with the section's axes: a baseline provider
+    set (`given`) but not swept."""
+    swept = values.get("provider", [])
+    baseline = options.get("baseline_provider")
+    if "baseline_provider" in given and baseline not in swept:
+        raise FieldError("baseline_provider", baseline,
+                         f"is not among the providers swept ({', '.join(swept)})")  # fmt: skip
 
 
 def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
@@ -271,17 +327,21 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     step moves and computes (what a failed point still reports)."""
     shape = point.shape
     device = context.device if context.device is not None else torch.device("cpu")
-    total_bytes, total_flops = decode_totals(
-        shape, point.batch, point.prompt_len, point.gen_len, point.dtype, point.cached
+    step_bytes, step_flops = step_totals(
+        shape, point.batch, point.prompt_len, point.dtype, point.cached
     )
+    options = DecodeOptions.from_options(context.options)
+    prefills = point.cached and options.prefill
     return DecodeRecord(
-        variant=shape.variant, backend=point.backend, device=str(device), dtype=point.dtype,
+        variant=shape.variant, provider=point.provider, device=str(device), dtype=point.dtype,
         batch=point.batch, d_model=shape.d_model, num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,  # type: ignore[arg-type]
         prompt_len=point.prompt_len, gen_len=point.gen_len, mode=point.mode,
-        peak_gbps=context.peak_gbps, model=point.model,
-        bytes_per_step=round(total_bytes / point.gen_len),
-        flops_per_step=round(total_flops / point.gen_len),
+        cuda_graph=point.cuda_graph, peak_gbps=context.peak_gbps,
+        peak_tflops=context.peak_tflops.get(point.dtype) if prefills else None,
+        model=point.model, baseline_provider=options.baseline_provider,
+        bytes_per_step=step_bytes, flops_per_step=step_flops,
+        prefill_flops=prefill_flops(shape, point.batch, point.prompt_len) if prefills else None,
     )  # fmt: skip
 
 
@@ -290,6 +350,47 @@ def failed(point: DecodePoint, status: str, context: Context | None = None) -> D
     record = analytic_record(point, context or Context())
     record.status = status
     return record
+
+
+def unsupported_reason(point: DecodePoint, device: torch.device) -> str | None:
+    """Why the point cannot run on `device` before anything is built, or None."""
+    if point.cuda_graph and device.type != "cuda":
+        return "CUDA graphs need a CUDA device"
+    return PROVIDERS[point.provider].unavailable(device, torch_dtype(point.dtype))
+
+
+class WrongOutput(Exception):
+    """A provider's output disagrees with the reference."""
+
+
+def prepared(point: DecodePoint, inputs: DecodeInputs) -> Workload:
+    """The provider's workload for the point, its step checked against the reference.
+    Raises Unsupported when the provider refuses the point (a kernel that cannot take the
+    shape, dtype or device) and WrongOutput, saying by how much, when it disagrees."""
+    provider = PROVIDERS[point.provider]
+    try:
+        with refusals() as reasons:
+            work = provider.prepare(inputs)
+            if work.step_setup is not None:
+                work.step_setup()
+            out = work.step()
+    except (RuntimeError, NotImplementedError) as exc:
+        if is_oom(exc):
+            raise
+        raise Unsupported(_first_reason(reasons, exc)) from None
+    wrong = check_output(out, reference_step(inputs))
+    if wrong is not None:
+        raise WrongOutput(wrong)
+    return work
+
+
+def _first_reason(warned: list[str], exc: BaseException) -> str:
+    """The most telling line of a kernel's refusal: its first warning, else the error."""
+    for text in [*warned, str(exc)]:
+        line = " ".join(text.split())
+        if line:
+            return line[:200]
+    return type(exc).__name__
 
 
 def run(
@@ -303,55 +404,108 @@ def run(
     device = context.device if context.device is not None else torch.device("cpu")
     options = DecodeOptions.from_options(context.options)
     rec = analytic_record(point, context)
+    reason = unsupported_reason(point, device)
+    if reason is not None:
+        rec.status = f"unsupported: {reason}"
+        return rec
     skipped = skip_status(decode_bytes(point, options.prefill), free_bytes(device))
     if skipped is not None:
         rec.status = skipped
         return rec
-    layer = build_layer(point.shape, point.backend, torch_dtype(point.dtype), device)
+    backend = "naive" if point.provider == "naive" else "sdpa"
+    layer = build_layer(point.shape, backend, torch_dtype(point.dtype), device)
     try:
-        steps, prefill_ms, total_ms = time_decode(layer, point, device, options)
+        with torch.inference_mode(), PROVIDERS[point.provider].running():
+            work = prepared(point, point_inputs(point, layer, device))
+            timings = time_workload(work, point, device, options)
+    except Unsupported as exc:
+        rec.status = f"unsupported: {exc}"
+        return rec
+    except WrongOutput as exc:
+        rec.status = f"wrong: {exc}"
+        return rec
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    fill_timings(rec, point, timings, context)
+    rec.projection_path = work.projection_path
+    return rec
+
+
+def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, context: Context) -> None:
+    """The record's measured columns, and the rates derived from them."""
+    steps = timings.step
     step_s = steps.median_ms * 1e-3
-    rec.prefill_ms = prefill_ms
     rec.step_ms_median, rec.step_ms_p25, rec.step_ms_p75 = (
-        steps.median_ms, steps.p25_ms, steps.p75_ms,
-    )  # fmt: skip
+        steps.median_ms,
+        steps.p25_ms,
+        steps.p75_ms,
+    )
     rec.samples_ms = steps.samples_ms
-    rec.total_ms = total_ms
+    rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
+    rec.step_calls_per_sample = steps.calls_per_sample
+    rec.step_ci_pct = 100 * steps.ci_rel
+    rec.noisy = steps.noisy
     rec.tokens_per_s = point.batch / step_s
     rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9  # type: ignore[operator]
     peak = context.peak_gbps
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
-    rec.achieved_tflops = rec.flops_per_step / step_s / 1e12  # type: ignore[operator]
-    rec.noisy = steps.noisy
-    rec.projection_path = layer.projection_path
-    return rec
+    if timings.prefill is not None:
+        pre = timings.prefill
+        rec.prefill_ms_median, rec.prefill_ms_p25, rec.prefill_ms_p75 = (
+            pre.median_ms,
+            pre.p25_ms,
+            pre.p75_ms,
+        )
+        rec.prefill_samples_ms = pre.samples_ms
+        rec.achieved_tflops = rec.prefill_flops / (pre.median_ms * 1e-3) / 1e12  # type: ignore[operator]
+        if rec.peak_tflops:
+            rec.pct_of_peak_flops = 100 * rec.achieved_tflops / rec.peak_tflops
+    if timings.generation is not None:
+        gen = timings.generation
+        rec.gen_ms_median, rec.gen_ms_p25, rec.gen_ms_p75 = gen.median_ms, gen.p25_ms, gen.p75_ms
+        rec.gen_samples_ms = gen.samples_ms
+        rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
 
 
-CONFIG_FIELDS = ("model", "variant", "backend", "device", "dtype", "batch", "d_model",
-                 "num_heads", "num_kv_heads", "head_dim", "prompt_len", "gen_len")  # fmt: skip
+#: What makes two rows the same configuration, but for the provider and the mode.
+CONFIG_FIELDS = ("model", "variant", "device", "dtype", "batch", "d_model", "num_heads",
+                 "num_kv_heads", "head_dim", "prompt_len", "gen_len", "cuda_graph")  # fmt: skip
+
+
+def configuration(record: DecodeRecord) -> tuple:
+    return tuple(getattr(record, f) for f in CONFIG_FIELDS)
 
 
 def link_speedups(records: list[DecodeRecord]) -> None:
-    """Fill speedup_vs_no_cache on cache rows: the no_cache row's median step time over
-    the cache row's, for the same configuration."""
-
-    def configuration(r: DecodeRecord) -> tuple:
-        return tuple(getattr(r, f) for f in CONFIG_FIELDS)
-
-    baseline = {configuration(r): r.step_ms_median for r in records if r.mode == "no_cache"}
+    """Fill the speed-ups: speedup_vs_no_cache on cache rows (the same provider's no_cache
+    step time over theirs) and speedup_vs_baseline on every row (the baseline provider's
+    step time, in the same mode, over theirs)."""
+    steps = {(configuration(r), r.provider, r.mode): r.step_ms_median for r in records}
     for r in records:
-        slow = baseline.get(configuration(r))
-        if r.mode == "cache" and slow and r.step_ms_median:
+        if not r.step_ms_median:
+            continue
+        slow = steps.get((configuration(r), r.provider, "no_cache"))
+        if r.mode == "cache" and slow:
             r.speedup_vs_no_cache = slow / r.step_ms_median
+        base = steps.get((configuration(r), r.baseline_provider, r.mode))
+        if base:
+            r.speedup_vs_baseline = base / r.step_ms_median
 
 
-def no_cache_first(points: list[DecodePoint]) -> list[DecodePoint]:
-    """Decode points with each configuration's no_cache point just before its cache point
-    (otherwise in grid order), so the speed-up can be filled in as each cache row lands."""
+def run_order(points: list[DecodePoint], options: Mapping[str, Any]) -> list[DecodePoint]:
+    """The points grouped by configuration (in grid order), the baseline provider first
+    and each provider's no_cache point just before its cache point: every speed-up can
+    then be filled in as a row lands."""
+    baseline = DecodeOptions.from_options(options).baseline_provider
     first: dict[DecodePoint, int] = {}
+    providers: dict[str, int] = {}
     for i, p in enumerate(points):
-        first.setdefault(replace(p, mode=""), i)
-    return sorted(points, key=lambda p: (first[replace(p, mode="")], p.mode != "no_cache"))
+        first.setdefault(replace(p, provider="", mode=""), i)
+        providers.setdefault(p.provider, i)
+
+    def order(p: DecodePoint) -> tuple:
+        return (first[replace(p, provider="", mode="")], p.provider != baseline,
+                providers[p.provider], p.mode != "no_cache")  # fmt: skip
+
+    return sorted(points, key=order)

@@ -1,4 +1,5 @@
-"""Numerical self-checks on a device: do the backends, the cache and CUDA graphs agree?
+"""Numerical self-checks on a device: do the backends, the providers, the cache and CUDA
+graphs agree?
 
 Run before trusting timings from a new machine (`attnbench selfcheck` on that device); it
 needs nothing beyond attnbench's own dependencies, so it also runs where pytest is absent.
@@ -16,6 +17,7 @@ from ..measure.memory import measure_cache_bytes
 from ..model.capacity import kv_cache_bytes
 from ..model.shapes import AttentionShape
 from ..modules.attention import BACKENDS, scaled_dot_product_attention
+from ..modules.providers import PROVIDERS
 from . import decode
 from .context import Context
 from .decode import build_layer, decode_outputs
@@ -54,9 +56,10 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 def check_backends(
     device: torch.device, dtype: torch.dtype, build: Callable[..., Any] = build_layer
 ) -> list[CheckResult]:
-    """Each variant and backend against the float64 reference, with prefill + cached
-    decode against one causal pass. `build(shape, backend, dtype, device)` makes the
-    layer under test (a test passes a broken one to see the check fail)."""
+    """Each variant and backend against the float64 reference, and the fixed calls the
+    timings run (a prefill, then cached decode steps) against the module's own causal
+    pass. `build(shape, backend, dtype, device)` makes the layer under test (a test
+    passes a broken one to see the check fail)."""
     results = []
     for shape in SHAPES:
         for backend in BACKENDS:
@@ -83,14 +86,30 @@ def check_kv_memory(device: torch.device) -> list[CheckResult]:
                         f"{measured} vs {expected} ({status})")]  # fmt: skip
 
 
+def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
+    """Every provider that runs here, on a GQA step, against the explicit reference (the
+    check every timed point passes first). flex is left out on the CPU, where compiling
+    it takes a minute."""
+    results = []
+    for name in PROVIDERS:
+        if name == "flex" and device.type == "cpu":
+            continue
+        point = decode.DecodePoint(d_model=256, num_heads=8, num_kv_heads=2, batch=2,
+                                   dtype=dtype, prompt_len=48, provider=name)  # fmt: skip
+        rec = decode.run(point, Context(device, {"warmup": 0, "repeats": 1, "prefill": False}))
+        if rec.status.startswith("unsupported"):
+            continue
+        results.append(CheckResult(f"provider {name} {dtype} step vs reference",
+                                   rec.status == "ok", rec.status))  # fmt: skip
+    return results
+
+
 def check_cuda_graph(device: torch.device) -> list[CheckResult]:
-    """Decode steps replayed from CUDA graphs run and give per-step samples."""
+    """A decode step replayed from a CUDA graph runs, agrees and gives its samples."""
     point = decode.DecodePoint(d_model=256, num_heads=8, num_kv_heads=2, batch=2,
-                               dtype="bfloat16", prompt_len=64, gen_len=8, backend="sdpa",
-                               mode="cache")  # fmt: skip
-    options = {"warmup": 1, "repeats": 2, "cuda_graph": True}
-    rec = decode.run(point, Context(device, options))
-    ok = rec.status == "ok" and len(rec.samples_ms) == 16
+                               dtype="bfloat16", prompt_len=64, cuda_graph=True)  # fmt: skip
+    rec = decode.run(point, Context(device, {"warmup": 1, "repeats": 4}))
+    ok = rec.status == "ok" and len(rec.samples_ms) == 4
     return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]
 
 
@@ -100,6 +119,7 @@ def run_checks(device: torch.device) -> list[CheckResult]:
         lambda: check_backends(device, torch.float32),
         lambda: check_backends(device, torch.bfloat16),
         lambda: check_kv_memory(device),
+        lambda: check_providers(device, "float32"),
     ]
     if device.type == "cuda":
         checks.append(lambda: check_cuda_graph(device))

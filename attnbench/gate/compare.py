@@ -6,9 +6,22 @@ rule of its kind:
 
 - exact (parameter counts, analytic bytes, FLOPs): any change, either way, is a regression;
 - measured memory: a change beyond max(1 MiB, the memory threshold) regresses or improves;
-- timings: a change needs an effect beyond max(the time threshold, 3 x relative IQR), evidence
-  (a seeded bootstrap bound, or p25..p75 intervals that do not overlap) and more than 5 us;
-  an effect without evidence is `inconclusive`.
+- timings: a change needs an effect beyond the time threshold, evidence and more than 5 us;
+  an effect without evidence is `inconclusive`. With raw samples on both sides (independent
+  draws of one quantity: fixed-context timing), the evidence is a seeded bootstrap bound
+  of the ratio of medians beyond the threshold. Without them, p25..p75 intervals that do
+  not overlap, and an effect beyond 3 x the relative IQR too. Every gated timing of a
+  record (a decode row's step, prefill and generation) is judged with its own percentiles
+  and raw samples;
+- a point's status (`judge_status`): a row that is `wrong: ...` now (its output disagrees
+  with the reference) and was not is a regression, in any environment, like an exact
+  metric; one that ran in the baseline and is `unsupported: ...` now is a regression too
+  (a provider that stops taking a point has lost coverage, and an unexpected error in a
+  provider reads as a refusal), gated like a timing since what a kernel takes depends on
+  the environment. The reverse changes are improvements. Such rows carry no timings: their
+  timing metrics are `missing` (or `new`) beside the status verdict. A row with the same
+  kind of status in both files (wrong in both, unsupported in both) gets no status
+  verdict; an `oom` or `skipped` point keeps showing as its `missing` metrics.
 
 Timings are gated only between matching environments (see `GATING_ENV_FIELDS`).
 """
@@ -32,7 +45,8 @@ from ..study.sections import record_type
 
 #: Environment fields that must match for timings to gate; cpu_model only for CPU runs.
 GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_threads")
-#: Relative change of the measured peak copy bandwidth that makes two runs incomparable.
+#: Relative change of a measured peak (copy bandwidth, matmul throughput) that makes two
+#: runs incomparable.
 PEAK_DRIFT = 0.10
 
 
@@ -184,7 +198,9 @@ def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgeme
     change = ratio if slower else 1 / ratio
     word = "slower" if slower else "faster"
     spread = max(base.rel_iqr, cur.rel_iqr)
-    needed = 1 + max(th.time, th.noise_factor * spread)
+    # Raw samples are independent draws of one quantity (fixed-context timing): the
+    # bootstrap bound weighs their noise. Without them the IQR is all there is to go by.
+    needed = 1 + (th.time if evidence == "bootstrap" else max(th.time, th.noise_factor * spread))
 
     def verdict(v: Verdict, reason: str) -> Judgement:
         return Judgement(v, reason, ratio, interval, evidence)
@@ -326,13 +342,23 @@ def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDiff
 
 
 def _bandwidth_drift(key: str, base: dict, cur: dict) -> bool:
-    """The copy bandwidth each run measured (peak_gbps) moved by more than
-    PEAK_DRIFT: the machine was not in the same state (other jobs, clocks), so the
-    timings of the two runs are not comparable even on the same hardware."""
+    """The peaks each run measured moved by more than PEAK_DRIFT: the copy bandwidth
+    (peak_gbps), or the matmul throughput of a dtype both runs measured (peak_tflops,
+    {dtype: TFLOPS}). The machine was not in the same state (other jobs, clocks,
+    throttling), so the timings of the two runs are not comparable even on the same
+    hardware."""
     b, c = base.get(key), cur.get(key)
-    if key != "peak_gbps" or not is_number(b) or not is_number(c) or b <= 0:
+    if key == "peak_gbps":
+        return _drifted(b, c)
+    if key == "peak_tflops" and isinstance(b, dict) and isinstance(c, dict):
+        return any(_drifted(b[dtype], c[dtype]) for dtype in b if dtype in c)
+    return False
+
+
+def _drifted(base: Any, cur: Any) -> bool:
+    if not is_number(base) or not is_number(cur) or base <= 0:
         return False
-    return abs(c / b - 1) > PEAK_DRIFT
+    return abs(cur / base - 1) > PEAK_DRIFT
 
 
 def compare_documents(
@@ -435,6 +461,18 @@ def compare_rows(
     rtype = record_type(section)
     timings = gated_timing(rtype) if rtype else {}
     findings = []
+    status = judge_status(base, cur)
+    if status is not None:
+        judgement, by_environment = status
+        gating = True
+        if by_environment and env_mismatch and not allow_env_mismatch:
+            judgement = _incomparable(env_mismatch)
+        elif by_environment and env_mismatch:
+            judgement, gating = _ungated(judgement), False
+        findings.append(
+            Finding(section, config, "status", Kind.INFO, None, None, **asdict(judgement),
+                    gating=gating)
+        )  # fmt: skip
     for name in dict.fromkeys([*base, *cur]):
         kind = kinds.get(name)
         if kind not in (Kind.EXACT, Kind.MEMORY, Kind.TIMING):
@@ -452,20 +490,62 @@ def compare_rows(
         elif kind is Kind.MEMORY:
             judgement = judge_memory(b, c, th)
         elif env_mismatch and not allow_env_mismatch:
-            reason = f"environments differ ({', '.join(env_mismatch)})"
-            judgement = Judgement(Verdict.INCOMPARABLE, reason, c / b if b else None)
+            judgement = _incomparable(env_mismatch, c / b if b else None)
         else:
             stats = timings[name]
             judgement = judge_timing(
                 timing_stats(base, name, stats), timing_stats(cur, name, stats), th
             )
             if env_mismatch:
-                gating = False
-                judgement = replace(judgement, reason=f"{judgement.reason}; not gated")
+                judgement, gating = _ungated(judgement), False
         findings.append(
             Finding(section, config, name, kind, b, c, **asdict(judgement), gating=gating)
         )
     return findings
+
+
+def _incomparable(env_mismatch: list[str], ratio: float | None = None) -> Judgement:
+    """The verdict on an environment-dependent metric between differing environments."""
+    return Judgement(
+        Verdict.INCOMPARABLE, f"environments differ ({', '.join(env_mismatch)})", ratio
+    )
+
+
+def _ungated(judgement: Judgement) -> Judgement:
+    """A verdict shown, not gated (timings across differing environments, when the gate
+    is told to allow them)."""
+    return replace(judgement, reason=f"{judgement.reason}; not gated")
+
+
+#: Status words (before the colon) of a point that ran but has no timings.
+WRONG, UNSUPPORTED, OK = "wrong", "unsupported", "ok"
+
+
+def status_word(record: dict) -> str:
+    """'wrong' for 'wrong: max abs error 0.3', 'ok' for a record without a status."""
+    return str(record.get("status") or OK).split(":", 1)[0].strip()
+
+
+def judge_status(base: dict, cur: dict) -> tuple[Judgement, bool] | None:
+    """The verdict on a row whose status changed, and whether it depends on the
+    environment; None when the status did not change its kind, or changed in a way the
+    row's missing metrics already show (ok -> oom, say).
+
+    - now wrong, and not before: regressed, in any environment (an output is right or not);
+    - ok before, unsupported now: regressed, an environment's verdict (kernels differ);
+    - wrong before, ok now: improved; unsupported before, ok now: improved, by environment.
+    """
+    b, c = status_word(base), status_word(cur)
+    if b == c:
+        return None
+    change = f"status {base.get('status') or OK!r} -> {cur.get('status') or OK!r}"
+    if c == WRONG:
+        return Judgement(Verdict.REGRESSED, f"{change}: the output is wrong now"), False
+    if b == OK and c == UNSUPPORTED:
+        return Judgement(Verdict.REGRESSED, f"{change}: the point no longer runs"), True
+    if c == OK and b in (WRONG, UNSUPPORTED):
+        return Judgement(Verdict.IMPROVED, f"{change}: the point runs now"), b == UNSUPPORTED
+    return None
 
 
 def _one_sided(is_new: bool, lacking: dict) -> Judgement:

@@ -1,18 +1,35 @@
 """A Monte-Carlo check of the timing gate: how often pairs of runs of the same code are
 flagged (false regressions), and how often a planted slowdown is caught.
 
+Two sources of timings, judged by the gate's own `judge_timing`:
+
+- synthetic (`simulate`): lognormal step jitter, a whole-run shift and one-sided
+  hiccups (`Noise`);
+- real (`simulate_document`): the raw samples of a results document's decode rows. Each
+  run of a pair is a bootstrap draw of as many samples as the row took, from the row's
+  own samples; a slowdown multiplies the current run's samples. A pair of such draws
+  differs only as two runs under the conditions of that one run would: what it
+  measures is the gate against the sampling noise within a run. The shift between two
+  runs (another process, clocks, a busy machine between baseline and candidate) is not
+  in the samples of one run, and on a shared machine it is much larger; these rates say
+  nothing about it.
+
 Shared by tests/test_compare.py and scripts/gate_simulation.py, so the figures quoted in
 the docs come from the code the tests hold to account.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..measure.timing import percentile
-from .compare import Thresholds, TimingStats, Verdict, judge_timing
+from ..records import gated_timing
+from ..study.documents import Document
+from ..study.sections import record_type
+from .compare import OK, Thresholds, TimingStats, Verdict, judge_timing, status_word
 
 
 @dataclass(frozen=True)
@@ -28,15 +45,20 @@ class Noise:
     median_ms: float = 0.25
 
 
+def stats_of(samples: Sequence[float]) -> TimingStats:
+    """The median, p25, p75 and samples a record would carry for these samples."""
+    samples = tuple(samples)
+    p25, median, p75 = (percentile(samples, q) for q in (25, 50, 75))
+    return TimingStats(median, p25, p75, samples)
+
+
 def draw_timing(rng: np.random.Generator, noise: Noise, slowdown: float = 1.0) -> TimingStats:
     """One run's samples and the median, p25 and p75 a record would carry."""
     run_shift = rng.lognormal(0.0, noise.run_sigma)
     x = noise.median_ms * slowdown * run_shift * rng.lognormal(0.0, noise.sigma, noise.samples)
     hit = rng.random(noise.samples) < noise.outlier_rate
     x[hit] *= rng.uniform(1.2, noise.outlier_max, hit.sum())
-    samples = tuple(x.tolist())
-    p25, median, p75 = (percentile(samples, q) for q in (25, 50, 75))
-    return TimingStats(median, p25, p75, samples)
+    return stats_of(x.tolist())
 
 
 @dataclass(frozen=True)
@@ -47,11 +69,21 @@ class SimulationResult:
 
     @property
     def false_rate(self) -> float:
-        return self.false_regressions / self.pairs
+        return self.false_regressions / self.pairs if self.pairs else 0.0
 
     @property
     def detection_rate(self) -> float:
-        return self.detections / self.pairs
+        return self.detections / self.pairs if self.pairs else 0.0
+
+    def __add__(self, other: SimulationResult) -> SimulationResult:
+        return SimulationResult(
+            self.pairs + other.pairs,
+            self.false_regressions + other.false_regressions,
+            self.detections + other.detections,
+        )
+
+
+NO_PAIRS = SimulationResult(0, 0, 0)
 
 
 def simulate(
@@ -71,3 +103,123 @@ def simulate(
         false_regressions += judge_timing(base, same, thresholds).verdict is Verdict.REGRESSED
         detections += judge_timing(base, slower, thresholds).verdict is Verdict.REGRESSED
     return SimulationResult(pairs, false_regressions, detections)
+
+
+# --- real samples ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Series:
+    """The raw samples of one gated timing of one decode row."""
+
+    provider: str
+    metric: str
+    label: str
+    samples: tuple[float, ...]
+
+
+def real_series(
+    document: Document, provider: str | None = None, metrics: Sequence[str] | None = None
+) -> list[Series]:
+    """The samples of every gated timing (or of `metrics`) of every decode row that ran
+    (status ok) and kept its raw samples, of `provider` only when given."""
+    rtype = record_type("decode")
+    timings = gated_timing(rtype) if rtype else {}
+    series = []
+    for rec in document.sections.get("decode", []):
+        if status_word(rec) != OK or (provider is not None and rec.get("provider") != provider):
+            continue
+        for metric, stats in timings.items():
+            samples = rec.get(stats.get("samples", ""))
+            if (metrics is None or metric in metrics) and samples:
+                series.append(Series(str(rec.get("provider")), metric, _label(rec), tuple(samples)))
+    return series
+
+
+def _label(rec: dict) -> str:
+    return (
+        f"{rec.get('variant')} {rec.get('provider')} S={rec.get('prompt_len')} "
+        f"{rec.get('mode')} b={rec.get('batch')} {rec.get('dtype')}"
+    )
+
+
+def resampled(samples: np.ndarray, rng: np.random.Generator, factor: float = 1.0) -> TimingStats:
+    """One simulated run: as many samples as `samples` holds, drawn from them with
+    replacement, each `factor` x slower."""
+    return stats_of((rng.choice(samples, size=samples.size, replace=True) * factor).tolist())
+
+
+def simulate_series(
+    samples: Sequence[float],
+    pairs: int = 100,
+    slowdown: float = 1.2,
+    thresholds: Thresholds = Thresholds(),
+    seed: int | Sequence[int] = 0,
+) -> SimulationResult:
+    """Judge `pairs` A/A pairs and `pairs` slowed pairs resampled from one row's samples."""
+    rng = np.random.default_rng(seed)
+    x = np.asarray(samples, dtype=float)
+    false_regressions = detections = 0
+    for _ in range(pairs):
+        base, same, slower = resampled(x, rng), resampled(x, rng), resampled(x, rng, slowdown)
+        false_regressions += judge_timing(base, same, thresholds).verdict is Verdict.REGRESSED
+        detections += judge_timing(base, slower, thresholds).verdict is Verdict.REGRESSED
+    return SimulationResult(pairs, false_regressions, detections)
+
+
+def judge_halves(
+    samples: Sequence[float], slowdown: float = 1.2, thresholds: Thresholds = Thresholds()
+) -> SimulationResult:
+    """One pair without resampling: the row's first half of samples (in the order they were
+    taken) against its second half, and against its second half slowed. Drift within the
+    run (warming caches, clocks) shows here; each run has half the samples."""
+    half = len(samples) // 2
+    if half < 1:
+        return NO_PAIRS
+    first, second = stats_of(samples[:half]), samples[half : 2 * half]
+    same = judge_timing(first, stats_of(second), thresholds).verdict is Verdict.REGRESSED
+    slowed = stats_of([s * slowdown for s in second])
+    caught = judge_timing(first, slowed, thresholds).verdict is Verdict.REGRESSED
+    return SimulationResult(1, int(same), int(caught))
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    series: Series
+    resampled: SimulationResult
+    halves: SimulationResult
+
+
+def simulate_document(
+    document: Document,
+    pairs: int = 100,
+    slowdown: float = 1.2,
+    provider: str | None = None,
+    metrics: Sequence[str] | None = None,
+    thresholds: Thresholds = Thresholds(),
+    seed: int = 0,
+) -> list[SeriesResult]:
+    """`simulate_series` and `judge_halves` on every series of `real_series`; each series
+    has its own seed (from `seed` and its place in the document), so filtering by provider
+    leaves the others' figures as they were."""
+    everything = real_series(document, None, metrics)
+    return [
+        SeriesResult(
+            s,
+            simulate_series(s.samples, pairs, slowdown, thresholds, (seed, i)),
+            judge_halves(s.samples, slowdown, thresholds),
+        )
+        for i, s in enumerate(everything)
+        if provider is None or s.provider == provider
+    ]
+
+
+def totals(results: Sequence[SeriesResult], by: str | None = None) -> dict[tuple, tuple]:
+    """The summed (resampled, halves) results by metric, or by (metric, provider) when
+    `by` is 'provider'."""
+    out: dict[tuple, tuple] = {}
+    for r in results:
+        key = (r.series.metric, r.series.provider) if by == "provider" else (r.series.metric,)
+        resampled_sum, halves_sum = out.get(key, (NO_PAIRS, NO_PAIRS))
+        out[key] = (resampled_sum + r.resampled, halves_sum + r.halves)
+    return out

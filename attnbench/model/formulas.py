@@ -53,11 +53,16 @@ def attention_core_flops(
     return 4 * batch * shape.num_heads * shape.head_dim * pairs  # type: ignore[operator]
 
 
+def matmul_flops(m: int, n: int, k: int) -> int:
+    """FLOPs of an (m x k) @ (k x n) matmul: one multiply and one add per product."""
+    return 2 * m * n * k
+
+
 def projection_flops(shape: AttentionShape, batch: int, q_tokens: int, kv_tokens: int) -> int:
     """FLOPs of the four projections: 2 per weight per token (bias adds are not counted)."""
     d = shape.d_model
-    q_and_o = 2 * d * shape.q_dim * 2 * batch * q_tokens
-    k_and_v = 2 * d * shape.kv_dim * 2 * batch * kv_tokens
+    q_and_o = 2 * matmul_flops(batch * q_tokens, shape.q_dim, d)
+    k_and_v = 2 * matmul_flops(batch * kv_tokens, shape.kv_dim, d)
     return q_and_o + k_and_v
 
 
@@ -100,22 +105,30 @@ def uncached_step_bytes(shape: AttentionShape, batch: int, prefix_len: int, dtyp
     return weight_bytes(shape, dtype) + kv + q_and_attn + x_and_out
 
 
+def step_totals(
+    shape: AttentionShape, batch: int, context_len: int, dtype: str, cached: bool
+) -> tuple[int, int]:
+    """(bytes, FLOPs) of one decode step at a fixed context of `context_len` tokens: it
+    feeds token context_len and attends context_len + 1 keys. Cached: the new token's
+    projections and attention over the cache. Uncached: the layer re-runs causally over
+    all context_len + 1 tokens."""
+    n = context_len + 1
+    if cached:
+        return cached_step_bytes(shape, batch, context_len, dtype), forward_flops(
+            shape, batch, 1, n, causal=True
+        )
+    return uncached_step_bytes(shape, batch, n, dtype), forward_flops(shape, batch, n, n, True)
+
+
+def prefill_flops(shape: AttentionShape, batch: int, prompt_len: int) -> int:
+    """FLOPs of prefilling `prompt_len` tokens: one causal forward over all of them."""
+    return forward_flops(shape, batch, prompt_len, prompt_len, causal=True)
+
+
 def decode_totals(
     shape: AttentionShape, batch: int, prompt_len: int, gen_len: int, dtype: str, cached: bool
 ) -> tuple[int, int]:
-    """Total (bytes, FLOPs) of `gen_len` decode steps after a prompt of `prompt_len`.
-
-    Step i (0-based) feeds token prompt_len + i. Cached: it attends prompt_len + i + 1 keys
-    from the cache. Uncached: the layer re-runs causally over the prefix of prompt_len + i + 1
-    tokens.
-    """
-    total_bytes = total_flops = 0
-    for i in range(gen_len):
-        n = prompt_len + i + 1
-        if cached:
-            total_bytes += cached_step_bytes(shape, batch, n - 1, dtype)
-            total_flops += forward_flops(shape, batch, 1, n, causal=True)
-        else:
-            total_bytes += uncached_step_bytes(shape, batch, n, dtype)
-            total_flops += forward_flops(shape, batch, n, n, causal=True)
-    return total_bytes, total_flops
+    """Total (bytes, FLOPs) of a generation of `gen_len` tokens after a prompt of
+    `prompt_len`: step i (0-based) is the step at context prompt_len + i (step_totals)."""
+    steps = [step_totals(shape, batch, prompt_len + i, dtype, cached) for i in range(gen_len)]
+    return sum(b for b, _ in steps), sum(f for _, f in steps)

@@ -9,6 +9,7 @@ what chunked prefill and decode over a cache need (for Lq == Lk it is the usual 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -19,6 +20,13 @@ from ..model.shapes import AttentionShape
 from ..modules.kv_cache import KVCache
 
 BACKENDS = ("sdpa", "naive")
+
+#: Attention of single-token queries (batch, Hq, 1, D) over K/V (batch, Hkv, keys, D).
+DecodeAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: Causal attention of (batch, Hq, L, D) queries over K/V (batch, Hkv, L, D).
+CausalAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: A projection resolved once: (..., in_features) -> (..., out_features).
+Projection = Callable[[torch.Tensor], torch.Tensor]
 
 #: oneDNN's linear with prepacked weights (what torch.compile uses on the CPU) is available.
 _ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and all(
@@ -57,6 +65,20 @@ def _packable(proj: nn.Linear) -> bool:
         and not weight.is_inference()
         and (bias is None or (bias.device.type == "cpu" and bias.dtype == torch.float32))
     )
+
+
+def _packed_linear(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
+def _bound_packed(packed: torch.Tensor, bias: torch.Tensor | None) -> Projection:
+    return lambda x: _packed_linear(x, packed, bias)
+
+
+def _plain_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
+    return lambda x: F.linear(x, weight, bias)
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -109,6 +131,52 @@ def scaled_dot_product_attention(
     if mask is not None:
         probs = probs.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), 0.0)
     return (probs @ v.to(compute_dtype)).to(q.dtype)
+
+
+def grouped_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The explicit reference for single-token queries, in float32: q (batch, Hq, 1, D)
+    attends K/V (batch, Hkv, keys, D), query head h using KV head h // (Hq / Hkv). The
+    groups are folded into the query dimension, so K/V are never expanded."""
+    batch, heads, _, dim = q.shape
+    kv_heads = k.shape[1]
+    q32 = q.float().reshape(batch, kv_heads, heads // kv_heads, dim)
+    scores = (q32 @ k.float().transpose(-2, -1)) / math.sqrt(dim)
+    out = torch.softmax(scores, dim=-1) @ v.float()
+    return out.reshape(batch, heads, 1, dim)
+
+
+def folded_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch's fused attention for single-token queries, each KV head read once for its
+    whole group: q (B, Hq, 1, D) is viewed as (B, Hkv, G, D), G queries per KV head."""
+    batch, heads, _, dim = q.shape
+    folded = q.view(batch, k.shape[1], heads // k.shape[1], dim)
+    return F.scaled_dot_product_attention(folded, k, v).reshape(batch, heads, 1, dim)
+
+
+def naive_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The textbook way: K/V expanded to every query head, then the explicit reference."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return scaled_dot_product_attention(q, k, v)
+
+
+def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch's fused causal attention, grouping query heads inside the kernel."""
+    gqa = q.shape[1] != k.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+
+def naive_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+#: Each backend's attention for decode steps and for causal forwards.
+BACKEND_ATTENTION: dict[str, tuple[DecodeAttention, CausalAttention]] = {
+    "sdpa": (folded_decode, sdpa_causal),
+    "naive": (naive_decode, naive_causal),
+}
 
 
 class GroupedQueryAttention(nn.Module):
@@ -237,6 +305,10 @@ class GroupedQueryAttention(nn.Module):
         """
         if not packed:
             return proj(x)
+        return _packed_linear(x, self._packed_weight(proj), proj.bias)
+
+    def _packed_weight(self, proj: nn.Linear) -> torch.Tensor:
+        """proj's weight reordered for oneDNN, packed again when it has changed."""
         weight = proj.weight
         cached = self._packed.get(id(proj))
         if cached is None or not cached.matches(weight):
@@ -244,8 +316,117 @@ class GroupedQueryAttention(nn.Module):
             cached = _PackedWeight(weight, source, weight._version,
                                    torch.ops.mkldnn._reorder_linear_weight(source))  # fmt: skip
             self._packed[id(proj)] = cached
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), cached.packed, proj.bias,
-                                                  "none", [], "")  # fmt: skip
+        return cached.packed
+
+    # --- fixed calls: validated once, then nothing but the computation -------------------
+
+    def resolved_projections(self, x: torch.Tensor) -> tuple[Projection, ...]:
+        """q, k, v and o projections for inputs like `x`, resolved once (the packed path
+        or nn.Linear's, see _project); sets projection_path. The weights must not change
+        while the projections are in use."""
+        packed = self._use_packed(x, x)
+        self._last_path = PACKED_PATH if packed else TORCH_PATH
+        if not packed:
+            return tuple(_plain_linear(p.weight, p.bias) for p in self._projections())
+        return tuple(_bound_packed(self._packed_weight(p), p.bias) for p in self._projections())
+
+    def decode_step(
+        self,
+        x: torch.Tensor,
+        cache: KVCache,
+        position: int,
+        attend: DecodeAttention | None = None,
+    ) -> Callable[[], torch.Tensor]:
+        """One decode step at a fixed context, checked once here: the returned call
+        projects x (batch, 1, d_model), writes its K/V at `position` of `cache` and
+        attends the position + 1 keys [0, position], with no checks or branches inside.
+        Calling it again redoes the same step (it writes the same slot). `attend` is
+        this module's backend's decode attention unless given."""
+        batch = self._check_input(x, 1)
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(f"position must be an integer >= 0, got {position!r}")
+        self._check_cache(cache, batch, position + 1, x)
+        q_proj, k_proj, v_proj, o_proj = self.resolved_projections(x)
+        attend = attend or BACKEND_ATTENTION[self.backend][0]
+        heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
+        k_slot, v_slot = (
+            cache.k[:, :, position : position + 1],
+            cache.v[:, :, position : position + 1],
+        )
+        keys, values = cache.k[:, :, : position + 1], cache.v[:, :, : position + 1]
+        width = self.shape.q_dim
+
+        def step() -> torch.Tensor:
+            q = q_proj(x).view(batch, heads, 1, dim)
+            k_slot.copy_(k_proj(x).view(batch, kv_heads, 1, dim))
+            v_slot.copy_(v_proj(x).view(batch, kv_heads, 1, dim))
+            return o_proj(attend(q, keys, values).reshape(batch, 1, width))
+
+        return step
+
+    def causal_call(
+        self,
+        x: torch.Tensor,
+        attend: CausalAttention | None = None,
+        cache: KVCache | None = None,
+    ) -> Callable[[], torch.Tensor]:
+        """One causal forward over all of x (batch, L, d_model), checked once here. With
+        `cache`, the K/V of the L tokens are written at [0, L) of it: a prefill. The
+        call returns the layer's output for every position."""
+        batch = self._check_input(x, None)
+        length = x.shape[1]
+        q_proj, k_proj, v_proj, o_proj = self.resolved_projections(x)
+        attend = attend or BACKEND_ATTENTION[self.backend][1]
+        heads, kv_heads, dim, width = (
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.shape.q_dim,
+        )
+
+        def heads_of(t: torch.Tensor, count: int) -> torch.Tensor:
+            return t.view(batch, length, count, dim).transpose(1, 2)
+
+        if cache is None:
+
+            def forward() -> torch.Tensor:
+                q, k, v = (
+                    heads_of(q_proj(x), heads),
+                    heads_of(k_proj(x), kv_heads),
+                    heads_of(v_proj(x), kv_heads),
+                )
+                return o_proj(attend(q, k, v).transpose(1, 2).reshape(batch, length, width))
+
+            return forward
+        self._check_cache(cache, batch, length, x)
+        k_dst, v_dst = cache.k[:, :, :length], cache.v[:, :, :length]
+
+        def prefill() -> torch.Tensor:
+            q = heads_of(q_proj(x), heads)
+            k_dst.copy_(heads_of(k_proj(x), kv_heads))
+            v_dst.copy_(heads_of(v_proj(x), kv_heads))
+            return o_proj(attend(q, k_dst, v_dst).transpose(1, 2).reshape(batch, length, width))
+
+        return prefill
+
+    def _check_input(self, x: torch.Tensor, length: int | None) -> int:
+        """x's batch size, after checking it is (batch, length, d_model)."""
+        if x.dim() != 3 or x.shape[2] != self.d_model or (length and x.shape[1] != length):
+            tokens = length or "tokens"
+            raise ValueError(f"expected x of shape (batch, {tokens}, {self.d_model}), "
+                             f"got {tuple(x.shape)}")  # fmt: skip
+        return x.shape[0]
+
+    def _check_cache(self, cache: KVCache, batch: int, keys: int, x: torch.Tensor) -> None:
+        b, h, length, d = cache.k.shape
+        if (b, h, d) != (batch, self.num_kv_heads, self.head_dim):
+            raise ValueError(f"cache of shape {tuple(cache.k.shape)} does not fit batch {batch}, "
+                             f"{self.num_kv_heads} KV heads of {self.head_dim}")  # fmt: skip
+        if keys > length:
+            raise ValueError(f"{keys} keys do not fit a cache of {length} tokens")
+        if cache.k.dtype != x.dtype or cache.k.device != x.device:
+            raise ValueError(f"cache holds {cache.k.dtype} on {cache.k.device}, "
+                             f"x is {x.dtype} on {x.device}")  # fmt: skip
 
     def _attend_naive(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
         if self.group_size > 1:
@@ -272,12 +453,13 @@ class GroupedQueryAttention(nn.Module):
             dead_rows = dead.all(dim=-1, keepdim=True)  # rows that see no key: zeros
             if mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
-        if q_len == 1 and groups > 1:
+        if q_len == 1 and groups > 1 and mask is None:
+            out = folded_decode(q, k, v)
+        elif q_len == 1 and groups > 1:
             folded_q = q.reshape(batch, self.num_kv_heads, groups, head_dim)
-            if mask is not None:
-                mask = mask.expand(batch, self.num_heads, 1, k_len).reshape(
-                    batch, self.num_kv_heads, groups, k_len
-                )
+            mask = mask.expand(batch, self.num_heads, 1, k_len).reshape(
+                batch, self.num_kv_heads, groups, k_len
+            )
             out = F.scaled_dot_product_attention(folded_q, k, v, attn_mask=mask)
             out = out.view(batch, self.num_heads, 1, head_dim)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..model.units import format_bytes
@@ -235,35 +236,117 @@ def kvmem_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
 
 # --- decode-speed ---------------------------------------------------------------------------
 
+
+def fmt_graph(v: Any) -> str:
+    """How a step is launched: True -> 'graph' (a CUDA graph replay), False -> 'eager'."""
+    return NONE_TEXT if v is None else ("graph" if v else "eager")
+
+
+def fmt_tflops(v: Any) -> str:
+    """TFLOPS: three decimals below 10 (0.080), one from there (312.4)."""
+    return NONE_TEXT if v is None else format(v, ".3f" if abs(v) < 10 else ".1f")
+
+
+def fmt_x2(v: Any) -> str:
+    """A speed-up between providers, which may differ by a few percent or by a thousand
+    times: two decimals (1.1234 -> '1.12x'), two significant digits below 0.1
+    (0.0042 -> '0.0042x')."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:.2g}x" if abs(v) < 0.1 else f"{v:.2f}x"
+
+
+#: A rate without decimals: 4568.8 -> '4569'.
+fmt_f0 = _formatter(".0f")
+
+#: The header of the speed-up over the baseline provider when the rows name no single one.
+VS_BASELINE = "vs base"
+#: The Status column's rank when some row is not ok: just after the step time, since a row
+#: without a time is read by its status.
+STATUS_RANK_NOT_OK = 4
+
 DECODE: list[Column] = [
     _model(0),
     _label("Variant", "variant", 0),
-    _label("backend", "backend", 9, setting=True, title_text=str),
-    _label("device", "device", 12, setting=True, title_text=str),
-    _dtype(10),
-    _batch(11),
-    _d_model(13),
-    _heads(14),
-    _kv_heads(15),
-    _head_dim(16),
-    _label("projection", "projection_path", 18, setting=True,
+    _label("provider", "provider", 1, setting=True, title_text=lambda v: f"provider {v}"),
+    _label("Mode", "mode", 2),
+    _setting_int("context", "prompt_len", 3, lambda v: f"context {v:,}"),
+    Column("step ms", "step_ms_median", fmt_ms, rank=4),
+    Column("±IQR", "step_ms_median", fmt_plain, rank=5, cell=iqr_cell()),
+    Column("tok/s", "tokens_per_s", fmt_f1, rank=6, compact=fmt_f0),
+    Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=7),
+    Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
+    Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
+    # the first word only: the reasons are long, and go under the table (status_notes)
+    Column("Status", "status", fmt_status, rank=10, kind="status"),
+    _dtype(11),
+    _batch(12),
+    _label("device", "device", 13, setting=True, title_text=str),
+    _d_model(14),
+    _heads(15),
+    _kv_heads(16),
+    _head_dim(17),
+    _setting_int("gen", "gen_len", 18, lambda v: f"gen {v:,}"),
+    Column("graph", "cuda_graph", fmt_graph, rank=19, kind="label", setting=True,
+           title_text=lambda v: "CUDA graphs" if v else "eager"),
+    _label("projection", "projection_path", 20, setting=True,
            title_text=lambda v: f"{v} projections"),
-    _label("Mode", "mode", 1),
-    _setting_int("context", "prompt_len", 2, lambda v: f"context {v:,}"),
-    _setting_int("gen", "gen_len", 17, lambda v: f"gen {v:,}"),
-    Column("prefill ms", "prefill_ms", fmt_ms, rank=20),
-    Column("step ms", "step_ms_median", fmt_ms, rank=3),
-    Column("±IQR", "step_ms_median", fmt_plain, rank=4, cell=iqr_cell()),
-    Column("p25", "step_ms_p25", fmt_ms, rank=21),
-    Column("p75", "step_ms_p75", fmt_ms, rank=22),
-    Column("total ms", "total_ms", fmt_ms, rank=23),
-    Column("tok/s", "tokens_per_s", fmt_f1, rank=5),
-    Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=6),
-    Column("GB/s", "achieved_gbps", fmt_f1, rank=24),
-    Column("% peak", "pct_of_peak_bw", fmt_f1, rank=7),
-    Column("noisy", "noisy", fmt_yes_no, rank=25, kind="label"),
-    _status(8),
+    Column("prefill ms", "prefill_ms_median", fmt_ms, rank=21),
+    Column("prefill TFLOPS", "achieved_tflops", fmt_tflops, rank=22),
+    Column("% peak flops", "pct_of_peak_flops", fmt_f1, rank=23),
+    Column("p25", "step_ms_p25", fmt_ms, rank=24),
+    Column("p75", "step_ms_p75", fmt_ms, rank=25),
+    Column("samples", "step_repeats", fmt_int, rank=26),
+    _label("stop", "step_stop", 27),
+    Column("gen tok/s", "gen_tokens_per_s", fmt_f1, rank=28, compact=fmt_f0),
+    Column("GB/s", "achieved_gbps", fmt_f1, rank=29),
+    Column("noisy", "noisy", fmt_yes_no, rank=30, kind="label"),
 ]  # fmt: skip
+
+
+def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
+    """DECODE for these rows: the speed-up over the baseline provider only when the rows
+    hold more than one provider, headed by the baseline's name ("vs attnbench") when they
+    share one; gen and graph only when some row generates tokens or replays a CUDA graph
+    (not "gen 0 · eager" in every title); and the Status just after the step time when
+    some row is not ok."""
+    records = [as_row(r) for r in rows]
+    providers = {r.get("provider") for r in records}
+    baselines = {r.get("baseline_provider") for r in records
+                 if r.get("speedup_vs_baseline") is not None}  # fmt: skip
+    used = {f: any(r.get(f) for r in records) for f in ("cuda_graph", "gen_len")}
+    not_ok = any(r.get("status", "ok") != "ok" for r in records)
+    columns = []
+    for c in DECODE:
+        if c.field == "speedup_vs_baseline":
+            if len(providers) < 2:
+                continue
+            if len(baselines) == 1:
+                c = replace(c, header=f"vs {next(iter(baselines))}")
+        elif c.field in used and not used[c.field]:
+            continue
+        elif c.field == "status" and not_ok:
+            c = replace(c, rank=STATUS_RANK_NOT_OK)
+        columns.append(c)
+    return columns
+
+
+def status_notes(rows: Sequence[Mapping[str, Any]], by: str = "provider") -> list[str]:
+    """The reasons behind the statuses a table shows by their first word, each once:
+    'unsupported: no efficient kernel on the CPU (sdpa-efficient, 4 rows)', naming the
+    values of `by` (the provider) of the rows that gave it. Statuses without a reason
+    ('ok', 'oom') have none."""
+    seen: dict[str, list[Mapping[str, Any]]] = {}
+    for r in map(as_row, rows):
+        status = str(r.get("status") or "ok")
+        if ":" in status:
+            seen.setdefault(status, []).append(r)
+    notes = []
+    for status, group in seen.items():
+        names = list(dict.fromkeys(str(r.get(by)) for r in group if r.get(by) is not None))
+        count = f"{len(group)} row{'s' * (len(group) != 1)}"
+        notes.append(f"{status} ({', '.join([*names, count])})")
+    return notes
 
 
 # --- whole model (the params of a model) and the model presets --------------------------
@@ -305,18 +388,19 @@ FIT: list[Column] = [
 
 SECTION_COLUMNS: dict[str, list[Column]] = {
     "params": PARAMS,
-    "decode": DECODE,
     "fit": FIT,
     "model_parts": WHOLE_MODEL,
 }
 
 
 def columns_for(section: str, rows: Sequence[Mapping[str, Any]]) -> list[Column]:
-    """The columns of a study section's table: kvmem's depend on the options its rows use."""
+    """The columns of a study section's table: kvmem's and decode's depend on their rows."""
     if section == "kvmem":
         return kvmem_columns(rows)
+    if section == "decode":
+        return decode_columns(rows)
     try:
         return SECTION_COLUMNS[section]
     except KeyError:
-        known = ", ".join(["kvmem", *SECTION_COLUMNS])
+        known = ", ".join(["kvmem", "decode", *SECTION_COLUMNS])
         raise KeyError(f"no table columns for section {section!r}; known: {known}") from None

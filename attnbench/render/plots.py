@@ -8,6 +8,8 @@ when its values span a decade or more. Memory is shown in binary units.
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from ..records import Kind, failed, field_kinds
 from ..study.output import named
 from ..study.sections import KINDS
 from .columns import known
+from .providers import providers_of
 
 #: Fields that are inputs of some section: what tells one line of a plot from another.
 SETTINGS = frozenset(
@@ -30,8 +33,10 @@ SETTINGS = frozenset(
 )
 #: How fields read in legends and titles.
 FIELD_NAMES = {"num_heads": "query heads", "num_kv_heads": "KV heads", "num_layers": "layers",
-               "seq_len": "context", "prompt_len": "prompt", "gen_len": "gen",
+               "seq_len": "context", "prompt_len": "context", "gen_len": "gen",
                "dtype": ""}  # fmt: skip
+#: Settings not named when every record has this value: no generations, no CUDA graphs.
+UNSAID = {"gen_len": 0, "cuda_graph": False}
 
 
 def ok_records(records: Iterable[dict], *needed: str) -> list[dict]:
@@ -76,19 +81,23 @@ def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) ->
 
 
 def field_text(field: str, value) -> str:
+    if field == "cuda_graph":
+        return "CUDA graphs" if value else "eager"
     name = FIELD_NAMES.get(field, field)
     text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
     return f"{name} {text}".strip()
 
 
 def context(records: Sequence[dict], environment: dict, fields: Sequence[str]) -> str:
-    """'on Intel Xeon (cpu), float32, batch 1': the settings every record shares."""
+    """'on Intel Xeon (cpu), float32, batch 1': the settings every record shares (but a
+    default nobody set, like gen 0: see UNSAID)."""
     device = environment.get("device_name") or environment.get("device", "?")
     parts = [f"on {device} ({environment.get('device', '?')})"]
     for f in fields:
         values = {r.get(f) for r in records}
-        if len(values) == 1 and None not in values:
-            parts.append(field_text(f, values.pop()))
+        value = values.pop() if len(values) == 1 else None
+        if value is not None and not (f in UNSAID and value == UNSAID[f]):
+            parts.append(field_text(f, value))
     return ", ".join(parts)
 
 
@@ -126,6 +135,21 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure
     return fig, ax
 
 
+def one_provider(records: Sequence[dict]) -> list[dict]:
+    """With several providers, the records of one: the baseline (else the first), since
+    decode_providers compares them; the records as they are otherwise."""
+    names = providers_of(records)
+    if len(names) < 2:
+        return list(records)
+    return [r for r in records if r.get("provider") == names[0]]
+
+
+#: The x axis of every decode plot.
+CONTEXT_LABEL = "Context (tokens cached)"
+#: The settings a decode plot's subtitle names when every line shares them.
+DECODE_SHARED = ("dtype", "batch", "gen_len", "cuda_graph")
+
+
 def _decode_lines(
     ax: Axes,
     records: Sequence[dict],
@@ -155,13 +179,13 @@ def _decode_lines(
 
 def decode_latency(doc: dict) -> Figure | None:
     needed = ("step_ms_median", "step_ms_p25", "step_ms_p75", "prompt_len", "mode")
-    records = ok_records(_records(doc, "decode"), *needed)
+    records = one_provider(ok_records(_records(doc, "decode"), *needed))
     if not records:
         return None
     fig, ax = _figure(
         "Decode step latency, with and without the KV cache",
-        context(records, doc["environment"], ("dtype", "batch", "gen_len")),
-        "Prompt length (tokens)",
+        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
+        CONTEXT_LABEL,
         "Time per decode step, median (ms)",
     )
     _decode_lines(ax, records, "step_ms_median", spread=("step_ms_p25", "step_ms_p75"),
@@ -173,12 +197,13 @@ def decode_latency(doc: dict) -> Figure | None:
 
 def decode_speedup(doc: dict) -> Figure | None:
     records = ok_records(_records(doc, "decode"), "speedup_vs_no_cache", "prompt_len", "mode")
+    records = one_provider(records)
     if not records:
         return None
     fig, ax = _figure(
         "Cached decode speed-up over recomputing the prefix",
-        context(records, doc["environment"], ("dtype", "batch", "gen_len")),
-        "Prompt length (tokens)",
+        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
+        CONTEXT_LABEL,
         "Speed-up (no-cache step time / cached step time, x)",
     )
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="no speed-up (1x)")
@@ -192,20 +217,77 @@ def decode_bandwidth(doc: dict) -> Figure | None:
     records = ok_records(
         _records(doc, "decode"), "pct_of_peak_bw", "peak_gbps", "prompt_len", "mode"
     )
+    records = one_provider(records)
     if not records:
         return None
     peak = max(r["peak_gbps"] for r in records)
-    subtitle = context(records, doc["environment"], ("dtype", "batch", "gen_len"))
+    subtitle = context(records, doc["environment"], ("provider", *DECODE_SHARED))
     fig, ax = _figure(
         "Achieved memory bandwidth of a decode step",
         f"{subtitle}\nagainst the measured peak copy bandwidth, {peak:.1f} GB/s (1e9 bytes/s)",
-        "Prompt length (tokens)",
+        CONTEXT_LABEL,
         "Achieved bandwidth (% of measured peak)",
     )
     ax.axhline(100.0, color="grey", linewidth=1, linestyle=":", label="measured peak (100%)")
     _decode_lines(ax, records, "pct_of_peak_bw")
     _scale(ax, "x", [r["prompt_len"] for r in records])
     _scale(ax, "y", [100.0, *(r["pct_of_peak_bw"] for r in records)])
+    return fig
+
+
+#: Panels per row of the providers plot.
+PANELS_PER_ROW = 3
+#: Characters per line of its legend's title (the settings every line shares).
+LEGEND_TITLE_WIDTH = 30
+
+
+def decode_providers(doc: dict) -> Figure | None:
+    """Cached step latency vs context, one line per provider (the baseline first, thick)
+    and one panel per configuration (variant, and what else varies), sharing log axes;
+    when the cached steps hold two providers or more."""
+    needed = ("step_ms_median", "step_ms_p25", "step_ms_p75", "prompt_len", "provider")
+    records = [r for r in ok_records(_records(doc, "decode"), *needed) if r.get("mode") == "cache"]
+    providers = providers_of(records)
+    if len(providers) < 2:
+        return None
+    panels = series(records, "prompt_len", exclude=("mode", "provider"))
+    cols = min(len(panels), PANELS_PER_ROW)
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(3.6 * cols + 2.2, 3.2 * rows + 1.0), layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
+    fig.suptitle("Cached decode step latency by provider", fontsize=13, fontweight="bold")
+    where = context(records, doc["environment"], DECODE_SHARED)
+    fig.supxlabel(CONTEXT_LABEL)
+    fig.supylabel("Time per decode step, median (ms)")
+    values = [v for r in records for v in (r["step_ms_p25"], r["step_ms_p75"])]
+    for ax, (label, rows_) in zip(axes, panels, strict=False):
+        ax.set_title(label, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        for color, name in enumerate(providers):
+            line = [r for r in rows_ if r["provider"] == name]
+            if not line:
+                continue
+            xs, ys = [r["prompt_len"] for r in line], [r["step_ms_median"] for r in line]
+            errors = [[y - r["step_ms_p25"] for y, r in zip(ys, line, strict=True)],
+                      [r["step_ms_p75"] - y for y, r in zip(ys, line, strict=True)]]  # fmt: skip
+            base = color == 0
+            ax.errorbar(xs, ys, yerr=errors, marker="o", color=f"C{color}", capsize=3,
+                        linewidth=2.5 if base else 1.5, zorder=3 if base else 2,
+                        label=f"{name} (baseline)" if base else name)  # fmt: skip
+        _scale(ax, "x", [r["prompt_len"] for r in records])
+        _scale(ax, "y", values)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1 : len(panels)]:  # a provider missing from the first panel
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            if text not in labels:
+                handles.append(handle)
+                labels.append(text)
+    order = sorted(range(len(labels)), key=lambda i: providers.index(labels[i].split(" ")[0]))
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="outside right upper",
+               fontsize=8, title=textwrap.fill(where, LEGEND_TITLE_WIDTH) + "\nbars: p25 to p75",
+               title_fontsize=8)  # fmt: skip
     return fig
 
 
@@ -278,8 +360,9 @@ def _records(doc: dict, section: str) -> list[dict]:
 
 #: File name -> (caption, figure maker), in the order the report shows them.
 PLOTS: dict[str, tuple[str, Callable[[dict], Figure | None]]] = {
-    "decode_latency.png": ("Decode step latency vs prompt length", decode_latency),
-    "decode_speedup.png": ("Cached-decode speed-up vs prompt length", decode_speedup),
+    "decode_latency.png": ("Decode step latency vs context", decode_latency),
+    "decode_providers.png": ("Cached decode step latency by provider", decode_providers),
+    "decode_speedup.png": ("Cached-decode speed-up vs context", decode_speedup),
     "kv_memory_heads.png": ("KV-cache memory vs number of KV heads", kv_memory_vs_heads),
     "kv_memory_context.png": ("KV-cache memory vs context length", kv_memory_vs_context),
     "decode_bandwidth.png": ("Achieved bandwidth vs measured peak", decode_bandwidth),

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..measure.timing import NOISY_IQR_FRACTION
+from ..measure.timing import NOISY_IQR_FRACTION, OUT_OF_TIME
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named
-from .columns import columns_for, known
-from .plots import PLOTS, context, field_text, ok_records, series, series_label
-from .table import markdown_table
+from .columns import columns_for, fmt_x2, known
+from .plots import PLOTS, context, field_text, ok_records, one_provider, series, series_label
+from .providers import baseline_of, providers_of, providers_table
+from .table import markdown_table, present_columns, split_settings
 
 #: The title of each section's table in the report.
 TITLES = {
@@ -97,31 +98,80 @@ def _setting(field: str, value) -> str:
 
 
 def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
-    timed = ok_records(records, "step_ms_median", "prompt_len", "mode")
-    if not timed:
+    timed_all = ok_records(records, "step_ms_median", "prompt_len", "mode")
+    if not timed_all:
         return []
+    several = len(providers_of(timed_all)) > 1
+    # cache against no cache: the baseline provider's (the providers have their own line)
+    timed = one_provider(timed_all)
+    where = context(timed, environment, ("provider",) if several else ())
     found = []
-    where = context(timed, environment, ())
     for label, rows in series(timed, "prompt_len", exclude=("mode",)):
         cached = {r["prompt_len"]: r for r in rows if r["mode"] == "cache"}
         uncached = {r["prompt_len"]: r for r in rows if r["mode"] == "no_cache"}
         both = sorted(set(cached) & set(uncached))
         if len(both) >= 2:
             lo, hi = both[0], both[-1]
+            name = f"{label} ({rows[0]['provider']})" if several else label
             found.append(
-                f"{label}: without the cache a decode step takes "
-                f"{uncached[lo]['step_ms_median']:.3f} ms at prompt {lo:,} and "
-                f"{uncached[hi]['step_ms_median']:.3f} ms at prompt {hi:,}; with it, "
+                f"{name}: without the cache a decode step takes "
+                f"{uncached[lo]['step_ms_median']:.3f} ms at context {lo:,} and "
+                f"{uncached[hi]['step_ms_median']:.3f} ms at context {hi:,}; with it, "
                 f"{cached[lo]['step_ms_median']:.3f} ms and {cached[hi]['step_ms_median']:.3f} ms."
             )
-    fast = ok_records(records, "speedup_vs_no_cache", "prompt_len")
+    fast = one_provider(ok_records(records, "speedup_vs_no_cache", "prompt_len"))
     if fast:
         longest = max(r["prompt_len"] for r in fast)
         at_longest = [r for r in fast if r["prompt_len"] == longest]
         parts = [f"{rows[0]['speedup_vs_no_cache']:.1f}x ({label})"
                  for label, rows in series(at_longest, "prompt_len")]  # fmt: skip
-        found.append(f"At prompt {longest:,}, cached decode is {_join(parts)} faster than "
+        found.append(f"At context {longest:,}, cached decode is {_join(parts)} faster than "
                      f"recomputing the prefix, {where}.")  # fmt: skip
+    found += _fastest_providers(timed_all)
+    found += _peaks(records, several)
+    noisy = [r for r in timed_all if r.get("noisy")]
+    if noisy:
+        found.append(f"{len(noisy)} of {len(timed_all)} decode steps (each timed at a fixed "
+                     f"context) are flagged noisy: p25 to p75 wider than "
+                     f"{NOISY_IQR_FRACTION:.0%} of the median.")  # fmt: skip
+    late = [r for r in timed_all if r.get("step_stop") == OUT_OF_TIME]
+    if late:
+        widest = max((r["step_ci_pct"] for r in late if known(r.get("step_ci_pct"))), default=None)
+        spread = f" (the widest 95% interval of a median: ±{widest:.1f}%)" * (widest is not None)
+        found.append(f"{len(late)} of {len(timed_all)} decode steps ran out of sampling time "
+                     f"before their median was known as closely as asked{spread}.")  # fmt: skip
+    return found
+
+
+def _fastest_providers(timed: Sequence[dict]) -> list[str]:
+    """'Fastest cached decode step at context 256: MHA sdpa-flash (0.270 ms, 1.12x
+    attnbench) and GQA-2 attnbench (0.280 ms, the baseline).' With two providers or more."""
+    cached = [r for r in timed if r["mode"] == "cache"]
+    if len(providers_of(cached)) < 2:
+        return []
+    baseline = baseline_of(cached)
+    longest = max(r["prompt_len"] for r in cached)
+    at_longest = [r for r in cached if r["prompt_len"] == longest]
+    parts = []
+    for label, rows in series(at_longest, "prompt_len", exclude=("mode", "provider")):
+        best = min(rows, key=lambda r: r["step_ms_median"])
+        speedup = best.get("speedup_vs_baseline")
+        if best["provider"] == baseline:
+            versus = ", the baseline"
+        else:
+            versus = f", {fmt_x2(speedup)} {baseline}" if known(speedup) else ""
+        parts.append(f"{label} {best['provider']} ({best['step_ms_median']:.3f} ms{versus})")
+    return [f"Fastest cached decode step at context {longest:,}: {_join(parts)}."]
+
+
+def _peaks(records: Sequence[dict], several: bool) -> list[str]:
+    """The decode step nearest the copy bandwidth, and the prefill nearest the matmul peak."""
+    found = []
+
+    def where(r: dict) -> str:
+        parts = [series_label(r), *([r["provider"]] if several else [])]
+        return ", ".join(parts)
+
     bandwidth = ok_records(records, "pct_of_peak_bw", "peak_gbps", "prompt_len", "mode")
     if bandwidth:
         best = max(bandwidth, key=lambda r: r["pct_of_peak_bw"])
@@ -130,13 +180,40 @@ def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
         )
         found.append(
             f"The best decode step reaches {best['pct_of_peak_bw']:.1f}% of the measured peak "
-            f"copy bandwidth of {best['peak_gbps']:.1f} GB/s ({series_label(best)}, "
-            f"{best['mode'].replace('_', ' ')}, prompt {best['prompt_len']:,}){cached}."
+            f"copy bandwidth of {best['peak_gbps']:.1f} GB/s ({where(best)}, "
+            f"{best['mode'].replace('_', ' ')}, context {best['prompt_len']:,}){cached}."
         )
-    noisy = [r for r in timed if r.get("noisy")]
-    if noisy:
-        found.append(f"{len(noisy)} of {len(timed)} decode timings are flagged noisy (p25 to "
-                     f"p75 wider than {NOISY_IQR_FRACTION:.0%} of the median).")  # fmt: skip
+    prefill = ok_records(records, "achieved_tflops", "pct_of_peak_flops", "peak_tflops")
+    if prefill:
+        best = max(prefill, key=lambda r: r["pct_of_peak_flops"])
+        found.append(
+            f"The best prefill reaches {best['achieved_tflops']:.3g} TFLOPS, "
+            f"{best['pct_of_peak_flops']:.1f}% of the measured {best['dtype']} matmul peak of "
+            f"{best['peak_tflops']:.3g} TFLOPS ({where(best)}, {best['prompt_len']:,} tokens)."
+        )
+    return found
+
+
+def _not_timed(doc: dict) -> list[str]:
+    """The points a provider could not run, and those whose output disagreed with the
+    reference: rows of the results, not failures."""
+    found = []
+    unsupported: dict[tuple[str, str], int] = {}
+    wrong: list[dict] = []
+    for r in doc["sections"].get("decode", {}).get("records", []):
+        status = str(r.get("status"))
+        if status.startswith("unsupported"):
+            key = (str(r.get("provider")), status.split(":", 1)[-1].strip())
+            unsupported[key] = unsupported.get(key, 0) + 1
+        elif status.startswith("wrong"):
+            wrong.append(r)
+    if unsupported:
+        parts = [f"{provider} at {n} point{'s' * (n != 1)} ({reason})"
+                 for (provider, reason), n in unsupported.items()]  # fmt: skip
+        found.append(f"Unsupported here, so not timed: {'; '.join(parts)}.")
+    if wrong:
+        found.append(f"{len(wrong)} point(s) disagree with the reference, so not timed: "
+                     + "; ".join(describe_failure("decode", r) for r in wrong) + ".")  # fmt: skip
     return found
 
 
@@ -150,6 +227,7 @@ def findings(doc: dict) -> list[str]:
         *_largest_caches(kvmem),
         *_share_of_mha(params, "has", "attention parameters", ("d_model", "num_heads")),
         *_decode_findings(sections.get("decode", []), doc["environment"]),
+        *_not_timed(doc),
     ]
     failed = incomplete(doc)
     if failed:
@@ -159,11 +237,24 @@ def findings(doc: dict) -> list[str]:
 
 
 def describe_failure(section: str, record: dict) -> str:
-    """'decode MHA prompt 256 cache: oom'."""
+    """'decode MHA sdpa-flash d_model 64 batch 1 context 256 cache: oom'."""
     detail = [field_text(f, record[f]) for f in ("d_model", "batch", "seq_len", "prompt_len")
               if record.get(f) is not None]  # fmt: skip
+    provider = [record["provider"]] if record.get("provider") else []
     mode = [record["mode"]] if record.get("mode") else []
-    return " ".join([section, series_label(record), *detail, *mode]) + f": {record['status']}"
+    return (" ".join([section, series_label(record), *provider, *detail, *mode])
+            + f": {record['status']}")  # fmt: skip
+
+
+def providers_markdown(records: Sequence[dict]) -> list[str]:
+    """The decode providers side by side (render.providers), as report lines: a heading,
+    the settings every row shares, the table; nothing with fewer than two providers."""
+    side = providers_table(_finite_rows(records))
+    if not side.rows:
+        return []
+    shown, shared = split_settings(side.rows, present_columns(side.rows, side.columns))
+    return [f"### {side.title}", "", *([f"{', '.join(shared)}.", ""] if shared else []),
+            markdown_table(side.rows, shown), ""]  # fmt: skip
 
 
 # --- the document ------------------------------------------------------------------------
@@ -200,6 +291,8 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
         rows = _finite_rows(records)
         table = markdown_table(rows, columns_for(name, rows)) if rows else "No rows."
         lines += [f"## {TITLES.get(name, name)}", "", table, ""]
+        if name == "decode":
+            lines += providers_markdown(records)
     lines += [
         "## Configuration",
         "",

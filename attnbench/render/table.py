@@ -58,6 +58,8 @@ class Column:
     cell: the full cell text from the whole record, for cells made of several fields (the
         spread of a timing); it replaces fmt. The column is still left out when `field` is
         None in every row.
+    group: columns of one group switch to their compact form together (the providers of
+        a side-by-side table: all with their speed-ups, or none).
     """
 
     header: str
@@ -69,6 +71,7 @@ class Column:
     setting: bool = False
     title_text: Callable[[Any], str] | None = None
     cell: Callable[[Mapping[str, Any]], str] | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -216,6 +219,11 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     def total() -> int:
         return table_width([lay.width for lay in layouts])
 
+    def together(lay: _Layout) -> list[_Layout]:
+        """The column and the others of its group still shown."""
+        group = lay.column.group
+        return [other for other in layouts if other.column.group == group] if group else [lay]
+
     by_savings = sorted(
         (lay for lay in layouts if lay.short_width < lay.fit_width),
         key=lambda lay: (lay.short_width - lay.fit_width, -lay.column.rank, -lay.index),
@@ -223,7 +231,8 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     for lay in by_savings:
         if total() <= width:
             break
-        lay.compact = True
+        for member in together(lay):
+            member.compact = True
     hidden: list[_Layout] = []
     for lay in sorted(layouts, key=lambda lay: (-lay.column.rank, -lay.index)):
         if total() <= width or len(layouts) == 1:
@@ -232,9 +241,12 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
         hidden.append(lay)
     for lay in sorted(layouts, key=lambda lay: (lay.column.rank, lay.index)):
         if lay.compact:
-            lay.compact = False
+            members = [member for member in together(lay) if member.compact]
+            for member in members:
+                member.compact = False
             if total() > width:
-                lay.compact = True
+                for member in members:
+                    member.compact = True
     return sorted(hidden, key=lambda lay: (lay.column.rank, lay.index))
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..experiments.decode import DecodeOptions, DecodePoint
-from ..model.formulas import decode_totals, forward_flops
+from ..experiments.decode import MAX_TIME_S, MIN_SAMPLE_MS, DecodeOptions, DecodePoint
+from ..model.formulas import decode_totals, prefill_flops, step_totals
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Speeds:
 SPEEDS = {"cpu": Speeds(2e10, 1e10, 2e-4, 1.5), "cuda": Speeds(5e13, 2e12, 5e-5, 0.5)}
 #: Half precision on the CPU runs through slow paths.
 CPU_HALF_SLOWDOWN = 8.0
+#: Samples adaptive sampling typically takes before its interval is narrow enough.
+TYPICAL_SAMPLES = 50
 #: Params (a module on the meta device), kvmem (allocate, count, free) and fit points.
 CHEAP_POINT_S = 2e-3
 
@@ -36,13 +38,35 @@ def point_seconds(point: object, device: torch.device | None, options: dict) -> 
     speed = SPEEDS.get(device.type, SPEEDS["cpu"])
     opts, p = DecodeOptions.from_options(options), point
     shape = p.shape
-    nbytes, flops = decode_totals(shape, p.batch, p.prompt_len, p.gen_len, p.dtype, p.cached)
+    slowdown = CPU_HALF_SLOWDOWN if device.type == "cpu" and p.dtype != "float32" else 1.0
+
+    def seconds(nbytes: int, flops: int, calls: int) -> float:
+        return (
+            slowdown * max(flops / speed.flops, nbytes / speed.bytes_per_s) + calls * speed.call_s
+        )
+
+    calls = [seconds(*step_totals(shape, p.batch, p.prompt_len, p.dtype, p.cached), 1)]
     if p.cached and opts.prefill:
-        flops += forward_flops(shape, p.batch, p.prompt_len, p.prompt_len, causal=True)
-    generation = max(flops / speed.flops, nbytes / speed.bytes_per_s) + p.gen_len * speed.call_s
-    if device.type == "cpu" and p.dtype != "float32":
-        generation *= CPU_HALF_SLOWDOWN
-    return (opts.warmup + opts.repeats) * generation
+        calls.append(seconds(0, prefill_flops(shape, p.batch, p.prompt_len), 1))
+    if p.gen_len:
+        totals = decode_totals(shape, p.batch, p.prompt_len, p.gen_len, p.dtype, p.cached)
+        calls.append(seconds(*totals, p.gen_len))
+    budget = opts.max_time if opts.max_time is not None else MAX_TIME_S.get(device.type, 2.0)
+    block_s = MIN_SAMPLE_MS.get(device.type, 0.0) / 1e3
+    return sum(_measurement_seconds(call, opts, budget, block_s) for call in calls)
+
+
+def _measurement_seconds(
+    call_s: float, opts: DecodeOptions, budget: float, block_s: float
+) -> float:
+    """One measurement of calls of `call_s` each, sampled in blocks of at least `block_s`:
+    warm-up, then a fixed count of samples, or adaptive sampling that typically converges
+    within TYPICAL_SAMPLES, and stops by `budget` (after its minimum count)."""
+    sample_s = max(call_s, block_s)
+    if opts.repeats is not None:
+        return opts.warmup * call_s + opts.repeats * sample_s
+    adaptive = max(min(budget, TYPICAL_SAMPLES * sample_s), opts.min_repeats * sample_s)
+    return opts.warmup * call_s + adaptive
 
 
 def peak_seconds(device: torch.device) -> float:

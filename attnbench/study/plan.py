@@ -69,14 +69,18 @@ class Plan:
         decode = self.sections.get("decode")
         return decode.options.get("threads") if decode else None
 
-    def context(self, section: str, peak_gbps: float | None = None) -> Context:
+    def context(
+        self, section: str, peak_gbps: float | None = None, peak_tflops: dict | None = None
+    ) -> Context:
         """What the points of `section` run with; kvmem's device is None when it does not
-        measure."""
+        measure. Only timed sections get the peaks."""
         sec = self.sections[section]
         device = self.devices.get(section)
         if section == "kvmem" and not sec.options.get("measure", True):
             device = None
-        return Context(device, sec.options, peak_gbps if KINDS[section].timed else None)
+        if not KINDS[section].timed:
+            return Context(device, sec.options)
+        return Context(device, sec.options, peak_gbps, peak_tflops or {})
 
     def estimate(self, task: Task) -> float:
         """A rough time for one task, in seconds."""
@@ -221,6 +225,8 @@ def plan_sections(
         try:
             if "device" in sec.options:
                 devices[name] = resolve_device(sec.options["device"])
+            if kind.check_section is not None:
+                kind.check_section(sec.values, sec.options, set(sec.origins))
             points = sec.points()
         except FieldError as exc:
             problems.append(sec.locate(exc))
@@ -228,7 +234,7 @@ def plan_sections(
         if not points:
             problems.append(_nothing_to_run(sec))
         problems.extend(_check_points(kind, sec, points))
-        ordered = kind.order(points) if kind.order else points
+        ordered = kind.order(points, sec.options) if kind.order else points
         tasks.extend(Task(name, i, p) for i, p in enumerate(ordered))
     if problems:
         unique = {str(p): p for p in problems}  # one line for a value every section shares

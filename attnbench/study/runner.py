@@ -1,7 +1,8 @@
 """The one runner: every command and every study executes its points here.
 
 A study is sections of typed points. The runner alone sets the threads, collects the
-environment, measures the peak bandwidth (once, when a timed section has points to run),
+environment, measures the peaks (once, when a timed section has points to run: the copy
+bandwidth, and the matmul throughput in each dtype timed),
 orders the points, runs them one by one (an out-of-memory point becomes its record's
 status), links speed-ups, and hands each record to a store as soon as it exists, so a
 crash or Ctrl-C keeps every finished point. The k-th record of a section is its k-th
@@ -24,6 +25,7 @@ import torch
 from ..errors import FieldError, UsageError
 from ..experiments.context import Context
 from ..measure import timing
+from ..measure.devices import torch_dtype
 from ..measure.environment import collect_environment
 from ..measure.memory import is_oom
 from ..records import as_dict
@@ -92,11 +94,13 @@ def run_study(
     progress: Progress = _no_progress,
     execute: Executor = run_experiment,
     probe_peak: Callable[[torch.device], float] | None = None,
+    probe_flops: Callable[[torch.device, torch.dtype], float] | None = None,
 ) -> RunResult:
     """Run the points of `plan` not yet in `store`, keeping each one as it finishes.
 
     `execute` runs one task (tests inject their own); `probe_peak` measures the copy
-    bandwidth timed points are held against (default: measure.timing.measure_peak_gbps).
+    bandwidth timed points are held against (default: measure.timing.measure_peak_gbps),
+    `probe_flops` the matmul throughput (default: measure.timing.measure_peak_tflops).
     With `on_interrupt`, the first Ctrl-C sets `stop` and calls it, and the study ends
     after the current point; `stop` is checked between points. `progress` wraps the
     pending tasks (a progress bar)."""
@@ -110,9 +114,13 @@ def run_study(
         sections = doc["sections"]
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
-        if any(KINDS[t.section].timed for t in pending) and env.get("peak_gbps") is None:
-            probe = probe_peak or timing.measure_peak_gbps
-            env["peak_gbps"] = probe(plan.devices.get("decode", plan.device))
+        timed = [t for t in pending if KINDS[t.section].timed]
+        if timed and env.get("peak_gbps") is None:
+            device = plan.devices.get("decode", plan.device)
+            env["peak_gbps"] = (probe_peak or timing.measure_peak_gbps)(device)
+            flops = probe_flops or timing.measure_peak_tflops
+            dtypes = sorted({t.point.dtype for t in timed})
+            env["peak_tflops"] = {d: flops(device, torch_dtype(d)) for d in dtypes}
             store.save(doc)
         records: dict[str, list] = {name: [] for name in plan.sections}
         linked = _linkable(plan, sections)
@@ -120,7 +128,8 @@ def run_study(
         with closing(progress(pending)) as tasks:
             for task in tasks:
                 kind = KINDS[task.section]
-                context = plan.context(task.section, env.get("peak_gbps"))
+                context = plan.context(task.section, env.get("peak_gbps"),
+                                       env.get("peak_tflops"))  # fmt: skip
                 record = _execute(kind, task, context, execute)
                 records[task.section].append(record)
                 if kind.link is not None:  # earlier rows of its configuration are already in

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..model.capacity import MAX_SEQUENCES
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
-from ..modules.attention import BACKENDS
+from ..modules.providers import PROVIDER_ALIASES, PROVIDERS
 
 #: Sections a sweep file may hold besides defaults, sweep and models; `run` runs these.
 SECTIONS = ("params", "kvmem", "decode", "fit")
@@ -36,7 +36,8 @@ MAX_HEADS = 2**16  # num_heads, num_kv_heads, head_dim
 MAX_LAYERS = 100_000
 MAX_TOKENS = 10**9  # batch, seq_len, prompt_len; windows, pages and scale groups
 MAX_GEN_LEN = 1_000_000  # decode steps run one by one
-MAX_REPEATS = 10_000  # warmup, repeats
+MAX_REPEATS = 10_000  # warmup, repeats, min_repeats
+MAX_TIME_S = 3600.0  # max_time
 MAX_GPUS = 1_000_000  # tp, gpus
 #: CPU threads a decode may use, per CPU of this machine.
 THREADS_PER_CPU = 4
@@ -56,13 +57,14 @@ class Field:
     help: str
     axis: bool = True
     choices: tuple[str, ...] | None = None
+    #: The smallest value of an integer; a float must be above 0.
     minimum: int | None = 1
-    #: The largest value (integers), or a function giving it on this machine.
-    maximum: int | Callable[[], int] | None = None
+    #: The largest value (numbers), or a function giving it on this machine.
+    maximum: float | Callable[[], int] | None = None
     default: Any = None
 
     @property
-    def upper(self) -> int | None:
+    def upper(self) -> float | None:
         """The largest value allowed here, or None."""
         return self.maximum() if callable(self.maximum) else self.maximum
 
@@ -71,10 +73,11 @@ class Field:
         'Heads (default 1; at most 10).'"""
         if self.upper is None:
             return self.help
+        upper = f"{self.upper:g}" if isinstance(self.upper, float) else str(self.upper)
         text = self.help.rstrip(".")
         if text.endswith(")") and text[text.rfind("(") :].startswith("(default"):
-            return f"{text[:-1]}; at most {self.upper})."
-        return f"{text} (at most {self.upper})."
+            return f"{text[:-1]}; at most {upper})."
+        return f"{text} (at most {upper})."
 
     def default_for(self, section: str) -> Any:
         if isinstance(self.default, Mapping):
@@ -125,19 +128,24 @@ FIELDS: dict[str, Field] = {
     "prompt_len": Field(
         int,
         ("decode",),
-        "Prompt lengths, comma-separated.",
+        "Contexts S, comma-separated: a step writes position S and attends S + 1 keys.",
         maximum=MAX_TOKENS,
         default=128,
     ),
     "gen_len": Field(
-        int, ("decode",), "Tokens generated per run.", maximum=MAX_GEN_LEN, default=32
+        int,
+        ("decode",),
+        "Also time whole generations of N tokens from the context (default 0: off).",
+        minimum=0,
+        maximum=MAX_GEN_LEN,
+        default=0,
     ),
-    "backend": Field(
+    "provider": Field(
         str,
         ("decode",),
-        f"{', '.join(BACKENDS)}, comma-separated (default sdpa).",
-        choices=BACKENDS,
-        default="sdpa",
+        f"Implementations, comma-separated: {', '.join(PROVIDERS)} (default attnbench).",
+        choices=tuple(PROVIDERS),
+        default="attnbench",
     ),
     "mode": Field(
         str,
@@ -228,7 +236,7 @@ FIELDS: dict[str, Field] = {
     "warmup": Field(
         int,
         ("decode",),
-        "Untimed generations first (default 2).",
+        "Untimed calls before each measurement (default 2).",
         axis=False,
         minimum=0,
         maximum=MAX_REPEATS,
@@ -237,10 +245,41 @@ FIELDS: dict[str, Field] = {
     "repeats": Field(
         int,
         ("decode",),
-        "Timed generations (default 3).",
+        "Timed calls per measurement (default: adaptive, see target_rel_ci).",
         axis=False,
         maximum=MAX_REPEATS,
-        default=3,
+    ),
+    "min_repeats": Field(
+        int,
+        ("decode",),
+        "Adaptive sampling: timed calls at the least (default 5).",
+        axis=False,
+        maximum=MAX_REPEATS,
+        default=5,
+    ),
+    "max_time": Field(
+        float,
+        ("decode",),
+        "Adaptive sampling: seconds per measurement at the most (default 2 on the CPU, 1 on CUDA).",
+        axis=False,
+        maximum=MAX_TIME_S,
+    ),
+    "target_rel_ci": Field(
+        float,
+        ("decode",),
+        "Adaptive sampling: stop once the 95% interval of the median is within this "
+        "fraction of it (default 0.02).",
+        axis=False,
+        maximum=1.0,
+        default=0.02,
+    ),
+    "baseline_provider": Field(
+        str,
+        ("decode",),
+        "The provider every speedup_vs_baseline is taken against (default attnbench).",
+        axis=False,
+        choices=tuple(PROVIDERS),
+        default="attnbench",
     ),
     "threads": Field(
         int,
@@ -252,8 +291,7 @@ FIELDS: dict[str, Field] = {
     "cuda_graph": Field(
         bool,
         ("decode",),
-        "Replay each decode step as a CUDA graph.",
-        axis=False,
+        "Replay the step from a CUDA graph captured once per point; both: [false, true].",
         default=False,
     ),
     "flush_l2": Field(
@@ -266,6 +304,18 @@ FIELDS: dict[str, Field] = {
 }
 
 
+#: Earlier names of fields, accepted in sweep files and as flags: {old: new}.
+ALIASES = {"backend": "provider"}
+#: Earlier values of fields: {field: {old: new}}.
+VALUE_ALIASES = {"provider": PROVIDER_ALIASES, "baseline_provider": PROVIDER_ALIASES}
+
+
+def canonical_value(name: str, value: Any) -> Any:
+    """`value` of field `name` under its current name (sdpa -> attnbench)."""
+    aliases = VALUE_ALIASES.get(name, {})
+    return aliases.get(value, value) if isinstance(value, str) else value
+
+
 def fields_for(section: str) -> list[str]:
     """The fields a section uses, in schema order."""
     return [n for n, f in FIELDS.items() if section in f.sections]
@@ -275,7 +325,8 @@ def above_maximum(name: str, value: Any) -> str | None:
     """Why integer `value` is too large for field `name`, or None when it is not."""
     spec = FIELDS[name]
     limit = spec.upper
-    if limit is None or isinstance(value, bool) or not isinstance(value, int) or value <= limit:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if limit is None or not number or value <= limit:
         return None
     if spec.maximum is max_threads:
         return f"must be <= {limit} ({THREADS_PER_CPU} per CPU, {limit // THREADS_PER_CPU} CPUs)"

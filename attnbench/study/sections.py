@@ -14,7 +14,10 @@ class SectionKind:
     """`run(point, context)` measures one point; `check(point)` raises for a point that
     cannot run, before anything runs; `failed(point, status)` is the record of a point that
     ran out of memory (None: such a point stops the study). A section that `keeps_going`
-    records any other failure of a point as an `error: ...` status and goes on."""
+    records any other failure of a point as an `error: ...` status and goes on.
+    `check_section(values, options, given)` raises for options that do not fit the axes;
+    `order(points, options)` gives the run order; `link(records)` fills in what the
+    records say of each other (speed-ups) as they land."""
 
     name: str
     point: type
@@ -23,7 +26,8 @@ class SectionKind:
     check: Callable[[Any], None]
     failed: Callable[[Any, str], Any] | None = None
     link: Callable[[list], None] | None = None
-    order: Callable[[list], list] | None = None
+    order: Callable[[list, dict], list] | None = None
+    check_section: Callable[[dict, dict, set], None] | None = None
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
@@ -36,7 +40,8 @@ KINDS: dict[str, SectionKind] = {
                          failed=kvmem.failed, measures=True),
     "decode": SectionKind("decode", decode.DecodePoint, decode.DecodeRecord, decode.run,
                           decode.check, failed=decode.failed, link=decode.link_speedups,
-                          order=decode.no_cache_first, timed=True, measures=True,
+                          order=decode.run_order,
+                          check_section=decode.check_section, timed=True, measures=True,
                           keeps_going=True),
     "fit": SectionKind("fit", fit.FitPoint, fit.FitRecord, fit.run, fit.check),
 }  # fmt: skip

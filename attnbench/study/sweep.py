@@ -19,6 +19,7 @@ the key as the file spells it.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,16 @@ from ..model.architecture import ModelSpec
 from ..model.files import read_user_file
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
-from .schema import FIELDS, FILE_KEYS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
+from .schema import (
+    ALIASES,
+    FIELDS,
+    FILE_KEYS,
+    SECTIONS,
+    SHAPE_FIELDS,
+    above_maximum,
+    canonical_value,
+    fields_for,
+)
 from .sections import KINDS
 from .yaml_loader import YamlInputError, load_yaml
 
@@ -57,11 +67,19 @@ def check_value(name: str, value: Any) -> str | None:
     """Why one scalar value does not fit field `name` (its type, range or choices), or
     None when it does: what flags and sweep files are both checked by."""
     spec = FIELDS[name]
+    value = canonical_value(name, value)
     if spec.type is int:
         if isinstance(value, bool) or not isinstance(value, int):
             return f"expected an integer, got {brief(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}, got {value}"
+        if too_large := above_maximum(name, value):
+            return too_large
+    elif spec.type is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"expected a number, got {brief(value)}"
+        if not math.isfinite(value) or value <= 0:
+            return f"must be a number above 0, got {value}"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is bool:
@@ -93,6 +111,10 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
         if name == "models" and section in SECTIONS:  # a section's own models replace the list
             _check_models(value, f"{where}.models", problems)
             continue
+        if name in ALIASES and ALIASES[name] in body:
+            problems.append(f"{where}: {name!r} is the old name of {ALIASES[name]!r}; give one")
+            continue
+        name = ALIASES.get(name, name)
         if name not in FIELDS:
             problems.append(f"{where}: unknown key {brief(name)}{closest(str(name), FIELDS)}")
             continue
@@ -157,8 +179,22 @@ def load_config(path: str | Path | None) -> StudyConfig:
             validate_section(section, body, problems, str(path))
     if problems:
         raise _problems(problems)
-    sections = {k: v for k, v in data.items() if v is not None}
+    sections = {k: _current_names(v) for k, v in data.items() if v is not None}
     return StudyConfig(sections, str(path), path.parent, text)
+
+
+def _current_names(body: Any) -> Any:
+    """A section with its fields and values under their current names (see ALIASES)."""
+    if not isinstance(body, dict):
+        return body
+    renamed = {}
+    for name, value in body.items():
+        name = ALIASES.get(name, name)
+        if isinstance(value, list):
+            renamed[name] = [canonical_value(name, v) for v in value]
+        else:
+            renamed[name] = canonical_value(name, value)
+    return renamed
 
 
 def _problems(lines: list[str]) -> Problems:

@@ -1,0 +1,137 @@
+"""Decode providers side by side: one row per configuration of cached steps (variant,
+context and the other settings), one column per provider holding its step time and its
+speed-up over the baseline provider, and the fastest provider of the row.
+
+Shown by the commands (rich, through build_table) and in the report (Markdown) when the
+decode records hold more than one provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, known
+from .table import Column, as_row
+
+#: The settings that tell one row from another besides the provider (the mode is "cache").
+ROW_FIELDS = ("model", "variant", "device", "dtype", "batch", "d_model", "num_heads",
+              "num_kv_heads", "head_dim", "prompt_len", "gen_len", "cuda_graph")  # fmt: skip
+#: The baseline provider when the records do not name one.
+DEFAULT_BASELINE = "attnbench"
+#: The row's field naming its fastest provider.
+FASTEST = "fastest"
+#: The rank of the first provider other than the baseline: after the settings (ranks up
+#: to 20 in DECODE), which tell rows apart, so a narrow table hides providers first.
+OTHER_RANK = 21
+
+
+@dataclass(frozen=True)
+class ProviderCell:
+    """One provider's cached step at one configuration: its median time (ms) and speed-up
+    over the baseline provider, or the status that stands for them."""
+
+    ms: float | None
+    speedup: float | None
+    status: str
+
+    def full(self) -> str:
+        """'0.230 (1.21x)'; the time alone without a speed-up (the baseline's own);
+        'unsupported' (the status's first word) when not timed."""
+        if not known(self.ms):
+            return fmt_status(self.status) if self.status != "ok" else NONE_TEXT
+        if known(self.speedup):
+            return f"{self.ms:.3f} ({fmt_x2(self.speedup)})"
+        return f"{self.ms:.3f}"
+
+    def short(self) -> str:
+        """The time alone: '0.230'."""
+        return f"{self.ms:.3f}" if known(self.ms) else self.full()
+
+
+class ProvidersTable(NamedTuple):
+    """The side-by-side table: its title, columns and rows (no rows: nothing to show)."""
+
+    title: str
+    columns: list[Column]
+    rows: list[dict]
+
+
+def cached_steps(records: Iterable[Any]) -> list[Mapping[str, Any]]:
+    return [r for r in map(as_row, records) if r.get("mode") == "cache"]
+
+
+def baseline_of(records: Sequence[Mapping[str, Any]]) -> str:
+    """The baseline provider the records were compared with."""
+    named = [r["baseline_provider"] for r in records if r.get("baseline_provider")]
+    return named[0] if named else DEFAULT_BASELINE
+
+
+def providers_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The providers of the records, the baseline first, then as they first appear."""
+    names = list(dict.fromkeys(str(r.get("provider")) for r in records if r.get("provider")))
+    baseline = baseline_of(records)
+    return sorted(names, key=lambda n: n != baseline)
+
+
+def _named_by_variant(records: Sequence[Mapping[str, Any]], field: str) -> bool:
+    """Each variant of the records has one value of `field` (the variant's name says it)."""
+    values: dict[Any, set] = {}
+    for r in records:
+        values.setdefault((r.get("model"), r.get("variant")), set()).add(r.get(field))
+    return all(len(v) == 1 for v in values.values())
+
+
+def _cell(record: Mapping[str, Any], baseline: str) -> ProviderCell:
+    """The record's cell; the baseline's own has no speed-up (1x over itself)."""
+    speedup = None if record.get("provider") == baseline else record.get("speedup_vs_baseline")
+    return ProviderCell(record.get("step_ms_median"), speedup, str(record.get("status") or "ok"))
+
+
+def _provider_column(name: str, rank: int) -> Column:
+    return Column(name, f"provider:{name}", lambda c: c.full() if c else NONE_TEXT, rank=rank,
+                  compact=lambda c: c.short() if c else NONE_TEXT, group="providers")  # fmt: skip
+
+
+def providers_table(records: Iterable[Any]) -> ProvidersTable:
+    """The cached decode steps of `records` (records or dicts), providers side by side:
+    one row per configuration, one column per provider (the baseline first), then the
+    fastest provider. No rows when the cached steps hold fewer than two providers.
+
+    Providers timed at no point (unsupported or wrong everywhere) are named in the
+    title instead of given a column. In a narrow table the speed-ups go first (each cell
+    keeps its time), then the providers from the last but the baseline; settings every
+    row shares go to the title."""
+    steps = cached_steps(records)
+    baseline = baseline_of(steps)
+    timed = {r.get("provider") for r in steps if known(r.get("step_ms_median"))}
+    untimed = [p for p in providers_of(steps) if p not in timed and p != baseline]
+    providers = [p for p in providers_of(steps) if p not in untimed]
+    settings = [c for c in decode_columns(steps) if c.field in ROW_FIELDS]
+    if _named_by_variant(steps, "num_kv_heads"):  # GQA-8 says it: no column of its own
+        settings = [c for c in settings if c.field != "num_kv_heads"]
+    columns = [
+        *settings,
+        *(_provider_column(p, 4 if p == baseline else OTHER_RANK + i)
+          for i, p in enumerate(providers)),
+        Column("fastest", FASTEST, lambda v: NONE_TEXT if v is None else str(v), rank=5,
+               kind="label"),
+    ]  # fmt: skip
+    title = "Cached decode step, ms by provider"
+    if baseline in providers:
+        title += f" (speed-up over {baseline})"
+    if untimed:  # a column of nothing but "unsupported" says less than its name here
+        title += f"; not timed at any point: {', '.join(untimed)}"
+    if len(providers) < 2:
+        return ProvidersTable(title, columns, [])
+    rows: dict[tuple, dict] = {}
+    for r in steps:
+        row = rows.setdefault(tuple(r.get(f) for f in ROW_FIELDS),
+                              {f: r.get(f) for f in ROW_FIELDS})  # fmt: skip
+        row[f"provider:{r['provider']}"] = _cell(r, baseline)
+    for row in rows.values():
+        timed = [(cell.ms, p) for p in providers
+                 if (cell := row.get(f"provider:{p}")) is not None and known(cell.ms)]  # fmt: skip
+        row[FASTEST] = min(timed, key=lambda t: t[0])[1] if timed else None
+    return ProvidersTable(title, columns, list(rows.values()))

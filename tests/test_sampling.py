@@ -1,0 +1,90 @@
+"""The timing harness's sampling: the median's interval, adaptive repeats and their stops,
+and the untimed set-up before each call."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import pytest
+import torch
+
+from attnbench.measure.timing import Measurement, Sampling, Timer, median_interval
+
+CPU = torch.device("cpu")
+
+
+def test_median_interval_uses_the_order_statistics_around_the_median():
+    values = list(range(1, 101))  # 1..100, shuffled order must not matter
+    values = values[::2] + values[1::2]
+    lo, hi = median_interval(values)
+    # n = 100: ranks 50 -+ 1.96 * sqrt(100) / 2 = 50 -+ 9.8 -> 40 and 61 (1-based)
+    assert (lo, hi) == (40, 61)
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # few values: all of them
+
+
+def test_interval_narrows_with_more_samples_and_ci_rel_is_its_larger_side():
+    def spread(n: int) -> float:
+        # the same distribution, sampled evenly: the interval shrinks like 1/sqrt(n)
+        return Measurement([1.0 + (i % 100) / 100 for i in range(n)]).ci_rel
+
+    assert spread(100) > spread(400) > spread(1600)
+    m = Measurement([1.0] * 10 + [2.0] * 1)
+    lo, hi = median_interval(m.samples_ms)
+    assert m.ci_rel == pytest.approx(max(m.median_ms - lo, hi - m.median_ms) / m.median_ms)
+
+
+def test_fixed_repeats_take_exactly_that_many_samples():
+    m = Timer(CPU).sample(lambda: None, Sampling(warmup=1, repeats=7))
+    assert len(m.samples_ms) == 7 and m.stop_reason == "repeats"
+
+
+def test_steady_calls_stop_once_the_interval_is_within_the_target():
+    def steady() -> None:
+        time.sleep(0.002)  # sleeps overshoot by a fairly steady amount
+
+    m = Timer(CPU).sample(steady, Sampling(warmup=1, min_repeats=5, max_time_s=5.0,
+                                           target_rel_ci=0.25))  # fmt: skip
+    assert m.stop_reason == "target_ci"
+    assert m.ci_rel <= 0.25 and len(m.samples_ms) >= 5
+
+
+def test_noisy_calls_stop_at_the_time_budget():
+    lengths = itertools.cycle([0.0005, 0.004])  # half short, half 8x longer
+
+    def noisy() -> None:
+        time.sleep(next(lengths))
+
+    started = time.perf_counter()
+    m = Timer(CPU).sample(noisy, Sampling(warmup=0, min_repeats=5, max_time_s=0.3,
+                                          target_rel_ci=0.001))  # fmt: skip
+    assert m.stop_reason == "max_time"
+    assert m.ci_rel > 0.001
+    assert 0.3 <= time.perf_counter() - started < 1.0  # the budget, overrun by one batch at most
+
+
+def test_sampling_never_passes_its_most_samples():
+    m = Timer(CPU).sample(lambda: None, Sampling(warmup=0, min_repeats=5, max_time_s=60,
+                                                 target_rel_ci=1e-12, max_repeats=40))  # fmt: skip
+    assert len(m.samples_ms) == 40
+    assert m.stop_reason in ("max_repeats", "target_ci")
+
+
+def test_setup_runs_before_every_call_and_is_not_timed():
+    log: list[str] = []
+
+    def setup() -> None:
+        log.append("setup")
+        time.sleep(0.02)
+
+    def call() -> None:
+        log.append("call")
+
+    m = Timer(CPU).sample(call, Sampling(warmup=2, repeats=3), setup=setup)
+    assert log == ["setup", "call"] * 5  # warm-up calls get it too
+    assert max(m.samples_ms) < 10  # the 20 ms set-up is outside every sample
+
+
+def test_an_infinite_interval_never_counts_as_converged():
+    assert math.isinf(Measurement([0.0, 0.0, 0.0]).ci_rel)

@@ -301,7 +301,7 @@ def test_report_shows_providers_side_by_side(saved, tmp_path):
     doc = with_providers(saved["doc"])
     text = report.render_report(doc, [PROVIDERS_PNG])
     assert "![Cached decode step latency by provider](decode_providers.png)" in text
-    assert ("### Cached decode step, ms by provider (speed-up over attnbench); not timed at "
+    assert ("### Cached decode step, ms by provider (speed-up over attnbench) · not timed at "
             "any point: sdpa-cudnn") in text  # fmt: skip
     table = text[text.index("### Cached decode step") :].split("\n\n")[2].splitlines()
     assert table[0] == "| Variant | context | attnbench | sdpa-flash | naive | fastest |"

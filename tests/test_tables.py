@@ -489,7 +489,7 @@ def test_decode_columns_follow_the_rows():
 def test_providers_table_one_row_per_cached_configuration():
     rows = decode_rows(PROVIDERS, unsupported=("sdpa-cudnn",))
     side = providers_table(rows)
-    assert side.title == ("Cached decode step, ms by provider (speed-up over attnbench); "
+    assert side.title == ("Cached decode step, ms by provider (speed-up over attnbench) · "
                           "not timed at any point: sdpa-cudnn")  # fmt: skip
     assert len(side.rows) == 6  # 3 variants x 2 contexts, cache only
     view = build_table(side.title, side.rows, side.columns, 200)

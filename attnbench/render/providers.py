@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, known
-from .table import Column, as_row
+from .table import TITLE_SEPARATOR, Column, as_row
 
 #: The settings that tell one row from another besides the provider (the mode is "cache").
 ROW_FIELDS = ("model", "variant", "device", "dtype", "batch", "d_model", "num_heads",
@@ -122,7 +122,7 @@ def providers_table(records: Iterable[Any]) -> ProvidersTable:
     if baseline in providers:
         title += f" (speed-up over {baseline})"
     if untimed:  # a column of nothing but "unsupported" says less than its name here
-        title += f"; not timed at any point: {', '.join(untimed)}"
+        title += f"{TITLE_SEPARATOR}not timed at any point: {', '.join(untimed)}"
     if len(providers) < 2:
         return ProvidersTable(title, columns, [])
     rows: dict[tuple, dict] = {}

@@ -300,8 +300,10 @@ def build_table(
 
 def wrap_title(title: str, parts: Sequence[str], width: int) -> str:
     """`title · part · part`, broken into lines of at most `width` characters between
-    parts rather than inside one ('no bias' stays whole); rich wraps a part that alone is
-    wider than that."""
+    parts rather than inside one ('no bias' stays whole), the title's own parts too; rich
+    wraps a part that alone is wider than that."""
+    title, *own = title.split(TITLE_SEPARATOR) if title else [""]
+    parts = [*own, *parts]
     lines = [title] if title else []
     end = TITLE_SEPARATOR.rstrip()  # what a line that goes on ends with
     for i, part in enumerate(parts):

@@ -14,9 +14,13 @@ import typer
 from ..errors import FieldError, UsageError
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
+from ..study.distributed import process_group, torchrun_launch, wait_for_all
 from ..study.documents import incomplete, load_results
+from ..study.merge import Merged, merge
 from ..study.plan import MAX_POINTS
 from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
+from ..study.sections import KINDS
+from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
 from . import app
 from .common import console, err_console, keep_records, kept_text, progress_iter
 from .decode_cmd import describe as describe_decode
@@ -38,17 +42,31 @@ def describe(task: Task) -> str:
     return f"{task.section} {name}"
 
 
-def _dry_run(plan: Plan) -> None:
+def _about(seconds: float) -> str:
+    return f"about {seconds:.0f} s" if seconds >= 1 else "under a second"
+
+
+def _dry_run(plan: Plan, nproc: int) -> None:
+    """The points and their estimates; with several workers, each one's share."""
     total = plan.estimate_total(plan.tasks)
-    for task in plan.tasks:
-        console.print(f"{describe(task)}  ~{plan.estimate(task):.2f} s", markup=False)
     devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
-    about = f"about {total:.0f} s" if total >= 1 else "under a second"
-    console.print(
-        f"{len(plan.tasks)} points ({devices or 'no device needed'}), {about} (a rough "
-        "estimate); nothing was run.",
-        markup=False,
-    )
+    if nproc == 1:
+        for task in plan.tasks:
+            console.print(f"{describe(task)}  ~{plan.estimate(task):.2f} s", markup=False)
+        where = devices or "no device needed"
+        console.print(f"{len(plan.tasks)} points ({where}), {_about(total)} (a rough "
+                      "estimate); nothing was run.", markup=False)  # fmt: skip
+        return
+    shares = assign(plan.tasks, plan.estimate, nproc)
+    loads = [plan.estimate_total(share) for share in shares]
+    for rank, (share, load) in enumerate(zip(shares, loads, strict=True)):
+        console.print(f"rank {rank}: {len(share)} points, {_about(load)}", markup=False)
+    mean = sum(loads) / nproc
+    slowest = max(loads)
+    balance = f"the slowest rank {slowest / mean:.2f}x the mean" if mean > 0 else "nothing to run"
+    console.print(f"{len(plan.tasks)} points on {nproc} ranks ({devices or 'no device needed'}): "
+                  f"{_about(slowest)} of wall time against {_about(total)} on one, "
+                  f"{balance} (rough estimates); nothing was run.", markup=False)  # fmt: skip
 
 
 def _finish(doc: dict, out: Path, quiet: bool) -> None:
@@ -64,6 +82,15 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
     files = [f"{name}.csv" for name in doc["sections"]] + [RESULTS_FILE]
     console.print(f"Wrote {', '.join(files)}, {len(plots)} plots and {report.name} in {out}/",
                   markup=False)  # fmt: skip
+
+
+def _nproc(text: str | None) -> int:
+    """--nproc's value: the number of ranks to plan for (1 when not given)."""
+    if text is None:
+        return 1
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_SHARDS:
+        raise FieldError("nproc", text, f"expected an integer from 1 to {MAX_SHARDS:,}")
+    return int(text)
 
 
 def _max_points(text: str | None) -> int:
@@ -106,22 +133,61 @@ def run_command(
             help=f"Refuse a study of more points than this (default {MAX_POINTS:,}).",
         ),
     ] = None,
+    nproc: Annotated[
+        str | None,
+        typer.Option(
+            "--nproc",
+            metavar="N",
+            help="With --dry-run: share the points among N ranks and print each one's share.",
+        ),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            metavar="i/N",
+            help="Run share i of N (from 0) into --out DIR/shards/; `attnbench merge DIR` "
+            "puts the shares together.",
+        ),
+    ] = None,
 ) -> None:
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
-    point (exit 130); --resume finishes the rest."""
+    point (exit 130); --resume finishes the rest. Under torchrun every rank runs its share
+    (on its own GPU) and rank 0 merges them."""
+    launch = torchrun_launch()
     try:
         plan = plan_study(config, device, max_points=_max_points(max_points))
+        if launch is not None and plan.device.type == "cuda":  # each rank on its own GPU
+            own = str(launch.device(plan.device))
+            plan = plan_study(config, own, max_points=_max_points(max_points))
     except FieldError as exc:  # the sweep file is an argument here, not a flag
         raise (exc.located(str(config)) if exc.field == "config" else exc) from None
+    if launch is not None and not dry_run:
+        if shard is not None:
+            raise FieldError("shard", shard, "torchrun shares the study among its ranks already")
+        if out is None:
+            raise FieldError("out", None, "under torchrun, give every rank the study's "
+                             "directory with --out DIR")  # fmt: skip
+        shard = str(Shard(launch.rank, launch.world_size))
+        quiet = quiet or launch.rank > 0  # one rank reports
+    workers = _nproc(nproc)
     if dry_run:
-        _dry_run(plan)
+        _dry_run(plan, workers)
         return
+    if nproc is not None:
+        raise FieldError("nproc", nproc, "goes with --dry-run: it plans shares, it starts nothing")
     if resume and out is None:
         raise FieldError("resume", None, "give the results directory to finish with --out DIR")
+    if shard is not None and out is None:
+        raise FieldError("shard", shard, "give the study's directory, the same for every share, "
+                         "with --out DIR")  # fmt: skip
     out_dir = Path(out) if out else Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     if out_dir.exists() and not out_dir.is_dir():
         raise FieldError("out", out_dir, "not a directory")
+    share = parse_shard(shard) if shard is not None else None
+    if share is not None:
+        plan = shard_plan(plan, share)
 
     def notice() -> None:
         err_console.print("stopping after the current point (Ctrl-C again to stop now)")
@@ -129,7 +195,7 @@ def run_command(
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)
 
-    store = DirectoryStore(out_dir)
+    store = DirectoryStore(shard_dir(out_dir, share) if share else out_dir)
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
             if note:
@@ -140,13 +206,23 @@ def run_command(
                 raise KeyboardInterrupt
             if not quiet:
                 earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
-                console.print(f"Ran {result.ran} of {result.total} points{earlier} in "
+                of = f" of share {share}" if share else ""
+                console.print(f"Ran {result.ran} of {result.total} points{of}{earlier} in "
                               f"{result.seconds:.1f} s.")  # fmt: skip
-            _finish(result.document, out_dir, quiet)
+            if share is None:
+                _finish(result.document, out_dir, quiet)
+            elif launch is None and not quiet:
+                console.print(f"Wrote {store.out_dir}/; when every share has run: "
+                              f"attnbench merge {out_dir}", markup=False)  # fmt: skip
     except KeyboardInterrupt:  # while running, or while writing plots and the report
-        raise _interrupted(out_dir, config, device) from None
+        raise _interrupted(out_dir, config, device, share) from None
     except OSError as exc:
         raise _unwritable(exc, out_dir, store) from None
+    if launch is not None:
+        with process_group(plan.device):
+            wait_for_all()  # every share is on disk
+        if launch.rank == 0:
+            _write_merged(merge([out_dir]), out_dir, quiet)
     if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
         raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
 
@@ -172,9 +248,12 @@ def _unsaved(store: DirectoryStore) -> bool:
     return any(counts.get(n) != len(s["records"]) for n, s in doc.get("sections", {}).items())
 
 
-def _interrupted(out_dir: Path, config: str | None, device: str | None) -> typer.Exit:
+def _interrupted(
+    out_dir: Path, config: str | None, device: str | None, share: Shard | None
+) -> typer.Exit:
     again = ["attnbench run", *([config] if config else []), "--out", str(out_dir), "--resume"]
     again += ["--device", device] if device else []
+    again += ["--shard", str(share)] if share else []
     err_console.print(f"interrupted: the finished points are in {out_dir}/; finish with: "
                       f"{' '.join(again)}", soft_wrap=True)  # fmt: skip
     return typer.Exit(EXIT_INTERRUPTED)
@@ -214,3 +293,47 @@ def report_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = Fa
     """Re-write a study's report.md from its results.json (showing the plots found beside
     it); nothing is re-run."""
     _rerender(results, out, quiet, lambda doc, out_dir: [write_report(doc, out_dir)])
+
+
+@app.command("merge")
+@handles_errors
+def merge_command(
+    dirs: Annotated[
+        list[str],
+        typer.Argument(help="Study directories (their shards/*/) or share directories."),
+    ],
+    out: Annotated[
+        str | None,
+        typer.Option("--out", help="Directory to write into (default: the first directory)."),
+    ] = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Put the shares of a study (run with --shard i/N) back together: results.json, the
+    CSVs, plots and report.md, in the study's point order. Exits 1 when some points are in
+    no share yet."""
+    out_dir = Path(out) if out else Path(dirs[0])
+    _write_merged(merge([Path(d) for d in dirs]), out_dir, quiet)
+
+
+def _write_merged(merged: Merged, out_dir: Path, quiet: bool) -> None:
+    """The merged study's results.json, CSVs, plots and report in `out_dir`; exit 1 when
+    some points are in no share."""
+    store = DirectoryStore(out_dir)
+    try:
+        with store.locked():
+            store.save(merged.document)
+            for name, section in merged.document["sections"].items():
+                store.rewrite(name, section["records"], KINDS[name].record)
+            if not quiet:
+                points = sum(len(s["records"]) for s in merged.document["sections"].values())
+                console.print(f"Merged shares {', '.join(merged.shards)}: {points} points.",
+                              markup=False)  # fmt: skip
+            _finish(merged.document, out_dir, quiet)
+    except OSError as exc:
+        raise _unwritable(exc, out_dir) from None
+    if not merged.complete:
+        missing = ", ".join(f"{n} {s}" for s, n in merged.missing.items() if n)
+        err_console.print(f"incomplete: {missing} point(s) are in no share yet; run the "
+                          "missing shares (or --resume them) and merge again",
+                          soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1)

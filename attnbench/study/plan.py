@@ -55,6 +55,8 @@ class Plan:
     sections: dict[str, Section]
     devices: dict[str, torch.device]
     tasks: list[Task]
+    #: For one share of a study (study.shards): which points of each section it runs.
+    shard: dict | None = None
 
     @property
     def device(self) -> torch.device:
@@ -113,6 +115,19 @@ class Plan:
 
 def without_source(config: dict) -> dict:
     return {k: v for k, v in config.items() if k != "source"}
+
+
+def first_difference(there: dict[str, dict], mine: dict[str, dict], where: str) -> str:
+    """The first difference between two studies' section configurations, in words:
+    'decode.prompt_len: [16] there, [64] here' (`where` names the second)."""
+    if set(there) != set(mine):
+        return f"sections {', '.join(there)} there, {', '.join(mine)} {where}"
+    for name, config in mine.items():
+        old, new = without_source(there[name]), without_source(config)
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                return f"{name}.{key}: {old.get(key)!r} there, {new.get(key)!r} {where}"
+    return "its configuration hash differs"
 
 
 class TooManyPoints(UsageError):

@@ -32,7 +32,7 @@ from ..records import as_dict
 from .output import (
     document_header,
 )
-from .plan import DEFAULT_CONFIG, Plan, Task, plan_command, plan_study, without_source
+from .plan import DEFAULT_CONFIG, Plan, Task, first_difference, plan_command, plan_study
 from .sections import KINDS, SectionKind
 from .stores import RESULTS_FILE, DirectoryStore, MemoryStore
 
@@ -185,6 +185,8 @@ def _new_document(plan: Plan, store: Store, command: str) -> dict:
     sections = {name: {"config": sec.to_dict(), "records": []}
                 for name, sec in plan.sections.items()}  # fmt: skip
     doc = {**document_header(command, plan.config_document(), environment), "sections": sections}
+    if plan.shard is not None:
+        doc["shard"] = plan.shard
     store.save(doc)
     for name in plan.sections:  # a CSV left there by another study is not appended to
         store.rewrite(name, [], KINDS[name].record)
@@ -208,15 +210,7 @@ def _resumed_document(plan: Plan, store: Store) -> dict:
 def config_difference(doc: dict, plan: Plan) -> str:
     """The first difference between a saved study's configuration and `plan`'s, in words."""
     saved = {name: s.get("config", {}) for name, s in doc["sections"].items()}
-    now = plan.section_configs()
-    if set(saved) != set(now):
-        return f"sections {', '.join(saved)} there, {', '.join(now)} here"
-    for name, config in now.items():
-        old, new = without_source(saved[name]), without_source(config)
-        for key in sorted(set(old) | set(new)):
-            if old.get(key) != new.get(key):
-                return f"{name}.{key}: {old.get(key)!r} there, {new.get(key)!r} here"
-    return "its configuration hash differs"
+    return first_difference(saved, plan.section_configs(), "here")
 
 
 @contextmanager

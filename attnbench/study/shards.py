@@ -1,0 +1,91 @@
+"""Sharing a study's points among N workers (the ranks of a torchrun job, or the tasks
+of a job array): deterministic, every point to exactly one worker, balanced by the
+runner's time estimate.
+
+The shares come from the longest-processing-time-first rule: points in decreasing order
+of their estimate, each to the worker with the least estimated time so far (ties to the
+lower index). It is within 4/3 of the best possible balance, and the same inputs always
+give the same shares, so independent workers agree on them without talking.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import FieldError
+from .plan import Plan, Task
+
+#: The most workers a study can be shared among.
+MAX_SHARDS = 100_000
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Share `index` of `count` (0-based)."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """'i/N' (0 <= i < N) as a Shard; FieldError naming the value otherwise."""
+    index, sep, count = str(text).strip().partition("/")
+    if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+        raise FieldError("shard", text, "expected i/N, e.g. 0/4 (share i of N, from 0)")
+    shard = Shard(int(index), int(count))
+    if not 1 <= shard.count <= MAX_SHARDS:
+        raise FieldError("shard", text, f"N must be between 1 and {MAX_SHARDS:,}")
+    if shard.index >= shard.count:
+        raise FieldError("shard", text, f"i must be below N (0 to {shard.count - 1})")
+    return shard
+
+
+def assign(
+    tasks: Sequence[Task], estimate: Callable[[Task], float], count: int
+) -> list[list[Task]]:
+    """`tasks` shared among `count` workers, longest first onto the least loaded; each
+    share keeps the study's order."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    order = sorted(range(len(tasks)), key=lambda i: (-estimate(tasks[i]), i))
+    loads = [(0.0, w) for w in range(count)]  # a heap of (estimated seconds, worker)
+    shares: list[list[int]] = [[] for _ in range(count)]
+    for i in order:
+        load, worker = heapq.heappop(loads)
+        shares[worker].append(i)
+        heapq.heappush(loads, (load + estimate(tasks[i]), worker))
+    return [[tasks[i] for i in sorted(share)] for share in shares]
+
+
+def share_of(tasks: Sequence[Task], estimate: Callable[[Task], float], shard: Shard) -> list[Task]:
+    """The tasks of `shard` (see assign)."""
+    return assign(tasks, estimate, shard.count)[shard.index]
+
+
+#: Where the shares of a study keep their results, under its output directory.
+SHARDS_DIR = "shards"
+
+
+def shard_dir(out_dir: Path, shard: Shard) -> Path:
+    """The directory one share writes: DIR/shards/<i>-of-<N>/, its own results.json and
+    CSVs, so workers never write the same file."""
+    return out_dir / SHARDS_DIR / f"{shard.index}-of-{shard.count}"
+
+
+def shard_plan(plan: Plan, shard: Shard) -> Plan:
+    """The plan of one share: its tasks, numbered within the share, and (in `shard`)
+    where each sits in the whole study, which merging puts back together."""
+    tasks: list[Task] = []
+    indices: dict[str, list[int]] = {name: [] for name in plan.sections}
+    for task in share_of(plan.tasks, plan.estimate, shard):
+        tasks.append(Task(task.section, len(indices[task.section]), task.point))
+        indices[task.section].append(task.index)
+    points = {name: sum(t.section == name for t in plan.tasks) for name in plan.sections}
+    about = {"index": shard.index, "count": shard.count, "indices": indices, "points": points}
+    return replace(plan, tasks=tasks, shard=about)

@@ -1,0 +1,199 @@
+"""Sharing a study among ranks: every point to exactly one, balanced by the estimate."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from attnbench.cli import app
+from attnbench.errors import FieldError
+from attnbench.study.plan import Task, plan_study
+from attnbench.study.shards import Shard, assign, parse_shard, share_of
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(("text", "shard"), [("0/1", Shard(0, 1)), (" 3/8 ", Shard(3, 8))])
+def test_a_shard_is_i_of_n(text, shard):
+    assert parse_shard(text) == shard
+    assert str(shard) == text.strip()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [("2", "expected i/N"), ("a/2", "expected i/N"), ("-1/2", "expected i/N"),
+     ("2/2", "i must be below N (0 to 1)"), ("0/0", "N must be between 1 and")],
+)  # fmt: skip
+def test_a_bad_shard_names_the_value(text, reason):
+    with pytest.raises(FieldError, match=re.escape(reason)) as caught:
+        parse_shard(text)
+    assert caught.value.field == "shard" and caught.value.value == text
+
+
+def tasks(costs: list[float]) -> list[Task]:
+    return [Task("decode", i, cost) for i, cost in enumerate(costs)]
+
+
+def test_every_task_goes_to_exactly_one_share_in_study_order():
+    work = tasks([5, 1, 1, 3, 2, 2, 8, 1])
+    shares = assign(work, lambda t: t.point, 3)
+    assert sorted(t.index for share in shares for t in share) == list(range(8))
+    for share in shares:
+        assert [t.index for t in share] == sorted(t.index for t in share)
+    assert shares == assign(work, lambda t: t.point, 3)  # the same inputs, the same shares
+    assert [share_of(work, lambda t: t.point, Shard(i, 3)) for i in range(3)] == shares
+
+
+def test_longest_first_onto_the_least_loaded():
+    # 8 goes first to rank 0, 5 to rank 1, 3 to rank 2, then 2 and 2 to ranks 2 and 1...
+    shares = assign(tasks([5, 1, 1, 3, 2, 2, 8, 1]), lambda t: t.point, 3)
+    loads = [sum(t.point for t in share) for share in shares]
+    assert loads == [8, 8, 7]
+    assert assign(tasks([4.0]), lambda t: t.point, 3) == [[Task("decode", 0, 4.0)], [], []]
+
+
+def test_the_providers_study_balances_over_8_ranks_within_10_percent():
+    plan = plan_study(ROOT / "configs" / "providers.yaml", device="cpu")
+    loads = [plan.estimate_total(share) for share in assign(plan.tasks, plan.estimate, 8)]
+    assert max(loads) / (sum(loads) / len(loads)) <= 1.10
+
+
+def test_dry_run_prints_each_ranks_share():
+    result = runner.invoke(app, ["run", str(ROOT / "configs" / "providers.yaml"), "--dry-run",
+                                 "--nproc", "4", "--device", "cpu"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == [f"rank {i}" for i in range(4)]
+    assert sum(int(line.split()[2]) for line in lines[:4]) == 63
+    assert "63 points on 4 ranks" in lines[4] and "nothing was run" in lines[4]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--dry-run", "--nproc", "0"], "error: --nproc 0: expected an integer from 1 to"),
+     (["--nproc", "2"], "error: --nproc 2: goes with --dry-run")],
+)  # fmt: skip
+def test_bad_nproc_exits_2_with_one_line(args, message):
+    result = runner.invoke(app, ["run", *args])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(message)
+
+
+# --- running shares and merging them -------------------------------------------------------
+
+STUDY = """
+defaults: {d_model: 64, num_heads: 4}
+sweep: {num_kv_heads: [4, 2, 1]}
+params: {}
+kvmem: {seq_len: [128, 256], measure: false}
+decode: {prompt_len: [8, 16], repeats: 2, warmup: 0, device: cpu, mode: [cache, no_cache],
+         provider: [attnbench, naive], prefill: false}
+"""
+
+
+def exact_rows(doc: dict) -> dict[str, list[dict]]:
+    """Each section's records, keys and exact metrics only (what two runs must share)."""
+    from attnbench.records import Kind, field_kinds
+    from attnbench.study.sections import KINDS
+
+    rows = {}
+    for name, section in doc["sections"].items():
+        kinds = field_kinds(KINDS[name].record)
+        keep = [f for f, k in kinds.items() if k in (Kind.KEY, Kind.EXACT)]
+        rows[name] = [{f: r[f] for f in keep} for r in section["records"]]
+    return rows
+
+
+def run_cli(*args: str):
+    result = runner.invoke(app, [*args, "-q"])
+    return result
+
+
+def test_two_shares_merged_equal_the_unsharded_study_row_for_row(tmp_path):
+    import json
+
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
+    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    for i in range(2):
+        result = run_cli("run", str(study), "--out", str(sharded), "--shard", f"{i}/2")
+        assert result.exit_code == 0, result.output
+        assert (sharded / "shards" / f"{i}-of-2" / "results.json").is_file()
+    merged = run_cli("merge", str(sharded))
+    assert merged.exit_code == 0, merged.output
+    one = json.loads((whole / "results.json").read_text())
+    two = json.loads((sharded / "results.json").read_text())
+    assert exact_rows(two) == exact_rows(one)
+    assert [e["shard"] for e in two["environments"]] == ["0/2", "1/2"]
+    decode = two["sections"]["decode"]["records"]
+    assert all(r["speedup_vs_baseline"] for r in decode)  # linked across the shares
+    for name in ("params", "kvmem", "decode"):
+        assert (sharded / f"{name}.csv").read_text().count("\n") == len(
+            one["sections"][name]["records"]
+        ) + 1
+    assert (sharded / "report.md").is_file()
+
+
+def test_merging_an_incomplete_study_exits_1_and_names_what_is_missing(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    assert run_cli("run", str(study), "--out", str(tmp_path), "--shard", "1/3").exit_code == 0
+    result = run_cli("merge", str(tmp_path))
+    assert result.exit_code == 1
+    assert "point(s) are in no share yet" in result.stderr
+
+
+def test_shares_of_different_studies_are_refused_naming_the_difference(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    assert run_cli("run", str(study), "--out", str(tmp_path / "a"), "--shard", "0/2").exit_code == 0
+    study.write_text(STUDY.replace("prompt_len: [8, 16]", "prompt_len: [8, 32]"))
+    assert run_cli("run", str(study), "--out", str(tmp_path / "b"), "--shard", "1/2").exit_code == 0
+    result = run_cli("merge", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert "another study (decode.prompt_len: [8, 32] there, [8, 16] in " in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--shard", "0/2"], "error: --shard 0/2: give the study's directory"),
+     (["--shard", "2/2", "--out", "x"], "error: --shard 2/2: i must be below N")],
+)  # fmt: skip
+def test_bad_shards_exit_2_with_one_line(args, message):
+    result = runner.invoke(app, ["run", *args])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(message)
+
+
+def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path):
+    """Two real ranks under torchrun (gloo on the CPU): the merged study equals one
+    process's run of it, row for row, with each rank's environment."""
+    import json
+    import subprocess
+    import sys
+
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    whole = tmp_path / "whole"
+    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    out = tmp_path / "ranks"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2"]  # fmt: skip
+    done = subprocess.run([*torchrun, "-m", "attnbench", "run", str(study), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in (out / "shards").iterdir()) == ["0-of-2", "1-of-2"]
+    merged = json.loads((out / "results.json").read_text())
+    one = json.loads((whole / "results.json").read_text())
+    assert exact_rows(merged) == exact_rows(one)
+    assert [e["shard"] for e in merged["environments"]] == ["0/2", "1/2"]
+    assert all(e["peak_gbps"] > 0 for e in merged["environments"])  # each rank measured its own
+    assert done.stdout.count("Findings:") == 1  # rank 0 alone reports

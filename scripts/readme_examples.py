@@ -1,7 +1,7 @@
 """Re-run every example session of README.md and write its real output into the page.
 
 A session is a fenced block whose first line is `$ attnbench ...` (or `$ python scripts/...`,
-one of this repository's scripts); each `$ ` line is run
+one of this repository's scripts, or `$ torchrun ...`); each `$ ` line is run
 (in a scratch directory holding the repository's configs/ and scripts/examples/), and
 the lines after it, up to the next `$ ` line or the end of the block, become what it
 printed (stdout and stderr, in order, without the progress lines, and with the exit code
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 WIDTH = "100"
 FENCE = re.compile(r"^```")
-SESSION = re.compile(r"^\$ (attnbench|python scripts/)")
+SESSION = re.compile(r"^\$ (attnbench|python scripts/|torchrun )")
 #: The one line per point a command prints off a terminal while it runs.
 PROGRESS = re.compile(r"^\[\d+/\d+\] ")
 
@@ -39,6 +39,9 @@ def run(command: str, cwd: Path) -> list[str]:
     if args[0] == "python":
         assert args[1].startswith("scripts/"), command
         args, cwd = [sys.executable, *args[1:]], ROOT
+    elif args[0] == "torchrun":  # ranks of one machine, as the README shows them
+        args = [str(Path(sys.executable).parent / "torchrun"), *args[1:]]
+        env["OMP_NUM_THREADS"] = "1"  # torchrun's own default, set so it does not warn
     else:
         assert args[0] == "attnbench", command
         args = [str(Path(sys.executable).parent / "attnbench"), *args[1:]]

@@ -56,7 +56,7 @@ def merge(paths: Sequence[Path]) -> Merged:
     first_file, first = docs[0]
     for file, doc in docs:
         if "shard" not in doc:
-            raise UsageError(f"{file}: not a share of a study (run with --shard i/N)")
+            raise UsageError(f"{file}: not a share of a study (a whole study, run unshared)")
         _check_same_study(first_file, first, file, doc)
     sections: dict[str, dict[int, dict]] = {name: {} for name in first["sections"]}
     seen: dict[str, str] = {}

@@ -197,3 +197,41 @@ def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path):
     assert [e["shard"] for e in merged["environments"]] == ["0/2", "1/2"]
     assert all(e["peak_gbps"] > 0 for e in merged["environments"])  # each rank measured its own
     assert done.stdout.count("Findings:") == 1  # rank 0 alone reports
+
+
+class Crash(BaseException):
+    """A rank dying mid-study (the process is gone; what it wrote stays)."""
+
+
+def test_a_share_that_died_mid_study_resumes_and_the_merge_loses_nothing(tmp_path):
+    """A worker dies after 5 points of its share; `--resume --shard` finishes that share
+    without redoing them, and the merge equals one process's run, row for row."""
+    import json
+
+    from attnbench.study.runner import DirectoryStore, run_experiment, run_study
+    from attnbench.study.shards import shard_dir, shard_plan
+
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    whole, out = tmp_path / "whole", tmp_path / "sharded"
+    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    share = Shard(0, 2)
+    ran: list[Task] = []
+
+    def dies_after_5(task, context):
+        if len(ran) == 5:
+            raise Crash
+        ran.append(task)
+        return run_experiment(task, context)
+
+    plan = shard_plan(plan_study(study), share)
+    with pytest.raises(Crash):
+        run_study(plan, DirectoryStore(shard_dir(out, share)), execute=dies_after_5)
+    kept = json.loads((shard_dir(out, share) / "results.json").read_text())
+    assert sum(len(s["records"]) for s in kept["sections"].values()) == 5
+    resumed = run_cli("run", str(study), "--out", str(out), "--shard", "0/2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert run_cli("run", str(study), "--out", str(out), "--shard", "1/2").exit_code == 0
+    assert run_cli("merge", str(out)).exit_code == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert exact_rows(merged) == exact_rows(json.loads((whole / "results.json").read_text()))

@@ -235,3 +235,11 @@ def test_a_share_that_died_mid_study_resumes_and_the_merge_loses_nothing(tmp_pat
     assert run_cli("merge", str(out)).exit_code == 0
     merged = json.loads((out / "results.json").read_text())
     assert exact_rows(merged) == exact_rows(json.loads((whole / "results.json").read_text()))
+
+
+def test_resuming_a_share_that_never_started_runs_it(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    result = run_cli("run", str(study), "--out", str(tmp_path), "--shard", "1/2", "--resume")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "shards" / "1-of-2" / "results.json").is_file()

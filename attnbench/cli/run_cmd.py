@@ -196,6 +196,8 @@ def run_command(
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)
 
     store = DirectoryStore(shard_dir(out_dir, share) if share else out_dir)
+    if share is not None and resume and not store.exists():
+        resume = False  # a share that never started: resuming the study starts it
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
             if note:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU check, within 10 minutes on one GPU: the CUDA self-checks and tests, every provider
-# side by side in bfloat16, and CUDA-graph against eager steps. Writes results/gpu/.
+# GPU check, within 10 minutes on one GPU (the steps' time limits add up to 570 s): the
+# CUDA self-checks and tests, every provider side by side in bfloat16, and CUDA-graph
+# against eager steps. Writes results/gpu/.
 # Installs nothing: runs from the checkout with the machine's own python3 and its
 # preinstalled torch, typer, rich, pandas and pyyaml (hf rows are `unsupported` without
 # transformers).
@@ -16,11 +17,11 @@ echo "== environment"
 $PY -m attnbench env --device cuda | tee "$OUT/env.txt" || exit 2
 
 echo "== self-checks on CUDA"
-timeout 120 $PY -m attnbench selfcheck --device cuda | tee "$OUT/selfcheck.txt" || status=1
+timeout 90 $PY -m attnbench selfcheck --device cuda | tee "$OUT/selfcheck.txt" || status=1
 
 echo "== CUDA-marked tests"
 if $PY -c "import pytest" 2>/dev/null; then
-  timeout 150 $PY -m pytest -q -m cuda tests | tee "$OUT/pytest-cuda.txt" || status=1
+  timeout 120 $PY -m pytest -q -m cuda tests | tee "$OUT/pytest-cuda.txt" || status=1
 else
   echo "pytest is not installed here: the CUDA tests were skipped (the self-checks above ran)" \
     | tee "$OUT/pytest-cuda.txt"
@@ -33,7 +34,7 @@ timeout 150 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 1
   --provider attnbench,naive,sdpa-math,sdpa-flash,sdpa-efficient,sdpa-cudnn,hf \
   --csv "$OUT/providers.csv" --json "$OUT/providers.json" || status=1
 echo "== flex_attention (compiled for each point)"
-timeout 150 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 \
+timeout 120 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 \
   --provider attnbench,flex --csv "$OUT/flex.csv" --json "$OUT/flex.json" || status=1
 echo "== CUDA graph against eager"
 timeout 90 $PY -m attnbench decode-speed --config configs/cuda-graphs.yaml --device cuda \

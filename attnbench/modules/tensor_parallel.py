@@ -1,0 +1,135 @@
+"""Tensor-parallel attention: one layer split by heads over T ranks, as serving engines do.
+
+Each rank holds Hq/T query heads and the KV heads they use. q/k/v are column-parallel (each
+rank computes its heads' rows of the projections), o_proj is row-parallel (each rank
+multiplies its heads' slice of the attention output by its columns of the weight), so the
+layer's output is the sum of the ranks' outputs: one all-reduce per layer, no other
+communication. With fewer KV heads than ranks, each KV head is replicated on T/Hkv ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from .attention import GroupedQueryAttention
+from .kv_cache import KVCache
+
+
+def tp_shard_heads(num_heads: int, num_kv_heads: int, tp: int, rank: int) -> tuple[range, range]:
+    """The query heads and KV heads that rank `rank` of `tp` holds.
+
+    Query heads are split evenly. KV heads are split evenly when there are at least `tp` of
+    them; otherwise each is replicated on tp / num_kv_heads consecutive ranks and a rank holds
+    the one its query heads use. Raises ValueError when the heads cannot be split that way.
+    """
+    for name, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp:
+        raise ValueError(f"rank must be an integer in [0, {tp}), got {rank!r}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads}")
+    if num_heads % tp:
+        raise ValueError(f"tensor parallel size {tp} does not divide num_heads {num_heads}")
+    per_rank = num_heads // tp
+    q_heads = range(rank * per_rank, (rank + 1) * per_rank)
+    if num_kv_heads >= tp:
+        if num_kv_heads % tp:
+            raise ValueError(
+                f"tensor parallel size {tp} does not divide num_kv_heads {num_kv_heads}"
+            )
+        kv_per_rank = num_kv_heads // tp
+        kv_heads = range(rank * kv_per_rank, (rank + 1) * kv_per_rank)
+    else:
+        if tp % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads {num_kv_heads} does not divide tensor parallel size {tp}, "
+                "so the KV heads cannot be replicated evenly"
+            )
+        replicas = tp // num_kv_heads
+        kv_heads = range(rank // replicas, rank // replicas + 1)
+    group_size = num_heads // num_kv_heads
+    assert all(h // group_size in kv_heads for h in q_heads), (q_heads, kv_heads)
+    return q_heads, kv_heads
+
+
+def _rows(heads: range, head_dim: int) -> slice:
+    return slice(heads.start * head_dim, heads.stop * head_dim)
+
+
+def shard_layer(layer: GroupedQueryAttention, tp: int, rank: int) -> GroupedQueryAttention:
+    """Rank `rank`'s part of `layer` split over `tp` ranks, holding copies of its slices.
+
+    o_proj keeps its bias only on rank 0, so that summing the ranks' outputs adds it once.
+    """
+    q_heads, kv_heads = tp_shard_heads(layer.num_heads, layer.num_kv_heads, tp, rank)
+    weight = layer.q_proj.weight
+    has_bias = layer.q_proj.bias is not None
+    shard = GroupedQueryAttention(
+        layer.d_model,
+        len(q_heads),
+        len(kv_heads),
+        head_dim=layer.head_dim,
+        bias=has_bias,
+        backend=layer.backend,
+        device=weight.device,
+        dtype=weight.dtype,
+    )
+    q_rows, kv_rows = _rows(q_heads, layer.head_dim), _rows(kv_heads, layer.head_dim)
+    with torch.no_grad():
+        for name, rows in (("q_proj", q_rows), ("k_proj", kv_rows), ("v_proj", kv_rows)):
+            source, target = getattr(layer, name), getattr(shard, name)
+            target.weight.copy_(source.weight[rows])
+            if has_bias:
+                target.bias.copy_(source.bias[rows])
+        shard.o_proj.weight.copy_(layer.o_proj.weight[:, q_rows])
+        if layer.o_proj.bias is not None and rank == 0:
+            shard.o_proj.bias.copy_(layer.o_proj.bias)
+    if rank != 0:
+        shard.o_proj.register_parameter("bias", None)
+    return shard
+
+
+def tp_decode_step(
+    shard: GroupedQueryAttention,
+    x: torch.Tensor,
+    cache: KVCache,
+    position: int,
+    group: dist.ProcessGroup | None = None,
+) -> Callable[[], torch.Tensor]:
+    """One tensor-parallel decode step as a fixed call: the shard's decode_step (see
+    GroupedQueryAttention.decode_step; `cache` holds the rank's KV heads) followed by the
+    sum of every rank's output over `group`. The call returns the layer's full output,
+    the same on every rank. The process group must already be initialised."""
+    _check_initialized()
+    step = shard.decode_step(x, cache, position)
+
+    def call() -> torch.Tensor:
+        out = step()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+        return out
+
+    return call
+
+
+def all_reduce_call(
+    tensor: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> Callable[[], torch.Tensor]:
+    """The all-reduce (sum) of `tensor` in place over `group` alone, as a fixed call, to time
+    the communication of a step apart from its computation. Each call sums again what the
+    previous left, so the values are meaningless after the first."""
+    _check_initialized()
+
+    def call() -> torch.Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+        return tensor
+
+    return call
+
+
+def _check_initialized() -> None:
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("tensor-parallel calls need torch.distributed initialised first")

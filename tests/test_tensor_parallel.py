@@ -1,0 +1,162 @@
+"""Tensor-parallel attention: the head split, and sharded layers summed equal the full one."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from attnbench.modules.attention import GroupedQueryAttention
+from attnbench.modules.kv_cache import KVCache
+from attnbench.modules.tensor_parallel import shard_layer, tp_decode_step, tp_shard_heads
+
+D_MODEL, HEAD_DIM, BATCH, MAX_LEN, POSITION, PREFILL = 64, 8, 2, 16, 9, 7
+TOLERANCE = 1e-10
+#: name -> (num_heads, num_kv_heads) run on two real processes.
+VARIANTS = {"mha": (8, 8), "gqa": (8, 2), "mqa": (8, 1)}
+WORLD = 2
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "tp", "expected"),
+    [
+        (8, 8, 2, [(range(0, 4), range(0, 4)), (range(4, 8), range(4, 8))]),
+        (8, 2, 2, [(range(0, 4), range(0, 1)), (range(4, 8), range(1, 2))]),
+        (8, 1, 2, [(range(0, 4), range(0, 1)), (range(4, 8), range(0, 1))]),
+        (8, 2, 4, [(range(0, 2), range(0, 1)), (range(2, 4), range(0, 1)),
+                   (range(4, 6), range(1, 2)), (range(6, 8), range(1, 2))]),
+    ],
+    ids=["mha", "gqa", "mqa-replicated", "gqa-replicated-x2"],
+)  # fmt: skip
+def test_heads_split_over_ranks(heads, kv_heads, tp, expected):
+    assert [tp_shard_heads(heads, kv_heads, tp, rank) for rank in range(tp)] == expected
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "tp", "message"),
+    [
+        (6, 6, 4, "tensor parallel size 4 does not divide num_heads 6"),
+        (6, 3, 2, "tensor parallel size 2 does not divide num_kv_heads 3"),
+        (12, 3, 4, "num_kv_heads 3 does not divide tensor parallel size 4"),
+        (8, 2, 2, "rank must be an integer in [0, 2), got 2"),
+    ],
+)
+def test_an_impossible_split_names_the_numbers(heads, kv_heads, tp, message):
+    rank = 2 if "rank" in message else 0
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tp_shard_heads(heads, kv_heads, tp, rank)
+
+
+def full_layer(heads: int, kv_heads: int) -> GroupedQueryAttention:
+    """The unsharded layer, the same in every process."""
+    torch.manual_seed(0)
+    return GroupedQueryAttention(
+        D_MODEL, heads, kv_heads, head_dim=HEAD_DIM, bias=True, dtype=torch.float64
+    )
+
+
+def filled_cache(k: torch.Tensor, v: torch.Tensor) -> KVCache:
+    cache = KVCache(BATCH, k.shape[1], MAX_LEN, HEAD_DIM, dtype=k.dtype)
+    cache.update(k, v, 0)
+    return cache
+
+
+def test_a_shard_holds_its_slices_and_rank_0_the_output_bias():
+    layer = full_layer(8, 2)
+    shards = [shard_layer(layer, 4, rank) for rank in range(4)]
+    for rank, shard in enumerate(shards):
+        assert (shard.num_heads, shard.num_kv_heads, shard.head_dim) == (2, 1, HEAD_DIM)
+        assert shard.q_proj.weight.dtype == torch.float64 and shard.backend == layer.backend
+        kv_rows = slice(rank // 2 * HEAD_DIM, (rank // 2 + 1) * HEAD_DIM)
+        assert torch.equal(shard.k_proj.weight, layer.k_proj.weight[kv_rows])
+        assert torch.equal(shard.v_proj.bias, layer.v_proj.bias[kv_rows])
+        assert (shard.o_proj.bias is not None) == (rank == 0)
+    assert torch.equal(torch.cat([s.q_proj.weight for s in shards]), layer.q_proj.weight)
+    assert torch.equal(torch.cat([s.o_proj.weight for s in shards], 1), layer.o_proj.weight)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "tp"), [(8, 8, 4), (8, 2, 2), (8, 2, 4), (8, 1, 4)])
+def test_the_ranks_decode_outputs_sum_to_the_layers(heads, kv_heads, tp):
+    """The all-reduce's arithmetic in one process, replicated KV heads included."""
+    layer = full_layer(heads, kv_heads)
+    k, v = (torch.randn(BATCH, kv_heads, POSITION, HEAD_DIM, dtype=torch.float64) for _ in "kv")
+    x = torch.randn(BATCH, 1, D_MODEL, dtype=torch.float64)
+    expected = layer.decode_step(x, filled_cache(k, v), POSITION)()
+    total = torch.zeros_like(expected)
+    for rank in range(tp):
+        shard = shard_layer(layer, tp, rank)
+        kv = tp_shard_heads(heads, kv_heads, tp, rank)[1]
+        total += shard.decode_step(x, filled_cache(k[:, kv], v[:, kv]), POSITION)()
+    assert (total - expected).abs().max().item() < TOLERANCE
+
+
+def _cache_error(part: KVCache, full: KVCache, kv: range, length: int) -> float:
+    """How far a rank's cache is from its KV heads of the full cache, over `length` tokens."""
+    k = (part.k - full.k[:, kv])[:, :, :length]
+    v = (part.v - full.v[:, kv])[:, :, :length]
+    return max(k.abs().max().item(), v.abs().max().item())
+
+
+def _rank_errors(layer: GroupedQueryAttention, rank: int) -> dict[str, float]:
+    """Largest differences between this rank's all-reduced outputs (and its cache) and the
+    unsharded layer's, for one decode step over a filled cache and for a prefill."""
+    shard = shard_layer(layer, WORLD, rank)
+    kv = tp_shard_heads(layer.num_heads, layer.num_kv_heads, WORLD, rank)[1]
+    generator = torch.Generator().manual_seed(1)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    heads = layer.num_kv_heads
+    k, v = randn(BATCH, heads, POSITION, HEAD_DIM), randn(BATCH, heads, POSITION, HEAD_DIM)
+    x = randn(BATCH, 1, D_MODEL)
+    full, part = filled_cache(k, v), filled_cache(k[:, kv].clone(), v[:, kv].clone())
+    expected = layer.decode_step(x, full, POSITION)()
+    out = tp_decode_step(shard, x, part, POSITION)()
+    errors = {"decode": (out - expected).abs().max().item()}
+    errors["decode cache"] = _cache_error(part, full, kv, POSITION + 1)
+
+    prompt = randn(BATCH, PREFILL, D_MODEL)
+    full = KVCache(BATCH, heads, MAX_LEN, HEAD_DIM, dtype=torch.float64)
+    part = KVCache(BATCH, len(kv), MAX_LEN, HEAD_DIM, dtype=torch.float64)
+    expected = layer.causal_call(prompt, cache=full)()
+    out = shard.causal_call(prompt, cache=part)()
+    dist.all_reduce(out)
+    errors["prefill"] = (out - expected).abs().max().item()
+    errors["prefill cache"] = _cache_error(part, full, kv, PREFILL)
+    return errors
+
+
+def _worker(rank: int, store: str, results: str) -> None:
+    """One rank: every variant on a gloo group of WORLD processes, errors to a JSON file."""
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
+        timeout=timedelta(seconds=60),
+    )  # fmt: skip
+    try:
+        errors = {name: _rank_errors(full_layer(*heads), rank) for name, heads in VARIANTS.items()}
+        Path(results, f"rank{rank}.json").write_text(json.dumps(errors))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def rank_errors(tmp_path_factory) -> list[dict[str, dict[str, float]]]:
+    """Each rank's errors per variant, from one run of WORLD real processes."""
+    root = tmp_path_factory.mktemp("tensor_parallel")
+    mp.spawn(_worker, args=(str(root / "store"), str(root)), nprocs=WORLD, join=True)
+    return [json.loads((root / f"rank{rank}.json").read_text()) for rank in range(WORLD)]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_two_processes_all_reduced_equal_the_full_layer(rank_errors, variant):
+    for rank, errors in enumerate(rank_errors):
+        worst = {what: error for what, error in errors[variant].items() if error >= TOLERANCE}
+        assert not worst, f"rank {rank}: {worst}"

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from attnbench.errors import FieldError
 from attnbench.modules.attention import GroupedQueryAttention
 from attnbench.modules.kv_cache import KVCache
 from attnbench.modules.tensor_parallel import shard_layer, tp_decode_step, tp_shard_heads
@@ -41,16 +42,20 @@ def test_heads_split_over_ranks(heads, kv_heads, tp, expected):
 @pytest.mark.parametrize(
     ("heads", "kv_heads", "tp", "message"),
     [
-        (6, 6, 4, "tensor parallel size 4 does not divide num_heads 6"),
-        (6, 3, 2, "tensor parallel size 2 does not divide num_kv_heads 3"),
-        (12, 3, 4, "num_kv_heads 3 does not divide tensor parallel size 4"),
-        (8, 2, 2, "rank must be an integer in [0, 2), got 2"),
+        (6, 6, 4, "tp: 4: does not divide the 6 query heads"),
+        (6, 3, 2, "tp: 2: does not divide the 3 KV heads"),
+        (12, 3, 4, "tp: 4: is not a multiple of the 3 KV heads"),
     ],
 )
 def test_an_impossible_split_names_the_numbers(heads, kv_heads, tp, message):
-    rank = 2 if "rank" in message else 0
-    with pytest.raises(ValueError, match=re.escape(message)):
-        tp_shard_heads(heads, kv_heads, tp, rank)
+    """The rule kvmem --tp counts KV bytes per GPU with, and its errors."""
+    with pytest.raises(FieldError, match=re.escape(message)):
+        tp_shard_heads(heads, kv_heads, tp, 0)
+
+
+def test_a_rank_outside_the_group_is_refused():
+    with pytest.raises(ValueError, match=re.escape("rank must be an integer in [0, 2), got 2")):
+        tp_shard_heads(8, 2, 2, 2)
 
 
 def full_layer(heads: int, kv_heads: int) -> GroupedQueryAttention:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from ..model.capacity import kv_heads_per_rank
 from .attention import GroupedQueryAttention
 from .kv_cache import KVCache
 
@@ -21,37 +22,18 @@ from .kv_cache import KVCache
 def tp_shard_heads(num_heads: int, num_kv_heads: int, tp: int, rank: int) -> tuple[range, range]:
     """The query heads and KV heads that rank `rank` of `tp` holds.
 
-    Query heads are split evenly. KV heads are split evenly when there are at least `tp` of
-    them; otherwise each is replicated on tp / num_kv_heads consecutive ranks and a rank holds
-    the one its query heads use. Raises ValueError when the heads cannot be split that way.
-    """
-    for name, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads), ("tp", tp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    Query heads are split evenly; each rank holds the KV heads its query heads use, as
+    many as model.capacity.kv_heads_per_rank says (the rule `kvmem --tp` counts with):
+    Hkv / tp, or one replicated on tp / Hkv ranks. Raises FieldError (naming tp) when the
+    heads cannot be split that way, ValueError for a rank outside [0, tp)."""
+    kv_here = kv_heads_per_rank(num_heads, num_kv_heads, tp)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp:
         raise ValueError(f"rank must be an integer in [0, {tp}), got {rank!r}")
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_kv_heads {num_kv_heads} does not divide num_heads {num_heads}")
-    if num_heads % tp:
-        raise ValueError(f"tensor parallel size {tp} does not divide num_heads {num_heads}")
     per_rank = num_heads // tp
     q_heads = range(rank * per_rank, (rank + 1) * per_rank)
-    if num_kv_heads >= tp:
-        if num_kv_heads % tp:
-            raise ValueError(
-                f"tensor parallel size {tp} does not divide num_kv_heads {num_kv_heads}"
-            )
-        kv_per_rank = num_kv_heads // tp
-        kv_heads = range(rank * kv_per_rank, (rank + 1) * kv_per_rank)
-    else:
-        if tp % num_kv_heads:
-            raise ValueError(
-                f"num_kv_heads {num_kv_heads} does not divide tensor parallel size {tp}, "
-                "so the KV heads cannot be replicated evenly"
-            )
-        replicas = tp // num_kv_heads
-        kv_heads = range(rank // replicas, rank // replicas + 1)
     group_size = num_heads // num_kv_heads
+    first = q_heads.start // group_size  # the KV head of the rank's first query head
+    kv_heads = range(first, first + kv_here)
     assert all(h // group_size in kv_heads for h in q_heads), (q_heads, kv_heads)
     return q_heads, kv_heads
 

@@ -23,9 +23,9 @@ def tp_shard_heads(num_heads: int, num_kv_heads: int, tp: int, rank: int) -> tup
     """The query heads and KV heads that rank `rank` of `tp` holds.
 
     Query heads are split evenly; each rank holds the KV heads its query heads use, as
-    many as model.capacity.kv_heads_per_rank says (the rule `kvmem --tp` counts with):
-    Hkv / tp, or one replicated on tp / Hkv ranks. Raises FieldError (naming tp) when the
-    heads cannot be split that way, ValueError for a rank outside [0, tp)."""
+    many as model.capacity.kv_heads_per_rank says (the rule kvmem counts the KV bytes per
+    GPU with): Hkv / tp, or one replicated on tp / Hkv ranks. Raises FieldError (naming
+    tp) when the heads cannot be split that way, ValueError for a rank outside [0, tp)."""
     kv_here = kv_heads_per_rank(num_heads, num_kv_heads, tp)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp:
         raise ValueError(f"rank must be an integer in [0, {tp}), got {rank!r}")

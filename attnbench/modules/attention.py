@@ -153,11 +153,23 @@ def folded_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     return F.scaled_dot_product_attention(folded, k, v).reshape(batch, heads, 1, dim)
 
 
-def naive_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The textbook way: K/V expanded to every query head, then the explicit reference."""
+def naive_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """The textbook way: K/V (batch, Hkv, keys, D) expanded to every query head with
+    repeat_interleave (when there are fewer of them), then the explicit reference."""
     groups = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    return scaled_dot_product_attention(q, k, v)
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+
+
+def naive_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return naive_attention(q, k, v)
 
 
 def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -167,9 +179,7 @@ def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tens
 
 
 def naive_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    groups = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    return scaled_dot_product_attention(q, k, v, is_causal=True)
+    return naive_attention(q, k, v, is_causal=True)
 
 
 #: Each backend's attention for decode steps and for causal forwards.
@@ -271,7 +281,7 @@ class GroupedQueryAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(k, v, start_pos)
         if self.backend == "naive":
-            out = self._attend_naive(q, k, v, attn_mask, is_causal)
+            out = naive_attention(q, k, v, attn_mask, is_causal)
         else:
             out = self._attend_sdpa(q, k, v, attn_mask, is_causal)
         out = out.transpose(1, 2).reshape(batch, q_len, self.shape.q_dim)
@@ -427,12 +437,6 @@ class GroupedQueryAttention(nn.Module):
         if cache.k.dtype != x.dtype or cache.k.device != x.device:
             raise ValueError(f"cache holds {cache.k.dtype} on {cache.k.device}, "
                              f"x is {x.dtype} on {x.device}")  # fmt: skip
-
-    def _attend_naive(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
-        if self.group_size > 1:
-            k = k.repeat_interleave(self.group_size, dim=1)
-            v = v.repeat_interleave(self.group_size, dim=1)
-        return scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
 
     def _attend_sdpa(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
         """torch's fused attention, reading each KV head once for its group of query heads.

@@ -96,15 +96,12 @@ def prepare_hf(inputs: DecodeInputs) -> Workload:
         # tokens, masked to the tokens written so far.
         gen_cache, gen_length = static_cache(context + gen_len)
         keys = torch.arange(context + gen_len, device=x.device)
-        tokens = [x[:, t : t + 1].contiguous() for t in range(context, context + gen_len)]
-        masks = [(keys <= t).view(1, 1, 1, -1) for t in range(context, context + gen_len)]
 
-        def generate() -> torch.Tensor:
-            out = None
-            for tok, mask in zip(tokens, masks, strict=True):
-                out = attention(tok, token_rotary, mask, cache=gen_cache)[0]
-            return out
+        def masked_step(position: int):
+            tok = x[:, position : position + 1].contiguous()
+            mask = (keys <= position).view(1, 1, 1, -1)
+            return lambda: attention(tok, token_rotary, mask, cache=gen_cache)[0]
 
-        workload.generation = generate
+        workload.generation = in_turn([masked_step(t) for t in range(context, context + gen_len)])
         workload.generation_setup = lambda: gen_length.fill_(context)
     return workload

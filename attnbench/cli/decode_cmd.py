@@ -7,6 +7,7 @@ from ..experiments.decode import DecodePoint, DecodeRecord
 from ..records import as_dict, failed
 from ..render.columns import decode_columns, status_notes
 from ..render.providers import providers_table
+from ..render.report import provider_points
 from ..study.runner import Task, plan_command, run_study
 from . import app
 from .common import (
@@ -83,16 +84,9 @@ def show_providers(rows: list[dict], wide: bool = False) -> None:
 def warn_wrong(records: list[DecodeRecord]) -> None:
     """One line on stderr naming the providers whose output disagrees with the reference
     (rows, not errors: the exit status does not change)."""
-    wrong = [r for r in records if r.status.startswith("wrong")]
-    if not wrong:
+    parts = provider_points([as_dict(r) for r in records], "wrong", by_reason=False)
+    if not parts:
         return
-    by_provider: dict[str, list[DecodeRecord]] = {}
-    for r in wrong:
-        by_provider.setdefault(r.provider, []).append(r)
-    noun = "provider disagrees" if len(by_provider) == 1 else "providers disagree"
-    parts = []
-    for provider, rows in by_provider.items():
-        reason = rows[0].status.split(":", 1)[-1].strip()
-        parts.append(f"{provider} at {len(rows)} point{'s' * (len(rows) != 1)} ({reason})")
-    err_console.print(f"warning: {len(by_provider)} {noun} with the reference: "
+    noun = "provider disagrees" if len(parts) == 1 else "providers disagree"
+    err_console.print(f"warning: {len(parts)} {noun} with the reference: "
                       + "; ".join(parts), markup=False, soft_wrap=True)  # fmt: skip

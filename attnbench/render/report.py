@@ -194,23 +194,32 @@ def _peaks(records: Sequence[dict], several: bool) -> list[str]:
     return found
 
 
+def provider_points(records: Sequence[dict], status: str, by_reason: bool) -> list[str]:
+    """The records whose status is `status` (its first word), counted per provider:
+    'sdpa-efficient at 4 points (no memory-efficient kernel on the CPU)'. With
+    `by_reason` each distinct reason counts apart; otherwise a provider's first reason
+    stands for all of its points (reasons that carry numbers, as errors do)."""
+    counts: dict[tuple[str, str], int] = {}
+    reasons: dict[str, str] = {}
+    for r in records:
+        first, _, reason = str(r.get("status")).partition(":")
+        if first != status:
+            continue
+        provider, reason = str(r.get("provider")), reason.strip()
+        reason = reason if by_reason else reasons.setdefault(provider, reason)
+        counts[provider, reason] = counts.get((provider, reason), 0) + 1
+    return [f"{provider} at {n} point{'s' * (n != 1)} ({reason})"
+            for (provider, reason), n in counts.items()]  # fmt: skip
+
+
 def _not_timed(doc: dict) -> list[str]:
     """The points a provider could not run, and those whose output disagreed with the
     reference: rows of the results, not failures."""
     found = []
-    unsupported: dict[tuple[str, str], int] = {}
-    wrong: list[dict] = []
-    for r in doc["sections"].get("decode", {}).get("records", []):
-        status = str(r.get("status"))
-        if status.startswith("unsupported"):
-            key = (str(r.get("provider")), status.split(":", 1)[-1].strip())
-            unsupported[key] = unsupported.get(key, 0) + 1
-        elif status.startswith("wrong"):
-            wrong.append(r)
-    if unsupported:
-        parts = [f"{provider} at {n} point{'s' * (n != 1)} ({reason})"
-                 for (provider, reason), n in unsupported.items()]  # fmt: skip
-        found.append(f"Unsupported here, so not timed: {'; '.join(parts)}.")
+    records = doc["sections"].get("decode", {}).get("records", [])
+    wrong = [r for r in records if str(r.get("status")).startswith("wrong")]
+    if unsupported := provider_points(records, "unsupported", by_reason=True):
+        found.append(f"Unsupported here, so not timed: {'; '.join(unsupported)}.")
     if wrong:
         found.append(f"{len(wrong)} point(s) disagree with the reference, so not timed: "
                      + "; ".join(describe_failure("decode", r) for r in wrong) + ".")  # fmt: skip

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..experiments.decode import MAX_TIME_S, MIN_SAMPLE_MS, DecodeOptions, DecodePoint
+from ..experiments.decode import DecodeOptions, DecodePoint
+from ..measure.timing import Sampling
 from ..model.formulas import decode_totals, prefill_flops, step_totals
 
 
@@ -51,22 +52,21 @@ def point_seconds(point: object, device: torch.device | None, options: dict) -> 
     if p.gen_len:
         totals = decode_totals(shape, p.batch, p.prompt_len, p.gen_len, p.dtype, p.cached)
         calls.append(seconds(*totals, p.gen_len))
-    budget = opts.max_time if opts.max_time is not None else MAX_TIME_S.get(device.type, 2.0)
-    block_s = MIN_SAMPLE_MS.get(device.type, 0.0) / 1e3
-    return sum(_measurement_seconds(call, opts, budget, block_s) for call in calls)
+    sampling = opts.sampling(device)
+    return sum(_measurement_seconds(call, sampling) for call in calls)
 
 
-def _measurement_seconds(
-    call_s: float, opts: DecodeOptions, budget: float, block_s: float
-) -> float:
-    """One measurement of calls of `call_s` each, sampled in blocks of at least `block_s`:
-    warm-up, then a fixed count of samples, or adaptive sampling that typically converges
-    within TYPICAL_SAMPLES, and stops by `budget` (after its minimum count)."""
-    sample_s = max(call_s, block_s)
-    if opts.repeats is not None:
-        return opts.warmup * call_s + opts.repeats * sample_s
-    adaptive = max(min(budget, TYPICAL_SAMPLES * sample_s), opts.min_repeats * sample_s)
-    return opts.warmup * call_s + adaptive
+def _measurement_seconds(call_s: float, sampling: Sampling) -> float:
+    """One measurement of calls of `call_s` each, as `sampling` takes it (samples of at
+    least min_sample_ms): warm-up, then a fixed count of samples, or adaptive sampling
+    that typically converges within TYPICAL_SAMPLES and stops by its time budget (after
+    its minimum count)."""
+    sample_s = max(call_s, sampling.min_sample_ms / 1e3)
+    warmup = sampling.warmup * call_s
+    if sampling.repeats is not None:
+        return warmup + sampling.repeats * sample_s
+    budget = min(sampling.max_time_s, TYPICAL_SAMPLES * sample_s)
+    return warmup + max(budget, sampling.min_repeats * sample_s)
 
 
 def peak_seconds(device: torch.device) -> float:

@@ -20,7 +20,7 @@ the docs come from the code the tests hold to account.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,11 +95,17 @@ def simulate(
 ) -> SimulationResult:
     """Judge `pairs` A/A pairs and `pairs` pairs whose current run is `slowdown` x slower."""
     rng = np.random.default_rng(seed)
+    return judge_pairs(lambda factor: draw_timing(rng, noise, factor), pairs, slowdown, thresholds)
+
+
+def judge_pairs(
+    draw: Callable[[float], TimingStats], pairs: int, slowdown: float, thresholds: Thresholds
+) -> SimulationResult:
+    """`pairs` times: a baseline run, a run of the same code and one `slowdown` x slower,
+    each from `draw(factor)`; count the regressions the gate finds in each pair."""
     false_regressions = detections = 0
     for _ in range(pairs):
-        base = draw_timing(rng, noise)
-        same = draw_timing(rng, noise)
-        slower = draw_timing(rng, noise, slowdown)
+        base, same, slower = draw(1.0), draw(1.0), draw(slowdown)
         false_regressions += judge_timing(base, same, thresholds).verdict is Verdict.REGRESSED
         detections += judge_timing(base, slower, thresholds).verdict is Verdict.REGRESSED
     return SimulationResult(pairs, false_regressions, detections)
@@ -159,12 +165,7 @@ def simulate_series(
     """Judge `pairs` A/A pairs and `pairs` slowed pairs resampled from one row's samples."""
     rng = np.random.default_rng(seed)
     x = np.asarray(samples, dtype=float)
-    false_regressions = detections = 0
-    for _ in range(pairs):
-        base, same, slower = resampled(x, rng), resampled(x, rng), resampled(x, rng, slowdown)
-        false_regressions += judge_timing(base, same, thresholds).verdict is Verdict.REGRESSED
-        detections += judge_timing(base, slower, thresholds).verdict is Verdict.REGRESSED
-    return SimulationResult(pairs, false_regressions, detections)
+    return judge_pairs(lambda factor: resampled(x, rng, factor), pairs, slowdown, thresholds)
 
 
 def judge_halves(

@@ -151,7 +151,7 @@ class DecodeOptions:
         return Sampling(
             warmup=self.warmup,
             repeats=self.repeats,
-            min_repeats=min(self.min_repeats, self.repeats or self.min_repeats),
+            min_repeats=self.min_repeats,
             max_time_s=max_time,
             target_rel_ci=self.target_rel_ci,
             min_sample_ms=MIN_SAMPLE_MS[device.type],

@@ -187,14 +187,16 @@ def test_records_declare_the_kind_of_each_field(record, field, kind):
 
 
 def test_every_gated_timing_carries_its_own_statistics():
-    """p25, p75 and the raw samples are statistics of the step, the prefill and the
-    generation time, each judged with its own and never on their own."""
+    """p25, p75 and the raw samples are statistics of the step, the prefill, the
+    generation and the all-reduce time, each judged with its own and never on their own."""
     assert gated_timing(DecodeRecord) == {
         "step_ms_median": {"p25": "step_ms_p25", "p75": "step_ms_p75", "samples": "samples_ms"},
         "prefill_ms_median": {
             "p25": "prefill_ms_p25", "p75": "prefill_ms_p75", "samples": "prefill_samples_ms"
         },
         "gen_ms_median": {"p25": "gen_ms_p25", "p75": "gen_ms_p75", "samples": "gen_samples_ms"},
+        "allreduce_ms_median": {"p25": "allreduce_ms_p25", "p75": "allreduce_ms_p75",
+                                "samples": "allreduce_samples_ms"},
     }  # fmt: skip
     rec = decode_records()[0]
     for metric, prefix, samples in (("step_ms_median", "step_ms", "samples_ms"),

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,11 +15,16 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from typer.testing import CliRunner
 
+from attnbench.cli import app
 from attnbench.errors import FieldError
+from attnbench.measure.lockstep import lockstep_plan
+from attnbench.measure.timing import Sampling
+from attnbench.model.capacity import kv_cache_bytes
 from attnbench.modules.attention import GroupedQueryAttention
 from attnbench.modules.kv_cache import KVCache
-from attnbench.modules.tensor_parallel import shard_layer, tp_decode_step, tp_shard_heads
+from attnbench.modules.tensor_parallel import shard_layer, tp_shard_heads
 
 D_MODEL, HEAD_DIM, BATCH, MAX_LEN, POSITION, PREFILL = 64, 8, 2, 16, 9, 7
 TOLERANCE = 1e-10
@@ -111,7 +120,7 @@ def _cache_error(part: KVCache, full: KVCache, kv: range, length: int) -> float:
 def _rank_errors(layer: GroupedQueryAttention, rank: int) -> dict[str, float]:
     """Largest differences between this rank's all-reduced outputs (and its cache) and the
     unsharded layer's, for one decode step over a filled cache and for a prefill."""
-    shard = shard_layer(layer, WORLD, rank)
+    shard = shard_layer(layer, WORLD, rank, all_reduce=True)
     kv = tp_shard_heads(layer.num_heads, layer.num_kv_heads, WORLD, rank)[1]
     generator = torch.Generator().manual_seed(1)
 
@@ -123,7 +132,7 @@ def _rank_errors(layer: GroupedQueryAttention, rank: int) -> dict[str, float]:
     x = randn(BATCH, 1, D_MODEL)
     full, part = filled_cache(k, v), filled_cache(k[:, kv].clone(), v[:, kv].clone())
     expected = layer.decode_step(x, full, POSITION)()
-    out = tp_decode_step(shard, x, part, POSITION)()
+    out = shard.decode_step(x, part, POSITION)()
     errors = {"decode": (out - expected).abs().max().item()}
     errors["decode cache"] = _cache_error(part, full, kv, POSITION + 1)
 
@@ -132,7 +141,6 @@ def _rank_errors(layer: GroupedQueryAttention, rank: int) -> dict[str, float]:
     part = KVCache(BATCH, len(kv), MAX_LEN, HEAD_DIM, dtype=torch.float64)
     expected = layer.causal_call(prompt, cache=full)()
     out = shard.causal_call(prompt, cache=part)()
-    dist.all_reduce(out)
     errors["prefill"] = (out - expected).abs().max().item()
     errors["prefill cache"] = _cache_error(part, full, kv, PREFILL)
     return errors
@@ -165,3 +173,88 @@ def test_two_processes_all_reduced_equal_the_full_layer(rank_errors, variant):
     for rank, errors in enumerate(rank_errors):
         worst = {what: error for what, error in errors[variant].items() if error >= TOLERANCE}
         assert not worst, f"rank {rank}: {worst}"
+
+
+# --- decode-speed --tp: a layer split over torchrun's ranks --------------------------------
+
+
+def test_lockstep_plan_is_one_fixed_plan_from_the_slowest_probe():
+    """Every rank derives the same calls per sample and sample count from the agreed probe:
+    blocks spanning min_sample_ms, as many samples as fit max_time, within the limits."""
+    adaptive = Sampling(min_repeats=5, max_time_s=1.0, min_sample_ms=5.0, max_repeats=100)
+    plan = lockstep_plan(0.4, adaptive, setup=False)
+    assert (plan.calls_per_sample, plan.repeats, plan.warmup) == (13, 100, 0)  # 192 fit
+    assert lockstep_plan(0.4, replace(adaptive, max_time_s=0.02), setup=False).repeats == 5
+    assert lockstep_plan(0.4, adaptive, setup=True).calls_per_sample == 1  # reset each call
+    assert lockstep_plan(0.4, replace(adaptive, repeats=7), setup=False).repeats == 7
+
+
+def test_kv_bytes_per_gpu_is_kvmems_share_of_a_rank():
+    """One rank's cache: Hkv / tp heads, or one replicated head when tp > Hkv."""
+    full = kv_cache_bytes(1, 2, 100, 8, 64, "float16")
+    assert kv_cache_bytes(1, 2, 100, 8, 64, "float16", tp=4, num_heads=32) == full // 4
+    assert kv_cache_bytes(1, 2, 100, 1, 64, "float16", tp=4, num_heads=32) == full // 8
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def test_tp_outside_torchrun_exits_2_with_the_command_to_run():
+    result = run_cli("decode-speed", "--tp", "2", "--d-model", "64", "--heads", "4")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: --tp 2: splits each point over 2 processes; start them with torchrun "
+        "--standalone --nproc-per-node 2 -m attnbench decode-speed --tp 2 ..."
+    ]
+
+
+def test_torchruns_ranks_need_a_matching_tp():
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+    result = run_cli("decode-speed", "--d-model", "64", "--heads", "4", env=env)
+    assert result.exit_code == 2
+    assert "--tp 1: torchrun started 2 ranks" in result.output
+
+
+def test_one_run_has_one_tp_and_a_study_none_above_1(tmp_path):
+    result = run_cli("decode-speed", "--tp", "1,2", "--d-model", "64", "--heads", "4")
+    assert result.exit_code == 2 and "--tp 1,2: one size per run" in result.output
+    study = tmp_path / "study.yaml"
+    study.write_text("decode:\n  d_model: 64\n  num_heads: 4\n  tp: 2\n")
+    result = run_cli("run", str(study), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: decode.tp: 2 ({study}): a study runs each")
+    assert not (tmp_path / "out").exists()
+
+
+def test_torchrun_decode_speed_tp2_times_the_split_layer(tmp_path):
+    """Two real ranks (gloo): every point is checked against the whole layer's reference
+    and timed; each record has the slowest rank's step, the all-reduce alone, and the KV
+    bytes per GPU that kvmem --tp 2 counts for the same shape, replicated MQA included."""
+    out = tmp_path / "tp2.json"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2"]  # fmt: skip
+    args = ["decode-speed", "--tp", "2", "--d-model", "64", "--heads", "4", "--kv-heads",
+            "4,2,1", "--prompt-len", "24", "--gen-len", "2", "--repeats", "3",
+            "--json", str(out)]  # fmt: skip
+    done = subprocess.run([*torchrun, "-m", "attnbench", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("Decode on") == 1  # rank 0 alone reports
+    records = json.loads(out.read_text())["records"]
+    assert [(r["num_kv_heads"], r["mode"]) for r in records] == [
+        (kv, mode) for kv in (4, 2, 1) for mode in ("no_cache", "cache")
+    ]
+    for r in records:
+        assert (r["tp"], r["status"]) == (2, "ok"), r["status"]
+        assert len(r["samples_ms"]) == len(r["allreduce_samples_ms"]) == 3
+        assert r["step_ms_median"] > 0 and r["allreduce_ms_median"] > 0
+        assert r["gen_ms_median"] > 0
+    kvmem = run_cli("kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1",
+                    "--seq-len", "24", "--dtype", "float32", "--tp", "2", "--json",
+                    str(tmp_path / "kv.json"))  # fmt: skip
+    assert kvmem.exit_code == 0, kvmem.output
+    per_gpu = {r["num_kv_heads"]: r["kv_bytes_per_gpu"]
+               for r in json.loads((tmp_path / "kv.json").read_text())["records"]}  # fmt: skip
+    cached = {r["num_kv_heads"]: r["kv_bytes_per_gpu"] for r in records if r["mode"] == "cache"}
+    assert cached == per_gpu == {4: 2 * 24 * 2 * 16 * 4, 2: 24 * 2 * 16 * 4, 1: 24 * 2 * 16 * 4}

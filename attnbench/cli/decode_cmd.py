@@ -1,14 +1,18 @@
 """`attnbench decode-speed`: prefill and per-token decode latency, cache vs no cache, by
-every provider asked for."""
+every provider asked for; under torchrun with --tp T, one layer split over T ranks."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
+from ..errors import FieldError
 from ..experiments.decode import DecodePoint, DecodeRecord
 from ..records import as_dict, failed
 from ..render.columns import decode_columns, status_notes
 from ..render.providers import providers_table
 from ..render.report import provider_points
-from ..study.runner import Task, plan_command, run_study
+from ..study.distributed import Launch, process_group, torchrun_launch
+from ..study.runner import Plan, Task, plan_command, run_study
 from . import app
 from .common import (
     CONFIG,
@@ -39,16 +43,33 @@ def describe(point: DecodePoint) -> str:
 @section_command(app, "decode-speed", "decode", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
 def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """Prefill and per-token decode latency of one attention layer, with the KV cache and
-    without it, against the memory bandwidth measured on the same device."""
+    without it, against the memory bandwidth measured on the same device. Under torchrun,
+    --tp T splits the layer over the T ranks: each step is the slowest rank's, with the
+    all-reduce of the output timed alone beside it."""
     check_writable({"csv": csv, "json": json}, {"config": config, "hf_config": hf_config})
-    plan = plan_command("decode", config, overrides, model_refs(model, hf_config))
-    if plan.device.type == "cpu" and any(t.point.dtype != "float32" for t in plan.tasks):
+    models = model_refs(model, hf_config)
+    plan = plan_command("decode", config, overrides, models)
+    launch = torchrun_launch(min_ranks=1)
+    check_tensor_parallel(plan, launch)
+    if launch is not None:
+        if plan.device.type == "cuda":  # each rank on its own GPU
+            own = {**overrides, "device": str(launch.device(plan.device))}
+            plan = plan_command("decode", config, own, models)
+        if launch.rank > 0:  # one rank reports and writes
+            quiet, csv, json = True, None, None
+    if (
+        not quiet
+        and plan.device.type == "cpu"
+        and any(t.point.dtype != "float32" for t in plan.tasks)
+    ):
         err_console.print("warning: half precision on the CPU runs, but slowly")
 
     def progress(tasks: list[Task]):
         return progress_iter(tasks, lambda t: describe(t.point), quiet, weight=plan.estimate)
 
-    result = run_study(plan, command="decode-speed", progress=progress)
+    ranks = process_group(plan.device) if launch is not None else nullcontext()
+    with ranks:
+        result = run_study(plan, command="decode-speed", progress=progress)
     records = result.records["decode"]
     env = result.environment
     if not quiet:
@@ -60,6 +81,19 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
     if broken:
         raise fail(f"{len(broken)} of {len(records)} points did not complete: "
                    + "; ".join(sorted({r.status for r in broken})), code=1)  # fmt: skip
+
+
+def check_tensor_parallel(plan: Plan, launch: Launch | None) -> None:
+    """--tp T needs T processes started by torchrun, and torchrun's ranks need --tp."""
+    tp = next((t.point.tp for t in plan.tasks), 1)
+    if launch is None and tp > 1:
+        raise FieldError("tp", tp, f"splits each point over {tp} processes; start them with "
+                         f"torchrun --standalone --nproc-per-node {tp} -m attnbench "
+                         f"decode-speed --tp {tp} ...")  # fmt: skip
+    if launch is not None and tp != launch.world_size:
+        ranks = launch.world_size
+        raise FieldError("tp", tp, f"torchrun started {ranks} ranks, and every point is "
+                         f"split over all of them: give --tp {ranks}")  # fmt: skip
 
 
 def show_results(rows: list[dict], env: dict, wide: bool) -> None:

@@ -84,6 +84,17 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
                   markup=False)  # fmt: skip
 
 
+def _refuse_tensor_parallel(plan: Plan, config: str | None) -> None:
+    """A study shares its points among ranks; a tensor-parallel point needs all of them at
+    once, which decode-speed --tp does."""
+    tp = next((t.point.tp for t in plan.tasks if t.section == "decode" and t.point.tp > 1), None)
+    if tp is not None:
+        error = FieldError("tp", tp, f"a study runs each decode point on one rank; time a layer "
+                           f"split over {tp} ranks with torchrun --standalone --nproc-per-node "
+                           f"{tp} -m attnbench decode-speed --tp {tp}")  # fmt: skip
+        raise error.located(f"decode.tp: {tp} ({config})") if config else error
+
+
 def _nproc(text: str | None) -> int:
     """--nproc's value: the number of ranks to plan for (1 when not given)."""
     if text is None:
@@ -163,6 +174,7 @@ def run_command(
             plan = plan_study(config, own, max_points=_max_points(max_points))
     except FieldError as exc:  # the sweep file is an argument here, not a flag
         raise (exc.located(str(config)) if exc.field == "config" else exc) from None
+    _refuse_tensor_parallel(plan, config)
     if launch is not None and not dry_run:
         if shard is not None:
             raise FieldError("shard", shard, "torchrun shares the study among its ranks already")

@@ -30,6 +30,7 @@ from ..errors import FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
 from ..measure.timing import Measurement, Sampling, Timer
+from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
 from ..model.formulas import prefill_flops, step_totals, weight_bytes
 from ..model.shapes import AttentionShape
@@ -47,6 +48,7 @@ from ..modules.providers import (
 from ..records import exact, info, key, timing
 from .context import Context
 from .params import ParamsPoint
+from .tensor_parallel import Ranks
 
 SEED = 0
 #: Bytes of an attention score of the naive provider: float32 (half inputs are upcast).
@@ -69,6 +71,7 @@ class DecodePoint(ParamsPoint):
     provider: str = "attnbench"
     mode: str = "cache"
     cuda_graph: bool = False
+    tp: int = 1
 
     @property
     def cached(self) -> bool:
@@ -90,6 +93,7 @@ class DecodeRecord:
     gen_len: int = key()
     mode: str = key()
     cuda_graph: bool = key(False)
+    tp: int = key(1)
     step_ms_median: float | None = timing()
     step_ms_p25: float | None = timing(of="step_ms_median")
     step_ms_p75: float | None = timing(of="step_ms_median")
@@ -107,6 +111,11 @@ class DecodeRecord:
     peak_gbps: float | None = info()
     pct_of_peak_bw: float | None = info()
     flops_per_step: int | None = exact(None)
+    kv_bytes_per_gpu: int | None = exact(None)
+    allreduce_ms_median: float | None = timing()
+    allreduce_ms_p25: float | None = timing(of="allreduce_ms_median")
+    allreduce_ms_p75: float | None = timing(of="allreduce_ms_median")
+    allreduce_samples_ms: list[float] = timing([], of="allreduce_ms_median", csv=False)
     prefill_ms_median: float | None = timing()
     prefill_ms_p25: float | None = timing(of="prefill_ms_median")
     prefill_ms_p75: float | None = timing(of="prefill_ms_median")
@@ -246,24 +255,33 @@ class Timings:
     step: Measurement
     prefill: Measurement | None = None
     generation: Measurement | None = None
+    all_reduce: Measurement | None = None  # tensor-parallel: the step's all-reduce alone
+
+
+#: Times a call: Timer.sample, or a replacement with its signature (measure.lockstep).
+Sample = Callable[..., Measurement]
 
 
 def time_workload(
-    work: Workload, point: DecodePoint, device: torch.device, options: DecodeOptions
+    work: Workload,
+    point: DecodePoint,
+    device: torch.device,
+    options: DecodeOptions,
+    sample: Sample = Timer.sample,
 ) -> Timings:
-    """Time the point's metrics: the prefill first (it fills the cache with real K/V),
-    then the fixed-context step, then whole generations."""
+    """Time the point's metrics with `sample`: the prefill first (it fills the cache with
+    real K/V), then the fixed-context step, then whole generations."""
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
     prefill = None
     if point.cached and options.prefill and work.prefill is not None:
-        prefill = timer.sample(work.prefill, sampling, work.prefill_setup)
+        prefill = sample(timer, work.prefill, sampling, work.prefill_setup)
     step = work.step
     if point.cuda_graph:
         step = capture_graph(step, work.step_setup, device)
-    timings = Timings(timer.sample(step, sampling, work.step_setup), prefill)
+    timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
     if point.gen_len and work.generation is not None:
-        timings.generation = timer.sample(work.generation, sampling, work.generation_setup)
+        timings.generation = sample(timer, work.generation, sampling, work.generation_setup)
     return timings
 
 
@@ -314,7 +332,11 @@ def check(point: DecodePoint) -> None:
 
 def check_section(values: Mapping[str, list], options: Mapping[str, Any], given: set[str]) -> None:
     """Raise for options that cannot work with the section's axes: a baseline provider
-    set (`given`) but not swept."""
+    set (`given`) but not swept, several tensor-parallel sizes (one launch has one)."""
+    sizes = values.get("tp", [1])
+    if len(sizes) > 1:
+        raise FieldError("tp", ",".join(map(str, sizes)), "one size per run: the ranks "
+                         "torchrun started split every point")  # fmt: skip
     swept = values.get("provider", [])
     baseline = options.get("baseline_provider")
     if "baseline_provider" in given and baseline not in swept:
@@ -332,15 +354,19 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     )
     options = DecodeOptions.from_options(context.options)
     prefills = point.cached and options.prefill
+    kv_bytes = kv_cache_bytes(1, point.batch, point.prompt_len, shape.num_kv_heads,
+                              shape.head_dim, point.dtype, tp=point.tp,
+                              num_heads=shape.num_heads)  # fmt: skip
     return DecodeRecord(
         variant=shape.variant, provider=point.provider, device=str(device), dtype=point.dtype,
         batch=point.batch, d_model=shape.d_model, num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,  # type: ignore[arg-type]
         prompt_len=point.prompt_len, gen_len=point.gen_len, mode=point.mode,
-        cuda_graph=point.cuda_graph, peak_gbps=context.peak_gbps,
+        cuda_graph=point.cuda_graph, tp=point.tp, peak_gbps=context.peak_gbps,
         peak_tflops=context.peak_tflops.get(point.dtype) if prefills else None,
         model=point.model, baseline_provider=options.baseline_provider,
         bytes_per_step=step_bytes, flops_per_step=step_flops,
+        kv_bytes_per_gpu=kv_bytes if point.cached else None,
         prefill_flops=prefill_flops(shape, point.batch, point.prompt_len) if prefills else None,
     )  # fmt: skip
 
@@ -363,8 +389,12 @@ class WrongOutput(Exception):
     """A provider's output disagrees with the reference."""
 
 
-def prepared(point: DecodePoint, inputs: DecodeInputs) -> Workload:
-    """The provider's workload for the point, its step checked against the reference.
+def prepared(
+    point: DecodePoint,
+    inputs: DecodeInputs,
+    reference: Callable[[DecodeInputs], torch.Tensor] = reference_step,
+) -> Workload:
+    """The provider's workload for the point, its step checked against `reference`.
     Raises Unsupported when the provider refuses the point (a kernel that cannot take the
     shape, dtype or device) and WrongOutput, saying by how much, when it disagrees."""
     provider = PROVIDERS[point.provider]
@@ -378,7 +408,7 @@ def prepared(point: DecodePoint, inputs: DecodeInputs) -> Workload:
         if is_oom(exc):
             raise
         raise Unsupported(_first_reason(reasons, exc)) from None
-    wrong = check_output(out, reference_step(inputs))
+    wrong = check_output(out, reference(inputs))
     if wrong is not None:
         raise WrongOutput(wrong)
     return work
@@ -400,36 +430,83 @@ def run(
 ) -> DecodeRecord:
     """Measure one point on `context.device` and fill its record. A point that needs more
     memory (decode_bytes) than `free_bytes` says the device has free is not run: its
-    status says what it needs."""
+    status says what it needs. Inside an initialised process group (torchrun), the point
+    runs tensor-parallel over its ranks (experiments.tensor_parallel): each holds its
+    share of the heads, and every status is agreed, so all ranks run the same calls."""
     device = context.device if context.device is not None else torch.device("cpu")
     options = DecodeOptions.from_options(context.options)
     rec = analytic_record(point, context)
-    reason = unsupported_reason(point, device)
-    if reason is not None:
-        rec.status = f"unsupported: {reason}"
-        return rec
-    skipped = skip_status(decode_bytes(point, options.prefill), free_bytes(device))
-    if skipped is not None:
-        rec.status = skipped
+    ranks = Ranks.joined(point.tp, device)
+    local = ranks.local(point) if ranks else point  # the heads this process holds
+    status = _blocked(point, local, device, options, free_bytes, ranks)
+    if ranks:
+        status = ranks.agree(status)
+    if status is not None:
+        rec.status = status
         return rec
     backend = "naive" if point.provider == "naive" else "sdpa"
-    layer = build_layer(point.shape, backend, torch_dtype(point.dtype), device)
+    dtype = torch_dtype(point.dtype)
+    layer = build_layer(point.shape, backend, dtype, device)
+    if ranks:
+        layer = ranks.shard(layer)
     try:
         with torch.inference_mode(), PROVIDERS[point.provider].running():
-            work = prepared(point, point_inputs(point, layer, device))
-            timings = time_workload(work, point, device, options)
-    except Unsupported as exc:
-        rec.status = f"unsupported: {exc}"
-        return rec
-    except WrongOutput as exc:
-        rec.status = f"wrong: {exc}"
-        return rec
+            reference = ranks.reference if ranks else reference_step
+            work, status = _prepared(point, point_inputs(local, layer, device), reference, ranks)
+            if status is None:
+                sample = ranks.sampler() if ranks else Timer.sample
+                timings = time_workload(work, point, device, options, sample)
+            if status is None and ranks:
+                sampling = options.sampling(device)
+                timings.all_reduce = ranks.time_all_reduce(point, dtype, sampling)
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    if status is not None:
+        rec.status = status
+        return rec
     fill_timings(rec, point, timings, context)
     rec.projection_path = work.projection_path
     return rec
+
+
+def _blocked(
+    point: DecodePoint,
+    local: DecodePoint,
+    device: torch.device,
+    options: DecodeOptions,
+    free_bytes: Callable[[torch.device], int],
+    ranks: Ranks | None,
+) -> str | None:
+    """Why the point is not run, found before anything is built, or None: it is
+    unsupported here, or `local` (this process's share) does not fit the free memory."""
+    reason = unsupported_reason(point, device) or (ranks.unsupported(point) if ranks else None)
+    if reason is not None:
+        return f"unsupported: {reason}"
+    return skip_status(decode_bytes(local, options.prefill), free_bytes(device))
+
+
+def _prepared(
+    point: DecodePoint,
+    inputs: DecodeInputs,
+    reference: Callable[[DecodeInputs], torch.Tensor],
+    ranks: Ranks | None,
+) -> tuple[Workload | None, str | None]:
+    """The checked workload, or the status saying why there is none. Across ranks the
+    status is agreed, and any failure becomes one (a rank that raised would leave the
+    others waiting in a collective)."""
+    work, status = None, None
+    try:
+        work = prepared(point, inputs, reference)
+    except Unsupported as exc:
+        status = f"unsupported: {exc}"
+    except WrongOutput as exc:
+        status = f"wrong: {exc}"
+    except Exception as exc:
+        if ranks is None:
+            raise
+        status = "oom" if is_oom(exc) else f"error: {type(exc).__name__}: {exc}"
+    return work, ranks.agree(status) if ranks else status
 
 
 def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, context: Context) -> None:
@@ -448,7 +525,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.noisy = steps.noisy
     rec.tokens_per_s = point.batch / step_s
     rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9  # type: ignore[operator]
-    peak = context.peak_gbps
+    peak = context.peak_gbps and context.peak_gbps * point.tp  # every rank's device reads
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
     if timings.prefill is not None:
         pre = timings.prefill
@@ -466,6 +543,14 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
         rec.gen_ms_median, rec.gen_ms_p25, rec.gen_ms_p75 = gen.median_ms, gen.p25_ms, gen.p75_ms
         rec.gen_samples_ms = gen.samples_ms
         rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
+    if timings.all_reduce is not None:
+        comm = timings.all_reduce
+        rec.allreduce_ms_median, rec.allreduce_ms_p25, rec.allreduce_ms_p75 = (
+            comm.median_ms,
+            comm.p25_ms,
+            comm.p75_ms,
+        )
+        rec.allreduce_samples_ms = comm.samples_ms
 
 
 #: What makes two rows the same configuration, but for the provider and the mode.

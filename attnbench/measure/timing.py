@@ -68,7 +68,9 @@ class Sampling:
     or `max_time_s` seconds of sampling are spent, and never more than `max_repeats`.
     A sample times one call, or as many consecutive calls as span `min_sample_ms` (their
     mean): a call much shorter than that is mostly the machine's jitter, which a block of
-    calls averages out, as torch.utils.benchmark and pyperf time loops of calls."""
+    calls averages out, as torch.utils.benchmark and pyperf time loops of calls.
+    `calls_per_sample` fixes that number instead: processes that time in lockstep must
+    agree on it (see measure.lockstep)."""
 
     warmup: int = 2
     repeats: int | None = None
@@ -77,6 +79,7 @@ class Sampling:
     target_rel_ci: float = 0.02
     max_repeats: int = 10_000
     min_sample_ms: float = 0.0
+    calls_per_sample: int | None = None
 
 
 @dataclass
@@ -185,7 +188,9 @@ class Timer:
     ) -> int:
         """How many consecutive calls one sample times: enough to span `min_sample_ms`
         (from one probe call), or one where something must happen between calls (a
-        set-up, an L2 flush)."""
+        set-up, an L2 flush); the count `sampling` fixes, if any."""
+        if sampling.calls_per_sample is not None:
+            return sampling.calls_per_sample
         if sampling.min_sample_ms <= 0 or setup is not None or self._flush_buffer is not None:
             return 1
         probe = self.time_blocks(call, 1, 1)[0]

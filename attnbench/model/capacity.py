@@ -228,11 +228,21 @@ def cache_bytes(
 
 
 def kv_cache_bytes(
-    num_layers: int, batch: int, seq_len: int, num_kv_heads: int, head_dim: int, dtype: str
+    num_layers: int,
+    batch: int,
+    seq_len: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    *,
+    tp: int = 1,
+    num_heads: int | None = None,
 ) -> int:
     """Bytes of a plain K/V cache (no window, no scales) of `batch` sequences of `seq_len`
-    tokens: 2 * L * B * S * Hkv * D * b."""
-    layout = token_layout(num_kv_heads, num_kv_heads, head_dim, KvFormat(dtype))
+    tokens: 2 * L * B * S * Hkv * D * b; with `tp` ranks (and the `num_heads` query heads
+    they split), one rank's share, of kv_heads_per_rank KV heads."""
+    heads = num_heads if num_heads is not None else num_kv_heads
+    layout = token_layout(heads, num_kv_heads, head_dim, KvFormat(dtype), tp)
     return cache_bytes(layout, {None: num_layers}, {seq_len: batch}).total
 
 

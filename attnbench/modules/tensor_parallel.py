@@ -15,8 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ..model.capacity import kv_heads_per_rank
-from .attention import GroupedQueryAttention
-from .kv_cache import KVCache
+from .attention import GroupedQueryAttention, Projection
 
 
 def tp_shard_heads(num_heads: int, num_kv_heads: int, tp: int, rank: int) -> tuple[range, range]:
@@ -42,15 +41,59 @@ def _rows(heads: range, head_dim: int) -> slice:
     return slice(heads.start * head_dim, heads.stop * head_dim)
 
 
-def shard_layer(layer: GroupedQueryAttention, tp: int, rank: int) -> GroupedQueryAttention:
-    """Rank `rank`'s part of `layer` split over `tp` ranks, holding copies of its slices.
+class TensorParallelShard(GroupedQueryAttention):
+    """One rank's part of a tensor-parallel layer (see shard_layer). With `all_reduce`,
+    every output (forward and the fixed calls: decode steps, prefills, causal forwards)
+    is summed over `group` right after o_proj, in place, so each call returns the whole
+    layer's output on every rank, with one all-reduce per call as serving engines pay
+    it; without, it returns this rank's part of the sum."""
+
+    def __init__(self, *args, all_reduce: bool = False, group: dist.ProcessGroup | None = None,
+                 **kwargs) -> None:  # fmt: skip
+        super().__init__(*args, **kwargs)
+        self.all_reduce = all_reduce
+        self.group = group
+
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        out = super().forward(*args, **kwargs)
+        if self.all_reduce:
+            dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.group)
+        return out
+
+    def resolved_projections(self, x: torch.Tensor) -> tuple[Projection, ...]:
+        """The layer's projections (see GroupedQueryAttention.resolved_projections), o_proj
+        followed by the all-reduce when the shard sums its outputs."""
+        q_proj, k_proj, v_proj, o_proj = super().resolved_projections(x)
+        if not self.all_reduce:
+            return q_proj, k_proj, v_proj, o_proj
+        _check_initialized()
+        group = self.group
+
+        def o_proj_reduced(t: torch.Tensor) -> torch.Tensor:
+            out = o_proj(t)
+            dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+            return out
+
+        return q_proj, k_proj, v_proj, o_proj_reduced
+
+
+def shard_layer(
+    layer: GroupedQueryAttention,
+    tp: int,
+    rank: int,
+    *,
+    all_reduce: bool = False,
+    group: dist.ProcessGroup | None = None,
+) -> TensorParallelShard:
+    """Rank `rank`'s part of `layer` split over `tp` ranks, holding copies of its slices;
+    with `all_reduce`, its outputs are summed over `group` (see TensorParallelShard).
 
     o_proj keeps its bias only on rank 0, so that summing the ranks' outputs adds it once.
     """
     q_heads, kv_heads = tp_shard_heads(layer.num_heads, layer.num_kv_heads, tp, rank)
     weight = layer.q_proj.weight
     has_bias = layer.q_proj.bias is not None
-    shard = GroupedQueryAttention(
+    shard = TensorParallelShard(
         layer.d_model,
         len(q_heads),
         len(kv_heads),
@@ -59,6 +102,8 @@ def shard_layer(layer: GroupedQueryAttention, tp: int, rank: int) -> GroupedQuer
         backend=layer.backend,
         device=weight.device,
         dtype=weight.dtype,
+        all_reduce=all_reduce,
+        group=group,
     )
     q_rows, kv_rows = _rows(q_heads, layer.head_dim), _rows(kv_heads, layer.head_dim)
     with torch.no_grad():
@@ -73,28 +118,6 @@ def shard_layer(layer: GroupedQueryAttention, tp: int, rank: int) -> GroupedQuer
     if rank != 0:
         shard.o_proj.register_parameter("bias", None)
     return shard
-
-
-def tp_decode_step(
-    shard: GroupedQueryAttention,
-    x: torch.Tensor,
-    cache: KVCache,
-    position: int,
-    group: dist.ProcessGroup | None = None,
-) -> Callable[[], torch.Tensor]:
-    """One tensor-parallel decode step as a fixed call: the shard's decode_step (see
-    GroupedQueryAttention.decode_step; `cache` holds the rank's KV heads) followed by the
-    sum of every rank's output over `group`. The call returns the layer's full output,
-    the same on every rank. The process group must already be initialised."""
-    _check_initialized()
-    step = shard.decode_step(x, cache, position)
-
-    def call() -> torch.Tensor:
-        out = step()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
-        return out
-
-    return call
 
 
 def all_reduce_call(

@@ -273,6 +273,9 @@ DECODE: list[Column] = [
     _setting_int("context", "prompt_len", 3, lambda v: f"context {v:,}"),
     Column("step ms", "step_ms_median", fmt_ms, rank=4),
     Column("±IQR", "step_ms_median", fmt_plain, rank=5, cell=iqr_cell()),
+    _setting_int("tp", "tp", 5, lambda v: f"tp {v}"),
+    Column("all-reduce ms", "allreduce_ms_median", fmt_ms, rank=5),
+    _bytes("KV/GPU", "kv_bytes_per_gpu", 6),
     Column("tok/s", "tokens_per_s", fmt_f1, rank=6, compact=fmt_f0),
     Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=7),
     Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
@@ -308,13 +311,16 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     """DECODE for these rows: the speed-up over the baseline provider only when the rows
     hold more than one provider, headed by the baseline's name ("vs attnbench") when they
     share one; gen and graph only when some row generates tokens or replays a CUDA graph
-    (not "gen 0 · eager" in every title); and the Status just after the step time when
+    (not "gen 0 · eager" in every title); tp, the all-reduce and the KV bytes per GPU
+    only for tensor-parallel rows; and the Status just after the step time when
     some row is not ok."""
     records = [as_row(r) for r in rows]
     providers = {r.get("provider") for r in records}
     baselines = {r.get("baseline_provider") for r in records
                  if r.get("speedup_vs_baseline") is not None}  # fmt: skip
     used = {f: any(r.get(f) for r in records) for f in ("cuda_graph", "gen_len")}
+    split = any((r.get("tp") or 1) > 1 or r.get("allreduce_ms_median") for r in records)
+    used.update(dict.fromkeys(("tp", "allreduce_ms_median", "kv_bytes_per_gpu"), split))
     not_ok = any(r.get("status", "ok") != "ok" for r in records)
     columns = []
     for c in DECODE:

@@ -30,11 +30,12 @@ class Launch:
         return torch.device("cuda", self.local_rank) if device.type == "cuda" else device
 
 
-def torchrun_launch() -> Launch | None:
-    """This process's rank when torchrun started several (WORLD_SIZE > 1), else None."""
+def torchrun_launch(min_ranks: int = 2) -> Launch | None:
+    """This process's rank when torchrun started at least `min_ranks` processes, else
+    None (also outside torchrun)."""
     try:
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if world_size <= 1:
+        world_size = int(os.environ.get("WORLD_SIZE", "0"))
+        if world_size < min_ranks or "RANK" not in os.environ:
             return None
         return Launch(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", 0)))
     except (KeyError, ValueError):

@@ -183,10 +183,11 @@ FIELDS: dict[str, Field] = {
     "page_size": Field(int, _CACHE, "Paged blocks of P tokens.", maximum=MAX_TOKENS),
     "tp": Field(
         int,
-        _CACHE,
-        "Tensor-parallel ranks, comma-separated (fit: default gpus).",
+        (*_CACHE, "decode"),
+        "Tensor-parallel ranks, comma-separated (fit: default gpus; decode-speed: one "
+        "value, as many as torchrun's ranks).",
         maximum=MAX_GPUS,
-        default={"kvmem": 1},
+        default={"kvmem": 1, "decode": 1},
     ),
     # one batch's sequence lengths: a list that replaces batch and seq_len (not an axis)
     "seq_lens": Field(

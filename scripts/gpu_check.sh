@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check, within 10 minutes on one GPU (the steps' time limits add up to 570 s): the
-# CUDA self-checks and tests, every provider side by side in bfloat16, and CUDA-graph
-# against eager steps. Writes results/gpu/.
+# CUDA self-checks and tests, every provider side by side in bfloat16, CUDA-graph
+# against eager steps, and a TP=1 tensor-parallel smoke run over NCCL. Writes results/gpu/.
 # Installs nothing: runs from the checkout with the machine's own python3 and its
 # preinstalled torch, typer, rich, pandas and pyyaml (hf rows are `unsupported` without
 # transformers).
@@ -37,6 +37,10 @@ echo "== flex_attention (compiled for each point)"
 timeout 120 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 \
   --provider attnbench,flex --csv "$OUT/flex.csv" --json "$OUT/flex.json" || status=1
 echo "== CUDA graph against eager"
-timeout 90 $PY -m attnbench decode-speed --config configs/cuda-graphs.yaml --device cuda \
+timeout 70 $PY -m attnbench decode-speed --config configs/cuda-graphs.yaml --device cuda \
   --csv "$OUT/graphs.csv" --json "$OUT/graphs.json" || status=1
+echo "== tensor-parallel decode, TP=1 over NCCL (a node of N GPUs: --nproc-per-node N --tp N)"
+timeout 20 $PY -m torch.distributed.run --standalone --nproc-per-node 1 -m attnbench \
+  decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 --tp 1 \
+  --json "$OUT/tp1.json" || status=1
 exit $status

@@ -237,9 +237,77 @@ def test_a_share_that_died_mid_study_resumes_and_the_merge_loses_nothing(tmp_pat
     assert exact_rows(merged) == exact_rows(json.loads((whole / "results.json").read_text()))
 
 
+def test_a_study_resumed_with_another_number_of_shares_loses_and_repeats_nothing(tmp_path):
+    """Two shares start; share 0 dies after 5 points and share 1 never runs. The study is
+    finished by 3 shares: they take only the points no share recorded (none twice), and
+    the merge of all of them equals one process's run, row for row."""
+    import json
+
+    from attnbench.study.runner import DirectoryStore, run_experiment, run_study
+    from attnbench.study.shards import shard_dir, shard_plan
+
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    whole, out = tmp_path / "whole", tmp_path / "sharded"
+    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    ran: list[Task] = []
+
+    def dies_after_5(task, context):
+        if len(ran) == 5:
+            raise Crash
+        ran.append(task)
+        return run_experiment(task, context)
+
+    first = shard_plan(plan_study(study), Shard(0, 2))
+    with pytest.raises(Crash):
+        run_study(first, DirectoryStore(shard_dir(out, Shard(0, 2))), execute=dies_after_5)
+    for i in range(3):
+        resumed = run_cli("run", str(study), "--out", str(out), "--shard", f"{i}/3", "--resume")
+        assert resumed.exit_code == 0, resumed.output
+    taken = [json.loads((shard_dir(out, Shard(i, 3)) / "results.json").read_text())["shard"]
+             for i in range(3)]  # fmt: skip
+    earlier = {(t.section, first.shard["indices"][t.section][t.index]) for t in ran}
+    later = [(name, i) for share in taken for name, found in share["indices"].items()
+             for i in found]  # fmt: skip
+    assert len(later) == len(set(later)) and not earlier & set(later)
+    assert len(earlier) + len(later) == len(plan_study(study).tasks)
+    merged = run_cli("merge", str(out))
+    assert merged.exit_code == 0, merged.output
+    doc = json.loads((out / "results.json").read_text())
+    assert exact_rows(doc) == exact_rows(json.loads((whole / "results.json").read_text()))
+    assert [e["shard"] for e in doc["environments"]] == ["0/2", "0/3", "1/3", "2/3"]
+
+
 def test_resuming_a_share_that_never_started_runs_it(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text(STUDY)
     result = run_cli("run", str(study), "--out", str(tmp_path), "--shard", "1/2", "--resume")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "shards" / "1-of-2" / "results.json").is_file()
+
+
+def test_compare_holds_each_merged_row_to_the_environment_of_its_share(tmp_path):
+    """A merged study's rows carry their share's environment: when one share ran on
+    another CPU, its timings are incomparable and the other share's are still gated."""
+    import json
+
+    from attnbench.gate.compare import Verdict, compare_documents
+    from attnbench.study.documents import load_document
+
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    out = tmp_path / "sharded"
+    for i in range(2):
+        assert run_cli("run", str(study), "--out", str(out), "--shard", f"{i}/2").exit_code == 0
+    assert run_cli("merge", str(out)).exit_code == 0
+    doc = json.loads((out / "results.json").read_text())
+    doc["environments"][1]["cpu_model"] = "another CPU"
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(doc))
+    base, cur = load_document(out / "results.json"), load_document(moved)
+    findings = compare_documents(base, cur).findings
+    timed = [f for f in findings if f.section == "decode" and f.metric == "step_ms_median"]
+    which = doc["sections"]["decode"]["environment_of"]
+    expected = sorted(Verdict.INCOMPARABLE if i == 1 else Verdict.UNCHANGED for i in which)
+    assert sorted(f.verdict for f in timed) == expected
+    assert 0 < which.count(1) < len(which)  # both shares hold timed rows

@@ -16,7 +16,7 @@ from ..render.plots import render_plots
 from ..render.report import findings, write_report
 from ..study.distributed import process_group, torchrun_launch, wait_for_all
 from ..study.documents import incomplete, load_results
-from ..study.merge import Merged, merge
+from ..study.merge import Merged, merge, resumed_share_plan
 from ..study.plan import MAX_POINTS
 from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
 from ..study.sections import KINDS
@@ -199,7 +199,7 @@ def run_command(
         raise FieldError("out", out_dir, "not a directory")
     share = parse_shard(shard) if shard is not None else None
     if share is not None:
-        plan = shard_plan(plan, share)
+        plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
 
     def notice() -> None:
         err_console.print("stopping after the current point (Ctrl-C again to stop now)")

@@ -23,7 +23,8 @@ rule of its kind:
   kind of status in both files (wrong in both, unsupported in both) gets no status
   verdict; an `oom` or `skipped` point keeps showing as its `missing` metrics.
 
-Timings are gated only between matching environments (see `GATING_ENV_FIELDS`).
+Timings are gated only between matching environments (see `GATING_ENV_FIELDS`); in a
+merged study (study.merge) each row is held to the environment of the share that ran it.
 """
 
 from __future__ import annotations
@@ -398,16 +399,27 @@ def compare_documents(
             base.sections[name], cur.sections[name], (base.path, cur.path), kinds
         )
         result.notes += [f"{name}: {note}" for note in notes]
+        envs = (base.environments_of(name), cur.environments_of(name))
         for key, b, c in rows:
             matched += b is not None and c is not None
+            mismatch = env_mismatch
+            if b is not None and c is not None and (id(b) in envs[0] or id(c) in envs[1]):
+                mismatch = _row_mismatch(envs[0].get(id(b), base.environment),
+                                         envs[1].get(id(c), cur.environment))  # fmt: skip
             result.findings += compare_rows(
-                name, key, b, c, thresholds, env_mismatch, allow_env_mismatch
+                name, key, b, c, thresholds, mismatch, allow_env_mismatch
             )
     if not matched:
         raise UsageError(
             f"{base.path} and {cur.path} have no row in common; they come from different sweeps"
         )
     return result
+
+
+def _row_mismatch(base: dict | None, cur: dict | None) -> list[str]:
+    """The gating fields that differ between the environments two rows were measured in
+    (a merged study's rows each carry their share's)."""
+    return [d.field for d in environment_differences(base, cur) if d.gating]
 
 
 def match_rows(

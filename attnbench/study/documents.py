@@ -9,7 +9,7 @@ import io
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,14 @@ class Document:
     sections: dict[str, list[dict]]
     environment: dict | None
     raw: dict | None
+    #: A merged study's (study.merge): each record's environment, the share's that ran it.
+    record_environments: dict[str, list[dict]] = field(default_factory=dict)
+
+    def environments_of(self, section: str) -> dict[int, dict]:
+        """{id(record): the environment it was measured in} for the section's records
+        that name their own ({} when every record has the document's)."""
+        found = self.record_environments.get(section, [])
+        return {id(r): env for r, env in zip(self.sections[section], found, strict=False)}
 
 
 def kinds_of(section: str) -> dict[str, Kind]:
@@ -82,15 +90,38 @@ def _json_document(path: Path, text: str) -> Document:
     if not isinstance(environment, dict):
         raise UsageError(f"{path}: environment: expected an object (the machine the results "
                          f"were measured on), got {_short(environment)}")  # fmt: skip
+    per_record: dict[str, list[dict]] = {}
     if command == "run":
         _check_run_header(path, doc)
         sections = _run_sections(path, doc.get("sections"))
+        per_record = _record_environments(path, doc, sections)
     else:
         name = COMMAND_SECTIONS[command]
         sections = {name: _check_records(path, name, doc.get("records"))}
         if doc.get(PARTS_SECTION) is not None:
             sections[PARTS_SECTION] = _check_records(path, PARTS_SECTION, doc[PARTS_SECTION])
-    return Document(str(path), command, sections, environment, doc)
+    return Document(str(path), command, sections, environment, doc, per_record)
+
+
+def _record_environments(path: Path, doc: dict, sections: dict) -> dict[str, list[dict]]:
+    """A merged study's environment of each record: `environment_of` in each section, the
+    index of the share's environment in `environments`."""
+    shares = doc.get("environments")
+    if shares is None:
+        return {}
+    if not isinstance(shares, list) or not all(isinstance(e, dict) for e in shares):
+        raise UsageError(f"{path}: environments: expected a list of objects")
+    found = {}
+    for name in sections:
+        which = doc["sections"][name].get("environment_of")
+        if which is None:
+            continue
+        valid = isinstance(which, list) and len(which) == len(sections[name])
+        if not valid or not all(type(i) is int and 0 <= i < len(shares) for i in which):
+            raise UsageError(f"{path}: sections.{name}.environment_of: expected one index "
+                             "into environments per record")  # fmt: skip
+        found[name] = [shares[i] for i in which]
+    return found
 
 
 def _check_run_header(path: Path, doc: dict) -> None:

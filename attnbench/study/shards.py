@@ -11,7 +11,7 @@ give the same shares, so independent workers agree on them without talking.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -78,12 +78,20 @@ def shard_dir(out_dir: Path, shard: Shard) -> Path:
     return out_dir / SHARDS_DIR / f"{shard.index}-of-{shard.count}"
 
 
-def shard_plan(plan: Plan, shard: Shard) -> Plan:
-    """The plan of one share: its tasks, numbered within the share, and (in `shard`)
-    where each sits in the whole study, which merging puts back together."""
+def shard_plan(plan: Plan, shard: Shard, done: Mapping[str, Set[int]] | None = None) -> Plan:
+    """The plan of one share of the points not `done` (indices per section, recorded by
+    an earlier split of the study): its tasks, numbered within the share, and (in
+    `shard`) where each sits in the whole study, which merging puts back together."""
+    done = done or {}
+    left = [t for t in plan.tasks if t.index not in done.get(t.section, ())]
+    return indexed_plan(plan, shard, share_of(left, plan.estimate, shard))
+
+
+def indexed_plan(plan: Plan, shard: Shard, share: Sequence[Task]) -> Plan:
+    """The plan running the tasks `share` of `plan` as share `shard`."""
     tasks: list[Task] = []
     indices: dict[str, list[int]] = {name: [] for name in plan.sections}
-    for task in share_of(plan.tasks, plan.estimate, shard):
+    for task in share:
         tasks.append(Task(task.section, len(indices[task.section]), task.point))
         indices[task.section].append(task.index)
     points = {name: sum(t.section == name for t in plan.tasks) for name in plan.sections}

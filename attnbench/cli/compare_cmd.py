@@ -13,11 +13,13 @@ from rich.console import Console
 from ..errors import FieldError, UsageError
 from ..gate.baseline import default_baseline_path, save_baseline, save_exact_baseline
 from ..gate.compare import Comparison, Finding, Thresholds, compare_documents
+from ..history.baseline import history_baseline
+from ..history.store import open_history
 from ..model.units import format_bytes
 from ..records import Kind
 from ..render.columns import known
 from ..render.table import Column, build_table, print_view, terminal_width
-from ..study.documents import load_document
+from ..study.documents import Document, load_document
 from . import app
 from .common import check_writable, console, fail
 from .flags import handles_errors
@@ -29,6 +31,15 @@ HEADERS = ("Verdict", "Section", "Row", "Metric", "Baseline", "Current", "Change
 #: How each cell of HEADERS shows in the terminal: its kind and rank (see render.table).
 CELLS = (("status", 0), ("label", 5), ("text", 1), ("label", 2), ("number", 6),
          ("number", 4), ("number", 3), ("number", 8), ("text", 7))  # fmt: skip
+
+
+def history_baseline_of(db: str, head: Document) -> Document:
+    """The baseline `head` is gated against from the history at `db` (history.baseline)."""
+    store = open_history(db)
+    try:
+        return history_baseline(store, head, db)
+    finally:
+        store.close()
 
 
 def parse_percent(flag: str, text: str) -> float:
@@ -211,10 +222,19 @@ def _emit(result: Comparison, fmt: str, only_changed: bool, output: str | None) 
 @handles_errors
 def compare_command(
     baseline: str = typer.Argument(
-        ..., metavar="BASELINE", help="Baseline results (JSON from --json, or CSV)."
+        ...,
+        metavar="BASELINE",
+        help="Baseline results (JSON from --json, or CSV); with --history, the current ones.",
     ),
-    current: str = typer.Argument(
-        ..., metavar="CURRENT", help="Current results of the same command."
+    current: str | None = typer.Argument(
+        None, metavar="CURRENT", help="Current results of the same command."
+    ),
+    history: str | None = typer.Option(
+        None,
+        "--history",
+        metavar="DB",
+        help="Gate the one results file given against the recent runs of its environment "
+        "in this history database (attnbench history add), not against one baseline.",
     ),
     time_threshold: str = typer.Option(
         "10%", "--time-threshold", help="Smallest timing change that counts, e.g. 10%."
@@ -232,18 +252,28 @@ def compare_command(
     ),
     only_changed: bool = typer.Option(False, "--only-changed", help="Hide unchanged rows."),
 ) -> None:
-    """Gate CURRENT against BASELINE. Exit 0: no regression; 1: a regression; 2: bad input;
+    """Gate CURRENT against BASELINE, or (--history DB) one results file against the
+    recent runs of its environment. Exit 0: no regression; 1: a regression; 2: bad input;
     3: timings from different environments (see --allow-env-mismatch)."""
     if fmt not in FORMATS:
         raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
+    if history is not None and current is not None:
+        raise FieldError("history", history, "gates one results file: give CURRENT alone")
+    if history is None and current is None:
+        raise UsageError("missing CURRENT: give BASELINE and CURRENT, or --history DB CURRENT")
     check_writable({"output": output}, {"baseline": baseline, "current": current})
     thresholds = Thresholds(
         time=parse_percent("--time-threshold", time_threshold),
         mem=parse_percent("--mem-threshold", mem_threshold),
     )
+    if history is not None:
+        head = load_document(baseline)
+        base = history_baseline_of(history, head)
+    else:
+        base, head = load_document(baseline), load_document(current)  # type: ignore[arg-type]
     result = compare_documents(
-        load_document(baseline),
-        load_document(current),
+        base,
+        head,
         thresholds,
         allow_env_mismatch=allow_env_mismatch,
         fail_on_improvement=fail_on_improvement,

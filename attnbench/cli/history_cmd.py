@@ -1,0 +1,228 @@
+"""`attnbench history`: runs kept in a database over commits, their trends and the commits
+where a metric changed."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import typer
+
+from ..errors import FieldError
+from ..history.series import Change, Series, build_series, parse_where, series_changes
+from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
+from ..records import Kind
+from ..render.history import changes_markdown, changes_rows, plot_series, series_rows
+from ..render.table import Column
+from ..study.documents import load_document
+from . import app
+from .common import check_writable, console, show_table
+from .flags import handles_errors
+
+history_app = typer.Typer(
+    help="Keep every run in a database; show trends over commits and where they changed.",
+    no_args_is_help=True,
+)
+app.add_typer(history_app, name="history")
+
+DbOpt = typer.Option(None, "--db", help=f"The history database (default {DEFAULT_DB}).")
+MetricOpt = typer.Option("step_ms_median", "--metric", help="The metric to follow.")
+WhereOpt = typer.Option(
+    None, "--where", help="Only series whose keys match: variant=GQA-8,prompt_len=2048."
+)
+FORMATS = ("table", "markdown")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def current_commit() -> Commit | None:
+    """HEAD of the git checkout here: its sha, branch (None when detached) and commit
+    date; None outside a checkout."""
+    sha = _git("rev-parse", "HEAD")
+    if sha is None:
+        return None
+    branch = _git("rev-parse", "--abbrev-ref", "HEAD")
+    return Commit(sha, None if branch == "HEAD" else branch, _git("show", "-s", "--format=%cI"))
+
+
+def _open(db: str | None) -> HistoryBackend:
+    return open_history(db)
+
+
+@history_app.command("add")
+@handles_errors
+def add_command(
+    results: list[str] = typer.Argument(..., metavar="RESULTS.json...", help="Results to add."),
+    db: str | None = DbOpt,
+    commit: str | None = typer.Option(
+        None, "--commit", help="The commit measured (default: HEAD of the current checkout)."
+    ),
+    branch: str | None = typer.Option(None, "--branch", help="Its branch (default: HEAD's)."),
+    date: str | None = typer.Option(
+        None, "--date", help="Its commit date, ISO 8601 (default: HEAD's)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+) -> None:
+    """Store runs (results.json of run, or --json of decode-speed and the other commands)
+    with their commit. Adding the same results again changes nothing."""
+    documents = [load_document(path) for path in results]  # every file checked first
+    head = current_commit()
+    if commit is None and head is None:
+        raise FieldError("commit", None, "not in a git checkout: name the commit measured")
+    if commit is None:
+        assert head is not None
+        stamp = Commit(head.sha, branch or head.branch, date or head.date)
+    else:
+        stamp = Commit(commit, branch, date)
+    history = _open(db)
+    try:
+        for path, document in zip(results, documents, strict=True):
+            run_id, new = history.add(document, stamp)
+            if not quiet:
+                what = f"added as run {run_id}" if new else f"already there (run {run_id})"
+                console.print(f"{path}: {what}, commit {stamp.sha[:10]}", markup=False)
+    finally:
+        history.close()
+
+
+def _series(db: str | None, metric: str, where: str | None) -> list[Series]:
+    history = _open(db)
+    try:
+        kinds = history.metric_kinds()
+        if metric not in kinds:
+            known = ", ".join(k for k, kind in kinds.items() if kind in ("timing", "exact"))
+            raise FieldError("metric", metric, f"not in the history; it holds {known or 'no runs'}")
+        found = build_series(metric, history.points(metric), parse_where(where))
+    finally:
+        history.close()
+    if not found:
+        raise FieldError("where", where, f"no series of {metric} matches")
+    return found
+
+
+def _series_or_none(db: str | None, metric: str, where: str | None) -> list[Series]:
+    try:
+        return _series(db, metric, where)
+    except FieldError:
+        return []
+
+
+def _environments(series: Sequence[Series]) -> dict[str, list[Series]]:
+    by_env: dict[str, list[Series]] = {}
+    for s in series:
+        by_env.setdefault(s.environment_id, []).append(s)
+    return by_env
+
+
+def environment_label(series: Series) -> str:
+    env = series.environment
+    parts = [env.get("device_name"), f"torch {env.get('torch_version')}",
+             f"{env.get('num_threads')} threads"]  # fmt: skip
+    return f"environment {series.environment_id} ({', '.join(str(p) for p in parts if p)})"
+
+
+SHOW_COLUMNS = [
+    Column("Series", "series", str, rank=0, kind="text"),
+    Column("commit", "commit", str, rank=0, kind="label"),
+    Column("date", "date", str, rank=2, kind="label"),
+    Column("branch", "branch", str, rank=3, kind="label", setting=True),
+    Column("median", "median", str, rank=1),
+    Column("IQR/median", "spread", str, rank=4),
+    Column("runs", "runs", str, rank=5),
+]
+
+
+@history_app.command("show")
+@handles_errors
+def show_command(
+    db: str | None = DbOpt,
+    metric: str = MetricOpt,
+    where: str | None = WhereOpt,
+    wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
+) -> None:
+    """A metric over commits: one table per environment, a row per series and commit."""
+    for members in _environments(_series(db, metric, where)).values():
+        title = f"{metric} over commits · {environment_label(members[0])}"
+        if where and len(members) == 1:
+            title += f" · where {where}"
+        show_table(title, series_rows(members), SHOW_COLUMNS, wide, hint=None)
+
+
+@history_app.command("plot")
+@handles_errors
+def plot_command(
+    out: str = typer.Option(..., "--out", help="The picture to write (.png, .svg, .pdf)."),
+    db: str | None = DbOpt,
+    metric: str = MetricOpt,
+    where: str | None = WhereOpt,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+) -> None:
+    """Draw a metric over commits: each series' median with its p25..p75 band, and its
+    change points marked. Series of several environments get one panel each."""
+    check_writable({"out": out}, {})
+    series = _series(db, metric, where)
+    changes = [c for s in series for c in series_changes(s)]
+    path = plot_series(series, changes, Path(out), environment_label)
+    if not quiet:
+        console.print(f"wrote {path}", markup=False)
+
+
+CHANGE_COLUMNS = [
+    Column("Metric", "metric", str, rank=0, kind="label"),
+    Column("Series", "series", str, rank=0, kind="text"),
+    Column("commit", "commit", str, rank=0, kind="label"),
+    Column("change", "change", str, rank=1),
+    Column("95% interval", "interval", str, rank=2),
+    Column("before", "before", str, rank=3),
+    Column("after", "after", str, rank=3),
+    Column("environment", "environment", str, rank=4, kind="label", setting=True, title_text=str),
+]
+
+
+@history_app.command("changes")
+@handles_errors
+def changes_command(
+    db: str | None = DbOpt,
+    metric: list[str] = typer.Option(
+        [], "--metric", help="Metrics to search (default: every timing and exact metric)."
+    ),
+    where: str | None = WhereOpt,
+    fmt: str = typer.Option("table", "--format", help="table or markdown."),
+    wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
+) -> None:
+    """The commits where a metric changed: change points of each timing series (one
+    environment at a time), and every change of an exact metric (a formula changed)."""
+    if fmt not in FORMATS:
+        raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
+    history = _open(db)
+    try:
+        kinds = history.metric_kinds()
+    finally:
+        history.close()
+    wanted = metric or [m for m, k in kinds.items() if _followed(m, k)]
+    changes: list[Change] = []
+    for name in wanted:  # every metric named; of the others, those with a series to search
+        found = _series(db, name, where) if metric else _series_or_none(db, name, where)
+        changes += [c for s in found for c in series_changes(s)]
+    if fmt == "markdown":
+        console.print(changes_markdown(changes), markup=False, soft_wrap=True)
+        return
+    if not changes:
+        console.print(f"No change found in {len(wanted)} metric(s).", markup=False)
+        return
+    show_table("Changes over commits", changes_rows(changes, environment_label),
+               CHANGE_COLUMNS, wide, hint=None)  # fmt: skip
+
+
+def _followed(metric: str, kind: str) -> bool:
+    """A gated timing (not its statistics) or an exact metric."""
+    if kind == Kind.EXACT.value:
+        return True
+    return kind == Kind.TIMING.value and metric.endswith("_median")

@@ -1,0 +1,1 @@
+"""Performance history: runs stored over commits, their series and change points."""

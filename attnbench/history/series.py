@@ -1,0 +1,131 @@
+"""A metric's history as series: one per environment and configuration (the record's
+keys), each a value per commit, and the changes found in them.
+
+A commit measured by several runs is one point: for a timing, the median and IQR of the
+runs' raw samples pooled (or of their medians, where no samples were kept). Timing series
+are searched for change points (history.changepoints); exact metrics change only when the
+code's arithmetic does, so every commit where one differs from the one before is listed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import FieldError
+from ..measure.timing import percentile
+from ..records import Kind
+from .changepoints import ChangePoint, change_points
+from .store import Commit, StoredPoint
+
+
+@dataclass
+class CommitValue:
+    """One commit's point of a series."""
+
+    commit: Commit
+    median: float
+    p25: float
+    p75: float
+    runs: int
+
+
+@dataclass
+class Series:
+    """One metric over commits, in one environment, for one configuration."""
+
+    metric: str
+    kind: str
+    section: str
+    environment_id: str
+    environment: dict
+    keys: dict
+    values: list[CommitValue] = field(default_factory=list)
+
+    def label(self, varying: Sequence[str]) -> str:
+        """The keys that tell this series from the others shown with it (`varying`)."""
+        return " ".join(f"{k}={self.keys[k]}" for k in varying if k in self.keys)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change of a series at one commit. `low_pct`/`high_pct` bound its size (a 95%
+    interval; None for an exact metric, whose change is certain)."""
+
+    series: Series
+    commit: Commit
+    before: float
+    after: float
+    change_pct: float
+    low_pct: float | None = None
+    high_pct: float | None = None
+
+
+def parse_where(text: str | None) -> dict[str, str]:
+    """'variant=GQA-8,prompt_len=2048' as {key: value text}."""
+    where: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise FieldError("where", text, "expected key=value pairs, comma-separated, "
+                             "e.g. variant=GQA-8,prompt_len=2048")  # fmt: skip
+        where[key.strip()] = value.strip()
+    return where
+
+
+def matches(keys: dict, where: dict[str, str]) -> bool:
+    """Every `where` key is among `keys`, with the same value as text."""
+    return all(k in keys and _text(keys[k]) == v for k, v in where.items())
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def build_series(metric: str, points: Sequence[StoredPoint], where: dict[str, str]) -> list[Series]:
+    """The series of `metric` among `points` (ordered by commit) whose keys match `where`."""
+    grouped: dict[tuple, tuple[Series, dict[str, list[StoredPoint]]]] = {}
+    for point in points:
+        if point.value is None or not matches(point.keys, where):
+            continue
+        key = (point.run.environment_id, point.section, json.dumps(point.keys, sort_keys=True))
+        if key not in grouped:
+            series = Series(metric, point.kind, point.section, point.run.environment_id,
+                            point.run.environment, point.keys)  # fmt: skip
+            grouped[key] = (series, {})
+        grouped[key][1].setdefault(point.run.commit.sha, []).append(point)
+    found = []
+    for series, by_commit in grouped.values():
+        series.values = [_commit_value(p) for p in by_commit.values()]
+        found.append(series)
+    return found
+
+
+def _commit_value(points: list[StoredPoint]) -> CommitValue:
+    pooled = [s for p in points for s in (p.samples or [])]
+    data = pooled or [p.value for p in points if p.value is not None]
+    commit = points[-1].run.commit
+    return CommitValue(commit, percentile(data, 50), percentile(data, 25), percentile(data, 75),
+                       len(points))  # fmt: skip
+
+
+def series_changes(series: Series, **options: float) -> list[Change]:
+    """The changes of one series: change points of a timing (`options` go to
+    change_points), every change of an exact metric; none for other kinds."""
+    values = series.values
+    if series.kind == Kind.EXACT.value:
+        steps = zip(values, values[1:], strict=False)
+        return [Change(series, now.commit, before.median, now.median,
+                       _pct(before.median, now.median))
+                for before, now in steps if now.median != before.median]  # fmt: skip
+    if series.kind != Kind.TIMING.value or any(v.median <= 0 for v in values):
+        return []
+    found: list[ChangePoint] = change_points([v.median for v in values], **options)  # type: ignore[arg-type]
+    return [Change(series, values[c.index].commit, c.before, c.after, c.change_pct,
+                   c.ci_low_pct, c.ci_high_pct) for c in found]  # fmt: skip
+
+
+def _pct(before: float, after: float) -> float:
+    return 100 * (after / before - 1) if before else math.inf

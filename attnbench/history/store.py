@@ -1,0 +1,306 @@
+"""The history database: runs stored with their commit, environment and records (keys,
+metrics with their declared kinds, raw timing samples).
+
+Storage sits behind `HistoryBackend`: add a run, list the runs, read the stored points of
+one metric. SQLite, from the standard library, is the backend here: one file, WAL mode so
+that concurrent writers queue (busy timeout) instead of failing, and every run added in
+one transaction, so a process killed mid-add leaves nothing half-stored. A second backend
+(PostgreSQL, say) is one module implementing the protocol, chosen by `open_history` from
+the database's address.
+
+The schema is versioned (SQLite's `user_version`) and upgraded on open by the migrations
+in MIGRATIONS, in order; a database newer than this code is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+from ..errors import FieldError, UsageError
+from ..gate.compare import GATING_ENV_FIELDS
+from ..records import Kind, gated_timing
+from ..study.documents import Document, is_number, kinds_of
+from ..study.sections import record_type
+
+#: Where `attnbench history` keeps its database unless told otherwise.
+DEFAULT_DB = Path("results") / "history.sqlite"
+#: The environment fields that make two runs' timings comparable (as compare gates them).
+IDENTITY_FIELDS = (*GATING_ENV_FIELDS, "cpu_model")
+#: How long a writer waits for another one to finish, in milliseconds.
+BUSY_TIMEOUT_MS = 30_000
+
+#: Each step of the schema, applied in order; the database's user_version counts them.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: runs, their records and metrics
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        content_hash TEXT NOT NULL UNIQUE,
+        commit_sha TEXT NOT NULL,
+        committed_at TEXT,
+        created TEXT,
+        added_at TEXT NOT NULL,
+        command TEXT NOT NULL,
+        environment_id TEXT NOT NULL,
+        environment TEXT NOT NULL,
+        source TEXT
+    );
+    CREATE TABLE records (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        section TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        keys TEXT NOT NULL
+    );
+    CREATE TABLE metrics (
+        record_id INTEGER NOT NULL REFERENCES records(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        value REAL,
+        PRIMARY KEY (record_id, name)
+    );
+    CREATE INDEX metrics_by_name ON metrics(name);
+    """,
+    # 2: the branch of each run, each record whole, and raw timing samples
+    """
+    ALTER TABLE runs ADD COLUMN branch TEXT;
+    ALTER TABLE records ADD COLUMN record TEXT;
+    CREATE TABLE samples (
+        record_id INTEGER NOT NULL REFERENCES records(id) ON DELETE CASCADE,
+        metric TEXT NOT NULL,
+        samples TEXT NOT NULL,
+        PRIMARY KEY (record_id, metric)
+    );
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The code a run measured: its commit, branch and commit date (ISO 8601)."""
+
+    sha: str
+    branch: str | None = None
+    date: str | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One stored run."""
+
+    id: int
+    commit: Commit
+    created: str | None
+    environment_id: str
+    environment: dict
+    command: str
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """One metric of one record of one run."""
+
+    run: RunInfo
+    section: str
+    keys: dict
+    kind: str
+    value: float | None
+    samples: list[float] | None
+
+
+class HistoryBackend(Protocol):
+    """What the history needs of a storage: adding a run is atomic and idempotent (by
+    content hash); reading gives points ordered by commit date, then by when added."""
+
+    def add(self, document: Document, commit: Commit) -> tuple[int, bool]:
+        """Store a run; (its id, whether it was new)."""
+        ...
+
+    def runs(self) -> list[RunInfo]: ...
+
+    def run_records(self, run_id: int) -> list[tuple[str, dict]]: ...
+
+    def points(self, metric: str) -> list[StoredPoint]: ...
+
+    def metric_kinds(self) -> dict[str, str]:
+        """Every stored metric and its declared kind."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def environment_id(environment: dict | None) -> str:
+    """A short name for the environment fields that decide whether timings compare."""
+    identity = {f: (environment or {}).get(f) for f in IDENTITY_FIELDS}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def content_hash(document: Document) -> str:
+    """The run's identity: a hash of its file's content (keys sorted), so the same results
+    added twice are recognised, whatever the commit they are said to come from."""
+    raw = document.raw if document.raw is not None else {"sections": document.sections}
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class SqliteHistory:
+    """The history in one SQLite file (see the module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise FieldError("db", str(path), f"not a history database ({exc})") from None
+        except OSError as exc:
+            raise FieldError("db", str(path), f"cannot open it: {exc.strerror}") from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction, taken at once (BEGIN IMMEDIATE: a second writer waits for
+        the busy timeout), committed whole or rolled back."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._transaction() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise UsageError(f"{self.path}: a history of schema {version}, newer than this "
+                                 f"attnbench's ({SCHEMA_VERSION}); upgrade attnbench")  # fmt: skip
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in filter(str.strip, script.split(";")):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    def add(self, document: Document, commit: Commit) -> tuple[int, bool]:
+        digest = content_hash(document)
+        env = document.environment or {}
+        with self._transaction() as db:
+            found = db.execute("SELECT id FROM runs WHERE content_hash = ?", (digest,)).fetchone()
+            if found:
+                return found[0], False
+            run_id = db.execute(
+                "INSERT INTO runs (content_hash, commit_sha, branch, committed_at, created, "
+                "added_at, command, environment_id, environment, source) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (digest, commit.sha, commit.branch, commit.date,
+                 (document.raw or {}).get("created"), _now(), document.command,
+                 environment_id(env), json.dumps(env, sort_keys=True), document.path),
+            ).lastrowid  # fmt: skip
+            for section, records in document.sections.items():
+                for position, record in enumerate(records):
+                    self._add_record(db, run_id, section, position, record)  # type: ignore[arg-type]
+        return run_id, True  # type: ignore[return-value]
+
+    @staticmethod
+    def _add_record(
+        db: sqlite3.Connection, run_id: int, section: str, position: int, record: dict
+    ) -> None:
+        kinds = kinds_of(section)
+        keys = {k: v for k, v in record.items() if kinds.get(k) is Kind.KEY}
+        record_id = db.execute(
+            "INSERT INTO records (run_id, section, position, keys, record) VALUES (?, ?, ?, ?, ?)",
+            (run_id, section, position, json.dumps(keys, sort_keys=True), json.dumps(record)),
+        ).lastrowid
+        metrics = [(record_id, name, kinds[name].value, record[name])
+                   for name in record if kinds.get(name) not in (None, Kind.KEY)
+                   and (record[name] is None or is_number(record[name]))]  # fmt: skip
+        db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", metrics)
+        rtype = record_type(section)
+        for metric, stats in (gated_timing(rtype) if rtype else {}).items():
+            samples = record.get(stats.get("samples", ""))
+            if samples:
+                db.execute("INSERT INTO samples VALUES (?, ?, ?)",
+                           (record_id, metric, json.dumps(samples)))  # fmt: skip
+
+    def runs(self) -> list[RunInfo]:
+        rows = self.db.execute(f"SELECT {_RUN_COLUMNS} FROM runs u ORDER BY {_ORDER}").fetchall()
+        return [_run_info(row) for row in rows]
+
+    def points(self, metric: str) -> list[StoredPoint]:
+        rows = self.db.execute(
+            f"SELECT {_RUN_COLUMNS}, r.section, r.keys, m.kind, m.value, s.samples "
+            "FROM metrics m JOIN records r ON r.id = m.record_id JOIN runs u ON u.id = r.run_id "
+            "LEFT JOIN samples s ON s.record_id = r.id AND s.metric = m.name "
+            f"WHERE m.name = ? ORDER BY {_ORDER}, r.position",
+            (metric,),
+        ).fetchall()
+        width = len(_RUN_COLUMNS.split(","))
+        return [
+            StoredPoint(_run_info(row[:width]), row[width], json.loads(row[width + 1]),
+                        row[width + 2], row[width + 3],
+                        json.loads(row[width + 4]) if row[width + 4] else None)
+            for row in rows
+        ]  # fmt: skip
+
+    def run_records(self, run_id: int) -> list[tuple[str, dict]]:
+        """(section, record) of every record of a run, in its order; a record stored
+        before records were kept whole (schema 1) is its keys and metrics."""
+        rows = self.db.execute(
+            "SELECT r.id, r.section, r.keys, r.record FROM records r WHERE r.run_id = ? "
+            "ORDER BY r.id",
+            (run_id,),
+        ).fetchall()
+        found = []
+        for record_id, section, keys, whole in rows:
+            if whole is None:
+                metrics = self.db.execute(
+                    "SELECT name, value FROM metrics WHERE record_id = ?", (record_id,)
+                ).fetchall()
+                found.append((section, {**json.loads(keys), **dict(metrics)}))
+            else:
+                found.append((section, json.loads(whole)))
+        return found
+
+    def metric_kinds(self) -> dict[str, str]:
+        rows = self.db.execute("SELECT DISTINCT name, kind FROM metrics ORDER BY name")
+        return dict(rows.fetchall())
+
+    def close(self) -> None:
+        self.db.close()
+
+
+_RUN_COLUMNS = ("u.id, u.commit_sha, u.branch, u.committed_at, u.created, u.environment_id, "
+                "u.environment, u.command")  # fmt: skip
+_ORDER = "COALESCE(u.committed_at, u.created), u.id"
+
+
+def _run_info(row: Sequence) -> RunInfo:
+    run_id, sha, branch, committed, created, env_id, env, command = row
+    return RunInfo(run_id, Commit(sha, branch, committed), created, env_id, json.loads(env),
+                   command)  # fmt: skip
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def open_history(db: str | Path | None = None) -> HistoryBackend:
+    """The history at `db`: a file path (SQLite; DEFAULT_DB when None). A URL of another
+    database (postgresql://...) names a backend this version does not have."""
+    text = str(db if db is not None else DEFAULT_DB)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise FieldError("db", text, f"no {scheme} backend in this version; give a file path "
+                         "(SQLite)")  # fmt: skip
+    return SqliteHistory(Path(text))

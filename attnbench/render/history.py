@@ -1,0 +1,137 @@
+"""The history's series and changes as table rows, Markdown and a trend plot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from ..history.series import Change, Series
+from ..records import Kind
+from ..study.output import named
+
+#: Series drawn in one panel at the most (the rest are named in a note).
+MAX_LINES = 8
+
+
+def _varying(series: Sequence[Series]) -> list[str]:
+    """The keys whose values differ among `series` (what labels them apart)."""
+    keys = list(dict.fromkeys(k for s in series for k in s.keys))
+    return [k for k in keys if len({str(s.keys.get(k)) for s in series}) > 1]
+
+
+def value_text(kind: str, value: float) -> str:
+    if kind == Kind.TIMING.value:
+        return f"{value:.4g} ms"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.6g}"
+
+
+def _date(commit) -> str:
+    return (commit.date or "")[:10]
+
+
+def series_rows(series: Sequence[Series]) -> list[dict]:
+    """A row per series and commit, for `history show`; the series named by the keys
+    that tell them apart (none when there is one)."""
+    varying = _varying(series)
+    rows = []
+    for s in series:
+        name = s.label(varying) if varying else None
+        for v in s.values:
+            spread = f"{100 * (v.p75 - v.p25) / v.median:.1f}%" if v.median else None
+            rows.append({"series": name, "commit": v.commit.sha[:10],
+                         "date": _date(v.commit), "branch": v.commit.branch,
+                         "median": value_text(s.kind, v.median), "spread": spread,
+                         "runs": str(v.runs)})  # fmt: skip
+    return rows
+
+
+def _interval(change: Change) -> str:
+    if change.low_pct is None or change.high_pct is None:
+        return "exact"
+    return f"{change.low_pct:+.1f}%..{change.high_pct:+.1f}%"
+
+
+def changes_rows(changes: Sequence[Change], environment: Callable[[Series], str]) -> list[dict]:
+    """A row per change, for `history changes`."""
+    varying = _varying([c.series for c in changes])
+    return [
+        {"metric": c.series.metric, "series": c.series.label(varying),
+         "commit": c.commit.sha[:10], "change": f"{c.change_pct:+.1f}%",
+         "interval": _interval(c), "before": value_text(c.series.kind, c.before),
+         "after": value_text(c.series.kind, c.after), "environment": environment(c.series)}
+        for c in changes
+    ]  # fmt: skip
+
+
+def changes_markdown(changes: Sequence[Change]) -> str:
+    """The changes as Markdown: a heading and a table (for a CI job's summary)."""
+    if not changes:
+        return "### Performance history\n\nNo change found."
+    varying = _varying([c.series for c in changes])
+    lines = ["### Performance history: changes", "",
+             "| Metric | Series | Commit | Change | 95% interval | Before | After | Environment |",
+             "|---|---|---|---:|---|---:|---:|---|"]  # fmt: skip
+    for c in changes:
+        cells = [c.series.metric, c.series.label(varying), f"`{c.commit.sha[:10]}`",
+                 f"{c.change_pct:+.1f}%", _interval(c), value_text(c.series.kind, c.before),
+                 value_text(c.series.kind, c.after), c.series.environment_id]  # fmt: skip
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def plot_series(
+    series: Sequence[Series],
+    changes: Sequence[Change],
+    out: Path,
+    environment: Callable[[Series], str],
+) -> Path:
+    """Each series' median per commit with its p25..p75 band, change points marked with
+    a dashed line and their size; one panel per environment. Writes `out`."""
+    by_env: dict[str, list[Series]] = {}
+    for s in series:
+        by_env.setdefault(s.environment_id, []).append(s)
+    fig = Figure(figsize=(9, 4.2 * len(by_env)), layout="constrained")
+    axes = fig.subplots(len(by_env), 1, squeeze=False)[:, 0]
+    metric = series[0].metric
+    fig.suptitle(f"{metric} over commits", fontsize=13, fontweight="bold")
+    for ax, members in zip(axes, by_env.values(), strict=True):
+        commits = list(dict.fromkeys(v.commit.sha for s in members for v in s.values))
+        where = {sha: i for i, sha in enumerate(commits)}
+        varying = _varying(members)
+        for s in members[:MAX_LINES]:
+            xs = [where[v.commit.sha] for v in s.values]
+            line = ax.plot(xs, [v.median for v in s.values], marker="o", ms=4,
+                           label=s.label(varying) or metric)[0]  # fmt: skip
+            ax.fill_between(xs, [v.p25 for v in s.values], [v.p75 for v in s.values],
+                            color=line.get_color(), alpha=0.2, linewidth=0)  # fmt: skip
+        at: dict[str, list[float]] = {}  # the changes drawn, by commit
+        for c in changes:
+            if any(c.series is s for s in members[:MAX_LINES]):
+                at.setdefault(c.commit.sha, []).append(c.change_pct)
+        for sha, sizes in at.items():
+            x = where[sha] - 0.5  # between the commit and the one before
+            size = f"{sizes[0]:+.1f}%"
+            if len(sizes) > 1:
+                size = f"{min(sizes):+.1f}%..{max(sizes):+.1f}% ({len(sizes)} series)"
+            ax.axvline(x, color="crimson", linestyle="--", linewidth=1)
+            ax.annotate(f"{size} at {sha[:7]}", (x, 1), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8,
+                        color="crimson")  # fmt: skip
+        more = len(members) - MAX_LINES
+        note = f" ({more} more series not drawn)" if more > 0 else ""
+        ax.set_title(environment(members[0]) + note, fontsize=9)
+        ax.set_xticks(range(len(commits)), [sha[:7] for sha in commits], rotation=45,
+                      fontsize=8, ha="right")  # fmt: skip
+        ax.set_xlabel("commit (oldest first)")
+        ax.set_ylabel("ms" if members[0].kind == Kind.TIMING.value else metric)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    try:
+        fig.savefig(out, dpi=120)
+    except OSError as exc:
+        out.unlink(missing_ok=True)
+        raise named(exc, out) from None
+    return out

@@ -23,8 +23,12 @@ ATTNBENCH = [sys.executable, "-m", "attnbench"]
 #: The planted regression: the step attends copies of the cached K and V.
 STEP_LINE = "return o_proj(attend(q, keys, values).reshape(batch, 1, width))"
 PLANTED_LINE = "return o_proj(attend(q, keys.clone(), values.clone()).reshape(batch, 1, width))"
+#: One thread: with two on a 2-core machine, any other process on the second core stalls
+#: every parallel region of the step (its threads wait for a descheduled peer), and a
+#: history of such runs shows the neighbours, not the code.
 SWEEP = ["--d-model", "1024", "--heads", "16", "--kv-heads", "16,1", "--prompt-len", "2048",
-         "--batch", "4", "--mode", "cache", "--no-prefill", "--max-time", "1"]  # fmt: skip
+         "--batch", "4", "--mode", "cache", "--no-prefill", "--max-time", "1",
+         "--threads", "1"]  # fmt: skip
 
 
 def git(clone: Path, *args: str) -> str:

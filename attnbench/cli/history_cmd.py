@@ -10,7 +10,14 @@ from pathlib import Path
 import typer
 
 from ..errors import FieldError
-from ..history.series import Change, Series, build_series, parse_where, series_changes
+from ..history.series import (
+    ANY_ENVIRONMENT,
+    Change,
+    Series,
+    build_series,
+    parse_where,
+    series_changes,
+)
 from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
 from ..records import Kind
 from ..render.history import changes_markdown, changes_rows, plot_series, series_rows
@@ -122,20 +129,26 @@ def _environments(series: Sequence[Series]) -> dict[str, list[Series]]:
 
 
 def environment_label(series: Series) -> str:
+    if series.environment_id == ANY_ENVIRONMENT:
+        return "every environment (an exact metric)"
     env = series.environment
     parts = [env.get("device_name"), f"torch {env.get('torch_version')}",
-             f"{env.get('num_threads')} threads"]  # fmt: skip
+             f"{env.get('num_threads')} thread{'s' * (env.get('num_threads') != 1)}"]  # fmt: skip
     return f"environment {series.environment_id} ({', '.join(str(p) for p in parts if p)})"
 
 
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 SHOW_COLUMNS = [
-    Column("Series", "series", str, rank=0, kind="text"),
-    Column("commit", "commit", str, rank=0, kind="label"),
-    Column("date", "date", str, rank=2, kind="label"),
-    Column("branch", "branch", str, rank=3, kind="label", setting=True),
-    Column("median", "median", str, rank=1),
-    Column("IQR/median", "spread", str, rank=4),
-    Column("runs", "runs", str, rank=5),
+    Column("Series", "series", _cell, rank=0, kind="text"),
+    Column("commit", "commit", _cell, rank=0, kind="label"),
+    Column("date", "date", _cell, rank=2, kind="label"),
+    Column("branch", "branch", _cell, rank=3, kind="label", setting=True),
+    Column("median", "median", _cell, rank=1),
+    Column("IQR/median", "spread", _cell, rank=4),
+    Column("runs", "runs", _cell, rank=5),
 ]
 
 
@@ -175,14 +188,14 @@ def plot_command(
 
 
 CHANGE_COLUMNS = [
-    Column("Metric", "metric", str, rank=0, kind="label"),
-    Column("Series", "series", str, rank=0, kind="text"),
-    Column("commit", "commit", str, rank=0, kind="label"),
-    Column("change", "change", str, rank=1),
-    Column("95% interval", "interval", str, rank=2),
-    Column("before", "before", str, rank=3),
-    Column("after", "after", str, rank=3),
-    Column("environment", "environment", str, rank=4, kind="label", setting=True, title_text=str),
+    Column("Metric", "metric", _cell, rank=0, kind="label"),
+    Column("Series", "series", _cell, rank=1, kind="text"),
+    Column("commit", "commit", _cell, rank=0, kind="label"),
+    Column("change", "change", _cell, rank=0),
+    Column("95% interval", "interval", _cell, rank=2),
+    Column("before", "before", _cell, rank=3),
+    Column("after", "after", _cell, rank=3),
+    Column("environment", "environment", _cell, rank=4, kind="label", setting=True, title_text=str),
 ]
 
 

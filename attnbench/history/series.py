@@ -20,6 +20,9 @@ from ..records import Kind
 from .changepoints import ChangePoint, change_points
 from .store import Commit, StoredPoint
 
+#: The environment of an exact metric's series: its values depend on the code alone.
+ANY_ENVIRONMENT = "any"
+
 
 @dataclass
 class CommitValue:
@@ -45,8 +48,9 @@ class Series:
     values: list[CommitValue] = field(default_factory=list)
 
     def label(self, varying: Sequence[str]) -> str:
-        """The keys that tell this series from the others shown with it (`varying`)."""
-        return " ".join(f"{k}={self.keys[k]}" for k in varying if k in self.keys)
+        """The keys that tell this series from the others shown with it (`varying`), but
+        for those it does not set (None)."""
+        return " ".join(f"{k}={self.keys[k]}" for k in varying if self.keys.get(k) is not None)
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,12 @@ def build_series(metric: str, points: Sequence[StoredPoint], where: dict[str, st
     for point in points:
         if point.value is None or not matches(point.keys, where):
             continue
-        key = (point.run.environment_id, point.section, json.dumps(point.keys, sort_keys=True))
+        exact = point.kind == Kind.EXACT.value  # the same in every environment
+        env_id, env = (ANY_ENVIRONMENT, {}) if exact else (point.run.environment_id,
+                                                           point.run.environment)  # fmt: skip
+        key = (env_id, point.section, json.dumps(point.keys, sort_keys=True))
         if key not in grouped:
-            series = Series(metric, point.kind, point.section, point.run.environment_id,
-                            point.run.environment, point.keys)  # fmt: skip
+            series = Series(metric, point.kind, point.section, env_id, env, point.keys)
             grouped[key] = (series, {})
         grouped[key][1].setdefault(point.run.commit.sha, []).append(point)
     found = []

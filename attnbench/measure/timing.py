@@ -1,6 +1,6 @@
 """The one timing harness: every timed number in attnbench comes through `Timer`.
 
-Rules (see REFERENCE.md, "Measuring time honestly"): warm-up is never counted; raw samples
+Rules (see docs/methodology.md, "How time is measured"): warm-up is never counted; raw samples
 are kept; the summary is the median with the p25..p75 interval, and a result whose
 IQR/median exceeds 10% is flagged noisy (torch.utils.benchmark's rule). On CUDA each call
 is bracketed by a pair of CUDA events and read after a synchronize; on the CPU by

@@ -53,12 +53,22 @@ def _interval(change: Change) -> str:
     return f"{change.low_pct:+.1f}%..{change.high_pct:+.1f}%"
 
 
+def change_text(change: Change) -> str:
+    """A timing's change in percent; an exact metric's as the difference itself (a
+    count of bytes or parameters that moved by 2 is not '+0.0%')."""
+    if change.series.kind == Kind.EXACT.value:
+        return f"{change.after - change.before:+,.0f}"
+    return f"{change.change_pct:+.1f}%"
+
+
 def changes_rows(changes: Sequence[Change], environment: Callable[[Series], str]) -> list[dict]:
-    """A row per change, for `history changes`."""
-    varying = _varying([c.series for c in changes])
+    """A row per change, for `history changes`; each series named by the keys that tell
+    it from the others (all its keys when there is one)."""
+    series = [c.series for c in changes]
+    varying = _varying(series) or list(dict.fromkeys(k for s in series for k in s.keys))
     return [
         {"metric": c.series.metric, "series": c.series.label(varying),
-         "commit": c.commit.sha[:10], "change": f"{c.change_pct:+.1f}%",
+         "commit": c.commit.sha[:10], "change": change_text(c),
          "interval": _interval(c), "before": value_text(c.series.kind, c.before),
          "after": value_text(c.series.kind, c.after), "environment": environment(c.series)}
         for c in changes
@@ -69,13 +79,14 @@ def changes_markdown(changes: Sequence[Change]) -> str:
     """The changes as Markdown: a heading and a table (for a CI job's summary)."""
     if not changes:
         return "### Performance history\n\nNo change found."
-    varying = _varying([c.series for c in changes])
+    series = [c.series for c in changes]
+    varying = _varying(series) or list(dict.fromkeys(k for s in series for k in s.keys))
     lines = ["### Performance history: changes", "",
              "| Metric | Series | Commit | Change | 95% interval | Before | After | Environment |",
              "|---|---|---|---:|---|---:|---:|---|"]  # fmt: skip
     for c in changes:
         cells = [c.series.metric, c.series.label(varying), f"`{c.commit.sha[:10]}`",
-                 f"{c.change_pct:+.1f}%", _interval(c), value_text(c.series.kind, c.before),
+                 change_text(c), _interval(c), value_text(c.series.kind, c.before),
                  value_text(c.series.kind, c.after), c.series.environment_id]  # fmt: skip
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)

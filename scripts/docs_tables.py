@@ -1,0 +1,283 @@
+"""Reference tables of the documentation, printed as Markdown from the code itself:
+
+    python scripts/docs_tables.py schema          # every field of a sweep file
+    python scripts/docs_tables.py fields kvmem    # every field of a command's records
+    python scripts/docs_tables.py models          # the model presets and their sources
+
+scripts/docs_examples.py runs these for the pages that show them, and CI checks that the
+pages hold their current output: a field added to the schema or to a record type changes
+the page. A record field that has no description below is an error (exit 1), so a new
+field is documented before CI passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from attnbench.experiments.decode import DecodeRecord
+from attnbench.experiments.fit import FitRecord
+from attnbench.experiments.kvmem import KvmemRecord
+from attnbench.experiments.params import ParamsRecord
+from attnbench.experiments.whole_model import ModelPartRecord
+from attnbench.model.presets import PRESETS
+from attnbench.render import columns
+from attnbench.study import schema
+
+BYTES = "bytes"
+# fmt: off
+#: (unit, meaning) of each record field; a command's own entries come first.
+COMMON: dict[str, tuple[str, str]] = {
+    "model": ("", "the model preset or config.json the row describes; empty for a shape "
+                  "given by d_model and heads"),
+    "variant": ("", "MHA, GQA-g (g KV heads), MQA (one KV head) or MLA (a latent cache)"),
+    "d_model": ("", "model width d"),
+    "num_heads": ("", "query heads Hq"),
+    "num_kv_heads": ("", "KV heads Hkv"),
+    "head_dim": ("", "head dimension D"),
+    "bias": ("", "projections with bias"),
+    "batch": ("sequences", "batch size B"),
+    "dtype": ("", "the model's dtype: weights, activations, and the cache unless kv_dtype "
+                  "says otherwise"),
+    "num_layers": ("layers", "layers L"),
+    "status": ("", "`ok`, or why the row holds no measurement (see below)"),
+}
+FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    "params": {
+        "q_params": ("parameters", "q_proj: d·Hq·D, plus Hq·D with bias"),
+        "k_params": ("parameters", "k_proj: d·Hkv·D, plus Hkv·D with bias"),
+        "v_params": ("parameters", "v_proj: d·Hkv·D, plus Hkv·D with bias"),
+        "o_params": ("parameters", "o_proj: Hq·D·d, plus d with bias"),
+        "total_params": ("parameters", "their sum, from the formula"),
+        "module_params": ("parameters", "counted on a GroupedQueryAttention built on the "
+                                        "meta device; must equal total_params"),
+        "ratio_vs_mha": ("fraction", "total_params over an MHA layer's of the same shape"),
+    },
+    "model_parts": {
+        "part": ("", "embeddings, attention, mlp, experts, router, norms, output head; then "
+                     "total, and active per token for a mixture of experts"),
+        "params": ("parameters", "from the formulas (model/model_params.py)"),
+        "meta_params": ("parameters", "counted on a meta-device skeleton of the model; must "
+                                      "equal params"),
+        "weight_bytes": (BYTES, "params in the weights' dtype"),
+    },
+    "kvmem": {
+        "seq_len": ("tokens", "context S: tokens cached per sequence (the longest of "
+                              "`--seq-lens`)"),
+        "bytes_per_token": (BYTES, "one token of one sequence, over all layers"),
+        "kv_bytes_per_layer": (BYTES, "one layer (the largest) for the whole batch"),
+        "kv_bytes": (BYTES, "the whole cache: every layer, every sequence, values and scales"),
+        "measured_bytes": (BYTES, "storage of the cache allocated for real on the device; "
+                                  "must equal kv_bytes"),
+        "ratio_vs_mha": ("fraction", "kv_bytes over an MHA cache (as many KV heads as query "
+                                     "heads)"),
+        "kv_dtype": ("", "the cache's dtype"),
+        "kv_scale_group": ("elements", "values per scale of a quantised cache; empty: one "
+                                       "scale per vector (a token of a head)"),
+        "scale_dtype": ("", "the scales' dtype (quantised caches)"),
+        "scale_bytes": (BYTES, "the scales' share of kv_bytes"),
+        "sliding_window": ("tokens", "window of the windowed layers; empty: none"),
+        "windowed_layers": ("layers", "layers with a window"),
+        "page_size": ("tokens", "tokens per block of a paged cache"),
+        "tp": ("ranks", "tensor-parallel ranks"),
+        "kv_heads_per_gpu": ("", "KV heads one rank keeps (Hkv / tp, at least one); empty "
+                                 "for MLA"),
+        "kv_bytes_per_gpu": (BYTES, "one rank's cache"),
+        "kv_bytes_all_gpus": (BYTES, "every rank's cache, replicated heads counted each time"),
+        "used_bytes": (BYTES, "what the tokens of `--seq-lens` take, without padding"),
+        "paged_bytes": (BYTES, "the same batch in whole blocks of page_size tokens"),
+        "contiguous_bytes": (BYTES, "the same batch with every sequence at the longest length"),
+        "paged_waste_pct": ("%", "100 · (paged - used) / paged"),
+        "contiguous_waste_pct": ("%", "100 · (contiguous - used) / contiguous"),
+        "measured_paged_bytes": (BYTES, "storage of the paged block pool allocated for real"),
+    },
+    "decode": {
+        "provider": ("", "the implementation timed (see Providers)"),
+        "device": ("", "cpu, or cuda:i"),
+        "prompt_len": ("tokens", "context S: a step writes position S and attends S + 1 keys"),
+        "gen_len": ("tokens", "tokens of a timed whole generation; 0: none"),
+        "mode": ("", "`cache` (one decode step over the cache) or `no_cache` (a causal "
+                     "forward over S + 1 tokens)"),
+        "cuda_graph": ("", "the step replays a CUDA graph"),
+        "tp": ("ranks", "tensor-parallel ranks of a torchrun job"),
+        "step_ms_median": ("ms", "median time of one step"),
+        "step_ms_p25": ("ms", "25th percentile of the step's samples"),
+        "step_ms_p75": ("ms", "75th percentile of the step's samples"),
+        "samples_ms": ("ms", "every sample of the step, in the order taken (JSON only)"),
+        "step_repeats": ("samples", "samples taken"),
+        "step_calls_per_sample": ("calls", "consecutive calls one sample times (their mean)"),
+        "step_stop": ("", "why sampling stopped: target_ci, max_time, max_repeats or repeats"),
+        "step_ci_pct": ("%", "half-width of the 95% interval of the median, over the median"),
+        "tokens_per_s": ("tokens/s", "batch / step_ms_median"),
+        "speedup_vs_no_cache": ("ratio", "cache rows: the same provider's no_cache step over "
+                                         "this one"),
+        "baseline_provider": ("", "the provider speedup_vs_baseline is taken against"),
+        "speedup_vs_baseline": ("ratio", "the baseline provider's step over this one, same "
+                                         "mode"),
+        "bytes_per_step": (BYTES, "the least a step moves: weights, K/V read and written, "
+                                  "activations"),
+        "achieved_gbps": ("GB/s", "bytes_per_step / step time (10^9 bytes per second)"),
+        "peak_gbps": ("GB/s", "copy bandwidth measured at the start of the same run"),
+        "pct_of_peak_bw": ("%", "100 · achieved_gbps / peak_gbps"),
+        "flops_per_step": ("FLOPs", "the step's projections and attention"),
+        "kv_bytes_per_gpu": (BYTES, "cache rows: the layer's cache on one rank"),
+        "allreduce_ms_median": ("ms", "tensor parallel: the all-reduce of the output, "
+                                      "timed alone"),
+        "allreduce_ms_p25": ("ms", "its 25th percentile"),
+        "allreduce_ms_p75": ("ms", "its 75th percentile"),
+        "allreduce_samples_ms": ("ms", "its samples (JSON only)"),
+        "prefill_ms_median": ("ms", "median time of the prefill: one causal forward over S "
+                                    "tokens"),
+        "prefill_ms_p25": ("ms", "its 25th percentile"),
+        "prefill_ms_p75": ("ms", "its 75th percentile"),
+        "prefill_samples_ms": ("ms", "its samples (JSON only)"),
+        "prefill_flops": ("FLOPs", "the prefill's projections and causal attention"),
+        "achieved_tflops": ("TFLOPS", "prefill_flops / prefill time (10^12 per second)"),
+        "peak_tflops": ("TFLOPS", "a square matmul in the point's dtype, measured in the "
+                                  "same run"),
+        "pct_of_peak_flops": ("%", "100 · achieved_tflops / peak_tflops"),
+        "gen_ms_median": ("ms", "median time of a whole generation of gen_len tokens"),
+        "gen_ms_p25": ("ms", "its 25th percentile"),
+        "gen_ms_p75": ("ms", "its 75th percentile"),
+        "gen_samples_ms": ("ms", "its samples, one per generation (JSON only)"),
+        "gen_tokens_per_s": ("tokens/s", "batch · gen_len / gen_ms_median"),
+        "noisy": ("", "(step_ms_p75 - step_ms_p25) / step_ms_median > 10%"),
+        "projection_path": ("", "how the projections ran on the CPU: `onednn-packed` or "
+                                "`torch`"),
+    },
+    "fit": {
+        "question": ("", "`largest_batch` (at a context) or `longest_context` (at a batch)"),
+        "given": ("", "the question's input: the context for largest_batch, the batch for "
+                      "longest_context"),
+        "memory_bytes_per_gpu": (BYTES, "memory of one GPU"),
+        "gpus": ("GPUs", "GPUs in all"),
+        "tp": ("ranks", "tensor-parallel ranks of one replica"),
+        "replicas": ("", "gpus / tp"),
+        "weights_dtype": ("", "the weights' dtype"),
+        "kv_dtype": ("", "the cache's dtype"),
+        "page_size": ("tokens", "tokens per block of a paged cache"),
+        "sliding_window": ("tokens", "window of the windowed layers"),
+        "windowed_layers": ("layers", "layers with a window"),
+        "seq_len": ("tokens", "the context: given, or the answer; empty when unbounded"),
+        "batch": ("sequences", "sequences over all replicas: given, or the answer"),
+        "batch_per_replica": ("sequences", "sequences on one replica"),
+        "context_unbounded": ("", "every layer keeps at most its window, and full windows fit"),
+        "max_position_embeddings": ("tokens", "the longest context the model was made for"),
+        "kv_bytes_per_sequence_per_gpu": (BYTES, "one sequence's cache on one GPU"),
+        "weights_bytes_per_gpu": (BYTES, "the weights one GPU holds"),
+        "kv_bytes_per_gpu": (BYTES, "the cache of the answer on one GPU"),
+        "reserve_bytes_per_gpu": (BYTES, "`--reserve`"),
+        "free_bytes_per_gpu": (BYTES, "what is left: memory - weights - cache - reserve"),
+    },
+}
+# fmt: on
+RECORDS = {
+    "params": (ParamsRecord, columns.PARAMS),
+    "model_parts": (ModelPartRecord, columns.WHOLE_MODEL),
+    "kvmem": (KvmemRecord, [*columns.KVMEM, *(c for _, g in columns.KVMEM_OPTIONS for c in g)]),
+    "decode": (DecodeRecord, columns.DECODE),
+    "fit": (FitRecord, columns.FIT),
+}
+
+
+def row(cells: Sequence[Any]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
+def table(header: Sequence[str], rows: list[Sequence[Any]]) -> str:
+    return "\n".join([row(header), row(["---"] * len(header)), *map(row, rows)])
+
+
+def name_cell(name: str, below: str = "") -> str:
+    """A field's name as code that wraps only after its underscores (a narrow column on a
+    phone), with a second line in italics."""
+    code = "<code>" + "_<wbr>".join(name.split("_")) + "</code>"
+    return f"{code}<br><em>{below}</em>" if below else code
+
+
+def fields_table(command: str) -> str:
+    """Every field of the command's records: the table column that shows it, its unit,
+    its kind and its meaning."""
+    record_type, cols = RECORDS[command]
+    headers: dict[str, list[str]] = {}
+    for c in cols:  # a field may show in two columns: decode's step time and its spread
+        headers.setdefault(c.field, []).append(c.header)
+    rows, missing = [], []
+    for f in dataclasses.fields(record_type):
+        unit, meaning = FIELDS[command].get(f.name) or COMMON.get(f.name) or ("", "")
+        if not meaning:
+            missing.append(f.name)
+        shown = ", ".join(headers.get(f.name, []))
+        rows.append([name_cell(f.name, shown), unit, f.metadata["kind"].value, meaning])
+    if missing:
+        sys.exit(f"scripts/docs_tables.py: describe the {command} fields {', '.join(missing)}")
+    return table(["Field <em>(table column)</em>", "Unit", "Kind", "Meaning"], rows)
+
+
+TYPE_NAMES = {int: "integer", float: "number", bool: "true or false", str: "string"}
+
+
+def shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)
+
+
+def schema_table() -> str:
+    """Every field a sweep file (and the flags) can set."""
+    rows = []
+    for name, spec in schema.FIELDS.items():
+        defaults = {s: spec.default_for(s) for s in spec.sections}
+        given = {s: shown(v) for s, v in defaults.items() if v is not None}
+        if len(given) == len(defaults) and len(set(given.values())) == 1:
+            default = f"`{next(iter(given.values()))}`"
+        else:
+            default = "<br>".join(f"{s}: `{v}`" for s, v in given.items())
+        meaning = spec.help
+        if spec.maximum is schema.max_threads:
+            meaning += f" From 1 to {schema.THREADS_PER_CPU} per CPU."
+        elif spec.type in (int, float) and spec.upper is not None:
+            low = f"from {spec.minimum:,}" if spec.type is int else "above 0"
+            high = f"{spec.upper:g}" if spec.type is float else f"{spec.upper:,}"
+            meaning += f" {low.capitalize()} to {high}."
+        elif spec.choices and not all(c in spec.help for c in spec.choices):
+            meaning += f" One of {', '.join(spec.choices)}."
+        kind = TYPE_NAMES[spec.type] + (", or a list" if spec.axis else "")
+        rows.append([name_cell(name, ", ".join(spec.sections)), kind, default, meaning])
+    return table(["Key <em>(sections)</em>", "Type", "Default", "Meaning"], rows)
+
+
+def models_table() -> str:
+    """The presets: their architecture and where it comes from."""
+    rows = [
+        [f"`{p.name}`", p.num_layers, f"{p.d_model:,}", p.num_heads, p.num_kv_heads, p.head_dim,
+         p.variant, p.dtype, p.source]
+        for p in PRESETS.values()
+    ]  # fmt: skip
+    header = ["Name", "layers", "d_model", "heads", "kv heads", "head_dim", "Variant", "dtype",
+              "Source"]  # fmt: skip
+    return table(header, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table", choices=("schema", "fields", "models"))
+    parser.add_argument("command", nargs="?", choices=tuple(RECORDS))
+    args = parser.parse_args()
+    if args.table == "fields" and args.command is None:
+        parser.error("fields: name the command")
+    if args.table == "schema":
+        print(schema_table())
+    elif args.table == "models":
+        print(models_table())
+    else:
+        print(fields_table(args.command))
+
+
+if __name__ == "__main__":
+    main()

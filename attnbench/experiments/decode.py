@@ -513,12 +513,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     """The record's measured columns, and the rates derived from them."""
     steps = timings.step
     step_s = steps.median_ms * 1e-3
-    rec.step_ms_median, rec.step_ms_p25, rec.step_ms_p75 = (
-        steps.median_ms,
-        steps.p25_ms,
-        steps.p75_ms,
-    )
-    rec.samples_ms = steps.samples_ms
+    _summarise(rec, "step", "samples_ms", steps)
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
     rec.step_ci_pct = 100 * steps.ci_rel
@@ -529,28 +524,24 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
     if timings.prefill is not None:
         pre = timings.prefill
-        rec.prefill_ms_median, rec.prefill_ms_p25, rec.prefill_ms_p75 = (
-            pre.median_ms,
-            pre.p25_ms,
-            pre.p75_ms,
-        )
-        rec.prefill_samples_ms = pre.samples_ms
+        _summarise(rec, "prefill", "prefill_samples_ms", pre)
         rec.achieved_tflops = rec.prefill_flops / (pre.median_ms * 1e-3) / 1e12  # type: ignore[operator]
         if rec.peak_tflops:
             rec.pct_of_peak_flops = 100 * rec.achieved_tflops / rec.peak_tflops
     if timings.generation is not None:
         gen = timings.generation
-        rec.gen_ms_median, rec.gen_ms_p25, rec.gen_ms_p75 = gen.median_ms, gen.p25_ms, gen.p75_ms
-        rec.gen_samples_ms = gen.samples_ms
+        _summarise(rec, "gen", "gen_samples_ms", gen)
         rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
     if timings.all_reduce is not None:
-        comm = timings.all_reduce
-        rec.allreduce_ms_median, rec.allreduce_ms_p25, rec.allreduce_ms_p75 = (
-            comm.median_ms,
-            comm.p25_ms,
-            comm.p75_ms,
-        )
-        rec.allreduce_samples_ms = comm.samples_ms
+        _summarise(rec, "allreduce", "allreduce_samples_ms", timings.all_reduce)
+
+
+def _summarise(rec: DecodeRecord, metric: str, samples: str, measured: Measurement) -> None:
+    """A measurement into the record: <metric>_ms_median, _p25, _p75 and its raw samples."""
+    setattr(rec, f"{metric}_ms_median", measured.median_ms)
+    setattr(rec, f"{metric}_ms_p25", measured.p25_ms)
+    setattr(rec, f"{metric}_ms_p75", measured.p75_ms)
+    setattr(rec, samples, measured.samples_ms)
 
 
 #: What makes two rows the same configuration, but for the provider and the mode.

@@ -7,6 +7,12 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
 - `memory`: a measured allocation, gated with a tolerance;
 - `timing`: a measured time, gated against noise; its statistics (percentiles, raw
   samples) are timing fields too, that name the field they describe with `of`;
+- `ratio`: a timing over a reference timed in the same run, interleaved with it sample
+  by sample (`x_of_reference`): gated like a timing, with its own statistics, but between
+  runs whose machines differed in load, as long as the device model and the library
+  versions match (the machine's state cancels in the ratio);
+- `count`: a near-exact measured count (CPU instructions under callgrind): it does not
+  depend on the machine's load, and a change beyond 1% either way is a verdict;
 - `info`: everything else (ratios, rates, flags, status): shown, never gated or matched.
 """
 
@@ -23,6 +29,8 @@ class Kind(str, Enum):
     EXACT = "exact"
     MEMORY = "memory"
     TIMING = "timing"
+    RATIO = "ratio"
+    COUNT = "count"
     INFO = "info"
 
 
@@ -57,6 +65,16 @@ def timing(default: Any = None, of: str | None = None, csv: bool = True) -> Any:
     return _field(Kind.TIMING, default, csv=csv, of=of)
 
 
+def ratio(default: Any = None, of: str | None = None, csv: bool = True) -> Any:
+    """An in-run ratio of two timings; `of` and `csv` as for `timing`."""
+    return _field(Kind.RATIO, default, csv=csv, of=of)
+
+
+def count(default: Any = None) -> Any:
+    """A measured count that the machine's load does not change (instructions)."""
+    return _field(Kind.COUNT, default)
+
+
 def info(default: Any = None) -> Any:
     """Derived or descriptive: a ratio, a rate, a flag, a status."""
     return _field(Kind.INFO, default)
@@ -67,13 +85,15 @@ def field_kinds(record_type: type) -> dict[str, Kind]:
     return {f.name: f.metadata["kind"] for f in dataclasses.fields(record_type)}
 
 
+#: Kinds whose fields are judged from a median, its percentiles and raw samples.
+SAMPLED = (Kind.TIMING, Kind.RATIO)
+
+
 def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
-    """The timing fields that are gated, each with its statistics by role: for
+    """The timing and ratio fields that are gated, each with its statistics by role: for
     step_ms_median {'p25': 'step_ms_p25', 'p75': 'step_ms_p75', 'samples': 'samples_ms'}."""
     fields = dataclasses.fields(record_type)
-    gated = {
-        f.name: {} for f in fields if f.metadata["kind"] is Kind.TIMING and not f.metadata["of"]
-    }
+    gated = {f.name: {} for f in fields if f.metadata["kind"] in SAMPLED and not f.metadata["of"]}
     for f in fields:
         of = f.metadata["of"]
         if of:

@@ -144,6 +144,15 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "gen_ms_p75": ("ms", "its 75th percentile"),
         "gen_samples_ms": ("ms", "its samples, one per generation (JSON only)"),
         "gen_tokens_per_s": ("tokens/s", "batch · gen_len / gen_ms_median"),
+        "reference": ("", "what the step was timed against in the same rounds: `kernels` "
+                          "or a provider"),
+        "x_of_reference_median": ("ratio", "median over rounds of the step's sample over "
+                                           "its reference's sample(s) of the same round"),
+        "x_of_reference_p25": ("ratio", "its 25th percentile"),
+        "x_of_reference_p75": ("ratio", "its 75th percentile"),
+        "x_of_reference_samples": ("ratio", "its samples, one per round (JSON only)"),
+        "instructions_per_step": ("instructions", "CPU instructions of one step under "
+                                                  "callgrind (`--instructions`)"),
         "noisy": ("", "(step_ms_p75 - step_ms_p25) / step_ms_median > 10%"),
         "projection_path": ("", "how the projections ran on the CPU: `onednn-packed` or "
                                 "`torch`"),

@@ -14,29 +14,48 @@ larger, and these figures say nothing about it. A second figure per row judges t
 half of its samples, in the order they were taken, against the second half (one pair per
 row, half the samples each): drift within the run shows there.
 
+Recorded runs (--runs, with --ab and --instructions): every gating mode on the noise of
+real consecutive runs of this machine, run-to-run shifts included. A comparison takes
+one point from two different recorded runs (absolute timings, in-run ratios: each a
+bootstrap draw of that run's samples; instruction counts: the counts), or resamples the
+paired visits of one recorded `attnbench ab` try; it is judged as is (a false alarm when
+it regresses) and with the current side 10% and 20% slower (caught when it regresses).
+Pairs of runs whose environments differ for the metric are not gated, as compare has it.
+The data files come from scripts/aa_runs.py, scripts/ab_tries.py and
+scripts/instruction_runs.py.
+
     python scripts/gate_simulation.py [--pairs 500] [--seed 0]
     python scripts/gate_simulation.py --results results.json [--provider sdpa-math]
         [--pairs 100] [--slowdown 1.2] [--metric step_ms_median] [--noise-factor 3]
+    python scripts/gate_simulation.py --runs results/bench/aa-runs-cpu.json
+        [--ab results/bench/ab-tries-cpu.json]
+        [--instructions results/bench/instructions-cpu.json] [--pairs 2000]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 from attnbench.errors import UsageError
 from attnbench.gate.compare import Thresholds
+from attnbench.gate.paired import abba_pairs
 from attnbench.gate.simulation import (
     Noise,
     SeriesResult,
     SimulationResult,
     simulate,
+    simulate_counts,
     simulate_document,
+    simulate_paired,
+    simulate_sampled,
     stats_of,
     totals,
 )
-from attnbench.study.documents import load_document
+from attnbench.study.documents import load_document, parse_document
 
 SIGMAS = (0.01, 0.02, 0.03, 0.05, 0.08)
 SLOWDOWNS = (1.1, 1.2, 1.5)
@@ -164,6 +183,40 @@ def real(
             print(f"\n({len(worst) - WORST_SHOWN} more not shown)")
 
 
+def recorded(runs: str, ab: str | None, instructions: str | None, trials: int, seed: int) -> None:
+    saved = json.loads(Path(runs).read_text())
+    docs = [parse_document(run, f"{runs} run {i}") for i, run in enumerate(saved["runs"])]
+    results = [
+        ("absolute timing (`step_ms_median`)", simulate_sampled(docs, "step_ms_median",
+                                                                trials=trials, seed=seed)),
+        ("in-run ratio (`x_of_reference_median`)",
+         simulate_sampled(docs, "x_of_reference_median", trials=trials, seed=seed)),
+    ]  # fmt: skip
+    sources = [f"{len(docs)} runs of {saved['config']} ({saved['created'][:10]})"]
+    if ab is not None:
+        tries = json.loads(Path(ab).read_text())["aa"]
+        pairs = [[abba_pairs([(v["round"], v["side"], v["step_ms_median"]) for v in p["visits"]])
+                  for p in t["points"]] for t in tries["tries"]]  # fmt: skip
+        results.append(("interleaved A/B (`attnbench ab`)",
+                        simulate_paired(pairs, trials=trials, seed=seed)))  # fmt: skip
+        sources.append(f"{len(pairs)} A/A tries of `attnbench ab`, {tries['rounds']} rounds")
+    if instructions is not None:
+        counted = json.loads(Path(instructions).read_text())
+        results.append(("instructions (`instructions_per_step`)",
+                        simulate_counts(counted["runs"], trials=trials, seed=seed)))  # fmt: skip
+        sources.append(f"{len(counted['runs'])} instruction-count runs")
+    env = docs[0].environment or {}
+    print(f"Recorded on {env.get('cpu_model')}, {env.get('num_threads')} threads, torch "
+          f"{env.get('torch_version')}: {'; '.join(sources)}. {trials} comparisons per mode, "
+          f"seed {seed}.")  # fmt: skip
+    print()
+    print("| gating mode | not gated | false alarms | caught at 1.1x | caught at 1.2x |")
+    print("|---|---|---|---|---|")
+    for name, r in results:
+        print(f"| {name} | {r.not_gated / r.comparisons:.1%} | {r.false_rate:.2%} | "
+              f"{r.caught_rate(1.1):.1%} | {r.caught_rate(1.2):.1%} |")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -171,6 +224,11 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--results", help="a results JSON whose decode samples to resample")
+    parser.add_argument("--runs", help="recorded A/A runs (scripts/aa_runs.py)")
+    parser.add_argument("--ab", help="with --runs: recorded ab tries (scripts/ab_tries.py)")
+    parser.add_argument(
+        "--instructions", help="with --runs: recorded counts (scripts/instruction_runs.py)"
+    )
     parser.add_argument("--provider", help="with --results: only this provider's rows")
     parser.add_argument("--slowdown", type=float, default=1.2, help="with --results")
     parser.add_argument(
@@ -183,6 +241,11 @@ def main() -> None:
         help="with --results: the gate's IQR multiple (what-if; compare uses the default)",
     )
     args = parser.parse_args()
+    if args.runs is not None:
+        recorded(args.runs, args.ab, args.instructions, args.pairs or 2000, args.seed)
+        return
+    if args.ab or args.instructions:
+        parser.error("--ab and --instructions need --runs")
     if args.results is None:
         if args.provider or args.metric or args.noise_factor != Thresholds.noise_factor:
             parser.error("--provider, --metric and --noise-factor need --results")

@@ -15,7 +15,7 @@ from attnbench.study.sections import RECORD_TYPES
 PACKAGE = Path(__file__).resolve().parent.parent / "attnbench"
 #: Lowest first: a module may import from its own layer and the ones before it.
 LAYERS = ("errors", "records", "model", "modules", "measure", "experiments", "study", "gate",
-          "history", "render", "cli")  # fmt: skip
+          "ab", "history", "render", "cli")  # fmt: skip
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["records"] = RANK["errors"]  # both are the base every layer shares
 

@@ -30,7 +30,10 @@ from attnbench.gate.simulation import (
     draw_timing,
     real_series,
     simulate,
+    simulate_counts,
     simulate_document,
+    simulate_sampled,
+    stats_of,
     totals,
 )
 from attnbench.measure.timing import percentile
@@ -179,6 +182,9 @@ def verdicts(tmp_path, base: dict, cur: dict, metric: str, **kw) -> list[Verdict
      (DecodeRecord, "gen_samples_ms", Kind.TIMING), (DecodeRecord, "provider", Kind.KEY),
      (DecodeRecord, "tokens_per_s", Kind.INFO), (DecodeRecord, "achieved_tflops", Kind.INFO),
      (DecodeRecord, "peak_gbps", Kind.INFO), (DecodeRecord, "status", Kind.INFO),
+     (DecodeRecord, "x_of_reference_median", Kind.RATIO),
+     (DecodeRecord, "x_of_reference_samples", Kind.RATIO),
+     (DecodeRecord, "instructions_per_step", Kind.COUNT),
      (FitRecord, "model", Kind.KEY), (FitRecord, "windowed_layers", Kind.EXACT),
      (FitRecord, "batch", Kind.EXACT), (FitRecord, "context_unbounded", Kind.INFO)],
 )  # fmt: skip
@@ -197,6 +203,8 @@ def test_every_gated_timing_carries_its_own_statistics():
         "gen_ms_median": {"p25": "gen_ms_p25", "p75": "gen_ms_p75", "samples": "gen_samples_ms"},
         "allreduce_ms_median": {"p25": "allreduce_ms_p25", "p75": "allreduce_ms_p75",
                                 "samples": "allreduce_samples_ms"},
+        "x_of_reference_median": {"p25": "x_of_reference_p25", "p75": "x_of_reference_p75",
+                                  "samples": "x_of_reference_samples"},
     }  # fmt: skip
     rec = decode_records()[0]
     for metric, prefix, samples in (("step_ms_median", "step_ms", "samples_ms"),
@@ -495,6 +503,59 @@ def test_a_machine_whose_measured_bandwidth_moved_is_another_environment(tmp_pat
     assert compare(tmp_path, base, drifted).exit_code == 3
     close = document("decode-speed", slowed(decode_records(), 1.5), {**ENV, "peak_gbps": 28.6})
     assert compare(tmp_path, base, close).exit_code == 1  # a 4.7% drift: timings still gate
+
+
+def with_ratios(records: list[dict], factor: float = 1.0, reference: str = "kernels") -> list[dict]:
+    """The rows with an in-run ratio (seeded samples around 1.5) `factor` x larger, and
+    an instruction count `factor` x larger."""
+    out = copy.deepcopy(records)
+    rng = np.random.default_rng(7)
+    for rec in out:
+        t = draw_timing(rng, Noise(median_ms=1.5, samples=30), factor)
+        rec.update(_timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", t))
+        rec.update(reference=reference, instructions_per_step=round(2_000_000 * factor))
+    return out
+
+
+def test_in_run_ratios_and_counts_gate_where_the_machine_state_moved(tmp_path):
+    """Peaks 20% apart stop the timings (another machine state) but not the ratios, each
+    of whose samples shared the machine's state with its reference, nor the counts."""
+    base = document("decode-speed", with_ratios(decode_records()), {**ENV, "peak_gbps": 30.0})
+    moved = {**ENV, "peak_gbps": 24.0}
+    same = document("decode-speed", with_ratios(slowed(decode_records(), 1.3)), moved)
+    assert set(verdicts(tmp_path, base, same, "step_ms_median")) == {Verdict.INCOMPARABLE}
+    assert set(verdicts(tmp_path, base, same, "x_of_reference_median")) == {Verdict.UNCHANGED}
+    assert set(verdicts(tmp_path, base, same, "instructions_per_step")) == {Verdict.UNCHANGED}
+    assert compare(tmp_path, base, same).exit_code == 3
+    worse = document("decode-speed", with_ratios(decode_records(), 1.3), moved)
+    assert set(verdicts(tmp_path, base, worse, "x_of_reference_median")) == {Verdict.REGRESSED}
+    assert set(verdicts(tmp_path, base, worse, "instructions_per_step")) == {Verdict.REGRESSED}
+    result = compare(tmp_path, base, worse)
+    assert result.exit_code == 1 and "1.300x" in result.stdout
+
+
+def test_in_run_ratios_need_the_same_device_versions_and_reference(tmp_path):
+    base = document("decode-speed", with_ratios(decode_records()))
+    other = document("decode-speed", with_ratios(decode_records()), {**ENV, "torch_version": "9"})
+    assert set(verdicts(tmp_path, base, other, "x_of_reference_median")) == {Verdict.INCOMPARABLE}
+    assert set(verdicts(tmp_path, base, other, "instructions_per_step")) == {Verdict.INCOMPARABLE}
+    vs_math = document("decode-speed", with_ratios(decode_records(), 1.3, "sdpa-math"))
+    result = compare_documents(load_document(write(tmp_path, "b.json", base)),
+                               load_document(write(tmp_path, "c.json", vs_math)))  # fmt: skip
+    ratios = [f for f in result.findings if f.metric == "x_of_reference_median"]
+    assert {f.verdict for f in ratios} == {Verdict.INCOMPARABLE}
+    assert "references differ (reference)" in ratios[0].reason
+
+
+@pytest.mark.parametrize(("factor", "verdict"), [(1.009, Verdict.UNCHANGED),
+                                                 (1.011, Verdict.REGRESSED),
+                                                 (0.98, Verdict.IMPROVED)])  # fmt: skip
+def test_an_instruction_count_moves_by_more_than_one_percent(tmp_path, factor, verdict):
+    base = document("decode-speed", with_ratios(decode_records()))
+    cur = document("decode-speed", with_ratios(decode_records()))
+    for rec in cur["records"]:
+        rec["instructions_per_step"] = round(rec["instructions_per_step"] * factor)
+    assert set(verdicts(tmp_path, base, cur, "instructions_per_step")) == {verdict}
 
 
 def test_a_machine_whose_measured_matmul_peak_moved_is_another_environment():
@@ -815,3 +876,45 @@ def test_raw_samples_let_a_noisy_but_clear_slowdown_gate_and_percentiles_alone_d
     assert summarised.verdict is Verdict.INCONCLUSIVE and "within the noise" in summarised.reason
     same = judge_timing(stats(base, True), stats(rng.lognormal(0.0, 0.22, 400), True), th)
     assert same.verdict in (Verdict.UNCHANGED, Verdict.INCONCLUSIVE)
+
+
+def recorded_runs(shifts: list[float], peaks: list[float]) -> list:
+    """Runs of the same code whose machine ran `shifts[i]` x slower in run i (the step and
+    its kernels alike), with the copy peaks each measured: seeded noise per sample."""
+    from attnbench.study.documents import parse_document
+
+    rng = np.random.default_rng(3)
+    docs = []
+    for i, (shift, peak) in enumerate(zip(shifts, peaks, strict=True)):
+        records = copy.deepcopy(decode_records(seed=i))
+        for rec in records:
+            state = shift * rng.lognormal(0, 0.03, 30)  # the machine, shared by both sides
+            step, kernels = state * rec["step_ms_median"], state * rec["step_ms_median"] / 1.5
+            ratios = step * rng.lognormal(0, 0.01, 30) / kernels
+            rec.update(_timing("step_ms_median", "step_ms", "samples_ms", stats_of(step)))
+            ratio = stats_of(ratios)
+            rec.update(_timing("x_of_reference_median", "x_of_reference",
+                               "x_of_reference_samples", ratio), reference="kernels")  # fmt: skip
+        docs.append(parse_document(document("decode-speed", records, {**ENV, "peak_gbps": peak}),
+                                   f"run {i}"))  # fmt: skip
+    return docs
+
+
+def test_recorded_runs_gate_ratios_across_machine_states_that_stop_timings():
+    """Runs up to 30% apart in machine state: the absolute timings are mostly not gated
+    (their peaks moved), and where the peak did not show a 20% slower state they raise
+    false alarms; the ratios, whose two sides shared each state, are gated everywhere,
+    never falsely, and catch a 20% slowdown."""
+    docs = recorded_runs([1.0, 1.3, 1.0, 1.3, 1.2], [30.0, 23.0, 30.0, 23.0, 29.0])
+    timing = simulate_sampled(docs, "step_ms_median", trials=400)
+    ratio = simulate_sampled(docs, "x_of_reference_median", trials=400)
+    assert timing.not_gated > 100 and timing.false_alarms > 0
+    assert ratio.not_gated == 0 and ratio.false_rate <= 0.01
+    assert ratio.caught_rate(1.2) >= 0.95
+
+
+def test_recorded_instruction_counts_flag_one_percent_more():
+    runs = [{"a": 1_000_000 + d, "b": 2_000_000 - d} for d in (0, 900, -1500, 3000)]
+    result = simulate_counts(runs, trials=300)
+    assert result.false_alarms == 0
+    assert result.caught_rate(1.1) == result.caught_rate(1.2) == 1.0

@@ -46,7 +46,8 @@ DECODE_COLUMNS = [
     "allreduce_ms_median", "allreduce_ms_p25", "allreduce_ms_p75", "prefill_ms_median",
     "prefill_ms_p25", "prefill_ms_p75", "prefill_flops", "achieved_tflops", "peak_tflops",
     "pct_of_peak_flops", "gen_ms_median", "gen_ms_p25", "gen_ms_p75", "gen_tokens_per_s",
-    "noisy", "status", "model", "projection_path",
+    "reference", "x_of_reference_median", "x_of_reference_p25", "x_of_reference_p75",
+    "instructions_per_step", "noisy", "status", "model", "projection_path",
 ]  # fmt: skip
 
 
@@ -211,15 +212,21 @@ def test_no_prefill_and_no_generation_leave_their_metrics_empty():
     assert rec.pct_of_peak_bw is None  # no peak was given
 
 
-def test_adaptive_sampling_is_the_default_and_records_why_it_stopped():
-    rec = decode.run(POINT, Context(CPU, {"warmup": 1, "max_time": 0.5, "prefill": False}))
+@pytest.mark.parametrize("reference", ["none", "kernels"])
+def test_adaptive_sampling_is_the_default_and_records_why_it_stopped(reference):
+    """Sampling stops when the step's interval, and with a reference its ratio's too,
+    is within 2%, or when the time is up."""
+    options = {"warmup": 1, "max_time": 0.5, "prefill": False, "reference": reference}
+    rec = decode.run(POINT, Context(CPU, options))
     assert rec.status == "ok"
     assert rec.step_stop in ("target_ci", "max_time")
     assert rec.step_repeats == len(rec.samples_ms) >= 5
-    if rec.step_stop == "target_ci":
-        assert rec.step_ci_pct <= 2.0
-    else:
-        assert rec.step_ci_pct > 2.0
+    ci = rec.step_ci_pct
+    if reference != "none":
+        ratio = Measurement(rec.x_of_reference_samples)
+        assert len(ratio.samples_ms) == rec.step_repeats
+        ci = max(ci, 100 * ratio.ci_rel)
+    assert (ci <= 2.0) == (rec.step_stop == "target_ci")
 
 
 def test_out_of_memory_becomes_a_status():

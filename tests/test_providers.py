@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 from attnbench.experiments import decode
 from attnbench.experiments.context import Context
 from attnbench.experiments.decode import DecodePoint
+from attnbench.measure.timing import PROBES
 from attnbench.modules import attention, providers
 from attnbench.modules.providers import PROVIDERS, Provider, layer_workload
 from attnbench.study.runner import plan_command, run_study
@@ -56,9 +58,9 @@ def test_every_sample_of_a_cached_point_attends_exactly_context_plus_one_keys(
     p = point(prompt_len=context_len)
     rec = decode.run(p, Context(CPU, {**FIXED, "prefill": False}))
     assert rec.status == "ok" and len(rec.samples_ms) == 6
-    # the reference check's call, 2 warm-up calls, the call that sizes a sample's block of
+    # the reference check's call, 2 warm-up calls, the calls that size a sample's block of
     # calls, and 6 samples of that many calls: every one at S + 1 keys
-    calls = 1 + 2 + 1 + 6 * rec.step_calls_per_sample
+    calls = 1 + 2 + PROBES + 6 * rec.step_calls_per_sample
     assert seen == [(1, context_len + 1)] * calls
 
 
@@ -66,7 +68,7 @@ def test_no_cache_samples_are_one_causal_forward_over_context_plus_one_tokens(mo
     seen = spied(monkeypatch, "attnbench")
     rec = decode.run(point(mode="no_cache"), Context(CPU, FIXED))
     assert rec.status == "ok"
-    assert seen == [(10, 10)] * (1 + 2 + 1 + 6 * rec.step_calls_per_sample)
+    assert seen == [(10, 10)] * (1 + 2 + PROBES + 6 * rec.step_calls_per_sample)
 
 
 def test_prefill_and_generation_are_their_own_samples(monkeypatch):
@@ -201,17 +203,45 @@ def test_flex_attention_compiles_and_agrees():
     assert rec.status == "ok", rec.status
 
 
-def test_the_kernels_of_a_step_are_its_projections_and_sdpa_over_the_cache():
-    from attnbench.experiments.kernels import KERNELS, step_kernels, time_kernels
+@pytest.mark.parametrize("mode", ["cache", "no_cache"])
+def test_the_kernels_of_a_step_are_its_projections_and_sdpa(mode):
+    """Cached: one token's projections and SDPA over the S + 1 cached keys; without a
+    cache, all S + 1 tokens' projections and causal SDPA over them. Together they compute
+    the step's output."""
+    from attnbench.experiments.kernels import KERNELS, step_kernels
 
-    p = point()
+    p = point(mode=mode)
+    layer = decode.build_layer(p.shape, "sdpa", torch.float32, CPU)
+    inputs = decode.point_inputs(p, layer, CPU)
     with torch.inference_mode():
-        calls = step_kernels(p, CPU)
+        calls = step_kernels(inputs)
         shapes = {name: tuple(call().shape) for name, call in calls.items()}
+        step = PROVIDERS["attnbench"].prepare(inputs).step()
+        attended = calls["sdpa"]().transpose(1, 2).reshape(2, -1, 64)
+        out = layer.o_proj(attended)[:, -1:]
+    tokens = 1 if mode == "cache" else 10
     assert list(calls) == list(KERNELS)
-    assert shapes == {"q_proj": (2, 1, 64), "k_proj": (2, 1, 16), "v_proj": (2, 1, 16),
-                      "sdpa": (2, 8, 1, 8), "o_proj": (2, 1, 64)}  # fmt: skip
-    times = time_kernels(p, Context(CPU, {"warmup": 1, "repeats": 3}))
-    assert {name: len(m.samples_ms) for name, m in times.items()} == dict.fromkeys(KERNELS, 3)
-    with pytest.raises(ValueError, match="cached step"):
-        step_kernels(point(mode="no_cache"), CPU)
+    assert shapes == {"q_proj": (2, tokens, 64), "k_proj": (2, tokens, 16),
+                      "v_proj": (2, tokens, 16), "sdpa": (2, 8, tokens, 8),
+                      "o_proj": (2, tokens, 64)}  # fmt: skip
+    torch.testing.assert_close(out, step)
+
+
+@pytest.mark.parametrize("reference", ["kernels", "sdpa-math"])
+def test_a_step_is_timed_in_rounds_with_its_reference(reference):
+    """x_of_reference is the step over its reference, round by round: each of its samples
+    is a step sample over the reference's sample of the same round."""
+    rec = decode.run(point(), Context(CPU, {**FIXED, "reference": reference}))
+    assert rec.status == "ok" and rec.reference == reference
+    assert len(rec.x_of_reference_samples) == len(rec.samples_ms) == FIXED["repeats"]
+    assert rec.x_of_reference_median == pytest.approx(statistics.median(rec.x_of_reference_samples))
+    assert all(r > 0 for r in rec.x_of_reference_samples)
+
+
+@pytest.mark.parametrize(("provider", "reference"), [("attnbench", "none"),
+                                                     ("sdpa-math", "sdpa-math")])  # fmt: skip
+def test_no_reference_no_ratio(provider, reference):
+    rec = decode.run(point(provider=provider), Context(CPU, {**FIXED, "reference": reference}))
+    assert rec.status == "ok"
+    assert rec.x_of_reference_median is None and rec.reference is None
+    assert rec.x_of_reference_samples == []

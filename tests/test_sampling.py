@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from attnbench.measure.timing import Measurement, Sampling, Timer, median_interval
+from attnbench.measure.timing import Measurement, Sampling, Timer, in_run_ratio, median_interval
 
 CPU = torch.device("cpu")
 
@@ -88,3 +88,27 @@ def test_setup_runs_before_every_call_and_is_not_timed():
 
 def test_an_infinite_interval_never_counts_as_converged():
     assert math.isinf(Measurement([0.0, 0.0, 0.0]).ci_rel)
+
+
+def test_interleaved_calls_are_sampled_in_rounds_and_their_ratio_is_per_round():
+    """One sample of each call per round, in order; the ratio's i-th sample is the first
+    call's i-th over the sum of the others' i-th."""
+    order: list[str] = []
+    calls = [(lambda name=name: order.append(name), None) for name in "abc"]
+    measured = Timer(torch.device("cpu")).sample_interleaved(calls, Sampling(warmup=0, repeats=4))
+    assert order == list("abc") * 4
+    assert [len(m.samples_ms) for m in measured] == [4, 4, 4]
+    ratio = in_run_ratio(measured)
+    for i, r in enumerate(ratio.samples_ms):
+        a, b, c = (m.samples_ms[i] for m in measured)
+        assert r == pytest.approx(a / (b + c))
+
+
+def test_a_ratio_cancels_a_slow_phase_the_timings_share():
+    """A machine that slows down 2x for half the rounds spreads both timings over 2x, but
+    not their ratio: the point of timing a step in rounds with its reference."""
+    a = Measurement([1.0, 1.0, 2.0, 2.0, 1.0, 2.0])
+    b = Measurement([0.5, 0.5, 1.0, 1.0, 0.5, 1.0])
+    assert a.noisy and b.noisy
+    ratio = in_run_ratio([a, b])
+    assert ratio.samples_ms == [2.0] * 6 and not ratio.noisy

@@ -68,6 +68,7 @@ def root(
 # Each module registers its commands on `app`; `--help` lists them in this order.
 from . import run_cmd  # noqa: E402,F401,I001  (first: the main job)
 from . import params_cmd, kvmem_cmd, decode_cmd, compare_cmd, fit_cmd, info_cmd  # noqa: E402,F401,I001
+from . import ab_cmd  # noqa: E402,F401,I001
 from . import history_cmd  # noqa: E402,F401,I001
 
 

@@ -16,7 +16,7 @@ from ..gate.compare import Comparison, Finding, Thresholds, compare_documents
 from ..history.baseline import history_baseline
 from ..history.store import open_history
 from ..model.units import format_bytes
-from ..records import Kind
+from ..records import SAMPLED, Kind
 from ..render.columns import known
 from ..render.table import Column, build_table, print_view, terminal_width
 from ..study.documents import Document, load_document
@@ -61,6 +61,8 @@ def _value(f: Finding, v: float | None) -> str:
         return "-"
     if f.kind is Kind.TIMING:
         return f"{v:.4g} ms"
+    if f.kind is Kind.RATIO:
+        return f"{v:.3f}x"
     if f.kind is Kind.MEMORY:
         return format_bytes(v)
     return f"{v:,}" if float(v).is_integer() else f"{v:,.6g}"
@@ -69,11 +71,15 @@ def _value(f: Finding, v: float | None) -> str:
 def _change(f: Finding) -> str:
     if not (known(f.baseline) and known(f.current)):
         return "-"
-    if f.kind is Kind.TIMING:
+    if f.kind in SAMPLED:
         return f"{f.ratio:.3f}x" if known(f.ratio) else "-"
     delta = f.current - f.baseline
     if not delta:
         return "0"
+    if f.kind is Kind.COUNT:
+        return (
+            f"{delta:+,.0f} ({f.ratio - 1:+.2%})" if f.ratio and known(f.ratio) else f"{delta:+,}"
+        )
     if f.kind is Kind.MEMORY:
         pct = f" ({f.ratio - 1:+.1%})" if f.ratio and known(f.ratio) else ""
         return f"{'+' if delta >= 0 else '-'}{format_bytes(abs(delta))}{pct}"
@@ -196,7 +202,7 @@ def _text(result: Comparison, fmt: str, only_changed: bool) -> str:
     return json.dumps(result.to_dict(only_changed), indent=2) + "\n"
 
 
-def _emit(result: Comparison, fmt: str, only_changed: bool, output: str | None) -> None:
+def emit_comparison(result: Comparison, fmt: str, only_changed: bool, output: str | None) -> None:
     """Print the report, or write it to `output` and say where it went."""
     if output is None:
         if fmt == "table":
@@ -278,7 +284,7 @@ def compare_command(
         allow_env_mismatch=allow_env_mismatch,
         fail_on_improvement=fail_on_improvement,
     )
-    _emit(result, fmt, only_changed, output)
+    emit_comparison(result, fmt, only_changed, output)
     code = result.exit_code()
     if code == 3:
         raise fail(

@@ -20,3 +20,6 @@ class Context:
     options: Mapping[str, Any] = field(default_factory=dict)
     peak_gbps: float | None = None
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
+    #: What the section's pre-pass counted for all its points at once, by point (decode:
+    #: each cached step's instructions, or why there is no count).
+    counts: Mapping[Any, int | str] = field(default_factory=dict)

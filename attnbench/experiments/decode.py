@@ -29,7 +29,7 @@ import torch
 from ..errors import FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
-from ..measure.timing import Measurement, Sampling, Timer
+from ..measure.timing import Measurement, Sampling, TimedCall, Timer, in_run_ratio
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
 from ..model.formulas import prefill_flops, step_totals, weight_bytes
@@ -45,8 +45,9 @@ from ..modules.providers import (
     reference_step,
     refusals,
 )
-from ..records import exact, info, key, timing
+from ..records import count, exact, info, key, ratio, timing
 from .context import Context
+from .kernels import step_kernels
 from .params import ParamsPoint
 from .tensor_parallel import Ranks
 
@@ -129,6 +130,12 @@ class DecodeRecord:
     gen_ms_p75: float | None = timing(of="gen_ms_median")
     gen_samples_ms: list[float] = timing([], of="gen_ms_median", csv=False)
     gen_tokens_per_s: float | None = info()
+    reference: str | None = info()
+    x_of_reference_median: float | None = ratio()
+    x_of_reference_p25: float | None = ratio(of="x_of_reference_median")
+    x_of_reference_p75: float | None = ratio(of="x_of_reference_median")
+    x_of_reference_samples: list[float] = ratio([], of="x_of_reference_median", csv=False)
+    instructions_per_step: int | None = count()
     noisy: bool | None = info()
     status: str = info("ok")
     model: str | None = key(None)
@@ -147,6 +154,8 @@ class DecodeOptions:
     prefill: bool = True
     flush_l2: bool = False
     baseline_provider: str = "attnbench"
+    reference: str = "kernels"
+    instructions: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> DecodeOptions:
@@ -256,6 +265,7 @@ class Timings:
     prefill: Measurement | None = None
     generation: Measurement | None = None
     all_reduce: Measurement | None = None  # tensor-parallel: the step's all-reduce alone
+    x_of_reference: Measurement | None = None  # the step over its reference, per round
 
 
 #: Times a call: Timer.sample, or a replacement with its signature (measure.lockstep).
@@ -268,9 +278,12 @@ def time_workload(
     device: torch.device,
     options: DecodeOptions,
     sample: Sample = Timer.sample,
+    reference: list[TimedCall] | None = None,
 ) -> Timings:
     """Time the point's metrics with `sample`: the prefill first (it fills the cache with
-    real K/V), then the fixed-context step, then whole generations."""
+    real K/V), then the fixed-context step, then whole generations. With `reference`
+    calls, the step is sampled in rounds with them (Timer.sample_interleaved) and its
+    in-run ratio to their sum is kept beside it."""
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
     prefill = None
@@ -279,7 +292,11 @@ def time_workload(
     step = work.step
     if point.cuda_graph:
         step = capture_graph(step, work.step_setup, device)
-    timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
+    if reference:
+        measured = timer.sample_interleaved([(step, work.step_setup), *reference], sampling)
+        timings = Timings(measured[0], prefill, x_of_reference=in_run_ratio(measured))
+    else:
+        timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
     if point.gen_len and work.generation is not None:
         timings.generation = sample(timer, work.generation, sampling, work.generation_setup)
     return timings
@@ -439,6 +456,9 @@ def run(
     ranks = Ranks.joined(point.tp, device)
     local = ranks.local(point) if ranks else point  # the heads this process holds
     status = _blocked(point, local, device, options, free_bytes, ranks)
+    counted = context.counts.get(point) if options.instructions and point.cached else None
+    if status is None and isinstance(counted, str):
+        status = counted  # no count where one was asked for: why
     if ranks:
         status = ranks.agree(status)
     if status is not None:
@@ -452,10 +472,12 @@ def run(
     try:
         with torch.inference_mode(), PROVIDERS[point.provider].running():
             reference = ranks.reference if ranks else reference_step
-            work, status = _prepared(point, point_inputs(local, layer, device), reference, ranks)
+            inputs = point_inputs(local, layer, device)
+            work, status = _prepared(point, inputs, reference, ranks)
             if status is None:
                 sample = ranks.sampler() if ranks else Timer.sample
-                timings = time_workload(work, point, device, options, sample)
+                against = None if ranks else reference_calls(point, inputs, options.reference)
+                timings = time_workload(work, point, device, options, sample, against)
             if status is None and ranks:
                 sampling = options.sampling(device)
                 timings.all_reduce = ranks.time_all_reduce(point, dtype, sampling)
@@ -467,7 +489,37 @@ def run(
         return rec
     fill_timings(rec, point, timings, context)
     rec.projection_path = work.projection_path
+    rec.instructions_per_step = counted  # type: ignore[assignment]
     return rec
+
+
+def reference_calls(point: DecodePoint, inputs: DecodeInputs, reference: str) -> list[TimedCall]:
+    """What the point's step is timed against: its kernels, each alone
+    (experiments.kernels), or another provider's step on the same inputs, checked against
+    the reference output first; none for `none`, for the point's own provider, or for a
+    provider that cannot run the point."""
+    if reference == "none" or reference == point.provider:
+        return []
+    if reference == "kernels":
+        return [(call, None) for call in step_kernels(inputs).values()]
+    try:
+        with PROVIDERS[reference].running():
+            work = prepared(replace(point, provider=reference), inputs)
+    except (Unsupported, WrongOutput):
+        return []
+    return [(_running(reference, work.step), work.step_setup)]
+
+
+def _running(provider: str, call: Callable[[], object]) -> Callable[[], object]:
+    """`call` inside its provider's context (a pinned SDPA kernel), when it has one."""
+    if PROVIDERS[provider].kernel is None:
+        return call
+
+    def pinned() -> object:
+        with PROVIDERS[provider].running():
+            return call()
+
+    return pinned
 
 
 def _blocked(
@@ -534,6 +586,11 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
         rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
     if timings.all_reduce is not None:
         _summarise(rec, "allreduce", "allreduce_samples_ms", timings.all_reduce)
+    if timings.x_of_reference is not None:
+        ratios = timings.x_of_reference
+        rec.reference = DecodeOptions.from_options(context.options).reference
+        rec.x_of_reference_median, rec.x_of_reference_samples = ratios.median_ms, ratios.samples_ms
+        rec.x_of_reference_p25, rec.x_of_reference_p75 = ratios.p25_ms, ratios.p75_ms
 
 
 def _summarise(rec: DecodeRecord, metric: str, samples: str, measured: Measurement) -> None:

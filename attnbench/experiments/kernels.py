@@ -1,6 +1,7 @@
-"""The kernels of one decode step, each timed alone with the same harness: what the step
-would cost with no glue between them (Python, views, the cache write). The step's time
-over their sum says how much the glue costs."""
+"""The kernels of one decode step, as calls that can be timed alone: what the step would
+cost with no glue between them (Python, views, copies, the cache write). The step's time
+over their sum (`x_of_reference` with reference `kernels`) says how much the glue costs,
+and, timed in the same rounds as the step, is a ratio a noisy machine leaves alone."""
 
 from __future__ import annotations
 
@@ -8,45 +9,45 @@ from collections.abc import Callable
 
 import torch
 
-from ..measure.devices import torch_dtype
-from ..measure.timing import Measurement, Timer
-from ..modules.attention import folded_decode
-from .context import Context
-from .decode import DecodeOptions, DecodePoint, build_layer, point_inputs
+from ..modules.attention import folded_decode, sdpa_causal
+from ..modules.providers import DecodeInputs
 
-#: The kernels of a cached decode step, in the order it runs them.
+#: The kernels of a decode step, in the order it runs them.
 KERNELS = ("q_proj", "k_proj", "v_proj", "sdpa", "o_proj")
 
 
-def step_kernels(point: DecodePoint, device: torch.device) -> dict[str, Callable[[], object]]:
-    """attnbench's cached step at the point's context, as its kernels: the four
-    projections of one token as the step resolves them (oneDNN-packed or nn.Linear), and
-    torch SDPA over the context + 1 cached keys."""
-    if not point.cached:
-        raise ValueError("the kernels of a step are those of a cached step (mode cache)")
-    layer = build_layer(point.shape, "sdpa", torch_dtype(point.dtype), device)
-    inputs = point_inputs(point, layer, device)
-    context = point.prompt_len
-    token = inputs.x[:, context : context + 1].contiguous()
-    q_proj, k_proj, v_proj, o_proj = layer.resolved_projections(token)
-    batch, heads, dim = point.batch, layer.num_heads, layer.head_dim
-    q = q_proj(token).view(batch, heads, 1, dim)
-    keys, values = inputs.cache.k[:, :, : context + 1], inputs.cache.v[:, :, : context + 1]  # type: ignore[union-attr]
-    attended = folded_decode(q, keys, values).reshape(batch, 1, heads * dim)
+def step_kernels(inputs: DecodeInputs) -> dict[str, Callable[[], object]]:
+    """The kernels of the step at the inputs' context S: the four projections as the
+    layer resolves them (oneDNN-packed or nn.Linear) and torch SDPA. Cached: the
+    projections of one token and SDPA over the S + 1 cached keys. Without a cache: the
+    projections of all S + 1 tokens and causal SDPA over them."""
+    layer, context = inputs.layer, inputs.context_len
+    tokens = 1 if inputs.cached else context + 1
+    x = inputs.x[:, context + 1 - tokens : context + 1].contiguous()
+    q_proj, k_proj, v_proj, o_proj = layer.resolved_projections(x)
+    batch, heads, kv_heads, dim = x.shape[0], layer.num_heads, layer.num_kv_heads, layer.head_dim
+
+    def heads_of(t: torch.Tensor, count: int) -> torch.Tensor:
+        return t.view(batch, tokens, count, dim).transpose(1, 2)
+
+    q = heads_of(q_proj(x), heads)
+    if inputs.cache is not None:
+        keys, values = inputs.cache.k[:, :, : context + 1], inputs.cache.v[:, :, : context + 1]
+
+        def attend() -> torch.Tensor:
+            return folded_decode(q, keys, values)
+
+    else:
+        keys, values = heads_of(k_proj(x), kv_heads), heads_of(v_proj(x), kv_heads)
+
+        def attend() -> torch.Tensor:
+            return sdpa_causal(q, keys, values)
+
+    attended = attend().transpose(1, 2).reshape(batch, tokens, heads * dim)
     return {
-        "q_proj": lambda: q_proj(token),
-        "k_proj": lambda: k_proj(token),
-        "v_proj": lambda: v_proj(token),
-        "sdpa": lambda: folded_decode(q, keys, values),
+        "q_proj": lambda: q_proj(x),
+        "k_proj": lambda: k_proj(x),
+        "v_proj": lambda: v_proj(x),
+        "sdpa": attend,
         "o_proj": lambda: o_proj(attended),
     }
-
-
-def time_kernels(point: DecodePoint, context: Context) -> dict[str, Measurement]:
-    """Each kernel of the point's step timed alone, sampled as the step is."""
-    device = context.device if context.device is not None else torch.device("cpu")
-    options = DecodeOptions.from_options(context.options)
-    timer = Timer(device, flush_l2=options.flush_l2)
-    with torch.inference_mode():
-        calls = step_kernels(point, device)
-        return {name: timer.sample(call, options.sampling(device)) for name, call in calls.items()}

@@ -6,7 +6,9 @@ rule of its kind:
 
 - exact (parameter counts, analytic bytes, FLOPs): any change, either way, is a regression;
 - measured memory: a change beyond max(1 MiB, the memory threshold) regresses or improves;
-- timings: a change needs an effect beyond the time threshold, evidence and more than 5 us;
+- counts (CPU instructions): a change beyond COUNT_TOLERANCE either way is a verdict;
+- timings and in-run ratios: a change needs an effect beyond the time threshold, evidence
+  and (timings) more than 5 us;
   an effect without evidence is `inconclusive`. With raw samples on both sides (independent
   draws of one quantity: fixed-context timing), the evidence is a seeded bootstrap bound
   of the ratio of medians beyond the threshold. Without them, p25..p75 intervals that do
@@ -23,8 +25,11 @@ rule of its kind:
   kind of status in both files (wrong in both, unsupported in both) gets no status
   verdict; an `oom` or `skipped` point keeps showing as its `missing` metrics.
 
-Timings are gated only between matching environments (see `GATING_ENV_FIELDS`); in a
-merged study (study.merge) each row is held to the environment of the share that ran it.
+Timings are gated only between matching environments (see `GATING_ENV_FIELDS`, and the
+peaks each run measured: `PEAK_DRIFT`). In-run ratios and counts need the same device
+model and library versions only: a machine under other load, whose peaks moved, still
+gives them (a ratio's two timings shared the load; a count does not see it). In a merged
+study (study.merge) each row is held to the environment of the share that ran it.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..measure.timing import percentile
-from ..records import Kind, gated_timing
+from ..records import SAMPLED, Kind, gated_timing
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
 from ..study.sections import record_type
@@ -49,6 +54,15 @@ GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_thread
 #: Relative change of a measured peak (copy bandwidth, matmul throughput) that makes two
 #: runs incomparable.
 PEAK_DRIFT = 0.10
+#: Relative change of a count (instructions) beyond which it regresses or improves.
+COUNT_TOLERANCE = 0.01
+
+
+#: The kinds of metric that get a verdict.
+GATED = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
+#: The info field that names what a record's in-run ratios are taken against: ratios to
+#: different references are not compared.
+RATIO_OF = "reference"
 
 
 class Verdict(str, Enum):
@@ -134,6 +148,19 @@ def judge_exact(base: float, cur: float) -> Judgement:
     return Judgement(Verdict.REGRESSED, f"exact metric changed by {change}", ratio)
 
 
+def judge_count(base: float, cur: float) -> Judgement:
+    """A count up by more than COUNT_TOLERANCE regresses; down by as much improves."""
+    if base <= 0:
+        return judge_exact(base, cur)
+    ratio = cur / base
+    change = f"{cur - base:+,.0f} ({ratio - 1:+.2%})"
+    if ratio > 1 + COUNT_TOLERANCE:
+        return Judgement(Verdict.REGRESSED, f"{change} is above +{COUNT_TOLERANCE:.0%}", ratio)
+    if ratio < 1 - COUNT_TOLERANCE:
+        return Judgement(Verdict.IMPROVED, f"{change} is beyond -{COUNT_TOLERANCE:.0%}", ratio)
+    return Judgement(Verdict.UNCHANGED, f"{change} is within {COUNT_TOLERANCE:.0%}", ratio)
+
+
 def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
     """An increase beyond max(1 MiB, mem x baseline) regresses; a like decrease improves."""
     limit = max(th.mem_floor_bytes, th.mem * abs(base))
@@ -166,6 +193,8 @@ def bootstrap_ratio_interval(
     return float(lo), float(hi)
 
 
+#: The evidence of a timing without raw samples: its p25..p75 interval.
+INTERVALS = "p25..p75"
 #: Fewer raw samples than this make a bootstrap meaningless; fall back to p25..p75.
 MIN_BOOTSTRAP_SAMPLES = 5
 
@@ -178,8 +207,14 @@ def _evidence(
     if min(len(base.samples or ()), len(cur.samples or ())) >= MIN_BOOTSTRAP_SAMPLES:
         return bootstrap_ratio_interval(base.samples, cur.samples, th), "bootstrap"
     if None not in (base.p25, base.p75, cur.p25, cur.p75) and base.p25 > 0 and base.p75 > 0:
-        return (cur.p25 / base.p75, cur.p75 / base.p25), "p25..p75"
+        return (cur.p25 / base.p75, cur.p75 / base.p25), INTERVALS
     return None, None
+
+
+def timing_rule(kind: Kind, th: Thresholds) -> Thresholds:
+    """The thresholds a timing or an in-run ratio is judged with: a ratio has no unit, so
+    no floor in microseconds under its change."""
+    return th if kind is Kind.TIMING else replace(th, time_floor_ms=0.0)
 
 
 def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgement:
@@ -193,40 +228,65 @@ def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgeme
     if not (math.isfinite(base.median) and base.median > 0):
         reason = f"the baseline median is {base.median:g} ms: nothing to compare against"
         return Judgement(Verdict.INCONCLUSIVE, reason)
-    ratio = cur.median / base.median
     interval, evidence = _evidence(base, cur, th)
+    # Raw samples are independent draws of one quantity (fixed-context timing): the
+    # bootstrap bound weighs their noise. Without them the IQR is all there is to go by.
+    spread = None if evidence == "bootstrap" else max(base.rel_iqr, cur.rel_iqr)
+    return judge_effect(
+        cur.median / base.median,
+        interval,
+        evidence,
+        th,
+        below_floor=abs(cur.median - base.median) <= th.time_floor_ms,
+        spread=spread,
+        without_interval="no samples or p25..p75 to test it",
+    )
+
+
+def judge_effect(
+    ratio: float,
+    interval: tuple[float, float] | None,
+    evidence: str | None,
+    th: Thresholds,
+    *,
+    below_floor: bool,
+    spread: float | None,
+    without_interval: str,
+) -> Judgement:
+    """The verdict on a timing ratio (current / baseline) and its evidence, by the timing
+    rule: unchanged under the floor or within the threshold; inconclusive within
+    `noise_factor` x `spread` (the larger relative IQR, when no bootstrap weighs the
+    noise) or without an `interval` (`without_interval` says why); else regressed or
+    improved when the interval supports it: a confidence bound of a bootstrap beyond
+    1 + threshold, or p25..p75 intervals apart (`evidence` 'p25..p75')."""
     slower = ratio > 1
     change = ratio if slower else 1 / ratio
     word = "slower" if slower else "faster"
-    spread = max(base.rel_iqr, cur.rel_iqr)
-    # Raw samples are independent draws of one quantity (fixed-context timing): the
-    # bootstrap bound weighs their noise. Without them the IQR is all there is to go by.
-    needed = 1 + (th.time if evidence == "bootstrap" else max(th.time, th.noise_factor * spread))
 
     def verdict(v: Verdict, reason: str) -> Judgement:
         return Judgement(v, reason, ratio, interval, evidence)
 
-    if abs(cur.median - base.median) <= th.time_floor_ms:
+    if below_floor:
         return verdict(Verdict.UNCHANGED, f"differs by under {th.time_floor_ms * 1000:g} us")
     if change <= 1 + th.time:
         return verdict(Verdict.UNCHANGED, f"{change:.3f}x {word}, within {th.time:.0%}")
     effect = f"{change:.3f}x {word}"
-    if change <= needed:
+    if spread is not None and change <= 1 + max(th.time, th.noise_factor * spread):
         noise = f"{th.noise_factor:g} x IQR/median = {th.noise_factor * spread:.1%}"
         return verdict(Verdict.INCONCLUSIVE, f"{effect}, within the noise ({noise})")
     if interval is None:
-        return verdict(Verdict.INCONCLUSIVE, f"{effect}, no samples or p25..p75 to test it")
+        return verdict(Verdict.INCONCLUSIVE, f"{effect}, {without_interval}")
     lo, hi = interval
-    if evidence == "bootstrap":
+    if evidence == INTERVALS:
+        if (lo <= 1) if slower else (hi >= 1):
+            return verdict(Verdict.INCONCLUSIVE, f"{effect}, p25..p75 intervals overlap")
+        support = "p25..p75 intervals apart"
+    else:
         bound, clear = (lo if slower else 1 / hi), 1 + th.time
         level = f"{th.confidence:.0%} confidence bound {bound:.3f}x {word}"
         if bound <= clear:
             return verdict(Verdict.INCONCLUSIVE, f"{effect}, {level} (not > {clear:.2f}x)")
         support = f"{level} (> {clear:.2f}x)"
-    else:
-        if (lo <= 1) if slower else (hi >= 1):
-            return verdict(Verdict.INCONCLUSIVE, f"{effect}, p25..p75 intervals overlap")
-        support = "p25..p75 intervals apart"
     return verdict(Verdict.REGRESSED if slower else Verdict.IMPROVED, f"{effect}, {support}")
 
 
@@ -253,10 +313,30 @@ class Finding:
 
 @dataclass(frozen=True)
 class EnvDifference:
+    """`gating`: timings do not gate across it; `drift`: it is a measured peak that moved,
+    which stops timings only (in-run ratios and counts still gate)."""
+
     field: str
     baseline: Any
     current: Any
     gating: bool
+    drift: bool = False
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The differing environment fields that stop each kind of metric from gating."""
+
+    timing: list[str] = field(default_factory=list)
+    ratio: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, diffs: list[EnvDifference]) -> Mismatch:
+        return cls([d.field for d in diffs if d.gating],
+                   [d.field for d in diffs if d.gating and not d.drift])  # fmt: skip
+
+    def for_kind(self, kind: Kind) -> list[str]:
+        return self.timing if kind is Kind.TIMING else self.ratio
 
 
 @dataclass
@@ -334,11 +414,11 @@ def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDiff
     gating = set(GATING_ENV_FIELDS)
     if any(str(env.get("device") or "cpu").startswith("cpu") for env in (base, cur)):
         gating.add("cpu_model")
-    diffs = [
-        EnvDifference(k, base.get(k), cur.get(k), k in gating or _bandwidth_drift(k, base, cur))
-        for k in dict.fromkeys([*base, *cur])
-        if base.get(k) != cur.get(k)
-    ]
+    diffs = []
+    for k in dict.fromkeys([*base, *cur]):
+        if base.get(k) != cur.get(k):
+            drift = k not in gating and _bandwidth_drift(k, base, cur)
+            diffs.append(EnvDifference(k, base.get(k), cur.get(k), k in gating or drift, drift))
     return sorted(diffs, key=lambda d: not d.gating)
 
 
@@ -386,7 +466,7 @@ def compare_documents(
             if s not in shared
         ]
     result.env_differences = environment_differences(base.environment, cur.environment)
-    env_mismatch = [d.field for d in result.env_differences if d.gating]
+    env_mismatch = Mismatch.of(result.env_differences)
     if base.environment is None or cur.environment is None:
         result.notes.append("no environment recorded (CSV input): timings gate unchecked")
     matched = 0
@@ -416,10 +496,10 @@ def compare_documents(
     return result
 
 
-def _row_mismatch(base: dict | None, cur: dict | None) -> list[str]:
+def _row_mismatch(base: dict | None, cur: dict | None) -> Mismatch:
     """The gating fields that differ between the environments two rows were measured in
     (a merged study's rows each carry their share's)."""
-    return [d.field for d in environment_differences(base, cur) if d.gating]
+    return Mismatch.of(environment_differences(base, cur))
 
 
 def match_rows(
@@ -462,7 +542,7 @@ def compare_rows(
     base: dict | None,
     cur: dict | None,
     th: Thresholds,
-    env_mismatch: list[str],
+    env_mismatch: Mismatch,
     allow_env_mismatch: bool,
 ) -> list[Finding]:
     """The findings of one row: one per metric, or a single new/missing one."""
@@ -477,9 +557,10 @@ def compare_rows(
     if status is not None:
         judgement, by_environment = status
         gating = True
-        if by_environment and env_mismatch and not allow_env_mismatch:
-            judgement = _incomparable(env_mismatch)
-        elif by_environment and env_mismatch:
+        mismatch = env_mismatch.timing
+        if by_environment and mismatch and not allow_env_mismatch:
+            judgement = _incomparable(mismatch)
+        elif by_environment and mismatch:
             judgement, gating = _ungated(judgement), False
         findings.append(
             Finding(section, config, "status", Kind.INFO, None, None, **asdict(judgement),
@@ -487,28 +568,36 @@ def compare_rows(
         )  # fmt: skip
     for name in dict.fromkeys([*base, *cur]):
         kind = kinds.get(name)
-        if kind not in (Kind.EXACT, Kind.MEMORY, Kind.TIMING):
+        if kind not in GATED:
             continue
-        if kind is Kind.TIMING and name not in timings:
+        if kind in SAMPLED and name not in timings:
             continue  # a statistic of a timing (p25, raw samples): judged with it
         b, c = base.get(name), cur.get(name)
         if b is None and c is None:
             continue
         gating = True
+        mismatch = env_mismatch.for_kind(kind)
+        if kind is Kind.RATIO and base.get(RATIO_OF) != cur.get(RATIO_OF):
+            mismatch = [*mismatch, RATIO_OF]  # ratios to different references
         if b is None or c is None:
             judgement = _one_sided(b is None, base if b is None else cur)
         elif kind is Kind.EXACT:
             judgement = judge_exact(b, c)
         elif kind is Kind.MEMORY:
             judgement = judge_memory(b, c, th)
-        elif env_mismatch and not allow_env_mismatch:
-            judgement = _incomparable(env_mismatch, c / b if b else None)
+        elif mismatch and not allow_env_mismatch:
+            judgement = _incomparable(mismatch, c / b if b else None)
         else:
-            stats = timings[name]
-            judgement = judge_timing(
-                timing_stats(base, name, stats), timing_stats(cur, name, stats), th
-            )
-            if env_mismatch:
+            if kind is Kind.COUNT:
+                judgement = judge_count(b, c)
+            else:
+                stats = timings[name]
+                judgement = judge_timing(
+                    timing_stats(base, name, stats),
+                    timing_stats(cur, name, stats),
+                    timing_rule(kind, th),
+                )
+            if mismatch:
                 judgement, gating = _ungated(judgement), False
         findings.append(
             Finding(section, config, name, kind, b, c, **asdict(judgement), gating=gating)
@@ -518,9 +607,8 @@ def compare_rows(
 
 def _incomparable(env_mismatch: list[str], ratio: float | None = None) -> Judgement:
     """The verdict on an environment-dependent metric between differing environments."""
-    return Judgement(
-        Verdict.INCOMPARABLE, f"environments differ ({', '.join(env_mismatch)})", ratio
-    )
+    what = "references differ" if env_mismatch == [RATIO_OF] else "environments differ"
+    return Judgement(Verdict.INCOMPARABLE, f"{what} ({', '.join(env_mismatch)})", ratio)
 
 
 def _ungated(judgement: Judgement) -> Judgement:

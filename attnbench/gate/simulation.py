@@ -20,16 +20,29 @@ the docs come from the code the tests hold to account.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..measure.timing import percentile
 from ..records import gated_timing
-from ..study.documents import Document
+from ..study.documents import Document, kinds_of
 from ..study.sections import record_type
-from .compare import OK, Thresholds, TimingStats, Verdict, judge_timing, status_word
+from .compare import (
+    OK,
+    Mismatch,
+    Thresholds,
+    TimingStats,
+    Verdict,
+    environment_differences,
+    judge_count,
+    judge_timing,
+    status_word,
+    timing_rule,
+)
+from .paired import judge_paired
 
 
 @dataclass(frozen=True)
@@ -224,3 +237,149 @@ def totals(results: Sequence[SeriesResult], by: str | None = None) -> dict[tuple
         resampled_sum, halves_sum = out.get(key, (NO_PAIRS, NO_PAIRS))
         out[key] = (resampled_sum + r.resampled, halves_sum + r.halves)
     return out
+
+
+# --- recorded runs: every gating mode on the noise of real consecutive runs ----------------
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    """A gating mode over simulated comparisons: how many A/A comparisons regressed (false
+    alarms), how many slowed ones regressed, per slowdown, and how many were not gated
+    (the environments of the two runs differ for this kind of metric)."""
+
+    mode: str
+    comparisons: int
+    false_alarms: int
+    caught: dict[float, int]
+    not_gated: int = 0
+
+    @property
+    def false_rate(self) -> float:
+        return self.false_alarms / self.comparisons if self.comparisons else 0.0
+
+    def caught_rate(self, slowdown: float) -> float:
+        return self.caught[slowdown] / self.comparisons if self.comparisons else 0.0
+
+
+#: Judges one comparison: (baseline draw, current draw) -> verdict.
+Judge = Callable[[Any, Any], Verdict]
+
+
+def simulate_recorded(
+    mode: str,
+    runs: Sequence[Mapping[str, Any]],
+    draw: Callable[[Any, np.random.Generator, float], Any],
+    judge: Judge,
+    comparable: Callable[[int, int], bool] = lambda i, j: True,
+    trials: int = 2000,
+    slowdowns: Sequence[float] = (1.1, 1.2),
+    seed: int = 0,
+) -> ModeResult:
+    """`trials` comparisons, each of one point between two distinct recorded runs picked
+    at random (so the shift between runs is real, not modelled): `draw(recorded, rng,
+    factor)` makes a run's value from what a run recorded for the point (a bootstrap of
+    its samples, say), `factor` x slower; `judge` gives the verdict. `runs` maps each
+    point's label to what it recorded; `comparable(i, j)` says whether the gate compares
+    runs i and j at all (their environments)."""
+    rng = np.random.default_rng(seed)
+    labels = sorted(set.intersection(*(set(r) for r in runs)))
+    false_alarms = not_gated = 0
+    caught = dict.fromkeys(slowdowns, 0)
+    for _ in range(trials):
+        i, j = rng.choice(len(runs), size=2, replace=False)
+        label = labels[rng.integers(len(labels))]
+        if not comparable(int(i), int(j)):
+            not_gated += 1
+            continue
+        base = draw(runs[i][label], rng, 1.0)
+        false_alarms += judge(base, draw(runs[j][label], rng, 1.0)) is Verdict.REGRESSED
+        for slowdown in slowdowns:
+            caught[slowdown] += (
+                judge(base, draw(runs[j][label], rng, slowdown)) is Verdict.REGRESSED
+            )
+    return ModeResult(mode, trials, false_alarms, caught, not_gated)
+
+
+def recorded_samples(documents: Sequence[Document], metric: str) -> list[dict[str, np.ndarray]]:
+    """Per run, the raw samples of `metric` (a gated timing or ratio) of every decode row
+    that ran, by the row's label."""
+    stats = gated_timing(record_type("decode"))[metric]  # type: ignore[arg-type]
+    return [
+        {
+            _label(rec): np.asarray(rec[stats["samples"]], dtype=float)
+            for rec in doc.sections.get("decode", [])
+            if status_word(rec) == OK and rec.get(stats["samples"])
+        }
+        for doc in documents
+    ]
+
+
+def simulate_sampled(
+    documents: Sequence[Document],
+    metric: str,
+    thresholds: Thresholds = Thresholds(),
+    trials: int = 2000,
+    seed: int = 0,
+) -> ModeResult:
+    """The gate on a timing or an in-run ratio (`metric`) across recorded runs: each run of
+    a comparison is a bootstrap draw from one recorded run's samples of the point, the two
+    from two different runs; pairs of runs whose environments differ for the metric's
+    kind (a copy peak that moved stops timings, not ratios) are not gated."""
+    kind = kinds_of("decode")[metric]
+    rule = timing_rule(kind, thresholds)
+    envs = [doc.environment for doc in documents]
+
+    def comparable(i: int, j: int) -> bool:
+        return not Mismatch.of(environment_differences(envs[i], envs[j])).for_kind(kind)
+
+    return simulate_recorded(
+        metric,
+        recorded_samples(documents, metric),
+        lambda samples, rng, factor: resampled(samples, rng, factor),
+        lambda base, cur: judge_timing(base, cur, rule).verdict,
+        comparable,
+        trials,
+        seed=seed,
+    )
+
+
+def simulate_counts(
+    runs: Sequence[Mapping[str, int]], trials: int = 2000, seed: int = 0
+) -> ModeResult:
+    """The gate on instruction counts across recorded runs (point label -> count): a
+    slowdown is as many more instructions."""
+    return simulate_recorded(
+        "instructions_per_step",
+        runs,
+        lambda count, rng, factor: count * factor,
+        lambda base, cur: judge_count(base, cur).verdict,
+        trials=trials,
+        seed=seed,
+    )
+
+
+def simulate_paired(
+    tries: Sequence[Sequence[Sequence[tuple[float, float]]]],
+    thresholds: Thresholds = Thresholds(),
+    trials: int = 2000,
+    slowdowns: Sequence[float] = (1.1, 1.2),
+    seed: int = 0,
+) -> ModeResult:
+    """The interleaved A/B gate on recorded A/A tries of `attnbench ab` (per try, per
+    point, its (base, head) pairs): a comparison resamples one point's pairs of one try
+    with replacement, and judges them as they are (A/A) and with head `slowdown` x
+    slower. What the machine did between the tries is in no pair: each is one job."""
+    rng = np.random.default_rng(seed)
+    points = [np.asarray(pairs, dtype=float) for t in tries for pairs in t if len(pairs)]
+    false_alarms = 0
+    caught = dict.fromkeys(slowdowns, 0)
+    for _ in range(trials):
+        pairs = points[rng.integers(len(points))]
+        drawn = pairs[rng.integers(0, len(pairs), size=len(pairs))]
+        base, head = drawn[:, 0].tolist(), drawn[:, 1]
+        false_alarms += judge_paired(base, head.tolist(), thresholds).verdict is Verdict.REGRESSED
+        for s in slowdowns:
+            verdict = judge_paired(base, (head * s).tolist(), thresholds).verdict
+            caught[s] += verdict is Verdict.REGRESSED
+    return ModeResult("paired", trials, false_alarms, caught)

@@ -32,9 +32,13 @@ NOISY_IQR_FRACTION = 0.10
 Z_95 = 1.959963984540054
 #: The most consecutive calls one sample times.
 MAX_BLOCK = 10_000
+#: Calls timed alone to size a block of calls; the block is sized by the fastest.
+PROBES = 3
 #: Why sampling stopped: the interval reached its target, the time budget ran out, the
 #: most samples allowed were taken, or a fixed count was asked for.
 CONVERGED, OUT_OF_TIME, MOST_SAMPLES, FIXED = "target_ci", "max_time", "max_repeats", "repeats"
+#: A call to time and the set-up that runs, untimed, before each of its samples (or None).
+TimedCall = tuple[Callable[[], object], Callable[[], object] | None]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -143,41 +147,48 @@ class Timer:
     ) -> list[float]:
         """`count` samples, each the mean time in milliseconds of `number` consecutive
         calls; `setup` runs before each sample, untimed."""
-        if self.cuda:
-            return self._time_cuda(call, count, number, setup)
-        times = []
-        for _ in range(count):
-            if setup is not None:
-                setup()
-            start = time.perf_counter_ns()
-            for _ in range(number):
-                call()
-            times.append((time.perf_counter_ns() - start) / 1e6 / number)
-        return times
+        return self.time_rounds([(call, setup)], [number], count)[0]
 
-    def _time_cuda(
-        self,
-        call: Callable[[], object],
-        count: int,
-        number: int,
-        setup: Callable[[], object] | None,
-    ) -> list[float]:
-        events = []
+    def time_rounds(
+        self, calls: Sequence[TimedCall], numbers: Sequence[int], rounds: int
+    ) -> list[list[float]]:
+        """`rounds` rounds of one sample of each call in turn, a sample being the mean
+        time in milliseconds of `number` consecutive calls after the call's set-up: each
+        call's samples. On CUDA every sample is bracketed by events, read after one
+        synchronize at the end, so the host runs ahead of the device as it would."""
+        times: list[list] = [[] for _ in calls]
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        for _ in range(rounds):
+            for (call, setup), number, taken in zip(calls, numbers, times, strict=True):
+                if setup is not None:
+                    setup()
+                if self.cuda:
+                    taken.append(self._cuda_sample(call, number))
+                    continue
+                start = time.perf_counter_ns()
+                for _ in range(number):
+                    call()
+                taken.append((time.perf_counter_ns() - start) / 1e6 / number)
+        if not self.cuda:
+            return times
         torch.cuda.synchronize(self.device)
-        for _ in range(count):
-            if setup is not None:
-                setup()
-            if self._flush_buffer is not None:
-                self._flush_buffer.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(number):
-                call()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize(self.device)
-        return [start.elapsed_time(end) / number for start, end in events]
+        return [
+            [start.elapsed_time(end) / number for start, end in events]
+            for events, number in zip(times, numbers, strict=True)
+        ]
+
+    def _cuda_sample(self, call: Callable[[], object], number: int) -> tuple:
+        """The (start, end) events around `number` calls, after the L2 flush if any."""
+        if self._flush_buffer is not None:
+            self._flush_buffer.zero_()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            call()
+        end.record()
+        return start, end
 
     def measure(self, call: Callable[[], object], warmup: int, repeats: int) -> Measurement:
         """`warmup` untimed calls, then `repeats` timed ones, one call per sample."""
@@ -187,13 +198,13 @@ class Timer:
         self, call: Callable[[], object], sampling: Sampling, setup: Callable[[], object] | None
     ) -> int:
         """How many consecutive calls one sample times: enough to span `min_sample_ms`
-        (from one probe call), or one where something must happen between calls (a
+        (from the fastest of PROBES calls), or one where something must happen between calls (a
         set-up, an L2 flush); the count `sampling` fixes, if any."""
         if sampling.calls_per_sample is not None:
             return sampling.calls_per_sample
         if sampling.min_sample_ms <= 0 or setup is not None or self._flush_buffer is not None:
             return 1
-        probe = self.time_blocks(call, 1, 1)[0]
+        probe = min(self.time_blocks(call, PROBES, 1))  # the fastest: a stall is no cost
         return max(1, min(math.ceil(sampling.min_sample_ms / max(probe, 1e-6)), MAX_BLOCK))
 
     def sample(
@@ -204,44 +215,73 @@ class Timer:
     ) -> Measurement:
         """Warm up, then time `call` as `sampling` says (see Sampling), with Python's
         garbage collector paused (as timeit does): a collection is not the call's cost."""
+        return self.sample_interleaved([(call, setup)], sampling)[0]
+
+    def sample_interleaved(
+        self, calls: Sequence[TimedCall], sampling: Sampling
+    ) -> list[Measurement]:
+        """Samples of several (call, setup) pairs taken in turn, one sample of each per
+        round, so the i-th samples of all of them were taken within one round: a slow
+        phase of the machine (another tenant, a clock change) then weighs on all of them
+        alike, and cancels in their ratios (see `in_run_ratio`). Adaptive sampling stops
+        when the first call's interval, and that of its ratio to the sum of the others,
+        are within the target; the time budget covers all of them."""
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._sample(call, sampling, setup)
+            return self._sample(calls, sampling)
         finally:
             if collecting:
                 gc.enable()
 
-    def _sample(
-        self, call: Callable[[], object], sampling: Sampling, setup: Callable[[], object] | None
-    ) -> Measurement:
-        self.time_blocks(call, sampling.warmup, 1, setup)
-        number = self.calls_per_sample(call, sampling, setup)
+    def _sample(self, calls: Sequence[TimedCall], sampling: Sampling) -> list[Measurement]:
+        for call, setup in calls:
+            self.time_blocks(call, sampling.warmup, 1, setup)
+        numbers = [self.calls_per_sample(call, sampling, setup) for call, setup in calls]
+        samples: list[list[float]] = [[] for _ in calls]
 
-        def more(count: int) -> list[float]:
-            return self.time_blocks(call, count, number, setup)
+        def more(count: int) -> None:
+            for taken, new in zip(samples, self.time_rounds(calls, numbers, count), strict=True):
+                taken += new
+
+        def measured(stop: str) -> list[Measurement]:
+            return [Measurement(s, stop, n) for s, n in zip(samples, numbers, strict=True)]
 
         if sampling.repeats is not None:
-            return Measurement(more(sampling.repeats), FIXED, number)
+            more(sampling.repeats)
+            return measured(FIXED)
         started = time.perf_counter()
-        samples = more(sampling.min_repeats)
+        more(sampling.min_repeats)
         while True:
-            measurement = Measurement(samples, calls_per_sample=number)
-            spent = time.perf_counter() - started
-            if measurement.ci_rel <= sampling.target_rel_ci:
-                measurement.stop_reason = CONVERGED
-            elif spent >= sampling.max_time_s:
-                measurement.stop_reason = OUT_OF_TIME
-            elif len(samples) >= sampling.max_repeats:
-                measurement.stop_reason = MOST_SAMPLES
-            else:
-                # the next batch: up to half as many again, within the time left
-                per_sample = max(spent / len(samples), 1e-9)
-                left = int((sampling.max_time_s - spent) / per_sample) + 1
-                batch = min(max(len(samples) // 2, 1), left, sampling.max_repeats - len(samples))
-                samples += more(batch)
-                continue
-            return measurement
+            taken, spent = len(samples[0]), time.perf_counter() - started
+            if _ci_rel(measured(FIXED)) <= sampling.target_rel_ci:
+                return measured(CONVERGED)
+            if spent >= sampling.max_time_s:
+                return measured(OUT_OF_TIME)
+            if taken >= sampling.max_repeats:
+                return measured(MOST_SAMPLES)
+            # the next batch: up to half as many again, within the time left
+            left = int((sampling.max_time_s - spent) / max(spent / taken, 1e-9)) + 1
+            more(min(max(taken // 2, 1), left, sampling.max_repeats - taken))
+
+
+def _ci_rel(measurements: list[Measurement]) -> float:
+    """What adaptive sampling converges: the first measurement's interval and, with
+    others beside it, that of its ratio to their sum."""
+    if len(measurements) == 1:
+        return measurements[0].ci_rel
+    return max(measurements[0].ci_rel, in_run_ratio(measurements).ci_rel)
+
+
+def in_run_ratio(measurements: Sequence[Measurement]) -> Measurement:
+    """The first measurement over the sum of the others, sample by sample (the samples
+    of one round of `Timer.sample_interleaved`): a ratio measurement, unitless."""
+    first, *rest = measurements
+    ratios = [
+        sample / sum(others)
+        for sample, *others in zip(first.samples_ms, *(m.samples_ms for m in rest), strict=True)
+    ]
+    return Measurement(ratios, first.stop_reason, first.calls_per_sample)
 
 
 def measure_peak_gbps(device: torch.device, nbytes: int | None = None) -> float:

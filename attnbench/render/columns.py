@@ -261,6 +261,8 @@ fmt_f0 = _formatter(".0f")
 
 #: The header of the speed-up over the baseline provider when the rows name no single one.
 VS_BASELINE = "vs base"
+#: The header of the step's in-run ratio when the rows name no single reference.
+X_OF_REFERENCE = "x of ref"
 #: The Status column's rank when some row is not ok: just after the step time, since a row
 #: without a time is read by its status.
 STATUS_RANK_NOT_OK = 4
@@ -280,6 +282,7 @@ DECODE: list[Column] = [
     Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=7),
     Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
     Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
+    Column(X_OF_REFERENCE, "x_of_reference_median", fmt_x2, rank=11),
     # the first word only: the reasons are long, and go under the table (status_notes)
     Column("Status", "status", fmt_status, rank=10, kind="status"),
     _dtype(11),
@@ -304,6 +307,7 @@ DECODE: list[Column] = [
     Column("gen tok/s", "gen_tokens_per_s", fmt_f1, rank=28, compact=fmt_f0),
     Column("GB/s", "achieved_gbps", fmt_f1, rank=29),
     Column("noisy", "noisy", fmt_yes_no, rank=30, kind="label"),
+    Column("instr/step", "instructions_per_step", fmt_int, rank=31),
 ]  # fmt: skip
 
 
@@ -311,14 +315,17 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     """DECODE for these rows: the speed-up over the baseline provider only when the rows
     hold more than one provider, headed by the baseline's name ("vs attnbench") when they
     share one; gen and graph only when some row generates tokens or replays a CUDA graph
-    (not "gen 0 · eager" in every title); tp, the all-reduce and the KV bytes per GPU
-    only for tensor-parallel rows; and the Status just after the step time when
-    some row is not ok."""
+    (not "gen 0 · eager" in every title); the step's in-run ratio when some row has one,
+    headed by its reference ("x kernels"); the instruction count when counted; tp, the
+    all-reduce and the KV bytes per GPU only for tensor-parallel rows; and the Status
+    just after the step time when some row is not ok."""
     records = [as_row(r) for r in rows]
     providers = {r.get("provider") for r in records}
     baselines = {r.get("baseline_provider") for r in records
                  if r.get("speedup_vs_baseline") is not None}  # fmt: skip
-    used = {f: any(r.get(f) for r in records) for f in ("cuda_graph", "gen_len")}
+    references = {r.get("reference") for r in records if r.get("x_of_reference_median")}
+    used = {f: any(r.get(f) for r in records)
+            for f in ("cuda_graph", "gen_len", "instructions_per_step")}  # fmt: skip
     split = any((r.get("tp") or 1) > 1 or r.get("allreduce_ms_median") for r in records)
     used.update(dict.fromkeys(("tp", "allreduce_ms_median", "kv_bytes_per_gpu"), split))
     not_ok = any(r.get("status", "ok") != "ok" for r in records)
@@ -329,6 +336,11 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
                 continue
             if len(baselines) == 1:
                 c = replace(c, header=f"vs {next(iter(baselines))}")
+        elif c.field == "x_of_reference_median":
+            if not references:
+                continue
+            if len(references) == 1:
+                c = replace(c, header=f"x {next(iter(references))}")
         elif c.field in used and not used[c.field]:
             continue
         elif c.field == "status" and not_ok:

@@ -77,6 +77,13 @@ def _json_document(path: Path, text: str) -> Document:
         raise UsageError(f"{path}: JSON nested too deeply") from None
     except ValueError as exc:  # an integer of thousands of digits
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    return parse_document(doc, path)
+
+
+def parse_document(doc: Any, path: str | Path) -> Document:
+    """A results document already read from JSON (`path` names it in errors), validated
+    as load_document does."""
+    path = Path(path)
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
@@ -196,8 +203,8 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
     return records
 
 
-#: The kinds of field that are measured or computed sizes, counts and times.
-METRICS = (Kind.EXACT, Kind.MEMORY, Kind.TIMING)
+#: The kinds of field that are measured or computed sizes, counts, times and ratios.
+METRICS = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
 
 
 def _check_metric(where: str, name: str, value: Any) -> None:

@@ -72,17 +72,21 @@ class Plan:
         return decode.options.get("threads") if decode else None
 
     def context(
-        self, section: str, peak_gbps: float | None = None, peak_tflops: dict | None = None
+        self,
+        section: str,
+        peak_gbps: float | None = None,
+        peak_tflops: dict | None = None,
+        counts: dict | None = None,
     ) -> Context:
         """What the points of `section` run with; kvmem's device is None when it does not
-        measure. Only timed sections get the peaks."""
+        measure. Only timed sections get the peaks, and what their pre-pass counted."""
         sec = self.sections[section]
         device = self.devices.get(section)
         if section == "kvmem" and not sec.options.get("measure", True):
             device = None
         if not KINDS[section].timed:
             return Context(device, sec.options)
-        return Context(device, sec.options, peak_gbps, peak_tflops or {})
+        return Context(device, sec.options, peak_gbps, peak_tflops or {}, counts or {})
 
     def estimate(self, task: Task) -> float:
         """A rough time for one task, in seconds."""

@@ -122,14 +122,15 @@ def run_study(
             dtypes = sorted({t.point.dtype for t in timed})
             env["peak_tflops"] = {d: flops(device, torch_dtype(d)) for d in dtypes}
             store.save(doc)
+        counts = _pre_passes(plan, pending)
         records: dict[str, list] = {name: [] for name in plan.sections}
         linked = _linkable(plan, sections)
         ran = 0
         with closing(progress(pending)) as tasks:
             for task in tasks:
                 kind = KINDS[task.section]
-                context = plan.context(task.section, env.get("peak_gbps"),
-                                       env.get("peak_tflops"))  # fmt: skip
+                peaks = (env.get("peak_gbps"), env.get("peak_tflops"))
+                context = plan.context(task.section, *peaks, counts.get(task.section))
                 record = _execute(kind, task, context, execute)
                 records[task.section].append(record)
                 if kind.link is not None:  # earlier rows of its configuration are already in
@@ -144,6 +145,17 @@ def run_study(
     skipped = len(plan.tasks) - len(pending)
     return RunResult(doc, records, len(plan.tasks), skipped, ran, time.perf_counter() - start,
                      skipped + ran < len(plan.tasks))  # fmt: skip
+
+
+def _pre_passes(plan: Plan, pending: Sequence[Task]) -> dict[str, dict]:
+    """What each section's pre-pass measures for its pending points at once, by section."""
+    counts = {}
+    for name, sec in plan.sections.items():
+        pre_pass = KINDS[name].pre_pass
+        points = [t.point for t in pending if t.section == name]
+        if pre_pass is not None and points:
+            counts[name] = pre_pass(points, sec.options)
+    return counts
 
 
 def _execute(kind: SectionKind, task: Task, context: Context, execute: Executor) -> Any:

@@ -282,6 +282,24 @@ FIELDS: dict[str, Field] = {
         choices=tuple(PROVIDERS),
         default="attnbench",
     ),
+    "reference": Field(
+        str,
+        ("decode",),
+        "What each step is also timed against, sample by sample, for its in-run ratio "
+        "x_of_reference: kernels (its kernels each alone), a provider, or none "
+        "(default kernels).",
+        axis=False,
+        choices=("kernels", "none", *PROVIDERS),
+        default="kernels",
+    ),
+    "instructions": Field(
+        bool,
+        ("decode",),
+        "Also count the CPU instructions of each cached step with callgrind (valgrind), "
+        "all points in one valgrind process: a metric the machine's load does not move.",
+        axis=False,
+        default=False,
+    ),
     "threads": Field(
         int,
         ("decode",),
@@ -308,7 +326,11 @@ FIELDS: dict[str, Field] = {
 #: Earlier names of fields, accepted in sweep files and as flags: {old: new}.
 ALIASES = {"backend": "provider"}
 #: Earlier values of fields: {field: {old: new}}.
-VALUE_ALIASES = {"provider": PROVIDER_ALIASES, "baseline_provider": PROVIDER_ALIASES}
+VALUE_ALIASES = {
+    "provider": PROVIDER_ALIASES,
+    "baseline_provider": PROVIDER_ALIASES,
+    "reference": PROVIDER_ALIASES,
+}
 
 
 def canonical_value(name: str, value: Any) -> Any:

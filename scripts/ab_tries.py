@@ -1,0 +1,113 @@
+"""`attnbench ab` tried N times: A/A (the committed HEAD against itself) and against a
+planted slowdown (a commit on a scratch branch whose decode step attends copies of the
+cached K and V, a real code change). Prints how many tries failed the gate (exit 1) and
+which points regressed; every A/A failure is a false alarm, every planted try that
+passes is a miss.
+
+Each try's paired visits are kept in one JSON file that scripts/gate_simulation.py --ab
+resamples. The working tree's attnbench/ must be committed (A/A times HEAD against the
+working tree, which must be HEAD).
+
+    python scripts/ab_tries.py [--tries 10] [--planted] [--rounds 3]
+        [--config attnbench/configs/default.yaml] [--out results/bench/ab-tries-cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The planted regression (as in scripts/history_demo.py): the step attends copies of the
+#: cached K and V.
+STEP_LINE = "return o_proj(attend(q, keys, values).reshape(batch, 1, width))"
+PLANTED_LINE = "return o_proj(attend(q, keys.clone(), values.clone()).reshape(batch, 1, width))"
+ATTENTION = "attnbench/modules/attention.py"
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    done = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                          text=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def planted_commit() -> str:
+    """A commit on top of HEAD with the planted line, made in a scratch worktree; its sha."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "planted"
+        git("worktree", "add", "-q", "-d", str(tree), "HEAD")
+        try:
+            source = tree / ATTENTION
+            text = source.read_text()
+            if text.count(STEP_LINE) != 1:
+                sys.exit(f"{ATTENTION}: the step's line to plant into is not there once")
+            source.write_text(text.replace(STEP_LINE, PLANTED_LINE))
+            git("-c", "user.name=ab tries", "-c", "user.email=ab@localhost", "commit", "-q",
+                "-am", "planted: the decode step attends copies of K and V", cwd=tree)  # fmt: skip
+            return git("rev-parse", "HEAD", cwd=tree)
+        finally:
+            git("worktree", "remove", "--force", str(tree))
+
+
+def one_try(config: str, head: list[str], rounds: int, folder: Path, index: int) -> dict:
+    """One `attnbench ab` run in its own process: its exit code and every point's visits."""
+    out = folder / f"try-{index}.json"
+    command = [sys.executable, "-m", "attnbench", "ab", "--base", "HEAD", *head, config,
+               "--rounds", str(rounds), "--json", str(out), "--out", str(folder / f"logs-{index}"),
+               "--quiet"]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        sys.exit(f"ab exited {done.returncode}: {done.stderr.strip()}")
+    report = json.loads(out.read_text())
+    regressed = [r["config"] for r in report["rows"] if r["verdict"] == "regressed"]
+    return {"exit_code": done.returncode, "regressed": regressed, "counts":
+            report["summary"]["counts"], "points": report["ab"]["points"]}  # fmt: skip
+
+
+def summary(tries: list[dict], what: str) -> list[str]:
+    failed = sum(t["exit_code"] == 1 for t in tries)
+    points = Counter(
+        f"{c.get('variant')} S={c.get('prompt_len')} {c.get('mode')}"
+        for t in tries
+        for c in t["regressed"]
+    )
+    lines = [f"{what}: {failed} of {len(tries)} tries failed the gate (exit 1)"]
+    lines += [f"- {label}: regressed in {n} tries" for label, n in points.most_common()]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tries", type=int, default=10)
+    parser.add_argument("--planted", action="store_true", help="head: the planted commit")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--config", default="attnbench/configs/default.yaml")
+    parser.add_argument("--out", type=Path, default=ROOT / "results/bench/ab-tries-cpu.json")
+    args = parser.parse_args()
+    if git("status", "--porcelain", "--", "attnbench"):
+        sys.exit("attnbench/ has uncommitted changes: commit them, so that A/A is HEAD vs HEAD")
+    head = ["--head", planted_commit()] if args.planted else []
+    what = "planted" if args.planted else "aa"
+    with tempfile.TemporaryDirectory() as tmp:
+        tries = [one_try(args.config, head, args.rounds, Path(tmp), i) for i in range(args.tries)]
+    saved = json.loads(args.out.read_text()) if args.out.exists() else {}
+    saved[what] = {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": git("rev-parse", "HEAD"),
+        "config": args.config,
+        "rounds": args.rounds,
+        "tries": tries,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(saved, separators=(",", ":")) + "\n")
+    print("\n".join(summary(tries, what)))
+
+
+if __name__ == "__main__":
+    main()

@@ -8,8 +8,9 @@ Each try's paired visits are kept in one JSON file that scripts/gate_simulation.
 resamples. The working tree's attnbench/ must be committed (A/A times HEAD against the
 working tree, which must be HEAD).
 
-    python scripts/ab_tries.py [--tries 10] [--planted] [--rounds 3]
-        [--config attnbench/configs/default.yaml] [--out results/bench/ab-tries-cpu.json]
+    python scripts/ab_tries.py [--tries 10] [--planted] [--rounds 3] [--visit-time 0.25]
+        [--threads N]
+        [--config configs/ab.yaml] [--out results/bench/ab-tries-cpu.json]
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ def planted_commit() -> str:
             git("worktree", "remove", "--force", str(tree))
 
 
-def one_try(config: str, head: list[str], rounds: int, folder: Path, index: int) -> dict:
+def one_try(config: str, head: list[str], options: list[str], folder: Path, index: int) -> dict:
     """One `attnbench ab` run in its own process: its exit code and every point's visits."""
     out = folder / f"try-{index}.json"
     command = [sys.executable, "-m", "attnbench", "ab", "--base", "HEAD", *head, config,
-               "--rounds", str(rounds), "--json", str(out), "--out", str(folder / f"logs-{index}"),
+               *options, "--json", str(out), "--out", str(folder / f"logs-{index}"),
                "--quiet"]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode not in (0, 1):
@@ -87,7 +88,9 @@ def main() -> None:
     parser.add_argument("--tries", type=int, default=10)
     parser.add_argument("--planted", action="store_true", help="head: the planted commit")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--config", default="attnbench/configs/default.yaml")
+    parser.add_argument("--visit-time", type=float, default=0.25)
+    parser.add_argument("--threads", type=int, help="default: the study's")
+    parser.add_argument("--config", default="configs/ab.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench/ab-tries-cpu.json")
     args = parser.parse_args()
     if git("status", "--porcelain", "--", "attnbench"):
@@ -95,13 +98,18 @@ def main() -> None:
     head = ["--head", planted_commit()] if args.planted else []
     what = "planted" if args.planted else "aa"
     with tempfile.TemporaryDirectory() as tmp:
-        tries = [one_try(args.config, head, args.rounds, Path(tmp), i) for i in range(args.tries)]
+        options = ["--rounds", str(args.rounds), "--visit-time", str(args.visit_time)]
+        if args.threads is not None:
+            options += ["--threads", str(args.threads)]
+        tries = [one_try(args.config, head, options, Path(tmp), i) for i in range(args.tries)]
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
     saved[what] = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": git("rev-parse", "HEAD"),
         "config": args.config,
         "rounds": args.rounds,
+        "visit_time_s": args.visit_time,
+        "threads": args.threads,
         "tries": tries,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

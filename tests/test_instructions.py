@@ -3,7 +3,9 @@ the Dispatcher's slots, and (slow) real counts from one valgrind process."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from dataclasses import replace
 
 import pytest
@@ -13,6 +15,7 @@ from torch.utils.benchmark import Timer
 from attnbench.experiments import instructions
 from attnbench.experiments.decode import DecodeOptions, DecodePoint
 from attnbench.experiments.instructions import (
+    MALLOC_TUNABLE,
     MAX_NUMBER,
     NEEDS_SETUP,
     NO_VALGRIND,
@@ -104,6 +107,17 @@ def test_an_unknown_provider_is_an_error():
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
 def test_the_valgrind_version_is_read_from_its_banner():
     assert valgrind_version().startswith("valgrind-3.")
+
+
+def test_the_valgrind_process_gets_its_environment_and_this_one_gets_it_back(monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mxfast=0")
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    before = dict(os.environ)
+    with instructions._child_environment():
+        assert os.environ["PYTHONHASHSEED"] == "0"
+        assert os.environ["GLIBC_TUNABLES"] == f"glibc.malloc.mxfast=0:{MALLOC_TUNABLE}"
+        assert os.environ["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert dict(os.environ) == before
 
 
 # --- the Dispatcher -----------------------------------------------------------------------

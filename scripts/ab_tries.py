@@ -8,7 +8,7 @@ Each try's paired visits are kept in one JSON file that scripts/gate_simulation.
 resamples. The working tree's attnbench/ must be committed (A/A times HEAD against the
 working tree, which must be HEAD).
 
-    python scripts/ab_tries.py [--tries 10] [--planted] [--rounds 3] [--visit-time 0.25]
+    python scripts/ab_tries.py [--tries 10] [--planted] [--rounds 5] [--visit-time 0.25]
         [--threads N]
         [--config configs/ab.yaml] [--out results/bench/ab-tries-cpu.json]
 """
@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=10)
     parser.add_argument("--planted", action="store_true", help="head: the planted commit")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--visit-time", type=float, default=0.25)
     parser.add_argument("--threads", type=int, help="default: the study's")
     parser.add_argument("--config", default="configs/ab.yaml")

@@ -15,9 +15,9 @@ An example is one of three things:
   `<!-- end output -->` are what COMMAND (as in a shell session) printed, rendered as
   Markdown: the tables that scripts print.
 
-Each example runs in its own scratch directory holding configs/, results/baselines/ and
-the files of scripts/examples/, with COLUMNS=100 (rich tables fit the content column of
-the site in a desktop browser) and no colour.
+Each example runs in its own scratch directory holding configs/, results/baselines/,
+results/bench/ and the files of scripts/examples/, with COLUMNS=100 (rich tables fit the
+content column of the site in a desktop browser) and no colour.
 
 Exact examples print no timing: their output depends only on the code (parameter counts,
 bytes, fits, presets, help texts, errors). Timed examples, whose output depends on the
@@ -86,10 +86,12 @@ def pages() -> list[Path]:
 
 
 def scratch_dir(parent: str) -> Path:
-    """A fresh directory holding the repository's configs/, baselines and example inputs."""
+    """A fresh directory holding the repository's configs/, baselines, recorded benchmark
+    data and example inputs."""
     cwd = Path(tempfile.mkdtemp(dir=parent))
     shutil.copytree(ROOT / "configs", cwd / "configs")
-    shutil.copytree(ROOT / "results" / "baselines", cwd / "results" / "baselines")
+    for kept in ("baselines", "bench"):
+        shutil.copytree(ROOT / "results" / kept, cwd / "results" / kept)
     for example in (ROOT / "scripts" / "examples").iterdir():
         shutil.copy(example, cwd / example.name)
     return cwd

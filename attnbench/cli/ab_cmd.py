@@ -43,7 +43,9 @@ def ab_command(
         metavar="DIR",
         help="A source tree to gate, as it is on disk (default: this working tree).",
     ),
-    rounds: int = typer.Option(3, "--rounds", help="Rounds of ABBA visits of each point."),
+    rounds: int = typer.Option(
+        5, "--rounds", help="Rounds of ABBA visits of each point (two pairs each)."
+    ),
     visit_time: float = typer.Option(
         0.25, "--visit-time", metavar="S", help="Seconds of sampling per visit at the most."
     ),

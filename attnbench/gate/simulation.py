@@ -14,6 +14,11 @@ Two sources of timings, judged by the gate's own `judge_timing`:
   in the samples of one run, and on a shared machine it is much larger; these rates say
   nothing about it.
 
+- recorded runs (`simulate_sampled`, `simulate_paired`, `simulate_counts`): every gating
+  mode (absolute timings, in-run ratios, interleaved A/B, instruction counts) on what
+  real consecutive runs recorded, each comparison between two different runs, so that
+  the shift between runs is the machine's own.
+
 Shared by tests/test_compare.py and scripts/gate_simulation.py, so the figures quoted in
 the docs come from the code the tests hold to account.
 """

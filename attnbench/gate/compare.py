@@ -55,7 +55,7 @@ GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_thread
 #: runs incomparable.
 PEAK_DRIFT = 0.10
 #: Relative change of a count (instructions) beyond which it regresses or improves.
-COUNT_TOLERANCE = 0.01
+COUNT_TOLERANCE = 0.005
 
 
 #: The kinds of metric that get a verdict.

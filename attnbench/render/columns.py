@@ -307,7 +307,7 @@ DECODE: list[Column] = [
     Column("gen tok/s", "gen_tokens_per_s", fmt_f1, rank=28, compact=fmt_f0),
     Column("GB/s", "achieved_gbps", fmt_f1, rank=29),
     Column("noisy", "noisy", fmt_yes_no, rank=30, kind="label"),
-    Column("instr/step", "instructions_per_step", fmt_int, rank=31),
+    Column("instr/step", "instructions_per_step", fmt_int, rank=8),
 ]  # fmt: skip
 
 

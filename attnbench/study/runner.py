@@ -154,7 +154,7 @@ def _pre_passes(plan: Plan, pending: Sequence[Task]) -> dict[str, dict]:
         pre_pass = KINDS[name].pre_pass
         points = [t.point for t in pending if t.section == name]
         if pre_pass is not None and points:
-            counts[name] = pre_pass(points, sec.options)
+            counts[name] = pre_pass(points, sec.options, plan.devices.get(name, plan.device))
     return counts
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ..experiments import decode, fit, instructions, kvmem, params, whole_model
 
 
@@ -17,7 +19,7 @@ class SectionKind:
     records any other failure of a point as an `error: ...` status and goes on.
     `check_section(values, options, given)` raises for options that do not fit the axes;
     `order(points, options)` gives the run order; `link(records)` fills in what the
-    records say of each other (speed-ups) as they land; `pre_pass(points, options)`
+    records say of each other (speed-ups) as they land; `pre_pass(points, options, device)`
     measures what is measured for all the points at once before any runs (decode:
     instruction counts, in one valgrind process), which each point finds in its
     context's `counts`."""
@@ -31,20 +33,19 @@ class SectionKind:
     link: Callable[[list], None] | None = None
     order: Callable[[list, dict], list] | None = None
     check_section: Callable[[dict, dict, set], None] | None = None
-    pre_pass: Callable[[list, dict], dict] | None = None
+    pre_pass: Callable[[list, dict, torch.device], dict] | None = None
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
 
 
-def _instruction_counts(points: list, options: dict) -> dict:
+def _instruction_counts(points: list, options: dict, device: torch.device) -> dict:
     """Decode's pre-pass: with `instructions` on, each cached point's instructions per
     step (or why there is none), every point in one valgrind process."""
     if not options.get("instructions"):
         return {}
     cached = [p for p in points if p.cached]
     decode_options = decode.DecodeOptions.from_options(options)
-    device = options.get("device") or "cpu"
     counts = instructions.count_instructions(cached, decode_options, device=device)
     return dict(zip(cached, counts, strict=True))
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from attnbench.ab.sides import default_cache_dir, revision_side
 from attnbench.gate.compare import Verdict, judge_count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,17 +32,13 @@ FLAGS = ["--mode", "cache", "--no-prefill", "--gen-len", "0", "--reference", "no
          "--max-time", "0.05", "--instructions", "--quiet"]  # fmt: skip
 
 
-def counted(config: str, folder: Path, name: str, source: Path = ROOT) -> dict:
-    """One decode-speed run of `source`'s code: each cached point's instructions per step."""
+def counted(config: str, folder: Path, name: str, python: Path = Path(sys.executable)) -> dict:
+    """One decode-speed run by `python` (whose attnbench it imports): each cached point's
+    instructions per step."""
     out = folder / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": str(source)}
-    where = subprocess.run([sys.executable, "-c", "import attnbench; print(attnbench.__file__)"],
-                           env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
-    if not Path(where.strip()).is_relative_to(source):
-        sys.exit(f"{name}: attnbench imports from {where.strip()}, not from {source}")
-    command = [sys.executable, "-m", "attnbench", "decode-speed", "--config", config,
-               *FLAGS, "--json", str(out)]  # fmt: skip
-    subprocess.run(command, env=env, check=True, cwd=ROOT)
+    command = [str(python), "-m", "attnbench", "decode-speed", "--config", config, *FLAGS,
+               "--json", str(out)]  # fmt: skip
+    subprocess.run(command, check=True, cwd=ROOT)
     records = json.loads(out.read_text())["records"]
     return {
         f"{r['variant']} S={r['prompt_len']}": r["instructions_per_step"]
@@ -51,17 +47,30 @@ def counted(config: str, folder: Path, name: str, source: Path = ROOT) -> dict:
     }
 
 
-def planted_tree(folder: Path) -> Path:
-    """A scratch worktree of HEAD whose decode step copies its query once more."""
+def planted_python(folder: Path) -> Path:
+    """The interpreter of a side (as `attnbench ab` makes one: a worktree and a venv) of a
+    commit on top of HEAD whose decode step copies its query once more."""
     tree = folder / "planted"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "-d", str(tree), "HEAD"],
-                   check=True)  # fmt: skip
-    source = tree / ATTENTION
-    text = source.read_text()
-    if text.count(QUERY_LINE) != 1:
-        sys.exit(f"{ATTENTION}: the query line to plant into is not there once")
-    source.write_text(text.replace(QUERY_LINE, PLANTED_LINE))
-    return tree
+    git("worktree", "add", "-q", "-d", str(tree), "HEAD")
+    try:
+        source = tree / ATTENTION
+        text = source.read_text()
+        if text.count(QUERY_LINE) != 1:
+            sys.exit(f"{ATTENTION}: the query line to plant into is not there once")
+        source.write_text(text.replace(QUERY_LINE, PLANTED_LINE))
+        message = "planted: the decode step copies its query once more"
+        git("-c", "user.name=instruction runs", "-c", "user.email=runs@localhost", "commit",
+            "-q", "-am", message, cwd=tree)  # fmt: skip
+        sha = git("rev-parse", "HEAD", cwd=tree)
+    finally:
+        git("worktree", "remove", "--force", str(tree))
+    return revision_side("planted", ROOT, sha, default_cache_dir(), "planted").python
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    done = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                          text=True)  # fmt: skip
+    return done.stdout.strip()
 
 
 def report(saved: dict) -> list[str]:
@@ -95,15 +104,10 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        python = planted_python(folder)  # first: a failure here loses no run
         runs = [counted(args.config, folder, f"run-{i}") for i in range(args.runs)]
-        tree = planted_tree(folder)
-        try:
-            planted = counted(args.config, folder, "planted", tree)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           check=True)  # fmt: skip
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()  # fmt: skip
+        planted = counted(args.config, folder, "planted", python)
+    commit = git("rev-parse", "HEAD")
     saved = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "commit": commit, "config": args.config, "runs": runs, "planted": planted}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)

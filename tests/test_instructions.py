@@ -184,3 +184,32 @@ def test_counts_of_one_valgrind_process_repeat_and_tell_mha_from_mqa():
     second = count_instructions([MHA, MQA], OPTIONS)
     for a, b in zip(first, second, strict=True):
         assert abs(b / a - 1) <= 0.005, (first, second)
+
+
+def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
+    """With `instructions` on, the runner's pre-pass counts every cached point in one call
+    (one valgrind process) and each record carries its count; a point without a count is
+    `unsupported` with the reason, and no_cache points are neither counted nor refused."""
+    from attnbench.study.plan import plan_command
+    from attnbench.study.runner import run_study
+
+    calls = []
+
+    def fake(points, options, device):
+        calls.append(list(points))
+        return [instructions.NO_VALGRIND if p.num_kv_heads == 1 else 1000 + p.prompt_len
+                for p in points]  # fmt: skip
+
+    monkeypatch.setattr(instructions, "count_instructions", fake)
+    values = {"d_model": [32], "num_heads": [4], "num_kv_heads": [2, 1], "prompt_len": [4, 8],
+              "mode": ["cache", "no_cache"], "repeats": 1, "prefill": False,
+              "reference": "none", "instructions": True, "device": "cpu"}  # fmt: skip
+    result = run_study(plan_command("decode", None, values), command="decode-speed")
+    assert len(calls) == 1 and {p.mode for p in calls[0]} == {"cache"} and len(calls[0]) == 4
+    for rec in result.records["decode"]:
+        if rec.mode == "no_cache":
+            assert rec.status == "ok" and rec.instructions_per_step is None
+        elif rec.num_kv_heads == 1:
+            assert rec.status == instructions.NO_VALGRIND and rec.step_ms_median is None
+        else:
+            assert rec.status == "ok" and rec.instructions_per_step == 1000 + rec.prompt_len

@@ -12,7 +12,7 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
   runs whose machines differed in load, as long as the device model and the library
   versions match (the machine's state cancels in the ratio);
 - `count`: a near-exact measured count (CPU instructions under callgrind): it does not
-  depend on the machine's load, and a change beyond 1% either way is a verdict;
+  depend on the machine's load, and a change beyond 0.5% either way is a verdict;
 - `info`: everything else (ratios, rates, flags, status): shown, never gated or matched.
 """
 

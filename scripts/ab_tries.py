@@ -24,36 +24,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The planted regression (as in scripts/history_demo.py): the step attends copies of the
-#: cached K and V.
-STEP_LINE = "return o_proj(attend(q, keys, values).reshape(batch, 1, width))"
-PLANTED_LINE = "return o_proj(attend(q, keys.clone(), values.clone()).reshape(batch, 1, width))"
-ATTENTION = "attnbench/modules/attention.py"
-
-
-def git(*args: str, cwd: Path = ROOT) -> str:
-    done = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True)  # fmt: skip
-    return done.stdout.strip()
-
-
-def planted_commit() -> str:
-    """A commit on top of HEAD with the planted line, made in a scratch worktree; its sha."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "planted"
-        git("worktree", "add", "-q", "-d", str(tree), "HEAD")
-        try:
-            source = tree / ATTENTION
-            text = source.read_text()
-            if text.count(STEP_LINE) != 1:
-                sys.exit(f"{ATTENTION}: the step's line to plant into is not there once")
-            source.write_text(text.replace(STEP_LINE, PLANTED_LINE))
-            git("-c", "user.name=ab tries", "-c", "user.email=ab@localhost", "commit", "-q",
-                "-am", "planted: the decode step attends copies of K and V", cwd=tree)  # fmt: skip
-            return git("rev-parse", "HEAD", cwd=tree)
-        finally:
-            git("worktree", "remove", "--force", str(tree))
+from planting import KV_COPY_LINE, ROOT, STEP_LINE, git, planted_commit
 
 
 def one_try(config: str, head: list[str], options: list[str], folder: Path, index: int) -> dict:
@@ -95,7 +66,10 @@ def main() -> None:
     args = parser.parse_args()
     if git("status", "--porcelain", "--", "attnbench"):
         sys.exit("attnbench/ has uncommitted changes: commit them, so that A/A is HEAD vs HEAD")
-    head = ["--head", planted_commit()] if args.planted else []
+    head = []
+    if args.planted:
+        message = "the decode step attends copies of K and V"
+        head = ["--head", planted_commit(STEP_LINE, KV_COPY_LINE, message)]
     what = "planted" if args.planted else "aa"
     with tempfile.TemporaryDirectory() as tmp:
         options = ["--rounds", str(args.rounds), "--visit-time", str(args.visit_time)]

@@ -18,11 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from planting import KV_COPY_LINE, STEP_LINE
+
 ROOT = Path(__file__).resolve().parent.parent
 ATTNBENCH = [sys.executable, "-m", "attnbench"]
-#: The planted regression: the step attends copies of the cached K and V.
-STEP_LINE = "return o_proj(attend(q, keys, values).reshape(batch, 1, width))"
-PLANTED_LINE = "return o_proj(attend(q, keys.clone(), values.clone()).reshape(batch, 1, width))"
 #: One thread: with two on a 2-core machine, any other process on the second core stalls
 #: every parallel region of the step (its threads wait for a descheduled peer), and a
 #: history of such runs shows the neighbours, not the code.
@@ -64,7 +63,7 @@ def main() -> None:
             if number == args.planted:
                 source = attention.read_text()
                 assert source.count(STEP_LINE) == 1, "the decode step changed: update the demo"
-                attention.write_text(source.replace(STEP_LINE, PLANTED_LINE))
+                attention.write_text(source.replace(STEP_LINE, KV_COPY_LINE))
                 git(clone, "commit", "-q", "-am", "Attend copies of the cached K and V")
             else:
                 git(clone, "commit", "-q", "--allow-empty", "-m", f"Commit {number} of the demo")

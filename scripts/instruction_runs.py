@@ -19,14 +19,11 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from planting import QUERY_COPY_LINE, QUERY_LINE, ROOT, git, planted_commit
+
 from attnbench.ab.sides import default_cache_dir, revision_side
 from attnbench.gate.compare import Verdict, judge_count
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The planted change: the step copies its query once more (well under 5% of its time).
-QUERY_LINE = "q = q_proj(x).view(batch, heads, 1, dim)"
-PLANTED_LINE = "q = q_proj(x).view(batch, heads, 1, dim).clone()"
-ATTENTION = "attnbench/modules/attention.py"
 #: Only the counts matter here: cached steps, timed briefly, no reference.
 FLAGS = ["--mode", "cache", "--no-prefill", "--gen-len", "0", "--reference", "none",
          "--max-time", "0.05", "--instructions", "--quiet"]  # fmt: skip
@@ -47,30 +44,11 @@ def counted(config: str, folder: Path, name: str, python: Path = Path(sys.execut
     }
 
 
-def planted_python(folder: Path) -> Path:
+def planted_python() -> Path:
     """The interpreter of a side (as `attnbench ab` makes one: a worktree and a venv) of a
     commit on top of HEAD whose decode step copies its query once more."""
-    tree = folder / "planted"
-    git("worktree", "add", "-q", "-d", str(tree), "HEAD")
-    try:
-        source = tree / ATTENTION
-        text = source.read_text()
-        if text.count(QUERY_LINE) != 1:
-            sys.exit(f"{ATTENTION}: the query line to plant into is not there once")
-        source.write_text(text.replace(QUERY_LINE, PLANTED_LINE))
-        message = "planted: the decode step copies its query once more"
-        git("-c", "user.name=instruction runs", "-c", "user.email=runs@localhost", "commit",
-            "-q", "-am", message, cwd=tree)  # fmt: skip
-        sha = git("rev-parse", "HEAD", cwd=tree)
-    finally:
-        git("worktree", "remove", "--force", str(tree))
+    sha = planted_commit(QUERY_LINE, QUERY_COPY_LINE, "the decode step copies its query once more")
     return revision_side("planted", ROOT, sha, default_cache_dir(), "planted").python
-
-
-def git(*args: str, cwd: Path = ROOT) -> str:
-    done = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True)  # fmt: skip
-    return done.stdout.strip()
 
 
 def report(saved: dict) -> list[str]:
@@ -104,7 +82,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        python = planted_python(folder)  # first: a failure here loses no run
+        python = planted_python()  # first: a failure here loses no run
         runs = [counted(args.config, folder, f"run-{i}") for i in range(args.runs)]
         planted = counted(args.config, folder, "planted", python)
     commit = git("rev-parse", "HEAD")

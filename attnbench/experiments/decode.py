@@ -266,6 +266,7 @@ class Timings:
     generation: Measurement | None = None
     all_reduce: Measurement | None = None  # tensor-parallel: the step's all-reduce alone
     x_of_reference: Measurement | None = None  # the step over its reference, per round
+    reference: str | None = None  # what x_of_reference is taken against
 
 
 #: Times a call: Timer.sample, or a replacement with its signature (measure.lockstep).
@@ -294,7 +295,8 @@ def time_workload(
         step = capture_graph(step, work.step_setup, device)
     if reference:
         measured = timer.sample_interleaved([(step, work.step_setup), *reference], sampling)
-        timings = Timings(measured[0], prefill, x_of_reference=in_run_ratio(measured))
+        timings = Timings(measured[0], prefill, x_of_reference=in_run_ratio(measured),
+                          reference=options.reference)  # fmt: skip
     else:
         timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
     if point.gen_len and work.generation is not None:
@@ -588,7 +590,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
         _summarise(rec, "allreduce", "allreduce_samples_ms", timings.all_reduce)
     if timings.x_of_reference is not None:
         ratios = timings.x_of_reference
-        rec.reference = DecodeOptions.from_options(context.options).reference
+        rec.reference = timings.reference
         rec.x_of_reference_median, rec.x_of_reference_samples = ratios.median_ms, ratios.samples_ms
         rec.x_of_reference_p25, rec.x_of_reference_p75 = ratios.p25_ms, ratios.p75_ms
 

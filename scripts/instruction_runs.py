@@ -1,7 +1,8 @@
 """Instruction counts of the default study's cached decode steps, N times in a row, and
 once more with a planted extra copy of the query in every step (a real code change, in a
 scratch worktree of HEAD): how identical the counts are from run to run, and whether
-`compare` flags the planted copy on every point. Each run is one
+`compare` flags the planted copy: on which points, at the default count threshold (1%)
+and at a stricter one. Each run is one
 `attnbench decode-speed --instructions` process (all points in one valgrind process).
 
     python scripts/instruction_runs.py [--runs 5] [--config attnbench/configs/default.yaml]
@@ -22,7 +23,10 @@ from pathlib import Path
 from planting import QUERY_COPY_LINE, QUERY_LINE, ROOT, git, planted_commit
 
 from attnbench.ab.sides import default_cache_dir, revision_side
-from attnbench.gate.compare import Verdict, judge_count
+from attnbench.gate.compare import Thresholds, Verdict, judge_count
+
+#: The stricter count threshold the report also judges at.
+STRICT = Thresholds(count=0.005)
 
 #: Only the counts matter here: cached steps, timed briefly, no reference.
 FLAGS = ["--mode", "cache", "--no-prefill", "--gen-len", "0", "--reference", "none",
@@ -54,19 +58,27 @@ def planted_python() -> Path:
 def report(saved: dict) -> list[str]:
     runs, planted = saved["runs"], saved["planted"]
     labels = list(runs[0])
+    default = Thresholds()
     lines = [f"{len(runs)} runs, measured {saved['created']}, commit {saved['commit'][:10]}",
-             "", "| point | instructions per step | spread over the runs | planted query copy |",
-             "|---|---|---|---|"]  # fmt: skip
-    flagged = 0
+             "", "| point | instructions per step | spread over the runs | planted query copy "
+             f"| at {default.count:.1%} | at {STRICT.count:.1%} |", "|---|---|---|---|---|---|"]  # fmt: skip
+    flagged = {default: 0, STRICT: 0}
     for label in labels:
         counts = [run[label] for run in runs]
         spread = max(counts) / min(counts) - 1
-        judged = judge_count(counts[0], planted[label])
-        flagged += judged.verdict is Verdict.REGRESSED
         change = planted[label] / counts[0] - 1
-        lines.append(f"| {label} | {counts[0]:,} | {spread:.2%} | {change:+.2%} "
-                     f"({judged.verdict.value}) |")  # fmt: skip
-    lines += ["", f"planted query copy flagged on {flagged} of {len(labels)} points"]
+        verdicts = []
+        for th in flagged:
+            verdict = judge_count(counts[0], planted[label], th).verdict
+            flagged[th] += verdict is Verdict.REGRESSED
+            verdicts.append(verdict.value)
+        lines.append(f"| {label} | {counts[0]:,} | {spread:.2%} | {change:+.2%} | "
+                     f"{' | '.join(verdicts)} |")  # fmt: skip
+    lines.append("")
+    for th, n in flagged.items():
+        gate = "fails" if n else "passes"
+        lines.append(f"count threshold {th.count:.1%}: the planted run {gate} the gate "
+                     f"({n} of {len(labels)} points regressed)")  # fmt: skip
     return lines
 
 

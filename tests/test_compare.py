@@ -547,15 +547,29 @@ def test_in_run_ratios_need_the_same_device_versions_and_reference(tmp_path):
     assert "references differ (reference)" in ratios[0].reason
 
 
-@pytest.mark.parametrize(("factor", "verdict"), [(1.0045, Verdict.UNCHANGED),
-                                                 (1.0055, Verdict.REGRESSED),
-                                                 (0.99, Verdict.IMPROVED)])  # fmt: skip
-def test_an_instruction_count_moves_by_more_than_its_tolerance(tmp_path, factor, verdict):
+@pytest.mark.parametrize(("factor", "verdict"), [(1.0095, Verdict.UNCHANGED),
+                                                 (1.0105, Verdict.REGRESSED),
+                                                 (0.989, Verdict.IMPROVED)])  # fmt: skip
+def test_an_instruction_count_moves_by_more_than_its_threshold(tmp_path, factor, verdict):
     base = document("decode-speed", with_ratios(decode_records()))
     cur = document("decode-speed", with_ratios(decode_records()))
     for rec in cur["records"]:
         rec["instructions_per_step"] = round(rec["instructions_per_step"] * factor)
     assert set(verdicts(tmp_path, base, cur, "instructions_per_step")) == {verdict}
+
+
+def test_the_count_threshold_is_a_flag(tmp_path):
+    """+0.6% is within the default 1% and regresses at --count-threshold 0.5%."""
+    base = document("decode-speed", with_ratios(decode_records()))
+    cur = document("decode-speed", with_ratios(decode_records()))
+    for rec in cur["records"]:
+        rec["instructions_per_step"] = round(rec["instructions_per_step"] * 1.006)
+    assert compare(tmp_path, base, cur).exit_code == 0
+    strict = compare(tmp_path, base, cur, "--count-threshold", "0.5%", "--format", "json")
+    assert strict.exit_code == 1
+    assert "+12,000 (+0.60%) is above +0.5%" in strict.stdout
+    bad = compare(tmp_path, base, cur, "--count-threshold", "half")
+    assert bad.exit_code == 2 and "--count-threshold" in bad.output
 
 
 def test_a_machine_whose_measured_matmul_peak_moved_is_another_environment():

@@ -248,6 +248,11 @@ def compare_command(
     mem_threshold: str = typer.Option(
         "1%", "--mem-threshold", help="Measured-memory change that counts (at least 1 MiB)."
     ),
+    count_threshold: str = typer.Option(
+        "1%",
+        "--count-threshold",
+        help="Instruction-count change that counts, either way (counts are near-exact).",
+    ),
     fmt: str = typer.Option("table", "--format", help="table, markdown or json."),
     output: str | None = typer.Option(None, "--output", help="Write the report here."),
     fail_on_improvement: bool = typer.Option(
@@ -271,6 +276,7 @@ def compare_command(
     thresholds = Thresholds(
         time=parse_percent("--time-threshold", time_threshold),
         mem=parse_percent("--mem-threshold", mem_threshold),
+        count=parse_percent("--count-threshold", count_threshold),
     )
     if history is not None:
         head = load_document(baseline)

@@ -6,7 +6,8 @@ rule of its kind:
 
 - exact (parameter counts, analytic bytes, FLOPs): any change, either way, is a regression;
 - measured memory: a change beyond max(1 MiB, the memory threshold) regresses or improves;
-- counts (CPU instructions): a change beyond COUNT_TOLERANCE either way is a verdict;
+- counts (CPU instructions): a change beyond the count threshold (1%) either way is a
+  verdict;
 - timings and in-run ratios: a change needs an effect beyond the time threshold, evidence
   and (timings) more than 5 us;
   an effect without evidence is `inconclusive`. With raw samples on both sides (independent
@@ -54,9 +55,6 @@ GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_thread
 #: Relative change of a measured peak (copy bandwidth, matmul throughput) that makes two
 #: runs incomparable.
 PEAK_DRIFT = 0.10
-#: Relative change of a count (instructions) beyond which it regresses or improves.
-COUNT_TOLERANCE = 0.005
-
 
 #: The kinds of metric that get a verdict.
 GATED = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
@@ -84,10 +82,13 @@ SEVERITY = {v: i for i, v in enumerate(Verdict)}
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The gate's knobs; the CLI sets `time` and `mem`, the rest are fixed rules."""
+    """The gate's knobs; the CLI sets `time`, `mem` and `count`, the rest are fixed rules.
+    `count` is the relative change of a count (instructions) beyond which it regresses or
+    improves."""
 
     time: float = 0.10
     mem: float = 0.01
+    count: float = 0.01
     mem_floor_bytes: int = 1 << 20
     time_floor_ms: float = 0.005
     noise_factor: float = 3.0
@@ -148,17 +149,18 @@ def judge_exact(base: float, cur: float) -> Judgement:
     return Judgement(Verdict.REGRESSED, f"exact metric changed by {change}", ratio)
 
 
-def judge_count(base: float, cur: float) -> Judgement:
-    """A count up by more than COUNT_TOLERANCE regresses; down by as much improves."""
+def judge_count(base: float, cur: float, th: Thresholds) -> Judgement:
+    """A count up by more than the count threshold regresses; down by as much improves."""
     if base <= 0:
         return judge_exact(base, cur)
     ratio = cur / base
     change = f"{cur - base:+,.0f} ({ratio - 1:+.2%})"
-    if ratio > 1 + COUNT_TOLERANCE:
-        return Judgement(Verdict.REGRESSED, f"{change} is above +{COUNT_TOLERANCE:.0%}", ratio)
-    if ratio < 1 - COUNT_TOLERANCE:
-        return Judgement(Verdict.IMPROVED, f"{change} is beyond -{COUNT_TOLERANCE:.0%}", ratio)
-    return Judgement(Verdict.UNCHANGED, f"{change} is within {COUNT_TOLERANCE:.0%}", ratio)
+    limit = f"{th.count * 100:g}%"
+    if ratio > 1 + th.count:
+        return Judgement(Verdict.REGRESSED, f"{change} is above +{limit}", ratio)
+    if ratio < 1 - th.count:
+        return Judgement(Verdict.IMPROVED, f"{change} is beyond -{limit}", ratio)
+    return Judgement(Verdict.UNCHANGED, f"{change} is within {limit}", ratio)
 
 
 def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
@@ -589,7 +591,7 @@ def compare_rows(
             judgement = _incomparable(mismatch, c / b if b else None)
         else:
             if kind is Kind.COUNT:
-                judgement = judge_count(b, c)
+                judgement = judge_count(b, c, th)
             else:
                 stats = timings[name]
                 judgement = judge_timing(

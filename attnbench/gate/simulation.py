@@ -350,7 +350,10 @@ def simulate_sampled(
 
 
 def simulate_counts(
-    runs: Sequence[Mapping[str, int]], trials: int = 2000, seed: int = 0
+    runs: Sequence[Mapping[str, int]],
+    thresholds: Thresholds = Thresholds(),
+    trials: int = 2000,
+    seed: int = 0,
 ) -> ModeResult:
     """The gate on instruction counts across recorded runs (point label -> count): a
     slowdown is as many more instructions."""
@@ -358,7 +361,7 @@ def simulate_counts(
         "instructions_per_step",
         runs,
         lambda count, rng, factor: count * factor,
-        lambda base, cur: judge_count(base, cur).verdict,
+        lambda base, cur: judge_count(base, cur, thresholds).verdict,
         trials=trials,
         seed=seed,
     )

@@ -59,9 +59,10 @@ def report(saved: dict) -> list[str]:
     runs, planted = saved["runs"], saved["planted"]
     labels = list(runs[0])
     default = Thresholds()
+    header = ("| point | instructions per step | spread over the runs | planted query copy "
+              f"| at {default.count:.1%} | at {STRICT.count:.1%} |")  # fmt: skip
     lines = [f"{len(runs)} runs, measured {saved['created']}, commit {saved['commit'][:10]}",
-             "", "| point | instructions per step | spread over the runs | planted query copy "
-             f"| at {default.count:.1%} | at {STRICT.count:.1%} |", "|---|---|---|---|---|---|"]  # fmt: skip
+             "", header, "|---|---|---|---|---|---|"]  # fmt: skip
     flagged = {default: 0, STRICT: 0}
     for label in labels:
         counts = [run[label] for run in runs]

@@ -153,6 +153,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "x_of_reference_samples": ("ratio", "its samples, one per round (JSON only)"),
         "instructions_per_step": ("instructions", "CPU instructions of one step under "
                                                   "callgrind (`--instructions`)"),
+        "instructions_counter": ("", "the valgrind that counted them (`valgrind-3.19.0`): "
+                                     "counts by another are not compared"),
         "noisy": ("", "(step_ms_p75 - step_ms_p25) / step_ms_median > 10%"),
         "projection_path": ("", "how the projections ran on the CPU: `onednn-packed` or "
                                 "`torch`"),

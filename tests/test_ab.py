@@ -291,6 +291,10 @@ def test_a_bad_base_exits_2_with_one_line(scratch_repo, tmp_path, monkeypatch):
     both = runner.invoke(app, ["ab", "--base", "HEAD", "--head", "HEAD", "--head-dir", ".",
                                str(study)])  # fmt: skip
     assert both.exit_code == 2 and "give one or the other" in both.output
+    over = runner.invoke(app, ["ab", "--base", "HEAD", str(study), "--json", str(study)])
+    assert over.exit_code == 2
+    assert f"--json {study}: is the STUDY.yaml file, an input of this command" in over.output
+    assert study.read_text() == TINY_STUDY
 
 
 def test_a_worker_that_imports_another_attnbench_stops_with_one_line(tmp_path):

@@ -513,7 +513,8 @@ def with_ratios(records: list[dict], factor: float = 1.0, reference: str = "kern
     for rec in out:
         t = draw_timing(rng, Noise(median_ms=1.5, samples=30), factor)
         rec.update(_timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", t))
-        rec.update(reference=reference, instructions_per_step=round(2_000_000 * factor))
+        rec.update(reference=reference, instructions_per_step=round(2_000_000 * factor),
+                   instructions_counter="valgrind-3.19.0")  # fmt: skip
     return out
 
 
@@ -556,6 +557,18 @@ def test_an_instruction_count_moves_by_more_than_its_threshold(tmp_path, factor,
     for rec in cur["records"]:
         rec["instructions_per_step"] = round(rec["instructions_per_step"] * factor)
     assert set(verdicts(tmp_path, base, cur, "instructions_per_step")) == {verdict}
+
+
+def test_counts_by_another_valgrind_are_not_compared(tmp_path):
+    base = document("decode-speed", with_ratios(decode_records()))
+    cur = document("decode-speed", with_ratios(decode_records(), 1.3))
+    for rec in cur["records"]:
+        rec["instructions_counter"] = "valgrind-3.22.0"
+    result = compare_documents(load_document(write(tmp_path, "b.json", base)),
+                               load_document(write(tmp_path, "c.json", cur)))  # fmt: skip
+    counts = [f for f in result.findings if f.metric == "instructions_per_step"]
+    assert {f.verdict for f in counts} == {Verdict.INCOMPARABLE}
+    assert "counters differ (instructions_counter)" in counts[0].reason
 
 
 def test_the_count_threshold_is_a_flag(tmp_path):

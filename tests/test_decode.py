@@ -47,7 +47,8 @@ DECODE_COLUMNS = [
     "prefill_ms_p25", "prefill_ms_p75", "prefill_flops", "achieved_tflops", "peak_tflops",
     "pct_of_peak_flops", "gen_ms_median", "gen_ms_p25", "gen_ms_p75", "gen_tokens_per_s",
     "reference", "x_of_reference_median", "x_of_reference_p25", "x_of_reference_p75",
-    "instructions_per_step", "noisy", "status", "model", "projection_path",
+    "instructions_per_step", "instructions_counter", "noisy", "status", "model",
+    "projection_path",
 ]  # fmt: skip
 
 

@@ -201,6 +201,7 @@ def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
                 for p in points]  # fmt: skip
 
     monkeypatch.setattr(instructions, "count_instructions", fake)
+    monkeypatch.setattr(instructions, "valgrind_version", lambda: "valgrind-9.9.9")
     values = {"d_model": [32], "num_heads": [4], "num_kv_heads": [2, 1], "prompt_len": [4, 8],
               "mode": ["cache", "no_cache"], "repeats": 1, "prefill": False,
               "reference": "none", "instructions": True, "device": "cpu"}  # fmt: skip
@@ -213,3 +214,4 @@ def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
             assert rec.status == instructions.NO_VALGRIND and rec.step_ms_median is None
         else:
             assert rec.status == "ok" and rec.instructions_per_step == 1000 + rec.prompt_len
+            assert rec.instructions_counter == "valgrind-9.9.9"

@@ -90,7 +90,7 @@ def ab_command(
     if threads is not None and (reason := check_value("threads", threads)):
         raise FieldError("threads", threads, reason)
     thresholds = Thresholds(time=parse_percent("--threshold", threshold))
-    check_writable({"json": json_path, "output": output}, {"config": study})
+    check_writable({"json": json_path, "output": output}, {"study": study})
     try:
         plan = plan_points(study, visit_time, device, threads)
     except FieldError as exc:  # the study is an argument here, not a flag

@@ -31,7 +31,8 @@ EXPECTED_INT = {False: "expected an integer", True: "expected integers, comma-se
 
 
 #: Inputs given as arguments, not flags: named by what they are.
-ARGUMENTS = {"baseline": "BASELINE", "current": "CURRENT", "results": "RESULTS"}
+ARGUMENTS = {"baseline": "BASELINE", "current": "CURRENT", "results": "RESULTS",
+             "study": "STUDY.yaml"}  # fmt: skip
 
 
 def flag_of(field: str) -> str:

@@ -10,6 +10,15 @@ import torch
 
 
 @dataclass(frozen=True)
+class Counted:
+    """A step's CPU instructions and what counted them ('valgrind-3.19.0'): counts by
+    different counters are not compared."""
+
+    instructions: int
+    counter: str | None
+
+
+@dataclass(frozen=True)
 class Context:
     """`device` None means compute only (nothing is allocated or timed). `options` are the
     section's scalar options (warm-up, repeats, ...), `peak_gbps` the copy bandwidth and
@@ -22,4 +31,4 @@ class Context:
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     #: What the section's pre-pass counted for all its points at once, by point (decode:
     #: each cached step's instructions, or why there is no count).
-    counts: Mapping[Any, int | str] = field(default_factory=dict)
+    counts: Mapping[Any, Counted | str] = field(default_factory=dict)

@@ -46,7 +46,7 @@ from ..modules.providers import (
     refusals,
 )
 from ..records import count, exact, info, key, ratio, timing
-from .context import Context
+from .context import Context, Counted
 from .kernels import step_kernels
 from .params import ParamsPoint
 from .tensor_parallel import Ranks
@@ -136,6 +136,7 @@ class DecodeRecord:
     x_of_reference_p75: float | None = ratio(of="x_of_reference_median")
     x_of_reference_samples: list[float] = ratio([], of="x_of_reference_median", csv=False)
     instructions_per_step: int | None = count()
+    instructions_counter: str | None = info()
     noisy: bool | None = info()
     status: str = info("ok")
     model: str | None = key(None)
@@ -491,7 +492,8 @@ def run(
         return rec
     fill_timings(rec, point, timings, context)
     rec.projection_path = work.projection_path
-    rec.instructions_per_step = counted  # type: ignore[assignment]
+    if isinstance(counted, Counted):
+        rec.instructions_per_step, rec.instructions_counter = counted.instructions, counted.counter
     return rec
 
 

@@ -97,11 +97,6 @@ def valgrind_version() -> str | None:
     return f"valgrind-{found.group(1)}" if found else None
 
 
-def tool_versions() -> dict[str, str | None]:
-    """What counted: torch's and valgrind's versions (counts compare within one pair)."""
-    return {"torch_version": torch.__version__, "valgrind_version": valgrind_version()}
-
-
 def count_instructions(
     points: Sequence[DecodePoint],
     options: DecodeOptions,

@@ -58,9 +58,10 @@ PEAK_DRIFT = 0.10
 
 #: The kinds of metric that get a verdict.
 GATED = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
-#: The info field that names what a record's in-run ratios are taken against: ratios to
-#: different references are not compared.
-RATIO_OF = "reference"
+#: The info field that says what a kind of metric was measured against or with: in-run
+#: ratios to different references, or counts by different counters (valgrind versions),
+#: are not compared.
+MEASURED_WITH = {Kind.RATIO: "reference", Kind.COUNT: "instructions_counter"}
 
 
 class Verdict(str, Enum):
@@ -579,8 +580,9 @@ def compare_rows(
             continue
         gating = True
         mismatch = env_mismatch.for_kind(kind)
-        if kind is Kind.RATIO and base.get(RATIO_OF) != cur.get(RATIO_OF):
-            mismatch = [*mismatch, RATIO_OF]  # ratios to different references
+        measured_with = MEASURED_WITH.get(kind)
+        if measured_with and base.get(measured_with) != cur.get(measured_with):
+            mismatch = [*mismatch, measured_with]  # another reference, another counter
         if b is None or c is None:
             judgement = _one_sided(b is None, base if b is None else cur)
         elif kind is Kind.EXACT:
@@ -609,7 +611,11 @@ def compare_rows(
 
 def _incomparable(env_mismatch: list[str], ratio: float | None = None) -> Judgement:
     """The verdict on an environment-dependent metric between differing environments."""
-    what = "references differ" if env_mismatch == [RATIO_OF] else "environments differ"
+    what = "environments differ"
+    if env_mismatch == [MEASURED_WITH[Kind.RATIO]]:
+        what = "references differ"
+    elif env_mismatch == [MEASURED_WITH[Kind.COUNT]]:
+        what = "counters differ"
     return Judgement(Verdict.INCOMPARABLE, f"{what} ({', '.join(env_mismatch)})", ratio)
 
 

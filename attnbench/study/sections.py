@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..experiments import decode, fit, instructions, kvmem, params, whole_model
+from ..experiments.context import Counted
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,16 @@ class SectionKind:
 
 def _instruction_counts(points: list, options: dict, device: torch.device) -> dict:
     """Decode's pre-pass: with `instructions` on, each cached point's instructions per
-    step (or why there is none), every point in one valgrind process."""
+    step with the valgrind that counted them (or why there is none), every point in one
+    valgrind process."""
     if not options.get("instructions"):
         return {}
     cached = [p for p in points if p.cached]
     decode_options = decode.DecodeOptions.from_options(options)
     counts = instructions.count_instructions(cached, decode_options, device=device)
-    return dict(zip(cached, counts, strict=True))
+    counter = instructions.valgrind_version()
+    return {point: Counted(n, counter) if isinstance(n, int) else n
+            for point, n in zip(cached, counts, strict=True)}  # fmt: skip
 
 
 KINDS: dict[str, SectionKind] = {

@@ -569,7 +569,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     """The record's measured columns, and the rates derived from them."""
     steps = timings.step
     step_s = steps.median_ms * 1e-3
-    _summarise(rec, "step", "samples_ms", steps)
+    _summarise(rec, "step_ms", "samples_ms", steps)
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
     rec.step_ci_pct = 100 * steps.ci_rel
@@ -580,28 +580,27 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
     if timings.prefill is not None:
         pre = timings.prefill
-        _summarise(rec, "prefill", "prefill_samples_ms", pre)
+        _summarise(rec, "prefill_ms", "prefill_samples_ms", pre)
         rec.achieved_tflops = rec.prefill_flops / (pre.median_ms * 1e-3) / 1e12  # type: ignore[operator]
         if rec.peak_tflops:
             rec.pct_of_peak_flops = 100 * rec.achieved_tflops / rec.peak_tflops
     if timings.generation is not None:
         gen = timings.generation
-        _summarise(rec, "gen", "gen_samples_ms", gen)
+        _summarise(rec, "gen_ms", "gen_samples_ms", gen)
         rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
     if timings.all_reduce is not None:
-        _summarise(rec, "allreduce", "allreduce_samples_ms", timings.all_reduce)
+        _summarise(rec, "allreduce_ms", "allreduce_samples_ms", timings.all_reduce)
     if timings.x_of_reference is not None:
-        ratios = timings.x_of_reference
         rec.reference = timings.reference
-        rec.x_of_reference_median, rec.x_of_reference_samples = ratios.median_ms, ratios.samples_ms
-        rec.x_of_reference_p25, rec.x_of_reference_p75 = ratios.p25_ms, ratios.p75_ms
+        _summarise(rec, "x_of_reference", "x_of_reference_samples", timings.x_of_reference)
 
 
-def _summarise(rec: DecodeRecord, metric: str, samples: str, measured: Measurement) -> None:
-    """A measurement into the record: <metric>_ms_median, _p25, _p75 and its raw samples."""
-    setattr(rec, f"{metric}_ms_median", measured.median_ms)
-    setattr(rec, f"{metric}_ms_p25", measured.p25_ms)
-    setattr(rec, f"{metric}_ms_p75", measured.p75_ms)
+def _summarise(rec: DecodeRecord, stem: str, samples: str, measured: Measurement) -> None:
+    """A measurement into the record: <stem>_median, _p25, _p75 (stem 'step_ms' for a
+    time, 'x_of_reference' for a ratio) and its raw samples."""
+    setattr(rec, f"{stem}_median", measured.median_ms)
+    setattr(rec, f"{stem}_p25", measured.p25_ms)
+    setattr(rec, f"{stem}_p75", measured.p75_ms)
     setattr(rec, samples, measured.samples_ms)
 
 

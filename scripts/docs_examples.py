@@ -33,8 +33,8 @@ regenerated only with --timed, which writes the machine and the date on the page
 Examples with the same commands run once and show the same output. It is an error, and
 nothing is written, when an example prints a traceback; it is an error too when a plain
 text block (```text, or ``` alone) is no session (every output shown comes from a run),
-when a command of `attnbench --help` has no page in docs/commands/, and when a relative
-link of README.md leads nowhere.
+when a command of `attnbench --help` has no page in docs/commands/, when a relative link
+of README.md leads nowhere, and when README.md is over 10,240 bytes.
 """
 
 from __future__ import annotations
@@ -272,9 +272,22 @@ def broken_readme_links() -> list[str]:
     ]
 
 
+#: The most bytes README.md may hold: a newcomer reads it in two minutes.
+README_BYTES = 10_240
+
+
+def long_readme() -> list[str]:
+    """A problem when README.md is longer than README_BYTES (as committed, before this run
+    writes new outputs into it)."""
+    size = len((ROOT / "README.md").read_bytes())
+    if size <= README_BYTES:
+        return []
+    return [f"README.md: {size:,} bytes, more than {README_BYTES:,}; move detail into docs/"]
+
+
 def regenerate(check: bool, timed: str | None) -> int:
     texts = {page: page.read_text().splitlines() for page in pages()}
-    examples, problems = [], missing_command_pages() + broken_readme_links()
+    examples, problems = [], missing_command_pages() + broken_readme_links() + long_readme()
     for page, lines in texts.items():
         found, bad = find_examples(page, lines)
         examples += found

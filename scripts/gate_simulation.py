@@ -44,13 +44,16 @@ from attnbench.errors import UsageError
 from attnbench.gate.compare import Thresholds
 from attnbench.gate.paired import abba_pairs
 from attnbench.gate.simulation import (
+    NO_PAIRS,
     Noise,
+    RowResult,
     SeriesResult,
     SimulationResult,
     simulate,
     simulate_counts,
     simulate_document,
     simulate_paired,
+    simulate_rows,
     simulate_sampled,
     stats_of,
     totals,
@@ -140,6 +143,9 @@ def real(
         print("No decode row that ran kept raw samples" + (f" of {provider}." if provider else "."))
         return
     slow = f"{slowdown:g}x"
+    rows(simulate_rows(document, pairs, slowdown, provider, metrics, thresholds, seed), slow)
+    print("Each timing on its own:")
+    print()
     head = (
         f"series | median samples | median IQR/median | false regressions | caught at {slow} "
         "| halves: false | halves: caught |"
@@ -181,6 +187,37 @@ def real(
             )
         if len(worst) > WORST_SHOWN:
             print(f"\n({len(worst) - WORST_SHOWN} more not shown)")
+
+
+def rows(results: list[RowResult], slow: str) -> None:
+    """The rates of the rows as compare judges them: a row regresses when any of its gated
+    timings does."""
+    metrics = ", ".join(f"`{m}`" for m in dict.fromkeys(m for r in results for m in r.row.samples))
+    print(
+        f"As `compare` judges a row: it regresses when any of its gated timings does ({metrics}). "
+        "A slowed run has all of them slower, the in-run ratio too: the slowdown is in the "
+        "row's own step, not in the kernels it is timed against."
+    )
+    print()
+    print(f"| provider | rows | timings per row | false regressions | caught at {slow} |")
+    print("|---" * 5 + "|")
+    providers = dict.fromkeys(r.row.provider for r in results)
+    for name in [*providers, None]:
+        these = [r for r in results if name is None or r.row.provider == name]
+        total = sum((r.resampled for r in these), NO_PAIRS)
+        per_row = statistics.median(len(r.row.samples) for r in these)
+        label = name if name is not None else "**all**"
+        print(f"| {label} | {len(these)} | {per_row:g} | {_rates(total)} |")
+    missed = sum(
+        r.resampled.false_rate > MAX_FALSE or r.resampled.detection_rate < MIN_CAUGHT
+        for r in results
+    )
+    print()
+    print(
+        f"{missed} of {len(results)} rows miss <= {MAX_FALSE:.0%} false regressions or "
+        f">= {MIN_CAUGHT:.0%} caught."
+    )
+    print()
 
 
 def recorded(runs: str, ab: str | None, instructions: str | None, trials: int, seed: int) -> None:

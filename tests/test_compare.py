@@ -26,12 +26,17 @@ from attnbench.gate.compare import (
     timing_stats,
 )
 from attnbench.gate.simulation import (
+    NO_PAIRS,
     Noise,
+    Row,
+    draw_row,
     draw_timing,
+    real_rows,
     real_series,
     simulate,
     simulate_counts,
     simulate_document,
+    simulate_rows,
     simulate_sampled,
     stats_of,
     totals,
@@ -866,6 +871,72 @@ def test_real_samples_do_not_detect_what_was_not_planted(tmp_path):
         results = simulate_document(doc, pairs=10, slowdown=slowdown, metrics=["step_ms_median"])
         resampled, halves = totals(results)[("step_ms_median",)]
         assert resampled.detection_rate == 0.0 and halves.detections == 0
+
+
+def test_rows_are_judged_as_compare_judges_them(tmp_path):
+    """A row regresses when any of its gated timings does: its A/A pairs stay quiet and a
+    planted slowdown is caught, per provider too; nothing is caught when nothing was
+    planted; the wrong row is left out."""
+    doc = samples_document(tmp_path)
+    rows = real_rows(doc)
+    assert len(rows) == 11
+    assert {tuple(r.samples) for r in rows} >= {("step_ms_median", "prefill_ms_median",
+                                                 "gen_ms_median")}  # fmt: skip
+    results = simulate_rows(doc, pairs=20, slowdown=1.2)
+    assert [r.row for r in results] == rows
+    for provider in ("attnbench", "naive"):
+        these = [r.resampled for r in results if r.row.provider == provider]
+        assert sum(t.false_regressions for t in these) <= 0.01 * sum(t.pairs for t in these)
+        assert sum(t.detections for t in these) >= 0.95 * sum(t.pairs for t in these)
+    naive = simulate_rows(doc, pairs=20, provider="naive")
+    assert naive == [r for r in results if r.row.provider == "naive"]  # seeds per row
+    quiet = simulate_rows(doc, pairs=10, slowdown=1.0)
+    assert all(r.resampled.detections == 0 for r in quiet)
+
+
+def test_a_row_regresses_when_any_timing_does(tmp_path):
+    """Steps too noisy to gate (half of them 1.6x) leave a slowdown inconclusive on the
+    step alone; the row is still caught, by its prefill and generation."""
+    rows = decode_records(seed=9, steps=60)
+    for r in rows:
+        noisy = [s * (1.6 if i % 2 else 1.0) for i, s in enumerate(r["samples_ms"])]
+        r.update(_timing("step_ms_median", "step_ms", "samples_ms", stats_of(noisy)))
+    doc = load_document(write(tmp_path, "noisy.json", document("decode-speed", rows)))
+    steps, _ = totals(simulate_document(doc, pairs=20, metrics=["step_ms_median"]))[
+        ("step_ms_median",)
+    ]
+    assert steps.detection_rate < 0.5
+    caught = sum((r.resampled for r in simulate_rows(doc, pairs=20)), NO_PAIRS)
+    assert caught.detection_rate >= 0.95 and caught.false_rate <= 0.01
+
+
+def test_a_row_draws_its_step_and_in_run_ratio_from_the_same_rounds():
+    """The i-th ratio sample is the i-th step's over its reference: a run of the row
+    resamples rounds, so each drawn ratio sample still belongs to its drawn step sample."""
+    steps = tuple(float(i) for i in range(1, 41))
+    ratios = tuple(10.0 * x for x in steps)
+    row = Row("hf", "r", {"step_ms_median": steps, "x_of_reference_median": ratios})
+    drawn = draw_row(row, np.random.default_rng(3), 1.5)
+    assert drawn["x_of_reference_median"].samples == tuple(
+        10.0 * x for x in drawn["step_ms_median"].samples
+    )
+    assert drawn["step_ms_median"].samples != tuple(1.5 * x for x in steps)  # resampled
+
+
+def test_an_in_run_ratio_is_judged_without_the_time_floor(tmp_path):
+    """A ratio has no unit: a 20% rise of a ratio of 0.004 is caught, where the same numbers
+    as milliseconds would sit under the 5 us floor."""
+    rows = decode_records(seed=7, steps=60)
+    for r in rows:
+        r["reference"] = "kernels"
+        ratio = stats_of([0.004 * s / r["step_ms_median"] for s in r["samples_ms"]])
+        r.update(
+            _timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", ratio)
+        )
+    doc = load_document(write(tmp_path, "ratios.json", document("decode-speed", rows)))
+    ratio = simulate_document(doc, pairs=20, metrics=["x_of_reference_median"])
+    resampled, _ = totals(ratio)[("x_of_reference_median",)]
+    assert resampled.detection_rate >= 0.95 and resampled.false_rate <= 0.01
 
 
 def test_only_inputs_are_key_fields():

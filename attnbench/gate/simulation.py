@@ -5,9 +5,10 @@ Two sources of timings, judged by the gate's own `judge_timing`:
 
 - synthetic (`simulate`): lognormal step jitter, a whole-run shift and one-sided
   hiccups (`Noise`);
-- real (`simulate_document`): the raw samples of a results document's decode rows. Each
-  run of a pair is a bootstrap draw of as many samples as the row took, from the row's
-  own samples; a slowdown multiplies the current run's samples. A pair of such draws
+- real (`simulate_document` per timing, `simulate_rows` per row as compare judges it):
+  the raw samples of a results document's decode rows. Each run of a pair is a bootstrap
+  draw of as many samples as the row took, from the row's own samples; a slowdown
+  multiplies the current run's samples. A pair of such draws
   differs only as two runs under the conditions of that one run would: what it
   measures is the gate against the sampling noise within a run. The shift between two
   runs (another process, clocks, a busy machine between baseline and candidate) is not
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -113,19 +115,32 @@ def simulate(
 ) -> SimulationResult:
     """Judge `pairs` A/A pairs and `pairs` pairs whose current run is `slowdown` x slower."""
     rng = np.random.default_rng(seed)
-    return judge_pairs(lambda factor: draw_timing(rng, noise, factor), pairs, slowdown, thresholds)
+    return judge_pairs(
+        lambda factor: draw_timing(rng, noise, factor),
+        pairs,
+        slowdown,
+        timing_regressed(thresholds),
+    )
+
+
+def timing_regressed(thresholds: Thresholds) -> Callable[[TimingStats, TimingStats], bool]:
+    """Whether the gate calls a timing regressed, baseline against current."""
+    return lambda base, cur: judge_timing(base, cur, thresholds).verdict is Verdict.REGRESSED
 
 
 def judge_pairs(
-    draw: Callable[[float], TimingStats], pairs: int, slowdown: float, thresholds: Thresholds
+    draw: Callable[[float], Any],
+    pairs: int,
+    slowdown: float,
+    regressed: Callable[[Any, Any], bool],
 ) -> SimulationResult:
     """`pairs` times: a baseline run, a run of the same code and one `slowdown` x slower,
-    each from `draw(factor)`; count the regressions the gate finds in each pair."""
+    each from `draw(factor)`; count the pairs `regressed(base, current)` flags."""
     false_regressions = detections = 0
     for _ in range(pairs):
         base, same, slower = draw(1.0), draw(1.0), draw(slowdown)
-        false_regressions += judge_timing(base, same, thresholds).verdict is Verdict.REGRESSED
-        detections += judge_timing(base, slower, thresholds).verdict is Verdict.REGRESSED
+        false_regressions += regressed(base, same)
+        detections += regressed(base, slower)
     return SimulationResult(pairs, false_regressions, detections)
 
 
@@ -142,22 +157,45 @@ class Series:
     samples: tuple[float, ...]
 
 
-def real_series(
+@dataclass(frozen=True)
+class Row:
+    """The raw samples of the gated timings of one decode row, by metric."""
+
+    provider: str
+    label: str
+    samples: dict[str, tuple[float, ...]]
+
+
+def real_rows(
     document: Document, provider: str | None = None, metrics: Sequence[str] | None = None
-) -> list[Series]:
-    """The samples of every gated timing (or of `metrics`) of every decode row that ran
-    (status ok) and kept its raw samples, of `provider` only when given."""
+) -> list[Row]:
+    """Every decode row that ran (status ok) and kept the raw samples of a gated timing (of
+    one of `metrics`, when given), of `provider` only when given."""
     rtype = record_type("decode")
     timings = gated_timing(rtype) if rtype else {}
-    series = []
+    rows = []
     for rec in document.sections.get("decode", []):
         if status_word(rec) != OK or (provider is not None and rec.get("provider") != provider):
             continue
-        for metric, stats in timings.items():
-            samples = rec.get(stats.get("samples", ""))
-            if (metrics is None or metric in metrics) and samples:
-                series.append(Series(str(rec.get("provider")), metric, _label(rec), tuple(samples)))
-    return series
+        samples = {
+            metric: tuple(rec[stats["samples"]])
+            for metric, stats in timings.items()
+            if (metrics is None or metric in metrics) and rec.get(stats.get("samples", ""))
+        }
+        if samples:
+            rows.append(Row(str(rec.get("provider")), _label(rec), samples))
+    return rows
+
+
+def real_series(
+    document: Document, provider: str | None = None, metrics: Sequence[str] | None = None
+) -> list[Series]:
+    """The samples of every gated timing of `real_rows`, one series each."""
+    return [
+        Series(row.provider, metric, row.label, samples)
+        for row in real_rows(document, provider, metrics)
+        for metric, samples in row.samples.items()
+    ]
 
 
 def _label(rec: dict) -> str:
@@ -183,7 +221,9 @@ def simulate_series(
     """Judge `pairs` A/A pairs and `pairs` slowed pairs resampled from one row's samples."""
     rng = np.random.default_rng(seed)
     x = np.asarray(samples, dtype=float)
-    return judge_pairs(lambda factor: resampled(x, rng, factor), pairs, slowdown, thresholds)
+    return judge_pairs(
+        lambda factor: resampled(x, rng, factor), pairs, slowdown, timing_regressed(thresholds)
+    )
 
 
 def judge_halves(
@@ -222,15 +262,79 @@ def simulate_document(
     has its own seed (from `seed` and its place in the document), so filtering by provider
     leaves the others' figures as they were."""
     everything = real_series(document, None, metrics)
+    rules = timing_rules(thresholds)
     return [
         SeriesResult(
             s,
-            simulate_series(s.samples, pairs, slowdown, thresholds, (seed, i)),
-            judge_halves(s.samples, slowdown, thresholds),
+            simulate_series(s.samples, pairs, slowdown, rules[s.metric], (seed, i)),
+            judge_halves(s.samples, slowdown, rules[s.metric]),
         )
         for i, s in enumerate(everything)
         if provider is None or s.provider == provider
     ]
+
+
+def timing_rules(thresholds: Thresholds) -> dict[str, Thresholds]:
+    """The thresholds each gated timing of a decode row is judged with (its kind's rule)."""
+    kinds, rtype = kinds_of("decode"), record_type("decode")
+    return {m: timing_rule(kinds[m], thresholds) for m in (gated_timing(rtype) if rtype else {})}
+
+
+#: Gated timings sampled round by round with another (metric -> that one): the i-th
+#: sample of the in-run ratio is the step's i-th over its reference's in that round.
+SAME_ROUNDS = {"x_of_reference_median": "step_ms_median"}
+
+
+def draw_row(row: Row, rng: np.random.Generator, factor: float = 1.0) -> dict[str, TimingStats]:
+    """One simulated run of a row: each timing a bootstrap draw of as many samples as it
+    took, `factor` x slower; a timing sampled in the same rounds as another (SAME_ROUNDS)
+    draws the same rounds, so the two move together as they did in the run."""
+    picked: dict[str, np.ndarray] = {}
+    run = {}
+    for metric, samples in row.samples.items():
+        x = np.asarray(samples, dtype=float)
+        rounds = SAME_ROUNDS.get(metric, metric)
+        idx = picked.get(rounds)
+        if idx is None or idx.size != x.size:
+            idx = picked[rounds] = rng.integers(0, x.size, x.size)
+        run[metric] = stats_of((x[idx] * factor).tolist())
+    return run
+
+
+@dataclass(frozen=True)
+class RowResult:
+    row: Row
+    resampled: SimulationResult
+
+
+def simulate_rows(
+    document: Document,
+    pairs: int = 100,
+    slowdown: float = 1.2,
+    provider: str | None = None,
+    metrics: Sequence[str] | None = None,
+    thresholds: Thresholds = Thresholds(),
+    seed: int = 0,
+) -> list[RowResult]:
+    """Every row of `real_rows` judged as compare judges it: regressed when any of its
+    gated timings is (each by its kind's rule). A slowed run has every timing of the row
+    `slowdown` x slower, its in-run ratio included: the slowdown is planted in the row's
+    own step, not in the reference it is timed against (torch's kernels, another
+    provider's step). Each row has its own seed (from `seed` and its place in the
+    document), so filtering by provider leaves the others' figures as they were."""
+    rules = timing_rules(thresholds)
+
+    def regressed(base: dict[str, TimingStats], cur: dict[str, TimingStats]) -> bool:
+        return any(
+            judge_timing(base[m], cur[m], rules[m]).verdict is Verdict.REGRESSED for m in base
+        )
+
+    results = []
+    for i, row in enumerate(real_rows(document, None, metrics)):
+        if provider is None or row.provider == provider:
+            draw = partial(draw_row, row, np.random.default_rng((seed, i)))
+            results.append(RowResult(row, judge_pairs(draw, pairs, slowdown, regressed)))
+    return results
 
 
 def totals(results: Sequence[SeriesResult], by: str | None = None) -> dict[tuple, tuple]:

@@ -205,9 +205,10 @@ def rows(results: list[RowResult], slow: str) -> None:
     for name in [*providers, None]:
         these = [r for r in results if name is None or r.row.provider == name]
         total = sum((r.resampled for r in these), NO_PAIRS)
-        per_row = statistics.median(len(r.row.samples) for r in these)
+        low, high = min(len(r.row.samples) for r in these), max(len(r.row.samples) for r in these)
+        per_row = f"{low}" if low == high else f"{low} to {high}"
         label = name if name is not None else "**all**"
-        print(f"| {label} | {len(these)} | {per_row:g} | {_rates(total)} |")
+        print(f"| {label} | {len(these)} | {per_row} | {_rates(total)} |")
     missed = sum(
         r.resampled.false_rate > MAX_FALSE or r.resampled.detection_rate < MIN_CAUGHT
         for r in results

@@ -882,15 +882,15 @@ def test_rows_are_judged_as_compare_judges_them(tmp_path):
     assert len(rows) == 11
     assert {tuple(r.samples) for r in rows} >= {("step_ms_median", "prefill_ms_median",
                                                  "gen_ms_median")}  # fmt: skip
-    results = simulate_rows(doc, pairs=20, slowdown=1.2)
+    results = simulate_rows(doc, pairs=12, slowdown=1.2)
     assert [r.row for r in results] == rows
     for provider in ("attnbench", "naive"):
         these = [r.resampled for r in results if r.row.provider == provider]
         assert sum(t.false_regressions for t in these) <= 0.01 * sum(t.pairs for t in these)
         assert sum(t.detections for t in these) >= 0.95 * sum(t.pairs for t in these)
-    naive = simulate_rows(doc, pairs=20, provider="naive")
+    naive = simulate_rows(doc, pairs=12, provider="naive")
     assert naive == [r for r in results if r.row.provider == "naive"]  # seeds per row
-    quiet = simulate_rows(doc, pairs=10, slowdown=1.0)
+    quiet = simulate_rows(doc, pairs=5, slowdown=1.0)
     assert all(r.resampled.detections == 0 for r in quiet)
 
 

@@ -215,3 +215,23 @@ def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
         else:
             assert rec.status == "ok" and rec.instructions_per_step == 1000 + rec.prompt_len
             assert rec.instructions_counter == "valgrind-9.9.9"
+
+
+def test_no_valgrind_runs_for_its_version_when_no_point_was_counted(monkeypatch):
+    """The counter's version is read (one more valgrind process) only for counts it made."""
+    from attnbench.study.plan import plan_command
+    from attnbench.study.runner import run_study
+
+    asked = []
+
+    def refused(points, options, device):
+        return [instructions.NO_VALGRIND] * len(points)
+
+    monkeypatch.setattr(instructions, "count_instructions", refused)
+    monkeypatch.setattr(instructions, "valgrind_version", lambda: asked.append(1) or "valgrind-9")
+    values = {"d_model": [32], "num_heads": [4], "num_kv_heads": [2], "prompt_len": [4],
+              "mode": ["cache"], "repeats": 1, "prefill": False, "reference": "none",
+              "instructions": True, "device": "cpu"}  # fmt: skip
+    result = run_study(plan_command("decode", None, values), command="decode-speed")
+    assert [r.status for r in result.records["decode"]] == [instructions.NO_VALGRIND]
+    assert asked == []

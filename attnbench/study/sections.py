@@ -49,7 +49,8 @@ def _instruction_counts(points: list, options: dict, device: torch.device) -> di
     cached = [p for p in points if p.cached]
     decode_options = decode.DecodeOptions.from_options(options)
     counts = instructions.count_instructions(cached, decode_options, device=device)
-    counter = instructions.valgrind_version()
+    counted = any(isinstance(n, int) for n in counts)
+    counter = instructions.valgrind_version() if counted else None  # no valgrind run for none
     return {point: Counted(n, counter) if isinstance(n, int) else n
             for point, n in zip(cached, counts, strict=True)}  # fmt: skip
 

@@ -126,11 +126,11 @@ def test_memory_sizes_parse_exactly():
     size = parse_memory("80GB", "memory")
     assert size.bytes == 80 * 10**9 and size.decimal and "80,000,000,000 bytes" in size.describe()
     assert parse_memory("1.5TiB", "memory").bytes == 3 * 2**39
-    assert parse_memory("4096", "memory").bytes == 4096
+    assert parse_memory("4096B", "memory").bytes == 4096
     assert parse_share("4GiB", "reserve", GiB) == 4 * GiB
     assert parse_share("0", "reserve", GiB) == 0
     assert parse_share("12.5%", "reserve", 1000) == 125
-    for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB"):
+    for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB", "80", "4096"):
         with pytest.raises(FieldError) as error:
             parse_memory(bad, "memory")
         assert (error.value.field, error.value.value) == ("memory", bad)
@@ -177,7 +177,8 @@ def test_cli_weights_do_not_fit_exit_1():
     (["--memory", "80GiB", "--seq-len", "1", "--batch", "1"],
      "--seq-len 1: give either seq_len (for the largest batch) or batch (for the longest "
      "context), exactly one"),
-    (["--memory", "80XB", "--seq-len", "1"], "--memory 80XB: bad size"),
+    (["--memory", "80XB", "--seq-len", "1"], "--memory 80XB: unknown unit 'XB'"),
+    (["--memory", "80", "--seq-len", "1"], "--memory 80: no unit; write 80GiB, 80GB or 80B"),
     (["--memory", "0GiB", "--seq-len", "1"], "--memory 0GiB: must be more than 0 bytes"),
     (["--memory", "80GiB", "--seq-len", "1", "--tp", "3"],
      "--tp 3: does not divide the 32 query heads"),

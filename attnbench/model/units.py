@@ -13,7 +13,8 @@ BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 #: Binary units from bytes up, as shown.
 BINARY_NAMES = ("B", *BINARY_UNITS)
 DECIMAL_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS = {"B": 1, "": 1, **BINARY_UNITS, **DECIMAL_UNITS}
+_UNITS = {"B": 1, **BINARY_UNITS, **DECIMAL_UNITS}
+UNITS_HINT = "such as 80GiB, 80GB (= 80e9 bytes), 1.5TiB or 4096B"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -37,17 +38,19 @@ class MemorySize:
 
 
 def parse_memory(text: str, field: str) -> MemorySize:
-    """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096' (bytes): exact, a whole number of
-    bytes; anything else is a FieldError for `field`."""
+    """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096B': exact, a whole number of bytes;
+    anything else is a FieldError for `field`, a number without a unit too ('80' is far
+    more often 80 GB with the unit forgotten than 80 bytes)."""
     match = _SIZE.match(str(text))
-    unit = match.group(2) if match else None
-    if match is None or unit not in _UNITS:
-        raise FieldError(
-            field,
-            text,
-            "bad size; write a number and a unit such as 80GiB, 80GB (= 80e9 bytes) or 1.5TiB",
-        )
-    value = Fraction(match.group(1)) * _UNITS[unit]
+    if match is None:
+        raise FieldError(field, text, f"bad size; write a number and a unit, {UNITS_HINT}")
+    number, unit = match.groups()
+    if not unit:
+        raise FieldError(field, text, f"no unit; write {number}GiB, {number}GB or {number}B")
+    if unit not in _UNITS:
+        units = ", ".join(u for u in _UNITS)
+        raise FieldError(field, text, f"unknown unit {unit!r}; the units are {units}")
+    value = Fraction(number) * _UNITS[unit]
     if value.denominator != 1:
         raise FieldError(field, text, "not a whole number of bytes")
     if value <= 0:

@@ -12,7 +12,9 @@ rates hold for the noise within a run. The shift between two separate runs (anot
 process, clocks, a busy machine) is not in those samples; on a shared machine it is much
 larger, and these figures say nothing about it. A second figure per row judges the first
 half of its samples, in the order they were taken, against the second half (one pair per
-row, half the samples each): drift within the run shows there.
+row, half the samples each): drift within the run shows there. The first table judges
+each row as compare does: regressed when any of its gated timings is. With several
+results files, one line each of that table's totals.
 
 Recorded runs (--runs, with --ab and --instructions): every gating mode on the noise of
 real consecutive runs of this machine, run-to-run shifts included. A comparison takes
@@ -27,6 +29,7 @@ scripts/instruction_runs.py.
     python scripts/gate_simulation.py [--pairs 500] [--seed 0]
     python scripts/gate_simulation.py --results results.json [--provider sdpa-math]
         [--pairs 100] [--slowdown 1.2] [--metric step_ms_median] [--noise-factor 3]
+    python scripts/gate_simulation.py --results a.json b.json [--metric ...]
     python scripts/gate_simulation.py --runs results/bench/aa-runs-cpu.json
         [--ab results/bench/ab-tries-cpu.json]
         [--instructions results/bench/instructions-cpu.json] [--pairs 2000]
@@ -221,6 +224,40 @@ def rows(results: list[RowResult], slow: str) -> None:
     print()
 
 
+def several(
+    paths: list[str],
+    pairs: int,
+    slowdown: float,
+    seed: int,
+    metrics: list[str] | None,
+    thresholds: Thresholds,
+) -> None:
+    """One line per results file: its rows judged as compare judges them."""
+    only = f" ({', '.join(f'`{m}`' for m in metrics)})" if metrics else ""
+    print(
+        f"Rows judged as `compare` judges them, on the gated timings of each row{only}; "
+        f"{pairs} A/A pairs and {pairs} pairs slowed {slowdown:g}x per row, seed {seed}."
+    )
+    print()
+    print(
+        f"| results | threads | rows | false regressions | caught at {slowdown:g}x "
+        "| least caught provider |"
+    )
+    print("|---" * 6 + "|")
+    for path in paths:
+        document = load_document(path)
+        results = simulate_rows(document, pairs, slowdown, None, metrics, thresholds, seed)
+        total = sum((r.resampled for r in results), NO_PAIRS)
+        providers = {
+            name: sum((r.resampled for r in results if r.row.provider == name), NO_PAIRS)
+            for name in dict.fromkeys(r.row.provider for r in results)
+        }
+        least = min(providers, key=lambda name: providers[name].detection_rate, default=None)
+        worst = f"{least} {providers[least].detection_rate:.1%}" if least else "-"
+        threads = (document.environment or {}).get("num_threads")
+        print(f"| {Path(path).name} | {threads} | {len(results)} | {_rates(total)} | {worst} |")
+
+
 def recorded(runs: str, ab: str | None, instructions: str | None, trials: int, seed: int) -> None:
     saved = json.loads(Path(runs).read_text())
     docs = [parse_document(run, f"{runs} run {i}") for i, run in enumerate(saved["runs"])]
@@ -261,7 +298,11 @@ def main() -> None:
         "--pairs", type=int, default=None, help="per cell (default 500), or per timing (100)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--results", help="a results JSON whose decode samples to resample")
+    parser.add_argument(
+        "--results",
+        nargs="+",
+        help="a results JSON whose decode samples to resample; several: one line each",
+    )
     parser.add_argument("--runs", help="recorded A/A runs (scripts/aa_runs.py)")
     parser.add_argument("--ab", help="with --runs: recorded ab tries (scripts/ab_tries.py)")
     parser.add_argument(
@@ -290,9 +331,15 @@ def main() -> None:
         synthetic(args.pairs or 500, args.seed)
     else:
         thresholds = Thresholds(noise_factor=args.noise_factor)
+        pairs = args.pairs or 100
+        if len(args.results) > 1 and args.provider:
+            parser.error("--provider takes one --results file")
         try:
-            real(args.results, args.provider, args.pairs or 100, args.slowdown, args.seed,
-                 args.metric, thresholds)  # fmt: skip
+            if len(args.results) > 1:
+                several(args.results, pairs, args.slowdown, args.seed, args.metric, thresholds)
+            else:
+                real(args.results[0], args.provider, pairs, args.slowdown, args.seed, args.metric,
+                     thresholds)  # fmt: skip
         except UsageError as exc:
             parser.error(str(exc))
 

@@ -5,6 +5,7 @@ each is imported here, its entry point and usage found, none of it run."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -13,13 +14,38 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
-@pytest.mark.parametrize("path", sorted(SCRIPTS.glob("*.py")), ids=lambda p: p.name)
-def test_a_script_imports_and_says_how_to_run_it(path: Path, monkeypatch):
+def _load(name: str, monkeypatch):
+    """The script scripts/<name>.py, imported as a module."""
     monkeypatch.syspath_prepend(str(SCRIPTS))  # the scripts import their shared helpers
-    spec = importlib.util.spec_from_file_location(f"script_{path.stem}", path)
+    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", sorted(SCRIPTS.glob("*.py")), ids=lambda p: p.name)
+def test_a_script_imports_and_says_how_to_run_it(path: Path, monkeypatch):
+    module = _load(path.stem, monkeypatch)
     assert module.__doc__, f"{path.name} has no docstring"
     if path.name != "planting.py":  # a helper the others import
         assert callable(getattr(module, "main", None)), f"{path.name} has no main()"
+
+
+def test_the_gate_simulation_reads_one_results_file_or_several(tmp_path, monkeypatch, capsys):
+    """On two rows of a kept run: one file gives the row table, then each timing on its
+    own; several give one line each, with the threads the run used."""
+    kept = json.loads((SCRIPTS.parent / "results/bench/gate-samples-cpu.json").read_text())
+    kept["records"] = [r for r in kept["records"] if r["status"] == "ok"][:2]
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(kept))
+    script = _load("gate_simulation", monkeypatch)
+    monkeypatch.setattr(sys, "argv", ["gate_simulation.py", "--results", str(path), "--pairs", "2"])
+    script.main()
+    out = capsys.readouterr().out
+    assert "| **all** | 2 |" in out and "Each timing on its own:" in out
+    argv = ["gate_simulation.py", "--results", str(path), str(path), "--pairs", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    script.main()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| two")]
+    assert len(lines) == 2 and all(line.startswith("| two.json | 2 | 2 |") for line in lines)

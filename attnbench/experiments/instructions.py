@@ -31,6 +31,7 @@ from torch.utils.benchmark import Timer
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import skip_status
 from ..modules.providers import PROVIDERS, Unsupported, Workload
+from .context import Counted
 from .decode import (
     SEED,
     DecodeOptions,
@@ -95,6 +96,22 @@ def valgrind_version() -> str | None:
     banner = subprocess.run(["valgrind", "true"], capture_output=True, text=True).stderr
     found = re.search(r"Using Valgrind-(\S+)", banner)
     return f"valgrind-{found.group(1)}" if found else None
+
+
+def section_counts(points: list, options: dict, device: torch.device) -> dict:
+    """A decode section's pre-pass: with `instructions` on, each cached point's
+    instructions per step with the valgrind that counted them (or why there is none),
+    every point in one valgrind process."""
+    if not options.get("instructions"):
+        return {}
+    cached = [p for p in points if p.cached]
+    counts = count_instructions(cached, DecodeOptions.from_options(options), device=device)
+    counted = any(isinstance(n, int) for n in counts)
+    counter = valgrind_version() if counted else None  # no valgrind run for none
+    return {
+        point: Counted(n, counter) if isinstance(n, int) else n
+        for point, n in zip(cached, counts, strict=True)
+    }
 
 
 def count_instructions(

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 from ..experiments import decode, fit, instructions, kvmem, params, whole_model
-from ..experiments.context import Counted
 
 
 @dataclass(frozen=True)
@@ -40,21 +39,6 @@ class SectionKind:
     keeps_going: bool = False
 
 
-def _instruction_counts(points: list, options: dict, device: torch.device) -> dict:
-    """Decode's pre-pass: with `instructions` on, each cached point's instructions per
-    step with the valgrind that counted them (or why there is none), every point in one
-    valgrind process."""
-    if not options.get("instructions"):
-        return {}
-    cached = [p for p in points if p.cached]
-    decode_options = decode.DecodeOptions.from_options(options)
-    counts = instructions.count_instructions(cached, decode_options, device=device)
-    counted = any(isinstance(n, int) for n in counts)
-    counter = instructions.valgrind_version() if counted else None  # no valgrind run for none
-    return {point: Counted(n, counter) if isinstance(n, int) else n
-            for point, n in zip(cached, counts, strict=True)}  # fmt: skip
-
-
 KINDS: dict[str, SectionKind] = {
     "params": SectionKind("params", params.ParamsPoint, params.ParamsRecord, params.run,
                           params.check),
@@ -64,7 +48,7 @@ KINDS: dict[str, SectionKind] = {
                           decode.check, failed=decode.failed, link=decode.link_speedups,
                           order=decode.run_order,
                           check_section=decode.check_section,
-                          pre_pass=_instruction_counts, timed=True, measures=True,
+                          pre_pass=instructions.section_counts, timed=True, measures=True,
                           keeps_going=True),
     "fit": SectionKind("fit", fit.FitPoint, fit.FitRecord, fit.run, fit.check),
 }  # fmt: skip

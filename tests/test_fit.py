@@ -266,3 +266,14 @@ def test_a_fit_sweep_is_accepted_by_compare(tmp_path, question):
     assert len(json.loads(path.read_text())["records"]) == 2
     result = runner.invoke(app, ["compare", str(path), str(path)])
     assert result.exit_code == 0, result.output
+
+
+def test_a_size_written_as_a_number_in_a_sweep_file_is_refused_with_its_form(tmp_path):
+    """YAML reads `memory: 80` as the integer 80: refused, naming the field, with the form
+    a size takes."""
+    study = tmp_path / "fit.yaml"
+    study.write_text("fit:\n  models: [llama-2-7b]\n  memory: 80\n  seq_len: 4096\n")
+    result = runner.invoke(app, ["run", str(study), "--dry-run"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.startswith("error: fit.memory: 80 ")
+    assert "expected a string, got 80: Memory of each GPU: 80GiB" in result.stderr

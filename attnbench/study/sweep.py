@@ -86,7 +86,7 @@ def check_value(name: str, value: Any) -> str | None:
         if not isinstance(value, bool):
             return f"expected true or false, got {brief(value)}"
     elif not isinstance(value, str):
-        return f"expected a string, got {brief(value)}"
+        return f"expected a string, got {brief(value)}: {spec.help}"  # the help shows the form
     if spec.choices and value not in spec.choices:
         kind = "dtype" if "dtype" in name else "value"
         return (

@@ -192,6 +192,18 @@ def real(
             print(f"\n({len(worst) - WORST_SHOWN} more not shown)")
 
 
+def _by_provider(results: list[RowResult]) -> dict[str, list[RowResult]]:
+    """The rows' results by provider, in the order the providers first come."""
+    grouped: dict[str, list[RowResult]] = {}
+    for r in results:
+        grouped.setdefault(r.row.provider, []).append(r)
+    return grouped
+
+
+def _total(results: list[RowResult]) -> SimulationResult:
+    return sum((r.resampled for r in results), NO_PAIRS)
+
+
 def rows(results: list[RowResult], slow: str) -> None:
     """The rates of the rows as compare judges them: a row regresses when any of its gated
     timings does."""
@@ -204,14 +216,10 @@ def rows(results: list[RowResult], slow: str) -> None:
     print()
     print(f"| provider | rows | timings per row | false regressions | caught at {slow} |")
     print("|---" * 5 + "|")
-    providers = dict.fromkeys(r.row.provider for r in results)
-    for name in [*providers, None]:
-        these = [r for r in results if name is None or r.row.provider == name]
-        total = sum((r.resampled for r in these), NO_PAIRS)
+    for label, these in [*_by_provider(results).items(), ("**all**", results)]:
         low, high = min(len(r.row.samples) for r in these), max(len(r.row.samples) for r in these)
         per_row = f"{low}" if low == high else f"{low} to {high}"
-        label = name if name is not None else "**all**"
-        print(f"| {label} | {len(these)} | {per_row} | {_rates(total)} |")
+        print(f"| {label} | {len(these)} | {per_row} | {_rates(_total(these))} |")
     missed = sum(
         r.resampled.false_rate > MAX_FALSE or r.resampled.detection_rate < MIN_CAUGHT
         for r in results
@@ -247,15 +255,12 @@ def several(
     for path in paths:
         document = load_document(path)
         results = simulate_rows(document, pairs, slowdown, None, metrics, thresholds, seed)
-        total = sum((r.resampled for r in results), NO_PAIRS)
-        providers = {
-            name: sum((r.resampled for r in results if r.row.provider == name), NO_PAIRS)
-            for name in dict.fromkeys(r.row.provider for r in results)
-        }
+        providers = {name: _total(these) for name, these in _by_provider(results).items()}
         least = min(providers, key=lambda name: providers[name].detection_rate, default=None)
         worst = f"{least} {providers[least].detection_rate:.1%}" if least else "-"
         threads = (document.environment or {}).get("num_threads")
-        print(f"| {Path(path).name} | {threads} | {len(results)} | {_rates(total)} | {worst} |")
+        total = _rates(_total(results))
+        print(f"| {Path(path).name} | {threads} | {len(results)} | {total} | {worst} |")
 
 
 def recorded(runs: str, ab: str | None, instructions: str | None, trials: int, seed: int) -> None:

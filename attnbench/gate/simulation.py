@@ -236,9 +236,9 @@ def judge_halves(
     if half < 1:
         return NO_PAIRS
     first, second = stats_of(samples[:half]), samples[half : 2 * half]
-    same = judge_timing(first, stats_of(second), thresholds).verdict is Verdict.REGRESSED
-    slowed = stats_of([s * slowdown for s in second])
-    caught = judge_timing(first, slowed, thresholds).verdict is Verdict.REGRESSED
+    regressed = timing_regressed(thresholds)
+    same = regressed(first, stats_of(second))
+    caught = regressed(first, stats_of([s * slowdown for s in second]))
     return SimulationResult(1, int(same), int(caught))
 
 
@@ -322,12 +322,10 @@ def simulate_rows(
     own step, not in the reference it is timed against (torch's kernels, another
     provider's step). Each row has its own seed (from `seed` and its place in the
     document), so filtering by provider leaves the others' figures as they were."""
-    rules = timing_rules(thresholds)
+    judged = {m: timing_regressed(rule) for m, rule in timing_rules(thresholds).items()}
 
     def regressed(base: dict[str, TimingStats], cur: dict[str, TimingStats]) -> bool:
-        return any(
-            judge_timing(base[m], cur[m], rules[m]).verdict is Verdict.REGRESSED for m in base
-        )
+        return any(judged[m](base[m], cur[m]) for m in base)
 
     results = []
     for i, row in enumerate(real_rows(document, None, metrics)):

@@ -48,8 +48,7 @@ def parse_memory(text: str, field: str) -> MemorySize:
     if not unit:
         raise FieldError(field, text, f"no unit; write {number}GiB, {number}GB or {number}B")
     if unit not in _UNITS:
-        units = ", ".join(u for u in _UNITS)
-        raise FieldError(field, text, f"unknown unit {unit!r}; the units are {units}")
+        raise FieldError(field, text, f"unknown unit {unit!r}; the units are {', '.join(_UNITS)}")
     value = Fraction(number) * _UNITS[unit]
     if value.denominator != 1:
         raise FieldError(field, text, "not a whole number of bytes")

@@ -7,13 +7,18 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
 - `memory`: a measured allocation, gated with a tolerance;
 - `timing`: a measured time, gated against noise; its statistics (percentiles, raw
   samples) are timing fields too, that name the field they describe with `of`;
-- `ratio`: a timing over a reference timed in the same run, interleaved with it sample
-  by sample (`x_of_reference`): gated like a timing, with its own statistics, but between
-  runs whose machines differed in load, as long as the device model and the library
-  versions match (the machine's state cancels in the ratio);
+- `ratio`: a timing over another timed in the same rounds, interleaved with it sample by
+  sample, and the ratio taken within each round (`x_of_reference`: a step over its
+  kernels; `x_of_narrowest`, `x_of_no_cache`, `x_of_baseline`: the comparisons of a
+  study's points): gated like a timing, with its own statistics, but between runs whose
+  machines differed in load, as long as the device model and the library versions match
+  (the machine's state cancels in the ratio). `against` names the info field that says
+  what it was taken against: ratios to different things are not compared;
 - `count`: a near-exact measured count (CPU instructions under callgrind): it does not
-  depend on the machine's load, and a change beyond 0.5% either way is a verdict;
-- `info`: everything else (ratios, rates, flags, status): shown, never gated or matched.
+  depend on the machine's load, and a change beyond the gate's count threshold (1% by
+  default) either way is a verdict;
+- `info`: everything else (rates, flags, status, intervals): shown, never gated or
+  matched.
 """
 
 from __future__ import annotations
@@ -37,8 +42,15 @@ class Kind(str, Enum):
 _NO_DEFAULT: Any = dataclasses.MISSING
 
 
-def _field(kind: Kind, default: Any, csv: bool = True, of: str | None = None, **kw) -> Any:
-    metadata = {"kind": kind, "csv": csv, "of": of}
+def _field(
+    kind: Kind,
+    default: Any,
+    csv: bool = True,
+    of: str | None = None,
+    against: str | None = None,
+    **kw,
+) -> Any:
+    metadata = {"kind": kind, "csv": csv, "of": of, "against": against}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata, **kw)
@@ -65,9 +77,12 @@ def timing(default: Any = None, of: str | None = None, csv: bool = True) -> Any:
     return _field(Kind.TIMING, default, csv=csv, of=of)
 
 
-def ratio(default: Any = None, of: str | None = None, csv: bool = True) -> Any:
-    """An in-run ratio of two timings; `of` and `csv` as for `timing`."""
-    return _field(Kind.RATIO, default, csv=csv, of=of)
+def ratio(
+    default: Any = None, of: str | None = None, csv: bool = True, against: str | None = None
+) -> Any:
+    """An in-run ratio of two timings; `of` and `csv` as for `timing`; `against` (on the
+    gated field) the info field naming what the ratio was taken against."""
+    return _field(Kind.RATIO, default, csv=csv, of=of, against=against)
 
 
 def count(default: Any = None) -> Any:
@@ -100,6 +115,15 @@ def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
             role = "samples" if "samples" in f.name else f.name.rsplit("_", 1)[-1]
             gated[of][role] = f.name
     return gated
+
+
+def ratio_against(record_type: type) -> dict[str, str]:
+    """Each gated ratio field that declares what it is taken against, and that info field."""
+    return {
+        f.name: f.metadata["against"]
+        for f in dataclasses.fields(record_type)
+        if f.metadata.get("against")
+    }
 
 
 def csv_fields(record_type: type) -> list[str]:

@@ -208,8 +208,9 @@ def test_every_gated_timing_carries_its_own_statistics():
         "gen_ms_median": {"p25": "gen_ms_p25", "p75": "gen_ms_p75", "samples": "gen_samples_ms"},
         "allreduce_ms_median": {"p25": "allreduce_ms_p25", "p75": "allreduce_ms_p75",
                                 "samples": "allreduce_samples_ms"},
-        "x_of_reference_median": {"p25": "x_of_reference_p25", "p75": "x_of_reference_p75",
-                                  "samples": "x_of_reference_samples"},
+        **{f"x_of_{c}_median": {"p25": f"x_of_{c}_p25", "p75": f"x_of_{c}_p75",
+                               "samples": f"x_of_{c}_samples"}
+           for c in ("reference", "narrowest", "no_cache", "baseline")},
     }  # fmt: skip
     rec = decode_records()[0]
     for metric, prefix, samples in (("step_ms_median", "step_ms", "samples_ms"),

@@ -47,7 +47,11 @@ DECODE_COLUMNS = [
     "prefill_ms_p25", "prefill_ms_p75", "prefill_flops", "achieved_tflops", "peak_tflops",
     "pct_of_peak_flops", "gen_ms_median", "gen_ms_p25", "gen_ms_p75", "gen_tokens_per_s",
     "reference", "x_of_reference_median", "x_of_reference_p25", "x_of_reference_p75",
-    "instructions_per_step", "instructions_counter", "noisy", "status", "model",
+    "sampling", "sampling_group", "narrowest_variant", "x_of_narrowest_median",
+    "x_of_narrowest_p25", "x_of_narrowest_p75", "x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi",
+    "x_of_no_cache_median", "x_of_no_cache_p25", "x_of_no_cache_p75", "x_of_no_cache_ci_lo",
+    "x_of_no_cache_ci_hi", "x_of_baseline_median", "x_of_baseline_p25", "x_of_baseline_p75",
+    "x_of_baseline_ci_lo", "x_of_baseline_ci_hi", "instructions_per_step", "instructions_counter", "noisy", "status", "model",
     "projection_path",
 ]  # fmt: skip
 
@@ -271,9 +275,8 @@ def test_sweep_goes_on_after_an_oom(tmp_path):
         ("4", "no_cache", "ok"), ("4", "cache", "ok"),
         ("1", "no_cache", "oom"), ("1", "cache", "oom"),
     ]  # fmt: skip
-    mha_cache = result.records["decode"][1]
-    assert mha_cache.speedup_vs_no_cache > 0  # linked to the no_cache row before it
-    assert result.records["decode"][3].speedup_vs_no_cache is None
+    # run one by one (an injected executor), the points have no comparisons
+    assert all(r.speedup_vs_no_cache is None for r in result.records["decode"])
 
 
 def with_executor(monkeypatch, module, execute) -> None:

@@ -3,6 +3,7 @@ series over commits, change points, and gating against the history."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attnbench.cli import app
+from attnbench.cli import app, history_cmd
 from attnbench.history.store import MIGRATIONS, SCHEMA_VERSION, Commit, open_history
 from attnbench.study.documents import load_document
 
@@ -72,7 +73,7 @@ def test_a_run_is_stored_once_with_its_commit_records_and_samples(tmp_path, deco
     path = write(tmp_path / "run.json", decode_run)
     add(db, path, "a" * 40, 1)
     again = run_cli("history", "add", path, "--db", str(db), "--commit", "b" * 40)
-    assert again.exit_code == 0 and "already there (run 1)" in again.output
+    assert again.exit_code == 0 and f"already there (run 1), commit {'a' * 10}" in again.output
     history = open_history(db)
     [run] = history.runs()
     assert (run.commit.sha, run.commit.branch, run.command) == ("a" * 40, "main", "decode-speed")
@@ -177,15 +178,22 @@ def stepped_history(tmp_path, decode_run) -> tuple[Path, list[str]]:
     return db, commits
 
 
+def step_changes(db: Path) -> list[list[str]]:
+    """The cells of each row `history changes --format markdown` prints for step_ms_median."""
+    metric = "step_ms_median"
+    result = run_cli(
+        "history", "changes", "--db", str(db), "--metric", metric, "--format", "markdown"
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith(f"| {metric}")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
 def test_changes_name_the_commit_where_the_steps_slowed(stepped_history):
     db, commits = stepped_history
-    result = run_cli("history", "changes", "--db", str(db), "--metric", "step_ms_median",
-                     "--format", "markdown")  # fmt: skip
-    assert result.exit_code == 0, result.output
-    rows = [line for line in result.output.splitlines() if line.startswith("| step_ms_median")]
+    rows = step_changes(db)
     assert len(rows) == 4  # every point's series, all at the same commit
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
+    for cells in rows:
         assert cells[2] == f"`{commits[12][:10]}`"
         assert 20 < float(cells[3].rstrip("%")) < 30
 
@@ -239,7 +247,108 @@ def test_bad_input_is_one_line_and_exit_2(args, message, stepped_history, monkey
 def test_add_outside_a_checkout_needs_the_commit(tmp_path, decode_run, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    path = write(tmp_path / "r.json", decode_run)
+    path = write(tmp_path / "r.json", measured_at(decode_run, None))
     result = run_cli("history", "add", path, "--db", str(tmp_path / "h.sqlite"))
-    assert result.exit_code == 2
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "--commit: not in a git checkout" in result.output
+
+
+#: HEAD of the checkout `history add` runs in, in the tests that set it (fake_head).
+HEAD = Commit("e" * 40, "main", "2026-12-01T09:00:00+01:00")
+
+
+@pytest.fixture()
+def fake_head(monkeypatch) -> Commit:
+    monkeypatch.setattr(history_cmd, "current_commit", lambda: HEAD)
+    return HEAD
+
+
+def measured_at(doc: dict, sha: str | None, seed: int = 0, factor: float = 1.0) -> dict:
+    """`scaled(doc, factor, seed)` as measured at commit `sha` (None: outside a checkout)."""
+    copy = scaled(doc, factor, seed)
+    copy["environment"]["git_commit"] = sha
+    return copy
+
+
+def write_csv(path: Path, doc: dict) -> str:
+    """`doc`'s records as the CSV its command writes: no environment, no creation time."""
+    fields = [k for k, v in doc["records"][0].items() if not isinstance(v, list)]
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(doc["records"])
+    return str(path)
+
+
+def stored_commits(db: Path) -> list[Commit]:
+    history = open_history(db)
+    try:
+        return [run.commit for run in history.runs()]
+    finally:
+        history.close()
+
+
+def test_a_file_is_filed_under_the_commit_its_environment_names(tmp_path, decode_run, fake_head):
+    doc = measured_at(decode_run, "a" * 40)
+    db = tmp_path / "h.sqlite"
+    result = run_cli("history", "add", write(tmp_path / "r.json", doc), "--db", str(db))
+    assert result.exit_code == 0, result.output
+    assert f"commit {'a' * 10}" in result.output
+    assert stored_commits(db) == [Commit("a" * 40, None, doc["created"])]
+
+
+def test_a_file_naming_no_commit_is_filed_under_head(tmp_path, decode_run, fake_head):
+    """In one add: a file naming its commit keeps it; one naming none gets HEAD's commit
+    and branch with its own date; a CSV (no date either) gets HEAD's commit date too."""
+    named, unnamed = measured_at(decode_run, "a" * 40, 1), measured_at(decode_run, None, 2)
+    paths = [
+        write(tmp_path / "named.json", named),
+        write(tmp_path / "unnamed.json", unnamed),
+        write_csv(tmp_path / "r.csv", measured_at(decode_run, None, 3)),
+    ]
+    db = tmp_path / "h.sqlite"
+    result = run_cli("history", "add", *paths, "--db", str(db))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split(", commit ")[1] for line in lines] == ["a" * 10, "e" * 10, "e" * 10]
+    assert stored_commits(db) == [  # in the order of their dates
+        Commit("a" * 40, None, named["created"]),
+        Commit(HEAD.sha, HEAD.branch, unnamed["created"]),
+        HEAD,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--commit", "b" * 40], Commit("b" * 40, None, "2026-11-01T00:00:00+00:00")),  # the file's
+        (["--date", "2026-10-05"], Commit("a" * 40, None, "2026-10-05")),
+    ],
+)
+def test_commit_and_date_override_the_files_each_alone(
+    tmp_path, decode_run, fake_head, flags, expected
+):
+    db = tmp_path / "h.sqlite"
+    path = write(tmp_path / "r.json", measured_at(decode_run, "a" * 40))
+    result = run_cli("history", "add", path, "--db", str(db), *flags)
+    assert result.exit_code == 0, result.output
+    assert stored_commits(db) == [expected]
+
+
+def test_archived_files_of_twelve_commits_show_the_step_at_the_eighth(
+    tmp_path, decode_run, fake_head
+):
+    """Twelve results files kept from twelve commits, added at once from one checkout:
+    each is filed under its own commit, so the 10% step from the eighth on is found."""
+    commits = [f"c{i:02d}".ljust(40, "0") for i in range(1, 13)]
+    docs = [
+        measured_at(decode_run, sha, i, 1.1 if i >= 7 else 1.0) for i, sha in enumerate(commits)
+    ]
+    paths = [write(tmp_path / f"r{i}.json", doc) for i, doc in enumerate(docs)]
+    db = tmp_path / "h.sqlite"
+    result = run_cli("history", "add", *paths, "--db", str(db), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [c.sha for c in stored_commits(db)] == commits
+    rows = step_changes(db)
+    assert len(rows) == 4  # every point's series, each at the eighth commit
+    assert {cells[2] for cells in rows} == {f"`{commits[7][:10]}`"}

@@ -59,16 +59,20 @@ def test_every_sample_of_a_cached_point_attends_exactly_context_plus_one_keys(
     rec = decode.run(p, Context(CPU, {**FIXED, "prefill": False}))
     assert rec.status == "ok" and len(rec.samples_ms) == 6
     # the reference check's call, 2 warm-up calls, the calls that size a sample's block of
-    # calls, and 6 samples of that many calls: every one at S + 1 keys
+    # calls, and 6 samples of that many calls (each after as many untimed ones, when its
+    # block is warmed: the step is sampled in turn with its kernels): all at S + 1 keys
     calls = 1 + 2 + PROBES + 6 * rec.step_calls_per_sample
-    assert seen == [(1, context_len + 1)] * calls
+    assert set(seen) == {(1, context_len + 1)}
+    assert len(seen) in (calls, calls + 6 * rec.step_calls_per_sample)
 
 
 def test_no_cache_samples_are_one_causal_forward_over_context_plus_one_tokens(monkeypatch):
     seen = spied(monkeypatch, "attnbench")
     rec = decode.run(point(mode="no_cache"), Context(CPU, FIXED))
     assert rec.status == "ok"
-    assert seen == [(10, 10)] * (1 + 2 + PROBES + 6 * rec.step_calls_per_sample)
+    calls = 1 + 2 + PROBES + 6 * rec.step_calls_per_sample
+    assert set(seen) == {(10, 10)}
+    assert len(seen) in (calls, calls + 6 * rec.step_calls_per_sample)
 
 
 def test_prefill_and_generation_are_their_own_samples(monkeypatch):

@@ -22,7 +22,7 @@ from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
 from ..records import Kind
 from ..render.history import changes_markdown, changes_rows, plot_series, series_rows
 from ..render.table import Column
-from ..study.documents import load_document
+from ..study.documents import Document, load_document
 from . import app
 from .common import check_writable, console, show_table
 from .flags import handles_errors
@@ -59,6 +59,32 @@ def current_commit() -> Commit | None:
     return Commit(sha, None if branch == "HEAD" else branch, _git("show", "-s", "--format=%cI"))
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def stamp_of(
+    document: Document,
+    head: Commit | None,
+    commit: str | None = None,
+    branch: str | None = None,
+    date: str | None = None,
+) -> Commit | None:
+    """The commit a run is filed under: `commit`, else the one its environment names
+    (`git_commit`: the file may come from another checkout or an archive), else `head`'s;
+    dated `date`, else when the file was written (`created`). A run of HEAD's commit also
+    gets HEAD's branch, and HEAD's commit date when the file has none (a CSV). None when
+    nothing names a commit."""
+    sha = commit or _text((document.environment or {}).get("git_commit"))
+    if sha is None and head is not None:
+        sha = head.sha
+    if sha is None:
+        return None
+    known = head if head is not None and head.sha == sha else Commit(sha)
+    created = _text((document.raw or {}).get("created"))
+    return Commit(sha, branch or known.branch, date or created or known.date)
+
+
 def _open(db: str | None) -> HistoryBackend:
     return open_history(db)
 
@@ -69,32 +95,45 @@ def add_command(
     results: list[str] = typer.Argument(..., metavar="RESULTS.json...", help="Results to add."),
     db: str | None = DbOpt,
     commit: str | None = typer.Option(
-        None, "--commit", help="The commit measured (default: HEAD of the current checkout)."
+        None,
+        "--commit",
+        help="The commit measured (default: the file's git_commit, else HEAD of the "
+        "current checkout).",
     ),
-    branch: str | None = typer.Option(None, "--branch", help="Its branch (default: HEAD's)."),
+    branch: str | None = typer.Option(
+        None, "--branch", help="Its branch (default: HEAD's, for a run of HEAD's commit)."
+    ),
     date: str | None = typer.Option(
-        None, "--date", help="Its commit date, ISO 8601 (default: HEAD's)."
+        None,
+        "--date",
+        help="Its date, ISO 8601 (default: when the file was written; else HEAD's commit date).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
 ) -> None:
     """Store runs (results.json of run, or --json of decode-speed and the other commands)
-    with their commit. Adding the same results again changes nothing."""
+    with their commit: the one each file's environment names, else HEAD. Adding the same
+    results again changes nothing."""
     documents = [load_document(path) for path in results]  # every file checked first
     head = current_commit()
-    if commit is None and head is None:
-        raise FieldError("commit", None, "not in a git checkout: name the commit measured")
-    if commit is None:
-        assert head is not None
-        stamp = Commit(head.sha, branch or head.branch, date or head.date)
-    else:
-        stamp = Commit(commit, branch, date)
+    stamps = []
+    for path, document in zip(results, documents, strict=True):
+        stamp = stamp_of(document, head, commit, branch, date)
+        if stamp is None:
+            reason = f"not in a git checkout: name the commit measured ({path} names none)"
+            raise FieldError("commit", None, reason)
+        stamps.append(stamp)
     history = _open(db)
     try:
-        for path, document in zip(results, documents, strict=True):
+        for path, document, stamp in zip(results, documents, stamps, strict=True):
             run_id, new = history.add(document, stamp)
-            if not quiet:
-                what = f"added as run {run_id}" if new else f"already there (run {run_id})"
-                console.print(f"{path}: {what}, commit {stamp.sha[:10]}", markup=False)
+            if quiet:
+                continue
+            if new:
+                what, stored = f"added as run {run_id}", stamp
+            else:  # stored earlier, maybe under another commit
+                what = f"already there (run {run_id})"
+                stored = next(r.commit for r in history.runs() if r.id == run_id)
+            console.print(f"{path}: {what}, commit {stored.sha[:10]}", markup=False)
     finally:
         history.close()
 

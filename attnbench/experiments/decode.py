@@ -58,7 +58,7 @@ SCORE_BYTES = 4
 MAX_TIME_S = {"cpu": 2.0, "cuda": 1.0}
 #: The least time one sample spans, by device type: shorter calls are timed in blocks
 #: (see measure.timing.Sampling), unless something must run between calls.
-MIN_SAMPLE_MS = {"cpu": 5.0, "cuda": 0.5}
+MIN_SAMPLE_MS = {"cpu": 2.0, "cuda": 0.5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,10 +131,33 @@ class DecodeRecord:
     gen_samples_ms: list[float] = timing([], of="gen_ms_median", csv=False)
     gen_tokens_per_s: float | None = info()
     reference: str | None = info()
-    x_of_reference_median: float | None = ratio()
+    x_of_reference_median: float | None = ratio(against="reference")
     x_of_reference_p25: float | None = ratio(of="x_of_reference_median")
     x_of_reference_p75: float | None = ratio(of="x_of_reference_median")
     x_of_reference_samples: list[float] = ratio([], of="x_of_reference_median", csv=False)
+    # The comparisons of points sampled in the same rounds (experiments.interleave): the
+    # step over another point's, round by round, with a bootstrap 95% interval.
+    sampling: str | None = info()
+    sampling_group: int | None = info()
+    narrowest_variant: str | None = info()
+    x_of_narrowest_median: float | None = ratio(against="narrowest_variant")
+    x_of_narrowest_p25: float | None = ratio(of="x_of_narrowest_median")
+    x_of_narrowest_p75: float | None = ratio(of="x_of_narrowest_median")
+    x_of_narrowest_samples: list[float] = ratio([], of="x_of_narrowest_median", csv=False)
+    x_of_narrowest_ci_lo: float | None = info()
+    x_of_narrowest_ci_hi: float | None = info()
+    x_of_no_cache_median: float | None = ratio()
+    x_of_no_cache_p25: float | None = ratio(of="x_of_no_cache_median")
+    x_of_no_cache_p75: float | None = ratio(of="x_of_no_cache_median")
+    x_of_no_cache_samples: list[float] = ratio([], of="x_of_no_cache_median", csv=False)
+    x_of_no_cache_ci_lo: float | None = info()
+    x_of_no_cache_ci_hi: float | None = info()
+    x_of_baseline_median: float | None = ratio(against="baseline_provider")
+    x_of_baseline_p25: float | None = ratio(of="x_of_baseline_median")
+    x_of_baseline_p75: float | None = ratio(of="x_of_baseline_median")
+    x_of_baseline_samples: list[float] = ratio([], of="x_of_baseline_median", csv=False)
+    x_of_baseline_ci_lo: float | None = info()
+    x_of_baseline_ci_hi: float | None = info()
     instructions_per_step: int | None = count()
     instructions_counter: str | None = info()
     noisy: bool | None = info()
@@ -157,6 +180,7 @@ class DecodeOptions:
     baseline_provider: str = "attnbench"
     reference: str = "kernels"
     instructions: bool = False
+    no_cache_max_prompt_len: int | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> DecodeOptions:
@@ -288,21 +312,51 @@ def time_workload(
     in-run ratio to their sum is kept beside it."""
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
-    prefill = None
-    if point.cached and options.prefill and work.prefill is not None:
-        prefill = sample(timer, work.prefill, sampling, work.prefill_setup)
-    step = work.step
-    if point.cuda_graph:
-        step = capture_graph(step, work.step_setup, device)
+    prefill = time_prefill(timer, work, point, options, sample)
+    step = timed_step(work, point, device)
     if reference:
         measured = timer.sample_interleaved([(step, work.step_setup), *reference], sampling)
-        timings = Timings(measured[0], prefill, x_of_reference=in_run_ratio(measured),
-                          reference=options.reference)  # fmt: skip
+        timings = step_timings(measured, prefill, options.reference)
     else:
         timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
-    if point.gen_len and work.generation is not None:
-        timings.generation = sample(timer, work.generation, sampling, work.generation_setup)
+    timings.generation = time_generation(timer, work, point, options, sample)
     return timings
+
+
+def time_prefill(
+    timer: Timer, work: Workload, point: DecodePoint, options: DecodeOptions, sample: Sample
+) -> Measurement | None:
+    """The prefill's samples, when the point has one to time (mode cache, `prefill`)."""
+    if point.cached and options.prefill and work.prefill is not None:
+        return sample(timer, work.prefill, options.sampling(timer.device), work.prefill_setup)
+    return None
+
+
+def time_generation(
+    timer: Timer, work: Workload, point: DecodePoint, options: DecodeOptions, sample: Sample
+) -> Measurement | None:
+    """Whole generations of gen_len tokens, one sample each, when gen_len is set."""
+    if point.gen_len and work.generation is not None:
+        sampling = options.sampling(timer.device)
+        return sample(timer, work.generation, sampling, work.generation_setup)
+    return None
+
+
+def timed_step(work: Workload, point: DecodePoint, device: torch.device) -> Callable[[], object]:
+    """The call each step sample times: the step, or its CUDA graph's replay."""
+    if point.cuda_graph:
+        return capture_graph(work.step, work.step_setup, device)
+    return work.step
+
+
+def step_timings(
+    measured: list[Measurement], prefill: Measurement | None, reference: str
+) -> Timings:
+    """The step's timings from its samples and those of its reference calls, taken in the
+    same rounds: the step, and its in-run ratio to their sum when it has any."""
+    if len(measured) == 1:
+        return Timings(measured[0], prefill)
+    return Timings(measured[0], prefill, x_of_reference=in_run_ratio(measured), reference=reference)
 
 
 def forward_bytes(point: DecodePoint, q_len: int, k_len: int) -> int:
@@ -443,20 +497,42 @@ def _first_reason(warned: list[str], exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def run(
+@dataclass
+class Ready:
+    """A point built and checked, ready to be timed: its record so far, its checked
+    workload, what its step is timed against, and its instruction count if one was made."""
+
+    point: DecodePoint
+    record: DecodeRecord
+    work: Workload
+    against: list[TimedCall]
+    counted: Counted | str | None = None
+
+    def finish(self, timings: Timings, context: Context) -> DecodeRecord:
+        """The record with its measured columns."""
+        fill_timings(self.record, self.point, timings, context)
+        self.record.projection_path = self.work.projection_path
+        if isinstance(self.counted, Counted):
+            self.record.instructions_per_step = self.counted.instructions
+            self.record.instructions_counter = self.counted.counter
+        return self.record
+
+
+def prepare(
     point: DecodePoint,
     context: Context,
     free_bytes: Callable[[torch.device], int] = free_memory_bytes,
-) -> DecodeRecord:
-    """Measure one point on `context.device` and fill its record. A point that needs more
-    memory (decode_bytes) than `free_bytes` says the device has free is not run: its
-    status says what it needs. Inside an initialised process group (torchrun), the point
-    runs tensor-parallel over its ranks (experiments.tensor_parallel): each holds its
-    share of the heads, and every status is agreed, so all ranks run the same calls."""
+    ranks: Ranks | None = None,
+) -> Ready | DecodeRecord:
+    """Build the point's layer, inputs and workload on `context.device` and check its
+    step against the reference: what can be timed, or the record saying why not. A point
+    that needs more memory (decode_bytes) than `free_bytes` says the device has free is
+    not built: its status says what it needs. With `ranks` (torchrun), this process
+    builds its share of the heads, and every status is agreed, so all ranks run the same
+    calls."""
     device = context.device if context.device is not None else torch.device("cpu")
     options = DecodeOptions.from_options(context.options)
     rec = analytic_record(point, context)
-    ranks = Ranks.joined(point.tp, device)
     local = ranks.local(point) if ranks else point  # the heads this process holds
     status = _blocked(point, local, device, options, free_bytes, ranks)
     counted = context.counts.get(point) if options.instructions and point.cached else None
@@ -468,33 +544,47 @@ def run(
         rec.status = status
         return rec
     backend = "naive" if point.provider == "naive" else "sdpa"
-    dtype = torch_dtype(point.dtype)
-    layer = build_layer(point.shape, backend, dtype, device)
+    layer = build_layer(point.shape, backend, torch_dtype(point.dtype), device)
     if ranks:
         layer = ranks.shard(layer)
+    with torch.inference_mode(), PROVIDERS[point.provider].running():
+        reference = ranks.reference if ranks else reference_step
+        inputs = point_inputs(local, layer, device)
+        work, status = _prepared(point, inputs, reference, ranks)
+        if status is not None:
+            rec.status = status
+            return rec
+        against = [] if ranks else reference_calls(point, inputs, options.reference)
+    return Ready(point, rec, work, against, counted)  # type: ignore[arg-type]
+
+
+def run(
+    point: DecodePoint,
+    context: Context,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
+) -> DecodeRecord:
+    """Measure one point alone on `context.device` and fill its record (see `prepare`).
+    Inside an initialised process group (torchrun), the point runs tensor-parallel over
+    its ranks (experiments.tensor_parallel), each timing in lockstep."""
+    device = context.device if context.device is not None else torch.device("cpu")
+    options = DecodeOptions.from_options(context.options)
+    ranks = Ranks.joined(point.tp, device)
     try:
+        ready = prepare(point, context, free_bytes, ranks)
+        if isinstance(ready, DecodeRecord):
+            return ready
         with torch.inference_mode(), PROVIDERS[point.provider].running():
-            reference = ranks.reference if ranks else reference_step
-            inputs = point_inputs(local, layer, device)
-            work, status = _prepared(point, inputs, reference, ranks)
-            if status is None:
-                sample = ranks.sampler() if ranks else Timer.sample
-                against = None if ranks else reference_calls(point, inputs, options.reference)
-                timings = time_workload(work, point, device, options, sample, against)
-            if status is None and ranks:
-                sampling = options.sampling(device)
-                timings.all_reduce = ranks.time_all_reduce(point, dtype, sampling)
+            sample = ranks.sampler() if ranks else Timer.sample
+            timings = time_workload(ready.work, point, device, options, sample, ready.against)
+            if ranks:
+                dtype = torch_dtype(point.dtype)
+                timings.all_reduce = ranks.time_all_reduce(point, dtype, options.sampling(device))
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if status is not None:
-        rec.status = status
-        return rec
-    fill_timings(rec, point, timings, context)
-    rec.projection_path = work.projection_path
-    if isinstance(counted, Counted):
-        rec.instructions_per_step, rec.instructions_counter = counted.instructions, counted.counter
-    return rec
+    record = ready.finish(timings, context)
+    record.sampling = "alone"
+    return record
 
 
 def reference_calls(point: DecodePoint, inputs: DecodeInputs, reference: str) -> list[TimedCall]:
@@ -604,44 +694,33 @@ def _summarise(rec: DecodeRecord, stem: str, samples: str, measured: Measurement
     setattr(rec, samples, measured.samples_ms)
 
 
-#: What makes two rows the same configuration, but for the provider and the mode.
-CONFIG_FIELDS = ("model", "variant", "device", "dtype", "batch", "d_model", "num_heads",
-                 "num_kv_heads", "head_dim", "prompt_len", "gen_len", "cuda_graph")  # fmt: skip
-
-
-def configuration(record: DecodeRecord) -> tuple:
-    return tuple(getattr(record, f) for f in CONFIG_FIELDS)
-
-
-def link_speedups(records: list[DecodeRecord]) -> None:
-    """Fill the speed-ups: speedup_vs_no_cache on cache rows (the same provider's no_cache
-    step time over theirs) and speedup_vs_baseline on every row (the baseline provider's
-    step time, in the same mode, over theirs)."""
-    steps = {(configuration(r), r.provider, r.mode): r.step_ms_median for r in records}
-    for r in records:
-        if not r.step_ms_median:
-            continue
-        slow = steps.get((configuration(r), r.provider, "no_cache"))
-        if r.mode == "cache" and slow:
-            r.speedup_vs_no_cache = slow / r.step_ms_median
-        base = steps.get((configuration(r), r.baseline_provider, r.mode))
-        if base:
-            r.speedup_vs_baseline = base / r.step_ms_median
+def context_of(point: DecodePoint) -> DecodePoint:
+    """What the points compared with each other share: all but the variant (KV heads),
+    the provider and the mode. Points of one context are sampled in turn
+    (experiments.interleave)."""
+    return replace(point, num_kv_heads=0, provider="", mode="")
 
 
 def run_order(points: list[DecodePoint], options: Mapping[str, Any]) -> list[DecodePoint]:
-    """The points grouped by configuration (in grid order), the baseline provider first
-    and each provider's no_cache point just before its cache point: every speed-up can
-    then be filled in as a row lands."""
-    baseline = DecodeOptions.from_options(options).baseline_provider
+    """The points to run, grouped by context (in grid order), then by configuration, the
+    baseline provider first and each provider's no_cache point just before its cache
+    point. No_cache points above `no_cache_max_prompt_len` are left out: their cost
+    grows with the square of the context."""
+    settings = DecodeOptions.from_options(options)
+    longest = settings.no_cache_max_prompt_len
+    points = [p for p in points if p.cached or longest is None or p.prompt_len <= longest]
+    contexts: dict[DecodePoint, int] = {}
     first: dict[DecodePoint, int] = {}
     providers: dict[str, int] = {}
     for i, p in enumerate(points):
+        contexts.setdefault(context_of(p), i)
         first.setdefault(replace(p, provider="", mode=""), i)
         providers.setdefault(p.provider, i)
 
     def order(p: DecodePoint) -> tuple:
-        return (first[replace(p, provider="", mode="")], p.provider != baseline,
-                providers[p.provider], p.mode != "no_cache")  # fmt: skip
+        configuration = first[replace(p, provider="", mode="")]
+        not_baseline = p.provider != settings.baseline_provider
+        group = contexts[context_of(p)]
+        return (group, configuration, not_baseline, providers[p.provider], p.mode != "no_cache")
 
     return sorted(points, key=order)

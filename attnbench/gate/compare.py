@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -44,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..measure.timing import percentile
-from ..records import SAMPLED, Kind, gated_timing
+from ..measure.timing import bootstrap_medians, percentile
+from ..records import SAMPLED, Kind, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
 from ..study.sections import record_type
@@ -58,10 +59,11 @@ PEAK_DRIFT = 0.10
 
 #: The kinds of metric that get a verdict.
 GATED = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
-#: The info field that says what a kind of metric was measured against or with: in-run
-#: ratios to different references, or counts by different counters (valgrind versions),
-#: are not compared.
-MEASURED_WITH = {Kind.RATIO: "reference", Kind.COUNT: "instructions_counter"}
+#: The info field that says what counts were measured with: counts by different counters
+#: (valgrind versions) are not compared. What an in-run ratio was taken against is
+#: declared with the ratio (records.ratio_against): ratios to different references are
+#: not compared either.
+COUNTED_WITH = "instructions_counter"
 
 
 class Verdict(str, Enum):
@@ -175,14 +177,6 @@ def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
     if -delta > limit:
         return Judgement(Verdict.IMPROVED, f"{change} is beyond {limit / 2**20:.2f} MiB", ratio)
     return Judgement(Verdict.UNCHANGED, f"{change} is within {limit / 2**20:.2f} MiB", ratio)
-
-
-def bootstrap_medians(samples: tuple[float, ...], rng: np.random.Generator, n: int) -> np.ndarray:
-    """Medians of `n` resamples with replacement. Resampling indices into the sorted samples
-    and sorting the indices keeps each resample sorted: cheaper than np.median per row."""
-    x = np.sort(np.asarray(samples, dtype=float))
-    idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
-    return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
 
 
 def bootstrap_ratio_interval(
@@ -555,6 +549,7 @@ def compare_rows(
     kinds = kinds_of(section)
     rtype = record_type(section)
     timings = gated_timing(rtype) if rtype else {}
+    against = ratio_against(rtype) if rtype else {}
     findings = []
     status = judge_status(base, cur)
     if status is not None:
@@ -580,7 +575,7 @@ def compare_rows(
             continue
         gating = True
         mismatch = env_mismatch.for_kind(kind)
-        measured_with = MEASURED_WITH.get(kind)
+        measured_with = COUNTED_WITH if kind is Kind.COUNT else against.get(name)
         if measured_with and base.get(measured_with) != cur.get(measured_with):
             mismatch = [*mismatch, measured_with]  # another reference, another counter
         if b is None or c is None:
@@ -590,7 +585,7 @@ def compare_rows(
         elif kind is Kind.MEMORY:
             judgement = judge_memory(b, c, th)
         elif mismatch and not allow_env_mismatch:
-            judgement = _incomparable(mismatch, c / b if b else None)
+            judgement = _incomparable(mismatch, c / b if b else None, against.values())
         else:
             if kind is Kind.COUNT:
                 judgement = judge_count(b, c, th)
@@ -609,13 +604,16 @@ def compare_rows(
     return findings
 
 
-def _incomparable(env_mismatch: list[str], ratio: float | None = None) -> Judgement:
-    """The verdict on an environment-dependent metric between differing environments."""
+def _incomparable(
+    env_mismatch: list[str], ratio: float | None = None, references: Iterable[str] = ()
+) -> Judgement:
+    """The verdict on an environment-dependent metric between differing environments
+    (`references`: the fields that say what a ratio was taken against)."""
     what = "environments differ"
-    if env_mismatch == [MEASURED_WITH[Kind.RATIO]]:
-        what = "references differ"
-    elif env_mismatch == [MEASURED_WITH[Kind.COUNT]]:
+    if env_mismatch == [COUNTED_WITH]:
         what = "counters differ"
+    elif len(env_mismatch) == 1 and env_mismatch[0] in set(references):
+        what = "references differ"
     return Judgement(Verdict.INCOMPARABLE, f"{what} ({', '.join(env_mismatch)})", ratio)
 
 

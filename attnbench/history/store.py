@@ -86,7 +86,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 @dataclass(frozen=True)
 class Commit:
-    """The code a run measured: its commit, branch and commit date (ISO 8601)."""
+    """The code a run measured: its commit, branch and date (ISO 8601): when the run was
+    written, or the commit date where the file does not say."""
 
     sha: str
     branch: str | None = None

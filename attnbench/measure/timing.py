@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import gc
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from ..model.formulas import matmul_flops
@@ -39,6 +42,37 @@ PROBES = 3
 CONVERGED, OUT_OF_TIME, MOST_SAMPLES, FIXED = "target_ci", "max_time", "max_repeats", "repeats"
 #: A call to time and the set-up that runs, untimed, before each of its samples (or None).
 TimedCall = tuple[Callable[[], object], Callable[[], object] | None]
+
+
+#: A sample interleaved with others is preceded by untimed calls when it spans less than
+#: this many times `min_sample_ms` (see Timer.block_of).
+WARM_BELOW = 4
+
+
+@dataclass(frozen=True)
+class Block:
+    """One sample's calls: `number` consecutive calls timed together, after as many
+    untimed ones when `warm`."""
+
+    number: int = 1
+    warm: bool = False
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Calls sampled one after the other in every round, inside `context()` when given
+    (a provider's pinned kernel): a step and what it is timed against."""
+
+    calls: Sequence[TimedCall]
+    context: Callable[[], AbstractContextManager] | None = None
+
+    def entered(self) -> AbstractContextManager:
+        return self.context() if self.context is not None else nullcontext()
+
+
+def _run(call: Callable[[], object] | None) -> None:
+    if call is not None:
+        call()
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -63,6 +97,25 @@ def median_interval(values: Sequence[float], z: float = Z_95) -> tuple[float, fl
     lo = max(math.floor(n / 2 - half), 1)
     hi = min(math.ceil(n / 2 + half) + 1, n)
     return ordered[lo - 1], ordered[hi - 1]
+
+
+def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarray:
+    """Medians of `n` resamples with replacement. Resampling indices into the sorted samples
+    and sorting the indices keeps each resample sorted: cheaper than np.median per row."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
+    return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
+
+
+#: Resamples of a bootstrap interval, and its seed (the same samples give the same interval).
+RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+
+
+def bootstrap_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """The seeded percentile-bootstrap `confidence` interval of the median of `values`."""
+    medians = bootstrap_medians(values, np.random.default_rng(BOOTSTRAP_SEED), RESAMPLES)
+    lo, hi = np.quantile(medians, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(lo), float(hi)
 
 
 @dataclass(frozen=True)
@@ -147,36 +200,57 @@ class Timer:
     ) -> list[float]:
         """`count` samples, each the mean time in milliseconds of `number` consecutive
         calls; `setup` runs before each sample, untimed."""
-        return self.time_rounds([(call, setup)], [number], count)[0]
+        return self.time_rounds([Unit([(call, setup)])], [[Block(number)]], count)[0][0]
 
     def time_rounds(
-        self, calls: Sequence[TimedCall], numbers: Sequence[int], rounds: int
-    ) -> list[list[float]]:
-        """`rounds` rounds of one sample of each call in turn, a sample being the mean
-        time in milliseconds of `number` consecutive calls after the call's set-up: each
-        call's samples. On CUDA every sample is bracketed by events, read after one
-        synchronize at the end, so the host runs ahead of the device as it would."""
-        times: list[list] = [[] for _ in calls]
+        self,
+        units: Sequence[Unit],
+        blocks: Sequence[Sequence[Block]],
+        rounds: int,
+        order: random.Random | None = None,
+    ) -> list[list[list[float]]]:
+        """`rounds` rounds of one sample of each call of each unit, a sample being the mean
+        time in milliseconds of its block's `number` consecutive calls after the call's
+        set-up (and, for a `warm` block, as many untimed calls): the samples of each call of
+        each unit. Within a round the units come in a new order drawn from `order` (when
+        given), and the calls of a unit one after the other, inside its context. On CUDA
+        every sample is bracketed by events, read after one synchronize at the end, so the
+        host runs ahead of the device as it would."""
+        times: list[list[list]] = [[[] for _ in unit.calls] for unit in units]
+        turns = list(range(len(units)))
         if self.cuda:
             torch.cuda.synchronize(self.device)
         for _ in range(rounds):
-            for (call, setup), number, taken in zip(calls, numbers, times, strict=True):
-                if setup is not None:
-                    setup()
-                if self.cuda:
-                    taken.append(self._cuda_sample(call, number))
-                    continue
-                start = time.perf_counter_ns()
-                for _ in range(number):
-                    call()
-                taken.append((time.perf_counter_ns() - start) / 1e6 / number)
+            if order is not None:
+                order.shuffle(turns)
+            for u in turns:
+                with units[u].entered():
+                    for (call, setup), block, taken in zip(
+                        units[u].calls, blocks[u], times[u], strict=True
+                    ):
+                        if block.warm:
+                            _run(setup)
+                            for _ in range(block.number):
+                                call()
+                        _run(setup)
+                        taken.append(self._one_sample(call, block.number))
         if not self.cuda:
             return times
         torch.cuda.synchronize(self.device)
-        return [
-            [start.elapsed_time(end) / number for start, end in events]
-            for events, number in zip(times, numbers, strict=True)
-        ]
+        for unit_times, unit_blocks in zip(times, blocks, strict=True):
+            for i, (events, block) in enumerate(zip(unit_times, unit_blocks, strict=True)):
+                unit_times[i] = [start.elapsed_time(end) / block.number for start, end in events]
+        return times
+
+    def _one_sample(self, call: Callable[[], object], number: int) -> float | tuple:
+        """`number` consecutive calls: their mean time in ms on the CPU, their events on
+        CUDA."""
+        if self.cuda:
+            return self._cuda_sample(call, number)
+        start = time.perf_counter_ns()
+        for _ in range(number):
+            call()
+        return (time.perf_counter_ns() - start) / 1e6 / number
 
     def _cuda_sample(self, call: Callable[[], object], number: int) -> tuple:
         """The (start, end) events around `number` calls, after the L2 flush if any."""
@@ -194,18 +268,28 @@ class Timer:
         """`warmup` untimed calls, then `repeats` timed ones, one call per sample."""
         return self.sample(call, Sampling(warmup=warmup, repeats=repeats))
 
-    def calls_per_sample(
-        self, call: Callable[[], object], sampling: Sampling, setup: Callable[[], object] | None
-    ) -> int:
-        """How many consecutive calls one sample times: enough to span `min_sample_ms`
-        (from the fastest of PROBES calls), or one where something must happen between calls (a
-        set-up, an L2 flush); the count `sampling` fixes, if any."""
+    def block_of(
+        self,
+        call: Callable[[], object],
+        sampling: Sampling,
+        setup: Callable[[], object] | None,
+        interleaved: bool = False,
+    ) -> Block:
+        """How one sample of `call` is taken. Its calls: enough to span `min_sample_ms`
+        (from the fastest of PROBES calls), or one where something must happen between
+        calls (a set-up, an L2 flush); the count `sampling` fixes, if any. `interleaved`
+        with other calls, a call finds the caches holding what ran before it, and the
+        first calls after a switch are slower than the rest: a sample spanning under
+        WARM_BELOW x `min_sample_ms` is then preceded by as many untimed calls, so that it
+        times the calls' steady state whatever their number (a long call pays its own
+        start; a flushed L2 is cold on purpose)."""
         if sampling.calls_per_sample is not None:
-            return sampling.calls_per_sample
+            return Block(sampling.calls_per_sample)
         if sampling.min_sample_ms <= 0 or setup is not None or self._flush_buffer is not None:
-            return 1
+            return Block(1)
         probe = min(self.time_blocks(call, PROBES, 1))  # the fastest: a stall is no cost
-        return max(1, min(math.ceil(sampling.min_sample_ms / max(probe, 1e-6)), MAX_BLOCK))
+        number = max(1, min(math.ceil(sampling.min_sample_ms / max(probe, 1e-6)), MAX_BLOCK))
+        return Block(number, interleaved and number * probe < WARM_BELOW * sampling.min_sample_ms)
 
     def sample(
         self,
@@ -226,26 +310,62 @@ class Timer:
         alike, and cancels in their ratios (see `in_run_ratio`). Adaptive sampling stops
         when the first call's interval, and that of its ratio to the sum of the others,
         are within the target; the time budget covers all of them."""
+        return self.sample_units([Unit(calls)], sampling)[0]
+
+    def sample_units(
+        self,
+        units: Sequence[Unit],
+        sampling: Sampling,
+        width: Callable[[list[list[Measurement]]], float] | None = None,
+        max_time_s: float | None = None,
+        seed: int = 0,
+    ) -> list[list[Measurement]]:
+        """Round-robin sampling of several units (each a step and what it is timed
+        against): one sample of every call of every unit per round, the units in a new
+        seeded order each round, so that every unit meets the same mix of the machine's
+        states and none always runs first or last. Adaptive sampling stops when
+        `width(measurements)`, the widest relative interval that matters, is within the
+        target (default: each unit's, as `sample_interleaved` converges), or after
+        `max_time_s` (default `sampling.max_time_s`) for all of them together. Python's
+        garbage collector is paused meanwhile (as timeit does): a collection is not the
+        calls' cost."""
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._sample(calls, sampling)
+            if max_time_s is not None:
+                sampling = replace(sampling, max_time_s=max_time_s)
+            return self._sample(units, sampling, width or _widest_unit, random.Random(seed))
         finally:
             if collecting:
                 gc.enable()
 
-    def _sample(self, calls: Sequence[TimedCall], sampling: Sampling) -> list[Measurement]:
-        for call, setup in calls:
-            self.time_blocks(call, sampling.warmup, 1, setup)
-        numbers = [self.calls_per_sample(call, sampling, setup) for call, setup in calls]
-        samples: list[list[float]] = [[] for _ in calls]
+    def _sample(
+        self,
+        units: Sequence[Unit],
+        sampling: Sampling,
+        width: Callable[[list[list[Measurement]]], float],
+        order: random.Random,
+    ) -> list[list[Measurement]]:
+        interleaved = sum(len(unit.calls) for unit in units) > 1
+        blocks = []
+        for unit in units:
+            with unit.entered():
+                for call, setup in unit.calls:
+                    self.time_blocks(call, sampling.warmup, 1, setup)
+                blocks.append([self.block_of(c, sampling, s, interleaved) for c, s in unit.calls])
+        samples: list[list[list[float]]] = [[[] for _ in unit.calls] for unit in units]
 
         def more(count: int) -> None:
-            for taken, new in zip(samples, self.time_rounds(calls, numbers, count), strict=True):
-                taken += new
+            new = self.time_rounds(units, blocks, count, order)
+            for unit_taken, unit_new in zip(samples, new, strict=True):
+                for taken, added in zip(unit_taken, unit_new, strict=True):
+                    taken += added
 
-        def measured(stop: str) -> list[Measurement]:
-            return [Measurement(s, stop, n) for s, n in zip(samples, numbers, strict=True)]
+        def measured(stop: str) -> list[list[Measurement]]:
+            return [
+                [Measurement(s, stop, b.number) for s, b in zip(unit, unit_blocks, strict=True)]
+                for unit, unit_blocks in zip(samples, blocks, strict=True)
+            ]
 
         if sampling.repeats is not None:
             more(sampling.repeats)
@@ -253,8 +373,8 @@ class Timer:
         started = time.perf_counter()
         more(sampling.min_repeats)
         while True:
-            taken, spent = len(samples[0]), time.perf_counter() - started
-            if _ci_rel(measured(FIXED)) <= sampling.target_rel_ci:
+            taken, spent = len(samples[0][0]), time.perf_counter() - started
+            if width(measured(FIXED)) <= sampling.target_rel_ci:
                 return measured(CONVERGED)
             if spent >= sampling.max_time_s:
                 return measured(OUT_OF_TIME)
@@ -263,6 +383,11 @@ class Timer:
             # the next batch: up to half as many again, within the time left
             left = int((sampling.max_time_s - spent) / max(spent / taken, 1e-9)) + 1
             more(min(max(taken // 2, 1), left, sampling.max_repeats - taken))
+
+
+def _widest_unit(units: list[list[Measurement]]) -> float:
+    """The widest relative interval over the units (see `_ci_rel`)."""
+    return max(_ci_rel(unit) for unit in units)
 
 
 def _ci_rel(measurements: list[Measurement]) -> float:

@@ -261,6 +261,9 @@ fmt_f0 = _formatter(".0f")
 
 #: The header of the speed-up over the baseline provider when the rows name no single one.
 VS_BASELINE = "vs base"
+#: The header of the cached step over the narrowest-KV variant's, when the rows name no
+#: single one.
+X_OF_NARROWEST = "x narrowest"
 #: The header of the step's in-run ratio when the rows name no single reference.
 X_OF_REFERENCE = "x of ref"
 #: The Status column's rank when some row is not ok: just after the step time, since a row
@@ -279,6 +282,7 @@ DECODE: list[Column] = [
     Column("all-reduce ms", "allreduce_ms_median", fmt_ms, rank=5),
     _bytes("KV/GPU", "kv_bytes_per_gpu", 6),
     Column("tok/s", "tokens_per_s", fmt_f1, rank=6, compact=fmt_f0),
+    Column(X_OF_NARROWEST, "x_of_narrowest_median", fmt_x2, rank=11),
     Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=7),
     Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
     Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
@@ -316,7 +320,8 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     hold more than one provider, headed by the baseline's name ("vs attnbench") when they
     share one; gen and graph only when some row generates tokens or replays a CUDA graph
     (not "gen 0 · eager" in every title); the step's in-run ratio when some row has one,
-    headed by its reference ("x kernels"); the instruction count when counted; tp, the
+    headed by its reference ("x kernels"), and its ratio to the narrowest-KV variant's,
+    headed by that variant ("x MQA"); the instruction count when counted; tp, the
     all-reduce and the KV bytes per GPU only for tensor-parallel rows; and the Status
     just after the step time when some row is not ok."""
     records = [as_row(r) for r in rows]
@@ -324,6 +329,7 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     baselines = {r.get("baseline_provider") for r in records
                  if r.get("speedup_vs_baseline") is not None}  # fmt: skip
     references = {r.get("reference") for r in records if r.get("x_of_reference_median")}
+    narrowest = {r.get("narrowest_variant") for r in records if r.get("x_of_narrowest_median")}
     used = {f: any(r.get(f) for r in records)
             for f in ("cuda_graph", "gen_len", "instructions_per_step")}  # fmt: skip
     split = any((r.get("tp") or 1) > 1 or r.get("allreduce_ms_median") for r in records)
@@ -341,6 +347,11 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
                 continue
             if len(references) == 1:
                 c = replace(c, header=f"x {next(iter(references))}")
+        elif c.field == "x_of_narrowest_median":
+            if not narrowest:
+                continue
+            if len(narrowest) == 1:
+                c = replace(c, header=f"x {next(iter(narrowest))}")
         elif c.field in used and not used[c.field]:
             continue
         elif c.field == "status" and not_ok:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..measure.timing import NOISY_IQR_FRACTION, OUT_OF_TIME
+from ..measure.timing import NOISY_IQR_FRACTION
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named
-from .columns import columns_for, fmt_x2, known
+from .columns import columns_for, known
+from .comparisons import cache_findings, sampling_findings, stated, variant_findings
 from .plots import PLOTS, context, field_text, ok_records, one_provider, series, series_label
 from .providers import baseline_of, providers_of, providers_table
 from .table import markdown_table, present_columns, split_settings
@@ -97,7 +98,10 @@ def _setting(field: str, value) -> str:
     return f"{value} layers" if field == "num_layers" else str(value)
 
 
-def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
+def _decode_findings(
+    records: Sequence[dict], environment: dict, target: float | None = None
+) -> list[str]:
+    """The decode section's findings; `target` is the sampling's target_rel_ci."""
     timed_all = ok_records(records, "step_ms_median", "prompt_len", "mode")
     if not timed_all:
         return []
@@ -119,14 +123,8 @@ def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
                 f"{uncached[hi]['step_ms_median']:.3f} ms at context {hi:,}; with it, "
                 f"{cached[lo]['step_ms_median']:.3f} ms and {cached[hi]['step_ms_median']:.3f} ms."
             )
-    fast = one_provider(ok_records(records, "speedup_vs_no_cache", "prompt_len"))
-    if fast:
-        longest = max(r["prompt_len"] for r in fast)
-        at_longest = [r for r in fast if r["prompt_len"] == longest]
-        parts = [f"{rows[0]['speedup_vs_no_cache']:.1f}x ({label})"
-                 for label, rows in series(at_longest, "prompt_len")]  # fmt: skip
-        found.append(f"At context {longest:,}, cached decode is {_join(parts)} faster than "
-                     f"recomputing the prefix, {where}.")  # fmt: skip
+    found += variant_findings(records)
+    found += cache_findings(records, where)
     found += _fastest_providers(timed_all)
     found += _peaks(records, several)
     noisy = [r for r in timed_all if r.get("noisy")]
@@ -134,12 +132,7 @@ def _decode_findings(records: Sequence[dict], environment: dict) -> list[str]:
         found.append(f"{len(noisy)} of {len(timed_all)} decode steps (each timed at a fixed "
                      f"context) are flagged noisy: p25 to p75 wider than "
                      f"{NOISY_IQR_FRACTION:.0%} of the median.")  # fmt: skip
-    late = [r for r in timed_all if r.get("step_stop") == OUT_OF_TIME]
-    if late:
-        widest = max((r["step_ci_pct"] for r in late if known(r.get("step_ci_pct"))), default=None)
-        spread = f" (the widest 95% interval of a median: ±{widest:.1f}%)" * (widest is not None)
-        found.append(f"{len(late)} of {len(timed_all)} decode steps ran out of sampling time "
-                     f"before their median was known as closely as asked{spread}.")  # fmt: skip
+    found += sampling_findings(records, target)
     return found
 
 
@@ -155,11 +148,12 @@ def _fastest_providers(timed: Sequence[dict]) -> list[str]:
     parts = []
     for label, rows in series(at_longest, "prompt_len", exclude=("mode", "provider")):
         best = min(rows, key=lambda r: r["step_ms_median"])
-        speedup = best.get("speedup_vs_baseline")
         if best["provider"] == baseline:
             versus = ", the baseline"
+        elif known(best.get("x_of_baseline_ci_lo")) and known(best.get("x_of_baseline_median")):
+            versus = f", {stated(best, 'x_of_baseline', inverse=True)} {baseline}"
         else:
-            versus = f", {fmt_x2(speedup)} {baseline}" if known(speedup) else ""
+            versus = ""
         parts.append(f"{label} {best['provider']} ({best['step_ms_median']:.3f} ms{versus})")
     return [f"Fastest cached decode step at context {longest:,}: {_join(parts)}."]
 
@@ -235,7 +229,7 @@ def findings(doc: dict) -> list[str]:
         *_share_of_mha(kvmem, "needs", "KV cache", ("num_heads",)),
         *_largest_caches(kvmem),
         *_share_of_mha(params, "has", "attention parameters", ("d_model", "num_heads")),
-        *_decode_findings(sections.get("decode", []), doc["environment"]),
+        *_decode_findings(sections.get("decode", []), doc["environment"], _target(doc)),
         *_not_timed(doc),
     ]
     failed = incomplete(doc)
@@ -243,6 +237,13 @@ def findings(doc: dict) -> list[str]:
         found.append(f"{len(failed)} point(s) did not complete: "
                      + "; ".join(describe_failure(s, r) for s, r in failed) + ".")  # fmt: skip
     return found
+
+
+def _target(doc: dict) -> float | None:
+    """The decode section's target_rel_ci, as its configuration records it."""
+    config = doc["sections"].get("decode", {}).get("config", {})
+    target = config.get("target_rel_ci")
+    return target if isinstance(target, (int, float)) else None
 
 
 def describe_failure(section: str, record: dict) -> str:

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from ..records import as_dict
 from .documents import load_results
 from .plan import Plan, first_difference
-from .sections import KINDS
 from .shards import SHARDS_DIR, Shard, indexed_plan, shard_dir, shard_plan
 from .stores import RESULTS_FILE
 
@@ -86,12 +84,7 @@ def merge(paths: Sequence[Path]) -> Merged:
     ]
     merged["sections"] = {}
     for section, records in sections.items():
-        ordered = [records[i] for i in sorted(records)]
-        kind = KINDS[section]
-        if kind.link is not None:  # speed-ups across shares
-            objects = [kind.record(**r) for r in ordered]
-            kind.link(objects)
-            ordered = [as_dict(r) for r in objects]
+        ordered = [records[i] for i in sorted(records)]  # comparisons stay each share's
         config = first["sections"][section]["config"]
         ran = [ran_on[section, i] for i in sorted(records)]
         merged["sections"][section] = {"config": config, "records": ordered, "environment_of": ran}

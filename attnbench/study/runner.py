@@ -52,7 +52,7 @@ __all__ = [  # planning and storing live beside the runner; these are its public
 
 
 Store = MemoryStore | DirectoryStore
-#: Runs one task: the default runs the section's experiment.
+#: Runs one task (tests inject their own; the points then run one by one).
 Executor = Callable[[Task, Context], Any]
 Progress = Callable[[Sequence[Task]], Generator[Task, None, None]]
 
@@ -92,25 +92,32 @@ def run_study(
     stop: threading.Event | None = None,
     on_interrupt: Callable[[], None] | None = None,
     progress: Progress = _no_progress,
-    execute: Executor = run_experiment,
+    execute: Executor | None = None,
     probe_peak: Callable[[torch.device], float] | None = None,
     probe_flops: Callable[[torch.device, torch.dtype], float] | None = None,
 ) -> RunResult:
     """Run the points of `plan` not yet in `store`, keeping each one as it finishes.
 
-    `execute` runs one task (tests inject their own); `probe_peak` measures the copy
-    bandwidth timed points are held against (default: measure.timing.measure_peak_gbps),
-    `probe_flops` the matmul throughput (default: measure.timing.measure_peak_tflops).
-    With `on_interrupt`, the first Ctrl-C sets `stop` and calls it, and the study ends
-    after the current point; `stop` is checked between points. `progress` wraps the
-    pending tasks (a progress bar)."""
+    Points a section runs together (decode: the points of one context, sampled in turn)
+    are kept together: a group that an earlier run left part-way is run again whole.
+    `execute` runs one task instead (tests inject their own), every point alone;
+    `probe_peak` measures the copy bandwidth timed points are held against (default:
+    measure.timing.measure_peak_gbps), `probe_flops` the matmul throughput (default:
+    measure.timing.measure_peak_tflops). With `on_interrupt`, the first Ctrl-C sets
+    `stop` and calls it, and the study ends after the current group; `stop` is checked
+    between groups. `progress` wraps the pending tasks (a progress bar)."""
     start = time.perf_counter()
     store = store if store is not None else MemoryStore()
     stop = stop if stop is not None else threading.Event()
     hold = store.locked() if isinstance(store, DirectoryStore) else nullcontext()
     interrupt = _stop_on_sigint(stop, on_interrupt) if on_interrupt else nullcontext()
     with hold, interrupt, _threads(plan.threads):
-        doc = _resumed_document(plan, store) if resume else _new_document(plan, store, command)
+        groups = _groups(plan, grouped=execute is None)
+        doc = (
+            _resumed_document(plan, store, groups)
+            if resume
+            else _new_document(plan, store, command)
+        )
         sections = doc["sections"]
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
@@ -124,27 +131,52 @@ def run_study(
             store.save(doc)
         counts = _pre_passes(plan, pending)
         records: dict[str, list] = {name: [] for name in plan.sections}
-        linked = _linkable(plan, sections)
+        done: dict[tuple[str, int], Any] = {}  # records of a group, until they are kept
         ran = 0
         with closing(progress(pending)) as tasks:
             for task in tasks:
                 kind = KINDS[task.section]
-                peaks = (env.get("peak_gbps"), env.get("peak_tflops"))
-                context = plan.context(task.section, *peaks, counts.get(task.section))
-                record = _execute(kind, task, context, execute)
+                if (task.section, task.index) not in done:
+                    peaks = (env.get("peak_gbps"), env.get("peak_tflops"))
+                    context = plan.context(task.section, *peaks, counts.get(task.section))
+                    number, members = groups[task.section, task.index]
+                    kept = _execute(kind, members, number, context, execute)
+                    done.update(
+                        ((t.section, t.index), r) for t, r in zip(members, kept, strict=True)
+                    )
+                record = done.pop((task.section, task.index))
                 records[task.section].append(record)
-                if kind.link is not None:  # earlier rows of its configuration are already in
-                    linked[task.section].append(record)
-                    kind.link(linked[task.section])
                 sections[task.section]["records"].append(as_dict(record))
                 store.append(task.section, record, kind.record)
                 store.save(doc)
                 ran += 1
-                if stop.is_set():
+                if stop.is_set() and not done:
                     break
     skipped = len(plan.tasks) - len(pending)
     return RunResult(doc, records, len(plan.tasks), skipped, ran, time.perf_counter() - start,
                      skipped + ran < len(plan.tasks))  # fmt: skip
+
+
+#: A task's group: its number in its section, and its members in run order.
+Groups = dict[tuple[str, int], tuple[int, list[Task]]]
+
+
+def _groups(plan: Plan, grouped: bool) -> Groups:
+    """Each task's group (see SectionKind.groups): one task alone in a section that does
+    not group, or when not `grouped`."""
+    found: Groups = {}
+    for name in plan.sections:
+        tasks = [t for t in plan.tasks if t.section == name]
+        kind = KINDS[name]
+        if grouped and kind.groups is not None and tasks:
+            device = plan.devices.get(name, plan.device)
+            indices = kind.groups([t.point for t in tasks], plan.sections[name].options, device)
+        else:
+            indices = [[i] for i in range(len(tasks))]
+        for number, members in enumerate(indices):
+            group = [tasks[i] for i in members]
+            found.update(((name, t.index), (number, group)) for t in group)
+    return found
 
 
 def _pre_passes(plan: Plan, pending: Sequence[Task]) -> dict[str, dict]:
@@ -158,34 +190,42 @@ def _pre_passes(plan: Plan, pending: Sequence[Task]) -> dict[str, dict]:
     return counts
 
 
-def _execute(kind: SectionKind, task: Task, context: Context, execute: Executor) -> Any:
-    """The task's record; a point that runs out of memory (or, in a section that keeps
-    going, fails otherwise) gets a record saying so instead of stopping the study."""
+def _execute(
+    kind: SectionKind,
+    tasks: list[Task],
+    number: int,
+    context: Context,
+    execute: Executor | None,
+) -> list:
+    """The records of a group of tasks: run together by the section (`run_group`), else
+    one by one. A point that runs out of memory (or, in a section that keeps going, fails
+    otherwise) gets a record saying so instead of stopping the study; in a group run
+    together, every point of the group does."""
+    run_group = kind.run_group
+    if execute is None and run_group is not None:
+        points = [t.point for t in tasks]
+        return _failing_as_records(kind, tasks, context, lambda: run_group(points, context, number))
+    run_one = execute or run_experiment
+    return [
+        _failing_as_records(kind, [t], context, lambda t=t: [run_one(t, context)])[0] for t in tasks
+    ]
+
+
+def _failing_as_records(
+    kind: SectionKind, tasks: list[Task], context: Context, run: Callable[[], list]
+) -> list:
+    """`run()`, or when it raises, a record per task saying how it failed (see _execute)."""
     try:
-        return execute(task, context)
+        return run()
     except Exception as exc:
         if kind.failed is None:
             raise
         if is_oom(exc):
-            return kind.failed(task.point, "oom", context)
+            return [kind.failed(t.point, "oom", context) for t in tasks]
         if kind.keeps_going:
-            return kind.failed(task.point, f"error: {type(exc).__name__}: {exc}", context)
+            status = f"error: {type(exc).__name__}: {exc}"
+            return [kind.failed(t.point, status, context) for t in tasks]
         raise
-
-
-def _linkable(plan: Plan, sections: dict) -> dict[str, list]:
-    """The records so far of sections whose records link to each other (speed-ups), as
-    record objects again."""
-    linked = {}
-    for name in plan.sections:
-        kind = KINDS[name]
-        if kind.link is not None:
-            try:
-                linked[name] = [kind.record(**r) for r in sections[name]["records"]]
-            except TypeError:
-                raise UsageError(f"resume: the {name} records come from another version of "
-                                 "attnbench") from None  # fmt: skip
-    return linked
 
 
 def _new_document(plan: Plan, store: Store, command: str) -> dict:
@@ -205,17 +245,25 @@ def _new_document(plan: Plan, store: Store, command: str) -> dict:
     return doc
 
 
-def _resumed_document(plan: Plan, store: Store) -> dict:
-    """The stored document, checked against `plan`, with each CSV rebuilt from it when
-    their rows disagree (a row appended just before a crash, or a CSV edited or lost)."""
+def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
+    """The stored document, checked against `plan`, without the records of a group it
+    holds only part of (that group runs again whole), and with each CSV rebuilt from it
+    when their rows disagree (a row appended just before a crash, or a CSV edited or
+    lost)."""
     doc = store.load()
     if doc["config"].get("resolved_sha256") != plan.resolved_sha256:
         raise UsageError(f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
                          f"different configuration ({config_difference(doc, plan)}); resume it "
                          "with the same configuration, or choose another directory")  # fmt: skip
     for name, section in doc["sections"].items():
-        if not isinstance(store, DirectoryStore) or not store.agrees(name, section["records"]):
-            store.rewrite(name, section["records"], KINDS[name].record)
+        kept = section["records"]
+        cut = groups.get((name, len(kept)))
+        if cut is not None and cut[1][0].index < len(kept):
+            del kept[cut[1][0].index :]
+            store.save(doc)
+            store.rewrite(name, kept, KINDS[name].record)
+        elif not isinstance(store, DirectoryStore) or not store.agrees(name, kept):
+            store.rewrite(name, kept, KINDS[name].record)
     return doc
 
 

@@ -154,6 +154,14 @@ FIELDS: dict[str, Field] = {
         choices=("cache", "no_cache"),
         default=["cache", "no_cache"],
     ),
+    "no_cache_max_prompt_len": Field(
+        int,
+        ("decode",),
+        "Run no_cache only at contexts up to N (default: every context): its cost grows "
+        "with the square of the context.",
+        axis=False,
+        maximum=MAX_TOKENS,
+    ),
     "kv_dtype": Field(
         str,
         _CACHE,

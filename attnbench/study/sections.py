@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..experiments import decode, fit, instructions, kvmem, params, whole_model
+from ..experiments import decode, fit, instructions, interleave, kvmem, params, whole_model
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,10 @@ class SectionKind:
     ran out of memory (None: such a point stops the study). A section that `keeps_going`
     records any other failure of a point as an `error: ...` status and goes on.
     `check_section(values, options, given)` raises for options that do not fit the axes;
-    `order(points, options)` gives the run order; `link(records)` fills in what the
-    records say of each other (speed-ups) as they land; `pre_pass(points, options, device)`
+    `order(points, options)` gives the run order (and may leave points out);
+    `groups(points, options, device)` puts the points, in run order, into groups that
+    `run_group(points, context, number)` runs together, returning their records (decode:
+    the points compared with each other, sampled in turn); `pre_pass(points, options, device)`
     measures what is measured for all the points at once before any runs (decode:
     instruction counts, in one valgrind process), which each point finds in its
     context's `counts`."""
@@ -30,8 +32,9 @@ class SectionKind:
     run: Callable[..., Any]
     check: Callable[[Any], None]
     failed: Callable[[Any, str], Any] | None = None
-    link: Callable[[list], None] | None = None
     order: Callable[[list, dict], list] | None = None
+    groups: Callable[[list, dict, torch.device], list[list[int]]] | None = None
+    run_group: Callable[[list, Any, int], list] | None = None
     check_section: Callable[[dict, dict, set], None] | None = None
     pre_pass: Callable[[list, dict, torch.device], dict] | None = None
     timed: bool = False
@@ -45,8 +48,8 @@ KINDS: dict[str, SectionKind] = {
     "kvmem": SectionKind("kvmem", kvmem.KvmemPoint, kvmem.KvmemRecord, kvmem.run, kvmem.check,
                          failed=kvmem.failed, measures=True),
     "decode": SectionKind("decode", decode.DecodePoint, decode.DecodeRecord, decode.run,
-                          decode.check, failed=decode.failed, link=decode.link_speedups,
-                          order=decode.run_order,
+                          decode.check, failed=decode.failed, order=decode.run_order,
+                          groups=interleave.sampling_groups, run_group=interleave.run_group,
                           check_section=decode.check_section,
                           pre_pass=instructions.section_counts, timed=True, measures=True,
                           keeps_going=True),

@@ -1,0 +1,217 @@
+"""Decode points compared with each other, sampled in turn: the comparisons of a study.
+
+A host's speed shifts for seconds at a time, so two points sampled one after the other,
+minutes apart, meet different machines, and the ratio of their medians says as much about
+the host as about the points. The points of one context (decode.context_of: the variants,
+providers and modes at one shape, batch and context) are therefore built together and
+sampled round-robin: every round takes one block of each point's step (and of what the
+step is timed against), in a new seeded order each round. Each comparison is then the
+ratio of two steps within each round; its value is the median over the rounds and its
+interval a bootstrap 95% interval of that median:
+
+- `x_of_narrowest`: a cached step over the narrowest-KV variant's (MQA's, in a sweep that
+  has it) at the same context and provider;
+- `x_of_no_cache`: a cached step over the same variant's step without the cache (its
+  inverse is `speedup_vs_no_cache`);
+- `x_of_baseline`: a provider's step over the baseline provider's (inverse:
+  `speedup_vs_baseline`).
+
+Adaptive sampling stops when every comparison's interval, and every step's in-run ratio
+to its kernels, is within `target_rel_ci`, or when `max_time` per point is spent for the
+group. A group must fit the device's free memory (decode_bytes, before anything is
+built); a point that does not join one is sampled alone, and so is every point of a
+tensor-parallel run (its ranks time in lockstep). Its record says which (`sampling`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..measure.devices import free_memory_bytes
+from ..measure.memory import is_oom
+from ..measure.timing import Measurement, Timer, Unit, bootstrap_interval, in_run_ratio
+from ..modules.providers import PROVIDERS
+from .context import Context
+from .decode import (
+    DecodeOptions,
+    DecodePoint,
+    DecodeRecord,
+    Ready,
+    context_of,
+    decode_bytes,
+    failed,
+    prepare,
+    run,
+    step_timings,
+    time_generation,
+    time_prefill,
+    timed_step,
+)
+from .tensor_parallel import Ranks
+
+INTERLEAVED, ALONE = "interleaved", "alone"
+
+
+def sampling_groups(
+    points: Sequence[DecodePoint],
+    options: dict[str, Any],
+    device: torch.device,
+    free_bytes: Callable[[torch.device], int] = free_memory_bytes,
+) -> list[list[int]]:
+    """The points (in run order) in groups sampled together: consecutive points of one
+    context, as many as fit the free memory together by their analytic bytes."""
+    free = free_bytes(device)
+    prefill = DecodeOptions.from_options(options).prefill
+    groups: list[list[int]] = []
+    used = 0
+    for i, point in enumerate(points):
+        need = decode_bytes(point, prefill)
+        joins = groups and context_of(points[groups[-1][0]]) == context_of(point)
+        if joins and used + need <= free:
+            groups[-1].append(i)
+            used += need
+        else:
+            groups.append([i])
+            used = need
+    return groups
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One comparison: the step of point `of` over that of point `over`, as `name`."""
+
+    name: str
+    of: int
+    over: int
+
+
+def comparisons(points: Sequence[DecodePoint], baseline: str) -> list[Pair]:
+    """The comparisons among the points of one group (see the module's docstring)."""
+    index = {(p.num_kv_heads, p.provider, p.mode): i for i, p in enumerate(points)}
+    pairs = []
+    for i, p in enumerate(points):
+        if p.cached:
+            narrowest = min(q.num_kv_heads for q in points if q.cached and q.provider == p.provider)
+            if p.num_kv_heads != narrowest:
+                pairs.append(Pair("x_of_narrowest", i, index[narrowest, p.provider, p.mode]))
+            if (j := index.get((p.num_kv_heads, p.provider, "no_cache"))) is not None:
+                pairs.append(Pair("x_of_no_cache", i, j))
+        j = index.get((p.num_kv_heads, baseline, p.mode))
+        if p.provider != baseline and j is not None:
+            pairs.append(Pair("x_of_baseline", i, j))
+    return pairs
+
+
+def paired_ratio(of: Measurement, over: Measurement) -> Measurement:
+    """The ratio of two steps sampled in the same rounds, round by round."""
+    ratios = [a / b for a, b in zip(of.samples_ms, over.samples_ms, strict=True)]
+    return Measurement(ratios, of.stop_reason, 1)
+
+
+def relative_width(ratio: Measurement) -> float:
+    """The half-width of a ratio's bootstrap 95% interval, relative to its median (the
+    larger side)."""
+    median = ratio.median_ms
+    lo, hi = bootstrap_interval(ratio.samples_ms)
+    return max(median - lo, hi - median) / median
+
+
+def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> list[DecodeRecord]:
+    """The records of the points of one group (`number` in its section), sampled in turn;
+    a group of one point, or any point of a tensor-parallel run, is sampled alone."""
+    device = context.device if context.device is not None else torch.device("cpu")
+    if len(points) == 1 or Ranks.joined(points[0].tp, device) is not None:
+        records = [run(p, context) for p in points]
+        for record in records:
+            record.sampling_group = number
+        return records
+    try:
+        prepared = [_prepared_or_failed(p, context) for p in points]
+        ready = [r for r in prepared if isinstance(r, Ready)]
+        timed = dict(zip(map(id, ready), time_together(ready, device, context), strict=True))
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    records = [r.finish(timed[id(r)], context) if isinstance(r, Ready) else r for r in prepared]
+    for record in records:
+        record.sampling, record.sampling_group = INTERLEAVED, number
+    options = DecodeOptions.from_options(context.options)
+    steps = {i: timed[id(r)].step for i, r in enumerate(prepared) if isinstance(r, Ready)}
+    fill_comparisons(records, points, steps, options.baseline_provider)
+    return records
+
+
+def _prepared_or_failed(point: DecodePoint, context: Context) -> Ready | DecodeRecord:
+    """The point prepared (decode.prepare), or the record of how preparing it failed: a
+    point that runs out of memory, or fails otherwise, leaves the rest of its group."""
+    try:
+        return prepare(point, context)
+    except Exception as exc:
+        status = "oom" if is_oom(exc) else f"error: {type(exc).__name__}: {exc}"
+        return failed(point, status, context)
+
+
+def time_together(ready: Sequence[Ready], device: torch.device, context: Context) -> list:
+    """Each point's timings: its prefill and its generations alone, its step (with its
+    reference calls) round-robin with the other points' steps."""
+    options = DecodeOptions.from_options(context.options)
+    timer = Timer(device, flush_l2=options.flush_l2)
+    sampling = options.sampling(device)
+    prefills, units = [], []
+    with torch.inference_mode():
+        for r in ready:
+            with PROVIDERS[r.point.provider].running():
+                prefills.append(time_prefill(timer, r.work, r.point, options, Timer.sample))
+                step = timed_step(r.work, r.point, device)
+            calls = [(step, r.work.step_setup), *r.against]
+            units.append(Unit(calls, PROVIDERS[r.point.provider].running))
+        pairs = comparisons([r.point for r in ready], options.baseline_provider)
+
+        def widest(measured: list[list[Measurement]]) -> float:
+            """The widest interval of the comparisons and of the in-run ratios."""
+            steps = [m[0] for m in measured]
+            spans = [relative_width(paired_ratio(steps[p.of], steps[p.over])) for p in pairs]
+            spans += [in_run_ratio(m).ci_rel for m in measured if len(m) > 1]
+            return max(spans, default=0.0)
+
+        budget = sampling.max_time_s * len(units)
+        measured = timer.sample_units(units, sampling, widest, budget)
+        timings = [
+            step_timings(m, pre, options.reference)
+            for m, pre in zip(measured, prefills, strict=True)
+        ]
+        for r, t in zip(ready, timings, strict=True):
+            with PROVIDERS[r.point.provider].running():
+                t.generation = time_generation(timer, r.work, r.point, options, Timer.sample)
+    return timings
+
+
+def fill_comparisons(
+    records: Sequence[DecodeRecord],
+    points: Sequence[DecodePoint],
+    steps: dict[int, Measurement],
+    baseline: str,
+) -> None:
+    """Each comparison among the group's timed points into the record of its first point:
+    median, p25, p75, per-round samples and the bootstrap 95% interval; and the speed-ups
+    (the inverse medians) shown beside them."""
+    for pair in comparisons(points, baseline):
+        if pair.of not in steps or pair.over not in steps:
+            continue
+        record, ratio = records[pair.of], paired_ratio(steps[pair.of], steps[pair.over])
+        lo, hi = bootstrap_interval(ratio.samples_ms)
+        stats = {"median": ratio.median_ms, "p25": ratio.p25_ms, "p75": ratio.p75_ms}
+        for stat, value in {**stats, "ci_lo": lo, "ci_hi": hi}.items():
+            setattr(record, f"{pair.name}_{stat}", value)
+        setattr(record, f"{pair.name}_samples", ratio.samples_ms)
+        if pair.name == "x_of_narrowest":
+            record.narrowest_variant = records[pair.over].variant
+        elif pair.name == "x_of_no_cache":
+            record.speedup_vs_no_cache = 1 / ratio.median_ms
+        else:
+            record.speedup_vs_baseline = 1 / ratio.median_ms
+            records[pair.over].speedup_vs_baseline = 1.0

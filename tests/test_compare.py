@@ -554,6 +554,37 @@ def test_in_run_ratios_need_the_same_device_versions_and_reference(tmp_path):
     assert "references differ (reference)" in ratios[0].reason
 
 
+def with_comparison(records: list[dict], factor: float = 1.0, narrowest: str = "MQA") -> list:
+    """The rows with a comparison to the narrowest-KV variant (seeded per-round samples
+    around 3), `factor` x larger."""
+    out = copy.deepcopy(records)
+    rng = np.random.default_rng(11)
+    for rec in out:
+        t = draw_timing(rng, Noise(median_ms=3.0, samples=30), factor)
+        rec.update(_timing("x_of_narrowest_median", "x_of_narrowest", "x_of_narrowest_samples", t))
+        rec["narrowest_variant"] = narrowest
+    return out
+
+
+def test_a_comparison_gates_as_a_ratio_against_the_variant_it_names(tmp_path):
+    """A comparison of points sampled in turn gates like an in-run ratio: across a moved
+    peak, and a 1.3x change regresses; taken against another variant, it is not compared."""
+    base = document("decode-speed", with_comparison(decode_records()), {**ENV, "peak_gbps": 30.0})
+    moved = {**ENV, "peak_gbps": 24.0}
+    same = document("decode-speed", with_comparison(decode_records()), moved)
+    assert set(verdicts(tmp_path, base, same, "x_of_narrowest_median")) == {Verdict.UNCHANGED}
+    worse = document("decode-speed", with_comparison(decode_records(), 1.3), moved)
+    assert set(verdicts(tmp_path, base, worse, "x_of_narrowest_median")) == {Verdict.REGRESSED}
+    other = document("decode-speed", with_comparison(decode_records(), 1.3, "GQA-2"))
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "c.json", other)),
+    )
+    found = [f for f in result.findings if f.metric == "x_of_narrowest_median"]
+    assert {f.verdict for f in found} == {Verdict.INCOMPARABLE}
+    assert "references differ (narrowest_variant)" in found[0].reason
+
+
 @pytest.mark.parametrize(("factor", "verdict"), [(1.0095, Verdict.UNCHANGED),
                                                  (1.0105, Verdict.REGRESSED),
                                                  (0.989, Verdict.IMPROVED)])  # fmt: skip

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 import time
 
 import pytest
 import torch
 
-from attnbench.measure.timing import Measurement, Sampling, Timer, in_run_ratio, median_interval
+from attnbench.measure.timing import (
+    CONVERGED,
+    OUT_OF_TIME,
+    PROBES,
+    Measurement,
+    Sampling,
+    Timer,
+    Unit,
+    bootstrap_interval,
+    in_run_ratio,
+    median_interval,
+)
 
 CPU = torch.device("cpu")
 
@@ -112,3 +124,68 @@ def test_a_ratio_cancels_a_slow_phase_the_timings_share():
     assert a.noisy and b.noisy
     ratio = in_run_ratio([a, b])
     assert ratio.samples_ms == [2.0] * 6 and not ratio.noisy
+
+
+def test_units_take_turns_in_a_new_order_each_round_their_calls_together():
+    order: list[str] = []
+
+    def unit(*names: str) -> Unit:
+        return Unit([(lambda name=name: order.append(name), None) for name in names])
+
+    units = [unit("a", "a2"), unit("b"), unit("c")]
+    measured = Timer(torch.device("cpu")).sample_units(units, Sampling(warmup=0, repeats=30))
+    assert [[len(m.samples_ms) for m in u] for u in measured] == [[30, 30], [30], [30]]
+    rounds = [order[i : i + 4] for i in range(0, len(order), 4)]
+    assert len(rounds) == 30
+    for calls in rounds:
+        assert sorted(calls) == ["a", "a2", "b", "c"]
+        assert calls[calls.index("a") + 1] == "a2"  # a unit's calls one after the other
+    firsts = {calls[0] for calls in rounds}
+    assert firsts == {"a", "b", "c"}  # no unit always runs first
+    again: list[str] = []
+    order, kept = again, order
+    Timer(torch.device("cpu")).sample_units(units, Sampling(warmup=0, repeats=30))
+    assert again == kept  # the order is seeded: the same every run
+
+
+def test_a_short_sample_beside_others_starts_after_as_many_untimed_calls():
+    counts = {"short": 0, "other": 0}
+
+    def short() -> None:
+        counts["short"] += 1
+
+    def other() -> None:
+        counts["other"] += 1
+        time.sleep(0.002)  # far beyond min_sample_ms: one call a sample, not warmed
+
+    sampling = Sampling(warmup=0, repeats=5, min_sample_ms=0.2)
+    units = [Unit([(short, None)]), Unit([(other, None)])]
+    (s,), (o,) = Timer(torch.device("cpu")).sample_units(units, sampling)
+    assert s.calls_per_sample > 1 and o.calls_per_sample == 1
+    assert counts == {"short": PROBES + 5 * 2 * s.calls_per_sample, "other": PROBES + 5}
+    counts["short"] = 0
+    (alone,) = Timer(torch.device("cpu")).sample_interleaved([(short, None)], sampling)
+    assert counts["short"] == PROBES + 5 * alone.calls_per_sample  # alone: nothing to warm
+
+
+def test_sampling_in_turn_stops_on_the_width_it_is_given():
+    units = [Unit([(lambda: None, None)]), Unit([(lambda: None, None)])]
+    sampling = Sampling(warmup=0, min_repeats=5, max_time_s=30.0)
+    timer = Timer(torch.device("cpu"))
+    done = timer.sample_units(units, sampling, width=lambda measured: 0.0)
+    assert [len(u[0].samples_ms) for u in done] == [5, 5]
+    assert done[0][0].stop_reason == CONVERGED
+    started = time.perf_counter()
+    slow = [Unit([(lambda: time.sleep(0.001), None)]) for _ in range(2)]
+    late = timer.sample_units(slow, sampling, width=lambda measured: 1.0, max_time_s=0.2)
+    assert late[0][0].stop_reason == OUT_OF_TIME and time.perf_counter() - started < 5
+    assert len(late[0][0].samples_ms) == len(late[1][0].samples_ms) > 5
+
+
+def test_bootstrap_interval_is_seeded_and_holds_the_median():
+    values = [1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.8, 1.0, 1.02, 0.98]
+    lo, hi = bootstrap_interval(values)
+    assert lo <= statistics.median(values) <= hi and lo < hi
+    assert bootstrap_interval(values) == (lo, hi)
+    narrow = bootstrap_interval(values * 10)
+    assert narrow[1] - narrow[0] < hi - lo

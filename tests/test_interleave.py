@@ -1,0 +1,181 @@
+"""The points of one context sampled in turn (experiments.interleave): their groups, the
+round-robin sampling, the comparisons taken per round, and what a failing point or an
+interrupted group leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import pytest
+import torch
+
+from attnbench.experiments import interleave
+from attnbench.experiments.decode import DecodePoint, decode_bytes, run_order
+from attnbench.measure.timing import bootstrap_interval
+from attnbench.study.runner import DirectoryStore, plan_command, run_study
+from attnbench.study.sections import KINDS
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+CPU = torch.device("cpu")
+#: One context, MHA and MQA, both modes, six rounds.
+GROUP = {"d_model": [32], "num_heads": [4], "num_kv_heads": [4, 1], "batch": [1],
+         "prompt_len": [4], "warmup": 0, "repeats": 6, "device": "cpu",
+         "prefill": False}  # fmt: skip
+
+
+def point(**fields) -> DecodePoint:
+    base = {"d_model": 32, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "prompt_len": 4,
+            "dtype": "float32"}  # fmt: skip
+    return DecodePoint(**{**base, **fields})
+
+
+def records_of(**values) -> list:
+    return run_study(plan_command("decode", None, {**GROUP, **values})).records["decode"]
+
+
+def by_key(records) -> dict:
+    return {(r.num_kv_heads, r.provider, r.mode): r for r in records}
+
+
+def per_round(of, over) -> list[float]:
+    return [a / b for a, b in zip(of.samples_ms, over.samples_ms, strict=True)]
+
+
+def test_the_points_of_a_context_are_sampled_in_the_same_rounds():
+    records = records_of(prompt_len=[4, 8])
+    assert [r.sampling for r in records] == ["interleaved"] * 8
+    assert [r.sampling_group for r in records] == [0] * 4 + [1] * 4  # one group per context
+    assert {r.prompt_len for r in records[:4]} == {4}
+    assert all(len(r.samples_ms) == 6 for r in records)
+
+
+def test_comparisons_are_the_per_round_ratios_with_a_bootstrap_interval():
+    rows = by_key(records_of())
+    mha, mqa = rows[4, "attnbench", "cache"], rows[1, "attnbench", "cache"]
+    ratios = per_round(mha, mqa)
+    assert mha.x_of_narrowest_samples == pytest.approx(ratios)
+    assert mha.x_of_narrowest_median == pytest.approx(statistics.median(ratios))
+    assert mha.narrowest_variant == "MQA"
+    lo, hi = bootstrap_interval(ratios)
+    assert (mha.x_of_narrowest_ci_lo, mha.x_of_narrowest_ci_hi) == pytest.approx((lo, hi))
+    assert lo <= mha.x_of_narrowest_median <= hi
+    assert mqa.x_of_narrowest_median is None  # the narrowest itself
+    for kv in (4, 1):
+        cached, uncached = rows[kv, "attnbench", "cache"], rows[kv, "attnbench", "no_cache"]
+        ratios = per_round(cached, uncached)
+        assert cached.x_of_no_cache_median == pytest.approx(statistics.median(ratios))
+        assert cached.speedup_vs_no_cache == pytest.approx(1 / cached.x_of_no_cache_median)
+        assert uncached.x_of_no_cache_median is None
+
+
+def test_providers_are_compared_with_the_baseline_round_by_round():
+    rows = by_key(records_of(num_kv_heads=[2], provider=["attnbench", "sdpa-math"]))
+    base, other = rows[2, "attnbench", "cache"], rows[2, "sdpa-math", "cache"]
+    ratios = per_round(other, base)
+    assert other.x_of_baseline_median == pytest.approx(statistics.median(ratios))
+    assert other.speedup_vs_baseline == pytest.approx(1 / statistics.median(ratios))
+    assert base.speedup_vs_baseline == 1.0 and base.x_of_baseline_median is None
+
+
+def test_comparisons_pair_each_point_with_its_reference():
+    points = [point(num_kv_heads=kv, provider=p, mode=m)
+              for kv in (4, 2) for p in ("attnbench", "naive")
+              for m in ("no_cache", "cache")]  # fmt: skip
+    found = interleave.comparisons(points, "attnbench")
+    pairs = {(c.name, points[c.of], points[c.over]) for c in found}
+    wide_cache = point(num_kv_heads=4, mode="cache")
+    assert ("x_of_narrowest", wide_cache, point(num_kv_heads=2, mode="cache")) in pairs
+    assert ("x_of_no_cache", wide_cache, point(num_kv_heads=4, mode="no_cache")) in pairs
+    naive = point(num_kv_heads=4, provider="naive", mode="no_cache")
+    assert ("x_of_baseline", naive, point(num_kv_heads=4, mode="no_cache")) in pairs
+    # the narrowest of naive's own variants; nothing is compared with itself
+    assert ("x_of_narrowest", dataclasses.replace(wide_cache, provider="naive"),
+            point(num_kv_heads=2, provider="naive", mode="cache")) in pairs  # fmt: skip
+    assert all(c.of != c.over for c in found)
+    assert len(pairs) == 2 + 4 + 4  # narrowest per provider, cache/no cache, naive vs base
+
+
+def test_groups_hold_one_context_within_the_free_memory():
+    points = run_order([point(num_kv_heads=kv, prompt_len=n, mode=m) for kv in (4, 1)
+                        for n in (4, 8) for m in ("cache", "no_cache")], {})  # fmt: skip
+    ample = interleave.sampling_groups(points, {}, CPU, lambda device: 1 << 40)
+    assert ample == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert all(len({points[i].prompt_len for i in g}) == 1 for g in ample)
+    two = sum(decode_bytes(points[i]) for i in (0, 1))
+    tight = interleave.sampling_groups(points, {}, CPU, lambda device: two)
+    assert tight[0] == [0, 1] and len(tight) > len(ample)
+    for group in tight:
+        assert len(group) == 1 or sum(decode_bytes(points[i]) for i in group) <= two
+        assert len({points[i].prompt_len for i in group}) == 1
+    none = interleave.sampling_groups(points, {}, CPU, lambda device: 1)
+    assert none == [[i] for i in range(8)]  # nothing fits: each alone (and skipped)
+
+
+def test_a_point_that_fits_no_group_is_sampled_alone(monkeypatch):
+    monkeypatch.setattr(interleave, "free_memory_bytes", lambda device: 1 << 40)
+    sizes = {}
+
+    def groups(points, options, device):
+        sizes["free"] = decode_bytes(points[0])  # room for one point at a time
+        return interleave.sampling_groups(points, options, device, lambda d: sizes["free"])
+
+    kind = dataclasses.replace(KINDS["decode"], groups=groups)
+    monkeypatch.setitem(KINDS, "decode", kind)
+    records = records_of(mode=["cache"])
+    assert [r.sampling for r in records] == ["alone", "alone"]
+    assert [r.sampling_group for r in records] == [0, 1]
+    assert all(r.x_of_narrowest_median is None for r in records)
+
+
+def test_a_point_out_of_memory_leaves_the_rest_of_its_group(monkeypatch):
+    real = interleave.prepare
+
+    def prepare(point, context, *args):
+        if point.num_kv_heads == 1 and point.cached:
+            raise torch.OutOfMemoryError("out of memory")
+        return real(point, context, *args)
+
+    monkeypatch.setattr(interleave, "prepare", prepare)
+    rows = by_key(records_of())
+    assert rows[1, "attnbench", "cache"].status == "oom"
+    assert [rows[k].status for k in rows if k != (1, "attnbench", "cache")] == ["ok"] * 3
+    mha = rows[4, "attnbench", "cache"]
+    assert mha.x_of_narrowest_median is None  # its reference did not run
+    assert mha.x_of_no_cache_median is not None
+
+
+def test_no_cache_points_stay_within_their_longest_context():
+    points = [point(prompt_len=n, mode=m) for n in (4, 64, 256) for m in ("cache", "no_cache")]
+    kept = run_order(points, {"no_cache_max_prompt_len": 64})
+    assert [(p.prompt_len, p.mode) for p in kept] == [
+        (4, "no_cache"), (4, "cache"), (64, "no_cache"), (64, "cache"), (256, "cache")
+    ]  # fmt: skip
+    assert len(run_order(points, {})) == 6
+
+
+def test_a_group_left_part_way_runs_again_whole(tmp_path, monkeypatch):
+    out = tmp_path / "study"
+    plan = plan_command("decode", None, {**GROUP, "prompt_len": [4, 8]})
+    run_study(plan, DirectoryStore(out))
+    doc = json.loads((out / "results.json").read_text())
+    kept = doc["sections"]["decode"]["records"]
+    first = kept[0]
+    del kept[5:]  # the second context's group, one of its four points recorded
+    (out / "results.json").write_text(json.dumps(doc))
+    ran = []
+    kind = KINDS["decode"]
+
+    def spy(points, context, number):
+        ran.append((number, len(points)))
+        return kind.run_group(points, context, number)
+
+    monkeypatch.setitem(KINDS, "decode", dataclasses.replace(kind, run_group=spy))
+    result = run_study(plan, DirectoryStore(out), resume=True)
+    assert ran == [(1, 4)] and result.skipped == 4 and result.ran == 4
+    records = json.loads((out / "results.json").read_text())["sections"]["decode"]["records"]
+    assert len(records) == 8 and records[0] == first
+    assert [r["sampling_group"] for r in records] == [0] * 4 + [1] * 4
+    assert len({r["step_repeats"] for r in records[4:]}) == 1

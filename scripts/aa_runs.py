@@ -1,14 +1,22 @@
-"""A/A runs: the same code run N times in a row, every pair of runs gated against each
-other. Each run is its own process (`attnbench decode-speed --config STUDY --json`), as
-two CI jobs would be. Prints, per gated metric (the step time and its in-run ratio),
-how many point comparisons regressed, improved or could not be compared; every one of
-them is a false alarm, since nothing changed.
+"""A/A runs: the same study run N times in a row, each its own process (`attnbench run
+--config STUDY`), as N CI jobs would be; optionally with one busy core beside them.
+Nothing changes between the runs, so the report shows what a user can rely on:
 
-The runs' decode rows are kept, trimmed to their keys, the step and the ratio with
-their raw samples, in one small JSON file that scripts/gate_simulation.py --runs
+- how far each comparison of the study (its decode points sampled in turn: each variant's
+  cached step over the narrowest-KV variant's, cache over no cache, a provider over the
+  baseline) moved across the runs, as max over min, and the worst of them;
+- MHA over MQA (cached, longest context) in each run, and whether GQA lies between;
+- every pair of runs gated on the comparisons and the in-run ratios (the earlier run as
+  the baseline): every `regressed` is a false alarm;
+- a planted 20% slowdown of one variant's cached step in the later run of each pair of
+  consecutive runs (its samples scaled by 1.2, and with them every comparison it is part
+  of): how many pairs the gate catches, per variant.
+
+The runs' decode rows are kept, trimmed to their keys, timings, ratios and comparisons
+with their raw samples, in one small JSON file that scripts/gate_simulation.py --runs
 resamples.
 
-    python scripts/aa_runs.py [--runs 10] [--config attnbench/configs/default.yaml]
+    python scripts/aa_runs.py [--runs 10] [--busy] [--config attnbench/configs/default.yaml]
         [--out results/bench/aa-runs-cpu.json]
     python scripts/aa_runs.py --report results/bench/aa-runs-cpu.json
 """
@@ -16,11 +24,13 @@ resamples.
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import json
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,36 +40,58 @@ from attnbench.gate.compare import Verdict, compare_documents
 from attnbench.records import Kind, field_kinds
 from attnbench.study.documents import parse_document
 
-#: The metrics gated, and the fields a trimmed record keeps besides its keys.
-METRICS = ("step_ms_median", "x_of_reference_median")
-KEPT = ("step_ms_median", "step_ms_p25", "step_ms_p75", "samples_ms", "reference",
-        "x_of_reference_median", "x_of_reference_p25", "x_of_reference_p75",
-        "x_of_reference_samples", "status")  # fmt: skip
+#: The comparisons of points sampled in turn, and the in-run ratio to the step's kernels.
+COMPARISONS = ("x_of_narrowest_median", "x_of_no_cache_median", "x_of_baseline_median")
+METRICS = (*COMPARISONS, "x_of_reference_median", "step_ms_median")
+#: The statistics kept with each gated metric, and the other fields a trimmed row keeps.
+STATS = ("median", "p25", "p75", "samples", "ci_lo", "ci_hi")
+RATIOS = ("x_of_reference", "x_of_narrowest", "x_of_no_cache", "x_of_baseline")
+KEPT = (
+    *("step_ms_median", "step_ms_p25", "step_ms_p75", "samples_ms", "step_repeats"),
+    *("reference", "narrowest_variant", "baseline_provider", "sampling", "sampling_group"),
+    "status",
+    *(f"{stem}_{s}" for stem in RATIOS for s in STATS),
+)
 DEFAULT_CONFIG = Path("attnbench/configs/default.yaml")
+#: The planted slowdown of one variant's cached step.
+PLANTED = 1.2
 
 
 def one_run(config: Path, folder: Path, index: int) -> dict:
-    """One decode-speed run in its own process, its document trimmed."""
-    out = folder / f"run-{index}.json"
-    subprocess.run([sys.executable, "-m", "attnbench", "decode-speed", "--config", str(config),
-                    "--json", str(out), "--quiet"], check=True)  # fmt: skip
-    return trimmed(json.loads(out.read_text()))
+    """One `attnbench run` in its own process, its document trimmed to the decode rows."""
+    out = folder / f"run-{index}"
+    started = time.perf_counter()
+    command = ["run", "--config", str(config), "--out", str(out), "--quiet"]
+    subprocess.run([sys.executable, "-m", "attnbench", *command], check=True)
+    seconds = time.perf_counter() - started
+    return {**trimmed(json.loads((out / "results.json").read_text())), "wall_s": seconds}
 
 
 def trimmed(doc: dict) -> dict:
-    """The document with its records cut to their keys and KEPT, samples to 4 digits."""
+    """The document's decode section, its records cut to their keys and KEPT, samples to
+    4 significant digits."""
     keys = [f for f, kind in field_kinds(DecodeRecord).items() if kind is Kind.KEY]
 
     def short(value):
         return [float(f"{v:.4g}") for v in value] if isinstance(value, list) else value
 
-    records = [{f: short(r[f]) for f in (*keys, *KEPT) if f in r} for r in doc["records"]]
-    return {**doc, "records": records}
+    decode = doc["sections"]["decode"]
+    records = [{f: short(r[f]) for f in (*keys, *KEPT) if f in r} for r in decode["records"]]
+    head = {k: v for k, v in doc.items() if k != "sections"}
+    return {**head, "sections": {"decode": {"config": decode["config"], "records": records}}}
 
 
-def gate_pairs(runs: list[dict]) -> dict[str, Counter]:
+def rows(run: dict) -> list[dict]:
+    return run["sections"]["decode"]["records"]
+
+
+def label(r: dict) -> str:
+    return f"{r['variant']} {r['mode']} {r['prompt_len']}"
+
+
+def gate_pairs(runs: list[dict], metrics=METRICS) -> dict[str, Counter]:
     """Every pair of runs (earlier as the baseline) compared: the verdicts per metric."""
-    counts = {metric: Counter() for metric in METRICS}
+    counts = {metric: Counter() for metric in metrics}
     docs = [parse_document(run, f"run {i}") for i, run in enumerate(runs)]
     for base, cur in itertools.combinations(docs, 2):
         for f in compare_documents(base, cur).findings:
@@ -68,43 +100,155 @@ def gate_pairs(runs: list[dict]) -> dict[str, Counter]:
     return counts
 
 
+def slowed(run: dict, variant: str, factor: float) -> dict:
+    """The run with `variant`'s cached step `factor` x slower in every round: its step
+    samples, and every comparison it is part of (over it, or it over another)."""
+    run = copy.deepcopy(run)
+    records = rows(run)
+    for r in records:
+        slow = r["variant"] == variant and r["mode"] == "cache"
+        own = factor if slow else 1.0
+        scale = {"x_of_no_cache": own, "x_of_baseline": 1.0, "x_of_reference": own}
+        if r["mode"] == "cache" and r.get("x_of_narrowest_median") is not None:
+            scale["x_of_narrowest"] = factor if slow else 1.0
+            if r.get("narrowest_variant") == variant:
+                scale["x_of_narrowest"] = 1 / factor
+        for stem, by in scale.items():
+            for s in STATS:
+                value = r.get(f"{stem}_{s}")
+                if isinstance(value, list):
+                    r[f"{stem}_{s}"] = [v * by for v in value]
+                elif value is not None:
+                    r[f"{stem}_{s}"] = value * by
+        if slow:
+            for f in ("step_ms_median", "step_ms_p25", "step_ms_p75"):
+                r[f] = r[f] * factor if r.get(f) is not None else None
+            r["samples_ms"] = [v * factor for v in r.get("samples_ms", [])]
+    return run
+
+
+def caught(base: dict, cur: dict) -> bool:
+    """The gate fails the pair on a comparison: some comparison regressed."""
+    result = compare_documents(parse_document(base, "base"), parse_document(cur, "head"))
+    return any(f.metric in COMPARISONS and f.verdict is Verdict.REGRESSED for f in result.findings)
+
+
+def moves(runs: list[dict]) -> list[tuple[str, str, list[float]]]:
+    """Each comparison of the first run's rows, with its value in every run."""
+    found = []
+    for i, r in enumerate(rows(runs[0])):
+        for metric in COMPARISONS:
+            values = [rows(run)[i].get(metric) for run in runs]
+            if all(v is not None for v in values):
+                found.append((label(r), metric.removesuffix("_median"), values))
+    return found
+
+
 def report(saved: dict) -> list[str]:
     runs = saved["runs"]
     env = runs[0]["environment"]
     peaks = [r["environment"].get("peak_gbps") or 0 for r in runs]
+    busy = " with one busy core beside them" if saved.get("busy") else ""
     lines = [
-        f"{len(runs)} runs of {saved['config']}, measured {saved['created']}: "
+        f"{len(runs)} runs of {saved['config']}{busy}, measured {saved['created']}: "
         f"{env['cpu_model']}, {env['num_threads']} threads, torch {env['torch_version']}",
         f"copy peak per run: {' / '.join(f'{p:.1f}' for p in peaks)} GB/s",
-        "",
+    ]
+    if all("wall_s" in r for r in runs):
+        walls = " / ".join(f"{r['wall_s']:.1f}" for r in runs)
+        lines.append(f"wall time per run: {walls} s")
+    lines += ["", *variant_lines(runs), "", *move_lines(runs), "", *gate_lines(runs)]
+    return lines
+
+
+def variant_lines(runs: list[dict]) -> list[str]:
+    """MHA over MQA at the longest cached context in each run, and GQA between."""
+    lines = ["| run | context | MHA / MQA | GQA / MQA | GQA between |", "|---|---|---|---|---|"]
+    for i, run in enumerate(runs):
+        cached = [r for r in rows(run) if r["mode"] == "cache" and r.get("x_of_narrowest_median")]
+        if not cached:
+            continue
+        longest = max(r["prompt_len"] for r in cached)
+        at = {
+            r["variant"]: r["x_of_narrowest_median"] for r in cached if r["prompt_len"] == longest
+        }
+        mha = at.get("MHA")
+        gqa = {v: x for v, x in at.items() if v.startswith("GQA")}
+        between = all(1 < x < (mha or 0) for x in gqa.values())
+        others = ", ".join(f"{v} {x:.2f}x" for v, x in gqa.items())
+        answer = "yes" if between else "no"
+        lines.append(f"| {i + 1} | {longest:,} | {mha:.2f}x | {others} | {answer} |")
+    return lines
+
+
+def move_lines(runs: list[dict]) -> list[str]:
+    found = moves(runs)
+    lines = ["| point | comparison | per run | max / min |", "|---|---|---|---|"]
+    for where, metric, values in found:
+        per_run = " / ".join(f"{v:.3g}" for v in values)
+        lines.append(f"| {where} | {metric} | {per_run} | {max(values) / min(values):.3f} |")
+    if found:
+        where, metric, values = max(found, key=lambda m: max(m[2]) / min(m[2]))
+        moved = max(values) / min(values) - 1
+        lines += ["", f"The worst comparison, {metric} at {where}, moved by {moved:.1%}."]
+    return lines
+
+
+def gate_lines(runs: list[dict]) -> list[str]:
+    lines = [
         "| metric | comparisons | regressed | improved | inconclusive | not compared |",
         "|---|---|---|---|---|---|",
     ]
     for metric, counted in gate_pairs(runs).items():
         total = sum(counted.values())
+        if not total:
+            continue
         false = counted[Verdict.REGRESSED]
         lines.append(
             f"| {metric} | {total} | {false} ({false / total:.1%}) | "
             f"{counted[Verdict.IMPROVED]} | {counted[Verdict.INCONCLUSIVE]} | "
             f"{counted[Verdict.INCOMPARABLE]} |"
         )
+    pairs = list(zip(runs, runs[1:] + runs[:1], strict=True)) if len(runs) > 2 else []
+    if pairs:
+        variants = list(dict.fromkeys(r["variant"] for r in rows(runs[0])))
+        found = {v: sum(caught(a, slowed(b, v, PLANTED)) for a, b in pairs) for v in variants}
+        false = sum(caught(a, b) for a, b in pairs)
+        planted = ", ".join(f"{v} {n} of {len(pairs)}" for v, n in found.items())
+        lines += [
+            "",
+            f"Pairs of consecutive runs (and the last with the first): {len(pairs)}. Failed "
+            f"by the gate on a comparison as they are: {false}; with one variant's cached "
+            f"step {PLANTED:g}x slower in the later run: {planted}.",
+        ]
     return lines
+
+
+def busy_neighbour() -> subprocess.Popen:
+    """A process that keeps one core busy."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--busy", action="store_true", help="one busy core beside the runs")
     parser.add_argument("--out", type=Path, default=Path("results/bench/aa-runs-cpu.json"))
-    parser.add_argument("--report", type=Path, help="gate the runs of a saved file again")
+    parser.add_argument("--report", type=Path, help="report the runs of a saved file again")
     args = parser.parse_args()
     if args.report is not None:
         print("\n".join(report(json.loads(args.report.read_text()))))
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = [one_run(args.config, Path(tmp), i) for i in range(args.runs)]
+    neighbour = busy_neighbour() if args.busy else None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = [one_run(args.config, Path(tmp), i) for i in range(args.runs)]
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    saved = {"created": created, "config": str(args.config), "runs": runs}
+    saved = {"created": created, "config": str(args.config), "busy": args.busy, "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(saved, separators=(",", ":")) + "\n")
     print("\n".join(report(saved)))

@@ -1,5 +1,5 @@
 """A/A runs: the same study run N times in a row, each its own process (`attnbench run
---config STUDY`), as N CI jobs would be; optionally with one busy core beside them.
+STUDY`), as N CI jobs would be; optionally with one busy core beside them.
 Nothing changes between the runs, so the report shows what a user can rely on:
 
 - how far each comparison of the study (its decode points sampled in turn: each variant's
@@ -61,7 +61,7 @@ def one_run(config: Path, folder: Path, index: int) -> dict:
     """One `attnbench run` in its own process, its document trimmed to the decode rows."""
     out = folder / f"run-{index}"
     started = time.perf_counter()
-    command = ["run", "--config", str(config), "--out", str(out), "--quiet"]
+    command = ["run", str(config), "--out", str(out), "--quiet"]
     subprocess.run([sys.executable, "-m", "attnbench", *command], check=True)
     seconds = time.perf_counter() - started
     return {**trimmed(json.loads((out / "results.json").read_text())), "wall_s": seconds}

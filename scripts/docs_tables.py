@@ -45,6 +45,18 @@ COMMON: dict[str, tuple[str, str]] = {
     "num_layers": ("layers", "layers L"),
     "status": ("", "`ok`, or why the row holds no measurement (see below)"),
 }
+def comparison(stem: str, what: str) -> dict[str, tuple[str, str]]:
+    """The fields of one comparison of points sampled in turn (experiments.interleave)."""
+    return {
+        f"{stem}_median": ("ratio", f"{what}: median over rounds of the ratio within a round"),
+        f"{stem}_p25": ("ratio", "its 25th percentile"),
+        f"{stem}_p75": ("ratio", "its 75th percentile"),
+        f"{stem}_samples": ("ratio", "its samples, one per round (JSON only)"),
+        f"{stem}_ci_lo": ("ratio", "the bootstrap 95% interval of its median: low end"),
+        f"{stem}_ci_hi": ("ratio", "high end"),
+    }
+
+
 FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     "params": {
         "q_params": ("parameters", "q_proj: d·Hq·D, plus Hq·D with bias"),
@@ -112,11 +124,9 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "step_stop": ("", "why sampling stopped: target_ci, max_time, max_repeats or repeats"),
         "step_ci_pct": ("%", "half-width of the 95% interval of the median, over the median"),
         "tokens_per_s": ("tokens/s", "batch / step_ms_median"),
-        "speedup_vs_no_cache": ("ratio", "cache rows: the same provider's no_cache step over "
-                                         "this one"),
-        "baseline_provider": ("", "the provider speedup_vs_baseline is taken against"),
-        "speedup_vs_baseline": ("ratio", "the baseline provider's step over this one, same "
-                                         "mode"),
+        "speedup_vs_no_cache": ("ratio", "cache rows: 1 / x_of_no_cache_median"),
+        "baseline_provider": ("", "the provider x_of_baseline is taken against"),
+        "speedup_vs_baseline": ("ratio", "1 / x_of_baseline_median; 1 on the baseline's rows"),
         "bytes_per_step": (BYTES, "the least a step moves: weights, K/V read and written, "
                                   "activations"),
         "achieved_gbps": ("GB/s", "bytes_per_step / step time (10^9 bytes per second)"),
@@ -151,6 +161,15 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "x_of_reference_p25": ("ratio", "its 25th percentile"),
         "x_of_reference_p75": ("ratio", "its 75th percentile"),
         "x_of_reference_samples": ("ratio", "its samples, one per round (JSON only)"),
+        "sampling": ("", "`interleaved`: sampled in turn with the other points of its "
+                         "context; `alone`"),
+        "sampling_group": ("", "the number of the group it was sampled with, in the section"),
+        "narrowest_variant": ("", "the variant x_of_narrowest is taken against (MQA)"),
+        **comparison("x_of_narrowest", "cache rows: the step over the narrowest-KV "
+                                       "variant's"),
+        **comparison("x_of_no_cache", "cache rows: the step over the same variant's "
+                                      "no_cache step"),
+        **comparison("x_of_baseline", "the step over the baseline provider's, same mode"),
         "instructions_per_step": ("instructions", "CPU instructions of one step under "
                                                   "callgrind (`--instructions`)"),
         "instructions_counter": ("", "the valgrind that counted them (`valgrind-3.19.0`): "

@@ -38,22 +38,36 @@ def tasks(costs: list[float]) -> list[Task]:
     return [Task("decode", i, cost) for i, cost in enumerate(costs)]
 
 
+def alone(task: Task) -> int:
+    return task.index
+
+
 def test_every_task_goes_to_exactly_one_share_in_study_order():
     work = tasks([5, 1, 1, 3, 2, 2, 8, 1])
-    shares = assign(work, lambda t: t.point, 3)
+    shares = assign(work, lambda t: t.point, 3, alone)
     assert sorted(t.index for share in shares for t in share) == list(range(8))
     for share in shares:
         assert [t.index for t in share] == sorted(t.index for t in share)
-    assert shares == assign(work, lambda t: t.point, 3)  # the same inputs, the same shares
-    assert [share_of(work, lambda t: t.point, Shard(i, 3)) for i in range(3)] == shares
+    assert shares == assign(work, lambda t: t.point, 3, alone)  # the same inputs, the same shares
+    assert [share_of(work, lambda t: t.point, Shard(i, 3), alone) for i in range(3)] == shares
 
 
 def test_longest_first_onto_the_least_loaded():
     # 8 goes first to rank 0, 5 to rank 1, 3 to rank 2, then 2 and 2 to ranks 2 and 1...
-    shares = assign(tasks([5, 1, 1, 3, 2, 2, 8, 1]), lambda t: t.point, 3)
+    shares = assign(tasks([5, 1, 1, 3, 2, 2, 8, 1]), lambda t: t.point, 3, alone)
     loads = [sum(t.point for t in share) for share in shares]
     assert loads == [8, 8, 7]
-    assert assign(tasks([4.0]), lambda t: t.point, 3) == [[Task("decode", 0, 4.0)], [], []]
+    assert assign(tasks([4.0]), lambda t: t.point, 3, alone) == [[Task("decode", 0, 4.0)], [], []]
+
+
+def test_the_decode_points_of_one_context_share_a_worker():
+    """They are sampled in turn and compared with each other: split, they would not be."""
+    plan = plan_study(ROOT / "attnbench" / "configs" / "default.yaml", device="cpu")
+    decode = [t for t in plan.tasks if t.section == "decode"]
+    for share in assign(plan.tasks, plan.estimate, 3):
+        mine = {t.point.prompt_len for t in share if t.section == "decode"}
+        assert all(t in share for t in decode if t.point.prompt_len in mine)
+    assert len({t.point.prompt_len for t in decode}) == 4
 
 
 def test_the_providers_study_balances_over_8_ranks_within_10_percent():

@@ -164,8 +164,8 @@ def run_command(
 ) -> None:
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
-    point (exit 130); --resume finishes the rest. Under torchrun every rank runs its share
-    (on its own GPU) and rank 0 merges them."""
+    point, or the decode points sampled with it (exit 130); --resume finishes the rest.
+    Under torchrun every rank runs its share (on its own GPU) and rank 0 merges them."""
     launch = torchrun_launch()
     try:
         plan = plan_study(config, device, max_points=_max_points(max_points))
@@ -202,7 +202,7 @@ def run_command(
         plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
 
     def notice() -> None:
-        err_console.print("stopping after the current point (Ctrl-C again to stop now)")
+        err_console.print("stopping after the current points (Ctrl-C again to stop now)")
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)

@@ -196,10 +196,19 @@ def decode_latency(doc: dict) -> Figure | None:
 
 
 def decode_speedup(doc: dict) -> Figure | None:
-    records = ok_records(_records(doc, "decode"), "speedup_vs_no_cache", "prompt_len", "mode")
-    records = one_provider(records)
-    if not records:
+    needed = ("x_of_no_cache_median", "x_of_no_cache_ci_lo", "x_of_no_cache_ci_hi")
+    rows = one_provider(ok_records(_records(doc, "decode"), *needed, "prompt_len", "mode"))
+    if not rows:
         return None
+    records = [
+        {
+            **r,
+            "speedup": 1 / r["x_of_no_cache_median"],
+            "speedup_lo": 1 / r["x_of_no_cache_ci_hi"],
+            "speedup_hi": 1 / r["x_of_no_cache_ci_lo"],
+        }
+        for r in rows
+    ]
     fig, ax = _figure(
         "Cached decode speed-up over recomputing the prefix",
         context(records, doc["environment"], ("provider", *DECODE_SHARED)),
@@ -207,9 +216,48 @@ def decode_speedup(doc: dict) -> Figure | None:
         "Speed-up (no-cache step time / cached step time, x)",
     )
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="no speed-up (1x)")
-    _decode_lines(ax, records, "speedup_vs_no_cache", modes=("cache",))
+    _decode_lines(
+        ax,
+        records,
+        "speedup",
+        spread=("speedup_lo", "speedup_hi"),
+        modes=("cache",),
+        legend_title=INTERVAL_BARS,
+    )
     _scale(ax, "x", [r["prompt_len"] for r in records])
-    _scale(ax, "y", [1.0, *(r["speedup_vs_no_cache"] for r in records)])
+    _scale(ax, "y", [1.0, *(r["speedup_hi"] for r in records)])
+    return fig
+
+
+#: The legend's title where the bars are a comparison's interval.
+INTERVAL_BARS = "bars: 95% interval, sampled in turn"
+
+
+def decode_variants(doc: dict) -> Figure | None:
+    """Each variant's cached step over the narrowest-KV variant's, against context, with
+    the comparison's 95% interval."""
+    needed = ("x_of_narrowest_median", "x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi")
+    records = one_provider(ok_records(_records(doc, "decode"), *needed, "prompt_len", "mode"))
+    if not records:
+        return None
+    narrowest = " or ".join(sorted({r["narrowest_variant"] for r in records}))
+    fig, ax = _figure(
+        f"Cached decode step over {narrowest}'s",
+        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
+        CONTEXT_LABEL,
+        f"Step time / {narrowest}'s step time, per round (x)",
+    )
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label=f"{narrowest} (1x)")
+    _decode_lines(
+        ax,
+        records,
+        "x_of_narrowest_median",
+        modes=("cache",),
+        spread=("x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi"),
+        legend_title=INTERVAL_BARS,
+    )
+    _scale(ax, "x", [r["prompt_len"] for r in records])
+    _scale(ax, "y", [1.0, *(r["x_of_narrowest_ci_hi"] for r in records)])
     return fig
 
 
@@ -363,6 +411,7 @@ PLOTS: dict[str, tuple[str, Callable[[dict], Figure | None]]] = {
     "decode_latency.png": ("Decode step latency vs context", decode_latency),
     "decode_providers.png": ("Cached decode step latency by provider", decode_providers),
     "decode_speedup.png": ("Cached-decode speed-up vs context", decode_speedup),
+    "decode_variants.png": ("Cached decode step over the narrowest-KV variant's", decode_variants),
     "kv_memory_heads.png": ("KV-cache memory vs number of KV heads", kv_memory_vs_heads),
     "kv_memory_context.png": ("KV-cache memory vs context length", kv_memory_vs_context),
     "decode_bandwidth.png": ("Achieved bandwidth vs measured peak", decode_bandwidth),

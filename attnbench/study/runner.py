@@ -3,11 +3,13 @@
 A study is sections of typed points. The runner alone sets the threads, collects the
 environment, measures the peaks (once, when a timed section has points to run: the copy
 bandwidth, and the matmul throughput in each dtype timed),
-orders the points, runs them one by one (an out-of-memory point becomes its record's
-status), links speed-ups, and hands each record to a store as soon as it exists, so a
-crash or Ctrl-C keeps every finished point. The k-th record of a section is its k-th
-point, which is how a resumed run knows what is left; a resumed study must resolve to
-the same configuration, whose hash the store keeps.
+orders the points, runs them one by one or, where a section groups them, a group at a time
+(decode: the points of one context, sampled in turn and compared within their rounds; an
+out-of-memory point becomes its record's status), and hands each record to a store as soon
+as it exists, so a crash or Ctrl-C keeps every finished point. The k-th record of a
+section is its k-th point, which is how a resumed run knows what is left (a group recorded
+in part runs again whole); a resumed study must resolve to the same configuration, whose
+hash the store keeps.
 """
 
 from __future__ import annotations
@@ -288,7 +290,7 @@ def _threads(count: int | None) -> Iterator[None]:
 @contextmanager
 def _stop_on_sigint(stop: threading.Event, notice: Callable[[], None]) -> Iterator[None]:
     """While inside, the first Ctrl-C sets `stop` (and calls `notice`) so the study ends
-    after the current point; a second one raises KeyboardInterrupt at once."""
+    after the current group of points; a second one raises KeyboardInterrupt at once."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -21,10 +21,11 @@ class SectionKind:
     `order(points, options)` gives the run order (and may leave points out);
     `groups(points, options, device)` puts the points, in run order, into groups that
     `run_group(points, context, number)` runs together, returning their records (decode:
-    the points compared with each other, sampled in turn); `pre_pass(points, options, device)`
-    measures what is measured for all the points at once before any runs (decode:
-    instruction counts, in one valgrind process), which each point finds in its
-    context's `counts`."""
+    the points compared with each other, sampled in turn); `together(point)` is what the
+    points of a group share (a study shared among workers keeps them on one);
+    `pre_pass(points, options, device)` measures what is measured for all the points at
+    once before any runs (decode: instruction counts, in one valgrind process), which each
+    point finds in its context's `counts`."""
 
     name: str
     point: type
@@ -34,6 +35,7 @@ class SectionKind:
     failed: Callable[[Any, str], Any] | None = None
     order: Callable[[list, dict], list] | None = None
     groups: Callable[[list, dict, torch.device], list[list[int]]] | None = None
+    together: Callable[[Any], Any] | None = None
     run_group: Callable[[list, Any, int], list] | None = None
     check_section: Callable[[dict, dict, set], None] | None = None
     pre_pass: Callable[[list, dict, torch.device], dict] | None = None
@@ -50,6 +52,7 @@ KINDS: dict[str, SectionKind] = {
     "decode": SectionKind("decode", decode.DecodePoint, decode.DecodeRecord, decode.run,
                           decode.check, failed=decode.failed, order=decode.run_order,
                           groups=interleave.sampling_groups, run_group=interleave.run_group,
+                          together=decode.context_of,
                           check_section=decode.check_section,
                           pre_pass=instructions.section_counts, timed=True, measures=True,
                           keeps_going=True),

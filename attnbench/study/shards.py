@@ -5,18 +5,21 @@ runner's time estimate.
 The shares come from the longest-processing-time-first rule: points in decreasing order
 of their estimate, each to the worker with the least estimated time so far (ties to the
 lower index). It is within 4/3 of the best possible balance, and the same inputs always
-give the same shares, so independent workers agree on them without talking.
+give the same shares, so independent workers agree on them without talking. Points that
+are compared with each other (decode: the points of one context, sampled in turn) go to
+one worker together, so that their comparisons are made.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FieldError
 from .plan import Plan, Task
+from .sections import KINDS
 
 #: The most workers a study can be shared among.
 MAX_SHARDS = 100_000
@@ -46,26 +49,45 @@ def parse_shard(text: str) -> Shard:
     return shard
 
 
+def together(task: Task) -> Hashable:
+    """What a task shares with the tasks that must run on the same worker: the decode
+    points of one context (the section's `together`), else nothing but itself."""
+    key = KINDS[task.section].together
+    return (task.section, key(task.point)) if key else (task.section, task.index)
+
+
 def assign(
-    tasks: Sequence[Task], estimate: Callable[[Task], float], count: int
+    tasks: Sequence[Task],
+    estimate: Callable[[Task], float],
+    count: int,
+    key: Callable[[Task], Hashable] = together,
 ) -> list[list[Task]]:
-    """`tasks` shared among `count` workers, longest first onto the least loaded; each
-    share keeps the study's order."""
+    """`tasks` shared among `count` workers, longest first onto the least loaded, tasks
+    of one `key` as one; each share keeps the study's order."""
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
-    order = sorted(range(len(tasks)), key=lambda i: (-estimate(tasks[i]), i))
+    bundles: dict[Hashable, list[int]] = {}
+    for i, task in enumerate(tasks):
+        bundles.setdefault(key(task), []).append(i)
+    cost = {k: sum(estimate(tasks[i]) for i in members) for k, members in bundles.items()}
+    order = sorted(bundles, key=lambda k: (-cost[k], bundles[k][0]))
     loads = [(0.0, w) for w in range(count)]  # a heap of (estimated seconds, worker)
     shares: list[list[int]] = [[] for _ in range(count)]
-    for i in order:
+    for k in order:
         load, worker = heapq.heappop(loads)
-        shares[worker].append(i)
-        heapq.heappush(loads, (load + estimate(tasks[i]), worker))
+        shares[worker].extend(bundles[k])
+        heapq.heappush(loads, (load + cost[k], worker))
     return [[tasks[i] for i in sorted(share)] for share in shares]
 
 
-def share_of(tasks: Sequence[Task], estimate: Callable[[Task], float], shard: Shard) -> list[Task]:
+def share_of(
+    tasks: Sequence[Task],
+    estimate: Callable[[Task], float],
+    shard: Shard,
+    key: Callable[[Task], Hashable] = together,
+) -> list[Task]:
     """The tasks of `shard` (see assign)."""
-    return assign(tasks, estimate, shard.count)[shard.index]
+    return assign(tasks, estimate, shard.count, key)[shard.index]
 
 
 #: Where the shares of a study keep their results, under its output directory.

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
+from attnbench.experiments.decode import DecodePoint
 from attnbench.study.plan import Task, plan_study
 from attnbench.study.shards import Shard, assign, parse_shard, share_of
 
@@ -60,14 +61,26 @@ def test_longest_first_onto_the_least_loaded():
     assert assign(tasks([4.0]), lambda t: t.point, 3, alone) == [[Task("decode", 0, 4.0)], [], []]
 
 
+def decode_tasks(contexts: list[int]) -> list[Task]:
+    points = [DecodePoint(d_model=32, num_heads=4, num_kv_heads=kv, batch=1, dtype="float32",
+                          prompt_len=n, mode=mode)
+              for n in contexts for kv in (4, 1) for mode in ("cache", "no_cache")]  # fmt: skip
+    return [Task("decode", i, p) for i, p in enumerate(points)]
+
+
 def test_the_decode_points_of_one_context_share_a_worker():
     """They are sampled in turn and compared with each other: split, they would not be."""
-    plan = plan_study(ROOT / "attnbench" / "configs" / "default.yaml", device="cpu")
-    decode = [t for t in plan.tasks if t.section == "decode"]
-    for share in assign(plan.tasks, plan.estimate, 3):
-        mine = {t.point.prompt_len for t in share if t.section == "decode"}
-        assert all(t in share for t in decode if t.point.prompt_len in mine)
-    assert len({t.point.prompt_len for t in decode}) == 4
+    work = decode_tasks([4, 8, 16, 32])
+    shares = assign(work, lambda t: 1.0, 2)
+    assert [len(share) for share in shares] == [8, 8]
+    for share in shares:
+        assert len({t.point.prompt_len for t in share}) == 2  # two whole contexts each
+
+
+def test_a_few_large_groups_are_shared_point_by_point():
+    """Two contexts on eight workers: kept whole, six workers would idle."""
+    shares = assign(decode_tasks([4, 8]), lambda t: 1.0, 8)
+    assert [len(share) for share in shares] == [1] * 8
 
 
 def test_the_providers_study_balances_over_8_ranks_within_10_percent():

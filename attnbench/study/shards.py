@@ -7,7 +7,8 @@ of their estimate, each to the worker with the least estimated time so far (ties
 lower index). It is within 4/3 of the best possible balance, and the same inputs always
 give the same shares, so independent workers agree on them without talking. Points that
 are compared with each other (decode: the points of one context, sampled in turn) go to
-one worker together, so that their comparisons are made.
+one worker together, so that their comparisons are made, unless that leaves the shares
+more than 10% off the best balance (a few large groups on many workers).
 """
 
 from __future__ import annotations
@@ -56,28 +57,46 @@ def together(task: Task) -> Hashable:
     return (task.section, key(task.point)) if key else (task.section, task.index)
 
 
+#: How far above the best balance the shares may be for the points of one context to
+#: stay together: past it, they are shared point by point.
+BALANCE = 1.10
+
+
 def assign(
     tasks: Sequence[Task],
     estimate: Callable[[Task], float],
     count: int,
     key: Callable[[Task], Hashable] = together,
 ) -> list[list[Task]]:
-    """`tasks` shared among `count` workers, longest first onto the least loaded, tasks
-    of one `key` as one; each share keeps the study's order."""
+    """`tasks` shared among `count` workers, longest first onto the least loaded, tasks of
+    one `key` as one, unless that leaves a share more than BALANCE x the best possible
+    load (few large groups on many workers): then task by task. Each share keeps the
+    study's order."""
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
+    costs = [estimate(t) for t in tasks]
     bundles: dict[Hashable, list[int]] = {}
     for i, task in enumerate(tasks):
         bundles.setdefault(key(task), []).append(i)
-    cost = {k: sum(estimate(tasks[i]) for i in members) for k, members in bundles.items()}
-    order = sorted(bundles, key=lambda k: (-cost[k], bundles[k][0]))
+    shares = _longest_first(list(bundles.values()), costs, count)
+    best = max(sum(costs) / count, max(costs, default=0.0))
+    if max(sum(costs[i] for i in share) for share in shares) > BALANCE * best:
+        shares = _longest_first([[i] for i in range(len(tasks))], costs, count)
+    return [[tasks[i] for i in sorted(share)] for share in shares]
+
+
+def _longest_first(bundles: list[list[int]], costs: list[float], count: int) -> list[list[int]]:
+    """Bundles of task indices onto `count` workers, the costliest first onto the least
+    loaded (ties to the earlier bundle and the lower worker)."""
+    cost = [sum(costs[i] for i in bundle) for bundle in bundles]
+    order = sorted(range(len(bundles)), key=lambda b: (-cost[b], bundles[b][0]))
     loads = [(0.0, w) for w in range(count)]  # a heap of (estimated seconds, worker)
     shares: list[list[int]] = [[] for _ in range(count)]
-    for k in order:
+    for b in order:
         load, worker = heapq.heappop(loads)
-        shares[worker].extend(bundles[k])
-        heapq.heappush(loads, (load + cost[k], worker))
-    return [[tasks[i] for i in sorted(share)] for share in shares]
+        shares[worker].extend(bundles[b])
+        heapq.heappush(loads, (load + cost[b], worker))
+    return shares
 
 
 def share_of(

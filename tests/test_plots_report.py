@@ -112,7 +112,7 @@ def test_report_numbers_come_from_the_records(saved, tmp_path):
     path = _saved_copy(saved, tmp_path, edit)
     assert runner.invoke(app, ["report", str(path), "-q"]).exit_code == 0
     text = (tmp_path / "report.md").read_text()
-    assert "At context 8, cached decode is 987.6x (95% interval 975.0-1000.0x) (MHA)" in text
+    assert "prefix at 8 tokens: MHA 987.6x (95% interval 975.0-1000.0x), GQA-2" in text
     assert "GQA-2 needs 50.0% of MHA's KV cache and MQA 12.3%" in text
 
 
@@ -286,7 +286,7 @@ def test_findings_name_the_fastest_provider_and_what_was_not_timed(saved):
     )
     assert not any("did not complete" in f for f in found)  # rows, not failures
     # the cache-vs-no-cache lines keep to the baseline, and say so
-    speedup = next(f for f in found if "faster than recomputing the prefix" in f)
+    speedup = next(f for f in found if f.startswith("Cached decode over recomputing"))
     assert speedup.endswith("provider attnbench.")
     assert sum("without the cache a decode step takes" in f for f in found) == 3
 

@@ -179,3 +179,18 @@ def test_a_group_left_part_way_runs_again_whole(tmp_path, monkeypatch):
     assert len(records) == 8 and records[0] == first
     assert [r["sampling_group"] for r in records] == [0] * 4 + [1] * 4
     assert len({r["step_repeats"] for r in records[4:]}) == 1
+
+
+def test_a_group_no_point_of_which_runs_is_recorded_as_such():
+    """sdpa-cudnn has no kernel on the CPU: every point of its groups is unsupported, and
+    nothing is timed."""
+    records = records_of(provider=["sdpa-cudnn"], repeats=None, max_time=0.1)  # adaptive
+    assert [r.status.split(":")[0] for r in records] == ["unsupported"] * 4
+    assert all(r.sampling is None and r.step_ms_median is None for r in records)
+
+
+def test_the_one_point_of_a_group_that_runs_is_sampled_alone():
+    records = records_of(num_kv_heads=[2], mode=["cache"], provider=["attnbench", "sdpa-cudnn"])
+    rows = {r.provider: r for r in records}
+    assert rows["attnbench"].sampling == "alone" and rows["sdpa-cudnn"].sampling is None
+    assert rows["attnbench"].x_of_baseline_median is None

@@ -132,13 +132,16 @@ def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> l
     try:
         prepared = [_prepared_or_failed(p, context) for p in points]
         ready = [r for r in prepared if isinstance(r, Ready)]
-        timed = dict(zip(map(id, ready), time_together(ready, device, context), strict=True))
+        timings = time_together(ready, device, context) if ready else []
+        timed = dict(zip(map(id, ready), timings, strict=True))
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     records = [r.finish(timed[id(r)], context) if isinstance(r, Ready) else r for r in prepared]
-    for record in records:
-        record.sampling, record.sampling_group = INTERLEAVED, number
+    for r, record in zip(prepared, records, strict=True):
+        record.sampling_group = number
+        if isinstance(r, Ready):
+            record.sampling = INTERLEAVED if len(ready) > 1 else ALONE
     options = DecodeOptions.from_options(context.options)
     steps = {i: timed[id(r)].step for i, r in enumerate(prepared) if isinstance(r, Ready)}
     fill_comparisons(records, points, steps, options.baseline_provider)

@@ -346,6 +346,8 @@ class Timer:
         width: Callable[[list[list[Measurement]]], float],
         order: random.Random,
     ) -> list[list[Measurement]]:
+        if not units:
+            return []
         interleaved = sum(len(unit.calls) for unit in units) > 1
         blocks = []
         for unit in units:

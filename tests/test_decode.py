@@ -421,3 +421,11 @@ def test_cuda_graph_and_eager_steps_side_by_side(graph):
                            "prompt_len": 64, "gen_len": 4, "cuda_graph": graph})  # fmt: skip
     rec = decode.run(point, Context(torch.device("cuda"), {"warmup": 1, "repeats": 5}))
     assert rec.status == "ok" and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
+
+
+def test_no_cache_longest_context_below_every_context_is_refused():
+    flags = ["--d-model", "64", "--heads", "4", "--prompt-len", "64,128", "--mode", "no_cache"]
+    result = runner.invoke(app, ["decode-speed", *flags, "--no-cache-max-prompt-len", "32"])
+    assert result.exit_code == 2
+    reason = "is below every context (64, 128): no point would run"
+    assert result.output.strip() == f"error: --no-cache-max-prompt-len 32: {reason}"

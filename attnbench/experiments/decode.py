@@ -406,11 +406,18 @@ def check(point: DecodePoint) -> None:
 
 def check_section(values: Mapping[str, list], options: Mapping[str, Any], given: set[str]) -> None:
     """Raise for options that cannot work with the section's axes: a baseline provider
-    set (`given`) but not swept, several tensor-parallel sizes (one launch has one)."""
+    set (`given`) but not swept, several tensor-parallel sizes (one launch has one), a
+    no_cache_max_prompt_len that leaves a no_cache-only section nothing to run."""
     sizes = values.get("tp", [1])
     if len(sizes) > 1:
         raise FieldError("tp", ",".join(map(str, sizes)), "one size per run: the ranks "
                          "torchrun started split every point")  # fmt: skip
+    longest = options.get("no_cache_max_prompt_len")
+    contexts = values.get("prompt_len", [])
+    if longest is not None and values.get("mode") == ["no_cache"] and min(contexts) > longest:
+        listed = ", ".join(map(str, contexts))
+        reason = f"is below every context ({listed}): no point would run"
+        raise FieldError("no_cache_max_prompt_len", longest, reason)
     swept = values.get("provider", [])
     baseline = options.get("baseline_provider")
     if "baseline_provider" in given and baseline not in swept:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
+from attnbench.model.capacity import layer_tokens
 from attnbench.model.hf_config import BODY_MODEL_TYPES, load_hf_config, spec_from_hf_config
 from attnbench.model.presets import get_preset
 
@@ -175,11 +176,13 @@ def test_explicit_head_dim(tmp_path):
     assert (spec.num_layers, spec.d_model, spec.num_heads, spec.num_kv_heads) == (28, 3072, 16, 16)
 
 
-def test_name_comes_from_name_or_path_or_folder(tmp_path):
+def test_name_comes_from_name_or_path_or_the_files_stem(tmp_path):
     named = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "_name_or_path": "org/m"}))
     assert named.name == "org/m"
-    unnamed = load_hf_config(write_config(tmp_path, LLAMA3_8B, name="my-model"))
-    assert unnamed.name == "my-model"
+    for stem in ("cohere2", "olmo2"):  # files of one folder, each its own name
+        path = tmp_path / f"{stem}.json"
+        path.write_text(json.dumps(LLAMA3_8B))
+        assert load_hf_config(path).name == stem
 
 
 def test_hf_config_in_kvmem(tmp_path):
@@ -342,3 +345,79 @@ def test_model_and_hf_config_together(tmp_path):
     )
     assert result.exit_code == 2
     assert "--model" in result.output and "--hf-config" in result.output
+
+
+#: Small configs of the model types whose layouts differ: (model_type, fields). Every one
+#: has 8 layers, a sliding window of 16 and (Llama-4) chunks of 32.
+LAYOUTS = [
+    ("cohere2", {}),  # sliding_window_pattern 4 by default: every 4th layer global
+    ("cohere2", {"sliding_window_pattern": 2}),
+    ("exaone4", {}),
+    ("gpt_oss", {}),  # every other layer
+    ("gemma2", {}),
+    ("gemma3_text", {"sliding_window_pattern": 3}),
+    ("mistral", {}),
+    # chunked but every 4th layer; Llama-4 configs have no sliding window
+    ("llama4_text", {"attention_chunk_size": 32, "sliding_window": None}),
+    (
+        "llama4_text",
+        {"attention_chunk_size": 32, "sliding_window": None, "no_rope_layers": [1, 0] * 4},
+    ),
+    ("llama4_text", {"attention_chunk_size": None, "sliding_window": None}),
+    ("qwen2", {"use_sliding_window": True, "max_window_layers": 5}),
+]
+
+
+@pytest.mark.parametrize(("model_type", "fields"), LAYOUTS,
+                         ids=[f"{t}-{i}" for i, (t, _) in enumerate(LAYOUTS)])  # fmt: skip
+def test_each_layers_cache_is_what_transformers_static_cache_keeps(model_type, fields):
+    """Per layer, the tokens attnbench counts equal what StaticCache holds after a
+    prefill of 64 tokens, for each way a config declares its layout."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 8,
+           "sliding_window": 16, "vocab_size": 100, "intermediate_size": 128,
+           "eos_token_id": 1, "pad_token_id": 0, **fields}  # fmt: skip
+    theirs = transformers.AutoConfig.for_model(**cfg)
+    cache = transformers.StaticCache(config=theirs, max_cache_len=64)
+    for layer in range(8):
+        k = torch.zeros(1, 2, 64, 16)
+        cache.update(k, k, layer)
+    kept = [layer.keys.shape[-2] for layer in cache.layers]
+    spec = spec_from_hf_config(cfg, model_type, model_type)
+    windows = spec.windows or (None,) * 8
+    assert [layer_tokens(64, w) for w in windows] == kept
+    assert (
+        len(set(kept)) > 1
+        or model_type == "mistral"
+        or fields.get("attention_chunk_size", 1) is None
+    )
+
+
+def test_a_multimodal_config_is_read_through_its_language_model(tmp_path):
+    gemma3 = {"model_type": "gemma3", "torch_dtype": "bfloat16", "_name_or_path": "org/g3",
+              "text_config": {"hidden_size": 64, "num_attention_heads": 4,
+                              "num_key_value_heads": 1, "head_dim": 16,
+                              "num_hidden_layers": 6, "sliding_window": 32},
+              "vision_config": {"hidden_size": 1152}}  # fmt: skip
+    spec = load_hf_config(write_config(tmp_path, gemma3))
+    assert (spec.name, spec.d_model, spec.num_kv_heads, spec.dtype) == ("org/g3", 64, 1,
+                                                                          "bfloat16")  # fmt: skip
+    assert spec.windows == (32,) * 5 + (None,)  # gemma3_text: every 6th layer global
+    assert "vision tower is not counted" in spec.note
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(write_config(tmp_path, gemma3)),
+                                 "--seq-len", "64"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "note: org/g3: the language model of a multimodal config: its vision tower is not " \
+           "counted" in " ".join(result.output.split())  # fmt: skip
+
+
+def test_a_sliding_window_pattern_of_letters_repeats_over_the_layers():
+    cfg = {"model_type": "exaone4", "hidden_size": 64, "num_attention_heads": 4,
+           "num_hidden_layers": 8, "sliding_window": 16}  # fmt: skip
+    cfg["sliding_window_pattern"] = "LLG"
+    assert spec_from_hf_config(cfg, "e", "e").windows == (16, 16, None, 16, 16, None, 16, 16)
+    with pytest.raises(UsageError, match="'sliding_window_pattern' is 'LX'"):
+        spec_from_hf_config({**cfg, "sliding_window_pattern": "LX"}, "e", "e")

@@ -84,6 +84,14 @@ def run_section(
     return plan, run_study(plan, command=command, **run_options)
 
 
+def model_notes(models: Sequence) -> None:
+    """What a model's counts leave out, once per model ('gemma-3-4b-it: the language
+    model of a multimodal config: its vision tower is not counted')."""
+    for spec in models:
+        if spec.note:
+            console.print(f"note: {spec.name}: {spec.note}", markup=False)
+
+
 def show_table(
     title: str,
     records: Sequence,

@@ -15,6 +15,7 @@ from .common import (
     QUIET,
     console,
     fail,
+    model_notes,
     run_section,
     write_outputs,
 )
@@ -53,5 +54,6 @@ def fit_command(overrides, model, hf_config, config, csv, json, quiet) -> None:
             console.print(answer_line(record), markup=False)
             console.print(breakdown_table(record, f"--reserve {point.reserve}"))
             console.print(memory_bar(record))
+        model_notes(plan.sections["fit"].models)
     config_doc = plan.sections["fit"].to_dict()
     write_outputs("fit", records, FitRecord, config_doc, result.environment, csv, json, quiet)

@@ -10,6 +10,7 @@ from .common import (
     HF_CONFIG,
     MODEL,
     OUTPUTS,
+    model_notes,
     run_section,
     show_table,
     write_outputs,
@@ -34,6 +35,7 @@ def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -
     if not quiet:
         rows = result.section_records("kvmem")
         show_table(f"KV-cache memory on {plan.device}", rows, kvmem_columns(rows), wide)
+        model_notes(plan.sections["kvmem"].models)
     config_doc = plan.sections["kvmem"].to_dict()
     write_outputs("kvmem", records, KvmemRecord, config_doc, result.environment, csv, json,
                   quiet)  # fmt: skip

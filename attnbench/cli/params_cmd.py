@@ -12,6 +12,7 @@ from .common import (
     MODEL,
     OUTPUTS,
     console,
+    model_notes,
     run_section,
     show_table,
     write_outputs,
@@ -50,6 +51,7 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
                     f"{spec.name} uses MLA: the per-layer table above describes a GQA layer "
                     "of its heads; the whole-model table counts its MLA projections."
                 )
+        model_notes(models)
     config_doc = plan.sections["params"].to_dict()
     write_outputs("params", records, ParamsRecord, config_doc, result.environment, csv, json,
                   quiet, {"model_parts": (ModelPartRecord, parts)})  # fmt: skip

@@ -93,6 +93,9 @@ class ModelSpec:
     mla: MlaSpec | None = None
     body: ModelBody | None = None
     max_position_embeddings: int | None = None
+    #: What its counts leave out, said wherever they are shown (a multimodal config's
+    #: vision tower).
+    note: str | None = None
 
     def attention_shape(self, bias: bool = False) -> AttentionShape:
         return AttentionShape(

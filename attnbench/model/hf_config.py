@@ -160,6 +160,9 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     field where it has none."""
     if not isinstance(cfg, dict):
         raise UsageError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    note = None
+    if isinstance(cfg.get("text_config"), dict):
+        cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
     kind = _str(cfg, "model_type", where) or ""
     d_model = _one_of(cfg, "d_model", where)
     num_heads = _one_of(cfg, "num_heads", where)
@@ -197,7 +200,26 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         mla=mla,
         body=_body(cfg, kind, d_model, num_layers, where),
         max_position_embeddings=_context(cfg, kind, where),
+        note=note,
     )
+
+
+#: What the counts of a multimodal config leave out.
+MULTIMODAL_NOTE = "the language model of a multimodal config: its vision tower is not counted"
+
+
+def language_model(cfg: dict, where: str) -> dict:
+    """The language model of a multimodal config (Gemma-3, Llama-4, ...): its
+    `text_config`, with the top level's dtype where it names none, and model_type
+    '<type>_text' where it names none (as Gemma3Config and Llama4Config default it)."""
+    text = dict(cfg["text_config"])
+    for key in ("torch_dtype", "dtype"):
+        if text.get(key) is None and cfg.get(key) is not None:
+            text[key] = cfg[key]
+    if text.get("model_type") is None:
+        top = _str(cfg, "model_type", where)
+        text["model_type"] = f"{top}_text" if top else None
+    return text
 
 
 #: GPT-2's context (n_positions) when its config leaves it out: GPT2Config's default.
@@ -213,37 +235,108 @@ def _context(cfg: dict, kind: str, where: str) -> int | None:
     return declared or positions
 
 
+#: Layer types of `layer_types` that keep a bounded cache, and the field bounding it.
+BOUNDED_LAYERS = {
+    "sliding_attention": "sliding_window",
+    "chunked_attention": "attention_chunk_size",
+}
+#: Model types whose config windows every other layer when it lists no layer types
+#: (GptOssConfig: even layers, from the first).
+ALTERNATING = ("gemma2", "gpt_oss")
+#: Model types whose config computes its layer types from `sliding_window_pattern` when
+#: it lists none, with that pattern's default (every pattern-th layer global).
+PATTERN_DEFAULT = {"gemma3": 6, "gemma3_text": 6, "cohere2": 4, "exaone4": 4}
+#: Llama-4: chunked attention on the layers without RoPE, every `no_rope_layer_interval`-th
+#: layer global (Llama4TextConfig's defaults).
+CHUNKED_TYPES = ("llama4", "llama4_text")
+NO_ROPE_INTERVAL, CHUNK_SIZE = 4, 8192
+
+
 def _windows(cfg: dict, num_layers: int, kind: str, where: str) -> tuple[int | None, ...] | None:
-    """Each layer's sliding window (None: global), or None when no layer has one."""
+    """Each layer's bounded cache, in tokens (None: global), or None when no layer has
+    one: what transformers' StaticCache keeps per layer. A sliding layer keeps its window;
+    a chunked one (Llama-4) one chunk, `attention_chunk_size`."""
     window = _int(cfg, "sliding_window", where, None, maximum=_TOKENS)
-    # Qwen configs switch windows on with use_sliding_window (default false); others don't.
-    uses = _bool(cfg, "use_sliding_window", where, not kind.startswith("qwen"))
-    if window is None or not uses:
+    chunk_default = CHUNK_SIZE if kind in CHUNKED_TYPES else None
+    if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None:
+        chunk_default = None  # null turns chunking off (Llama4TextConfig)
+    chunk = _int(cfg, "attention_chunk_size", where, chunk_default, maximum=_TOKENS)
+    sizes = {"sliding_attention": window, "chunked_attention": chunk}
+    types = _layer_types(cfg, num_layers, kind, where, window, chunk)
+    if types is None:
         return None
-    types = cfg.get("layer_types")
-    if types is not None:
+    bounded = tuple(sizes.get(t) for t in types)
+    return bounded if any(b is not None for b in bounded) else None
+
+
+def _layer_types(
+    cfg: dict, num_layers: int, kind: str, where: str, window: int | None, chunk: int | None
+) -> list[str] | None:
+    """Each layer's attention type as the model's config class derives it: `layer_types`
+    when listed; else Qwen2's max_window_layers, an integer or 'LLLG' `sliding_window_pattern`
+    (every pattern-th layer global), alternate layers (Gemma-2, gpt-oss), Llama-4's
+    chunked layers (`no_rope_layers`), or `sliding_window` on every layer (Mistral)."""
+    listed = cfg.get("layer_types")
+    if listed is not None:
         if (
-            not isinstance(types, list)
-            or len(types) != num_layers
-            or not all(isinstance(t, str) for t in types)
+            not isinstance(listed, list)
+            or len(listed) != num_layers
+            or not all(isinstance(t, str) for t in listed)
         ):
             raise UsageError(
                 f"{where}: field 'layer_types' must list {num_layers} layer types (strings)"
             )
-        windowed = [t == "sliding_attention" for t in types]
-    elif cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        return listed
+    if kind in CHUNKED_TYPES and chunk is not None:
+        return ["chunked_attention" if rope_free else "full_attention"
+                for rope_free in _no_rope_layers(cfg, num_layers, where)]  # fmt: skip
+    # Qwen configs switch windows on with use_sliding_window (default false); others don't.
+    if window is None or not _bool(cfg, "use_sliding_window", where, not kind.startswith("qwen")):
+        return None
+    if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
         first = _int(cfg, "max_window_layers", where, minimum=0, maximum=_LAYERS)
         windowed = [i >= first for i in range(num_layers)]
-    elif kind == "gemma2":
+    elif "sliding_window_pattern" in cfg or kind in PATTERN_DEFAULT:
+        windowed = _pattern(cfg, num_layers, kind, where)
+    elif kind in ALTERNATING:
         windowed = [i % 2 == 0 for i in range(num_layers)]
-    elif kind in ("gemma3", "gemma3_text"):
-        every = _int(cfg, "sliding_window_pattern", where, 6, maximum=_LAYERS)
-        windowed = [(i + 1) % every != 0 for i in range(num_layers)]
     else:
         windowed = [True] * num_layers
-    if not any(windowed):
-        return None
-    return tuple(window if w else None for w in windowed)
+    return ["sliding_attention" if w else "full_attention" for w in windowed]
+
+
+def _pattern(cfg: dict, num_layers: int, kind: str, where: str) -> list[bool]:
+    """Which layers slide under `sliding_window_pattern`: an integer N windows all but
+    every N-th layer (Gemma-3, Cohere2, EXAONE-4); a string of L (local) and G (global),
+    'LLLG', repeats over the layers."""
+    pattern = cfg.get("sliding_window_pattern")
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return [pattern[i % len(pattern)] == "L" for i in range(num_layers)]
+    if isinstance(pattern, str):
+        raise UsageError(
+            f"{where}: field 'sliding_window_pattern' is {brief(pattern)}; expected an "
+            "integer or a string of L (local) and G (global) layers, such as 'LLLG'"
+        )
+    every = _int(cfg, "sliding_window_pattern", where, PATTERN_DEFAULT.get(kind), maximum=_LAYERS)
+    return [(i + 1) % every != 0 for i in range(num_layers)]
+
+
+def _no_rope_layers(cfg: dict, num_layers: int, where: str) -> list[bool]:
+    """Llama-4's layers without RoPE (they attend within a chunk): `no_rope_layers` (one
+    0/1 per layer), else all but every `no_rope_layer_interval`-th."""
+    listed = cfg.get("no_rope_layers")
+    if listed:
+        if (
+            not isinstance(listed, list)
+            or len(listed) != num_layers
+            or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in listed
+            )
+        ):
+            raise UsageError(f"{where}: field 'no_rope_layers' must list {num_layers} 0s and 1s")
+        return [bool(v) for v in listed]
+    every = _int(cfg, "no_rope_layer_interval", where, NO_ROPE_INTERVAL, maximum=_LAYERS)
+    return [(i + 1) % every != 0 for i in range(num_layers)]
 
 
 def _mla(cfg: dict, where: str) -> MlaSpec | None:
@@ -435,9 +528,13 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
-    """Read config.json at `path`; every problem is a UsageError naming the file and field."""
+    """Read config.json at `path`; every problem is a UsageError naming the file and field.
+    The model is named by `_name_or_path`, else by the file's stem (its folder's name for
+    a file called config.json)."""
     path = Path(path)
     text = read_user_file(path, "hf_config", limit=MAX_CONFIG_BYTES)
     cfg = parse_json(text, str(path))
     name = _str(cfg, "_name_or_path", str(path)) if isinstance(cfg, dict) else None
-    return spec_from_hf_config(cfg, name or path.parent.name or path.stem, str(path))
+    # A model's own folder holds config.json; a folder of configs names each by its file.
+    fallback = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+    return spec_from_hf_config(cfg, name or fallback, str(path))

@@ -368,18 +368,29 @@ LAYOUTS = [
 ]
 
 
-@pytest.mark.parametrize(("model_type", "fields"), LAYOUTS,
-                         ids=[f"{t}-{i}" for i, (t, _) in enumerate(LAYOUTS)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model_type", "fields"), LAYOUTS, ids=[f"{t}-{i}" for i, (t, _) in enumerate(LAYOUTS)]
+)
 def test_each_layers_cache_is_what_transformers_static_cache_keeps(model_type, fields):
     """Per layer, the tokens attnbench counts equal what StaticCache holds after a
     prefill of 64 tokens, for each way a config declares its layout."""
     transformers = pytest.importorskip("transformers")
     import torch
 
-    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 8,
-           "sliding_window": 16, "vocab_size": 100, "intermediate_size": 128,
-           "eos_token_id": 1, "pad_token_id": 0, **fields}  # fmt: skip
+    cfg = {
+        "model_type": model_type,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "num_hidden_layers": 8,
+        "sliding_window": 16,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+        **fields,
+    }
     theirs = transformers.AutoConfig.for_model(**cfg)
     cache = transformers.StaticCache(config=theirs, max_cache_len=64)
     for layer in range(8):
@@ -397,27 +408,51 @@ def test_each_layers_cache_is_what_transformers_static_cache_keeps(model_type, f
 
 
 def test_a_multimodal_config_is_read_through_its_language_model(tmp_path):
-    gemma3 = {"model_type": "gemma3", "torch_dtype": "bfloat16", "_name_or_path": "org/g3",
-              "text_config": {"hidden_size": 64, "num_attention_heads": 4,
-                              "num_key_value_heads": 1, "head_dim": 16,
-                              "num_hidden_layers": 6, "sliding_window": 32},
-              "vision_config": {"hidden_size": 1152}}  # fmt: skip
+    gemma3 = {
+        "model_type": "gemma3",
+        "torch_dtype": "bfloat16",
+        "_name_or_path": "org/g3",
+        "text_config": {
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "num_hidden_layers": 6,
+            "sliding_window": 32,
+        },
+        "vision_config": {"hidden_size": 1152},
+    }
     spec = load_hf_config(write_config(tmp_path, gemma3))
-    assert (spec.name, spec.d_model, spec.num_kv_heads, spec.dtype) == ("org/g3", 64, 1,
-                                                                          "bfloat16")  # fmt: skip
+    assert (spec.name, spec.d_model, spec.num_kv_heads, spec.dtype) == ("org/g3", 64, 1, "bfloat16")
     assert spec.windows == (32,) * 5 + (None,)  # gemma3_text: every 6th layer global
     assert "vision tower is not counted" in spec.note
-    result = runner.invoke(app, ["kvmem", "--hf-config", str(write_config(tmp_path, gemma3)),
-                                 "--seq-len", "64"])  # fmt: skip
+    result = runner.invoke(
+        app, ["kvmem", "--hf-config", str(write_config(tmp_path, gemma3)), "--seq-len", "64"]
+    )
     assert result.exit_code == 0, result.output
-    assert "note: org/g3: the language model of a multimodal config: its vision tower is not " \
-           "counted" in " ".join(result.output.split())  # fmt: skip
+    note = "note: org/g3: the language model of a multimodal config: its vision tower"
+    assert f"{note} is not counted" in " ".join(result.output.split())
 
 
 def test_a_sliding_window_pattern_of_letters_repeats_over_the_layers():
-    cfg = {"model_type": "exaone4", "hidden_size": 64, "num_attention_heads": 4,
-           "num_hidden_layers": 8, "sliding_window": 16}  # fmt: skip
+    cfg = {
+        "model_type": "exaone4",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 8,
+        "sliding_window": 16,
+    }
     cfg["sliding_window_pattern"] = "LLG"
     assert spec_from_hf_config(cfg, "e", "e").windows == (16, 16, None, 16, 16, None, 16, 16)
     with pytest.raises(UsageError, match="'sliding_window_pattern' is 'LX'"):
         spec_from_hf_config({**cfg, "sliding_window_pattern": "LX"}, "e", "e")
+
+
+def test_kvmem_flags_a_context_past_the_models_positions():
+    result = runner.invoke(app, ["kvmem", "--model", "llama-2-7b", "--seq-len", "4096,8192"])
+    assert result.exit_code == 0, result.output
+    note = "note: llama-2-7b: context 8,192 is past its 4,096 positions (max_position_embeddings)"
+    assert f"{note}; computed all the same" in " ".join(result.output.split())
+    assert "8,192" in result.output.split("note:")[0]  # computed: its row is in the table
+    within = runner.invoke(app, ["kvmem", "--model", "llama-2-7b", "--seq-len", "4096"])
+    assert "note:" not in within.output

@@ -84,12 +84,24 @@ def run_section(
     return plan, run_study(plan, command=command, **run_options)
 
 
-def model_notes(models: Sequence) -> None:
+def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
     """What a model's counts leave out, once per model ('gemma-3-4b-it: the language
-    model of a multimodal config: its vision tower is not counted')."""
+    model of a multimodal config: its vision tower is not counted'), and the `contexts`
+    asked for past the positions it declares (computed all the same)."""
     for spec in models:
         if spec.note:
             console.print(f"note: {spec.name}: {spec.note}", markup=False)
+        limit = spec.max_position_embeddings
+        past = sorted({c for c in contexts if limit and c > limit})
+        if past:
+            texts = [f"{c:,}" for c in past]
+            listed = texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} and {texts[-1]}"
+            what = f"context {listed} is" if len(past) == 1 else f"contexts {listed} are"
+            console.print(
+                f"note: {spec.name}: {what} past its {limit:,} positions "
+                "(max_position_embeddings); computed all the same",
+                markup=False,
+            )
 
 
 def show_table(

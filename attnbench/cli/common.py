@@ -16,6 +16,7 @@ from rich.console import Console
 
 from ..errors import FieldError, UsageError
 from ..records import as_dict
+from ..render.columns import join_words
 from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
 from ..study.output import (
     json_document,
@@ -94,8 +95,7 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
         limit = spec.max_position_embeddings
         past = sorted({c for c in contexts if limit and c > limit})
         if past:
-            texts = [f"{c:,}" for c in past]
-            listed = texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} and {texts[-1]}"
+            listed = join_words([f"{c:,}" for c in past])
             what = f"context {listed} is" if len(past) == 1 else f"contexts {listed} are"
             console.print(
                 f"note: {spec.name}: {what} past its {limit:,} positions "

@@ -52,6 +52,9 @@ from .params import ParamsPoint
 from .tensor_parallel import Ranks
 
 SEED = 0
+#: How a point's step was sampled: in turn with the others of its context
+#: (experiments.interleave), or alone.
+INTERLEAVED, ALONE = "interleaved", "alone"
 #: Bytes of an attention score of the naive provider: float32 (half inputs are upcast).
 SCORE_BYTES = 4
 #: Seconds of sampling per measurement of a point, by device type, unless set.
@@ -590,7 +593,7 @@ def run(
         if device.type == "cuda":
             torch.cuda.empty_cache()
     record = ready.finish(timings, context)
-    record.sampling = "alone"
+    record.sampling = ALONE
     return record
 
 
@@ -666,7 +669,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     """The record's measured columns, and the rates derived from them."""
     steps = timings.step
     step_s = steps.median_ms * 1e-3
-    _summarise(rec, "step_ms", "samples_ms", steps)
+    summarise(rec, "step_ms", "samples_ms", steps)
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
     rec.step_ci_pct = 100 * steps.ci_rel
@@ -677,22 +680,22 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
     if timings.prefill is not None:
         pre = timings.prefill
-        _summarise(rec, "prefill_ms", "prefill_samples_ms", pre)
+        summarise(rec, "prefill_ms", "prefill_samples_ms", pre)
         rec.achieved_tflops = rec.prefill_flops / (pre.median_ms * 1e-3) / 1e12  # type: ignore[operator]
         if rec.peak_tflops:
             rec.pct_of_peak_flops = 100 * rec.achieved_tflops / rec.peak_tflops
     if timings.generation is not None:
         gen = timings.generation
-        _summarise(rec, "gen_ms", "gen_samples_ms", gen)
+        summarise(rec, "gen_ms", "gen_samples_ms", gen)
         rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
     if timings.all_reduce is not None:
-        _summarise(rec, "allreduce_ms", "allreduce_samples_ms", timings.all_reduce)
+        summarise(rec, "allreduce_ms", "allreduce_samples_ms", timings.all_reduce)
     if timings.x_of_reference is not None:
         rec.reference = timings.reference
-        _summarise(rec, "x_of_reference", "x_of_reference_samples", timings.x_of_reference)
+        summarise(rec, "x_of_reference", "x_of_reference_samples", timings.x_of_reference)
 
 
-def _summarise(rec: DecodeRecord, stem: str, samples: str, measured: Measurement) -> None:
+def summarise(rec: DecodeRecord, stem: str, samples: str, measured: Measurement) -> None:
     """A measurement into the record: <stem>_median, _p25, _p75 (stem 'step_ms' for a
     time, 'x_of_reference' for a ratio) and its raw samples."""
     setattr(rec, f"{stem}_median", measured.median_ms)

@@ -33,10 +33,19 @@ import torch
 
 from ..measure.devices import free_memory_bytes
 from ..measure.memory import is_oom
-from ..measure.timing import Measurement, Timer, Unit, bootstrap_interval, in_run_ratio
+from ..measure.timing import (
+    Measurement,
+    Timer,
+    Unit,
+    bootstrap_interval,
+    in_run_ratio,
+    relative_half_width,
+)
 from ..modules.providers import PROVIDERS
 from .context import Context
 from .decode import (
+    ALONE,
+    INTERLEAVED,
     DecodeOptions,
     DecodePoint,
     DecodeRecord,
@@ -47,13 +56,12 @@ from .decode import (
     prepare,
     run,
     step_timings,
+    summarise,
     time_generation,
     time_prefill,
     timed_step,
 )
 from .tensor_parallel import Ranks
-
-INTERLEAVED, ALONE = "interleaved", "alone"
 
 
 def sampling_groups(
@@ -115,9 +123,7 @@ def paired_ratio(of: Measurement, over: Measurement) -> Measurement:
 def relative_width(ratio: Measurement) -> float:
     """The half-width of a ratio's bootstrap 95% interval, relative to its median (the
     larger side)."""
-    median = ratio.median_ms
-    lo, hi = bootstrap_interval(ratio.samples_ms)
-    return max(median - lo, hi - median) / median
+    return relative_half_width(ratio.median_ms, *bootstrap_interval(ratio.samples_ms))
 
 
 def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> list[DecodeRecord]:
@@ -206,11 +212,10 @@ def fill_comparisons(
         if pair.of not in steps or pair.over not in steps:
             continue
         record, ratio = records[pair.of], paired_ratio(steps[pair.of], steps[pair.over])
+        summarise(record, pair.name, f"{pair.name}_samples", ratio)
         lo, hi = bootstrap_interval(ratio.samples_ms)
-        stats = {"median": ratio.median_ms, "p25": ratio.p25_ms, "p75": ratio.p75_ms}
-        for stat, value in {**stats, "ci_lo": lo, "ci_hi": hi}.items():
-            setattr(record, f"{pair.name}_{stat}", value)
-        setattr(record, f"{pair.name}_samples", ratio.samples_ms)
+        setattr(record, f"{pair.name}_ci_lo", lo)
+        setattr(record, f"{pair.name}_ci_hi", hi)
         if pair.name == "x_of_narrowest":
             record.narrowest_variant = records[pair.over].variant
         elif pair.name == "x_of_no_cache":

@@ -99,6 +99,11 @@ def median_interval(values: Sequence[float], z: float = Z_95) -> tuple[float, fl
     return ordered[lo - 1], ordered[hi - 1]
 
 
+def relative_half_width(center: float, lo: float, hi: float) -> float:
+    """The larger side of an interval around `center`, relative to it (inf at 0)."""
+    return max(center - lo, hi - center) / center if center > 0 else math.inf
+
+
 def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarray:
     """Medians of `n` resamples with replacement. Resampling indices into the sorted samples
     and sorting the indices keeps each resample sorted: cheaper than np.median per row."""
@@ -152,9 +157,7 @@ class Measurement:
     def ci_rel(self) -> float:
         """Half-width of the 95% interval of the median, relative to the median (its
         larger side)."""
-        median = self.median_ms
-        lo, hi = median_interval(self.samples_ms)
-        return max(median - lo, hi - median) / median if median > 0 else math.inf
+        return relative_half_width(self.median_ms, *median_interval(self.samples_ms))
 
     @property
     def median_ms(self) -> float:

@@ -235,11 +235,6 @@ def _context(cfg: dict, kind: str, where: str) -> int | None:
     return declared or positions
 
 
-#: Layer types of `layer_types` that keep a bounded cache, and the field bounding it.
-BOUNDED_LAYERS = {
-    "sliding_attention": "sliding_window",
-    "chunked_attention": "attention_chunk_size",
-}
 #: Model types whose config windows every other layer when it lists no layer types
 #: (GptOssConfig: even layers, from the first).
 ALTERNATING = ("gemma2", "gpt_oss")

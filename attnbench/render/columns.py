@@ -247,6 +247,11 @@ def fmt_tflops(v: Any) -> str:
     return NONE_TEXT if v is None else format(v, ".3f" if abs(v) < 10 else ".1f")
 
 
+def join_words(items: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def fmt_x2(v: Any) -> str:
     """A speed-up between providers, which may differ by a few percent or by a thousand
     times: two decimals (1.1234 -> '1.12x'), two significant digits below 0.1

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .columns import known
+from ..measure.timing import relative_half_width
+from .columns import join_words, known
 from .plots import ok_records, one_provider, series_label
-
-
-def _join(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _x(value: float) -> str:
@@ -64,7 +61,7 @@ def variant_findings(records: Sequence[dict]) -> list[str]:
     if not rows:
         return []
     longest, at = _longest(rows)
-    narrowest = _join(sorted({r["narrowest_variant"] for r in at}))
+    narrowest = join_words(sorted({r["narrowest_variant"] for r in at}))
     widest_first = sorted(at, key=lambda r: -r["x_of_narrowest_median"])
     return [
         f"Cached step over {narrowest}'s at {longest:,} tokens: "
@@ -104,7 +101,7 @@ def sampling_findings(records: Sequence[dict], target: float | None) -> list[str
             median, lo, hi = (r.get(f"{stem}_{s}") for s in ("median", "ci_lo", "ci_hi"))
             if not (known(median) and known(lo) and known(hi)) or median <= 0:
                 continue
-            width = max(median - lo, hi - median) / median
+            width = relative_half_width(median, lo, hi)
             if widest is None or width > widest[0]:
                 what = f"{series_label(r)} {name.format(**r)}, context {r['prompt_len']:,}"
                 widest = (width, what)

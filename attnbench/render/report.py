@@ -12,7 +12,7 @@ from ..measure.timing import NOISY_IQR_FRACTION
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named
-from .columns import columns_for, known
+from .columns import columns_for, join_words, known
 from .comparisons import cache_findings, sampling_findings, stated, variant_findings
 from .plots import PLOTS, context, field_text, ok_records, one_provider, series, series_label
 from .providers import baseline_of, providers_of, providers_table
@@ -43,10 +43,6 @@ def _finite_rows(records: Sequence[dict]) -> list[dict]:
     return [{k: v if known(v) or v is None else None for k, v in r.items()} for r in records]
 
 
-def _join(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 # --- findings ----------------------------------------------------------------------------
 
 
@@ -68,11 +64,11 @@ def _share_of_mha(records: Sequence[dict], verb: str, what: str, group: Sequence
             continue
         if None in key:
             continue
-        shape = _join([SHAPE_TEXT[f].format(v) for f, v in zip(group, key, strict=True)])
+        shape = join_words([SHAPE_TEXT[f].format(v) for f, v in zip(group, key, strict=True)])
         (first, ratio), *rest = ratios.items()
         parts = [f"{first} {verb} {ratio:.1%} of MHA's {what}",
                  *(f"{variant} {r:.1%}" for variant, r in rest)]  # fmt: skip
-        found.append(f"With {shape}, {_join(parts)}.")
+        found.append(f"With {shape}, {join_words(parts)}.")
     return found
 
 
@@ -91,7 +87,9 @@ def _largest_caches(records: Sequence[dict]) -> list[str]:
     parts = [f"{_bytes(r['kv_bytes'])} for "
              + ", ".join([series_label(r), *(_setting(f, r.get(f)) for f in own)])
              for r in rows]  # fmt: skip
-    return [f"At {longest:,} tokens of context ({setting}), the KV cache takes {_join(parts)}."]
+    return [
+        f"At {longest:,} tokens of context ({setting}), the KV cache takes {join_words(parts)}."
+    ]
 
 
 def _setting(field: str, value) -> str:
@@ -155,7 +153,7 @@ def _fastest_providers(timed: Sequence[dict]) -> list[str]:
         else:
             versus = ""
         parts.append(f"{label} {best['provider']} ({best['step_ms_median']:.3f} ms{versus})")
-    return [f"Fastest cached decode step at context {longest:,}: {_join(parts)}."]
+    return [f"Fastest cached decode step at context {longest:,}: {join_words(parts)}."]
 
 
 def _peaks(records: Sequence[dict], several: bool) -> list[str]:

@@ -11,6 +11,7 @@ import statistics
 import pytest
 import torch
 
+from attnbench.errors import UsageError
 from attnbench.experiments import interleave
 from attnbench.experiments.decode import DecodePoint, decode_bytes, run_order
 from attnbench.measure.timing import bootstrap_interval
@@ -194,3 +195,14 @@ def test_the_one_point_of_a_group_that_runs_is_sampled_alone():
     rows = {r.provider: r for r in records}
     assert rows["attnbench"].sampling == "alone" and rows["sdpa-cudnn"].sampling is None
     assert rows["attnbench"].x_of_baseline_median is None
+
+
+def test_resume_refuses_records_of_another_version(tmp_path):
+    out = tmp_path / "study"
+    plan = plan_command("decode", None, GROUP)
+    run_study(plan, DirectoryStore(out))
+    doc = json.loads((out / "results.json").read_text())
+    doc["sections"]["decode"]["records"][0]["speedup_vs_no_cache_old"] = 1.0
+    (out / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match="the decode records come from another version"):
+        run_study(plan, DirectoryStore(out), resume=True)

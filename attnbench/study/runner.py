@@ -248,10 +248,10 @@ def _new_document(plan: Plan, store: Store, command: str) -> dict:
 
 
 def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
-    """The stored document, checked against `plan`, without the records of a group it
-    holds only part of (that group runs again whole), and with each CSV rebuilt from it
-    when their rows disagree (a row appended just before a crash, or a CSV edited or
-    lost)."""
+    """The stored document, checked against `plan` (its records too: fields of another
+    version of attnbench are refused), without the records of a group it holds only part
+    of (that group runs again whole), and with each CSV rebuilt from it when their rows
+    disagree (a row appended just before a crash, or a CSV edited or lost)."""
     doc = store.load()
     if doc["config"].get("resolved_sha256") != plan.resolved_sha256:
         raise UsageError(f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
@@ -259,6 +259,12 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
                          "with the same configuration, or choose another directory")  # fmt: skip
     for name, section in doc["sections"].items():
         kept = section["records"]
+        try:
+            for record in kept:
+                KINDS[name].record(**record)
+        except TypeError:
+            reason = f"resume: the {name} records come from another version of attnbench"
+            raise UsageError(reason) from None
         cut = groups.get((name, len(kept)))
         if cut is not None and cut[1][0].index < len(kept):
             del kept[cut[1][0].index :]

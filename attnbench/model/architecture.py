@@ -96,8 +96,8 @@ class ModelSpec:
     #: What its counts leave out, said wherever they are shown (a multimodal config's
     #: vision tower).
     note: str | None = None
-    #: The KV heads the model declares, when this spec is a what-if rebuilt with another
-    #: count (model/what_if.py); None for the model as published.
+    #: The KV heads the model declares, on every spec of a what-if set (the model rebuilt
+    #: with other KV-head counts, model/what_if.py), its own included; None otherwise.
     published_kv_heads: int | None = None
 
     def attention_shape(self, bias: bool = False) -> AttentionShape:

@@ -52,7 +52,7 @@ DECODE_COLUMNS = [
     "x_of_no_cache_median", "x_of_no_cache_p25", "x_of_no_cache_p75", "x_of_no_cache_ci_lo",
     "x_of_no_cache_ci_hi", "x_of_baseline_median", "x_of_baseline_p25", "x_of_baseline_p75",
     "x_of_baseline_ci_lo", "x_of_baseline_ci_hi", "instructions_per_step",
-    "instructions_counter", "noisy", "status", "model", "projection_path",
+    "instructions_counter", "noisy", "status", "model", "published_kv_heads", "projection_path",
 ]  # fmt: skip
 
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 COLUMNS = ["variant", "d_model", "num_heads", "num_kv_heads", "head_dim", "bias", "q_params",
            "k_params", "v_params", "o_params", "total_params", "module_params",
-           "ratio_vs_mha"]  # fmt: skip
+           "ratio_vs_mha", "published_kv_heads"]  # fmt: skip
 LLAMA_TOTALS = {32: 67_108_864, 8: 41_943_040, 4: 37_748_736, 1: 34_603_008}
 
 

@@ -2,58 +2,79 @@
 
 from __future__ import annotations
 
-from ..experiments.fit import CapacityError, FitRecord
+import typer
+
+from ..experiments.fit import OK, CapacityError, FitPoint, FitRecord
 from ..model.units import format_bytes, parse_memory
+from ..model.what_if import is_what_if
+from ..records import as_dict
 from ..render.fit import answer_line, breakdown_table, memory_bar
+from ..render.what_if import fit_columns, fit_notes, what_if_set
 from . import app
 from .common import (
     CONFIG,
-    CSV,
     HF_CONFIG,
-    JSON,
     MODEL,
-    QUIET,
+    OUTPUTS,
     console,
     fail,
     model_notes,
     run_section,
+    show_table,
     write_outputs,
 )
 from .flags import section_command
 
 
-@section_command(app, "fit", "fit", before=[MODEL, HF_CONFIG, CONFIG], after=[CSV, JSON, QUIET])
-def fit_command(overrides, model, hf_config, config, csv, json, quiet) -> None:
+def show_answer(record: FitRecord, point: FitPoint) -> None:
+    """The answer in a sentence, one GPU's memory as a table and as a bar."""
+    size = parse_memory(point.memory, "memory")  # type: ignore[arg-type]
+    if size.decimal:
+        console.print(f"note: {size.describe()}", markup=False)
+    console.print(
+        f"{record.model}: {record.gpus} GPU(s) x {format_bytes(size.bytes)}, --tp "
+        f"{record.tp}, {record.replicas} replica(s); KV cache per sequence per GPU "
+        f"{format_bytes(record.kv_bytes_per_sequence_per_gpu)}",
+        markup=False,
+    )
+    console.print(answer_line(record), markup=False)
+    console.print(breakdown_table(record, f"--reserve {point.reserve}"))
+    console.print(memory_bar(record))
+
+
+@section_command(app, "fit", "fit", before=[MODEL, HF_CONFIG, CONFIG], after=OUTPUTS)
+def fit_command(overrides, model, hf_config, config, csv, json, wide, quiet) -> None:
     """The largest batch at a context length (--seq-len), or the longest context at a batch
     size (--batch), that fits beside the weights and a reserve; exits 1 when nothing fits."""
-    try:
-        plan, result = run_section(
-            "fit",
-            "fit",
-            config,
-            overrides,
-            model,
-            hf_config,
-            {"csv": csv, "json": json},
-        )
-    except CapacityError as exc:
-        raise fail(f"{model or hf_config}: {exc}", exc.exit_code) from None
+    plan, result = run_section(
+        "fit",
+        "fit",
+        config,
+        overrides,
+        model,
+        hf_config,
+        {"csv": csv, "json": json},
+    )
     records: list[FitRecord] = result.records["fit"]
+    if len(records) == 1 and records[0].status != OK:
+        raise fail(f"{model or hf_config}: {records[0].status}", CapacityError.exit_code)
     if not quiet:
+        rows = [as_dict(r) for r in records]
         for task, record in zip(plan.tasks, records, strict=True):
-            point = task.point
-            size = parse_memory(point.memory, "memory")
-            if size.decimal:
-                console.print(f"note: {size.describe()}", markup=False)
-            console.print(
-                f"{record.model}: {record.gpus} GPU(s) x {format_bytes(size.bytes)}, --tp "
-                f"{record.tp}, {record.replicas} replica(s); KV cache per sequence per GPU "
-                f"{format_bytes(record.kv_bytes_per_sequence_per_gpu)}",
-                markup=False,
-            )
-            console.print(answer_line(record), markup=False)
-            console.print(breakdown_table(record, f"--reserve {point.reserve}"))
-            console.print(memory_bar(record))
+            if is_what_if(record.num_kv_heads, record.published_kv_heads):
+                continue  # in the table of its set, below
+            if record.status == OK:
+                show_answer(record, task.point)
+            else:
+                console.print(f"{record.model} ({record.variant}): {record.status}", markup=False)
+            variants = what_if_set(rows, as_dict(record))
+            if variants:
+                columns = fit_columns(record.question, variants)
+                show_table("Per KV-head count", variants, columns, wide, hint=None)
+                for line in fit_notes(variants):
+                    console.print(f"note: {line}", markup=False)
         model_notes(plan.sections["fit"].models)
     config_doc = plan.sections["fit"].to_dict()
     write_outputs("fit", records, FitRecord, config_doc, result.environment, csv, json, quiet)
+    if any(r.status != OK for r in records):
+        raise typer.Exit(CapacityError.exit_code)

@@ -94,13 +94,16 @@ def parse_field(name: str, text: str) -> Any:
     values: list[Any] = []
     for item in items:
         value: Any = canonical_value(name, item)
-        if spec.type is int:
+        if spec.type is int and value not in spec.words:
             if name == "sliding_window" and item.lower() == "none":
                 item = "0"
             try:
                 value = int(item)
             except ValueError:
-                raise FieldError(name, text, EXPECTED_INT[spec.axis]) from None
+                expected = EXPECTED_INT[spec.axis]
+                if spec.words:
+                    expected = f"{expected}, or {' or '.join(spec.words)}"
+                raise FieldError(name, text, expected) from None
         elif spec.type is float:
             try:
                 value = float(item)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from ..experiments.params import ParamsRecord
 from ..experiments.whole_model import ModelPartRecord, whole_model_records
+from ..model.what_if import is_what_if
+from ..records import as_dict
 from ..render.columns import PARAMS, WHOLE_MODEL
+from ..render.what_if import WHOLE_MODEL_WHAT_IF, whole_model_rows
 from . import app
 from .common import (
     CONFIG,
@@ -37,15 +40,26 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     records = result.records["params"]
     models = plan.sections["params"].models
     parts = [r for spec in models if spec.body is not None for r in whole_model_records(spec)]
+    what_if_rows = whole_model_rows([as_dict(r) for r in parts])
     if not quiet:
         show_table("Attention parameters per layer", records, PARAMS, wide)
         for spec in models:
             if spec.body is None:
-                console.print(f"{spec.name}: whole-model counts unknown (attention only)")
+                console.print(
+                    f"{spec.name}: whole-model counts unknown (attention only)", markup=False
+                )
                 continue
-            rows = [r for r in parts if r.model == spec.name]
+            if is_what_if(spec.num_kv_heads, spec.published_kv_heads):
+                continue  # a what-if: in the table of its set, below
+            rows = [
+                r for r in parts if r.model == spec.name and r.num_kv_heads == spec.num_kv_heads
+            ]
             title = f"Whole model ({spec.dtype} weights)"
             show_table(title, rows, WHOLE_MODEL, wide)
+            variants = [r for r in what_if_rows if r["model"] == spec.name]
+            if variants:
+                title = f"Whole model per KV-head count ({spec.dtype} weights)"
+                show_table(title, variants, WHOLE_MODEL_WHAT_IF, wide)
             if spec.mla is not None:
                 console.print(
                     f"{spec.name} uses MLA: the per-layer table above describes a GQA layer "

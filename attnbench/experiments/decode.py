@@ -166,6 +166,8 @@ class DecodeRecord:
     noisy: bool | None = info()
     status: str = info("ok")
     model: str | None = key(None)
+    #: The model's own KV heads on every row of a what-if set; None otherwise.
+    published_kv_heads: int | None = info()
     projection_path: str | None = info()
 
 
@@ -448,7 +450,8 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
         prompt_len=point.prompt_len, gen_len=point.gen_len, mode=point.mode,
         cuda_graph=point.cuda_graph, tp=point.tp, peak_gbps=context.peak_gbps,
         peak_tflops=context.peak_tflops.get(point.dtype) if prefills else None,
-        model=point.model, baseline_provider=options.baseline_provider,
+        model=point.model, published_kv_heads=point.published_kv_heads,
+        baseline_provider=options.baseline_provider,
         bytes_per_step=step_bytes, flops_per_step=step_flops,
         kv_bytes_per_gpu=kv_bytes if point.cached else None,
         prefill_flops=prefill_flops(shape, point.batch, point.prompt_len) if prefills else None,

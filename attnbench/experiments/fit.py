@@ -35,6 +35,9 @@ from ..model.units import format_bytes, parse_memory, parse_share
 from ..records import exact, info, key
 from .context import Context
 
+#: The status of an answer; any other says why nothing fits.
+OK = "ok"
+
 
 class CapacityError(Exception):
     """The request cannot fit; the message gives the numbers. Exit code 1."""
@@ -60,6 +63,10 @@ class FitPoint:
     kv_scale_group: int | None = None
     sliding_window: int | None = None
     page_size: int | None = None
+    #: The model's KV heads (what tells the variants of a what-if set apart) and, on such
+    #: a set, the model's own count.
+    num_kv_heads: int | None = None
+    published_kv_heads: int | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
 
@@ -126,6 +133,8 @@ class FitRecord:
     a changed answer to the same question is a changed model."""
 
     model: str = key()
+    variant: str = key()
+    num_kv_heads: int = key()
     question: str = key()  # largest_batch (at seq_len) or longest_context (at batch)
     given: int = key()  # the question's input: seq_len for largest_batch, batch for the other
     memory_bytes_per_gpu: int = key()
@@ -148,14 +157,23 @@ class FitRecord:
     kv_bytes_per_gpu: int = exact()
     reserve_bytes_per_gpu: int = exact()
     free_bytes_per_gpu: int = exact()
+    #: The model's own KV heads on every row of a what-if set; None otherwise.
+    published_kv_heads: int | None = info()
+    #: "ok", or why nothing fits: then the answer (batch, or seq_len) is 0, and
+    #: free_bytes_per_gpu is negative when the weights and reserve exceed the memory.
+    status: str = info(OK)
 
 
 def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
             total_batch: int, unbounded: bool, per_seq: int) -> FitRecord:  # fmt: skip
     kv = per_replica * per_seq
     window, windowed_layers = window_summary(plan.windows)
+    spec = plan.spec
     return FitRecord(
-        model=plan.spec.name,
+        model=spec.name,
+        variant=spec.variant,
+        num_kv_heads=spec.num_kv_heads,
+        published_kv_heads=spec.published_kv_heads,
         question=question,
         given=seq_len if question == "largest_batch" else total_batch,  # type: ignore[arg-type]
         memory_bytes_per_gpu=plan.memory_bytes,
@@ -272,8 +290,18 @@ def check(point: FitPoint) -> None:
 
 
 def run(point: FitPoint, context: Context | None = None) -> FitRecord:
-    """The answer to the point's question; CapacityError when nothing fits."""
+    """The answer to the point's question; when nothing fits, a record whose answer is 0
+    and whose status says why."""
     plan = plan_for(point)
-    if point.seq_len is not None:
-        return largest_batch(plan, point.seq_len)
-    return longest_context(plan, point.batch)  # type: ignore[arg-type]
+    try:
+        if point.seq_len is not None:
+            return largest_batch(plan, point.seq_len)
+        return longest_context(plan, point.batch)  # type: ignore[arg-type]
+    except CapacityError as exc:
+        if point.seq_len is not None:
+            per_seq = plan.sequence_bytes(point.seq_len)
+            record = _record(plan, "largest_batch", point.seq_len, 0, 0, False, per_seq)
+        else:
+            record = _record(plan, "longest_context", 0, 0, point.batch, False, 0)  # type: ignore[arg-type]
+        record.status = str(exc)
+        return record

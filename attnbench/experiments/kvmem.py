@@ -50,6 +50,8 @@ class KvmemPoint:
     page_size: int | None = None
     seq_lens: tuple[int, ...] | None = None
     model: str | None = None
+    #: The model's own KV heads, when this point is one of a what-if set (model/what_if.py).
+    published_kv_heads: int | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -91,6 +93,8 @@ class KvmemRecord:
     paged_waste_pct: float | None = info()
     contiguous_waste_pct: float | None = info()
     measured_paged_bytes: int | None = memory()
+    #: The model's own KV heads on every row of a what-if set; None otherwise.
+    published_kv_heads: int | None = info()
 
 
 def check(point: KvmemPoint) -> None:
@@ -173,6 +177,7 @@ def run(
         kv_bytes=total.total,
         measured_bytes=measured,
         ratio_vs_mha=total.total / cache_bytes(mha, counts, full).total,
+        published_kv_heads=point.published_kv_heads,
         status=status,
         kv_dtype=fmt.dtype,
         kv_scale_group=fmt.scale_group,

@@ -22,6 +22,8 @@ class ParamsPoint:
     head_dim: int | None = None
     bias: bool = False
     model: str | None = None
+    #: The model's own KV heads, when this point is one of a what-if set (model/what_if.py).
+    published_kv_heads: int | None = None
 
     @property
     def shape(self) -> AttentionShape:
@@ -44,6 +46,8 @@ class ParamsRecord:
     total_params: int = exact()
     module_params: int = exact()
     ratio_vs_mha: float = info()
+    #: The model's own KV heads on every row of a what-if set; None otherwise.
+    published_kv_heads: int | None = info()
 
 
 def count_module_params(shape: AttentionShape) -> int:
@@ -86,6 +90,7 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
         total_params=total,
         module_params=counted,
         ratio_vs_mha=total / attention_params(mha),
+        published_kv_heads=point.published_kv_heads,
     )
 
 

@@ -10,7 +10,7 @@ from ..model.architecture import ModelSpec
 from ..model.dtypes import packed_bytes
 from ..model.model_params import PARTS, active_params, part_params
 from ..modules.skeleton import meta_part_params
-from ..records import exact, key
+from ..records import exact, info, key
 
 
 @dataclass(kw_only=True)
@@ -18,10 +18,14 @@ class ModelPartRecord:
     """One row of the whole-model table."""
 
     model: str = key()
+    num_kv_heads: int = key()
+    variant: str = info()
     part: str = key()
     params: int = exact()
     meta_params: int | None = exact()
     weight_bytes: int = exact()
+    #: The model's own KV heads on every row of a what-if set; None otherwise.
+    published_kv_heads: int | None = info()
 
 
 def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
@@ -39,10 +43,13 @@ def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
     return [
         ModelPartRecord(
             model=spec.name,
+            num_kv_heads=spec.num_kv_heads,
+            variant=spec.variant,
             part=part,
             params=n,
             meta_params=meta,
             weight_bytes=packed_bytes(n, spec.dtype),
+            published_kv_heads=spec.published_kv_heads,
         )  # fmt: skip
         for part, n, meta in rows
     ]

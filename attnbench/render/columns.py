@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..model.units import format_bytes
+from ..model.what_if import is_own
 from .table import Column, as_row
 
 NONE_TEXT = "-"
@@ -79,7 +80,8 @@ def fmt_si(v: Any) -> str:
 
 
 def fmt_status(v: Any) -> str:
-    """A status, compact: its first word ('error: ValueError: ...' -> 'error')."""
+    """A status, compact: what precedes its first colon ('error: ValueError: ...' ->
+    'error')."""
     return NONE_TEXT if v is None else str(v).split(":", 1)[0].strip()
 
 
@@ -123,6 +125,24 @@ def _status(rank: int) -> Column:
     return Column("Status", "status", fmt_plain, rank=rank, kind="status", compact=fmt_status)
 
 
+#: How the model's own row of a what-if set is marked (see model/what_if.py).
+OWN_MARK = " (own)"
+
+
+def variant_cell(row: Mapping[str, Any]) -> str:
+    """The variant's name, marked on the model's own row of a what-if set: 'GQA-8 (own)'."""
+    variant = fmt_plain(row.get("variant"))
+    return (
+        variant + OWN_MARK
+        if is_own(row.get("num_kv_heads"), row.get("published_kv_heads"))
+        else variant
+    )
+
+
+def _variant(rank: int) -> Column:
+    return Column("Variant", "variant", fmt_plain, rank=rank, kind="label", cell=variant_cell)
+
+
 def _model(rank: int = 0) -> Column:
     return _label("Model", "model", rank, setting=True, title_text=str)
 
@@ -156,7 +176,7 @@ def _batch(rank: int) -> Column:
 
 PARAMS: list[Column] = [
     _model(0),
-    _label("Variant", "variant", 0),
+    _variant(0),
     _d_model(10),
     _heads(11),
     _kv_heads(45),  # when it varies, the variant's name says it too
@@ -177,7 +197,7 @@ PARAMS: list[Column] = [
 
 KVMEM: list[Column] = [
     _model(0),
-    _label("Variant", "variant", 0),
+    _variant(0),
     _setting_int("layers", "num_layers", 12, lambda v: f"{v:,} layer{'' if v == 1 else 's'}"),
     _heads(13),
     _kv_heads(11),
@@ -277,7 +297,7 @@ STATUS_RANK_NOT_OK = 4
 
 DECODE: list[Column] = [
     _model(0),
-    _label("Variant", "variant", 0),
+    _variant(0),
     _label("provider", "provider", 1, setting=True, title_text=lambda v: f"provider {v}"),
     _label("Mode", "mode", 2),
     _setting_int("context", "prompt_len", 3, lambda v: f"context {v:,}"),
@@ -400,7 +420,7 @@ MODELS: list[Column] = [
     Column("heads", "num_heads", fmt_int, rank=4),
     Column("kv heads", "num_kv_heads", fmt_int, rank=2),
     Column("head_dim", "head_dim", fmt_int, rank=7),
-    _label("Variant", "variant", 1),
+    _variant(1),
     _label("dtype", "dtype", 6),
     Column("Source", "source", fmt_plain, rank=90, kind="text"),
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..model.capacity import MAX_SEQUENCES
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
+from ..model.what_if import KV_HEAD_WORDS
 from ..modules.providers import PROVIDER_ALIASES, PROVIDERS
 
 #: Sections a sweep file may hold besides defaults, sweep and models; `run` runs these.
@@ -62,6 +63,9 @@ class Field:
     #: The largest value (numbers), or a function giving it on this machine.
     maximum: float | Callable[[], int] | None = None
     default: Any = None
+    #: Names an integer field also takes, resolved where the value is used (num_kv_heads:
+    #: mha and mqa, by the query heads of each shape).
+    words: tuple[str, ...] = ()
 
     @property
     def upper(self) -> float | None:
@@ -90,9 +94,12 @@ FIELDS: dict[str, Field] = {
     "num_heads": Field(int, _SHAPE, "Query heads, e.g. 32.", maximum=MAX_HEADS),
     "num_kv_heads": Field(
         int,
-        _SHAPE,
-        "KV heads, comma-separated: 32,8,4,1 (default: one per query head).",
+        (*_SHAPE, "fit"),
+        "KV heads, comma-separated, or mha and mqa: 32,8,4,1 or mha,8,mqa (default: one "
+        "per query head). With models and no layer shape, or given as a flag: each model "
+        "rebuilt with each count, beside its own.",
         maximum=MAX_HEADS,
+        words=tuple(KV_HEAD_WORDS),
     ),
     "head_dim": Field(int, _SHAPE, "Head dimension (default d_model / heads).", maximum=MAX_HEADS),
     "bias": Field(bool, ("params", "decode"), "Projections with bias.", default=False),
@@ -342,9 +349,12 @@ VALUE_ALIASES = {
 
 
 def canonical_value(name: str, value: Any) -> Any:
-    """`value` of field `name` under its current name (sdpa -> attnbench)."""
-    aliases = VALUE_ALIASES.get(name, {})
-    return aliases.get(value, value) if isinstance(value, str) else value
+    """`value` of field `name` under its current name (sdpa -> attnbench; MQA -> mqa)."""
+    if not isinstance(value, str):
+        return value
+    if name in FIELDS and value.strip().lower() in FIELDS[name].words:
+        return value.strip().lower()
+    return VALUE_ALIASES.get(name, {}).get(value, value)
 
 
 def fields_for(section: str) -> list[str]:

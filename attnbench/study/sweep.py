@@ -39,6 +39,7 @@ from ..model.architecture import ModelSpec
 from ..model.files import read_user_file
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
+from ..model.what_if import kv_heads_count, what_if_specs
 from .schema import (
     ALIASES,
     FIELDS,
@@ -69,8 +70,11 @@ def check_value(name: str, value: Any) -> str | None:
     spec = FIELDS[name]
     value = canonical_value(name, value)
     if spec.type is int:
+        if value in spec.words:
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
-            return f"expected an integer, got {brief(value)}"
+            words = f" or {' or '.join(spec.words)}" if spec.words else ""
+            return f"expected an integer{words}, got {brief(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}, got {value}"
         if too_large := above_maximum(name, value):
@@ -232,7 +236,7 @@ class Section:
             "command": self.name,
             **self.values,
             **self.options,
-            "models": [m.name for m in self.models],
+            "models": list(dict.fromkeys(m.name for m in self.models)),
         }
 
     @property
@@ -277,13 +281,16 @@ class Section:
             ]
             for combo in itertools.product(*(self.values[a] for a in shape_axes)):
                 shape = dict(zip(shape_axes, combo, strict=True))
-                shape.setdefault("num_kv_heads", shape["num_heads"])
+                kv_heads = shape.get("num_kv_heads", "mha")
+                if isinstance(kv_heads, str):  # mha or mqa
+                    shape["num_kv_heads"] = kv_heads_count(kv_heads, shape["num_heads"])
                 points.extend(kind.point(**shape, **r, **options) for r in rest)
         for model in self.models:
             shape = {
                 "d_model": model.d_model,
                 "num_heads": model.num_heads,
                 "num_kv_heads": model.num_kv_heads,
+                "published_kv_heads": model.published_kv_heads,
                 "head_dim": model.head_dim,
                 "num_layers": model.num_layers,
                 "model": model.name,
@@ -350,4 +357,21 @@ def resolve(
             if model_origin != FROM_FLAGS:
                 exc.located(f"{model_origin}: {ref} ({config.source})")
             raise
-    return Section(section, values, options, loaded, config.source, origins)
+    resolved = Section(section, values, options, loaded, config.source, origins)
+    return with_what_ifs(resolved)
+
+
+def with_what_ifs(sec: Section) -> Section:
+    """`sec` with each model rebuilt with each of its num_kv_heads (see model/what_if.py),
+    when those counts are for the models: given as flags (which leave only the models the
+    flags name), or in a section without a layer shape of its own. A study's num_kv_heads
+    beside its layer shape is that shape's, and its models stay as published."""
+    counts = sec.values.get("num_kv_heads")
+    for_models = not sec.has_shape or sec.origins.get("num_kv_heads") == FROM_FLAGS
+    if not counts or not sec.models or not for_models:
+        return sec
+    try:
+        sec.models = [v for spec in sec.models for v in what_if_specs(spec, counts)]
+    except FieldError as exc:
+        raise sec.locate(exc) from None
+    return sec

@@ -62,6 +62,7 @@ class FitPoint:
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
+    layer_pattern: str | None = None
     page_size: int | None = None
     #: The model's KV heads (what tells the variants of a what-if set apart) and, on such
     #: a set, the model's own count.
@@ -83,6 +84,7 @@ class FitPlan:
     windows: tuple[int | None, ...]
     page_size: int | None
     reserve_bytes: int
+    layer_pattern: str | None = None
 
     def __post_init__(self) -> None:
         check_dtype(self.weights_dtype, "weights_dtype", KV_DTYPES)
@@ -145,6 +147,7 @@ class FitRecord:
     weights_dtype: str = key()
     kv_dtype: str = key()
     page_size: int | None = key()
+    layer_pattern: str | None = key(None)
     sliding_window: int | None = key()
     windowed_layers: int = exact()
     seq_len: int | None = exact()
@@ -184,6 +187,7 @@ def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
         weights_dtype=plan.weights_dtype,
         kv_dtype=plan.kv.dtype,
         page_size=plan.page_size,
+        layer_pattern=plan.layer_pattern,
         sliding_window=window,
         windowed_layers=windowed_layers,
         seq_len=seq_len,
@@ -274,9 +278,12 @@ def plan_for(point: FitPoint) -> FitPlan:
         tp=tp,
         weights_dtype=point.weights_dtype or spec.dtype,
         kv=KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype),
-        windows=layer_windows(spec.num_layers, spec.windows, point.sliding_window),
+        windows=layer_windows(
+            spec.num_layers, spec.windows, point.sliding_window, point.layer_pattern
+        ),
         page_size=point.page_size,
         reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),
+        layer_pattern=point.layer_pattern,
     )
 
 

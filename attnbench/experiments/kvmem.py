@@ -47,6 +47,7 @@ class KvmemPoint:
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
+    layer_pattern: str | None = None
     page_size: int | None = None
     seq_lens: tuple[int, ...] | None = None
     model: str | None = None
@@ -81,6 +82,7 @@ class KvmemRecord:
     scale_dtype: str | None = key()
     scale_bytes: int = exact()
     sliding_window: int | None = key()
+    layer_pattern: str | None = key(None)
     windowed_layers: int = exact()
     page_size: int | None = key()
     tp: int = key()
@@ -124,9 +126,8 @@ def run(
     else:
         batch, seq = point.batch, point.seq_len
         lengths = {seq: batch}
-    windows = layer_windows(
-        layers, spec.windows if spec is not None else None, point.sliding_window
-    )
+    model_windows = spec.windows if spec is not None else None
+    windows = layer_windows(layers, model_windows, point.sliding_window, point.layer_pattern)
     # The formulas count layers per window (computed in Python integers, per distinct
     # window and length); only an allocation goes layer by layer.
     counts = counted(windows)
@@ -184,6 +185,7 @@ def run(
         scale_dtype=fmt.scale_dtype if fmt.quantized else None,
         scale_bytes=total.scales,
         sliding_window=window,
+        layer_pattern=point.layer_pattern,
         windowed_layers=windowed_layers,
         page_size=page_size,
         tp=point.tp,

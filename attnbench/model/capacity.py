@@ -154,15 +154,47 @@ def token_layout(
     return TokenLayout(2 * heads_here, head_dim, fmt)
 
 
+#: The letters of a layer pattern: L a bounded layer (sliding, or chunked: both keep at
+#: most their window of tokens), G a global one.
+PATTERN_LETTERS = "LG"
+
+
+def pattern_bounded(pattern: str, num_layers: int) -> list[bool]:
+    """Which layers are bounded under `pattern`, repeated over the layers: 'LLLG' bounds
+    three layers of every four, from the first. FieldError for any other letter."""
+    if not pattern or set(pattern) - set(PATTERN_LETTERS):
+        raise FieldError(
+            "layer_pattern",
+            pattern,
+            "expected letters L (a sliding or chunked layer) and G (a global one), "
+            "repeated over the layers, such as LLLG",
+        )
+    return [pattern[i % len(pattern)] == "L" for i in range(num_layers)]
+
+
 def layer_windows(
-    num_layers: int, model_windows: Sequence[int | None] | None, override: int | None
+    num_layers: int,
+    model_windows: Sequence[int | None] | None,
+    override: int | None,
+    pattern: str | None = None,
 ) -> tuple[int | None, ...]:
-    """Each layer's sliding window (None: global). `override` None keeps the model's
-    windows; 0 removes every window; W sets the window of the model's windowed layers to W,
-    or of every layer when the model has none."""
+    """Each layer's bounded cache in tokens: its sliding window or chunk (None: global).
+
+    `pattern` (L and G letters, see pattern_bounded) replaces the model's layout: its L
+    layers keep `override` tokens, else the model's widest window. Without one, `override`
+    None keeps the model's windows; 0 removes every window; W sets the window of the
+    model's bounded layers to W, or of every layer when the model has none."""
     if model_windows is not None and len(model_windows) != num_layers:
         raise ValueError(f"{len(model_windows)} layer windows for {num_layers} layers")
     model = tuple(model_windows) if model_windows else (None,) * num_layers
+    if pattern is not None:
+        bounded = pattern_bounded(pattern, num_layers)
+        window = override or max((w for w in model if w is not None), default=None)
+        if window is None and any(bounded):
+            raise FieldError(
+                "layer_pattern", pattern, "needs sliding_window: the model has no window"
+            )
+        return tuple(window if b else None for b in bounded)
     if override is None:
         return model
     positive_int("sliding_window", override, minimum=0)

@@ -195,6 +195,13 @@ FIELDS: dict[str, Field] = {
         minimum=0,
         maximum=MAX_TOKENS,
     ),
+    "layer_pattern": Field(
+        str,
+        _CACHE,
+        "The layers' layout, repeated over them: L a sliding or chunked layer (it keeps at "
+        "most sliding_window tokens), G a global one; LLLG: three of each four bounded "
+        "(default: the model's).",
+    ),
     "page_size": Field(int, _CACHE, "Paged blocks of P tokens.", maximum=MAX_TOKENS),
     "tp": Field(
         int,

@@ -49,3 +49,25 @@ def test_the_gate_simulation_reads_one_results_file_or_several(tmp_path, monkeyp
     script.main()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| two")]
     assert len(lines) == 2 and all(line.startswith("| two.json | 2 | 2 |") for line in lines)
+
+
+def test_the_architectures_table_counts_both_sides_alike(monkeypatch):
+    """A sliding window on every layer, a multimodal config with hybrid windows, and MLA:
+    attnbench's parameters and KV-cache bytes equal transformers' for each."""
+    pytest.importorskip("transformers")
+    script = _load("architectures", monkeypatch)
+    names = ("mistral-7b-v0.1", "gemma-3-27b", "deepseek-v2-lite")
+    rows = script.compare_all([script.CORPUS / f"{name}.json" for name in names])
+    assert [r.params_transformers for r in rows] == [7_241_732_096, 27_009_346_304, 15_706_484_224]
+    assert [r.kind for r in rows] == [
+        "dense, sliding 4,096 (all layers)",
+        "dense, hybrid sliding 1,024 (52 of 62 layers)",
+        "MoE, MLA",
+    ]
+    assert all(r.params_match and r.kv_match and not r.mismatches() for r in rows)
+    # Mistral keeps its 4,096-token window whatever the context; MLA caches a latent of
+    # 512 + 64 values per token and layer
+    assert rows[0].kv_transformers == {4096: 2**29, 32768: 2**29}
+    assert rows[2].kv_transformers[4096] == 27 * 4096 * 576 * 2
+    lines = script.render(rows)
+    assert sum(line.startswith("| [") for line in lines) == 3

@@ -44,6 +44,11 @@ COMMON: dict[str, tuple[str, str]] = {
                   "says otherwise"),
     "num_layers": ("layers", "layers L"),
     "status": ("", "`ok`, or why the row holds no measurement (see below)"),
+    "published_kv_heads": ("", "on every row of a what-if set (a model rebuilt with other "
+                               "KV-head counts by `--kv-heads`), the model's own count: its "
+                               "own row is the one with num_kv_heads equal; empty otherwise"),
+    "layer_pattern": ("", "the layout given by `--layer-pattern` (L bounded, G global, "
+                          "repeated over the layers); empty: the model's"),
 }
 def comparison(stem: str, what: str) -> dict[str, tuple[str, str]]:
     """The fields of one comparison of points sampled in turn (experiments.interleave)."""
@@ -200,7 +205,9 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "weights_bytes_per_gpu": (BYTES, "the weights one GPU holds"),
         "kv_bytes_per_gpu": (BYTES, "the cache of the answer on one GPU"),
         "reserve_bytes_per_gpu": (BYTES, "`--reserve`"),
-        "free_bytes_per_gpu": (BYTES, "what is left: memory - weights - cache - reserve"),
+        "free_bytes_per_gpu": (BYTES, "what is left: memory - weights - cache - reserve; "
+                                      "negative when weights and reserve exceed the memory"),
+        "status": ("", "`ok`, or why nothing fits: then the answer (batch or seq_len) is 0"),
     },
 }
 # fmt: on

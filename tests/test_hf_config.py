@@ -216,15 +216,20 @@ def test_hf_config_in_params(tmp_path):
 
 # transformers' default for tie_word_embeddings, per model_type: the configuration classes
 # of Llama, Mistral, Mixtral, Qwen2/3 and DeepSeek-V2/V3 untie the output head, those of
-# Gemma 1/2/3, Falcon and GPT-2 tie it.
+# Gemma 1/2/3, Falcon and GPT-2 tie it; of the others, Cohere 1/2, SmolLM3 and StarCoder2
+# tie it.
 TIED_BY_DEFAULT = {
     "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
     "deepseek_v2": False, "deepseek_v3": False, "gemma": True, "gemma2": True,
     "gemma3_text": True, "falcon": True, "RefinedWeb": True, "RefinedWebModel": True,
-    "gpt2": True,
+    "gpt2": True, "cohere": True, "cohere2": True, "exaone4": False, "glm4": False,
+    "glm4_moe": False, "gpt_oss": False, "granite": False, "llama4_text": False,
+    "olmo2": False, "phi3": False, "phimoe": False, "qwen2_moe": False, "qwen3_moe": False,
+    "smollm3": True, "starcoder2": True,
 }  # fmt: skip
 TINY_BODY = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
-             "vocab_size": 100, "intermediate_size": 128, "n_positions": 32}  # fmt: skip
+             "vocab_size": 100, "intermediate_size": 128, "n_positions": 32,
+             "num_experts_per_tok": 1}  # fmt: skip
 
 
 @pytest.mark.parametrize("model_type", sorted(TIED_BY_DEFAULT))

@@ -386,7 +386,8 @@ def test_n_shared_experts_is_an_integer_at_least_zero(tmp_path, bad):
 
 
 def test_experts_without_a_count_per_token(tmp_path):
-    cfg = {**LLAMA, "num_local_experts": 8}
+    # DeepseekV2Config has no default for num_experts_per_tok
+    cfg = {**LLAMA, "model_type": "deepseek_v2", "n_routed_experts": 8}
     expect_error_lines(params(write_json(tmp_path, cfg)), "missing field 'num_experts_per_tok'")
 
 
@@ -414,18 +415,26 @@ def test_gpt2_defaults(tmp_path):
 
 #: transformers' defaults (LlamaConfig 11008, MistralConfig and MixtralConfig 14336,
 #: Qwen2Config and Qwen3Config 22016, GemmaConfig 24576, Gemma3TextConfig 9216,
-#: DeepseekV2Config 11008, DeepseekV3Config 18432).
+#: DeepseekV2Config 11008, DeepseekV3Config 18432, and those of the other configuration
+#: classes of the model types with a whole-model body).
 INTERMEDIATE = {
     "llama": 11008, "mistral": 14336, "mixtral": 14336, "qwen2": 22016, "qwen3": 22016,
     "gemma": 24576, "gemma3_text": 9216, "deepseek_v2": 11008, "deepseek_v3": 18432,
+    "cohere": 22528, "cohere2": 22528, "exaone4": 16384, "glm4": 13696, "glm4_moe": 10944,
+    "gpt_oss": 2880, "granite": 11008, "llama4_text": 8192, "olmo2": 11008, "phi3": 8192,
+    "phimoe": 6400, "qwen2_moe": 5632, "qwen3_moe": 6144, "smollm3": 11008,
+    "starcoder2": 12288,
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("model_type", sorted(INTERMEDIATE))
 def test_missing_intermediate_size_takes_transformers_default(model_type):
     cfg = {k: v for k, v in LLAMA.items() if k != "intermediate_size"}
-    spec = spec_from_hf_config({**cfg, "model_type": model_type}, "m", "m")
-    assert spec.body.intermediate_size == INTERMEDIATE[model_type]
+    cfg["num_experts_per_tok"] = 1  # DeepseekV2Config has no default
+    body = spec_from_hf_config({**cfg, "model_type": model_type}, "m", "m").body
+    # Llama-4's intermediate_size is its experts' width (its dense MLP's: intermediate_size_mlp)
+    width = body.moe.intermediate_size if model_type == "llama4_text" else body.intermediate_size
+    assert width == INTERMEDIATE[model_type]
     assert INTERMEDIATE_SIZE_BY_DEFAULT == INTERMEDIATE
 
 

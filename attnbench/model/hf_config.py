@@ -9,21 +9,50 @@ Sliding windows are read as the model defines them: `layer_types` when present; 
 index on are windowed); Gemma-2 windows its even layers, Gemma-3 all but every
 `sliding_window_pattern`-th; otherwise `sliding_window` applies to every layer (Mistral).
 MLA (DeepSeek-V2/V3) comes from kv_lora_rank and its companions, with heads of v_head_dim
-whatever head_dim says; the whole-model body (vocabulary, MLP or experts, norms, biases,
-tied head) from the fields of the model types in BODY_MODEL_TYPES; other model types are
-read for their attention only.
+whatever head_dim says; q_lora_rank left out takes DeepSeek's default (1536), null means
+full-rank queries.
+
+The whole-model body (vocabulary, MLP or experts, norms, biases, output head) is read for
+the model types of BODY_MODEL_TYPES, as transformers' modeling code of each type builds
+it, so that the count equals the parameters (and the checkpoint-stored buffers) of
+transformers' model: Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE,
+DeepSeek-V2/V3, Gemma 1/2/3, Cohere 1/2, EXAONE-4, GLM-4, GLM-4-MoE, gpt-oss, Granite,
+Llama-4 (text), OLMo-2, Phi-3, Phi-MoE, SmolLM3 and StarCoder2 from the traits of
+BODY_TRAITS, Falcon and GPT-2 from their own names. Per type, the table says:
+
+- which config field switches which biases on, and its default (Bias: attention_bias on
+  q, k, v and o, or on q, k and v only as GLM-4's; Qwen2's fixed q/k/v biases, Qwen2-MoE's
+  qkv_bias, StarCoder2's use_bias on every projection, mlp_bias, Phi-MoE's lm_head_bias);
+- the q/k norms (of head_dim, per head, or over all the heads; Cohere's and GLM-4-MoE's
+  behind use_qk_norm; Llama-4's weightless L2 norm counts nothing), the norms per layer
+  (Cohere's one, Gemma-2/3's and GLM-4's four), LayerNorms with bias (StarCoder2, Phi-MoE),
+  gpt-oss's attention sinks, StarCoder2's MLP without gate;
+- the experts (ExpertTraits): their count (n_routed_experts, num_local_experts or
+  num_experts), width (moe_intermediate_size, or intermediate_size itself), shared
+  experts (n_shared_experts; Qwen2-MoE's shared_expert_intermediate_size and its gate;
+  Llama-4's one), which layers have them (first_k_dense_replace; decoder_sparse_step and
+  mlp_only_layers; interleave_moe_layer_step or moe_layers, Llama-4's dense layers being
+  of intermediate_size_mlp), router and expert biases (gpt-oss), and DeepSeek-V3's and
+  GLM-4-MoE's e_score_correction_bias (a buffer that checkpoints store: counted).
+
+A model type reads only the fields its transformers code reads: a Llama config's
+num_local_experts is no mixture of experts, as LlamaForCausalLM builds none; a mixture of
+experts left without an expert count gets its configuration class's. Other model types
+are read for their attention only.
 
 Every field read is checked: integers are integers in range (positive, or >= 0 where 0
 means something), booleans are booleans, strings are strings. A field left out (or null)
 takes transformers' default for the model type where it has one (tie_word_embeddings,
-GPT-2's n_positions and n_inner, intermediate_size, the experts of Mixtral and DeepSeek),
-and is a "missing field" error where it has none. The file itself is bounded: at most
+GPT-2's n_positions and n_inner, intermediate_size, head_dim, biases, the experts), and is
+a "missing field" error where it has none. num_key_value_heads left out means one KV head
+per query head, whatever the class's default. The file itself is bounded: at most
 MAX_CONFIG_BYTES, nested at most MAX_DEPTH deep.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +163,11 @@ def _one_of(cfg: dict, field: str, where: str) -> int:
 #: transformers' default for multi_query, for model types whose attention reads it.
 MULTI_QUERY_BY_DEFAULT = {"falcon": True}
 #: transformers' default head_dim, for model types where it is not d_model / heads.
-HEAD_DIM_BY_DEFAULT = {"gemma": 256, "gemma2": 256, "gemma3_text": 256, "qwen3": 128}
+HEAD_DIM_BY_DEFAULT = {
+    **dict.fromkeys(("gemma", "gemma2", "gemma3_text"), 256),
+    **dict.fromkeys(("qwen3", "glm4", "llama4_text"), 128),
+    "gpt_oss": 64,
+}
 
 
 def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
@@ -177,7 +210,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
             f"{where}: field 'torch_dtype' is {brief(raw_dtype)}; expected one of "
             f"{', '.join(MODEL_DTYPES)}"
         )
-    mla = _mla(cfg, where)
+    mla = _mla(cfg, kind, where)
     if mla is not None:
         # Heads of v_head_dim, as in the presets: DeepSeek configs written by transformers
         # set head_dim to qk_rope_head_dim (64), which would give a model's config.json
@@ -334,7 +367,12 @@ def _no_rope_layers(cfg: dict, num_layers: int, where: str) -> list[bool]:
     return [(i + 1) % every != 0 for i in range(num_layers)]
 
 
-def _mla(cfg: dict, where: str) -> MlaSpec | None:
+#: transformers' default q_lora_rank of the MLA model types: it applies to a config that
+#: leaves the field out; null means full-rank queries (DeepSeek-V2-Lite).
+Q_LORA_RANK_BY_DEFAULT = {"deepseek_v2": 1536, "deepseek_v3": 1536}
+
+
+def _mla(cfg: dict, kind: str, where: str) -> MlaSpec | None:
     if cfg.get("kv_lora_rank") is None:
         return None
     missing = [
@@ -347,28 +385,225 @@ def _mla(cfg: dict, where: str) -> MlaSpec | None:
         qk_rope_head_dim=_positive_int(cfg, "qk_rope_head_dim", where, _HEADS),
         qk_nope_head_dim=_positive_int(cfg, "qk_nope_head_dim", where, _HEADS),
         v_head_dim=_positive_int(cfg, "v_head_dim", where, _HEADS),
-        q_lora_rank=_optional_int(cfg, "q_lora_rank", where),
+        q_lora_rank=_optional_int(
+            cfg,
+            "q_lora_rank",
+            where,
+            None if "q_lora_rank" in cfg else Q_LORA_RANK_BY_DEFAULT.get(kind),
+        ),
     )
 
+
+@dataclass(frozen=True)
+class Bias:
+    """Biases a model type's transformers code puts on some projections, `on` ("qkv": q, k
+    and v; "o": the attention's output; "mlp": the dense MLP and the shared experts):
+    switched by the config field `key`, `default` when it is left out; always `default`
+    when `key` is None."""
+
+    on: tuple[str, ...]
+    key: str | None = None
+    default: bool = False
+
+
+#: The biases of most model types: attention_bias on q, k, v and o (default false).
+ATTENTION_BIAS = Bias(("qkv", "o"), "attention_bias")
+#: ... and mlp_bias on the MLP (Llama, Granite, SmolLM3, DeepSeek-V2's dense and shared MLPs).
+MLP_BIAS = Bias(("mlp",), "mlp_bias")
+
+
+@dataclass(frozen=True)
+class ExpertTraits:
+    """How a mixture-of-experts model type's config gives its experts, with the defaults
+    of its transformers configuration class.
+
+    `num_experts`, `per_token`: the defaults of the expert count (read from any of
+    EXPERT_KEYS) and of num_experts_per_tok (None: the field must be given). The routed
+    experts' width is the field `size_key`: moe_intermediate_size, default `size`; or
+    intermediate_size itself (Mixtral, gpt-oss, Llama-4, Phi-MoE).
+    Shared experts: `shared` of them (default of the field `shared_key`, n_shared_experts;
+    fixed when it is None), each of the field `shared_size_key` (Qwen2-MoE's
+    shared_expert_intermediate_size, default `shared_size`) or else of the routed experts'
+    width; `shared_gate`: their Linear(d, 1) gate (Qwen2-MoE).
+    Placement: `first_dense`, the default of first_k_dense_replace (None: not read);
+    `step_key`, a field putting experts in every n-th layer (decoder_sparse_step,
+    interleave_moe_layer_step; default 1); `dense_list_key`, a list of the layers that stay
+    dense (mlp_only_layers); `moe_list_key`, a list of the layers with experts, which
+    overrides the step (Llama-4's moe_layers).
+    `router_bias`: a bias (or e_score_correction_bias) of one value per expert on the
+    router; `expert_bias`: biases on every expert's projections (gpt-oss)."""
+
+    num_experts: int
+    per_token: int | None
+    size_key: str = "moe_intermediate_size"
+    size: int | None = None
+    shared: int = 0
+    shared_key: str | None = None
+    shared_size_key: str | None = None
+    shared_size: int | None = None
+    shared_gate: bool = False
+    first_dense: int | None = None
+    step_key: str | None = None
+    dense_list_key: str | None = None
+    moe_list_key: str | None = None
+    router_bias: bool = False
+    expert_bias: bool = False
+
+
+@dataclass(frozen=True)
+class BodyTraits:
+    """What a model type's transformers code builds besides the attention projections, and
+    the defaults of its configuration class.
+
+    `tied`: tie_word_embeddings' default. `intermediate`: intermediate_size's default
+    (None: the field must be given). `biases`: see Bias. `qk_norm`: the q/k norm (one of
+    architecture.QK_NORMS, None: none with weights), built only when the config field
+    `qk_norm_key` is true (default false) where one is named. `norms_per_layer`, `norm_bias`,
+    `gated_mlp`, `sinks` (attention sinks): as in ModelBody. `head_bias_key`: the field
+    that puts a bias on the output head (default false). `dense_mlp`: the field and default
+    of the dense layers' width when it is not intermediate_size (Llama-4's
+    intermediate_size_mlp, its experts being of intermediate_size). `experts`: a mixture of
+    experts (ExpertTraits)."""
+
+    tied: bool
+    intermediate: int | None
+    biases: tuple[Bias, ...] = (ATTENTION_BIAS,)
+    qk_norm: str | None = None
+    qk_norm_key: str | None = None
+    norms_per_layer: int = 2
+    norm_bias: bool = False
+    gated_mlp: bool = True
+    sinks: bool = False
+    head_bias_key: str | None = None
+    dense_mlp: tuple[str, int] | None = None
+    experts: ExpertTraits | None = None
+
+
+#: The experts of each mixture-of-experts model type (transformers' defaults).
+_DEEPSEEK_V2_EXPERTS = ExpertTraits(
+    64, None, size=1407, shared=2, shared_key="n_shared_experts", first_dense=0
+)
+_DEEPSEEK_V3_EXPERTS = ExpertTraits(
+    256, 8, size=2048, shared=1, shared_key="n_shared_experts", first_dense=3, router_bias=True
+)
+_GLM4_MOE_EXPERTS = ExpertTraits(
+    128, 8, size=1408, shared=1, shared_key="n_shared_experts", first_dense=1, router_bias=True
+)
+_GPT_OSS_EXPERTS = ExpertTraits(128, 4, "intermediate_size", router_bias=True, expert_bias=True)
+_LLAMA4_EXPERTS = ExpertTraits(
+    16,
+    1,
+    "intermediate_size",
+    shared=1,
+    step_key="interleave_moe_layer_step",
+    moe_list_key="moe_layers",
+)
+_QWEN2_MOE_EXPERTS = ExpertTraits(
+    60,
+    4,
+    size=1408,
+    shared=1,
+    shared_size_key="shared_expert_intermediate_size",
+    shared_size=5632,
+    shared_gate=True,
+    step_key="decoder_sparse_step",
+    dense_list_key="mlp_only_layers",
+)
+_QWEN3_MOE_EXPERTS = ExpertTraits(
+    128, 8, size=768, step_key="decoder_sparse_step", dense_list_key="mlp_only_layers"
+)
+
+#: The model types whose whole-model body attnbench reads from the Llama family's field
+#: names, each with what transformers' modeling and configuration code of that type builds.
+BODY_TRAITS: dict[str, BodyTraits] = {
+    "llama": BodyTraits(False, 11008, (ATTENTION_BIAS, MLP_BIAS)),
+    "mistral": BodyTraits(False, 14336, ()),
+    "mixtral": BodyTraits(False, 14336, (), experts=ExpertTraits(8, 2, "intermediate_size")),
+    "qwen2": BodyTraits(False, 22016, (Bias(("qkv",), None, True),)),
+    "qwen3": BodyTraits(False, 22016, qk_norm="head_dim"),
+    "deepseek_v2": BodyTraits(
+        False, 11008, (ATTENTION_BIAS, MLP_BIAS), experts=_DEEPSEEK_V2_EXPERTS
+    ),
+    "deepseek_v3": BodyTraits(False, 18432, experts=_DEEPSEEK_V3_EXPERTS),
+    "gemma": BodyTraits(True, 24576),
+    # Gemma-2's configuration class changed the default between releases (24576, then
+    # 9216): a gemma2 config.json must give intermediate_size.
+    "gemma2": BodyTraits(True, None, norms_per_layer=4),
+    "gemma3_text": BodyTraits(True, 9216, qk_norm="head_dim", norms_per_layer=4),
+    "cohere": BodyTraits(
+        True, 22528, qk_norm="per_head", qk_norm_key="use_qk_norm", norms_per_layer=1
+    ),
+    "cohere2": BodyTraits(True, 22528, norms_per_layer=1),
+    "exaone4": BodyTraits(False, 16384, (), qk_norm="head_dim"),
+    "glm4": BodyTraits(False, 13696, (Bias(("qkv",), "attention_bias", True),), norms_per_layer=4),
+    "glm4_moe": BodyTraits(
+        False,
+        10944,
+        (Bias(("qkv",), "attention_bias"),),
+        qk_norm="head_dim",
+        qk_norm_key="use_qk_norm",
+        experts=_GLM4_MOE_EXPERTS,
+    ),
+    "gpt_oss": BodyTraits(
+        False,
+        2880,
+        (Bias(("qkv", "o"), "attention_bias", True),),
+        sinks=True,
+        experts=_GPT_OSS_EXPERTS,
+    ),
+    "granite": BodyTraits(False, 11008, (ATTENTION_BIAS, MLP_BIAS)),
+    "llama4_text": BodyTraits(
+        False, 8192, dense_mlp=("intermediate_size_mlp", 16384), experts=_LLAMA4_EXPERTS
+    ),
+    "olmo2": BodyTraits(False, 11008, qk_norm="full"),
+    "phi3": BodyTraits(False, 8192, ()),
+    "phimoe": BodyTraits(
+        False,
+        6400,
+        norm_bias=True,
+        head_bias_key="lm_head_bias",
+        experts=ExpertTraits(16, 2, "intermediate_size"),
+    ),
+    "qwen2_moe": BodyTraits(
+        False, 5632, (Bias(("qkv",), "qkv_bias", True),), experts=_QWEN2_MOE_EXPERTS
+    ),
+    "qwen3_moe": BodyTraits(False, 6144, qk_norm="head_dim", experts=_QWEN3_MOE_EXPERTS),
+    "smollm3": BodyTraits(True, 11008, (ATTENTION_BIAS, MLP_BIAS)),
+    "starcoder2": BodyTraits(
+        True,
+        12288,
+        (Bias(("qkv", "o", "mlp"), "use_bias", True),),
+        norm_bias=True,
+        gated_mlp=False,
+    ),
+}
+
+#: Falcon's and GPT-2's bodies, read from their own field names (_falcon_body, _gpt2_body).
+FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 
 #: The model_type values whose whole-model body attnbench reads (others: attention only),
 #: each with transformers' default for tie_word_embeddings: it applies when a config.json
 #: leaves the field out or sets it to null.
 TIED_EMBEDDINGS_BY_DEFAULT: dict[str, bool] = {
-    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
-    "deepseek_v2": False, "deepseek_v3": False,
-    "gemma": True, "gemma2": True, "gemma3_text": True,
-    "falcon": True, "RefinedWeb": True, "RefinedWebModel": True, "gpt2": True,
-}  # fmt: skip
+    **{kind: traits.tied for kind, traits in BODY_TRAITS.items()},
+    **dict.fromkeys(FALCON_TYPES, True),
+    "gpt2": True,
+}
 BODY_MODEL_TYPES = tuple(TIED_EMBEDDINGS_BY_DEFAULT)
 
-#: transformers' default intermediate_size of the gated-MLP model types. Gemma-2 has none
-#: here: its configuration class changed the default between releases (24576, then 9216),
-#: so a gemma2 config.json must give the field.
+#: transformers' default intermediate_size of the model types of BODY_TRAITS (Gemma-2 has
+#: none: its configuration class changed it between releases, so a gemma2 config.json must
+#: give the field). Llama-4's is its experts' width; its dense layers' is
+#: intermediate_size_mlp.
 INTERMEDIATE_SIZE_BY_DEFAULT: dict[str, int] = {
-    "llama": 11008, "mistral": 14336, "mixtral": 14336, "qwen2": 22016, "qwen3": 22016,
-    "gemma": 24576, "gemma3_text": 9216, "deepseek_v2": 11008, "deepseek_v3": 18432,
-}  # fmt: skip
+    kind: traits.intermediate
+    for kind, traits in BODY_TRAITS.items()
+    if traits.intermediate is not None
+}
+
+#: The fields that count the routed experts, one name or another by model type (each
+#: configuration class maps the others it knows onto its own).
+EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
 
 
 def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> ModelBody | None:
@@ -377,118 +612,178 @@ def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> Mo
         return None
     vocab = _int(cfg, "vocab_size", where, maximum=_VOCAB)
     tied = _bool(cfg, "tie_word_embeddings", where, TIED_EMBEDDINGS_BY_DEFAULT[kind])
-    if kind in ("falcon", "RefinedWeb", "RefinedWebModel"):
-        bias = _bool(cfg, "bias", where, False)
-        single_norm = _bool(cfg, "parallel_attn", where, True) and not _bool(
-            cfg, "new_decoder_architecture", where, False
-        )
-        return ModelBody(
-            vocab, _int(cfg, "ffn_hidden_size", where, 4 * d_model),
-            gated_mlp=False, mlp_bias=bias, qkv_bias=bias, o_bias=bias, norm_bias=True,
-            norms_per_layer=1 if single_norm else 2, tied_embeddings=tied,
-        )  # fmt: skip
+    if kind in FALCON_TYPES:
+        return _falcon_body(cfg, d_model, vocab, tied, where)
     if kind == "gpt2":
-        positions = _int(cfg, "n_positions", where, GPT2_POSITIONS, maximum=_POSITIONS)
-        return ModelBody(
-            vocab, _int(cfg, "n_inner", where, 4 * d_model),
-            gated_mlp=False, mlp_bias=True, qkv_bias=True, o_bias=True, norm_bias=True,
-            tied_embeddings=tied, position_embeddings=positions,
-        )  # fmt: skip
+        return _gpt2_body(cfg, d_model, vocab, tied, where)
+    traits = BODY_TRAITS[kind]
     why = (
         f" (a {kind} config.json must give it: transformers' default changed between releases)"
-        if kind not in INTERMEDIATE_SIZE_BY_DEFAULT
+        if traits.intermediate is None
         else ""
     )
-    intermediate = _int(
-        cfg, "intermediate_size", where, INTERMEDIATE_SIZE_BY_DEFAULT.get(kind, REQUIRED), why=why
-    )
-    attention_bias = _bool(cfg, "attention_bias", where, False)
+    default = REQUIRED if traits.intermediate is None else traits.intermediate
+    intermediate = _int(cfg, "intermediate_size", where, default, why=why)
+    dense = intermediate
+    if traits.dense_mlp is not None:
+        dense = _int(cfg, traits.dense_mlp[0], where, traits.dense_mlp[1])
+    biased = {
+        part
+        for bias in traits.biases
+        if (bias.default if bias.key is None else _bool(cfg, bias.key, where, bias.default))
+        for part in bias.on
+    }
+    qk_norm = traits.qk_norm
+    if traits.qk_norm_key is not None and not _bool(cfg, traits.qk_norm_key, where, False):
+        qk_norm = None
+    head_bias = traits.head_bias_key is not None and _bool(cfg, traits.head_bias_key, where, False)
+    moe = None
+    if traits.experts is not None:
+        moe = _moe(cfg, traits.experts, intermediate, num_layers, where)
     return ModelBody(
         vocab,
-        intermediate,
-        mlp_bias=_bool(cfg, "mlp_bias", where, False),
-        qkv_bias=attention_bias or kind == "qwen2",
-        o_bias=attention_bias,
-        qk_norm=kind in ("qwen3", "gemma3_text"),
-        norms_per_layer=4 if kind in ("gemma2", "gemma3_text") else 2,
+        dense,
+        gated_mlp=traits.gated_mlp,
+        mlp_bias="mlp" in biased,
+        qkv_bias="qkv" in biased,
+        o_bias="o" in biased,
+        qk_norm=qk_norm,
+        norm_bias=traits.norm_bias,
+        norms_per_layer=traits.norms_per_layer,
         tied_embeddings=tied,
-        moe=_moe(cfg, kind, intermediate, num_layers, where),
+        moe=moe,
+        attention_sinks=traits.sinks,
+        head_bias=head_bias,
     )
 
 
-#: transformers' defaults for the experts of its mixture-of-experts model types, used for
-#: a config.json that gives an experts count (n_routed_experts or num_local_experts; one
-#: that gives none is read as a dense model). A default of None: the field must be given.
-MOE_DEFAULTS: dict[str, dict[str, int | None]] = {
-    "mixtral": {"num_experts_per_tok": 2},
-    "deepseek_v2": {
-        "num_experts_per_tok": None, "moe_intermediate_size": 1407, "n_shared_experts": 2,
-        "first_k_dense_replace": 0,
-    },
-    "deepseek_v3": {
-        "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1,
-        "first_k_dense_replace": 3,
-    },
-}  # fmt: skip
-_EXPERT_KEYS = ("n_routed_experts", "num_local_experts")
+def _falcon_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> ModelBody:
+    """Falcon: `bias` on every projection, LayerNorms with biases, one norm per layer for
+    the original parallel attention (two with new_decoder_architecture, or sequential)."""
+    bias = _bool(cfg, "bias", where, False)
+    single_norm = _bool(cfg, "parallel_attn", where, True) and not _bool(
+        cfg, "new_decoder_architecture", where, False
+    )
+    return ModelBody(
+        vocab,
+        _int(cfg, "ffn_hidden_size", where, 4 * d_model),
+        gated_mlp=False,
+        mlp_bias=bias,
+        qkv_bias=bias,
+        o_bias=bias,
+        norm_bias=True,
+        norms_per_layer=1 if single_norm else 2,
+        tied_embeddings=tied,
+    )
 
 
-def _moe(cfg: dict, kind: str, intermediate: int, num_layers: int, where: str) -> MoeSpec | None:
-    """The experts; DeepSeek-V3's router also counts e_score_correction_bias, one value per
-    routed expert: a buffer in transformers, but stored in the checkpoints (see MoeSpec)."""
-    defaults = MOE_DEFAULTS.get(kind, {})
+def _gpt2_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> ModelBody:
+    """GPT-2: learned positions (n_positions), biases everywhere, LayerNorms, n_inner."""
+    positions = _int(cfg, "n_positions", where, GPT2_POSITIONS, maximum=_POSITIONS)
+    return ModelBody(
+        vocab,
+        _int(cfg, "n_inner", where, 4 * d_model),
+        gated_mlp=False,
+        mlp_bias=True,
+        qkv_bias=True,
+        o_bias=True,
+        norm_bias=True,
+        tied_embeddings=tied,
+        position_embeddings=positions,
+    )
+
+
+def _layer_list(cfg: dict, key: str, num_layers: int, where: str) -> tuple[int, ...] | None:
+    """A list of layer indices (mlp_only_layers, moe_layers), each in [0, num_layers);
+    None when the field is left out or null."""
+    listed = cfg.get(key)
+    if listed is None:
+        return None
+    if not isinstance(listed, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in listed
+    ):
+        raise UsageError(
+            f"{where}: field {key!r} must list layer indices from 0 to {num_layers - 1}, "
+            f"got {brief(listed)}"
+        )
+    return tuple(sorted(set(listed)))
+
+
+def _moe(
+    cfg: dict, traits: ExpertTraits, intermediate: int, num_layers: int, where: str
+) -> MoeSpec:
+    """The experts, their placement and their biases (see ExpertTraits); a field left out
+    takes the model type's default."""
     counts = {
-        k: _int(cfg, k, where, maximum=_EXPERTS) for k in _EXPERT_KEYS if cfg.get(k) is not None
+        k: _int(cfg, k, where, maximum=_EXPERTS) for k in EXPERT_KEYS if cfg.get(k) is not None
     }
     if len(set(counts.values())) > 1:
         raise UsageError(f"{where}: contradictory expert-count fields {counts}")
-    if not counts:
-        return None
-    experts_key, num_experts = next(iter(counts.items()))
+    given = next(iter(counts.items()), None)
+    num_experts = traits.num_experts if given is None else given[1]
     freq = _int(cfg, "moe_layer_freq", where, 1, maximum=_LAYERS)
     if freq != 1:
         raise UsageError(f"{where}: field 'moe_layer_freq' {freq} is not supported (only 1)")
-
-    def default(key: str, fallback: Any = REQUIRED) -> Any:
-        value = defaults.get(key, fallback)
-        return REQUIRED if value is None else value
-
-    per_token = _int(
-        cfg, "num_experts_per_tok", where, default("num_experts_per_tok"), maximum=_EXPERTS
-    )
+    per_token_default = REQUIRED if traits.per_token is None else traits.per_token
+    per_token = _int(cfg, "num_experts_per_tok", where, per_token_default, maximum=_EXPERTS)
     if per_token > num_experts:
-        raise UsageError(
-            f"{where}: field 'num_experts_per_tok' ({per_token}) must be at most "
-            f"{experts_key!r} ({num_experts}), the number of experts"
+        bound = (
+            f"{given[0]!r} ({num_experts}), the number of experts"
+            if given
+            else f"{num_experts}, the model type's default number of experts"
         )
-    dense = cfg.get("first_k_dense_replace")
-    if dense is None:
-        # transformers' default (DeepSeek-V3: 3) leaves a model of fewer layers all dense
-        dense_layers = min(default("first_k_dense_replace", 0), num_layers)
+        raise UsageError(
+            f"{where}: field 'num_experts_per_tok' ({per_token}) must be at most {bound}"
+        )
+    if traits.size_key == "intermediate_size":
+        size = intermediate
     else:
-        dense_layers = _int(cfg, "first_k_dense_replace", where, minimum=0, maximum=_LAYERS)
-        if dense_layers > num_layers:
-            raise UsageError(
-                f"{where}: field 'first_k_dense_replace' ({dense_layers}) must be at most "
-                f"'num_hidden_layers' ({num_layers})"
-            )
+        size = _int(cfg, traits.size_key, where, traits.size)
+    shared = traits.shared
+    if traits.shared_key is not None:
+        shared = _int(cfg, traits.shared_key, where, shared, minimum=0, maximum=_EXPERTS)
+    shared_size = None
+    if traits.shared_size_key is not None:
+        shared_size = _int(cfg, traits.shared_size_key, where, traits.shared_size)
+    dense_layers = 0
+    if traits.first_dense is not None:
+        dense_layers = _first_dense(cfg, traits.first_dense, num_layers, where)
+    every = 1 if traits.step_key is None else _int(cfg, traits.step_key, where, 1, maximum=_LAYERS)
+    dense_indices: tuple[int, ...] = ()
+    if traits.dense_list_key is not None:
+        dense_indices = _layer_list(cfg, traits.dense_list_key, num_layers, where) or ()
+    if traits.moe_list_key is not None:
+        listed = _layer_list(cfg, traits.moe_list_key, num_layers, where)
+        if listed is not None:  # the layers with experts, whatever the step says
+            every = 1
+            dense_indices = tuple(i for i in range(num_layers) if i not in listed)
     return MoeSpec(
         num_experts=num_experts,
         experts_per_token=per_token,
-        intermediate_size=_int(
-            cfg, "moe_intermediate_size", where, default("moe_intermediate_size", intermediate)
-        ),
-        shared_experts=_int(
-            cfg,
-            "n_shared_experts",
-            where,
-            default("n_shared_experts", 0),
-            minimum=0,
-            maximum=_EXPERTS,
-        ),
+        intermediate_size=size,
+        shared_experts=shared,
         dense_layers=dense_layers,
-        router_bias=kind == "deepseek_v3",
+        router_bias=traits.router_bias,
+        shared_intermediate_size=shared_size,
+        shared_expert_gate=traits.shared_gate,
+        expert_bias=traits.expert_bias,
+        moe_every=every,
+        dense_indices=dense_indices,
     )
+
+
+def _first_dense(cfg: dict, default: int, num_layers: int, where: str) -> int:
+    """first_k_dense_replace: the leading layers that keep the dense MLP."""
+    if cfg.get("first_k_dense_replace") is None:
+        # transformers' default (DeepSeek-V3: 3) leaves a model of fewer layers all dense
+        return min(default, num_layers)
+    dense_layers = _int(cfg, "first_k_dense_replace", where, minimum=0, maximum=_LAYERS)
+    if dense_layers > num_layers:
+        raise UsageError(
+            f"{where}: field 'first_k_dense_replace' ({dense_layers}) must be at most "
+            f"'num_hidden_layers' ({num_layers})"
+        )
+    return dense_layers
 
 
 def json_depth(data: Any) -> int:

@@ -3,19 +3,32 @@
 
 Per layer (d d_model, Hq/Hkv heads, D head_dim, I intermediate size, E experts):
 
-- attention: q d*Hq*D, k and v d*Hkv*D each, o Hq*D*d (+ biases; + q/k norms of D each);
-  MLA: q_a d*r_q + norm r_q + q_b r_q*Hq*(D_nope+D_rope) (or q d*Hq*(D_nope+D_rope)),
-  kv_a d*(r_kv+D_rope) + norm r_kv, kv_b r_kv*Hq*(D_nope+D_v), o Hq*D_v*d;
-- MLP: (3 if gated else 2)*d*I (+ biases); MoE: E gated experts of 3*d*I_e, a router of
-  E*d (+E bias: the router of DeepSeek-V3 counts e_score_correction_bias, a buffer in
-  transformers that checkpoints store), shared experts as one gated MLP of n_shared*I_e;
-- norms: d per RMSNorm, 2*d per LayerNorm (weight and bias).
+- attention: q d*Hq*D, k and v d*Hkv*D each, o Hq*D*d (+ biases: Hq*D + 2*Hkv*D on q, k
+  and v, d on o); q/k norms of D each ("head_dim"), or of Hq*D and Hkv*D ("per_head",
+  "full"); attention sinks, Hq. MLA: q_a d*r_q + norm r_q + q_b r_q*Hq*(D_nope+D_rope) (or
+  q d*Hq*(D_nope+D_rope)), kv_a d*(r_kv+D_rope) + norm r_kv, kv_b r_kv*Hq*(D_nope+D_v),
+  o Hq*D_v*d (+ biases on q_a, kv_a and o);
+- mlp: the dense MLP, (3 if gated else 2)*d*I (+ biases: 2*I or I, and d), in the layers
+  without experts; in a MoE layer the shared experts, one gated MLP of their summed width
+  (+ the same biases), and their gate, d (Qwen2-MoE);
+- experts: E gated experts of 3*d*I_e each (+ 2*I_e + d of biases each, gpt-oss);
+- router: E*d (+ E of bias: gpt-oss's router bias, or the e_score_correction_bias of
+  DeepSeek-V3 and GLM-4-MoE, a buffer in transformers that checkpoints store);
+- norms: d per RMSNorm (or LayerNorm without bias), 2*d per LayerNorm (weight and bias).
 
 Plus token embeddings V*d (+ learned positions), a final norm, and the output head V*d
-unless tied to the embeddings. Under tensor parallelism (`tp` ranks) embeddings and head
-are split by vocabulary, attention by heads (KV heads replicated when tp > Hkv, MLA's
-down-projections replicated), MLPs and experts by intermediate size; norms, routers and
-the biases added after a row-parallel projection are replicated.
+unless tied to the embeddings (+ V of bias, Phi-MoE's lm_head_bias, tied or not).
+
+Under tensor parallelism (`tp` ranks) embeddings and head (its bias too) are split by
+vocabulary, attention by heads (KV heads replicated when tp > Hkv, MLA's down-projections
+replicated), MLPs, shared experts and routed experts by intermediate size (every rank
+holds a slice of every expert). Split with their heads: the biases of q, k and v, the
+attention sinks and the "per_head" q/k norms (each head normalised on its own).
+Replicated on every rank: norms, the "head_dim" q/k norms (one weight for every head),
+the "full" q/k norms (their statistics span every head, so they apply to the gathered
+projection, as OLMo-2's do in transformers' plan), routers and their biases, the shared
+experts' gate (Linear(d, 1)), MLA's biases (on replicated down-projections), and the
+biases added after a row-parallel projection (o, down, the experts' down).
 """
 
 from __future__ import annotations
@@ -47,11 +60,13 @@ def _attention(spec: ModelSpec, body: ModelBody, tp: int) -> int:
     d = spec.d_model
     hkv = kv_heads_per_rank(spec.num_heads, spec.num_kv_heads, tp)
     hq = spec.num_heads // tp
+    sinks = hq if body.attention_sinks else 0
     if spec.mla is not None:
         m = spec.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
         if m.q_lora_rank:
             q = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hq * qk
+            q += m.q_lora_rank if body.qkv_bias else 0
         else:
             q = d * hq * qk
         kv = (
@@ -59,23 +74,29 @@ def _attention(spec: ModelSpec, body: ModelBody, tp: int) -> int:
             + m.kv_lora_rank
             + m.kv_lora_rank * hq * (m.qk_nope_head_dim + m.v_head_dim)
         )
-        return q + kv + hq * m.v_head_dim * d  # fmt: skip
+        kv += m.latent_dim if body.qkv_bias else 0
+        return q + kv + hq * m.v_head_dim * d + (d if body.o_bias else 0) + sinks
     shape = AttentionShape(d, hq, hkv, spec.head_dim)  # this rank's heads, weights only
-    total = attention_params(shape)
+    total = attention_params(shape) + sinks
     if body.qkv_bias:
         total += shape.q_dim + 2 * shape.kv_dim
     if body.o_bias:
         total += d
-    if body.qk_norm:
+    if body.qk_norm == "head_dim":
         total += 2 * spec.head_dim
+    elif body.qk_norm == "per_head":
+        total += shape.q_dim + shape.kv_dim
+    elif body.qk_norm == "full":
+        total += (spec.num_heads + spec.num_kv_heads) * spec.head_dim
     return total
 
 
-def _mlp(d: int, inter: int, body: ModelBody, tp: int, gated: bool) -> int:
-    """A dense MLP on one rank: column-parallel up (and gate), row-parallel down."""
+def _mlp(d: int, inter: int, bias: bool, tp: int, gated: bool) -> int:
+    """A dense MLP on one rank: column-parallel up (and gate), row-parallel down; with
+    `bias`, biases on each (the down projection's replicated)."""
     i = ceil_div(inter, tp)
     total = (3 if gated else 2) * d * i
-    if body.mlp_bias:
+    if bias:
         total += (2 if gated else 1) * i + d
     return total
 
@@ -84,23 +105,22 @@ def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
     """Parameters of each part on one of `tp` tensor-parallel ranks (tp=1: the whole model)."""
     body = require_body(spec)
     d, L, moe = spec.d_model, spec.num_layers, body.moe
-    vocab = ceil_div(body.vocab_size, tp) * d
+    vocab = ceil_div(body.vocab_size, tp)
     norm = d * (2 if body.norm_bias else 1)
-    dense_layers = L if moe is None else moe.dense_layers
+    moe_layers = 0 if moe is None else moe.moe_layers(L)
     parts = dict.fromkeys(PARTS, 0)
-    parts["embeddings"] = vocab + body.position_embeddings * d
+    parts["embeddings"] = vocab * d + body.position_embeddings * d
     parts["attention"] = L * _attention(spec, body, tp)
-    parts["mlp"] = dense_layers * _mlp(d, body.intermediate_size, body, tp, body.gated_mlp)
+    dense = _mlp(d, body.intermediate_size, body.mlp_bias, tp, body.gated_mlp)
+    parts["mlp"] = (L - moe_layers) * dense
     if moe is not None:
-        moe_layers = L - moe.dense_layers
-        expert = _mlp(d, moe.intermediate_size, body, tp, gated=True)
+        expert = _mlp(d, moe.intermediate_size, moe.expert_bias, tp, gated=True)
         parts["experts"] = moe_layers * moe.num_experts * expert
-        parts["router"] = moe_layers * (moe.num_experts * d + moe.router_bias * moe.num_experts)
-        if moe.shared_experts:
-            shared = moe.shared_experts * moe.intermediate_size
-            parts["mlp"] += moe_layers * _mlp(d, shared, body, tp, gated=True)
+        parts["router"] = moe_layers * moe.num_experts * (d + moe.router_bias)
+        shared = _mlp(d, moe.shared_width, body.mlp_bias, tp, True) if moe.shared_width else 0
+        parts["mlp"] += moe_layers * (shared + (d if moe.shared_expert_gate else 0))
     parts["norms"] = (L * body.norms_per_layer + 1) * norm
-    parts["output head"] = 0 if body.tied_embeddings else vocab
+    parts["output head"] = (0 if body.tied_embeddings else vocab * d) + body.head_bias * vocab
     return parts
 
 

@@ -1,5 +1,14 @@
 """A model's parameters with their real shapes and no computation, built on the `meta`
-device to count them without allocating memory: the check on model/model_params.py."""
+device to count them without allocating memory: the check on model/model_params.py.
+
+Each parameter's part (model_params.PARTS) is its module's name in a layer: `attention`
+(projections and their biases, q/k norms, attention sinks, MLA's norms), `mlp` (the dense
+MLP, or a MoE layer's shared experts, and `shared_gate`, their gate), `experts` (stacked
+routed experts, with their biases), `router` (its bias too: gpt-oss's, or the
+e_score_correction_bias that checkpoints store), `norms`; outside the layers, the
+embeddings, the final norm and the output head (its bias too; a tied weight counts once,
+in the embeddings). Buffers that transformers keeps are parameters here, so that the
+counts are those of a checkpoint."""
 
 from __future__ import annotations
 
@@ -23,40 +32,50 @@ class _Mlp(nn.Module):
 
 
 class _Experts(nn.Module):
-    """Routed experts as stacked weights (num_experts, ...), as fused MoE kernels hold them."""
+    """Routed experts as stacked weights (num_experts, ...), as fused MoE kernels hold them,
+    with gpt-oss's biases when `bias`."""
 
-    def __init__(self, num: int, d: int, inter: int) -> None:
+    def __init__(self, num: int, d: int, inter: int, bias: bool) -> None:
         super().__init__()
         self.gate_up = nn.Parameter(torch.empty(num, 2 * inter, d))
         self.down = nn.Parameter(torch.empty(num, d, inter))
+        if bias:
+            self.gate_up_bias = nn.Parameter(torch.empty(num, 2 * inter))
+            self.down_bias = nn.Parameter(torch.empty(num, d))
 
 
 class _Attention(nn.Module):
     def __init__(self, spec: ModelSpec, body: ModelBody) -> None:
         super().__init__()
         d, hq = spec.d_model, spec.num_heads
+        if body.attention_sinks:
+            self.sinks = nn.Parameter(torch.empty(hq))
         if spec.mla is not None:
             m = spec.mla
             qk = m.qk_nope_head_dim + m.qk_rope_head_dim
             if m.q_lora_rank:
-                self.q_a = nn.Linear(d, m.q_lora_rank, bias=False)
+                self.q_a = nn.Linear(d, m.q_lora_rank, bias=body.qkv_bias)
                 self.q_a_norm = nn.RMSNorm(m.q_lora_rank)
                 self.q_b = nn.Linear(m.q_lora_rank, hq * qk, bias=False)
             else:
                 self.q = nn.Linear(d, hq * qk, bias=False)
-            self.kv_a = nn.Linear(d, m.latent_dim, bias=False)
+            self.kv_a = nn.Linear(d, m.latent_dim, bias=body.qkv_bias)
             self.kv_a_norm = nn.RMSNorm(m.kv_lora_rank)
             self.kv_b = nn.Linear(m.kv_lora_rank, hq * (m.qk_nope_head_dim + m.v_head_dim),
                                   bias=False)  # fmt: skip
-            self.o = nn.Linear(hq * m.v_head_dim, d, bias=False)
+            self.o = nn.Linear(hq * m.v_head_dim, d, bias=body.o_bias)
             return
         D, hkv = spec.head_dim, spec.num_kv_heads
         self.q = nn.Linear(d, hq * D, bias=body.qkv_bias)
         self.k = nn.Linear(d, hkv * D, bias=body.qkv_bias)
         self.v = nn.Linear(d, hkv * D, bias=body.qkv_bias)
         self.o = nn.Linear(hq * D, d, bias=body.o_bias)
-        if body.qk_norm:
+        if body.qk_norm == "head_dim":
             self.q_norm, self.k_norm = nn.RMSNorm(D), nn.RMSNorm(D)
+        elif body.qk_norm == "per_head":
+            self.q_norm, self.k_norm = nn.RMSNorm((hq, D)), nn.RMSNorm((hkv, D))
+        elif body.qk_norm == "full":
+            self.q_norm, self.k_norm = nn.RMSNorm(hq * D), nn.RMSNorm(hkv * D)
 
 
 class _Block(nn.Module):
@@ -65,14 +84,15 @@ class _Block(nn.Module):
         d, moe = spec.d_model, body.moe
         self.attention = _Attention(spec, body)
         self.norms = nn.ModuleList(_norm(body, d) for _ in range(body.norms_per_layer))
-        self.mlp = self.experts = self.router = None
-        if moe is None or index < moe.dense_layers:
+        self.mlp = self.experts = self.router = self.shared_gate = None
+        if moe is None or not moe.is_moe_layer(index):
             self.mlp = _Mlp(d, body.intermediate_size, body.gated_mlp, body.mlp_bias)
             return
-        if moe.shared_experts:
-            shared = moe.shared_experts * moe.intermediate_size
-            self.mlp = _Mlp(d, shared, True, body.mlp_bias)
-        self.experts = _Experts(moe.num_experts, d, moe.intermediate_size)
+        if moe.shared_width:
+            self.mlp = _Mlp(d, moe.shared_width, True, body.mlp_bias)
+        if moe.shared_expert_gate:
+            self.shared_gate = nn.Linear(d, 1, bias=False)
+        self.experts = _Experts(moe.num_experts, d, moe.intermediate_size, moe.expert_bias)
         self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
 
 
@@ -89,7 +109,7 @@ class ModelSkeleton(nn.Module):
             self.embeddings["positions"] = nn.Embedding(body.position_embeddings, d)
         self.layers = nn.ModuleList(_Block(spec, body, i) for i in range(spec.num_layers))
         self.final_norm = _norm(body, d)
-        self.output_head = nn.Linear(d, body.vocab_size, bias=False)
+        self.output_head = nn.Linear(d, body.vocab_size, bias=body.head_bias)
         if body.tied_embeddings:
             self.output_head.weight = self.embeddings["tokens"].weight
 
@@ -99,7 +119,7 @@ def _part_of(name: str) -> str:
     head = name.split(".")[0]
     if head == "layers":
         sub = name.split(".")[2]
-        return {"norms": "norms"}.get(sub, sub)
+        return {"shared_gate": "mlp"}.get(sub, sub)
     return {"final_norm": "norms", "output_head": "output head"}.get(head, head)
 
 

@@ -15,8 +15,10 @@ import typer
 from rich.console import Console
 
 from ..errors import FieldError, UsageError
+from ..model.shapes import variant_label
+from ..model.what_if import is_own
 from ..records import as_dict
-from ..render.columns import join_words
+from ..render.columns import OWN_MARK, join_words
 from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
 from ..study.output import (
     json_document,
@@ -83,6 +85,20 @@ def run_section(
     check_writable(outputs, {"config": config, "hf_config": hf_config})
     plan = plan_command(section, config, overrides, model_refs(model, hf_config))
     return plan, run_study(plan, command=command, **run_options)
+
+
+def point_name(point: Any) -> str:
+    """A point's model, with its variant when it is one of a what-if set ('llama-3-70b
+    MQA', 'llama-3-70b GQA-8 (own)'), or its layer shape: 'd512 h8/2'."""
+    if not point.model:
+        return f"d{point.d_model} h{point.num_heads}/{point.num_kv_heads}"
+    if point.published_kv_heads is None:
+        return point.model
+    spec = point.spec if getattr(point, "spec", None) else None
+    num_heads = spec.num_heads if spec else point.num_heads
+    variant = variant_label(num_heads, point.num_kv_heads)
+    own = OWN_MARK if is_own(point.num_kv_heads, point.published_kv_heads) else ""
+    return f"{point.model} {variant}{own}"
 
 
 def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:

@@ -24,6 +24,7 @@ from .common import (
     err_console,
     fail,
     model_refs,
+    point_name,
     progress_iter,
     show_table,
     write_outputs,
@@ -33,7 +34,7 @@ from .flags import section_command
 
 def describe(point: DecodePoint) -> str:
     """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph'."""
-    name = point.model or f"d{point.d_model} h{point.num_heads}/{point.num_kv_heads}"
+    name = point_name(point)
     gen = f" gen {point.gen_len}" if point.gen_len else ""
     graph = " graph" if point.cuda_graph else ""
     return (f"{name} {point.provider} {point.dtype} batch {point.batch} "

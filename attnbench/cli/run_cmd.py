@@ -22,7 +22,7 @@ from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study,
 from ..study.sections import KINDS
 from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
 from . import app
-from .common import console, err_console, keep_records, kept_text, progress_iter
+from .common import console, err_console, keep_records, kept_text, point_name, progress_iter
 from .decode_cmd import describe as describe_decode
 from .decode_cmd import show_providers
 from .flags import handles_errors
@@ -36,7 +36,7 @@ def describe(task: Task) -> str:
     p = task.point
     if task.section == "decode":
         return f"decode {describe_decode(p)}"
-    name = p.model or f"d{p.d_model} h{p.num_heads}/{p.num_kv_heads}"
+    name = point_name(p)
     if task.section == "kvmem":
         return f"kvmem {name} batch {p.batch} context {p.seq_len} {p.dtype}"
     return f"{task.section} {name}"

@@ -428,6 +428,7 @@ MODELS: list[Column] = [
 
 FIT: list[Column] = [
     _model(0),
+    Column("Variant", "variant", fmt_plain, rank=0, kind="label", cell=variant_cell, setting=True),
     _label("Question", "question", 0),
     Column("context", "seq_len", fmt_int, rank=1),
     Column("batch", "batch", fmt_int, rank=1),

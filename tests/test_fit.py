@@ -277,3 +277,14 @@ def test_a_size_written_as_a_number_in_a_sweep_file_is_refused_with_its_form(tmp
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.stderr.startswith("error: fit.memory: 80 ")
     assert "expected a string, got 80: Memory of each GPU: 80GiB" in result.stderr
+
+
+def test_the_bar_and_its_legend_fit_80_columns():
+    result = runner.invoke(
+        app,
+        ["fit", "--model", "llama-3-70b", "--memory", "80GiB", "--gpus", "8", "--seq-len", "8192"],
+    )
+    assert result.exit_code == 0, result.output
+    bar = [line for line in result.output.splitlines() if "▓" in line]
+    assert len(bar) == 2 and bar[0].startswith("[") and bar[1].startswith("█ weights")
+    assert max(len(line) for line in bar) <= 80

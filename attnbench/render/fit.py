@@ -21,7 +21,8 @@ SEGMENTS = (
 
 def memory_bar(record: FitRecord, width: int = BAR_WIDTH) -> Text:
     """One GPU's memory as a horizontal bar, each part's width in proportion (largest
-    remainders get the leftover cells, so the widths add up to `width`)."""
+    remainders get the leftover cells, so the widths add up to `width`), and a legend
+    below it."""
     total = record.memory_bytes_per_gpu
     sizes = [getattr(record, field) for _, field, _, _ in SEGMENTS]
     cells = [size * width // total for size in sizes]
@@ -31,7 +32,7 @@ def memory_bar(record: FitRecord, width: int = BAR_WIDTH) -> Text:
     bar = Text("[")
     for (_, _, char, style), n in zip(SEGMENTS, cells, strict=True):
         bar.append(char * n, style=style)
-    bar.append("]  ")
+    bar.append("]\n")  # the legend on a line of its own: bar and legend pass 80 columns
     bar.append("  ".join(f"{char} {label}" for label, _, char, _ in SEGMENTS))
     return bar
 

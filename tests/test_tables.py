@@ -35,6 +35,7 @@ from attnbench.render.table import (
     Column,
     TableView,
     build_table,
+    fit_note,
     markdown_table,
     print_view,
     table_width,
@@ -192,7 +193,9 @@ def test_count_and_percent_formatters():
     assert fmt_si(67_108_864) == "67.1 M"
     assert fmt_si(16_777_216) == "16.8 M"
     assert fmt_si(6_738_415_616) == "6.74 G"
-    assert fmt_si(9_999) == "9,999"
+    assert fmt_si(9_999) == "10.0 k"
+    assert fmt_si(4_096) == "4.10 k"
+    assert fmt_si(999) == "999"
     assert fmt_si(12_345) == "12.3 k"
     assert fmt_si(999_999) == "1.00 M"
     assert fmt_si(100_000) == "100 k"
@@ -230,8 +233,10 @@ def test_params_table_fits_80_columns_without_cutting():
     for kv, total in PARAM_TOTALS.items():
         assert f"{total:,}" in text or fmt_si(total) in text
         assert VARIANTS[kv] in text
-    # the total and the share of MHA are the last to go, and are shown in full here
-    assert "67,108,864" in text and "51.56%" in text
+    # the counts switch to their compact form together: one form in every row and column
+    assert "67.1 M" in text and "51.56%" in text
+    assert "Attention parameters" in text and "," not in text.split("┡")[1].split("└")[0]
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "total", "module"} <= set(view.compacted)
     assert view.footer() is None if not view.hidden else view.footer() in text
 
 
@@ -327,12 +332,21 @@ def test_kvmem_constant_context_moves_to_the_title():
 
 
 def test_kvmem_long_status_is_shortened_not_cut():
+    """llama-3-70b at 131,072 tokens, skipped for lack of memory: at 80 columns the cell
+    says 'skipped', and the reason is a note under the table, never hidden."""
     rows = kvmem_rows()
     rows[-1].update(measured_bytes=None, status="skipped: needs 40.00 GiB, 23.50 GiB free")
     view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
     assert "skipped" in text and "Status" in view.compacted
+    assert view.notes == ["skipped: needs 40.00 GiB, 23.50 GiB free"]
+    table, under = text.split("┘\n")
+    assert under.splitlines()[0] == "skipped: needs 40.00 GiB, 23.50 GiB free"
+    assert under.splitlines()[1] == view.footer()
+    for width in range(40, 81, 4):  # hidden columns, never the status or its reason
+        narrow = build_table("KV", rows, kvmem_columns(rows), width, hint=HINT)
+        assert "Status" not in narrow.hidden and narrow.notes == view.notes, width
     wide = render(
         build_table("KV-cache memory", rows, kvmem_columns(rows), 80, wide=True, hint=HINT)
     )
@@ -448,12 +462,14 @@ def test_decode_unsupported_rows_read_by_their_status():
     headers = [h.strip() for h in header_line(text).split("┃")[1:-1]]
     assert headers[:6] == ["Variant", "provider", "Mode", "context", "step ms", "±IQR"]
     assert "Status" in headers  # a row without a time is read by its status
-    cudnn = [line for line in text.splitlines() if "sdpa-cudnn" in line]
+    cudnn = [line for line in text.splitlines() if "sdpa-cudnn" in line and line[0] == "│"]
     assert len(cudnn) == 12 and all(" - " in line and "unsupported" in line for line in cudnn)
-    assert "no cuDNN kernel" not in text  # the reason is a note under the table, once
+    # the reason is a note under the table, once, naming the provider
     assert status_notes(rows) == [f"{UNSUPPORTED} (sdpa-cudnn, 12 rows)"]
+    assert view.notes == status_notes(rows)
+    assert text.count("no cuDNN kernel") == 1 and f"{UNSUPPORTED} (sdpa-cudnn, 12 rows)" in text
     wide = render(build_table(DECODE_TITLE, rows, decode_columns(rows), 80, wide=True))
-    assert "no cuDNN kernel" not in wide and "unsupported" in wide
+    assert wide.count("no cuDNN kernel") == 1 and "unsupported" in wide
 
 
 def test_status_notes_list_each_reason_once():
@@ -714,3 +730,90 @@ def test_text_columns_never_push_the_table_past_the_page():
         print_view(console, view)
         lines = console.export_text().splitlines()
         assert max(len(line) for line in lines if line[:1] in "┏┃│└") <= width, width
+
+
+# --- statuses and their reasons ------------------------------------------------------------
+
+
+STATUS_COLUMNS = [
+    Column("Name", "name", str, rank=0, kind="label"),
+    Column("Value", "value", str, rank=1),
+    Column("More", "more", str, rank=2),
+    Column("Status", "status", str, rank=9, kind="status", compact=fmt_status),
+]
+
+
+def status_rows(*statuses: str) -> list[dict]:
+    return [{"name": f"row{i}", "value": "1.234", "more": "x" * 20, "status": s}
+            for i, s in enumerate(statuses)]  # fmt: skip
+
+
+def test_a_status_is_never_hidden_and_its_reason_becomes_a_note():
+    rows = status_rows("ok", "skipped: needs 40.00 GiB, 22.86 GiB free")
+    view = build_table("t", rows, STATUS_COLUMNS, 40)
+    text = render(view, 40)
+    assert "Status" not in view.hidden and "More" in view.hidden
+    assert view.notes == ["skipped: needs 40.00 GiB, 22.86 GiB free"]
+    lines = text.splitlines()
+    assert lines[lines.index(next(ln for ln in lines if ln.startswith("└"))) + 1] == (
+        "skipped: needs 40.00 GiB, 22.86 GiB free"
+    )
+    wide = build_table("t", rows, STATUS_COLUMNS, 200)
+    assert wide.notes == [] and "skipped: needs 40.00 GiB" in render(wide, 200)  # in the cell
+
+
+def test_statuses_one_word_stands_for_are_numbered():
+    rows = status_rows("skipped: needs 40.00 GiB, 1.00 GiB free",
+                       "skipped: needs 80.00 GiB, 1.00 GiB free",
+                       "skipped: needs 40.00 GiB, 1.00 GiB free", "oom")  # fmt: skip
+    view = build_table("t", rows, STATUS_COLUMNS, 40)
+    text = render(view, 40)
+    cells = [line.split("│")[-2].strip() for line in text.splitlines() if line.startswith("│")]
+    assert cells == ["skipped [1]", "skipped [2]", "skipped [1]", "oom"]
+    assert view.notes == ["[1] skipped: needs 40.00 GiB, 1.00 GiB free (2 rows)",
+                          "[2] skipped: needs 80.00 GiB, 1.00 GiB free"]  # fmt: skip
+
+
+def test_a_long_reason_wraps_with_a_hanging_indent_and_is_shortened_past_three_lines():
+    assert fit_note("unsupported: " + "word " * 5, 40) == ["unsupported: word word word word word"]
+    lines = fit_note("error: RuntimeError: " + "a long message " * 6, 40)
+    assert len(lines) == 3 and lines[1].startswith("  ") and not lines[1].startswith("   ")
+    assert lines[-1].endswith("message") or not lines[-1].endswith("…")
+    cut = fit_note("error: RuntimeError: " + "a long message " * 20, 40)
+    assert len(cut) == 3 and cut[-1].endswith("…") and all(len(line) <= 40 for line in cut)
+    assert cut[1].startswith("  ") and cut[2].startswith("  ")
+
+
+def test_a_status_column_of_ok_alone_may_go():
+    view = build_table("t", status_rows("ok", "ok"), STATUS_COLUMNS, 30)
+    assert "Status" in view.hidden
+
+
+def test_a_text_column_to_keep_folds_instead_of_going():
+    columns = [
+        Column("Verdict", "v", str, rank=0, kind="status"),
+        Column("Metric", "m", str, rank=1, kind="label"),
+        Column("Change", "x", str, rank=3),
+        Column("Reason", "why", str, rank=2, kind="text", keep=True),
+    ]
+    why = "1.50x slower; 99% bounds 1.44x to 1.56x slower, beyond the 1.10x threshold"
+    rows = [{"v": "regressed", "m": "step_ms_median", "x": "1.500x", "why": why}]
+    for width in range(48, 121, 8):
+        view = build_table("t", rows, columns, width)
+        assert "Reason" not in view.hidden and "Metric" not in view.hidden, width
+        text = render(view, width)
+        assert "threshold" in text and max(len(line) for line in text.splitlines()) <= width
+    assert build_table("t", rows, columns, 50).hidden == ["Change"]  # before the reason folds
+
+
+def test_decode_status_says_noisy_and_stays_at_80_columns():
+    rows = decode_rows()
+    rows[3]["noisy"] = True  # a row whose spread is wide, its status still 'ok'
+    rows[5]["status"] = "noisy: under 11 samples, too few to judge the spread"
+    view = build_table(DECODE_TITLE, rows, decode_columns(rows), 80, hint=HINT)
+    text = render(view)
+    assert_fits(text, 80)
+    assert "Status" in header_line(text) and "Status" not in view.hidden
+    statuses = [line.split("│")[-2].strip() for line in text.splitlines() if line[0] == "│"]
+    assert statuses.count("noisy") == 2 and statuses.count("ok") == len(rows) - 2
+    assert view.notes == ["noisy: under 11 samples, too few to judge the spread (attnbench, 1 row)"]

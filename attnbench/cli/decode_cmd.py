@@ -8,7 +8,7 @@ from contextlib import nullcontext
 from ..errors import FieldError
 from ..experiments.decode import DecodePoint, DecodeRecord
 from ..records import as_dict, failed
-from ..render.columns import decode_columns, status_notes
+from ..render.columns import decode_columns
 from ..render.providers import providers_table
 from ..render.report import provider_points
 from ..study.distributed import Launch, process_group, torchrun_launch
@@ -98,12 +98,10 @@ def check_tensor_parallel(plan: Plan, launch: Launch | None) -> None:
 
 
 def show_results(rows: list[dict], env: dict, wide: bool) -> None:
-    """Every point's row, the reasons behind statuses the table shortens, and, with
-    several providers, their cached steps side by side."""
+    """Every point's row (the table gives the reasons behind the statuses it shortens, by
+    provider) and, with several providers, their cached steps side by side."""
     peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
     show_table(f"Decode on {env['device_name']}, {peak}", rows, decode_columns(rows), wide)
-    for note in status_notes(rows):
-        console.print(note, markup=False)
     show_providers(rows, wide)
 
 

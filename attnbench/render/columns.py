@@ -13,14 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..measure.timing import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import is_own
 from .table import Column, as_row
 
 NONE_TEXT = "-"
 SI_UNITS = ("k", "M", "G", "T", "P")
-#: Counts below this are shown in full by fmt_si.
-SI_FROM = 10_000
+#: Counts below this are shown in full by fmt_si (the same digits in either form).
+SI_FROM = 1_000
 
 
 # --- formatters ----------------------------------------------------------------------------
@@ -55,8 +56,14 @@ fmt_pct_value = _formatter(".2f", "%")
 fmt_ms = _formatter(".3f")
 #: One decimal: 1234.56 -> '1234.6'.
 fmt_f1 = _formatter(".1f")
-#: A speed-up: 11.2 -> '11.2x'.
-fmt_x = _formatter(".1f", "x")
+
+
+def fmt_x(v: Any) -> str:
+    """A speed-up: one decimal (11.2 -> '11.2x'), two significant digits below 0.1
+    (0.0213 -> '0.021x'), never '0.0x'."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:.2g}x" if abs(v) < 0.1 else f"{v:.1f}x"
 
 
 def fmt_yes_no(v: Any) -> str:
@@ -65,9 +72,9 @@ def fmt_yes_no(v: Any) -> str:
 
 
 def fmt_si(v: Any) -> str:
-    """A count, compact: three significant digits and an SI suffix from 10,000 up
-    (67108864 -> '67.1 M', 6738415616 -> '6.74 G', 12345 -> '12.3 k'); smaller counts in
-    full with thousands separators (4,096)."""
+    """A count, compact: three significant digits and an SI suffix from 1,000 up
+    (67108864 -> '67.1 M', 6738415616 -> '6.74 G', 4096 -> '4.10 k'); smaller counts as
+    they are (512), so a column reads in one form."""
     if v is None:
         return NONE_TEXT
     if abs(v) < SI_FROM:
@@ -85,18 +92,30 @@ def fmt_status(v: Any) -> str:
     return NONE_TEXT if v is None else str(v).split(":", 1)[0].strip()
 
 
+#: The spread cell of a timing with too few samples to judge their spread.
+TOO_FEW = "too few"
+
+
 def iqr_cell(
-    median: str = "step_ms_median", p25: str = "step_ms_p25", p75: str = "step_ms_p75"
+    median: str = "step_ms_median",
+    p25: str = "step_ms_p25",
+    p75: str = "step_ms_p75",
+    count: str = "step_repeats",
 ) -> Callable[[Mapping[str, Any]], str]:
     """A cell maker for the spread of a timing: half the interquartile range relative to
     the median, in percent, one decimal: '±' + 100 * (p75 - p25) / 2 / median, so a median
     of 2.0 ms with p25 1.9 and p75 2.1 reads '±5.0%'. '-' when a value is missing or the
-    median is not positive."""
+    median is not positive; TOO_FEW when `count` (its samples) is under
+    MIN_SPREAD_SAMPLES, too few to judge the spread (a few samples that met the same
+    stall would read ±0.0%)."""
 
     def cell(row: Mapping[str, Any]) -> str:
         mid, low, high = row.get(median), row.get(p25), row.get(p75)
         if mid is None or low is None or high is None or mid <= 0:
             return NONE_TEXT
+        samples = row.get(count)
+        if isinstance(samples, int) and samples < MIN_SPREAD_SAMPLES:
+            return TOO_FEW
         return f"±{100 * (high - low) / 2 / mid:.1f}%"
 
     return cell
@@ -109,8 +128,13 @@ def _label(header: str, field: str, rank: int, **kw: Any) -> Column:
     return Column(header, field, fmt_plain, rank=rank, kind="label", **kw)
 
 
+#: The group of a table's counts: all in full, or all compact ('16.8 M' beside '4.19 M',
+#: never beside '4,194,304').
+COUNTS = "counts"
+
+
 def _count(header: str, field: str, rank: int, **kw: Any) -> Column:
-    return Column(header, field, fmt_int, rank=rank, compact=fmt_si, **kw)
+    return Column(header, field, fmt_int, rank=rank, compact=fmt_si, group=COUNTS, **kw)
 
 
 def _bytes(header: str, field: str, rank: int, **kw: Any) -> Column:
@@ -295,6 +319,14 @@ X_OF_REFERENCE = "x of ref"
 #: without a time is read by its status.
 STATUS_RANK_NOT_OK = 4
 
+
+def decode_status_cell(row: Mapping[str, Any]) -> str:
+    """A decode row's status, its first word: 'noisy' for a row that ran but whose
+    spread flags it noisy, though its status says 'ok'."""
+    status = fmt_status(row.get("status"))
+    return "noisy" if status == "ok" and row.get("noisy") else status
+
+
 DECODE: list[Column] = [
     _model(0),
     _variant(0),
@@ -312,8 +344,9 @@ DECODE: list[Column] = [
     Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
     Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
     Column(X_OF_REFERENCE, "x_of_reference_median", fmt_x2, rank=11),
-    # the first word only: the reasons are long, and go under the table (status_notes)
-    Column("Status", "status", fmt_status, rank=10, kind="status"),
+    # the first word only: the reasons are long, and go under the table, by provider
+    Column("Status", "status", fmt_status, rank=10, kind="status", cell=decode_status_cell,
+           reason_by="provider"),
     _dtype(11),
     _batch(12),
     _label("device", "device", 13, setting=True, title_text=str),
@@ -348,7 +381,7 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     headed by its reference ("x kernels"), and its ratio to the narrowest-KV variant's,
     headed by that variant ("x MQA"); the instruction count when counted; tp, the
     all-reduce and the KV bytes per GPU only for tensor-parallel rows; and the Status
-    just after the step time when some row is not ok."""
+    just after the step time when some row is not ok (noisy included)."""
     records = [as_row(r) for r in rows]
     providers = {r.get("provider") for r in records}
     baselines = {r.get("baseline_provider") for r in records
@@ -359,7 +392,7 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
             for f in ("cuda_graph", "gen_len", "instructions_per_step")}  # fmt: skip
     split = any((r.get("tp") or 1) > 1 or r.get("allreduce_ms_median") for r in records)
     used.update(dict.fromkeys(("tp", "allreduce_ms_median", "kv_bytes_per_gpu"), split))
-    not_ok = any(r.get("status", "ok") != "ok" for r in records)
+    not_ok = any(r.get("status", "ok") != "ok" or r.get("noisy") for r in records)
     columns = []
     for c in DECODE:
         if c.field == "speedup_vs_baseline":
@@ -409,7 +442,7 @@ WHOLE_MODEL: list[Column] = [
     _model(0),
     _label("Part", "part", 0),
     _count("params", "params", 1),
-    _count("meta-device", "meta_params", 2),
+    _count("counted", "meta_params", 2),  # on a skeleton of the model, as torch builds it
     _bytes("weights", "weight_bytes", 3),
 ]
 

@@ -4,7 +4,10 @@ A table is described by a list of `Column`s (see columns.py for every command's 
 built from records (plain dicts). `build_table` makes it fit a given width without cutting
 a number: settings that are the same in every row move into the title, then columns with a
 shorter form switch to it, then the least important columns are hidden (and named in a
-footer line). `markdown_table` renders the same columns as GitHub Markdown.
+footer line). A status is never hidden: when its cell shows the first word alone
+("skipped"), the reason after it goes in a note under the table, shortened only when it
+would take more than a few lines. `markdown_table` renders the same columns as GitHub
+Markdown.
 
 Widths follow rich's default table layout: each column takes its text plus one space of
 padding on either side and one border, and the table one border more.
@@ -13,7 +16,9 @@ padding on either side and one border, and the table one border more.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import ceil
@@ -22,6 +27,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 #: Column kinds. Numbers, statuses and labels are never cut, wrapped or folded; text may fold.
 KINDS = ("number", "status", "text", "label")
@@ -35,6 +41,15 @@ TEXT_MAX_LINES = 3
 TITLE_SEPARATOR = " · "
 #: Terminal width assumed off a terminal when COLUMNS does not say.
 DEFAULT_WIDTH = 120
+#: A note under the table (a status's reason) takes at most this many lines; a longer one
+#: is shortened, ending with NOTE_CUT.
+NOTE_MAX_LINES = 3
+NOTE_CUT = "…"
+#: How the lines of a note after its first are indented.
+NOTE_INDENT = "  "
+#: The status that says nothing the table does not: a status column that reads it in every
+#: row may be hidden for width like any other.
+OK = "ok"
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,9 @@ class Column:
         the table is too wide (of two equal ranks, the later column goes first).
     kind: "number" (right-justified), "status" or "label" (left-justified): never cut,
         wrapped or folded; "text" (notes, sources): left-justified, folds into the space
-        the other columns leave.
+        the other columns leave. A status column is never hidden, unless every row reads
+        'ok'; when its cell shows less than the record's status ('skipped' of 'skipped:
+        needs 40.00 GiB, 22.86 GiB free'), the whole status goes in a note under the table.
     compact: a shorter cell text ("67.1 M" for 67,108,864), used when the table does not
         fit with the full one.
     setting: a setting of the sweep (model, dtype, batch, ...): when it reads the same in
@@ -60,6 +77,12 @@ class Column:
         None in every row.
     group: columns of one group switch to their compact form together (the providers of
         a side-by-side table: all with their speed-ups, or none).
+    keep: never hidden for width, whatever its rank (a status's reason in a column of its
+        own); status columns are kept too, unless every row reads 'ok'.
+    reason_by: for a status column, the record field whose values a note names beside
+        its row count ('(sdpa-efficient, 4 rows)'); without it, the count alone.
+    noted_elsewhere: for a status column, the command prints the whole statuses itself
+        (fit's notes name each variant): the table gives no notes.
     """
 
     header: str
@@ -72,6 +95,9 @@ class Column:
     title_text: Callable[[Any], str] | None = None
     cell: Callable[[Mapping[str, Any]], str] | None = None
     group: str | None = None
+    keep: bool = False
+    reason_by: str | None = None
+    noted_elsewhere: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -117,6 +143,9 @@ class TableView:
         is set to it, so print it uncropped (`print_view`, or a console that wide).
     compacted: headers of the columns shown in their compact form.
     hint: how to see the hidden columns, the end of the footer line.
+    notes: the whole statuses that status cells show in part, one each ('skipped:
+        needs 40.00 GiB, 22.86 GiB free'), for under the table.
+    page_width: the width the notes are wrapped to.
     """
 
     table: Table
@@ -126,6 +155,13 @@ class TableView:
     needed_width: int
     compacted: list[str] = field(default_factory=list)
     hint: str = ""
+    notes: list[str] = field(default_factory=list)
+    page_width: int = DEFAULT_WIDTH
+
+    def note_lines(self) -> list[str]:
+        """The notes as they print: each wrapped between words to `page_width`, its
+        later lines indented, and shortened (ending with '…') past NOTE_MAX_LINES."""
+        return [line for note in self.notes for line in fit_note(note, self.page_width)]
 
     def footer(self) -> str | None:
         """'3 columns hidden (p25, p75, noisy): <hint>', or None if none are."""
@@ -185,6 +221,21 @@ class _Layout:
     short_width: int
     fit_width: int  # the least width it is kept at: the full width but for text columns
     compact: bool = False
+    floor_width: int = 0  # a text column to keep shrinks down to this: its longest word
+    full_notes: list[str] = field(default_factory=list)
+    short_notes: list[str] = field(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        return self.short_notes if self.compact else self.full_notes
+
+    @property
+    def hideable(self) -> bool:
+        """Whether the fit may hide it: not a column to keep, nor a status column but one
+        that reads 'ok' in every row."""
+        if self.column.keep:
+            return False
+        return self.column.kind != "status" or all(c.strip() == OK for c in self.full)
 
     @property
     def width(self) -> int:
@@ -199,22 +250,106 @@ def _longest(texts: Sequence[str]) -> int:
     return max((cell_len(t) for t in texts), default=0)
 
 
+def reason_of(cell: str, status: Any) -> str | None:
+    """The whole status a status cell shows in part ('skipped' of 'skipped: needs 40.00
+    GiB, 22.86 GiB free'), or None when the cell shows it all or it has no reason (the
+    part after a colon)."""
+    if status is None or ":" not in str(status):
+        return None
+    whole = str(status).strip()
+    return None if cell.strip() == whole else whole
+
+
+def _note(status: str, rows: Sequence[Mapping[str, Any]], by: str | None) -> str:
+    """'unsupported: no kernel (sdpa-cudnn, 4 rows)', naming the rows' values of `by`;
+    without `by`, the count only for more than one row."""
+    count = f"{len(rows)} row{'s' * (len(rows) != 1)}"
+    if by is None:
+        return status if len(rows) == 1 else f"{status} ({count})"
+    names = list(dict.fromkeys(str(r.get(by)) for r in rows if r.get(by) is not None))
+    return f"{status} ({', '.join([*names, count])})"
+
+
+def with_reasons(
+    column: Column, cells: Sequence[str], rows: Sequence[Mapping[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """A status column's cells and the notes that give the statuses they show in part,
+    one per status. A cell that stands for several statuses ('skipped' for two amounts
+    of memory) is numbered, and so is its note: 'skipped [1]', '[1] skipped: needs ...'."""
+    reasons = [reason_of(c, column.value(r)) for c, r in zip(cells, rows, strict=True)]
+    whole: dict[str, list[str]] = {}  # cell -> the statuses it stands for
+    for cell, reason in zip(cells, reasons, strict=True):
+        if reason is not None and reason not in whole.setdefault(cell, []):
+            whole[cell].append(reason)
+    numbers: dict[str, int] = {}
+    for statuses in whole.values():
+        for status in statuses if len(statuses) > 1 else ():
+            numbers[status] = len(numbers) + 1
+    marked = [
+        f"{c} [{numbers[r]}]" if r in numbers else c for c, r in zip(cells, reasons, strict=True)
+    ]
+    notes = []
+    for status in dict.fromkeys(r for r in reasons if r is not None):
+        group = [row for row, r in zip(rows, reasons, strict=True) if r == status]
+        note = _note(status, group, column.reason_by)
+        notes.append(f"[{numbers[status]}] {note}" if status in numbers else note)
+    return marked, notes
+
+
+def fit_note(text: str, width: int) -> list[str]:
+    """A note as lines of at most `width` characters, broken between words, the later
+    ones indented by NOTE_INDENT; past NOTE_MAX_LINES, shortened to end with NOTE_CUT."""
+    width = max(width, 2 * len(NOTE_INDENT) + 1)
+    lines = textwrap.wrap(text, width, subsequent_indent=NOTE_INDENT, break_on_hyphens=False)
+    if len(lines) <= NOTE_MAX_LINES:
+        return lines or [text]
+    last = lines[NOTE_MAX_LINES - 1]
+    rest = " ".join(line.strip() for line in lines[NOTE_MAX_LINES:])
+    last = (last + " " + rest)[: width - cell_len(NOTE_CUT)].rstrip()
+    return [*lines[: NOTE_MAX_LINES - 1], last + NOTE_CUT]
+
+
+_MEASURE = Console(file=io.StringIO(), width=DEFAULT_WIDTH)
+
+
+def _fold_width(texts: Sequence[str], least: int, most: int) -> int:
+    """The least width from `least` up at which each text wraps (as rich wraps it,
+    between words) onto at most TEXT_MAX_LINES lines; `most` if none below it does."""
+    longest = sorted(set(texts), key=cell_len, reverse=True)
+    for width in range(least, most):
+        if all(len(Text(t).wrap(_MEASURE, width)) <= TEXT_MAX_LINES for t in longest):
+            return width
+    return most
+
+
 def _layout(column: Column, index: int, rows: Sequence[Mapping[str, Any]], wide: bool) -> _Layout:
     header = cell_len(column.header)
     full = [column.text(r) for r in rows]
     short = [column.short_text(r) for r in rows]
+    full_notes: list[str] = []
+    short_notes: list[str] = []
+    if column.kind == "status" and not column.noted_elsewhere:
+        full, full_notes = with_reasons(column, full, rows)
+        short, short_notes = with_reasons(column, short, rows)
     full_width = max(header, _longest(full))
     short_width = max(header, _longest(short))
     fit_width = full_width
+    words = _longest([w for t in full for w in t.split()])
     if column.kind == "text" and not wide:
-        words = _longest([w for t in full for w in t.split()])
-        fit_width = min(full_width, max(header, words, ceil(_longest(full) / TEXT_MAX_LINES)))
-    return _Layout(column, index, full, short, full_width, short_width, fit_width)
+        least = max(header, words, ceil(_longest(full) / TEXT_MAX_LINES))
+        fit_width = min(full_width, _fold_width(full, least, full_width))
+    layout = _Layout(column, index, full, short, full_width, short_width, fit_width)
+    layout.floor_width = min(fit_width, max(header, words)) if column.kind == "text" else fit_width
+    layout.full_notes, layout.short_notes = full_notes, short_notes
+    return layout
 
 
 def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     """Compact, then hide, columns until the table fits `width`; return the hidden ones.
-    Compact forms that hiding made unnecessary are switched back to the full text."""
+    Columns to keep and statuses (but a column of 'ok' alone) are never hidden: at its
+    rank, a text column to keep folds onto more lines instead. Compact forms that hiding
+    made unnecessary are switched back to the full text, and text columns take the room
+    still left, to fold onto fewer lines."""
 
     def total() -> int:
         return table_width([lay.width for lay in layouts])
@@ -234,9 +369,15 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
         for member in together(lay):
             member.compact = True
     hidden: list[_Layout] = []
-    for lay in sorted(layouts, key=lambda lay: (-lay.column.rank, -lay.index)):
+    # a text column to keep takes its turn at its rank: it folds onto more lines, as far as
+    # the fit needs but never inside a word, instead of going
+    turns = [lay for lay in layouts if lay.hideable or lay.column.kind == "text"]
+    for lay in sorted(turns, key=lambda lay: (-lay.column.rank, -lay.index)):
         if total() <= width or len(layouts) == 1:
             break
+        if not lay.hideable:
+            lay.fit_width = max(lay.floor_width, lay.fit_width - (total() - width))
+            continue
         layouts[:] = [other for other in layouts if other is not lay]
         hidden.append(lay)
     for lay in sorted(layouts, key=lambda lay: (lay.column.rank, lay.index)):
@@ -247,6 +388,10 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
             if total() > width:
                 for member in members:
                     member.compact = True
+    folded = [lay for lay in layouts if lay.column.kind == "text"]  # the room left, to fold less
+    for lay in sorted(folded, key=lambda lay: (-lay.full_width / lay.fit_width, lay.index)):
+        if total() < width:
+            lay.fit_width = min(lay.full_width, lay.fit_width + width - total())
     return sorted(hidden, key=lambda lay: (lay.column.rank, lay.index))
 
 
@@ -263,9 +408,10 @@ def build_table(
     Columns empty in every row are left out; settings constant over the rows move to the
     title ("Attention parameters per layer · d_model 4,096 · 32 heads"). If the rest is
     wider than `width`, columns with a compact form switch to it (largest saving first),
-    then columns are hidden from the highest rank down until the table fits. With `wide`,
-    nothing is compacted or hidden: the table is as wide as it needs (`needed_width`).
-    Rows may be mappings or dataclass instances.
+    then columns are hidden from the highest rank down until the table fits (never a
+    status but one of 'ok' alone, nor a column to keep). A status shown in part gets a
+    note (`notes`). With `wide`, nothing is compacted or hidden: the table is as wide as
+    it needs (`needed_width`). Rows may be mappings or dataclass instances.
     """
     records = [as_row(r) for r in rows]
     shown, shared = split_settings(records, present_columns(records, columns))
@@ -280,9 +426,9 @@ def build_table(
     for lay in layouts:
         col = lay.column
         if col.kind == "text":  # exactly the width the fit gave it: rich's own shrinking
-            width = None if wide else lay.width  # can round a table past the page
+            most = None if wide else lay.width  # can round a table past the page
             table.add_column(col.header, justify="left", overflow="fold", min_width=lay.width,
-                             max_width=width)  # fmt: skip
+                             max_width=most)  # fmt: skip
         else:
             table.add_column(col.header, justify=col.justify, no_wrap=True, min_width=lay.width)
     for i in range(len(records)):
@@ -295,6 +441,8 @@ def build_table(
         needed_width=needed,
         compacted=[lay.column.header for lay in layouts if lay.compact],
         hint=hint,
+        notes=[note for lay in layouts for note in lay.notes],
+        page_width=width,
     )
 
 
@@ -319,9 +467,12 @@ def wrap_title(title: str, parts: Sequence[str], width: int) -> str:
 
 
 def print_view(console: Console, view: TableView) -> None:
-    """Print the table (uncropped, so a wide table may run past the terminal's edge) and
-    its footer line when columns were hidden."""
+    """Print the table (uncropped, so a wide table may run past the terminal's edge), the
+    notes of the statuses it shows in part, and its footer line when columns were
+    hidden."""
     console.print(view.table, crop=False)
+    for line in view.note_lines():
+        console.print(line, highlight=False, markup=False, crop=False, soft_wrap=True)
     footer = view.footer()
     if footer:
         # wrapped between words at the page's width, whatever the console's default

@@ -110,8 +110,10 @@ def fit_columns(question: str, rows: Sequence[Row]) -> list[Column]:
             cell=against_own("answer_vs_own", fmt_times),
         ),
     ]
-    if any(r["status"] != "ok" for r in rows):  # the reason in short; the notes say it all
-        columns.append(Column("Status", "status", fmt_status, rank=0, kind="status"))
+    if any(r["status"] != "ok" for r in rows):  # the reason in short; fit_notes say it all
+        columns.append(
+            Column("Status", "status", fmt_status, rank=0, kind="status", noted_elsewhere=True)
+        )
     return columns
 
 

@@ -58,7 +58,8 @@ def test_a_planted_20_percent_slowdown_is_a_regression():
     assert judged.ratio == pytest.approx(1.2, rel=0.05)
     assert judged.evidence == EVIDENCE
     assert judged.interval[0] > 1.1
-    assert "99% confidence bound" in judged.reason
+    assert judged.reason.startswith("1.2") and " slower; 99% bounds 1." in judged.reason
+    assert judged.reason.endswith("x slower, beyond the 1.10x threshold")
 
 
 def test_a_speedup_is_an_improvement():
@@ -91,14 +92,16 @@ def test_an_effect_with_a_wide_spread_is_inconclusive():
     assert judged.verdict is Verdict.INCONCLUSIVE
     assert judged.ratio > 1.1
     assert judged.interval[0] <= 1.1
-    assert "not > 1.10x" in judged.reason
+    assert ", not resolved: 99% bounds " in judged.reason
+    assert judged.reason.endswith(" reach within the 1.10x threshold")
 
 
 def test_a_change_under_the_floor_or_the_threshold_is_unchanged():
     tiny = judge_paired([0.001] * 4, [0.0015] * 4)  # 1.5x, but 0.5 us
     assert tiny.verdict is Verdict.UNCHANGED and "under 5 us" in tiny.reason
     small = judge_paired([1.0] * 4, [1.05] * 4)
-    assert small.verdict is Verdict.UNCHANGED and "within 10%" in small.reason
+    assert small.verdict is Verdict.UNCHANGED
+    assert small.reason == "1.05x slower, within the 1.10x threshold"
     wider = judge_paired([1.0] * 4, [1.2] * 4, Thresholds(time=0.25))
     assert wider.verdict is Verdict.UNCHANGED
 

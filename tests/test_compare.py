@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -23,6 +24,8 @@ from attnbench.gate.compare import (
     compare_documents,
     environment_differences,
     judge_timing,
+    span,
+    times,
     timing_stats,
 )
 from attnbench.gate.simulation import (
@@ -766,12 +769,95 @@ def test_markdown_summary_and_details(tmp_path):
     assert "| unchanged" not in result.stdout
 
 
-def test_only_changed_with_nothing_changed_leaves_the_summary(tmp_path):
+def test_nothing_changed_leaves_the_summary_and_the_count(tmp_path):
     doc = document("kvmem", kvmem_records())
-    result = compare(tmp_path, doc, doc, "--format", "markdown", "--only-changed")
+    result = compare(tmp_path, doc, doc, "--format", "markdown")
     assert result.stdout == (
-        "**attnbench compare: PASS (exit 0): 12 unchanged; no timings compared**\n"
+        "**attnbench compare: PASS (exit 0): 12 unchanged; no timings compared**\n\n"
+        "12 unchanged findings not shown: `--all` shows them.\n"
     )
+
+
+def screen80(tmp_path, base: dict, cur: dict, *flags: str):
+    """compare on an 80-column terminal."""
+    args = ["compare", write(tmp_path, "base.json", base), write(tmp_path, "cur.json", cur)]
+    return CliRunner().invoke(app, [*args, *flags], env={"COLUMNS": "80"})
+
+
+def table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("│")]
+
+
+def test_the_table_lists_what_changed_and_counts_the_unchanged(tmp_path):
+    """By default only the findings that changed or did not pass are rows; the unchanged
+    ones are a count, and --all lists them."""
+    cur = params_records()
+    cur[1]["total_params"] += 1
+    base, head = document("params", params_records()), document("params", cur)
+    result = screen80(tmp_path, base, head)
+    assert result.exit_code == 1
+    assert "unchanged" not in "".join(table_rows(result.stdout))
+    assert "regressed" in table_rows(result.stdout)[0]
+    lines = result.stdout.splitlines()
+    assert "17 unchanged findings not shown: --all shows them." in lines
+    every = screen80(tmp_path, base, head, "--all")
+    assert every.exit_code == 1 and "not shown" not in every.stdout
+    verdicts = [row.split("│")[1].strip() for row in table_rows(every.stdout)]
+    assert verdicts.count("unchanged") == 17 and verdicts.count("regressed") == 1
+    json_rows = json.loads(cli("compare", *[write(tmp_path, n, d) for n, d in
+                                            (("b.json", base), ("c.json", head))],
+                               "--format", "json").stdout)["rows"]  # fmt: skip
+    assert len(json_rows) == 18  # json lists every finding
+
+
+def test_the_reason_is_never_hidden_at_80_columns(tmp_path):
+    base = document("decode-speed", decode_records())
+    slow = document("decode-speed", slowed(decode_records(), 1.5))
+    result = screen80(tmp_path, base, slow)
+    assert result.exit_code == 1
+    header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
+    assert "Reason" in header and "Verdict" in header
+    assert "Reason" not in result.stdout.split("┘")[-1]  # not among the hidden columns
+    flat = " ".join(result.stdout.split())
+    assert "1.50x slower; 99% bounds" in flat.replace("│ ", "").replace(" │", "")
+    for line in result.stdout.splitlines():
+        assert len(line) <= 80 or line[:1] not in "┏┃┡│└", line
+
+
+def test_timing_reasons_read_ratios_in_words():
+    """A ratio below 1 is faster, never 'slower': the effect, the bounds (the faster end
+    first) and the threshold, in one form for every verdict."""
+    th = Thresholds()
+    rng = np.random.default_rng(3)
+    base = tuple(1.0 + 0.01 * rng.standard_normal(40))
+
+    def judged(factor: float, spread: float = 0.01):
+        cur = tuple(factor * (1.0 + spread * rng.standard_normal(40)))
+        return judge_timing(TimingStats(float(np.median(base)), samples=base),
+                            TimingStats(float(np.median(cur)), samples=cur), th)  # fmt: skip
+
+    faster = judged(1 / 1.02)
+    assert faster.verdict is Verdict.UNCHANGED
+    assert faster.reason == "1.02x faster, within the 1.10x threshold"
+    regressed = judged(1.5)
+    assert regressed.verdict is Verdict.REGRESSED
+    assert regressed.reason.startswith("1.5") and " slower; 99% bounds 1." in regressed.reason
+    assert regressed.reason.endswith("x slower, beyond the 1.10x threshold")
+    improved = judged(1 / 1.5)
+    assert improved.verdict is Verdict.IMPROVED
+    assert improved.reason.endswith("x faster, beyond the 1.10x threshold")
+    unsure = judged(1.2, spread=0.6)
+    assert unsure.verdict is Verdict.INCONCLUSIVE
+    assert " slower, not resolved: 99% bounds " in unsure.reason
+    assert unsure.reason.endswith(" reach within the 1.10x threshold")
+    for j in (faster, regressed, improved, unsure):
+        assert "confidence bound" not in j.reason and "(not >" not in j.reason
+        assert not re.search(r"\b0\.\d+x (slower|faster)", j.reason), j.reason
+    assert times(1.25) == "1.25x slower" and times(0.8) == "1.25x faster"
+    assert times(1.004) == "1.004x slower" and times(1.0) == "the same"
+    assert span(1.12, 1.35) == "1.12x to 1.35x slower"
+    assert span(0.8, 0.95) == "1.05x to 1.25x faster"
+    assert span(0.95, 1.09) == "1.05x faster to 1.09x slower"
 
 
 def test_markdown_reports_the_timing_geomean_and_environment(tmp_path):

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from ..errors import FieldError, UsageError
 from ..gate.baseline import default_baseline_path, save_baseline, save_exact_baseline
-from ..gate.compare import Comparison, Finding, Thresholds, compare_documents
+from ..gate.compare import Comparison, Finding, Thresholds, Verdict, compare_documents
 from ..history.baseline import history_baseline
 from ..history.store import open_history
 from ..model.units import format_bytes
@@ -29,8 +29,13 @@ STATUS = {0: "PASS", 1: "FAIL", 3: "INCOMPARABLE"}
 HEADERS = ("Verdict", "Section", "Row", "Metric", "Baseline", "Current", "Change", "Interval",
            "Reason")  # fmt: skip
 #: How each cell of HEADERS shows in the terminal: its kind and rank (see render.table).
+#: The verdict and its reason are never hidden: when the table is too narrow, the interval,
+#: the values, the section and the change go first, then the reason folds onto more lines
+#: (before the metric or the row would go).
 CELLS = (("status", 0), ("label", 5), ("text", 1), ("label", 2), ("number", 6),
-         ("number", 4), ("number", 3), ("number", 8), ("text", 7))  # fmt: skip
+         ("number", 4), ("number", 3), ("number", 8), ("text", 2))  # fmt: skip
+#: The columns the table keeps at any width.
+KEPT = ("Reason",)
 
 
 def history_baseline_of(db: str, head: Document) -> Document:
@@ -158,8 +163,22 @@ def _context_lines(result: Comparison) -> list[str]:
     return lines + [f"Note: {note}." for note in result.notes]
 
 
+def unchanged_line(result: Comparison, only_changed: bool, markdown: bool = False) -> str | None:
+    """'18 unchanged findings not shown: --all shows them', when the unchanged ones are
+    left out and there are some; None otherwise."""
+    if not only_changed:
+        return None
+    count = sum(f.verdict is Verdict.UNCHANGED for f in result.findings)
+    if not count:
+        return None
+    noun = "finding" if count == 1 else "findings"
+    flag = "`--all`" if markdown else "--all"
+    return f"{count} unchanged {noun} not shown: {flag} shows them."
+
+
 def render_markdown(result: Comparison, only_changed: bool) -> str:
     rows = _cells(result, only_changed)
+    hidden = unchanged_line(result, only_changed, markdown=True)
 
     def row(cells) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
@@ -169,7 +188,7 @@ def render_markdown(result: Comparison, only_changed: bool) -> str:
     lines += [f"{line}  " for line in context] + ([""] if context else [])
     opened = " open" if result.exit_code() else ""
     if not rows:
-        return "\n".join(lines).rstrip() + "\n"
+        return "\n".join([*lines, *([hidden] if hidden else [])]).rstrip() + "\n"
     lines += [
         f"<details{opened}><summary>Details: {len(rows)} of {len(result.findings)} "
         f"findings, {result.baseline} vs {result.current}</summary>",
@@ -178,21 +197,24 @@ def render_markdown(result: Comparison, only_changed: bool) -> str:
         row(["---"] * len(HEADERS)),
     ]
     lines += [row(cells) for _, cells in rows]
-    lines += ["", "</details>"]
+    lines += ["", *([hidden, ""] if hidden else []), "</details>"]
     return "\n".join(lines) + "\n"
 
 
 def _print_table(out: Console, result: Comparison, only_changed: bool, width: int) -> None:
-    """The findings as a table that fits `width` (the reason and the interval go first
-    when it is too narrow; --format markdown or json keep everything)."""
+    """The findings as a table that fits `width`: when it is too narrow the interval goes
+    first, then the other columns, but never the verdict or its reason, which folds
+    (--format markdown or json keep everything); then how many unchanged findings were
+    left out, and the summary."""
     rows = [dict(zip(HEADERS, cells, strict=True)) for _, cells in _cells(result, only_changed)]
     if rows:
-        columns = [Column(h, h, str, rank=rank, kind=kind)
+        columns = [Column(h, h, str, rank=rank, kind=kind, keep=h in KEPT)
                    for h, (kind, rank) in zip(HEADERS, CELLS, strict=True)]  # fmt: skip
         title = f"attnbench compare: {result.baseline} -> {result.current}"
         view = build_table(title, rows, columns, width, hint="--format markdown or json")
         print_view(out, view)
-    for line in [*_context_lines(result), summary_line(result)]:
+    hidden = unchanged_line(result, only_changed)
+    for line in [*([hidden] if hidden else []), *_context_lines(result), summary_line(result)]:
         out.print(line, highlight=False, markup=False)
 
 
@@ -261,13 +283,25 @@ def compare_command(
     allow_env_mismatch: bool = typer.Option(
         False, "--allow-env-mismatch", help="Show timings from differing environments, ungated."
     ),
-    only_changed: bool = typer.Option(False, "--only-changed", help="Hide unchanged rows."),
+    show_all: bool = typer.Option(
+        False,
+        "--all",
+        help="List the unchanged findings too (the table and markdown count them; json "
+        "lists every finding).",
+    ),
+    only_changed: bool = typer.Option(
+        False, "--only-changed", hidden=True, help="Leave the unchanged findings out of json too."
+    ),
 ) -> None:
     """Gate CURRENT against BASELINE, or (--history DB) one results file against the
-    recent runs of its environment. Exit 0: no regression; 1: a regression; 2: bad input;
-    3: timings from different environments (see --allow-env-mismatch)."""
+    recent runs of its environment. Lists what changed or did not pass, worst first, and
+    counts the unchanged findings (--all lists them). Exit 0: no regression; 1: a
+    regression; 2: bad input; 3: timings from different environments (see
+    --allow-env-mismatch)."""
     if fmt not in FORMATS:
         raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
+    if show_all and only_changed:
+        raise UsageError("--all and --only-changed: give one or the other")
     if history is not None and current is not None:
         raise FieldError("history", history, "gates one results file: give CURRENT alone")
     if history is None and current is None:
@@ -290,7 +324,9 @@ def compare_command(
         allow_env_mismatch=allow_env_mismatch,
         fail_on_improvement=fail_on_improvement,
     )
-    emit_comparison(result, fmt, only_changed, output)
+    # unchanged findings are counted, not listed, but with --all; json lists them all
+    # unless --only-changed (as it did before the table left them out by default)
+    emit_comparison(result, fmt, only_changed if fmt == "json" else not show_all, output)
     code = result.exit_code()
     if code == 3:
         raise fail(

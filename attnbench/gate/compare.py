@@ -240,6 +240,32 @@ def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgeme
     )
 
 
+def times(ratio: float) -> str:
+    """A ratio of times (current / baseline) in words, never a 'slower' below 1:
+    1.25 -> '1.25x slower', 0.8 -> '1.25x faster', 1.0 -> 'the same'. Two decimals, three
+    where two would read 1.00x."""
+    if ratio == 1:
+        return "the same"
+    change, word = (ratio, "slower") if ratio > 1 else (1 / ratio, "faster")
+    text = f"{change:.2f}"
+    return f"{change:.3f}x {word}" if text == "1.00" else f"{text}x {word}"
+
+
+def span(lo: float, hi: float) -> str:
+    """Bounds on a ratio of times in words, the smaller change first when both are on one
+    side: '1.12x to 1.35x slower', '1.05x to 1.20x faster'; the faster end first when they
+    are not: '1.05x faster to 1.09x slower'."""
+    if lo >= 1:
+        return f"{times(lo).removesuffix(' slower')} to {times(hi)}"
+    if hi <= 1:
+        return f"{times(hi).removesuffix(' faster')} to {times(lo)}"
+    return f"{times(lo)} to {times(hi)}"
+
+
+#: What starts the reason of an effect the evidence does not support.
+NOT_RESOLVED = "not resolved"
+
+
 def judge_effect(
     ratio: float,
     interval: tuple[float, float] | None,
@@ -254,37 +280,47 @@ def judge_effect(
     rule: unchanged under the floor or within the threshold; inconclusive within
     `noise_factor` x `spread` (the larger relative IQR, when no bootstrap weighs the
     noise) or without an `interval` (`without_interval` says why); else regressed or
-    improved when the interval supports it: a confidence bound of a bootstrap beyond
-    1 + threshold, or p25..p75 intervals apart (`evidence` 'p25..p75')."""
+    improved when the interval supports it: both confidence bounds of a bootstrap beyond
+    the threshold on the same side, or p25..p75 intervals apart (`evidence` 'p25..p75').
+
+    Every reason reads the ratio in words, a ratio below 1 as faster ('1.02x faster,
+    within the 1.10x threshold'), and the bounds too ('1.35x slower; 99% bounds 1.20x to
+    1.50x slower, beyond the 1.10x threshold'); an inconclusive one says 'not resolved'
+    and why."""
     slower = ratio > 1
     change = ratio if slower else 1 / ratio
-    word = "slower" if slower else "faster"
+    clear = 1 + th.time
+    threshold = f"the {clear:.2f}x threshold"
 
     def verdict(v: Verdict, reason: str) -> Judgement:
         return Judgement(v, reason, ratio, interval, evidence)
 
     if below_floor:
-        return verdict(Verdict.UNCHANGED, f"differs by under {th.time_floor_ms * 1000:g} us")
-    if change <= 1 + th.time:
-        return verdict(Verdict.UNCHANGED, f"{change:.3f}x {word}, within {th.time:.0%}")
-    effect = f"{change:.3f}x {word}"
+        return verdict(
+            Verdict.UNCHANGED, f"the medians differ by under {th.time_floor_ms * 1000:g} us"
+        )
+    effect = times(ratio)
+    if change <= clear:
+        return verdict(Verdict.UNCHANGED, f"{effect}, within {threshold}")
     if spread is not None and change <= 1 + max(th.time, th.noise_factor * spread):
-        noise = f"{th.noise_factor:g} x IQR/median = {th.noise_factor * spread:.1%}"
-        return verdict(Verdict.INCONCLUSIVE, f"{effect}, within the noise ({noise})")
+        noise = f"{th.noise_factor:g} x IQR/median = {1 + th.noise_factor * spread:.2f}x"
+        return verdict(Verdict.INCONCLUSIVE, f"{effect}, {NOT_RESOLVED}: within the noise, {noise}")
     if interval is None:
-        return verdict(Verdict.INCONCLUSIVE, f"{effect}, {without_interval}")
+        return verdict(Verdict.INCONCLUSIVE, f"{effect}, {NOT_RESOLVED}: {without_interval}")
     lo, hi = interval
     if evidence == INTERVALS:
         if (lo <= 1) if slower else (hi >= 1):
-            return verdict(Verdict.INCONCLUSIVE, f"{effect}, p25..p75 intervals overlap")
-        support = "p25..p75 intervals apart"
+            reason = f"{effect}, {NOT_RESOLVED}: the p25..p75 ranges overlap"
+            return verdict(Verdict.INCONCLUSIVE, reason)
+        support = f"p25..p75 ranges apart: {span(lo, hi)}"
     else:
-        bound, clear = (lo if slower else 1 / hi), 1 + th.time
-        level = f"{th.confidence:.0%} confidence bound {bound:.3f}x {word}"
+        bound = lo if slower else 1 / hi  # the bound nearer no change
+        bounds = f"{th.confidence:.0%} bounds {span(lo, hi)}"
         if bound <= clear:
-            return verdict(Verdict.INCONCLUSIVE, f"{effect}, {level} (not > {clear:.2f}x)")
-        support = f"{level} (> {clear:.2f}x)"
-    return verdict(Verdict.REGRESSED if slower else Verdict.IMPROVED, f"{effect}, {support}")
+            reason = f"{effect}, {NOT_RESOLVED}: {bounds} reach within {threshold}"
+            return verdict(Verdict.INCONCLUSIVE, reason)
+        support = f"{bounds}, beyond {threshold}"
+    return verdict(Verdict.REGRESSED if slower else Verdict.IMPROVED, f"{effect}; {support}")
 
 
 # --- comparison --------------------------------------------------------------------------

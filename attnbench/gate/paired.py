@@ -84,5 +84,5 @@ def judge_paired(
         th,
         below_floor=abs(float(np.median(head)) - float(np.median(base))) <= th.time_floor_ms,
         spread=None,
-        without_interval=f"{logs.size} pairs: a confidence bound needs {MIN_BOOTSTRAP_SAMPLES}",
+        without_interval=f"{logs.size} pairs, too few for bounds ({MIN_BOOTSTRAP_SAMPLES} needed)",
     )

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,26 @@ def fit_console_to_page() -> None:
 
 
 err_console = Console(stderr=True, highlight=False)
+
+#: How a listed item (a finding) starts, and how its later lines are indented under it.
+BULLET = "  - "
+
+
+def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
+    """Each item after `bullet`. On a terminal, wrapped between words to its width with a
+    hanging indent: the later lines start under the item's text, not under the bullet.
+    Off one, each item on one line, whole, for the reader to wrap."""
+    hang = " " * len(bullet)
+    for item in items:
+        if console.soft_wrap:
+            console.print(bullet + item, markup=False, highlight=False)
+            continue
+        width = max(console.width, len(bullet) + 20)
+        lines = textwrap.wrap(
+            item, width, initial_indent=bullet, subsequent_indent=hang, break_on_hyphens=False
+        )
+        for line in lines or [bullet.rstrip()]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

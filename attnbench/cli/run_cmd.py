@@ -22,7 +22,15 @@ from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study,
 from ..study.sections import KINDS
 from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
 from . import app
-from .common import console, err_console, keep_records, kept_text, point_name, progress_iter
+from .common import (
+    console,
+    err_console,
+    keep_records,
+    kept_text,
+    point_name,
+    print_items,
+    progress_iter,
+)
 from .decode_cmd import describe as describe_decode
 from .decode_cmd import show_providers
 from .flags import handles_errors
@@ -77,8 +85,7 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
         return
     show_providers(doc["sections"].get("decode", {}).get("records", []))
     console.print("Findings:", style="bold")
-    for line in findings(doc):
-        console.print(f"  - {line}", markup=False)
+    print_items(findings(doc))
     files = [f"{name}.csv" for name in doc["sections"]] + [RESULTS_FILE]
     console.print(f"Wrote {', '.join(files)}, {len(plots)} plots and {report.name} in {out}/",
                   markup=False)  # fmt: skip

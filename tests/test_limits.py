@@ -72,9 +72,9 @@ def test_every_integer_field_has_a_maximum_shown_in_its_help():
     for name in ints:
         upper = FIELDS[name].upper
         assert isinstance(upper, int) and upper >= (FIELDS[name].minimum or 0) + 1, name
-        assert f"at most {upper})" in FIELDS[name].help_text(), name
+        assert f"at most {upper:,}" in FIELDS[name].help_text(), name
     result, _ = invoke("params", "--help")
-    assert "(at most 1048576)" in " ".join(result.stdout.split())
+    assert "(at most 1,048,576)" in " ".join(result.stdout.split())
 
 
 def test_the_suggested_bounds():

@@ -265,18 +265,27 @@ def compare_command(
         "in this history database (attnbench history add), not against one baseline.",
     ),
     time_threshold: str = typer.Option(
-        "10%", "--time-threshold", help="Smallest timing change that counts, e.g. 10%."
+        "10%",
+        "--time-threshold",
+        metavar="PERCENT",
+        help="Smallest timing change that counts, e.g. 10%.",
     ),
     mem_threshold: str = typer.Option(
-        "1%", "--mem-threshold", help="Measured-memory change that counts (at least 1 MiB)."
+        "1%",
+        "--mem-threshold",
+        metavar="PERCENT",
+        help="Measured-memory change that counts (at least 1 MiB).",
     ),
     count_threshold: str = typer.Option(
         "1%",
         "--count-threshold",
+        metavar="PERCENT",
         help="Instruction-count change that counts, either way (counts are near-exact).",
     ),
-    fmt: str = typer.Option("table", "--format", help="table, markdown or json."),
-    output: str | None = typer.Option(None, "--output", help="Write the report here."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table, markdown or json."),
+    output: str | None = typer.Option(
+        None, "--output", metavar="PATH", help="Write the report here."
+    ),
     fail_on_improvement: bool = typer.Option(
         False, "--fail-on-improvement", help="Fail on improvements too (refresh the baseline)."
     ),
@@ -348,7 +357,10 @@ app.add_typer(baseline_app, name="baseline")
 def baseline_save_command(
     results: str = typer.Argument(..., metavar="RESULTS.json", help="JSON written by --json."),
     to: str | None = typer.Option(
-        None, "--to", help="Where to write it (default results/baselines/<stem>.json)."
+        None,
+        "--to",
+        metavar="PATH",
+        help="Where to write it (default results/baselines/<stem>.json).",
     ),
 ) -> None:
     """Validate RESULTS.json and save it as a baseline, replacing any file there."""
@@ -373,7 +385,10 @@ def baseline_exact_command(
         None, metavar="CONFIG", help="Sweep file (default: the packaged default study)."
     ),
     to: str = typer.Option(
-        "results/baselines/cpu-exact.json", "--to", help="Where to write the baseline."
+        "results/baselines/cpu-exact.json",
+        "--to",
+        metavar="PATH",
+        help="Where to write the baseline.",
     ),
 ) -> None:
     """Write the exact metrics of a study (parameter counts, and KV-cache bytes computed

@@ -63,16 +63,17 @@ def describe_error(error: UsageError) -> str:
 METAVARS = {int: "INT", float: "NUM"}
 
 
-def _option(name: str, alias: str | None = None) -> inspect.Parameter:
-    """The option of field `name`; with `alias`, a hidden option under the field's old
-    name."""
+def _option(section: str, name: str, alias: str | None = None) -> inspect.Parameter:
+    """The option of field `name` in `section`'s command, with the field's help for that
+    section; with `alias`, a hidden option under the field's old name."""
     spec, flag = FIELDS[name], flag_of(alias or name)
+    help = spec.help_text(section, flag_of)
     if spec.type is bool:
-        option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=spec.help_text())
+        option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help)
         annotation: Any = bool | None
     else:
         metavar = METAVARS.get(spec.type, "TEXT") + (",..." if spec.axis else "")
-        option = typer.Option(None, flag, help=spec.help_text(), metavar=metavar,
+        option = typer.Option(None, flag, help=help, metavar=metavar,
                               hidden=alias is not None)  # fmt: skip
         annotation = str | None
     return inspect.Parameter(alias or name, inspect.Parameter.KEYWORD_ONLY, default=option,
@@ -158,8 +159,8 @@ def section_command(
                 given[new] = value if value is not None else given[new]
             return fn(parse_flags(section, given), **kwargs)
 
-        hidden = [_option(new, old) for old, new in aliases.items()]
-        params = [*before, *map(_option, names), *hidden, *after]
+        hidden = [_option(section, new, old) for old, new in aliases.items()]
+        params = [*before, *(_option(section, n) for n in names), *hidden, *after]
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         app.command(name)(handles_errors(command))
         return fn

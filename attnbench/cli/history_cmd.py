@@ -33,10 +33,15 @@ history_app = typer.Typer(
 )
 app.add_typer(history_app, name="history")
 
-DbOpt = typer.Option(None, "--db", help=f"The history database (default {DEFAULT_DB}).")
-MetricOpt = typer.Option("step_ms_median", "--metric", help="The metric to follow.")
+DbOpt = typer.Option(
+    None, "--db", metavar="PATH", help=f"The history database (default {DEFAULT_DB})."
+)
+MetricOpt = typer.Option("step_ms_median", "--metric", metavar="NAME", help="The metric to follow.")
 WhereOpt = typer.Option(
-    None, "--where", help="Only series whose keys match: variant=GQA-8,prompt_len=2048."
+    None,
+    "--where",
+    metavar="KEY=VALUE,...",
+    help="Only series whose keys match: variant=GQA-8,prompt_len=2048.",
 )
 FORMATS = ("table", "markdown")
 
@@ -92,20 +97,27 @@ def _open(db: str | None) -> HistoryBackend:
 @history_app.command("add")
 @handles_errors
 def add_command(
-    results: list[str] = typer.Argument(..., metavar="RESULTS.json...", help="Results to add."),
+    results: list[str] = typer.Argument(
+        ..., metavar="RESULTS.json", help="Results files to add, one or more."
+    ),
     db: str | None = DbOpt,
     commit: str | None = typer.Option(
         None,
         "--commit",
+        metavar="REV",
         help="The commit measured (default: the file's git_commit, else HEAD of the "
         "current checkout).",
     ),
     branch: str | None = typer.Option(
-        None, "--branch", help="Its branch (default: HEAD's, for a run of HEAD's commit)."
+        None,
+        "--branch",
+        metavar="NAME",
+        help="Its branch (default: HEAD's, for a run of HEAD's commit).",
     ),
     date: str | None = typer.Option(
         None,
         "--date",
+        metavar="DATE",
         help="Its date, ISO 8601 (default: when the file was written; else HEAD's commit date).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
@@ -210,7 +222,9 @@ def show_command(
 @history_app.command("plot")
 @handles_errors
 def plot_command(
-    out: str = typer.Option(..., "--out", help="The picture to write (.png, .svg, .pdf)."),
+    out: str = typer.Option(
+        ..., "--out", metavar="PATH", help="The picture to write (.png, .svg, .pdf)."
+    ),
     db: str | None = DbOpt,
     metric: str = MetricOpt,
     where: str | None = WhereOpt,
@@ -243,10 +257,13 @@ CHANGE_COLUMNS = [
 def changes_command(
     db: str | None = DbOpt,
     metric: list[str] = typer.Option(
-        [], "--metric", help="Metrics to search (default: every timing and exact metric)."
+        [],
+        "--metric",
+        metavar="NAME",
+        help="Metrics to search (default: every timing and exact metric).",
     ),
     where: str | None = WhereOpt,
-    fmt: str = typer.Option("table", "--format", help="table or markdown."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table or markdown."),
     wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
 ) -> None:
     """The commits where a metric changed: change points of each timing series (one

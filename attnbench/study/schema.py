@@ -9,6 +9,7 @@ all read it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -66,19 +67,37 @@ class Field:
     #: Names an integer field also takes, resolved where the value is used (num_kv_heads:
     #: mha and mqa, by the query heads of each shape).
     words: tuple[str, ...] = ()
+    #: The help of the field's flag, where it differs from `help` (which describes the
+    #: field in a sweep file, for every section): one text for every command, or one per
+    #: section ({"fit": ...}); a section it does not name takes `help`. '{gpus}' names
+    #: another option: the command line renders it as its flag (help_text's `name_of`).
+    flag_help: str | Mapping[str, str] | None = None
 
     @property
     def upper(self) -> float | None:
         """The largest value allowed here, or None."""
         return self.maximum() if callable(self.maximum) else self.maximum
 
-    def help_text(self) -> str:
-        """The help, with the largest value when there is one: 'Tokens (at most 10).',
-        'Heads (default 1; at most 10).'"""
+    def flag_text(self, section: str | None = None, name_of: Callable[[str], str] = str) -> str:
+        """What the field's flag does in `section`'s command: its flag help for that
+        section, else its help; the options it names ('{gpus}') by `name_of`."""
+        if isinstance(self.flag_help, Mapping):
+            text = self.flag_help.get(section or "", self.help)
+        else:
+            text = self.flag_help or self.help
+        return re.sub(r"\{(\w+)\}", lambda m: name_of(m.group(1)), text)
+
+    def help_text(self, section: str | None = None, name_of: Callable[[str], str] = str) -> str:
+        """The flag's help in `section`'s command (flag_text), with the largest value when
+        there is one: 'Tokens (at most 1,000).', 'Heads (default 1; at most 10).'; for
+        the threads, what bounds it: '(at most 8 here: 4 per CPU)'."""
+        text = self.flag_text(section, name_of)
         if self.upper is None:
-            return self.help
-        upper = f"{self.upper:g}" if isinstance(self.upper, float) else str(self.upper)
-        text = self.help.rstrip(".")
+            return text
+        upper = f"{self.upper:g}" if isinstance(self.upper, float) else f"{self.upper:,}"
+        if self.maximum is max_threads:
+            upper = f"{upper} here: {THREADS_PER_CPU} per CPU"
+        text = text.rstrip(".")
         if text.endswith(")") and text[text.rfind("(") :].startswith("(default"):
             return f"{text[:-1]}; at most {upper})."
         return f"{text} (at most {upper})."
@@ -100,8 +119,17 @@ FIELDS: dict[str, Field] = {
         "rebuilt with each count, beside its own.",
         maximum=MAX_HEADS,
         words=tuple(KV_HEAD_WORDS),
+        flag_help="KV heads, comma-separated, or mha and mqa: 32,8,4,1 or mha,8,mqa "
+        "(default: one per query head). With {model}: the model rebuilt with each count, "
+        "beside its own.",
     ),
-    "head_dim": Field(int, _SHAPE, "Head dimension (default d_model / heads).", maximum=MAX_HEADS),
+    "head_dim": Field(
+        int,
+        _SHAPE,
+        "Head dimension (default d_model / heads).",
+        maximum=MAX_HEADS,
+        flag_help="Head dimension (default: {d_model} / {num_heads}).",
+    ),
     "bias": Field(bool, ("params", "decode"), "Projections with bias.", default=False),
     "num_layers": Field(
         int,
@@ -116,6 +144,11 @@ FIELDS: dict[str, Field] = {
         "Batch sizes, comma-separated (fit: the longest context at this batch).",
         maximum=MAX_TOKENS,
         default={"kvmem": 1, "decode": 1},
+        flag_help={
+            "kvmem": "Batch sizes, comma-separated (default 1).",
+            "decode": "Batch sizes, comma-separated (default 1).",
+            "fit": "Batch sizes, comma-separated: the longest context that fits at each.",
+        },
     ),
     "seq_len": Field(
         int,
@@ -123,6 +156,10 @@ FIELDS: dict[str, Field] = {
         "Cached tokens, comma-separated (fit: the largest batch at this context).",
         maximum=MAX_TOKENS,
         default={"kvmem": 2048},
+        flag_help={
+            "kvmem": "Cached tokens, comma-separated (default 2048).",
+            "fit": "Contexts, comma-separated: the largest batch that fits at each.",
+        },
     ),
     "dtype": Field(
         str,
@@ -131,6 +168,10 @@ FIELDS: dict[str, Field] = {
         "float16 for kvmem and float32 for decode).",
         choices=MODEL_DTYPES,
         default={"kvmem": "float16", "decode": "float32"},
+        flag_help={
+            "kvmem": "float32, float16 or bfloat16 (default: the model's, else float16).",
+            "decode": "float32, float16 or bfloat16 (default: the model's, else float32).",
+        },
     ),
     "prompt_len": Field(
         int,
@@ -160,6 +201,7 @@ FIELDS: dict[str, Field] = {
         "cache, no_cache, or both (default).",
         choices=("cache", "no_cache"),
         default=["cache", "no_cache"],
+        flag_help="cache, no_cache, or both: cache,no_cache (default).",
     ),
     "no_cache_max_prompt_len": Field(
         int,
@@ -174,6 +216,10 @@ FIELDS: dict[str, Field] = {
         _CACHE,
         f"Cache dtypes: {', '.join(KV_DTYPES)} (default: dtype, or the model's).",
         choices=KV_DTYPES,
+        flag_help={
+            "kvmem": f"Cache dtypes: {', '.join(KV_DTYPES)} (default: {{dtype}}, or the model's).",
+            "fit": f"Cache dtypes: {', '.join(KV_DTYPES)} (default: the model's).",
+        },
     ),
     "kv_scale_group": Field(
         int,
@@ -201,6 +247,9 @@ FIELDS: dict[str, Field] = {
         "The layers' layout, repeated over them: L a sliding or chunked layer (it keeps at "
         "most sliding_window tokens), G a global one; LLLG: three of each four bounded "
         "(default: the model's).",
+        flag_help="The layers' layout, repeated over them: L a sliding or chunked layer (it "
+        "keeps at most {sliding_window} tokens), G a global one; LLLG: three of each four "
+        "bounded (default: the model's).",
     ),
     "page_size": Field(int, _CACHE, "Paged blocks of P tokens.", maximum=MAX_TOKENS),
     "tp": Field(
@@ -210,6 +259,11 @@ FIELDS: dict[str, Field] = {
         "value, as many as torchrun's ranks).",
         maximum=MAX_GPUS,
         default={"kvmem": 1, "decode": 1},
+        flag_help={
+            "kvmem": "Tensor-parallel ranks, comma-separated: the cache per GPU (default 1).",
+            "decode": "Tensor-parallel ranks: one value, as many as torchrun starts (default 1).",
+            "fit": "Tensor-parallel ranks, comma-separated (default: {gpus}).",
+        },
     ),
     # one batch's sequence lengths: a list that replaces batch and seq_len (not an axis)
     "seq_lens": Field(
@@ -221,7 +275,13 @@ FIELDS: dict[str, Field] = {
     ),
     # capacity planning (fit)
     "memory": Field(str, ("fit",), "Memory of each GPU: 80GiB, 80GB (= 80e9 bytes), 1.5TiB."),
-    "gpus": Field(int, ("fit",), "GPUs in all (default: tp, else 1).", maximum=MAX_GPUS),
+    "gpus": Field(
+        int,
+        ("fit",),
+        "GPUs in all (default: tp, else 1).",
+        maximum=MAX_GPUS,
+        flag_help="GPUs in all (default: {tp}, else 1).",
+    ),
     "weights_dtype": Field(
         str,
         ("fit",),
@@ -271,6 +331,7 @@ FIELDS: dict[str, Field] = {
         "Timed calls per measurement (default: adaptive, see target_rel_ci).",
         axis=False,
         maximum=MAX_REPEATS,
+        flag_help="Timed calls per measurement (default: adaptive, see {target_rel_ci}).",
     ),
     "min_repeats": Field(
         int,
@@ -303,6 +364,7 @@ FIELDS: dict[str, Field] = {
         axis=False,
         choices=tuple(PROVIDERS),
         default="attnbench",
+        flag_help="The provider the others' speed-ups are taken against (default attnbench).",
     ),
     "reference": Field(
         str,
@@ -328,12 +390,14 @@ FIELDS: dict[str, Field] = {
         f"CPU threads for torch.set_num_threads, {THREADS_PER_CPU} per CPU.",
         axis=False,
         maximum=max_threads,
+        flag_help="CPU threads of each step, for torch.set_num_threads (default: torch's).",
     ),
     "cuda_graph": Field(
         bool,
         ("decode",),
         "Replay the step from a CUDA graph captured once per point; both: [false, true].",
         default=False,
+        flag_help="Replay each step from a CUDA graph captured once per point (default off).",
     ),
     "flush_l2": Field(
         bool,

@@ -1,0 +1,160 @@
+"""What a newcomer reads at 80 columns: the command list whole, each command's help about
+that command alone and in one form, the params tables in one number form, and listed
+findings with a hanging indent."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+from typer.main import get_command
+from typer.testing import CliRunner
+
+import attnbench.cli.common as common
+from attnbench.cli import SHORT_HELP, SHORT_HELP_MAX, app
+from attnbench.study.schema import FIELDS, fields_for
+
+runner = CliRunner()
+
+
+def help_of(*command: str) -> str:
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def commands() -> list[tuple[str, ...]]:
+    """Every command and subcommand, as the words that call it."""
+    root = get_command(app)
+    found = []
+    for name, command in root.commands.items():
+        found.append((name,))
+        found += [(name, sub) for sub in getattr(command, "commands", {})]
+    return found
+
+
+# --- the command list ----------------------------------------------------------------------
+
+
+def test_every_command_has_a_whole_one_line_description():
+    listed = {" ".join(c) for c in commands()}
+    assert listed == set(SHORT_HELP)
+    for name, line in SHORT_HELP.items():
+        assert len(line) <= SHORT_HELP_MAX, name
+        assert not line.endswith((".", "...")), name
+
+
+@pytest.mark.parametrize("group", [(), ("history",), ("baseline",)])
+def test_the_command_lists_cut_nothing_at_80_columns(group):
+    text = help_of(*group)
+    listing = text.split("Commands:\n")[1]
+    assert "..." not in listing
+    for line in listing.splitlines():
+        name, description = line.split(maxsplit=1)
+        assert SHORT_HELP[" ".join([*group, name])] == description
+        assert len(line) <= 80
+
+
+# --- each command's own help ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", commands(), ids=" ".join)
+def test_every_help_names_values_in_one_form(command):
+    """Options by a metavar (PATH, INT, TEXT...), arguments by their name: never typer's
+    '<str>' or '<list[str]>', nor '...' twice."""
+    text = help_of(*command)
+    assert not re.search(r"<(str|int|float|list\[\w+\])>", text), text
+    assert "...}..." not in text and "......" not in text
+
+
+SECTION_COMMANDS = {"params": "params", "kvmem": "kvmem", "decode": "decode-speed", "fit": "fit"}
+
+
+@pytest.mark.parametrize("section", SECTION_COMMANDS)
+def test_a_flag_speaks_of_its_own_command(section):
+    """No flag's help names another command's meaning ('fit: ...', 'for kvmem')."""
+    others = [c for s, c in SECTION_COMMANDS.items() if s != section]
+    for name in fields_for(section):
+        text = FIELDS[name].help_text(section)
+        for other in others:
+            assert not re.search(rf"\b{re.escape(other)}\b", text), (name, text)
+
+
+def test_decode_speed_help_reads_as_flags():
+    text = " ".join(help_of("decode-speed").split())
+    assert "(fit:" not in text and "default gpus" not in text and "for kvmem" not in text
+    assert "both: [false, true]" not in text and "4 per CPU (at most" not in text
+    assert "--cuda-graph / --no-cuda-graph Replay each step from a CUDA graph" in text
+    assert re.search(r"--threads INT CPU threads .*at most \d+ here: 4 per CPU\)", text)
+    assert "--batch INT,... Batch sizes, comma-separated (default 1;" in text
+    assert (
+        "--dtype TEXT,... float32, float16 or bfloat16 (default: the model's, else float32)" in text
+    )
+
+
+def test_fit_help_gives_its_own_meaning_of_batch_and_context():
+    text = " ".join(help_of("fit").split())
+    assert "--batch INT,... Batch sizes, comma-separated: the longest context that fits" in text
+    assert "--seq-len INT,... Contexts, comma-separated: the largest batch that fits" in text
+    assert "--tp INT,... Tensor-parallel ranks, comma-separated (default: --gpus;" in text
+
+
+def test_history_add_help_is_like_the_others():
+    text = help_of("history", "add")
+    assert "Usage: attnbench history add [OPTIONS] {RESULTS.json}..." in text
+    assert "  RESULTS.json  Results files to add, one or more." in text
+    assert "  --db PATH " in text and "  --commit REV " in text
+
+
+# --- params ------------------------------------------------------------------------------
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Each table's body rows, as their cells."""
+    found, rows = [], None
+    for line in text.splitlines():
+        if line.startswith("┡"):
+            rows = []
+        elif line.startswith("└") and rows is not None:
+            found.append(rows)
+            rows = None
+        elif line.startswith("│") and rows is not None:
+            rows.append([cell.strip() for cell in line.split("│")[1:-1]])
+    return found
+
+
+def test_params_reads_one_number_form_and_leaves_out_parts_a_model_lacks():
+    result = runner.invoke(app, ["params", "--model", "llama-3-8b"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    layer, whole = tables(result.stdout)
+    counts = layer[0][1:7]  # q, k, v, o, total, module
+    assert counts == ["16.8 M", "4.19 M", "4.19 M", "16.8 M", "41.9 M", "41.9 M"]
+    assert [row[0] for row in whole] == ["embeddings", "attention", "mlp", "norms",
+                                         "output head", "total"]  # fmt: skip
+    for row in whole:
+        assert all(re.fullmatch(r"[\d,]+", cell) for cell in row[1:3]), row
+    header = next(line for line in result.stdout.splitlines() if "Part" in line)
+    assert "counted" in header and "meta-device" not in result.stdout
+
+
+# --- findings ----------------------------------------------------------------------------
+
+
+def test_listed_items_wrap_with_a_hanging_indent_on_a_terminal(monkeypatch):
+    out = io.StringIO()
+    terminal = Console(file=out, width=40, soft_wrap=False, highlight=False)
+    monkeypatch.setattr(common, "console", terminal)
+    finding = "GQA-2 vs MHA: not resolved, the host's speed moved 2.5x during the run"
+    common.print_items([finding, "short"])
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("  - GQA-2") and len(lines) == 4
+    for line in lines[1:3]:
+        assert line.startswith("    ") and not line.startswith("     "), line
+    assert " ".join(line.strip() for line in lines[:3]) == f"- {finding}"
+    assert lines[3] == "  - short" and all(len(line) <= 40 for line in lines)
+    piped = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=piped, width=40, soft_wrap=True))
+    common.print_items([finding])
+    assert piped.getvalue() == f"  - {finding}\n"  # off a terminal: whole, for the reader

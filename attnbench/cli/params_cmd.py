@@ -23,11 +23,18 @@ from .common import (
 from .flags import section_command
 
 
+def present_parts(rows: list[ModelPartRecord]) -> list[ModelPartRecord]:
+    """The parts a model has: a part of no parameters (the experts and router of a dense
+    model) is none of it, and is left out of the table (the records keep it)."""
+    return [r for r in rows if r.params or r.meta_params]
+
+
 @section_command(app, "params", "params", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
 def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """Parameter counts of one attention layer per variant: analytic, and counted on a
     module built on the meta device (a mismatch is a bug and fails). With a model, also
-    its whole-model count per part."""
+    its whole-model count per part it has (column `counted`: on a skeleton of the model
+    built on the meta device)."""
     plan, result = run_section(
         "params",
         "params",
@@ -55,6 +62,7 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
                 r for r in parts if r.model == spec.name and r.num_kv_heads == spec.num_kv_heads
             ]
             title = f"Whole model ({spec.dtype} weights)"
+            rows = present_parts(rows)
             show_table(title, rows, WHOLE_MODEL, wide)
             variants = [r for r in what_if_rows if r["model"] == spec.name]
             if variants:

@@ -778,10 +778,10 @@ def test_nothing_changed_leaves_the_summary_and_the_count(tmp_path):
     )
 
 
-def screen80(tmp_path, base: dict, cur: dict, *flags: str):
-    """compare on an 80-column terminal."""
+def screen80(tmp_path, base: dict, cur: dict, *flags: str, width: int = 80):
+    """compare on an 80-column terminal (or `width` columns)."""
     args = ["compare", write(tmp_path, "base.json", base), write(tmp_path, "cur.json", cur)]
-    return CliRunner().invoke(app, [*args, *flags], env={"COLUMNS": "80"})
+    return CliRunner().invoke(app, [*args, *flags], env={"COLUMNS": str(width)})
 
 
 def table_rows(text: str) -> list[str]:
@@ -822,6 +822,9 @@ def test_the_reason_is_never_hidden_at_80_columns(tmp_path):
     assert "1.50x slower; 99% bounds" in flat.replace("│ ", "").replace(" │", "")
     for line in result.stdout.splitlines():
         assert len(line) <= 80 or line[:1] not in "┏┃┡│└", line
+    narrow = screen80(tmp_path, base, slow, width=60).stdout
+    assert "Reason" in next(line for line in narrow.splitlines() if line.startswith("┃"))
+    assert "threshold" in narrow
 
 
 def test_timing_reasons_read_ratios_in_words():

@@ -55,8 +55,8 @@ def _stub_peaks(request, monkeypatch):
     every run that would gets STUB_PEAK_GBPS and STUB_PEAK_TFLOPS. A test marked
     `real_peak_probe` measures."""
     if request.node.get_closest_marker("real_peak_probe") is None:
-        monkeypatch.setattr(timing, "measure_peak_gbps", lambda device, nbytes=None: STUB_PEAK_GBPS)
+        monkeypatch.setattr(timing, "measure_peak_gbps", lambda device, **kw: STUB_PEAK_GBPS)
         monkeypatch.setattr(
-            timing, "measure_peak_tflops", lambda device, dtype, n=None: STUB_PEAK_TFLOPS
+            timing, "measure_peak_tflops", lambda device, dtype, **kw: STUB_PEAK_TFLOPS
         )
     yield

@@ -358,3 +358,17 @@ def test_ab_times_head_against_base_in_one_job(repo_root, tmp_path):
     assert visits == visit_order(1)
     assert all(v["status"] == "ok" and v["step_ms_median"] > 0 for v in point["visits"])
     assert {p.name for p in (tmp_path / "logs").iterdir()} == {"base.log", "head.log"}
+
+
+def test_a_noisy_visit_is_a_timed_visit():
+    """A point whose step is noisy was timed: the visit says ok (ab judges the spread
+    itself, round by round), while a point that did not run keeps its status."""
+    from types import SimpleNamespace
+
+    from attnbench.ab.worker import _status
+    from attnbench.experiments import decode
+
+    for status in decode.TIMED:
+        assert _status(SimpleNamespace(status=status)) == "ok"
+    assert _status(SimpleNamespace(status="oom")) == "oom"
+    assert _status(SimpleNamespace(status="wrong: max error 1")) == "wrong: max error 1"

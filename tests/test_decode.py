@@ -47,7 +47,7 @@ DECODE_COLUMNS = [
     "prefill_ms_p25", "prefill_ms_p75", "prefill_flops", "achieved_tflops", "peak_tflops",
     "pct_of_peak_flops", "gen_ms_median", "gen_ms_p25", "gen_ms_p75", "gen_tokens_per_s",
     "reference", "x_of_reference_median", "x_of_reference_p25", "x_of_reference_p75",
-    "sampling", "sampling_group", "narrowest_variant", "x_of_narrowest_median",
+    "sampling", "sampling_group", "cpu_share", "narrowest_variant", "x_of_narrowest_median",
     "x_of_narrowest_p25", "x_of_narrowest_p75", "x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi",
     "x_of_no_cache_median", "x_of_no_cache_p25", "x_of_no_cache_p75", "x_of_no_cache_ci_lo",
     "x_of_no_cache_ci_hi", "x_of_baseline_median", "x_of_baseline_p25", "x_of_baseline_p75",
@@ -183,7 +183,7 @@ def test_record_fields_are_consistent():
     context = Context(CPU, {"warmup": 0, "repeats": 4}, peak_gbps=10.0,
                       peak_tflops={"float32": 0.5})  # fmt: skip
     rec = decode.run(POINT, context)
-    assert rec.status == "ok"
+    assert rec.status in decode.TIMED
     assert len(rec.samples_ms) == rec.step_repeats == 4 and rec.step_stop == "repeats"
     assert rec.step_ms_p25 <= rec.step_ms_median <= rec.step_ms_p75
     assert rec.tokens_per_s == pytest.approx(1 / (rec.step_ms_median * 1e-3))
@@ -210,11 +210,29 @@ def test_record_fields_are_consistent():
 def test_no_prefill_and_no_generation_leave_their_metrics_empty():
     point = DecodePoint(**{**TINY_POINT, "gen_len": 0})
     rec = decode.run(point, Context(CPU, {"warmup": 0, "repeats": 2, "prefill": False}))
-    assert rec.status == "ok" and len(rec.samples_ms) == 2
+    assert rec.status in decode.TIMED and len(rec.samples_ms) == 2
     assert rec.prefill_ms_median is None and rec.prefill_samples_ms == []
     assert rec.prefill_flops is None and rec.achieved_tflops is None
     assert rec.gen_ms_median is None and rec.gen_samples_ms == [] and rec.gen_tokens_per_s is None
     assert rec.pct_of_peak_bw is None  # no peak was given
+
+
+def test_status_tells_a_steady_step_from_a_noisy_one_and_from_too_few_samples():
+    """ok: p25 to p75 within 10% of the median over enough samples; noisy: wider; too few
+    samples to judge the spread (a few that all met one stall read as no spread at all):
+    noisy too, saying why. Every one of them is timed."""
+    steady = Measurement([10.0 + 0.01 * i for i in range(11)])
+    assert (steady.spread_known, decode.step_status(steady)) == (True, decode.OK)
+    loud = Measurement([10.0, 8.0, 12.0, 9.0, 11.0] * 3)
+    assert decode.step_status(loud) == decode.NOISY
+    stalled = Measurement([40.0] * 10)  # ten samples of one 40 ms stall: IQR 0
+    assert not stalled.noisy and not stalled.spread_known
+    assert decode.step_status(stalled) == decode.FEW_SAMPLES
+    assert decode.FEW_SAMPLES == "noisy: under 11 samples, too few to judge the spread"
+    assert all(decode.timed({"status": s}) for s in decode.TIMED)
+    assert not decode.timed({"status": "oom"}) and not decode.timed({"status": "wrong: x"})
+    rec = decode.run(POINT, Context(CPU, {"warmup": 0, "repeats": 3, "prefill": False}))
+    assert (rec.status, rec.noisy) == (decode.FEW_SAMPLES, True)  # 3 samples: not ±0.0%
 
 
 @pytest.mark.parametrize("reference", ["none", "kernels"])
@@ -223,7 +241,7 @@ def test_adaptive_sampling_is_the_default_and_records_why_it_stopped(reference):
     is within 2%, or when the time is up."""
     options = {"warmup": 1, "max_time": 0.5, "prefill": False, "reference": reference}
     rec = decode.run(POINT, Context(CPU, options))
-    assert rec.status == "ok"
+    assert rec.status in decode.TIMED
     assert rec.step_stop in ("target_ci", "max_time")
     assert rec.step_repeats == len(rec.samples_ms) >= 5
     ci = rec.step_ci_pct
@@ -271,12 +289,17 @@ def test_sweep_goes_on_after_an_oom(tmp_path):
     assert result.ran == result.total == 4 and not result.interrupted
     rows = list(csv.DictReader((tmp_path / "decode.csv").open()))
     assert len(rows) == 4  # 2 variants x 2 modes, all recorded, no_cache first
-    assert [(r["num_kv_heads"], r["mode"], r["status"]) for r in rows] == [
-        ("4", "no_cache", "ok"), ("4", "cache", "ok"),
+    assert [(r["num_kv_heads"], r["mode"], timed_or(r["status"])) for r in rows] == [
+        ("4", "no_cache", "timed"), ("4", "cache", "timed"),
         ("1", "no_cache", "oom"), ("1", "cache", "oom"),
     ]  # fmt: skip
     # run one by one (an injected executor), the points have no comparisons
     assert all(r.speedup_vs_no_cache is None for r in result.records["decode"])
+
+
+def timed_or(status: str) -> str:
+    """'timed' for the status of a point that was timed (ok or noisy), else the status."""
+    return "timed" if status in decode.TIMED else status
 
 
 def with_executor(monkeypatch, module, execute) -> None:
@@ -293,7 +316,7 @@ def test_decode_speed_exits_1_when_a_point_did_not_complete(monkeypatch, tmp_pat
     assert result.exit_code == 1
     assert "2 of 4 points did not complete: oom" in result.stderr
     rows = list(csv.DictReader(out.open()))
-    assert sorted(r["status"] for r in rows) == ["ok", "ok", "oom", "oom"]
+    assert sorted(timed_or(r["status"]) for r in rows) == ["oom", "oom", "timed", "timed"]
 
 
 def test_decode_points_put_the_baseline_and_no_cache_first():
@@ -420,7 +443,7 @@ def test_cuda_graph_and_eager_steps_side_by_side(graph):
     point = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2, "dtype": "bfloat16",
                            "prompt_len": 64, "gen_len": 4, "cuda_graph": graph})  # fmt: skip
     rec = decode.run(point, Context(torch.device("cuda"), {"warmup": 1, "repeats": 5}))
-    assert rec.status == "ok" and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
+    assert rec.status in decode.TIMED and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
 
 
 def test_no_cache_longest_context_below_every_context_is_refused():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import matplotlib.image
 import pytest
@@ -12,7 +13,8 @@ from typer.testing import CliRunner
 
 import attnbench.cli.run_cmd
 from attnbench.cli import app
-from attnbench.model.units import binary_unit
+from attnbench.experiments import decode as decode_mod
+from attnbench.model.units import binary_unit, format_bytes
 from attnbench.render import plots, report
 from attnbench.render.columns import PARAMS, kvmem_columns
 from attnbench.render.table import markdown_table
@@ -58,6 +60,22 @@ def nothing_runs(monkeypatch, saved):
     assert saved["path"].read_bytes() == before
 
 
+def settled(doc: dict, rounds: int = 20) -> dict:
+    """The document as if every timed decode point (sampled once in the tiny study) had
+    been sampled over `rounds` rounds with a spread of 2%: steady steps and prefills, their
+    comparisons resolved. Steps alike in every round, so that two points' per-round ratio
+    is the ratio of their medians."""
+    for r in doc["sections"]["decode"]["records"]:
+        for stem, samples in (("step_ms", "samples_ms"), ("prefill_ms", "prefill_samples_ms")):
+            median = r.get(f"{stem}_median")
+            if median is not None:
+                r[samples] = [median * (0.99 + 0.02 * i / (rounds - 1)) for i in range(rounds)]
+                r.update({f"{stem}_p25": median * 0.995, f"{stem}_p75": median * 1.005})
+        if r.get("step_ms_median") is not None:
+            r.update(step_repeats=rounds, noisy=False, status="ok")
+    return doc
+
+
 def _saved_copy(saved, tmp_path, edit=None):
     doc = copy.deepcopy(saved["doc"])
     if edit:
@@ -101,6 +119,7 @@ def test_report_rerenders_beside_results(saved, tmp_path):
 
 def test_report_numbers_come_from_the_records(saved, tmp_path):
     def edit(doc):
+        settled(doc)
         for r in doc["sections"]["decode"]["records"]:
             if r["variant"] == "MHA" and r["mode"] == "cache" and r["prompt_len"] == 8:
                 r.update(x_of_no_cache_median=1 / 987.6, x_of_no_cache_ci_lo=1 / 1000,
@@ -112,7 +131,7 @@ def test_report_numbers_come_from_the_records(saved, tmp_path):
     path = _saved_copy(saved, tmp_path, edit)
     assert runner.invoke(app, ["report", str(path), "-q"]).exit_code == 0
     text = (tmp_path / "report.md").read_text()
-    assert "prefix at 8 tokens: MHA 987.6x (95% interval 975.0-1000.0x), GQA-2" in text
+    assert "prefix at 8 tokens: MHA 987.6x faster (95% interval 975.0-1000.0x), GQA-2" in text
     assert "GQA-2 needs 50.0% of MHA's KV cache and MQA 12.3%" in text
 
 
@@ -201,9 +220,10 @@ WRONG = "wrong: max error 0.5 against the reference, above 0.001"
 
 
 def with_providers(doc: dict) -> dict:
-    """The tiny study's decode records as if three more providers had run beside
-    attnbench: sdpa-flash 1.25x as fast everywhere, sdpa-cudnn unsupported, and naive
-    disagreeing with the reference at MQA (timed elsewhere, 2x slower)."""
+    """The tiny study's decode records, settled, as if three more providers had run beside
+    attnbench, in the same rounds: sdpa-flash 1.25x as fast everywhere, sdpa-cudnn
+    unsupported, and naive disagreeing with the reference at MQA (timed elsewhere, 2x
+    slower)."""
     doc = copy.deepcopy(doc)
     section = doc["sections"]["decode"]
     base = section["records"]
@@ -213,12 +233,18 @@ def with_providers(doc: dict) -> dict:
                    pct_of_peak_bw=None, achieved_gbps=None, noisy=None)  # fmt: skip
     faster = {"speedup_vs_baseline": 1.25, "x_of_baseline_median": 0.8,
               "x_of_baseline_ci_lo": 0.78, "x_of_baseline_ci_hi": 0.82}  # fmt: skip
+    settled(doc)
+
+    def scaled(r: dict, by: float) -> dict:
+        steps = {f: r[f] * by for f in ("step_ms_median", "step_ms_p25", "step_ms_p75")}
+        return {**steps, "samples_ms": [v * by for v in r["samples_ms"]]}
+
     for r in base:
         r["speedup_vs_baseline"] = 1.0
-        timing = {f: r[f] * 0.8 for f in ("step_ms_median", "step_ms_p25", "step_ms_p75")}
+        timing = scaled(r, 0.8)
         flash.append({**r, **timing, "provider": "sdpa-flash", **faster})
         cudnn.append({**r, **untimed, "provider": "sdpa-cudnn", "status": CUDNN})
-        slow = {f: r[f] * 2 for f in ("step_ms_median", "step_ms_p25", "step_ms_p75")}
+        slow = scaled(r, 2)
         if r["variant"] == "MQA":
             naive.append({**r, **untimed, "provider": "naive", "status": WRONG})
         else:
@@ -272,7 +298,7 @@ def test_findings_name_the_fastest_provider_and_what_was_not_timed(saved):
     doc = with_providers(saved["doc"])
     found = report.findings(doc)
     longest = [f"{v} sdpa-flash ({cached(doc, 'sdpa-flash', v, 8)['step_ms_median']:.3f} ms, "
-               f"1.25x (95% interval 1.22-1.28x) attnbench)"
+               f"1.25x faster (95% interval 1.22-1.28x) than attnbench)"
                for v in ("MHA", "GQA-2", "MQA")]  # fmt: skip
     fastest = (f"Fastest cached decode step at context 8: {longest[0]}, {longest[1]} and "
                f"{longest[2]}.")  # fmt: skip
@@ -296,6 +322,7 @@ def test_fastest_provider_may_be_the_baseline(saved):
     for r in doc["sections"]["decode"]["records"]:
         if r["provider"] == "sdpa-flash" and r["variant"] == "MHA":
             r["step_ms_median"] *= 10
+            r["samples_ms"] = [v * 10 for v in r["samples_ms"]]
     line = next(f for f in report.findings(doc) if f.startswith("Fastest"))
     base = cached(doc, "attnbench", "MHA", 8)["step_ms_median"]
     assert f"MHA attnbench ({base:.3f} ms, the baseline), GQA-2 sdpa-flash" in line
@@ -323,7 +350,7 @@ def test_report_shows_providers_side_by_side(saved, tmp_path):
 
 
 def test_decode_findings_on_prefill_noise_and_sampling_time(saved):
-    doc = copy.deepcopy(saved["doc"])
+    doc = settled(copy.deepcopy(saved["doc"]))
     records = doc["sections"]["decode"]["records"]
     for r in records:
         r.update(noisy=False, step_stop="target_ci")
@@ -337,6 +364,9 @@ def test_decode_findings_on_prefill_noise_and_sampling_time(saved):
     cached(doc, "attnbench", "GQA-2", 8).update(x_of_narrowest_ci_lo=1.8, x_of_narrowest_ci_hi=2.3)
     best = max((r for r in records if r.get("pct_of_peak_flops") is not None),
                key=lambda r: r["pct_of_peak_flops"])  # fmt: skip
+    for r in records:  # one prefill over the peak: the cause is named
+        if r.get("pct_of_peak_flops") is not None:
+            r["pct_of_peak_flops"] = 150.0 if r is best else 50.0
     found = report.findings(doc)
     assert ("3 of 12 decode steps (each timed at a fixed context) are flagged noisy: p25 to "
             "p75 wider than 10% of the median.") in found  # fmt: skip
@@ -346,5 +376,261 @@ def test_decode_findings_on_prefill_noise_and_sampling_time(saved):
     assert prefill == (
         f"The best prefill reaches {best['achieved_tflops']:.3g} TFLOPS, "
         f"{best['pct_of_peak_flops']:.1f}% of the measured float32 matmul peak of 0.0001 TFLOPS "
-        f"({best['variant']}, {best['prompt_len']} tokens)."
+        f"({best['variant']}, {best['prompt_len']} tokens); over 100% means the peak was "
+        "probed in a slower moment, or the prefill's kernels ran faster than the one square "
+        "matmul the peak is probed with."
     )
+
+
+# ------------------------------------------------------------------ evidence of findings
+
+
+def interval(r: dict, stem: str, median: float, lo: float, hi: float) -> None:
+    r.update({f"{stem}_median": median, f"{stem}_ci_lo": lo, f"{stem}_ci_hi": hi})
+
+
+def test_a_comparison_is_stated_only_when_resolved(saved):
+    """A comparison whose interval is wide, or taken over few rounds, is not stated as a
+    ratio: the finding says it is not resolved, and why."""
+    doc = settled(copy.deepcopy(saved["doc"]))
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 3.0, 2.9, 3.1)
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 1.4, 2.6)
+    cached(doc, "attnbench", "GQA-2", 8).update(step_ms_p25=1.0, step_ms_p75=2.5)
+    found = report.findings(doc)
+    assert (
+        "Cached step over MQA's at 8 tokens: MHA 3.00x (95% interval 2.90-3.10x), sampled "
+        "in turn over 20 rounds."
+    ) in found
+    assert (
+        "Cached step of GQA-2 over MQA's at 8 tokens: not resolved, its 95% interval is "
+        "±30% wide (over ±10%) and the steps compared spread up to 2.5x from p25 to "
+        "p75."
+    ) in found
+    assert not any("GQA-2 2.00x" in f for f in found)
+    # a narrow interval over a few rounds says little: over one round it has no width
+    for r in doc["sections"]["decode"]["records"]:
+        if r["prompt_len"] == 8 and r["mode"] == "cache" and r["variant"] != "MQA":
+            r["step_repeats"] = 4
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 2.0, 2.0)
+    line = next(f for f in report.findings(doc) if f.startswith("Cached step of"))
+    assert line == (
+        "Cached step of MHA and GQA-2 over MQA's at 8 tokens: not resolved, they "
+        "were sampled over only 4 rounds (11 needed) and the steps compared "
+        "spread up to 2.5x from p25 to p75."
+    )
+
+
+def test_a_speed_up_below_one_is_written_slower(saved):
+    doc = settled(copy.deepcopy(saved["doc"]))
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_no_cache", 0.1, 0.099, 0.101)
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_no_cache", 1.43, 1.40, 1.46)
+    interval(cached(doc, "attnbench", "MQA", 8), "x_of_no_cache", 1.0, 0.98, 1.03)
+    line = next(f for f in report.findings(doc) if f.startswith("Cached decode over"))
+    assert line.startswith(
+        "Cached decode over recomputing the prefix at 8 tokens: MHA 10.0x faster (95% interval "
+        "9.90-10.1x), GQA-2 1.43x slower (1.40-1.46x), MQA as fast within its interval "
+        "(speed-up 1.00x, 95% interval 0.97-1.02x), sampled in turn over 20 rounds"
+    )
+    assert not re.search(r"\b0\.\d+x faster", line)  # no 'N x faster' with N below 1
+
+
+def test_the_host_moving_during_the_run_is_said_and_leaves_comparisons_unresolved(saved):
+    doc = settled(copy.deepcopy(saved["doc"]))
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 3.0, 2.9, 3.1)
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 1.95, 2.05)
+    doc["environment"].update(
+        peak_gbps=10.0,
+        peak_gbps_probes=[10.0, 4.0],
+        peak_tflops_probes={"float32": [1e-4, 1.01e-4]},
+    )
+    found = report.findings(doc)
+    moved = "the host's speed moved 2.5x during the run (copy peak 10.0, then 4.0 GB/s)"
+    assert found[0] == (
+        f"T{moved[1:]}, more than 20% apart: the run's timings hold for "
+        "neither moment, and its comparisons are not resolved."
+    )
+    variants = next(f for f in found if f.startswith("Cached step of"))
+    assert (
+        variants == f"Cached step of MHA and GQA-2 over MQA's at 8 tokens: not resolved, {moved}."
+    )
+    assert not any(f.startswith(("Cached step over", "Cached decode over")) for f in found)
+    text = report.render_report(doc, [])
+    assert f"- T{moved[1:]}, more than 20% apart" in text
+    assert "| peak_gbps_probes | 10, 4 |" in text
+    # probes within 20% of each other: nothing said
+    doc["environment"]["peak_gbps_probes"] = [10.0, 8.5]
+    assert not any("moved" in f for f in report.findings(doc))
+
+
+def test_steps_sampled_while_another_process_held_the_cpu_are_not_stated(saved):
+    """A steady spread on a host that ran the points at a fraction of its speed
+    throughout says nothing: their times and comparisons are not stated, and why."""
+    doc = settled(copy.deepcopy(saved["doc"]))
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 3.0, 2.9, 3.1)
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 1.95, 2.05)
+    for r in doc["sections"]["decode"]["records"]:
+        r["cpu_share"] = 0.33 if r["prompt_len"] == 8 else 0.97
+        if r["prompt_len"] == 8:
+            r.update(noisy=True, status=decode_mod.BUSY)
+    found = report.findings(doc)
+    assert found[0] == (
+        "Another process held the CPU while 6 of 12 decode steps were sampled: this one ran "
+        "for only 33% of their sampling time, so the host ran them slower than it can, and "
+        "their times and comparisons are not stated."
+    )
+    held = "another process held the CPU: this one ran for only 33% of the sampling time"
+    assert f"Cached step of MHA and GQA-2 over MQA's at 8 tokens: not resolved, {held}." in found
+    mha = next(f for f in found if f.startswith("MHA:"))
+    assert mha.endswith(
+        f"not stated for the uncached step at context 8 and cached step at "
+        f"context 8, noisy ({held})."
+    )
+    assert (
+        "6 of 12 decode steps (each timed at a fixed context) are flagged noisy: 6 sampled "
+        "while another process held the CPU."
+    ) in found
+    latency = plots.decode_latency(doc).axes[0]
+    assert {x for x, _ in hollow_points(latency)} == {8}
+
+
+def test_noisy_step_times_are_not_stated(saved):
+    doc = settled(copy.deepcopy(saved["doc"]))
+    mha = [r for r in doc["sections"]["decode"]["records"] if r["variant"] == "MHA"]
+    noisy = next(r for r in mha if r["mode"] == "cache" and r["prompt_len"] == 8)
+    noisy.update(
+        noisy=True,
+        status="noisy",
+        step_ms_p25=noisy["step_ms_median"] * 0.8,
+        step_ms_p75=noisy["step_ms_median"] * 1.2,
+    )
+    line = next(f for f in report.findings(doc) if f.startswith("MHA:"))
+    assert line.count(" ms at context ") == 3 and "ms at context 8; not stated" not in line
+    assert line.endswith(
+        "; not stated for the cached step at context 8, noisy (p25 to p75 spans 40% of the median)."
+    )
+    for r in mha:
+        r["step_repeats"] = 3
+    line = next(f for f in report.findings(doc) if f.startswith("MHA:"))
+    assert line == (
+        "MHA: decode step times not stated, all 4 steps are noisy (too few "
+        "samples (under 11) to judge the spread)."
+    )
+
+
+def test_a_result_over_its_peak_names_the_cause(saved):
+    doc = settled(copy.deepcopy(saved["doc"]))
+    records = doc["sections"]["decode"]["records"]
+    best = max(
+        (r for r in records if r.get("pct_of_peak_bw") is not None),
+        key=lambda r: r["pct_of_peak_bw"],
+    )
+    best["pct_of_peak_bw"] = 150.0
+    prefill = max(
+        (r for r in records if r.get("pct_of_peak_flops") is not None),
+        key=lambda r: r["pct_of_peak_flops"],
+    )
+    for r in records:
+        if r.get("pct_of_peak_flops") is not None:
+            r["pct_of_peak_flops"] = 150.0 if r is prefill else 50.0
+    doc["environment"].update(cache_bytes=None, peak_gbps_probes=[10.0])
+
+    def line(prefix: str) -> str:
+        return next(f for f in report.findings(doc) if f.startswith(prefix))
+
+    assert line("The best decode step").endswith(
+        "; over 100% means the peak was probed in a slower moment, or the step's data came "
+        "from on-chip caches, not memory."
+    )
+    doc["environment"].update(cache_bytes=32 << 20, peak_gbps_probes=[10.0, 10.2])
+    assert line("The best decode step").endswith(
+        f"; over 100% because its {format_bytes(best['bytes_per_step'])} a step fit in the "
+        "device's 32.00 MiB last-level cache, so they need not come from memory."
+    )
+    doc["environment"].update(cache_bytes=1024, peak_gbps_probes=[10.0, 15.0])
+    assert line("The best decode step").endswith(
+        "; over 100% because the peak was probed in a slower moment (the probes read 10.0, "
+        "then 15.0 GB/s)."
+    )
+    doc["environment"]["peak_tflops_probes"] = {"float32": [1e-4, 3e-4]}
+    assert line("The best prefill").endswith(
+        "; over 100% because the peak was probed in a slower moment (the probes read 0.0001, "
+        "then 0.0003 TFLOPS)."
+    )
+    # a noisy step is no best: every step noisy, none is named
+    for r in records:
+        r["noisy"] = True
+    assert line("The decode steps' share").startswith(
+        "The decode steps' share of the copy bandwidth is not stated: every step is noisy"
+    )
+
+
+def test_report_marks_few_samples_and_never_writes_a_speed_up_of_0_0x(saved):
+    doc = copy.deepcopy(saved["doc"])  # the tiny study: one sample per point
+    cached(doc, "attnbench", "MHA", 8)["speedup_vs_no_cache"] = 0.0213
+    text = report.render_report(doc, [])
+    decode = text[text.index("## Decode speed") :].split("\n\n")[1].splitlines()
+    header = decode[0].split(" | ")
+    spread = header.index("±IQR")
+    cells = [row.split(" | ") for row in decode[2:]]
+    assert {c[spread] for c in cells} == {"too few"}  # not ±0.0%
+    assert "±0.0%" not in text and "0.0x" not in text and "| 0.021x |" in text
+    assert "comparisons were sampled over under 11 rounds: too few for an interval" in text
+    status = header.index("Status")
+    assert {c[status] for c in cells} == {"noisy"}
+    records = doc["sections"]["decode"]["records"]
+    assert all(r["status"] == decode_mod.FEW_SAMPLES and r["noisy"] for r in records)
+
+
+# ------------------------------------------------------------------ plots mark noise
+
+
+def hollow_points(ax) -> set[tuple[float, float]]:
+    """The (x, y) of every hollow marker drawn on `ax`."""
+    return {
+        (x, y)
+        for line in ax.get_lines()
+        if line.get_markerfacecolor() == "white"
+        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True)
+    }
+
+
+def test_plots_draw_noisy_and_unresolved_points_hollow(saved):
+    doc = settled(copy.deepcopy(saved["doc"]))
+    noisy = cached(doc, "attnbench", "GQA-2", 8)
+    noisy.update(noisy=True, status="noisy")
+    latency = plots.decode_latency(doc).axes[0]
+    assert hollow_points(latency) == {(8, noisy["step_ms_median"])}
+    labels = [t.get_text() for t in latency.get_legend().get_texts()]
+    assert labels[-1] == plots.textwrap.fill(plots.NOISY_LABEL, plots.LEGEND_TITLE_WIDTH)
+    bandwidth = plots.decode_bandwidth(doc).axes[0]
+    assert hollow_points(bandwidth) == {(8, noisy["pct_of_peak_bw"])}
+    interval(noisy, "x_of_narrowest", 2.0, 1.5, 2.5)
+    variants = plots.decode_variants(doc).axes[0]
+    assert hollow_points(variants) == {(8, 2.0)}
+    assert "not resolved" in variants.get_legend().get_texts()[-1].get_text()
+    assert hollow_points(plots.decode_speedup(doc).axes[0]) == set()
+    quiet = settled(copy.deepcopy(saved["doc"]))  # nothing to mark: no hollow key either
+    latency = plots.decode_latency(quiet).axes[0]
+    assert hollow_points(latency) == set()
+    assert not any("hollow" in t.get_text() for t in latency.get_legend().get_texts())
+
+
+def test_kv_heads_ticks_name_a_variant_only_where_every_line_agrees():
+    rows = [
+        {
+            "variant": v,
+            "num_heads": q,
+            "num_kv_heads": h,
+            "head_dim": 64,
+            "seq_len": 8,
+            "kv_bytes": 1024 * h,
+            "status": "ok",
+        }
+        for q, heads in ((8, (8, 2, 1)), (32, (32, 8)))
+        for h in heads
+        for v in [{1: "MQA", q: "MHA"}.get(h, f"GQA-{h}")]
+    ]
+    doc = {"environment": {"device": "cpu"}, "sections": {"kvmem": {"records": rows}}}
+    ax = plots.kv_memory_vs_heads(doc).axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["1\nMQA", "2\nGQA-2", "8", "32\nMHA"]  # 8: MHA of 8 heads, GQA-8 of 32

@@ -57,7 +57,7 @@ def test_every_sample_of_a_cached_point_attends_exactly_context_plus_one_keys(
     seen = spied(monkeypatch, "attnbench")
     p = point(prompt_len=context_len)
     rec = decode.run(p, Context(CPU, {**FIXED, "prefill": False}))
-    assert rec.status == "ok" and len(rec.samples_ms) == 6
+    assert rec.status in decode.TIMED and len(rec.samples_ms) == 6
     # the reference check's call, 2 warm-up calls, the calls that size a sample's block of
     # calls, and 6 samples of that many calls (each after as many untimed ones, when its
     # block is warmed: the step is sampled in turn with its kernels): all at S + 1 keys
@@ -69,7 +69,7 @@ def test_every_sample_of_a_cached_point_attends_exactly_context_plus_one_keys(
 def test_no_cache_samples_are_one_causal_forward_over_context_plus_one_tokens(monkeypatch):
     seen = spied(monkeypatch, "attnbench")
     rec = decode.run(point(mode="no_cache"), Context(CPU, FIXED))
-    assert rec.status == "ok"
+    assert rec.status in decode.TIMED
     calls = 1 + 2 + PROBES + 6 * rec.step_calls_per_sample
     assert set(seen) == {(10, 10)}
     assert len(seen) in (calls, calls + 6 * rec.step_calls_per_sample)
@@ -78,7 +78,7 @@ def test_no_cache_samples_are_one_causal_forward_over_context_plus_one_tokens(mo
 def test_prefill_and_generation_are_their_own_samples(monkeypatch):
     seen = spied(monkeypatch, "attnbench")
     rec = decode.run(point(gen_len=3), Context(CPU, {"warmup": 1, "repeats": 2}))
-    assert rec.status == "ok"
+    assert rec.status in decode.TIMED
     assert len(rec.samples_ms) == len(rec.prefill_samples_ms) == len(rec.gen_samples_ms) == 2
     assert seen[0] == (1, 10)  # the reference check
     prefills = list(itertools.takewhile(lambda c: c == (9, 9), seen[1:]))
@@ -110,7 +110,7 @@ def test_every_cpu_provider_agrees_with_the_reference(kv_heads, mode):
     for name in CPU_PROVIDERS:
         rec = decode.run(point(num_kv_heads=kv_heads, mode=mode, provider=name),
                          Context(CPU, {"warmup": 0, "repeats": 2}))  # fmt: skip
-        assert rec.status == "ok", (name, rec.status)
+        assert rec.status in decode.TIMED, (name, rec.status)
         assert rec.step_ms_median > 0
 
 
@@ -161,7 +161,7 @@ def test_a_missing_optional_provider_is_an_unsupported_row(monkeypatch):
     records = run_study(plan).records["decode"]
     statuses = {(r.provider, r.mode): r.status for r in records}
     assert statuses[("hf", "cache")] == "unsupported: transformers is not installed"
-    assert statuses[("attnbench", "cache")] == "ok"
+    assert statuses[("attnbench", "cache")] in decode.TIMED
 
 
 def test_the_baseline_provider_must_be_swept():
@@ -178,7 +178,7 @@ def test_hf_llama_attention_agrees_and_is_timed(kv_heads):
     for mode in ("cache", "no_cache"):
         rec = decode.run(point(num_kv_heads=kv_heads, mode=mode, provider="hf", gen_len=3),
                          Context(CPU, {"warmup": 1, "repeats": 2}))  # fmt: skip
-        assert rec.status == "ok", rec.status
+        assert rec.status in decode.TIMED, rec.status
         assert rec.projection_path == "torch"
         assert len(rec.samples_ms) == len(rec.gen_samples_ms) == 2
 
@@ -204,7 +204,7 @@ def test_hf_generation_matches_attnbench_token_by_token():
 def test_flex_attention_compiles_and_agrees():
     """Compiling flex_attention on the CPU takes most of a minute: `make test-slow`."""
     rec = decode.run(point(provider="flex"), Context(CPU, {"warmup": 1, "repeats": 2}))
-    assert rec.status == "ok", rec.status
+    assert rec.status in decode.TIMED, rec.status
 
 
 @pytest.mark.parametrize("mode", ["cache", "no_cache"])
@@ -236,7 +236,7 @@ def test_a_step_is_timed_in_rounds_with_its_reference(reference):
     """x_of_reference is the step over its reference, round by round: each of its samples
     is a step sample over the reference's sample of the same round."""
     rec = decode.run(point(), Context(CPU, {**FIXED, "reference": reference}))
-    assert rec.status == "ok" and rec.reference == reference
+    assert rec.status in decode.TIMED and rec.reference == reference
     assert len(rec.x_of_reference_samples) == len(rec.samples_ms) == FIXED["repeats"]
     assert rec.x_of_reference_median == pytest.approx(statistics.median(rec.x_of_reference_samples))
     assert all(r > 0 for r in rec.x_of_reference_samples)
@@ -246,6 +246,6 @@ def test_a_step_is_timed_in_rounds_with_its_reference(reference):
                                                      ("sdpa-math", "sdpa-math")])  # fmt: skip
 def test_no_reference_no_ratio(provider, reference):
     rec = decode.run(point(provider=provider), Context(CPU, {**FIXED, "reference": reference}))
-    assert rec.status == "ok"
+    assert rec.status in decode.TIMED
     assert rec.x_of_reference_median is None and rec.reference is None
     assert rec.x_of_reference_samples == []

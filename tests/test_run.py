@@ -169,6 +169,38 @@ def test_end_to_end(tiny, tmp_path):
     assert "Findings" in result.stdout
 
 
+@pytest.mark.usefixtures("no_plots")
+def test_peaks_are_probed_before_and_after_the_timed_points_and_a_move_is_said(
+    tiny, tmp_path, cli_runs_with
+):
+    """The copy peak the points are held against comes from the first probe; a second one
+    after them tells whether the host's speed moved; one that moved more than 20% is said
+    in the summary and in report.md."""
+    readings = iter([10.0, 4.0])
+    flops = iter([1e-4, 1e-4])
+    cli_runs_with(
+        None,
+        probe_peak=lambda device: next(readings),
+        probe_flops=lambda device, dtype: next(flops),
+    )
+    out = tmp_path / "study"
+    result = run(tiny, "--out", out)
+    assert result.exit_code == 0, result.output
+    env = json.loads((out / "results.json").read_text())["environment"]
+    assert (env["peak_gbps"], env["peak_gbps_probes"]) == (10.0, [10.0, 4.0])
+    assert env["peak_tflops_probes"] == {"float32": [1e-4, 1e-4]}
+    assert env["cache_bytes"] is None or env["cache_bytes"] > 0
+    records = json.loads((out / "results.json").read_text())["sections"]["decode"]["records"]
+    assert {r["peak_gbps"] for r in records} == {10.0}
+    moved = (
+        "The host's speed moved 2.5x during the run (copy peak 10.0, then 4.0 GB/s), "
+        "more than 20% apart"
+    )
+    summary = flat(result.stdout)
+    assert f"Findings: - {moved}" in summary
+    assert moved in (out / "report.md").read_text()
+
+
 def test_decode_points_put_no_cache_first(tiny):
     base = {"d_model": 64, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "dtype": "float32",
             "gen_len": 4, "provider": "attnbench"}  # fmt: skip
@@ -206,16 +238,24 @@ def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert sum(len(s["records"]) for s in doc["sections"].values()) == K
 
-    # one more point, then stop; the peak bandwidth stored with the study is reused
+    # one more point, then stop; the peak bandwidth stored with the study is reused (a
+    # probe before the resumed points only tells whether the host's speed moved since)
     stop = threading.Event()
-    result = run_study(plan_study(tiny), DirectoryStore(out), resume=True, stop=stop,
-                       execute=after_points(1, stop.set),
-                       probe_peak=lambda device: pytest.fail("re-measured"))  # fmt: skip
+    result = run_study(
+        plan_study(tiny),
+        DirectoryStore(out),
+        resume=True,
+        stop=stop,
+        execute=after_points(1, stop.set),
+        probe_peak=lambda device: 7.0,
+    )
     assert (result.skipped, result.ran, result.interrupted) == (K, 1, True)
     (cached,) = result.records["decode"]
     assert (cached.num_kv_heads, cached.prompt_len, cached.mode) == (2, 4, "cache")
     assert cached.speedup_vs_no_cache is None  # run alone: no comparison
     assert result.environment["peak_gbps"] == doc["environment"]["peak_gbps"]
+    assert cached.peak_gbps == doc["environment"]["peak_gbps"]
+    assert result.environment["peak_gbps_probes"] == [*doc["environment"]["peak_gbps_probes"], 7.0]
 
     # the runner's own resume: the first context's group, recorded in part, runs again whole
     result = run(tiny, "--out", out, "--resume")

@@ -29,7 +29,16 @@ import torch
 from ..errors import FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
-from ..measure.timing import Measurement, Sampling, TimedCall, Timer, in_run_ratio
+from ..measure.timing import (
+    BUSY_CPU_SHARE,
+    MIN_SPREAD_SAMPLES,
+    CpuShare,
+    Measurement,
+    Sampling,
+    TimedCall,
+    Timer,
+    in_run_ratio,
+)
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
 from ..model.formulas import prefill_flops, step_totals, weight_bytes
@@ -52,6 +61,16 @@ from .params import ParamsPoint
 from .tensor_parallel import Ranks
 
 SEED = 0
+#: The status of a point measured with a steady spread, and of one whose step is noisy:
+#: p25 to p75 wider than NOISY_IQR_FRACTION of the median (`noisy`), or too few samples
+#: to judge the spread (FEW_SAMPLES). Both are timed; every other status is not.
+OK, NOISY = "ok", "noisy"
+FEW_SAMPLES = f"{NOISY}: under {MIN_SPREAD_SAMPLES} samples, too few to judge the spread"
+#: The status of a point sampled while this process had the CPU for less than
+#: BUSY_CPU_SHARE of the time (measure.timing.CpuShare): timed, but on a busy host.
+BUSY = f"{NOISY}: sampled while another process held the CPU"
+#: The statuses of a point that was timed.
+TIMED = (OK, NOISY, FEW_SAMPLES, BUSY)
 #: How a point's step was sampled: in turn with the others of its context
 #: (experiments.interleave), or alone.
 INTERLEAVED, ALONE = "interleaved", "alone"
@@ -142,6 +161,9 @@ class DecodeRecord:
     # step over another point's, round by round, with a bootstrap 95% interval.
     sampling: str | None = info()
     sampling_group: int | None = info()
+    #: The share of the sampling's wall time this process ran on the CPU (one thread on
+    #: the CPU; None otherwise): under BUSY_CPU_SHARE, another process held the CPU.
+    cpu_share: float | None = info()
     narrowest_variant: str | None = info()
     x_of_narrowest_median: float | None = ratio(against="narrowest_variant")
     x_of_narrowest_p25: float | None = ratio(of="x_of_narrowest_median")
@@ -588,7 +610,9 @@ def run(
             return ready
         with torch.inference_mode(), PROVIDERS[point.provider].running():
             sample = ranks.sampler() if ranks else Timer.sample
+            share = CpuShare(device)
             timings = time_workload(ready.work, point, device, options, sample, ready.against)
+            ran_for = None if ranks else share.share()  # ranks wait for each other
             if ranks:
                 dtype = torch_dtype(point.dtype)
                 timings.all_reduce = ranks.time_all_reduce(point, dtype, options.sampling(device))
@@ -597,7 +621,17 @@ def run(
             torch.cuda.empty_cache()
     record = ready.finish(timings, context)
     record.sampling = ALONE
+    held_cpu(record, ran_for)
     return record
+
+
+def held_cpu(record: DecodeRecord, share: float | None) -> None:
+    """The share of its sampling time the point's process ran for, into its record: under
+    BUSY_CPU_SHARE, a point whose spread was steady is noisy all the same (BUSY), since
+    a host that ran it at a fraction of its speed throughout spreads nothing."""
+    record.cpu_share = share
+    if share is not None and share < BUSY_CPU_SHARE and record.status == OK:
+        record.status, record.noisy = BUSY, True
 
 
 def reference_calls(point: DecodePoint, inputs: DecodeInputs, reference: str) -> list[TimedCall]:
@@ -676,7 +710,8 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
     rec.step_ci_pct = 100 * steps.ci_rel
-    rec.noisy = steps.noisy
+    rec.noisy = steps.noisy or not steps.spread_known
+    rec.status = step_status(steps)
     rec.tokens_per_s = point.batch / step_s
     rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9  # type: ignore[operator]
     peak = context.peak_gbps and context.peak_gbps * point.tp  # every rank's device reads
@@ -696,6 +731,21 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     if timings.x_of_reference is not None:
         rec.reference = timings.reference
         summarise(rec, "x_of_reference", "x_of_reference_samples", timings.x_of_reference)
+
+
+def step_status(steps: Measurement) -> str:
+    """A timed point's status: FEW_SAMPLES when its step has too few samples to judge
+    their spread, NOISY when p25 to p75 spans more than NOISY_IQR_FRACTION of the median,
+    OK otherwise."""
+    if not steps.spread_known:
+        return FEW_SAMPLES
+    return NOISY if steps.noisy else OK
+
+
+def timed(record: Mapping[str, Any] | DecodeRecord) -> bool:
+    """The record holds a step time: its status is ok or noisy (with its reason)."""
+    status = record.get("status") if isinstance(record, Mapping) else record.status
+    return str(status or OK).split(":", 1)[0].strip() in (OK, NOISY)
 
 
 def summarise(rec: DecodeRecord, stem: str, samples: str, measured: Measurement) -> None:

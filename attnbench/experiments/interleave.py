@@ -34,6 +34,7 @@ import torch
 from ..measure.devices import free_memory_bytes
 from ..measure.memory import is_oom
 from ..measure.timing import (
+    CpuShare,
     Measurement,
     Timer,
     Unit,
@@ -53,6 +54,7 @@ from .decode import (
     context_of,
     decode_bytes,
     failed,
+    held_cpu,
     prepare,
     run,
     step_timings,
@@ -138,7 +140,9 @@ def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> l
     try:
         prepared = [_prepared_or_failed(p, context) for p in points]
         ready = [r for r in prepared if isinstance(r, Ready)]
+        share = CpuShare(device)
         timings = time_together(ready, device, context) if ready else []
+        ran_for = share.share()
         timed = dict(zip(map(id, ready), timings, strict=True))
     finally:
         if device.type == "cuda":
@@ -148,6 +152,7 @@ def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> l
         record.sampling_group = number
         if isinstance(r, Ready):
             record.sampling = INTERLEAVED if len(ready) > 1 else ALONE
+            held_cpu(record, ran_for)
     options = DecodeOptions.from_options(context.options)
     steps = {i: timed[id(r)].step for i, r in enumerate(prepared) if isinstance(r, Ready)}
     fill_comparisons(records, points, steps, options.baseline_provider)

@@ -99,8 +99,9 @@ def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
         rec = decode.run(point, Context(device, {"warmup": 0, "repeats": 1, "prefill": False}))
         if rec.status.startswith("unsupported"):
             continue
-        results.append(CheckResult(f"provider {name} {dtype} step vs reference",
-                                   rec.status == "ok", rec.status))  # fmt: skip
+        results.append(
+            CheckResult(f"provider {name} {dtype} step vs reference", decode.timed(rec), rec.status)
+        )
     return results
 
 
@@ -109,7 +110,7 @@ def check_cuda_graph(device: torch.device) -> list[CheckResult]:
     point = decode.DecodePoint(d_model=256, num_heads=8, num_kv_heads=2, batch=2,
                                dtype="bfloat16", prompt_len=64, cuda_graph=True)  # fmt: skip
     rec = decode.run(point, Context(device, {"warmup": 1, "repeats": 4}))
-    ok = rec.status == "ok" and len(rec.samples_ms) == 4
+    ok = decode.timed(rec) and len(rec.samples_ms) == 4
     return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]
 
 

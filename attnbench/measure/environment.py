@@ -22,6 +22,26 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cache_bytes(device: torch.device) -> int | None:
+    """The device's last-level cache: the largest cache of CPU 0 (sysfs), or the GPU's L2;
+    None where it cannot be read. A step whose bytes fit in it need not read memory."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.get_device_properties(index).L2_cache_size or None
+    sizes = []
+    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = size.read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        if text[:-1].isdigit() and text[-1] in units:
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes, default=None)
+
+
 def git_commit() -> str | None:
     """The commit of the checkout attnbench runs from, when it runs from one."""
     try:

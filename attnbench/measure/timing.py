@@ -31,6 +31,11 @@ from ..model.formulas import matmul_flops
 
 #: IQR / median above which a measurement is flagged noisy.
 NOISY_IQR_FRACTION = 0.10
+#: The fewest samples whose spread can be judged: with fewer, the 95% interval of their
+#: median (median_interval) spans every one of them, so a few samples that all met the same
+#: stall (a scheduler tick, say) read as a spread of nothing. Such a measurement is noisy
+#: until shown otherwise.
+MIN_SPREAD_SAMPLES = 11
 #: z of a two-sided 95% interval.
 Z_95 = 1.959963984540054
 #: The most consecutive calls one sample times.
@@ -178,6 +183,11 @@ class Measurement:
     @property
     def noisy(self) -> bool:
         return self.iqr_ms > NOISY_IQR_FRACTION * self.median_ms
+
+    @property
+    def spread_known(self) -> bool:
+        """Enough samples to judge their spread (MIN_SPREAD_SAMPLES)."""
+        return len(self.samples_ms) >= MIN_SPREAD_SAMPLES
 
 
 class Timer:
@@ -414,24 +424,72 @@ def in_run_ratio(measurements: Sequence[Measurement]) -> Measurement:
     return Measurement(ratios, first.stop_reason, first.calls_per_sample)
 
 
-def measure_peak_gbps(device: torch.device, nbytes: int | None = None) -> float:
+#: The least share of the wall time a process sampling with one thread should run for:
+#: one that ran for less waited while another process held the CPU, and its times are
+#: the host's as much as its own.
+BUSY_CPU_SHARE = 0.8
+
+
+class CpuShare:
+    """How much of the wall time since it was made this process ran on the CPU (its CPU
+    time over the wall time, at most 1), while torch computes on one thread: the rest of
+    the time another process held the CPU (a busy neighbour, a hypervisor's steal).
+    `share()` is None with more threads, whose parallel regions leave some idle by design,
+    and on a GPU, where the host waits for the device."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.counts = device.type == "cpu" and torch.get_num_threads() == 1
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def share(self) -> float | None:
+        wall = time.perf_counter() - self.wall
+        if not self.counts or wall <= 0:
+            return None
+        return min((time.process_time() - self.cpu) / wall, 1.0)
+
+
+#: Timed copies (and matmuls) of a peak probe: the first probe of a run, and each later
+#: probe (measure_peak_gbps(..., repeats=REPROBE_REPEATS)), which only has to tell whether
+#: the host's speed moved since the first.
+PEAK_REPEATS, PEAK_MATMUL_REPEATS, REPROBE_REPEATS = 30, 15, 5
+
+
+def measure_peak_gbps(
+    device: torch.device, nbytes: int | None = None, repeats: int = PEAK_REPEATS
+) -> float:
     """Memory bandwidth of a large device copy, in GB/s (1e9 bytes/s), counting the bytes
-    read plus the bytes written: the roofline a memory-bound step is held against."""
+    read plus the bytes written: the roofline a memory-bound step is held against; the
+    median of `repeats` timed copies after a warm-up."""
     if nbytes is None:
         nbytes = (1 << 30) if device.type == "cuda" else (256 << 20)
     src = torch.randn(nbytes // 4, device=device)
     dst = torch.empty_like(src)
-    timing = Timer(device).measure(lambda: dst.copy_(src), warmup=3, repeats=30)
+    warmup = min(3, max(1, repeats // 5))  # a later, shorter probe: one
+    timing = Timer(device).measure(lambda: dst.copy_(src), warmup=warmup, repeats=repeats)
     return 2 * src.nbytes / (timing.median_ms * 1e-3) / 1e9
 
 
-def measure_peak_tflops(device: torch.device, dtype: torch.dtype, n: int | None = None) -> float:
+def measure_peak_tflops(
+    device: torch.device,
+    dtype: torch.dtype,
+    n: int | None = None,
+    repeats: int = PEAK_MATMUL_REPEATS,
+) -> float:
     """Throughput of a square matmul (n x n by n x n) in `dtype`, in TFLOPS (1e12 FLOPs
-    per second): the roofline a compute-bound prefill is held against."""
+    per second): the roofline a compute-bound prefill is held against; the median of
+    `repeats` timed matmuls after a warm-up."""
     if n is None:
         n = 8192 if device.type == "cuda" else 1024
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     out = torch.empty(n, n, device=device, dtype=dtype)
-    timing = Timer(device).measure(lambda: torch.mm(a, b, out=out), warmup=3, repeats=15)
+    warmup = min(3, max(1, repeats // 5))  # a later, shorter probe: one
+    timing = Timer(device).measure(lambda: torch.mm(a, b, out=out), warmup=warmup, repeats=repeats)
     return matmul_flops(n, n, n) / (timing.median_ms * 1e-3) / 1e12
+
+
+def drift(values: Sequence[float]) -> float | None:
+    """How far apart a run's probes of one peak read: the largest over the smallest
+    (1.0 for probes that agree), or None with fewer than two positive readings."""
+    readings = [v for v in values if isinstance(v, (int, float)) and v > 0]
+    return max(readings) / min(readings) if len(readings) >= 2 else None

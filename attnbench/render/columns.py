@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..measure.timing import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import is_own
 from .table import Column, as_row
@@ -55,8 +56,14 @@ fmt_pct_value = _formatter(".2f", "%")
 fmt_ms = _formatter(".3f")
 #: One decimal: 1234.56 -> '1234.6'.
 fmt_f1 = _formatter(".1f")
-#: A speed-up: 11.2 -> '11.2x'.
-fmt_x = _formatter(".1f", "x")
+
+
+def fmt_x(v: Any) -> str:
+    """A speed-up: one decimal (11.2 -> '11.2x'), two significant digits below 0.1
+    (0.0213 -> '0.021x'), never '0.0x'."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:.2g}x" if abs(v) < 0.1 else f"{v:.1f}x"
 
 
 def fmt_yes_no(v: Any) -> str:
@@ -85,18 +92,30 @@ def fmt_status(v: Any) -> str:
     return NONE_TEXT if v is None else str(v).split(":", 1)[0].strip()
 
 
+#: The spread cell of a timing with too few samples to judge their spread.
+TOO_FEW = "too few"
+
+
 def iqr_cell(
-    median: str = "step_ms_median", p25: str = "step_ms_p25", p75: str = "step_ms_p75"
+    median: str = "step_ms_median",
+    p25: str = "step_ms_p25",
+    p75: str = "step_ms_p75",
+    count: str = "step_repeats",
 ) -> Callable[[Mapping[str, Any]], str]:
     """A cell maker for the spread of a timing: half the interquartile range relative to
     the median, in percent, one decimal: '±' + 100 * (p75 - p25) / 2 / median, so a median
     of 2.0 ms with p25 1.9 and p75 2.1 reads '±5.0%'. '-' when a value is missing or the
-    median is not positive."""
+    median is not positive; TOO_FEW when `count` (its samples) is under
+    MIN_SPREAD_SAMPLES, too few to judge the spread (a few samples that met the same
+    stall would read ±0.0%)."""
 
     def cell(row: Mapping[str, Any]) -> str:
         mid, low, high = row.get(median), row.get(p25), row.get(p75)
         if mid is None or low is None or high is None or mid <= 0:
             return NONE_TEXT
+        samples = row.get(count)
+        if isinstance(samples, int) and samples < MIN_SPREAD_SAMPLES:
+            return TOO_FEW
         return f"±{100 * (high - low) / 2 / mid:.1f}%"
 
     return cell

@@ -1,22 +1,54 @@
-"""Findings about the comparisons of a decode study, stated with their intervals.
+"""Findings about the comparisons of a decode study, stated only where their evidence holds.
 
 Each comparison is a ratio taken within each round of points sampled in turn
 (experiments.interleave): its median over the rounds and a bootstrap 95% interval. A
-finding states that interval, never a ratio of two medians, and says how far sampling
-got when the interval did not reach the target.
+finding states that interval, never a ratio of two medians, and only when the comparison
+is resolved (`judge`):
+
+- its interval is within ±RESOLVED_WIDTH of its median (the larger side);
+- it was taken over MIN_SPREAD_SAMPLES rounds or more (over fewer, the bootstrap interval
+  says little: over one round it has no width at all);
+- the host's speed held during the run: the copy-peak probes taken before and after the
+  timed points (study.runner) agree within HOST_MOVED. A ratio of a step that reads memory
+  over one that stays in cache changes with the machine's bandwidth, so a run whose
+  bandwidth moved measured a blend of two machines.
+
+Otherwise the finding says that the comparison is not resolved, and why, from what the
+run measured: the interval's width, the rounds, the probes, the spread of the steps
+compared. A speed-up is written "3.2x faster" or "1.4x slower", never "0.7x faster".
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from ..measure.timing import relative_half_width
+from ..measure.timing import (
+    MIN_SPREAD_SAMPLES,
+    NOISY_IQR_FRACTION,
+    bootstrap_interval,
+    drift,
+    percentile,
+    relative_half_width,
+)
 from .columns import join_words, known
-from .plots import ok_records, one_provider, series_label
+from .plots import busy, ok_records, one_provider, series_label
+
+#: The widest 95% interval (its larger side, relative to the median) of a resolved
+#: comparison: the rule that flags a timing noisy (p25 to p75 within 10% of the median),
+#: applied to the comparison itself.
+RESOLVED_WIDTH = 0.10
+#: Probes of one peak further apart than this (the largest over the smallest, less 1) say
+#: the host's speed moved during the run.
+HOST_MOVED = 0.20
 
 
 def _x(value: float) -> str:
     return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def _span(lo: float, hi: float, named: bool) -> str:
+    return f"({'95% interval ' * named}{_x(lo)[:-1]}-{_x(hi)})"
 
 
 def stated(record: dict, stem: str, inverse: bool = False, named: bool = True) -> str:
@@ -25,13 +57,193 @@ def stated(record: dict, stem: str, inverse: bool = False, named: bool = True) -
     median, lo, hi = (record[f"{stem}_{s}"] for s in ("median", "ci_lo", "ci_hi"))
     if inverse:
         median, lo, hi = 1 / median, 1 / hi, 1 / lo
-    return f"{_x(median)} ({'95% interval ' * named}{_x(lo)[:-1]}-{_x(hi)})"
+    return f"{_x(median)} {_span(lo, hi, named)}"
+
+
+def speed(record: dict, stem: str, named: bool = True) -> str:
+    """The step's speed against the other of a comparison (the step over the other's,
+    `stem`), in words that hold over the whole interval: '36.4x faster (95% interval
+    34.7-37.2x)', '1.43x slower (1.40-1.46x)', or, where the interval holds 1, the ratio
+    itself: 'as fast within its interval (1.02x, 95% interval 0.97-1.07x)'."""
+    ratio, lo, hi = (record[f"{stem}_{s}"] for s in ("median", "ci_lo", "ci_hi"))
+    if hi < 1:
+        return f"{_x(1 / ratio)} faster {_span(1 / hi, 1 / lo, named)}"
+    if lo > 1:
+        return f"{_x(ratio)} slower {_span(lo, hi, named)}"
+    interval = _span(1 / hi, 1 / lo, True)[1:]
+    return f"as fast within its interval (speed-up {_x(1 / ratio)}, {interval}"
+
+
+def host_moved(environment: Mapping | None) -> float | None:
+    """How far the run's copy-peak probes read apart (the largest over the smallest), when
+    by more than HOST_MOVED; None when they agree, or the run probed once."""
+    moved = drift((environment or {}).get("peak_gbps_probes") or [])
+    return moved if moved is not None and moved > 1 + HOST_MOVED else None
+
+
+def moved_text(environment: Mapping) -> str:
+    """'the host's speed moved 1.8x during the run (copy peak 11.6, then 6.5 GB/s)'."""
+    moved = host_moved(environment)
+    readings = ", then ".join(f"{v:.1f}" for v in environment["peak_gbps_probes"])
+    return f"the host's speed moved {moved:.1f}x during the run (copy peak {readings} GB/s)"
+
+
+def spread(record: Mapping) -> float | None:
+    """How far a step's samples spread: its p75 over its p25 (1.0 for none)."""
+    lo, hi = record.get("step_ms_p25"), record.get("step_ms_p75")
+    return hi / lo if known(lo) and known(hi) and lo > 0 else None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A comparison judged: whether it is resolved, and the evidence: the relative width
+    of its interval, its rounds, how far the steps it compares spread (p75 over p25, the
+    wider of the two), how far the host's copy-peak probes moved (None: they held), and
+    the share of the sampling time its process ran for, when another process held the CPU
+    for more than its due (None: it did not)."""
+
+    width: float
+    rounds: int | None
+    spread: float | None
+    moved: float | None
+    held: float | None = None  # the share of the time its process ran, when busy
+
+    @property
+    def resolved(self) -> bool:
+        enough = self.rounds is not None and self.rounds >= MIN_SPREAD_SAMPLES
+        steady = self.moved is None and self.held is None
+        return self.width <= RESOLVED_WIDTH and enough and steady
+
+
+#: What the points of one group share: records alike in these were sampled in the same
+#: rounds (experiments.interleave; the group's number alone repeats across the shares of a
+#: merged study).
+CONTEXT_FIELDS = (
+    "sampling_group",
+    "model",
+    "d_model",
+    "num_heads",
+    "head_dim",
+    "batch",
+    "prompt_len",
+    "dtype",
+    "gen_len",
+    "cuda_graph",
+    "tp",
+    "device",
+)
+
+
+def _same_context(a: Mapping, b: Mapping) -> bool:
+    return all(a.get(f) == b.get(f) for f in CONTEXT_FIELDS)
+
+
+def _against(record: Mapping, stem: str) -> tuple:
+    """(variant or KV heads, provider, mode) of the point the comparison `stem` of
+    `record` is taken against."""
+    if stem == "x_of_narrowest":
+        return record.get("narrowest_variant"), record.get("provider"), "cache"
+    if stem == "x_of_no_cache":
+        return record.get("num_kv_heads"), record.get("provider"), "no_cache"
+    return record.get("num_kv_heads"), record.get("baseline_provider"), record.get("mode")
+
+
+def partner(record: Mapping, stem: str, records: Sequence[Mapping]) -> Mapping | None:
+    """The record of the point `record`'s comparison `stem` is taken against."""
+    which = "variant" if stem == "x_of_narrowest" else "num_kv_heads"
+    wanted = _against(record, stem)
+    found = (
+        r
+        for r in records
+        if r is not record
+        and _same_context(r, record)
+        and (r.get(which), r.get("provider"), r.get("mode")) == wanted
+    )
+    return next(found, None)
+
+
+def judge(
+    record: Mapping, stem: str, records: Sequence[Mapping], environment: Mapping | None
+) -> Judged:
+    """The evidence of the record's comparison `stem` (see the module's docstring)."""
+    median, lo, hi = (record[f"{stem}_{s}"] for s in ("median", "ci_lo", "ci_hi"))
+    other = partner(record, stem, records)
+    spreads = [s for s in (spread(record), other and spread(other)) if s is not None]
+    rounds = record.get("step_repeats")
+    return Judged(
+        relative_half_width(median, lo, hi),
+        rounds if known(rounds) else None,
+        max(spreads, default=None),
+        host_moved(environment),
+        held(record, other),
+    )
+
+
+def held(*records: Mapping | None) -> float | None:
+    """The least share of their sampling time the records' process ran for, when another
+    process held the CPU (render.plots.busy); None when none did."""
+    shares = [s for r in records if r is not None and (s := busy(r)) is not None]
+    return min(shares, default=None)
+
+
+def held_text(share: float) -> str:
+    """'another process held the CPU: this one ran for only 33% of the sampling time'."""
+    return f"another process held the CPU: this one ran for only {share:.0%} of the sampling time"
+
+
+def paired(a: Mapping, b: Mapping) -> dict | None:
+    """The comparison of two records sampled in the same rounds, as a record's comparison
+    fields under the stem 'x' ({'x_median', 'x_ci_lo', 'x_ci_hi'}, a's step over b's, and
+    the rounds): None when they were not sampled together."""
+    xs, ys = a.get("samples_ms") or [], b.get("samples_ms") or []
+    together = a.get("sampling") == b.get("sampling") == "interleaved" and _same_context(a, b)
+    if not together or not xs or len(xs) != len(ys) or min(ys) <= 0:
+        return None
+    ratios = [x / y for x, y in zip(xs, ys, strict=True)]
+    lo, hi = bootstrap_interval(ratios)
+    return {
+        "x_median": percentile(ratios, 50),
+        "x_ci_lo": lo,
+        "x_ci_hi": hi,
+        "step_repeats": len(ratios),
+    }
+
+
+def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
+    """Why comparisons are not resolved, from the evidence of each: 'its 95% interval is
+    ±28% wide (over ±10%), the steps compared spread up to 2.9x from p25 to p75, and the
+    host's speed moved 1.8x during the run (copy peak 11.6, then 6.5 GB/s)'."""
+    one = len(judged) == 1
+    parts = []
+    widest = max(j.width for j in judged)
+    if widest > RESOLVED_WIDTH:
+        what = "its 95% interval is" if one else "their 95% intervals are up to"
+        parts.append(f"{what} ±{widest:.0%} wide (over ±{RESOLVED_WIDTH:.0%})")
+    rounds = [j.rounds or 0 for j in judged]
+    if min(rounds) < MIN_SPREAD_SAMPLES:
+        span = f"{min(rounds)}" if len(set(rounds)) == 1 else f"{min(rounds)} to {max(rounds)}"
+        who = "it was" if one else "they were"
+        parts.append(f"{who} sampled over only {span} rounds ({MIN_SPREAD_SAMPLES} needed)")
+    spreads = [j.spread for j in judged if j.spread is not None]
+    if spreads and max(spreads) > 1 + NOISY_IQR_FRACTION:
+        parts.append(f"the steps compared spread up to {max(spreads):.1f}x from p25 to p75")
+    shares = [j.held for j in judged if j.held is not None]
+    if shares:
+        parts.append(held_text(min(shares)))
+    if any(j.moved is not None for j in judged) and environment is not None:
+        parts.append(moved_text(environment))
+    return join_words(parts) if parts else "its evidence does not hold"
 
 
 def _listed(rows: Sequence[dict], stem: str, inverse: bool = False) -> str:
-    """'MHA 9.19x (95% interval 8.99-9.27x), GQA-2 1.91x (1.88-1.92x)'."""
+    """'MHA 9.19x (95% interval 8.99-9.27x), GQA-2 1.91x (1.88-1.92x)', or with `inverse`
+    'MHA 38.7x faster (95% interval ...), GQA-2 1.20x slower (...)'."""
+    if inverse:
+        return ", ".join(
+            f"{series_label(r)} {speed(r, stem, named=i == 0)}" for i, r in enumerate(rows)
+        )
     return ", ".join(
-        f"{series_label(r)} {stated(r, stem, inverse, named=i == 0)}" for i, r in enumerate(rows)
+        f"{series_label(r)} {stated(r, stem, named=i == 0)}" for i, r in enumerate(rows)
     )
 
 
@@ -54,32 +266,69 @@ def _longest(rows: Sequence[dict]) -> tuple[int, list[dict]]:
     return longest, [r for r in rows if r["prompt_len"] == longest]
 
 
-def variant_findings(records: Sequence[dict]) -> list[str]:
+def _split(
+    rows: Sequence[dict], stem: str, records: Sequence[dict], environment: Mapping | None
+) -> tuple[list[dict], list[dict], list[Judged]]:
+    """The rows whose comparison `stem` is resolved, those whose is not, and the latter's
+    evidence."""
+    judged = [judge(r, stem, records, environment) for r in rows]
+    held = [r for r, j in zip(rows, judged, strict=True) if j.resolved]
+    not_held = [(r, j) for r, j in zip(rows, judged, strict=True) if not j.resolved]
+    return held, [r for r, _ in not_held], [j for _, j in not_held]
+
+
+def variant_findings(records: Sequence[dict], environment: Mapping | None = None) -> list[str]:
     """'Cached step over MQA's at 4,096 tokens: MHA 9.19x (95% interval 8.99-9.27x),
-    GQA-2 1.91x (1.88-1.92x), sampled in turn over 30 rounds.'"""
+    GQA-2 1.91x (1.88-1.92x), sampled in turn over 30 rounds.'; the variants whose
+    comparison is not resolved in a line of their own: 'Cached step of GQA-2 over MQA's at
+    4,096 tokens: not resolved, its 95% interval is ±28% wide (over ±10%)'."""
     rows = _compared(records, "x_of_narrowest")
     if not rows:
         return []
     longest, at = _longest(rows)
     narrowest = join_words(sorted({r["narrowest_variant"] for r in at}))
     widest_first = sorted(at, key=lambda r: -r["x_of_narrowest_median"])
-    return [
-        f"Cached step over {narrowest}'s at {longest:,} tokens: "
-        f"{_listed(widest_first, 'x_of_narrowest')}{_rounds(at)}."
-    ]
+    held, not_held, judged = _split(widest_first, "x_of_narrowest", records, environment)
+    found = []
+    if held:
+        found.append(
+            f"Cached step over {narrowest}'s at {longest:,} tokens: "
+            f"{_listed(held, 'x_of_narrowest')}{_rounds(held)}."
+        )
+    if not_held:
+        names = join_words([series_label(r) for r in not_held])
+        found.append(
+            f"Cached step of {names} over {narrowest}'s at {longest:,} tokens: not "
+            f"resolved, {why_not(judged, environment)}."
+        )
+    return found
 
 
-def cache_findings(records: Sequence[dict], where: str) -> list[str]:
+def cache_findings(
+    records: Sequence[dict], where: str, environment: Mapping | None = None
+) -> list[str]:
     """'Cached decode over recomputing the prefix at 256 tokens: MHA 38.7x faster (95%
-    interval 38.2-39.5x), ..., sampled in turn over 30 rounds, on ...'."""
+    interval 38.2-39.5x), ..., sampled in turn over 30 rounds, on ...'; the variants whose
+    comparison is not resolved in a line of their own, saying why."""
     rows = _compared(records, "x_of_no_cache")
     if not rows:
         return []
     longest, at = _longest(rows)
-    return [
-        f"Cached decode over recomputing the prefix at {longest:,} tokens: "
-        f"{_listed(at, 'x_of_no_cache', inverse=True)} faster{_rounds(at)}, {where}."
-    ]
+    held, not_held, judged = _split(at, "x_of_no_cache", records, environment)
+    found = []
+    if held:
+        found.append(
+            f"Cached decode over recomputing the prefix at {longest:,} tokens: "
+            f"{_listed(held, 'x_of_no_cache', inverse=True)}{_rounds(held)}, "
+            f"{where}."
+        )
+    if not_held:
+        names = join_words([series_label(r) for r in not_held])
+        found.append(
+            f"Cached decode of {names} over recomputing the prefix at {longest:,} "
+            f"tokens: not resolved, {why_not(judged, environment)}."
+        )
+    return found
 
 
 #: The comparisons of a decode record: the field stem and how a finding names it.
@@ -93,13 +342,18 @@ COMPARISONS = {
 def sampling_findings(records: Sequence[dict], target: float | None) -> list[str]:
     """How far sampling got: the widest interval of a comparison, against the target
     ('the widest 95% interval of a comparison is ±4.2% (MHA over MQA, context 1,024),
-    against a target of ±2.0%'); and the points sampled alone, whose comparisons are
-    not made."""
-    widest = None
+    against a target of ±2.0%'), among those sampled over MIN_SPREAD_SAMPLES rounds or
+    more; how many were sampled over fewer; and the points sampled alone, whose
+    comparisons are not made."""
+    widest, few = None, 0
     for r in ok_records(records, "prompt_len"):
         for stem, name in COMPARISONS.items():
             median, lo, hi = (r.get(f"{stem}_{s}") for s in ("median", "ci_lo", "ci_hi"))
             if not (known(median) and known(lo) and known(hi)) or median <= 0:
+                continue
+            rounds = r.get("step_repeats")
+            if not known(rounds) or rounds < MIN_SPREAD_SAMPLES:  # an interval of nothing
+                few += 1
                 continue
             width = relative_half_width(median, lo, hi)
             if widest is None or width > widest[0]:
@@ -111,6 +365,12 @@ def sampling_findings(records: Sequence[dict], target: float | None) -> list[str
         goal = f", {reached} a target of ±{target:.1%}" if target is not None else ""
         found.append(
             f"The widest 95% interval of a comparison is ±{widest[0]:.1%} ({widest[1]}){goal}."
+        )
+    if few:
+        found.append(
+            f"{few} comparison{'s' * (few != 1)} {'was' if few == 1 else 'were'} sampled over "
+            f"under {MIN_SPREAD_SAMPLES} rounds: too few for an interval to tell (over one "
+            "round it has no width)."
         )
     alone = [r for r in ok_records(records, "step_ms_median") if r.get("sampling") == "alone"]
     if alone:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
+from ..measure.timing import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
 from ..model.units import binary_unit
 from ..records import Kind, failed, field_kinds
 from ..study.output import named
@@ -37,6 +38,31 @@ FIELD_NAMES = {"num_heads": "query heads", "num_kv_heads": "KV heads", "num_laye
                "dtype": ""}  # fmt: skip
 #: Settings not named when every record has this value: no generations, no CUDA graphs.
 UNSAID = {"gen_len": 0, "cuda_graph": False}
+
+
+def few_samples(record: Mapping) -> bool:
+    """The record's step has too few samples to judge their spread (measure.timing)."""
+    repeats = record.get("step_repeats")
+    return known(repeats) and repeats < MIN_SPREAD_SAMPLES
+
+
+def busy(record: Mapping) -> float | None:
+    """The share of its sampling time the record's process ran for, when under
+    BUSY_CPU_SHARE (another process held the CPU); None otherwise."""
+    share = record.get("cpu_share")
+    return share if known(share) and share < BUSY_CPU_SHARE else None
+
+
+def steady(record: Mapping) -> bool:
+    """The record's step time can be stated: not flagged noisy, with samples enough to
+    tell, sampled while its process had the CPU (a record written before the status said
+    so has its `noisy` flag alone)."""
+    return not record.get("noisy") and not few_samples(record) and busy(record) is None
+
+
+def unsteady(record: Mapping) -> bool:
+    """Not `steady`: a point a plot draws hollow."""
+    return not steady(record)
 
 
 def ok_records(records: Iterable[dict], *needed: str) -> list[dict]:
@@ -150,6 +176,19 @@ CONTEXT_LABEL = "Context (tokens cached)"
 DECODE_SHARED = ("dtype", "batch", "gen_len", "cuda_graph")
 
 
+#: How a plot marks a point it cannot vouch for: hollow.
+HOLLOW = {"markerfacecolor": "white", "markeredgewidth": 1.5}
+#: The legend's words for a hollow step (decode_latency, decode_bandwidth) and for a
+#: hollow comparison (decode_speedup, decode_variants).
+NOISY_LABEL = (
+    f"hollow: noisy (p25 to p75 over {NOISY_IQR_FRACTION:.0%} of the median, under "
+    f"{MIN_SPREAD_SAMPLES} samples, or sampled while another process held the CPU)"
+)
+UNRESOLVED_LABEL = "hollow: not resolved (see the findings)"
+#: The legend's title where the bars are a step's p25 to p75.
+BARS_IQR = "bars: p25 to p75"
+
+
 def _decode_lines(
     ax: Axes,
     records: Sequence[dict],
@@ -157,9 +196,14 @@ def _decode_lines(
     spread: tuple[str, str] | None = None,
     modes: Sequence[str] = ("cache", "no_cache"),
     legend_title: str | None = None,
+    unsure: Callable[[dict], bool] | None = None,
+    unsure_label: str = NOISY_LABEL,
 ) -> None:
     """One line per configuration and mode (solid with the cache, dashed without), with
-    `spread` (low, high fields) as error bars; the legend goes beside the axes."""
+    `spread` (low, high fields) as error bars; the points `unsure` says are not to be
+    relied on (noisy, not resolved) hollow, with `unsure_label` in the legend; the legend
+    goes beside the axes."""
+    marked = False
     for color, (label, rows) in enumerate(series(records, "prompt_len", exclude=("mode",))):
         for mode in modes:
             line = [r for r in rows if r["mode"] == mode]
@@ -173,8 +217,34 @@ def _decode_lines(
             text = label if len(modes) == 1 else f"{label}, {mode.replace('_', ' ')}"
             ax.errorbar(xs, ys, yerr=errors, linestyle="-" if mode == "cache" else "--", marker="o",
                         color=f"C{color}", capsize=3, label=text)  # fmt: skip
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), handlelength=3,
-              title=legend_title, title_fontsize=8)  # fmt: skip
+            hollow = [(x, v) for x, v, r in zip(xs, ys, line, strict=True) if unsure and unsure(r)]
+            if hollow:
+                style = {"linestyle": "none", "marker": "o", "color": f"C{color}", "zorder": 3}
+                ax.plot(*zip(*hollow, strict=True), **style, **HOLLOW)
+                marked = True
+    handles, labels = ax.get_legend_handles_labels()
+    if marked:  # last in the legend, after the lines
+        text = textwrap.fill(unsure_label, LEGEND_TITLE_WIDTH)
+        (key,) = ax.plot([], [], linestyle="none", marker="o", color="grey", **HOLLOW)
+        handles, labels = [*handles, key], [*labels, text]
+    ax.legend(
+        handles,
+        labels,
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        handlelength=3,
+        title=legend_title,
+        title_fontsize=8,
+    )
+
+
+def _unresolved(stem: str, doc: dict) -> Callable[[dict], bool]:
+    """Whether a record's comparison `stem` is not resolved (render.comparisons)."""
+    from .comparisons import judge  # comparisons draws on this module's helpers
+
+    records = _records(doc, "decode")
+    return lambda r: not judge(r, stem, records, doc.get("environment")).resolved
 
 
 def decode_latency(doc: dict) -> Figure | None:
@@ -188,8 +258,8 @@ def decode_latency(doc: dict) -> Figure | None:
         CONTEXT_LABEL,
         "Time per decode step, median (ms)",
     )
-    _decode_lines(ax, records, "step_ms_median", spread=("step_ms_p25", "step_ms_p75"),
-                  legend_title="bars: p25 to p75")  # fmt: skip
+    bars = ("step_ms_p25", "step_ms_p75")
+    _decode_lines(ax, records, "step_ms_median", bars, legend_title=BARS_IQR, unsure=unsteady)
     _scale(ax, "x", [r["prompt_len"] for r in records])
     _scale(ax, "y", [r["step_ms_p25"] for r in records] + [r["step_ms_p75"] for r in records])
     return fig
@@ -223,6 +293,8 @@ def decode_speedup(doc: dict) -> Figure | None:
         spread=("speedup_lo", "speedup_hi"),
         modes=("cache",),
         legend_title=INTERVAL_BARS,
+        unsure=_unresolved("x_of_no_cache", doc),
+        unsure_label=UNRESOLVED_LABEL,
     )
     _scale(ax, "x", [r["prompt_len"] for r in records])
     _scale(ax, "y", [1.0, *(r["speedup_hi"] for r in records)])
@@ -255,6 +327,8 @@ def decode_variants(doc: dict) -> Figure | None:
         modes=("cache",),
         spread=("x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi"),
         legend_title=INTERVAL_BARS,
+        unsure=_unresolved("x_of_narrowest", doc),
+        unsure_label=UNRESOLVED_LABEL,
     )
     _scale(ax, "x", [r["prompt_len"] for r in records])
     _scale(ax, "y", [1.0, *(r["x_of_narrowest_ci_hi"] for r in records)])
@@ -277,7 +351,7 @@ def decode_bandwidth(doc: dict) -> Figure | None:
         "Achieved bandwidth (% of measured peak)",
     )
     ax.axhline(100.0, color="grey", linewidth=1, linestyle=":", label="measured peak (100%)")
-    _decode_lines(ax, records, "pct_of_peak_bw")
+    _decode_lines(ax, records, "pct_of_peak_bw", unsure=unsteady)
     _scale(ax, "x", [r["prompt_len"] for r in records])
     _scale(ax, "y", [100.0, *(r["pct_of_peak_bw"] for r in records)])
     return fig
@@ -368,11 +442,18 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
                 marker="o", label=label)  # fmt: skip
     heads = sorted({r["num_kv_heads"] for r in records})
     _scale(ax, "x", heads)
-    variants = {r["num_kv_heads"]: r.get("variant") or "" for r in records}
-    ax.set_xticklabels([f"{h}\n{variants[h]}" for h in heads])
+    ax.set_xticklabels([_heads_tick(h, records) for h in heads])
     _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
     ax.legend(fontsize=8)
     return fig
+
+
+def _heads_tick(heads: int, records: Sequence[dict]) -> str:
+    """A tick at `heads` KV heads: the number, over the variant's name when every line
+    there names it alike (8 KV heads is MHA with 8 query heads, GQA-8 with 32: then the
+    number alone)."""
+    names = {r.get("variant") for r in records if r["num_kv_heads"] == heads}
+    return f"{heads}\n{names.pop()}" if len(names) == 1 and None not in names else str(heads)
 
 
 def kv_memory_vs_context(doc: dict) -> Figure | None:

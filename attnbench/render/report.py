@@ -8,13 +8,38 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..measure.timing import NOISY_IQR_FRACTION
+from ..measure.timing import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION, drift
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named
 from .columns import columns_for, join_words, known
-from .comparisons import cache_findings, sampling_findings, stated, variant_findings
-from .plots import PLOTS, context, field_text, ok_records, one_provider, series, series_label
+from .comparisons import (
+    HOST_MOVED,
+    Judged,
+    cache_findings,
+    held,
+    held_text,
+    host_moved,
+    moved_text,
+    paired,
+    sampling_findings,
+    speed,
+    spread,
+    variant_findings,
+    why_not,
+)
+from .plots import (
+    PLOTS,
+    busy,
+    context,
+    few_samples,
+    field_text,
+    ok_records,
+    one_provider,
+    series,
+    series_label,
+    steady,
+)
 from .providers import baseline_of, providers_of, providers_table
 from .table import markdown_table, present_columns, split_settings
 
@@ -28,7 +53,12 @@ TITLES = {
 
 
 def _value(v) -> str:
-    """An environment value: '-' for None, NaN or an infinity."""
+    """An environment value: '-' for None, NaN or an infinity; a list or a mapping (the
+    probes of a peak, a peak per dtype) item by item."""
+    if isinstance(v, list):
+        return ", ".join(map(_value, v)) or "-"
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_value(x)}" for k, x in v.items()) or "-"
     if not known(v):
         return "-"
     return f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -96,6 +126,110 @@ def _setting(field: str, value) -> str:
     return f"{value} layers" if field == "num_layers" else str(value)
 
 
+def _noise(rows: Sequence[dict]) -> str:
+    """What makes steps noisy, in words: 'p25 to p75 spans up to 48% of the median', 'too
+    few samples (under 11) to judge the spread', or both."""
+    parts = []
+    spans = [
+        (r["step_ms_p75"] - r["step_ms_p25"]) / r["step_ms_median"]
+        for r in rows
+        if not few_samples(r)
+        and r.get("noisy")
+        and busy(r) is None
+        and known(r.get("step_ms_p25"))
+        and known(r.get("step_ms_p75"))
+        and r["step_ms_median"] > 0
+    ]
+    if spans:
+        parts.append(
+            f"p25 to p75 spans {'up to ' * (len(spans) > 1)}{max(spans):.0%} of the median"
+        )
+    if any(few_samples(r) for r in rows):
+        parts.append(f"too few samples (under {MIN_SPREAD_SAMPLES}) to judge the spread")
+    if (share := held(*rows)) is not None:
+        parts.append(held_text(share))
+    return join_words(parts) if parts else "noisy"
+
+
+def _step_times(name: str, cached: dict, uncached: dict, lo: int, hi: int) -> str:
+    """'MHA: without the cache a decode step takes 4.786 ms at context 64 and 22.195 ms at
+    context 256; with it, 0.403 ms and 0.615 ms.' A noisy step's time is not stated: the
+    line says which steps were noisy, and how."""
+    steps = [(uncached, lo), (uncached, hi), (cached, lo), (cached, hi)]
+    if all(steady(mode[c]) for mode, c in steps):
+        return (
+            f"{name}: without the cache a decode step takes "
+            f"{uncached[lo]['step_ms_median']:.3f} ms at context {lo:,} and "
+            f"{uncached[hi]['step_ms_median']:.3f} ms at context {hi:,}; with it, "
+            f"{cached[lo]['step_ms_median']:.3f} ms and "
+            f"{cached[hi]['step_ms_median']:.3f} ms."
+        )
+    noisy = [mode[c] for mode, c in steps if not steady(mode[c])]
+    if len(noisy) == len(steps):
+        return (
+            f"{name}: decode step times not stated, all {len(steps)} steps are noisy "
+            f"({_noise(noisy)})."
+        )
+
+    def times(mode: dict) -> str:
+        return join_words(
+            [
+                f"{mode[c]['step_ms_median']:.3f} ms at context {c:,}"
+                for c in (lo, hi)
+                if steady(mode[c])
+            ]
+        )
+
+    clauses = []
+    if any(steady(uncached[c]) for c in (lo, hi)):
+        clauses.append(f"without the cache a decode step takes {times(uncached)}")
+    if any(steady(cached[c]) for c in (lo, hi)):
+        lead = "with it, " if clauses else "with the cache a decode step takes "
+        clauses.append(lead + times(cached))
+    which = []
+    for mode, word in (("no_cache", "uncached"), ("cache", "cached")):
+        contexts = [f"{r['prompt_len']:,}" for r in noisy if r["mode"] == mode]
+        if contexts:
+            plural = "s" * (len(contexts) > 1)
+            which.append(f"{word} step{plural} at context{plural} {join_words(contexts)}")
+    clauses.append(f"not stated for the {join_words(which)}, noisy ({_noise(noisy)})")
+    return f"{name}: {'; '.join(clauses)}."
+
+
+def busy_findings(records: Sequence[dict]) -> list[str]:
+    """'Another process held the CPU while 12 of 18 decode steps were sampled: ...', when
+    some were sampled while their process ran for under BUSY_CPU_SHARE of the time."""
+    timed = ok_records(records, "step_ms_median")
+    shares = [s for r in timed if (s := busy(r)) is not None]
+    if not shares:
+        return []
+    span = f"{min(shares):.0%}" + (f" to {max(shares):.0%}" if max(shares) > min(shares) else "")
+    return [
+        f"Another process held the CPU while {len(shares)} of {len(timed)} decode steps were "
+        f"sampled: this one ran for only {span} of their sampling time, so the host ran them "
+        "slower than it can, and their times and comparisons are not stated."
+    ]
+
+
+def host_findings(environment: dict) -> list[str]:
+    """'The host's speed moved during the run: ...', when the peaks probed before and
+    after the timed points read more than HOST_MOVED apart."""
+    if host_moved(environment) is None:
+        return []
+    found = moved_text(environment)
+    matmul = []
+    for dtype, probes in (environment.get("peak_tflops_probes") or {}).items():
+        moved = drift(probes)
+        if moved is not None and moved > 1 + HOST_MOVED:
+            readings = ", then ".join(f"{v:.3g}" for v in probes)
+            matmul.append(f"the {dtype} matmul peak {readings} TFLOPS")
+    also = f" ({join_words(matmul)})" if matmul else ""
+    return [
+        f"{found[0].upper()}{found[1:]}{also}, more than {HOST_MOVED:.0%} apart: the "
+        "run's timings hold for neither moment, and its comparisons are not resolved."
+    ]
+
+
 def _decode_findings(
     records: Sequence[dict], environment: dict, target: float | None = None
 ) -> list[str]:
@@ -113,51 +247,166 @@ def _decode_findings(
         uncached = {r["prompt_len"]: r for r in rows if r["mode"] == "no_cache"}
         both = sorted(set(cached) & set(uncached))
         if len(both) >= 2:
-            lo, hi = both[0], both[-1]
             name = f"{label} ({rows[0]['provider']})" if several else label
-            found.append(
-                f"{name}: without the cache a decode step takes "
-                f"{uncached[lo]['step_ms_median']:.3f} ms at context {lo:,} and "
-                f"{uncached[hi]['step_ms_median']:.3f} ms at context {hi:,}; with it, "
-                f"{cached[lo]['step_ms_median']:.3f} ms and {cached[hi]['step_ms_median']:.3f} ms."
-            )
-    found += variant_findings(records)
-    found += cache_findings(records, where)
-    found += _fastest_providers(timed_all)
-    found += _peaks(records, several)
-    noisy = [r for r in timed_all if r.get("noisy")]
+            found.append(_step_times(name, cached, uncached, both[0], both[-1]))
+    found += variant_findings(records, environment)
+    found += cache_findings(records, where, environment)
+    found += _fastest_providers(timed_all, environment)
+    found += _peaks(records, several, environment)
+    noisy = [r for r in timed_all if r.get("noisy") or few_samples(r)]
     if noisy:
-        found.append(f"{len(noisy)} of {len(timed_all)} decode steps (each timed at a fixed "
-                     f"context) are flagged noisy: p25 to p75 wider than "
-                     f"{NOISY_IQR_FRACTION:.0%} of the median.")  # fmt: skip
+        found.append(_noisy_count(noisy, len(timed_all)))
     found += sampling_findings(records, target)
     return found
 
 
-def _fastest_providers(timed: Sequence[dict]) -> list[str]:
-    """'Fastest cached decode step at context 256: MHA sdpa-flash (0.270 ms, 1.12x
-    attnbench) and GQA-2 attnbench (0.280 ms, the baseline).' With two providers or more."""
+def _noisy_count(noisy: Sequence[dict], timed: int) -> str:
+    """'3 of 12 decode steps (...) are flagged noisy: p25 to p75 wider than 10% of the
+    median.', with how many for each reason when some have another."""
+    few = [r for r in noisy if few_samples(r)]
+    held_up = [r for r in noisy if not few_samples(r) and busy(r) is not None]
+    wide = len(noisy) - len(few) - len(held_up)
+    rule = f"p25 to p75 wider than {NOISY_IQR_FRACTION:.0%} of the median"
+    lead = f"{len(noisy)} of {timed} decode steps (each timed at a fixed context) are flagged noisy"
+    if not few and not held_up:
+        return f"{lead}: {rule}."
+    parts = [f"{wide} with {rule}"] * bool(wide)
+    parts += [f"{len(few)} with too few samples (under {MIN_SPREAD_SAMPLES})"] * bool(few)
+    parts += [f"{len(held_up)} sampled while another process held the CPU"] * bool(held_up)
+    return f"{lead}: {join_words(parts)}."
+
+
+def _fastest_providers(timed: Sequence[dict], environment: dict | None = None) -> list[str]:
+    """'Fastest cached decode step at context 256: MHA sdpa-flash (0.270 ms, 1.12x faster
+    (95% interval 1.10-1.14x) than attnbench) and GQA-2 attnbench (0.280 ms, the
+    baseline).' With two providers or more. A provider is named fastest only where its
+    step beat every other provider's, round by round, by a resolved comparison
+    (render.comparisons); otherwise the line says that the variant's fastest is not
+    resolved, and why."""
     cached = [r for r in timed if r["mode"] == "cache"]
     if len(providers_of(cached)) < 2:
         return []
     baseline = baseline_of(cached)
     longest = max(r["prompt_len"] for r in cached)
     at_longest = [r for r in cached if r["prompt_len"] == longest]
-    parts = []
+    parts, unresolved = [], []
     for label, rows in series(at_longest, "prompt_len", exclude=("mode", "provider")):
         best = min(rows, key=lambda r: r["step_ms_median"])
+        against = [(r, paired(best, r)) for r in rows if r is not best]
+        if not all(p is not None and _beats(p, best, r, environment) for r, p in against):
+            unresolved.append((label, best, against))
+            continue
         if best["provider"] == baseline:
             versus = ", the baseline"
-        elif known(best.get("x_of_baseline_ci_lo")) and known(best.get("x_of_baseline_median")):
-            versus = f", {stated(best, 'x_of_baseline', inverse=True)} {baseline}"
+        elif all(known(best.get(f"x_of_baseline_{s}")) for s in ("median", "ci_lo", "ci_hi")):
+            versus = f", {speed(best, 'x_of_baseline')} than {baseline}"
         else:
             versus = ""
         parts.append(f"{label} {best['provider']} ({best['step_ms_median']:.3f} ms{versus})")
-    return [f"Fastest cached decode step at context {longest:,}: {join_words(parts)}."]
+    found = []
+    if parts:
+        found.append(f"Fastest cached decode step at context {longest:,}: {join_words(parts)}.")
+    for label, best, against in unresolved:
+        found.append(
+            f"Fastest cached decode step of {label} at context {longest:,}: not "
+            f"resolved, {_not_beaten(best, against, environment)}."
+        )
+    return found
 
 
-def _peaks(records: Sequence[dict], several: bool) -> list[str]:
-    """The decode step nearest the copy bandwidth, and the prefill nearest the matmul peak."""
+def _judged(comparison: dict, a: dict, b: dict, environment: dict | None) -> Judged:
+    """The evidence of a paired comparison (render.comparisons.paired) of a over b."""
+    median, lo, hi = (comparison[f"x_{s}"] for s in ("median", "ci_lo", "ci_hi"))
+    width = max(median - lo, hi - median) / median
+    spreads = [s for s in (spread(a), spread(b)) if s is not None]
+    return Judged(
+        width,
+        comparison["step_repeats"],
+        max(spreads, default=None),
+        host_moved(environment),
+        held(a, b),
+    )
+
+
+def _beats(comparison: dict, a: dict, b: dict, environment: dict | None) -> bool:
+    """a's step is faster than b's over the whole interval of a resolved comparison."""
+    return _judged(comparison, a, b, environment).resolved and comparison["x_ci_hi"] < 1
+
+
+def _not_beaten(best: dict, against: list, environment: dict | None) -> str:
+    """Why the provider with the fastest median is not named fastest."""
+    apart = [r["provider"] for r, p in against if p is None]
+    if apart:
+        return f"{best['provider']} was not sampled in turn with {join_words(apart)}"
+    judged = [_judged(p, best, r, environment) for r, p in against]
+    if all(j.resolved for j in judged):
+        tied = [r["provider"] for r, p in against if p["x_ci_hi"] >= 1]
+        return (
+            f"{best['provider']} and {join_words(tied)} are as fast within the 95% "
+            "interval of their comparison"
+        )
+    return why_not([j for j in judged if not j.resolved], environment)
+
+
+def _peak_cause(best: dict, environment: dict) -> str:
+    """Why a decode step reached over 100% of the copy peak, from what the run measured:
+    its bytes fit in the device's last-level cache (`cache_bytes`), or a probe of the peak
+    read more than the first, the one the steps are held against (it was taken in a slower
+    moment); both possible causes where the run cannot tell."""
+    causes = []
+    cache, step = environment.get("cache_bytes"), best.get("bytes_per_step")
+    if known(cache) and known(step) and step <= cache:
+        causes.append(
+            f"its {format_bytes(step)} a step fit in the device's "
+            f"{format_bytes(cache)} last-level cache, so they need not come from "
+            "memory"
+        )
+    probes = [v for v in environment.get("peak_gbps_probes") or [] if known(v)]
+    if len(probes) > 1 and max(probes) > 1.05 * probes[0]:
+        readings = ", then ".join(f"{v:.1f}" for v in probes)
+        causes.append(f"the peak was probed in a slower moment (the probes read {readings} GB/s)")
+    if causes:
+        return f"; over 100% because {join_words(causes)}"
+    return (
+        "; over 100% means the peak was probed in a slower moment, or the step's data "
+        "came from on-chip caches, not memory"
+    )
+
+
+def _flops_cause(best: dict, environment: dict) -> str:
+    """Why a prefill reached over 100% of the matmul peak: a later probe of the peak in its
+    dtype read more than the first (which was taken in a slower moment), or, where the
+    probes agree, the prefill's kernels ran faster than the square matmul of the probe."""
+    probes = (environment.get("peak_tflops_probes") or {}).get(best.get("dtype"), [])
+    probes = [v for v in probes if known(v)]
+    if len(probes) > 1 and max(probes) > 1.05 * probes[0]:
+        readings = ", then ".join(f"{v:.3g}" for v in probes)
+        return (
+            f"; over 100% because the peak was probed in a slower moment (the probes "
+            f"read {readings} TFLOPS)"
+        )
+    return (
+        "; over 100% means the peak was probed in a slower moment, or the prefill's "
+        "kernels ran faster than the one square matmul the peak is probed with"
+    )
+
+
+def _prefill_steady(record: dict) -> bool:
+    """The prefill's time can be stated: enough samples, p25 to p75 within
+    NOISY_IQR_FRACTION of the median."""
+    samples = record.get("prefill_samples_ms")
+    median, lo, hi = (record.get(f"prefill_ms_{s}") for s in ("median", "p25", "p75"))
+    if isinstance(samples, list) and len(samples) < MIN_SPREAD_SAMPLES:
+        return False
+    if not (known(median) and known(lo) and known(hi)) or median <= 0:
+        return False
+    return hi - lo <= NOISY_IQR_FRACTION * median
+
+
+def _peaks(records: Sequence[dict], several: bool, environment: dict | None = None) -> list[str]:
+    """The decode step nearest the copy bandwidth, and the prefill nearest the matmul peak,
+    among those whose time is not noisy; a result over 100% of its peak names its cause."""
+    environment = environment or {}
     found = []
 
     def where(r: dict) -> str:
@@ -165,23 +414,36 @@ def _peaks(records: Sequence[dict], several: bool) -> list[str]:
         return ", ".join(parts)
 
     bandwidth = ok_records(records, "pct_of_peak_bw", "peak_gbps", "prompt_len", "mode")
-    if bandwidth:
-        best = max(bandwidth, key=lambda r: r["pct_of_peak_bw"])
-        cached = "; over 100% means its data came from on-chip caches, not memory" * (
-            best["pct_of_peak_bw"] > 100
-        )
+    held = [r for r in bandwidth if steady(r)]
+    if held:
+        best = max(held, key=lambda r: r["pct_of_peak_bw"])
+        cause = _peak_cause(best, environment) if best["pct_of_peak_bw"] > 100 else ""
         found.append(
             f"The best decode step reaches {best['pct_of_peak_bw']:.1f}% of the measured peak "
             f"copy bandwidth of {best['peak_gbps']:.1f} GB/s ({where(best)}, "
-            f"{best['mode'].replace('_', ' ')}, context {best['prompt_len']:,}){cached}."
+            f"{best['mode'].replace('_', ' ')}, context {best['prompt_len']:,}){cause}."
+        )
+    elif bandwidth:
+        found.append(
+            f"The decode steps' share of the copy bandwidth is not stated: every "
+            f"step is noisy ({_noise(bandwidth)})."
         )
     prefill = ok_records(records, "achieved_tflops", "pct_of_peak_flops", "peak_tflops")
-    if prefill:
-        best = max(prefill, key=lambda r: r["pct_of_peak_flops"])
+    held = [r for r in prefill if _prefill_steady(r)]
+    if held:
+        best = max(held, key=lambda r: r["pct_of_peak_flops"])
+        cause = _flops_cause(best, environment) if best["pct_of_peak_flops"] > 100 else ""
         found.append(
             f"The best prefill reaches {best['achieved_tflops']:.3g} TFLOPS, "
             f"{best['pct_of_peak_flops']:.1f}% of the measured {best['dtype']} matmul peak of "
-            f"{best['peak_tflops']:.3g} TFLOPS ({where(best)}, {best['prompt_len']:,} tokens)."
+            f"{best['peak_tflops']:.3g} TFLOPS ({where(best)}, {best['prompt_len']:,} "
+            f"tokens){cause}."
+        )
+    elif prefill:
+        found.append(
+            f"The prefills' share of the matmul peak is not stated: every prefill "
+            f"is noisy (p25 to p75 wider than {NOISY_IQR_FRACTION:.0%} of the "
+            f"median, or under {MIN_SPREAD_SAMPLES} samples)."
         )
     return found
 
@@ -224,6 +486,8 @@ def findings(doc: dict) -> list[str]:
     params = ok_records(sections.get("params", []), "ratio_vs_mha")
     kvmem = ok_records(sections.get("kvmem", []), "kv_bytes", "ratio_vs_mha")
     found = [
+        *host_findings(doc["environment"]),
+        *busy_findings(sections.get("decode", [])),
         *_share_of_mha(kvmem, "needs", "KV cache", ("num_heads",)),
         *_largest_caches(kvmem),
         *_share_of_mha(params, "has", "attention parameters", ("d_model", "num_heads")),

@@ -1,15 +1,16 @@
 """The one runner: every command and every study executes its points here.
 
 A study is sections of typed points. The runner alone sets the threads, collects the
-environment, measures the peaks (once, when a timed section has points to run: the copy
-bandwidth, and the matmul throughput in each dtype timed),
-orders the points, runs them one by one or, where a section groups them, a group at a time
-(decode: the points of one context, sampled in turn and compared within their rounds; an
-out-of-memory point becomes its record's status), and hands each record to a store as soon
-as it exists, so a crash or Ctrl-C keeps every finished point. The k-th record of a
-section is its k-th point, which is how a resumed run knows what is left (a group recorded
-in part runs again whole); a resumed study must resolve to the same configuration, whose
-hash the store keeps.
+environment, measures the peaks when a timed section has points to run (the copy
+bandwidth, and the matmul throughput in each dtype timed: before those points, which are
+held against them, and again after them, so that the run can tell whether the host's
+speed moved), orders the points, runs them one by one or, where a section groups them, a
+group at a time (decode: the points of one context, sampled in turn and compared within
+their rounds; an out-of-memory point becomes its record's status), and hands each record
+to a store as soon as it exists, so a crash or Ctrl-C keeps every finished point. The k-th
+record of a section is its k-th point, which is how a resumed run knows what is left (a
+group recorded in part runs again whole); a resumed study must resolve to the same
+configuration, whose hash the store keeps.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -28,7 +30,7 @@ from ..errors import FieldError, UsageError
 from ..experiments.context import Context
 from ..measure import timing
 from ..measure.devices import torch_dtype
-from ..measure.environment import collect_environment
+from ..measure.environment import cache_bytes, collect_environment
 from ..measure.memory import is_oom
 from ..records import as_dict
 from .output import (
@@ -124,12 +126,10 @@ def run_study(
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
         timed = [t for t in pending if KINDS[t.section].timed]
-        if timed and env.get("peak_gbps") is None:
-            device = plan.devices.get("decode", plan.device)
-            env["peak_gbps"] = (probe_peak or timing.measure_peak_gbps)(device)
-            flops = probe_flops or timing.measure_peak_tflops
-            dtypes = sorted({t.point.dtype for t in timed})
-            env["peak_tflops"] = {d: flops(device, torch_dtype(d)) for d in dtypes}
+        device = plan.devices.get("decode", plan.device)
+        probes = _Probes(env, device, timed, probe_peak, probe_flops)
+        if timed:
+            probes.probe(first=env.get("peak_gbps") is None)
             store.save(doc)
         counts = _pre_passes(plan, pending)
         records: dict[str, list] = {name: [] for name in plan.sections}
@@ -154,9 +154,52 @@ def run_study(
                 ran += 1
                 if stop.is_set() and not done:
                     break
+        if not stop.is_set() and any(KINDS[t.section].timed for t in pending[:ran]):
+            probes.probe()  # again after the timed points: did the host's speed move?
+            store.save(doc)
     skipped = len(plan.tasks) - len(pending)
     return RunResult(doc, records, len(plan.tasks), skipped, ran, time.perf_counter() - start,
                      skipped + ran < len(plan.tasks))  # fmt: skip
+
+
+class _Probes:
+    """The peaks a run's timed points are held against, probed into its environment:
+    `peak_gbps` (the copy bandwidth) and `peak_tflops` ({dtype: matmul TFLOPS}) from the
+    first probe, the points' roofline; every probe's reading in `peak_gbps_probes` and
+    `peak_tflops_probes` ({dtype: [TFLOPS, ...]}), the first one included: a run probes
+    before its timed points and after them (a resumed run again, each time), and probes
+    that disagree say the host's speed moved meanwhile (render.comparisons); and
+    `cache_bytes`, the device's last-level cache (a step that fits in it need not read
+    memory). Injected probes (tests) take the device (and dtype) alone."""
+
+    def __init__(
+        self,
+        env: dict,
+        device: torch.device,
+        timed: Sequence[Task],
+        probe_peak: Callable | None,
+        probe_flops: Callable | None,
+    ) -> None:
+        self.env, self.device = env, device
+        self.dtypes = sorted({t.point.dtype for t in timed})
+        self.probe_peak, self.probe_flops = probe_peak, probe_flops
+
+    def probe(self, first: bool = False) -> None:
+        env, device = self.env, self.device
+        quick = {} if first else {"repeats": timing.REPROBE_REPEATS}
+        gbps = (self.probe_peak or partial(timing.measure_peak_gbps, **quick))(device)
+        flops = self.probe_flops or partial(timing.measure_peak_tflops, **quick)
+        tflops = {d: flops(device, torch_dtype(d)) for d in self.dtypes}
+        if first:
+            env["peak_gbps"], env["peak_tflops"] = gbps, dict(tflops)
+            env["cache_bytes"] = cache_bytes(device)
+        gbps_probes = env.setdefault("peak_gbps_probes", [])
+        if not gbps_probes and not first:  # a study begun before probes were kept
+            gbps_probes.append(env.get("peak_gbps"))
+        gbps_probes.append(gbps)
+        tflops_probes = env.setdefault("peak_tflops_probes", {})
+        for dtype, value in tflops.items():
+            tflops_probes.setdefault(dtype, []).append(value)
 
 
 #: A task's group: its number in its section, and its members in run order.

@@ -135,7 +135,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "bytes_per_step": (BYTES, "the least a step moves: weights, K/V read and written, "
                                   "activations"),
         "achieved_gbps": ("GB/s", "bytes_per_step / step time (10^9 bytes per second)"),
-        "peak_gbps": ("GB/s", "copy bandwidth measured at the start of the same run"),
+        "peak_gbps": ("GB/s", "copy bandwidth measured before the timed points of the same "
+                              "run"),
         "pct_of_peak_bw": ("%", "100 · achieved_gbps / peak_gbps"),
         "flops_per_step": ("FLOPs", "the step's projections and attention"),
         "kv_bytes_per_gpu": (BYTES, "cache rows: the layer's cache on one rank"),
@@ -179,7 +180,13 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                                                   "callgrind (`--instructions`)"),
         "instructions_counter": ("", "the valgrind that counted them (`valgrind-3.19.0`): "
                                      "counts by another are not compared"),
-        "noisy": ("", "(step_ms_p75 - step_ms_p25) / step_ms_median > 10%"),
+        "noisy": ("", "(step_ms_p75 - step_ms_p25) / step_ms_median > 10%, fewer than 11 "
+                      "samples (too few to judge the spread), or cpu_share under 0.8"),
+        "status": ("", "`ok`, or `noisy` with or without a reason (timed, see noisy), or "
+                       "why the row holds no measurement (see below)"),
+        "cpu_share": ("", "the share of the sampling's wall time this process ran on the "
+                          "CPU (one thread on the CPU; empty otherwise): under 0.8, another "
+                          "process held the CPU and the row is noisy"),
         "projection_path": ("", "how the projections ran on the CPU: `onednn-packed` or "
                                 "`torch`"),
     },

@@ -1137,3 +1137,12 @@ def test_recorded_instruction_counts_flag_one_percent_more():
     result = simulate_counts(runs, trials=300)
     assert result.false_alarms == 0
     assert result.caught_rate(1.1) == result.caught_rate(1.2) == 1.0
+
+
+def test_a_noisy_point_ran_so_its_status_kind_is_ok():
+    from attnbench.gate.compare import judge_status, status_word
+
+    assert status_word({"status": "noisy: under 11 samples, too few to judge the spread"}) == "ok"
+    assert judge_status({"status": "ok"}, {"status": "noisy"}) is None
+    judged = judge_status({"status": "unsupported: no kernel"}, {"status": "noisy"})
+    assert judged is not None and judged[0].verdict.name == "IMPROVED"

@@ -155,6 +155,11 @@ def test_listed_items_wrap_with_a_hanging_indent_on_a_terminal(monkeypatch):
     assert " ".join(line.strip() for line in lines[:3]) == f"- {finding}"
     assert lines[3] == "  - short" and all(len(line) <= 40 for line in lines)
     piped = io.StringIO()
+    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(common, "console", Console(file=piped, width=40, soft_wrap=True))
     common.print_items([finding])
     assert piped.getvalue() == f"  - {finding}\n"  # off a terminal: whole, for the reader
+    # ... unless COLUMNS gives the page a width (the docs' examples, at 100)
+    monkeypatch.setenv("COLUMNS", "40")
+    common.print_items([finding])
+    assert piped.getvalue().splitlines()[1:] == lines[:3]

@@ -60,10 +60,12 @@ BULLET = "  - "
 def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
     """Each item after `bullet`. On a terminal, wrapped between words to its width with a
     hanging indent: the later lines start under the item's text, not under the bullet.
-    Off one, each item on one line, whole, for the reader to wrap."""
+    Off one, the same at COLUMNS when it is set (a page of a given width), else each
+    item on one line, whole, for the reader to wrap."""
     hang = " " * len(bullet)
+    whole = console.soft_wrap and not os.environ.get("COLUMNS", "").isdigit()
     for item in items:
-        if console.soft_wrap:
+        if whole:
             console.print(bullet + item, markup=False, highlight=False)
             continue
         width = max(console.width, len(bullet) + 20)

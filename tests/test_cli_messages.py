@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app
+from attnbench.errors import FieldError
 
 runner = CliRunner()
 
@@ -47,3 +48,54 @@ def test_a_status_line_is_never_wrapped(tmp_path, command):
     assert result.exit_code == 0, result.output
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"wrote {dest}")
+
+
+# --- values in other scripts' digits ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cuda:²", "cuda:٣", "cuda:", "cuda:-1", "cuda:0x1", "gpu"])
+def test_a_device_other_than_auto_cpu_cuda_or_cuda_digits_is_named(device):
+    args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", "--device", device]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert (
+        result.stderr
+        == f"error: --device {device}: unknown device; use auto, cpu, cuda or cuda:<index>\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, device",
+    [("cpu", "cpu"), (" CPU ", "cpu"), ("auto", "cpu"), ("cuda", None), ("cuda:0", None),
+     ("CUDA:12", None)],
+)  # fmt: skip
+def test_a_device_name_parses_before_cuda_is_asked_for(name, device, monkeypatch):
+    from attnbench.measure import devices
+
+    monkeypatch.setattr(devices.torch.cuda, "is_available", lambda: False)
+    if device is not None:
+        assert devices.resolve_device(name) == devices.torch.device(device)
+        return
+    with pytest.raises(FieldError, match="requested but CUDA is not available here"):
+        devices.resolve_device(name)
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--batch", "٣"), ("--seq-len", "1,²"), ("--layers", "1_0"), ("--tp", "0x2"),
+     ("--kv-scale-group", "١٢٨")],
+)  # fmt: skip
+def test_a_number_is_written_in_ascii_digits(flag, value):
+    args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", flag, value]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {flag} {value}: expected integer")
+
+
+def test_a_results_file_of_schema_version_true_is_refused(tmp_path):
+    src = params_json(tmp_path)
+    doc = json.loads(src.read_text())
+    src.write_text(json.dumps({**doc, "schema_version": True}))
+    result = runner.invoke(app, ["compare", str(src), str(src)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {src}: schema_version True is not supported (expected 1)\n"

@@ -309,3 +309,55 @@ def test_env_cuda_without_cuda_exits_2():
 def test_version():
     result = invoke_ok(["--version"])
     assert attnbench.__version__ in result.stdout
+
+
+# --- user text printed as written ----------------------------------------------------------
+
+#: Text that rich would read as markup or an emoji code, and Markdown or matplotlib as
+#: markup or a formula.
+MARKUP_NAME = "org/[bold]x[/] :x: [/] a$\\frac{x$_^ *y*"
+
+
+def _llama_config(tmp_path, name: str):
+    config = {"_name_or_path": name, "model_type": "llama", "hidden_size": 256,
+              "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
+              "vocab_size": 1000, "intermediate_size": 688, "torch_dtype": "bfloat16"}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_a_model_name_is_printed_as_written(tmp_path):
+    path = _llama_config(tmp_path, MARKUP_NAME)
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(path), "--no-measure"],
+                           env={"COLUMNS": "300"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert MARKUP_NAME in result.stdout
+    assert "❌" not in result.stdout
+
+
+def test_an_error_about_user_text_is_printed_as_written():
+    result = runner.invoke(app, ["decode-speed", "--device", "cu[/]da:x:", "--d-model", "64",
+                                 "--heads", "4"])  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --device cu[/]da:x:"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_study_of_a_model_named_like_markup(tmp_path):
+    """Its plots draw the name as text (no mathtext), its report escapes it for Markdown."""
+    _llama_config(tmp_path, MARKUP_NAME)
+    study = tmp_path / "study.yaml"
+    study.write_text("models: [config.json]\nkvmem:\n  seq_len: [512, 1024]\n")
+    result = runner.invoke(app, ["run", str(study), "--out", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "kv_memory_context.png").is_file()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "org/\\[bold\\]x\\[/\\] :x: \\[/\\] a\\$\\\\frac{x\\$\\_^ \\*y\\*" in report
+
+
+@pytest.mark.parametrize("columns", ["²", "٣", "x", "-5"])
+def test_a_terminal_size_that_is_no_number_is_ignored(columns):
+    result = runner.invoke(app, PARAMS_ARGS, env={"COLUMNS": columns, "LINES": columns})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "GQA-4" in result.stdout

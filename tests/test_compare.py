@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -18,16 +20,21 @@ from attnbench.experiments.fit import FitRecord
 from attnbench.experiments.kvmem import KvmemRecord
 from attnbench.experiments.params import ParamsRecord
 from attnbench.gate.compare import (
+    MEASURED_RANGE,
     Thresholds,
     TimingStats,
     Verdict,
     compare_documents,
     environment_differences,
+    judge_count,
+    judge_exact,
+    judge_memory,
     judge_timing,
     span,
     times,
     timing_stats,
 )
+from attnbench.gate.paired import judge_paired
 from attnbench.gate.simulation import (
     NO_PAIRS,
     Noise,
@@ -672,7 +679,8 @@ def test_files_without_a_common_row_are_mismatched(tmp_path):
 @pytest.mark.parametrize(
     "flags, message",
     [(["--time-threshold", "ten"], "--time-threshold"), (["--mem-threshold", "-1%"], "--mem"),
-     (["--format", "xml"], "--format")],
+     (["--format", "xml"], "--format"), (["--time-threshold", "١٠%"], "--time-threshold"),
+     (["--count-threshold", "1_0"], "--count-threshold")],
 )  # fmt: skip
 def test_bad_flags_exit_2_naming_the_flag(tmp_path, flags, message):
     doc = document("params", params_records())
@@ -1146,3 +1154,105 @@ def test_a_noisy_point_ran_so_its_status_kind_is_ok():
     assert judge_status({"status": "ok"}, {"status": "noisy"}) is None
     judged = judge_status({"status": "unsupported: no kernel"}, {"status": "noisy"})
     assert judged is not None and judged[0].verdict.name == "IMPROVED"
+
+
+# --- extreme values --------------------------------------------------------------------------
+
+NOT_FINITE = re.compile(r"\b(inf|infinity|nan)\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize(
+    "field, value, where",
+    [("step_ms_median", 1e308, "step_ms_median: 1e+308"),
+     ("step_ms_median", 5e-324, "step_ms_median: 5e-324"),
+     ("samples_ms", [0.05] * 29 + [2.2e-308], "samples_ms[29]: 2.2e-308"),
+     ("gen_ms_p75", 1e10, "gen_ms_p75: 10000000000.0"),
+     ("x_of_reference_samples", [1e-12], "x_of_reference_samples[0]: 1e-12")],
+)  # fmt: skip
+def test_a_timing_no_run_measures_is_refused_naming_file_record_and_field(
+    tmp_path, field, value, where
+):
+    cur = decode_records()
+    cur[2][field] = value
+    for base, head, name in (
+        (decode_records(), cur, "cur.json"),
+        (cur, decode_records(), "base.json"),
+    ):
+        result = compare(tmp_path, document("decode-speed", base), document("decode-speed", head))
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: {tmp_path / name}: decode record 2: {where} is out of")
+
+
+def test_the_widest_timings_measured_compare_to_finite_ratios(tmp_path):
+    low, high = MEASURED_RANGE
+    base, cur = decode_records(), decode_records()
+    for rec, value in ((base[0], low), (cur[0], high), (base[1], high), (cur[1], low)):
+        rec.update(step_ms_median=value, step_ms_p25=value, step_ms_p75=value,
+                   samples_ms=[value] * 30)  # fmt: skip
+    docs = document("decode-speed", base), document("decode-speed", cur)
+    for fmt in ("table", "markdown", "json"):
+        result = compare(tmp_path, *docs, "--all", "--format", fmt)
+        assert result.exit_code == 1, result.output
+        assert not NOT_FINITE.search(result.output), result.output
+    result = compare_documents(load_document(tmp_path / "base.json"),
+                               load_document(tmp_path / "cur.json"))  # fmt: skip
+    ratios = {f.config["variant"] + f.config["mode"]: f.ratio for f in result.findings
+              if f.metric == "step_ms_median"}  # fmt: skip
+    assert ratios["MHAcache"] == pytest.approx(high / low)
+    assert ratios["MHAno_cache"] == pytest.approx(low / high)
+
+
+def test_samples_of_zero_leave_the_bootstrap_and_the_percentiles_of_zero_give_no_bounds():
+    fine = TimingStats(1.0, 0.99, 1.01, (1.0,) * 6)
+    zeros = TimingStats(1.5, 1.48, 1.52, (0.0, 0.0, 0.0, 1.5, 1.5, 1.5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a resampled median of 0 would divide by it
+        slower, faster = (
+            judge_timing(fine, zeros, Thresholds()),
+            judge_timing(zeros, fine, Thresholds()),
+        )
+        assert (slower.evidence, slower.verdict) == ("p25..p75", Verdict.REGRESSED)
+        assert (faster.evidence, faster.verdict) == ("p25..p75", Verdict.IMPROVED)
+        # a ratio of 0 reads as no speed-up: p25 of 0 gives no bounds either
+        no_bounds = dataclasses.replace(zeros, median=4.0, p25=0.0)
+        assert judge_timing(fine, no_bounds, Thresholds()).interval is None
+        assert judge_timing(no_bounds, fine, Thresholds()).interval is None
+
+
+def test_a_ratio_that_overflows_is_no_ratio(tmp_path):
+    assert judge_exact(5e-324, 1e308).ratio is None
+    assert judge_exact(0, 3).ratio is None and judge_exact(2, 3).ratio == 1.5
+    count = judge_count(5e-324, 1e308, Thresholds())
+    assert count.verdict is Verdict.REGRESSED and count.ratio is None
+    assert not NOT_FINITE.search(count.reason)
+    assert judge_memory(5e-324, 1e308, Thresholds()).ratio is None
+    base, cur = kvmem_records(), kvmem_records()
+    base[0]["measured_bytes"], cur[0]["measured_bytes"] = 5e-324, 1e308
+    result = compare(tmp_path, document("kvmem", base), document("kvmem", cur), "--format", "json")
+    assert result.exit_code == 1 and not NOT_FINITE.search(result.output), result.output
+
+
+@pytest.mark.parametrize("extreme", [1e308, 5e-324, 1e-10, math.inf, math.nan])
+def test_a_paired_time_no_run_measures_is_judged_without_a_ratio(extreme):
+    times = [1.0] * 6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        head = judge_paired(times, [*times[:-1], extreme])
+        base = judge_paired([extreme, *times[1:]], times)
+    assert head.verdict is Verdict.REGRESSED and "a head time is" in head.reason
+    assert base.verdict is Verdict.INCONCLUSIVE and "a base time is" in base.reason
+    assert head.ratio is None and base.ratio is None
+
+
+def test_comparisons_of_extreme_samples_are_not_stated():
+    from attnbench.render.comparisons import paired, sampling_findings, spread, variant_findings
+
+    together = {"sampling": "interleaved", "step_ms_p25": 5e-324, "step_ms_p75": 1.0}
+    assert paired({**together, "samples_ms": [1e308]}, {**together, "samples_ms": [5e-324]}) is None
+    assert paired({**together, "samples_ms": [2.0]}, {**together, "samples_ms": [1.0]})
+    assert spread(together) is None
+    row = {"prompt_len": 64, "provider": "attnbench", "narrowest_variant": "MQA", "variant": "MHA",
+           "x_of_narrowest_median": 1e-300, "x_of_narrowest_ci_lo": 0.0,
+           "x_of_narrowest_ci_hi": 1e-300, "step_repeats": 30}  # fmt: skip
+    assert variant_findings([row]) == [] and sampling_findings([row], 0.02) == []

@@ -17,7 +17,15 @@ import pytest
 from typer.testing import CliRunner
 
 from attnbench.cli import app, history_cmd
-from attnbench.history.store import MIGRATIONS, SCHEMA_VERSION, Commit, open_history
+from attnbench.history.series import Series, parse_where
+from attnbench.history.store import (
+    APPLICATION_ID,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Commit,
+    environment_id,
+    open_history,
+)
 from attnbench.study.documents import load_document
 
 runner = CliRunner()
@@ -72,8 +80,13 @@ def test_a_run_is_stored_once_with_its_commit_records_and_samples(tmp_path, deco
     db = tmp_path / "h.sqlite"
     path = write(tmp_path / "run.json", decode_run)
     add(db, path, "a" * 40, 1)
-    again = run_cli("history", "add", path, "--db", str(db), "--commit", "b" * 40)
+    again = run_cli("history", "add", path, "--db", str(db), "--commit", "a" * 40)
     assert again.exit_code == 0 and f"already there (run 1), commit {'a' * 10}" in again.output
+    elsewhere = run_cli("history", "add", path, "--db", str(db), "--commit", "b" * 40)
+    assert elsewhere.exit_code == 0, elsewhere.output
+    assert f"already there (run 1), stored under commit {'a' * 10}, not {'b' * 10}" in (
+        elsewhere.output
+    )
     history = open_history(db)
     [run] = history.runs()
     assert (run.commit.sha, run.commit.branch, run.command) == ("a" * 40, "main", "decode-speed")
@@ -100,6 +113,7 @@ def test_an_old_database_is_upgraded_and_keeps_its_runs(tmp_path, decode_run):
     con.close()
     history = open_history(db)
     assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert sqlite3.connect(db).execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     [point] = history.points("step_ms_median")
     assert (point.value, point.keys, point.samples, point.run.commit.branch) == (
         2.5, {"variant": "MHA"}, None, None)  # fmt: skip
@@ -111,7 +125,10 @@ def test_an_old_database_is_upgraded_and_keeps_its_runs(tmp_path, decode_run):
 
 def test_a_newer_database_is_refused(tmp_path):
     db = tmp_path / "new.sqlite"
-    sqlite3.connect(db).execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    con = sqlite3.connect(db)
+    con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    con.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    con.close()
     result = run_cli("history", "show", "--db", str(db))
     assert result.exit_code == 2 and "newer than this attnbench's" in result.output
 
@@ -299,12 +316,14 @@ def test_a_file_is_filed_under_the_commit_its_environment_names(tmp_path, decode
 
 def test_a_file_naming_no_commit_is_filed_under_head(tmp_path, decode_run, fake_head):
     """In one add: a file naming its commit keeps it; one naming none gets HEAD's commit
-    and branch with its own date; a CSV (no date either) gets HEAD's commit date too."""
+    and branch with its own date, and HEAD's commit date when it has none."""
     named, unnamed = measured_at(decode_run, "a" * 40, 1), measured_at(decode_run, None, 2)
+    undated = measured_at(decode_run, None, 3)
+    del undated["created"]
     paths = [
         write(tmp_path / "named.json", named),
         write(tmp_path / "unnamed.json", unnamed),
-        write_csv(tmp_path / "r.csv", measured_at(decode_run, None, 3)),
+        write(tmp_path / "undated.json", undated),
     ]
     db = tmp_path / "h.sqlite"
     result = run_cli("history", "add", *paths, "--db", str(db))
@@ -316,6 +335,22 @@ def test_a_file_naming_no_commit_is_filed_under_head(tmp_path, decode_run, fake_
         Commit(HEAD.sha, HEAD.branch, unnamed["created"]),
         HEAD,
     ]
+
+
+def test_a_file_with_no_environment_is_refused_and_nothing_is_stored(tmp_path, decode_run):
+    """A CSV keeps no environment: its timings could not be told from other machines'. The
+    add stores nothing (not the good file before it either), and compare --history refuses
+    it too."""
+    good = write(tmp_path / "good.json", decode_run)
+    csv_path = write_csv(tmp_path / "r.csv", decode_run)
+    db = tmp_path / "h.sqlite"
+    result = run_cli("history", "add", good, csv_path, "--db", str(db), "--commit", "abc")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert f"error: {csv_path}: names no environment (a CSV has none)" in result.output
+    assert "torch None" not in result.output and not db.exists()
+    add(db, good, "a" * 40, 1)
+    gated = run_cli("compare", "--history", str(db), csv_path)
+    assert gated.exit_code == 2 and f"error: {csv_path}: names no environment" in gated.output
 
 
 @pytest.mark.parametrize(
@@ -352,3 +387,219 @@ def test_archived_files_of_twelve_commits_show_the_step_at_the_eighth(
     rows = step_changes(db)
     assert len(rows) == 4  # every point's series, each at the eighth commit
     assert {cells[2] for cells in rows} == {f"`{commits[7][:10]}`"}
+
+
+# --- bad input: the database, the picture, the flags of add, --where --------------------
+
+
+@pytest.fixture(scope="module")
+def kvmem_run(tmp_path_factory) -> dict:
+    """A kvmem results document (exact metrics of an MHA and an MQA point): made at once."""
+    out = tmp_path_factory.mktemp("kvmem") / "kvmem.json"
+    result = run_cli("kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
+                     "--no-measure", "--json", str(out), "-q")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+@pytest.fixture()
+def kv_history(tmp_path, kvmem_run) -> Path:
+    db = tmp_path / "h.sqlite"
+    add(db, write(tmp_path / "kv.json", kvmem_run), "a" * 40, 1)
+    return db
+
+
+def one_error(result, *parts: str) -> None:
+    """Exit 2 with one `error:` line holding every part."""
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert all(part in lines[0] for part in parts), (parts, lines[0])
+
+
+READERS = [
+    ["history", "show", "--db"],
+    ["history", "plot", "--out", "t.png", "--db"],
+    ["history", "changes", "--db"],
+]
+
+
+@pytest.mark.parametrize("command", READERS)
+def test_a_reader_of_a_missing_database_fails_and_creates_nothing(command, tmp_path):
+    """A typo in --db is an error, not an empty history that reports no change."""
+    db = tmp_path / "typo.sqlite"
+    one_error(run_cli(*command, str(db)), f"--db {db}: no such file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_history_of_a_missing_database_fails_naming_history(tmp_path, kvmem_run):
+    db = tmp_path / "typo.sqlite"
+    current = write(tmp_path / "kv.json", kvmem_run)
+    one_error(run_cli("compare", "--history", str(db), current), f"--history {db}: no such file")
+    assert not db.exists()
+
+
+def test_the_default_database_is_not_created_by_a_reader(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one_error(run_cli("history", "show"), "--db results/history.sqlite: no such file (the default")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _foreign_sqlite(path: Path) -> bytes:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (text TEXT)")
+    con.execute("INSERT INTO notes VALUES ('mine')")
+    con.commit()
+    con.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("command", [["history", "add", "KV", "--db"], *READERS])
+def test_a_file_that_is_not_a_history_is_refused_and_left_as_it_was(
+    command, tmp_path, kvmem_run, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    kv = write(tmp_path / "kv.json", kvmem_run)
+    args = [kv if a == "KV" else a for a in command]
+    foreign = tmp_path / "other.sqlite"
+    before = _foreign_sqlite(foreign)
+    one_error(run_cli(*args, str(foreign)), f"--db {foreign}: an SQLite database, but not an "
+              "attnbench history")  # fmt: skip
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(bytes(range(256)) * 4)
+    one_error(run_cli(*args, str(noise)), f"--db {noise}: not an attnbench history")
+    one_error(run_cli(*args, str(tmp_path)), f"--db {tmp_path}: a directory")
+    assert foreign.read_bytes() == before and noise.read_bytes() == bytes(range(256)) * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv.json", "noise.bin", "other.sqlite"]
+
+
+def test_an_empty_file_holds_no_history_but_add_makes_one_in_it(tmp_path, kvmem_run):
+    db = tmp_path / "h.sqlite"
+    db.touch()
+    one_error(run_cli("history", "show", "--db", str(db)), f"--db {db}: an empty file")
+    add(db, write(tmp_path / "kv.json", kvmem_run), "a" * 40, 1)
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    con.close()
+    assert run_cli("history", "show", "--db", str(db), "--metric", "kv_bytes").exit_code == 0
+
+
+def test_a_history_that_holds_no_run_finds_no_change_as_an_error(tmp_path):
+    """What a process killed mid-add leaves: the schema, no runs. `changes` must not pass."""
+    db = tmp_path / "h.sqlite"
+    open_history(db, create=True).close()
+    one_error(run_cli("history", "changes", "--db", str(db)), f"--db {db}: holds no runs")
+
+
+def test_names_longer_than_the_system_takes_are_one_error_line(kv_history, tmp_path):
+    """The name is shown cut, quoted (the start of the path)."""
+    long = str(tmp_path / ("x" * 300))
+    show = run_cli("history", "show", "--db", long + ".sqlite")
+    one_error(show, "--db '/", ": cannot open it: File name too long")
+    kv = str(kv_history.parent / "kv.json")
+    added = run_cli("history", "add", kv, "--db", long + ".sqlite")
+    one_error(added, "--db '/", ": cannot open it: File name too long")
+    drawn = run_cli("history", "plot", "--db", str(kv_history), "--metric", "kv_bytes",
+                    "--out", long + ".png")  # fmt: skip
+    one_error(drawn, "--out '/", ": File name too long")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("trend.txt", "unknown picture format .txt; end the name in .png, .svg or .pdf"),
+        ("trend", "no extension; end the name in .png, .svg or .pdf"),
+    ],
+)
+def test_plot_refuses_a_picture_it_cannot_write_by_its_name(kv_history, name, message):
+    out = kv_history.parent / name
+    drawn = run_cli("history", "plot", "--db", str(kv_history), "--metric", "kv_bytes",
+                    "--out", str(out))  # fmt: skip
+    one_error(drawn, f"--out {out}: {message}")
+    assert not out.exists() and not out.with_suffix(".png").exists()
+
+
+@pytest.mark.parametrize(("name", "magic"), [("a/b/t.svg", b"<?xml"), ("t.PDF", b"%PDF")])
+def test_plot_writes_the_format_its_extension_names_making_its_folder(kv_history, name, magic):
+    out = kv_history.parent / name
+    drawn = run_cli("history", "plot", "--db", str(kv_history), "--metric", "kv_bytes",
+                    "--out", str(out))  # fmt: skip
+    assert drawn.exit_code == 0 and drawn.output == f"wrote {out}\n", drawn.output
+    assert out.read_bytes().startswith(magic)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--date", "notadate"], "--date notadate: expected an ISO 8601 date"),
+        (["--date", ""], "--date '': expected an ISO 8601 date"),
+        (["--commit", ""], "--commit '': empty; name the commit"),
+        (["--commit", "  "], "--commit '  ': empty"),
+        (["--commit", "a b"], "--commit a b: a commit is one word"),
+        (["--branch", ""], "--branch '': empty; name the branch"),
+    ],
+)
+def test_add_refuses_a_bad_date_commit_or_branch_before_anything(
+    tmp_path, kvmem_run, flags, message
+):
+    db = tmp_path / "h.sqlite"
+    one_error(run_cli("history", "add", write(tmp_path / "kv.json", kvmem_run), "--db", str(db),
+                      *flags), message)  # fmt: skip
+    assert not db.exists()
+
+
+def test_a_date_is_stored_in_the_extended_iso_form(tmp_path, kvmem_run):
+    db = tmp_path / "h.sqlite"
+    path = write(tmp_path / "kv.json", kvmem_run)
+    result = run_cli("history", "add", path, "--db", str(db), "--commit", "a" * 40,
+                     "--date", "20261005T1200Z")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [c.date for c in stored_commits(db)] == ["2026-10-05T12:00:00+00:00"]
+
+
+def test_a_key_given_twice_in_where_matches_either_value(kv_history):
+    def series(where: str) -> str:
+        shown = run_cli("history", "show", "--db", str(kv_history), "--metric", "kv_bytes",
+                        "--where", where)  # fmt: skip
+        assert shown.exit_code == 0, shown.output
+        return shown.output
+
+    both = series("variant=MHA,variant=MQA")
+    assert "variant=MHA" in both and "variant=MQA" in both
+    only = series("variant=MQA")
+    assert "where variant=MQA" in only and "variant=MHA" not in only
+    assert parse_where("variant=MHA, variant=MQA,tp=2") == {"variant": {"MHA", "MQA"},
+                                                            "tp": {"2"}}  # fmt: skip
+
+
+def test_where_text_that_looks_like_markup_is_shown_as_typed(tmp_path, kvmem_run):
+    """Keys holding rich markup, an emoji code or mathtext are matched, titled, drawn and
+    named in errors as written."""
+    doc = json.loads(json.dumps(kvmem_run))
+    doc["records"][0]["variant"], doc["records"][1]["variant"] = "[/]$\\frac$", "[bold]:x:"
+    db = tmp_path / "h.sqlite"
+    add(db, write(tmp_path / "kv.json", doc), "a" * 40, 1)
+    flags = ["--db", str(db), "--metric", "kv_bytes"]
+    shown = run_cli("history", "show", *flags, "--where", "variant=[bold]:x:")
+    assert shown.exit_code == 0 and "where variant=[bold]:x:" in shown.output, shown.output
+    out = tmp_path / "t.png"
+    drawn = run_cli("history", "plot", *flags, "--out", str(out))
+    assert drawn.exit_code == 0 and out.exists(), drawn.output
+    one_error(run_cli("history", "show", *flags, "--where", "variant=[/]"),
+              "--where variant=[/]: no series of kv_bytes matches")  # fmt: skip
+    one_error(run_cli("history", "show", *flags, "--where", "variant=a\nb"),
+              "--where 'variant=a\\nb': no series")  # fmt: skip
+    changes = run_cli("history", "changes", *flags[:2], "--format", "markdown")
+    assert changes.exit_code == 0, changes.output
+
+
+def test_changes_with_a_where_that_matches_nothing_is_an_error(kv_history):
+    """A typo in --where must not report 'no change' and pass a CI check."""
+    one_error(run_cli("history", "changes", "--db", str(kv_history), "--where", "varaint=MHA"),
+              "--where varaint=MHA: no series of any metric matches")  # fmt: skip
+
+
+def test_an_environment_not_recorded_is_not_labelled_with_nones():
+    series = Series("step_ms_median", "timing", "decode", environment_id({}), {}, {})
+    label = history_cmd.environment_label(series)
+    assert label.endswith("(not recorded)") and "None" not in label

@@ -293,12 +293,13 @@ def test_a_billion_point_study_is_refused_before_it_is_built(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     billion_points(tmp_path / "study.yaml")
     never_expand(monkeypatch)
-    result, seconds = invoke("run", "study.yaml", "--dry-run")
-    assert one_error(result) == (
-        "study.yaml: 1,000,000,000 points in kvmem, more than the limit of 100,000 "
-        "(raise it with --max-points)"
-    )
-    assert seconds < 5
+    for limit in ([], ["--max-points", "100,000"]):  # the default is the most there is
+        result, seconds = invoke("run", "study.yaml", "--dry-run", *limit)
+        assert one_error(result) == (
+            "study.yaml: 1,000,000,000 points in kvmem, more than the limit of 100,000 "
+            "(give fewer values)"
+        )
+        assert seconds < 5
 
 
 def test_the_library_names_the_field_not_the_flag(tmp_path, monkeypatch):
@@ -306,12 +307,14 @@ def test_the_library_names_the_field_not_the_flag(tmp_path, monkeypatch):
     billion_points(tmp_path / "study.yaml")
     never_expand(monkeypatch)
     with pytest.raises(TooManyPoints) as info:
-        plan_study("study.yaml")
+        plan_study("study.yaml", max_points=1000)
     assert str(info.value) == (
-        "study.yaml: 1,000,000,000 points in kvmem, more than the limit of 100,000 "
+        "study.yaml: 1,000,000,000 points in kvmem, more than the limit of 1,000 "
         "(raise it with max_points)"
     )
     assert MAX_POINTS == 100_000
+    with pytest.raises(FieldError, match="max_points: 100001: must be <= 100,000"):
+        plan_study("study.yaml", max_points=MAX_POINTS + 1)
 
 
 def test_max_points_raises_the_limit(tmp_path, monkeypatch):
@@ -328,9 +331,23 @@ def test_max_points_raises_the_limit(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "6 points" in result.stdout
     for bad, message in (("0", "--max-points 0: must be >= 1"),
-                         ("many", "--max-points many: expected an integer")):  # fmt: skip
-        result, _ = invoke("run", "s.yaml", "--dry-run", "--max-points", bad)
+                         ("-3", "--max-points -3: must be >= 1"),
+                         ("many", "--max-points many: expected an integer"),
+                         ("1e5", "--max-points 1e5: expected an integer"),
+                         ("100001", "--max-points 100001: must be <= 100,000"),
+                         ("1,000,000,000", "--max-points 1,000,000,000: must be <= 100,000"),
+                         ("9" * 5000, f"--max-points '{'9' * 56}...: must be <= 100,000"),
+                         ):  # fmt: skip
+        result, seconds = invoke("run", "s.yaml", "--dry-run", "--max-points", bad)
         assert one_error(result) == message
+        assert seconds < 5
+    result, _ = invoke("run", "s.yaml", "--dry-run", "--max-points", " 100,000 ")
+    assert result.exit_code == 0, result.output
+
+
+def test_the_most_points_are_stated_in_the_help():
+    result, _ = invoke("run", "--help")
+    assert "1 to 100,000" in " ".join(result.stdout.split())
 
 
 def test_the_limit_holds_for_every_section_together(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -470,6 +471,44 @@ def test_a_stale_lock_is_taken_over_with_a_note(study, tmp_path, monkeypatch):
     assert not (out / LOCK_FILE).exists()
 
 
+@pytest.mark.parametrize("pid", ["9" * 23, "9" * 1000], ids=["23-digits", "1000-digits"])
+def test_a_lock_of_a_pid_no_process_can_have_is_stale(study, tmp_path, monkeypatch, pid):
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / LOCK_FILE).write_text(f"{pid} {socket.gethostname()}\n")
+    result = cli("run", study, "--out", out, "-q")
+    assert result.exit_code == 0, result.output
+    (note,) = result.stderr.splitlines()
+    assert note.startswith(f"note: {out / LOCK_FILE}: process ") and len(note) < 250
+    assert "no longer running; took its lock over" in note
+    assert not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [
+        b"\xff\xfe not a pid",
+        "\u0663 host".encode(),
+        b"12 host\nsecond line",
+        b"9" * 5000 + b" host",
+        "directory",
+    ],
+    ids=["bytes", "arabic-digit", "two-lines", "past-what-is-read", "directory"],
+)
+def test_a_lock_of_no_known_process_is_refused_on_one_line(study, tmp_path, lock):
+    """Whoever wrote it may still be writing: only the user may remove it."""
+    out = tmp_path / "study"
+    out.mkdir()
+    if lock == "directory":
+        (out / LOCK_FILE).mkdir()
+    else:
+        (out / LOCK_FILE).write_bytes(lock)
+    line = one_error(cli("run", study, "--out", out, "-q"))
+    assert f"error: --out {out}: in use by " in line and "remove the lock file only if" in line
+    assert (out / LOCK_FILE).exists() and not (out / RESULTS_FILE).exists()
+
+
 def test_the_lock_is_held_for_the_whole_run_and_released(study, tmp_path, monkeypatch):
     held = []
 
@@ -492,12 +531,17 @@ def _csv_rows(path: Path) -> int:
     return len(path.read_text().splitlines()) - 1
 
 
-def test_a_new_study_rewrites_csvs_left_in_its_directory(study, tmp_path, monkeypatch):
+def test_a_csv_left_without_a_study_is_kept_unless_forced(study, tmp_path, monkeypatch):
     monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
     out = tmp_path / "study"
     out.mkdir()
-    (out / "params.csv").write_text("variant,d_model\nold,1\nold,2\nold,3\nold,4\n")
-    assert cli("run", study, "--out", out, "-q").exit_code == 0
+    old = "variant,d_model\nold,1\nold,2\nold,3\nold,4\n"
+    (out / "params.csv").write_text(old)
+    assert "holds files that are not a study's (params.csv)" in one_error(
+        cli("run", study, "--out", out, "-q")
+    )
+    assert (out / "params.csv").read_text() == old
+    assert cli("run", study, "--out", out, "-q", "--force").exit_code == 0
     assert _csv_rows(out / "params.csv") == 3
     assert "old" not in (out / "params.csv").read_text()
 
@@ -512,6 +556,9 @@ def test_resume_rebuilds_csvs_that_disagree_with_the_results(study, tmp_path, mo
     assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
     assert csv_path.read_text() == good
     csv_path.unlink()
+    assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
+    assert csv_path.read_text() == good
+    csv_path.write_text(good[:-5])  # the last row cut short: the next would run into it
     assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
     assert csv_path.read_text() == good
 
@@ -534,3 +581,138 @@ def test_ctrl_c_while_plotting_says_how_to_finish(study, tmp_path, monkeypatch):
     monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
     assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
     assert (out / "report.md").is_file()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_while_plotting_or_merging_releases_the_lock(study, tmp_path, monkeypatch,
+                                                              signum):  # fmt: skip
+    """Past the points, where a run or a merge writes its plots: as Ctrl-C there."""
+    seen = []
+
+    def killed(doc, out):
+        seen.append((out / LOCK_FILE).exists())
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN):
+            pytest.fail("nothing handles the signal while the lock is held")
+        os.kill(os.getpid(), signum)
+        return []
+
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", killed)
+    out = tmp_path / "study"
+    result = cli("run", study, "--out", out, "-q")
+    assert result.exit_code == 130, result.output
+    assert f"finish with: attnbench run {study} --out {out} --resume" in result.stderr
+    assert cli("run", study, "--out", tmp_path / "shared", "--shard", "0/1", "-q").exit_code == 0
+    result = cli("merge", tmp_path / "shared", "--out", tmp_path / "merged", "-q")
+    assert result.exit_code == 130, result.output
+    assert (f"interrupted: the shares are as they were; merge again with: attnbench merge "
+            f"{tmp_path / 'shared'} --out {tmp_path / 'merged'}") in result.stderr  # fmt: skip
+    assert seen == [True, True]  # the share ran no plots
+    assert not (out / LOCK_FILE).exists() and not (tmp_path / "merged" / LOCK_FILE).exists()
+    assert signal.getsignal(signum) is signal.SIG_DFL
+
+
+# ------------------------------------------------------------------ 10. output directories
+
+
+@pytest.fixture
+def studies(study, tmp_path, monkeypatch):
+    """A finished study (for plot and report) and a study of one share (for merge)."""
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    assert cli("run", study, "--out", tmp_path / "done", "-q").exit_code == 0
+    assert cli("run", study, "--out", tmp_path / "shared", "--shard", "0/1", "-q").exit_code == 0
+    return tmp_path / "done", tmp_path / "shared"
+
+
+def _writers(study: Path, done: Path, shared: Path) -> dict[str, list]:
+    """Each command that writes a study's files into --out, before its --out."""
+    results = done / RESULTS_FILE
+    return {"run": ["run", study], "merge": ["merge", shared], "plot": ["plot", results],
+            "report": ["report", results]}  # fmt: skip
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("command", ["run", "merge", "plot", "report"])
+def test_a_directory_of_other_files_is_refused_and_left_whole(study, studies, tmp_path, command):
+    args = _writers(study, *studies)[command]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("report.md", "params.csv", "notes.txt", "kv_memory_heads.png"):
+        (mine / name).write_text(f"the user's {name}\n")
+    before = _files(mine)
+    line = one_error(cli(*args, "--out", mine, "-q"))
+    assert line.startswith(f"error: --out {mine}: holds files that are not a study's "
+                           "(kv_memory_heads.png, notes.txt, params.csv and 1 more); ")  # fmt: skip
+    assert line.endswith("give an empty or new directory, or --force")
+    assert _files(mine) == before
+    assert cli(*args, "--out", mine, "-q", "--force").exit_code == 0
+    assert (mine / "notes.txt").read_text() == "the user's notes.txt\n"
+
+
+@pytest.mark.parametrize("command", ["run", "merge", "plot", "report"])
+def test_a_missing_empty_or_study_directory_needs_no_force(study, studies, tmp_path, command):
+    args = _writers(study, *studies)[command]
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "new" / "deeper", tmp_path / "empty"):
+        assert cli(*args, "--out", out, "-q").exit_code == 0, out
+    done, shared = studies
+    (done / "notes.txt").write_text("beside a study\n")
+    if command == "run":  # a study there: resumed, never started anew
+        assert "already holds results" in one_error(cli(*args, "--out", done, "-q"))
+    else:
+        assert cli(*args, "--out", done, "-q").exit_code == 0
+    assert (done / "notes.txt").read_text() == "beside a study\n"
+
+
+def test_a_study_may_be_written_beside_its_sweep_file(study, tmp_path, monkeypatch):
+    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    assert cli("run", study, "--out", tmp_path, "-q").exit_code == 0
+    assert (tmp_path / RESULTS_FILE).is_file()
+
+
+def test_plot_and_report_write_beside_their_results(studies):
+    done, _ = studies
+    moved = done / "mine.json"
+    (done / RESULTS_FILE).rename(moved)  # the folder of the results is the study's
+    (done / "notes.txt").write_text("mine\n")
+    assert cli("report", moved, "-q").exit_code == 0
+    assert (done / "report.md").is_file()
+
+
+# ------------------------------------------------------------------ 11. names too long
+
+LONG = "a" * 300
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (["params", "--d-model", "64", "--heads", "4", "--csv", f"{LONG}.csv"], "--csv 'aaa"),
+        (["kvmem", "--d-model", "64", "--heads", "4", "--no-measure", "--json", f"{LONG}.json"],
+         "--json 'aaa"),
+        (["params", "--config", f"{LONG}.yaml"], "--config 'aaa"),
+        (["params", "--hf-config", f"{LONG}.json"], "--hf-config 'aaa"),
+        (["compare", f"{LONG}.json", "done/results.json"], "BASELINE 'aaa"),
+        (["compare", "done/results.json", f"done/{LONG}.json"], "CURRENT 'done/aaa"),
+        (["compare", "done/results.json", "done/results.json", "--output", LONG], "--output 'aaa"),
+        (["baseline", "save", "done/results.json", "--to", LONG], "--to 'aaa"),
+        (["run", f"{LONG}.yaml"], "'aaa"),
+        (["run", "s.yaml", "--out", LONG], "--out 'aaa"),
+        (["run", "s.yaml", "--out", f"done/{LONG}/x"], "--out 'done/aaa"),
+        (["merge", LONG], "'aaa"),
+        (["merge", "shared", "--out", LONG], "--out 'aaa"),
+        (["plot", f"{LONG}.json"], "'aaa"),
+        (["report", "done/results.json", "--out", LONG], "--out 'aaa"),
+    ],
+    ids=["csv", "json", "config", "hf-config", "baseline", "current", "output", "baseline-to",
+         "sweep", "out", "out-in-a-folder", "merge", "merge-out", "plot",
+         "report-out"],
+)  # fmt: skip
+def test_a_name_too_long_for_any_file_is_one_line_and_cut(studies, monkeypatch, args, start):
+    """Names of more than 255 bytes: the system's ENAMETOOLONG, the value shown cut."""
+    monkeypatch.chdir(studies[0].parent)
+    line = one_error(cli(*args))
+    assert line.startswith(f"error: {start}"), line
+    assert "File name too long" in line and LONG not in line and len(line) < 200

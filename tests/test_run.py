@@ -27,6 +27,7 @@ from attnbench.study.runner import (
     run_experiment,
     run_study,
 )
+from attnbench.study.stores import LOCK_FILE
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -108,6 +109,19 @@ def sigint() -> None:
 def sigint_twice() -> None:
     sigint()
     sigint()
+
+
+def send(signum: int, times: int = 1):
+    """A signal as `kill` sends it, `times` in a row; only while attnbench handles it
+    (without a handler the test session itself would end)."""
+
+    def then() -> None:
+        for _ in range(times):
+            if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN):
+                pytest.fail(f"no {signal.Signals(signum).name} handler is installed")
+            os.kill(os.getpid(), signum)
+
+    return then
 
 
 def forbidden(*args, **kwargs):
@@ -231,8 +245,8 @@ def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
     handler = signal.getsignal(signal.SIGINT)
     notices = []
     result = run_study(plan_study(tiny), DirectoryStore(out), execute=after_points(K, sigint),
-                       on_interrupt=lambda: notices.append("stopping"))  # fmt: skip
-    assert result.interrupted and result.ran == K and notices == ["stopping"]
+                       on_interrupt=notices.append)  # fmt: skip
+    assert result.interrupted and result.ran == K and notices == [signal.SIGINT]
     assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C is the test runner's again
     assert len(csv_rows(out, "decode")) == 3
     doc = json.loads((out / "results.json").read_text())
@@ -276,7 +290,7 @@ def test_a_hard_stop_keeps_every_finished_row(tiny, tmp_path):
     handler = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         run_study(plan_study(tiny), DirectoryStore(out), execute=after_points(2, sigint_twice),
-                  on_interrupt=lambda: None)  # fmt: skip
+                  on_interrupt=lambda signum: None)  # fmt: skip
     assert signal.getsignal(signal.SIGINT) is handler
     assert len(csv_rows(out, "params")) == 1
     doc = json.loads((out / "results.json").read_text())
@@ -294,6 +308,47 @@ def test_interrupted_run_exits_130_and_says_how_to_resume(tiny, tmp_path, cli_ru
     assert result.exit_code == 130, result.output
     assert f"attnbench run {tiny} --out {out} --resume" in result.stderr
     assert (out / "results.json").is_file() and not (out / "report.md").exists()
+
+
+@pytest.mark.parametrize("times", [1, 2], ids=["once", "twice"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.usefixtures("no_plots")
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny, tmp_path, cli_runs_with, signum,
+                                                     times):  # fmt: skip
+    """The message, the way to resume and the lock released; the handlers are put back."""
+    out = tmp_path / "study"
+    cli_runs_with(after_points(2, send(signum, times)))
+    result = run(tiny, "--out", out)
+    assert result.exit_code == 130, result.output
+    stderr = flat(result.stderr)
+    name = signal.Signals(signum).name
+    assert f"stopping after the current points ({name} or Ctrl-C again to stop now)" in stderr
+    assert (f"interrupted: the finished points are in {out}/; finish with: attnbench run "
+            f"{tiny} --out {out} --resume") in stderr  # fmt: skip
+    assert not (out / LOCK_FILE).exists()
+    assert signal.getsignal(signum) is signal.SIG_DFL
+    kept = json.loads((out / "results.json").read_text())["sections"]["params"]["records"]
+    assert len(kept) == 3 - times  # a second signal stops at once: the point it hit is lost
+    assert run(tiny, "--out", out, "--resume", "-q").exit_code == 0
+
+
+def test_a_signal_ignored_stays_ignored(tiny, tmp_path):
+    """SIGHUP under nohup: the study goes on; Ctrl-C and SIGTERM still stop it."""
+    handlers = {}
+
+    def look(task, context):
+        handlers.update({s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)})
+        return run_experiment(task, context)
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        run_study(plan_study(tiny, names=["params"]), DirectoryStore(tmp_path / "study"),
+                  execute=look, on_interrupt=lambda signum: None)  # fmt: skip
+        assert handlers[signal.SIGHUP] is signal.SIG_IGN
+        assert handlers[signal.SIGTERM] not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 @pytest.mark.usefixtures("no_plots")
@@ -328,6 +383,67 @@ def test_out_with_results_needs_resume(tmp_path):
     assert "error: --resume: give the results directory to finish with --out" in result.stderr
     result = run(config, "--out", tmp_path / "empty", "--resume")
     assert result.exit_code == 2 and "no results.json there to resume" in result.stderr
+
+
+PARAMS_KVMEM = """\
+defaults: {d_model: 64, num_heads: 4}
+params: {num_kv_heads: [4, 2, 1]}
+kvmem: {batch: 1, seq_len: [16, 32], measure: false}
+"""
+
+
+@pytest.fixture
+def started(tmp_path):
+    """A study of params and kvmem points stopped after its first point, and its sweep."""
+    config = tmp_path / "study.yaml"
+    config.write_text(PARAMS_KVMEM)
+    out = tmp_path / "study"
+    stop = threading.Event()
+    run_study(plan_study(config), DirectoryStore(out), stop=stop, execute=after_points(1, stop.set))
+    return config, out
+
+
+def spreadsheet(text: str, bom: bool = True, delimiter: str = ";") -> bytes:
+    """`text` (a CSV) as a spreadsheet saves it: a byte-order mark, another delimiter."""
+    rows = [line.split(",") for line in text.splitlines()]
+    saved = "".join(delimiter.join(row) + "\r\n" for row in rows)
+    return saved.encode("utf-8-sig" if bom else "utf-8")
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda t: b"\xff\xfe" + t.encode(), "not UTF-8 text (byte 0)"),
+        (spreadsheet, "starts with a byte-order mark and its columns are separated by ';', not "
+                      "commas (as a spreadsheet saves it)"),
+        (lambda t: spreadsheet(t, bom=False, delimiter="\t"),
+         "its columns are separated by '\\t', not commas (as a spreadsheet saves it)"),
+        (lambda t: ("\ufeff" + t).encode(), "starts with a byte-order mark (as a spreadsheet"),
+        (lambda t: t.replace("variant,", "", 1).encode(), "its header lacks variant;"),
+        (lambda t: t.replace("variant,", "x" * 200_000 + ",", 1).encode(),
+         "not a CSV attnbench reads (field larger than field limit"),
+    ],
+    ids=["not-utf8", "spreadsheet", "tabs", "bom", "no-variant", "huge-cell"],
+)  # fmt: skip
+@pytest.mark.usefixtures("no_plots")
+def test_resume_refuses_a_csv_it_cannot_append_to_and_keeps_it(started, damage, problem):
+    """Rows appended under a header that lacks their columns would lose fields: refused,
+    naming the file, nothing written; moved aside, the CSV is written again whole."""
+    config, out = started
+    csv_path = out / "params.csv"
+    damaged = damage(csv_path.read_text())
+    csv_path.write_bytes(damaged)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = run(config, "--out", out, "--resume")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: resume: {csv_path}: {problem}"), line
+    assert line.endswith("move it aside, and resuming writes it again from results.json")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no lock left either
+    csv_path.rename(out.parent / "saved.csv")
+    assert run(config, "--out", out, "--resume", "-q").exit_code == 0
+    rows = csv_rows(out, "params")
+    assert list(rows["variant"]) == ["MHA", "GQA-2", "MQA"]
 
 
 def is_mqa_cache_at_8(task: Task) -> bool:

@@ -188,6 +188,42 @@ def test_shares_of_different_studies_are_refused_naming_the_difference(tmp_path)
     assert "another study (decode.prompt_len: [8, 32] there, [8, 16] in " in line
 
 
+PARAMS_STUDY = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 2, 1]}\n"
+
+
+def test_a_share_is_never_written_over_by_a_whole_study(tmp_path):
+    """Not by a merge (even with --force, or by default into the first of the shares
+    given), not by a run: every later merge of the study would fail."""
+    study = tmp_path / "study.yaml"
+    study.write_text(PARAMS_STUDY)
+    out = tmp_path / "sharded"
+    for i in range(2):
+        assert run_cli("run", str(study), "--out", str(out), "--shard", f"{i}/2").exit_code == 0
+    shares = [out / "shards" / f"{i}-of-2" for i in range(2)]
+    before = {p: p.read_bytes() for share in shares for p in share.iterdir()}
+    refusals = [
+        (["merge", str(out), "--out", str(shares[0])], f"error: --out {shares[0]}: is the "
+         "directory of share 0/2 of a study, which only that share writes"),
+        (["merge", str(out), "--out", str(shares[1]), "--force"], f"error: --out {shares[1]}: "
+         "is the directory of share 1/2"),
+        (["merge", *map(str, shares)], f"error: --out: not given, and the first directory, "
+         f"{shares[0]}, is share 0/2 of a study"),
+        (["run", str(study), "--out", str(shares[1])], f"error: --out {shares[1]}: is the "
+         "directory of share 1/2"),
+        (["run", str(study), "--out", str(out / "shards" / "3-of-4")], "error: --out "
+         f"{out / 'shards' / '3-of-4'}: is the directory of share 3/4"),
+    ]  # fmt: skip
+    for args, message in refusals:
+        result = run_cli(*args)
+        assert result.exit_code == 2, (args, result.output)
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(message), line
+    assert {p: p.read_bytes() for share in shares for p in share.iterdir()} == before
+    assert not (out / "shards" / "3-of-4").exists()
+    assert run_cli("merge", str(out)).exit_code == 0
+    assert run_cli("merge", *map(str, shares), "--out", str(tmp_path / "merged")).exit_code == 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--shard", "0/2"], "error: --shard 0/2: give the study's directory"),

@@ -630,3 +630,68 @@ def test_sampling_options_reach_the_points_context(tmp_path):
     sampling = options.sampling(torch.device("cpu"))
     assert (sampling.max_time_s, sampling.target_rel_ci, sampling.min_repeats) == (3, 0.05, 7)
     assert sampling.repeats is None  # adaptive unless repeats is given
+
+
+# --- numbers: a sweep file's read as the flags read them ----------------------------------
+
+NUMBER_SPELLINGS = [
+    ("2e-2", 0.02), ("2E-2", 0.02), ("+2e-2", 0.02), ("0.2e-1", 0.02), ("2.0e-2", 0.02),
+    (".02", 0.02), ("1e3", 1000.0), ("+1E+3", 1000.0), ("1.5e3", 1500.0), ("3", 3.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text, value", NUMBER_SPELLINGS)
+def test_a_number_in_a_file_reads_as_the_same_flag_reads(tmp_path, text, value):
+    from attnbench.cli.flags import parse_field
+
+    field = "target_rel_ci" if value < 1 else "max_time"
+    path = write_yaml(tmp_path, f"decode: {{d_model: 8, num_heads: 2, {field}: {text}}}\n")
+    from_file = resolve(load_config(path), "decode").options[field]
+    assert from_file == value == parse_field(field, text)
+    assert type(from_file) is float  # as the flag gives it, whatever the spelling
+
+
+@pytest.mark.parametrize(
+    "text, flag_value",
+    [("batch: 010", 10), ("seq_len: 0x10", None), ("seq_len: 1:30", None),
+     ("batch: 1_000", None), ("sliding_window: none", 0), ("sliding_window: None", 0)],
+)  # fmt: skip
+def test_integers_in_a_file_are_decimal_as_flags_are(tmp_path, text, flag_value):
+    from attnbench.cli.flags import parse_field
+
+    field, value = text.split(": ")
+    path = write_yaml(tmp_path, f"kvmem:\n  models: [llama-2-7b]\n  {text}\n")
+    if flag_value is None:
+        with pytest.raises(UsageError, match=f"kvmem.{field}: {value} .*expected an integer"):
+            load_config(path)
+        with pytest.raises(UsageError, match="expected integers"):
+            parse_field(field, value)
+        return
+    assert resolve(load_config(path), "kvmem").values[field] == [flag_value]
+    assert parse_field(field, value) == [flag_value]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["batch: true", "tp: false", "num_layers: yes", "max_time: true", "target_rel_ci: false",
+     "gpus: true", "seq_lens: [8, true]", "warmup: false", "sweep_batch: [1, true]"],
+)  # fmt: skip
+def test_a_boolean_is_never_a_number(tmp_path, text):
+    field, value = text.split(": ")
+    section = "sweep" if field.startswith("sweep_") else ("fit" if field == "gpus" else "kvmem")
+    section = "decode" if field in ("max_time", "target_rel_ci", "warmup") else section
+    field = field.removeprefix("sweep_")
+    path = write_yaml(tmp_path, f"{section}:\n  {field}: {value}\n")
+    with pytest.raises(UsageError, match=rf"{section}\.{field}: .*expected an? (integer|number)"):
+        load_config(path)
+
+
+def test_a_float_too_large_for_a_float_field_is_named(tmp_path):
+    path = write_yaml(tmp_path, f"decode:\n  max_time: 1{'0' * 400}\n  target_rel_ci: 1e400\n")
+    with pytest.raises(UsageError) as raised:
+        load_config(path)
+    lines = str(raised.value).splitlines()
+    assert lines[0].startswith("decode.max_time: ") and lines[0].endswith("must be <= 3600.0")
+    assert (
+        lines[1].startswith("decode.target_rel_ci: inf") and "must be a finite number" in lines[1]
+    )

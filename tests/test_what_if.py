@@ -176,3 +176,64 @@ def test_words_on_a_layer_shape(tmp_path):
         ("GQA-2", None),
         ("MQA", None),
     ]
+
+
+# --- a model's own shape: only its KV heads change ------------------------------------------
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "torch_dtype": "float32"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "command, flags, message",
+    [
+        ("params", ["--head-dim", "64"], "--head-dim 64: llama-2-7b has its own head_dim 128"),
+        ("kvmem", ["--layers", "4"], "--layers 4: llama-2-7b has its own 32 layers"),
+        ("kvmem", ["--d-model", "64"], "--d-model 64: llama-2-7b has its own width 4,096"),
+        ("decode-speed", ["--heads", "8"], "--heads 8: llama-2-7b has its own 32 query heads"),
+    ],
+)  # fmt: skip
+def test_a_models_shape_given_by_flags_is_refused(command, flags, message):
+    extra = ["--no-measure"] if command == "kvmem" else []
+    result = runner.invoke(app, [command, "--model", "llama-2-7b", *flags, *extra, "-q"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {message}; ") and "only its KV heads can change" in line
+
+
+def test_every_shape_flag_given_with_a_config_json_is_named(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    args = ["kvmem", "--hf-config", str(config), "--head-dim", "8", "--layers", "3,4"]
+    result = runner.invoke(app, [*args, "--kv-heads", "mqa", "--no-measure", "-q"])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["error", "error"]
+    assert lines[0].startswith("error: --head-dim 8: tiny has its own head_dim 16")
+    assert lines[1].startswith("error: --layers 3,4: tiny has its own 2 layers")
+
+
+def test_a_models_shape_in_a_study_is_named_by_its_key(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text("models: [llama-3-8b]\ndefaults:\n  num_layers: 4\nparams:\n  head_dim: 64\n")
+    for command, where in (("kvmem", "defaults.num_layers: 4"), ("params", "params.head_dim: 64")):
+        result = runner.invoke(app, [command, "--config", str(study), "-q"])
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: {where} ({study}): llama-3-8b has its own")
+
+
+def test_shape_values_beside_a_layer_shape_are_that_shapes(tmp_path):
+    args = ["kvmem", "--model", "llama-2-7b", "--d-model", "64", "--heads", "4", "--layers", "2",
+            "--head-dim", "8", "--seq-len", "16", "--no-measure"]  # fmt: skip
+    shape, model = records_of(args, tmp_path)
+    assert (shape["model"], shape["num_layers"], shape["head_dim"]) == (None, 2, 8)
+    assert (model["model"], model["num_layers"], model["head_dim"]) == ("llama-2-7b", 32, 128)
+
+
+def test_a_model_flag_replaces_the_layers_of_the_files_shape(tmp_path):
+    # the default study's kvmem gives its layer shape 32 layers: they go with the shape
+    args = ["kvmem", "--config", str(DEFAULT_STUDY), "--model", "llama-2-13b", "--seq-len", "16"]
+    (record,) = records_of([*args, "--no-measure"], tmp_path)
+    assert (record["model"], record["num_layers"]) == ("llama-2-13b", 40)

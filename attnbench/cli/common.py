@@ -13,14 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.text import Text
 
 from ..errors import FieldError, UsageError
+from ..model.files import name_too_long, shown_path
 from ..model.shapes import variant_label
 from ..model.what_if import is_own
 from ..records import as_dict
 from ..render.columns import OWN_MARK, join_words
-from ..render.table import DEFAULT_WIDTH, Column, build_table, print_view, terminal_width
+from ..render.table import (
+    DEFAULT_WIDTH,
+    Column,
+    build_table,
+    plain_console,
+    print_view,
+    terminal_width,
+)
 from ..study.output import (
     json_document,
     writable,
@@ -32,26 +40,45 @@ from ..study.runner import Plan, RunResult, plan_command, run_study
 from .flags import flag_of, option
 
 
+def _columns() -> int | None:
+    """COLUMNS when it holds a positive whole number in ASCII digits, else None."""
+    text = os.environ.get("COLUMNS", "").strip()
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+
+
+def drop_bad_terminal_size() -> None:
+    """Unset COLUMNS and LINES when they hold no size: rich reads them with str.isdigit(),
+    which passes '²', and then fails to convert it. Such a value says nothing of the
+    terminal, so it is as good as unset."""
+    for name in ("COLUMNS", "LINES"):
+        text = os.environ.get(name, "")
+        if text and not (text.isascii() and text.isdigit()):
+            del os.environ[name]
+
+
+drop_bad_terminal_size()
+
+
 def _page_width() -> int | None:
     """Off a terminal (pipes, CI logs): COLUMNS, else 120; on one, the terminal's."""
     if sys.stdout.isatty():
         return None
-    text = os.environ.get("COLUMNS", "")
-    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_WIDTH
+    return _columns() or DEFAULT_WIDTH
 
 
 #: Off a terminal, long lines (paths, findings) stay whole for the reader to wrap; on one,
-#: rich wraps them between words.
-console = Console(highlight=False, width=_page_width(), soft_wrap=not sys.stdout.isatty())
+#: rich wraps them between words. Every text printed is literal (`plain_console`).
+console = plain_console(width=_page_width(), soft_wrap=not sys.stdout.isatty())
 
 
 def fit_console_to_page() -> None:
     """Size the console for this invocation (COLUMNS may differ from one to the next)."""
+    drop_bad_terminal_size()
     console.width = _page_width()  # type: ignore[assignment]
     console.soft_wrap = not sys.stdout.isatty()
 
 
-err_console = Console(stderr=True, highlight=False)
+err_console = plain_console(stderr=True)
 
 #: How a listed item (a finding) starts, and how its later lines are indented under it.
 BULLET = "  - "
@@ -63,7 +90,7 @@ def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
     Off one, the same at COLUMNS when it is set (a page of a given width), else each
     item on one line, whole, for the reader to wrap."""
     hang = " " * len(bullet)
-    whole = console.soft_wrap and not os.environ.get("COLUMNS", "").isdigit()
+    whole = console.soft_wrap and _columns() is None
     for item in items:
         if whole:
             console.print(bullet + item, markup=False, highlight=False)
@@ -79,7 +106,7 @@ def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print `error: message` (one line per problem) on stderr; return the Exit to raise."""
     for line in message.splitlines():
-        err_console.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        err_console.print(Text.assemble(("error:", "bold red"), f" {line}"), soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -164,10 +191,14 @@ def show_table(
 def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
     """Fail before anything runs when an output cannot be written: a directory, a special
     file, a read-only file, a folder that is not a writable directory, one of the
-    command's own `inputs`, or the same file as another output. Both map a field
-    (csv, config...) to the path given for it; errors name the field's flag."""
+    command's own `inputs`, or the same file as another output; or when an input's name
+    is too long for any file. Both map a field (csv, config...) to the path given for it;
+    errors name the field's flag."""
     given = [(field, path) for field, path in outputs.items() if path]
     reads = [(field, path) for field, path in inputs.items() if path]
+    for field, path in reads:
+        if name_too_long(path):
+            raise FieldError(field, shown_path(path), "cannot read it: File name too long")
     for i, (field, path) in enumerate(given):
         reason = _unwritable_reason(Path(path))
         same_input = next((f for f, other in reads if _same_file(path, other)), None)
@@ -178,35 +209,37 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
         elif reason is None and earlier is not None:
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"
         if reason is not None:
-            raise FieldError(field, path, reason)
+            raise FieldError(field, shown_path(path), reason)
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:
     """Two names of one file: equal once resolved (symlinks too), or hard links."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
     try:
-        return os.path.samefile(a, b)
-    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)
+    except (OSError, ValueError):  # not there; a NUL in a name
         return False
 
 
 def _unwritable_reason(p: Path) -> str | None:
     """Why a file cannot be written at `p` (what is there, or the folder it would go in),
     or None."""
-    if p.exists():  # what is there: the writer's own checks
-        try:
+    if name_too_long(p):  # before a folder on the way to it is made
+        return "File name too long"
+    try:
+        if p.exists():  # what is there: the writer's own checks
             writable_target(p)
-        except OSError as exc:
-            return exc.strerror
-        return None
-    folder = Path(os.path.realpath(p)).parent  # a symlink to no file yet writes its target
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # the folder to create it in, or the first one there is
+            return None
+        folder = Path(os.path.realpath(p)).parent  # a symlink to no file yet writes its target
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # the folder to create it in, or the first one there is
+    except OSError as exc:  # also a name too long to look up
+        return exc.strerror
+    except ValueError as exc:  # a NUL in the name
+        return str(exc)
     if not folder.is_dir():
-        return f"cannot write in {folder}: not a directory"
+        return f"cannot write in {shown_path(folder)}: not a directory"
     if not writable(folder):
-        return f"cannot write in {folder}: not a writable directory"
+        return f"cannot write in {shown_path(folder)}: not a writable directory"
     return None
 
 

@@ -18,8 +18,16 @@ from ..history.store import open_history
 from ..model.units import format_bytes
 from ..records import SAMPLED, Kind
 from ..render.columns import known
-from ..render.table import Column, build_table, print_view, terminal_width
+from ..render.table import (
+    Column,
+    build_table,
+    markdown_text,
+    plain_console,
+    print_view,
+    terminal_width,
+)
 from ..study.documents import Document, load_document
+from ..study.schema import parse_number
 from . import app
 from .common import check_writable, console, fail
 from .flags import handles_errors
@@ -40,7 +48,10 @@ KEPT = ("Reason",)
 
 def history_baseline_of(db: str, head: Document) -> Document:
     """The baseline `head` is gated against from the history at `db` (history.baseline)."""
-    store = open_history(db)
+    try:
+        store = open_history(db)
+    except FieldError as exc:  # the database is given as --history here
+        raise FieldError("history", exc.value, exc.reason) from None
     try:
         return history_baseline(store, head, db)
     finally:
@@ -48,11 +59,11 @@ def history_baseline_of(db: str, head: Document) -> Document:
 
 
 def parse_percent(flag: str, text: str) -> float:
-    """'10%' or a bare '10' (also percent) as the fraction 0.1."""
-    try:
-        value = float(text.strip().removesuffix("%"))
-    except ValueError:
-        raise UsageError(f"{flag}: expected a percentage such as 10% or 10, got {text!r}") from None
+    """'10%' or a bare '10' (also percent) as the fraction 0.1; the number written as
+    every flag's (study.schema.FLOAT_TEXT)."""
+    value = parse_number(text.strip().removesuffix("%"), float)
+    if value is None:
+        raise UsageError(f"{flag}: expected a percentage such as 10% or 10, got {text!r}")
     if not math.isfinite(value) or value < 0:
         raise UsageError(f"{flag}: expected a percentage >= 0, got {text!r}")
     return value / 100
@@ -181,17 +192,18 @@ def render_markdown(result: Comparison, only_changed: bool) -> str:
     hidden = unchanged_line(result, only_changed, markdown=True)
 
     def row(cells) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(markdown_text(str(c)) for c in cells) + " |"
 
     lines = [f"**attnbench compare: {summary_line(result)}**", ""]
     context = _context_lines(result)
-    lines += [f"{line}  " for line in context] + ([""] if context else [])
+    lines += [f"{markdown_text(line)}  " for line in context] + ([""] if context else [])
     opened = " open" if result.exit_code() else ""
     if not rows:
         return "\n".join([*lines, *([hidden] if hidden else [])]).rstrip() + "\n"
     lines += [
         f"<details{opened}><summary>Details: {len(rows)} of {len(result.findings)} "
-        f"findings, {result.baseline} vs {result.current}</summary>",
+        f"findings, {markdown_text(str(result.baseline))} vs "
+        f"{markdown_text(str(result.current))}</summary>",
         "",
         row(HEADERS),
         row(["---"] * len(HEADERS)),
@@ -237,7 +249,7 @@ def emit_comparison(result: Comparison, fmt: str, only_changed: bool, output: st
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as fh:
             if fmt == "table":
-                wide = Console(file=fh, width=200, color_system=None)
+                wide = plain_console(file=fh, width=200, color_system=None)
                 _print_table(wide, result, only_changed, 200)
             else:
                 fh.write(_text(result, fmt, only_changed))

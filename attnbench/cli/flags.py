@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..model.capacity import parse_seq_lens
 from ..study.plan import TooManyPoints
-from ..study.schema import ALIASES, FIELDS, canonical_value, fields_for
+from ..study.schema import ALIASES, FIELDS, canonical_value, fields_for, parse_number
 from ..study.sweep import check_value
 
 #: Fields whose flag is not the field's name.
@@ -95,26 +95,26 @@ def parse_field(name: str, text: str) -> Any:
     values: list[Any] = []
     for item in items:
         value: Any = canonical_value(name, item)
-        if spec.type is int and value not in spec.words:
-            if name == "sliding_window" and item.lower() == "none":
-                item = "0"
-            try:
-                value = int(item)
-            except ValueError:
-                expected = EXPECTED_INT[spec.axis]
-                if spec.words:
-                    expected = f"{expected}, or {' or '.join(spec.words)}"
-                raise FieldError(name, text, expected) from None
-        elif spec.type is float:
-            try:
-                value = float(item)
-            except ValueError:
-                raise FieldError(name, text, "expected a number") from None
+        numeric = spec.type in (int, float) and isinstance(value, str)
+        if numeric and value not in spec.words:
+            value = parse_number(value, spec.type)
+            if value is None:
+                raise FieldError(name, text, _expected(name))
         reason = check_value(name, value)
         if reason:
             raise FieldError(name, value, reason)
         values.append(value)
     return values if spec.axis else values[0]
+
+
+def _expected(name: str) -> str:
+    """What a flag of a numeric field takes: 'expected integers, comma-separated, or mha
+    or mqa'."""
+    spec = FIELDS[name]
+    if spec.type is float:
+        return "expected a number"
+    expected = EXPECTED_INT[spec.axis]
+    return f"{expected}, or {' or '.join(spec.words)}" if spec.words else expected
 
 
 def parse_flags(section: str, given: dict[str, Any]) -> dict[str, Any]:

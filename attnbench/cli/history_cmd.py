@@ -3,22 +3,24 @@ where a metric changed."""
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import typer
 
-from ..errors import FieldError
+from ..errors import FieldError, UsageError
 from ..history.series import (
     ANY_ENVIRONMENT,
-    Change,
     Series,
     build_series,
     parse_where,
     series_changes,
+    typed,
 )
-from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
+from ..history.store import DEFAULT_DB, Commit, open_history
+from ..model.files import shown_path
 from ..records import Kind
 from ..render.history import changes_markdown, changes_rows, plot_series, series_rows
 from ..render.table import Column
@@ -41,9 +43,12 @@ WhereOpt = typer.Option(
     None,
     "--where",
     metavar="KEY=VALUE,...",
-    help="Only series whose keys match: variant=GQA-8,prompt_len=2048.",
+    help="Only series whose keys match: variant=GQA-8,prompt_len=2048; a key given twice "
+    "matches either value: variant=MHA,variant=MQA.",
 )
 FORMATS = ("table", "markdown")
+#: The picture formats `history plot --out` writes, by extension.
+PICTURES = ("png", "svg", "pdf")
 
 
 def _git(*args: str) -> str | None:
@@ -78,7 +83,7 @@ def stamp_of(
     """The commit a run is filed under: `commit`, else the one its environment names
     (`git_commit`: the file may come from another checkout or an archive), else `head`'s;
     dated `date`, else when the file was written (`created`). A run of HEAD's commit also
-    gets HEAD's branch, and HEAD's commit date when the file has none (a CSV). None when
+    gets HEAD's branch, and HEAD's commit date when the file has none. None when
     nothing names a commit."""
     sha = commit or _text((document.environment or {}).get("git_commit"))
     if sha is None and head is not None:
@@ -90,8 +95,27 @@ def stamp_of(
     return Commit(sha, branch or known.branch, date or created or known.date)
 
 
-def _open(db: str | None) -> HistoryBackend:
-    return open_history(db)
+def parse_date(text: str) -> str:
+    """An ISO 8601 date, or date and time, in its extended form ('20261005' ->
+    '2026-10-05'): the series are ordered by these dates as text."""
+    try:
+        return datetime.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text).isoformat()
+    except ValueError:
+        raise FieldError("date", typed(text), "expected an ISO 8601 date, e.g. 2026-10-05 or "
+                         "2026-10-05T12:00:00+00:00") from None  # fmt: skip
+
+
+def check_name(field: str, text: str | None) -> None:
+    """--commit and --branch name a commit or a branch: one word, never empty."""
+    if text is None or (text.isprintable() and text and " " not in text):
+        return
+    reason = f"empty; name the {field}" if not text.strip() else (
+        f"a {field} is one word, without spaces or control characters")  # fmt: skip
+    raise FieldError(field, typed(text), reason)
 
 
 @history_app.command("add")
@@ -125,7 +149,16 @@ def add_command(
     """Store runs (results.json of run, or --json of decode-speed and the other commands)
     with their commit: the one each file's environment names, else HEAD. Adding the same
     results again changes nothing."""
+    check_name("commit", commit)
+    check_name("branch", branch)
+    date = parse_date(date) if date is not None else None
     documents = [load_document(path) for path in results]  # every file checked first
+    for path, document in zip(results, documents, strict=True):
+        if not document.environment:
+            csv = " (a CSV has none)" if document.raw is None else ""
+            raise UsageError(f"{path}: names no environment{csv}, and the history files "
+                             "timings by environment; add the JSON the command writes with "
+                             "--json")  # fmt: skip
     head = current_commit()
     stamps = []
     for path, document in zip(results, documents, strict=True):
@@ -134,34 +167,42 @@ def add_command(
             reason = f"not in a git checkout: name the commit measured ({path} names none)"
             raise FieldError("commit", None, reason)
         stamps.append(stamp)
-    history = _open(db)
+    history = open_history(db, create=True)
     try:
         for path, document, stamp in zip(results, documents, stamps, strict=True):
             run_id, new = history.add(document, stamp)
             if quiet:
                 continue
             if new:
-                what, stored = f"added as run {run_id}", stamp
+                said = f"added as run {run_id}, commit {stamp.sha[:10]}"
             else:  # stored earlier, maybe under another commit
-                what = f"already there (run {run_id})"
-                stored = next(r.commit for r in history.runs() if r.id == run_id)
-            console.print(f"{path}: {what}, commit {stored.sha[:10]}", markup=False)
+                stored = next(r.commit for r in history.runs() if r.id == run_id).sha
+                said = f"already there (run {run_id}), commit {stored[:10]}"
+                if stored != stamp.sha:
+                    width = 10 if stored[:10] != stamp.sha[:10] else None
+                    said = (f"already there (run {run_id}), stored under commit "
+                            f"{stored[:width]}, not {stamp.sha[:width]}")  # fmt: skip
+            console.print(f"{path}: {said}", markup=False)
     finally:
         history.close()
 
 
 def _series(db: str | None, metric: str, where: str | None) -> list[Series]:
-    history = _open(db)
+    history = open_history(db)
     try:
         kinds = history.metric_kinds()
         if metric not in kinds:
             known = ", ".join(k for k, kind in kinds.items() if kind in ("timing", "exact"))
-            raise FieldError("metric", metric, f"not in the history; it holds {known or 'no runs'}")
+            raise FieldError(
+                "metric", typed(metric), f"not in the history; it holds {known or 'no runs'}"
+            )
         found = build_series(metric, history.points(metric), parse_where(where))
     finally:
         history.close()
+    if not found and where is None:
+        raise FieldError("metric", typed(metric), "no run in the history has a value of it")
     if not found:
-        raise FieldError("where", where, f"no series of {metric} matches")
+        raise FieldError("where", typed(where), f"no series of {metric} matches")
     return found
 
 
@@ -183,9 +224,11 @@ def environment_label(series: Series) -> str:
     if series.environment_id == ANY_ENVIRONMENT:
         return "every environment (an exact metric)"
     env = series.environment
-    parts = [env.get("device_name"), f"torch {env.get('torch_version')}",
-             f"{env.get('num_threads')} thread{'s' * (env.get('num_threads') != 1)}"]  # fmt: skip
-    return f"environment {series.environment_id} ({', '.join(str(p) for p in parts if p)})"
+    torch, threads = env.get("torch_version"), env.get("num_threads")
+    parts = [env.get("device_name"), torch and f"torch {torch}",
+             threads and f"{threads} thread{'s' * (threads != 1)}"]  # fmt: skip
+    known = ", ".join(str(p) for p in parts if p) or "not recorded"
+    return f"environment {series.environment_id} ({known})"
 
 
 def _cell(value: object) -> str:
@@ -232,12 +275,27 @@ def plot_command(
 ) -> None:
     """Draw a metric over commits: each series' median with its p25..p75 band, and its
     change points marked. Series of several environments get one panel each."""
-    check_writable({"out": out}, {})
+    path = _picture(out)
     series = _series(db, metric, where)
     changes = [c for s in series for c in series_changes(s)]
-    path = plot_series(series, changes, Path(out), environment_label)
+    try:
+        plot_series(series, changes, path, environment_label)
+    except OSError as exc:
+        raise FieldError("out", shown_path(out), f"cannot write it: {exc.strerror}") from None
     if not quiet:
-        console.print(f"wrote {path}", markup=False)
+        console.print(f"wrote {typed(out)}", markup=False)
+
+
+def _picture(out: str) -> Path:
+    """--out checked before anything is drawn: its extension names a format plot writes
+    (no extension is refused, not guessed), and the file can be written there."""
+    path = Path(out)
+    extension = path.suffix.lower().removeprefix(".")
+    if extension not in PICTURES:
+        what = f"unknown picture format .{extension}" if extension else "no extension"
+        raise FieldError("out", shown_path(out), f"{what}; end the name in .png, .svg or .pdf")
+    check_writable({"out": out}, {})
+    return path
 
 
 CHANGE_COLUMNS = [
@@ -270,16 +328,21 @@ def changes_command(
     environment at a time), and every change of an exact metric (a formula changed)."""
     if fmt not in FORMATS:
         raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
-    history = _open(db)
+    history = open_history(db)
     try:
         kinds = history.metric_kinds()
     finally:
         history.close()
+    if not kinds:
+        shown = shown_path(DEFAULT_DB if db is None else db)
+        raise FieldError("db", shown, "holds no runs; add some with `attnbench history add`")
     wanted = metric or [m for m, k in kinds.items() if _followed(m, k)]
-    changes: list[Change] = []
+    found: list[Series] = []
     for name in wanted:  # every metric named; of the others, those with a series to search
-        found = _series(db, name, where) if metric else _series_or_none(db, name, where)
-        changes += [c for s in found for c in series_changes(s)]
+        found += _series(db, name, where) if metric else _series_or_none(db, name, where)
+    if not found and where is not None:  # a --where that matches nothing finds no change
+        raise FieldError("where", typed(where), "no series of any metric matches")
+    changes = [c for s in found for c in series_changes(s)]
     if fmt == "markdown":
         console.print(changes_markdown(changes), markup=False, soft_wrap=True)
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
+from rich.text import Text
 
 from ..measure.devices import resolve_device
 from ..measure.environment import collect_environment
@@ -46,8 +47,8 @@ def selfcheck_command(
     dev = resolve_device(device)
     results = run_checks(dev)
     for r in results:
-        mark = "[green]PASS[/]" if r.passed else "[bold red]FAIL[/]"
-        console.print(f"{mark} {r.name}: {r.detail}", highlight=False)
+        mark = ("PASS", "green") if r.passed else ("FAIL", "bold red")
+        console.print(Text.assemble(mark, f" {r.name}: {r.detail}"))
     failed = sum(not r.passed for r in results)
     console.print(f"{len(results) - failed} passed, {failed} failed on {dev}", highlight=False)
     if failed:

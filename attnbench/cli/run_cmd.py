@@ -4,6 +4,10 @@ and report re-rendered from a saved results.json."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import stat
 from collections.abc import Generator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +15,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import FieldError, UsageError
+from ..errors import FieldError, UsageError, one_line
+from ..model.files import name_too_long, shown_path
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
 from ..study.distributed import process_group, torchrun_launch, wait_for_all
@@ -21,8 +26,10 @@ from ..study.plan import MAX_POINTS
 from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
 from ..study.sections import KINDS
 from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
+from ..study.stores import foreign_files, listed, share_in
 from . import app
 from .common import (
+    _same_file,
     console,
     err_console,
     keep_records,
@@ -35,7 +42,8 @@ from .decode_cmd import describe as describe_decode
 from .decode_cmd import show_providers
 from .flags import handles_errors
 
-#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
+#: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
+#: SIGHUP, which stop a study as Ctrl-C does.
 EXIT_INTERRUPTED = 130
 
 
@@ -58,9 +66,10 @@ def _dry_run(plan: Plan, nproc: int) -> None:
     """The points and their estimates; with several workers, each one's share."""
     total = plan.estimate_total(plan.tasks)
     devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
-    if nproc == 1:
-        for task in plan.tasks:
-            console.print(f"{describe(task)}  ~{plan.estimate(task):.2f} s", markup=False)
+    if nproc == 1:  # one write: printing 100,000 lines one by one takes seconds
+        console.file.write(
+            "".join(f"{describe(t)}  ~{plan.estimate(t):.2f} s\n" for t in plan.tasks)
+        )
         where = devices or "no device needed"
         console.print(f"{len(plan.tasks)} points ({where}), {_about(total)} (a rough "
                       "estimate); nothing was run.", markup=False)  # fmt: skip
@@ -87,8 +96,8 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
     console.print("Findings:", style="bold")
     print_items(findings(doc))
     files = [f"{name}.csv" for name in doc["sections"]] + [RESULTS_FILE]
-    console.print(f"Wrote {', '.join(files)}, {len(plots)} plots and {report.name} in {out}/",
-                  markup=False)  # fmt: skip
+    drawn = f"{len(plots)} plot" + "s" * (len(plots) != 1)
+    console.print(f"Wrote {', '.join(files)}, {drawn} and {report.name} in {out}/", markup=False)
 
 
 def _refuse_tensor_parallel(plan: Plan, config: str | None) -> None:
@@ -112,16 +121,55 @@ def _nproc(text: str | None) -> int:
 
 
 def _max_points(text: str | None) -> int:
-    """--max-points as a number (the default when not given)."""
+    """--max-points as a number from 1 to MAX_POINTS (MAX_POINTS when not given), read
+    from its digits alone: a number of thousands of them is too large, not an error."""
     if text is None:
         return MAX_POINTS
+    number = text.strip().replace(",", "")
+    if re.fullmatch(r"[+-]?[0-9]+", number) is None:
+        raise FieldError("max_points", one_line(text), "expected an integer")
+    digits = number.lstrip("+-").lstrip("0")
+    if not digits or number.startswith("-"):
+        raise FieldError("max_points", one_line(text), "must be >= 1")
+    if len(digits) > len(str(MAX_POINTS)) or int(digits) > MAX_POINTS:
+        raise FieldError("max_points", one_line(text), f"must be <= {MAX_POINTS:,}")
+    return int(digits)
+
+
+def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
+    """Refuse, before anything is written, a --out directory holding files that are not
+    a study's (study.stores.foreign_files): the study's results.json, CSVs, plots and
+    report.md would replace files of the same names. Its `sweep` file may be there; other
+    files only with --force."""
+    shown = shown_path(out_dir)
+    if name_too_long(out_dir):  # before a folder on the way to it is made
+        raise FieldError("out", shown, "cannot use it: File name too long")
     try:
-        value = int(text.strip().replace(",", ""))
-    except ValueError:
-        raise FieldError("max_points", text, "expected an integer") from None
-    if value < 1:
-        raise FieldError("max_points", value, "must be >= 1")
-    return value
+        if not stat.S_ISDIR(os.stat(out_dir).st_mode):
+            raise FieldError("out", shown, "not a directory")
+        names = [
+            n for n in foreign_files(out_dir) if not (sweep and _same_file(out_dir / n, sweep))
+        ]
+    except (FileNotFoundError, NotADirectoryError):
+        return  # a new directory: made with the study (or refused then, under a file)
+    except (OSError, ValueError) as exc:  # no permission, a NUL in the name
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise FieldError("out", shown, f"cannot use it: {reason}") from None
+    if names and not force:
+        raise FieldError("out", shown, f"holds files that are not a study's ({listed(names)}); "
+                         "the study's results.json, CSVs, plots and report.md would replace "
+                         "those of the same names: give an empty or new directory, or "
+                         "--force")  # fmt: skip
+
+
+def _refuse_share(out_dir: Path) -> None:
+    """A share's directory is written by that share alone: a whole study (run or merged)
+    there would replace it, and no merge of the study would take it any more."""
+    share = share_in(out_dir)
+    if share is not None:
+        raise FieldError("out", shown_path(out_dir), f"is the directory of share {share} of a "
+                         "study, which only that share writes: give the study's directory, or "
+                         "another")  # fmt: skip
 
 
 @app.command("run")
@@ -136,6 +184,7 @@ def run_command(
     resume: Annotated[
         bool, typer.Option("--resume", help="Finish the study already started in --out.")
     ] = False,
+    force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List the points and a time estimate; run nothing.")
     ] = False,
@@ -148,7 +197,9 @@ def run_command(
         typer.Option(
             "--max-points",
             metavar="INT",
-            help=f"Refuse a study of more points than this (default {MAX_POINTS:,}).",
+            help=f"Refuse a study of more points than this: 1 to {MAX_POINTS:,}, the "
+            "default (a run rewrites its results.json after every point: a larger study "
+            "takes days).",
         ),
     ] = None,
     nproc: Annotated[
@@ -170,9 +221,10 @@ def run_command(
     ] = None,
 ) -> None:
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
-    disk as it finishes; then write plots and report.md. Ctrl-C stops after the current
-    point, or the decode points sampled with it (exit 130); --resume finishes the rest.
-    Under torchrun every rank runs its share (on its own GPU) and rank 0 merges them."""
+    disk as it finishes; then write plots and report.md. Ctrl-C (or SIGTERM, SIGHUP)
+    stops after the current point, or the decode points sampled with it (exit 130);
+    --resume finishes the rest. Under torchrun every rank runs its share (on its own GPU)
+    and rank 0 merges them."""
     launch = torchrun_launch()
     try:
         plan = plan_study(config, device, max_points=_max_points(max_points))
@@ -180,7 +232,7 @@ def run_command(
             own = str(launch.device(plan.device))
             plan = plan_study(config, own, max_points=_max_points(max_points))
     except FieldError as exc:  # the sweep file is an argument here, not a flag
-        raise (exc.located(str(config)) if exc.field == "config" else exc) from None
+        raise (exc.located(shown_path(str(config))) if exc.field == "config" else exc) from None
     _refuse_tensor_parallel(plan, config)
     if launch is not None and not dry_run:
         if shard is not None:
@@ -202,14 +254,15 @@ def run_command(
         raise FieldError("shard", shard, "give the study's directory, the same for every share, "
                          "with --out DIR")  # fmt: skip
     out_dir = Path(out) if out else Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FieldError("out", out_dir, "not a directory")
+    check_out_dir(out_dir, force, config)
+    _refuse_share(out_dir)
     share = parse_shard(shard) if shard is not None else None
     if share is not None:
         plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
 
-    def notice() -> None:
-        err_console.print("stopping after the current points (Ctrl-C again to stop now)")
+    def notice(signum: int) -> None:
+        again = "Ctrl-C" if signum == signal.SIGINT else f"{signal.Signals(signum).name} or Ctrl-C"
+        err_console.print(f"stopping after the current points ({again} again to stop now)")
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)
@@ -219,10 +272,10 @@ def run_command(
         resume = False  # a share that never started: resuming the study starts it
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
-            if note:
-                err_console.print(f"note: {note}", soft_wrap=True, markup=False)
             result = run_study(plan, store, resume=resume, on_interrupt=notice,
                                progress=progress)  # fmt: skip
+            if note:  # once the study is under way: bad input stays one line
+                err_console.print(f"note: {note}", soft_wrap=True, markup=False)
             if result.interrupted:  # stopped after a point: the way out of a Ctrl-C
                 raise KeyboardInterrupt
             if not quiet:
@@ -243,7 +296,7 @@ def run_command(
         with process_group(plan.device):
             wait_for_all()  # every share is on disk
         if launch.rank == 0:
-            _write_merged(merge([out_dir]), out_dir, quiet)
+            _write_merged(merge([out_dir]), out_dir, quiet, ["attnbench merge", str(out_dir)])
     if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
         raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
 
@@ -255,7 +308,7 @@ def _unwritable(exc: OSError, out_dir: Path, store: DirectoryStore | None = None
     kept = ""
     if store is not None and store.document is not None and _unsaved(store):
         kept = kept_text(keep_records("run", store.document))
-    return FieldError("out", where, f"cannot write: {exc.strerror}{kept}")
+    return FieldError("out", shown_path(where), f"cannot write: {exc.strerror}{kept}")
 
 
 def _unsaved(store: DirectoryStore) -> bool:
@@ -280,18 +333,23 @@ def _interrupted(
     return typer.Exit(EXIT_INTERRUPTED)
 
 
+FORCE_HELP = ("Write into --out even when it holds files that are not a study's (those "
+              "of the same names as the study's are replaced).")  # fmt: skip
 ResultsArg = Annotated[str, typer.Argument(help="A results.json written by `attnbench run`.")]
 OutOpt = Annotated[
     str | None, typer.Option("--out", help="Directory to write into (default: beside it).")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help=FORCE_HELP)]
 
 
-def _rerender(results: str, out: str | None, quiet: bool, write) -> None:
+def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) -> None:
     """Re-write files from a saved results.json with `write(doc, out_dir)`, which returns
-    the paths it wrote; nothing is re-run."""
+    the paths it wrote; nothing is re-run. The directory of the results is the study's."""
     doc = load_results(results)
     out_dir = Path(out) if out else Path(results).parent
+    if not _same_file(out_dir, Path(results).parent):
+        check_out_dir(out_dir, force)
     try:
         written = write(doc, out_dir)
     except OSError as exc:
@@ -303,17 +361,21 @@ def _rerender(results: str, out: str | None, quiet: bool, write) -> None:
 
 @app.command("plot")
 @handles_errors
-def plot_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
+def plot_command(
+    results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
+) -> None:
     """Re-draw a study's plots from its results.json; nothing is re-run."""
-    _rerender(results, out, quiet, render_plots)
+    _rerender(results, out, quiet, force, render_plots)
 
 
 @app.command("report")
 @handles_errors
-def report_command(results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False) -> None:
+def report_command(
+    results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
+) -> None:
     """Re-write a study's report.md from its results.json (showing the plots found beside
     it); nothing is re-run."""
-    _rerender(results, out, quiet, lambda doc, out_dir: [write_report(doc, out_dir)])
+    _rerender(results, out, quiet, force, lambda doc, out_dir: [write_report(doc, out_dir)])
 
 
 @app.command("merge")
@@ -328,17 +390,27 @@ def merge_command(
         typer.Option("--out", help="Directory to write into (default: the first directory)."),
     ] = None,
     quiet: QuietOpt = False,
+    force: ForceOpt = False,
 ) -> None:
     """Put the shares of a study (run with --shard i/N) back together: results.json, the
     CSVs, plots and report.md, in the study's point order. Exits 1 when some points are in
-    no share yet."""
+    no share yet. A share's directory is never written into."""
+    merged = merge([Path(d) for d in dirs])
     out_dir = Path(out) if out else Path(dirs[0])
-    _write_merged(merge([Path(d) for d in dirs]), out_dir, quiet)
+    if out is None and (share := share_in(out_dir)) is not None:
+        raise FieldError("out", None, f"not given, and the first directory, "
+                         f"{shown_path(out_dir)}, is share {share} of a study, which the merged "
+                         "study would replace: give the directory to write into")  # fmt: skip
+    check_out_dir(out_dir, force)
+    _refuse_share(out_dir)
+    again = ["attnbench merge", *dirs] + (["--out", out] if out else [])
+    _write_merged(merged, out_dir, quiet, again)
 
 
-def _write_merged(merged: Merged, out_dir: Path, quiet: bool) -> None:
+def _write_merged(merged: Merged, out_dir: Path, quiet: bool, again: list[str]) -> None:
     """The merged study's results.json, CSVs, plots and report in `out_dir`; exit 1 when
-    some points are in no share."""
+    some points are in no share. Interrupted, it says to merge `again` (the shares are
+    only read)."""
     store = DirectoryStore(out_dir)
     try:
         with store.locked():
@@ -352,6 +424,10 @@ def _write_merged(merged: Merged, out_dir: Path, quiet: bool) -> None:
             _finish(merged.document, out_dir, quiet)
     except OSError as exc:
         raise _unwritable(exc, out_dir) from None
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: the shares are as they were; merge again with: "
+                          f"{' '.join(again)}", soft_wrap=True)  # fmt: skip
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if not merged.complete:
         missing = ", ".join(f"{n} {s}" for s, n in merged.missing.items() if n)
         err_console.print(f"incomplete: {missing} point(s) are in no share yet; run the "

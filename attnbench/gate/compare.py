@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import UsageError, brief
 from ..measure.timing import bootstrap_medians, percentile
 from ..records import SAMPLED, Kind, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
@@ -64,6 +64,22 @@ GATED = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
 #: declared with the ratio (records.ratio_against): ratios to different references are
 #: not compared either.
 COUNTED_WITH = "instructions_counter"
+#: The range of a timing (ms) or an in-run ratio the gate takes, besides 0 (a point that
+#: measured nothing: a verdict of its own). Far beyond any measurement on either side, and
+#: narrow enough that no ratio, sum or logarithm of two such values overflows or loses its
+#: precision in a subnormal float.
+MEASURED_RANGE = (1e-9, 1e9)
+
+
+def is_measured(value: float) -> bool:
+    """Whether `value` can be a timing or a ratio of two: within MEASURED_RANGE."""
+    return MEASURED_RANGE[0] <= value <= MEASURED_RANGE[1]
+
+
+def ratio_of(cur: float, base: float) -> float | None:
+    """cur / base, or None when base is 0 or the quotient is not a finite number."""
+    ratio = cur / base if base else math.inf
+    return ratio if math.isfinite(ratio) else None
 
 
 class Verdict(str, Enum):
@@ -148,15 +164,15 @@ def judge_exact(base: float, cur: float) -> Judgement:
         return Judgement(Verdict.UNCHANGED, "equal", 1.0 if base else None)
     delta = cur - base
     change = f"{delta:+,}" if float(delta).is_integer() else f"{delta:+,.6g}"
-    ratio = cur / base if base else None
-    return Judgement(Verdict.REGRESSED, f"exact metric changed by {change}", ratio)
+    return Judgement(Verdict.REGRESSED, f"exact metric changed by {change}", ratio_of(cur, base))
 
 
 def judge_count(base: float, cur: float, th: Thresholds) -> Judgement:
-    """A count up by more than the count threshold regresses; down by as much improves."""
-    if base <= 0:
+    """A count up by more than the count threshold regresses; down by as much improves.
+    One of no ratio to the baseline (a baseline of 0) is judged as an exact metric."""
+    ratio = ratio_of(cur, base)
+    if ratio is None:
         return judge_exact(base, cur)
-    ratio = cur / base
     change = f"{cur - base:+,.0f} ({ratio - 1:+.2%})"
     limit = f"{th.count * 100:g}%"
     if ratio > 1 + th.count:
@@ -170,7 +186,7 @@ def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
     """An increase beyond max(1 MiB, mem x baseline) regresses; a like decrease improves."""
     limit = max(th.mem_floor_bytes, th.mem * abs(base))
     delta = cur - base
-    ratio = cur / base if base else None
+    ratio = ratio_of(cur, base)
     change = f"{delta / 2**20:+.2f} MiB"
     if delta > limit:
         return Judgement(Verdict.REGRESSED, f"{change} is above {limit / 2**20:.2f} MiB", ratio)
@@ -181,12 +197,16 @@ def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
 
 def bootstrap_ratio_interval(
     base: tuple[float, ...], cur: tuple[float, ...], th: Thresholds
-) -> tuple[float, float]:
+) -> tuple[float, float] | None:
     """Two one-sided `confidence` bounds on median(cur) / median(base), from a seeded
-    percentile bootstrap that resamples each side."""
+    percentile bootstrap that resamples each side; None when a resampled median is not
+    above 0 (samples of 0 ms): no ratio, or one of 0, which no speed-up reads."""
     rng = np.random.default_rng(th.seed)
-    ratios = bootstrap_medians(cur, rng, th.resamples) / bootstrap_medians(base, rng, th.resamples)
-    lo, hi = np.quantile(ratios, [1 - th.confidence, th.confidence])
+    cur_medians = bootstrap_medians(cur, rng, th.resamples)
+    base_medians = bootstrap_medians(base, rng, th.resamples)
+    if min(cur_medians.min(), base_medians.min()) <= 0:
+        return None
+    lo, hi = np.quantile(cur_medians / base_medians, [1 - th.confidence, th.confidence])
     return float(lo), float(hi)
 
 
@@ -199,11 +219,15 @@ MIN_BOOTSTRAP_SAMPLES = 5
 def _evidence(
     base: TimingStats, cur: TimingStats, th: Thresholds
 ) -> tuple[tuple[float, float] | None, str | None]:
-    """An interval on the ratio and how it was made: a bootstrap over the samples, else the
-    ratio range the p25..p75 intervals allow (it excludes 1 exactly when they don't overlap)."""
+    """An interval on the ratio and how it was made: a bootstrap over the samples, else
+    (too few samples, or some of 0 ms) the ratio range the p25..p75 intervals allow (it
+    excludes 1 exactly when they don't overlap), when none of them is 0 either."""
     if min(len(base.samples or ()), len(cur.samples or ())) >= MIN_BOOTSTRAP_SAMPLES:
-        return bootstrap_ratio_interval(base.samples, cur.samples, th), "bootstrap"
-    if None not in (base.p25, base.p75, cur.p25, cur.p75) and base.p25 > 0 and base.p75 > 0:
+        interval = bootstrap_ratio_interval(base.samples, cur.samples, th)
+        if interval is not None:
+            return interval, "bootstrap"
+    quartiles = (base.p25, base.p75, cur.p25, cur.p75)
+    if None not in quartiles and min(quartiles) > 0:
         return (cur.p25 / base.p75, cur.p75 / base.p25), INTERVALS
     return None, None
 
@@ -491,6 +515,8 @@ def compare_documents(
             f"{base.path} ({base.command}) and {cur.path} ({cur.command}) come from different "
             "commands; compare two results of the same command"
         )
+    for doc in (base, cur):
+        check_measurements(doc)
     result = Comparison(base.path, cur.path, thresholds, fail_on_improvement)
     for doc in (base, cur):
         result.notes += [
@@ -527,6 +553,27 @@ def compare_documents(
             f"{base.path} and {cur.path} have no row in common; they come from different sweeps"
         )
     return result
+
+
+def check_measurements(doc: Document) -> None:
+    """Refuse a timing or in-run ratio (a median, a percentile, a sample) that is neither 0
+    nor within MEASURED_RANGE: no run measures it, and its ratios would overflow."""
+    low, high = MEASURED_RANGE
+    for name, records in doc.sections.items():
+        fields = [f for f, kind in kinds_of(name).items() if kind in (Kind.TIMING, Kind.RATIO)]
+        for i, record in enumerate(records):
+            for at, value in (pair for f in fields for pair in _values(f, record.get(f))):
+                if is_number(value) and value != 0 and not is_measured(value):
+                    raise UsageError(f"{doc.path}: {name} record {i}: {at}: {brief(value)} "
+                                     f"is out of range: a timing or ratio is 0 or from "
+                                     f"{low:g} to {high:g}")  # fmt: skip
+
+
+def _values(name: str, value: Any) -> list[tuple[str, Any]]:
+    """(where, value) of a field's value, or of each of its values: 'samples_ms[3]'."""
+    if isinstance(value, list):
+        return [(f"{name}[{j}]", v) for j, v in enumerate(value)]
+    return [(name, value)]
 
 
 def _row_mismatch(base: dict | None, cur: dict | None) -> Mismatch:
@@ -621,7 +668,7 @@ def compare_rows(
         elif kind is Kind.MEMORY:
             judgement = judge_memory(b, c, th)
         elif mismatch and not allow_env_mismatch:
-            judgement = _incomparable(mismatch, c / b if b else None, against.values())
+            judgement = _incomparable(mismatch, ratio_of(c, b), against.values())
         else:
             if kind is Kind.COUNT:
                 judgement = judge_count(b, c, th)

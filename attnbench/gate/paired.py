@@ -15,7 +15,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .compare import MIN_BOOTSTRAP_SAMPLES, Judgement, Thresholds, Verdict, judge_effect
+from .compare import (
+    MEASURED_RANGE,
+    MIN_BOOTSTRAP_SAMPLES,
+    Judgement,
+    Thresholds,
+    Verdict,
+    is_measured,
+    judge_effect,
+)
 
 #: How a paired judgement's interval was obtained (Finding.evidence).
 EVIDENCE = "paired bootstrap"
@@ -68,12 +76,15 @@ def judge_paired(
     and so is its confidence bound; inconclusive otherwise, and, as compare has it, with
     fewer than MIN_BOOTSTRAP_SAMPLES pairs to bootstrap (the bound of two pairs is the
     smaller ratio: one slow phase of the machine on both head visits passes it). A head
-    time that is not above 0 regresses, such a base time is inconclusive."""
-    if not all(math.isfinite(t) and t > 0 for t in head):
-        reason = f"a head time is {min(head):g} ms: a time must be above 0"
+    time that is not a measured time (compare.MEASURED_RANGE: above 0, and neither a
+    subnormal float nor one whose ratios overflow) regresses; such a base time is
+    inconclusive."""
+    low, high = MEASURED_RANGE
+    if bad := [t for t in head if not is_measured(t)]:
+        reason = f"a head time is {bad[0]:g} ms: a time must be from {low:g} to {high:g} ms"
         return Judgement(Verdict.REGRESSED, reason)
-    if not all(math.isfinite(t) and t > 0 for t in base):
-        reason = f"a base time is {min(base):g} ms: nothing to compare against"
+    if bad := [t for t in base if not is_measured(t)]:
+        reason = f"a base time is {bad[0]:g} ms: nothing to compare against"
         return Judgement(Verdict.INCONCLUSIVE, reason)
     logs = log_ratios(base, head)
     enough = logs.size >= MIN_BOOTSTRAP_SAMPLES

@@ -67,28 +67,38 @@ class Change:
     high_pct: float | None = None
 
 
-def parse_where(text: str | None) -> dict[str, str]:
-    """'variant=GQA-8,prompt_len=2048' as {key: value text}."""
-    where: dict[str, str] = {}
+def typed(text: str) -> str:
+    """`text` as the user typed it, for an error message: quoted (repr) when it would not
+    read as typed (empty, spaces at either end, a line break or another unprintable
+    character), so that the message stays on one line and shows the value exactly."""
+    return text if text and text.strip() == text and text.isprintable() else repr(text)
+
+
+def parse_where(text: str | None) -> dict[str, set[str]]:
+    """'variant=MHA,variant=MQA,prompt_len=2048' as {key: the values it may have, as
+    text}: a key given twice matches either value."""
+    where: dict[str, set[str]] = {}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise FieldError("where", text, "expected key=value pairs, comma-separated, "
-                             "e.g. variant=GQA-8,prompt_len=2048")  # fmt: skip
-        where[key.strip()] = value.strip()
+            raise FieldError("where", typed(text or ""), "expected key=value pairs, "
+                             "comma-separated, e.g. variant=GQA-8,prompt_len=2048")  # fmt: skip
+        where.setdefault(key.strip(), set()).add(value.strip())
     return where
 
 
-def matches(keys: dict, where: dict[str, str]) -> bool:
-    """Every `where` key is among `keys`, with the same value as text."""
-    return all(k in keys and _text(keys[k]) == v for k, v in where.items())
+def matches(keys: dict, where: dict[str, set[str]]) -> bool:
+    """Every `where` key is among `keys`, with one of its values (as text)."""
+    return all(k in keys and _text(keys[k]) in values for k, values in where.items())
 
 
 def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def build_series(metric: str, points: Sequence[StoredPoint], where: dict[str, str]) -> list[Series]:
+def build_series(
+    metric: str, points: Sequence[StoredPoint], where: dict[str, set[str]]
+) -> list[Series]:
     """The series of `metric` among `points` (ordered by commit) whose keys match `where`."""
     grouped: dict[tuple, tuple[Series, dict[str, list[StoredPoint]]]] = {}
     for point in points:

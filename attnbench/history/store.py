@@ -9,7 +9,11 @@ one transaction, so a process killed mid-add leaves nothing half-stored. A secon
 the database's address.
 
 The schema is versioned (SQLite's `user_version`) and upgraded on open by the migrations
-in MIGRATIONS, in order; a database newer than this code is refused.
+in MIGRATIONS, in order; a database newer than this code is refused. A history is told
+from other SQLite files by its `application_id` (set when it is created; one made by an
+earlier attnbench, which set none, by its tables and schema version, and gets the id when
+opened). Only `history add` creates a database; every other command needs one that is
+there, and refuses any other file rather than adding tables to it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,8 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import FieldError, UsageError
+from ..errors import FieldError
 from ..gate.compare import GATING_ENV_FIELDS
+from ..model.files import shown_path
 from ..records import Kind, gated_timing
 from ..study.documents import Document, is_number, kinds_of
 from ..study.sections import record_type
@@ -34,6 +40,12 @@ from ..study.sections import record_type
 DEFAULT_DB = Path("results") / "history.sqlite"
 #: The environment fields that make two runs' timings comparable (as compare gates them).
 IDENTITY_FIELDS = (*GATING_ENV_FIELDS, "cpu_model")
+#: SQLite's application_id of an attnbench history ("ATNB"): what tells it from the
+#: databases of other programs.
+APPLICATION_ID = 0x41544E42
+#: The tables of every schema: with a user_version, what marks a history made before the
+#: application_id was set.
+CORE_TABLES = frozenset({"runs", "records", "metrics"})
 #: How long a writer waits for another one to finish, in milliseconds.
 BUSY_TIMEOUT_MS = 30_000
 
@@ -156,19 +168,51 @@ def content_hash(document: Document) -> str:
 class SqliteHistory:
     """The history in one SQLite file (see the module docstring)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: str, create: bool = False) -> None:
+        """Open the history at `path`; with `create`, a missing or empty file becomes a new
+        one. FieldError (field `db`) for anything else that is not a history."""
+        self.path = Path(path)
+        self.shown = shown_path(path)  # in errors: as typed, unless too long or unprintable
+        self._check_file(create)  # before SQLite opens it: opening creates a missing file
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise FieldError("db", self.shown, f"cannot open it: {_why(exc)}") from None
+        try:
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
+            self._migrate(create)
+            self.db.execute("PRAGMA journal_mode = WAL")  # not within a transaction
         except sqlite3.DatabaseError as exc:
-            raise FieldError("db", str(path), f"not a history database ({exc})") from None
-        except OSError as exc:
-            raise FieldError("db", str(path), f"cannot open it: {exc.strerror}") from None
+            self.db.close()
+            raise FieldError("db", self.shown, f"not an attnbench history ({exc})") from None
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _check_file(self, create: bool) -> None:
+        """FieldError for a path that holds no history and must not become one: nothing
+        there or an empty file (unless `create`), a directory, a device or a FIFO, a name
+        the system refuses (too long)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            if create:
+                return
+            default = " (the default database)" if self.path == DEFAULT_DB else ""
+            raise FieldError("db", self.shown, f"no such file{default}; `attnbench history add` "
+                             "creates a history") from None  # fmt: skip
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+            raise FieldError("db", self.shown, f"cannot open it: {_why(exc)}") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise FieldError("db", self.shown, "a directory, not a history database")
+        if not stat.S_ISREG(st.st_mode):
+            raise FieldError("db", self.shown, "not a regular file, so not a history database")
+        if st.st_size == 0 and not create:
+            raise FieldError("db", self.shown, "an empty file: it holds no history; `attnbench "
+                             "history add` fills one")  # fmt: skip
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -182,16 +226,32 @@ class SqliteHistory:
             raise
         self.db.execute("COMMIT")
 
-    def _migrate(self) -> None:
+    def _migrate(self, create: bool) -> None:
+        """Check that the database is a history (or, with `create`, holds nothing yet: a
+        new file), then bring its schema up to date, in one transaction: a second process
+        creating the same history waits, then finds it made."""
         with self._transaction() as db:
+            app_id = db.execute("PRAGMA application_id").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+            empty = app_id == 0 and version == 0 and not tables
+            older = app_id == 0 and version > 0 and tables >= CORE_TABLES  # no id set then
+            if empty and not create:
+                raise FieldError("db", self.shown, "an empty database: it holds no "
+                                 "history; `attnbench history add` fills one")  # fmt: skip
+            if not (empty or older or app_id == APPLICATION_ID):
+                raise FieldError("db", self.shown, "an SQLite database, but not an "
+                                 "attnbench history; give the path of one")  # fmt: skip
             if version > SCHEMA_VERSION:
-                raise UsageError(f"{self.path}: a history of schema {version}, newer than this "
-                                 f"attnbench's ({SCHEMA_VERSION}); upgrade attnbench")  # fmt: skip
+                raise FieldError("db", self.shown, f"a history of schema {version}, "
+                                 f"newer than this attnbench's ({SCHEMA_VERSION}); upgrade "
+                                 "attnbench")  # fmt: skip
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in filter(str.strip, script.split(";")):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
+            if app_id != APPLICATION_ID:
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     def add(self, document: Document, commit: Commit) -> tuple[int, bool]:
         digest = content_hash(document)
@@ -296,12 +356,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def open_history(db: str | Path | None = None) -> HistoryBackend:
-    """The history at `db`: a file path (SQLite; DEFAULT_DB when None). A URL of another
-    database (postgresql://...) names a backend this version does not have."""
+def open_history(db: str | Path | None = None, create: bool = False) -> HistoryBackend:
+    """The history at `db`: a file path (SQLite; DEFAULT_DB when None), which must hold one
+    unless `create` (`history add`). A URL of another database (postgresql://...) names a
+    backend this version does not have."""
     text = str(db if db is not None else DEFAULT_DB)
     if "://" in text:
         scheme = text.split("://", 1)[0]
-        raise FieldError("db", text, f"no {scheme} backend in this version; give a file path "
-                         "(SQLite)")  # fmt: skip
-    return SqliteHistory(Path(text))
+        raise FieldError("db", shown_path(text), f"no {scheme} backend in this version; give "
+                         "a file path (SQLite)")  # fmt: skip
+    if not text:
+        raise FieldError("db", None, "empty; give the database's path")
+    return SqliteHistory(text, create)
+
+
+def _why(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or str(exc)

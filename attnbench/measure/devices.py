@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -13,26 +14,26 @@ __all__ = ["free_memory_bytes", "resolve_device", "torch_dtype"]
 
 
 def resolve_device(name: str | None) -> torch.device:
-    """'auto' (CUDA when available, else the CPU), 'cpu', 'cuda' or 'cuda:i'."""
+    """'auto' (CUDA when available, else the CPU), 'cpu', 'cuda' or 'cuda:i' (i in ASCII
+    digits: int() would take other scripts' digits, and str.isdigit() superscripts it
+    cannot convert)."""
     given = name
     name = (name or "auto").strip().lower()
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cpu":
         return torch.device("cpu")
-    if name == "cuda" or name.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise FieldError("device", given, "requested but CUDA is not available here")
-        index = name.partition(":")[2]
-        if index:
-            if not index.isdigit() or int(index) >= torch.cuda.device_count():
-                count = torch.cuda.device_count()
-                raise FieldError(
-                    "device", given, f"no such device ({count} CUDA device(s) present)"
-                )
-            return torch.device("cuda", int(index))
+    cuda = re.fullmatch(r"cuda(?::([0-9]+))?", name)
+    if cuda is None:
+        raise FieldError("device", given, "unknown device; use auto, cpu, cuda or cuda:<index>")
+    if not torch.cuda.is_available():
+        raise FieldError("device", given, "requested but CUDA is not available here")
+    if cuda.group(1) is None:
         return torch.device("cuda", torch.cuda.current_device())
-    raise FieldError("device", given, "unknown device; use auto, cpu, cuda or cuda:<index>")
+    index, count = int(cuda.group(1)), torch.cuda.device_count()
+    if index >= count:
+        raise FieldError("device", given, f"no such device ({count} CUDA device(s) present)")
+    return torch.device("cuda", index)
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -18,6 +18,7 @@ ceil(tokens / P) * P. A contiguous cache gives every sequence the longest length
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -355,10 +356,9 @@ def _check_count(total: int, max_count: int, item: str) -> None:
 
 
 def _positive(text: str, item: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise FieldError("seq_lens", item, "expected N, CxN or linspace:LOW:HIGH:C") from None
+    if not re.fullmatch(r"\s*[-+]?[0-9]+\s*", text):  # ASCII digits, as every flag takes
+        raise FieldError("seq_lens", item, "expected N, CxN or linspace:LOW:HIGH:C")
+    value = int(text)
     if value < 1:
         raise FieldError("seq_lens", item, "values must be >= 1")
     return value

@@ -7,8 +7,25 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import FieldError
+from ..errors import FieldError, brief
 from .units import binary_unit
+
+#: The longest name most file systems take for one file (NAME_MAX, in bytes).
+NAME_MAX = 255
+
+
+def name_too_long(path: str | Path) -> bool:
+    """A part of `path` is longer than any file's name can be: the system refuses it
+    (ENAMETOOLONG), though perhaps only once the folders before it are made."""
+    return any(len(os.fsencode(part)) > NAME_MAX for part in Path(path).parts)
+
+
+def shown_path(path: str | Path) -> str | Path:
+    """`path` for a one-line message: as given, or quoted and cut (errors.brief) when it
+    holds a line break or another unprintable character, or is longer than a file name
+    can be (a name the system refused as too long would fill the screen)."""
+    text = str(path)
+    return path if text.isprintable() and len(os.fsencode(text)) <= NAME_MAX else brief(text, 80)
 
 
 def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
@@ -20,42 +37,43 @@ def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
     while it is read is cut at `limit` + 1 bytes and refused. Line ends are read as '\\n'.
     """
     path = Path(path)
+    shown = shown_path(path)
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise FieldError(field, path, "file not found") from None
-    except (OSError, ValueError) as exc:
-        raise FieldError(field, path, f"cannot read it: {_reason(exc)}") from None
-    _check_regular(info, field, path, limit)
+        raise FieldError(field, shown, "file not found") from None
+    except (OSError, ValueError) as exc:  # a name too long, a component not a directory
+        raise FieldError(field, shown, f"cannot read it: {_reason(exc)}") from None
+    _check_regular(info, field, shown, limit)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
         with os.fdopen(fd, "rb") as file:
             # the path may have been replaced since the stat: check what was opened
-            _check_regular(os.fstat(file.fileno()), field, path, limit)
+            _check_regular(os.fstat(file.fileno()), field, shown, limit)
             data = file.read() if limit is None else file.read(limit + 1)
     except FileNotFoundError:
-        raise FieldError(field, path, "file not found") from None
+        raise FieldError(field, shown, "file not found") from None
     except OSError as exc:
-        raise FieldError(field, path, f"cannot read it: {_reason(exc)}") from None
+        raise FieldError(field, shown, f"cannot read it: {_reason(exc)}") from None
     if limit is not None and len(data) > limit:
-        raise FieldError(field, path, f"file too large (over {format_size(limit)})")
+        raise FieldError(field, shown, f"file too large (over {format_size(limit)})")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FieldError(field, path, f"not UTF-8 text (byte {exc.start})") from None
+        raise FieldError(field, shown, f"not UTF-8 text (byte {exc.start})") from None
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _check_regular(info: os.stat_result, field: str, path: Path, limit: int | None) -> None:
+def _check_regular(info: os.stat_result, field: str, shown: str | Path, limit: int | None) -> None:
     if stat.S_ISDIR(info.st_mode):
-        raise FieldError(field, path, "is a directory, not a file")
+        raise FieldError(field, shown, "is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
-        raise FieldError(field, path, "not a regular file (a device, pipe or socket)")
+        raise FieldError(field, shown, "not a regular file (a device, pipe or socket)")
     if limit is not None and info.st_size > limit:
         raise FieldError(
             field,
-            path,
+            shown,
             f"file too large ({format_size(info.st_size)}; the limit is {format_size(limit)})",
         )
 

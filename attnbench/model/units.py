@@ -15,7 +15,8 @@ BINARY_NAMES = ("B", *BINARY_UNITS)
 DECIMAL_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS = {"B": 1, **BINARY_UNITS, **DECIMAL_UNITS}
 UNITS_HINT = "such as 80GiB, 80GB (= 80e9 bytes), 1.5TiB or 4096B"
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+#: A size: ASCII digits only (`\d` would take other scripts' digits, as int() does).
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,10 @@ def parse_share(text: str, field: str, of: int) -> int:
     """'10%' of `of` bytes (rounded down), or a size ('4GiB'); 0 is allowed."""
     stripped = str(text).strip()
     if stripped.endswith("%"):
-        try:
-            pct = Fraction(stripped[:-1].strip())
-        except ValueError:
-            raise FieldError(field, text, "bad percentage") from None
+        number = stripped[:-1].strip()
+        if not _SIZE.match(number):
+            raise FieldError(field, text, "bad percentage")
+        pct = Fraction(number)
         if not 0 <= pct < 100:
             raise FieldError(field, text, "a percentage must be in [0, 100)")
         return int(of * pct / 100)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..gate.compare import is_measured
 from ..measure.timing import (
     MIN_SPREAD_SAMPLES,
     NOISY_IQR_FRACTION,
@@ -89,9 +90,10 @@ def moved_text(environment: Mapping) -> str:
 
 
 def spread(record: Mapping) -> float | None:
-    """How far a step's samples spread: its p75 over its p25 (1.0 for none)."""
+    """How far a step's samples spread: its p75 over its p25 (1.0 for none); None unless
+    both are measured times (gate.compare.is_measured)."""
     lo, hi = record.get("step_ms_p25"), record.get("step_ms_p75")
-    return hi / lo if known(lo) and known(hi) and lo > 0 else None
+    return hi / lo if all(known(v) and is_measured(v) for v in (lo, hi)) else None
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ def paired(a: Mapping, b: Mapping) -> dict | None:
     the rounds): None when they were not sampled together."""
     xs, ys = a.get("samples_ms") or [], b.get("samples_ms") or []
     together = a.get("sampling") == b.get("sampling") == "interleaved" and _same_context(a, b)
-    if not together or not xs or len(xs) != len(ys) or min(ys) <= 0:
+    if not together or not xs or len(xs) != len(ys) or not all(map(is_measured, xs + ys)):
         return None
     ratios = [x / y for x, y in zip(xs, ys, strict=True)]
     lo, hi = bootstrap_interval(ratios)
@@ -248,9 +250,12 @@ def _listed(rows: Sequence[dict], stem: str, inverse: bool = False) -> str:
 
 
 def _compared(records: Sequence[dict], stem: str) -> list[dict]:
-    """The baseline provider's rows that have the comparison `stem`, with its interval."""
-    needed = (f"{stem}_median", f"{stem}_ci_lo", f"{stem}_ci_hi", "prompt_len")
-    return one_provider(ok_records(records, *needed))
+    """The baseline provider's rows that have the comparison `stem`, with its interval: a
+    median and bounds that are all measured ratios (gate.compare.is_measured), which a
+    speed-up can invert."""
+    needed = [f"{stem}_{s}" for s in ("median", "ci_lo", "ci_hi")]
+    rows = ok_records(records, *needed, "prompt_len")
+    return one_provider([r for r in rows if all(is_measured(r[f]) for f in needed)])
 
 
 def _rounds(rows: Sequence[dict]) -> str:
@@ -349,7 +354,7 @@ def sampling_findings(records: Sequence[dict], target: float | None) -> list[str
     for r in ok_records(records, "prompt_len"):
         for stem, name in COMPARISONS.items():
             median, lo, hi = (r.get(f"{stem}_{s}") for s in ("median", "ci_lo", "ci_hi"))
-            if not (known(median) and known(lo) and known(hi)) or median <= 0:
+            if not all(known(v) and is_measured(v) for v in (median, lo, hi)):
                 continue
             rounds = r.get("step_repeats")
             if not known(rounds) or rounds < MIN_SPREAD_SAMPLES:  # an interval of nothing

@@ -10,6 +10,8 @@ from matplotlib.figure import Figure
 from ..history.series import Change, Series
 from ..records import Kind
 from ..study.output import named
+from .plots import literal_text
+from .table import markdown_code, markdown_text
 
 #: Series drawn in one panel at the most (the rest are named in a note).
 MAX_LINES = 8
@@ -85,9 +87,10 @@ def changes_markdown(changes: Sequence[Change]) -> str:
              "| Metric | Series | Commit | Change | 95% interval | Before | After | Environment |",
              "|---|---|---|---:|---|---:|---:|---|"]  # fmt: skip
     for c in changes:
-        cells = [c.series.metric, c.series.label(varying), f"`{c.commit.sha[:10]}`",
-                 change_text(c), _interval(c), value_text(c.series.kind, c.before),
-                 value_text(c.series.kind, c.after), c.series.environment_id]  # fmt: skip
+        cells = [markdown_text(c.series.metric), markdown_text(c.series.label(varying)),
+                 markdown_code(c.commit.sha[:10]), change_text(c), _interval(c),
+                 value_text(c.series.kind, c.before), value_text(c.series.kind, c.after),
+                 c.series.environment_id]  # fmt: skip
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -99,7 +102,23 @@ def plot_series(
     environment: Callable[[Series], str],
 ) -> Path:
     """Each series' median per commit with its p25..p75 band, change points marked with
-    a dashed line and their size; one panel per environment. Writes `out`."""
+    a dashed line and their size; one panel per environment. Writes `out` (its folder
+    made if need be), in the format its extension names; every text drawn as written."""
+    with literal_text():
+        fig = _trend_figure(series, changes, environment)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(out, dpi=120, format=out.suffix.lower().lstrip("."))
+        except OSError as exc:
+            out.unlink(missing_ok=True)
+            raise named(exc, out) from None
+    return out
+
+
+def _trend_figure(
+    series: Sequence[Series], changes: Sequence[Change], environment: Callable[[Series], str]
+) -> Figure:
+    """The figure `plot_series` writes."""
     by_env: dict[str, list[Series]] = {}
     for s in series:
         by_env.setdefault(s.environment_id, []).append(s)
@@ -140,9 +159,4 @@ def plot_series(
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="lower left")
-    try:
-        fig.savefig(out, dpi=120)
-    except OSError as exc:
-        out.unlink(missing_ok=True)
-        raise named(exc, out) from None
-    return out
+    return fig

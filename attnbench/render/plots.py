@@ -1,7 +1,8 @@
 """PNG plots of a study's results (the `results.json` document of `attnbench run`).
 
 Figures are drawn on matplotlib's Agg canvas without pyplot, so nothing needs a display
-and no global state changes. Every plot names its device, dtype and batch (or puts what
+and no global state changes; text is drawn as written (`literal_text`), never as
+mathtext. Every plot names its device, dtype and batch (or puts what
 varies in the legend), labels its axes with units, and switches an axis to a log scale
 when its values span a decade or more. Memory is shown in binary units.
 """
@@ -13,6 +14,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
@@ -148,6 +150,13 @@ def _scale(ax: Axes, axis: str, values: Sequence[float]) -> None:
     if axis == "x":
         ax.set_xticks(sorted(set(values)))
         target.set_minor_locator(NullLocator())
+
+
+def literal_text():
+    """A context in which the texts made (a model named `a$x$`, a variant) are drawn as
+    they are written: matplotlib would read `$...$` in them as mathtext, and fail on what
+    is no formula."""
+    return rc_context({"text.parse_math": False})
 
 
 def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
@@ -505,12 +514,14 @@ def render_plots(doc: dict, out_dir: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, (_, make) in PLOTS.items():
-        fig = make(doc)
-        if fig is not None:
+        with literal_text():
+            fig = make(doc)
+            if fig is None:
+                continue
             try:
                 fig.savefig(out / name, dpi=120)
             except OSError as exc:  # no half-written image is left behind
                 (out / name).unlink(missing_ok=True)
                 raise named(exc, out / name) from None
-            written.append(out / name)
+        written.append(out / name)
     return written

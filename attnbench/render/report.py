@@ -41,7 +41,14 @@ from .plots import (
     steady,
 )
 from .providers import baseline_of, providers_of, providers_table
-from .table import markdown_table, present_columns, split_settings
+from .table import (
+    markdown_code,
+    markdown_fence,
+    markdown_table,
+    markdown_text,
+    present_columns,
+    split_settings,
+)
 
 #: The title of each section's table in the report.
 TITLES = {
@@ -525,7 +532,8 @@ def providers_markdown(records: Sequence[dict]) -> list[str]:
     if not side.rows:
         return []
     shown, shared = split_settings(side.rows, present_columns(side.rows, side.columns))
-    return [f"### {side.title}", "", *([f"{', '.join(shared)}.", ""] if shared else []),
+    settings = [markdown_text(f"{', '.join(shared)}."), ""] if shared else []
+    return [f"### {markdown_text(side.title)}", "", *settings,
             markdown_table(side.rows, shown), ""]  # fmt: skip
 
 
@@ -539,18 +547,18 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
     lines = [
         "# attnbench study report",
         "",
-        f"Study `{config.get('source')}`, created {doc['created']} with attnbench "
-        f"{doc['attnbench_version']}.",
+        f"Study {markdown_code(str(config.get('source')))}, created {doc['created']} with "
+        f"attnbench {doc['attnbench_version']}.",
         "",
         "## Findings",
         "",
-        *(f"- {f}" for f in findings(doc) or ["No completed points yet."]),
+        *(f"- {markdown_text(f)}" for f in findings(doc) or ["No completed points yet."]),
         "",
         "## Environment",
         "",
         "| Field | Value |",
         "|---|---|",
-        *(f"| {k} | {_value(v)} |" for k, v in env.items()),
+        *(f"| {markdown_text(k)} | {markdown_text(_value(v))} |" for k, v in env.items()),
         "",
     ]
     if plots:
@@ -571,9 +579,7 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
         f"Resolved configuration hash `{config.get('resolved_sha256')}`; "
         f"file SHA-256 `{config.get('file_sha256')}`.",
         "",
-        "```yaml",
-        str(config.get("file_text", "")).rstrip(),
-        "```",
+        *markdown_fence(str(config.get("file_text", "")).rstrip(), "yaml"),
         "",
     ]
     return "\n".join(lines)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -309,7 +310,14 @@ def fit_note(text: str, width: int) -> list[str]:
     return [*lines[: NOTE_MAX_LINES - 1], last + NOTE_CUT]
 
 
-_MEASURE = Console(file=io.StringIO(), width=DEFAULT_WIDTH)
+def plain_console(**options: Any) -> Console:
+    """A console that prints every text literally: user text (a model's name, a filter,
+    a device) holding `[/]` or `:x:` is neither rich markup nor an emoji code, and
+    no number or path gets coloured by highlighting. Style is given as Text or `style=`."""
+    return Console(markup=False, emoji=False, highlight=False, **options)
+
+
+_MEASURE = plain_console(file=io.StringIO(), width=DEFAULT_WIDTH)
 
 
 def _fold_width(texts: Sequence[str], least: int, most: int) -> int:
@@ -491,21 +499,48 @@ def terminal_width(console: Console) -> int:
     return columns if columns > 0 else DEFAULT_WIDTH
 
 
-def _markdown_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+#: What Markdown (GitHub's, CommonMark) may read as markup inside a line: emphasis,
+#: links, HTML, entities, tables, strike-through and math; an underscore only where it
+#: can open or close emphasis, at the edge of a word (`d_model` is left as it is). A
+#: '>' is markup only where a line starts, which user text here never does ('8 -> 4').
+MARKDOWN_SPECIAL = re.compile(r"[\\`*\[\]<&|$~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` as Markdown that shows it as written, on one line: what Markdown could
+    read as markup escaped with a backslash (a model named `a*b*` stays `a*b*`)."""
+    escaped = MARKDOWN_SPECIAL.sub(lambda m: "\\" + m.group(), text)
+    return escaped.replace("\r", " ").replace("\n", " ")
+
+
+def markdown_fence(text: str, info: str = "") -> list[str]:
+    """`text` as a fenced code block whose fence is longer than any run of backticks in
+    it, so that no line of `text` can close it early."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text, fence]
+
+
+def markdown_code(text: str) -> str:
+    """`text` as an inline code span that holds it whole, backticks and all."""
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    ticks = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[Column]) -> str:
     """A GitHub Markdown table of every column with a value in some row, in full text
-    (never compact), number columns right-aligned; '|' in a cell is escaped."""
+    (never compact), number columns right-aligned; every cell shown as written
+    (`markdown_text`)."""
     records = [as_row(r) for r in rows]
     shown = present_columns(records, columns)
     if not shown:
         return ""
     lines = [
-        "| " + " | ".join(_markdown_cell(c.header) for c in shown) + " |",
+        "| " + " | ".join(markdown_text(c.header) for c in shown) + " |",
         "|" + "|".join("---:" if c.kind == "number" else "---" for c in shown) + "|",
     ]
     for r in records:
-        lines.append("| " + " | ".join(_markdown_cell(c.text(r)) for c in shown) + " |")
+        lines.append("| " + " | ".join(markdown_text(c.text(r)) for c in shown) + " |")
     return "\n".join(lines)

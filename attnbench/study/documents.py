@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, brief
+from ..model.files import shown_path
 from ..records import Kind, failed, field_kinds, gated_timing
 from .output import SCHEMA_VERSION
 from .sections import KINDS, record_type
@@ -59,12 +60,15 @@ def load_document(path: str | Path) -> Document:
     finite numbers >= 0 (or null), keys and infos have their declared types, every record
     of a section has the same key fields, and no two records share their key values."""
     p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{p}: {'not a file' if p.exists() else 'no such file'}")
+    shown = shown_path(p)
     try:
+        if not p.is_file():
+            raise UsageError(f"{shown}: {'not a file' if p.exists() else 'no such file'}")
         text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read it ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{shown}: cannot read it ({exc})") from None
+    except OSError as exc:  # a name too long, no permission
+        raise UsageError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
     return _csv_document(p, text) if p.suffix.lower() == ".csv" else _json_document(p, text)
 
 
@@ -87,7 +91,7 @@ def parse_document(doc: Any, path: str | Path) -> Document:
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 in Python
         raise UsageError(f"{path}: schema_version {_short(version)} is not supported "
                          "(expected 1)")  # fmt: skip
     command = doc.get("command")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..model.files import shown_path
 from .documents import load_results
 from .plan import Plan, first_difference
 from .shards import SHARDS_DIR, Shard, indexed_plan, shard_dir, shard_plan
@@ -37,14 +38,16 @@ def shard_results(paths: Sequence[Path]) -> list[Path]:
     shards/*/), or one share's directory."""
     found: list[Path] = []
     for path in paths:
-        if (path / RESULTS_FILE).is_file() and not (path / SHARDS_DIR).is_dir():
-            found.append(path / RESULTS_FILE)
-            continue
-        shares = sorted((path / SHARDS_DIR).glob(f"*/{RESULTS_FILE}"))
+        try:
+            if (path / RESULTS_FILE).is_file() and not (path / SHARDS_DIR).is_dir():
+                found.append(path / RESULTS_FILE)
+                continue
+            shares = sorted((path / SHARDS_DIR).glob(f"*/{RESULTS_FILE}"))
+        except OSError as exc:  # a name too long to look up
+            raise UsageError(f"{shown_path(path)}: cannot read it ({exc.strerror})") from None
         if not shares:
-            raise UsageError(
-                f"{path}: no shares of a study here (no {SHARDS_DIR}/*/{RESULTS_FILE})"
-            )
+            raise UsageError(f"{shown_path(path)}: no shares of a study here (no "
+                             f"{SHARDS_DIR}/*/{RESULTS_FILE})")  # fmt: skip
         found.extend(shares)
     return found
 

@@ -1,7 +1,8 @@
 """Records out: CSV and JSON files written from the same records.
 
-A CSV holds every field its record type declares for CSV (all but raw samples); the JSON
-holds the records whole. JSON is written atomically, and only over a regular file.
+A CSV holds every field its record type declares for CSV (all but raw samples), in UTF-8
+with commas; the JSON holds the records whole. JSON is written atomically, and only over a
+regular file.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def write_csv(path: str | Path, records: Iterable, record_type: type | None = No
     try:
         target = writable_target(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("w", newline="") as fh:
+        with target.open("w", newline="", encoding="utf-8") as fh:
             fields = _header(rows, record_type)
             writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
             writer.writeheader()
@@ -96,9 +97,9 @@ def append_csv_row(path: str | Path, record, record_type: type | None = None) ->
         target.parent.mkdir(parents=True, exist_ok=True)
         header = None
         if target.exists() and target.stat().st_size:
-            with target.open(newline="") as fh:
+            with target.open(newline="", encoding="utf-8") as fh:
                 header = next(csv.reader(fh), None)
-        with target.open("a", newline="") as fh:
+        with target.open("a", newline="", encoding="utf-8") as fh:
             fields = header or _header([row], record_type)
             writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
             if header is None:
@@ -111,7 +112,7 @@ def append_csv_row(path: str | Path, record, record_type: type | None = None) ->
 def csv_row_count(path: str | Path) -> int | None:
     """The rows of a CSV under its header; None when there is no file (or no header)."""
     try:
-        with Path(path).open(newline="") as fh:
+        with Path(path).open(newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh)
             if next(reader, None) is None:
                 return None

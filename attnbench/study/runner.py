@@ -38,7 +38,7 @@ from .output import (
 )
 from .plan import DEFAULT_CONFIG, Plan, Task, first_difference, plan_command, plan_study
 from .sections import KINDS, SectionKind
-from .stores import RESULTS_FILE, DirectoryStore, MemoryStore
+from .stores import RESULTS_FILE, STOP_SIGNALS, DirectoryStore, MemoryStore
 
 __all__ = [  # planning and storing live beside the runner; these are its public face
     "DEFAULT_CONFIG",
@@ -94,7 +94,7 @@ def run_study(
     command: str = "run",
     resume: bool = False,
     stop: threading.Event | None = None,
-    on_interrupt: Callable[[], None] | None = None,
+    on_interrupt: Callable[[int], None] | None = None,
     progress: Progress = _no_progress,
     execute: Executor | None = None,
     probe_peak: Callable[[torch.device], float] | None = None,
@@ -107,14 +107,15 @@ def run_study(
     `execute` runs one task instead (tests inject their own), every point alone;
     `probe_peak` measures the copy bandwidth timed points are held against (default:
     measure.timing.measure_peak_gbps), `probe_flops` the matmul throughput (default:
-    measure.timing.measure_peak_tflops). With `on_interrupt`, the first Ctrl-C sets
-    `stop` and calls it, and the study ends after the current group; `stop` is checked
-    between groups. `progress` wraps the pending tasks (a progress bar)."""
+    measure.timing.measure_peak_tflops). With `on_interrupt`, the first Ctrl-C (or
+    SIGTERM, or SIGHUP) sets `stop` and calls it with the signal's number, and the study
+    ends after the current group; `stop` is checked between groups. `progress` wraps the
+    pending tasks (a progress bar)."""
     start = time.perf_counter()
     store = store if store is not None else MemoryStore()
     stop = stop if stop is not None else threading.Event()
     hold = store.locked() if isinstance(store, DirectoryStore) else nullcontext()
-    interrupt = _stop_on_sigint(stop, on_interrupt) if on_interrupt else nullcontext()
+    interrupt = _stop_on_signals(stop, on_interrupt) if on_interrupt else nullcontext()
     with hold, interrupt, _threads(plan.threads):
         groups = _groups(plan, grouped=execute is None)
         doc = (
@@ -300,6 +301,9 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
         raise UsageError(f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
                          f"different configuration ({config_difference(doc, plan)}); resume it "
                          "with the same configuration, or choose another directory")  # fmt: skip
+    if isinstance(store, DirectoryStore):  # before any is written: each takes rows as it is
+        for name in doc["sections"]:
+            store.check_csv(name, KINDS[name].record)
     for name, section in doc["sections"].items():
         kept = section["records"]
         try:
@@ -337,9 +341,11 @@ def _threads(count: int | None) -> Iterator[None]:
 
 
 @contextmanager
-def _stop_on_sigint(stop: threading.Event, notice: Callable[[], None]) -> Iterator[None]:
-    """While inside, the first Ctrl-C sets `stop` (and calls `notice`) so the study ends
-    after the current group of points; a second one raises KeyboardInterrupt at once."""
+def _stop_on_signals(stop: threading.Event, notice: Callable[[int], None]) -> Iterator[None]:
+    """While inside, the first Ctrl-C, SIGTERM or SIGHUP sets `stop` (and calls `notice`
+    with its number) so the study ends after the current group of points; a second one
+    raises KeyboardInterrupt at once. A signal that is ignored (SIGHUP under nohup) stays
+    ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -348,10 +354,14 @@ def _stop_on_sigint(stop: threading.Event, notice: Callable[[], None]) -> Iterat
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
-        notice()
+        notice(signum)
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, *STOP_SIGNALS)}
+    caught = {s: h for s, h in previous.items() if h not in (signal.SIG_IGN, None)}
+    for sig in caught:
+        signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, before in caught.items():
+            signal.signal(sig, before)

@@ -409,6 +409,28 @@ FIELDS: dict[str, Field] = {
 }
 
 
+#: How a number is written, as a flag's value and in a sweep file alike: decimal ASCII
+#: digits with a sign, and for a float a fraction and an exponent too (8, -1, 0.02, 2e-2,
+#: +1E+3, .5). Not octal, hexadecimal, sexagesimal or digit separators, nor the digits of
+#: other scripts.
+INT_TEXT = r"[-+]?[0-9]+"
+FLOAT_TEXT = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+#: Numbers given as a word, {field: {word: value}}: what a sweep file and a flag both take.
+NUMBER_WORDS = {"sliding_window": {"none": 0}}
+
+
+def parse_number(text: str, kind: type) -> int | float | None:
+    """`text` as a value of an int or float field, written as INT_TEXT or FLOAT_TEXT
+    say; None when it is not one (or an integer of more digits than Python converts)."""
+    text = text.strip()
+    if not re.fullmatch(INT_TEXT if kind is int else FLOAT_TEXT, text):
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        return None
+
+
 #: Earlier names of fields, accepted in sweep files and as flags: {old: new}.
 ALIASES = {"backend": "provider"}
 #: Earlier values of fields: {field: {old: new}}.
@@ -420,11 +442,15 @@ VALUE_ALIASES = {
 
 
 def canonical_value(name: str, value: Any) -> Any:
-    """`value` of field `name` under its current name (sdpa -> attnbench; MQA -> mqa)."""
+    """`value` of field `name` under its current name (sdpa -> attnbench; MQA -> mqa;
+    sliding_window none -> 0)."""
     if not isinstance(value, str):
         return value
-    if name in FIELDS and value.strip().lower() in FIELDS[name].words:
-        return value.strip().lower()
+    word = value.strip().lower()
+    if word in NUMBER_WORDS.get(name, {}):
+        return NUMBER_WORDS[name][word]
+    if name in FIELDS and word in FIELDS[name].words:
+        return word
     return VALUE_ALIASES.get(name, {}).get(value, value)
 
 

@@ -14,6 +14,7 @@ more than 10% off the best balance (a few large groups on many workers).
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Callable, Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -117,6 +118,14 @@ def shard_dir(out_dir: Path, shard: Shard) -> Path:
     """The directory one share writes: DIR/shards/<i>-of-<N>/, its own results.json and
     CSVs, so workers never write the same file."""
     return out_dir / SHARDS_DIR / f"{shard.index}-of-{shard.count}"
+
+
+def share_named(path: Path) -> Shard | None:
+    """The share whose directory `path` is named as (DIR/shards/<i>-of-<N>/), or None."""
+    found = re.fullmatch(r"([0-9]{1,9})-of-([0-9]{1,9})", path.name)
+    if found is None or path.parent.name != SHARDS_DIR:
+        return None
+    return Shard(int(found[1]), int(found[2]))
 
 
 def shard_plan(plan: Plan, shard: Shard, done: Mapping[str, Set[int]] | None = None) -> Plan:

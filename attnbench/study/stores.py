@@ -5,15 +5,22 @@ that one process writes there at a time."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
+import json
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import FieldError, UsageError
+from ..errors import FieldError, UsageError, one_line
+from ..model.files import shown_path
+from ..records import csv_fields
 from .documents import load_results
 from .output import (
     append_csv_row,
@@ -21,6 +28,7 @@ from .output import (
     write_csv,
     write_json_atomic,
 )
+from .shards import SHARDS_DIR, share_named
 
 RESULTS_FILE = "results.json"
 
@@ -95,10 +103,50 @@ class DirectoryStore:
         else:
             csv_path.unlink(missing_ok=True)
 
+    def check_csv(self, section: str, record_type: type) -> None:
+        """Refuse to resume into a section's CSV that rows cannot be appended to without
+        losing fields: not UTF-8, not CSV, or its header lacks a column (a file saved by a
+        spreadsheet: a byte-order mark, semicolons). Nothing is written over it; moved
+        aside, it is written again from results.json."""
+        path = self.csv_path(section)
+        try:
+            text = path.read_bytes().decode("utf-8")
+            rows = list(csv.reader(io.StringIO(text)))  # all of them: counted later
+        except FileNotFoundError:
+            return
+        except UnicodeDecodeError as exc:
+            problem = f"not UTF-8 text (byte {exc.start})"
+        except OSError as exc:
+            problem = f"cannot read it ({exc.strerror})"
+        except csv.Error as exc:  # a cell over the csv module's limit
+            problem = f"not a CSV attnbench reads ({exc})"
+        else:
+            header = rows[0] if rows else []
+            missing = [name for name in csv_fields(record_type) if name not in header]
+            if not rows or not missing:
+                return
+            sep = next((c for c in ";\t|" if len(header) == 1 and c in header[0]), None)
+            causes = []
+            if text.startswith("\ufeff"):
+                causes.append("starts with a byte-order mark")
+            if sep:
+                causes.append(f"its columns are separated by {sep!r}, not commas")
+            if causes:
+                problem = f"{' and '.join(causes)} (as a spreadsheet saves it)"
+            else:
+                problem = f"its header lacks {listed(missing)}"
+        raise UsageError(f"resume: {shown_path(path)}: {problem}; rows appended to it would "
+                         "lose fields: move it aside, and resuming writes it again from "
+                         f"{RESULTS_FILE}")  # fmt: skip
+
     def agrees(self, section: str, records: list[dict]) -> bool:
-        """The section's CSV holds as many rows as `records` (none: no CSV)."""
-        rows = csv_row_count(self.csv_path(section))
-        return (rows or 0) == len(records) and (rows is not None or not records)
+        """The section's CSV holds as many rows as `records` (none: no CSV), the last one
+        whole: a row cut short by a crash would run into the next one appended."""
+        path = self.csv_path(section)
+        rows = csv_row_count(path)
+        if rows is None:
+            return not records
+        return rows == len(records) and _ends_a_line(path)
 
     # --- one writer at a time ------------------------------------------------------------
 
@@ -107,15 +155,16 @@ class DirectoryStore:
         """Hold the directory's lock inside (re-entrant), creating the directory; yields a
         note when a stale lock (of a process no longer running) was taken over, else None.
         UsageError when another live process holds it; released on the way out, also on
-        an exception or Ctrl-C."""
+        an exception, Ctrl-C, SIGTERM or SIGHUP (see stops_as_ctrl_c)."""
         if self._lock_held:
             yield None
             return
-        note = self.acquire()
-        try:
-            yield note
-        finally:
-            self.release()
+        with stops_as_ctrl_c():
+            note = self.acquire()
+            try:
+                yield note
+            finally:
+                self.release()
 
     def acquire(self) -> str | None:
         """Take the lock (see `locked`)."""
@@ -131,8 +180,7 @@ class DirectoryStore:
                 if not _stale(holder):
                     raise self._busy(holder) from None
                 if self._move_aside(holder):
-                    pid, host = _lock_owner(holder)
-                    note = (f"{self.lock_path}: process {pid} on {host} that held it is no "
+                    note = (f"{shown_path(self.lock_path)}: {_who(holder)} that held it is no "
                             "longer running; took its lock over")  # fmt: skip
                 continue
             with os.fdopen(fd, "w") as fh:
@@ -150,12 +198,10 @@ class DirectoryStore:
             self.lock_path.unlink(missing_ok=True)
 
     def _busy(self, holder: str) -> UsageError:
-        pid, host = _lock_owner(holder)
-        who = f"process {pid} on {host}" if pid else "another process"
-        return FieldError("out", str(self.out_dir), f"in use by {who} (lock file "
-                          f"{self.lock_path}); wait for it to finish, or choose another "
-                          "directory; remove the lock file only if that process is "
-                          "gone")  # fmt: skip
+        return FieldError("out", shown_path(self.out_dir), f"in use by {_who(holder)} (lock "
+                          f"file {shown_path(self.lock_path)}); wait for it to finish, or "
+                          "choose another directory; remove the lock file only if that "
+                          "process is gone")  # fmt: skip
 
     def _move_aside(self, holder: str) -> bool:
         """Remove a stale lock, unless it changed meanwhile (another process took it
@@ -174,22 +220,118 @@ class DirectoryStore:
         return True
 
 
+#: Signals that end a process by default, leaving its lock behind: while a lock is held,
+#: they stop it as Ctrl-C does. One that is ignored (SIGHUP under nohup) stays ignored.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))  # fmt: skip
+
+
+@contextmanager
+def stops_as_ctrl_c() -> Iterator[None]:
+    """Inside, SIGTERM and SIGHUP raise KeyboardInterrupt, as Ctrl-C does, so that what
+    is held (a lock) is released on the way out and the command says how to go on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    caught = [s for s in STOP_SIGNALS if signal.getsignal(s) is signal.SIG_DFL]
+    for sig in caught:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig in caught:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def written_by_run(path: Path) -> dict | None:
+    """The document at `path` when it is a results file `attnbench run` wrote (a JSON
+    object of its command, with sections), else None; its records are not checked here."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    ours = isinstance(doc, dict) and doc.get("command") == "run"
+    return doc if ours and isinstance(doc.get("sections"), dict) else None
+
+
+def holds_study(folder: Path) -> bool:
+    """`folder` holds a study: a results.json written by `attnbench run`, or its shares'."""
+    shares = (folder / SHARDS_DIR).glob(f"*/{RESULTS_FILE}")
+    return any(written_by_run(p) is not None for p in (folder / RESULTS_FILE, *shares))
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The names in `folder` that are not a study's, sorted: none when it holds a study
+    (holds_study), else all but what a study keeps there beside its results: its lock (or
+    one moved aside), a results.json being replaced, its shares. OSError when `folder`
+    cannot be listed."""
+    kept = (f"{LOCK_FILE}.", f".{RESULTS_FILE}.")
+    names = [n for n in os.listdir(folder)
+             if n not in (LOCK_FILE, SHARDS_DIR) and not n.startswith(kept)]  # fmt: skip
+    return sorted(names) if names and not holds_study(folder) else []
+
+
+def share_in(folder: Path) -> str | None:
+    """Which share of a study ("i/N") `folder` holds (its results.json says so), or is
+    named for (DIR/shards/<i>-of-<N>/, before its results.json is written); else None."""
+    doc = written_by_run(folder / RESULTS_FILE)
+    about = doc.get("shard") if doc is not None else None
+    if isinstance(about, dict):
+        return f"{one_line(str(about.get('index')), 20)}/{one_line(str(about.get('count')), 20)}"
+    share = share_named(Path(os.path.realpath(folder)))
+    return str(share) if share is not None else None
+
+
+def _ends_a_line(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def listed(names: list[str], shown: int = 3) -> str:
+    """'a, b, c and 4 more': the first `shown` of `names`, each on one short line."""
+    text = ", ".join(one_line(name, 40) for name in names[:shown])
+    return text + (f" and {len(names) - shown:,} more" if len(names) > shown else "")
+
+
 def _holder() -> str:
     """What this process writes in a lock file: "pid host"."""
     return f"{os.getpid()} {socket.gethostname()}"
 
 
+#: More than a lock file of ours holds ("pid host"): what is read of one.
+LOCK_BYTES = 4096
+
+
 def _read_lock(path: Path) -> str | None:
+    """A lock file's text; None when there is none, '' when it cannot be read (a
+    directory in its place): a lock of no known process."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
+        with path.open("rb") as fh:
+            return fh.read(LOCK_BYTES).decode("utf-8", errors="replace").strip()
     except FileNotFoundError:
         return None
+    except OSError:
+        return ""
 
 
-def _lock_owner(holder: str) -> tuple[int | None, str]:
-    """(pid, host) of a lock file's text "pid host"; (None, '?') when unreadable."""
+def _lock_owner(holder: str) -> tuple[str | None, str]:
+    """(pid, host) of a lock file's text "pid host"; (None, '?') when unreadable. The PID
+    stays text: it may have more digits than any process's number."""
     pid, _, host = holder.partition(" ")
-    return (int(pid), host.strip() or "?") if pid.isdigit() else (None, "?")
+    if not (pid.isascii() and pid.isdigit()):
+        return None, "?"
+    return pid, host.strip() or "?"
+
+
+def _who(holder: str) -> str:
+    """The process of a lock file's text, in one short line."""
+    pid, host = _lock_owner(holder)
+    return f"process {one_line(pid, 30)} on {one_line(host, 80)}" if pid else "another process"
 
 
 def _stale(holder: str) -> bool:
@@ -199,8 +341,8 @@ def _stale(holder: str) -> bool:
     if pid is None or host != socket.gethostname():
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, OverflowError):  # no process has it, or could
         return True
     except PermissionError:  # alive, another user's
         return False

@@ -19,7 +19,10 @@ the key as the file spells it.
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,23 +77,25 @@ def check_value(name: str, value: Any) -> str | None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             words = f" or {' or '.join(spec.words)}" if spec.words else ""
-            return f"expected an integer{words}, got {brief(value)}"
+            return f"expected an integer{words}, got {_spelled(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}, got {value}"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"expected a number, got {brief(value)}"
-        if not math.isfinite(value) or value <= 0:
+            return f"expected a number, got {_spelled(value)}"
+        if isinstance(value, float) and not math.isfinite(value):  # an int is never inf
+            return "must be a finite number"
+        if value <= 0:
             return f"must be a number above 0, got {value}"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is bool:
         if not isinstance(value, bool):
-            return f"expected true or false, got {brief(value)}"
+            return f"expected true or false, got {_spelled(value)}"
     elif not isinstance(value, str):
-        return f"expected a string, got {brief(value)}: {spec.help}"  # the help shows the form
+        return f"expected a string, got {_spelled(value)}: {spec.help}"  # the help shows the form
     if spec.choices and value not in spec.choices:
         kind = "dtype" if "dtype" in name else "value"
         return (
@@ -98,6 +103,12 @@ def check_value(name: str, value: Any) -> str | None:
             f"choose from {', '.join(spec.choices)}"
         )
     return None
+
+
+def _spelled(value: Any, show: Callable[[Any], str] = brief) -> str:
+    """`value` for a message as a sweep file spells it: true, false and null, not Python's
+    True, False and None; any other value as `show` gives it."""
+    return json.dumps(value) if value is None or isinstance(value, bool) else show(value)
 
 
 def _check_models(value: Any, where: str, problems: list[str]) -> None:
@@ -137,7 +148,8 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
                 problems.append(f"{where}.{name}: empty list (the grid would be empty)")
                 continue
         problems.extend(
-            f"{section}.{name}: {one_line(show_value(v))} ({source}): {reason}"
+            f"{section}.{name}: {_spelled(v, lambda x: one_line(show_value(x)))} ({source}): "
+            f"{reason}"
             for v in values
             if (reason := check_value(name, v))
         )
@@ -188,17 +200,25 @@ def load_config(path: str | Path | None) -> StudyConfig:
 
 
 def _current_names(body: Any) -> Any:
-    """A section with its fields and values under their current names (see ALIASES)."""
+    """A section with its fields and values under their current names (see ALIASES), and
+    the integers of a float field as floats, as its flag gives them (2 -> 2.0)."""
     if not isinstance(body, dict):
         return body
     renamed = {}
     for name, value in body.items():
         name = ALIASES.get(name, name)
         if isinstance(value, list):
-            renamed[name] = [canonical_value(name, v) for v in value]
+            renamed[name] = [_typed(name, v) for v in value]
         else:
-            renamed[name] = canonical_value(name, value)
+            renamed[name] = _typed(name, value)
     return renamed
+
+
+def _typed(name: str, value: Any) -> Any:
+    """A valid value of field `name` as the flag parser gives it (see _current_names)."""
+    value = canonical_value(name, value)
+    is_float = name in FIELDS and FIELDS[name].type is float
+    return float(value) if is_float and type(value) is int else value
 
 
 def _problems(lines: list[str]) -> Problems:
@@ -211,7 +231,7 @@ def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:
     to the sweep file when it is not found as given)."""
     if ref.endswith(".json") or "/" in ref:
         path = Path(ref)
-        if not path.is_absolute() and not path.exists():
+        if not path.is_absolute() and not os.path.exists(path):  # False for a name too long
             path = base_dir / path
         return load_hf_config(path)
     return get_preset(ref)
@@ -331,8 +351,9 @@ def resolve(
         model_origin = FROM_FLAGS
     if models is not None or "d_model" in overrides or "num_heads" in overrides:
         # A new base shape (or a model) replaces the file's; num_kv_heads or head_dim
-        # alone override just that field of the file's shape.
-        for name in SHAPE_FIELDS:
+        # alone override just that field of the file's shape. A model replaces its layers
+        # too: it brings its own.
+        for name in (*SHAPE_FIELDS, *(["num_layers"] if models is not None else [])):
             merged.pop(name, None)
             origins.pop(name, None)
     merged.update(overrides)
@@ -358,7 +379,35 @@ def resolve(
                 exc.located(f"{model_origin}: {ref} ({config.source})")
             raise
     resolved = Section(section, values, options, loaded, config.source, origins)
+    problems = [resolved.locate(e) for e in model_overrides(resolved)]
+    if problems:
+        raise Problems(problems)
     return with_what_ifs(resolved)
+
+
+#: The fields of a model's shape that a study may not change, as a message names them.
+MODEL_OWN = {"d_model": "width {:,}", "num_heads": "{:,} query heads",
+             "head_dim": "head_dim {:,}", "num_layers": "{:,} layers"}  # fmt: skip
+
+
+def model_overrides(sec: Section) -> list[FieldError]:
+    """The fields of a model's shape that `sec` sets while it has models and no layer
+    shape of its own: values that would apply to nothing, as a model brings its own shape.
+    Of a model, only the KV heads change (a what-if: see with_what_ifs)."""
+    if not sec.models or sec.has_shape:
+        return []
+    model = sec.models[0]
+    errors = []
+    for name, own in MODEL_OWN.items():
+        if name not in sec.origins or name not in sec.values:
+            continue
+        hint = "give the shape without the model"
+        if name in ("d_model", "num_heads"):
+            hint += ", or both width and heads for a layer shape beside it"
+        reason = (f"{model.name} has its own {own.format(getattr(model, name))}; of a "
+                  f"model's shape only its KV heads can change (a what-if): {hint}")  # fmt: skip
+        errors.append(FieldError(name, sec.values[name], reason))
+    return errors
 
 
 def with_what_ifs(sec: Section) -> Section:

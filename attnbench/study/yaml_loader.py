@@ -9,17 +9,21 @@ expanded, in time linear in the file, and refuses it before anything is construc
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 from ..errors import brief
+from .schema import FLOAT_TEXT, INT_TEXT
 
 #: Deepest nesting of mappings and sequences a file may have (a sweep file needs 3).
 MAX_DEPTH = 64
 #: Most nodes aliases may add to a document once expanded (beyond the file's own nodes).
 MAX_ALIAS_NODES = 100_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
 _SATURATED = 1 << 62
 
 
@@ -76,6 +80,26 @@ class BoundedSafeLoader(yaml.SafeLoader):
                 continue
             where = f"at lines {seen} and {line}" if seen != line else f"twice at line {line}"
             self.duplicates.append((line, f"duplicate key {brief(key)} {where}"))
+
+
+def _decimal_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    return int(loader.construct_scalar(node))
+
+
+# Numbers are read as the flags read them (schema.INT_TEXT, FLOAT_TEXT): YAML 1.1 wants a
+# dot before an exponent and a sign in it (2e-2 and 1e3 would be text), and reads 010 as
+# octal, 1:30 as base 60 and 0x10 as hexadecimal, which no flag takes.
+BoundedSafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+BoundedSafeLoader.add_implicit_resolver(_INT_TAG, re.compile(f"^{INT_TEXT}$"), list("-+0123456789"))
+BoundedSafeLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(rf"^(?:{FLOAT_TEXT}|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+BoundedSafeLoader.add_constructor(_INT_TAG, _decimal_int)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

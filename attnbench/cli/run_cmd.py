@@ -71,7 +71,7 @@ def _dry_run(plan: Plan, nproc: int) -> None:
             "".join(f"{describe(t)}  ~{plan.estimate(t):.2f} s\n" for t in plan.tasks)
         )
         where = devices or "no device needed"
-        console.print(f"{len(plan.tasks)} points ({where}), {_about(total)} (a rough "
+        console.print(f"{len(plan.tasks):,} points ({where}), {_about(total)} (a rough "
                       "estimate); nothing was run.", markup=False)  # fmt: skip
         return
     shares = assign(plan.tasks, plan.estimate, nproc)
@@ -81,7 +81,7 @@ def _dry_run(plan: Plan, nproc: int) -> None:
     mean = sum(loads) / nproc
     slowest = max(loads)
     balance = f"the slowest rank {slowest / mean:.2f}x the mean" if mean > 0 else "nothing to run"
-    console.print(f"{len(plan.tasks)} points on {nproc} ranks ({devices or 'no device needed'}): "
+    console.print(f"{len(plan.tasks):,} points on {nproc} ranks ({devices or 'no device needed'}): "
                   f"{_about(slowest)} of wall time against {_about(total)} on one, "
                   f"{balance} (rough estimates); nothing was run.", markup=False)  # fmt: skip
 

@@ -716,3 +716,25 @@ def test_a_name_too_long_for_any_file_is_one_line_and_cut(studies, monkeypatch, 
     line = one_error(cli(*args))
     assert line.startswith(f"error: {start}"), line
     assert "File name too long" in line and LONG not in line and len(line) < 200
+
+
+#: A name no file can have: a lone surrogate that no byte stands for (argv on POSIX never
+#: holds one, but a caller of the library, or a test, may pass it).
+UNNAMEABLE = "\udd00"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["params", "--d-model", "64", "--heads", "4", "--csv", f"{UNNAMEABLE}.csv"],
+        ["params", "--config", f"{UNNAMEABLE}.yaml"],
+        ["compare", f"{UNNAMEABLE}.json", "done/results.json"],
+        ["run", "s.yaml", "--out", UNNAMEABLE],
+        ["history", "plot", "--db", "h.sqlite", "--out", f"{UNNAMEABLE}.png"],
+    ],
+    ids=["csv", "config", "baseline", "out", "history-plot"],
+)
+def test_a_name_no_file_can_have_is_one_line(studies, monkeypatch, args):
+    monkeypatch.chdir(studies[0].parent)
+    line = one_error(cli(*args))
+    assert "'\\udd00" in line, line

@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 
 from ..errors import FieldError, UsageError
-from ..model.files import name_too_long, shown_path
+from ..model.files import bad_name, shown_path
 from ..model.shapes import variant_label
 from ..model.what_if import is_own
 from ..records import as_dict
@@ -192,13 +192,14 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
     """Fail before anything runs when an output cannot be written: a directory, a special
     file, a read-only file, a folder that is not a writable directory, one of the
     command's own `inputs`, or the same file as another output; or when an input's name
-    is too long for any file. Both map a field (csv, config...) to the path given for it;
+    can name no file (too long). Both map a field (csv, config...) to the path given for it;
     errors name the field's flag."""
     given = [(field, path) for field, path in outputs.items() if path]
     reads = [(field, path) for field, path in inputs.items() if path]
     for field, path in reads:
-        if name_too_long(path):
-            raise FieldError(field, shown_path(path), "cannot read it: File name too long")
+        problem = bad_name(path)
+        if problem:
+            raise FieldError(field, shown_path(path), f"cannot read it: {problem}")
     for i, (field, path) in enumerate(given):
         reason = _unwritable_reason(Path(path))
         same_input = next((f for f, other in reads if _same_file(path, other)), None)
@@ -223,8 +224,9 @@ def _same_file(a: str | Path, b: str | Path) -> bool:
 def _unwritable_reason(p: Path) -> str | None:
     """Why a file cannot be written at `p` (what is there, or the folder it would go in),
     or None."""
-    if name_too_long(p):  # before a folder on the way to it is made
-        return "File name too long"
+    problem = bad_name(p)  # before a folder on the way to it is made
+    if problem:
+        return problem
     try:
         if p.exists():  # what is there: the writer's own checks
             writable_target(p)

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from ..errors import FieldError, UsageError, one_line
-from ..model.files import name_too_long, shown_path
+from ..model.files import bad_name, shown_path
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
 from ..study.distributed import process_group, torchrun_launch, wait_for_all
@@ -142,8 +142,9 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
     report.md would replace files of the same names. Its `sweep` file may be there; other
     files only with --force."""
     shown = shown_path(out_dir)
-    if name_too_long(out_dir):  # before a folder on the way to it is made
-        raise FieldError("out", shown, "cannot use it: File name too long")
+    problem = bad_name(out_dir)  # before a folder on the way to it is made
+    if problem:
+        raise FieldError("out", shown, f"cannot use it: {problem}")
     try:
         if not stat.S_ISDIR(os.stat(out_dir).st_mode):
             raise FieldError("out", shown, "not a directory")

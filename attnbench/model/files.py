@@ -14,10 +14,25 @@ from .units import binary_unit
 NAME_MAX = 255
 
 
-def name_too_long(path: str | Path) -> bool:
-    """A part of `path` is longer than any file's name can be: the system refuses it
-    (ENAMETOOLONG), though perhaps only once the folders before it are made."""
-    return any(len(os.fsencode(part)) > NAME_MAX for part in Path(path).parts)
+def _encoded(text: str) -> bytes | None:
+    """`text` as the system's bytes for a file name; None when no file name can hold it
+    (a lone surrogate that no byte stands for)."""
+    try:
+        return os.fsencode(text)
+    except UnicodeEncodeError:
+        return None
+
+
+def bad_name(path: str | Path) -> str | None:
+    """Why the system would refuse `path` as a file's name, perhaps only once the folders
+    before it are made: a part longer than any file's name can be (ENAMETOOLONG), or a
+    character no file name can hold; None when it may name a file."""
+    parts = [_encoded(part) for part in Path(path).parts]
+    if any(part is None for part in parts):
+        return "holds a character no file name can (a lone surrogate)"
+    if any(len(part) > NAME_MAX for part in parts if part is not None):
+        return "File name too long"
+    return None
 
 
 def shown_path(path: str | Path) -> str | Path:
@@ -25,7 +40,10 @@ def shown_path(path: str | Path) -> str | Path:
     holds a line break or another unprintable character, or is longer than a file name
     can be (a name the system refused as too long would fill the screen)."""
     text = str(path)
-    return path if text.isprintable() and len(os.fsencode(text)) <= NAME_MAX else brief(text, 80)
+    encoded = _encoded(text)
+    if text.isprintable() and encoded is not None and len(encoded) <= NAME_MAX:
+        return path
+    return brief(text, 80)
 
 
 def read_user_file(path: Path, field: str, limit: int | None = None) -> str:

@@ -98,4 +98,4 @@ def test_a_results_file_of_schema_version_true_is_refused(tmp_path):
     src.write_text(json.dumps({**doc, "schema_version": True}))
     result = runner.invoke(app, ["compare", str(src), str(src)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {src}: schema_version True is not supported (expected 1)\n"
+    assert result.stderr == f"error: {src}: schema_version true is not supported (expected 1)\n"

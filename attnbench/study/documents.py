@@ -277,8 +277,11 @@ def _non_finite_text(text: str) -> bool:
 
 
 def _short(value: Any) -> str:
-    """A value for an error message, as JSON spells null, cut to one short line."""
-    return "null" if value is None else brief(value)
+    """A value for an error message, as JSON spells null, true and false, cut to one short
+    line."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return brief(value)
 
 
 def is_number(value: Any) -> bool:

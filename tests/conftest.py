@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 import torch
 
@@ -60,3 +62,18 @@ def _stub_peaks(request, monkeypatch):
             timing, "measure_peak_tflops", lambda device, dtype, **kw: STUB_PEAK_TFLOPS
         )
     yield
+
+
+@pytest.fixture(autouse=True)
+def _foreground_signals():
+    """Every test starts with the signal handling of a process run in the foreground:
+    Ctrl-C raises KeyboardInterrupt, SIGTERM and SIGHUP stop it. A test runner started in
+    the background of a script, or under nohup, inherits SIGINT or SIGHUP ignored, and
+    attnbench leaves an ignored signal ignored; the tests of its handlers would then
+    test nothing. The runner's own dispositions come back after each test."""
+    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+              signal.SIGHUP: signal.SIG_DFL}  # fmt: skip
+    before = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)

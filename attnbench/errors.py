@@ -9,6 +9,7 @@ typed: the flag and its value, or `kvmem.tp: 3 (study.yaml)`.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -113,6 +114,19 @@ def brief(value: Any, width: int = 60) -> str:
 def one_line(text: str, width: int = 60) -> str:
     """`text` as typed when it is short and on one line, else quoted and cut (brief)."""
     return text if len(text) <= width and text.isprintable() else brief(text, width)
+
+
+def typed(text: str) -> str:
+    """`text` as the user typed it, whole, for an error message: quoted (repr) when it
+    would not read as typed (empty, spaces at either end, a line break or another
+    unprintable character), so that the message stays on one line and shows it exactly."""
+    return text if text and text.strip() == text and text.isprintable() else repr(text)
+
+
+def spelled(value: Any, show: Callable[[Any], str] = brief) -> str:
+    """`value` for a message as JSON and YAML spell it: null, true and false, not Python's
+    None, True and False; any other value as `show` gives it."""
+    return json.dumps(value) if value is None or isinstance(value, bool) else show(value)
 
 
 def closest(name: str, choices: Iterable[str]) -> str:

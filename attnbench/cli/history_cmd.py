@@ -10,14 +10,13 @@ from pathlib import Path
 
 import typer
 
-from ..errors import FieldError, UsageError
+from ..errors import FieldError, typed
 from ..history.series import (
     ANY_ENVIRONMENT,
     Series,
     build_series,
     parse_where,
     series_changes,
-    typed,
 )
 from ..history.store import DEFAULT_DB, Commit, open_history
 from ..model.files import shown_path
@@ -153,12 +152,9 @@ def add_command(
     check_name("branch", branch)
     date = parse_date(date) if date is not None else None
     documents = [load_document(path) for path in results]  # every file checked first
-    for path, document in zip(results, documents, strict=True):
-        if not document.environment:
-            csv = " (a CSV has none)" if document.raw is None else ""
-            raise UsageError(f"{path}: names no environment{csv}, and the history files "
-                             "timings by environment; add the JSON the command writes with "
-                             "--json")  # fmt: skip
+    for document in documents:
+        document.require_environment("and the history files timings by environment; add the "
+                                     "JSON the command writes with --json")  # fmt: skip
     head = current_commit()
     stamps = []
     for path, document in zip(results, documents, strict=True):

@@ -35,11 +35,8 @@ def history_baseline(
     """The baseline `current` is gated against (see the module docstring); UsageError
     when the history holds no run of its environment and command, or `current` names no
     environment (a CSV), so that none could be said to be its own."""
-    if not current.environment:
-        csv = " (a CSV has none)" if current.raw is None else ""
-        raise UsageError(f"{current.path}: names no environment{csv}, so no run of the "
-                         "history compares with it; gate the JSON results the command "
-                         "writes")  # fmt: skip
+    current.require_environment("so no run of the history compares with it; gate the JSON "
+                                "results the command writes")  # fmt: skip
     env_id = environment_id(current.environment)
     runs = [r for r in history.runs()
             if r.environment_id == env_id and r.command == current.command][-recent:]  # fmt: skip

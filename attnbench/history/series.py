@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import FieldError
+from ..errors import FieldError, typed
 from ..measure.timing import percentile
 from ..records import Kind
 from .changepoints import ChangePoint, change_points
@@ -65,13 +65,6 @@ class Change:
     change_pct: float
     low_pct: float | None = None
     high_pct: float | None = None
-
-
-def typed(text: str) -> str:
-    """`text` as the user typed it, for an error message: quoted (repr) when it would not
-    read as typed (empty, spaces at either end, a line break or another unprintable
-    character), so that the message stays on one line and shows the value exactly."""
-    return text if text and text.strip() == text and text.isprintable() else repr(text)
 
 
 def parse_where(text: str | None) -> dict[str, set[str]]:

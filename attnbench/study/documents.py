@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, brief
+from ..errors import UsageError, spelled
 from ..model.files import shown_path
 from ..records import Kind, failed, field_kinds, gated_timing
 from .output import SCHEMA_VERSION
@@ -44,6 +44,13 @@ class Document:
         that name their own ({} when every record has the document's)."""
         found = self.record_environments.get(section, [])
         return {id(r): env for r, env in zip(self.sections[section], found, strict=False)}
+
+    def require_environment(self, why: str) -> None:
+        """UsageError when this file names no environment (a CSV has none); `why` says
+        what needs one."""
+        if not self.environment:
+            csv = " (a CSV has none)" if self.raw is None else ""
+            raise UsageError(f"{self.path}: names no environment{csv}, {why}")
 
 
 def kinds_of(section: str) -> dict[str, Kind]:
@@ -92,15 +99,15 @@ def parse_document(doc: Any, path: str | Path) -> Document:
         raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 in Python
-        raise UsageError(f"{path}: schema_version {_short(version)} is not supported "
+        raise UsageError(f"{path}: schema_version {spelled(version)} is not supported "
                          "(expected 1)")  # fmt: skip
     command = doc.get("command")
     if command not in COMMANDS:
-        raise UsageError(f"{path}: unknown command {_short(command)}; expected one of {COMMANDS}")
+        raise UsageError(f"{path}: unknown command {spelled(command)}; expected one of {COMMANDS}")
     environment = doc.get("environment")
     if not isinstance(environment, dict):
         raise UsageError(f"{path}: environment: expected an object (the machine the results "
-                         f"were measured on), got {_short(environment)}")  # fmt: skip
+                         f"were measured on), got {spelled(environment)}")  # fmt: skip
     per_record: dict[str, list[dict]] = {}
     if command == "run":
         _check_run_header(path, doc)
@@ -138,10 +145,10 @@ def _record_environments(path: Path, doc: dict, sections: dict) -> dict[str, lis
 def _check_run_header(path: Path, doc: dict) -> None:
     """What plot, report and resume read of a run document besides its records."""
     if not isinstance(doc.get("config"), dict):
-        raise UsageError(f"{path}: config: expected an object, got {_short(doc.get('config'))}")
+        raise UsageError(f"{path}: config: expected an object, got {spelled(doc.get('config'))}")
     for name in ("created", "attnbench_version"):
         if not isinstance(doc.get(name), str):
-            raise UsageError(f"{path}: {name}: expected text, got {_short(doc.get(name))}")
+            raise UsageError(f"{path}: {name}: expected text, got {spelled(doc.get(name))}")
 
 
 def _run_sections(path: Path, body: Any) -> dict[str, list[dict]]:
@@ -150,7 +157,7 @@ def _run_sections(path: Path, body: Any) -> dict[str, list[dict]]:
     sections = {}
     for name, section in body.items():
         if name not in KINDS:
-            raise UsageError(f"{path}: sections: unknown section {_short(name)}")
+            raise UsageError(f"{path}: sections: unknown section {spelled(name)}")
         if not isinstance(section, dict):
             raise UsageError(f"{path}: sections.{name}: expected an object with records")
         if not isinstance(section.get("config", {}), dict):
@@ -218,7 +225,7 @@ def _check_metric(where: str, name: str, value: Any) -> None:
     if not is_number(value):
         if isinstance(value, str) and _non_finite_text(value):
             raise UsageError(f"{where}: {name}: {value} is not a finite number")
-        raise UsageError(f"{where}: {name}: expected a number, got {_short(value)}")
+        raise UsageError(f"{where}: {name}: expected a number, got {spelled(value)}")
     _check_finite(where, name, value)
     if value < 0:
         raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time "
@@ -229,7 +236,7 @@ def _check_finite(where: str, name: str, value: int | float) -> None:
     try:
         finite = math.isfinite(value)
     except OverflowError:  # an integer beyond any float
-        raise UsageError(f"{where}: {name}: {_short(value)} is too large") from None
+        raise UsageError(f"{where}: {name}: {spelled(value)} is too large") from None
     if not finite:
         raise UsageError(f"{where}: {name}: {value} is not a finite number")
 
@@ -241,7 +248,7 @@ def _check_type(where: str, name: str, value: Any, types: list[str]) -> None:
         raise UsageError(f"{where}: {name}: {value} is not a finite number")
     if not any(_TYPES[t][1](value) for t in types):
         expected = " or ".join(_TYPES[t][0] for t in types)
-        raise UsageError(f"{where}: {name}: expected {expected} or null, got {_short(value)}")
+        raise UsageError(f"{where}: {name}: expected {expected} or null, got {spelled(value)}")
     if is_number(value):
         _check_finite(where, name, value)
 
@@ -274,14 +281,6 @@ def hashable(value: Any) -> Any:
 
 def _non_finite_text(text: str) -> bool:
     return text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity")
-
-
-def _short(value: Any) -> str:
-    """A value for an error message, as JSON spells null, true and false, cut to one short
-    line."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    return brief(value)
 
 
 def is_number(value: Any) -> bool:

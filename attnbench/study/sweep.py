@@ -19,10 +19,8 @@ the key as the file spells it.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from ..errors import (
     closest,
     one_line,
     show_value,
+    spelled,
 )
 from ..model.architecture import ModelSpec
 from ..model.files import read_user_file
@@ -77,14 +76,14 @@ def check_value(name: str, value: Any) -> str | None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             words = f" or {' or '.join(spec.words)}" if spec.words else ""
-            return f"expected an integer{words}, got {_spelled(value)}"
+            return f"expected an integer{words}, got {spelled(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}, got {value}"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"expected a number, got {_spelled(value)}"
+            return f"expected a number, got {spelled(value)}"
         if isinstance(value, float) and not math.isfinite(value):  # an int is never inf
             return "must be a finite number"
         if value <= 0:
@@ -93,9 +92,9 @@ def check_value(name: str, value: Any) -> str | None:
             return too_large
     elif spec.type is bool:
         if not isinstance(value, bool):
-            return f"expected true or false, got {_spelled(value)}"
+            return f"expected true or false, got {spelled(value)}"
     elif not isinstance(value, str):
-        return f"expected a string, got {_spelled(value)}: {spec.help}"  # the help shows the form
+        return f"expected a string, got {spelled(value)}: {spec.help}"  # the help shows the form
     if spec.choices and value not in spec.choices:
         kind = "dtype" if "dtype" in name else "value"
         return (
@@ -103,12 +102,6 @@ def check_value(name: str, value: Any) -> str | None:
             f"choose from {', '.join(spec.choices)}"
         )
     return None
-
-
-def _spelled(value: Any, show: Callable[[Any], str] = brief) -> str:
-    """`value` for a message as a sweep file spells it: true, false and null, not Python's
-    True, False and None; any other value as `show` gives it."""
-    return json.dumps(value) if value is None or isinstance(value, bool) else show(value)
 
 
 def _check_models(value: Any, where: str, problems: list[str]) -> None:
@@ -148,7 +141,7 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
                 problems.append(f"{where}.{name}: empty list (the grid would be empty)")
                 continue
         problems.extend(
-            f"{section}.{name}: {_spelled(v, lambda x: one_line(show_value(x)))} ({source}): "
+            f"{section}.{name}: {spelled(v, lambda x: one_line(show_value(x)))} ({source}): "
             f"{reason}"
             for v in values
             if (reason := check_value(name, v))

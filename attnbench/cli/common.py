@@ -202,8 +202,8 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
             raise FieldError(field, shown_path(path), f"cannot read it: {problem}")
     for i, (field, path) in enumerate(given):
         reason = _unwritable_reason(Path(path))
-        same_input = next((f for f, other in reads if _same_file(path, other)), None)
-        earlier = next((f for f, other in given[:i] if _same_file(path, other)), None)
+        same_input = next((f for f, other in reads if same_file(path, other)), None)
+        earlier = next((f for f, other in given[:i] if same_file(path, other)), None)
         if reason is None and same_input is not None:
             reason = (f"is the {flag_of(same_input)} file, an input of this command; write "
                       "the output elsewhere")  # fmt: skip
@@ -213,7 +213,7 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
             raise FieldError(field, shown_path(path), reason)
 
 
-def _same_file(a: str | Path, b: str | Path) -> bool:
+def same_file(a: str | Path, b: str | Path) -> bool:
     """Two names of one file: equal once resolved (symlinks too), or hard links."""
     try:
         return os.path.realpath(a) == os.path.realpath(b) or os.path.samefile(a, b)

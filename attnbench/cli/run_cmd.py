@@ -24,12 +24,12 @@ from ..study.documents import incomplete, load_results
 from ..study.merge import Merged, merge, resumed_share_plan
 from ..study.plan import MAX_POINTS
 from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
+from ..study.schema import INT_TEXT
 from ..study.sections import KINDS
 from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
 from ..study.stores import foreign_files, listed, share_in
 from . import app
 from .common import (
-    _same_file,
     console,
     err_console,
     keep_records,
@@ -37,6 +37,7 @@ from .common import (
     point_name,
     print_items,
     progress_iter,
+    same_file,
 )
 from .decode_cmd import describe as describe_decode
 from .decode_cmd import show_providers
@@ -126,7 +127,7 @@ def _max_points(text: str | None) -> int:
     if text is None:
         return MAX_POINTS
     number = text.strip().replace(",", "")
-    if re.fullmatch(r"[+-]?[0-9]+", number) is None:
+    if re.fullmatch(INT_TEXT, number) is None:
         raise FieldError("max_points", one_line(text), "expected an integer")
     digits = number.lstrip("+-").lstrip("0")
     if not digits or number.startswith("-"):
@@ -148,9 +149,7 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
     try:
         if not stat.S_ISDIR(os.stat(out_dir).st_mode):
             raise FieldError("out", shown, "not a directory")
-        names = [
-            n for n in foreign_files(out_dir) if not (sweep and _same_file(out_dir / n, sweep))
-        ]
+        names = [n for n in foreign_files(out_dir) if not (sweep and same_file(out_dir / n, sweep))]
     except (FileNotFoundError, NotADirectoryError):
         return  # a new directory: made with the study (or refused then, under a file)
     except (OSError, ValueError) as exc:  # no permission, a NUL in the name
@@ -349,7 +348,7 @@ def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) ->
     the paths it wrote; nothing is re-run. The directory of the results is the study's."""
     doc = load_results(results)
     out_dir = Path(out) if out else Path(results).parent
-    if not _same_file(out_dir, Path(results).parent):
+    if not same_file(out_dir, Path(results).parent):
         check_out_dir(out_dir, force)
     try:
         written = write(doc, out_dir)

@@ -71,9 +71,10 @@ COUNTED_WITH = "instructions_counter"
 MEASURED_RANGE = (1e-9, 1e9)
 
 
-def is_measured(value: float) -> bool:
-    """Whether `value` can be a timing or a ratio of two: within MEASURED_RANGE."""
-    return MEASURED_RANGE[0] <= value <= MEASURED_RANGE[1]
+def is_measured(value: Any) -> bool:
+    """Whether `value` can be a timing or a ratio of two: a number within MEASURED_RANGE
+    (not None, NaN or a boolean)."""
+    return is_number(value) and MEASURED_RANGE[0] <= value <= MEASURED_RANGE[1]
 
 
 def ratio_of(cur: float, base: float) -> float | None:

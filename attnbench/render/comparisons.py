@@ -20,7 +20,7 @@ compared. A speed-up is written "3.2x faster" or "1.4x slower", never "0.7x fast
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..gate.compare import is_measured
@@ -93,7 +93,7 @@ def spread(record: Mapping) -> float | None:
     """How far a step's samples spread: its p75 over its p25 (1.0 for none); None unless
     both are measured times (gate.compare.is_measured)."""
     lo, hi = record.get("step_ms_p25"), record.get("step_ms_p75")
-    return hi / lo if all(known(v) and is_measured(v) for v in (lo, hi)) else None
+    return hi / lo if is_measured(lo) and is_measured(hi) else None
 
 
 @dataclass(frozen=True)
@@ -293,20 +293,17 @@ def variant_findings(records: Sequence[dict], environment: Mapping | None = None
     longest, at = _longest(rows)
     narrowest = join_words(sorted({r["narrowest_variant"] for r in at}))
     widest_first = sorted(at, key=lambda r: -r["x_of_narrowest_median"])
-    held, not_held, judged = _split(widest_first, "x_of_narrowest", records, environment)
-    found = []
-    if held:
-        found.append(
+    return _resolved_or_not(
+        widest_first,
+        "x_of_narrowest",
+        records,
+        environment,
+        held=lambda rows: (
             f"Cached step over {narrowest}'s at {longest:,} tokens: "
-            f"{_listed(held, 'x_of_narrowest')}{_rounds(held)}."
-        )
-    if not_held:
-        names = join_words([series_label(r) for r in not_held])
-        found.append(
-            f"Cached step of {names} over {narrowest}'s at {longest:,} tokens: not "
-            f"resolved, {why_not(judged, environment)}."
-        )
-    return found
+            f"{_listed(rows, 'x_of_narrowest')}{_rounds(rows)}."
+        ),
+        not_held=lambda names: f"Cached step of {names} over {narrowest}'s at {longest:,} tokens",
+    )
 
 
 def cache_findings(
@@ -319,20 +316,36 @@ def cache_findings(
     if not rows:
         return []
     longest, at = _longest(rows)
-    held, not_held, judged = _split(at, "x_of_no_cache", records, environment)
-    found = []
-    if held:
-        found.append(
+    return _resolved_or_not(
+        at,
+        "x_of_no_cache",
+        records,
+        environment,
+        held=lambda rows: (
             f"Cached decode over recomputing the prefix at {longest:,} tokens: "
-            f"{_listed(held, 'x_of_no_cache', inverse=True)}{_rounds(held)}, "
-            f"{where}."
-        )
-    if not_held:
-        names = join_words([series_label(r) for r in not_held])
-        found.append(
-            f"Cached decode of {names} over recomputing the prefix at {longest:,} "
-            f"tokens: not resolved, {why_not(judged, environment)}."
-        )
+            f"{_listed(rows, 'x_of_no_cache', inverse=True)}{_rounds(rows)}, {where}."
+        ),
+        not_held=lambda names: (
+            f"Cached decode of {names} over recomputing the prefix at {longest:,} tokens"
+        ),
+    )
+
+
+def _resolved_or_not(
+    rows: Sequence[dict],
+    stem: str,
+    records: Sequence[dict],
+    environment: Mapping | None,
+    held: Callable[[list[dict]], str],
+    not_held: Callable[[str], str],
+) -> list[str]:
+    """A finding of the rows whose comparison `stem` is resolved (`held` words it), and
+    one naming those whose is not (`not_held` words what they compare) and saying why."""
+    resolved, unresolved, judged = _split(rows, stem, records, environment)
+    found = [held(resolved)] if resolved else []
+    if unresolved:
+        names = join_words([series_label(r) for r in unresolved])
+        found.append(f"{not_held(names)}: not resolved, {why_not(judged, environment)}.")
     return found
 
 
@@ -354,7 +367,7 @@ def sampling_findings(records: Sequence[dict], target: float | None) -> list[str
     for r in ok_records(records, "prompt_len"):
         for stem, name in COMPARISONS.items():
             median, lo, hi = (r.get(f"{stem}_{s}") for s in ("median", "ci_lo", "ci_hi"))
-            if not all(known(v) and is_measured(v) for v in (median, lo, hi)):
+            if not all(map(is_measured, (median, lo, hi))):
                 continue
             rounds = r.get("step_repeats")
             if not known(rounds) or rounds < MIN_SPREAD_SAMPLES:  # an interval of nothing

@@ -30,16 +30,33 @@ from planting import KV_COPY_LINE, ROOT, STEP_LINE, git, planted_commit
 def one_try(config: str, head: list[str], options: list[str], folder: Path, index: int) -> dict:
     """One `attnbench ab` run in its own process: its exit code and every point's visits."""
     out = folder / f"try-{index}.json"
-    command = [sys.executable, "-m", "attnbench", "ab", "--base", "HEAD", *head, config,
-               *options, "--json", str(out), "--out", str(folder / f"logs-{index}"),
-               "--quiet"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "attnbench",
+        "ab",
+        "--base",
+        "HEAD",
+        *head,
+        config,
+        *options,
+        "--json",
+        str(out),
+        "--out",
+        str(folder / f"logs-{index}"),
+        "--quiet",
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"ab exited {done.returncode}: {done.stderr.strip()}")
     report = json.loads(out.read_text())
     regressed = [r["config"] for r in report["rows"] if r["verdict"] == "regressed"]
-    return {"exit_code": done.returncode, "regressed": regressed, "counts":
-            report["summary"]["counts"], "points": report["ab"]["points"]}  # fmt: skip
+    return {
+        "exit_code": done.returncode,
+        "regressed": regressed,
+        "counts": report["summary"]["counts"],
+        "points": report["ab"]["points"],
+    }
 
 
 def summary(tries: list[dict], what: str) -> list[str]:

@@ -52,8 +52,9 @@ def one_round() -> dict:
 
 
 def step(round_: dict, variant: str, provider: str) -> dict:
-    (record,) = [r for r in round_["records"]
-                 if r["variant"] == variant and r["provider"] == provider]  # fmt: skip
+    (record,) = [
+        r for r in round_["records"] if r["variant"] == variant and r["provider"] == provider
+    ]
     return record
 
 
@@ -83,16 +84,22 @@ def report(rounds: list[dict], transformers: str) -> list[str]:
             hf = [step(r, variant, "hf")["step_ms_median"] for r in rounds]
             ratio = statistics.median(h / t for h, t in zip(hf, times, strict=True))
             median = statistics.median(times)
-            lines.append(f"| {variant} | {provider} | {_rounds(times)} | {median:.2f} "
-                         f"| {pct:.1f}% | {ratio:.2f}x |")  # fmt: skip
+            lines.append(
+                f"| {variant} | {provider} | {_rounds(times)} | {median:.2f} "
+                f"| {pct:.1f}% | {ratio:.2f}x |"
+            )
     lines += ["", "attnbench against hf (hf step / attnbench step, median of rounds):"]
     for variant, floor in FLOORS.items():
-        ratios = [step(r, variant, "hf")["step_ms_median"]
-                  / step(r, variant, "attnbench")["step_ms_median"] for r in rounds]  # fmt: skip
+        ratios = [
+            step(r, variant, "hf")["step_ms_median"]
+            / step(r, variant, "attnbench")["step_ms_median"]
+            for r in rounds
+        ]
         median = statistics.median(ratios)
         verdict = "meets" if median >= floor else "MISSES"
-        lines.append(f"- {variant}: {median:.2f}x ({_rounds(ratios)}); "
-                     f"{verdict} the {floor}x floor")  # fmt: skip
+        lines.append(
+            f"- {variant}: {median:.2f}x ({_rounds(ratios)}); {verdict} the {floor}x floor"
+        )
     lines += ["", "attnbench MHA step over the sum of its kernels, timed in the same rounds:"]
     mha = [step(r, "MHA", "attnbench") for r in rounds]
     if any(s["reference"] != "kernels" for s in mha):
@@ -100,8 +107,7 @@ def report(rounds: list[dict], transformers: str) -> list[str]:
     ratios = [s["x_of_reference_median"] for s in mha]
     median = statistics.median(ratios)
     verdict = "meets" if median <= KERNEL_CEILING else "MISSES"
-    lines.append(f"- {median:.3f}x ({_rounds(ratios, 3)}); {verdict} the "
-                 f"{KERNEL_CEILING}x ceiling")  # fmt: skip
+    lines.append(f"- {median:.3f}x ({_rounds(ratios, 3)}); {verdict} the {KERNEL_CEILING}x ceiling")
     return lines
 
 

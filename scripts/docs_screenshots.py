@@ -38,10 +38,17 @@ PAGES = (
 SIZES = {"desktop": (1280, 1600), "phone": (390, 1600)}
 ATTEMPTS = 3
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--force-device-scale-factor=1", "--virtual-time-budget=5000",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--force-device-scale-factor=1",
+    "--virtual-time-budget=5000",
+)
 #: The page in a frame the size of the window, scrolled to its section once it has
 #: loaded. Headless Chromium draws a blank screenshot of a page scrolled to an anchor, and
 #: does not always scroll a frame given one; a frame of the same origin is scrolled here.
@@ -67,10 +74,19 @@ def serve(root: Path) -> Iterator[str]:
     """`root` served on localhost for as long as the block runs; yields its address."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-         "--directory", str(root)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(root),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     address = f"http://127.0.0.1:{port}/"
     try:
         for _ in range(50):  # until it answers, five seconds at most
@@ -102,10 +118,19 @@ def screenshot(chromium: str, url: str, size: tuple[int, int], path: Path) -> No
     for _ in range(ATTEMPTS):
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run(
-                [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                 f"--window-size={size[0]},{size[1]}", f"--screenshot={path}", url],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
-            )  # fmt: skip
+                [
+                    chromium,
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={profile}",
+                    f"--window-size={size[0]},{size[1]}",
+                    f"--screenshot={path}",
+                    url,
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+            )
         if not blank(path):
             return
     print(f"{path}: blank after {ATTEMPTS} attempts", file=sys.stderr)

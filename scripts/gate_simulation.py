@@ -267,34 +267,52 @@ def recorded(runs: str, ab: str | None, instructions: str | None, trials: int, s
     saved = json.loads(Path(runs).read_text())
     docs = [parse_document(run, f"{runs} run {i}") for i, run in enumerate(saved["runs"])]
     results = [
-        ("absolute timing (`step_ms_median`)", simulate_sampled(docs, "step_ms_median",
-                                                                trials=trials, seed=seed)),
-        ("in-run ratio (`x_of_reference_median`)",
-         simulate_sampled(docs, "x_of_reference_median", trials=trials, seed=seed)),
-    ]  # fmt: skip
+        (
+            "absolute timing (`step_ms_median`)",
+            simulate_sampled(docs, "step_ms_median", trials=trials, seed=seed),
+        ),
+        (
+            "in-run ratio (`x_of_reference_median`)",
+            simulate_sampled(docs, "x_of_reference_median", trials=trials, seed=seed),
+        ),
+    ]
     sources = [f"{len(docs)} runs of {saved['config']} ({saved['created'][:10]})"]
     if ab is not None:
         tries = json.loads(Path(ab).read_text())["aa"]
-        pairs = [[abba_pairs([(v["round"], v["side"], v["step_ms_median"]) for v in p["visits"]])
-                  for p in t["points"]] for t in tries["tries"]]  # fmt: skip
-        results.append(("interleaved A/B (`attnbench ab`)",
-                        simulate_paired(pairs, trials=trials, seed=seed)))  # fmt: skip
+        pairs = [
+            [
+                abba_pairs([(v["round"], v["side"], v["step_ms_median"]) for v in p["visits"]])
+                for p in t["points"]
+            ]
+            for t in tries["tries"]
+        ]
+        results.append(
+            ("interleaved A/B (`attnbench ab`)", simulate_paired(pairs, trials=trials, seed=seed))
+        )
         sources.append(f"{len(pairs)} A/A tries of `attnbench ab`, {tries['rounds']} rounds")
     if instructions is not None:
         counted = json.loads(Path(instructions).read_text())
-        results.append(("instructions (`instructions_per_step`)",
-                        simulate_counts(counted["runs"], trials=trials, seed=seed)))  # fmt: skip
+        results.append(
+            (
+                "instructions (`instructions_per_step`)",
+                simulate_counts(counted["runs"], trials=trials, seed=seed),
+            )
+        )
         sources.append(f"{len(counted['runs'])} instruction-count runs")
     env = docs[0].environment or {}
-    print(f"Recorded on {env.get('cpu_model')}, {env.get('num_threads')} threads, torch "
-          f"{env.get('torch_version')}: {'; '.join(sources)}. {trials} comparisons per mode, "
-          f"seed {seed}.")  # fmt: skip
+    print(
+        f"Recorded on {env.get('cpu_model')}, {env.get('num_threads')} threads, torch "
+        f"{env.get('torch_version')}: {'; '.join(sources)}. {trials} comparisons per mode, "
+        f"seed {seed}."
+    )
     print()
     print("| gating mode | not gated | false alarms | caught at 1.1x | caught at 1.2x |")
     print("|---|---|---|---|---|")
     for name, r in results:
-        print(f"| {name} | {r.not_gated / r.comparisons:.1%} | {r.false_rate:.2%} | "
-              f"{r.caught_rate(1.1):.1%} | {r.caught_rate(1.2):.1%} |")  # fmt: skip
+        print(
+            f"| {name} | {r.not_gated / r.comparisons:.1%} | {r.false_rate:.2%} | "
+            f"{r.caught_rate(1.1):.1%} | {r.caught_rate(1.2):.1%} |"
+        )
 
 
 def main() -> None:
@@ -343,8 +361,15 @@ def main() -> None:
             if len(args.results) > 1:
                 several(args.results, pairs, args.slowdown, args.seed, args.metric, thresholds)
             else:
-                real(args.results[0], args.provider, pairs, args.slowdown, args.seed, args.metric,
-                     thresholds)  # fmt: skip
+                real(
+                    args.results[0],
+                    args.provider,
+                    pairs,
+                    args.slowdown,
+                    args.seed,
+                    args.metric,
+                    thresholds,
+                )
         except UsageError as exc:
             parser.error(str(exc))
 

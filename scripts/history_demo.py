@@ -25,14 +25,31 @@ ATTNBENCH = [sys.executable, "-m", "attnbench"]
 #: One thread: with two on a 2-core machine, any other process on the second core stalls
 #: every parallel region of the step (its threads wait for a descheduled peer), and a
 #: history of such runs shows the neighbours, not the code.
-SWEEP = ["--d-model", "1024", "--heads", "16", "--kv-heads", "16,1", "--prompt-len", "2048",
-         "--batch", "4", "--mode", "cache", "--no-prefill", "--max-time", "1",
-         "--threads", "1"]  # fmt: skip
+SWEEP = [
+    "--d-model",
+    "1024",
+    "--heads",
+    "16",
+    "--kv-heads",
+    "16,1",
+    "--prompt-len",
+    "2048",
+    "--batch",
+    "4",
+    "--mode",
+    "cache",
+    "--no-prefill",
+    "--max-time",
+    "1",
+    "--threads",
+    "1",
+]
 
 
 def git(clone: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(clone), *args], check=True, capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(clone), *args], check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 
@@ -73,8 +90,10 @@ def main() -> None:
             planted = " (planted slowdown)" if number == args.planted else ""
             sha = git(clone, "rev-parse", "--short=10", "HEAD")
             print(f"commit {number}: {sha}{planted}", flush=True)
-        print(attnbench(clone, "history", "changes", "--db", str(db), "--metric",
-                        "step_ms_median"), end="")  # fmt: skip
+        print(
+            attnbench(clone, "history", "changes", "--db", str(db), "--metric", "step_ms_median"),
+            end="",
+        )
         out = args.out / "history-trend.png"
         attnbench(clone, "history", "plot", "--db", str(db), "--out", str(out), "--quiet")
         print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")

@@ -29,16 +29,36 @@ from attnbench.gate.compare import Thresholds, Verdict, judge_count
 STRICT = Thresholds(count=0.005)
 
 #: Only the counts matter here: cached steps, timed briefly, no reference.
-FLAGS = ["--mode", "cache", "--no-prefill", "--gen-len", "0", "--reference", "none",
-         "--max-time", "0.05", "--instructions", "--quiet"]  # fmt: skip
+FLAGS = [
+    "--mode",
+    "cache",
+    "--no-prefill",
+    "--gen-len",
+    "0",
+    "--reference",
+    "none",
+    "--max-time",
+    "0.05",
+    "--instructions",
+    "--quiet",
+]
 
 
 def counted(config: str, folder: Path, name: str, python: Path = Path(sys.executable)) -> dict:
     """One decode-speed run by `python` (whose attnbench it imports): each cached point's
     instructions per step."""
     out = folder / f"{name}.json"
-    command = [str(python), "-m", "attnbench", "decode-speed", "--config", config, *FLAGS,
-               "--json", str(out)]  # fmt: skip
+    command = [
+        str(python),
+        "-m",
+        "attnbench",
+        "decode-speed",
+        "--config",
+        config,
+        *FLAGS,
+        "--json",
+        str(out),
+    ]
     subprocess.run(command, check=True, cwd=ROOT)
     records = json.loads(out.read_text())["records"]
     return {
@@ -59,10 +79,16 @@ def report(saved: dict) -> list[str]:
     runs, planted = saved["runs"], saved["planted"]
     labels = list(runs[0])
     default = Thresholds()
-    header = ("| point | instructions per step | spread over the runs | planted query copy "
-              f"| at {default.count:.1%} | at {STRICT.count:.1%} |")  # fmt: skip
-    lines = [f"{len(runs)} runs, measured {saved['created']}, commit {saved['commit'][:10]}",
-             "", header, "|---|---|---|---|---|---|"]  # fmt: skip
+    header = (
+        "| point | instructions per step | spread over the runs | planted query copy "
+        f"| at {default.count:.1%} | at {STRICT.count:.1%} |"
+    )
+    lines = [
+        f"{len(runs)} runs, measured {saved['created']}, commit {saved['commit'][:10]}",
+        "",
+        header,
+        "|---|---|---|---|---|---|",
+    ]
     flagged = {default: 0, STRICT: 0}
     for label in labels:
         counts = [run[label] for run in runs]
@@ -73,13 +99,16 @@ def report(saved: dict) -> list[str]:
             verdict = judge_count(counts[0], planted[label], th).verdict
             flagged[th] += verdict is Verdict.REGRESSED
             verdicts.append(verdict.value)
-        lines.append(f"| {label} | {counts[0]:,} | {spread:.2%} | {change:+.2%} | "
-                     f"{' | '.join(verdicts)} |")  # fmt: skip
+        lines.append(
+            f"| {label} | {counts[0]:,} | {spread:.2%} | {change:+.2%} | {' | '.join(verdicts)} |"
+        )
     lines.append("")
     for th, n in flagged.items():
         gate = "fails" if n else "passes"
-        lines.append(f"count threshold {th.count:.1%}: the planted run {gate} the gate "
-                     f"({n} of {len(labels)} points regressed)")  # fmt: skip
+        lines.append(
+            f"count threshold {th.count:.1%}: the planted run {gate} the gate "
+            f"({n} of {len(labels)} points regressed)"
+        )
     return lines
 
 
@@ -99,8 +128,13 @@ def main() -> None:
         runs = [counted(args.config, folder, f"run-{i}") for i in range(args.runs)]
         planted = counted(args.config, folder, "planted", python)
     commit = git("rev-parse", "HEAD")
-    saved = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             "commit": commit, "config": args.config, "runs": runs, "planted": planted}  # fmt: skip
+    saved = {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit,
+        "config": args.config,
+        "runs": runs,
+        "planted": planted,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(saved, indent=1) + "\n")
     print("\n".join(report(saved)))

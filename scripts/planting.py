@@ -19,8 +19,9 @@ QUERY_COPY_LINE = "q = q_proj(x).view(batch, heads, 1, dim).clone()"
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
-    done = subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 
@@ -36,8 +37,17 @@ def planted_commit(line: str, planted: str, message: str) -> str:
             if text.count(line) != 1:
                 sys.exit(f"{ATTENTION}: the line to plant into is not there once: {line}")
             source.write_text(text.replace(line, planted))
-            git("-c", "user.name=planted", "-c", "user.email=planted@localhost", "commit",
-                "-q", "-am", f"planted: {message}", cwd=tree)  # fmt: skip
+            git(
+                "-c",
+                "user.name=planted",
+                "-c",
+                "user.email=planted@localhost",
+                "commit",
+                "-q",
+                "-am",
+                f"planted: {message}",
+                cwd=tree,
+            )
             return git("rev-parse", "HEAD", cwd=tree)
         finally:
             git("worktree", "remove", "--force", str(tree))

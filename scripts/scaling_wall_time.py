@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def wall_time(command: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - start
 
 
@@ -35,11 +36,24 @@ def main() -> None:
     args = parser.parse_args()
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as scratch:
-        one = wall_time([str(bin_dir / "attnbench"), "run", args.study, "--out",
-                         f"{scratch}/one", "-q"])  # fmt: skip
-        many = wall_time([str(bin_dir / "torchrun"), "--standalone", "--nproc-per-node",
-                          str(args.nproc), "-m", "attnbench", "run", args.study, "--out",
-                          f"{scratch}/many", "-q"])  # fmt: skip
+        one = wall_time(
+            [str(bin_dir / "attnbench"), "run", args.study, "--out", f"{scratch}/one", "-q"]
+        )
+        many = wall_time(
+            [
+                str(bin_dir / "torchrun"),
+                "--standalone",
+                "--nproc-per-node",
+                str(args.nproc),
+                "-m",
+                "attnbench",
+                "run",
+                args.study,
+                "--out",
+                f"{scratch}/many",
+                "-q",
+            ]
+        )
     cores = os.cpu_count()
     print(f"{Path(args.study).name} on {cores} cores, points timed with a fixed sample count")
     print()

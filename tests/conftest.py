@@ -71,8 +71,11 @@ def _foreground_signals():
     the background of a script, or under nohup, inherits SIGINT or SIGHUP ignored, and
     attnbench leaves an ignored signal ignored; the tests of its handlers would then
     test nothing. The runner's own dispositions come back after each test."""
-    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
-              signal.SIGHUP: signal.SIG_DFL}  # fmt: skip
+    wanted = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
     before = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
     yield
     for sig, handler in before.items():

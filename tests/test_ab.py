@@ -132,14 +132,22 @@ def test_the_bootstrap_is_seeded():
 
 def test_the_visits_are_a_warm_up_then_rounds_in_abba_order():
     assert visit_order(2) == [
-        (0, "head"), (0, "base"),
-        (1, "base"), (1, "head"), (1, "head"), (1, "base"),
-        (2, "base"), (2, "head"), (2, "head"), (2, "base"),
-    ]  # fmt: skip
+        (0, "head"),
+        (0, "base"),
+        (1, "base"),
+        (1, "head"),
+        (1, "head"),
+        (1, "base"),
+        (2, "base"),
+        (2, "head"),
+        (2, "head"),
+        (2, "base"),
+    ]
 
 
-POINT = DecodePoint(d_model=64, num_heads=2, num_kv_heads=2, batch=1, dtype="float32",
-                    prompt_len=16)  # fmt: skip
+POINT = DecodePoint(
+    d_model=64, num_heads=2, num_kv_heads=2, batch=1, dtype="float32", prompt_len=16
+)
 
 
 class FakeWorker:
@@ -182,10 +190,19 @@ def test_a_point_head_gets_wrong_ends_after_the_warm_up_and_regresses():
 
 
 def test_pairs_leave_out_a_round_cut_short():
-    result = PointResult(POINT, {}, [Visit(0, "head", 1.0, "ok"), Visit(0, "base", 1.0, "ok"),
-                                     Visit(1, "base", 1.0, "ok"), Visit(1, "head", 1.0, "ok"),
-                                     Visit(1, "head", 1.0, "ok"), Visit(1, "base", 1.0, "ok"),
-                                     Visit(2, "base", 1.0, "ok")])  # fmt: skip
+    result = PointResult(
+        POINT,
+        {},
+        [
+            Visit(0, "head", 1.0, "ok"),
+            Visit(0, "base", 1.0, "ok"),
+            Visit(1, "base", 1.0, "ok"),
+            Visit(1, "head", 1.0, "ok"),
+            Visit(1, "head", 1.0, "ok"),
+            Visit(1, "base", 1.0, "ok"),
+            Visit(2, "base", 1.0, "ok"),
+        ],
+    )
     assert result.pairs() == [(1.0, 1.0), (1.0, 1.0)]
 
 
@@ -193,10 +210,16 @@ def test_pairs_leave_out_a_round_cut_short():
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          env=env, check=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    )
     return done.stdout.strip()
 
 
@@ -225,9 +248,17 @@ def test_a_revision_gets_a_worktree_and_a_venv_that_imports_it(scratch_repo, tmp
     assert pths[SHARED_PTH].split() == shared_site_dirs()
     assert sorted(pths)[0] == SOURCE_PTH  # read first: the source comes first on sys.path
     assert json.loads((cache / sha / READY).read_text())["source"] == str(side.source)
-    found = subprocess.run([str(side.python), "-I", "-c",
-                            "import attnbench, numpy; print(attnbench.__file__, attnbench.WHERE)"],
-                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    found = subprocess.run(
+        [
+            str(side.python),
+            "-I",
+            "-c",
+            "import attnbench, numpy; print(attnbench.__file__, attnbench.WHERE)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert found == [str(side.source / "attnbench" / "__init__.py"), "scratch"]
 
 
@@ -285,14 +316,16 @@ def test_a_bad_base_exits_2_with_one_line(scratch_repo, tmp_path, monkeypatch):
     study = tmp_path / "tiny.yaml"
     study.write_text(TINY_STUDY)
     monkeypatch.chdir(scratch_repo)
-    result = runner.invoke(app, ["ab", "--base", "nope", str(study), "--cache-dir",
-                                 str(tmp_path / "cache")])  # fmt: skip
+    result = runner.invoke(
+        app, ["ab", "--base", "nope", str(study), "--cache-dir", str(tmp_path / "cache")]
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         f"error: --base nope: not a commit of the repository {scratch_repo.resolve()}"
     ]
-    both = runner.invoke(app, ["ab", "--base", "HEAD", "--head", "HEAD", "--head-dir", ".",
-                               str(study)])  # fmt: skip
+    both = runner.invoke(
+        app, ["ab", "--base", "HEAD", "--head", "HEAD", "--head-dir", ".", str(study)]
+    )
     assert both.exit_code == 2 and "give one or the other" in both.output
     over = runner.invoke(app, ["ab", "--base", "HEAD", str(study), "--json", str(study)])
     assert over.exit_code == 2
@@ -332,9 +365,27 @@ def test_ab_times_head_against_base_in_one_job(repo_root, tmp_path):
     study.write_text(TINY_STUDY)
     out = tmp_path / "ab.json"
     cache = tmp_path / "cache"
-    args = ["ab", "--base", "HEAD", "--head-dir", str(repo_root), str(study), "--rounds", "1",
-            "--visit-time", "0.02", "--threads", "1", "--cache-dir", str(cache),
-            "--out", str(tmp_path / "logs"), "--json", str(out), "--quiet"]  # fmt: skip
+    args = [
+        "ab",
+        "--base",
+        "HEAD",
+        "--head-dir",
+        str(repo_root),
+        str(study),
+        "--rounds",
+        "1",
+        "--visit-time",
+        "0.02",
+        "--threads",
+        "1",
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(tmp_path / "logs"),
+        "--json",
+        str(out),
+        "--quiet",
+    ]
     try:
         result = runner.invoke(app, args)
     finally:

@@ -196,7 +196,7 @@ def test_decode_totals_zero_steps_and_cache_saves_work():
         (32, 1, "MQA"),
         (1, 1, "MHA"),
         (64, 2, "GQA-2"),
-    ],  # fmt: skip
+    ],
 )
 def test_variant_label(heads, kv_heads, label):
     assert variant_label(heads, kv_heads) == label

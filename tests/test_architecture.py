@@ -14,8 +14,20 @@ from attnbench.study.sections import RECORD_TYPES
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnbench"
 #: Lowest first: a module may import from its own layer and the ones before it.
-LAYERS = ("errors", "records", "model", "modules", "measure", "experiments", "study", "gate",
-          "ab", "history", "render", "cli")  # fmt: skip
+LAYERS = (
+    "errors",
+    "records",
+    "model",
+    "modules",
+    "measure",
+    "experiments",
+    "study",
+    "gate",
+    "ab",
+    "history",
+    "render",
+    "cli",
+)
 RANK = {name: i for i, name in enumerate(LAYERS)}
 RANK["records"] = RANK["errors"]  # both are the base every layer shares
 
@@ -42,8 +54,11 @@ def _imports(path: Path) -> list[tuple[str, int]]:
             elif node.module and node.module.startswith("attnbench."):
                 found.append((node.module.removeprefix("attnbench."), node.lineno))
         elif isinstance(node, ast.Import):
-            found += [(a.name.removeprefix("attnbench."), node.lineno) for a in node.names
-                      if a.name.startswith("attnbench.")]  # fmt: skip
+            found += [
+                (a.name.removeprefix("attnbench."), node.lineno)
+                for a in node.names
+                if a.name.startswith("attnbench.")
+            ]
     return found
 
 

@@ -133,8 +133,16 @@ def make_mask(kind: str, batch: int, heads: int, q_len: int, k_len: int):
     raise AssertionError(kind)
 
 
-MASK_KINDS = ["none", "causal", "bool", "bool_heads", "bool_2d", "float", "bool_causal",
-              "float_causal"]  # fmt: skip
+MASK_KINDS = [
+    "none",
+    "causal",
+    "bool",
+    "bool_heads",
+    "bool_2d",
+    "float",
+    "bool_causal",
+    "float_causal",
+]
 
 
 def gqa(kv_heads: int, backend: str = "sdpa", bias: bool = False, dtype=torch.float32):
@@ -143,9 +151,15 @@ def gqa(kv_heads: int, backend: str = "sdpa", bias: bool = False, dtype=torch.fl
 
 def twin(m: GroupedQueryAttention, backend: str) -> GroupedQueryAttention:
     """A module with the same shape and weights as `m` but another backend."""
-    other = GroupedQueryAttention(m.d_model, m.num_heads, m.num_kv_heads, head_dim=m.head_dim,
-                                  bias=m.q_proj.bias is not None, backend=backend,
-                                  dtype=m.q_proj.weight.dtype)  # fmt: skip
+    other = GroupedQueryAttention(
+        m.d_model,
+        m.num_heads,
+        m.num_kv_heads,
+        head_dim=m.head_dim,
+        bias=m.q_proj.bias is not None,
+        backend=backend,
+        dtype=m.q_proj.weight.dtype,
+    )
     other.load_state_dict(m.state_dict())
     return other
 
@@ -467,8 +481,11 @@ def test_naive_equals_sdpa(mask_kind, kv_heads, dtype):
     naive = twin(sdpa, "naive")
     x = torch.randn(2, 10, D_MODEL, dtype=dtype)
     mask, causal = make_mask(mask_kind, 2, HEADS, 10, 10)
-    assert_matches(naive(x, attn_mask=mask, is_causal=causal),
-                   sdpa(x, attn_mask=mask, is_causal=causal), RTOL[dtype])  # fmt: skip
+    assert_matches(
+        naive(x, attn_mask=mask, is_causal=causal),
+        sdpa(x, attn_mask=mask, is_causal=causal),
+        RTOL[dtype],
+    )
 
 
 def test_variant_classes():
@@ -817,6 +834,7 @@ def test_fixed_calls_resolve_the_projection_path_once():
     expected = "onednn-packed" if ONEDNN_LINEAR else "torch"
     assert layer.projection_path == expected
     with torch.inference_mode():
-        layer.decode_step(torch.randn(2, 1, 32, dtype=torch.float64),
-                          KVCache(2, 2, 8, 8, torch.float64), 3)  # fmt: skip
+        layer.decode_step(
+            torch.randn(2, 1, 32, dtype=torch.float64), KVCache(2, 2, 8, 8, torch.float64), 3
+        )
     assert layer.projection_path == "torch"  # float64 has no packed path

@@ -40,18 +40,36 @@ runner = CliRunner()
 
 
 def point(**kw) -> KvmemPoint:
-    base = {"model": None, "d_model": 256, "num_heads": 8, "num_kv_heads": 2, "head_dim": 32,
-            "num_layers": 2, "batch": 2, "seq_len": 24, "dtype": "float16",
-            "scale_dtype": "float16"}  # fmt: skip
+    base = {
+        "model": None,
+        "d_model": 256,
+        "num_heads": 8,
+        "num_kv_heads": 2,
+        "head_dim": 32,
+        "num_layers": 2,
+        "batch": 2,
+        "seq_len": 24,
+        "dtype": "float16",
+        "scale_dtype": "float16",
+    }
     return KvmemPoint(**{**base, **kw})
 
 
 def model_point(spec: ModelSpec, **kw) -> KvmemPoint:
     """A point of a model, as a study makes it: the model's shape, dtype and spec."""
-    base = {"model": spec.name, "spec": spec, "d_model": spec.d_model,
-            "num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads,
-            "head_dim": spec.head_dim, "num_layers": spec.num_layers, "batch": 1,
-            "seq_len": 2048, "dtype": spec.dtype, "scale_dtype": "float16"}  # fmt: skip
+    base = {
+        "model": spec.name,
+        "spec": spec,
+        "d_model": spec.d_model,
+        "num_heads": spec.num_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "num_layers": spec.num_layers,
+        "batch": 1,
+        "seq_len": 2048,
+        "dtype": spec.dtype,
+        "scale_dtype": "float16",
+    }
     return KvmemPoint(**{**base, **kw})
 
 
@@ -95,8 +113,13 @@ def test_bad_formats_name_the_field():
 def test_llama3_8b_token_bytes_per_dtype_by_hand():
     # 32 layers x 2 (K, V) x 8 KV heads x 128 = 65,536 elements per token.
     spec = PRESETS["llama-3-8b"]
-    per_token = {"float32": 262144, "bfloat16": 131072, "float8_e5m2": 65536 + 512 * 2,
-                 "int8": 65536 + 512 * 2, "int4": 32768 + 512 * 2}  # fmt: skip
+    per_token = {
+        "float32": 262144,
+        "bfloat16": 131072,
+        "float8_e5m2": 65536 + 512 * 2,
+        "int8": 65536 + 512 * 2,
+        "int4": 32768 + 512 * 2,
+    }
     for dtype, expected in per_token.items():
         layout = token_layout(32, 8, 128, KvFormat(dtype))
         assert spec.num_layers * layout.bytes == expected, dtype
@@ -116,8 +139,15 @@ def test_quantised_storage_round_trips(dtype):
     x = torch.randn(2, 4, 8, 64)
     storage.write(0, x)
     error = (storage.read(8) - x).abs().max().item()
-    bound = {"float32": 0.0, "float16": 2e-3, "bfloat16": 2e-2, "int8": 3e-2, "int4": 0.5,
-             "float8_e4m3fn": 0.3, "float8_e5m2": 0.6}[dtype]  # fmt: skip
+    bound = {
+        "float32": 0.0,
+        "float16": 2e-3,
+        "bfloat16": 2e-2,
+        "int8": 3e-2,
+        "int4": 0.5,
+        "float8_e4m3fn": 0.3,
+        "float8_e5m2": 0.6,
+    }[dtype]
     assert error <= bound
 
 
@@ -270,8 +300,12 @@ def test_plain_points_keep_the_original_formula(dtype):
 # --- measured == analytic on the CPU ---------------------------------------------------------
 
 
-OPTIONS = [{}, {"sliding_window": 16}, {"seq_lens": (24, 5, 17), "page_size": 8},
-           {"tp": 2, "scale_dtype": "float32"}]  # fmt: skip
+OPTIONS = [
+    {},
+    {"sliding_window": 16},
+    {"seq_lens": (24, 5, 17), "page_size": 8},
+    {"tp": 2, "scale_dtype": "float32"},
+]
 MEASURED_CASES = [(dtype, options) for dtype in KV_DTYPES for options in OPTIONS] + [
     (dtype, {"kv_scale_group": 12})
     for dtype in QUANTIZED_KV_DTYPES  # 32 = 12 + 12 + 8
@@ -301,18 +335,27 @@ def test_measured_mla_equals_analytic(dtype):
 
 
 def _cfg(**kw) -> dict:
-    base = {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 100,
-            "intermediate_size": 128, "torch_dtype": "bfloat16"}  # fmt: skip
+    base = {
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 4,
+        "vocab_size": 100,
+        "intermediate_size": 128,
+        "torch_dtype": "bfloat16",
+    }
     return {**base, **kw}
 
 
 def test_qwen2_sliding_window_as_the_model_defines_it():
-    off = spec_from_hf_config(_cfg(sliding_window=4096, use_sliding_window=False,
-                                   max_window_layers=2), "q", "q")  # fmt: skip
+    off = spec_from_hf_config(
+        _cfg(sliding_window=4096, use_sliding_window=False, max_window_layers=2), "q", "q"
+    )
     assert off.windows is None
-    on = spec_from_hf_config(_cfg(sliding_window=4096, use_sliding_window=True,
-                                  max_window_layers=2), "q", "q")  # fmt: skip
+    on = spec_from_hf_config(
+        _cfg(sliding_window=4096, use_sliding_window=True, max_window_layers=2), "q", "q"
+    )
     assert on.windows == (None, None, 4096, 4096)
     assert spec_from_hf_config(_cfg(sliding_window=4096), "q", "q").windows is None
 
@@ -320,8 +363,10 @@ def test_qwen2_sliding_window_as_the_model_defines_it():
 def test_windows_of_other_model_types():
     mistral = spec_from_hf_config(_cfg(model_type="mistral", sliding_window=4096), "m", "m")
     assert mistral.windows == (4096,) * 4
-    assert spec_from_hf_config(_cfg(model_type="mistral", sliding_window=None), "m",
-                               "m").windows is None  # fmt: skip
+    assert (
+        spec_from_hf_config(_cfg(model_type="mistral", sliding_window=None), "m", "m").windows
+        is None
+    )
     gemma2 = spec_from_hf_config(_cfg(model_type="gemma2", sliding_window=4096), "g", "g")
     assert gemma2.windows == (4096, None, 4096, None)
     gemma3 = spec_from_hf_config(
@@ -336,9 +381,16 @@ def test_windows_of_other_model_types():
 
 
 def test_mla_config_fields():
-    cfg = _cfg(model_type="deepseek_v3", num_attention_heads=4, num_key_value_heads=4,
-               kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
-               q_lora_rank=24)  # fmt: skip
+    cfg = _cfg(
+        model_type="deepseek_v3",
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        kv_lora_rank=32,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        q_lora_rank=24,
+    )
     spec = spec_from_hf_config(cfg, "ds", "ds")
     assert spec.mla is not None and spec.mla.latent_dim == 40 and spec.head_dim == 16
     without_v = {k: v for k, v in cfg.items() if k != "v_head_dim"}
@@ -349,18 +401,55 @@ def test_mla_config_fields():
 # --- command line and YAML -----------------------------------------------------------------
 
 
-ORIGINAL_COLUMNS = ["model", "variant", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                    "batch", "seq_len", "dtype", "bytes_per_token", "kv_bytes_per_layer",
-                    "kv_bytes", "measured_bytes", "ratio_vs_mha", "status"]  # fmt: skip
+ORIGINAL_COLUMNS = [
+    "model",
+    "variant",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "batch",
+    "seq_len",
+    "dtype",
+    "bytes_per_token",
+    "kv_bytes_per_layer",
+    "kv_bytes",
+    "measured_bytes",
+    "ratio_vs_mha",
+    "status",
+]
 
 
 def test_cli_flags_and_csv_columns(tmp_path):
     out = tmp_path / "kv.csv"
-    result = runner.invoke(app, [
-        "kvmem", "--d-model", "256", "--heads", "8", "--kv-heads", "2", "--layers", "2",
-        "--seq-lens", "100,50,200", "--page-size", "16", "--kv-dtype", "int4",
-        "--kv-scale-group", "8", "--tp", "2", "--device", "cpu", "--csv", str(out),
-    ])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "kvmem",
+            "--d-model",
+            "256",
+            "--heads",
+            "8",
+            "--kv-heads",
+            "2",
+            "--layers",
+            "2",
+            "--seq-lens",
+            "100,50,200",
+            "--page-size",
+            "16",
+            "--kv-dtype",
+            "int4",
+            "--kv-scale-group",
+            "8",
+            "--tp",
+            "2",
+            "--device",
+            "cpu",
+            "--csv",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(out.open()))
     assert list(rows[0])[: len(ORIGINAL_COLUMNS)] == ORIGINAL_COLUMNS
@@ -391,15 +480,20 @@ def test_yaml_fields(tmp_path):
     assert first["paged_bytes"] == 2 * (64 + 64 + 64) * 4 * 32 * 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--kv-dtype", "fp4"], "--kv-dtype fp4: unknown dtype 'fp4'"),
-    (["--page-size", "0"], "--page-size 0: must be >= 1"),
-    (["--sliding-window", "-1"], "--sliding-window -1: must be >= 0"),
-    (["--seq-lens", "1,x"], "--seq-lens x: expected N, CxN or linspace:LOW:HIGH:C"),
-    (["--tp", "3"], "--tp 3: does not divide the 32 query heads"),
-    (["--kv-dtype", "int8", "--kv-scale-group", "999"],
-     "--kv-scale-group 999: exceeds the 128 elements"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kv-dtype", "fp4"], "--kv-dtype fp4: unknown dtype 'fp4'"),
+        (["--page-size", "0"], "--page-size 0: must be >= 1"),
+        (["--sliding-window", "-1"], "--sliding-window -1: must be >= 0"),
+        (["--seq-lens", "1,x"], "--seq-lens x: expected N, CxN or linspace:LOW:HIGH:C"),
+        (["--tp", "3"], "--tp 3: does not divide the 32 query heads"),
+        (
+            ["--kv-dtype", "int8", "--kv-scale-group", "999"],
+            "--kv-scale-group 999: exceeds the 128 elements",
+        ),
+    ],
+)
 def test_bad_flags_exit_2(args, message):
     result = runner.invoke(app, ["kvmem", "--model", "llama-3-8b", "--no-measure", *args])
     assert result.exit_code == 2
@@ -409,8 +503,13 @@ def test_bad_flags_exit_2(args, message):
 
 def test_seq_lens_stay_one_batch():
     # One batch's lengths are not an axis of the grid: every point keeps the whole list.
-    overrides = {"d_model": [256], "num_heads": [8], "num_kv_heads": [2],
-                 "seq_lens": [24, 5, 17], "kv_dtype": ["float16", "int8"]}  # fmt: skip
+    overrides = {
+        "d_model": [256],
+        "num_heads": [8],
+        "num_kv_heads": [2],
+        "seq_lens": [24, 5, 17],
+        "kv_dtype": ["float16", "int8"],
+    }
     points = resolve(StudyConfig(), "kvmem", overrides).points()
     assert [p.kv_dtype for p in points] == ["float16", "int8"]
     for p in points:

@@ -66,9 +66,15 @@ def test_a_device_other_than_auto_cpu_cuda_or_cuda_digits_is_named(device):
 
 @pytest.mark.parametrize(
     "name, device",
-    [("cpu", "cpu"), (" CPU ", "cpu"), ("auto", "cpu"), ("cuda", None), ("cuda:0", None),
-     ("CUDA:12", None)],
-)  # fmt: skip
+    [
+        ("cpu", "cpu"),
+        (" CPU ", "cpu"),
+        ("auto", "cpu"),
+        ("cuda", None),
+        ("cuda:0", None),
+        ("CUDA:12", None),
+    ],
+)
 def test_a_device_name_parses_before_cuda_is_asked_for(name, device, monkeypatch):
     from attnbench.measure import devices
 
@@ -82,9 +88,14 @@ def test_a_device_name_parses_before_cuda_is_asked_for(name, device, monkeypatch
 
 @pytest.mark.parametrize(
     "flag, value",
-    [("--batch", "٣"), ("--seq-len", "1,²"), ("--layers", "1_0"), ("--tp", "0x2"),
-     ("--kv-scale-group", "١٢٨")],
-)  # fmt: skip
+    [
+        ("--batch", "٣"),
+        ("--seq-len", "1,²"),
+        ("--layers", "1_0"),
+        ("--tp", "0x2"),
+        ("--kv-scale-group", "١٢٨"),
+    ],
+)
 def test_a_number_is_written_in_ascii_digits(flag, value):
     args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", flag, value]
     result = runner.invoke(app, args)

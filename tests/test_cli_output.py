@@ -24,17 +24,44 @@ from attnbench.study.runner import DirectoryStore, plan_command, run_study
 runner = CliRunner()
 
 ENV_KEYS = [
-    "attnbench_version", "python_version", "torch_version", "platform", "cpu_model",
-    "num_threads", "device", "device_name", "cuda_version", "cudnn_version",
-    "gpu_memory_bytes", "git_commit",
-]  # fmt: skip
+    "attnbench_version",
+    "python_version",
+    "torch_version",
+    "platform",
+    "cpu_model",
+    "num_threads",
+    "device",
+    "device_name",
+    "cuda_version",
+    "cudnn_version",
+    "gpu_memory_bytes",
+    "git_commit",
+]
 TOP_KEYS = [
-    "schema_version", "command", "attnbench_version", "created", "environment", "config",
+    "schema_version",
+    "command",
+    "attnbench_version",
+    "created",
+    "environment",
+    "config",
     "records",
-]  # fmt: skip
+]
 
-KVMEM_ARGS = ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1",
-              "--seq-len", "8,32", "--batch", "1,3", "--device", "cpu"]  # fmt: skip
+KVMEM_ARGS = [
+    "kvmem",
+    "--d-model",
+    "64",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "4,2,1",
+    "--seq-len",
+    "8,32",
+    "--batch",
+    "1,3",
+    "--device",
+    "cpu",
+]
 PARAMS_ARGS = ["params", "--d-model", "128", "--heads", "8", "--kv-heads", "8,4,1"]
 
 
@@ -63,9 +90,18 @@ def test_table_on_stdout():
     assert result.stderr == ""
     out = result.stdout
     assert "KV-cache memory" in out
-    assert header_cells(out) == ["Variant", "kv heads", "batch", "context", "per token",
-                                 "per layer", "whole model", "measured", "vs MHA",
-                                 "Status"]  # fmt: skip
+    assert header_cells(out) == [
+        "Variant",
+        "kv heads",
+        "batch",
+        "context",
+        "per token",
+        "per layer",
+        "whole model",
+        "measured",
+        "vs MHA",
+        "Status",
+    ]
     # settings every row shares are said once, in the title
     assert "1 layer · 4 heads · head_dim 16 · float16" in out.splitlines()[0]
     for variant in ("MHA", "GQA-2", "MQA"):
@@ -82,8 +118,9 @@ def test_a_narrow_table_hides_columns_and_says_so():
     shown = header_cells(narrow.stdout)
     assert {"Variant", "whole model"} <= set(shown) and len(shown) < len(every)
     assert all(len(line) <= 60 for line in narrow.stdout.splitlines() if line[:1] in tuple("┏┃┡│└"))
-    footer = re.search(r"(\d+) columns hidden \((.*)\): --wide, or --csv$",
-                       " ".join(narrow.stdout.split()))  # fmt: skip
+    footer = re.search(
+        r"(\d+) columns hidden \((.*)\): --wide, or --csv$", " ".join(narrow.stdout.split())
+    )
     assert footer is not None, narrow.stdout
     hidden = footer.group(2).split(", ")
     assert int(footer.group(1)) == len(hidden)
@@ -108,8 +145,9 @@ def test_quiet_prints_nothing_on_success(tmp_path, args):
 
 
 def test_quiet_still_prints_errors():
-    result = runner.invoke(app, ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "3",
-                                 "--quiet"])  # fmt: skip
+    result = runner.invoke(
+        app, ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "3", "--quiet"]
+    )
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("error:")
@@ -180,10 +218,14 @@ def test_json_written_atomically(tmp_path):
 
 @pytest.mark.parametrize(
     "args",
-    [[*KVMEM_ARGS, "--measure"], [*KVMEM_ARGS, "--no-measure"], PARAMS_ARGS,
-     ["kvmem", "--model", "falcon-7b", "--seq-len", "1024,4096", "--no-measure"]],
+    [
+        [*KVMEM_ARGS, "--measure"],
+        [*KVMEM_ARGS, "--no-measure"],
+        PARAMS_ARGS,
+        ["kvmem", "--model", "falcon-7b", "--seq-len", "1024,4096", "--no-measure"],
+    ],
     ids=["kvmem-measured", "kvmem-not-measured", "params", "kvmem-model"],
-)  # fmt: skip
+)
 def test_csv_and_json_hold_the_same_records(tmp_path, args):
     csv_path, json_path = tmp_path / "o.csv", tmp_path / "o.json"
     invoke_ok([*args, "--csv", csv_path, "--json", json_path, "-q"])
@@ -196,8 +238,14 @@ def test_csv_and_json_hold_the_same_records(tmp_path, args):
 def kvmem_with_2048_bytes_free(store=None):
     """The kvmem study of KVMEM_ARGS, measured on a device that says 2048 bytes are free."""
     flags = dict(zip(KVMEM_ARGS[1::2], KVMEM_ARGS[2::2], strict=True))
-    names = {"--d-model": "d_model", "--heads": "num_heads", "--kv-heads": "num_kv_heads",
-             "--seq-len": "seq_len", "--batch": "batch", "--device": "device"}  # fmt: skip
+    names = {
+        "--d-model": "d_model",
+        "--heads": "num_heads",
+        "--kv-heads": "num_kv_heads",
+        "--seq-len": "seq_len",
+        "--batch": "batch",
+        "--device": "device",
+    }
     overrides = {names[f]: parse_field(names[f], text) for f, text in flags.items()}
     plan = plan_command("kvmem", None, {**overrides, "measure": True})
 
@@ -210,9 +258,16 @@ def kvmem_with_2048_bytes_free(store=None):
 def test_csv_and_json_agree_on_skipped_rows(tmp_path):
     csv_path, json_path = tmp_path / "o.csv", tmp_path / "o.json"
     plan, result = kvmem_with_2048_bytes_free()
-    write_outputs("kvmem", result.records["kvmem"], kvmem.KvmemRecord,
-                  plan.sections["kvmem"].to_dict(), result.environment, str(csv_path),
-                  str(json_path), quiet=True)  # fmt: skip
+    write_outputs(
+        "kvmem",
+        result.records["kvmem"],
+        kvmem.KvmemRecord,
+        plan.sections["kvmem"].to_dict(),
+        result.environment,
+        str(csv_path),
+        str(json_path),
+        quiet=True,
+    )
     records = json.loads(json_path.read_text())["records"]
     skipped = [r for r in records if r["status"].startswith("skipped")]
     assert skipped and len(skipped) < len(records)
@@ -233,8 +288,21 @@ def test_a_study_directory_agrees_on_skipped_rows(tmp_path):
 
 def test_csv_values_are_exact(tmp_path):
     csv_path = tmp_path / "o.csv"
-    invoke_ok(["kvmem", "--model", "gpt3-175b", "--batch", "8", "--seq-len", "2048",
-               "--no-measure", "--csv", csv_path, "-q"])  # fmt: skip
+    invoke_ok(
+        [
+            "kvmem",
+            "--model",
+            "gpt3-175b",
+            "--batch",
+            "8",
+            "--seq-len",
+            "2048",
+            "--no-measure",
+            "--csv",
+            csv_path,
+            "-q",
+        ]
+    )
     (row,) = list(csv.DictReader(csv_path.open()))
     # 2 * 96 layers * 96 KV heads * 128 * 2 bytes (fp16) = 4,718,592 bytes per token;
     # x 8 x 2048 = 77,309,411,328 bytes: written in full, not as "72.00 GiB" or 7.7e10
@@ -275,8 +343,10 @@ def test_params_with_a_model_writes_its_parts(tmp_path):
     assert result.exit_code == 1
     (row,) = [r for r in json.loads(result.stdout)["rows"] if r["verdict"] == "regressed"]
     assert (row["section"], row["config"]["part"], row["metric"]) == (
-        "model_parts", "total", "params"
-    )  # fmt: skip
+        "model_parts",
+        "total",
+        "params",
+    )
 
 
 def test_params_without_a_model_writes_no_parts(tmp_path):
@@ -319,9 +389,17 @@ MARKUP_NAME = "org/[bold]x[/] :x: [/] a$\\frac{x$_^ *y*"
 
 
 def _llama_config(tmp_path, name: str):
-    config = {"_name_or_path": name, "model_type": "llama", "hidden_size": 256,
-              "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
-              "vocab_size": 1000, "intermediate_size": 688, "torch_dtype": "bfloat16"}  # fmt: skip
+    config = {
+        "_name_or_path": name,
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 4,
+        "vocab_size": 1000,
+        "intermediate_size": 688,
+        "torch_dtype": "bfloat16",
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     return path
@@ -329,16 +407,18 @@ def _llama_config(tmp_path, name: str):
 
 def test_a_model_name_is_printed_as_written(tmp_path):
     path = _llama_config(tmp_path, MARKUP_NAME)
-    result = runner.invoke(app, ["kvmem", "--hf-config", str(path), "--no-measure"],
-                           env={"COLUMNS": "300"})  # fmt: skip
+    result = runner.invoke(
+        app, ["kvmem", "--hf-config", str(path), "--no-measure"], env={"COLUMNS": "300"}
+    )
     assert result.exit_code == 0, result.output
     assert MARKUP_NAME in result.stdout
     assert "❌" not in result.stdout
 
 
 def test_an_error_about_user_text_is_printed_as_written():
-    result = runner.invoke(app, ["decode-speed", "--device", "cu[/]da:x:", "--d-model", "64",
-                                 "--heads", "4"])  # fmt: skip
+    result = runner.invoke(
+        app, ["decode-speed", "--device", "cu[/]da:x:", "--d-model", "64", "--heads", "4"]
+    )
     assert result.exit_code == 2
     assert result.stderr.startswith("error: --device cu[/]da:x:"), result.stderr
     assert len(result.stderr.splitlines()) == 1

@@ -81,10 +81,23 @@ def params_records() -> list[dict]:
     rows = []
     for variant, kv in VARIANTS:
         k = v = 4096 * 128 * kv
-        rows.append(dict(variant=variant, d_model=4096, num_heads=32, num_kv_heads=kv,
-                         head_dim=128, bias=False, q_params=q, k_params=k, v_params=v,
-                         o_params=o, total_params=q + k + v + o, module_params=q + k + v + o,
-                         ratio_vs_mha=(q + k + v + o) / (4 * q)))  # fmt: skip
+        rows.append(
+            dict(
+                variant=variant,
+                d_model=4096,
+                num_heads=32,
+                num_kv_heads=kv,
+                head_dim=128,
+                bias=False,
+                q_params=q,
+                k_params=k,
+                v_params=v,
+                o_params=o,
+                total_params=q + k + v + o,
+                module_params=q + k + v + o,
+                ratio_vs_mha=(q + k + v + o) / (4 * q),
+            )
+        )
     return rows
 
 
@@ -92,11 +105,25 @@ def kvmem_records() -> list[dict]:
     rows = []
     for variant, kv in VARIANTS:
         per_token = 2 * 32 * kv * 128 * 2
-        rows.append(dict(model="llama-2-7b", variant=variant, num_layers=32, num_heads=32,
-                         num_kv_heads=kv, head_dim=128, batch=1, seq_len=4096, dtype="float16",
-                         bytes_per_token=per_token, kv_bytes_per_layer=per_token * 4096 // 32,
-                         kv_bytes=per_token * 4096, measured_bytes=per_token * 4096,
-                         ratio_vs_mha=kv / 32, status="ok"))  # fmt: skip
+        rows.append(
+            dict(
+                model="llama-2-7b",
+                variant=variant,
+                num_layers=32,
+                num_heads=32,
+                num_kv_heads=kv,
+                head_dim=128,
+                batch=1,
+                seq_len=4096,
+                dtype="float16",
+                bytes_per_token=per_token,
+                kv_bytes_per_layer=per_token * 4096 // 32,
+                kv_bytes=per_token * 4096,
+                measured_bytes=per_token * 4096,
+                ratio_vs_mha=kv / 32,
+                status="ok",
+            )
+        )
     return rows
 
 
@@ -104,8 +131,12 @@ def _timing(median: str, prefix: str, samples: str, t: TimingStats | None) -> di
     """A gated timing's fields as a record carries them (all None when not measured)."""
     if t is None:
         return {median: None, f"{prefix}_p25": None, f"{prefix}_p75": None, samples: []}
-    return {median: t.median, f"{prefix}_p25": t.p25, f"{prefix}_p75": t.p75,
-            samples: list(t.samples)}  # fmt: skip
+    return {
+        median: t.median,
+        f"{prefix}_p25": t.p25,
+        f"{prefix}_p75": t.p75,
+        samples: list(t.samples),
+    }
 
 
 def decode_records(seed: int = 0, slowdown: float = 1.0, steps: int = 30) -> list[dict]:
@@ -119,31 +150,60 @@ def decode_records(seed: int = 0, slowdown: float = 1.0, steps: int = 30) -> lis
             t = draw_timing(rng, Noise(median_ms=step_ms, samples=steps), slowdown)
             gen = draw_timing(rng, Noise(median_ms=30 * step_ms, samples=10), slowdown)
             pre = draw_timing(rng, Noise(median_ms=0.8), slowdown) if mode == "cache" else None
-            rows.append(dict(
-                variant=variant, provider="attnbench", device="cuda:0", dtype="float16",
-                batch=1, d_model=4096, num_heads=32, num_kv_heads=kv, head_dim=128,
-                prompt_len=512, gen_len=30, mode=mode, cuda_graph=False,
-                **_timing("step_ms_median", "step_ms", "samples_ms", t),
-                step_repeats=len(t.samples), step_stop="target_ci", step_ci_pct=1.0,
-                tokens_per_s=1000 / t.median, speedup_vs_no_cache=None,
-                baseline_provider="attnbench", speedup_vs_baseline=1.0,
-                bytes_per_step=kv * 1_048_576, achieved_gbps=kv / t.median, peak_gbps=2900.0,
-                pct_of_peak_bw=1.0, flops_per_step=kv * 2_000_000,
-                **_timing("prefill_ms_median", "prefill_ms", "prefill_samples_ms", pre),
-                prefill_flops=None if pre is None else 1_000_000_000,
-                achieved_tflops=None if pre is None else 0.1, peak_tflops=989.0,
-                pct_of_peak_flops=None if pre is None else 0.01,
-                **_timing("gen_ms_median", "gen_ms", "gen_samples_ms", gen),
-                gen_tokens_per_s=30_000 / gen.median, noisy=False, status="ok", model=None,
-                projection_path="torch",
-            ))  # fmt: skip
+            rows.append(
+                dict(
+                    variant=variant,
+                    provider="attnbench",
+                    device="cuda:0",
+                    dtype="float16",
+                    batch=1,
+                    d_model=4096,
+                    num_heads=32,
+                    num_kv_heads=kv,
+                    head_dim=128,
+                    prompt_len=512,
+                    gen_len=30,
+                    mode=mode,
+                    cuda_graph=False,
+                    **_timing("step_ms_median", "step_ms", "samples_ms", t),
+                    step_repeats=len(t.samples),
+                    step_stop="target_ci",
+                    step_ci_pct=1.0,
+                    tokens_per_s=1000 / t.median,
+                    speedup_vs_no_cache=None,
+                    baseline_provider="attnbench",
+                    speedup_vs_baseline=1.0,
+                    bytes_per_step=kv * 1_048_576,
+                    achieved_gbps=kv / t.median,
+                    peak_gbps=2900.0,
+                    pct_of_peak_bw=1.0,
+                    flops_per_step=kv * 2_000_000,
+                    **_timing("prefill_ms_median", "prefill_ms", "prefill_samples_ms", pre),
+                    prefill_flops=None if pre is None else 1_000_000_000,
+                    achieved_tflops=None if pre is None else 0.1,
+                    peak_tflops=989.0,
+                    pct_of_peak_flops=None if pre is None else 0.01,
+                    **_timing("gen_ms_median", "gen_ms", "gen_samples_ms", gen),
+                    gen_tokens_per_s=30_000 / gen.median,
+                    noisy=False,
+                    status="ok",
+                    model=None,
+                    projection_path="torch",
+                )
+            )
     return rows
 
 
 def document(command: str, records: list[dict], env: dict | None = None) -> dict:
-    return {"schema_version": 1, "command": command, "attnbench_version": "0.1.0",
-            "created": "2026-01-01T00:00:00+00:00", "environment": env or dict(ENV),
-            "config": {}, "records": records}  # fmt: skip
+    return {
+        "schema_version": 1,
+        "command": command,
+        "attnbench_version": "0.1.0",
+        "created": "2026-01-01T00:00:00+00:00",
+        "environment": env or dict(ENV),
+        "config": {},
+        "records": records,
+    }
 
 
 def write(tmp_path, name: str, doc) -> str:
@@ -177,32 +237,51 @@ def verdicts(tmp_path, base: dict, cur: dict, metric: str, **kw) -> list[Verdict
 
 @pytest.mark.parametrize(
     "record, field, kind",
-    [(ParamsRecord, "variant", Kind.KEY), (ParamsRecord, "bias", Kind.KEY),
-     (ParamsRecord, "total_params", Kind.EXACT), (ParamsRecord, "ratio_vs_mha", Kind.INFO),
-     (KvmemRecord, "model", Kind.KEY), (KvmemRecord, "kv_dtype", Kind.KEY),
-     (KvmemRecord, "sliding_window", Kind.KEY), (KvmemRecord, "page_size", Kind.KEY),
-     (KvmemRecord, "tp", Kind.KEY), (KvmemRecord, "kv_scale_group", Kind.KEY),
-     (KvmemRecord, "kv_bytes_per_layer", Kind.EXACT), (KvmemRecord, "bytes_per_token", Kind.EXACT),
-     (KvmemRecord, "paged_bytes", Kind.EXACT), (KvmemRecord, "kv_bytes_all_gpus", Kind.EXACT),
-     (KvmemRecord, "kv_heads_per_gpu", Kind.EXACT), (KvmemRecord, "windowed_layers", Kind.EXACT),
-     (KvmemRecord, "measured_bytes", Kind.MEMORY),
-     (KvmemRecord, "measured_paged_bytes", Kind.MEMORY),
-     (KvmemRecord, "ratio_vs_mha", Kind.INFO), (KvmemRecord, "status", Kind.INFO),
-     (KvmemRecord, "paged_waste_pct", Kind.INFO),
-     (DecodeRecord, "flops_per_step", Kind.EXACT), (DecodeRecord, "bytes_per_step", Kind.EXACT),
-     (DecodeRecord, "step_ms_median", Kind.TIMING),
-     (DecodeRecord, "prefill_ms_median", Kind.TIMING), (DecodeRecord, "gen_ms_median", Kind.TIMING),
-     (DecodeRecord, "step_ms_p25", Kind.TIMING), (DecodeRecord, "samples_ms", Kind.TIMING),
-     (DecodeRecord, "prefill_samples_ms", Kind.TIMING),
-     (DecodeRecord, "gen_samples_ms", Kind.TIMING), (DecodeRecord, "provider", Kind.KEY),
-     (DecodeRecord, "tokens_per_s", Kind.INFO), (DecodeRecord, "achieved_tflops", Kind.INFO),
-     (DecodeRecord, "peak_gbps", Kind.INFO), (DecodeRecord, "status", Kind.INFO),
-     (DecodeRecord, "x_of_reference_median", Kind.RATIO),
-     (DecodeRecord, "x_of_reference_samples", Kind.RATIO),
-     (DecodeRecord, "instructions_per_step", Kind.COUNT),
-     (FitRecord, "model", Kind.KEY), (FitRecord, "windowed_layers", Kind.EXACT),
-     (FitRecord, "batch", Kind.EXACT), (FitRecord, "context_unbounded", Kind.INFO)],
-)  # fmt: skip
+    [
+        (ParamsRecord, "variant", Kind.KEY),
+        (ParamsRecord, "bias", Kind.KEY),
+        (ParamsRecord, "total_params", Kind.EXACT),
+        (ParamsRecord, "ratio_vs_mha", Kind.INFO),
+        (KvmemRecord, "model", Kind.KEY),
+        (KvmemRecord, "kv_dtype", Kind.KEY),
+        (KvmemRecord, "sliding_window", Kind.KEY),
+        (KvmemRecord, "page_size", Kind.KEY),
+        (KvmemRecord, "tp", Kind.KEY),
+        (KvmemRecord, "kv_scale_group", Kind.KEY),
+        (KvmemRecord, "kv_bytes_per_layer", Kind.EXACT),
+        (KvmemRecord, "bytes_per_token", Kind.EXACT),
+        (KvmemRecord, "paged_bytes", Kind.EXACT),
+        (KvmemRecord, "kv_bytes_all_gpus", Kind.EXACT),
+        (KvmemRecord, "kv_heads_per_gpu", Kind.EXACT),
+        (KvmemRecord, "windowed_layers", Kind.EXACT),
+        (KvmemRecord, "measured_bytes", Kind.MEMORY),
+        (KvmemRecord, "measured_paged_bytes", Kind.MEMORY),
+        (KvmemRecord, "ratio_vs_mha", Kind.INFO),
+        (KvmemRecord, "status", Kind.INFO),
+        (KvmemRecord, "paged_waste_pct", Kind.INFO),
+        (DecodeRecord, "flops_per_step", Kind.EXACT),
+        (DecodeRecord, "bytes_per_step", Kind.EXACT),
+        (DecodeRecord, "step_ms_median", Kind.TIMING),
+        (DecodeRecord, "prefill_ms_median", Kind.TIMING),
+        (DecodeRecord, "gen_ms_median", Kind.TIMING),
+        (DecodeRecord, "step_ms_p25", Kind.TIMING),
+        (DecodeRecord, "samples_ms", Kind.TIMING),
+        (DecodeRecord, "prefill_samples_ms", Kind.TIMING),
+        (DecodeRecord, "gen_samples_ms", Kind.TIMING),
+        (DecodeRecord, "provider", Kind.KEY),
+        (DecodeRecord, "tokens_per_s", Kind.INFO),
+        (DecodeRecord, "achieved_tflops", Kind.INFO),
+        (DecodeRecord, "peak_gbps", Kind.INFO),
+        (DecodeRecord, "status", Kind.INFO),
+        (DecodeRecord, "x_of_reference_median", Kind.RATIO),
+        (DecodeRecord, "x_of_reference_samples", Kind.RATIO),
+        (DecodeRecord, "instructions_per_step", Kind.COUNT),
+        (FitRecord, "model", Kind.KEY),
+        (FitRecord, "windowed_layers", Kind.EXACT),
+        (FitRecord, "batch", Kind.EXACT),
+        (FitRecord, "context_unbounded", Kind.INFO),
+    ],
+)
 def test_records_declare_the_kind_of_each_field(record, field, kind):
     assert field_kinds(record)[field] is kind
 
@@ -213,19 +292,31 @@ def test_every_gated_timing_carries_its_own_statistics():
     assert gated_timing(DecodeRecord) == {
         "step_ms_median": {"p25": "step_ms_p25", "p75": "step_ms_p75", "samples": "samples_ms"},
         "prefill_ms_median": {
-            "p25": "prefill_ms_p25", "p75": "prefill_ms_p75", "samples": "prefill_samples_ms"
+            "p25": "prefill_ms_p25",
+            "p75": "prefill_ms_p75",
+            "samples": "prefill_samples_ms",
         },
         "gen_ms_median": {"p25": "gen_ms_p25", "p75": "gen_ms_p75", "samples": "gen_samples_ms"},
-        "allreduce_ms_median": {"p25": "allreduce_ms_p25", "p75": "allreduce_ms_p75",
-                                "samples": "allreduce_samples_ms"},
-        **{f"x_of_{c}_median": {"p25": f"x_of_{c}_p25", "p75": f"x_of_{c}_p75",
-                               "samples": f"x_of_{c}_samples"}
-           for c in ("reference", "narrowest", "no_cache", "baseline")},
-    }  # fmt: skip
+        "allreduce_ms_median": {
+            "p25": "allreduce_ms_p25",
+            "p75": "allreduce_ms_p75",
+            "samples": "allreduce_samples_ms",
+        },
+        **{
+            f"x_of_{c}_median": {
+                "p25": f"x_of_{c}_p25",
+                "p75": f"x_of_{c}_p75",
+                "samples": f"x_of_{c}_samples",
+            }
+            for c in ("reference", "narrowest", "no_cache", "baseline")
+        },
+    }
     rec = decode_records()[0]
-    for metric, prefix, samples in (("step_ms_median", "step_ms", "samples_ms"),
-                                    ("prefill_ms_median", "prefill_ms", "prefill_samples_ms"),
-                                    ("gen_ms_median", "gen_ms", "gen_samples_ms")):  # fmt: skip
+    for metric, prefix, samples in (
+        ("step_ms_median", "step_ms", "samples_ms"),
+        ("prefill_ms_median", "prefill_ms", "prefill_samples_ms"),
+        ("gen_ms_median", "gen_ms", "gen_samples_ms"),
+    ):
         stats = timing_stats(rec, metric, gated_timing(DecodeRecord)[metric])
         assert stats == TimingStats(
             rec[metric], rec[f"{prefix}_p25"], rec[f"{prefix}_p75"], tuple(rec[samples])
@@ -245,8 +336,10 @@ def test_statistics_of_a_timing_get_no_verdict_of_their_own(tmp_path):
     )
     assert {f.metric for f in result.findings if f.kind is Kind.TIMING} == TIMINGS
     assert {f.metric for f in result.findings} == TIMINGS | {
-        "bytes_per_step", "flops_per_step", "prefill_flops"
-    }  # fmt: skip
+        "bytes_per_step",
+        "flops_per_step",
+        "prefill_flops",
+    }
 
 
 @pytest.mark.parametrize("name, record_type", sorted(RECORD_TYPES.items()))
@@ -332,10 +425,14 @@ def test_a_failed_point_is_missing_not_skipped(tmp_path):
 def with_status(records: list[dict], i: int, status: str) -> list[dict]:
     """Row `i` as a point that ran no timing: `status`, every timing empty."""
     out = copy.deepcopy(records)
-    for prefix, samples in (("step_ms", "samples_ms"), ("prefill_ms", "prefill_samples_ms"),
-                            ("gen_ms", "gen_samples_ms")):  # fmt: skip
-        out[i].update({f"{prefix}_median": None, f"{prefix}_p25": None, f"{prefix}_p75": None,
-                       samples: []})  # fmt: skip
+    for prefix, samples in (
+        ("step_ms", "samples_ms"),
+        ("prefill_ms", "prefill_samples_ms"),
+        ("gen_ms", "gen_samples_ms"),
+    ):
+        out[i].update(
+            {f"{prefix}_median": None, f"{prefix}_p25": None, f"{prefix}_p75": None, samples: []}
+        )
     out[i]["status"] = status
     return out
 
@@ -400,8 +497,13 @@ def test_a_status_unchanged_in_kind_gets_no_verdict(tmp_path):
     assert {f.verdict for f in result.findings if f.kind is Kind.EXACT} == {Verdict.UNCHANGED}
     path = write(tmp_path, "a.json", document("decode-speed", recs))
     assert cli("compare", path, path).exit_code == 0
-    markdown = compare(tmp_path, document("decode-speed", decode_records()),
-                       document("decode-speed", recs), "--format", "markdown")  # fmt: skip
+    markdown = compare(
+        tmp_path,
+        document("decode-speed", decode_records()),
+        document("decode-speed", recs),
+        "--format",
+        "markdown",
+    )
     assert markdown.exit_code == 1 and "| regressed | decode | MHA mode=cache | status |" in (
         markdown.stdout
     )
@@ -410,9 +512,10 @@ def test_a_status_unchanged_in_kind_gets_no_verdict(tmp_path):
 # --- exit codes ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command, records", [("params", params_records()),
-                                              ("kvmem", kvmem_records()),
-                                              ("decode-speed", decode_records())])  # fmt: skip
+@pytest.mark.parametrize(
+    "command, records",
+    [("params", params_records()), ("kvmem", kvmem_records()), ("decode-speed", decode_records())],
+)
 def test_a_file_against_itself_passes(tmp_path, command, records):
     path = write(tmp_path, "a.json", document(command, records))
     result = cli("compare", path, path)
@@ -440,8 +543,11 @@ def slowed(records: list[dict], factor: float) -> list[dict]:
     """Every timing of every row `factor` x slower, sample by sample."""
     out = copy.deepcopy(records)
     for rec in out:
-        for prefix, samples in (("step_ms", "samples_ms"), ("prefill_ms", "prefill_samples_ms"),
-                                ("gen_ms", "gen_samples_ms")):  # fmt: skip
+        for prefix, samples in (
+            ("step_ms", "samples_ms"),
+            ("prefill_ms", "prefill_samples_ms"),
+            ("gen_ms", "gen_samples_ms"),
+        ):
             for key in (f"{prefix}_median", f"{prefix}_p25", f"{prefix}_p75"):
                 if rec[key] is not None:
                     rec[key] *= factor
@@ -529,8 +635,11 @@ def with_ratios(records: list[dict], factor: float = 1.0, reference: str = "kern
     for rec in out:
         t = draw_timing(rng, Noise(median_ms=1.5, samples=30), factor)
         rec.update(_timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", t))
-        rec.update(reference=reference, instructions_per_step=round(2_000_000 * factor),
-                   instructions_counter="valgrind-3.19.0")  # fmt: skip
+        rec.update(
+            reference=reference,
+            instructions_per_step=round(2_000_000 * factor),
+            instructions_counter="valgrind-3.19.0",
+        )
     return out
 
 
@@ -557,8 +666,10 @@ def test_in_run_ratios_need_the_same_device_versions_and_reference(tmp_path):
     assert set(verdicts(tmp_path, base, other, "x_of_reference_median")) == {Verdict.INCOMPARABLE}
     assert set(verdicts(tmp_path, base, other, "instructions_per_step")) == {Verdict.INCOMPARABLE}
     vs_math = document("decode-speed", with_ratios(decode_records(), 1.3, "sdpa-math"))
-    result = compare_documents(load_document(write(tmp_path, "b.json", base)),
-                               load_document(write(tmp_path, "c.json", vs_math)))  # fmt: skip
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "c.json", vs_math)),
+    )
     ratios = [f for f in result.findings if f.metric == "x_of_reference_median"]
     assert {f.verdict for f in ratios} == {Verdict.INCOMPARABLE}
     assert "references differ (reference)" in ratios[0].reason
@@ -595,9 +706,10 @@ def test_a_comparison_gates_as_a_ratio_against_the_variant_it_names(tmp_path):
     assert "references differ (narrowest_variant)" in found[0].reason
 
 
-@pytest.mark.parametrize(("factor", "verdict"), [(1.0095, Verdict.UNCHANGED),
-                                                 (1.0105, Verdict.REGRESSED),
-                                                 (0.989, Verdict.IMPROVED)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("factor", "verdict"),
+    [(1.0095, Verdict.UNCHANGED), (1.0105, Verdict.REGRESSED), (0.989, Verdict.IMPROVED)],
+)
 def test_an_instruction_count_moves_by_more_than_its_threshold(tmp_path, factor, verdict):
     base = document("decode-speed", with_ratios(decode_records()))
     cur = document("decode-speed", with_ratios(decode_records()))
@@ -611,8 +723,10 @@ def test_counts_by_another_valgrind_are_not_compared(tmp_path):
     cur = document("decode-speed", with_ratios(decode_records(), 1.3))
     for rec in cur["records"]:
         rec["instructions_counter"] = "valgrind-3.22.0"
-    result = compare_documents(load_document(write(tmp_path, "b.json", base)),
-                               load_document(write(tmp_path, "c.json", cur)))  # fmt: skip
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "c.json", cur)),
+    )
     counts = [f for f in result.findings if f.metric == "instructions_per_step"]
     assert {f.verdict for f in counts} == {Verdict.INCOMPARABLE}
     assert "counters differ (instructions_counter)" in counts[0].reason
@@ -651,13 +765,18 @@ def test_a_machine_whose_measured_matmul_peak_moved_is_another_environment():
 
 @pytest.mark.parametrize(
     "content, message",
-    [(None, "no such file"), ("{not json", "not valid JSON"),
-     (json.dumps({**document("params", []), "schema_version": 2}), "schema_version 2"),
-     (json.dumps(document("kvmem", kvmem_records())), "different commands"),
-     (json.dumps(document("params", [{**params_records()[0], "total_params": "many"}])),
-      "total_params: expected a number"),
-     ("a,b\n1,2\n", "not an attnbench CSV")],
-)  # fmt: skip
+    [
+        (None, "no such file"),
+        ("{not json", "not valid JSON"),
+        (json.dumps({**document("params", []), "schema_version": 2}), "schema_version 2"),
+        (json.dumps(document("kvmem", kvmem_records())), "different commands"),
+        (
+            json.dumps(document("params", [{**params_records()[0], "total_params": "many"}])),
+            "total_params: expected a number",
+        ),
+        ("a,b\n1,2\n", "not an attnbench CSV"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(tmp_path, content, message):
     base = write(tmp_path, "base.json", document("params", params_records()))
     suffix = ".csv" if content and content.startswith("a,b") else ".json"
@@ -678,10 +797,14 @@ def test_files_without_a_common_row_are_mismatched(tmp_path):
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--time-threshold", "ten"], "--time-threshold"), (["--mem-threshold", "-1%"], "--mem"),
-     (["--format", "xml"], "--format"), (["--time-threshold", "١٠%"], "--time-threshold"),
-     (["--count-threshold", "1_0"], "--count-threshold")],
-)  # fmt: skip
+    [
+        (["--time-threshold", "ten"], "--time-threshold"),
+        (["--mem-threshold", "-1%"], "--mem"),
+        (["--format", "xml"], "--format"),
+        (["--time-threshold", "١٠%"], "--time-threshold"),
+        (["--count-threshold", "1_0"], "--count-threshold"),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(tmp_path, flags, message):
     doc = document("params", params_records())
     result = compare(tmp_path, doc, doc, *flags)
@@ -812,9 +935,14 @@ def test_the_table_lists_what_changed_and_counts_the_unchanged(tmp_path):
     assert every.exit_code == 1 and "not shown" not in every.stdout
     verdicts = [row.split("│")[1].strip() for row in table_rows(every.stdout)]
     assert verdicts.count("unchanged") == 17 and verdicts.count("regressed") == 1
-    json_rows = json.loads(cli("compare", *[write(tmp_path, n, d) for n, d in
-                                            (("b.json", base), ("c.json", head))],
-                               "--format", "json").stdout)["rows"]  # fmt: skip
+    json_rows = json.loads(
+        cli(
+            "compare",
+            *[write(tmp_path, n, d) for n, d in (("b.json", base), ("c.json", head))],
+            "--format",
+            "json",
+        ).stdout
+    )["rows"]
     assert len(json_rows) == 18  # json lists every finding
 
 
@@ -844,8 +972,11 @@ def test_timing_reasons_read_ratios_in_words():
 
     def judged(factor: float, spread: float = 0.01):
         cur = tuple(factor * (1.0 + spread * rng.standard_normal(40)))
-        return judge_timing(TimingStats(float(np.median(base)), samples=base),
-                            TimingStats(float(np.median(cur)), samples=cur), th)  # fmt: skip
+        return judge_timing(
+            TimingStats(float(np.median(base)), samples=base),
+            TimingStats(float(np.median(cur)), samples=cur),
+            th,
+        )
 
     faster = judged(1 / 1.02)
     assert faster.verdict is Verdict.UNCHANGED
@@ -982,8 +1113,10 @@ def test_real_samples_catch_a_planted_slowdown_and_stay_quiet(tmp_path):
     steps = real_series(doc, metrics=["step_ms_median"])
     assert len(steps) == 11 and {s.provider for s in steps} == {"attnbench", "naive"}
     results = simulate_document(doc, pairs=25, slowdown=1.2, metrics=["step_ms_median"])
-    for (metric, *_), (resampled, halves) in [*totals(results).items(),
-                                              *totals(results, by="provider").items()]:  # fmt: skip
+    for (metric, *_), (resampled, halves) in [
+        *totals(results).items(),
+        *totals(results, by="provider").items(),
+    ]:
         assert metric == "step_ms_median"
         assert resampled.false_rate <= 0.01 and resampled.detection_rate >= 0.95
         assert halves.pairs in (5, 6, 11)
@@ -1009,8 +1142,9 @@ def test_rows_are_judged_as_compare_judges_them(tmp_path):
     doc = samples_document(tmp_path)
     rows = real_rows(doc)
     assert len(rows) == 11
-    assert {tuple(r.samples) for r in rows} >= {("step_ms_median", "prefill_ms_median",
-                                                 "gen_ms_median")}  # fmt: skip
+    assert {tuple(r.samples) for r in rows} >= {
+        ("step_ms_median", "prefill_ms_median", "gen_ms_median")
+    }
     results = simulate_rows(doc, pairs=12, slowdown=1.2)
     assert [r.row for r in results] == rows
     for provider in ("attnbench", "naive"):
@@ -1072,12 +1206,14 @@ def test_only_inputs_are_key_fields():
     """Rows are matched on key fields, so a computed field declared as one would turn a
     changed number into a `missing` and a `new` row, which do not fail."""
     derived_from_inputs = {
-        "model", "variant", "device",  # the model's name; the heads; the device the run used
+        "model",
+        "variant",
+        "device",  # the model's name; the heads; the device the run used
         "question",  # fit: which of seq_len and batch was given
         "given",  # fit: the value of that one (seq_len or batch)
         "memory_bytes_per_gpu",  # fit: --memory in bytes
         "part",  # model_parts: the name of a part of the model
-    }  # fmt: skip
+    }
     inputs = set(FIELDS) | derived_from_inputs
     for name, record in RECORD_TYPES.items():
         keys = {f for f, kind in field_kinds(record).items() if kind is Kind.KEY}
@@ -1120,10 +1256,15 @@ def recorded_runs(shifts: list[float], peaks: list[float]) -> list:
             ratios = step * rng.lognormal(0, 0.01, 30) / kernels
             rec.update(_timing("step_ms_median", "step_ms", "samples_ms", stats_of(step)))
             ratio = stats_of(ratios)
-            rec.update(_timing("x_of_reference_median", "x_of_reference",
-                               "x_of_reference_samples", ratio), reference="kernels")  # fmt: skip
-        docs.append(parse_document(document("decode-speed", records, {**ENV, "peak_gbps": peak}),
-                                   f"run {i}"))  # fmt: skip
+            rec.update(
+                _timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", ratio),
+                reference="kernels",
+            )
+        docs.append(
+            parse_document(
+                document("decode-speed", records, {**ENV, "peak_gbps": peak}), f"run {i}"
+            )
+        )
     return docs
 
 
@@ -1163,12 +1304,14 @@ NOT_FINITE = re.compile(r"\b(inf|infinity|nan)\b", re.IGNORECASE)
 
 @pytest.mark.parametrize(
     "field, value, where",
-    [("step_ms_median", 1e308, "step_ms_median: 1e+308"),
-     ("step_ms_median", 5e-324, "step_ms_median: 5e-324"),
-     ("samples_ms", [0.05] * 29 + [2.2e-308], "samples_ms[29]: 2.2e-308"),
-     ("gen_ms_p75", 1e10, "gen_ms_p75: 10000000000.0"),
-     ("x_of_reference_samples", [1e-12], "x_of_reference_samples[0]: 1e-12")],
-)  # fmt: skip
+    [
+        ("step_ms_median", 1e308, "step_ms_median: 1e+308"),
+        ("step_ms_median", 5e-324, "step_ms_median: 5e-324"),
+        ("samples_ms", [0.05] * 29 + [2.2e-308], "samples_ms[29]: 2.2e-308"),
+        ("gen_ms_p75", 1e10, "gen_ms_p75: 10000000000.0"),
+        ("x_of_reference_samples", [1e-12], "x_of_reference_samples[0]: 1e-12"),
+    ],
+)
 def test_a_timing_no_run_measures_is_refused_naming_file_record_and_field(
     tmp_path, field, value, where
 ):
@@ -1188,17 +1331,22 @@ def test_the_widest_timings_measured_compare_to_finite_ratios(tmp_path):
     low, high = MEASURED_RANGE
     base, cur = decode_records(), decode_records()
     for rec, value in ((base[0], low), (cur[0], high), (base[1], high), (cur[1], low)):
-        rec.update(step_ms_median=value, step_ms_p25=value, step_ms_p75=value,
-                   samples_ms=[value] * 30)  # fmt: skip
+        rec.update(
+            step_ms_median=value, step_ms_p25=value, step_ms_p75=value, samples_ms=[value] * 30
+        )
     docs = document("decode-speed", base), document("decode-speed", cur)
     for fmt in ("table", "markdown", "json"):
         result = compare(tmp_path, *docs, "--all", "--format", fmt)
         assert result.exit_code == 1, result.output
         assert not NOT_FINITE.search(result.output), result.output
-    result = compare_documents(load_document(tmp_path / "base.json"),
-                               load_document(tmp_path / "cur.json"))  # fmt: skip
-    ratios = {f.config["variant"] + f.config["mode"]: f.ratio for f in result.findings
-              if f.metric == "step_ms_median"}  # fmt: skip
+    result = compare_documents(
+        load_document(tmp_path / "base.json"), load_document(tmp_path / "cur.json")
+    )
+    ratios = {
+        f.config["variant"] + f.config["mode"]: f.ratio
+        for f in result.findings
+        if f.metric == "step_ms_median"
+    }
     assert ratios["MHAcache"] == pytest.approx(high / low)
     assert ratios["MHAno_cache"] == pytest.approx(low / high)
 
@@ -1252,7 +1400,14 @@ def test_comparisons_of_extreme_samples_are_not_stated():
     assert paired({**together, "samples_ms": [1e308]}, {**together, "samples_ms": [5e-324]}) is None
     assert paired({**together, "samples_ms": [2.0]}, {**together, "samples_ms": [1.0]})
     assert spread(together) is None
-    row = {"prompt_len": 64, "provider": "attnbench", "narrowest_variant": "MQA", "variant": "MHA",
-           "x_of_narrowest_median": 1e-300, "x_of_narrowest_ci_lo": 0.0,
-           "x_of_narrowest_ci_hi": 1e-300, "step_repeats": 30}  # fmt: skip
+    row = {
+        "prompt_len": 64,
+        "provider": "attnbench",
+        "narrowest_variant": "MQA",
+        "variant": "MHA",
+        "x_of_narrowest_median": 1e-300,
+        "x_of_narrowest_ci_lo": 0.0,
+        "x_of_narrowest_ci_hi": 1e-300,
+        "step_repeats": 30,
+    }
     assert variant_findings([row]) == [] and sampling_findings([row], 0.02) == []

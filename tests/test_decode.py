@@ -33,27 +33,102 @@ from attnbench.study.runner import DirectoryStore, plan_command, run_experiment,
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 runner = CliRunner()
-TINY = ["--d-model", "32", "--heads", "4", "--kv-heads", "4,1", "--batch", "1",
-        "--prompt-len", "4", "--gen-len", "3", "--warmup", "0", "--repeats", "1"]  # fmt: skip
+TINY = [
+    "--d-model",
+    "32",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "4,1",
+    "--batch",
+    "1",
+    "--prompt-len",
+    "4",
+    "--gen-len",
+    "3",
+    "--warmup",
+    "0",
+    "--repeats",
+    "1",
+]
 
 DECODE_COLUMNS = [
-    "variant", "provider", "device", "dtype", "batch", "d_model", "num_heads", "num_kv_heads",
-    "head_dim", "prompt_len", "gen_len", "mode", "cuda_graph", "tp", "step_ms_median",
-    "step_ms_p25", "step_ms_p75", "step_repeats", "step_calls_per_sample", "step_stop",
-    "step_ci_pct", "tokens_per_s",
-    "speedup_vs_no_cache", "baseline_provider", "speedup_vs_baseline", "bytes_per_step",
-    "achieved_gbps", "peak_gbps", "pct_of_peak_bw", "flops_per_step", "kv_bytes_per_gpu",
-    "allreduce_ms_median", "allreduce_ms_p25", "allreduce_ms_p75", "prefill_ms_median",
-    "prefill_ms_p25", "prefill_ms_p75", "prefill_flops", "achieved_tflops", "peak_tflops",
-    "pct_of_peak_flops", "gen_ms_median", "gen_ms_p25", "gen_ms_p75", "gen_tokens_per_s",
-    "reference", "x_of_reference_median", "x_of_reference_p25", "x_of_reference_p75",
-    "sampling", "sampling_group", "cpu_share", "narrowest_variant", "x_of_narrowest_median",
-    "x_of_narrowest_p25", "x_of_narrowest_p75", "x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi",
-    "x_of_no_cache_median", "x_of_no_cache_p25", "x_of_no_cache_p75", "x_of_no_cache_ci_lo",
-    "x_of_no_cache_ci_hi", "x_of_baseline_median", "x_of_baseline_p25", "x_of_baseline_p75",
-    "x_of_baseline_ci_lo", "x_of_baseline_ci_hi", "instructions_per_step",
-    "instructions_counter", "noisy", "status", "model", "published_kv_heads", "projection_path",
-]  # fmt: skip
+    "variant",
+    "provider",
+    "device",
+    "dtype",
+    "batch",
+    "d_model",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "prompt_len",
+    "gen_len",
+    "mode",
+    "cuda_graph",
+    "tp",
+    "step_ms_median",
+    "step_ms_p25",
+    "step_ms_p75",
+    "step_repeats",
+    "step_calls_per_sample",
+    "step_stop",
+    "step_ci_pct",
+    "tokens_per_s",
+    "speedup_vs_no_cache",
+    "baseline_provider",
+    "speedup_vs_baseline",
+    "bytes_per_step",
+    "achieved_gbps",
+    "peak_gbps",
+    "pct_of_peak_bw",
+    "flops_per_step",
+    "kv_bytes_per_gpu",
+    "allreduce_ms_median",
+    "allreduce_ms_p25",
+    "allreduce_ms_p75",
+    "prefill_ms_median",
+    "prefill_ms_p25",
+    "prefill_ms_p75",
+    "prefill_flops",
+    "achieved_tflops",
+    "peak_tflops",
+    "pct_of_peak_flops",
+    "gen_ms_median",
+    "gen_ms_p25",
+    "gen_ms_p75",
+    "gen_tokens_per_s",
+    "reference",
+    "x_of_reference_median",
+    "x_of_reference_p25",
+    "x_of_reference_p75",
+    "sampling",
+    "sampling_group",
+    "cpu_share",
+    "narrowest_variant",
+    "x_of_narrowest_median",
+    "x_of_narrowest_p25",
+    "x_of_narrowest_p75",
+    "x_of_narrowest_ci_lo",
+    "x_of_narrowest_ci_hi",
+    "x_of_no_cache_median",
+    "x_of_no_cache_p25",
+    "x_of_no_cache_p75",
+    "x_of_no_cache_ci_lo",
+    "x_of_no_cache_ci_hi",
+    "x_of_baseline_median",
+    "x_of_baseline_p25",
+    "x_of_baseline_p75",
+    "x_of_baseline_ci_lo",
+    "x_of_baseline_ci_hi",
+    "instructions_per_step",
+    "instructions_counter",
+    "noisy",
+    "status",
+    "model",
+    "published_kv_heads",
+    "projection_path",
+]
 
 
 # --- the harness -------------------------------------------------------------------------
@@ -152,15 +227,31 @@ def test_decode_flops_by_hand():
 
 # --- records and failures ----------------------------------------------------------------
 
-TINY_POINT = {"d_model": 32, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "prompt_len": 4,
-              "gen_len": 3, "provider": "attnbench", "mode": "cache",
-              "dtype": "float32"}  # fmt: skip
+TINY_POINT = {
+    "d_model": 32,
+    "num_heads": 4,
+    "num_kv_heads": 4,
+    "batch": 1,
+    "prompt_len": 4,
+    "gen_len": 3,
+    "provider": "attnbench",
+    "mode": "cache",
+    "dtype": "float32",
+}
 POINT = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2})
 CPU = torch.device("cpu")
 #: Field values of a tiny decode study (what the decode-speed flags would give).
-TINY_VALUES = {"d_model": [32], "num_heads": [4], "num_kv_heads": [4, 1], "batch": [1],
-               "prompt_len": [4], "gen_len": [3], "warmup": 0, "repeats": 1,
-               "device": "cpu"}  # fmt: skip
+TINY_VALUES = {
+    "d_model": [32],
+    "num_heads": [4],
+    "num_kv_heads": [4, 1],
+    "batch": [1],
+    "prompt_len": [4],
+    "gen_len": [3],
+    "warmup": 0,
+    "repeats": 1,
+    "device": "cpu",
+}
 
 
 def tiny_plan(**values) -> study.Plan:
@@ -180,8 +271,9 @@ def raising(exc: BaseException, when=lambda point: True):
 
 
 def test_record_fields_are_consistent():
-    context = Context(CPU, {"warmup": 0, "repeats": 4}, peak_gbps=10.0,
-                      peak_tflops={"float32": 0.5})  # fmt: skip
+    context = Context(
+        CPU, {"warmup": 0, "repeats": 4}, peak_gbps=10.0, peak_tflops={"float32": 0.5}
+    )
     rec = decode.run(POINT, context)
     assert rec.status in decode.TIMED
     assert len(rec.samples_ms) == rec.step_repeats == 4 and rec.step_stop == "repeats"
@@ -290,9 +382,11 @@ def test_sweep_goes_on_after_an_oom(tmp_path):
     rows = list(csv.DictReader((tmp_path / "decode.csv").open()))
     assert len(rows) == 4  # 2 variants x 2 modes, all recorded, no_cache first
     assert [(r["num_kv_heads"], r["mode"], timed_or(r["status"])) for r in rows] == [
-        ("4", "no_cache", "timed"), ("4", "cache", "timed"),
-        ("1", "no_cache", "oom"), ("1", "cache", "oom"),
-    ]  # fmt: skip
+        ("4", "no_cache", "timed"),
+        ("4", "cache", "timed"),
+        ("1", "no_cache", "oom"),
+        ("1", "cache", "oom"),
+    ]
     # run one by one (an injected executor), the points have no comparisons
     assert all(r.speedup_vs_no_cache is None for r in result.records["decode"])
 
@@ -320,16 +414,23 @@ def test_decode_speed_exits_1_when_a_point_did_not_complete(monkeypatch, tmp_pat
 
 
 def test_decode_points_put_the_baseline_and_no_cache_first():
-    points = [DecodePoint(**{**TINY_POINT, "prompt_len": n, "mode": m, "provider": p})
-              for n in (4, 8) for p in ("naive", "attnbench")
-              for m in ("cache", "no_cache")]  # fmt: skip
+    points = [
+        DecodePoint(**{**TINY_POINT, "prompt_len": n, "mode": m, "provider": p})
+        for n in (4, 8)
+        for p in ("naive", "attnbench")
+        for m in ("cache", "no_cache")
+    ]
     order = [(p.prompt_len, p.provider, p.mode) for p in decode.run_order(points, {})]
     assert order == [
-        (4, "attnbench", "no_cache"), (4, "attnbench", "cache"),
-        (4, "naive", "no_cache"), (4, "naive", "cache"),
-        (8, "attnbench", "no_cache"), (8, "attnbench", "cache"),
-        (8, "naive", "no_cache"), (8, "naive", "cache"),
-    ]  # fmt: skip
+        (4, "attnbench", "no_cache"),
+        (4, "attnbench", "cache"),
+        (4, "naive", "no_cache"),
+        (4, "naive", "cache"),
+        (8, "attnbench", "no_cache"),
+        (8, "attnbench", "cache"),
+        (8, "naive", "no_cache"),
+        (8, "naive", "cache"),
+    ]
     naive_first = decode.run_order(points, {"baseline_provider": "naive"})
     assert [p.provider for p in naive_first[:4]] == ["naive", "naive", "attnbench", "attnbench"]
     planned = [(t.point.num_kv_heads, t.point.mode) for t in tiny_plan().tasks]
@@ -356,8 +457,20 @@ def test_speedups_link_each_row_to_its_no_cache_and_baseline_rows():
 
 def test_csv_and_json_hold_the_same_records(tmp_path):
     csv_path, json_path = tmp_path / "d.csv", tmp_path / "d.json"
-    result = runner.invoke(app, ["decode-speed", *TINY, "--device", "cpu", "--quiet",
-                                 "--csv", str(csv_path), "--json", str(json_path)])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "decode-speed",
+            *TINY,
+            "--device",
+            "cpu",
+            "--quiet",
+            "--csv",
+            str(csv_path),
+            "--json",
+            str(json_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(csv_path.open()))
     doc = json.loads(json_path.read_text())
@@ -387,8 +500,9 @@ def test_csv_and_json_hold_the_same_records(tmp_path):
     ids=["narrow", "wide terminal", "--wide"],
 )
 def test_table_fits_the_width_or_shows_every_column(columns, flags, hidden):
-    result = runner.invoke(app, ["decode-speed", *TINY, "--device", "cpu", *flags],
-                           env={"COLUMNS": columns})  # fmt: skip
+    result = runner.invoke(
+        app, ["decode-speed", *TINY, "--device", "cpu", *flags], env={"COLUMNS": columns}
+    )
     assert result.exit_code == 0, result.output
     (head,) = [line for line in result.stdout.splitlines() if "┃ Variant" in line]
     headers = [h.strip() for h in head.strip("┃").split("┃")]
@@ -440,8 +554,16 @@ def test_cuda_graphs_on_the_cpu_are_unsupported_rows():
 @pytest.mark.cuda
 @pytest.mark.parametrize("graph", [False, True])
 def test_cuda_graph_and_eager_steps_side_by_side(graph):
-    point = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2, "dtype": "bfloat16",
-                           "prompt_len": 64, "gen_len": 4, "cuda_graph": graph})  # fmt: skip
+    point = DecodePoint(
+        **{
+            **TINY_POINT,
+            "num_kv_heads": 2,
+            "dtype": "bfloat16",
+            "prompt_len": 64,
+            "gen_len": 4,
+            "cuda_graph": graph,
+        }
+    )
     rec = decode.run(point, Context(torch.device("cuda"), {"warmup": 1, "repeats": 5}))
     assert rec.status in decode.TIMED and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
 

@@ -24,15 +24,34 @@ runner = CliRunner()
 # 1024, vocabulary 1024, untied head. Parameters: embeddings and head 2 * 1024^2, attention
 # 4 * 4 * 1024^2, MLP 4 * 2 * 1024^2, norms (4 * 2 + 1) * 1024 = 27,272,192 -> 54,544,384
 # bytes in float16. KV per token: 2 * 4 layers * 8 heads * 128 * 2 bytes = 16 KiB.
-ROUND = ModelSpec("round", 4, 1024, 8, 8, 128, "float16", "test",
-                  body=ModelBody(1024, 1024, gated_mlp=False))  # fmt: skip
+ROUND = ModelSpec(
+    "round", 4, 1024, 8, 8, 128, "float16", "test", body=ModelBody(1024, 1024, gated_mlp=False)
+)
 WEIGHTS = 54_544_384
 
 
-def plan(spec=ROUND, memory=GiB, reserve=0, gpus=1, tp=1, kv="float16", window=None,
-         page=None, weights_dtype=None) -> FitPlan:  # fmt: skip
-    return FitPlan(spec, memory, gpus, tp, weights_dtype or spec.dtype, KvFormat(kv),
-                   layer_windows(spec.num_layers, spec.windows, window), page, reserve)  # fmt: skip
+def plan(
+    spec=ROUND,
+    memory=GiB,
+    reserve=0,
+    gpus=1,
+    tp=1,
+    kv="float16",
+    window=None,
+    page=None,
+    weights_dtype=None,
+) -> FitPlan:
+    return FitPlan(
+        spec,
+        memory,
+        gpus,
+        tp,
+        weights_dtype or spec.dtype,
+        KvFormat(kv),
+        layer_windows(spec.num_layers, spec.windows, window),
+        page,
+        reserve,
+    )
 
 
 def test_round_numbers_largest_batch():
@@ -43,8 +62,12 @@ def test_round_numbers_largest_batch():
     assert rec.kv_bytes_per_sequence_per_gpu == 16 * 2**20
     assert rec.batch == 60 == budget // (16 * 2**20)
     assert rec.free_bytes_per_gpu == budget - 60 * 16 * 2**20
-    parts = (rec.weights_bytes_per_gpu + rec.kv_bytes_per_gpu + rec.reserve_bytes_per_gpu
-             + rec.free_bytes_per_gpu)  # fmt: skip
+    parts = (
+        rec.weights_bytes_per_gpu
+        + rec.kv_bytes_per_gpu
+        + rec.reserve_bytes_per_gpu
+        + rec.free_bytes_per_gpu
+    )
     assert parts == GiB
 
 
@@ -85,8 +108,18 @@ def test_kv_dtype_halves_the_cache_plus_scales():
 
 
 def test_windows_cap_the_context():
-    windowed = ModelSpec("w", 4, 1024, 8, 8, 128, "float16", "test", windows=(256,) * 4,
-                         body=ModelBody(1024, 1024, gated_mlp=False))  # fmt: skip
+    windowed = ModelSpec(
+        "w",
+        4,
+        1024,
+        8,
+        8,
+        128,
+        "float16",
+        "test",
+        windows=(256,) * 4,
+        body=ModelBody(1024, 1024, gated_mlp=False),
+    )
     rec = longest_context(plan(windowed), 4)
     assert rec.context_unbounded and rec.seq_len is None
     assert rec.kv_bytes_per_gpu == 4 * 256 * 16384
@@ -145,8 +178,19 @@ def test_memory_sizes_parse_exactly():
 
 def test_cli_answers_with_table_and_bar(tmp_path):
     out = tmp_path / "fit.json"
-    args = ["fit", "--model", "llama-3-70b", "--memory", "80GiB", "--gpus", "8",
-            "--seq-len", "8192", "--json", str(out)]  # fmt: skip
+    args = [
+        "fit",
+        "--model",
+        "llama-3-70b",
+        "--memory",
+        "80GiB",
+        "--gpus",
+        "8",
+        "--seq-len",
+        "8192",
+        "--json",
+        str(out),
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text())["records"][0]
@@ -167,27 +211,39 @@ def test_cli_decimal_units_are_said():
 
 
 def test_cli_weights_do_not_fit_exit_1():
-    result = runner.invoke(app, ["fit", "--model", "llama-3-70b", "--memory", "80GiB",
-                                 "--seq-len", "8192"])  # fmt: skip
+    result = runner.invoke(
+        app, ["fit", "--model", "llama-3-70b", "--memory", "80GiB", "--seq-len", "8192"]
+    )
     assert result.exit_code == 1
     assert "weights alone do not fit" in result.output and "131.42 GiB" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--memory", "80GiB", "--seq-len", "1", "--batch", "1"],
-     "--seq-len 1: give either seq_len (for the largest batch) or batch (for the longest "
-     "context), exactly one"),
-    (["--memory", "80XB", "--seq-len", "1"], "--memory 80XB: unknown unit 'XB'"),
-    (["--memory", "80", "--seq-len", "1"], "--memory 80: no unit; write 80GiB, 80GB or 80B"),
-    (["--memory", "0GiB", "--seq-len", "1"], "--memory 0GiB: must be more than 0 bytes"),
-    (["--memory", "80GiB", "--seq-len", "1", "--tp", "3"],
-     "--tp 3: does not divide the 32 query heads"),
-    (["--memory", "80GiB", "--seq-len", "1", "--kv-dtype", "fp4"],
-     "--kv-dtype fp4: unknown dtype 'fp4'"),
-    (["--memory", "80GiB", "--seq-len", "1", "--reserve", "120%"],
-     "--reserve 120%: a percentage must be in [0, 100)"),
-    (["--memory", "80GiB", "--seq-len", "0"], "--seq-len 0: must be >= 1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--memory", "80GiB", "--seq-len", "1", "--batch", "1"],
+            "--seq-len 1: give either seq_len (for the largest batch) or batch (for the longest "
+            "context), exactly one",
+        ),
+        (["--memory", "80XB", "--seq-len", "1"], "--memory 80XB: unknown unit 'XB'"),
+        (["--memory", "80", "--seq-len", "1"], "--memory 80: no unit; write 80GiB, 80GB or 80B"),
+        (["--memory", "0GiB", "--seq-len", "1"], "--memory 0GiB: must be more than 0 bytes"),
+        (
+            ["--memory", "80GiB", "--seq-len", "1", "--tp", "3"],
+            "--tp 3: does not divide the 32 query heads",
+        ),
+        (
+            ["--memory", "80GiB", "--seq-len", "1", "--kv-dtype", "fp4"],
+            "--kv-dtype fp4: unknown dtype 'fp4'",
+        ),
+        (
+            ["--memory", "80GiB", "--seq-len", "1", "--reserve", "120%"],
+            "--reserve 120%: a percentage must be in [0, 100)",
+        ),
+        (["--memory", "80GiB", "--seq-len", "0"], "--seq-len 0: must be >= 1"),
+    ],
+)
 def test_cli_bad_flags_exit_2(args, message):
     result = runner.invoke(app, ["fit", "--model", "llama-3-8b", *args])
     assert result.exit_code == 2
@@ -196,11 +252,14 @@ def test_cli_bad_flags_exit_2(args, message):
 
 
 MISSING = [
-    (["--memory", "80GiB"], "--seq-len",
-     "give either seq_len (for the largest batch) or batch (for the longest context), "
-     "exactly one"),
+    (
+        ["--memory", "80GiB"],
+        "--seq-len",
+        "give either seq_len (for the largest batch) or batch (for the longest context), "
+        "exactly one",
+    ),
     (["--seq-len", "8192"], "--memory", "give the memory of each GPU, e.g. 80GiB"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("args, flag, reason", MISSING)
@@ -222,8 +281,9 @@ def test_cli_missing_flags_are_named_by_their_flag(args, flag, reason):
 
 def fit_json(tmp_path, name: str, *args: str) -> Path:
     out = tmp_path / name
-    result = runner.invoke(app, ["fit", "--model", "llama-3-8b", "--memory", "80GiB", *args,
-                                 "--json", str(out), "-q"])  # fmt: skip
+    result = runner.invoke(
+        app, ["fit", "--model", "llama-3-8b", "--memory", "80GiB", *args, "--json", str(out), "-q"]
+    )
     assert result.exit_code == 0, result.output
     return out
 

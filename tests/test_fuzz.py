@@ -40,12 +40,35 @@ huge = st.sampled_from([0, -1, -5, 10**12, 10**18, 2**63, 10**400])
 small = st.integers(min_value=1, max_value=64)
 numbers = st.one_of(small, huge, st.integers(min_value=-(2**70), max_value=2**70))
 texts = st.one_of(
-    st.sampled_from(["", " ", "abc", "none", "1,,2", "8x", "1e3", "float16", "int4", "nan",
-                     "-", "--", "80GiB", "10%", "linspace:1:9:3", "3x64", "😀", "\x00"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "abc",
+            "none",
+            "1,,2",
+            "8x",
+            "1e3",
+            "float16",
+            "int4",
+            "nan",
+            "-",
+            "--",
+            "80GiB",
+            "10%",
+            "linspace:1:9:3",
+            "3x64",
+            "😀",
+            "\x00",
+        ]
+    ),
     st.text(max_size=12),
-)  # fmt: skip
-flag_values = st.one_of(numbers.map(str), texts, st.lists(small, min_size=1, max_size=4).map(
-    lambda xs: ",".join(map(str, xs))))  # fmt: skip
+)
+flag_values = st.one_of(
+    numbers.map(str),
+    texts,
+    st.lists(small, min_size=1, max_size=4).map(lambda xs: ",".join(map(str, xs))),
+)
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), numbers, st.floats(allow_nan=True), texts),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(texts, children, max_size=3),
@@ -75,11 +98,33 @@ def invoke(args: list[str], command: str, codes: set[int] | None = None):
 # --- flags -------------------------------------------------------------------------------
 
 SHAPE_FLAGS = ["--d-model", "--heads", "--kv-heads", "--head-dim"]
-KVMEM_FLAGS = [*SHAPE_FLAGS, "--layers", "--batch", "--seq-len", "--dtype", "--kv-dtype",
-               "--kv-scale-group", "--scale-dtype", "--sliding-window", "--page-size",
-               "--seq-lens", "--tp"]  # fmt: skip
-FIT_FLAGS = ["--memory", "--gpus", "--tp", "--weights-dtype", "--kv-dtype", "--kv-scale-group",
-             "--sliding-window", "--page-size", "--reserve", "--seq-len", "--batch"]  # fmt: skip
+KVMEM_FLAGS = [
+    *SHAPE_FLAGS,
+    "--layers",
+    "--batch",
+    "--seq-len",
+    "--dtype",
+    "--kv-dtype",
+    "--kv-scale-group",
+    "--scale-dtype",
+    "--sliding-window",
+    "--page-size",
+    "--seq-lens",
+    "--tp",
+]
+FIT_FLAGS = [
+    "--memory",
+    "--gpus",
+    "--tp",
+    "--weights-dtype",
+    "--kv-dtype",
+    "--kv-scale-group",
+    "--sliding-window",
+    "--page-size",
+    "--reserve",
+    "--seq-len",
+    "--batch",
+]
 
 
 def flag_args(flags: list[str]):
@@ -105,11 +150,29 @@ def test_fit_flags(args, model):
 
 # --- sweep files -------------------------------------------------------------------------
 
-FIELDS = ["d_model", "num_heads", "num_kv_heads", "head_dim", "num_layers", "batch", "seq_len",
-          "dtype", "kv_dtype", "tp", "page_size", "sliding_window", "seq_lens", "bias",
-          "measure", "models", "prompt_len", "unknown_key"]  # fmt: skip
-field_values = st.one_of(numbers, texts, st.booleans(), st.none(),
-                         st.lists(st.one_of(small, texts), max_size=3))  # fmt: skip
+FIELDS = [
+    "d_model",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "num_layers",
+    "batch",
+    "seq_len",
+    "dtype",
+    "kv_dtype",
+    "tp",
+    "page_size",
+    "sliding_window",
+    "seq_lens",
+    "bias",
+    "measure",
+    "models",
+    "prompt_len",
+    "unknown_key",
+]
+field_values = st.one_of(
+    numbers, texts, st.booleans(), st.none(), st.lists(st.one_of(small, texts), max_size=3)
+)
 sections = st.dictionaries(st.sampled_from(FIELDS), field_values, max_size=5)
 sweep_files = st.dictionaries(
     st.sampled_from(["defaults", "sweep", "models", "params", "kvmem", "decode", "fit", "x"]),
@@ -135,16 +198,46 @@ def test_sweep_files_of_any_bytes(tmp_path_factory, data):
 
 # --- config.json -------------------------------------------------------------------------
 
-LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8,
-         "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 1000,
-         "intermediate_size": 688, "torch_dtype": "bfloat16"}  # fmt: skip
-CONFIG_KEYS = [*LLAMA, "head_dim", "n_embd", "n_head", "n_layer", "n_positions", "n_inner",
-               "sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
-               "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-               "q_lora_rank", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
-               "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
-               "tie_word_embeddings", "multi_query", "num_kv_heads", "max_position_embeddings",
-               "attention_bias", "mlp_bias"]  # fmt: skip
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 4,
+    "vocab_size": 1000,
+    "intermediate_size": 688,
+    "torch_dtype": "bfloat16",
+}
+CONFIG_KEYS = [
+    *LLAMA,
+    "head_dim",
+    "n_embd",
+    "n_head",
+    "n_layer",
+    "n_positions",
+    "n_inner",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "q_lora_rank",
+    "n_routed_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "tie_word_embeddings",
+    "multi_query",
+    "num_kv_heads",
+    "max_position_embeddings",
+    "attention_bias",
+    "mlp_bias",
+]
 MODEL_TYPES = ["llama", "mistral", "qwen2", "gemma2", "gpt2", "falcon", "deepseek_v3", "xyz"]
 
 
@@ -169,8 +262,22 @@ def test_config_json(tmp_path_factory, changes, dropped, model_type, command):
 
 def _results(tmp: Path) -> dict:
     path = tmp / "base.json"
-    result = runner.invoke(app, ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
-                                 "--no-measure", "--json", str(path), "-q"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "kvmem",
+            "--d-model",
+            "64",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "4,1",
+            "--no-measure",
+            "--json",
+            str(path),
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return json.loads(path.read_text())
 
@@ -182,11 +289,26 @@ BAD_VALUES = st.one_of(
 
 
 @given(
-    st.lists(st.tuples(st.sampled_from(["kv_bytes", "bytes_per_token", "num_kv_heads", "variant",
-                                        "measured_bytes", "status", "ratio_vs_mha", "tp"]),
-                       BAD_VALUES), max_size=3),
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "kv_bytes",
+                    "bytes_per_token",
+                    "num_kv_heads",
+                    "variant",
+                    "measured_bytes",
+                    "status",
+                    "ratio_vs_mha",
+                    "tp",
+                ]
+            ),
+            BAD_VALUES,
+        ),
+        max_size=3,
+    ),
     st.sampled_from(["record", "environment", "duplicate", "schema", "command", "nothing"]),
-)  # fmt: skip
+)
 def test_result_files(tmp_path_factory, changes, where):
     tmp = tmp_path_factory.mktemp("results")
     base = _results(tmp)

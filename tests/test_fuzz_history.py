@@ -40,8 +40,23 @@ def world(tmp_path_factory) -> dict[str, Path]:
     """A results file, a history holding it, and a file of each kind that holds none."""
     root = tmp_path_factory.mktemp("fuzz-history")
     kv = root / "kv.json"
-    made = invoke(["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
-                   "--no-measure", "--json", str(kv), "-q"], "kvmem", {0})  # fmt: skip
+    made = invoke(
+        [
+            "kvmem",
+            "--d-model",
+            "64",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "4,1",
+            "--no-measure",
+            "--json",
+            str(kv),
+            "-q",
+        ],
+        "kvmem",
+        {0},
+    )
     assert made.exit_code == 0
     history = root / "history.sqlite"
     invoke(["history", "add", str(kv), "--db", str(history), "--commit", "a" * 40], "add", {0})
@@ -53,10 +68,17 @@ def world(tmp_path_factory) -> dict[str, Path]:
     (root / "noise.bin").write_bytes(bytes(range(256)) * 8)
     (root / "empty.sqlite").touch()
     (root / "folder").mkdir()
-    return {"root": root, "kv": kv, "history": history, "foreign": foreign,
-            "noise": root / "noise.bin", "empty": root / "empty.sqlite",
-            "folder": root / "folder", "missing": root / "missing.sqlite",
-            "long": root / ("y" * 300 + ".sqlite")}  # fmt: skip
+    return {
+        "root": root,
+        "kv": kv,
+        "history": history,
+        "foreign": foreign,
+        "noise": root / "noise.bin",
+        "empty": root / "empty.sqlite",
+        "folder": root / "folder",
+        "missing": root / "missing.sqlite",
+        "long": root / ("y" * 300 + ".sqlite"),
+    }
 
 
 def _contents(world: dict[str, Path]) -> dict[str, bytes]:
@@ -65,8 +87,11 @@ def _contents(world: dict[str, Path]) -> dict[str, bytes]:
 
 def _args(command: str, world: dict[str, Path], db: str, out: str = "t.svg") -> list[str]:
     values = {"KV": str(world["kv"]), "OUT": str(world["root"] / "pictures" / out)}
-    return [*(values.get(a, a) for a in READS[command]), *([] if command == "compare" else
-                                                             ["--db"]), db]  # fmt: skip
+    return [
+        *(values.get(a, a) for a in READS[command]),
+        *([] if command == "compare" else ["--db"]),
+        db,
+    ]
 
 
 names = st.one_of(
@@ -118,13 +143,15 @@ def test_add_makes_a_history_or_refuses_and_leaves_the_file_alone(tmp_path_facto
 
 wheres = st.lists(
     st.one_of(
-        st.tuples(st.sampled_from(["variant", "num_kv_heads", *MARKUP]),
-                  st.sampled_from(["MHA", "MQA", "4", "1", *MARKUP])).map("=".join),
+        st.tuples(
+            st.sampled_from(["variant", "num_kv_heads", *MARKUP]),
+            st.sampled_from(["MHA", "MQA", "4", "1", *MARKUP]),
+        ).map("=".join),
         st.text(max_size=8),
         st.sampled_from(MARKUP),
     ),
     max_size=4,
-).map(",".join)  # fmt: skip
+).map(",".join)
 
 
 @given(wheres, st.sampled_from(["show", "changes"]))
@@ -138,8 +165,9 @@ def test_any_where_is_a_table_or_one_error_naming_it(world, where, command):
 @given(st.lists(st.sampled_from(["MHA", "MQA", "GQA-2", "[/]"]), min_size=1, max_size=4))
 def test_a_key_given_twice_matches_either_value(world, variants):
     where = ",".join(f"variant={v}" for v in variants)
-    result = invoke([*_args("show", world, str(world["history"])), "--where", where], "show",
-                    {0, 2})  # fmt: skip
+    result = invoke(
+        [*_args("show", world, str(world["history"])), "--where", where], "show", {0, 2}
+    )
     assert (result.exit_code == 0) == bool({"MHA", "MQA"} & set(variants)), result.output
     for variant in {"MHA", "MQA"}:
         assert (f"variant={variant}" in result.stdout) == (variant in variants), result.stdout
@@ -157,9 +185,22 @@ def _iso(text: str) -> bool:
 
 stamps = st.one_of(
     st.text(max_size=12),
-    st.sampled_from(["", " ", "2026-10-05", "20261005T1200Z", "2026-13-01", "notadate",
-                     "2026-10-05T12:00:00+01:00", "main", "a b", "\t", *MARKUP]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "2026-10-05",
+            "20261005T1200Z",
+            "2026-13-01",
+            "notadate",
+            "2026-10-05T12:00:00+01:00",
+            "main",
+            "a b",
+            "\t",
+            *MARKUP,
+        ]
+    ),
+)
 
 
 @given(st.sampled_from(["--date", "--commit", "--branch"]), stamps)
@@ -177,17 +218,22 @@ def test_add_takes_a_date_commit_or_branch_or_names_it(world, flag, value):
 
 
 @given(
-    st.one_of(st.text(st.characters(blacklist_characters="/"), max_size=12),
-              st.sampled_from(["a", " ", "[/]", "$x$", ":x:", "z" * 300])),
+    st.one_of(
+        st.text(st.characters(blacklist_characters="/"), max_size=12),
+        st.sampled_from(["a", " ", "[/]", "$x$", ":x:", "z" * 300]),
+    ),
     st.sampled_from(["", ".png", ".svg", ".pdf", ".PDF", ".txt", ".jpg", "."]),
     st.sampled_from(["missing"] * 5 + ["history"]),
-)  # fmt: skip
+)
 def test_plot_writes_the_picture_named_or_one_error(tmp_path_factory, world, stem, suffix, db):
     """Most examples stop at the missing database (after --out is checked), so that few
     pictures are drawn."""
     out = f"{tmp_path_factory.mktemp('plot')}/sub/{stem}{suffix}"
-    result = invoke(["history", "plot", "--db", str(world[db]), "--metric", "kv_bytes",
-                     "--out", out], "plot", {0, 2})  # fmt: skip
+    result = invoke(
+        ["history", "plot", "--db", str(world[db]), "--metric", "kv_bytes", "--out", out],
+        "plot",
+        {0, 2},
+    )
     picture = Path(out).suffix.lower() in (".png", ".svg", ".pdf")
     if result.exit_code == 0:
         assert result.stdout == f"wrote {typed(out)}\n" and Path(out).is_file(), result.stdout

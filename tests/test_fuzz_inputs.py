@@ -27,13 +27,23 @@ from attnbench.study.sweep import load_config, resolve
 
 # --- shape flags beside a model ------------------------------------------------------------
 
-TINY = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "num_hidden_layers": 2, "torch_dtype": "float32"}  # fmt: skip
+TINY = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "torch_dtype": "float32",
+}
 #: Values each shape flag may take, valid alone and together (heads divide the widths, the
 #: KV heads divide the heads of the model and of any layer shape).
-SHAPE_VALUES = {"--d-model": ["8", "16", "32,16"], "--heads": ["2", "4"],
-                "--head-dim": ["4", "8,16"], "--layers": ["1", "3,2"],
-                "--kv-heads": ["1", "2", "mqa", "1,mha"]}  # fmt: skip
+SHAPE_VALUES = {
+    "--d-model": ["8", "16", "32,16"],
+    "--heads": ["2", "4"],
+    "--head-dim": ["4", "8,16"],
+    "--layers": ["1", "3,2"],
+    "--kv-heads": ["1", "2", "mqa", "1,mha"],
+}
 #: The flags of a model's own shape: each refused unless a whole layer shape is given.
 MODEL_OWN = ("--d-model", "--heads", "--head-dim", "--layers")
 
@@ -85,26 +95,72 @@ def test_a_models_shape_is_applied_or_refused(tiny_config, command, preset, give
 @given(shape_flags(["--d-model", "--heads", "--kv-heads"]), st.sampled_from(["4", "8,16"]))
 def test_decode_refuses_a_models_shape_before_it_runs(tiny_config, given_flags, head_dim):
     given_flags.pop("--d-model" if "--heads" in given_flags else "--heads", None)
-    check_overrides("decode-speed", ["--hf-config", tiny_config],
-                    {**given_flags, "--head-dim": head_dim}, [])  # fmt: skip
+    check_overrides(
+        "decode-speed", ["--hf-config", tiny_config], {**given_flags, "--head-dim": head_dim}, []
+    )
 
 
 # --- numbers in sweep files ----------------------------------------------------------------
 
 #: Numeric fields of a decode section (the flag parser's too), their type.
-NUMERIC = {"max_time": float, "target_rel_ci": float, "batch": int, "prompt_len": int,
-           "warmup": int, "min_repeats": int, "gen_len": int, "tp": int}  # fmt: skip
-YAML_WORDS = ["true", "false", "True", "FALSE", "yes", "no", "on", "off", "null", "~", ".inf",
-              "-.inf", ".nan", ".NaN", "nan", "inf", "0x10", "0o17", "010", "1_000", "1:30",
-              "1.2.3", "v1.0", "1e", "e3", "1e+", "٣", "²", "+-1", "0.", "."]  # fmt: skip
+NUMERIC = {
+    "max_time": float,
+    "target_rel_ci": float,
+    "batch": int,
+    "prompt_len": int,
+    "warmup": int,
+    "min_repeats": int,
+    "gen_len": int,
+    "tp": int,
+}
+YAML_WORDS = [
+    "true",
+    "false",
+    "True",
+    "FALSE",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "null",
+    "~",
+    ".inf",
+    "-.inf",
+    ".nan",
+    ".NaN",
+    "nan",
+    "inf",
+    "0x10",
+    "0o17",
+    "010",
+    "1_000",
+    "1:30",
+    "1.2.3",
+    "v1.0",
+    "1e",
+    "e3",
+    "1e+",
+    "٣",
+    "²",
+    "+-1",
+    "0.",
+    ".",
+]
 
 
 def spellings(value: float) -> st.SearchStrategy[str]:
     """`value` as YAML and a flag may write it: 0.02, 2e-2, 2E-02, +2.0e-2, .02..."""
     mantissa, exponent = f"{value:e}".split("e")
-    forms = [repr(value), f"{value:g}", f"{value:e}", f"{value:E}", f"{mantissa}e{int(exponent)}",
-             f"+{value:g}", f"{value:.3e}".replace("e-0", "e-").replace("e+0", "e"),
-             f"{value:f}".rstrip("0")]  # fmt: skip
+    forms = [
+        repr(value),
+        f"{value:g}",
+        f"{value:e}",
+        f"{value:E}",
+        f"{mantissa}e{int(exponent)}",
+        f"+{value:g}",
+        f"{value:.3e}".replace("e-0", "e-").replace("e+0", "e"),
+        f"{value:f}".rstrip("0"),
+    ]
     if value == int(value):
         forms += [str(int(value)), f"{int(value)}e0", f"{int(value)}.0"]
     if 0 < value < 1:
@@ -152,8 +208,15 @@ def yaml_value(value: str | list[str]) -> str:
     return f"[{', '.join(value)}]" if isinstance(value, list) else value
 
 
-KVMEM_NUMERIC = ["batch", "seq_len", "num_layers", "tp", "page_size", "kv_scale_group",
-                 "sliding_window"]  # fmt: skip
+KVMEM_NUMERIC = [
+    "batch",
+    "seq_len",
+    "num_layers",
+    "tp",
+    "page_size",
+    "kv_scale_group",
+    "sliding_window",
+]
 
 
 @given(
@@ -174,12 +237,32 @@ def test_a_sweep_files_numbers_exit_0_or_name_the_key(tmp_path_factory, body):
 
 # --- extreme timings in results files ------------------------------------------------------
 
-EXTREMES = [1e308, 1.7976931348623157e308, 5e-324, 1e-310, 2.2250738585072014e-308, 1e-9,
-            1e9, 1e-10, 1e10, 0.0, 0.05, 1.0]  # fmt: skip
-timings = st.one_of(st.sampled_from(EXTREMES),
-                    st.floats(min_value=0, allow_nan=False, allow_infinity=False))  # fmt: skip
-TIMING_FIELDS = ["step_ms_median", "step_ms_p25", "step_ms_p75", "samples_ms", "gen_ms_median",
-                 "prefill_samples_ms", "gen_samples_ms"]  # fmt: skip
+EXTREMES = [
+    1e308,
+    1.7976931348623157e308,
+    5e-324,
+    1e-310,
+    2.2250738585072014e-308,
+    1e-9,
+    1e9,
+    1e-10,
+    1e10,
+    0.0,
+    0.05,
+    1.0,
+]
+timings = st.one_of(
+    st.sampled_from(EXTREMES), st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+)
+TIMING_FIELDS = [
+    "step_ms_median",
+    "step_ms_p25",
+    "step_ms_p75",
+    "samples_ms",
+    "gen_ms_median",
+    "prefill_samples_ms",
+    "gen_samples_ms",
+]
 BASE_RECORDS = decode_records()
 NOT_FINITE = re.compile(r"\b(inf|infinity|nan)\b", re.IGNORECASE)
 
@@ -193,11 +276,19 @@ def set_timing(record: dict, field: str, value: float, count: int) -> None:
 
 
 @given(
-    st.lists(st.tuples(st.booleans(), st.integers(0, len(BASE_RECORDS) - 1),
-                       st.sampled_from(TIMING_FIELDS), timings, st.integers(1, 1000)),
-             min_size=1, max_size=4),
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.integers(0, len(BASE_RECORDS) - 1),
+            st.sampled_from(TIMING_FIELDS),
+            timings,
+            st.integers(1, 1000),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
     st.sampled_from(["table", "markdown", "json"]),
-)  # fmt: skip
+)
 @example([(False, 0, "samples_ms", 0.0, 40), (False, 0, "step_ms_median", 1.0, 1)], "table")
 def test_compare_of_extreme_timings_prints_no_infinity(tmp_path_factory, changes, fmt):
     records = {True: copy.deepcopy(BASE_RECORDS), False: copy.deepcopy(BASE_RECORDS)}
@@ -217,13 +308,37 @@ def test_compare_of_extreme_timings_prints_no_infinity(tmp_path_factory, changes
 
 DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
 device_names = st.one_of(
-    st.sampled_from(["auto", "cpu", "cuda", "cuda:0", "cuda:1", "CUDA:1", " cpu ", "cuda:²",
-                     "cuda:٣", "cuda:１", "cuda:", "cuda:-1", "cuda:+1", "cuda:0x1", "cuda:1.0",
-                     "cuda:1 ", "cuda :1", "cpu:0", "mps", "ｃｐｕ", ""]),
-    st.builds("cuda:{}".format, st.text(st.characters(categories=["Nd", "No", "Nl"]),
-                                        min_size=1, max_size=3)),
+    st.sampled_from(
+        [
+            "auto",
+            "cpu",
+            "cuda",
+            "cuda:0",
+            "cuda:1",
+            "CUDA:1",
+            " cpu ",
+            "cuda:²",
+            "cuda:٣",
+            "cuda:１",
+            "cuda:",
+            "cuda:-1",
+            "cuda:+1",
+            "cuda:0x1",
+            "cuda:1.0",
+            "cuda:1 ",
+            "cuda :1",
+            "cpu:0",
+            "mps",
+            "ｃｐｕ",
+            "",
+        ]
+    ),
+    st.builds(
+        "cuda:{}".format,
+        st.text(st.characters(categories=["Nd", "No", "Nl"]), min_size=1, max_size=3),
+    ),
     st.text(max_size=8),
-)  # fmt: skip
+)
 
 
 @given(device_names)

@@ -66,8 +66,7 @@ def base(tmp_path_factory) -> Path:
         stop.set()
         return run_experiment(task, context)
 
-    run_study(plan_study(config), DirectoryStore(base / "started"), stop=stop,
-              execute=first_only)  # fmt: skip
+    run_study(plan_study(config), DirectoryStore(base / "started"), stop=stop, execute=first_only)
     invoke(["run", str(config), "--out", str(base / "done"), "-q"], "run", codes={0})
     for i in range(2):
         args = ["run", str(config), "--out", str(base / "sharded"), "--shard", f"{i}/2", "-q"]
@@ -77,8 +76,10 @@ def base(tmp_path_factory) -> Path:
 
 def tree(folder: Path) -> dict[str, bytes | None]:
     """Every file under `folder` (None for a directory) by its path there."""
-    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
-            for p in sorted(folder.rglob("*"))}  # fmt: skip
+    return {
+        str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 @contextlib.contextmanager
@@ -92,20 +93,40 @@ def fresh(tmp_path_factory, name: str):
 # --- output directories ------------------------------------------------------------------
 
 file_names = st.one_of(
-    st.sampled_from(["results.json", "report.md", "params.csv", "kvmem.csv", "notes.txt",
-                     "kv_memory_heads.png", LOCK_FILE, f"{LOCK_FILE}.1.stale", "shards",
-                     ".results.json.x.tmp", "study.yaml", "Report.MD", ".hidden"]),
-    st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="/\x00"),
-            min_size=1, max_size=12).filter(lambda n: n not in (".", "..")),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "results.json",
+            "report.md",
+            "params.csv",
+            "kvmem.csv",
+            "notes.txt",
+            "kv_memory_heads.png",
+            LOCK_FILE,
+            f"{LOCK_FILE}.1.stale",
+            "shards",
+            ".results.json.x.tmp",
+            "study.yaml",
+            "Report.MD",
+            ".hidden",
+        ]
+    ),
+    st.text(
+        st.characters(blacklist_categories=["Cs"], blacklist_characters="/\x00"),
+        min_size=1,
+        max_size=12,
+    ).filter(lambda n: n not in (".", "..")),
+)
 contents = st.one_of(
     st.binary(max_size=24),
     st.sampled_from([b"", b"1 other-host\n", b'{"command": "run"}', b"variant,d_model\nMHA,64\n"]),
 )
 #: What each command writes a study's files from.
-WRITERS = {"run": ["run", "study.yaml"], "merge": ["merge", "sharded"],
-           "plot": ["plot", f"done/{RESULTS_FILE}"],
-           "report": ["report", f"done/{RESULTS_FILE}"]}  # fmt: skip
+WRITERS = {
+    "run": ["run", "study.yaml"],
+    "merge": ["merge", "sharded"],
+    "plot": ["plot", f"done/{RESULTS_FILE}"],
+    "report": ["report", f"done/{RESULTS_FILE}"],
+}
 
 
 @given(
@@ -138,8 +159,14 @@ def test_an_output_directory_holding_anything(tmp_path_factory, base, entries, c
             assert after.get(name) == data, name
 
 
-share_spellings = st.sampled_from(["sharded/shards/{i}-of-2", "sharded/shards/{i}-of-2/",
-                                   "./sharded/shards/../shards/{i}-of-2", "link-{i}"])  # fmt: skip
+share_spellings = st.sampled_from(
+    [
+        "sharded/shards/{i}-of-2",
+        "sharded/shards/{i}-of-2/",
+        "./sharded/shards/../shards/{i}-of-2",
+        "link-{i}",
+    ]
+)
 
 
 @given(
@@ -156,10 +183,12 @@ def test_a_share_is_never_replaced(tmp_path_factory, base, index, spelling, how)
             os.symlink(shares / f"{i}-of-2", f"link-{i}")
         share = spelling.format(i=index)
         other = spelling.format(i=1 - index)
-        args = {"merge --out": ["merge", "sharded", "--out", share],
-                "merge --out --force": ["merge", "sharded", "--out", share, "--force"],
-                "merge the shares": ["merge", share, other],
-                "run --out": ["run", str(base / "study.yaml"), "--out", share]}[how]  # fmt: skip
+        args = {
+            "merge --out": ["merge", "sharded", "--out", share],
+            "merge --out --force": ["merge", "sharded", "--out", share, "--force"],
+            "merge the shares": ["merge", share, other],
+            "run --out": ["run", str(base / "study.yaml"), "--out", share],
+        }[how]
         result = invoke(args, "merge", codes={2})
     assert "share" in result.stderr
     assert tree(shares) == before
@@ -172,9 +201,26 @@ odd_names = st.one_of(
     st.integers(NAME_MAX - 5, NAME_MAX + 60).map(lambda n: "n" * n),
     st.integers(100, 200).map(lambda n: "é" * n),  # 2 bytes a character: too long in bytes
     st.integers(NAME_MAX + 1, NAME_MAX + 40).map(lambda n: "dir/" + "x" * n + ".json"),
-    st.sampled_from(["-", "--", "-x", ".", "..", "/", "~", " ", "a\nb", "a\x00b", "[/]", ":x:",
-                     "\x1b[31m", "done", "sharded/shards"]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "-",
+            "--",
+            "-x",
+            ".",
+            "..",
+            "/",
+            "~",
+            " ",
+            "a\nb",
+            "a\x00b",
+            "[/]",
+            ":x:",
+            "\x1b[31m",
+            "done",
+            "sharded/shards",
+        ]
+    ),
+)
 #: Where a name goes, as NAME in a command line, with the exit codes it may give.
 PLACES = [
     ("params --d-model 64 --heads 4 --csv NAME", {0, 2}),
@@ -221,13 +267,15 @@ def spreadsheet(text: str, delimiter: str, bom: bool) -> bytes:
 damages = st.one_of(
     st.binary(max_size=64).map(lambda data: lambda text: data),
     st.tuples(st.sampled_from([",", ";", "\t", "|"]), st.booleans()).map(
-        lambda how: lambda text: spreadsheet(text, *how)),
+        lambda how: lambda text: spreadsheet(text, *how)
+    ),
     st.sampled_from(FIELDS).map(
-        lambda name: lambda text: text.replace(name, name.upper(), 1).encode()),
+        lambda name: lambda text: text.replace(name, name.upper(), 1).encode()
+    ),
     st.integers(0, 200).map(lambda cut: lambda text: text.encode()[:cut]),
     st.binary(max_size=16).map(lambda tail: lambda text: text.encode() + tail),
     st.just(lambda text: None),  # the CSV gone
-)  # fmt: skip
+)
 locks = st.one_of(
     st.none(),
     st.text(max_size=30),
@@ -257,7 +305,8 @@ def test_resume_of_a_damaged_study(tmp_path_factory, base, damage, lock):
     event(f"exit {result.exit_code}")
     if result.exit_code == 2:  # refused: nothing lost (a stale lock may be gone)
         assert {k: v for k, v in after.items() if k != LOCK_FILE} == {
-            k: v for k, v in before.items() if k != LOCK_FILE}  # fmt: skip
+            k: v for k, v in before.items() if k != LOCK_FILE
+        }
         return
     assert LOCK_FILE not in after
     doc = json.loads(after[RESULTS_FILE])
@@ -280,8 +329,9 @@ limits = st.one_of(
 
 @given(limits)
 def test_max_points_as_typed(base, text):
-    result = invoke(["run", str(base / "study.yaml"), "--dry-run", "--max-points", text], "run",
-                    codes={0, 2})  # fmt: skip
+    result = invoke(
+        ["run", str(base / "study.yaml"), "--dry-run", "--max-points", text], "run", codes={0, 2}
+    )
     if result.exit_code == 0:
         limit = int(text.strip().replace(",", ""))
         assert POINTS <= limit <= MAX_POINTS

@@ -18,8 +18,28 @@ from attnbench.render.report import render_report
 from attnbench.render.table import markdown_text
 
 #: Names built from what rich, matplotlib and Markdown read as markup.
-MARKUP_PIECES = ["[", "]", "[/]", "[bold]", "[link=x]", ":x:", ":smile:", "$", "$x^2$",
-                 "\\frac{", "\\", "*", "_", "`", "|", "<b>", "&amp;", "~~", "#", "a"]  # fmt: skip
+MARKUP_PIECES = [
+    "[",
+    "]",
+    "[/]",
+    "[bold]",
+    "[link=x]",
+    ":x:",
+    ":smile:",
+    "$",
+    "$x^2$",
+    "\\frac{",
+    "\\",
+    "*",
+    "_",
+    "`",
+    "|",
+    "<b>",
+    "&amp;",
+    "~~",
+    "#",
+    "a",
+]
 names = st.one_of(
     st.lists(st.sampled_from(MARKUP_PIECES), min_size=1, max_size=8).map("".join),
     st.text(min_size=1, max_size=30),

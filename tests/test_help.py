@@ -131,8 +131,14 @@ def test_params_reads_one_number_form_and_leaves_out_parts_a_model_lacks():
     layer, whole = tables(result.stdout)
     counts = layer[0][1:7]  # q, k, v, o, total, module
     assert counts == ["16.8 M", "4.19 M", "4.19 M", "16.8 M", "41.9 M", "41.9 M"]
-    assert [row[0] for row in whole] == ["embeddings", "attention", "mlp", "norms",
-                                         "output head", "total"]  # fmt: skip
+    assert [row[0] for row in whole] == [
+        "embeddings",
+        "attention",
+        "mlp",
+        "norms",
+        "output head",
+        "total",
+    ]
     for row in whole:
         assert all(re.fullmatch(r"[\d,]+", cell) for cell in row[1:3]), row
     header = next(line for line in result.stdout.splitlines() if "Part" in line)

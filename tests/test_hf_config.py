@@ -190,9 +190,18 @@ def test_hf_config_in_kvmem(tmp_path):
     out = tmp_path / "out.json"
     result = runner.invoke(
         app,
-        ["kvmem", "--hf-config", str(path), "--seq-len", "1024", "--no-measure",
-         "--json", str(out), "-q"],
-    )  # fmt: skip
+        [
+            "kvmem",
+            "--hf-config",
+            str(path),
+            "--seq-len",
+            "1024",
+            "--no-measure",
+            "--json",
+            str(out),
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     (rec,) = json.loads(out.read_text())["records"]
     assert rec["model"] == "llama3"
@@ -219,17 +228,45 @@ def test_hf_config_in_params(tmp_path):
 # Gemma 1/2/3, Falcon and GPT-2 tie it; of the others, Cohere 1/2, SmolLM3 and StarCoder2
 # tie it.
 TIED_BY_DEFAULT = {
-    "llama": False, "mistral": False, "mixtral": False, "qwen2": False, "qwen3": False,
-    "deepseek_v2": False, "deepseek_v3": False, "gemma": True, "gemma2": True,
-    "gemma3_text": True, "falcon": True, "RefinedWeb": True, "RefinedWebModel": True,
-    "gpt2": True, "cohere": True, "cohere2": True, "exaone4": False, "glm4": False,
-    "glm4_moe": False, "gpt_oss": False, "granite": False, "llama4_text": False,
-    "olmo2": False, "phi3": False, "phimoe": False, "qwen2_moe": False, "qwen3_moe": False,
-    "smollm3": True, "starcoder2": True,
-}  # fmt: skip
-TINY_BODY = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
-             "vocab_size": 100, "intermediate_size": 128, "n_positions": 32,
-             "num_experts_per_tok": 1}  # fmt: skip
+    "llama": False,
+    "mistral": False,
+    "mixtral": False,
+    "qwen2": False,
+    "qwen3": False,
+    "deepseek_v2": False,
+    "deepseek_v3": False,
+    "gemma": True,
+    "gemma2": True,
+    "gemma3_text": True,
+    "falcon": True,
+    "RefinedWeb": True,
+    "RefinedWebModel": True,
+    "gpt2": True,
+    "cohere": True,
+    "cohere2": True,
+    "exaone4": False,
+    "glm4": False,
+    "glm4_moe": False,
+    "gpt_oss": False,
+    "granite": False,
+    "llama4_text": False,
+    "olmo2": False,
+    "phi3": False,
+    "phimoe": False,
+    "qwen2_moe": False,
+    "qwen3_moe": False,
+    "smollm3": True,
+    "starcoder2": True,
+}
+TINY_BODY = {
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "vocab_size": 100,
+    "intermediate_size": 128,
+    "n_positions": 32,
+    "num_experts_per_tok": 1,
+}
 
 
 @pytest.mark.parametrize("model_type", sorted(TIED_BY_DEFAULT))
@@ -254,11 +291,19 @@ def test_mla_head_dim_is_v_head_dim_whatever_head_dim_says(tmp_path):
     """DeepSeek-V3 as transformers writes its config: head_dim is qk_rope_head_dim (64). The
     attention shape, and so the ratios to MHA, are those of the deepseek-v3 preset."""
     cfg = {
-        "model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
-        "num_key_value_heads": 128, "head_dim": 64, "kv_lora_rank": 512, "q_lora_rank": 1536,
-        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-        "num_hidden_layers": 61, "dtype": "bfloat16",
-    }  # fmt: skip
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "head_dim": 64,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "num_hidden_layers": 61,
+        "dtype": "bfloat16",
+    }
     path = write_config(tmp_path, cfg, name="v3")
     spec = load_hf_config(path)
     preset = get_preset("deepseek-v3")

@@ -39,9 +39,25 @@ def run_cli(*args: str):
 def decode_run(tmp_path_factory) -> dict:
     """A real decode-speed results document (four points, raw samples kept)."""
     out = tmp_path_factory.mktemp("history") / "decode.json"
-    result = run_cli("decode-speed", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
-                     "--prompt-len", "16", "--repeats", "20", "--warmup", "1", "--no-prefill",
-                     "--json", str(out), "-q")  # fmt: skip
+    result = run_cli(
+        "decode-speed",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,1",
+        "--prompt-len",
+        "16",
+        "--repeats",
+        "20",
+        "--warmup",
+        "1",
+        "--no-prefill",
+        "--json",
+        str(out),
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     return json.loads(out.read_text())
 
@@ -71,8 +87,19 @@ def write(path: Path, doc: dict) -> str:
 
 
 def add(db: Path, path: str, commit: str, day: int) -> None:
-    result = run_cli("history", "add", path, "--db", str(db), "--commit", commit,
-                     "--branch", "main", "--date", f"2026-10-{day:02d}T12:00:00+00:00")  # fmt: skip
+    result = run_cli(
+        "history",
+        "add",
+        path,
+        "--db",
+        str(db),
+        "--commit",
+        commit,
+        "--branch",
+        "main",
+        "--date",
+        f"2026-10-{day:02d}T12:00:00+00:00",
+    )
     assert result.exit_code == 0, result.output
 
 
@@ -105,8 +132,10 @@ def test_an_old_database_is_upgraded_and_keeps_its_runs(tmp_path, decode_run):
     db = tmp_path / "old.sqlite"
     con = sqlite3.connect(db)
     con.executescript(MIGRATIONS[0] + "PRAGMA user_version = 1;")
-    con.execute("INSERT INTO runs VALUES (1, 'h', 'c1', '2026-01-01', NULL, 'now', "
-                "'decode-speed', 'env', '{}', NULL)")  # fmt: skip
+    con.execute(
+        "INSERT INTO runs VALUES (1, 'h', 'c1', '2026-01-01', NULL, 'now', "
+        "'decode-speed', 'env', '{}', NULL)"
+    )
     con.execute("INSERT INTO records VALUES (1, 1, 'decode', 0, '{\"variant\": \"MHA\"}')")
     con.execute("INSERT INTO metrics VALUES (1, 'step_ms_median', 'timing', 2.5)")
     con.commit()
@@ -116,7 +145,11 @@ def test_an_old_database_is_upgraded_and_keeps_its_runs(tmp_path, decode_run):
     assert sqlite3.connect(db).execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     [point] = history.points("step_ms_median")
     assert (point.value, point.keys, point.samples, point.run.commit.branch) == (
-        2.5, {"variant": "MHA"}, None, None)  # fmt: skip
+        2.5,
+        {"variant": "MHA"},
+        None,
+        None,
+    )
     assert history.run_records(1) == [("decode", {"variant": "MHA", "step_ms_median": 2.5})]
     history.add(load_document(write(tmp_path / "r.json", decode_run)), Commit("c2"))
     assert len(history.runs()) == 2
@@ -144,8 +177,10 @@ def _many_records(doc: dict, count: int) -> dict:
 def _stored(db: Path) -> tuple[int, int]:
     con = sqlite3.connect(db)
     try:
-        return (con.execute("SELECT COUNT(*) FROM runs").fetchone()[0],
-                con.execute("SELECT COUNT(*) FROM records").fetchone()[0])  # fmt: skip
+        return (
+            con.execute("SELECT COUNT(*) FROM runs").fetchone()[0],
+            con.execute("SELECT COUNT(*) FROM records").fetchone()[0],
+        )
     finally:
         con.close()
 
@@ -156,8 +191,18 @@ def test_a_process_killed_mid_add_stores_nothing_of_that_run(tmp_path, decode_ru
     db = tmp_path / "h.sqlite"
     count = 6_000
     path = write(tmp_path / "big.json", _many_records(decode_run, count))
-    command = [sys.executable, "-m", "attnbench", "history", "add", path, "--db", str(db),
-               "--commit", "c" * 40]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "attnbench",
+        "history",
+        "add",
+        path,
+        "--db",
+        str(db),
+        "--commit",
+        "c" * 40,
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wal = Path(f"{db}-wal")
     deadline = time.monotonic() + 60
@@ -174,11 +219,28 @@ def test_a_process_killed_mid_add_stores_nothing_of_that_run(tmp_path, decode_ru
 
 def test_two_processes_adding_at_once_both_land(tmp_path, decode_run):
     db = tmp_path / "h.sqlite"
-    paths = [write(tmp_path / f"r{i}.json", _many_records(scaled(decode_run, 1, i), 1000))
-             for i in range(2)]  # fmt: skip
-    procs = [subprocess.Popen([sys.executable, "-m", "attnbench", "history", "add", p, "--db",
-                               str(db), "--commit", f"{i}" * 40], stderr=subprocess.PIPE)
-             for i, p in enumerate(paths)]  # fmt: skip
+    paths = [
+        write(tmp_path / f"r{i}.json", _many_records(scaled(decode_run, 1, i), 1000))
+        for i in range(2)
+    ]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "attnbench",
+                "history",
+                "add",
+                p,
+                "--db",
+                str(db),
+                "--commit",
+                f"{i}" * 40,
+            ],
+            stderr=subprocess.PIPE,
+        )
+        for i, p in enumerate(paths)
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0, p.stderr.read() if p.stderr else ""
     assert _stored(db) == (2, 2000)
@@ -396,8 +458,19 @@ def test_archived_files_of_twelve_commits_show_the_step_at_the_eighth(
 def kvmem_run(tmp_path_factory) -> dict:
     """A kvmem results document (exact metrics of an MHA and an MQA point): made at once."""
     out = tmp_path_factory.mktemp("kvmem") / "kvmem.json"
-    result = run_cli("kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
-                     "--no-measure", "--json", str(out), "-q")  # fmt: skip
+    result = run_cli(
+        "kvmem",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,1",
+        "--no-measure",
+        "--json",
+        str(out),
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     return json.loads(out.read_text())
 
@@ -463,8 +536,10 @@ def test_a_file_that_is_not_a_history_is_refused_and_left_as_it_was(
     args = [kv if a == "KV" else a for a in command]
     foreign = tmp_path / "other.sqlite"
     before = _foreign_sqlite(foreign)
-    one_error(run_cli(*args, str(foreign)), f"--db {foreign}: an SQLite database, but not an "
-              "attnbench history")  # fmt: skip
+    one_error(
+        run_cli(*args, str(foreign)),
+        f"--db {foreign}: an SQLite database, but not an attnbench history",
+    )
     noise = tmp_path / "noise.bin"
     noise.write_bytes(bytes(range(256)) * 4)
     one_error(run_cli(*args, str(noise)), f"--db {noise}: not an attnbench history")
@@ -499,8 +574,9 @@ def test_names_longer_than_the_system_takes_are_one_error_line(kv_history, tmp_p
     kv = str(kv_history.parent / "kv.json")
     added = run_cli("history", "add", kv, "--db", long + ".sqlite")
     one_error(added, "--db '/", ": cannot open it: File name too long")
-    drawn = run_cli("history", "plot", "--db", str(kv_history), "--metric", "kv_bytes",
-                    "--out", long + ".png")  # fmt: skip
+    drawn = run_cli(
+        "history", "plot", "--db", str(kv_history), "--metric", "kv_bytes", "--out", long + ".png"
+    )
     one_error(drawn, "--out '/", ": File name too long")
 
 
@@ -513,8 +589,9 @@ def test_names_longer_than_the_system_takes_are_one_error_line(kv_history, tmp_p
 )
 def test_plot_refuses_a_picture_it_cannot_write_by_its_name(kv_history, name, message):
     out = kv_history.parent / name
-    drawn = run_cli("history", "plot", "--db", str(kv_history), "--metric", "kv_bytes",
-                    "--out", str(out))  # fmt: skip
+    drawn = run_cli(
+        "history", "plot", "--db", str(kv_history), "--metric", "kv_bytes", "--out", str(out)
+    )
     one_error(drawn, f"--out {out}: {message}")
     assert not out.exists() and not out.with_suffix(".png").exists()
 
@@ -522,8 +599,9 @@ def test_plot_refuses_a_picture_it_cannot_write_by_its_name(kv_history, name, me
 @pytest.mark.parametrize(("name", "magic"), [("a/b/t.svg", b"<?xml"), ("t.PDF", b"%PDF")])
 def test_plot_writes_the_format_its_extension_names_making_its_folder(kv_history, name, magic):
     out = kv_history.parent / name
-    drawn = run_cli("history", "plot", "--db", str(kv_history), "--metric", "kv_bytes",
-                    "--out", str(out))  # fmt: skip
+    drawn = run_cli(
+        "history", "plot", "--db", str(kv_history), "--metric", "kv_bytes", "--out", str(out)
+    )
     assert drawn.exit_code == 0 and drawn.output == f"wrote {out}\n", drawn.output
     assert out.read_bytes().startswith(magic)
 
@@ -543,24 +621,28 @@ def test_add_refuses_a_bad_date_commit_or_branch_before_anything(
     tmp_path, kvmem_run, flags, message
 ):
     db = tmp_path / "h.sqlite"
-    one_error(run_cli("history", "add", write(tmp_path / "kv.json", kvmem_run), "--db", str(db),
-                      *flags), message)  # fmt: skip
+    one_error(
+        run_cli("history", "add", write(tmp_path / "kv.json", kvmem_run), "--db", str(db), *flags),
+        message,
+    )
     assert not db.exists()
 
 
 def test_a_date_is_stored_in_the_extended_iso_form(tmp_path, kvmem_run):
     db = tmp_path / "h.sqlite"
     path = write(tmp_path / "kv.json", kvmem_run)
-    result = run_cli("history", "add", path, "--db", str(db), "--commit", "a" * 40,
-                     "--date", "20261005T1200Z")  # fmt: skip
+    result = run_cli(
+        "history", "add", path, "--db", str(db), "--commit", "a" * 40, "--date", "20261005T1200Z"
+    )
     assert result.exit_code == 0, result.output
     assert [c.date for c in stored_commits(db)] == ["2026-10-05T12:00:00+00:00"]
 
 
 def test_a_key_given_twice_in_where_matches_either_value(kv_history):
     def series(where: str) -> str:
-        shown = run_cli("history", "show", "--db", str(kv_history), "--metric", "kv_bytes",
-                        "--where", where)  # fmt: skip
+        shown = run_cli(
+            "history", "show", "--db", str(kv_history), "--metric", "kv_bytes", "--where", where
+        )
         assert shown.exit_code == 0, shown.output
         return shown.output
 
@@ -568,8 +650,7 @@ def test_a_key_given_twice_in_where_matches_either_value(kv_history):
     assert "variant=MHA" in both and "variant=MQA" in both
     only = series("variant=MQA")
     assert "where variant=MQA" in only and "variant=MHA" not in only
-    assert parse_where("variant=MHA, variant=MQA,tp=2") == {"variant": {"MHA", "MQA"},
-                                                            "tp": {"2"}}  # fmt: skip
+    assert parse_where("variant=MHA, variant=MQA,tp=2") == {"variant": {"MHA", "MQA"}, "tp": {"2"}}
 
 
 def test_where_text_that_looks_like_markup_is_shown_as_typed(tmp_path, kvmem_run):
@@ -585,18 +666,24 @@ def test_where_text_that_looks_like_markup_is_shown_as_typed(tmp_path, kvmem_run
     out = tmp_path / "t.png"
     drawn = run_cli("history", "plot", *flags, "--out", str(out))
     assert drawn.exit_code == 0 and out.exists(), drawn.output
-    one_error(run_cli("history", "show", *flags, "--where", "variant=[/]"),
-              "--where variant=[/]: no series of kv_bytes matches")  # fmt: skip
-    one_error(run_cli("history", "show", *flags, "--where", "variant=a\nb"),
-              "--where 'variant=a\\nb': no series")  # fmt: skip
+    one_error(
+        run_cli("history", "show", *flags, "--where", "variant=[/]"),
+        "--where variant=[/]: no series of kv_bytes matches",
+    )
+    one_error(
+        run_cli("history", "show", *flags, "--where", "variant=a\nb"),
+        "--where 'variant=a\\nb': no series",
+    )
     changes = run_cli("history", "changes", *flags[:2], "--format", "markdown")
     assert changes.exit_code == 0, changes.output
 
 
 def test_changes_with_a_where_that_matches_nothing_is_an_error(kv_history):
     """A typo in --where must not report 'no change' and pass a CI check."""
-    one_error(run_cli("history", "changes", "--db", str(kv_history), "--where", "varaint=MHA"),
-              "--where varaint=MHA: no series of any metric matches")  # fmt: skip
+    one_error(
+        run_cli("history", "changes", "--db", str(kv_history), "--where", "varaint=MHA"),
+        "--where varaint=MHA: no series of any metric matches",
+    )
 
 
 def test_an_environment_not_recorded_is_not_labelled_with_nones():

@@ -123,18 +123,35 @@ def memory_guard(extra: int = 1 << 30):
 
 
 LLAMA = {
-    "model_type": "llama", "hidden_size": 256, "num_attention_heads": 8,
-    "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 1000,
-    "intermediate_size": 688, "torch_dtype": "bfloat16",
-}  # fmt: skip
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 4,
+    "vocab_size": 1000,
+    "intermediate_size": 688,
+    "torch_dtype": "bfloat16",
+}
 DEEPSEEK_V3 = {
-    "model_type": "deepseek_v3", "hidden_size": 256, "num_attention_heads": 8,
-    "num_key_value_heads": 8, "num_hidden_layers": 6, "vocab_size": 1000,
-    "intermediate_size": 512, "kv_lora_rank": 32, "q_lora_rank": 48, "qk_rope_head_dim": 16,
-    "qk_nope_head_dim": 32, "v_head_dim": 32, "n_routed_experts": 16,
-    "num_experts_per_tok": 4, "moe_intermediate_size": 64, "n_shared_experts": 1,
-    "first_k_dense_replace": 1, "torch_dtype": "bfloat16",
-}  # fmt: skip
+    "model_type": "deepseek_v3",
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 6,
+    "vocab_size": 1000,
+    "intermediate_size": 512,
+    "kv_lora_rank": 32,
+    "q_lora_rank": 48,
+    "qk_rope_head_dim": 16,
+    "qk_nope_head_dim": 32,
+    "v_head_dim": 32,
+    "n_routed_experts": 16,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 64,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "torch_dtype": "bfloat16",
+}
 
 
 # ------------------------------------------------------------ 1. size and kind of file
@@ -394,9 +411,17 @@ def test_experts_without_a_count_per_token(tmp_path):
 def test_expert_fields_take_transformers_defaults():
     mixtral = {**LLAMA, "model_type": "mixtral", "num_local_experts": 8}
     assert spec_from_hf_config(mixtral, "m", "m").body.moe.experts_per_token == 2
-    bare = {k: v for k, v in DEEPSEEK_V3.items()
-            if k not in ("num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
-                         "first_k_dense_replace")}  # fmt: skip
+    bare = {
+        k: v
+        for k, v in DEEPSEEK_V3.items()
+        if k
+        not in (
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "n_shared_experts",
+            "first_k_dense_replace",
+        )
+    }
     moe = spec_from_hf_config(bare, "m", "m").body.moe
     assert (moe.experts_per_token, moe.intermediate_size, moe.shared_experts) == (8, 2048, 1)
     assert moe.dense_layers == 3
@@ -405,8 +430,14 @@ def test_expert_fields_take_transformers_defaults():
 
 
 def test_gpt2_defaults(tmp_path):
-    cfg = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100,
-           "n_inner": None}  # fmt: skip
+    cfg = {
+        "model_type": "gpt2",
+        "n_embd": 64,
+        "n_head": 4,
+        "n_layer": 2,
+        "vocab_size": 100,
+        "n_inner": None,
+    }
     spec = load_hf_config(write_json(tmp_path, cfg))
     assert spec.body.position_embeddings == GPT2_POSITIONS == 1024
     assert spec.max_position_embeddings == 1024
@@ -418,13 +449,31 @@ def test_gpt2_defaults(tmp_path):
 #: DeepseekV2Config 11008, DeepseekV3Config 18432, and those of the other configuration
 #: classes of the model types with a whole-model body).
 INTERMEDIATE = {
-    "llama": 11008, "mistral": 14336, "mixtral": 14336, "qwen2": 22016, "qwen3": 22016,
-    "gemma": 24576, "gemma3_text": 9216, "deepseek_v2": 11008, "deepseek_v3": 18432,
-    "cohere": 22528, "cohere2": 22528, "exaone4": 16384, "glm4": 13696, "glm4_moe": 10944,
-    "gpt_oss": 2880, "granite": 11008, "llama4_text": 8192, "olmo2": 11008, "phi3": 8192,
-    "phimoe": 6400, "qwen2_moe": 5632, "qwen3_moe": 6144, "smollm3": 11008,
+    "llama": 11008,
+    "mistral": 14336,
+    "mixtral": 14336,
+    "qwen2": 22016,
+    "qwen3": 22016,
+    "gemma": 24576,
+    "gemma3_text": 9216,
+    "deepseek_v2": 11008,
+    "deepseek_v3": 18432,
+    "cohere": 22528,
+    "cohere2": 22528,
+    "exaone4": 16384,
+    "glm4": 13696,
+    "glm4_moe": 10944,
+    "gpt_oss": 2880,
+    "granite": 11008,
+    "llama4_text": 8192,
+    "olmo2": 11008,
+    "phi3": 8192,
+    "phimoe": 6400,
+    "qwen2_moe": 5632,
+    "qwen3_moe": 6144,
+    "smollm3": 11008,
     "starcoder2": 12288,
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("model_type", sorted(INTERMEDIATE))
@@ -445,8 +494,12 @@ def test_gemma2_must_give_intermediate_size(tmp_path):
 
 
 def test_model_type_defaults_of_the_attention():
-    falcon = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 8,
-              "num_hidden_layers": 2}  # fmt: skip
+    falcon = {
+        "model_type": "falcon",
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+    }
     assert spec_from_hf_config(falcon, "f", "f").num_kv_heads == 1  # FalconConfig: multi_query
     gemma = {**LLAMA, "model_type": "gemma"}
     assert spec_from_hf_config(gemma, "g", "g").head_dim == 256  # GemmaConfig: head_dim 256
@@ -463,25 +516,50 @@ def test_unknown_architectures_are_read_for_attention_only(tmp_path):
 
 #: Every integer field read, in a config that reads it: (config, field, minimum).
 INT_FIELDS = [
-    *((LLAMA, f, 1) for f in ("hidden_size", "num_attention_heads", "num_hidden_layers",
-                              "num_key_value_heads", "head_dim", "vocab_size",
-                              "intermediate_size", "max_position_embeddings",
-                              "sliding_window")),
-    *(({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 10}, f, 1)
-      for f in ("n_embd", "n_head", "n_layer", "n_positions", "n_inner")),
+    *(
+        (LLAMA, f, 1)
+        for f in (
+            "hidden_size",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+            "intermediate_size",
+            "max_position_embeddings",
+            "sliding_window",
+        )
+    ),
+    *(
+        ({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 10}, f, 1)
+        for f in ("n_embd", "n_head", "n_layer", "n_positions", "n_inner")
+    ),
     ({**LLAMA, "model_type": "falcon", "new_decoder_architecture": True}, "num_kv_heads", 1),
     ({**LLAMA, "model_type": "falcon", "new_decoder_architecture": True}, "n_head_kv", 1),
     ({**LLAMA, "model_type": "falcon"}, "ffn_hidden_size", 1),
-    ({**LLAMA, "model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True},
-     "max_window_layers", 0),
+    (
+        {**LLAMA, "model_type": "qwen2", "sliding_window": 64, "use_sliding_window": True},
+        "max_window_layers",
+        0,
+    ),
     ({**LLAMA, "model_type": "gemma3_text", "sliding_window": 64}, "sliding_window_pattern", 1),
-    *((DEEPSEEK_V3, f, 1) for f in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
-                                    "qk_nope_head_dim", "v_head_dim", "n_routed_experts",
-                                    "num_experts_per_tok", "moe_intermediate_size",
-                                    "moe_layer_freq")),
+    *(
+        (DEEPSEEK_V3, f, 1)
+        for f in (
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_rope_head_dim",
+            "qk_nope_head_dim",
+            "v_head_dim",
+            "n_routed_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "moe_layer_freq",
+        )
+    ),
     *((DEEPSEEK_V3, f, 0) for f in ("n_shared_experts", "first_k_dense_replace")),
     ({**LLAMA, "model_type": "mixtral", "num_experts_per_tok": 2}, "num_local_experts", 1),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("cfg", "field", "minimum"), INT_FIELDS, ids=[f for _, f, _ in INT_FIELDS])
@@ -494,11 +572,21 @@ def test_every_integer_field_is_checked(cfg, field, minimum):
 
 
 BOOL_FIELDS = [
-    *((LLAMA, f) for f in ("tie_word_embeddings", "attention_bias", "mlp_bias", "multi_query",
-                           "use_sliding_window")),
-    *(({**LLAMA, "model_type": "falcon"}, f)
-      for f in ("bias", "parallel_attn", "new_decoder_architecture")),
-]  # fmt: skip
+    *(
+        (LLAMA, f)
+        for f in (
+            "tie_word_embeddings",
+            "attention_bias",
+            "mlp_bias",
+            "multi_query",
+            "use_sliding_window",
+        )
+    ),
+    *(
+        ({**LLAMA, "model_type": "falcon"}, f)
+        for f in ("bias", "parallel_attn", "new_decoder_architecture")
+    ),
+]
 
 
 @pytest.mark.parametrize(("cfg", "field"), BOOL_FIELDS, ids=[f for _, f in BOOL_FIELDS])

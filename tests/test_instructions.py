@@ -38,8 +38,9 @@ CPU = torch.device("cpu")
 
 
 def tiny(num_kv_heads: int, **changes) -> DecodePoint:
-    point = DecodePoint(d_model=64, num_heads=2, num_kv_heads=num_kv_heads, batch=1,
-                        dtype="float32", prompt_len=16)  # fmt: skip
+    point = DecodePoint(
+        d_model=64, num_heads=2, num_kv_heads=num_kv_heads, batch=1, dtype="float32", prompt_len=16
+    )
     return replace(point, **changes)
 
 
@@ -197,14 +198,24 @@ def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
 
     def fake(points, options, device):
         calls.append(list(points))
-        return [instructions.NO_VALGRIND if p.num_kv_heads == 1 else 1000 + p.prompt_len
-                for p in points]  # fmt: skip
+        return [
+            instructions.NO_VALGRIND if p.num_kv_heads == 1 else 1000 + p.prompt_len for p in points
+        ]
 
     monkeypatch.setattr(instructions, "count_instructions", fake)
     monkeypatch.setattr(instructions, "valgrind_version", lambda: "valgrind-9.9.9")
-    values = {"d_model": [32], "num_heads": [4], "num_kv_heads": [2, 1], "prompt_len": [4, 8],
-              "mode": ["cache", "no_cache"], "repeats": 1, "prefill": False,
-              "reference": "none", "instructions": True, "device": "cpu"}  # fmt: skip
+    values = {
+        "d_model": [32],
+        "num_heads": [4],
+        "num_kv_heads": [2, 1],
+        "prompt_len": [4, 8],
+        "mode": ["cache", "no_cache"],
+        "repeats": 1,
+        "prefill": False,
+        "reference": "none",
+        "instructions": True,
+        "device": "cpu",
+    }
     result = run_study(plan_command("decode", None, values), command="decode-speed")
     assert len(calls) == 1 and {p.mode for p in calls[0]} == {"cache"} and len(calls[0]) == 4
     for rec in result.records["decode"]:
@@ -229,9 +240,18 @@ def test_no_valgrind_runs_for_its_version_when_no_point_was_counted(monkeypatch)
 
     monkeypatch.setattr(instructions, "count_instructions", refused)
     monkeypatch.setattr(instructions, "valgrind_version", lambda: asked.append(1) or "valgrind-9")
-    values = {"d_model": [32], "num_heads": [4], "num_kv_heads": [2], "prompt_len": [4],
-              "mode": ["cache"], "repeats": 1, "prefill": False, "reference": "none",
-              "instructions": True, "device": "cpu"}  # fmt: skip
+    values = {
+        "d_model": [32],
+        "num_heads": [4],
+        "num_kv_heads": [2],
+        "prompt_len": [4],
+        "mode": ["cache"],
+        "repeats": 1,
+        "prefill": False,
+        "reference": "none",
+        "instructions": True,
+        "device": "cpu",
+    }
     result = run_study(plan_command("decode", None, values), command="decode-speed")
     assert [r.status for r in result.records["decode"]] == [instructions.NO_VALGRIND]
     assert asked == []

@@ -33,14 +33,28 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 CPU = torch.device("cpu")
 #: One context, MHA and MQA, both modes, six rounds.
-GROUP = {"d_model": [32], "num_heads": [4], "num_kv_heads": [4, 1], "batch": [1],
-         "prompt_len": [4], "warmup": 0, "repeats": 6, "device": "cpu",
-         "prefill": False}  # fmt: skip
+GROUP = {
+    "d_model": [32],
+    "num_heads": [4],
+    "num_kv_heads": [4, 1],
+    "batch": [1],
+    "prompt_len": [4],
+    "warmup": 0,
+    "repeats": 6,
+    "device": "cpu",
+    "prefill": False,
+}
 
 
 def point(**fields) -> DecodePoint:
-    base = {"d_model": 32, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "prompt_len": 4,
-            "dtype": "float32"}  # fmt: skip
+    base = {
+        "d_model": 32,
+        "num_heads": 4,
+        "num_kv_heads": 4,
+        "batch": 1,
+        "prompt_len": 4,
+        "dtype": "float32",
+    }
     return DecodePoint(**{**base, **fields})
 
 
@@ -111,9 +125,12 @@ def test_providers_are_compared_with_the_baseline_round_by_round():
 
 
 def test_comparisons_pair_each_point_with_its_reference():
-    points = [point(num_kv_heads=kv, provider=p, mode=m)
-              for kv in (4, 2) for p in ("attnbench", "naive")
-              for m in ("no_cache", "cache")]  # fmt: skip
+    points = [
+        point(num_kv_heads=kv, provider=p, mode=m)
+        for kv in (4, 2)
+        for p in ("attnbench", "naive")
+        for m in ("no_cache", "cache")
+    ]
     found = interleave.comparisons(points, "attnbench")
     pairs = {(c.name, points[c.of], points[c.over]) for c in found}
     wide_cache = point(num_kv_heads=4, mode="cache")
@@ -122,15 +139,25 @@ def test_comparisons_pair_each_point_with_its_reference():
     naive = point(num_kv_heads=4, provider="naive", mode="no_cache")
     assert ("x_of_baseline", naive, point(num_kv_heads=4, mode="no_cache")) in pairs
     # the narrowest of naive's own variants; nothing is compared with itself
-    assert ("x_of_narrowest", dataclasses.replace(wide_cache, provider="naive"),
-            point(num_kv_heads=2, provider="naive", mode="cache")) in pairs  # fmt: skip
+    assert (
+        "x_of_narrowest",
+        dataclasses.replace(wide_cache, provider="naive"),
+        point(num_kv_heads=2, provider="naive", mode="cache"),
+    ) in pairs
     assert all(c.of != c.over for c in found)
     assert len(pairs) == 2 + 4 + 4  # narrowest per provider, cache/no cache, naive vs base
 
 
 def test_groups_hold_one_context_within_the_free_memory():
-    points = run_order([point(num_kv_heads=kv, prompt_len=n, mode=m) for kv in (4, 1)
-                        for n in (4, 8) for m in ("cache", "no_cache")], {})  # fmt: skip
+    points = run_order(
+        [
+            point(num_kv_heads=kv, prompt_len=n, mode=m)
+            for kv in (4, 1)
+            for n in (4, 8)
+            for m in ("cache", "no_cache")
+        ],
+        {},
+    )
     ample = interleave.sampling_groups(points, {}, CPU, lambda device: 1 << 40)
     assert ample == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert all(len({points[i].prompt_len for i in g}) == 1 for g in ample)
@@ -181,8 +208,12 @@ def test_no_cache_points_stay_within_their_longest_context():
     points = [point(prompt_len=n, mode=m) for n in (4, 64, 256) for m in ("cache", "no_cache")]
     kept = run_order(points, {"no_cache_max_prompt_len": 64})
     assert [(p.prompt_len, p.mode) for p in kept] == [
-        (4, "no_cache"), (4, "cache"), (64, "no_cache"), (64, "cache"), (256, "cache")
-    ]  # fmt: skip
+        (4, "no_cache"),
+        (4, "cache"),
+        (64, "no_cache"),
+        (64, "cache"),
+        (256, "cache"),
+    ]
     assert len(run_order(points, {})) == 6
 
 

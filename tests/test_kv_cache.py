@@ -13,8 +13,10 @@ B, H, S, D = 2, 3, 10, 4
 
 
 def kv(tokens: int, batch=B, heads=H, dim=D, dtype=torch.float32):
-    return (torch.randn(batch, heads, tokens, dim, dtype=dtype),
-            torch.randn(batch, heads, tokens, dim, dtype=dtype))  # fmt: skip
+    return (
+        torch.randn(batch, heads, tokens, dim, dtype=dtype),
+        torch.randn(batch, heads, tokens, dim, dtype=dtype),
+    )
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

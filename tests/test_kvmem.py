@@ -29,10 +29,22 @@ CPU = torch.device("cpu")
 GiB, MiB = 1024**3, 1024**2
 
 CSV_COLUMNS = [
-    "model", "variant", "num_layers", "num_heads", "num_kv_heads", "head_dim", "batch",
-    "seq_len", "dtype", "bytes_per_token", "kv_bytes_per_layer", "kv_bytes",
-    "measured_bytes", "ratio_vs_mha", "status",
-]  # fmt: skip
+    "model",
+    "variant",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "batch",
+    "seq_len",
+    "dtype",
+    "bytes_per_token",
+    "kv_bytes_per_layer",
+    "kv_bytes",
+    "measured_bytes",
+    "ratio_vs_mha",
+    "status",
+]
 
 
 def kvmem_json(tmp_path, *args) -> list[dict]:
@@ -133,8 +145,16 @@ def test_default_dtype_is_float16():
 def test_billion_sequences_are_computed_not_listed():
     # 2 * L * B * S * Hkv * D * b for Llama-2-70B's shape (80 layers, 8 KV heads of 128,
     # float16) at batch 10**9 and 4096 tokens; the batch is a count, never a list of lengths.
-    p = KvmemPoint(d_model=8192, num_heads=64, num_kv_heads=8, num_layers=80, batch=10**9,
-                   seq_len=4096, dtype="float16", scale_dtype="float16")  # fmt: skip
+    p = KvmemPoint(
+        d_model=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        num_layers=80,
+        batch=10**9,
+        seq_len=4096,
+        dtype="float16",
+        scale_dtype="float16",
+    )
     start = time.perf_counter()
     rec = kvmem.run(p)
     assert time.perf_counter() - start < 1.0
@@ -163,16 +183,29 @@ def test_cli_article_config(tmp_path):
 
 def test_cli_flags_match_article(tmp_path):
     records = kvmem_json(
-        tmp_path, "--d-model", 4096, "--heads", 32, "--kv-heads", "32,8,4,1",
-        "--batch", 32, "--seq-len", 2048, "--dtype", "float16", "--no-measure",
-    )  # fmt: skip
+        tmp_path,
+        "--d-model",
+        4096,
+        "--heads",
+        32,
+        "--kv-heads",
+        "32,8,4,1",
+        "--batch",
+        32,
+        "--seq-len",
+        2048,
+        "--dtype",
+        "float16",
+        "--no-measure",
+    )
     assert [r["kv_bytes"] for r in records] == [1 * GiB, 256 * MiB, 128 * MiB, 32 * MiB]
     assert [r["ratio_vs_mha"] for r in records] == [1.0, 0.25, 0.125, 0.03125]
 
 
 def test_cli_llama_2_70b(tmp_path):
-    (rec,) = kvmem_json(tmp_path, "--model", "llama-2-70b", "--seq-len", 4096,
-                        "--dtype", "float16", "--no-measure")  # fmt: skip
+    (rec,) = kvmem_json(
+        tmp_path, "--model", "llama-2-70b", "--seq-len", 4096, "--dtype", "float16", "--no-measure"
+    )
     # 2 * 80 * 8 * 128 * 2 = 327,680 B/token; x 4096 = 1,342,177,280 B
     assert rec["num_layers"] == 80
     assert rec["batch"] == 1
@@ -189,8 +222,20 @@ def test_without_layers_and_model_one_layer(tmp_path):
 
 
 def test_layers_flag(tmp_path):
-    records = kvmem_json(tmp_path, "--d-model", 512, "--heads", 8, "--kv-heads", 2,
-                         "--layers", "1,4", "--seq-len", 16, "--no-measure")  # fmt: skip
+    records = kvmem_json(
+        tmp_path,
+        "--d-model",
+        512,
+        "--heads",
+        8,
+        "--kv-heads",
+        2,
+        "--layers",
+        "1,4",
+        "--seq-len",
+        16,
+        "--no-measure",
+    )
     by_layers = {r["num_layers"]: r for r in records}
     assert set(by_layers) == {1, 4}
     # 2 * L * 2 KV heads * 64 * 2 bytes
@@ -204,18 +249,34 @@ def test_model_uses_its_layers_and_dtype(tmp_path):
     assert rec["num_layers"] == 32
     assert rec["dtype"] == "bfloat16"
     assert rec["bytes_per_token"] == 2 * 32 * 8 * 128 * 2  # 131,072
-    (rec32,) = kvmem_json(tmp_path, "--model", "llama-3-8b", "--seq-len", 8,
-                          "--dtype", "float32", "--no-measure")  # fmt: skip
+    (rec32,) = kvmem_json(
+        tmp_path, "--model", "llama-3-8b", "--seq-len", 8, "--dtype", "float32", "--no-measure"
+    )
     assert rec32["dtype"] == "float32"
     assert rec32["bytes_per_token"] == 2 * rec["bytes_per_token"]
 
 
 def test_measured_equals_analytic_on_cpu(tmp_path):
     records = kvmem_json(
-        tmp_path, "--d-model", 256, "--heads", 8, "--kv-heads", "8,2,1", "--layers", "1,3",
-        "--batch", "1,2", "--seq-len", 16, "--dtype", "float32,bfloat16", "--device", "cpu",
+        tmp_path,
+        "--d-model",
+        256,
+        "--heads",
+        8,
+        "--kv-heads",
+        "8,2,1",
+        "--layers",
+        "1,3",
+        "--batch",
+        "1,2",
+        "--seq-len",
+        16,
+        "--dtype",
+        "float32,bfloat16",
+        "--device",
+        "cpu",
         "--measure",
-    )  # fmt: skip
+    )
     assert len(records) == 3 * 2 * 2 * 2
     for r in records:
         assert r["measured_bytes"] == r["kv_bytes"], r
@@ -233,9 +294,17 @@ def test_skipped_when_cache_does_not_fit(tmp_path):
     free = 4096
     # 1 layer, 4 heads of 16, fp16: 2 * 4 * 16 * 2 = 256 B/token (MHA), 64 B/token (MQA)
     # seq 16: MHA 4,096 B (fits exactly), MQA 1,024 B; seq 64: MHA 16,384 B (does not fit)
-    plan = plan_command("kvmem", None, {"d_model": [64], "num_heads": [4],
-                                        "num_kv_heads": [4, 1], "seq_len": [16, 64],
-                                        "device": "cpu"})  # fmt: skip
+    plan = plan_command(
+        "kvmem",
+        None,
+        {
+            "d_model": [64],
+            "num_heads": [4],
+            "num_kv_heads": [4, 1],
+            "seq_len": [16, 64],
+            "device": "cpu",
+        },
+    )
     seen = []
 
     def execute(task, context):
@@ -266,8 +335,11 @@ def test_no_measure_never_measures():
     def boom(device):
         raise AssertionError("--no-measure must not look at free memory")
 
-    plan = plan_command("kvmem", None, {"d_model": [64], "num_heads": [4], "seq_len": [8],
-                                        "device": "cpu", "measure": False})  # fmt: skip
+    plan = plan_command(
+        "kvmem",
+        None,
+        {"d_model": [64], "num_heads": [4], "seq_len": [8], "device": "cpu", "measure": False},
+    )
     result = run_study(plan, execute=lambda task, ctx: kvmem.run(task.point, ctx, boom))
     (rec,) = result.records["kvmem"]
     assert rec.measured_bytes is None
@@ -280,8 +352,20 @@ def test_no_measure_never_measures():
 
 def test_csv_columns(tmp_path):
     out = tmp_path / "k.csv"
-    result = runner.invoke(app, ["kvmem", "--model", "mistral-7b", "--seq-len", "32",
-                                 "--no-measure", "--csv", str(out), "-q"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "kvmem",
+            "--model",
+            "mistral-7b",
+            "--seq-len",
+            "32",
+            "--no-measure",
+            "--csv",
+            str(out),
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     with out.open() as fh:
         reader = csv.reader(fh)
@@ -320,15 +404,17 @@ def test_unknown_device_exits_2():
         (["--d-model", "64", "--heads", "4", "--batch", "0"], "--batch 0: must be >= 1"),
         (["--d-model", "64", "--heads", "4", "--seq-len", "x"], "--seq-len x: expected integer"),
         (["--d-model", "64", "--heads", "4", "--dtype", "fp8"], "--dtype fp8: unknown dtype"),
-        (["--d-model", "64", "--heads", "4", "--kv-heads", "3"],
-         "invalid combination --d-model 64 --heads 4 --kv-heads 3: "
-         "num_kv_heads 3 does not divide num_heads 4"),
+        (
+            ["--d-model", "64", "--heads", "4", "--kv-heads", "3"],
+            "invalid combination --d-model 64 --heads 4 --kv-heads 3: "
+            "num_kv_heads 3 does not divide num_heads 4",
+        ),
         (["--d-model", "60", "--heads", "8"], "num_heads 8 does not divide d_model 60"),
         (["--d-model", "60", "--heads", "8"], "invalid combination --d-model 60 --heads 8"),
         (["--heads", "4"], "give --d-model and --heads or --model"),
         ([], "nothing to run"),
     ],
-)  # fmt: skip
+)
 def test_bad_flags_exit_2(args, needle):
     result = runner.invoke(app, ["kvmem", *args, "--no-measure"])
     assert result.exit_code == 2, result.output

@@ -82,8 +82,15 @@ def test_the_suggested_bounds():
     assert upper["d_model"] == 1_048_576
     assert upper["num_heads"] == upper["num_kv_heads"] == upper["head_dim"] == 65_536
     assert upper["num_layers"] == 100_000
-    for name in ("batch", "seq_len", "prompt_len", "page_size", "kv_scale_group",
-                 "sliding_window", "seq_lens"):  # fmt: skip
+    for name in (
+        "batch",
+        "seq_len",
+        "prompt_len",
+        "page_size",
+        "kv_scale_group",
+        "sliding_window",
+        "seq_lens",
+    ):
         assert upper[name] == 10**9, name
     assert upper["gen_len"] == 1_000_000
     assert upper["warmup"] == upper["repeats"] == 10_000
@@ -117,8 +124,21 @@ def test_a_huge_layer_count_is_refused_not_a_memory_error():
 
 def test_a_billion_sequences_are_sized_at_once_in_exact_integers(tmp_path):
     out = tmp_path / "kv.json"
-    result, seconds = invoke("kvmem", "--d-model", 512, "--heads", 8, "--batch", 10**9,
-                             "--seq-len", 4096, "--no-measure", "--json", out, "-q")  # fmt: skip
+    result, seconds = invoke(
+        "kvmem",
+        "--d-model",
+        512,
+        "--heads",
+        8,
+        "--batch",
+        10**9,
+        "--seq-len",
+        4096,
+        "--no-measure",
+        "--json",
+        out,
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     assert seconds < 5
     (record,) = json.loads(out.read_text())["records"]
@@ -148,8 +168,16 @@ def test_a_value_above_its_maximum_in_a_sweep_file_is_named_where_it_is(tmp_path
 def test_the_planner_bounds_what_a_model_brings():
     config = load_config(None)
     sec = resolve(config, "params", {"d_model": [64], "num_heads": [4]})
-    wide = ModelSpec(name="wide", d_model=2**21, num_heads=8, num_kv_heads=8, head_dim=64,
-                     num_layers=2, dtype="float16", source="a test")  # fmt: skip
+    wide = ModelSpec(
+        name="wide",
+        d_model=2**21,
+        num_heads=8,
+        num_kv_heads=8,
+        head_dim=64,
+        num_layers=2,
+        dtype="float16",
+        source="a test",
+    )
     sec.models.append(wide)
     with pytest.raises(Problems) as info:
         plan_sections(config, {"params": sec})
@@ -164,8 +192,9 @@ def test_seq_lens_are_counted_before_they_are_built():
     with pytest.raises(FieldError):
         parse_seq_lens("linspace:1:4096:100000000000")
     assert len(parse_seq_lens(f"{MAX_SEQUENCES}x1")) == MAX_SEQUENCES
-    result, seconds = invoke("kvmem", "--d-model", 64, "--heads", 4, "--seq-lens",
-                             "1000000000000x5")  # fmt: skip
+    result, seconds = invoke(
+        "kvmem", "--d-model", 64, "--heads", 4, "--seq-lens", "1000000000000x5"
+    )
     assert one_error(result).startswith("--seq-lens 1000000000000x5: more than 1,000,000")
     assert seconds < 5
     result, _ = invoke("kvmem", "--d-model", 64, "--heads", 4, "--seq-lens", "3,2000000000")
@@ -200,8 +229,17 @@ def test_threads_are_bounded_in_planning_as_a_field_error(monkeypatch):
 
 
 def point(**kw) -> DecodePoint:
-    base = dict(d_model=64, num_heads=4, num_kv_heads=2, batch=3, dtype="float32",
-                prompt_len=10, gen_len=5, provider="attnbench", mode="cache")  # fmt: skip
+    base = dict(
+        d_model=64,
+        num_heads=4,
+        num_kv_heads=2,
+        batch=3,
+        dtype="float32",
+        prompt_len=10,
+        gen_len=5,
+        provider="attnbench",
+        mode="cache",
+    )
     return DecodePoint(**{**base, **kw})
 
 
@@ -226,9 +264,17 @@ def test_decode_bytes_counts_input_cache_weights_and_scores():
     assert decode_bytes(point(provider="hf", gen_len=0)) == (
         weights + 3 * 11 * 64 * b + 2 * (2 * 3 * 2 * 11 * 16 * b) + prefill
     )
-    huge = point(d_model=2**20, num_heads=2**16, num_kv_heads=2**16, head_dim=2**16,
-                 batch=10**9, prompt_len=10**9, gen_len=10**6, mode="no_cache",
-                 provider="naive")  # fmt: skip
+    huge = point(
+        d_model=2**20,
+        num_heads=2**16,
+        num_kv_heads=2**16,
+        head_dim=2**16,
+        batch=10**9,
+        prompt_len=10**9,
+        gen_len=10**6,
+        mode="no_cache",
+        provider="naive",
+    )
     assert decode_bytes(huge) > 2**63  # exact in Python integers, far past any int64
 
 
@@ -256,9 +302,24 @@ def test_a_decode_point_that_fits_runs():
 
 def test_a_decode_too_large_for_memory_is_recorded_not_run(tmp_path):
     out = tmp_path / "d.json"
-    result, seconds = invoke("decode-speed", "--d-model", 4096, "--heads", 32, "--batch",
-                             10**6, "--prompt-len", 10**5, "--gen-len", 1, "--mode", "cache",
-                             "--json", out, "-q")  # fmt: skip
+    result, seconds = invoke(
+        "decode-speed",
+        "--d-model",
+        4096,
+        "--heads",
+        32,
+        "--batch",
+        10**6,
+        "--prompt-len",
+        10**5,
+        "--gen-len",
+        1,
+        "--mode",
+        "cache",
+        "--json",
+        out,
+        "-q",
+    )
     assert seconds < 10
     assert "Traceback" not in result.output
     (record,) = json.loads(out.read_text())["records"]
@@ -277,8 +338,7 @@ def test_a_huge_generation_is_refused_at_once():
 
 def billion_points(path):
     axis = list(range(1, 1001))
-    body = {"d_model": 512, "num_heads": 8, "batch": axis, "seq_len": axis,
-            "page_size": axis}  # fmt: skip
+    body = {"d_model": 512, "num_heads": 8, "batch": axis, "seq_len": axis, "page_size": axis}
     path.write_text(yaml.safe_dump({"kvmem": body}))
 
 
@@ -330,14 +390,15 @@ def test_max_points_raises_the_limit(tmp_path, monkeypatch):
     result, _ = invoke("run", "s.yaml", "--dry-run", "--max-points", 6)
     assert result.exit_code == 0, result.output
     assert "6 points" in result.stdout
-    for bad, message in (("0", "--max-points 0: must be >= 1"),
-                         ("-3", "--max-points -3: must be >= 1"),
-                         ("many", "--max-points many: expected an integer"),
-                         ("1e5", "--max-points 1e5: expected an integer"),
-                         ("100001", "--max-points 100001: must be <= 100,000"),
-                         ("1,000,000,000", "--max-points 1,000,000,000: must be <= 100,000"),
-                         ("9" * 5000, f"--max-points '{'9' * 56}...: must be <= 100,000"),
-                         ):  # fmt: skip
+    for bad, message in (
+        ("0", "--max-points 0: must be >= 1"),
+        ("-3", "--max-points -3: must be >= 1"),
+        ("many", "--max-points many: expected an integer"),
+        ("1e5", "--max-points 1e5: expected an integer"),
+        ("100001", "--max-points 100001: must be <= 100,000"),
+        ("1,000,000,000", "--max-points 1,000,000,000: must be <= 100,000"),
+        ("9" * 5000, f"--max-points '{'9' * 56}...: must be <= 100,000"),
+    ):
         result, seconds = invoke("run", "s.yaml", "--dry-run", "--max-points", bad)
         assert one_error(result) == message
         assert seconds < 5
@@ -352,8 +413,11 @@ def test_the_most_points_are_stated_in_the_help():
 
 def test_the_limit_holds_for_every_section_together(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    study = {"defaults": {"d_model": 64, "num_heads": 4}, "params": {"num_kv_heads": [4, 2, 1]},
-             "kvmem": {"batch": [1, 2], "measure": False}}  # fmt: skip
+    study = {
+        "defaults": {"d_model": 64, "num_heads": 4},
+        "params": {"num_kv_heads": [4, 2, 1]},
+        "kvmem": {"batch": [1, 2], "measure": False},
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
     with pytest.raises(TooManyPoints) as info:
         plan_study("s.yaml", max_points=4)
@@ -374,8 +438,9 @@ def test_a_command_keeps_the_default_limit(tmp_path, monkeypatch):
     )
     assert seconds < 5
     axis = ",".join(map(str, range(1, 1001)))
-    result, _ = invoke("kvmem", "--d-model", 64, "--heads", 4, "--batch", axis, "--seq-len",
-                       axis, "--no-measure")  # fmt: skip
+    result, _ = invoke(
+        "kvmem", "--d-model", 64, "--heads", 4, "--batch", axis, "--seq-len", axis, "--no-measure"
+    )
     assert one_error(result) == (
         "1,000,000 points in kvmem, more than the limit of 100,000 (give fewer values)"
     )
@@ -397,7 +462,7 @@ def test_a_command_keeps_the_default_limit(tmp_path, monkeypatch):
                 "backend": ["sdpa", "naive"],
             },
             None,
-        ),  # fmt: skip
+        ),
         ("fit", {"seq_len": [1024, 2048], "memory": "80GiB"}, ["llama-2-7b", "mistral-7b"]),
     ],
 )

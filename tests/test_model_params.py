@@ -65,10 +65,9 @@ def _non_embedding(spec: ModelSpec) -> int:
 CHECKPOINT_BYTES = [
     ("llama-3-8b", 16_060_522_496, "meta-llama/Meta-Llama-3-8B model.safetensors.index.json"),
     ("mistral-7b", 14_483_464_192, "mistralai/Mistral-7B-v0.1 model.safetensors.index.json"),
-    ("mixtral-8x7b", 93_405_585_408,
-     "mistralai/Mixtral-8x7B-v0.1 model.safetensors.index.json"),
+    ("mixtral-8x7b", 93_405_585_408, "mistralai/Mixtral-8x7B-v0.1 model.safetensors.index.json"),
     ("qwen2.5-7b", 15_231_233_024, "Qwen/Qwen2.5-7B-Instruct model.safetensors.index.json"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, total_size, source", CHECKPOINT_BYTES)
@@ -80,25 +79,65 @@ def test_checkpoint_sizes_published_with_the_weights(name, total_size, source):
 # source). Publishers round or truncate (Qwen: 7.6156B is "7.61B" but 6.5256B "6.53B"), so
 # ours must be within one unit of the last published digit.
 ROUNDED = [
-    ("llama-2-7b", "total", total_params, 7, 0,
-     "Touvron et al. 2023, Llama 2, Table 1 (7B)"),
-    ("mixtral-8x7b", "total", total_params, 46.7, 1,
-     "Mistral AI, Mixtral of experts (2023): 46.7B total parameters"),
-    ("mixtral-8x7b", "active", active_params, 12.9, 1,
-     "Mistral AI, Mixtral of experts (2023): 12.9B parameters per token"),
-    ("qwen2.5-7b", "total", total_params, 7.61, 2,
-     "Qwen/Qwen2.5-7B model card: Number of Parameters 7.61B"),
-    ("qwen2.5-7b", "non-embedding", _non_embedding, 6.53, 2,
-     "Qwen/Qwen2.5-7B model card: Number of Parameters (Non-Embedding) 6.53B"),
-    ("deepseek-v2-lite", "total", total_params, 15.7, 1,
-     "deepseek-ai/DeepSeek-V2-Lite model card: 15.7B total parameters"),
-    ("deepseek-v2", "total", total_params, 236, 0,
-     "DeepSeek-AI 2024, DeepSeek-V2 (arXiv:2405.04434): 236B total parameters"),
-    ("deepseek-v3", "total", total_params, 671, 0,
-     "DeepSeek-AI 2024, DeepSeek-V3 (arXiv:2412.19437): 671B total parameters"),
-    ("gpt3-175b", "total", total_params, 175, 0,
-     "Brown et al. 2020, Table 2.1: 175.0B"),
-]  # fmt: skip
+    ("llama-2-7b", "total", total_params, 7, 0, "Touvron et al. 2023, Llama 2, Table 1 (7B)"),
+    (
+        "mixtral-8x7b",
+        "total",
+        total_params,
+        46.7,
+        1,
+        "Mistral AI, Mixtral of experts (2023): 46.7B total parameters",
+    ),
+    (
+        "mixtral-8x7b",
+        "active",
+        active_params,
+        12.9,
+        1,
+        "Mistral AI, Mixtral of experts (2023): 12.9B parameters per token",
+    ),
+    (
+        "qwen2.5-7b",
+        "total",
+        total_params,
+        7.61,
+        2,
+        "Qwen/Qwen2.5-7B model card: Number of Parameters 7.61B",
+    ),
+    (
+        "qwen2.5-7b",
+        "non-embedding",
+        _non_embedding,
+        6.53,
+        2,
+        "Qwen/Qwen2.5-7B model card: Number of Parameters (Non-Embedding) 6.53B",
+    ),
+    (
+        "deepseek-v2-lite",
+        "total",
+        total_params,
+        15.7,
+        1,
+        "deepseek-ai/DeepSeek-V2-Lite model card: 15.7B total parameters",
+    ),
+    (
+        "deepseek-v2",
+        "total",
+        total_params,
+        236,
+        0,
+        "DeepSeek-AI 2024, DeepSeek-V2 (arXiv:2405.04434): 236B total parameters",
+    ),
+    (
+        "deepseek-v3",
+        "total",
+        total_params,
+        671,
+        0,
+        "DeepSeek-AI 2024, DeepSeek-V3 (arXiv:2412.19437): 671B total parameters",
+    ),
+    ("gpt3-175b", "total", total_params, 175, 0, "Brown et al. 2020, Table 2.1: 175.0B"),
+]
 
 
 @pytest.mark.parametrize("name, what, count, published, decimals, source", ROUNDED)
@@ -125,14 +164,22 @@ def test_gemma_reports(name, non_embedding, embedding, source):
 
 # --- tensor parallelism, by hand -----------------------------------------------------------
 
-TINY = ModelSpec("tiny", 1, 8, 4, 2, 2, "float16", "test",
-                 body=ModelBody(vocab_size=10, intermediate_size=6))  # fmt: skip
+TINY = ModelSpec(
+    "tiny", 1, 8, 4, 2, 2, "float16", "test", body=ModelBody(vocab_size=10, intermediate_size=6)
+)
 
 
 def test_parts_per_rank_by_hand():
     # tp 1: embeddings 10*8, q 8*8, k and v 8*4, o 8*8, MLP 3*8*6, norms 3*8, head 10*8.
-    assert part_params(TINY) == {"embeddings": 80, "attention": 192, "mlp": 144, "experts": 0,
-                                 "router": 0, "norms": 24, "output head": 80}  # fmt: skip
+    assert part_params(TINY) == {
+        "embeddings": 80,
+        "attention": 192,
+        "mlp": 144,
+        "experts": 0,
+        "router": 0,
+        "norms": 24,
+        "output head": 80,
+    }
     # tp 2: vocabulary 5 rows, 2 query heads and 1 KV head, intermediate 3; norms replicated.
     assert sum(part_params(TINY, 2).values()) == 40 + (32 + 16 + 16 + 32) + 72 + 24 + 40
     # tp 4 > 2 KV heads: each rank keeps one KV head; ceil(10 / 4) = 3 rows, ceil(6 / 4) = 2.
@@ -172,16 +219,27 @@ def test_config_json_body_matches_the_preset():
 # decides (Llama: untied, Gemma: tied).
 CONFIGS_WITHOUT_TIE_FIELD = {
     "llama-2-7b": {
-        "model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
-        "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000,
-        "intermediate_size": 11008, "torch_dtype": "float16",
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "num_hidden_layers": 32,
+        "vocab_size": 32000,
+        "intermediate_size": 11008,
+        "torch_dtype": "float16",
     },
     "gemma-7b": {
-        "model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16,
-        "num_key_value_heads": 16, "head_dim": 256, "num_hidden_layers": 28,
-        "vocab_size": 256000, "intermediate_size": 24576, "torch_dtype": "bfloat16",
+        "model_type": "gemma",
+        "hidden_size": 3072,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "num_hidden_layers": 28,
+        "vocab_size": 256000,
+        "intermediate_size": 24576,
+        "torch_dtype": "bfloat16",
     },
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS_WITHOUT_TIE_FIELD))
@@ -193,16 +251,33 @@ def test_config_without_tie_word_embeddings_matches_the_preset(name):
 
 #: DeepSeek-V3's config.json as transformers writes it: head_dim is qk_rope_head_dim.
 DEEPSEEK_V3_CONFIG = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-    "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-    "head_dim": 64, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
-    "qk_nope_head_dim": 128, "v_head_dim": 128, "num_hidden_layers": 61,
-    "vocab_size": 129280, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
-    "first_k_dense_replace": 3, "n_group": 8, "topk_group": 4, "norm_topk_prob": True,
-    "routed_scaling_factor": 2.5, "max_position_embeddings": 163840,
-    "tie_word_embeddings": False, "dtype": "bfloat16",
-}  # fmt: skip
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "head_dim": 64,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "num_hidden_layers": 61,
+    "vocab_size": 129280,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "n_group": 8,
+    "topk_group": 4,
+    "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5,
+    "max_position_embeddings": 163840,
+    "tie_word_embeddings": False,
+    "dtype": "bfloat16",
+}
 
 
 @pytest.mark.parametrize("topk_method", [None, "noaux_tc"], ids=["no_topk_method", "noaux_tc"])
@@ -221,8 +296,14 @@ def test_deepseek_v3_config_json_matches_the_preset(topk_method):
 
 
 def test_gpt2_small_by_hand():
-    cfg = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12,
-           "n_positions": 1024, "vocab_size": 50257}  # fmt: skip
+    cfg = {
+        "model_type": "gpt2",
+        "n_embd": 768,
+        "n_head": 12,
+        "n_layer": 12,
+        "n_positions": 1024,
+        "vocab_size": 50257,
+    }
     spec = spec_from_hf_config(cfg, "gpt2", "gpt2")
     layer = (4 * 768 * 768 + 4 * 768) + (8 * 768 * 768 + 4 * 768 + 768) + 4 * 768
     assert total_params(spec) == 50257 * 768 + 1024 * 768 + 12 * layer + 2 * 768
@@ -244,8 +325,13 @@ def test_falcon_config_body():
 
 
 def test_unknown_model_type_has_no_body():
-    cfg = {"model_type": "mystery", "hidden_size": 64, "num_attention_heads": 4,
-           "num_hidden_layers": 2, "vocab_size": 10}  # fmt: skip
+    cfg = {
+        "model_type": "mystery",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 10,
+    }
     spec = spec_from_hf_config(cfg, "m", "m")
     with pytest.raises(UsageError, match="whole model .* is not known"):
         total_params(spec)

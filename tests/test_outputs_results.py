@@ -92,24 +92,48 @@ def private_tmp(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("command", "outputs", "message"),
     [
-        ("params", ["--csv", "s.yaml"],
-         "--csv s.yaml: is the --config file, an input of this command"),
-        ("params", ["--json", "s.yaml"],
-         "--json s.yaml: is the --config file, an input of this command"),
-        ("params", ["--csv", "o.json", "--json", "./o.json"],
-         "--json ./o.json: is also the --csv output; give each output its own file"),
-        ("decode-speed", ["--json", "link.yaml"],
-         "--json link.yaml: is the --config file, an input of this command"),
+        (
+            "params",
+            ["--csv", "s.yaml"],
+            "--csv s.yaml: is the --config file, an input of this command",
+        ),
+        (
+            "params",
+            ["--json", "s.yaml"],
+            "--json s.yaml: is the --config file, an input of this command",
+        ),
+        (
+            "params",
+            ["--csv", "o.json", "--json", "./o.json"],
+            "--json ./o.json: is also the --csv output; give each output its own file",
+        ),
+        (
+            "decode-speed",
+            ["--json", "link.yaml"],
+            "--json link.yaml: is the --config file, an input of this command",
+        ),
         ("params", ["--csv", "folder"], "--csv folder: is a directory, not a file to write"),
         ("params", ["--csv", "/dev/full"], "--csv /dev/full: not a regular file"),
-        ("params", ["--json", "/proc/foo/x.json"],
-         "--json /proc/foo/x.json: cannot write in /proc: not a writable directory"),
+        (
+            "params",
+            ["--json", "/proc/foo/x.json"],
+            "--json /proc/foo/x.json: cannot write in /proc: not a writable directory",
+        ),
         ("kvmem", ["--json", "ro.json"], "--json ro.json: the file is read-only"),
         ("kvmem", ["--csv", "locked/x.csv"], "cannot write in "),
     ],
-    ids=["csv-is-config", "json-is-config", "csv-is-json", "decode-json-is-config-by-link",
-         "directory", "device", "proc", "read-only-file", "read-only-folder"],
-)  # fmt: skip
+    ids=[
+        "csv-is-config",
+        "json-is-config",
+        "csv-is-json",
+        "decode-json-is-config-by-link",
+        "directory",
+        "device",
+        "proc",
+        "read-only-file",
+        "read-only-folder",
+    ],
+)
 def test_outputs_are_checked_before_any_work(study, monkeypatch, command, outputs, message):
     monkeypatch.chdir(study.parent)
     if outputs[-1].startswith("/") and not Path(outputs[-1]).parent.parent.exists():
@@ -150,8 +174,9 @@ def test_a_full_disk_keeps_the_records_and_names_the_file(tmp_path, monkeypatch,
     monkeypatch.setattr(attnbench.study.output, "replace_with_json", full)
     out = tmp_path / "k.json"
     line = one_error(cli(*KVMEM_ARGS, "--json", out, "-q"))
-    assert line.startswith(f"error: --json {out}: cannot write: No space left on device; "
-                           "the records are kept in ")  # fmt: skip
+    assert line.startswith(
+        f"error: --json {out}: cannot write: No space left on device; the records are kept in "
+    )
     (kept,) = private_tmp.glob("attnbench-kvmem-*.json")
     assert line.endswith(str(kept.resolve()))
     doc = load_document(kept)
@@ -164,21 +189,36 @@ def test_a_folder_gone_after_the_check_keeps_the_records(tmp_path, private_tmp):
     csv_path = gone / "p.csv"
     attnbench.cli.common.check_writable({"csv": str(csv_path)}, {})
     gone.write_text("a file where the folder was")
-    records = [ParamsRecord(variant="MHA", d_model=64, num_heads=4, num_kv_heads=4,
-                            head_dim=16, bias=False, q_params=4096, k_params=4096,
-                            v_params=4096, o_params=4096, total_params=16384,
-                            module_params=16384, ratio_vs_mha=1.0)]  # fmt: skip
+    records = [
+        ParamsRecord(
+            variant="MHA",
+            d_model=64,
+            num_heads=4,
+            num_kv_heads=4,
+            head_dim=16,
+            bias=False,
+            q_params=4096,
+            k_params=4096,
+            v_params=4096,
+            o_params=4096,
+            total_params=16384,
+            module_params=16384,
+            ratio_vs_mha=1.0,
+        )
+    ]
     with pytest.raises(FieldError) as caught:
-        attnbench.cli.common.write_outputs("params", records, ParamsRecord, {}, {"device": "cpu"},
-                                           str(csv_path), None, quiet=True)  # fmt: skip
+        attnbench.cli.common.write_outputs(
+            "params", records, ParamsRecord, {}, {"device": "cpu"}, str(csv_path), None, quiet=True
+        )
     assert caught.value.field == "csv" and "cannot write: " in caught.value.reason
     (kept,) = private_tmp.glob("attnbench-params-*.json")
     assert f"the records are kept in {kept.resolve()}" in caught.value.reason
     assert json.loads(kept.read_text())["records"][0]["total_params"] == 16384
 
 
-def test_run_on_a_full_disk_names_the_file_and_keeps_the_records(study, tmp_path, monkeypatch,
-                                                                 private_tmp):  # fmt: skip
+def test_run_on_a_full_disk_names_the_file_and_keeps_the_records(
+    study, tmp_path, monkeypatch, private_tmp
+):
     real = attnbench.study.output.replace_with_json
     saves = []
 
@@ -192,8 +232,10 @@ def test_run_on_a_full_disk_names_the_file_and_keeps_the_records(study, tmp_path
     out = tmp_path / "study"
     line = one_error(cli("run", study, "--out", out, "-q"))
     assert "None" not in line
-    assert line.startswith(f"error: --out {out / RESULTS_FILE}: cannot write: No space left on "
-                           "device; the records are kept in ")  # fmt: skip
+    assert line.startswith(
+        f"error: --out {out / RESULTS_FILE}: cannot write: No space left on "
+        "device; the records are kept in "
+    )
     (kept,) = private_tmp.glob("attnbench-run-*.json")
     assert len(json.loads(kept.read_text())["sections"]["params"]["records"]) == 2
     assert len(load_document(out / RESULTS_FILE).sections["params"]) == 1
@@ -238,9 +280,12 @@ def test_atomic_json_never_replaces_what_is_not_a_regular_file(tmp_path):
     read_only.write_text("keep")
     read_only.chmod(0o444)
     special = "not a regular file (a device, a FIFO or a socket); give a file to write"
-    for path, reason in ((fifo, special), (device, special),
-                         (tmp_path, "is a directory, not a file to write"),
-                         (read_only, "the file is read-only")):  # fmt: skip
+    for path, reason in (
+        (fifo, special),
+        (device, special),
+        (tmp_path, "is a directory, not a file to write"),
+        (read_only, "the file is read-only"),
+    ):
         with pytest.raises(OSError) as caught:
             write_json_atomic(path, {"a": 1})
         assert caught.value.strerror == reason and caught.value.filename == str(path)
@@ -296,15 +341,26 @@ BAD_RESULTS = [
     (_duplicate, "kvmem record 3: a duplicate row: record 1 has the same key fields ("),
     (_drop_key, "kvmem record 1: key field num_kv_heads is missing"),
     (_no_environment, "k.json: environment: expected an object"),
-]  # fmt: skip
-BAD_IDS = ["nan", "1e400", "negative-exact", "negative-memory", "huge-int", "info-type",
-           "key-type", "duplicate", "missing-key", "null-environment"]  # fmt: skip
+]
+BAD_IDS = [
+    "nan",
+    "1e400",
+    "negative-exact",
+    "negative-memory",
+    "huge-int",
+    "info-type",
+    "key-type",
+    "duplicate",
+    "missing-key",
+    "null-environment",
+]
 
 
 def _bad_copy(doc: dict, tmp_path: Path, edit) -> Path:
     if isinstance(edit, str):  # JSON text that Python's json reads as an infinity
-        text = json.dumps(doc).replace(f'"kv_bytes": {doc["records"][1]["kv_bytes"]}',
-                                       f'"kv_bytes": {edit}', 1)  # fmt: skip
+        text = json.dumps(doc).replace(
+            f'"kv_bytes": {doc["records"][1]["kv_bytes"]}', f'"kv_bytes": {edit}', 1
+        )
         assert edit in text
         return _write(tmp_path / "k.json", text)
     bad = copy.deepcopy(doc)
@@ -321,8 +377,9 @@ def test_compare_rejects_bad_result_files_naming_the_field(kvmem_doc, tmp_path, 
         assert message in line and "OverflowError" not in line
 
 
-@pytest.mark.parametrize(("edit", "message"), BAD_RESULTS[:3] + BAD_RESULTS[7:],
-                         ids=BAD_IDS[:3] + BAD_IDS[7:])  # fmt: skip
+@pytest.mark.parametrize(
+    ("edit", "message"), BAD_RESULTS[:3] + BAD_RESULTS[7:], ids=BAD_IDS[:3] + BAD_IDS[7:]
+)
 def test_baseline_save_accepts_only_what_compare_accepts(kvmem_doc, tmp_path, edit, message):
     bad = _bad_copy(kvmem_doc, tmp_path, edit)
     dest = tmp_path / "baseline.json"
@@ -374,13 +431,16 @@ def test_csv_results_are_validated_too(kvmem_doc, tmp_path):
 def run_doc(tmp_path_factory) -> dict:
     """A tiny study's results document: params, kvmem (not measured) and decode."""
     folder = tmp_path_factory.mktemp("run")
-    config = _write(folder / "tiny.yaml", """\
+    config = _write(
+        folder / "tiny.yaml",
+        """\
 defaults: {d_model: 32, num_heads: 2}
 sweep: {num_kv_heads: [2, 1]}
 params: {}
 kvmem: {num_layers: 1, batch: 1, seq_len: [16, 256], dtype: float32, measure: false}
 decode: {batch: 1, prompt_len: [2, 4], gen_len: 2, warmup: 0, repeats: 1, device: cpu}
-""")  # fmt: skip
+""",
+    )
     return run_study(plan_study(config), probe_peak=lambda device: 10.0).document
 
 
@@ -459,8 +519,12 @@ def test_a_second_run_into_a_directory_in_use_exits_2(study, tmp_path):
 
 def test_a_stale_lock_is_taken_over_with_a_note(study, tmp_path, monkeypatch):
     monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     pid = int(gone.stdout)
     out = tmp_path / "study"
     _lock(out, pid)
@@ -575,8 +639,10 @@ def test_ctrl_c_while_plotting_says_how_to_finish(study, tmp_path, monkeypatch):
     result = cli("run", study, "--out", out, "-q")
     assert result.exit_code == 130, result.output
     assert "Traceback" not in result.output
-    assert (f"interrupted: the finished points are in {out}/; finish with: attnbench run "
-            f"{study} --out {out} --resume") in " ".join(result.stderr.split())  # fmt: skip
+    assert (
+        f"interrupted: the finished points are in {out}/; finish with: attnbench run "
+        f"{study} --out {out} --resume"
+    ) in " ".join(result.stderr.split())
     assert not (out / LOCK_FILE).exists()
     monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
     assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
@@ -584,8 +650,7 @@ def test_ctrl_c_while_plotting_says_how_to_finish(study, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_signal_while_plotting_or_merging_releases_the_lock(study, tmp_path, monkeypatch,
-                                                              signum):  # fmt: skip
+def test_a_signal_while_plotting_or_merging_releases_the_lock(study, tmp_path, monkeypatch, signum):
     """Past the points, where a run or a merge writes its plots: as Ctrl-C there."""
     seen = []
 
@@ -604,8 +669,10 @@ def test_a_signal_while_plotting_or_merging_releases_the_lock(study, tmp_path, m
     assert cli("run", study, "--out", tmp_path / "shared", "--shard", "0/1", "-q").exit_code == 0
     result = cli("merge", tmp_path / "shared", "--out", tmp_path / "merged", "-q")
     assert result.exit_code == 130, result.output
-    assert (f"interrupted: the shares are as they were; merge again with: attnbench merge "
-            f"{tmp_path / 'shared'} --out {tmp_path / 'merged'}") in result.stderr  # fmt: skip
+    assert (
+        f"interrupted: the shares are as they were; merge again with: attnbench merge "
+        f"{tmp_path / 'shared'} --out {tmp_path / 'merged'}"
+    ) in result.stderr
     assert seen == [True, True]  # the share ran no plots
     assert not (out / LOCK_FILE).exists() and not (tmp_path / "merged" / LOCK_FILE).exists()
     assert signal.getsignal(signum) is signal.SIG_DFL
@@ -626,8 +693,12 @@ def studies(study, tmp_path, monkeypatch):
 def _writers(study: Path, done: Path, shared: Path) -> dict[str, list]:
     """Each command that writes a study's files into --out, before its --out."""
     results = done / RESULTS_FILE
-    return {"run": ["run", study], "merge": ["merge", shared], "plot": ["plot", results],
-            "report": ["report", results]}  # fmt: skip
+    return {
+        "run": ["run", study],
+        "merge": ["merge", shared],
+        "plot": ["plot", results],
+        "report": ["report", results],
+    }
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -643,8 +714,10 @@ def test_a_directory_of_other_files_is_refused_and_left_whole(study, studies, tm
         (mine / name).write_text(f"the user's {name}\n")
     before = _files(mine)
     line = one_error(cli(*args, "--out", mine, "-q"))
-    assert line.startswith(f"error: --out {mine}: holds files that are not a study's "
-                           "(kv_memory_heads.png, notes.txt, params.csv and 1 more); ")  # fmt: skip
+    assert line.startswith(
+        f"error: --out {mine}: holds files that are not a study's "
+        "(kv_memory_heads.png, notes.txt, params.csv and 1 more); "
+    )
     assert line.endswith("give an empty or new directory, or --force")
     assert _files(mine) == before
     assert cli(*args, "--out", mine, "-q", "--force").exit_code == 0
@@ -690,8 +763,10 @@ LONG = "a" * 300
     ("args", "start"),
     [
         (["params", "--d-model", "64", "--heads", "4", "--csv", f"{LONG}.csv"], "--csv 'aaa"),
-        (["kvmem", "--d-model", "64", "--heads", "4", "--no-measure", "--json", f"{LONG}.json"],
-         "--json 'aaa"),
+        (
+            ["kvmem", "--d-model", "64", "--heads", "4", "--no-measure", "--json", f"{LONG}.json"],
+            "--json 'aaa",
+        ),
         (["params", "--config", f"{LONG}.yaml"], "--config 'aaa"),
         (["params", "--hf-config", f"{LONG}.json"], "--hf-config 'aaa"),
         (["compare", f"{LONG}.json", "done/results.json"], "BASELINE 'aaa"),
@@ -706,10 +781,24 @@ LONG = "a" * 300
         (["plot", f"{LONG}.json"], "'aaa"),
         (["report", "done/results.json", "--out", LONG], "--out 'aaa"),
     ],
-    ids=["csv", "json", "config", "hf-config", "baseline", "current", "output", "baseline-to",
-         "sweep", "out", "out-in-a-folder", "merge", "merge-out", "plot",
-         "report-out"],
-)  # fmt: skip
+    ids=[
+        "csv",
+        "json",
+        "config",
+        "hf-config",
+        "baseline",
+        "current",
+        "output",
+        "baseline-to",
+        "sweep",
+        "out",
+        "out-in-a-folder",
+        "merge",
+        "merge-out",
+        "plot",
+        "report-out",
+    ],
+)
 def test_a_name_too_long_for_any_file_is_one_line_and_cut(studies, monkeypatch, args, start):
     """Names of more than 255 bytes: the system's ENAMETOOLONG, the value shown cut."""
     monkeypatch.chdir(studies[0].parent)

@@ -17,9 +17,22 @@ from attnbench.modules.attention import GroupedQueryAttention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-COLUMNS = ["variant", "d_model", "num_heads", "num_kv_heads", "head_dim", "bias", "q_params",
-           "k_params", "v_params", "o_params", "total_params", "module_params",
-           "ratio_vs_mha", "published_kv_heads"]  # fmt: skip
+COLUMNS = [
+    "variant",
+    "d_model",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "bias",
+    "q_params",
+    "k_params",
+    "v_params",
+    "o_params",
+    "total_params",
+    "module_params",
+    "ratio_vs_mha",
+    "published_kv_heads",
+]
 LLAMA_TOTALS = {32: 67_108_864, 8: 41_943_040, 4: 37_748_736, 1: 34_603_008}
 
 
@@ -31,8 +44,9 @@ def shapes(draw) -> AttentionShape:
     bias = draw(st.booleans())
     if draw(st.booleans()):
         return AttentionShape(heads * draw(st.integers(1, 8)), heads, kv_heads, bias=bias)
-    return AttentionShape(draw(st.integers(1, 48)), heads, kv_heads,
-                          head_dim=draw(st.integers(1, 12)), bias=bias)  # fmt: skip
+    return AttentionShape(
+        draw(st.integers(1, 48)), heads, kv_heads, head_dim=draw(st.integers(1, 12)), bias=bias
+    )
 
 
 @settings(max_examples=50, deadline=None)
@@ -44,8 +58,9 @@ def test_formula_equals_module_params(shape):
     expected = 2 * d * q_dim + 2 * d * kv_dim + int(shape.bias) * (q_dim + 2 * kv_dim + d)
     assert attention_params(shape) == expected
     assert count_module_params(shape) == expected
-    module = GroupedQueryAttention(shape.d_model, shape.num_heads, shape.num_kv_heads,
-                                   head_dim=shape.head_dim, bias=shape.bias)  # fmt: skip
+    module = GroupedQueryAttention(
+        shape.d_model, shape.num_heads, shape.num_kv_heads, head_dim=shape.head_dim, bias=shape.bias
+    )
     assert sum(p.numel() for p in module.parameters()) == expected
     record = params_record(shape)
     assert record.total_params == record.module_params == expected
@@ -86,8 +101,9 @@ def invoke(*args: str):
 
 
 def test_cli_params_llama_totals():
-    result = invoke("params", "--d-model", "4096", "--heads", "32", "--kv-heads", "32,8,4,1",
-                    "--no-bias")  # fmt: skip
+    result = invoke(
+        "params", "--d-model", "4096", "--heads", "32", "--kv-heads", "32,8,4,1", "--no-bias"
+    )
     assert result.exit_code == 0, result.output
     for label in ("MHA", "GQA-8", "GQA-4", "MQA"):
         assert label in result.output
@@ -98,8 +114,20 @@ def test_cli_params_llama_totals():
 
 def test_cli_params_csv_and_json(tmp_path):
     csv_path, json_path = tmp_path / "out" / "params.csv", tmp_path / "params.json"
-    result = invoke("params", "--d-model", "4096", "--heads", "32", "--kv-heads", "32,8,4,1",
-                    "--no-bias", "--csv", str(csv_path), "--json", str(json_path))  # fmt: skip
+    result = invoke(
+        "params",
+        "--d-model",
+        "4096",
+        "--heads",
+        "32",
+        "--kv-heads",
+        "32,8,4,1",
+        "--no-bias",
+        "--csv",
+        str(csv_path),
+        "--json",
+        str(json_path),
+    )
     assert result.exit_code == 0, result.output
     assert str(csv_path) in result.output and str(json_path) in result.output
 
@@ -127,8 +155,19 @@ def test_cli_params_csv_and_json(tmp_path):
 
 def test_cli_params_bias_and_quiet(tmp_path):
     json_path = tmp_path / "p.json"
-    result = invoke("params", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1", "--bias",
-                    "--quiet", "--json", str(json_path))  # fmt: skip
+    result = invoke(
+        "params",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,2,1",
+        "--bias",
+        "--quiet",
+        "--json",
+        str(json_path),
+    )
     assert result.exit_code == 0, result.output
     assert result.output == ""
     records = json.loads(json_path.read_text())["records"]
@@ -147,17 +186,26 @@ def test_cli_params_model_preset():
     "args, words",
     [
         (["--d-model", "4096", "--heads", "30"], ["num_heads 30", "d_model 4096"]),
-        (["--d-model", "4096", "--heads", "32", "--kv-heads", "3"],
-         ["num_kv_heads 3", "num_heads 32"]),
+        (
+            ["--d-model", "4096", "--heads", "32", "--kv-heads", "3"],
+            ["num_kv_heads 3", "num_heads 32"],
+        ),
         (["--d-model", "0", "--heads", "32"], ["--d-model", "0"]),
         (["--d-model", "-4", "--heads", "32"], ["--d-model", "-4"]),
         (["--d-model", "abc", "--heads", "32"], ["--d-model", "--d-model abc:"]),
         (["--d-model", "64", "--heads", "4", "--kv-heads", "8,,4"], ["--kv-heads 8,,4:"]),
         (["--model", "lama-2-7b"], ["--model", "--model lama-2-7b:", "did you mean 'llama-2-7b'"]),
     ],
-    ids=["heads-30", "kv-heads-3", "d-model-0", "d-model-neg", "d-model-abc", "kv-heads-empty",
-         "unknown-model"],
-)  # fmt: skip
+    ids=[
+        "heads-30",
+        "kv-heads-3",
+        "d-model-0",
+        "d-model-neg",
+        "d-model-abc",
+        "kv-heads-empty",
+        "unknown-model",
+    ],
+)
 def test_cli_params_usage_errors(args, words):
     result = invoke("params", *args)
     assert result.exit_code == 2, result.output

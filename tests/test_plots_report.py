@@ -40,9 +40,12 @@ def saved(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("study")
     (out / "tiny.yaml").write_text(TINY)
     # module-scoped: conftest's stub of the peak probe is not in place yet
-    result = run_study(plan_study(out / "tiny.yaml"), DirectoryStore(out),
-                       probe_peak=lambda device: 10.0,
-                       probe_flops=lambda device, dtype: 1e-4)  # fmt: skip
+    result = run_study(
+        plan_study(out / "tiny.yaml"),
+        DirectoryStore(out),
+        probe_peak=lambda device: 10.0,
+        probe_flops=lambda device, dtype: 1e-4,
+    )
     assert not result.interrupted and result.ran == 3 + 9 + 12
     return {"path": out / RESULTS_FILE, "doc": result.document}
 
@@ -122,8 +125,11 @@ def test_report_numbers_come_from_the_records(saved, tmp_path):
         settled(doc)
         for r in doc["sections"]["decode"]["records"]:
             if r["variant"] == "MHA" and r["mode"] == "cache" and r["prompt_len"] == 8:
-                r.update(x_of_no_cache_median=1 / 987.6, x_of_no_cache_ci_lo=1 / 1000,
-                         x_of_no_cache_ci_hi=1 / 975)  # fmt: skip
+                r.update(
+                    x_of_no_cache_median=1 / 987.6,
+                    x_of_no_cache_ci_lo=1 / 1000,
+                    x_of_no_cache_ci_hi=1 / 975,
+                )
         for r in doc["sections"]["kvmem"]["records"]:
             if r["variant"] == "MQA":
                 r["ratio_vs_mha"] = 0.123
@@ -168,8 +174,10 @@ def test_plots_name_device_units_and_scales(saved):
 def test_plots_skip_what_the_study_lacks(saved, tmp_path):
     doc = copy.deepcopy(saved["doc"])
     del doc["sections"]["decode"]
-    assert plots.render_plots(doc, tmp_path) == [tmp_path / "kv_memory_heads.png",
-                                                 tmp_path / "kv_memory_context.png"]  # fmt: skip
+    assert plots.render_plots(doc, tmp_path) == [
+        tmp_path / "kv_memory_heads.png",
+        tmp_path / "kv_memory_context.png",
+    ]
 
 
 def test_binary_units():
@@ -198,17 +206,30 @@ def test_findings_list_incomplete_points(saved):
 
 def test_settings_added_to_records_later_tell_lines_and_columns_apart():
     """tp is a sweep setting, kv_heads_per_gpu is derived from it: one line per tp."""
-    rows = [{"variant": v, "num_kv_heads": h, "tp": tp, "kv_heads_per_gpu": max(h // tp, 1),
-             "seq_len": 8, "kv_bytes": 64 * h} for v, h in (("MHA", 4), ("MQA", 1))
-            for tp in (1, 2)]  # fmt: skip
+    rows = [
+        {
+            "variant": v,
+            "num_kv_heads": h,
+            "tp": tp,
+            "kv_heads_per_gpu": max(h // tp, 1),
+            "seq_len": 8,
+            "kv_bytes": 64 * h,
+        }
+        for v, h in (("MHA", 4), ("MQA", 1))
+        for tp in (1, 2)
+    ]
     lines = plots.series(rows, "num_kv_heads", named=False)
     assert [(label, len(line)) for label, line in lines] == [("tp 1", 2), ("tp 2", 2)]
     assert [[r["num_kv_heads"] for r in line] for _, line in lines] == [[1, 4], [1, 4]]
     # the report's kvmem table shows tp as a column of its own once some row uses it
     table = markdown_table(rows, kvmem_columns(rows)).splitlines()
     assert table[0] == "| Variant | kv heads | context | whole model | tp |"
-    assert table[2:] == ["| MHA | 4 | 8 | 256 B | 1 |", "| MHA | 4 | 8 | 256 B | 2 |",
-                         "| MQA | 1 | 8 | 64 B | 1 |", "| MQA | 1 | 8 | 64 B | 2 |"]  # fmt: skip
+    assert table[2:] == [
+        "| MHA | 4 | 8 | 256 B | 1 |",
+        "| MHA | 4 | 8 | 256 B | 2 |",
+        "| MQA | 1 | 8 | 64 B | 1 |",
+        "| MQA | 1 | 8 | 64 B | 2 |",
+    ]
     without_tp = [{**r, "tp": 1} for r in rows[::2]]
     assert "tp" not in markdown_table(without_tp, kvmem_columns(without_tp)).splitlines()[0]
 
@@ -228,11 +249,24 @@ def with_providers(doc: dict) -> dict:
     section = doc["sections"]["decode"]
     base = section["records"]
     flash, cudnn, naive = [], [], []
-    untimed = dict(step_ms_median=None, step_ms_p25=None, step_ms_p75=None, samples_ms=[],
-                   tokens_per_s=None, speedup_vs_no_cache=None, speedup_vs_baseline=None,
-                   pct_of_peak_bw=None, achieved_gbps=None, noisy=None)  # fmt: skip
-    faster = {"speedup_vs_baseline": 1.25, "x_of_baseline_median": 0.8,
-              "x_of_baseline_ci_lo": 0.78, "x_of_baseline_ci_hi": 0.82}  # fmt: skip
+    untimed = dict(
+        step_ms_median=None,
+        step_ms_p25=None,
+        step_ms_p75=None,
+        samples_ms=[],
+        tokens_per_s=None,
+        speedup_vs_no_cache=None,
+        speedup_vs_baseline=None,
+        pct_of_peak_bw=None,
+        achieved_gbps=None,
+        noisy=None,
+    )
+    faster = {
+        "speedup_vs_baseline": 1.25,
+        "x_of_baseline_median": 0.8,
+        "x_of_baseline_ci_lo": 0.78,
+        "x_of_baseline_ci_hi": 0.82,
+    }
     settled(doc)
 
     def scaled(r: dict, by: float) -> dict:
@@ -254,9 +288,12 @@ def with_providers(doc: dict) -> dict:
 
 
 def cached(doc: dict, provider: str, variant: str, context: int) -> dict:
-    return next(r for r in doc["sections"]["decode"]["records"]
-                if (r["provider"], r["variant"], r["prompt_len"], r["mode"])
-                == (provider, variant, context, "cache"))  # fmt: skip
+    return next(
+        r
+        for r in doc["sections"]["decode"]["records"]
+        if (r["provider"], r["variant"], r["prompt_len"], r["mode"])
+        == (provider, variant, context, "cache")
+    )
 
 
 def test_providers_plot_one_line_per_provider_one_panel_per_variant(saved, tmp_path):
@@ -297,14 +334,18 @@ def test_providers_plot_needs_two_providers(saved):
 def test_findings_name_the_fastest_provider_and_what_was_not_timed(saved):
     doc = with_providers(saved["doc"])
     found = report.findings(doc)
-    longest = [f"{v} sdpa-flash ({cached(doc, 'sdpa-flash', v, 8)['step_ms_median']:.3f} ms, "
-               f"1.25x faster (95% interval 1.22-1.28x) than attnbench)"
-               for v in ("MHA", "GQA-2", "MQA")]  # fmt: skip
-    fastest = (f"Fastest cached decode step at context 8: {longest[0]}, {longest[1]} and "
-               f"{longest[2]}.")  # fmt: skip
+    longest = [
+        f"{v} sdpa-flash ({cached(doc, 'sdpa-flash', v, 8)['step_ms_median']:.3f} ms, "
+        f"1.25x faster (95% interval 1.22-1.28x) than attnbench)"
+        for v in ("MHA", "GQA-2", "MQA")
+    ]
+    fastest = (
+        f"Fastest cached decode step at context 8: {longest[0]}, {longest[1]} and {longest[2]}."
+    )
     assert fastest in found
-    assert ("Unsupported here, so not timed: sdpa-cudnn at 12 points (no cuDNN kernel on the "
-            "CPU).") in found  # fmt: skip
+    assert (
+        "Unsupported here, so not timed: sdpa-cudnn at 12 points (no cuDNN kernel on the CPU)."
+    ) in found
     wrong = next(f for f in found if "disagree with the reference" in f)
     assert wrong.startswith(
         "4 point(s) disagree with the reference, so not timed: decode MQA "
@@ -332,8 +373,10 @@ def test_report_shows_providers_side_by_side(saved, tmp_path):
     doc = with_providers(saved["doc"])
     text = report.render_report(doc, [PROVIDERS_PNG])
     assert "![Cached decode step latency by provider](decode_providers.png)" in text
-    assert ("### Cached decode step, ms by provider (speed-up over attnbench) · not timed at "
-            "any point: sdpa-cudnn") in text  # fmt: skip
+    assert (
+        "### Cached decode step, ms by provider (speed-up over attnbench) · not timed at "
+        "any point: sdpa-cudnn"
+    ) in text
     table = text[text.index("### Cached decode step") :].split("\n\n")[2].splitlines()
     assert table[0] == "| Variant | context | attnbench | sdpa-flash | naive | fastest |"
     base = cached(doc, "attnbench", "MHA", 8)["step_ms_median"]
@@ -362,16 +405,22 @@ def test_decode_findings_on_prefill_noise_and_sampling_time(saved):
         if r.get("x_of_no_cache_median") is not None:
             r.update(x_of_no_cache_median=0.5, x_of_no_cache_ci_lo=0.49, x_of_no_cache_ci_hi=0.51)
     cached(doc, "attnbench", "GQA-2", 8).update(x_of_narrowest_ci_lo=1.8, x_of_narrowest_ci_hi=2.3)
-    best = max((r for r in records if r.get("pct_of_peak_flops") is not None),
-               key=lambda r: r["pct_of_peak_flops"])  # fmt: skip
+    best = max(
+        (r for r in records if r.get("pct_of_peak_flops") is not None),
+        key=lambda r: r["pct_of_peak_flops"],
+    )
     for r in records:  # one prefill over the peak: the cause is named
         if r.get("pct_of_peak_flops") is not None:
             r["pct_of_peak_flops"] = 150.0 if r is best else 50.0
     found = report.findings(doc)
-    assert ("3 of 12 decode steps (each timed at a fixed context) are flagged noisy: p25 to "
-            "p75 wider than 10% of the median.") in found  # fmt: skip
-    assert ("The widest 95% interval of a comparison is ±15.0% (GQA-2 over MQA, context 8), "
-            "against a target of ±2.0%.") in found  # fmt: skip
+    assert (
+        "3 of 12 decode steps (each timed at a fixed context) are flagged noisy: p25 to "
+        "p75 wider than 10% of the median."
+    ) in found
+    assert (
+        "The widest 95% interval of a comparison is ±15.0% (GQA-2 over MQA, context 8), "
+        "against a target of ±2.0%."
+    ) in found
     prefill = next(f for f in found if f.startswith("The best prefill"))
     assert prefill == (
         f"The best prefill reaches {best['achieved_tflops']:.3g} TFLOPS, "

@@ -27,8 +27,14 @@ CPU_PROVIDERS = ["attnbench", "naive", "sdpa-math", "sdpa-flash"]
 
 
 def point(**fields) -> DecodePoint:
-    base = {"d_model": 64, "num_heads": 8, "num_kv_heads": 2, "batch": 2, "prompt_len": 9,
-            "dtype": "float32"}  # fmt: skip
+    base = {
+        "d_model": 64,
+        "num_heads": 8,
+        "num_kv_heads": 2,
+        "batch": 2,
+        "prompt_len": 9,
+        "dtype": "float32",
+    }
     return DecodePoint(**{**base, **fields})
 
 
@@ -108,8 +114,10 @@ def test_a_fixed_step_gives_the_same_output_every_call():
 @pytest.mark.parametrize("mode", ["cache", "no_cache"])
 def test_every_cpu_provider_agrees_with_the_reference(kv_heads, mode):
     for name in CPU_PROVIDERS:
-        rec = decode.run(point(num_kv_heads=kv_heads, mode=mode, provider=name),
-                         Context(CPU, {"warmup": 0, "repeats": 2}))  # fmt: skip
+        rec = decode.run(
+            point(num_kv_heads=kv_heads, mode=mode, provider=name),
+            Context(CPU, {"warmup": 0, "repeats": 2}),
+        )
         assert rec.status in decode.TIMED, (name, rec.status)
         assert rec.step_ms_median > 0
 
@@ -155,9 +163,18 @@ def test_a_missing_optional_provider_is_an_unsupported_row(monkeypatch):
         PROVIDERS["hf"], unavailable=lambda device, dtype: "transformers is not installed"
     )
     monkeypatch.setitem(PROVIDERS, "hf", missing)
-    plan = plan_command("decode", None, {"d_model": [64], "num_heads": [8], "prompt_len": [8],
-                                         "provider": ["attnbench", "hf"], "repeats": 2,
-                                         "device": "cpu"})  # fmt: skip
+    plan = plan_command(
+        "decode",
+        None,
+        {
+            "d_model": [64],
+            "num_heads": [8],
+            "prompt_len": [8],
+            "provider": ["attnbench", "hf"],
+            "repeats": 2,
+            "device": "cpu",
+        },
+    )
     records = run_study(plan).records["decode"]
     statuses = {(r.provider, r.mode): r.status for r in records}
     assert statuses[("hf", "cache")] == "unsupported: transformers is not installed"
@@ -168,16 +185,27 @@ def test_the_baseline_provider_must_be_swept():
     from attnbench.errors import UsageError
 
     with pytest.raises(UsageError, match="baseline_provider"):
-        plan_command("decode", None, {"d_model": [64], "num_heads": [8], "provider": ["naive"],
-                                      "baseline_provider": "hf", "device": "cpu"})  # fmt: skip
+        plan_command(
+            "decode",
+            None,
+            {
+                "d_model": [64],
+                "num_heads": [8],
+                "provider": ["naive"],
+                "baseline_provider": "hf",
+                "device": "cpu",
+            },
+        )
 
 
 @pytest.mark.parametrize("kv_heads", [8, 2, 1])
 def test_hf_llama_attention_agrees_and_is_timed(kv_heads):
     pytest.importorskip("transformers")
     for mode in ("cache", "no_cache"):
-        rec = decode.run(point(num_kv_heads=kv_heads, mode=mode, provider="hf", gen_len=3),
-                         Context(CPU, {"warmup": 1, "repeats": 2}))  # fmt: skip
+        rec = decode.run(
+            point(num_kv_heads=kv_heads, mode=mode, provider="hf", gen_len=3),
+            Context(CPU, {"warmup": 1, "repeats": 2}),
+        )
         assert rec.status in decode.TIMED, rec.status
         assert rec.projection_path == "torch"
         assert len(rec.samples_ms) == len(rec.gen_samples_ms) == 2
@@ -225,9 +253,13 @@ def test_the_kernels_of_a_step_are_its_projections_and_sdpa(mode):
         out = layer.o_proj(attended)[:, -1:]
     tokens = 1 if mode == "cache" else 10
     assert list(calls) == list(KERNELS)
-    assert shapes == {"q_proj": (2, tokens, 64), "k_proj": (2, tokens, 16),
-                      "v_proj": (2, tokens, 16), "sdpa": (2, 8, tokens, 8),
-                      "o_proj": (2, tokens, 64)}  # fmt: skip
+    assert shapes == {
+        "q_proj": (2, tokens, 64),
+        "k_proj": (2, tokens, 16),
+        "v_proj": (2, tokens, 16),
+        "sdpa": (2, 8, tokens, 8),
+        "o_proj": (2, tokens, 64),
+    }
     torch.testing.assert_close(out, step)
 
 
@@ -242,8 +274,9 @@ def test_a_step_is_timed_in_rounds_with_its_reference(reference):
     assert all(r > 0 for r in rec.x_of_reference_samples)
 
 
-@pytest.mark.parametrize(("provider", "reference"), [("attnbench", "none"),
-                                                     ("sdpa-math", "sdpa-math")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("provider", "reference"), [("attnbench", "none"), ("sdpa-math", "sdpa-math")]
+)
 def test_no_reference_no_ratio(provider, reference):
     rec = decode.run(point(provider=provider), Context(CPU, {**FIXED, "reference": reference}))
     assert rec.status in decode.TIMED

@@ -152,9 +152,18 @@ def test_end_to_end(tiny, tmp_path):
     out = tmp_path / "study"
     result = run(tiny, "--out", out)
     assert result.exit_code == 0, result.output
-    names = ["params.csv", "kvmem.csv", "decode.csv", "results.json", "report.md",
-             "decode_latency.png", "decode_speedup.png", "kv_memory_heads.png",
-             "kv_memory_context.png", "decode_bandwidth.png"]  # fmt: skip
+    names = [
+        "params.csv",
+        "kvmem.csv",
+        "decode.csv",
+        "results.json",
+        "report.md",
+        "decode_latency.png",
+        "decode_speedup.png",
+        "kv_memory_heads.png",
+        "kv_memory_context.png",
+        "decode_bandwidth.png",
+    ]
     for name in names:
         assert (out / name).is_file(), name
     for section, count in POINTS.items():
@@ -216,21 +225,35 @@ def test_peaks_are_probed_before_and_after_the_timed_points_and_a_move_is_said(
 
 
 def test_decode_points_put_no_cache_first(tiny):
-    base = {"d_model": 64, "num_heads": 4, "num_kv_heads": 4, "batch": 1, "dtype": "float32",
-            "gen_len": 4, "provider": "attnbench"}  # fmt: skip
+    base = {
+        "d_model": 64,
+        "num_heads": 4,
+        "num_kv_heads": 4,
+        "batch": 1,
+        "dtype": "float32",
+        "gen_len": 4,
+        "provider": "attnbench",
+    }
     points = [
         DecodePoint(**base, prompt_len=n, mode=m) for n in (4, 8) for m in ("cache", "no_cache")
     ]
     assert [(p.prompt_len, p.mode) for p in run_order(points, {})] == [
-        (4, "no_cache"), (4, "cache"), (8, "no_cache"), (8, "cache"),
-    ]  # fmt: skip
+        (4, "no_cache"),
+        (4, "cache"),
+        (8, "no_cache"),
+        (8, "cache"),
+    ]
     plan = plan_study(tiny)
     decode = [t.point for t in plan.tasks if t.section == "decode"]
     # the points compared with each other (every variant and mode at one context) together
     assert [(p.num_kv_heads, p.prompt_len, p.mode) for p in decode[:6]] == [
-        (4, 4, "no_cache"), (4, 4, "cache"), (2, 4, "no_cache"), (2, 4, "cache"),
-        (1, 4, "no_cache"), (1, 4, "cache"),
-    ]  # fmt: skip
+        (4, 4, "no_cache"),
+        (4, 4, "cache"),
+        (2, 4, "no_cache"),
+        (2, 4, "cache"),
+        (1, 4, "no_cache"),
+        (1, 4, "cache"),
+    ]
 
 
 # ------------------------------------------------------------ nothing lost
@@ -244,8 +267,12 @@ def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
     out = tmp_path / "study"
     handler = signal.getsignal(signal.SIGINT)
     notices = []
-    result = run_study(plan_study(tiny), DirectoryStore(out), execute=after_points(K, sigint),
-                       on_interrupt=notices.append)  # fmt: skip
+    result = run_study(
+        plan_study(tiny),
+        DirectoryStore(out),
+        execute=after_points(K, sigint),
+        on_interrupt=notices.append,
+    )
     assert result.interrupted and result.ran == K and notices == [signal.SIGINT]
     assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C is the test runner's again
     assert len(csv_rows(out, "decode")) == 3
@@ -289,8 +316,12 @@ def test_a_hard_stop_keeps_every_finished_row(tiny, tmp_path):
     out = tmp_path / "study"
     handler = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
-        run_study(plan_study(tiny), DirectoryStore(out), execute=after_points(2, sigint_twice),
-                  on_interrupt=lambda signum: None)  # fmt: skip
+        run_study(
+            plan_study(tiny),
+            DirectoryStore(out),
+            execute=after_points(2, sigint_twice),
+            on_interrupt=lambda signum: None,
+        )
     assert signal.getsignal(signal.SIGINT) is handler
     assert len(csv_rows(out, "params")) == 1
     doc = json.loads((out / "results.json").read_text())
@@ -313,8 +344,7 @@ def test_interrupted_run_exits_130_and_says_how_to_resume(tiny, tmp_path, cli_ru
 @pytest.mark.parametrize("times", [1, 2], ids=["once", "twice"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 @pytest.mark.usefixtures("no_plots")
-def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny, tmp_path, cli_runs_with, signum,
-                                                     times):  # fmt: skip
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny, tmp_path, cli_runs_with, signum, times):
     """The message, the way to resume and the lock released; the handlers are put back."""
     out = tmp_path / "study"
     cli_runs_with(after_points(2, send(signum, times)))
@@ -323,8 +353,10 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny, tmp_path, cli_runs_w
     stderr = flat(result.stderr)
     name = signal.Signals(signum).name
     assert f"stopping after the current points ({name} or Ctrl-C again to stop now)" in stderr
-    assert (f"interrupted: the finished points are in {out}/; finish with: attnbench run "
-            f"{tiny} --out {out} --resume") in stderr  # fmt: skip
+    assert (
+        f"interrupted: the finished points are in {out}/; finish with: attnbench run "
+        f"{tiny} --out {out} --resume"
+    ) in stderr
     assert not (out / LOCK_FILE).exists()
     assert signal.getsignal(signum) is signal.SIG_DFL
     kept = json.loads((out / "results.json").read_text())["sections"]["params"]["records"]
@@ -342,8 +374,12 @@ def test_a_signal_ignored_stays_ignored(tiny, tmp_path):
 
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        run_study(plan_study(tiny, names=["params"]), DirectoryStore(tmp_path / "study"),
-                  execute=look, on_interrupt=lambda signum: None)  # fmt: skip
+        run_study(
+            plan_study(tiny, names=["params"]),
+            DirectoryStore(tmp_path / "study"),
+            execute=look,
+            on_interrupt=lambda signum: None,
+        )
         assert handlers[signal.SIGHUP] is signal.SIG_IGN
         assert handlers[signal.SIGTERM] not in (signal.SIG_DFL, signal.SIG_IGN)
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
@@ -414,17 +450,24 @@ def spreadsheet(text: str, bom: bool = True, delimiter: str = ";") -> bytes:
     ("damage", "problem"),
     [
         (lambda t: b"\xff\xfe" + t.encode(), "not UTF-8 text (byte 0)"),
-        (spreadsheet, "starts with a byte-order mark and its columns are separated by ';', not "
-                      "commas (as a spreadsheet saves it)"),
-        (lambda t: spreadsheet(t, bom=False, delimiter="\t"),
-         "its columns are separated by '\\t', not commas (as a spreadsheet saves it)"),
+        (
+            spreadsheet,
+            "starts with a byte-order mark and its columns are separated by ';', not "
+            "commas (as a spreadsheet saves it)",
+        ),
+        (
+            lambda t: spreadsheet(t, bom=False, delimiter="\t"),
+            "its columns are separated by '\\t', not commas (as a spreadsheet saves it)",
+        ),
         (lambda t: ("\ufeff" + t).encode(), "starts with a byte-order mark (as a spreadsheet"),
         (lambda t: t.replace("variant,", "", 1).encode(), "its header lacks variant;"),
-        (lambda t: t.replace("variant,", "x" * 200_000 + ",", 1).encode(),
-         "not a CSV attnbench reads (field larger than field limit"),
+        (
+            lambda t: t.replace("variant,", "x" * 200_000 + ",", 1).encode(),
+            "not a CSV attnbench reads (field larger than field limit",
+        ),
     ],
     ids=["not-utf8", "spreadsheet", "tabs", "bom", "no-variant", "huge-cell"],
-)  # fmt: skip
+)
 @pytest.mark.usefixtures("no_plots")
 def test_resume_refuses_a_csv_it_cannot_append_to_and_keeps_it(started, damage, problem):
     """Rows appended under a header that lacks their columns would lose fields: refused,
@@ -487,8 +530,9 @@ def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path):
         (ValueError("bad thing"), 1, "error: ValueError: bad thing"),
     ],
 )
-def test_run_exits_1_only_for_failures_other_than_memory(tiny, tmp_path, cli_runs_with, exc,
-                                                         code, status):  # fmt: skip
+def test_run_exits_1_only_for_failures_other_than_memory(
+    tiny, tmp_path, cli_runs_with, exc, code, status
+):
     out = tmp_path / "study"
     cli_runs_with(failing(exc, is_mqa_cache_at_8))
     result = run(tiny, "--out", out)
@@ -578,13 +622,24 @@ def test_appended_rows_keep_the_existing_header(tmp_path):
 def test_kvmem_section_matches_the_kvmem_command_for_config_json_windows_and_batches(tmp_path):
     """run and kvmem read a study the same way: a config.json model keeps its sliding
     window, and a YAML seq_lens list is one batch of those lengths."""
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "num_hidden_layers": 2, "sliding_window": 64,
-        "torch_dtype": "float16"}))  # fmt: skip
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "mistral",
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "num_hidden_layers": 2,
+                "sliding_window": 64,
+                "torch_dtype": "float16",
+            }
+        )
+    )
     sweep = tmp_path / "study.yaml"
-    sweep.write_text("models: [config.json]\nkvmem:\n  seq_lens: [100, 30, 200]\n"
-                     "  page_size: 16\n  measure: false\n")  # fmt: skip
+    sweep.write_text(
+        "models: [config.json]\nkvmem:\n  seq_lens: [100, 30, 200]\n"
+        "  page_size: 16\n  measure: false\n"
+    )
     kvmem_json = tmp_path / "kvmem.json"
     result = runner.invoke(app, ["kvmem", "--config", str(sweep), "-q", "--json", str(kvmem_json)])
     assert result.exit_code == 0, result.output

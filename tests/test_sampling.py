@@ -56,8 +56,9 @@ def test_steady_calls_stop_once_the_interval_is_within_the_target():
     def steady() -> None:
         time.sleep(0.002)  # sleeps overshoot by a fairly steady amount
 
-    m = Timer(CPU).sample(steady, Sampling(warmup=1, min_repeats=5, max_time_s=5.0,
-                                           target_rel_ci=0.25))  # fmt: skip
+    m = Timer(CPU).sample(
+        steady, Sampling(warmup=1, min_repeats=5, max_time_s=5.0, target_rel_ci=0.25)
+    )
     assert m.stop_reason == "target_ci"
     assert m.ci_rel <= 0.25 and len(m.samples_ms) >= 5
 
@@ -69,16 +70,19 @@ def test_noisy_calls_stop_at_the_time_budget():
         time.sleep(next(lengths))
 
     started = time.perf_counter()
-    m = Timer(CPU).sample(noisy, Sampling(warmup=0, min_repeats=5, max_time_s=0.3,
-                                          target_rel_ci=0.001))  # fmt: skip
+    m = Timer(CPU).sample(
+        noisy, Sampling(warmup=0, min_repeats=5, max_time_s=0.3, target_rel_ci=0.001)
+    )
     assert m.stop_reason == "max_time"
     assert m.ci_rel > 0.001
     assert 0.3 <= time.perf_counter() - started < 1.0  # the budget, overrun by one batch at most
 
 
 def test_sampling_never_passes_its_most_samples():
-    m = Timer(CPU).sample(lambda: None, Sampling(warmup=0, min_repeats=5, max_time_s=60,
-                                                 target_rel_ci=1e-12, max_repeats=40))  # fmt: skip
+    m = Timer(CPU).sample(
+        lambda: None,
+        Sampling(warmup=0, min_repeats=5, max_time_s=60, target_rel_ci=1e-12, max_repeats=40),
+    )
     assert len(m.samples_ms) == 40
     assert m.stop_reason in ("max_repeats", "target_ci")
 

@@ -49,8 +49,9 @@ def test_params(width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_kvmem(width):
-    text = screen(width, "kvmem", "--model", "llama-3-70b", "--seq-len", "8192,32768",
-                  "--no-measure")  # fmt: skip
+    text = screen(
+        width, "kvmem", "--model", "llama-3-70b", "--seq-len", "8192,32768", "--no-measure"
+    )
     assert_readable(text, width)
     assert "2.50 GiB" in text and "10.00 GiB" in text and "320.00 KiB" in text
     assert "llama-3-70b · 80 layers" in " ".join(text.split())
@@ -59,9 +60,26 @@ def test_kvmem(width):
 @pytest.mark.parametrize("width", WIDTHS)
 def test_decode(width, tmp_path):
     out = tmp_path / "d.json"
-    text = screen(width, "decode-speed", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
-                  "--prompt-len", "16", "--gen-len", "2", "--repeats", "2", "--warmup", "0",
-                  "--json", str(out))  # fmt: skip
+    text = screen(
+        width,
+        "decode-speed",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,1",
+        "--prompt-len",
+        "16",
+        "--gen-len",
+        "2",
+        "--repeats",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        str(out),
+    )
     assert_readable(text, width)
     for record in json.loads(out.read_text())["records"]:
         assert f"{record['step_ms_median']:.3f}" in text
@@ -75,9 +93,26 @@ def test_decode_providers(width, tmp_path):
     """Two providers timed and one the CPU lacks: every row, the reason once, and the
     cached steps side by side."""
     out = tmp_path / "d.json"
-    text = screen(width, "decode-speed", "--d-model", "64", "--heads", "4", "--kv-heads", "4,1",
-                  "--prompt-len", "16", "--provider", "attnbench,sdpa-math,sdpa-efficient",
-                  "--repeats", "3", "--warmup", "0", "--json", str(out))  # fmt: skip
+    text = screen(
+        width,
+        "decode-speed",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,1",
+        "--prompt-len",
+        "16",
+        "--provider",
+        "attnbench,sdpa-math,sdpa-efficient",
+        "--repeats",
+        "3",
+        "--warmup",
+        "0",
+        "--json",
+        str(out),
+    )
     assert_readable(text, width)
     records = json.loads(out.read_text())["records"]
     assert len(records) == 12
@@ -96,8 +131,11 @@ def test_decode_providers(width, tmp_path):
     assert len(rows) == 2  # MHA and MQA at context 16, cached
     for row in rows:
         variant, attnbench, math, fastest = [c.strip() for c in row.split("│")[1:-1]]
-        times = {r["provider"]: r["step_ms_median"] for r in records
-                 if (r["variant"], r["mode"]) == (variant, "cache") and timed(r)}  # fmt: skip
+        times = {
+            r["provider"]: r["step_ms_median"]
+            for r in records
+            if (r["variant"], r["mode"]) == (variant, "cache") and timed(r)
+        }
         assert attnbench == f"{times['attnbench']:.3f}"
         assert math.split()[0] == f"{times['sdpa-math']:.3f}"  # and its speed-up when room
         assert fastest == min(times, key=times.get)
@@ -115,12 +153,33 @@ def test_compare_two_decode_results(width, tmp_path):
     paths = []
     for name in ("a", "b"):
         path = tmp_path / f"{name}.json"
-        runner.invoke(app, ["decode-speed", "--d-model", "64", "--heads", "4", "--kv-heads",
-                            "4,1", "--prompt-len", "16", "--gen-len", "2", "--repeats", "2",
-                            "--warmup", "0", "--json", str(path), "-q"])  # fmt: skip
+        runner.invoke(
+            app,
+            [
+                "decode-speed",
+                "--d-model",
+                "64",
+                "--heads",
+                "4",
+                "--kv-heads",
+                "4,1",
+                "--prompt-len",
+                "16",
+                "--gen-len",
+                "2",
+                "--repeats",
+                "2",
+                "--warmup",
+                "0",
+                "--json",
+                str(path),
+                "-q",
+            ],
+        )
         paths.append(str(path))
-    result = runner.invoke(app, ["compare", *paths, "--allow-env-mismatch", "--all"],
-                           env={"COLUMNS": width})  # fmt: skip
+    result = runner.invoke(
+        app, ["compare", *paths, "--allow-env-mismatch", "--all"], env={"COLUMNS": width}
+    )
     assert result.exit_code in (0, 1), result.output
     assert_readable(result.stdout, width)
     assert "step_ms_median" in result.stdout
@@ -128,17 +187,41 @@ def test_compare_two_decode_results(width, tmp_path):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_fit(width):
-    text = screen(width, "fit", "--model", "llama-3-70b", "--memory", "80GiB", "--gpus", "8",
-                  "--seq-len", "8192")  # fmt: skip
+    text = screen(
+        width,
+        "fit",
+        "--model",
+        "llama-3-70b",
+        "--memory",
+        "80GiB",
+        "--gpus",
+        "8",
+        "--seq-len",
+        "8192",
+    )
     assert_readable(text, width)
     assert "Largest batch at 8,192 tokens: 177 sequences" in text
 
 
 # ------------------------------------------------------------------ decode-speed's exit status
 
-TINY_DECODE = ["decode-speed", "--d-model", "32", "--heads", "4", "--kv-heads", "4",
-               "--prompt-len", "4", "--provider", "attnbench,naive,sdpa-math", "--repeats", "2",
-               "--warmup", "0"]  # fmt: skip
+TINY_DECODE = [
+    "decode-speed",
+    "--d-model",
+    "32",
+    "--heads",
+    "4",
+    "--kv-heads",
+    "4",
+    "--prompt-len",
+    "4",
+    "--provider",
+    "attnbench,naive,sdpa-math",
+    "--repeats",
+    "2",
+    "--warmup",
+    "0",
+]
 
 
 def with_statuses(monkeypatch, statuses: dict[str, str]) -> None:
@@ -153,13 +236,19 @@ def with_statuses(monkeypatch, statuses: dict[str, str]) -> None:
             raise RuntimeError("the kernel crashed")
         return decode.failed(task.point, status, context)
 
-    monkeypatch.setattr(attnbench.cli.decode_cmd, "run_study",
-                        functools.partial(run_study, execute=execute))  # fmt: skip
+    monkeypatch.setattr(
+        attnbench.cli.decode_cmd, "run_study", functools.partial(run_study, execute=execute)
+    )
 
 
 def test_unsupported_and_wrong_rows_are_not_errors(monkeypatch):
-    with_statuses(monkeypatch, {"naive": "wrong: max error 0.5 against the reference, above 0.001",
-                                "sdpa-math": "unsupported: no math kernel today"})  # fmt: skip
+    with_statuses(
+        monkeypatch,
+        {
+            "naive": "wrong: max error 0.5 against the reference, above 0.001",
+            "sdpa-math": "unsupported: no math kernel today",
+        },
+    )
     result = runner.invoke(app, TINY_DECODE, env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == (
@@ -178,6 +267,7 @@ def test_failed_points_exit_1(monkeypatch):
     with_statuses(monkeypatch, {"naive": "raise", "sdpa-math": "unsupported: no math kernel"})
     result = runner.invoke(app, TINY_DECODE, env={"COLUMNS": "80"})
     assert result.exit_code == 1
-    assert ("2 of 6 points did not complete: error: RuntimeError: the kernel crashed"
-            in result.stderr)  # fmt: skip
+    assert (
+        "2 of 6 points did not complete: error: RuntimeError: the kernel crashed" in result.stderr
+    )
     assert "sdpa-math" not in result.stderr  # unsupported: not a failure

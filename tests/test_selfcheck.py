@@ -33,9 +33,16 @@ def broken_sdpa(shape, backend, dtype, device):
     layer = build_layer(shape, backend, dtype, device)
     if backend != "sdpa":
         return layer
-    broken = HalfOutputAttention(shape.d_model, shape.num_heads, shape.num_kv_heads,
-                                 shape.head_dim, shape.bias, backend=backend, device=device,
-                                 dtype=dtype)  # fmt: skip
+    broken = HalfOutputAttention(
+        shape.d_model,
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+        shape.bias,
+        backend=backend,
+        device=device,
+        dtype=dtype,
+    )
     broken.load_state_dict(layer.state_dict())
     return broken
 

@@ -26,9 +26,14 @@ def test_a_shard_is_i_of_n(text, shard):
 
 @pytest.mark.parametrize(
     ("text", "reason"),
-    [("2", "expected i/N"), ("a/2", "expected i/N"), ("-1/2", "expected i/N"),
-     ("2/2", "i must be below N (0 to 1)"), ("0/0", "N must be between 1 and")],
-)  # fmt: skip
+    [
+        ("2", "expected i/N"),
+        ("a/2", "expected i/N"),
+        ("-1/2", "expected i/N"),
+        ("2/2", "i must be below N (0 to 1)"),
+        ("0/0", "N must be between 1 and"),
+    ],
+)
 def test_a_bad_shard_names_the_value(text, reason):
     with pytest.raises(FieldError, match=re.escape(reason)) as caught:
         parse_shard(text)
@@ -62,9 +67,20 @@ def test_longest_first_onto_the_least_loaded():
 
 
 def decode_tasks(contexts: list[int]) -> list[Task]:
-    points = [DecodePoint(d_model=32, num_heads=4, num_kv_heads=kv, batch=1, dtype="float32",
-                          prompt_len=n, mode=mode)
-              for n in contexts for kv in (4, 1) for mode in ("cache", "no_cache")]  # fmt: skip
+    points = [
+        DecodePoint(
+            d_model=32,
+            num_heads=4,
+            num_kv_heads=kv,
+            batch=1,
+            dtype="float32",
+            prompt_len=n,
+            mode=mode,
+        )
+        for n in contexts
+        for kv in (4, 1)
+        for mode in ("cache", "no_cache")
+    ]
     return [Task("decode", i, p) for i, p in enumerate(points)]
 
 
@@ -90,8 +106,18 @@ def test_the_providers_study_balances_over_8_ranks_within_10_percent():
 
 
 def test_dry_run_prints_each_ranks_share():
-    result = runner.invoke(app, ["run", str(ROOT / "configs" / "providers.yaml"), "--dry-run",
-                                 "--nproc", "4", "--device", "cpu"])  # fmt: skip
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            str(ROOT / "configs" / "providers.yaml"),
+            "--dry-run",
+            "--nproc",
+            "4",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:4]] == [f"rank {i}" for i in range(4)]
@@ -101,9 +127,11 @@ def test_dry_run_prints_each_ranks_share():
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--dry-run", "--nproc", "0"], "error: --nproc 0: expected an integer from 1 to"),
-     (["--nproc", "2"], "error: --nproc 2: goes with --dry-run")],
-)  # fmt: skip
+    [
+        (["--dry-run", "--nproc", "0"], "error: --nproc 0: expected an integer from 1 to"),
+        (["--nproc", "2"], "error: --nproc 2: goes with --dry-run"),
+    ],
+)
 def test_bad_nproc_exits_2_with_one_line(args, message):
     result = runner.invoke(app, ["run", *args])
     assert result.exit_code == 2
@@ -202,17 +230,29 @@ def test_a_share_is_never_written_over_by_a_whole_study(tmp_path):
     shares = [out / "shards" / f"{i}-of-2" for i in range(2)]
     before = {p: p.read_bytes() for share in shares for p in share.iterdir()}
     refusals = [
-        (["merge", str(out), "--out", str(shares[0])], f"error: --out {shares[0]}: is the "
-         "directory of share 0/2 of a study, which only that share writes"),
-        (["merge", str(out), "--out", str(shares[1]), "--force"], f"error: --out {shares[1]}: "
-         "is the directory of share 1/2"),
-        (["merge", *map(str, shares)], f"error: --out: not given, and the first directory, "
-         f"{shares[0]}, is share 0/2 of a study"),
-        (["run", str(study), "--out", str(shares[1])], f"error: --out {shares[1]}: is the "
-         "directory of share 1/2"),
-        (["run", str(study), "--out", str(out / "shards" / "3-of-4")], "error: --out "
-         f"{out / 'shards' / '3-of-4'}: is the directory of share 3/4"),
-    ]  # fmt: skip
+        (
+            ["merge", str(out), "--out", str(shares[0])],
+            f"error: --out {shares[0]}: is the "
+            "directory of share 0/2 of a study, which only that share writes",
+        ),
+        (
+            ["merge", str(out), "--out", str(shares[1]), "--force"],
+            f"error: --out {shares[1]}: is the directory of share 1/2",
+        ),
+        (
+            ["merge", *map(str, shares)],
+            f"error: --out: not given, and the first directory, "
+            f"{shares[0]}, is share 0/2 of a study",
+        ),
+        (
+            ["run", str(study), "--out", str(shares[1])],
+            f"error: --out {shares[1]}: is the directory of share 1/2",
+        ),
+        (
+            ["run", str(study), "--out", str(out / "shards" / "3-of-4")],
+            f"error: --out {out / 'shards' / '3-of-4'}: is the directory of share 3/4",
+        ),
+    ]
     for args, message in refusals:
         result = run_cli(*args)
         assert result.exit_code == 2, (args, result.output)
@@ -226,9 +266,11 @@ def test_a_share_is_never_written_over_by_a_whole_study(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--shard", "0/2"], "error: --shard 0/2: give the study's directory"),
-     (["--shard", "2/2", "--out", "x"], "error: --shard 2/2: i must be below N")],
-)  # fmt: skip
+    [
+        (["--shard", "0/2"], "error: --shard 0/2: give the study's directory"),
+        (["--shard", "2/2", "--out", "x"], "error: --shard 2/2: i must be below N"),
+    ],
+)
 def test_bad_shards_exit_2_with_one_line(args, message):
     result = runner.invoke(app, ["run", *args])
     assert result.exit_code == 2
@@ -248,10 +290,20 @@ def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path):
     whole = tmp_path / "whole"
     assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
     out = tmp_path / "ranks"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2"]  # fmt: skip
-    done = subprocess.run([*torchrun, "-m", "attnbench", "run", str(study), "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+    ]
+    done = subprocess.run(
+        [*torchrun, "-m", "attnbench", "run", str(study), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["0-of-2", "1-of-2"]
     merged = json.loads((out / "results.json").read_text())
@@ -327,11 +379,14 @@ def test_a_study_resumed_with_another_number_of_shares_loses_and_repeats_nothing
     for i in range(3):
         resumed = run_cli("run", str(study), "--out", str(out), "--shard", f"{i}/3", "--resume")
         assert resumed.exit_code == 0, resumed.output
-    taken = [json.loads((shard_dir(out, Shard(i, 3)) / "results.json").read_text())["shard"]
-             for i in range(3)]  # fmt: skip
+    taken = [
+        json.loads((shard_dir(out, Shard(i, 3)) / "results.json").read_text())["shard"]
+        for i in range(3)
+    ]
     earlier = {(t.section, first.shard["indices"][t.section][t.index]) for t in ran}
-    later = [(name, i) for share in taken for name, found in share["indices"].items()
-             for i in found]  # fmt: skip
+    later = [
+        (name, i) for share in taken for name, found in share["indices"].items() for i in found
+    ]
     assert len(later) == len(set(later)) and not earlier & set(later)
     assert len(earlier) + len(later) == len(plan_study(study).tasks)
     merged = run_cli("merge", str(out))

@@ -124,7 +124,7 @@ def test_models_from_presets_and_config_json_beside_the_file(tmp_path):
                 "num_hidden_layers": 6,
                 "torch_dtype": "float16",
             }
-        )  # fmt: skip
+        )
     )
     path = write_yaml(
         tmp_path,
@@ -219,8 +219,9 @@ def test_model_flag_replaces_file_shapes_and_models(tmp_path):
 
 def test_shape_flags_replace_file_models(tmp_path):
     path = write_yaml(tmp_path, BATCH_FILE + "models: [llama-2-7b]\n")
-    records = run_json(tmp_path, "kvmem", "--config", path, "--d-model", 256, "--heads", 4,
-                       "--no-measure")  # fmt: skip
+    records = run_json(
+        tmp_path, "kvmem", "--config", path, "--d-model", 256, "--heads", 4, "--no-measure"
+    )
     assert {r["model"] for r in records} == {None}
     assert {(r["num_heads"], r["num_kv_heads"], r["head_dim"]) for r in records} == {(4, 4, 64)}
 
@@ -524,9 +525,18 @@ def test_default_config_content(tmp_path):
 #: The presets configs/models.yaml sizes (the newer presets, DeepSeek and Gemma 2, are not
 #: in it).
 MODELS_YAML = {
-    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
-    "mixtral-8x7b", "falcon-7b", "qwen2.5-7b", "gemma-7b", "gpt3-175b",
-}  # fmt: skip
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "falcon-7b",
+    "qwen2.5-7b",
+    "gemma-7b",
+    "gpt3-175b",
+}
 
 
 def test_models_config_sizes_each_of_its_presets(tmp_path):
@@ -635,9 +645,17 @@ def test_sampling_options_reach_the_points_context(tmp_path):
 # --- numbers: a sweep file's read as the flags read them ----------------------------------
 
 NUMBER_SPELLINGS = [
-    ("2e-2", 0.02), ("2E-2", 0.02), ("+2e-2", 0.02), ("0.2e-1", 0.02), ("2.0e-2", 0.02),
-    (".02", 0.02), ("1e3", 1000.0), ("+1E+3", 1000.0), ("1.5e3", 1500.0), ("3", 3.0),
-]  # fmt: skip
+    ("2e-2", 0.02),
+    ("2E-2", 0.02),
+    ("+2e-2", 0.02),
+    ("0.2e-1", 0.02),
+    ("2.0e-2", 0.02),
+    (".02", 0.02),
+    ("1e3", 1000.0),
+    ("+1E+3", 1000.0),
+    ("1.5e3", 1500.0),
+    ("3", 3.0),
+]
 
 
 @pytest.mark.parametrize("text, value", NUMBER_SPELLINGS)
@@ -653,9 +671,15 @@ def test_a_number_in_a_file_reads_as_the_same_flag_reads(tmp_path, text, value):
 
 @pytest.mark.parametrize(
     "text, flag_value",
-    [("batch: 010", 10), ("seq_len: 0x10", None), ("seq_len: 1:30", None),
-     ("batch: 1_000", None), ("sliding_window: none", 0), ("sliding_window: None", 0)],
-)  # fmt: skip
+    [
+        ("batch: 010", 10),
+        ("seq_len: 0x10", None),
+        ("seq_len: 1:30", None),
+        ("batch: 1_000", None),
+        ("sliding_window: none", 0),
+        ("sliding_window: None", 0),
+    ],
+)
 def test_integers_in_a_file_are_decimal_as_flags_are(tmp_path, text, flag_value):
     from attnbench.cli.flags import parse_field
 
@@ -673,9 +697,18 @@ def test_integers_in_a_file_are_decimal_as_flags_are(tmp_path, text, flag_value)
 
 @pytest.mark.parametrize(
     "text",
-    ["batch: true", "tp: false", "num_layers: yes", "max_time: true", "target_rel_ci: false",
-     "gpus: true", "seq_lens: [8, true]", "warmup: false", "sweep_batch: [1, true]"],
-)  # fmt: skip
+    [
+        "batch: true",
+        "tp: false",
+        "num_layers: yes",
+        "max_time: true",
+        "target_rel_ci: false",
+        "gpus: true",
+        "seq_lens: [8, true]",
+        "warmup: false",
+        "sweep_batch: [1, true]",
+    ],
+)
 def test_a_boolean_is_never_a_number(tmp_path, text):
     field, value = text.split(": ")
     section = "sweep" if field.startswith("sweep_") else ("fit" if field == "gpus" else "kvmem")

@@ -58,10 +58,24 @@ def params_rows() -> list[dict]:
         q = o = D_MODEL * HEADS * HEAD_DIM
         k = v = D_MODEL * kv * HEAD_DIM
         total = q + k + v + o
-        rows.append(dict(model=None, variant=variant, d_model=D_MODEL, num_heads=HEADS,
-                         num_kv_heads=kv, head_dim=HEAD_DIM, bias=False, q_params=q,
-                         k_params=k, v_params=v, o_params=o, total_params=total,
-                         module_params=total, ratio_vs_mha=total / PARAM_TOTALS[32]))  # fmt: skip
+        rows.append(
+            dict(
+                model=None,
+                variant=variant,
+                d_model=D_MODEL,
+                num_heads=HEADS,
+                num_kv_heads=kv,
+                head_dim=HEAD_DIM,
+                bias=False,
+                q_params=q,
+                k_params=k,
+                v_params=v,
+                o_params=o,
+                total_params=total,
+                module_params=total,
+                ratio_vs_mha=total / PARAM_TOTALS[32],
+            )
+        )
     return rows
 
 
@@ -71,17 +85,40 @@ LLAMA3_70B_PER_TOKEN = 327_680
 
 def kvmem_row(model="llama-3-70b", seq_len=8192, layers=80, heads=64, kv=8, **extra) -> dict:
     per_token = 2 * layers * kv * HEAD_DIM * 2
-    row = dict(model=model, variant=VARIANTS.get(kv, f"GQA-{kv}"), num_layers=layers,
-               num_heads=heads, num_kv_heads=kv, head_dim=HEAD_DIM, batch=1, seq_len=seq_len,
-               dtype="bfloat16", bytes_per_token=per_token,
-               kv_bytes_per_layer=per_token // layers * seq_len, kv_bytes=per_token * seq_len,
-               measured_bytes=per_token * seq_len, ratio_vs_mha=kv / heads, status="ok",
-               kv_dtype="bfloat16", kv_scale_group=None, scale_dtype=None, scale_bytes=0,
-               sliding_window=None, windowed_layers=0, page_size=None, tp=1,
-               kv_heads_per_gpu=kv, kv_bytes_per_gpu=per_token * seq_len,
-               kv_bytes_all_gpus=per_token * seq_len, used_bytes=None, paged_bytes=None,
-               contiguous_bytes=None, paged_waste_pct=None, contiguous_waste_pct=None,
-               measured_paged_bytes=None)  # fmt: skip
+    row = dict(
+        model=model,
+        variant=VARIANTS.get(kv, f"GQA-{kv}"),
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=HEAD_DIM,
+        batch=1,
+        seq_len=seq_len,
+        dtype="bfloat16",
+        bytes_per_token=per_token,
+        kv_bytes_per_layer=per_token // layers * seq_len,
+        kv_bytes=per_token * seq_len,
+        measured_bytes=per_token * seq_len,
+        ratio_vs_mha=kv / heads,
+        status="ok",
+        kv_dtype="bfloat16",
+        kv_scale_group=None,
+        scale_dtype=None,
+        scale_bytes=0,
+        sliding_window=None,
+        windowed_layers=0,
+        page_size=None,
+        tp=1,
+        kv_heads_per_gpu=kv,
+        kv_bytes_per_gpu=per_token * seq_len,
+        kv_bytes_all_gpus=per_token * seq_len,
+        used_bytes=None,
+        paged_bytes=None,
+        contiguous_bytes=None,
+        paged_waste_pct=None,
+        contiguous_waste_pct=None,
+        measured_paged_bytes=None,
+    )
     row.update(extra)
     return row
 
@@ -103,25 +140,53 @@ def decode_row(variant: str, kv: int, prompt: int, provider: str, mode: str, ste
     timed = step is not None
     prefill = timed and mode == "cache"
     return dict(
-        model=None, variant=variant, provider=provider, device="cpu", dtype="float32", batch=1,
-        d_model=D_MODEL, num_heads=HEADS, num_kv_heads=kv, head_dim=HEAD_DIM, prompt_len=prompt,
-        gen_len=4, mode=mode, cuda_graph=False,
-        step_ms_median=step, step_ms_p25=step * 0.9876 if timed else None,
-        step_ms_p75=step * 1.04321 if timed else None, samples_ms=[step] * 3 if timed else [],
-        step_repeats=123 if timed else None, step_stop="target_ci" if timed else None,
-        step_ci_pct=1.5 if timed else None, tokens_per_s=1000.0 / step if timed else None,
-        speedup_vs_no_cache=None, baseline_provider="attnbench", speedup_vs_baseline=None,
-        bytes_per_step=10**7, achieved_gbps=10**4 / step if timed else None, peak_gbps=45.678901,
-        pct_of_peak_bw=2.7027 / step if timed else None, flops_per_step=10**8,
+        model=None,
+        variant=variant,
+        provider=provider,
+        device="cpu",
+        dtype="float32",
+        batch=1,
+        d_model=D_MODEL,
+        num_heads=HEADS,
+        num_kv_heads=kv,
+        head_dim=HEAD_DIM,
+        prompt_len=prompt,
+        gen_len=4,
+        mode=mode,
+        cuda_graph=False,
+        step_ms_median=step,
+        step_ms_p25=step * 0.9876 if timed else None,
+        step_ms_p75=step * 1.04321 if timed else None,
+        samples_ms=[step] * 3 if timed else [],
+        step_repeats=123 if timed else None,
+        step_stop="target_ci" if timed else None,
+        step_ci_pct=1.5 if timed else None,
+        tokens_per_s=1000.0 / step if timed else None,
+        speedup_vs_no_cache=None,
+        baseline_provider="attnbench",
+        speedup_vs_baseline=None,
+        bytes_per_step=10**7,
+        achieved_gbps=10**4 / step if timed else None,
+        peak_gbps=45.678901,
+        pct_of_peak_bw=2.7027 / step if timed else None,
+        flops_per_step=10**8,
         prefill_ms_median=step * 3.3333333 if prefill else None,
-        prefill_ms_p25=None, prefill_ms_p75=None, prefill_samples_ms=[], prefill_flops=10**9,
-        achieved_tflops=0.0123456 if prefill else None, peak_tflops=0.1,
+        prefill_ms_p25=None,
+        prefill_ms_p75=None,
+        prefill_samples_ms=[],
+        prefill_flops=10**9,
+        achieved_tflops=0.0123456 if prefill else None,
+        peak_tflops=0.1,
         pct_of_peak_flops=12.3456 if prefill else None,
-        gen_ms_median=step * 4.0001 if timed else None, gen_ms_p25=None, gen_ms_p75=None,
-        gen_samples_ms=[], gen_tokens_per_s=4321.06 if timed else None,
+        gen_ms_median=step * 4.0001 if timed else None,
+        gen_ms_p25=None,
+        gen_ms_p75=None,
+        gen_samples_ms=[],
+        gen_tokens_per_s=4321.06 if timed else None,
         noisy=False if timed else None,
-        status="ok" if timed else UNSUPPORTED, projection_path="onednn-packed" if timed else None,
-    )  # fmt: skip
+        status="ok" if timed else UNSUPPORTED,
+        projection_path="onednn-packed" if timed else None,
+    )
 
 
 def decode_rows(providers=("attnbench",), unsupported=()) -> list[dict]:
@@ -137,8 +202,9 @@ def decode_rows(providers=("attnbench",), unsupported=()) -> list[dict]:
                     if provider in PROVIDER_FACTORS:
                         step = base * factor * PROVIDER_FACTORS[provider]
                     rows.append(decode_row(VARIANTS[kv], kv, prompt, provider, mode, step))
-    steps = {(r["variant"], r["prompt_len"], r["provider"], r["mode"]): r["step_ms_median"]
-             for r in rows}  # fmt: skip
+    steps = {
+        (r["variant"], r["prompt_len"], r["provider"], r["mode"]): r["step_ms_median"] for r in rows
+    }
     for r in rows:
         if r["step_ms_median"] is None:
             continue
@@ -286,8 +352,17 @@ def test_wide_keeps_every_column_in_full():
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) == view.needed_width
     headers = header_line(text)
-    for header in ("Variant", "kv heads", "q_proj", "k_proj", "v_proj", "o_proj", "total",
-                   "module", "vs MHA"):  # fmt: skip
+    for header in (
+        "Variant",
+        "kv heads",
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "total",
+        "module",
+        "vs MHA",
+    ):
         assert header in headers
     assert "524,288" in text and "16,777,216" in text
 
@@ -300,8 +375,15 @@ def test_kvmem_table_llama3_70b_at_80_columns():
     view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
-    for part in ("llama-3-70b", "80 layers", "64 heads", "8 kv heads", "head_dim 128",
-                 "batch 1", "bfloat16"):  # fmt: skip
+    for part in (
+        "llama-3-70b",
+        "80 layers",
+        "64 heads",
+        "8 kv heads",
+        "head_dim 128",
+        "batch 1",
+        "bfloat16",
+    ):
         assert part in view.shared
         assert part in flat(text)
     assert "320.00 KiB" in text  # per token
@@ -318,8 +400,11 @@ def test_kvmem_table_llama3_70b_at_80_columns():
 
 
 def test_kvmem_constant_context_moves_to_the_title():
-    rows = [kvmem_row("llama-3-8b", layers=32, heads=32), kvmem_row(),
-            kvmem_row("falcon-7b", layers=32, heads=71, kv=1)]  # fmt: skip
+    rows = [
+        kvmem_row("llama-3-8b", layers=32, heads=32),
+        kvmem_row(),
+        kvmem_row("falcon-7b", layers=32, heads=71, kv=1),
+    ]
     view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
@@ -356,12 +441,24 @@ def test_kvmem_long_status_is_shortened_not_cut():
 def test_kvmem_option_columns_only_when_used_and_before_status():
     rows = kvmem_rows()
     assert kvmem_columns(rows) == KVMEM
-    rows[0].update(tp=2, kv_bytes_per_gpu=1, used_bytes=100, paged_bytes=128,
-                   paged_waste_pct=21.875)  # fmt: skip
+    rows[0].update(
+        tp=2, kv_bytes_per_gpu=1, used_bytes=100, paged_bytes=128, paged_waste_pct=21.875
+    )
     headers = [c.header for c in kvmem_columns(rows)]
     assert headers[-1] == "Status"
-    assert headers[len(KVMEM) - 1 :] == ["tp", "per GPU", "all GPUs", "page", "used", "paged",
-        "paged waste", "contiguous", "contig. waste", "measured paged", "Status"]  # fmt: skip
+    assert headers[len(KVMEM) - 1 :] == [
+        "tp",
+        "per GPU",
+        "all GPUs",
+        "page",
+        "used",
+        "paged",
+        "paged waste",
+        "contiguous",
+        "contig. waste",
+        "measured paged",
+        "Status",
+    ]
     assert "kv dtype" not in headers and "window" not in headers
     rows[1].update(kv_dtype="int8", scale_bytes=4096)
     assert "kv dtype" in [c.header for c in kvmem_columns(rows)]
@@ -380,13 +477,29 @@ def test_decode_table_fits_80_columns_with_the_step_times():
     view = build_table(DECODE_TITLE, rows, decode_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
-    assert view.shared == ["provider attnbench", "float32", "batch 1", "cpu", "d_model 4,096",
-                           "32 heads", "head_dim 128", "gen 4",
-                           "onednn-packed projections"]  # fmt: skip
+    assert view.shared == [
+        "provider attnbench",
+        "float32",
+        "batch 1",
+        "cpu",
+        "d_model 4,096",
+        "32 heads",
+        "head_dim 128",
+        "gen 4",
+        "onednn-packed projections",
+    ]
     assert flat(view.title) in flat(text)
     headers = header_line(text).split("┃")[1:-1]
-    assert [h.strip() for h in headers] == ["Variant", "Mode", "context", "step ms", "±IQR",
-                                            "tok/s", "speed-up", "% peak"]  # fmt: skip
+    assert [h.strip() for h in headers] == [
+        "Variant",
+        "Mode",
+        "context",
+        "step ms",
+        "±IQR",
+        "tok/s",
+        "speed-up",
+        "% peak",
+    ]
     for r in rows:
         assert fmt_ms(r["step_ms_median"]) in text
     assert fmt_x(rows[1]["speedup_vs_no_cache"]) in text
@@ -406,8 +519,18 @@ def test_decode_hidden_columns_in_rank_order():
     ranks = {c.header: c.rank for c in columns}
     assert [ranks[h] for h in view.hidden] == sorted(ranks[h] for h in view.hidden)
     # the low-priority columns go before any default one
-    assert set(view.hidden) >= {"prefill ms", "prefill TFLOPS", "% peak flops", "p25", "p75",
-                                "samples", "stop", "gen tok/s", "GB/s", "noisy"}  # fmt: skip
+    assert set(view.hidden) >= {
+        "prefill ms",
+        "prefill TFLOPS",
+        "% peak flops",
+        "p25",
+        "p75",
+        "samples",
+        "stop",
+        "gen tok/s",
+        "GB/s",
+        "noisy",
+    }
 
 
 PROVIDERS = ("attnbench", "sdpa-flash", "naive")
@@ -432,10 +555,30 @@ def test_decode_providers_wide_shows_every_new_field():
     text = render(view)
     assert view.hidden == [] and "…" not in text
     headers = [h.strip() for h in header_line(text).split("┃")[1:-1]]
-    assert headers == ["Variant", "provider", "Mode", "context", "step ms", "±IQR", "tok/s",
-                       "speed-up", "vs attnbench", "% peak", "Status", "kv heads", "prefill ms",
-                       "prefill TFLOPS", "% peak flops", "p25", "p75", "samples", "stop",
-                       "gen tok/s", "GB/s", "noisy"]  # fmt: skip
+    assert headers == [
+        "Variant",
+        "provider",
+        "Mode",
+        "context",
+        "step ms",
+        "±IQR",
+        "tok/s",
+        "speed-up",
+        "vs attnbench",
+        "% peak",
+        "Status",
+        "kv heads",
+        "prefill ms",
+        "prefill TFLOPS",
+        "% peak flops",
+        "p25",
+        "p75",
+        "samples",
+        "stop",
+        "gen tok/s",
+        "GB/s",
+        "noisy",
+    ]
     flash = next(r for r in rows if r["provider"] == "sdpa-flash" and r["mode"] == "cache")
     line = next(line for line in text.splitlines() if "sdpa-flash" in line and "│ cache" in line)
     for cell in (
@@ -449,7 +592,7 @@ def test_decode_providers_wide_shows_every_new_field():
         "target_ci",
         "4321.1",
     ):
-        assert f" {cell} " in line, cell  # fmt: skip
+        assert f" {cell} " in line, cell
     naive = next(line for line in text.splitlines() if "naive" in line and "│ cache" in line)
     assert " 0.33x " in naive
 
@@ -473,12 +616,17 @@ def test_decode_unsupported_rows_read_by_their_status():
 
 
 def test_status_notes_list_each_reason_once():
-    rows = [{"status": "ok", "provider": "a"}, {"status": "oom", "provider": "a"},
-            {"status": "wrong: max error 1 above 0.001", "provider": "b"},
-            {"status": "wrong: max error 1 above 0.001", "provider": "c"},
-            {"status": "skipped: needs 4.00 GiB, 1.00 GiB free", "provider": "a"}]  # fmt: skip
-    assert status_notes(rows) == ["wrong: max error 1 above 0.001 (b, c, 2 rows)",
-                                  "skipped: needs 4.00 GiB, 1.00 GiB free (a, 1 row)"]  # fmt: skip
+    rows = [
+        {"status": "ok", "provider": "a"},
+        {"status": "oom", "provider": "a"},
+        {"status": "wrong: max error 1 above 0.001", "provider": "b"},
+        {"status": "wrong: max error 1 above 0.001", "provider": "c"},
+        {"status": "skipped: needs 4.00 GiB, 1.00 GiB free", "provider": "a"},
+    ]
+    assert status_notes(rows) == [
+        "wrong: max error 1 above 0.001 (b, c, 2 rows)",
+        "skipped: needs 4.00 GiB, 1.00 GiB free (a, 1 row)",
+    ]
 
 
 def test_decode_columns_follow_the_rows():
@@ -505,8 +653,10 @@ def test_decode_columns_follow_the_rows():
 def test_providers_table_one_row_per_cached_configuration():
     rows = decode_rows(PROVIDERS, unsupported=("sdpa-cudnn",))
     side = providers_table(rows)
-    assert side.title == ("Cached decode step, ms by provider (speed-up over attnbench) · "
-                          "not timed at any point: sdpa-cudnn")  # fmt: skip
+    assert side.title == (
+        "Cached decode step, ms by provider (speed-up over attnbench) · "
+        "not timed at any point: sdpa-cudnn"
+    )
     assert len(side.rows) == 6  # 3 variants x 2 contexts, cache only
     view = build_table(side.title, side.rows, side.columns, 200)
     text = render(view, 200)
@@ -516,12 +666,23 @@ def test_providers_table_one_row_per_cached_configuration():
     # only in the title
     assert headers == ["Variant", "context", "attnbench", "sdpa-flash", "naive", "fastest"]
     mha = next(line for line in text.splitlines() if "│ MHA " in line and "4,096" in line)
-    base = next(r["step_ms_median"] for r in rows if r["variant"] == "MHA"
-                and r["prompt_len"] == 4096 and r["provider"] == "attnbench"
-                and r["mode"] == "cache")  # fmt: skip
+    base = next(
+        r["step_ms_median"]
+        for r in rows
+        if r["variant"] == "MHA"
+        and r["prompt_len"] == 4096
+        and r["provider"] == "attnbench"
+        and r["mode"] == "cache"
+    )
     cells = [c.strip() for c in mha.split("│")[1:-1]]
-    assert cells == ["MHA", "4,096", fmt_ms(base), f"{fmt_ms(base * 0.8)} (1.25x)",
-                     f"{fmt_ms(base * 3)} (0.33x)", "sdpa-flash"]  # fmt: skip
+    assert cells == [
+        "MHA",
+        "4,096",
+        fmt_ms(base),
+        f"{fmt_ms(base * 0.8)} (1.25x)",
+        f"{fmt_ms(base * 3)} (0.33x)",
+        "sdpa-flash",
+    ]
 
 
 def test_providers_table_narrow_drops_the_speedups_together_then_providers():
@@ -568,10 +729,15 @@ def test_provider_cells():
 
 
 def test_whole_model_table():
-    parts = [("embeddings", 1_050_673_152, 2_101_346_304), ("attention", 12_079_595_520, None),
-             ("total", 70_553_706_496, 141_107_412_992)]  # fmt: skip
-    rows = [dict(model="llama-3-70b", part=p, params=n, meta_params=n, weight_bytes=b)
-            for p, n, b in parts]  # fmt: skip
+    parts = [
+        ("embeddings", 1_050_673_152, 2_101_346_304),
+        ("attention", 12_079_595_520, None),
+        ("total", 70_553_706_496, 141_107_412_992),
+    ]
+    rows = [
+        dict(model="llama-3-70b", part=p, params=n, meta_params=n, weight_bytes=b)
+        for p, n, b in parts
+    ]
     view = build_table("Whole model", rows, WHOLE_MODEL, 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
@@ -580,17 +746,41 @@ def test_whole_model_table():
 
 
 PRESET_ROWS = [
-    dict(name="llama-3-70b", num_layers=80, d_model=8192, num_heads=64, num_kv_heads=8,
-         head_dim=128, variant="GQA-8", dtype="bfloat16",
-         source="meta-llama/Meta-Llama-3-70B config.json"),
-    dict(name="deepseek-v2-lite", num_layers=27, d_model=2048, num_heads=16, num_kv_heads=16,
-         head_dim=128, variant="MLA", dtype="bfloat16",
-         source="deepseek-ai/DeepSeek-V2-Lite config.json (MLA, 64 routed + 2 shared experts)"),
-    dict(name="deepseek-v3", num_layers=61, d_model=7168, num_heads=128, num_kv_heads=128,
-         head_dim=128, variant="MLA", dtype="bfloat16",
-         source="deepseek-ai/DeepSeek-V3 config.json (MLA, 256 routed + 1 shared expert; "
-                "without the multi-token-prediction layer)"),
-]  # fmt: skip
+    dict(
+        name="llama-3-70b",
+        num_layers=80,
+        d_model=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        variant="GQA-8",
+        dtype="bfloat16",
+        source="meta-llama/Meta-Llama-3-70B config.json",
+    ),
+    dict(
+        name="deepseek-v2-lite",
+        num_layers=27,
+        d_model=2048,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=128,
+        variant="MLA",
+        dtype="bfloat16",
+        source="deepseek-ai/DeepSeek-V2-Lite config.json (MLA, 64 routed + 2 shared experts)",
+    ),
+    dict(
+        name="deepseek-v3",
+        num_layers=61,
+        d_model=7168,
+        num_heads=128,
+        num_kv_heads=128,
+        head_dim=128,
+        variant="MLA",
+        dtype="bfloat16",
+        source="deepseek-ai/DeepSeek-V3 config.json (MLA, 256 routed + 1 shared expert; "
+        "without the multi-token-prediction layer)",
+    ),
+]
 
 
 def test_models_table_drops_the_source_rather_than_folding_it_thin():
@@ -627,9 +817,11 @@ def test_equal_ranks_drop_the_later_column_first():
 
 
 def test_a_group_switches_to_its_compact_form_together():
-    cols = [Column("a", "a", lambda v: f"{v} long tail", compact=str, group="g"),
-            Column("b", "b", lambda v: f"{v}+", compact=str, group="g"),
-            Column("c", "c", lambda v: f"{v} other tail", compact=str)]  # fmt: skip
+    cols = [
+        Column("a", "a", lambda v: f"{v} long tail", compact=str, group="g"),
+        Column("b", "b", lambda v: f"{v}+", compact=str, group="g"),
+        Column("c", "c", lambda v: f"{v} other tail", compact=str),
+    ]
     rows = [{"a": 1, "b": 2, "c": 3}]
     # b alone would fit in full (1 + 2 + 1 + 9 + 1 = 14) once a and c are compact
     view = build_table("t", rows, cols, table_width([1, 2, 1]), hint=HINT)
@@ -719,11 +911,17 @@ def test_text_columns_never_push_the_table_past_the_page():
         Column("Reason", "why", str, rank=7, kind="text"),
     ]
     rows = [
-        {"v": "unchanged", "r": f"MQA mode=no_cache prompt_len={n}", "m": "step_ms_median",
-         "b": "0.4171 ms", "c": "0.4578 ms", "x": "1.098x",
-         "why": "1.098x slower, within 10%" + " and more" * (n % 3)}
+        {
+            "v": "unchanged",
+            "r": f"MQA mode=no_cache prompt_len={n}",
+            "m": "step_ms_median",
+            "b": "0.4171 ms",
+            "c": "0.4578 ms",
+            "x": "1.098x",
+            "why": "1.098x slower, within 10%" + " and more" * (n % 3),
+        }
         for n in range(8)
-    ]  # fmt: skip
+    ]
     for width in range(50, 141):
         view = build_table("t", rows, columns, width, hint=HINT)
         console = Console(width=width, file=io.StringIO(), record=True)
@@ -744,8 +942,10 @@ STATUS_COLUMNS = [
 
 
 def status_rows(*statuses: str) -> list[dict]:
-    return [{"name": f"row{i}", "value": "1.234", "more": "x" * 20, "status": s}
-            for i, s in enumerate(statuses)]  # fmt: skip
+    return [
+        {"name": f"row{i}", "value": "1.234", "more": "x" * 20, "status": s}
+        for i, s in enumerate(statuses)
+    ]
 
 
 def test_a_status_is_never_hidden_and_its_reason_becomes_a_note():
@@ -763,15 +963,20 @@ def test_a_status_is_never_hidden_and_its_reason_becomes_a_note():
 
 
 def test_statuses_one_word_stands_for_are_numbered():
-    rows = status_rows("skipped: needs 40.00 GiB, 1.00 GiB free",
-                       "skipped: needs 80.00 GiB, 1.00 GiB free",
-                       "skipped: needs 40.00 GiB, 1.00 GiB free", "oom")  # fmt: skip
+    rows = status_rows(
+        "skipped: needs 40.00 GiB, 1.00 GiB free",
+        "skipped: needs 80.00 GiB, 1.00 GiB free",
+        "skipped: needs 40.00 GiB, 1.00 GiB free",
+        "oom",
+    )
     view = build_table("t", rows, STATUS_COLUMNS, 40)
     text = render(view, 40)
     cells = [line.split("│")[-2].strip() for line in text.splitlines() if line.startswith("│")]
     assert cells == ["skipped [1]", "skipped [2]", "skipped [1]", "oom"]
-    assert view.notes == ["[1] skipped: needs 40.00 GiB, 1.00 GiB free (2 rows)",
-                          "[2] skipped: needs 80.00 GiB, 1.00 GiB free"]  # fmt: skip
+    assert view.notes == [
+        "[1] skipped: needs 40.00 GiB, 1.00 GiB free (2 rows)",
+        "[2] skipped: needs 80.00 GiB, 1.00 GiB free",
+    ]
 
 
 def test_a_long_reason_wraps_with_a_hanging_indent_and_is_shortened_past_three_lines():

@@ -40,11 +40,20 @@ WORLD = 2
         (8, 8, 2, [(range(0, 4), range(0, 4)), (range(4, 8), range(4, 8))]),
         (8, 2, 2, [(range(0, 4), range(0, 1)), (range(4, 8), range(1, 2))]),
         (8, 1, 2, [(range(0, 4), range(0, 1)), (range(4, 8), range(0, 1))]),
-        (8, 2, 4, [(range(0, 2), range(0, 1)), (range(2, 4), range(0, 1)),
-                   (range(4, 6), range(1, 2)), (range(6, 8), range(1, 2))]),
+        (
+            8,
+            2,
+            4,
+            [
+                (range(0, 2), range(0, 1)),
+                (range(2, 4), range(0, 1)),
+                (range(4, 6), range(1, 2)),
+                (range(6, 8), range(1, 2)),
+            ],
+        ),
     ],
     ids=["mha", "gqa", "mqa-replicated", "gqa-replicated-x2"],
-)  # fmt: skip
+)
 def test_heads_split_over_ranks(heads, kv_heads, tp, expected):
     assert [tp_shard_heads(heads, kv_heads, tp, rank) for rank in range(tp)] == expected
 
@@ -151,9 +160,12 @@ def _worker(rank: int, store: str, results: str) -> None:
     """One rank: every variant on a gloo group of WORLD processes, errors to a JSON file."""
     torch.set_num_threads(1)
     dist.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=WORLD,
         timeout=timedelta(seconds=60),
-    )  # fmt: skip
+    )
     try:
         errors = {name: _rank_errors(full_layer(*heads), rank) for name, heads in VARIANTS.items()}
         Path(results, f"rank{rank}.json").write_text(json.dumps(errors))
@@ -233,13 +245,40 @@ def test_torchrun_decode_speed_tp2_times_the_split_layer(tmp_path):
     and timed; each record has the slowest rank's step, the all-reduce alone, and the KV
     bytes per GPU that kvmem --tp 2 counts for the same shape, replicated MQA included."""
     out = tmp_path / "tp2.json"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2"]  # fmt: skip
-    args = ["decode-speed", "--tp", "2", "--d-model", "64", "--heads", "4", "--kv-heads",
-            "4,2,1", "--prompt-len", "24", "--gen-len", "2", "--repeats", "3",
-            "--json", str(out)]  # fmt: skip
-    done = subprocess.run([*torchrun, "-m", "attnbench", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+    ]
+    args = [
+        "decode-speed",
+        "--tp",
+        "2",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,2,1",
+        "--prompt-len",
+        "24",
+        "--gen-len",
+        "2",
+        "--repeats",
+        "3",
+        "--json",
+        str(out),
+    ]
+    done = subprocess.run(
+        [*torchrun, "-m", "attnbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("Decode on") == 1  # rank 0 alone reports
     records = json.loads(out.read_text())["records"]
@@ -251,11 +290,27 @@ def test_torchrun_decode_speed_tp2_times_the_split_layer(tmp_path):
         assert len(r["samples_ms"]) == len(r["allreduce_samples_ms"]) == 3
         assert r["step_ms_median"] > 0 and r["allreduce_ms_median"] > 0
         assert r["gen_ms_median"] > 0
-    kvmem = run_cli("kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1",
-                    "--seq-len", "24", "--dtype", "float32", "--tp", "2", "--json",
-                    str(tmp_path / "kv.json"))  # fmt: skip
+    kvmem = run_cli(
+        "kvmem",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "4,2,1",
+        "--seq-len",
+        "24",
+        "--dtype",
+        "float32",
+        "--tp",
+        "2",
+        "--json",
+        str(tmp_path / "kv.json"),
+    )
     assert kvmem.exit_code == 0, kvmem.output
-    per_gpu = {r["num_kv_heads"]: r["kv_bytes_per_gpu"]
-               for r in json.loads((tmp_path / "kv.json").read_text())["records"]}  # fmt: skip
+    per_gpu = {
+        r["num_kv_heads"]: r["kv_bytes_per_gpu"]
+        for r in json.loads((tmp_path / "kv.json").read_text())["records"]
+    }
     cached = {r["num_kv_heads"]: r["kv_bytes_per_gpu"] for r in records if r["mode"] == "cache"}
     assert cached == per_gpu == {4: 2 * 24 * 2 * 16 * 4, 2: 24 * 2 * 16 * 4, 1: 24 * 2 * 16 * 4}

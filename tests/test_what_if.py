@@ -180,9 +180,14 @@ def test_words_on_a_layer_shape(tmp_path):
 
 # --- a model's own shape: only its KV heads change ------------------------------------------
 
-TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "num_hidden_layers": 2,
-              "torch_dtype": "float32"}  # fmt: skip
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "torch_dtype": "float32",
+}
 
 
 @pytest.mark.parametrize(
@@ -193,7 +198,7 @@ TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4
         ("kvmem", ["--d-model", "64"], "--d-model 64: llama-2-7b has its own width 4,096"),
         ("decode-speed", ["--heads", "8"], "--heads 8: llama-2-7b has its own 32 query heads"),
     ],
-)  # fmt: skip
+)
 def test_a_models_shape_given_by_flags_is_refused(command, flags, message):
     extra = ["--no-measure"] if command == "kvmem" else []
     result = runner.invoke(app, [command, "--model", "llama-2-7b", *flags, *extra, "-q"])
@@ -225,8 +230,22 @@ def test_a_models_shape_in_a_study_is_named_by_its_key(tmp_path):
 
 
 def test_shape_values_beside_a_layer_shape_are_that_shapes(tmp_path):
-    args = ["kvmem", "--model", "llama-2-7b", "--d-model", "64", "--heads", "4", "--layers", "2",
-            "--head-dim", "8", "--seq-len", "16", "--no-measure"]  # fmt: skip
+    args = [
+        "kvmem",
+        "--model",
+        "llama-2-7b",
+        "--d-model",
+        "64",
+        "--heads",
+        "4",
+        "--layers",
+        "2",
+        "--head-dim",
+        "8",
+        "--seq-len",
+        "16",
+        "--no-measure",
+    ]
     shape, model = records_of(args, tmp_path)
     assert (shape["model"], shape["num_layers"], shape["head_dim"]) == (None, 2, 8)
     assert (model["model"], model["num_layers"], model["head_dim"]) == ("llama-2-7b", 32, 128)

@@ -52,8 +52,9 @@ def visit_order(rounds: int) -> list[tuple[int, str]]:
     ]
 
 
-def plan_points(study: str, visit_time: float, device: str | None = None,
-                threads: int | None = None) -> Plan:  # fmt: skip
+def plan_points(
+    study: str, visit_time: float, device: str | None = None, threads: int | None = None
+) -> Plan:
     """The timed decode points of `study`, as head's code reads it: only the step at a
     fixed context is compared, so no generations (gen_len 0) and no timed prefill; each
     visit samples for `visit_time` seconds at the most."""
@@ -68,8 +69,10 @@ def plan_points(study: str, visit_time: float, device: str | None = None,
     plan = plan_command("decode", study, overrides)
     split = sorted({t.point.tp for t in plan.tasks if t.point.tp > 1})
     if split:
-        raise UsageError(f"{study}: decode.tp {split[0]}: a side runs in one process; "
-                         "tensor-parallel points cannot be compared this way")  # fmt: skip
+        raise UsageError(
+            f"{study}: decode.tp {split[0]}: a side runs in one process; "
+            "tensor-parallel points cannot be compared this way"
+        )
     return plan
 
 
@@ -111,20 +114,33 @@ class PointResult:
         unsupported, an error), the verdicts compare gives two rows with those statuses."""
         base, head = self.status("base"), self.status("head")
         if base != OK or head != OK:
-            rows = [{"status": status, METRIC: self.median(side) if status == OK else None}
-                    for side, status in (("base", base), ("head", head))]  # fmt: skip
+            rows = [
+                {"status": status, METRIC: self.median(side) if status == OK else None}
+                for side, status in (("base", base), ("head", head))
+            ]
             return compare_rows("decode", self.config, rows[0], rows[1], th, Mismatch(), False)
         pairs = self.pairs()
         judgement = judge_paired([b for b, _ in pairs], [h for _, h in pairs], th)
-        return [Finding("decode", self.config, METRIC, Kind.TIMING, self.median("base"),
-                        self.median("head"), **asdict(judgement))]  # fmt: skip
+        return [
+            Finding(
+                "decode",
+                self.config,
+                METRIC,
+                Kind.TIMING,
+                self.median("base"),
+                self.median("head"),
+                **asdict(judgement),
+            )
+        ]
 
     def label(self) -> str:
         """'MHA attnbench float32 batch 1 context 16 cache'."""
         c = self.config
         name = c["model"] or c["variant"]
-        return (f"{name} {c['provider']} {c['dtype']} batch {c['batch']} context "
-                f"{c['prompt_len']} {c['mode']}")  # fmt: skip
+        return (
+            f"{name} {c['provider']} {c['dtype']} batch {c['batch']} context "
+            f"{c['prompt_len']} {c['mode']}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,20 +164,24 @@ class AbResult:
 
     def comparison(self, th: Thresholds, fail_on_improvement: bool = False) -> Comparison:
         """The findings of every point, as compare would show and gate them."""
-        result = Comparison(f"base {self.base.label}", f"head {self.head.label}", th,
-                            fail_on_improvement)  # fmt: skip
+        result = Comparison(
+            f"base {self.base.label}", f"head {self.head.label}", th, fail_on_improvement
+        )
         for point in self.points:
             result.findings += point.findings(th)
         visit_s = self.plan.sections["decode"].options["max_time"]
-        result.notes.append(f"{_count(len(self.points), 'point')} in "
-                            f"{_count(self.rounds, 'round')} of ABBA visits of up to "
-                            f"{visit_s:g} s each, {_count(self.threads, 'thread')}; a change "
-                            "is the median of the paired ratios head / base")  # fmt: skip
+        result.notes.append(
+            f"{_count(len(self.points), 'point')} in "
+            f"{_count(self.rounds, 'round')} of ABBA visits of up to "
+            f"{visit_s:g} s each, {_count(self.threads, 'thread')}; a change "
+            "is the median of the paired ratios head / base"
+        )
         for p in self.points:
             base, head = p.status("base"), p.status("head")
             if base != OK and head != OK:
-                result.notes.append(f"{p.label()}: timed by neither side (base {base}; "
-                                    f"head {head})")  # fmt: skip
+                result.notes.append(
+                    f"{p.label()}: timed by neither side (base {base}; head {head})"
+                )
         return result
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,8 +211,13 @@ def config_of(point: DecodePoint, device: torch.device) -> dict[str, Any]:
     return {k: record[k] for k, kind in field_kinds(DecodeRecord).items() if kind is Kind.KEY}
 
 
-def time_point(point: DecodePoint, config: dict, by_side: dict[str, Worker], rounds: int,
-               options: dict[str, Any]) -> PointResult:  # fmt: skip
+def time_point(
+    point: DecodePoint,
+    config: dict,
+    by_side: dict[str, Worker],
+    rounds: int,
+    options: dict[str, Any],
+) -> PointResult:
     """Every visit of one point in visit_order. A side that does not time the step (a
     status other than ok: wrong, unsupported, an error) ends the point, after both
     warm-up visits, so that both sides' statuses are known."""
@@ -213,8 +238,9 @@ def _all(tasks: Sequence[Task]) -> Iterator[Task]:
     yield from tasks
 
 
-def run_ab(plan: Plan, base: Side, head: Side, rounds: int, logs: Path,
-           progress: Progress = _all) -> AbResult:  # fmt: skip
+def run_ab(
+    plan: Plan, base: Side, head: Side, rounds: int, logs: Path, progress: Progress = _all
+) -> AbResult:
     """Time every point of `plan` with both sides, their workers logging to `logs`, each
     with the study's torch threads (default: torch's default here)."""
     threads = plan.threads or torch.get_num_threads()

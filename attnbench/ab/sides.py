@@ -82,8 +82,9 @@ def resolve_revision(repo: Path, rev: str, field: str) -> str:
     if rev.startswith("-") or not rev.strip():
         raise FieldError(field, rev, "not a revision")
     try:
-        sha = run_tool(["git", "-C", str(repo), "rev-parse", f"{rev}^{{commit}}"],
-                       f"git rev-parse {rev}").strip()  # fmt: skip
+        sha = run_tool(
+            ["git", "-C", str(repo), "rev-parse", f"{rev}^{{commit}}"], f"git rev-parse {rev}"
+        ).strip()
     except UsageError:
         raise FieldError(field, rev, f"not a commit of the repository {repo}") from None
     if not SHA.match(sha):
@@ -168,8 +169,10 @@ def _checkout(repo: Path, sha: str, source: Path) -> None:
         raise UsageError(f"{what} failed: {exc.filename or source}: {exc.strerror}") from None
     # -f: a worktree whose folder was deleted stays registered, and add refuses it otherwise;
     # -d: detached, so no branch is checked out twice.
-    run_tool(["git", "-C", str(repo), "worktree", "add", "-q", "-f", "-d", str(source), sha],
-             f"git worktree add ({what})")  # fmt: skip
+    run_tool(
+        ["git", "-C", str(repo), "worktree", "add", "-q", "-f", "-d", str(source), sha],
+        f"git worktree add ({what})",
+    )
 
 
 def _make_environment(root: Path, recipe: dict) -> None:
@@ -184,10 +187,12 @@ def _make_environment(root: Path, recipe: dict) -> None:
         site = Path(sysconfig.get_path("purelib", vars=base))
         site.mkdir(parents=True, exist_ok=True)
         (site / SOURCE_PTH).write_text(recipe["source"] + "\n", encoding="utf-8")
-        (site / SHARED_PTH).write_text("".join(f"{p}\n" for p in recipe["shared"]),
-                                       encoding="utf-8")  # fmt: skip
+        (site / SHARED_PTH).write_text(
+            "".join(f"{p}\n" for p in recipe["shared"]), encoding="utf-8"
+        )
         (root / READY).write_text(json.dumps(recipe, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         where = exc.filename or env
-        raise UsageError(f"making the virtual environment {env} failed: {where}: "
-                         f"{exc.strerror}") from None  # fmt: skip
+        raise UsageError(
+            f"making the virtual environment {env} failed: {where}: {exc.strerror}"
+        ) from None

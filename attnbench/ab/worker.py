@@ -64,8 +64,10 @@ def main() -> None:
 
     found = Path(attnbench.__file__).resolve()
     if not found.is_relative_to(source):
-        sys.exit(f"attnbench is imported from {found.parent}, not from {source}: this "
-                 "side's environment does not put its source first")  # fmt: skip
+        sys.exit(
+            f"attnbench is imported from {found.parent}, not from {source}: this "
+            "side's environment does not put its source first"
+        )
     import torch
 
     import attnbench.experiments.context
@@ -74,8 +76,15 @@ def main() -> None:
     setup = json.loads(sys.stdin.readline())
     torch.set_num_threads(setup["threads"])
     device = torch.device(setup["device"])
-    reply(channel, {"attnbench": str(found), "version": getattr(attnbench, "__version__", None),
-                    "torch": torch.__version__, "threads": torch.get_num_threads()})  # fmt: skip
+    reply(
+        channel,
+        {
+            "attnbench": str(found),
+            "version": getattr(attnbench, "__version__", None),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+    )
     for line in sys.stdin:
         reply(channel, visit(json.loads(line), device))
 

@@ -36,15 +36,23 @@ class Worker:
             self.log.parent.mkdir(parents=True, exist_ok=True)
             self._log_file = self.log.open("w", encoding="utf-8")
         except OSError as exc:
-            raise UsageError(f"writing the {self.side.name} worker's log {self.log} failed: "
-                             f"{exc.strerror}") from None  # fmt: skip
+            raise UsageError(
+                f"writing the {self.side.name} worker's log {self.log} failed: {exc.strerror}"
+            ) from None
         args = [str(self.side.python), "-I", str(SCRIPT), str(self.side.source)]
         try:
-            self._process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=self._log_file, text=True)  # fmt: skip
+            self._process = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log_file,
+                text=True,
+            )
         except OSError as exc:
-            raise UsageError(f"starting the {self.side.name} worker ({self.side.label}) "
-                             f"failed: {self.side.python}: {exc.strerror}") from None  # fmt: skip
+            raise UsageError(
+                f"starting the {self.side.name} worker ({self.side.label}) "
+                f"failed: {self.side.python}: {exc.strerror}"
+            ) from None
         self._send({"threads": threads, "device": device})
 
     def greet(self) -> dict[str, Any]:
@@ -90,8 +98,10 @@ class Worker:
         except ValueError:
             message = None
         if not isinstance(message, dict):
-            raise UsageError(f"the {self.side.name} worker ({self.side.label}) answered "
-                             f"{brief(line.strip())}; see {self.log}")  # fmt: skip
+            raise UsageError(
+                f"the {self.side.name} worker ({self.side.label}) answered "
+                f"{brief(line.strip())}; see {self.log}"
+            )
         return message
 
     def _stopped(self) -> UsageError:
@@ -102,8 +112,10 @@ class Worker:
             self._log_file.flush()
         lines = [s.strip() for s in self.log.read_text(errors="replace").splitlines() if s.strip()]
         said = f": {lines[-1]}" if lines else ""
-        return UsageError(f"the {self.side.name} worker ({self.side.label}) stopped with exit "
-                          f"code {code}{said}; see {self.log}")  # fmt: skip
+        return UsageError(
+            f"the {self.side.name} worker ({self.side.label}) stopped with exit "
+            f"code {code}{said}; see {self.log}"
+        )
 
 
 @contextmanager

@@ -78,8 +78,14 @@ class OneLineErrors(TyperGroup):
     value) printed as one `error:` line and exit code 2, like every other bad input,
     instead of a usage block; and every command's help in one form (`plain_help`)."""
 
-    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:  # fmt: skip
+    def main(
+        self,
+        args: Any = None,
+        prog_name: Any = None,
+        complete_var: Any = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         plain_help(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)

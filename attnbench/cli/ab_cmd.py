@@ -107,8 +107,10 @@ def ab_command(
         head_side = directory_side("head", tree, cache, "head_dir")
     logs = Path(out) if out else Path("results") / datetime.now().strftime("ab-%Y%m%d-%H%M%S")
     if not quiet:
-        console.print(f"base {base_side.label} ({base_side.source}), head {head_side.label}; "
-                      f"logs in {logs}/", markup=False)  # fmt: skip
+        console.print(
+            f"base {base_side.label} ({base_side.source}), head {head_side.label}; logs in {logs}/",
+            markup=False,
+        )
 
     def progress(tasks: Sequence[Task]) -> Iterable[Task]:
         return progress_iter(tasks, lambda t: describe(t.point), quiet)
@@ -124,8 +126,11 @@ def ab_command(
     code = comparison.exit_code()
     broken = _head_failures(result)
     if code == 0 and broken:
-        raise fail(f"{len(broken)} of {len(result.points)} points did not complete on head: "
-                   + "; ".join(sorted(set(broken))), code=1)  # fmt: skip
+        raise fail(
+            f"{len(broken)} of {len(result.points)} points did not complete on head: "
+            + "; ".join(sorted(set(broken))),
+            code=1,
+        )
     raise typer.Exit(code)
 
 

@@ -115,8 +115,7 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
     if model and hf_config:
         raise UsageError("--model and --hf-config: give one or the other, not both")
     if hf_config:
-        return [hf_config if hf_config.endswith(".json") or "/" in hf_config
-                else f"./{hf_config}"]  # fmt: skip
+        return [hf_config if hf_config.endswith(".json") or "/" in hf_config else f"./{hf_config}"]
     return [model] if model else None
 
 
@@ -205,8 +204,10 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
         same_input = next((f for f, other in reads if same_file(path, other)), None)
         earlier = next((f for f, other in given[:i] if same_file(path, other)), None)
         if reason is None and same_input is not None:
-            reason = (f"is the {flag_of(same_input)} file, an input of this command; write "
-                      "the output elsewhere")  # fmt: skip
+            reason = (
+                f"is the {flag_of(same_input)} file, an input of this command; write "
+                "the output elsewhere"
+            )
         elif reason is None and earlier is not None:
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"
         if reason is not None:
@@ -251,8 +252,7 @@ def keep_records(command: str, document: dict) -> Path | None:
     neither takes it."""
     for folder in (tempfile.gettempdir(), "."):
         try:
-            fd, name = tempfile.mkstemp(prefix=f"attnbench-{command}-", suffix=".json",
-                                        dir=folder)  # fmt: skip
+            fd, name = tempfile.mkstemp(prefix=f"attnbench-{command}-", suffix=".json", dir=folder)
             try:
                 with os.fdopen(fd, "w") as fh:
                     json.dump(document, fh, indent=2, allow_nan=False, default=str)
@@ -309,8 +309,11 @@ def write_outputs(
             written.append(json_path)
     except OSError as exc:
         kept = keep_records(command, doc)
-        failure = FieldError(field, exc.filename or (json_path if field == "json" else csv_path),
-                             f"cannot write: {exc.strerror}{kept_text(kept)}")  # fmt: skip
+        failure = FieldError(
+            field,
+            exc.filename or (json_path if field == "json" else csv_path),
+            f"cannot write: {exc.strerror}{kept_text(kept)}",
+        )
     else:
         failure = None
     if not quiet:
@@ -338,10 +341,13 @@ def progress_iter(
 
         weigh = weight or (lambda _: 1.0)
         text = RichColumn(ratio=1, no_wrap=True, overflow="ellipsis")  # the rest of the line
-        columns = (rp.TextColumn("{task.fields[count]}"), rp.BarColumn(bar_width=30),
-                   rp.TextColumn("ETA"), rp.TimeRemainingColumn(),
-                   rp.TextColumn("{task.description}", markup=False,
-                                 table_column=text))  # fmt: skip
+        columns = (
+            rp.TextColumn("{task.fields[count]}"),
+            rp.BarColumn(bar_width=30),
+            rp.TextColumn("ETA"),
+            rp.TimeRemainingColumn(),
+            rp.TextColumn("{task.description}", markup=False, table_column=text),
+        )
         with rp.Progress(*columns, console=console, transient=True, expand=True) as progress:
             task = progress.add_task("", total=sum(weigh(item) for item in items), count="")
             for i, item in enumerate(items, 1):
@@ -359,9 +365,12 @@ CONFIG = option(
     "config", None, "--config", help="YAML sweep file; flags override it.", metavar="PATH"
 )
 MODEL = option(
-    "model", None, "--model", metavar="NAME",
+    "model",
+    None,
+    "--model",
+    metavar="NAME",
     help="A model preset (see `attnbench models`), case-insensitive.",
-)  # fmt: skip
+)
 HF_CONFIG = option(
     "hf_config", None, "--hf-config", help="Path to a Hugging Face config.json.", metavar="PATH"
 )
@@ -371,7 +380,10 @@ JSON = option(
 )
 QUIET = option("quiet", False, "--quiet", "-q", help="Print only errors.", annotation=bool)
 WIDE = option(
-    "wide", False, "--wide", help="Show every column, wider than the terminal if need be.",
+    "wide",
+    False,
+    "--wide",
+    help="Show every column, wider than the terminal if need be.",
     annotation=bool,
-)  # fmt: skip
+)
 OUTPUTS = [CSV, JSON, WIDE, QUIET]

@@ -34,14 +34,32 @@ from .flags import handles_errors
 
 FORMATS = ("table", "markdown", "json")
 STATUS = {0: "PASS", 1: "FAIL", 3: "INCOMPARABLE"}
-HEADERS = ("Verdict", "Section", "Row", "Metric", "Baseline", "Current", "Change", "Interval",
-           "Reason")  # fmt: skip
+HEADERS = (
+    "Verdict",
+    "Section",
+    "Row",
+    "Metric",
+    "Baseline",
+    "Current",
+    "Change",
+    "Interval",
+    "Reason",
+)
 #: How each cell of HEADERS shows in the terminal: its kind and rank (see render.table).
 #: The verdict and its reason are never hidden: when the table is too narrow, the interval,
 #: the values, the section and the change go first, then the reason folds onto more lines
 #: (before the metric or the row would go).
-CELLS = (("status", 0), ("label", 5), ("text", 1), ("label", 2), ("number", 6),
-         ("number", 4), ("number", 3), ("number", 8), ("text", 2))  # fmt: skip
+CELLS = (
+    ("status", 0),
+    ("label", 5),
+    ("text", 1),
+    ("label", 2),
+    ("number", 6),
+    ("number", 4),
+    ("number", 3),
+    ("number", 8),
+    ("text", 2),
+)
 #: The columns the table keeps at any width.
 KEPT = ("Reason",)
 
@@ -168,8 +186,9 @@ def _context_lines(result: Comparison) -> list[str]:
     lines = []
     diffs = [d for d in result.env_differences if d.gating]
     if diffs:
-        changes = ", ".join(f"{d.field} {_env_value(d.baseline)} -> {_env_value(d.current)}"
-                            for d in diffs)  # fmt: skip
+        changes = ", ".join(
+            f"{d.field} {_env_value(d.baseline)} -> {_env_value(d.current)}" for d in diffs
+        )
         lines.append(f"Environments differ ({changes}): timings do not gate.")
     return lines + [f"Note: {note}." for note in result.notes]
 
@@ -220,8 +239,10 @@ def _print_table(out: Console, result: Comparison, only_changed: bool, width: in
     left out, and the summary."""
     rows = [dict(zip(HEADERS, cells, strict=True)) for _, cells in _cells(result, only_changed)]
     if rows:
-        columns = [Column(h, h, str, rank=rank, kind=kind, keep=h in KEPT)
-                   for h, (kind, rank) in zip(HEADERS, CELLS, strict=True)]  # fmt: skip
+        columns = [
+            Column(h, h, str, rank=rank, kind=kind, keep=h in KEPT)
+            for h, (kind, rank) in zip(HEADERS, CELLS, strict=True)
+        ]
         title = f"attnbench compare: {result.baseline} -> {result.current}"
         view = build_table(title, rows, columns, width, hint="--format markdown or json")
         print_view(out, view)

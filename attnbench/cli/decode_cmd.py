@@ -37,8 +37,10 @@ def describe(point: DecodePoint) -> str:
     name = point_name(point)
     gen = f" gen {point.gen_len}" if point.gen_len else ""
     graph = " graph" if point.cuda_graph else ""
-    return (f"{name} {point.provider} {point.dtype} batch {point.batch} "
-            f"context {point.prompt_len}{gen} {point.mode}{graph}")  # fmt: skip
+    return (
+        f"{name} {point.provider} {point.dtype} batch {point.batch} "
+        f"context {point.prompt_len}{gen} {point.mode}{graph}"
+    )
 
 
 @section_command(app, "decode-speed", "decode", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
@@ -80,21 +82,32 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
     warn_wrong(records)
     broken = [r for r in records if failed(as_dict(r))]
     if broken:
-        raise fail(f"{len(broken)} of {len(records)} points did not complete: "
-                   + "; ".join(sorted({r.status for r in broken})), code=1)  # fmt: skip
+        raise fail(
+            f"{len(broken)} of {len(records)} points did not complete: "
+            + "; ".join(sorted({r.status for r in broken})),
+            code=1,
+        )
 
 
 def check_tensor_parallel(plan: Plan, launch: Launch | None) -> None:
     """--tp T needs T processes started by torchrun, and torchrun's ranks need --tp."""
     tp = next((t.point.tp for t in plan.tasks), 1)
     if launch is None and tp > 1:
-        raise FieldError("tp", tp, f"splits each point over {tp} processes; start them with "
-                         f"torchrun --standalone --nproc-per-node {tp} -m attnbench "
-                         f"decode-speed --tp {tp} ...")  # fmt: skip
+        raise FieldError(
+            "tp",
+            tp,
+            f"splits each point over {tp} processes; start them with "
+            f"torchrun --standalone --nproc-per-node {tp} -m attnbench "
+            f"decode-speed --tp {tp} ...",
+        )
     if launch is not None and tp != launch.world_size:
         ranks = launch.world_size
-        raise FieldError("tp", tp, f"torchrun started {ranks} ranks, and every point is "
-                         f"split over all of them: give --tp {ranks}")  # fmt: skip
+        raise FieldError(
+            "tp",
+            tp,
+            f"torchrun started {ranks} ranks, and every point is "
+            f"split over all of them: give --tp {ranks}",
+        )
 
 
 def show_results(rows: list[dict], env: dict, wide: bool) -> None:
@@ -121,5 +134,8 @@ def warn_wrong(records: list[DecodeRecord]) -> None:
     if not parts:
         return
     noun = "provider disagrees" if len(parts) == 1 else "providers disagree"
-    err_console.print(f"warning: {len(parts)} {noun} with the reference: "
-                      + "; ".join(parts), markup=False, soft_wrap=True)  # fmt: skip
+    err_console.print(
+        f"warning: {len(parts)} {noun} with the reference: " + "; ".join(parts),
+        markup=False,
+        soft_wrap=True,
+    )

@@ -31,8 +31,12 @@ EXPECTED_INT = {False: "expected an integer", True: "expected integers, comma-se
 
 
 #: Inputs given as arguments, not flags: named by what they are.
-ARGUMENTS = {"baseline": "BASELINE", "current": "CURRENT", "results": "RESULTS",
-             "study": "STUDY.yaml"}  # fmt: skip
+ARGUMENTS = {
+    "baseline": "BASELINE",
+    "current": "CURRENT",
+    "results": "RESULTS",
+    "study": "STUDY.yaml",
+}
 
 
 def flag_of(field: str) -> str:
@@ -73,11 +77,11 @@ def _option(section: str, name: str, alias: str | None = None) -> inspect.Parame
         annotation: Any = bool | None
     else:
         metavar = METAVARS.get(spec.type, "TEXT") + (",..." if spec.axis else "")
-        option = typer.Option(None, flag, help=help, metavar=metavar,
-                              hidden=alias is not None)  # fmt: skip
+        option = typer.Option(None, flag, help=help, metavar=metavar, hidden=alias is not None)
         annotation = str | None
-    return inspect.Parameter(alias or name, inspect.Parameter.KEYWORD_ONLY, default=option,
-                             annotation=annotation)  # fmt: skip
+    return inspect.Parameter(
+        alias or name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
+    )
 
 
 def parse_field(name: str, text: str) -> Any:
@@ -193,5 +197,6 @@ def option(
 ) -> inspect.Parameter:
     """A keyword-only parameter for `section_command`'s before/after lists."""
     given = typer.Option(default, *flags, help=help, metavar=metavar)
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=given,
-                             annotation=annotation)  # fmt: skip
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=given, annotation=annotation
+    )

@@ -104,16 +104,22 @@ def parse_date(text: str) -> str:
     try:
         return datetime.datetime.fromisoformat(text).isoformat()
     except ValueError:
-        raise FieldError("date", typed(text), "expected an ISO 8601 date, e.g. 2026-10-05 or "
-                         "2026-10-05T12:00:00+00:00") from None  # fmt: skip
+        raise FieldError(
+            "date",
+            typed(text),
+            "expected an ISO 8601 date, e.g. 2026-10-05 or 2026-10-05T12:00:00+00:00",
+        ) from None
 
 
 def check_name(field: str, text: str | None) -> None:
     """--commit and --branch name a commit or a branch: one word, never empty."""
     if text is None or (text.isprintable() and text and " " not in text):
         return
-    reason = f"empty; name the {field}" if not text.strip() else (
-        f"a {field} is one word, without spaces or control characters")  # fmt: skip
+    reason = (
+        f"empty; name the {field}"
+        if not text.strip()
+        else (f"a {field} is one word, without spaces or control characters")
+    )
     raise FieldError(field, typed(text), reason)
 
 
@@ -153,8 +159,10 @@ def add_command(
     date = parse_date(date) if date is not None else None
     documents = [load_document(path) for path in results]  # every file checked first
     for document in documents:
-        document.require_environment("and the history files timings by environment; add the "
-                                     "JSON the command writes with --json")  # fmt: skip
+        document.require_environment(
+            "and the history files timings by environment; add the "
+            "JSON the command writes with --json"
+        )
     head = current_commit()
     stamps = []
     for path, document in zip(results, documents, strict=True):
@@ -176,8 +184,10 @@ def add_command(
                 said = f"already there (run {run_id}), commit {stored[:10]}"
                 if stored != stamp.sha:
                     width = 10 if stored[:10] != stamp.sha[:10] else None
-                    said = (f"already there (run {run_id}), stored under commit "
-                            f"{stored[:width]}, not {stamp.sha[:width]}")  # fmt: skip
+                    said = (
+                        f"already there (run {run_id}), stored under commit "
+                        f"{stored[:width]}, not {stamp.sha[:width]}"
+                    )
             console.print(f"{path}: {said}", markup=False)
     finally:
         history.close()
@@ -221,8 +231,11 @@ def environment_label(series: Series) -> str:
         return "every environment (an exact metric)"
     env = series.environment
     torch, threads = env.get("torch_version"), env.get("num_threads")
-    parts = [env.get("device_name"), torch and f"torch {torch}",
-             threads and f"{threads} thread{'s' * (threads != 1)}"]  # fmt: skip
+    parts = [
+        env.get("device_name"),
+        torch and f"torch {torch}",
+        threads and f"{threads} thread{'s' * (threads != 1)}",
+    ]
     known = ", ".join(str(p) for p in parts if p) or "not recorded"
     return f"environment {series.environment_id} ({known})"
 
@@ -345,8 +358,13 @@ def changes_command(
     if not changes:
         console.print(f"No change found in {len(wanted)} metric(s).", markup=False)
         return
-    show_table("Changes over commits", changes_rows(changes, environment_label),
-               CHANGE_COLUMNS, wide, hint=None)  # fmt: skip
+    show_table(
+        "Changes over commits",
+        changes_rows(changes, environment_label),
+        CHANGE_COLUMNS,
+        wide,
+        hint=None,
+    )
 
 
 def _followed(metric: str, kind: str) -> bool:

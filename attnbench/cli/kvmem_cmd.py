@@ -37,5 +37,4 @@ def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -
         show_table(f"KV-cache memory on {plan.device}", rows, kvmem_columns(rows), wide)
         model_notes(plan.sections["kvmem"].models, [r.seq_len for r in records])
     config_doc = plan.sections["kvmem"].to_dict()
-    write_outputs("kvmem", records, KvmemRecord, config_doc, result.environment, csv, json,
-                  quiet)  # fmt: skip
+    write_outputs("kvmem", records, KvmemRecord, config_doc, result.environment, csv, json, quiet)

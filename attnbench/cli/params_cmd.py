@@ -75,5 +75,14 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
                 )
         model_notes(models)
     config_doc = plan.sections["params"].to_dict()
-    write_outputs("params", records, ParamsRecord, config_doc, result.environment, csv, json,
-                  quiet, {"model_parts": (ModelPartRecord, parts)})  # fmt: skip
+    write_outputs(
+        "params",
+        records,
+        ParamsRecord,
+        config_doc,
+        result.environment,
+        csv,
+        json,
+        quiet,
+        {"model_parts": (ModelPartRecord, parts)},
+    )

@@ -72,8 +72,11 @@ def _dry_run(plan: Plan, nproc: int) -> None:
             "".join(f"{describe(t)}  ~{plan.estimate(t):.2f} s\n" for t in plan.tasks)
         )
         where = devices or "no device needed"
-        console.print(f"{len(plan.tasks):,} points ({where}), {_about(total)} (a rough "
-                      "estimate); nothing was run.", markup=False)  # fmt: skip
+        console.print(
+            f"{len(plan.tasks):,} points ({where}), {_about(total)} (a rough "
+            "estimate); nothing was run.",
+            markup=False,
+        )
         return
     shares = assign(plan.tasks, plan.estimate, nproc)
     loads = [plan.estimate_total(share) for share in shares]
@@ -82,9 +85,12 @@ def _dry_run(plan: Plan, nproc: int) -> None:
     mean = sum(loads) / nproc
     slowest = max(loads)
     balance = f"the slowest rank {slowest / mean:.2f}x the mean" if mean > 0 else "nothing to run"
-    console.print(f"{len(plan.tasks):,} points on {nproc} ranks ({devices or 'no device needed'}): "
-                  f"{_about(slowest)} of wall time against {_about(total)} on one, "
-                  f"{balance} (rough estimates); nothing was run.", markup=False)  # fmt: skip
+    console.print(
+        f"{len(plan.tasks):,} points on {nproc} ranks ({devices or 'no device needed'}): "
+        f"{_about(slowest)} of wall time against {_about(total)} on one, "
+        f"{balance} (rough estimates); nothing was run.",
+        markup=False,
+    )
 
 
 def _finish(doc: dict, out: Path, quiet: bool) -> None:
@@ -106,9 +112,13 @@ def _refuse_tensor_parallel(plan: Plan, config: str | None) -> None:
     once, which decode-speed --tp does."""
     tp = next((t.point.tp for t in plan.tasks if t.section == "decode" and t.point.tp > 1), None)
     if tp is not None:
-        error = FieldError("tp", tp, f"a study runs each decode point on one rank; time a layer "
-                           f"split over {tp} ranks with torchrun --standalone --nproc-per-node "
-                           f"{tp} -m attnbench decode-speed --tp {tp}")  # fmt: skip
+        error = FieldError(
+            "tp",
+            tp,
+            f"a study runs each decode point on one rank; time a layer "
+            f"split over {tp} ranks with torchrun --standalone --nproc-per-node "
+            f"{tp} -m attnbench decode-speed --tp {tp}",
+        )
         raise error.located(f"decode.tp: {tp} ({config})") if config else error
 
 
@@ -156,10 +166,14 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise FieldError("out", shown, f"cannot use it: {reason}") from None
     if names and not force:
-        raise FieldError("out", shown, f"holds files that are not a study's ({listed(names)}); "
-                         "the study's results.json, CSVs, plots and report.md would replace "
-                         "those of the same names: give an empty or new directory, or "
-                         "--force")  # fmt: skip
+        raise FieldError(
+            "out",
+            shown,
+            f"holds files that are not a study's ({listed(names)}); "
+            "the study's results.json, CSVs, plots and report.md would replace "
+            "those of the same names: give an empty or new directory, or "
+            "--force",
+        )
 
 
 def _refuse_share(out_dir: Path) -> None:
@@ -167,9 +181,13 @@ def _refuse_share(out_dir: Path) -> None:
     there would replace it, and no merge of the study would take it any more."""
     share = share_in(out_dir)
     if share is not None:
-        raise FieldError("out", shown_path(out_dir), f"is the directory of share {share} of a "
-                         "study, which only that share writes: give the study's directory, or "
-                         "another")  # fmt: skip
+        raise FieldError(
+            "out",
+            shown_path(out_dir),
+            f"is the directory of share {share} of a "
+            "study, which only that share writes: give the study's directory, or "
+            "another",
+        )
 
 
 @app.command("run")
@@ -238,8 +256,9 @@ def run_command(
         if shard is not None:
             raise FieldError("shard", shard, "torchrun shares the study among its ranks already")
         if out is None:
-            raise FieldError("out", None, "under torchrun, give every rank the study's "
-                             "directory with --out DIR")  # fmt: skip
+            raise FieldError(
+                "out", None, "under torchrun, give every rank the study's directory with --out DIR"
+            )
         shard = str(Shard(launch.rank, launch.world_size))
         quiet = quiet or launch.rank > 0  # one rank reports
     workers = _nproc(nproc)
@@ -251,8 +270,9 @@ def run_command(
     if resume and out is None:
         raise FieldError("resume", None, "give the results directory to finish with --out DIR")
     if shard is not None and out is None:
-        raise FieldError("shard", shard, "give the study's directory, the same for every share, "
-                         "with --out DIR")  # fmt: skip
+        raise FieldError(
+            "shard", shard, "give the study's directory, the same for every share, with --out DIR"
+        )
     out_dir = Path(out) if out else Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
     check_out_dir(out_dir, force, config)
     _refuse_share(out_dir)
@@ -272,8 +292,7 @@ def run_command(
         resume = False  # a share that never started: resuming the study starts it
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
-            result = run_study(plan, store, resume=resume, on_interrupt=notice,
-                               progress=progress)  # fmt: skip
+            result = run_study(plan, store, resume=resume, on_interrupt=notice, progress=progress)
             if note:  # once the study is under way: bad input stays one line
                 err_console.print(f"note: {note}", soft_wrap=True, markup=False)
             if result.interrupted:  # stopped after a point: the way out of a Ctrl-C
@@ -281,13 +300,17 @@ def run_command(
             if not quiet:
                 earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
                 of = f" of share {share}" if share else ""
-                console.print(f"Ran {result.ran} of {result.total} points{of}{earlier} in "
-                              f"{result.seconds:.1f} s.")  # fmt: skip
+                console.print(
+                    f"Ran {result.ran} of {result.total} points{of}{earlier} in "
+                    f"{result.seconds:.1f} s."
+                )
             if share is None:
                 _finish(result.document, out_dir, quiet)
             elif launch is None and not quiet:
-                console.print(f"Wrote {store.out_dir}/; when every share has run: "
-                              f"attnbench merge {out_dir}", markup=False)  # fmt: skip
+                console.print(
+                    f"Wrote {store.out_dir}/; when every share has run: attnbench merge {out_dir}",
+                    markup=False,
+                )
     except KeyboardInterrupt:  # while running, or while writing plots and the report
         raise _interrupted(out_dir, config, device, share) from None
     except OSError as exc:
@@ -328,13 +351,17 @@ def _interrupted(
     again = ["attnbench run", *([config] if config else []), "--out", str(out_dir), "--resume"]
     again += ["--device", device] if device else []
     again += ["--shard", str(share)] if share else []
-    err_console.print(f"interrupted: the finished points are in {out_dir}/; finish with: "
-                      f"{' '.join(again)}", soft_wrap=True)  # fmt: skip
+    err_console.print(
+        f"interrupted: the finished points are in {out_dir}/; finish with: {' '.join(again)}",
+        soft_wrap=True,
+    )
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-FORCE_HELP = ("Write into --out even when it holds files that are not a study's (those "
-              "of the same names as the study's are replaced).")  # fmt: skip
+FORCE_HELP = (
+    "Write into --out even when it holds files that are not a study's (those "
+    "of the same names as the study's are replaced)."
+)
 ResultsArg = Annotated[str, typer.Argument(help="A results.json written by `attnbench run`.")]
 OutOpt = Annotated[
     str | None, typer.Option("--out", help="Directory to write into (default: beside it).")
@@ -398,9 +425,13 @@ def merge_command(
     merged = merge([Path(d) for d in dirs])
     out_dir = Path(out) if out else Path(dirs[0])
     if out is None and (share := share_in(out_dir)) is not None:
-        raise FieldError("out", None, f"not given, and the first directory, "
-                         f"{shown_path(out_dir)}, is share {share} of a study, which the merged "
-                         "study would replace: give the directory to write into")  # fmt: skip
+        raise FieldError(
+            "out",
+            None,
+            f"not given, and the first directory, "
+            f"{shown_path(out_dir)}, is share {share} of a study, which the merged "
+            "study would replace: give the directory to write into",
+        )
     check_out_dir(out_dir, force)
     _refuse_share(out_dir)
     again = ["attnbench merge", *dirs] + (["--out", out] if out else [])
@@ -419,18 +450,23 @@ def _write_merged(merged: Merged, out_dir: Path, quiet: bool, again: list[str]) 
                 store.rewrite(name, section["records"], KINDS[name].record)
             if not quiet:
                 points = sum(len(s["records"]) for s in merged.document["sections"].values())
-                console.print(f"Merged shares {', '.join(merged.shards)}: {points} points.",
-                              markup=False)  # fmt: skip
+                console.print(
+                    f"Merged shares {', '.join(merged.shards)}: {points} points.", markup=False
+                )
             _finish(merged.document, out_dir, quiet)
     except OSError as exc:
         raise _unwritable(exc, out_dir) from None
     except KeyboardInterrupt:
-        err_console.print(f"interrupted: the shares are as they were; merge again with: "
-                          f"{' '.join(again)}", soft_wrap=True)  # fmt: skip
+        err_console.print(
+            f"interrupted: the shares are as they were; merge again with: {' '.join(again)}",
+            soft_wrap=True,
+        )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if not merged.complete:
         missing = ", ".join(f"{n} {s}" for s, n in merged.missing.items() if n)
-        err_console.print(f"incomplete: {missing} point(s) are in no share yet; run the "
-                          "missing shares (or --resume them) and merge again",
-                          soft_wrap=True)  # fmt: skip
+        err_console.print(
+            f"incomplete: {missing} point(s) are in no share yet; run the "
+            "missing shares (or --resume them) and merge again",
+            soft_wrap=True,
+        )
         raise typer.Exit(1)

@@ -234,9 +234,15 @@ def build_layer(
     """The layer under test, with seeded random weights."""
     torch.manual_seed(SEED)
     return GroupedQueryAttention(
-        shape.d_model, shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.bias,
-        backend=backend, device=device, dtype=dtype,
-    )  # fmt: skip
+        shape.d_model,
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+        shape.bias,
+        backend=backend,
+        device=device,
+        dtype=dtype,
+    )
 
 
 def random_tokens(shape: AttentionShape, batch: int, length: int, dtype, device) -> torch.Tensor:
@@ -281,11 +287,14 @@ def decode_outputs(
             ],
             dim=1,
         )
-    cache = KVCache(x.shape[0], layer.num_kv_heads, prompt_len + gen_len, layer.head_dim,
-                    x.dtype, x.device)  # fmt: skip
+    cache = KVCache(
+        x.shape[0], layer.num_kv_heads, prompt_len + gen_len, layer.head_dim, x.dtype, x.device
+    )
     layer.causal_call(x[:, :prompt_len], cache=cache)()
-    steps = [layer.decode_step(x[:, t : t + 1].contiguous(), cache, t)
-             for t in range(prompt_len, prompt_len + gen_len)]  # fmt: skip
+    steps = [
+        layer.decode_step(x[:, t : t + 1].contiguous(), cache, t)
+        for t in range(prompt_len, prompt_len + gen_len)
+    ]
     return torch.cat([step() for step in steps], dim=1)
 
 
@@ -437,8 +446,11 @@ def check_section(values: Mapping[str, list], options: Mapping[str, Any], given:
     no_cache_max_prompt_len that leaves a no_cache-only section nothing to run."""
     sizes = values.get("tp", [1])
     if len(sizes) > 1:
-        raise FieldError("tp", ",".join(map(str, sizes)), "one size per run: the ranks "
-                         "torchrun started split every point")  # fmt: skip
+        raise FieldError(
+            "tp",
+            ",".join(map(str, sizes)),
+            "one size per run: the ranks torchrun started split every point",
+        )
     longest = options.get("no_cache_max_prompt_len")
     contexts = values.get("prompt_len", [])
     if longest is not None and values.get("mode") == ["no_cache"] and min(contexts) > longest:
@@ -448,8 +460,9 @@ def check_section(values: Mapping[str, list], options: Mapping[str, Any], given:
     swept = values.get("provider", [])
     baseline = options.get("baseline_provider")
     if "baseline_provider" in given and baseline not in swept:
-        raise FieldError("baseline_provider", baseline,
-                         f"is not among the providers swept ({', '.join(swept)})")  # fmt: skip
+        raise FieldError(
+            "baseline_provider", baseline, f"is not among the providers swept ({', '.join(swept)})"
+        )
 
 
 def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
@@ -462,22 +475,41 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     )
     options = DecodeOptions.from_options(context.options)
     prefills = point.cached and options.prefill
-    kv_bytes = kv_cache_bytes(1, point.batch, point.prompt_len, shape.num_kv_heads,
-                              shape.head_dim, point.dtype, tp=point.tp,
-                              num_heads=shape.num_heads)  # fmt: skip
+    kv_bytes = kv_cache_bytes(
+        1,
+        point.batch,
+        point.prompt_len,
+        shape.num_kv_heads,
+        shape.head_dim,
+        point.dtype,
+        tp=point.tp,
+        num_heads=shape.num_heads,
+    )
     return DecodeRecord(
-        variant=shape.variant, provider=point.provider, device=str(device), dtype=point.dtype,
-        batch=point.batch, d_model=shape.d_model, num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads, head_dim=shape.head_dim,  # type: ignore[arg-type]
-        prompt_len=point.prompt_len, gen_len=point.gen_len, mode=point.mode,
-        cuda_graph=point.cuda_graph, tp=point.tp, peak_gbps=context.peak_gbps,
+        variant=shape.variant,
+        provider=point.provider,
+        device=str(device),
+        dtype=point.dtype,
+        batch=point.batch,
+        d_model=shape.d_model,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,  # type: ignore[arg-type]
+        prompt_len=point.prompt_len,
+        gen_len=point.gen_len,
+        mode=point.mode,
+        cuda_graph=point.cuda_graph,
+        tp=point.tp,
+        peak_gbps=context.peak_gbps,
         peak_tflops=context.peak_tflops.get(point.dtype) if prefills else None,
-        model=point.model, published_kv_heads=point.published_kv_heads,
+        model=point.model,
+        published_kv_heads=point.published_kv_heads,
         baseline_provider=options.baseline_provider,
-        bytes_per_step=step_bytes, flops_per_step=step_flops,
+        bytes_per_step=step_bytes,
+        flops_per_step=step_flops,
         kv_bytes_per_gpu=kv_bytes if point.cached else None,
         prefill_flops=prefill_flops(shape, point.batch, point.prompt_len) if prefills else None,
-    )  # fmt: skip
+    )
 
 
 def failed(point: DecodePoint, status: str, context: Context | None = None) -> DecodeRecord:

@@ -167,8 +167,15 @@ class FitRecord:
     status: str = info(OK)
 
 
-def _record(plan: FitPlan, question: str, seq_len: int | None, per_replica: int,
-            total_batch: int, unbounded: bool, per_seq: int) -> FitRecord:  # fmt: skip
+def _record(
+    plan: FitPlan,
+    question: str,
+    seq_len: int | None,
+    per_replica: int,
+    total_batch: int,
+    unbounded: bool,
+    per_seq: int,
+) -> FitRecord:
     kv = per_replica * per_seq
     window, windowed_layers = window_summary(plan.windows)
     spec = plan.spec
@@ -214,8 +221,9 @@ def largest_batch(plan: FitPlan, seq_len: int) -> FitRecord:
             f"KV cache per GPU, {format_bytes(budget)} is left after weights and reserve"
         )
     question = "largest_batch"
-    return _record(plan, question, seq_len, per_replica, per_replica * plan.replicas, False,
-                   per_seq)  # fmt: skip
+    return _record(
+        plan, question, seq_len, per_replica, per_replica * plan.replicas, False, per_seq
+    )
 
 
 def longest_context(plan: FitPlan, batch: int) -> FitRecord:
@@ -239,8 +247,9 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
     if all(w is not None for w in plan.windows):
         widest = max(w for w in plan.windows if w is not None)
         if fits(widest):
-            return _record(plan, question, None, per_replica, batch, True,
-                           plan.sequence_bytes(widest))  # fmt: skip
+            return _record(
+                plan, question, None, per_replica, batch, True, plan.sequence_bytes(widest)
+            )
         high = widest
     else:
         high = 2

@@ -130,9 +130,11 @@ def count_instructions(
     and, once per repeat, entering and leaving inference mode and the provider's pinned
     SDPA kernel, the same for every run of a point."""
     if not 1 <= number <= MAX_NUMBER:
-        raise ValueError(f"number must be within 1..{MAX_NUMBER}, got {number}: torch warms "
-                         f"up with min(number, {MAX_NUMBER}) executions, which must be one "
-                         "slot of the Dispatcher")  # fmt: skip
+        raise ValueError(
+            f"number must be within 1..{MAX_NUMBER}, got {number}: torch warms "
+            f"up with min(number, {MAX_NUMBER}) executions, which must be one "
+            "slot of the Dispatcher"
+        )
     for point in points:
         check(point)
     missing = valgrind_missing()
@@ -207,8 +209,9 @@ class Dispatcher:
     entered, however many times it does: the Timer also runs the setup and one execution
     in the calling process, to check them, before it starts valgrind."""
 
-    def __init__(self, points: Sequence[DecodePoint], steps: Sequence[Callable[[], object]],
-                 number: int) -> None:  # fmt: skip
+    def __init__(
+        self, points: Sequence[DecodePoint], steps: Sequence[Callable[[], object]], number: int
+    ) -> None:
         self.points = list(points)
         self.steps = list(steps)
         self.number = number
@@ -241,16 +244,18 @@ class Dispatcher:
 
 def setup_code(points: Sequence[DecodePoint], options: DecodeOptions, number: int) -> str:
     """The Timer's setup for `points`: it builds their Dispatcher as `_dispatch`."""
-    return SETUP.format(points=json.dumps([asdict(p) for p in points]),
-                        options=json.dumps(asdict(options)), number=number)  # fmt: skip
+    return SETUP.format(
+        points=json.dumps([asdict(p) for p in points]),
+        options=json.dumps(asdict(options)),
+        number=number,
+    )
 
 
 def _collect(points: Sequence[DecodePoint], options: DecodeOptions, number: int) -> list[int]:
     """Each point's instructions per step, from one valgrind process."""
     timer = Timer(stmt=STMT, setup=setup_code(points, options, number), num_threads=1)
     with _child_environment():
-        stats = timer.collect_callgrind(number=number, repeats=len(points),
-                                        collect_baseline=False)  # fmt: skip
+        stats = timer.collect_callgrind(number=number, repeats=len(points), collect_baseline=False)
     return [repeat.counts(denoise=True) // number for repeat in stats]
 
 
@@ -262,8 +267,11 @@ def _child_environment() -> Iterator[None]:
     activated)."""
     tunables = [os.environ.get("GLIBC_TUNABLES"), MALLOC_TUNABLE]
     path = [os.path.dirname(sys.executable), os.environ.get("PATH")]
-    changes = {**CHILD_ENV, "GLIBC_TUNABLES": ":".join(filter(None, tunables)),
-               "PATH": os.pathsep.join(filter(None, path))}  # fmt: skip
+    changes = {
+        **CHILD_ENV,
+        "GLIBC_TUNABLES": ":".join(filter(None, tunables)),
+        "PATH": os.pathsep.join(filter(None, path)),
+    }
     before = {name: os.environ.get(name) for name in changes}
     os.environ.update(changes)
     try:

@@ -27,8 +27,9 @@ class ParamsPoint:
 
     @property
     def shape(self) -> AttentionShape:
-        return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim,
-                              self.bias)  # fmt: skip
+        return AttentionShape(
+            self.d_model, self.num_heads, self.num_kv_heads, self.head_dim, self.bias
+        )
 
 
 @dataclass(kw_only=True)
@@ -77,8 +78,9 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
         raise ModelMismatchError(
             f"{shape}: the formula gives {total} parameters but the module has {counted}"
         )
-    mha = AttentionShape(shape.d_model, shape.num_heads, shape.num_heads, shape.head_dim,
-                         shape.bias)  # fmt: skip
+    mha = AttentionShape(
+        shape.d_model, shape.num_heads, shape.num_heads, shape.head_dim, shape.bias
+    )
     return ParamsRecord(
         variant=shape.variant,
         d_model=shape.d_model,

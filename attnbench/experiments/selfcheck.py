@@ -35,8 +35,10 @@ class CheckResult:
 
 def _reference(layer, x: torch.Tensor) -> torch.Tensor:
     """The layer's causal output recomputed in float64 on the CPU, K/V expanded."""
-    w = {n: getattr(layer, n).weight.detach().double().cpu() for n in ("q_proj", "k_proj",
-         "v_proj", "o_proj")}  # fmt: skip
+    w = {
+        n: getattr(layer, n).weight.detach().double().cpu()
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj")
+    }
     x64 = x.double().cpu()
     b, s, _ = x64.shape
     q = (x64 @ w["q_proj"].T).view(b, s, layer.num_heads, layer.head_dim).transpose(1, 2)
@@ -73,8 +75,13 @@ def check_backends(
             tol = TOLERANCE[dtype]
             name = f"{shape.variant} {backend} {str(dtype).removeprefix('torch.')}"
             results.append(CheckResult(f"{name} vs float64", err < tol, f"rel err {err:.2e}"))
-            results.append(CheckResult(f"{name} cached decode == full pass", err_cache < tol,
-                                       f"rel err {err_cache:.2e}"))  # fmt: skip
+            results.append(
+                CheckResult(
+                    f"{name} cached decode == full pass",
+                    err_cache < tol,
+                    f"rel err {err_cache:.2e}",
+                )
+            )
     return results
 
 
@@ -82,8 +89,13 @@ def check_kv_memory(device: torch.device) -> list[CheckResult]:
     """A real cache's storage (and, on CUDA, the allocator's count) equals the formula."""
     expected = kv_cache_bytes(4, 2, 1000, 8, 128, "bfloat16")
     measured, status = measure_cache_bytes(4, 2, 1000, 8, 128, "bfloat16", device, expected)
-    return [CheckResult("KV cache measured == analytic", measured == expected and status == "ok",
-                        f"{measured} vs {expected} ({status})")]  # fmt: skip
+    return [
+        CheckResult(
+            "KV cache measured == analytic",
+            measured == expected and status == "ok",
+            f"{measured} vs {expected} ({status})",
+        )
+    ]
 
 
 def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
@@ -94,8 +106,15 @@ def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
     for name in PROVIDERS:
         if name == "flex" and device.type == "cpu":
             continue
-        point = decode.DecodePoint(d_model=256, num_heads=8, num_kv_heads=2, batch=2,
-                                   dtype=dtype, prompt_len=48, provider=name)  # fmt: skip
+        point = decode.DecodePoint(
+            d_model=256,
+            num_heads=8,
+            num_kv_heads=2,
+            batch=2,
+            dtype=dtype,
+            prompt_len=48,
+            provider=name,
+        )
         rec = decode.run(point, Context(device, {"warmup": 0, "repeats": 1, "prefill": False}))
         if rec.status.startswith("unsupported"):
             continue
@@ -107,8 +126,15 @@ def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
 
 def check_cuda_graph(device: torch.device) -> list[CheckResult]:
     """A decode step replayed from a CUDA graph runs, agrees and gives its samples."""
-    point = decode.DecodePoint(d_model=256, num_heads=8, num_kv_heads=2, batch=2,
-                               dtype="bfloat16", prompt_len=64, cuda_graph=True)  # fmt: skip
+    point = decode.DecodePoint(
+        d_model=256,
+        num_heads=8,
+        num_kv_heads=2,
+        batch=2,
+        dtype="bfloat16",
+        prompt_len=64,
+        cuda_graph=True,
+    )
     rec = decode.run(point, Context(device, {"warmup": 1, "repeats": 4}))
     ok = decode.timed(rec) and len(rec.samples_ms) == 4
     return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]

@@ -61,8 +61,13 @@ class Ranks:
         """The rank's share of the point: its query heads and the KV heads they read."""
         shape = point.shape
         kv_here = kv_heads_per_rank(shape.num_heads, shape.num_kv_heads, self.size)
-        return replace(point, num_heads=shape.num_heads // self.size, num_kv_heads=kv_here,
-                       head_dim=shape.head_dim, tp=1)  # fmt: skip
+        return replace(
+            point,
+            num_heads=shape.num_heads // self.size,
+            num_kv_heads=kv_here,
+            head_dim=shape.head_dim,
+            tp=1,
+        )
 
     def shard(self, layer: GroupedQueryAttention) -> GroupedQueryAttention:
         """This rank's slice of `layer`, summing its outputs over the group."""
@@ -97,5 +102,6 @@ class Ranks:
         """The step's all-reduce alone (the layer's output of one token per sequence),
         timed as the step is."""
         out = torch.zeros(point.batch, 1, point.d_model, dtype=dtype, device=self.device)
-        return lockstep_sample(Timer(self.device), all_reduce_call(out, self.group), sampling,
-                               group=self.group)  # fmt: skip
+        return lockstep_sample(
+            Timer(self.device), all_reduce_call(out, self.group), sampling, group=self.group
+        )

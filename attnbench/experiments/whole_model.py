@@ -50,6 +50,6 @@ def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
             meta_params=meta,
             weight_bytes=packed_bytes(n, spec.dtype),
             published_kv_heads=spec.published_kv_heads,
-        )  # fmt: skip
+        )
         for part, n, meta in rows
     ]

@@ -31,8 +31,9 @@ def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[
     try:
         write_json_atomic(path, doc.raw)
     except OSError as exc:
-        raise UsageError(f"{exc.filename or path}: cannot write the baseline: "
-                         f"{exc.strerror}") from None  # fmt: skip
+        raise UsageError(
+            f"{exc.filename or path}: cannot write the baseline: {exc.strerror}"
+        ) from None
     except ValueError as exc:
         raise UsageError(f"{path}: cannot write the baseline ({exc})") from None
     return path, doc

@@ -390,8 +390,10 @@ class Mismatch:
 
     @classmethod
     def of(cls, diffs: list[EnvDifference]) -> Mismatch:
-        return cls([d.field for d in diffs if d.gating],
-                   [d.field for d in diffs if d.gating and not d.drift])  # fmt: skip
+        return cls(
+            [d.field for d in diffs if d.gating],
+            [d.field for d in diffs if d.gating and not d.drift],
+        )
 
     def for_kind(self, kind: Kind) -> list[str]:
         return self.timing if kind is Kind.TIMING else self.ratio
@@ -544,8 +546,9 @@ def compare_documents(
             matched += b is not None and c is not None
             mismatch = env_mismatch
             if b is not None and c is not None and (id(b) in envs[0] or id(c) in envs[1]):
-                mismatch = _row_mismatch(envs[0].get(id(b), base.environment),
-                                         envs[1].get(id(c), cur.environment))  # fmt: skip
+                mismatch = _row_mismatch(
+                    envs[0].get(id(b), base.environment), envs[1].get(id(c), cur.environment)
+                )
             result.findings += compare_rows(
                 name, key, b, c, thresholds, mismatch, allow_env_mismatch
             )
@@ -565,9 +568,11 @@ def check_measurements(doc: Document) -> None:
         for i, record in enumerate(records):
             for at, value in (pair for f in fields for pair in _values(f, record.get(f))):
                 if is_number(value) and value != 0 and not is_measured(value):
-                    raise UsageError(f"{doc.path}: {name} record {i}: {at}: {brief(value)} "
-                                     f"is out of range: a timing or ratio is 0 or from "
-                                     f"{low:g} to {high:g}")  # fmt: skip
+                    raise UsageError(
+                        f"{doc.path}: {name} record {i}: {at}: {brief(value)} "
+                        f"is out of range: a timing or ratio is 0 or from "
+                        f"{low:g} to {high:g}"
+                    )
 
 
 def _values(name: str, value: Any) -> list[tuple[str, Any]]:
@@ -645,9 +650,10 @@ def compare_rows(
         elif by_environment and mismatch:
             judgement, gating = _ungated(judgement), False
         findings.append(
-            Finding(section, config, "status", Kind.INFO, None, None, **asdict(judgement),
-                    gating=gating)
-        )  # fmt: skip
+            Finding(
+                section, config, "status", Kind.INFO, None, None, **asdict(judgement), gating=gating
+            )
+        )
     for name in dict.fromkeys([*base, *cur]):
         kind = kinds.get(name)
         if kind not in GATED:

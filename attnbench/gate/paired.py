@@ -52,8 +52,9 @@ def abba_pairs(visits: Sequence[tuple[int, str, float | None]]) -> list[tuple[fl
 def log_ratios(base: Sequence[float], head: Sequence[float]) -> np.ndarray:
     """log(head / base) of each pair; the i-th base and head values are one pair."""
     if len(base) != len(head) or not base:
-        raise ValueError(f"expected as many base as head values, and some: {len(base)}, "
-                         f"{len(head)}")  # fmt: skip
+        raise ValueError(
+            f"expected as many base as head values, and some: {len(base)}, {len(head)}"
+        )
     return np.log(np.asarray(head, dtype=float)) - np.log(np.asarray(base, dtype=float))
 
 

@@ -25,8 +25,9 @@ RECENT_RUNS = 10
 
 def _row_key(section: str, record: dict) -> tuple[str, str]:
     keys = kinds_of(section)
-    return section, json.dumps({k: v for k, v in record.items() if keys.get(k) and
-                                keys[k].value == "key"}, sort_keys=True)  # fmt: skip
+    return section, json.dumps(
+        {k: v for k, v in record.items() if keys.get(k) and keys[k].value == "key"}, sort_keys=True
+    )
 
 
 def history_baseline(
@@ -35,15 +36,19 @@ def history_baseline(
     """The baseline `current` is gated against (see the module docstring); UsageError
     when the history holds no run of its environment and command, or `current` names no
     environment (a CSV), so that none could be said to be its own."""
-    current.require_environment("so no run of the history compares with it; gate the JSON "
-                                "results the command writes")  # fmt: skip
+    current.require_environment(
+        "so no run of the history compares with it; gate the JSON results the command writes"
+    )
     env_id = environment_id(current.environment)
-    runs = [r for r in history.runs()
-            if r.environment_id == env_id and r.command == current.command][-recent:]  # fmt: skip
+    runs = [
+        r for r in history.runs() if r.environment_id == env_id and r.command == current.command
+    ][-recent:]
     if not runs:
-        raise UsageError(f"{label}: no run of this environment ({env_id}) and command "
-                         f"({current.command}) in the history; add some with "
-                         "`attnbench history add`")  # fmt: skip
+        raise UsageError(
+            f"{label}: no run of this environment ({env_id}) and command "
+            f"({current.command}) in the history; add some with "
+            "`attnbench history add`"
+        )
     rows: dict[tuple[str, str], dict] = {}
     pooled: dict[tuple[str, str], dict[str, list[float]]] = {}
     for run in runs:  # oldest first: the latest run's row wins
@@ -62,8 +67,13 @@ def history_baseline(
             samples = pooled.get(key, {}).get(metric)
             if samples and record.get(metric) is not None:
                 record[metric] = percentile(samples, 50)
-                record.update({stats[r]: percentile(samples, q)
-                               for r, q in (("p25", 25), ("p75", 75)) if r in stats})  # fmt: skip
+                record.update(
+                    {
+                        stats[r]: percentile(samples, q)
+                        for r, q in (("p25", 25), ("p75", 75))
+                        if r in stats
+                    }
+                )
                 if "samples" in stats:
                     record[stats["samples"]] = samples
         sections.setdefault(section, []).append(record)

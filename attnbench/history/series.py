@@ -74,8 +74,11 @@ def parse_where(text: str | None) -> dict[str, set[str]]:
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise FieldError("where", typed(text or ""), "expected key=value pairs, "
-                             "comma-separated, e.g. variant=GQA-8,prompt_len=2048")  # fmt: skip
+            raise FieldError(
+                "where",
+                typed(text or ""),
+                "expected key=value pairs, comma-separated, e.g. variant=GQA-8,prompt_len=2048",
+            )
         where.setdefault(key.strip(), set()).add(value.strip())
     return where
 
@@ -98,8 +101,9 @@ def build_series(
         if point.value is None or not matches(point.keys, where):
             continue
         exact = point.kind == Kind.EXACT.value  # the same in every environment
-        env_id, env = (ANY_ENVIRONMENT, {}) if exact else (point.run.environment_id,
-                                                           point.run.environment)  # fmt: skip
+        env_id, env = (
+            (ANY_ENVIRONMENT, {}) if exact else (point.run.environment_id, point.run.environment)
+        )
         key = (env_id, point.section, json.dumps(point.keys, sort_keys=True))
         if key not in grouped:
             series = Series(metric, point.kind, point.section, env_id, env, point.keys)
@@ -116,8 +120,9 @@ def _commit_value(points: list[StoredPoint]) -> CommitValue:
     pooled = [s for p in points for s in (p.samples or [])]
     data = pooled or [p.value for p in points if p.value is not None]
     commit = points[-1].run.commit
-    return CommitValue(commit, percentile(data, 50), percentile(data, 25), percentile(data, 75),
-                       len(points))  # fmt: skip
+    return CommitValue(
+        commit, percentile(data, 50), percentile(data, 25), percentile(data, 75), len(points)
+    )
 
 
 def series_changes(series: Series, **options: float) -> list[Change]:
@@ -126,14 +131,26 @@ def series_changes(series: Series, **options: float) -> list[Change]:
     values = series.values
     if series.kind == Kind.EXACT.value:
         steps = zip(values, values[1:], strict=False)
-        return [Change(series, now.commit, before.median, now.median,
-                       _pct(before.median, now.median))
-                for before, now in steps if now.median != before.median]  # fmt: skip
+        return [
+            Change(series, now.commit, before.median, now.median, _pct(before.median, now.median))
+            for before, now in steps
+            if now.median != before.median
+        ]
     if series.kind != Kind.TIMING.value or any(v.median <= 0 for v in values):
         return []
     found: list[ChangePoint] = change_points([v.median for v in values], **options)  # type: ignore[arg-type]
-    return [Change(series, values[c.index].commit, c.before, c.after, c.change_pct,
-                   c.ci_low_pct, c.ci_high_pct) for c in found]  # fmt: skip
+    return [
+        Change(
+            series,
+            values[c.index].commit,
+            c.before,
+            c.after,
+            c.change_pct,
+            c.ci_low_pct,
+            c.ci_high_pct,
+        )
+        for c in found
+    ]
 
 
 def _pct(before: float, after: float) -> float:

@@ -202,8 +202,11 @@ class SqliteHistory:
             if create:
                 return
             default = " (the default database)" if self.path == DEFAULT_DB else ""
-            raise FieldError("db", self.shown, f"no such file{default}; `attnbench history add` "
-                             "creates a history") from None  # fmt: skip
+            raise FieldError(
+                "db",
+                self.shown,
+                f"no such file{default}; `attnbench history add` creates a history",
+            ) from None
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
             raise FieldError("db", self.shown, f"cannot open it: {_why(exc)}") from None
         if stat.S_ISDIR(st.st_mode):
@@ -211,8 +214,11 @@ class SqliteHistory:
         if not stat.S_ISREG(st.st_mode):
             raise FieldError("db", self.shown, "not a regular file, so not a history database")
         if st.st_size == 0 and not create:
-            raise FieldError("db", self.shown, "an empty file: it holds no history; `attnbench "
-                             "history add` fills one")  # fmt: skip
+            raise FieldError(
+                "db",
+                self.shown,
+                "an empty file: it holds no history; `attnbench history add` fills one",
+            )
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -237,15 +243,25 @@ class SqliteHistory:
             empty = app_id == 0 and version == 0 and not tables
             older = app_id == 0 and version > 0 and tables >= CORE_TABLES  # no id set then
             if empty and not create:
-                raise FieldError("db", self.shown, "an empty database: it holds no "
-                                 "history; `attnbench history add` fills one")  # fmt: skip
+                raise FieldError(
+                    "db",
+                    self.shown,
+                    "an empty database: it holds no history; `attnbench history add` fills one",
+                )
             if not (empty or older or app_id == APPLICATION_ID):
-                raise FieldError("db", self.shown, "an SQLite database, but not an "
-                                 "attnbench history; give the path of one")  # fmt: skip
+                raise FieldError(
+                    "db",
+                    self.shown,
+                    "an SQLite database, but not an attnbench history; give the path of one",
+                )
             if version > SCHEMA_VERSION:
-                raise FieldError("db", self.shown, f"a history of schema {version}, "
-                                 f"newer than this attnbench's ({SCHEMA_VERSION}); upgrade "
-                                 "attnbench")  # fmt: skip
+                raise FieldError(
+                    "db",
+                    self.shown,
+                    f"a history of schema {version}, "
+                    f"newer than this attnbench's ({SCHEMA_VERSION}); upgrade "
+                    "attnbench",
+                )
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in filter(str.strip, script.split(";")):
                     db.execute(statement)
@@ -264,10 +280,19 @@ class SqliteHistory:
                 "INSERT INTO runs (content_hash, commit_sha, branch, committed_at, created, "
                 "added_at, command, environment_id, environment, source) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (digest, commit.sha, commit.branch, commit.date,
-                 (document.raw or {}).get("created"), _now(), document.command,
-                 environment_id(env), json.dumps(env, sort_keys=True), document.path),
-            ).lastrowid  # fmt: skip
+                (
+                    digest,
+                    commit.sha,
+                    commit.branch,
+                    commit.date,
+                    (document.raw or {}).get("created"),
+                    _now(),
+                    document.command,
+                    environment_id(env),
+                    json.dumps(env, sort_keys=True),
+                    document.path,
+                ),
+            ).lastrowid
             for section, records in document.sections.items():
                 for position, record in enumerate(records):
                     self._add_record(db, run_id, section, position, record)  # type: ignore[arg-type]
@@ -283,16 +308,20 @@ class SqliteHistory:
             "INSERT INTO records (run_id, section, position, keys, record) VALUES (?, ?, ?, ?, ?)",
             (run_id, section, position, json.dumps(keys, sort_keys=True), json.dumps(record)),
         ).lastrowid
-        metrics = [(record_id, name, kinds[name].value, record[name])
-                   for name in record if kinds.get(name) not in (None, Kind.KEY)
-                   and (record[name] is None or is_number(record[name]))]  # fmt: skip
+        metrics = [
+            (record_id, name, kinds[name].value, record[name])
+            for name in record
+            if kinds.get(name) not in (None, Kind.KEY)
+            and (record[name] is None or is_number(record[name]))
+        ]
         db.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)", metrics)
         rtype = record_type(section)
         for metric, stats in (gated_timing(rtype) if rtype else {}).items():
             samples = record.get(stats.get("samples", ""))
             if samples:
-                db.execute("INSERT INTO samples VALUES (?, ?, ?)",
-                           (record_id, metric, json.dumps(samples)))  # fmt: skip
+                db.execute(
+                    "INSERT INTO samples VALUES (?, ?, ?)", (record_id, metric, json.dumps(samples))
+                )
 
     def runs(self) -> list[RunInfo]:
         rows = self.db.execute(f"SELECT {_RUN_COLUMNS} FROM runs u ORDER BY {_ORDER}").fetchall()
@@ -308,11 +337,16 @@ class SqliteHistory:
         ).fetchall()
         width = len(_RUN_COLUMNS.split(","))
         return [
-            StoredPoint(_run_info(row[:width]), row[width], json.loads(row[width + 1]),
-                        row[width + 2], row[width + 3],
-                        json.loads(row[width + 4]) if row[width + 4] else None)
+            StoredPoint(
+                _run_info(row[:width]),
+                row[width],
+                json.loads(row[width + 1]),
+                row[width + 2],
+                row[width + 3],
+                json.loads(row[width + 4]) if row[width + 4] else None,
+            )
             for row in rows
-        ]  # fmt: skip
+        ]
 
     def run_records(self, run_id: int) -> list[tuple[str, dict]]:
         """(section, record) of every record of a run, in its order; a record stored
@@ -341,15 +375,18 @@ class SqliteHistory:
         self.db.close()
 
 
-_RUN_COLUMNS = ("u.id, u.commit_sha, u.branch, u.committed_at, u.created, u.environment_id, "
-                "u.environment, u.command")  # fmt: skip
+_RUN_COLUMNS = (
+    "u.id, u.commit_sha, u.branch, u.committed_at, u.created, u.environment_id, "
+    "u.environment, u.command"
+)
 _ORDER = "COALESCE(u.committed_at, u.created), u.id"
 
 
 def _run_info(row: Sequence) -> RunInfo:
     run_id, sha, branch, committed, created, env_id, env, command = row
-    return RunInfo(run_id, Commit(sha, branch, committed), created, env_id, json.loads(env),
-                   command)  # fmt: skip
+    return RunInfo(
+        run_id, Commit(sha, branch, committed), created, env_id, json.loads(env), command
+    )
 
 
 def _now() -> str:
@@ -363,8 +400,11 @@ def open_history(db: str | Path | None = None, create: bool = False) -> HistoryB
     text = str(db if db is not None else DEFAULT_DB)
     if "://" in text:
         scheme = text.split("://", 1)[0]
-        raise FieldError("db", shown_path(text), f"no {scheme} backend in this version; give "
-                         "a file path (SQLite)")  # fmt: skip
+        raise FieldError(
+            "db",
+            shown_path(text),
+            f"no {scheme} backend in this version; give a file path (SQLite)",
+        )
     if not text:
         raise FieldError("db", None, "empty; give the database's path")
     return SqliteHistory(text, create)

@@ -201,8 +201,7 @@ class Timer:
         self._flush_buffer = None
         if self.cuda and flush_l2:
             l2 = torch.cuda.get_device_properties(device).L2_cache_size
-            self._flush_buffer = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8,
-                                             device=device)  # fmt: skip
+            self._flush_buffer = torch.empty(max(2 * l2, 1 << 20), dtype=torch.uint8, device=device)
 
     def time_blocks(
         self,

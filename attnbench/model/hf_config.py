@@ -316,8 +316,10 @@ def _layer_types(
             )
         return listed
     if kind in CHUNKED_TYPES and chunk is not None:
-        return ["chunked_attention" if rope_free else "full_attention"
-                for rope_free in _no_rope_layers(cfg, num_layers, where)]  # fmt: skip
+        return [
+            "chunked_attention" if rope_free else "full_attention"
+            for rope_free in _no_rope_layers(cfg, num_layers, where)
+        ]
     # Qwen configs switch windows on with use_sliding_window (default false); others don't.
     if window is None or not _bool(cfg, "use_sliding_window", where, not kind.startswith("qwen")):
         return None

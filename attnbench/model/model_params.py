@@ -41,8 +41,14 @@ from ..model.formulas import attention_params
 from ..model.shapes import AttentionShape
 
 PARTS: tuple[str, ...] = (
-    "embeddings", "attention", "mlp", "experts", "router", "norms", "output head",
-)  # fmt: skip
+    "embeddings",
+    "attention",
+    "mlp",
+    "experts",
+    "router",
+    "norms",
+    "output head",
+)
 
 
 def require_body(spec: ModelSpec) -> ModelBody:

@@ -323,8 +323,9 @@ class GroupedQueryAttention(nn.Module):
         cached = self._packed.get(id(proj))
         if cached is None or not cached.matches(weight):
             source = weight.detach()
-            cached = _PackedWeight(weight, source, weight._version,
-                                   torch.ops.mkldnn._reorder_linear_weight(source))  # fmt: skip
+            cached = _PackedWeight(
+                weight, source, weight._version, torch.ops.mkldnn._reorder_linear_weight(source)
+            )
             self._packed[id(proj)] = cached
         return cached.packed
 
@@ -423,20 +424,24 @@ class GroupedQueryAttention(nn.Module):
         """x's batch size, after checking it is (batch, length, d_model)."""
         if x.dim() != 3 or x.shape[2] != self.d_model or (length and x.shape[1] != length):
             tokens = length or "tokens"
-            raise ValueError(f"expected x of shape (batch, {tokens}, {self.d_model}), "
-                             f"got {tuple(x.shape)}")  # fmt: skip
+            raise ValueError(
+                f"expected x of shape (batch, {tokens}, {self.d_model}), got {tuple(x.shape)}"
+            )
         return x.shape[0]
 
     def _check_cache(self, cache: KVCache, batch: int, keys: int, x: torch.Tensor) -> None:
         b, h, length, d = cache.k.shape
         if (b, h, d) != (batch, self.num_kv_heads, self.head_dim):
-            raise ValueError(f"cache of shape {tuple(cache.k.shape)} does not fit batch {batch}, "
-                             f"{self.num_kv_heads} KV heads of {self.head_dim}")  # fmt: skip
+            raise ValueError(
+                f"cache of shape {tuple(cache.k.shape)} does not fit batch {batch}, "
+                f"{self.num_kv_heads} KV heads of {self.head_dim}"
+            )
         if keys > length:
             raise ValueError(f"{keys} keys do not fit a cache of {length} tokens")
         if cache.k.dtype != x.dtype or cache.k.device != x.device:
-            raise ValueError(f"cache holds {cache.k.dtype} on {cache.k.device}, "
-                             f"x is {x.dtype} on {x.device}")  # fmt: skip
+            raise ValueError(
+                f"cache holds {cache.k.dtype} on {cache.k.device}, x is {x.dtype} on {x.device}"
+            )
 
     def _attend_sdpa(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
         """torch's fused attention, reading each KV head once for its group of query heads.
@@ -468,9 +473,13 @@ class GroupedQueryAttention(nn.Module):
             out = out.view(batch, self.num_heads, 1, head_dim)
         else:
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=is_causal and mask is None,
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=is_causal and mask is None,
                 enable_gqa=groups > 1,
-            )  # fmt: skip
+            )
         return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
 
 

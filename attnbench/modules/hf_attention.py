@@ -28,8 +28,10 @@ def hf_unavailable() -> str | None:
     except ImportError:
         return "transformers is not installed (pip install attnbench[hf])"
     if "cache" not in inspect.signature(LlamaAttention.forward).parameters:
-        return (f"transformers {transformers.__version__} predates the LlamaAttention(cache=) "
-                f"API (needs {MIN_VERSION} or newer)")  # fmt: skip
+        return (
+            f"transformers {transformers.__version__} predates the LlamaAttention(cache=) "
+            f"API (needs {MIN_VERSION} or newer)"
+        )
     return None
 
 

@@ -149,9 +149,13 @@ def _pinned(name: str, kernel: SDPBackend, what: str) -> Provider:
             return f"no {what} kernel on the CPU"
         return None
 
-    return Provider(name, f"torch SDPA pinned to its {what} kernel",
-                    layer_workload(gqa_sdpa_decode, BACKEND_ATTENTION["sdpa"][1]),
-                    unavailable, kernel)  # fmt: skip
+    return Provider(
+        name,
+        f"torch SDPA pinned to its {what} kernel",
+        layer_workload(gqa_sdpa_decode, BACKEND_ATTENTION["sdpa"][1]),
+        unavailable,
+        kernel,
+    )
 
 
 def _flex_prepare(inputs: DecodeInputs) -> Workload:
@@ -214,19 +218,26 @@ def _hf_unavailable(device: torch.device, dtype: torch.dtype) -> str | None:
 PROVIDERS: dict[str, Provider] = {
     p.name: p
     for p in (
-        Provider("attnbench", "this package's GroupedQueryAttention",
-                 layer_workload(*BACKEND_ATTENTION["sdpa"])),
-        Provider("naive", "the explicit reference, K/V expanded to every query head",
-                 layer_workload(*BACKEND_ATTENTION["naive"])),
+        Provider(
+            "attnbench",
+            "this package's GroupedQueryAttention",
+            layer_workload(*BACKEND_ATTENTION["sdpa"]),
+        ),
+        Provider(
+            "naive",
+            "the explicit reference, K/V expanded to every query head",
+            layer_workload(*BACKEND_ATTENTION["naive"]),
+        ),
         _pinned("sdpa-math", SDPBackend.MATH, "math"),
         _pinned("sdpa-flash", SDPBackend.FLASH_ATTENTION, "flash"),
         _pinned("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION, "memory-efficient"),
         _pinned("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION, "cuDNN"),
         Provider("flex", "torch flex_attention, compiled", _flex_prepare, _flex_unavailable),
-        Provider("hf", "transformers' LlamaAttention with a StaticCache", _hf_prepare,
-                 _hf_unavailable),
+        Provider(
+            "hf", "transformers' LlamaAttention with a StaticCache", _hf_prepare, _hf_unavailable
+        ),
     )
-}  # fmt: skip
+}
 #: Earlier names of providers (the `backend` of earlier versions).
 PROVIDER_ALIASES = {"sdpa": "attnbench"}
 

@@ -61,8 +61,9 @@ class _Attention(nn.Module):
                 self.q = nn.Linear(d, hq * qk, bias=False)
             self.kv_a = nn.Linear(d, m.latent_dim, bias=body.qkv_bias)
             self.kv_a_norm = nn.RMSNorm(m.kv_lora_rank)
-            self.kv_b = nn.Linear(m.kv_lora_rank, hq * (m.qk_nope_head_dim + m.v_head_dim),
-                                  bias=False)  # fmt: skip
+            self.kv_b = nn.Linear(
+                m.kv_lora_rank, hq * (m.qk_nope_head_dim + m.v_head_dim), bias=False
+            )
             self.o = nn.Linear(hq * m.v_head_dim, d, bias=body.o_bias)
             return
         D, hkv = spec.head_dim, spec.num_kv_heads

@@ -48,8 +48,9 @@ class TensorParallelShard(GroupedQueryAttention):
     layer's output on every rank, with one all-reduce per call as serving engines pay
     it; without, it returns this rank's part of the sum."""
 
-    def __init__(self, *args, all_reduce: bool = False, group: dist.ProcessGroup | None = None,
-                 **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self, *args, all_reduce: bool = False, group: dist.ProcessGroup | None = None, **kwargs
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.all_reduce = all_reduce
         self.group = group

@@ -205,8 +205,15 @@ PARAMS: list[Column] = [
     _heads(11),
     _kv_heads(45),  # when it varies, the variant's name says it too
     _head_dim(13),
-    Column("bias", "bias", fmt_yes_no, rank=14, kind="label", setting=True,
-           title_text=lambda v: "bias" if v else "no bias"),
+    Column(
+        "bias",
+        "bias",
+        fmt_yes_no,
+        rank=14,
+        kind="label",
+        setting=True,
+        title_text=lambda v: "bias" if v else "no bias",
+    ),
     _count("q_proj", "q_params", 40),
     _count("k_proj", "k_params", 40),
     _count("v_proj", "v_params", 40),
@@ -214,7 +221,7 @@ PARAMS: list[Column] = [
     _count("total", "total_params", 1),
     _count("module", "module_params", 30),
     Column("vs MHA", "ratio_vs_mha", fmt_pct, rank=2),
-]  # fmt: skip
+]
 
 
 # --- kvmem: KV-cache memory -----------------------------------------------------------------
@@ -245,29 +252,41 @@ def _uses_kv_dtype(r: Mapping[str, Any]) -> bool:
 
 #: Option columns of kvmem, each group shown when some row uses the option it describes.
 KVMEM_OPTIONS: list[tuple[Callable[[Mapping[str, Any]], bool], list[Column]]] = [
-    (_uses_kv_dtype, [
-        _label("kv dtype", "kv_dtype", 15, setting=True, title_text=lambda v: f"kv cache {v}"),
-        _bytes("scales", "scale_bytes", 27),
-    ]),
-    (lambda r: (r.get("windowed_layers") or 0) > 0, [
-        Column("window", "sliding_window", fmt_int, rank=22),
-        Column("windowed", "windowed_layers", fmt_int, rank=24),
-    ]),
-    (lambda r: (r.get("tp") or 1) > 1, [
-        _setting_int("tp", "tp", 16, lambda v: f"tp {v:,}"),
-        _bytes("per GPU", "kv_bytes_per_gpu", 15),
-        _bytes("all GPUs", "kv_bytes_all_gpus", 31),
-    ]),
-    (lambda r: r.get("used_bytes") is not None, [
-        _setting_int("page", "page_size", 26, lambda v: f"page {v:,} tokens"),
-        _bytes("used", "used_bytes", 25),
-        _bytes("paged", "paged_bytes", 18),
-        Column("paged waste", "paged_waste_pct", fmt_pct_value, rank=19),
-        _bytes("contiguous", "contiguous_bytes", 32),
-        Column("contig. waste", "contiguous_waste_pct", fmt_pct_value, rank=33),
-        _bytes("measured paged", "measured_paged_bytes", 35),
-    ]),
-]  # fmt: skip
+    (
+        _uses_kv_dtype,
+        [
+            _label("kv dtype", "kv_dtype", 15, setting=True, title_text=lambda v: f"kv cache {v}"),
+            _bytes("scales", "scale_bytes", 27),
+        ],
+    ),
+    (
+        lambda r: (r.get("windowed_layers") or 0) > 0,
+        [
+            Column("window", "sliding_window", fmt_int, rank=22),
+            Column("windowed", "windowed_layers", fmt_int, rank=24),
+        ],
+    ),
+    (
+        lambda r: (r.get("tp") or 1) > 1,
+        [
+            _setting_int("tp", "tp", 16, lambda v: f"tp {v:,}"),
+            _bytes("per GPU", "kv_bytes_per_gpu", 15),
+            _bytes("all GPUs", "kv_bytes_all_gpus", 31),
+        ],
+    ),
+    (
+        lambda r: r.get("used_bytes") is not None,
+        [
+            _setting_int("page", "page_size", 26, lambda v: f"page {v:,} tokens"),
+            _bytes("used", "used_bytes", 25),
+            _bytes("paged", "paged_bytes", 18),
+            Column("paged waste", "paged_waste_pct", fmt_pct_value, rank=19),
+            _bytes("contiguous", "contiguous_bytes", 32),
+            Column("contig. waste", "contiguous_waste_pct", fmt_pct_value, rank=33),
+            _bytes("measured paged", "measured_paged_bytes", 35),
+        ],
+    ),
+]
 
 
 def kvmem_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
@@ -345,8 +364,15 @@ DECODE: list[Column] = [
     Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
     Column(X_OF_REFERENCE, "x_of_reference_median", fmt_x2, rank=11),
     # the first word only: the reasons are long, and go under the table, by provider
-    Column("Status", "status", fmt_status, rank=10, kind="status", cell=decode_status_cell,
-           reason_by="provider"),
+    Column(
+        "Status",
+        "status",
+        fmt_status,
+        rank=10,
+        kind="status",
+        cell=decode_status_cell,
+        reason_by="provider",
+    ),
     _dtype(11),
     _batch(12),
     _label("device", "device", 13, setting=True, title_text=str),
@@ -355,10 +381,18 @@ DECODE: list[Column] = [
     _kv_heads(16),
     _head_dim(17),
     _setting_int("gen", "gen_len", 18, lambda v: f"gen {v:,}"),
-    Column("graph", "cuda_graph", fmt_graph, rank=19, kind="label", setting=True,
-           title_text=lambda v: "CUDA graphs" if v else "eager"),
-    _label("projection", "projection_path", 20, setting=True,
-           title_text=lambda v: f"{v} projections"),
+    Column(
+        "graph",
+        "cuda_graph",
+        fmt_graph,
+        rank=19,
+        kind="label",
+        setting=True,
+        title_text=lambda v: "CUDA graphs" if v else "eager",
+    ),
+    _label(
+        "projection", "projection_path", 20, setting=True, title_text=lambda v: f"{v} projections"
+    ),
     Column("prefill ms", "prefill_ms_median", fmt_ms, rank=21),
     Column("prefill TFLOPS", "achieved_tflops", fmt_tflops, rank=22),
     Column("% peak flops", "pct_of_peak_flops", fmt_f1, rank=23),
@@ -370,7 +404,7 @@ DECODE: list[Column] = [
     Column("GB/s", "achieved_gbps", fmt_f1, rank=29),
     Column("noisy", "noisy", fmt_yes_no, rank=30, kind="label"),
     Column("instr/step", "instructions_per_step", fmt_int, rank=8),
-]  # fmt: skip
+]
 
 
 def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
@@ -384,12 +418,15 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     just after the step time when some row is not ok (noisy included)."""
     records = [as_row(r) for r in rows]
     providers = {r.get("provider") for r in records}
-    baselines = {r.get("baseline_provider") for r in records
-                 if r.get("speedup_vs_baseline") is not None}  # fmt: skip
+    baselines = {
+        r.get("baseline_provider") for r in records if r.get("speedup_vs_baseline") is not None
+    }
     references = {r.get("reference") for r in records if r.get("x_of_reference_median")}
     narrowest = {r.get("narrowest_variant") for r in records if r.get("x_of_narrowest_median")}
-    used = {f: any(r.get(f) for r in records)
-            for f in ("cuda_graph", "gen_len", "instructions_per_step")}  # fmt: skip
+    used = {
+        f: any(r.get(f) for r in records)
+        for f in ("cuda_graph", "gen_len", "instructions_per_step")
+    }
     split = any((r.get("tp") or 1) > 1 or r.get("allreduce_ms_median") for r in records)
     used.update(dict.fromkeys(("tp", "allreduce_ms_median", "kv_bytes_per_gpu"), split))
     not_ok = any(r.get("status", "ok") != "ok" or r.get("noisy") for r in records)

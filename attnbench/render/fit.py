@@ -43,15 +43,18 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     seqs = f"{record.batch_per_replica:,} seq"
     tokens = "full windows" if record.context_unbounded else f"{record.seq_len:,} tokens"
     if record.windowed_layers:
-        tokens += (f" ({record.windowed_layers} of {record.num_layers} layers keep "
-                   f"{record.sliding_window:,})")  # fmt: skip
+        tokens += (
+            f" ({record.windowed_layers} of {record.num_layers} layers keep "
+            f"{record.sliding_window:,})"
+        )
     notes = {
         "weights": f"{record.weights_dtype}, 1/{record.tp} of the model"
-        if record.tp > 1 else record.weights_dtype,
+        if record.tp > 1
+        else record.weights_dtype,
         "KV cache": f"{record.kv_dtype}, {seqs} x {tokens}",
         "reserve": reserve_text,
         "free": "unused",
-    }  # fmt: skip
+    }
     table = Table(title=f"Memory of one GPU ({format_bytes(total)})", title_justify="left")
     for header in ("Part", "size", "bytes", "share", "Note"):
         table.add_column(header, justify="right" if header[0].islower() else "left")
@@ -64,15 +67,21 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
 
 def answer_line(record: FitRecord) -> str:
     """The answer in one sentence."""
-    per_replica = (f"; {record.batch_per_replica:,} sequences on each of {record.replicas} "
-                   "replicas" if record.replicas > 1 else "")  # fmt: skip
+    per_replica = (
+        f"; {record.batch_per_replica:,} sequences on each of {record.replicas} replicas"
+        if record.replicas > 1
+        else ""
+    )
     if record.question == "largest_batch":
-        return (f"Largest batch at {record.seq_len:,} tokens: {record.batch:,} "
-                f"sequences{per_replica}")  # fmt: skip
+        return (
+            f"Largest batch at {record.seq_len:,} tokens: {record.batch:,} sequences{per_replica}"
+        )
     head = f"Longest context at batch {record.batch:,}"
     if record.context_unbounded:
-        return (f"{head}: unbounded (every layer keeps at most its sliding window, and full "
-                f"windows fit){per_replica}")  # fmt: skip
+        return (
+            f"{head}: unbounded (every layer keeps at most its sliding window, and full "
+            f"windows fit){per_replica}"
+        )
     line = f"{head}: {record.seq_len:,} tokens{per_replica}"
     limit = record.max_position_embeddings
     if limit and record.seq_len and record.seq_len > limit:

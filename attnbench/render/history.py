@@ -42,10 +42,17 @@ def series_rows(series: Sequence[Series]) -> list[dict]:
         name = s.label(varying) if varying else None
         for v in s.values:
             spread = f"{100 * (v.p75 - v.p25) / v.median:.1f}%" if v.median else None
-            rows.append({"series": name, "commit": v.commit.sha[:10],
-                         "date": _date(v.commit), "branch": v.commit.branch,
-                         "median": value_text(s.kind, v.median), "spread": spread,
-                         "runs": str(v.runs)})  # fmt: skip
+            rows.append(
+                {
+                    "series": name,
+                    "commit": v.commit.sha[:10],
+                    "date": _date(v.commit),
+                    "branch": v.commit.branch,
+                    "median": value_text(s.kind, v.median),
+                    "spread": spread,
+                    "runs": str(v.runs),
+                }
+            )
     return rows
 
 
@@ -69,12 +76,18 @@ def changes_rows(changes: Sequence[Change], environment: Callable[[Series], str]
     series = [c.series for c in changes]
     varying = _varying(series) or list(dict.fromkeys(k for s in series for k in s.keys))
     return [
-        {"metric": c.series.metric, "series": c.series.label(varying),
-         "commit": c.commit.sha[:10], "change": change_text(c),
-         "interval": _interval(c), "before": value_text(c.series.kind, c.before),
-         "after": value_text(c.series.kind, c.after), "environment": environment(c.series)}
+        {
+            "metric": c.series.metric,
+            "series": c.series.label(varying),
+            "commit": c.commit.sha[:10],
+            "change": change_text(c),
+            "interval": _interval(c),
+            "before": value_text(c.series.kind, c.before),
+            "after": value_text(c.series.kind, c.after),
+            "environment": environment(c.series),
+        }
         for c in changes
-    ]  # fmt: skip
+    ]
 
 
 def changes_markdown(changes: Sequence[Change]) -> str:
@@ -83,14 +96,23 @@ def changes_markdown(changes: Sequence[Change]) -> str:
         return "### Performance history\n\nNo change found."
     series = [c.series for c in changes]
     varying = _varying(series) or list(dict.fromkeys(k for s in series for k in s.keys))
-    lines = ["### Performance history: changes", "",
-             "| Metric | Series | Commit | Change | 95% interval | Before | After | Environment |",
-             "|---|---|---|---:|---|---:|---:|---|"]  # fmt: skip
+    lines = [
+        "### Performance history: changes",
+        "",
+        "| Metric | Series | Commit | Change | 95% interval | Before | After | Environment |",
+        "|---|---|---|---:|---|---:|---:|---|",
+    ]
     for c in changes:
-        cells = [markdown_text(c.series.metric), markdown_text(c.series.label(varying)),
-                 markdown_code(c.commit.sha[:10]), change_text(c), _interval(c),
-                 value_text(c.series.kind, c.before), value_text(c.series.kind, c.after),
-                 c.series.environment_id]  # fmt: skip
+        cells = [
+            markdown_text(c.series.metric),
+            markdown_text(c.series.label(varying)),
+            markdown_code(c.commit.sha[:10]),
+            change_text(c),
+            _interval(c),
+            value_text(c.series.kind, c.before),
+            value_text(c.series.kind, c.after),
+            c.series.environment_id,
+        ]
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -132,10 +154,17 @@ def _trend_figure(
         varying = _varying(members)
         for s in members[:MAX_LINES]:
             xs = [where[v.commit.sha] for v in s.values]
-            line = ax.plot(xs, [v.median for v in s.values], marker="o", ms=4,
-                           label=s.label(varying) or metric)[0]  # fmt: skip
-            ax.fill_between(xs, [v.p25 for v in s.values], [v.p75 for v in s.values],
-                            color=line.get_color(), alpha=0.2, linewidth=0)  # fmt: skip
+            line = ax.plot(
+                xs, [v.median for v in s.values], marker="o", ms=4, label=s.label(varying) or metric
+            )[0]
+            ax.fill_between(
+                xs,
+                [v.p25 for v in s.values],
+                [v.p75 for v in s.values],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
         at: dict[str, list[float]] = {}  # the changes drawn, by commit
         for c in changes:
             if any(c.series is s for s in members[:MAX_LINES]):
@@ -146,14 +175,21 @@ def _trend_figure(
             if len(sizes) > 1:
                 size = f"{min(sizes):+.1f}%..{max(sizes):+.1f}% ({len(sizes)} series)"
             ax.axvline(x, color="crimson", linestyle="--", linewidth=1)
-            ax.annotate(f"{size} at {sha[:7]}", (x, 1), xycoords=("data", "axes fraction"),
-                        xytext=(3, -12), textcoords="offset points", fontsize=8,
-                        color="crimson")  # fmt: skip
+            ax.annotate(
+                f"{size} at {sha[:7]}",
+                (x, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -12),
+                textcoords="offset points",
+                fontsize=8,
+                color="crimson",
+            )
         more = len(members) - MAX_LINES
         note = f" ({more} more series not drawn)" if more > 0 else ""
         ax.set_title(environment(members[0]) + note, fontsize=9)
-        ax.set_xticks(range(len(commits)), [sha[:7] for sha in commits], rotation=45,
-                      fontsize=8, ha="right")  # fmt: skip
+        ax.set_xticks(
+            range(len(commits)), [sha[:7] for sha in commits], rotation=45, fontsize=8, ha="right"
+        )
         ax.set_xlabel("commit (oldest first)")
         ax.set_ylabel("ms" if members[0].kind == Kind.TIMING.value else metric)
         ax.set_ylim(bottom=0)

@@ -35,9 +35,15 @@ SETTINGS = frozenset(
     if k is Kind.KEY and name != "variant"
 )
 #: How fields read in legends and titles.
-FIELD_NAMES = {"num_heads": "query heads", "num_kv_heads": "KV heads", "num_layers": "layers",
-               "seq_len": "context", "prompt_len": "context", "gen_len": "gen",
-               "dtype": ""}  # fmt: skip
+FIELD_NAMES = {
+    "num_heads": "query heads",
+    "num_kv_heads": "KV heads",
+    "num_layers": "layers",
+    "seq_len": "context",
+    "prompt_len": "context",
+    "gen_len": "gen",
+    "dtype": "",
+}
 #: Settings not named when every record has this value: no generations, no CUDA graphs.
 UNSAID = {"gen_len": 0, "cuda_graph": False}
 
@@ -79,8 +85,7 @@ def setting_fields(records: Iterable[dict]) -> list[str]:
     kv_heads_per_gpu) are not, and settings added to the sweep later are included."""
     fields: list[str] = []
     for r in records:
-        fields.extend(f for f in r if f not in fields
-                      and f in SETTINGS)  # fmt: skip
+        fields.extend(f for f in r if f not in fields and f in SETTINGS)
     return fields
 
 
@@ -94,11 +99,15 @@ def series(
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault(tuple(r.get(f) for f in keys), []).append(r)
-    varying = [f for i, f in enumerate(keys)
-               if len({k[i] for k in groups}) > 1
-               and f not in ("model", "variant", "num_kv_heads", "mode")]  # fmt: skip
-    return [(series_label(rows[0], varying, named), sorted(rows, key=lambda r: r[x]))
-            for rows in groups.values()]  # fmt: skip
+    varying = [
+        f
+        for i, f in enumerate(keys)
+        if len({k[i] for k in groups}) > 1 and f not in ("model", "variant", "num_kv_heads", "mode")
+    ]
+    return [
+        (series_label(rows[0], varying, named), sorted(rows, key=lambda r: r[x]))
+        for rows in groups.values()
+    ]
 
 
 def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) -> str:
@@ -221,11 +230,21 @@ def _decode_lines(
             xs, ys = [r["prompt_len"] for r in line], [r[y] for r in line]
             errors = None
             if spread:
-                errors = [[v - r[spread[0]] for v, r in zip(ys, line, strict=True)],
-                          [r[spread[1]] - v for v, r in zip(ys, line, strict=True)]]  # fmt: skip
+                errors = [
+                    [v - r[spread[0]] for v, r in zip(ys, line, strict=True)],
+                    [r[spread[1]] - v for v, r in zip(ys, line, strict=True)],
+                ]
             text = label if len(modes) == 1 else f"{label}, {mode.replace('_', ' ')}"
-            ax.errorbar(xs, ys, yerr=errors, linestyle="-" if mode == "cache" else "--", marker="o",
-                        color=f"C{color}", capsize=3, label=text)  # fmt: skip
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=errors,
+                linestyle="-" if mode == "cache" else "--",
+                marker="o",
+                color=f"C{color}",
+                capsize=3,
+                label=text,
+            )
             hollow = [(x, v) for x, v, r in zip(xs, ys, line, strict=True) if unsure and unsure(r)]
             if hollow:
                 style = {"linestyle": "none", "marker": "o", "color": f"C{color}", "zorder": 3}
@@ -399,12 +418,22 @@ def decode_providers(doc: dict) -> Figure | None:
             if not line:
                 continue
             xs, ys = [r["prompt_len"] for r in line], [r["step_ms_median"] for r in line]
-            errors = [[y - r["step_ms_p25"] for y, r in zip(ys, line, strict=True)],
-                      [r["step_ms_p75"] - y for y, r in zip(ys, line, strict=True)]]  # fmt: skip
+            errors = [
+                [y - r["step_ms_p25"] for y, r in zip(ys, line, strict=True)],
+                [r["step_ms_p75"] - y for y, r in zip(ys, line, strict=True)],
+            ]
             base = color == 0
-            ax.errorbar(xs, ys, yerr=errors, marker="o", color=f"C{color}", capsize=3,
-                        linewidth=2.5 if base else 1.5, zorder=3 if base else 2,
-                        label=f"{name} (baseline)" if base else name)  # fmt: skip
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=errors,
+                marker="o",
+                color=f"C{color}",
+                capsize=3,
+                linewidth=2.5 if base else 1.5,
+                zorder=3 if base else 2,
+                label=f"{name} (baseline)" if base else name,
+            )
         _scale(ax, "x", [r["prompt_len"] for r in records])
         _scale(ax, "y", values)
     for ax in axes[len(panels) :]:
@@ -416,9 +445,14 @@ def decode_providers(doc: dict) -> Figure | None:
                 handles.append(handle)
                 labels.append(text)
     order = sorted(range(len(labels)), key=lambda i: providers.index(labels[i].split(" ")[0]))
-    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="outside right upper",
-               fontsize=8, title=textwrap.fill(where, LEGEND_TITLE_WIDTH) + "\nbars: p25 to p75",
-               title_fontsize=8)  # fmt: skip
+    fig.legend(
+        [handles[i] for i in order],
+        [labels[i] for i in order],
+        loc="outside right upper",
+        fontsize=8,
+        title=textwrap.fill(where, LEGEND_TITLE_WIDTH) + "\nbars: p25 to p75",
+        title_fontsize=8,
+    )
     return fig
 
 
@@ -431,9 +465,11 @@ def _memory_axis(ax: Axes, records: Sequence[dict]) -> float:
 def kv_memory_vs_heads(doc: dict) -> Figure | None:
     """Lines over the number of KV heads, for shapes measured at two or more of them."""
     records = ok_records(_records(doc, "kvmem"), "kv_bytes", "num_kv_heads")
-    lines = [(label, rows) for label, rows
-             in series(records, "num_kv_heads", exclude=("model",), named=False)
-             if len({r["num_kv_heads"] for r in rows}) > 1]  # fmt: skip
+    lines = [
+        (label, rows)
+        for label, rows in series(records, "num_kv_heads", exclude=("model",), named=False)
+        if len({r["num_kv_heads"] for r in rows}) > 1
+    ]
     if not lines:
         return None
     records = [r for _, rows in lines for r in rows]
@@ -441,14 +477,18 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
         "KV-cache memory vs number of KV heads",
         context(
             records, doc["environment"], ("num_layers", "num_heads", "head_dim", "dtype", "batch")
-        ),  # fmt: skip
+        ),
         "KV heads (MHA has as many as query heads; MQA has 1)",
         "",
     )
     divisor = _memory_axis(ax, records)
     for label, rows in lines:
-        ax.plot([r["num_kv_heads"] for r in rows], [r["kv_bytes"] / divisor for r in rows],
-                marker="o", label=label)  # fmt: skip
+        ax.plot(
+            [r["num_kv_heads"] for r in rows],
+            [r["kv_bytes"] / divisor for r in rows],
+            marker="o",
+            label=label,
+        )
     heads = sorted({r["num_kv_heads"] for r in records})
     _scale(ax, "x", heads)
     ax.set_xticklabels([_heads_tick(h, records) for h in heads])
@@ -470,8 +510,11 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
     records = ok_records(_records(doc, "kvmem"), "kv_bytes", "seq_len")
     presets = [r for r in records if r.get("model")]
     records = presets or records
-    lines = [(label, rows) for label, rows in series(records, "seq_len")
-             if len({r["seq_len"] for r in rows}) > 1]  # fmt: skip
+    lines = [
+        (label, rows)
+        for label, rows in series(records, "seq_len")
+        if len({r["seq_len"] for r in rows}) > 1
+    ]
     if not lines:
         return None
     records = [r for _, rows in lines for r in rows]
@@ -483,8 +526,12 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
     )
     divisor = _memory_axis(ax, records)
     for label, rows in lines:
-        ax.plot([r["seq_len"] for r in rows], [r["kv_bytes"] / divisor for r in rows],
-                marker="o", label=label)  # fmt: skip
+        ax.plot(
+            [r["seq_len"] for r in rows],
+            [r["kv_bytes"] / divisor for r in rows],
+            marker="o",
+            label=label,
+        )
     _scale(ax, "x", [r["seq_len"] for r in records])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])

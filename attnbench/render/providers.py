@@ -16,8 +16,20 @@ from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, known
 from .table import TITLE_SEPARATOR, Column, as_row
 
 #: The settings that tell one row from another besides the provider (the mode is "cache").
-ROW_FIELDS = ("model", "variant", "device", "dtype", "batch", "d_model", "num_heads",
-              "num_kv_heads", "head_dim", "prompt_len", "gen_len", "cuda_graph")  # fmt: skip
+ROW_FIELDS = (
+    "model",
+    "variant",
+    "device",
+    "dtype",
+    "batch",
+    "d_model",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "prompt_len",
+    "gen_len",
+    "cuda_graph",
+)
 #: The baseline provider when the records do not name one.
 DEFAULT_BASELINE = "attnbench"
 #: The row's field naming its fastest provider.
@@ -90,8 +102,14 @@ def _cell(record: Mapping[str, Any], baseline: str) -> ProviderCell:
 
 
 def _provider_column(name: str, rank: int) -> Column:
-    return Column(name, f"provider:{name}", lambda c: c.full() if c else NONE_TEXT, rank=rank,
-                  compact=lambda c: c.short() if c else NONE_TEXT, group="providers")  # fmt: skip
+    return Column(
+        name,
+        f"provider:{name}",
+        lambda c: c.full() if c else NONE_TEXT,
+        rank=rank,
+        compact=lambda c: c.short() if c else NONE_TEXT,
+        group="providers",
+    )
 
 
 def providers_table(records: Iterable[Any]) -> ProvidersTable:
@@ -113,11 +131,14 @@ def providers_table(records: Iterable[Any]) -> ProvidersTable:
         settings = [c for c in settings if c.field != "num_kv_heads"]
     columns = [
         *settings,
-        *(_provider_column(p, 4 if p == baseline else OTHER_RANK + i)
-          for i, p in enumerate(providers)),
-        Column("fastest", FASTEST, lambda v: NONE_TEXT if v is None else str(v), rank=5,
-               kind="label"),
-    ]  # fmt: skip
+        *(
+            _provider_column(p, 4 if p == baseline else OTHER_RANK + i)
+            for i, p in enumerate(providers)
+        ),
+        Column(
+            "fastest", FASTEST, lambda v: NONE_TEXT if v is None else str(v), rank=5, kind="label"
+        ),
+    ]
     title = "Cached decode step, ms by provider"
     if baseline in providers:
         title += f" (speed-up over {baseline})"
@@ -127,11 +148,15 @@ def providers_table(records: Iterable[Any]) -> ProvidersTable:
         return ProvidersTable(title, columns, [])
     rows: dict[tuple, dict] = {}
     for r in steps:
-        row = rows.setdefault(tuple(r.get(f) for f in ROW_FIELDS),
-                              {f: r.get(f) for f in ROW_FIELDS})  # fmt: skip
+        row = rows.setdefault(
+            tuple(r.get(f) for f in ROW_FIELDS), {f: r.get(f) for f in ROW_FIELDS}
+        )
         row[f"provider:{r['provider']}"] = _cell(r, baseline)
     for row in rows.values():
-        timed = [(cell.ms, p) for p in providers
-                 if (cell := row.get(f"provider:{p}")) is not None and known(cell.ms)]  # fmt: skip
+        timed = [
+            (cell.ms, p)
+            for p in providers
+            if (cell := row.get(f"provider:{p}")) is not None and known(cell.ms)
+        ]
         row[FASTEST] = min(timed, key=lambda t: t[0])[1] if timed else None
     return ProvidersTable(title, columns, list(rows.values()))

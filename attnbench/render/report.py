@@ -103,8 +103,10 @@ def _share_of_mha(records: Sequence[dict], verb: str, what: str, group: Sequence
             continue
         shape = join_words([SHAPE_TEXT[f].format(v) for f, v in zip(group, key, strict=True)])
         (first, ratio), *rest = ratios.items()
-        parts = [f"{first} {verb} {ratio:.1%} of MHA's {what}",
-                 *(f"{variant} {r:.1%}" for variant, r in rest)]  # fmt: skip
+        parts = [
+            f"{first} {verb} {ratio:.1%} of MHA's {what}",
+            *(f"{variant} {r:.1%}" for variant, r in rest),
+        ]
         found.append(f"With {shape}, {join_words(parts)}.")
     return found
 
@@ -121,9 +123,11 @@ def _largest_caches(records: Sequence[dict]) -> list[str]:
     shared = [f for f in ("num_layers", "dtype") if len({r.get(f) for r in rows}) == 1]
     own = [f for f in ("num_layers", "dtype") if f not in shared]
     setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0].get(f)) for f in shared)])
-    parts = [f"{_bytes(r['kv_bytes'])} for "
-             + ", ".join([series_label(r), *(_setting(f, r.get(f)) for f in own)])
-             for r in rows]  # fmt: skip
+    parts = [
+        f"{_bytes(r['kv_bytes'])} for "
+        + ", ".join([series_label(r), *(_setting(f, r.get(f)) for f in own)])
+        for r in rows
+    ]
     return [
         f"At {longest:,} tokens of context ({setting}), the KV cache takes {join_words(parts)}."
     ]
@@ -469,8 +473,10 @@ def provider_points(records: Sequence[dict], status: str, by_reason: bool) -> li
         provider, reason = str(r.get("provider")), reason.strip()
         reason = reason if by_reason else reasons.setdefault(provider, reason)
         counts[provider, reason] = counts.get((provider, reason), 0) + 1
-    return [f"{provider} at {n} point{'s' * (n != 1)} ({reason})"
-            for (provider, reason), n in counts.items()]  # fmt: skip
+    return [
+        f"{provider} at {n} point{'s' * (n != 1)} ({reason})"
+        for (provider, reason), n in counts.items()
+    ]
 
 
 def _not_timed(doc: dict) -> list[str]:
@@ -482,8 +488,11 @@ def _not_timed(doc: dict) -> list[str]:
     if unsupported := provider_points(records, "unsupported", by_reason=True):
         found.append(f"Unsupported here, so not timed: {'; '.join(unsupported)}.")
     if wrong:
-        found.append(f"{len(wrong)} point(s) disagree with the reference, so not timed: "
-                     + "; ".join(describe_failure("decode", r) for r in wrong) + ".")  # fmt: skip
+        found.append(
+            f"{len(wrong)} point(s) disagree with the reference, so not timed: "
+            + "; ".join(describe_failure("decode", r) for r in wrong)
+            + "."
+        )
     return found
 
 
@@ -503,8 +512,11 @@ def findings(doc: dict) -> list[str]:
     ]
     failed = incomplete(doc)
     if failed:
-        found.append(f"{len(failed)} point(s) did not complete: "
-                     + "; ".join(describe_failure(s, r) for s, r in failed) + ".")  # fmt: skip
+        found.append(
+            f"{len(failed)} point(s) did not complete: "
+            + "; ".join(describe_failure(s, r) for s, r in failed)
+            + "."
+        )
     return found
 
 
@@ -517,12 +529,17 @@ def _target(doc: dict) -> float | None:
 
 def describe_failure(section: str, record: dict) -> str:
     """'decode MHA sdpa-flash d_model 64 batch 1 context 256 cache: oom'."""
-    detail = [field_text(f, record[f]) for f in ("d_model", "batch", "seq_len", "prompt_len")
-              if record.get(f) is not None]  # fmt: skip
+    detail = [
+        field_text(f, record[f])
+        for f in ("d_model", "batch", "seq_len", "prompt_len")
+        if record.get(f) is not None
+    ]
     provider = [record["provider"]] if record.get("provider") else []
     mode = [record["mode"]] if record.get("mode") else []
-    return (" ".join([section, series_label(record), *provider, *detail, *mode])
-            + f": {record['status']}")  # fmt: skip
+    return (
+        " ".join([section, series_label(record), *provider, *detail, *mode])
+        + f": {record['status']}"
+    )
 
 
 def providers_markdown(records: Sequence[dict]) -> list[str]:
@@ -533,8 +550,7 @@ def providers_markdown(records: Sequence[dict]) -> list[str]:
         return []
     shown, shared = split_settings(side.rows, present_columns(side.rows, side.columns))
     settings = [markdown_text(f"{', '.join(shared)}."), ""] if shared else []
-    return [f"### {markdown_text(side.title)}", "", *settings,
-            markdown_table(side.rows, shown), ""]  # fmt: skip
+    return [f"### {markdown_text(side.title)}", "", *settings, markdown_table(side.rows, shown), ""]
 
 
 # --- the document ------------------------------------------------------------------------

@@ -197,8 +197,9 @@ def split_settings(
     would leave, the most important of them (lowest rank, then first) stays."""
     if not rows:
         return list(columns), []
-    constant = [i for i, c in enumerate(columns)
-                if c.setting and len({c.text(r) for r in rows}) == 1]  # fmt: skip
+    constant = [
+        i for i, c in enumerate(columns) if c.setting and len({c.text(r) for r in rows}) == 1
+    ]
     if constant and len(constant) == len(columns):
         constant.remove(min(constant, key=lambda i: (columns[i].rank, i)))
     shown = [c for i, c in enumerate(columns) if i not in constant]
@@ -435,8 +436,9 @@ def build_table(
         col = lay.column
         if col.kind == "text":  # exactly the width the fit gave it: rich's own shrinking
             most = None if wide else lay.width  # can round a table past the page
-            table.add_column(col.header, justify="left", overflow="fold", min_width=lay.width,
-                             max_width=most)  # fmt: skip
+            table.add_column(
+                col.header, justify="left", overflow="fold", min_width=lay.width, max_width=most
+            )
         else:
             table.add_column(col.header, justify=col.justify, no_wrap=True, min_width=lay.width)
     for i in range(len(records)):

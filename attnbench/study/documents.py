@@ -99,15 +99,16 @@ def parse_document(doc: Any, path: str | Path) -> Document:
         raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 in Python
-        raise UsageError(f"{path}: schema_version {spelled(version)} is not supported "
-                         "(expected 1)")  # fmt: skip
+        raise UsageError(f"{path}: schema_version {spelled(version)} is not supported (expected 1)")
     command = doc.get("command")
     if command not in COMMANDS:
         raise UsageError(f"{path}: unknown command {spelled(command)}; expected one of {COMMANDS}")
     environment = doc.get("environment")
     if not isinstance(environment, dict):
-        raise UsageError(f"{path}: environment: expected an object (the machine the results "
-                         f"were measured on), got {spelled(environment)}")  # fmt: skip
+        raise UsageError(
+            f"{path}: environment: expected an object (the machine the results "
+            f"were measured on), got {spelled(environment)}"
+        )
     per_record: dict[str, list[dict]] = {}
     if command == "run":
         _check_run_header(path, doc)
@@ -136,8 +137,10 @@ def _record_environments(path: Path, doc: dict, sections: dict) -> dict[str, lis
             continue
         valid = isinstance(which, list) and len(which) == len(sections[name])
         if not valid or not all(type(i) is int and 0 <= i < len(shares) for i in which):
-            raise UsageError(f"{path}: sections.{name}.environment_of: expected one index "
-                             "into environments per record")  # fmt: skip
+            raise UsageError(
+                f"{path}: sections.{name}.environment_of: expected one index "
+                "into environments per record"
+            )
         found[name] = [shares[i] for i in which]
     return found
 
@@ -228,8 +231,7 @@ def _check_metric(where: str, name: str, value: Any) -> None:
         raise UsageError(f"{where}: {name}: expected a number, got {spelled(value)}")
     _check_finite(where, name, value)
     if value < 0:
-        raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time "
-                         "is >= 0")  # fmt: skip
+        raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time is >= 0")
 
 
 def _check_finite(where: str, name: str, value: int | float) -> None:
@@ -269,8 +271,10 @@ def _check_keys(path: Path, section: str, records: list[dict], keys: list[str]) 
         values = tuple(hashable(rec[k]) for k in present)
         if values in seen and records[seen[values]] != rec:
             config = " ".join(f"{k}={rec[k]}" for k in present if rec[k] is not None)
-            raise UsageError(f"{where}: a duplicate row: record {seen[values]} has the same "
-                             f"key fields ({config or 'none'}) and other values")  # fmt: skip
+            raise UsageError(
+                f"{where}: a duplicate row: record {seen[values]} has the same "
+                f"key fields ({config or 'none'}) and other values"
+            )
         seen.setdefault(values, i)
 
 
@@ -291,14 +295,14 @@ def _csv_document(path: Path, text: str) -> Document:
     reader = csv.DictReader(io.StringIO(text))
     fields = reader.fieldnames or []
     section = _csv_section(path, fields)
-    text_fields = {name for name, types in declared_types(record_type(section)).items()
-                   if types == ["str"]}  # fmt: skip
+    text_fields = {
+        name for name, types in declared_types(record_type(section)).items() if types == ["str"]
+    }
     records = []
     for line, row in enumerate(reader, start=2):
         if None in row:
             raise UsageError(f"{path}: line {line}: more cells than the header has columns")
-        records.append({k: _text_cell(v) if k in text_fields else _cell(v)
-                        for k, v in row.items()})  # fmt: skip
+        records.append({k: _text_cell(v) if k in text_fields else _cell(v) for k, v in row.items()})
     return Document(
         str(path), section, {section: _check_records(path, section, records)}, None, None
     )
@@ -346,12 +350,17 @@ def load_results(path: str | Path) -> dict:
     """A results.json written by `attnbench run`, validated; UsageError otherwise."""
     document = load_document(path)
     if document.command != "run" or document.raw is None:
-        raise UsageError(f"{path}: written by `attnbench {document.command}`, not by "
-                         "`attnbench run`")  # fmt: skip
+        raise UsageError(
+            f"{path}: written by `attnbench {document.command}`, not by `attnbench run`"
+        )
     return document.raw
 
 
 def incomplete(doc: dict) -> list[tuple[str, dict]]:
     """(section, record) of every point of a results document that did not complete."""
-    return [(name, r) for name, section in doc["sections"].items()
-            for r in section["records"] if failed(r)]  # fmt: skip
+    return [
+        (name, r)
+        for name, section in doc["sections"].items()
+        for r in section["records"]
+        if failed(r)
+    ]

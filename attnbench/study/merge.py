@@ -46,8 +46,9 @@ def shard_results(paths: Sequence[Path]) -> list[Path]:
         except OSError as exc:  # a name too long to look up
             raise UsageError(f"{shown_path(path)}: cannot read it ({exc.strerror})") from None
         if not shares:
-            raise UsageError(f"{shown_path(path)}: no shares of a study here (no "
-                             f"{SHARDS_DIR}/*/{RESULTS_FILE})")  # fmt: skip
+            raise UsageError(
+                f"{shown_path(path)}: no shares of a study here (no {SHARDS_DIR}/*/{RESULTS_FILE})"
+            )
         found.extend(shares)
     return found
 

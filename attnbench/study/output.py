@@ -49,8 +49,11 @@ def writable_target(path: str | Path) -> Path:
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory, not a file to write", str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "not a regular file (a device, a FIFO or a socket); give "
-                      "a file to write", str(path))  # fmt: skip
+        raise OSError(
+            errno.EINVAL,
+            "not a regular file (a device, a FIFO or a socket); give a file to write",
+            str(path),
+        )
     if not writable(target):
         raise PermissionError(errno.EACCES, "the file is read-only", str(path))
     return target

@@ -140,8 +140,14 @@ class TooManyPoints(UsageError):
     """A study larger than its limit of points, found before any point is built.
     `field` names the setting that raises the limit (None where it cannot be raised)."""
 
-    def __init__(self, source: str | None, sections: Sequence[str], count: int, limit: int,
-                 field: str | None = "max_points") -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: str | None,
+        sections: Sequence[str],
+        count: int,
+        limit: int,
+        field: str | None = "max_points",
+    ) -> None:
         self.source = source
         self.sections = list(sections)
         self.count = count
@@ -155,8 +161,10 @@ class TooManyPoints(UsageError):
         names = self.sections
         what = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
         hint = f"raise it with {name(self.field)}" if self.field else "give fewer values"
-        return (f"{where}{self.count:,} points in {what}, more than the limit of "
-                f"{self.limit:,} ({hint})")  # fmt: skip
+        return (
+            f"{where}{self.count:,} points in {what}, more than the limit of "
+            f"{self.limit:,} ({hint})"
+        )
 
 
 def point_count(sec: Section) -> int:
@@ -204,8 +212,9 @@ def check_limits(sec: Section) -> list[UsageError]:
     return problems
 
 
-def _check_size(sections: dict[str, Section], counts: dict[str, int], max_points: int,
-                field: str | None) -> UsageError | None:  # fmt: skip
+def _check_size(
+    sections: dict[str, Section], counts: dict[str, int], max_points: int, field: str | None
+) -> UsageError | None:
     """The study's points over `max_points`: one section's, else all of them together."""
     source = next(iter(sections.values())).source if sections else FLAGS_SOURCE
     where = None if source == FLAGS_SOURCE else source
@@ -236,8 +245,9 @@ def plan_sections(
     if limits:
         unique = {str(p): p for p in limits}
         raise Problems(list(unique.values()), MAX_PROBLEMS)
-    too_many = _check_size(sections, {n: point_count(s) for n, s in sections.items()},
-                           max_points, limit_field)  # fmt: skip
+    too_many = _check_size(
+        sections, {n: point_count(s) for n, s in sections.items()}, max_points, limit_field
+    )
     if too_many is not None:
         raise too_many
     problems: list[UsageError] = []
@@ -291,8 +301,11 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
 def _combination(sec: Section, point: Any, reason: str) -> UsageError:
     if getattr(point, "model", None):
         return UsageError(f"{point.model}: {reason}")
-    given = [n for n in ("d_model", "num_heads", "num_kv_heads", "head_dim")
-             if getattr(point, n, None) is not None]  # fmt: skip
+    given = [
+        n
+        for n in ("d_model", "num_heads", "num_kv_heads", "head_dim")
+        if getattr(point, n, None) is not None
+    ]
     typed = [n for n in given if n in sec.origins]  # what the user set, not defaults
     values = {n: getattr(point, n) for n in typed or given}
     from_file = any(sec.origins.get(n) not in (None, FROM_FLAGS) for n in values)
@@ -316,8 +329,9 @@ def plan_study(
     sections = {
         n: resolve(config, n, {k: v for k, v in given.items() if k in fields_for(n)}) for n in names
     }
-    return plan_sections(config, sections, max_points,
-                         "max_points" if max_points < MAX_POINTS else None)  # fmt: skip
+    return plan_sections(
+        config, sections, max_points, "max_points" if max_points < MAX_POINTS else None
+    )
 
 
 def plan_command(

@@ -159,8 +159,15 @@ def run_study(
             probes.probe()  # again after the timed points: did the host's speed move?
             store.save(doc)
     skipped = len(plan.tasks) - len(pending)
-    return RunResult(doc, records, len(plan.tasks), skipped, ran, time.perf_counter() - start,
-                     skipped + ran < len(plan.tasks))  # fmt: skip
+    return RunResult(
+        doc,
+        records,
+        len(plan.tasks),
+        skipped,
+        ran,
+        time.perf_counter() - start,
+        skipped + ran < len(plan.tasks),
+    )
 
 
 class _Probes:
@@ -277,11 +284,15 @@ def _failing_as_records(
 def _new_document(plan: Plan, store: Store, command: str) -> dict:
     """A new document with the environment, no records yet."""
     if store.exists():
-        raise FieldError("out", str(getattr(store, "out_dir", "")), "already holds results; "
-                         "resume them, or choose another directory")  # fmt: skip
+        raise FieldError(
+            "out",
+            str(getattr(store, "out_dir", "")),
+            "already holds results; resume them, or choose another directory",
+        )
     environment = collect_environment(plan.device)
-    sections = {name: {"config": sec.to_dict(), "records": []}
-                for name, sec in plan.sections.items()}  # fmt: skip
+    sections = {
+        name: {"config": sec.to_dict(), "records": []} for name, sec in plan.sections.items()
+    }
     doc = {**document_header(command, plan.config_document(), environment), "sections": sections}
     if plan.shard is not None:
         doc["shard"] = plan.shard
@@ -298,9 +309,11 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
     disagree (a row appended just before a crash, or a CSV edited or lost)."""
     doc = store.load()
     if doc["config"].get("resolved_sha256") != plan.resolved_sha256:
-        raise UsageError(f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
-                         f"different configuration ({config_difference(doc, plan)}); resume it "
-                         "with the same configuration, or choose another directory")  # fmt: skip
+        raise UsageError(
+            f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
+            f"different configuration ({config_difference(doc, plan)}); resume it "
+            "with the same configuration, or choose another directory"
+        )
     if isinstance(store, DirectoryStore):  # before any is written: each takes rows as it is
         for name in doc["sections"]:
             store.check_csv(name, KINDS[name].record)

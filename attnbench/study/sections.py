@@ -45,19 +45,37 @@ class SectionKind:
 
 
 KINDS: dict[str, SectionKind] = {
-    "params": SectionKind("params", params.ParamsPoint, params.ParamsRecord, params.run,
-                          params.check),
-    "kvmem": SectionKind("kvmem", kvmem.KvmemPoint, kvmem.KvmemRecord, kvmem.run, kvmem.check,
-                         failed=kvmem.failed, measures=True),
-    "decode": SectionKind("decode", decode.DecodePoint, decode.DecodeRecord, decode.run,
-                          decode.check, failed=decode.failed, order=decode.run_order,
-                          groups=interleave.sampling_groups, run_group=interleave.run_group,
-                          together=decode.context_of,
-                          check_section=decode.check_section,
-                          pre_pass=instructions.section_counts, timed=True, measures=True,
-                          keeps_going=True),
+    "params": SectionKind(
+        "params", params.ParamsPoint, params.ParamsRecord, params.run, params.check
+    ),
+    "kvmem": SectionKind(
+        "kvmem",
+        kvmem.KvmemPoint,
+        kvmem.KvmemRecord,
+        kvmem.run,
+        kvmem.check,
+        failed=kvmem.failed,
+        measures=True,
+    ),
+    "decode": SectionKind(
+        "decode",
+        decode.DecodePoint,
+        decode.DecodeRecord,
+        decode.run,
+        decode.check,
+        failed=decode.failed,
+        order=decode.run_order,
+        groups=interleave.sampling_groups,
+        run_group=interleave.run_group,
+        together=decode.context_of,
+        check_section=decode.check_section,
+        pre_pass=instructions.section_counts,
+        timed=True,
+        measures=True,
+        keeps_going=True,
+    ),
     "fit": SectionKind("fit", fit.FitPoint, fit.FitRecord, fit.run, fit.check),
-}  # fmt: skip
+}
 
 
 #: Every record type by the name of the records it holds: the sections', and the

@@ -135,9 +135,11 @@ class DirectoryStore:
                 problem = f"{' and '.join(causes)} (as a spreadsheet saves it)"
             else:
                 problem = f"its header lacks {listed(missing)}"
-        raise UsageError(f"resume: {shown_path(path)}: {problem}; rows appended to it would "
-                         "lose fields: move it aside, and resuming writes it again from "
-                         f"{RESULTS_FILE}")  # fmt: skip
+        raise UsageError(
+            f"resume: {shown_path(path)}: {problem}; rows appended to it would "
+            "lose fields: move it aside, and resuming writes it again from "
+            f"{RESULTS_FILE}"
+        )
 
     def agrees(self, section: str, records: list[dict]) -> bool:
         """The section's CSV holds as many rows as `records` (none: no CSV), the last one
@@ -180,8 +182,10 @@ class DirectoryStore:
                 if not _stale(holder):
                     raise self._busy(holder) from None
                 if self._move_aside(holder):
-                    note = (f"{shown_path(self.lock_path)}: {_who(holder)} that held it is no "
-                            "longer running; took its lock over")  # fmt: skip
+                    note = (
+                        f"{shown_path(self.lock_path)}: {_who(holder)} that held it is no "
+                        "longer running; took its lock over"
+                    )
                 continue
             with os.fdopen(fd, "w") as fh:
                 fh.write(_holder() + "\n")
@@ -198,10 +202,14 @@ class DirectoryStore:
             self.lock_path.unlink(missing_ok=True)
 
     def _busy(self, holder: str) -> UsageError:
-        return FieldError("out", shown_path(self.out_dir), f"in use by {_who(holder)} (lock "
-                          f"file {shown_path(self.lock_path)}); wait for it to finish, or "
-                          "choose another directory; remove the lock file only if that "
-                          "process is gone")  # fmt: skip
+        return FieldError(
+            "out",
+            shown_path(self.out_dir),
+            f"in use by {_who(holder)} (lock "
+            f"file {shown_path(self.lock_path)}); wait for it to finish, or "
+            "choose another directory; remove the lock file only if that "
+            "process is gone",
+        )
 
     def _move_aside(self, holder: str) -> bool:
         """Remove a stale lock, unless it changed meanwhile (another process took it
@@ -222,8 +230,9 @@ class DirectoryStore:
 
 #: Signals that end a process by default, leaving its lock behind: while a lock is held,
 #: they stop it as Ctrl-C does. One that is ignored (SIGHUP under nohup) stays ignored.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
-                     if hasattr(signal, name))  # fmt: skip
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 @contextmanager
@@ -270,8 +279,9 @@ def foreign_files(folder: Path) -> list[str]:
     one moved aside), a results.json being replaced, its shares. OSError when `folder`
     cannot be listed."""
     kept = (f"{LOCK_FILE}.", f".{RESULTS_FILE}.")
-    names = [n for n in os.listdir(folder)
-             if n not in (LOCK_FILE, SHARDS_DIR) and not n.startswith(kept)]  # fmt: skip
+    names = [
+        n for n in os.listdir(folder) if n not in (LOCK_FILE, SHARDS_DIR) and not n.startswith(kept)
+    ]
     return sorted(names) if names and not holds_study(folder) else []
 
 

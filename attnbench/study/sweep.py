@@ -379,8 +379,12 @@ def resolve(
 
 
 #: The fields of a model's shape that a study may not change, as a message names them.
-MODEL_OWN = {"d_model": "width {:,}", "num_heads": "{:,} query heads",
-             "head_dim": "head_dim {:,}", "num_layers": "{:,} layers"}  # fmt: skip
+MODEL_OWN = {
+    "d_model": "width {:,}",
+    "num_heads": "{:,} query heads",
+    "head_dim": "head_dim {:,}",
+    "num_layers": "{:,} layers",
+}
 
 
 def model_overrides(sec: Section) -> list[FieldError]:
@@ -397,8 +401,10 @@ def model_overrides(sec: Section) -> list[FieldError]:
         hint = "give the shape without the model"
         if name in ("d_model", "num_heads"):
             hint += ", or both width and heads for a layer shape beside it"
-        reason = (f"{model.name} has its own {own.format(getattr(model, name))}; of a "
-                  f"model's shape only its KV heads can change (a what-if): {hint}")  # fmt: skip
+        reason = (
+            f"{model.name} has its own {own.format(getattr(model, name))}; of a "
+            f"model's shape only its KV heads can change (a what-if): {hint}"
+        )
         errors.append(FieldError(name, sec.values[name], reason))
     return errors
 

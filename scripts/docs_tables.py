@@ -28,7 +28,8 @@ from attnbench.render import columns
 from attnbench.study import schema
 
 BYTES = "bytes"
-# fmt: off -- one field a line: (unit, meaning), as the docs table shows it
+# Kept as a table: one field a line, (unit, meaning), as the docs show it.
+# fmt: off
 #: (unit, meaning) of each record field; a command's own entries come first.
 COMMON: dict[str, tuple[str, str]] = {
     "model": ("", "the model preset or config.json the row describes; empty for a shape "
@@ -299,30 +300,12 @@ def schema_table() -> str:
 def models_table() -> str:
     """The presets: their architecture and where it comes from."""
     rows = [
-        [
-            f"`{p.name}`",
-            p.num_layers,
-            f"{p.d_model:,}",
-            p.num_heads,
-            p.num_kv_heads,
-            p.head_dim,
-            p.variant,
-            p.dtype,
-            p.source,
-        ]
+        [f"`{p.name}`", p.num_layers, f"{p.d_model:,}", p.num_heads, p.num_kv_heads, p.head_dim,
+         p.variant, p.dtype, p.source]
         for p in PRESETS.values()
-    ]
-    header = [
-        "Name",
-        "layers",
-        "d_model",
-        "heads",
-        "kv heads",
-        "head_dim",
-        "Variant",
-        "dtype",
-        "Source",
-    ]
+    ]  # fmt: skip
+    header = ["Name", "layers", "d_model", "heads", "kv heads", "head_dim", "Variant", "dtype",
+              "Source"]  # fmt: skip
     return table(header, rows)
 
 

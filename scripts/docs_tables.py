@@ -300,12 +300,30 @@ def schema_table() -> str:
 def models_table() -> str:
     """The presets: their architecture and where it comes from."""
     rows = [
-        [f"`{p.name}`", p.num_layers, f"{p.d_model:,}", p.num_heads, p.num_kv_heads, p.head_dim,
-         p.variant, p.dtype, p.source]
+        [
+            f"`{p.name}`",
+            p.num_layers,
+            f"{p.d_model:,}",
+            p.num_heads,
+            p.num_kv_heads,
+            p.head_dim,
+            p.variant,
+            p.dtype,
+            p.source,
+        ]
         for p in PRESETS.values()
-    ]  # fmt: skip
-    header = ["Name", "layers", "d_model", "heads", "kv heads", "head_dim", "Variant", "dtype",
-              "Source"]  # fmt: skip
+    ]
+    header = [
+        "Name",
+        "layers",
+        "d_model",
+        "heads",
+        "kv heads",
+        "head_dim",
+        "Variant",
+        "dtype",
+        "Source",
+    ]
     return table(header, rows)
 
 

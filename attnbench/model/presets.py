@@ -19,12 +19,18 @@ def _llama(vocab: int, inter: int, context: int, **body) -> dict:
 
 def _deepseek(vocab, inter, experts, top_k, expert_inter, shared, dense, q_lora, router_bias):
     return {
-        "mla": MlaSpec(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-                       v_head_dim=128, q_lora_rank=q_lora),
-        "body": ModelBody(vocab, inter, moe=MoeSpec(experts, top_k, expert_inter, shared, dense,
-                                                    router_bias)),
+        "mla": MlaSpec(
+            kv_lora_rank=512,
+            qk_rope_head_dim=64,
+            qk_nope_head_dim=128,
+            v_head_dim=128,
+            q_lora_rank=q_lora,
+        ),
+        "body": ModelBody(
+            vocab, inter, moe=MoeSpec(experts, top_k, expert_inter, shared, dense, router_bias)
+        ),
         "max_position_embeddings": 163840,
-    }  # fmt: skip
+    }
 
 
 _GEMMA2 = "sliding window 4096 on even layers, global on odd"

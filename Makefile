@@ -31,7 +31,7 @@ test-slow: setup
 # The long fuzzing profile (1,000 examples per property, about 10 minutes on 2 cores);
 # `make test` runs a short one.
 fuzz: setup
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/test_fuzz*.py -p no:cacheprovider --hypothesis-show-statistics
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --hypothesis-show-statistics
 
 lint: setup
 	$(BIN)/ruff check attnbench tests scripts

@@ -1,6 +1,6 @@
 """Print the timing gate's false-regression and detection rates, as Markdown.
 
-Synthetic (the default): the first line is the configuration tests/test_compare.py asserts
+Synthetic (the default): the first line is the configuration tests/gate/test_compare.py asserts
 on (500 pairs, seed 0, the default noise); the tables below show how the rates move with
 the step-to-step noise and with the shift between two runs (which the gate's statistics
 cannot see: hence running baseline and candidate in one job).

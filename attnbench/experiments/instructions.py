@@ -90,7 +90,7 @@ def valgrind_missing() -> str | None:
 def valgrind_version() -> str | None:
     """valgrind's version ('valgrind-3.19.0'), or None without valgrind. Read from the
     banner of `true` run under it: the option that prints the version is spelled like a
-    flag, which only the CLI may spell (tests/test_study_flag_names.py)."""
+    flag, which only the CLI may spell (tests/test_flag_names.py)."""
     if shutil.which("valgrind") is None:
         return None
     banner = subprocess.run(["valgrind", "true"], capture_output=True, text=True).stderr

@@ -20,7 +20,7 @@ Two sources of timings, judged by the gate's own `judge_timing`:
   real consecutive runs recorded, each comparison between two different runs, so that
   the shift between runs is the machine's own.
 
-Shared by tests/test_compare.py and scripts/gate_simulation.py, so the figures quoted in
+Shared by tests/gate/test_compare.py and scripts/gate_simulation.py, so the figures quoted in
 the docs come from the code the tests hold to account.
 """
 

@@ -14,7 +14,7 @@ from attnbench.experiments.decode import DecodePoint
 from attnbench.study.plan import Task, plan_study
 from attnbench.study.shards import Shard, assign, parse_shard, share_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

@@ -10,7 +10,7 @@ from attnbench.gate.baseline import exact_document
 
 runner = CliRunner()
 #: The packaged default study, which `baseline exact` uses when given no CONFIG.
-CONFIG = Path(__file__).parent.parent / "attnbench" / "configs" / "default.yaml"
+CONFIG = Path(__file__).parents[2] / "attnbench" / "configs" / "default.yaml"
 
 
 def _exact(tmp_path, name, *config):

@@ -1071,7 +1071,7 @@ def test_baseline_save_writes_a_validated_copy(tmp_path, monkeypatch):
     )
     assert json.loads(saved.read_text()) == doc
     again = cli("baseline", "save", src, "--to", str(saved))
-    # the message may be wrapped at the console's width (see test_cli_messages.py)
+    # the message may be wrapped at the console's width (see tests/cli/test_common.py)
     assert again.exit_code == 0 and "replaced the previous baseline" in " ".join(
         again.stdout.split()
     )

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz import invoke
 
 from attnbench.history.series import typed
 from attnbench.history.store import APPLICATION_ID
+from tests.fuzz.test_flags import invoke
 
 #: The files a --db may name, made once (see `world`); "missing" and "long" name none.
 PLACES = ["history", "missing", "foreign", "noise", "empty", "folder", "long"]

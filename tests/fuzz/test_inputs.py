@@ -17,13 +17,13 @@ from unittest import mock
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from test_compare import decode_records, document
-from test_fuzz import invoke
 
 from attnbench.cli.flags import parse_field
 from attnbench.errors import FieldError, UsageError
 from attnbench.measure import devices
 from attnbench.study.sweep import load_config, resolve
+from tests.fuzz.test_flags import invoke
+from tests.gate.test_compare import decode_records, document
 
 # --- shape flags beside a model ------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
-from test_fuzz import invoke
 
 from attnbench.model.files import NAME_MAX
 from attnbench.records import csv_fields
@@ -38,6 +37,7 @@ from attnbench.study.runner import (
 )
 from attnbench.study.sections import KINDS
 from attnbench.study.stores import LOCK_FILE
+from tests.fuzz.test_flags import invoke
 
 #: Two params points and one kvmem point (not measured): a study that runs in milliseconds.
 STUDY = """\

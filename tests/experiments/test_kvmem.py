@@ -24,7 +24,7 @@ from attnbench.study.runner import plan_command, run_study
 from attnbench.study.sweep import StudyConfig, resolve
 
 runner = CliRunner()
-CONFIGS = Path(__file__).parent.parent / "configs"
+CONFIGS = Path(__file__).parents[2] / "configs"
 CPU = torch.device("cpu")
 GiB, MiB = 1024**3, 1024**2
 

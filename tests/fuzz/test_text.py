@@ -10,12 +10,12 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fuzz import LLAMA, invoke, runner
 
 from attnbench.cli import app
 from attnbench.render.plots import render_plots
 from attnbench.render.report import render_report
 from attnbench.render.table import markdown_text
+from tests.fuzz.test_flags import LLAMA, invoke, runner
 
 #: Names built from what rich, matplotlib and Markdown read as markup.
 MARKUP_PIECES = [

@@ -17,7 +17,7 @@ from attnbench.model.what_if import is_own, kv_heads_count, what_if_specs
 from attnbench.study.sweep import load_config, resolve
 
 runner = CliRunner()
-DEFAULT_STUDY = Path(__file__).parents[1] / "attnbench" / "configs" / "default.yaml"
+DEFAULT_STUDY = Path(__file__).parents[2] / "attnbench" / "configs" / "default.yaml"
 LLAMA_70B = get_preset("llama-3-70b")  # 80 layers, d 8192, 64 heads, 8 KV heads of 128
 
 

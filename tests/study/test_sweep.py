@@ -24,7 +24,7 @@ from attnbench.study.runner import DEFAULT_CONFIG
 from attnbench.study.sweep import load_config, resolve
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The example sweep files shipped beside the package.
 CONFIGS = ROOT / "configs"
 #: The default study, shipped inside the package (what `attnbench run` runs).

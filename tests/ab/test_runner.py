@@ -32,7 +32,7 @@ from attnbench.experiments.decode import DecodePoint
 from attnbench.gate.compare import Thresholds, Verdict
 from attnbench.gate.paired import EVIDENCE, judge_paired, median_ratio_interval
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 TINY_STUDY = "decode:\n  d_model: 64\n  num_heads: 2\n  prompt_len: 16\n  mode: cache\n"
 

@@ -1,14 +1,18 @@
-# Two entry points: `make bench` (the default study) and `make test` (the test suite).
-# Both create .venv when it is missing and install the project into it. `make docs` builds
-# the documentation site into site/.
+# Two entry points: `make bench` (the default study) and `make test` (the test suite but
+# its integration tests, on two workers). Both create .venv when it is missing and install
+# the project into it. `make test-integration` runs the tests left out (other processes:
+# torchrun ranks, the CLI, concurrent writers; statistical sweeps). `make docs` builds the
+# documentation site into site/.
 PYTHON ?= python3
 VENV ?= .venv
 # The torch build to install when the venv has none. Override for another build, e.g.
 # make bench TORCH_SPEC='torch>=2.5' (the default wheel on PyPI, with CUDA).
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# The processes `make test` spreads the tests over (pytest-xdist); 0 runs them in this one.
+TEST_WORKERS ?= 2
 
-.PHONY: bench test test-slow fuzz lint docs setup clean
+.PHONY: bench test test-integration test-slow fuzz lint docs setup clean
 
 $(BIN)/attnbench: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +26,10 @@ bench: setup
 	$(BIN)/attnbench run
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not integration" -n $(TEST_WORKERS)
+
+test-integration: setup
+	$(BIN)/python -m pytest -m integration
 
 # Also the slow tests: compiling flex_attention on the CPU, a minute or so.
 test-slow: setup

@@ -17,6 +17,7 @@ _EXPORTS = {
     "MultiQueryAttention": ".modules.attention",
     "scaled_dot_product_attention": ".modules.attention",
     "KVCache": ".modules.kv_cache",
+    "load_frames": ".study.frames",
 }
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "MultiHeadAttention",
     "MultiQueryAttention",
     "__version__",
+    "load_frames",
     "scaled_dot_product_attention",
 ]
 
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         scaled_dot_product_attention,
     )
     from .modules.kv_cache import KVCache
+    from .study.frames import load_frames
 
 
 def __getattr__(name: str) -> Any:

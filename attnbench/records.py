@@ -6,7 +6,9 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
 - `exact`: a computed count or size (parameters, bytes, FLOPs): any change is a regression;
 - `memory`: a measured allocation, gated with a tolerance;
 - `timing`: a measured time, gated against noise; its statistics (percentiles, raw
-  samples) are timing fields too, that name the field they describe with `of`;
+  samples) are timing fields too, that name the field they describe with `of` and their
+  `role` in it (`p25`, `p75`, `samples`). A measurement (measure.stats.Measurement) fills
+  a timing's fields by these declarations (`flattened`), and the gate reads it back by them;
 - `ratio`: a timing over another timed in the same rounds, interleaved with it sample by
   sample, and the ratio taken within each round (`x_of_reference`: a step over its
   kernels; `x_of_narrowest`, `x_of_no_cache`, `x_of_baseline`: the comparisons of a
@@ -15,8 +17,9 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
   (the machine's state cancels in the ratio). `against` names the info field that says
   what it was taken against: ratios to different things are not compared;
 - `count`: a near-exact measured count (CPU instructions under callgrind): it does not
-  depend on the machine's load, and a change beyond the gate's count threshold (1% by
-  default) either way is a verdict;
+  depend on the machine's load, and a change beyond the gate's count threshold
+  (gate.compare.Thresholds.count: 1% by default, `compare --count-threshold`) either way
+  is a verdict;
 - `info`: everything else (rates, flags, status, intervals): shown, never gated or
   matched.
 """
@@ -24,9 +27,9 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 
 class Kind(str, Enum):
@@ -48,9 +51,12 @@ def _field(
     csv: bool = True,
     of: str | None = None,
     against: str | None = None,
+    role: str | None = None,
     **kw,
 ) -> Any:
-    metadata = {"kind": kind, "csv": csv, "of": of, "against": against}
+    if role is not None and role not in ROLES:
+        raise ValueError(f"a statistic's role is one of {', '.join(ROLES)}, not {role!r}")
+    metadata = {"kind": kind, "csv": csv, "of": of, "against": against, "role": role}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata, **kw)
@@ -71,18 +77,25 @@ def memory(default: Any = None) -> Any:
     return _field(Kind.MEMORY, default)
 
 
-def timing(default: Any = None, of: str | None = None, csv: bool = True) -> Any:
-    """A measured time in ms; `of` marks a statistic (p25, raw samples) of another timing
-    field, which is the one gated. Raw samples are JSON only (`csv=False`)."""
-    return _field(Kind.TIMING, default, csv=csv, of=of)
+def timing(
+    default: Any = None, of: str | None = None, csv: bool = True, role: str | None = None
+) -> Any:
+    """A measured time in ms, its median; `of` marks a statistic of another timing field,
+    which is the one gated, and `role` says which (ROLES; left out, see `role_of`). Raw
+    samples are JSON only (`csv=False`)."""
+    return _field(Kind.TIMING, default, csv=csv, of=of, role=role)
 
 
 def ratio(
-    default: Any = None, of: str | None = None, csv: bool = True, against: str | None = None
+    default: Any = None,
+    of: str | None = None,
+    csv: bool = True,
+    against: str | None = None,
+    role: str | None = None,
 ) -> Any:
-    """An in-run ratio of two timings; `of` and `csv` as for `timing`; `against` (on the
-    gated field) the info field naming what the ratio was taken against."""
-    return _field(Kind.RATIO, default, csv=csv, of=of, against=against)
+    """An in-run ratio of two timings; `of`, `role` and `csv` as for `timing`; `against`
+    (on the gated field) the info field naming what the ratio was taken against."""
+    return _field(Kind.RATIO, default, csv=csv, of=of, against=against, role=role)
 
 
 def count(default: Any = None) -> Any:
@@ -91,7 +104,8 @@ def count(default: Any = None) -> Any:
 
 
 def info(default: Any = None) -> Any:
-    """Derived or descriptive: a ratio, a rate, a flag, a status."""
+    """Derived or descriptive: a rate, a computed ratio or speed-up (an in-run ratio of two
+    timings is a `ratio`), an interval's bounds, a flag, a status."""
     return _field(Kind.INFO, default)
 
 
@@ -102,6 +116,20 @@ def field_kinds(record_type: type) -> dict[str, Kind]:
 
 #: Kinds whose fields are judged from a median, its percentiles and raw samples.
 SAMPLED = (Kind.TIMING, Kind.RATIO)
+#: The roles of a sampled field's statistics: its quartiles and its raw samples.
+ROLES = ("p25", "p75", "samples")
+
+
+def role_of(field: dataclasses.Field) -> str:
+    """The role of a statistic (a field with `of`): the one it declares, or else the one
+    its declaration implies: the raw samples are the statistic kept out of CSV
+    (`csv=False`), a quartile is named by its suffix (step_ms_p25)."""
+    role = field.metadata.get("role")
+    if role is None:
+        role = "samples" if not field.metadata["csv"] else field.name.rsplit("_", 1)[-1]
+    if role not in ROLES:
+        raise ValueError(f"{field.name}: a statistic's role is one of {', '.join(ROLES)}")
+    return role
 
 
 def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
@@ -110,11 +138,31 @@ def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
     fields = dataclasses.fields(record_type)
     gated = {f.name: {} for f in fields if f.metadata["kind"] in SAMPLED and not f.metadata["of"]}
     for f in fields:
-        of = f.metadata["of"]
-        if of:
-            role = "samples" if "samples" in f.name else f.name.rsplit("_", 1)[-1]
-            gated[of][role] = f.name
+        if f.metadata["of"]:
+            gated[f.metadata["of"]][role_of(f)] = f.name
     return gated
+
+
+class Measured(Protocol):
+    """A measurement's summary and raw samples (measure.stats.Measurement)."""
+
+    @property
+    def samples_ms(self) -> Sequence[float]: ...
+    @property
+    def median_ms(self) -> float: ...
+    @property
+    def p25_ms(self) -> float | None: ...
+    @property
+    def p75_ms(self) -> float | None: ...
+
+
+def flattened(record_type: type, metric: str, measured: Measured) -> dict[str, Any]:
+    """A measurement of the sampled field `metric` as the columns the record type declares
+    for it: its median in `metric`, and each statistic in its field by role, e.g.
+    {'step_ms_median': ..., 'step_ms_p25': ..., 'step_ms_p75': ..., 'samples_ms': [...]}."""
+    by_role = {"p25": measured.p25_ms, "p75": measured.p75_ms, "samples": list(measured.samples_ms)}
+    stats = gated_timing(record_type)[metric]
+    return {metric: measured.median_ms, **{name: by_role[r] for r, name in stats.items()}}
 
 
 def ratio_against(record_type: type) -> dict[str, str]:

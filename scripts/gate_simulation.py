@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from attnbench.gate.paired import abba_pairs
 from attnbench.gate.simulation import (
     NO_PAIRS,
     Noise,
+    Resampling,
     RowResult,
     SeriesResult,
     SimulationResult,
@@ -58,9 +58,9 @@ from attnbench.gate.simulation import (
     simulate_paired,
     simulate_rows,
     simulate_sampled,
-    stats_of,
     totals,
 )
+from attnbench.measure.stats import Measurement, median
 from attnbench.study.documents import load_document, parse_document
 
 SIGMAS = (0.01, 0.02, 0.03, 0.05, 0.08)
@@ -116,21 +116,15 @@ def _halves(r: SimulationResult) -> str:
 def _spread(results: list[SeriesResult]) -> str:
     """Median sample count and median relative IQR of the series."""
     counts = [len(r.series.samples) for r in results]
-    iqrs = [stats_of(r.series.samples).rel_iqr for r in results]
-    return f"{statistics.median(counts):g} | {statistics.median(iqrs):.1%}"
+    iqrs = [Measurement.of_samples(r.series.samples).rel_iqr for r in results]
+    return f"{median(counts):g} | {median(iqrs):.1%}"
 
 
-def real(
-    path: str,
-    provider: str | None,
-    pairs: int,
-    slowdown: float,
-    seed: int,
-    metrics: list[str] | None,
-    thresholds: Thresholds,
-) -> None:
+def real(path: str, how: Resampling) -> None:
     document = load_document(path)
-    results = simulate_document(document, pairs, slowdown, provider, metrics, thresholds, seed)
+    results = simulate_document(document, how)
+    provider, pairs, slowdown, seed = how.provider, how.pairs, how.slowdown, how.seed
+    thresholds = how.thresholds
     only = f", provider {provider}" if provider else ""
     print(f"**Gate on real samples: {path}{only}**")
     print()
@@ -146,7 +140,7 @@ def real(
         print("No decode row that ran kept raw samples" + (f" of {provider}." if provider else "."))
         return
     slow = f"{slowdown:g}x"
-    rows(simulate_rows(document, pairs, slowdown, provider, metrics, thresholds, seed), slow)
+    rows(simulate_rows(document, how), slow)
     print("Each timing on its own:")
     print()
     head = (
@@ -184,7 +178,7 @@ def real(
         print("|---" * 6 + "|")
         for r in worst[:WORST_SHOWN]:
             s = r.series
-            iqr = stats_of(s.samples).rel_iqr
+            iqr = Measurement.of_samples(s.samples).rel_iqr
             print(
                 f"| {s.label} | {s.metric} | {len(s.samples)} | {iqr:.1%} | {_rates(r.resampled)} |"
             )
@@ -232,15 +226,9 @@ def rows(results: list[RowResult], slow: str) -> None:
     print()
 
 
-def several(
-    paths: list[str],
-    pairs: int,
-    slowdown: float,
-    seed: int,
-    metrics: list[str] | None,
-    thresholds: Thresholds,
-) -> None:
+def several(paths: list[str], how: Resampling) -> None:
     """One line per results file: its rows judged as compare judges them."""
+    pairs, slowdown, seed, metrics = how.pairs, how.slowdown, how.seed, how.metrics
     only = f" ({', '.join(f'`{m}`' for m in metrics)})" if metrics else ""
     print(
         f"Rows judged as `compare` judges them, on the gated timings of each row{only}; "
@@ -254,7 +242,7 @@ def several(
     print("|---" * 6 + "|")
     for path in paths:
         document = load_document(path)
-        results = simulate_rows(document, pairs, slowdown, None, metrics, thresholds, seed)
+        results = simulate_rows(document, how)
         providers = {name: _total(these) for name, these in _by_provider(results).items()}
         least = min(providers, key=lambda name: providers[name].detection_rate, default=None)
         worst = f"{least} {providers[least].detection_rate:.1%}" if least else "-"
@@ -353,23 +341,21 @@ def main() -> None:
             parser.error("--provider, --metric and --noise-factor need --results")
         synthetic(args.pairs or 500, args.seed)
     else:
-        thresholds = Thresholds(noise_factor=args.noise_factor)
-        pairs = args.pairs or 100
         if len(args.results) > 1 and args.provider:
             parser.error("--provider takes one --results file")
+        how = Resampling(
+            args.pairs or 100,
+            args.slowdown,
+            args.provider,
+            args.metric,
+            Thresholds(noise_factor=args.noise_factor),
+            args.seed,
+        )
         try:
             if len(args.results) > 1:
-                several(args.results, pairs, args.slowdown, args.seed, args.metric, thresholds)
+                several(args.results, how)
             else:
-                real(
-                    args.results[0],
-                    args.provider,
-                    pairs,
-                    args.slowdown,
-                    args.seed,
-                    args.metric,
-                    thresholds,
-                )
+                real(args.results[0], how)
         except UsageError as exc:
             parser.error(str(exc))
 

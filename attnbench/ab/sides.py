@@ -55,6 +55,13 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "attnbench" / "ab"
 
 
+def last_line(text: str) -> str | None:
+    """The last line of `text` that is not blank, stripped: what a failed program said
+    last. None when every line is blank."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
 def run_tool(args: list[str], what: str, cwd: Path | None = None) -> str:
     """The stdout of a command; a UsageError naming `what` failed, with the last line it
     wrote on stderr, when it cannot start or exits non-zero."""
@@ -63,8 +70,7 @@ def run_tool(args: list[str], what: str, cwd: Path | None = None) -> str:
     except OSError as exc:
         raise UsageError(f"{what}: cannot run {args[0]}: {exc.strerror}") from None
     if done.returncode != 0:
-        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        said = lines[-1] if lines else f"exit code {done.returncode}"
+        said = last_line(done.stderr) or f"exit code {done.returncode}"
         raise UsageError(f"{what} failed: {said}")
     return done.stdout
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import UsageError, brief
-from .sides import Side
+from .sides import Side, last_line
 
 #: The worker script, run by path so that it imports the side's attnbench.
 SCRIPT = Path(__file__).resolve().with_name("worker.py")
@@ -110,11 +110,11 @@ class Worker:
         code = self._process.wait()
         if self._log_file is not None:
             self._log_file.flush()
-        lines = [s.strip() for s in self.log.read_text(errors="replace").splitlines() if s.strip()]
-        said = f": {lines[-1]}" if lines else ""
+        said = last_line(self.log.read_text(errors="replace"))
+        tail = f": {said}" if said else ""
         return UsageError(
             f"the {self.side.name} worker ({self.side.label}) stopped with exit "
-            f"code {code}{said}; see {self.log}"
+            f"code {code}{tail}; see {self.log}"
         )
 
 

@@ -4,13 +4,13 @@ and gated like `attnbench compare` gates two results files."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from ..ab.runner import AbResult, plan_points, run_ab
-from ..ab.sides import default_cache_dir, directory_side, repository_root, revision_side
+from ..ab.sides import Side, default_cache_dir, directory_side, repository_root, revision_side
 from ..errors import FieldError, UsageError
 from ..gate.compare import Thresholds
 from ..model.capacity import positive_int
@@ -19,64 +19,92 @@ from ..study.output import write_json_atomic
 from ..study.plan import Task
 from ..study.sweep import check_value
 from . import app
-from .common import check_writable, console, fail, progress_iter
-from .compare_cmd import FORMATS, emit_comparison, parse_percent
+from .common import check_writable, console, fail, progress_iter, timestamped_dir
+from .compare_cmd import check_format, emit_comparison, parse_percent
 from .decode_cmd import describe
 from .flags import handles_errors
+from .options import TIME_HELP, TIME_THRESHOLD, FormatOpt, OutputOpt
 
-
-@app.command("ab")
-@handles_errors
-def ab_command(
-    study: str = typer.Argument(
-        ..., metavar="STUDY.yaml", help="Sweep file: its decode points are timed."
+StudyArg = Annotated[
+    str, typer.Argument(metavar="STUDY.yaml", help="Sweep file: its decode points are timed.")
+]
+BaseOpt = Annotated[
+    str,
+    typer.Option(
+        "--base", metavar="REV", help="The revision to gate against: a git revision here."
     ),
-    base: str = typer.Option(
-        ..., "--base", metavar="REV", help="The revision to gate against: a git revision here."
-    ),
-    head: str | None = typer.Option(
-        None, "--head", metavar="REV", help="The revision to gate (default: see --head-dir)."
-    ),
-    head_dir: str | None = typer.Option(
-        None,
+]
+HeadOpt = Annotated[
+    str | None,
+    typer.Option("--head", metavar="REV", help="The revision to gate (default: see --head-dir)."),
+]
+HeadDirOpt = Annotated[
+    str | None,
+    typer.Option(
         "--head-dir",
         metavar="DIR",
         help="A source tree to gate, as it is on disk (default: this working tree).",
     ),
-    rounds: int = typer.Option(
-        5, "--rounds", help="Rounds of ABBA visits of each point (two pairs each)."
+]
+RoundsOpt = Annotated[
+    int, typer.Option("--rounds", help="Rounds of ABBA visits of each point (two pairs each).")
+]
+VisitTimeOpt = Annotated[
+    float,
+    typer.Option("--visit-time", metavar="S", help="Seconds of sampling per visit at the most."),
+]
+ThresholdOpt = Annotated[str, typer.Option("--threshold", metavar="PERCENT", help=TIME_HELP)]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads", help="torch threads of each side (default: the study's, or torch's)."
     ),
-    visit_time: float = typer.Option(
-        0.25, "--visit-time", metavar="S", help="Seconds of sampling per visit at the most."
-    ),
-    threshold: str = typer.Option(
-        "10%", "--threshold", help="Smallest timing change that counts, e.g. 10%."
-    ),
-    threads: int | None = typer.Option(
-        None, "--threads", help="torch threads of each side (default: the study's, or torch's)."
-    ),
-    device: str | None = typer.Option(
-        None, "--device", help="auto, cpu, cuda or cuda:i (overrides the study)."
-    ),
-    cache_dir: str | None = typer.Option(
-        None,
+]
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the study).")
+]
+CacheDirOpt = Annotated[
+    str | None,
+    typer.Option(
         "--cache-dir",
         metavar="DIR",
         help="Worktrees and venvs of the sides (default $XDG_CACHE_HOME/attnbench/ab, "
         "else ~/.cache/attnbench/ab).",
     ),
-    out: str | None = typer.Option(
-        None, "--out", metavar="DIR", help="The workers' logs (default results/ab-<time>/)."
-    ),
-    json_path: str | None = typer.Option(
-        None, "--json", metavar="PATH", help="Write the comparison and every visit as JSON."
-    ),
-    fmt: str = typer.Option("table", "--format", help="table, markdown or json."),
-    output: str | None = typer.Option(None, "--output", help="Write the report here."),
-    fail_on_improvement: bool = typer.Option(
-        False, "--fail-on-improvement", help="Fail on improvements too."
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the report and errors."),
+]
+LogsOpt = Annotated[
+    str | None,
+    typer.Option("--out", metavar="DIR", help="The workers' logs (default results/ab-<time>/)."),
+]
+JsonOpt = Annotated[
+    str | None,
+    typer.Option("--json", metavar="PATH", help="Write the comparison and every visit as JSON."),
+]
+FailOnImprovementOpt = Annotated[
+    bool, typer.Option("--fail-on-improvement", help="Fail on improvements too.")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the report and errors.")]
+
+
+@app.command("ab")
+@handles_errors
+def ab_command(
+    study: StudyArg,
+    base: BaseOpt,
+    head: HeadOpt = None,
+    head_dir: HeadDirOpt = None,
+    rounds: RoundsOpt = 5,
+    visit_time: VisitTimeOpt = 0.25,
+    threshold: ThresholdOpt = TIME_THRESHOLD,
+    threads: ThreadsOpt = None,
+    device: DeviceOpt = None,
+    cache_dir: CacheDirOpt = None,
+    out: LogsOpt = None,
+    json_path: JsonOpt = None,
+    fmt: FormatOpt = "table",
+    output: OutputOpt = None,
+    fail_on_improvement: FailOnImprovementOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Time the decode steps of STUDY.yaml with two revisions in one job: each side in its
     own worktree and venv, in a long-lived worker; per point, rounds of visits in ABBA
@@ -84,8 +112,7 @@ def ab_command(
     1: a regression, or a point head could not time; 2: bad input or a failed side."""
     if head is not None and head_dir is not None:
         raise UsageError("--head and --head-dir: give one or the other, not both")
-    if fmt not in FORMATS:
-        raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
+    check_format(fmt)
     positive_int("rounds", rounds)
     if threads is not None and (reason := check_value("threads", threads)):
         raise FieldError("threads", threads, reason)
@@ -95,18 +122,10 @@ def ab_command(
         plan = plan_points(study, visit_time, device, threads)
     except FieldError as exc:  # the study is an argument here, not a flag
         raise (exc.located(study) if exc.field == "config" else exc) from None
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    repo = repository_root(Path.cwd())
-    if repo is None:
-        raise FieldError("base", base, f"{Path.cwd()} is in no git working tree")
-    base_side = revision_side("base", repo, base, cache, "base")
-    if head is not None:
-        head_side = revision_side("head", repo, head, cache, "head")
-    else:
-        tree = Path(head_dir) if head_dir is not None else repo
-        head_side = directory_side("head", tree, cache, "head_dir")
-    logs = Path(out) if out else Path("results") / datetime.now().strftime("ab-%Y%m%d-%H%M%S")
+    sides = _sides(base, head, head_dir, cache_dir)
+    logs = Path(out) if out else timestamped_dir("ab-")
     if not quiet:
+        base_side, head_side = sides
         console.print(
             f"base {base_side.label} ({base_side.source}), head {head_side.label}; logs in {logs}/",
             markup=False,
@@ -115,23 +134,47 @@ def ab_command(
     def progress(tasks: Sequence[Task]) -> Iterable[Task]:
         return progress_iter(tasks, lambda t: describe(t.point), quiet)
 
-    result = run_ab(plan, base_side, head_side, rounds, logs, progress)
+    result = run_ab(plan, *sides, rounds, logs, progress)
     comparison = result.comparison(thresholds, fail_on_improvement)
     if json_path:
-        try:
-            write_json_atomic(json_path, {**comparison.to_dict(), "ab": result.to_dict()})
-        except OSError as exc:
-            raise FieldError("json", json_path, f"cannot write: {exc.strerror}") from None
+        _write_json(json_path, {**comparison.to_dict(), "ab": result.to_dict()})
     emit_comparison(comparison, fmt, False, output)
-    code = comparison.exit_code()
+    raise _exit(comparison.exit_code(), result)
+
+
+def _sides(
+    base: str, head: str | None, head_dir: str | None, cache_dir: str | None
+) -> tuple[Side, Side]:
+    """The base revision's side and head's: a revision, or a tree as it is on disk (this
+    working tree by default)."""
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    repo = repository_root(Path.cwd())
+    if repo is None:
+        raise FieldError("base", base, f"{Path.cwd()} is in no git working tree")
+    base_side = revision_side("base", repo, base, cache, "base")
+    if head is not None:
+        return base_side, revision_side("head", repo, head, cache, "head")
+    tree = Path(head_dir) if head_dir is not None else repo
+    return base_side, directory_side("head", tree, cache, "head_dir")
+
+
+def _write_json(path: str, document: dict) -> None:
+    try:
+        write_json_atomic(path, document)
+    except OSError as exc:
+        raise FieldError("json", path, f"cannot write: {exc.strerror}") from None
+
+
+def _exit(code: int, result: AbResult) -> typer.Exit:
+    """The comparison's exit; 1 where it passed but head could not time some points."""
     broken = _head_failures(result)
     if code == 0 and broken:
-        raise fail(
+        return fail(
             f"{len(broken)} of {len(result.points)} points did not complete on head: "
             + "; ".join(sorted(set(broken))),
             code=1,
         )
-    raise typer.Exit(code)
+    return typer.Exit(code)
 
 
 def _head_failures(result: AbResult) -> list[str]:

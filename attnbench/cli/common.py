@@ -9,6 +9,7 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +213,11 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"
         if reason is not None:
             raise FieldError(field, shown_path(path), reason)
+
+
+def timestamped_dir(prefix: str = "") -> Path:
+    """A new directory's name under results/, from the time: results/<prefix>20261005-120000."""
+    return Path("results") / datetime.now().strftime(f"{prefix}%Y%m%d-%H%M%S")
 
 
 def same_file(a: str | Path, b: str | Path) -> bool:

@@ -7,6 +7,7 @@ import datetime
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -18,7 +19,7 @@ from ..history.series import (
     parse_where,
     series_changes,
 )
-from ..history.store import DEFAULT_DB, Commit, open_history
+from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
 from ..model.files import shown_path
 from ..records import Kind
 from ..render.history import changes_markdown, changes_rows, plot_series, series_rows
@@ -27,6 +28,7 @@ from ..study.documents import Document, load_document
 from . import app
 from .common import check_writable, console, show_table
 from .flags import handles_errors
+from .options import QuietOpt
 
 history_app = typer.Typer(
     help="Keep every run in a database; show trends over commits and where they changed.",
@@ -123,33 +125,43 @@ def check_name(field: str, text: str | None) -> None:
     raise FieldError(field, typed(text), reason)
 
 
-@history_app.command("add")
-@handles_errors
-def add_command(
-    results: list[str] = typer.Argument(
-        ..., metavar="RESULTS.json", help="Results files to add, one or more."
-    ),
-    db: str | None = DbOpt,
-    commit: str | None = typer.Option(
-        None,
+ResultsFilesArg = Annotated[
+    list[str], typer.Argument(metavar="RESULTS.json", help="Results files to add, one or more.")
+]
+CommitOpt = Annotated[
+    str | None,
+    typer.Option(
         "--commit",
         metavar="REV",
         help="The commit measured (default: the file's git_commit, else HEAD of the "
         "current checkout).",
     ),
-    branch: str | None = typer.Option(
-        None,
-        "--branch",
-        metavar="NAME",
-        help="Its branch (default: HEAD's, for a run of HEAD's commit).",
+]
+BranchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--branch", metavar="NAME", help="Its branch (default: HEAD's, for a run of HEAD's commit)."
     ),
-    date: str | None = typer.Option(
-        None,
+]
+DateOpt = Annotated[
+    str | None,
+    typer.Option(
         "--date",
         metavar="DATE",
         help="Its date, ISO 8601 (default: when the file was written; else HEAD's commit date).",
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+]
+
+
+@history_app.command("add")
+@handles_errors
+def add_command(
+    results: ResultsFilesArg,
+    db: str | None = DbOpt,
+    commit: CommitOpt = None,
+    branch: BranchOpt = None,
+    date: DateOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Store runs (results.json of run, or --json of decode-speed and the other commands)
     with their commit: the one each file's environment names, else HEAD. Adding the same
@@ -163,6 +175,25 @@ def add_command(
             "and the history files timings by environment; add the "
             "JSON the command writes with --json"
         )
+    stamps = _stamps(results, documents, commit, branch, date)
+    history = open_history(db, create=True)
+    try:
+        for path, document, stamp in zip(results, documents, stamps, strict=True):
+            run_id, new = history.add(document, stamp)
+            if not quiet:
+                console.print(f"{path}: {_added(history, run_id, new, stamp)}", markup=False)
+    finally:
+        history.close()
+
+
+def _stamps(
+    results: Sequence[str],
+    documents: Sequence[Document],
+    commit: str | None,
+    branch: str | None,
+    date: str | None,
+) -> list[Commit]:
+    """The commit each results file is filed under (stamp_of), HEAD's read once."""
     head = current_commit()
     stamps = []
     for path, document in zip(results, documents, strict=True):
@@ -171,26 +202,22 @@ def add_command(
             reason = f"not in a git checkout: name the commit measured ({path} names none)"
             raise FieldError("commit", None, reason)
         stamps.append(stamp)
-    history = open_history(db, create=True)
-    try:
-        for path, document, stamp in zip(results, documents, stamps, strict=True):
-            run_id, new = history.add(document, stamp)
-            if quiet:
-                continue
-            if new:
-                said = f"added as run {run_id}, commit {stamp.sha[:10]}"
-            else:  # stored earlier, maybe under another commit
-                stored = next(r.commit for r in history.runs() if r.id == run_id).sha
-                said = f"already there (run {run_id}), commit {stored[:10]}"
-                if stored != stamp.sha:
-                    width = 10 if stored[:10] != stamp.sha[:10] else None
-                    said = (
-                        f"already there (run {run_id}), stored under commit "
-                        f"{stored[:width]}, not {stamp.sha[:width]}"
-                    )
-            console.print(f"{path}: {said}", markup=False)
-    finally:
-        history.close()
+    return stamps
+
+
+def _added(history: HistoryBackend, run_id: int, new: bool, stamp: Commit) -> str:
+    """What adding a run did: 'added as run 3, commit 0123456789', or that it was there
+    already, maybe under another commit."""
+    if new:
+        return f"added as run {run_id}, commit {stamp.sha[:10]}"
+    stored = next(r.commit for r in history.runs() if r.id == run_id).sha
+    if stored == stamp.sha:
+        return f"already there (run {run_id}), commit {stored[:10]}"
+    width = 10 if stored[:10] != stamp.sha[:10] else None
+    return (
+        f"already there (run {run_id}), stored under commit "
+        f"{stored[:width]}, not {stamp.sha[:width]}"
+    )
 
 
 def _series(db: str | None, metric: str, where: str | None) -> list[Series]:
@@ -280,7 +307,7 @@ def plot_command(
     db: str | None = DbOpt,
     metric: str = MetricOpt,
     where: str | None = WhereOpt,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+    quiet: QuietOpt = False,
 ) -> None:
     """Draw a metric over commits: each series' median with its p25..p75 band, and its
     change points marked. Series of several environments get one panel each."""
@@ -330,7 +357,7 @@ def changes_command(
         help="Metrics to search (default: every timing and exact metric).",
     ),
     where: str | None = WhereOpt,
-    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table or markdown."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help=f"{' or '.join(FORMATS)}."),
     wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
 ) -> None:
     """The commits where a metric changed: change points of each timing series (one

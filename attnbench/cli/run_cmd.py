@@ -9,7 +9,6 @@ import re
 import signal
 import stat
 from collections.abc import Generator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -19,11 +18,19 @@ from ..errors import FieldError, UsageError, one_line
 from ..model.files import bad_name, shown_path
 from ..render.plots import render_plots
 from ..render.report import findings, write_report
-from ..study.distributed import process_group, torchrun_launch, wait_for_all
+from ..study.distributed import Launch, process_group, torchrun_launch, wait_for_all
 from ..study.documents import incomplete, load_results
 from ..study.merge import Merged, merge, resumed_share_plan
 from ..study.plan import MAX_POINTS
-from ..study.runner import RESULTS_FILE, DirectoryStore, Plan, Task, plan_study, run_study
+from ..study.runner import (
+    RESULTS_FILE,
+    DirectoryStore,
+    Plan,
+    RunResult,
+    Task,
+    plan_study,
+    run_study,
+)
 from ..study.schema import INT_TEXT
 from ..study.sections import KINDS
 from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
@@ -38,10 +45,12 @@ from .common import (
     print_items,
     progress_iter,
     same_file,
+    timestamped_dir,
 )
 from .decode_cmd import describe as describe_decode
 from .decode_cmd import show_providers
 from .flags import handles_errors
+from .options import ConfigArg, ForceOpt, QuietOpt
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
 #: SIGHUP, which stop a study as Ctrl-C does.
@@ -190,53 +199,60 @@ def _refuse_share(out_dir: Path) -> None:
         )
 
 
+RunOutOpt = Annotated[
+    str | None, typer.Option("--out", help="Results directory (default results/<time>/).")
+]
+ResumeOpt = Annotated[
+    bool, typer.Option("--resume", help="Finish the study already started in --out.")
+]
+DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="List the points and a time estimate; run nothing.")
+]
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the file).")
+]
+MaxPointsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-points",
+        metavar="INT",
+        help=f"Refuse a study of more points than this: 1 to {MAX_POINTS:,}, the "
+        "default (a run rewrites its results.json after every point: a larger study "
+        "takes days).",
+    ),
+]
+NprocOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nproc",
+        metavar="N",
+        help="With --dry-run: share the points among N ranks and print each one's share.",
+    ),
+]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        metavar="i/N",
+        help="Run share i of N (from 0) into --out DIR/shards/; `attnbench merge DIR` "
+        "puts the shares together.",
+    ),
+]
+
+
 @app.command("run")
 @handles_errors
 def run_command(
-    config: Annotated[
-        str | None, typer.Argument(help="Sweep file (default: the packaged default study).")
-    ] = None,
-    out: Annotated[
-        str | None, typer.Option("--out", help="Results directory (default results/<time>/).")
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Finish the study already started in --out.")
-    ] = False,
-    force: Annotated[bool, typer.Option("--force", help=FORCE_HELP)] = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="List the points and a time estimate; run nothing.")
-    ] = False,
-    device: Annotated[
-        str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the file).")
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")] = False,
-    max_points: Annotated[
-        str | None,
-        typer.Option(
-            "--max-points",
-            metavar="INT",
-            help=f"Refuse a study of more points than this: 1 to {MAX_POINTS:,}, the "
-            "default (a run rewrites its results.json after every point: a larger study "
-            "takes days).",
-        ),
-    ] = None,
-    nproc: Annotated[
-        str | None,
-        typer.Option(
-            "--nproc",
-            metavar="N",
-            help="With --dry-run: share the points among N ranks and print each one's share.",
-        ),
-    ] = None,
-    shard: Annotated[
-        str | None,
-        typer.Option(
-            "--shard",
-            metavar="i/N",
-            help="Run share i of N (from 0) into --out DIR/shards/; `attnbench merge DIR` "
-            "puts the shares together.",
-        ),
-    ] = None,
+    config: ConfigArg = None,
+    out: RunOutOpt = None,
+    resume: ResumeOpt = False,
+    force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
+    device: DeviceOpt = None,
+    quiet: QuietOpt = False,
+    max_points: MaxPointsOpt = None,
+    nproc: NprocOpt = None,
+    shard: ShardOpt = None,
 ) -> None:
     """Run every section of a sweep file (params, kvmem, decode), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C (or SIGTERM, SIGHUP)
@@ -244,27 +260,56 @@ def run_command(
     --resume finishes the rest. Under torchrun every rank runs its share (on its own GPU)
     and rank 0 merges them."""
     launch = torchrun_launch()
-    try:
-        plan = plan_study(config, device, max_points=_max_points(max_points))
-        if launch is not None and plan.device.type == "cuda":  # each rank on its own GPU
-            own = str(launch.device(plan.device))
-            plan = plan_study(config, own, max_points=_max_points(max_points))
-    except FieldError as exc:  # the sweep file is an argument here, not a flag
-        raise (exc.located(shown_path(str(config))) if exc.field == "config" else exc) from None
+    plan = _plan(config, device, _max_points(max_points), launch)
     _refuse_tensor_parallel(plan, config)
     if launch is not None and not dry_run:
-        if shard is not None:
-            raise FieldError("shard", shard, "torchrun shares the study among its ranks already")
-        if out is None:
-            raise FieldError(
-                "out", None, "under torchrun, give every rank the study's directory with --out DIR"
-            )
-        shard = str(Shard(launch.rank, launch.world_size))
+        shard = _rank_shard(launch, shard, out)
         quiet = quiet or launch.rank > 0  # one rank reports
     workers = _nproc(nproc)
     if dry_run:
         _dry_run(plan, workers)
         return
+    _check_run_flags(nproc, resume, out, shard)
+    out_dir = Path(out) if out else timestamped_dir()
+    check_out_dir(out_dir, force, config)
+    _refuse_share(out_dir)
+    share = parse_shard(shard) if shard is not None else None
+    if share is not None:
+        plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
+    result = _run(plan, out_dir, share, resume, quiet, launch is not None, (config, device))
+    if launch is not None:
+        with process_group(plan.device):
+            wait_for_all()  # every share is on disk
+        if launch.rank == 0:
+            _write_merged(merge([out_dir]), out_dir, quiet, ["attnbench merge", str(out_dir)])
+    if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
+        raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
+
+
+def _plan(config: str | None, device: str | None, max_points: int, launch: Launch | None) -> Plan:
+    """The study planned on `device`; under torchrun on CUDA, on this rank's own GPU."""
+    try:
+        plan = plan_study(config, device, max_points=max_points)
+        if launch is not None and plan.device.type == "cuda":  # each rank on its own GPU
+            plan = plan_study(config, str(launch.device(plan.device)), max_points=max_points)
+    except FieldError as exc:  # the sweep file is an argument here, not a flag
+        raise (exc.located(shown_path(str(config))) if exc.field == "config" else exc) from None
+    return plan
+
+
+def _rank_shard(launch: Launch, shard: str | None, out: str | None) -> str:
+    """Under torchrun, this rank's share: --shard is torchrun's to give, --out a must."""
+    if shard is not None:
+        raise FieldError("shard", shard, "torchrun shares the study among its ranks already")
+    if out is None:
+        raise FieldError(
+            "out", None, "under torchrun, give every rank the study's directory with --out DIR"
+        )
+    return str(Shard(launch.rank, launch.world_size))
+
+
+def _check_run_flags(nproc: str | None, resume: bool, out: str | None, shard: str | None) -> None:
+    """The flags of a run (not a dry run) that need --out, or --dry-run."""
     if nproc is not None:
         raise FieldError("nproc", nproc, "goes with --dry-run: it plans shares, it starts nothing")
     if resume and out is None:
@@ -273,16 +318,26 @@ def run_command(
         raise FieldError(
             "shard", shard, "give the study's directory, the same for every share, with --out DIR"
         )
-    out_dir = Path(out) if out else Path("results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    check_out_dir(out_dir, force, config)
-    _refuse_share(out_dir)
-    share = parse_shard(shard) if shard is not None else None
-    if share is not None:
-        plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
 
-    def notice(signum: int) -> None:
-        again = "Ctrl-C" if signum == signal.SIGINT else f"{signal.Signals(signum).name} or Ctrl-C"
-        err_console.print(f"stopping after the current points ({again} again to stop now)")
+
+def _notice(signum: int) -> None:
+    """Said on the first Ctrl-C (or SIGTERM, SIGHUP): the study stops after these points."""
+    again = "Ctrl-C" if signum == signal.SIGINT else f"{signal.Signals(signum).name} or Ctrl-C"
+    err_console.print(f"stopping after the current points ({again} again to stop now)")
+
+
+def _run(
+    plan: Plan,
+    out_dir: Path,
+    share: Shard | None,
+    resume: bool,
+    quiet: bool,
+    torchrun: bool,
+    given: tuple[str | None, str | None],
+) -> RunResult:
+    """Run the study (or `share` of it) into `out_dir`, one writer at a time, then say so
+    and write its plots and report. Interrupted, say how to finish it (`given`: the sweep
+    file and --device to resume with)."""
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)
@@ -292,36 +347,42 @@ def run_command(
         resume = False  # a share that never started: resuming the study starts it
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
-            result = run_study(plan, store, resume=resume, on_interrupt=notice, progress=progress)
+            result = run_study(plan, store, resume=resume, on_interrupt=_notice, progress=progress)
             if note:  # once the study is under way: bad input stays one line
                 err_console.print(f"note: {note}", soft_wrap=True, markup=False)
             if result.interrupted:  # stopped after a point: the way out of a Ctrl-C
                 raise KeyboardInterrupt
-            if not quiet:
-                earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
-                of = f" of share {share}" if share else ""
-                console.print(
-                    f"Ran {result.ran} of {result.total} points{of}{earlier} in "
-                    f"{result.seconds:.1f} s."
-                )
-            if share is None:
-                _finish(result.document, out_dir, quiet)
-            elif launch is None and not quiet:
-                console.print(
-                    f"Wrote {store.out_dir}/; when every share has run: attnbench merge {out_dir}",
-                    markup=False,
-                )
+            _ran(result, store, out_dir, share, quiet, torchrun)
     except KeyboardInterrupt:  # while running, or while writing plots and the report
-        raise _interrupted(out_dir, config, device, share) from None
+        raise _interrupted(out_dir, *given, share) from None
     except OSError as exc:
         raise _unwritable(exc, out_dir, store) from None
-    if launch is not None:
-        with process_group(plan.device):
-            wait_for_all()  # every share is on disk
-        if launch.rank == 0:
-            _write_merged(merge([out_dir]), out_dir, quiet, ["attnbench merge", str(out_dir)])
-    if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
-        raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
+    return result
+
+
+def _ran(
+    result: RunResult,
+    store: DirectoryStore,
+    out_dir: Path,
+    share: Shard | None,
+    quiet: bool,
+    torchrun: bool,
+) -> None:
+    """What the run did; then the whole study's plots and report, or (a share run alone)
+    how to merge the shares."""
+    if not quiet:
+        earlier = f" ({result.skipped} recorded earlier)" if result.skipped else ""
+        of = f" of share {share}" if share else ""
+        console.print(
+            f"Ran {result.ran} of {result.total} points{of}{earlier} in {result.seconds:.1f} s."
+        )
+    if share is None:
+        _finish(result.document, out_dir, quiet)
+    elif not torchrun and not quiet:
+        console.print(
+            f"Wrote {store.out_dir}/; when every share has run: attnbench merge {out_dir}",
+            markup=False,
+        )
 
 
 def _unwritable(exc: OSError, out_dir: Path, store: DirectoryStore | None = None) -> UsageError:
@@ -358,16 +419,10 @@ def _interrupted(
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-FORCE_HELP = (
-    "Write into --out even when it holds files that are not a study's (those "
-    "of the same names as the study's are replaced)."
-)
 ResultsArg = Annotated[str, typer.Argument(help="A results.json written by `attnbench run`.")]
 OutOpt = Annotated[
     str | None, typer.Option("--out", help="Directory to write into (default: beside it).")
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help=FORCE_HELP)]
 
 
 def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) -> None:

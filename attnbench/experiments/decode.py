@@ -74,10 +74,6 @@ TIMED = (OK, NOISY, FEW_SAMPLES, BUSY)
 #: How a point's step was sampled: in turn with the others of its context
 #: (experiments.interleave), or alone.
 INTERLEAVED, ALONE = "interleaved", "alone"
-#: Bytes of an attention score of the naive provider: float32 (half inputs are upcast).
-SCORE_BYTES = 4
-#: Seconds of sampling per measurement of a point, by device type, unless set.
-MAX_TIME_S = {"cpu": 2.0, "cuda": 1.0}
 #: The least time one sample spans, by device type: shorter calls are timed in blocks
 #: (see measure.timing.Sampling), unless something must run between calls.
 MIN_SAMPLE_MS = {"cpu": 2.0, "cuda": 0.5}
@@ -193,36 +189,38 @@ class DecodeRecord:
     projection_path: str | None = info()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodeOptions:
-    """A decode section's scalar options; `max_time` None means MAX_TIME_S's default."""
+    """A decode section's scalar options, resolved once per section by the study's
+    planning (study.sections.section_options): their defaults are the schema's
+    (study.schema), `max_time` the seconds of sampling on the section's device."""
 
-    warmup: int = 2
-    repeats: int | None = None
-    min_repeats: int = 5
-    max_time: float | None = None
-    target_rel_ci: float = 0.02
-    prefill: bool = True
-    flush_l2: bool = False
-    baseline_provider: str = "attnbench"
-    reference: str = "kernels"
-    instructions: bool = False
-    no_cache_max_prompt_len: int | None = None
+    warmup: int
+    repeats: int | None
+    min_repeats: int
+    max_time: float
+    target_rel_ci: float
+    prefill: bool
+    flush_l2: bool
+    baseline_provider: str
+    reference: str
+    instructions: bool
+    no_cache_max_prompt_len: int | None
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> DecodeOptions:
-        """From a decode section's scalar options (the ones this class names; None keeps
-        the default)."""
-        given = {f: options[f] for f in cls.__dataclass_fields__ if options.get(f) is not None}
-        return cls(**given)
+    def from_options(cls, options: DecodeOptions | Mapping[str, Any]) -> DecodeOptions:
+        """`options` as given, or from a whole decode section's scalar options (a mapping
+        naming every field, as a worker of `attnbench ab` is sent them)."""
+        if isinstance(options, DecodeOptions):
+            return options
+        return cls(**{name: options[name] for name in cls.__dataclass_fields__})
 
     def sampling(self, device: torch.device) -> Sampling:
-        max_time = self.max_time if self.max_time is not None else MAX_TIME_S[device.type]
         return Sampling(
             warmup=self.warmup,
             repeats=self.repeats,
             min_repeats=self.min_repeats,
-            max_time_s=max_time,
+            max_time_s=self.max_time,
             target_rel_ci=self.target_rel_ci,
             min_sample_ms=MIN_SAMPLE_MS[device.type],
         )
@@ -397,14 +395,15 @@ def step_timings(
 
 def forward_bytes(point: DecodePoint, q_len: int, k_len: int) -> int:
     """Bytes one forward of `q_len` new tokens over `k_len` keys allocates at the least:
-    q, the new K and V, the attention output and the layer output; with the naive
-    provider also the scores and probabilities (float32, B*Hq*q_len*k_len each) and K/V
-    expanded to every query head."""
+    q, the new K and V, the attention output and the layer output; with a provider that
+    scores explicitly (Provider.score_bytes) also the scores and probabilities
+    (B*Hq*q_len*k_len each) and K/V expanded to every query head."""
     shape, batch = point.shape, point.batch
     b = dtype_bytes(point.dtype)
     total = batch * q_len * (2 * shape.q_dim + 2 * shape.kv_dim + shape.d_model) * b
-    if point.provider in ("naive", "sdpa-math"):
-        total += 2 * batch * shape.num_heads * q_len * k_len * SCORE_BYTES
+    score_bytes = PROVIDERS[point.provider].score_bytes
+    if score_bytes:
+        total += 2 * batch * shape.num_heads * q_len * k_len * score_bytes
         if shape.group_size > 1:
             total += 2 * batch * shape.num_heads * k_len * shape.head_dim * b  # type: ignore[operator]
     return total
@@ -414,7 +413,8 @@ def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
     """Bytes a decode point allocates at its peak, at the least, in Python integers (no
     size overflows): the weights, the input x of batch * L * d_model elements with
     L = prompt_len + max(gen_len, 1), the KV cache of 2 * batch * Hkv * L * D elements
-    (mode cache; the hf provider holds a copy for its step and one for its generations)
+    (mode cache; a provider that copies the cache holds one for its step and one for its
+    generations)
     and the largest forward: the prefill or a step with a cache, the layer over the whole
     prefix without one (see forward_bytes)."""
     shape, batch = point.shape, point.batch
@@ -424,7 +424,7 @@ def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
     x = batch * length * shape.d_model * b
     if not point.cached:
         return weights + x + forward_bytes(point, length, length)
-    copies = 1 + (point.provider == "hf") * (1 + (point.gen_len > 0))
+    copies = 1 + PROVIDERS[point.provider].copies_cache * (1 + (point.gen_len > 0))
     cache = copies * 2 * batch * shape.kv_dim * length * b
     largest = forward_bytes(point, 1, length)
     if prefill:
@@ -440,7 +440,7 @@ def check(point: DecodePoint) -> None:
         raise ValueError(f"unknown provider {point.provider!r}")
 
 
-def check_section(values: Mapping[str, list], options: Mapping[str, Any], given: set[str]) -> None:
+def check_section(values: Mapping[str, list], options: DecodeOptions, given: set[str]) -> None:
     """Raise for options that cannot work with the section's axes: a baseline provider
     set (`given`) but not swept, several tensor-parallel sizes (one launch has one), a
     no_cache_max_prompt_len that leaves a no_cache-only section nothing to run."""
@@ -451,14 +451,14 @@ def check_section(values: Mapping[str, list], options: Mapping[str, Any], given:
             ",".join(map(str, sizes)),
             "one size per run: the ranks torchrun started split every point",
         )
-    longest = options.get("no_cache_max_prompt_len")
+    longest = options.no_cache_max_prompt_len
     contexts = values.get("prompt_len", [])
     if longest is not None and values.get("mode") == ["no_cache"] and min(contexts) > longest:
         listed = ", ".join(map(str, contexts))
         reason = f"is below every context ({listed}): no point would run"
         raise FieldError("no_cache_max_prompt_len", longest, reason)
     swept = values.get("provider", [])
-    baseline = options.get("baseline_provider")
+    baseline = options.baseline_provider
     if "baseline_provider" in given and baseline not in swept:
         raise FieldError(
             "baseline_provider", baseline, f"is not among the providers swept ({', '.join(swept)})"
@@ -467,14 +467,16 @@ def check_section(values: Mapping[str, list], options: Mapping[str, Any], given:
 
 def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     """The point's record before timing: its configuration and the bytes and FLOPs a
-    step moves and computes (what a failed point still reports)."""
+    step moves and computes (what a failed point still reports). Without the section's
+    options (a record wanted for its key alone) the columns that depend on them (the
+    prefill's, the baseline provider) stay empty."""
     shape = point.shape
     device = context.device if context.device is not None else torch.device("cpu")
     step_bytes, step_flops = step_totals(
         shape, point.batch, point.prompt_len, point.dtype, point.cached
     )
-    options = DecodeOptions.from_options(context.options)
-    prefills = point.cached and options.prefill
+    options = context.options
+    prefills = point.cached and options is not None and options.prefill
     kv_bytes = kv_cache_bytes(
         1,
         point.batch,
@@ -504,7 +506,7 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
         peak_tflops=context.peak_tflops.get(point.dtype) if prefills else None,
         model=point.model,
         published_kv_heads=point.published_kv_heads,
-        baseline_provider=options.baseline_provider,
+        baseline_provider=options.baseline_provider if options is not None else None,
         bytes_per_step=step_bytes,
         flops_per_step=step_flops,
         kv_bytes_per_gpu=kv_bytes if point.cached else None,
@@ -598,7 +600,7 @@ def prepare(
     builds its share of the heads, and every status is agreed, so all ranks run the same
     calls."""
     device = context.device if context.device is not None else torch.device("cpu")
-    options = DecodeOptions.from_options(context.options)
+    options = context.options
     rec = analytic_record(point, context)
     local = ranks.local(point) if ranks else point  # the heads this process holds
     status = _blocked(point, local, device, options, free_bytes, ranks)
@@ -610,7 +612,7 @@ def prepare(
     if status is not None:
         rec.status = status
         return rec
-    backend = "naive" if point.provider == "naive" else "sdpa"
+    backend = PROVIDERS[point.provider].backend
     layer = build_layer(point.shape, backend, torch_dtype(point.dtype), device)
     if ranks:
         layer = ranks.shard(layer)
@@ -634,7 +636,8 @@ def run(
     Inside an initialised process group (torchrun), the point runs tensor-parallel over
     its ranks (experiments.tensor_parallel), each timing in lockstep."""
     device = context.device if context.device is not None else torch.device("cpu")
-    options = DecodeOptions.from_options(context.options)
+    options = DecodeOptions.from_options(context.options)  # a mapping from `ab`'s worker
+    context = replace(context, options=options)
     ranks = Ranks.joined(point.tp, device)
     try:
         ready = prepare(point, context, free_bytes, ranks)
@@ -796,13 +799,15 @@ def context_of(point: DecodePoint) -> DecodePoint:
     return replace(point, num_kv_heads=0, provider="", mode="")
 
 
-def run_order(points: list[DecodePoint], options: Mapping[str, Any]) -> list[DecodePoint]:
+def run_order(
+    points: list[DecodePoint], options: DecodeOptions | Mapping[str, Any]
+) -> list[DecodePoint]:
     """The points to run, grouped by context (in grid order), then by configuration, the
     baseline provider first and each provider's no_cache point just before its cache
     point. No_cache points above `no_cache_max_prompt_len` are left out: their cost
     grows with the square of the context."""
-    settings = DecodeOptions.from_options(options)
-    longest = settings.no_cache_max_prompt_len
+    options = DecodeOptions.from_options(options)
+    longest = options.no_cache_max_prompt_len
     points = [p for p in points if p.cached or longest is None or p.prompt_len <= longest]
     contexts: dict[DecodePoint, int] = {}
     first: dict[DecodePoint, int] = {}
@@ -814,8 +819,12 @@ def run_order(points: list[DecodePoint], options: Mapping[str, Any]) -> list[Dec
 
     def order(p: DecodePoint) -> tuple:
         configuration = first[replace(p, provider="", mode="")]
-        not_baseline = p.provider != settings.baseline_provider
+        not_baseline = p.provider != options.baseline_provider
         group = contexts[context_of(p)]
         return (group, configuration, not_baseline, providers[p.provider], p.mode != "no_cache")
 
     return sorted(points, key=order)
+
+
+#: The run order, under the name every experiment gives it (study.sections.Experiment).
+order = run_order

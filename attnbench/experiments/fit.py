@@ -321,3 +321,8 @@ def run(point: FitPoint, context: Context | None = None) -> FitRecord:
             record = _record(plan, "longest_context", 0, 0, point.batch, False, 0)  # type: ignore[arg-type]
         record.status = str(exc)
         return record
+
+
+def order(points: list, options: object = None) -> list:
+    """The run order: the grid's (study.sections.Experiment)."""
+    return points

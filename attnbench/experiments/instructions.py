@@ -98,14 +98,14 @@ def valgrind_version() -> str | None:
     return f"valgrind-{found.group(1)}" if found else None
 
 
-def section_counts(points: list, options: dict, device: torch.device) -> dict:
+def section_counts(points: list, options: DecodeOptions, device: torch.device) -> dict:
     """A decode section's pre-pass: with `instructions` on, each cached point's
     instructions per step with the valgrind that counted them (or why there is none),
     every point in one valgrind process."""
-    if not options.get("instructions"):
+    if not options.instructions:
         return {}
     cached = [p for p in points if p.cached]
-    counts = count_instructions(cached, DecodeOptions.from_options(options), device=device)
+    counts = count_instructions(cached, options, device=device)
     counted = any(isinstance(n, int) for n in counts)
     counter = valgrind_version() if counted else None  # no valgrind run for none
     return {
@@ -184,8 +184,9 @@ def warmed_workload(point: DecodePoint, options: DecodeOptions) -> Workload:
     do, and its step called `options.warmup` more times (lazy initialisation, oneDNN
     weight packing) so that none of that is counted. Raises Unsupported, as prepared
     does, for a step that needs an untimed set-up (NEEDS_SETUP)."""
-    backend = "naive" if point.provider == "naive" else "sdpa"
-    layer = build_layer(point.shape, backend, torch_dtype(point.dtype), CPU)
+    layer = build_layer(
+        point.shape, PROVIDERS[point.provider].backend, torch_dtype(point.dtype), CPU
+    )
     with running(point):
         work = prepared(point, point_inputs(point, layer, CPU))
         if work.step_setup is not None:

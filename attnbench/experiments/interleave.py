@@ -33,15 +33,8 @@ import torch
 
 from ..measure.devices import free_memory_bytes
 from ..measure.memory import is_oom
-from ..measure.timing import (
-    CpuShare,
-    Measurement,
-    Timer,
-    Unit,
-    bootstrap_interval,
-    in_run_ratio,
-    relative_half_width,
-)
+from ..measure.stats import Measurement, bootstrap_interval, in_run_ratio, relative_half_width
+from ..measure.timing import CpuShare, Timer, Unit
 from ..modules.providers import PROVIDERS
 from .context import Context
 from .decode import (

@@ -21,6 +21,7 @@ from ..model.capacity import (
     counted,
     layer_windows,
     paging_report,
+    positive_int,
     token_layout,
     window_summary,
 )
@@ -99,10 +100,26 @@ class KvmemRecord:
     published_kv_heads: int | None = info()
 
 
+@dataclass(frozen=True)
+class KvmemOptions:
+    """A kvmem section's scalar options: `measure`, allocate each cache and count it."""
+
+    measure: bool
+
+
 def check(point: KvmemPoint) -> None:
     """Raise for a point whose cache cannot be sized (a tp that does not divide the
-    heads, a scale group wider than a vector, ...): the same work as the record."""
-    run(point)
+    heads, a scale group wider than a vector, a layout that does not fit the layers,
+    ...), without sizing or measuring it."""
+    spec = point.spec
+    fmt = KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
+    latent = spec.mla.latent_dim if spec is not None and spec.mla else None
+    head_dim: int = point.shape.head_dim  # type: ignore[assignment]
+    token_layout(point.num_heads, point.num_kv_heads, head_dim, fmt, point.tp, latent)
+    model_windows = spec.windows if spec is not None else None
+    layer_windows(point.num_layers, model_windows, point.sliding_window, point.layer_pattern)
+    if point.page_size is not None:
+        positive_int("page_size", point.page_size)
 
 
 def run(
@@ -206,3 +223,8 @@ def failed(point: KvmemPoint, status: str, context: Context | None = None) -> Kv
     record = run(point)
     record.status = status
     return record
+
+
+def order(points: list, options: object = None) -> list:
+    """The run order: the grid's (study.sections.Experiment)."""
+    return points

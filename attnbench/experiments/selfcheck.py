@@ -7,6 +7,7 @@ needs nothing beyond attnbench's own dependencies, so it also runs where pytest 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -98,13 +99,31 @@ def check_kv_memory(device: torch.device) -> list[CheckResult]:
     ]
 
 
+def check_options(warmup: int, repeats: int, prefill: bool = True) -> decode.DecodeOptions:
+    """A check's decode options: `repeats` samples after `warmup` calls, each step timed
+    against its kernels, nothing else measured."""
+    return decode.DecodeOptions(
+        warmup=warmup,
+        repeats=repeats,
+        min_repeats=repeats,
+        max_time=math.inf,
+        target_rel_ci=0.0,
+        prefill=prefill,
+        flush_l2=False,
+        baseline_provider="attnbench",
+        reference="kernels",
+        instructions=False,
+        no_cache_max_prompt_len=None,
+    )
+
+
 def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
     """Every provider that runs here, on a GQA step, against the explicit reference (the
     check every timed point passes first). flex is left out on the CPU, where compiling
     it takes a minute."""
     results = []
     for name in PROVIDERS:
-        if name == "flex" and device.type == "cpu":
+        if PROVIDERS[name].compiles and device.type == "cpu":
             continue
         point = decode.DecodePoint(
             d_model=256,
@@ -115,7 +134,7 @@ def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
             prompt_len=48,
             provider=name,
         )
-        rec = decode.run(point, Context(device, {"warmup": 0, "repeats": 1, "prefill": False}))
+        rec = decode.run(point, Context(device, check_options(0, 1, prefill=False)))
         if rec.status.startswith("unsupported"):
             continue
         results.append(
@@ -135,7 +154,7 @@ def check_cuda_graph(device: torch.device) -> list[CheckResult]:
         prompt_len=64,
         cuda_graph=True,
     )
-    rec = decode.run(point, Context(device, {"warmup": 1, "repeats": 4}))
+    rec = decode.run(point, Context(device, check_options(1, 4)))
     ok = decode.timed(rec) and len(rec.samples_ms) == 4
     return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]
 

@@ -22,11 +22,11 @@ from ..measure.lockstep import lockstep_sample
 from ..measure.timing import Measurement, Sampling, Timer
 from ..model.capacity import kv_heads_per_rank
 from ..modules.attention import GroupedQueryAttention
-from ..modules.providers import DecodeInputs, reference_step
+from ..modules.providers import PROVIDERS, DecodeInputs, reference_step
 from ..modules.tensor_parallel import all_reduce_call, shard_layer
 
 #: Providers whose calls are the layer's own, so that o_proj's all-reduce is in them.
-TP_PROVIDERS = ("attnbench", "naive")
+TP_PROVIDERS = tuple(name for name, p in PROVIDERS.items() if p.splits_heads)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError, brief
-from ..measure.timing import bootstrap_medians, percentile
+from ..measure.stats import Measurement, bootstrap_bounds, bootstrap_medians
 from ..records import SAMPLED, Kind, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
@@ -128,38 +128,6 @@ class Judgement:
     evidence: str | None = None
 
 
-@dataclass(frozen=True)
-class TimingStats:
-    """A timing as a record gives it: the median, and its p25/p75 and samples when known."""
-
-    median: float
-    p25: float | None = None
-    p75: float | None = None
-    samples: tuple[float, ...] | None = None
-
-    @property
-    def rel_iqr(self) -> float:
-        """(p75 - p25) / median, from the record's percentiles or else its samples; 0 when
-        neither is known (the spread then cannot widen the threshold)."""
-        if self.p25 is not None and self.p75 is not None:
-            return (self.p75 - self.p25) / self.median
-        if self.samples:
-            return (percentile(self.samples, 75) - percentile(self.samples, 25)) / self.median
-        return 0.0
-
-
-def timing_stats(record: dict, metric: str, stats: dict[str, str]) -> TimingStats:
-    """The timing `metric` of a record with its statistics (`stats`: role -> field, as
-    records.gated_timing gives them)."""
-    samples = record.get(stats.get("samples", ""))
-    return TimingStats(
-        record[metric],
-        record.get(stats.get("p25", "")),
-        record.get(stats.get("p75", "")),
-        tuple(samples) if samples else None,
-    )
-
-
 def judge_exact(base: float, cur: float) -> Judgement:
     if base == cur:
         return Judgement(Verdict.UNCHANGED, "equal", 1.0 if base else None)
@@ -197,7 +165,7 @@ def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
 
 
 def bootstrap_ratio_interval(
-    base: tuple[float, ...], cur: tuple[float, ...], th: Thresholds
+    base: Sequence[float], cur: Sequence[float], th: Thresholds
 ) -> tuple[float, float] | None:
     """Two one-sided `confidence` bounds on median(cur) / median(base), from a seeded
     percentile bootstrap that resamples each side; None when a resampled median is not
@@ -207,8 +175,7 @@ def bootstrap_ratio_interval(
     base_medians = bootstrap_medians(base, rng, th.resamples)
     if min(cur_medians.min(), base_medians.min()) <= 0:
         return None
-    lo, hi = np.quantile(cur_medians / base_medians, [1 - th.confidence, th.confidence])
-    return float(lo), float(hi)
+    return bootstrap_bounds(cur_medians / base_medians, 1 - th.confidence, th.confidence)
 
 
 #: The evidence of a timing without raw samples: its p25..p75 interval.
@@ -218,18 +185,18 @@ MIN_BOOTSTRAP_SAMPLES = 5
 
 
 def _evidence(
-    base: TimingStats, cur: TimingStats, th: Thresholds
+    base: Measurement, cur: Measurement, th: Thresholds
 ) -> tuple[tuple[float, float] | None, str | None]:
     """An interval on the ratio and how it was made: a bootstrap over the samples, else
     (too few samples, or some of 0 ms) the ratio range the p25..p75 intervals allow (it
     excludes 1 exactly when they don't overlap), when none of them is 0 either."""
-    if min(len(base.samples or ()), len(cur.samples or ())) >= MIN_BOOTSTRAP_SAMPLES:
-        interval = bootstrap_ratio_interval(base.samples, cur.samples, th)
+    if min(len(base.samples_ms), len(cur.samples_ms)) >= MIN_BOOTSTRAP_SAMPLES:
+        interval = bootstrap_ratio_interval(base.samples_ms, cur.samples_ms, th)
         if interval is not None:
             return interval, "bootstrap"
-    quartiles = (base.p25, base.p75, cur.p25, cur.p75)
+    quartiles = (base.p25_ms, base.p75_ms, cur.p25_ms, cur.p75_ms)
     if None not in quartiles and min(quartiles) > 0:
-        return (cur.p25 / base.p75, cur.p75 / base.p25), INTERVALS
+        return (cur.p25_ms / base.p75_ms, cur.p75_ms / base.p25_ms), INTERVALS
     return None, None
 
 
@@ -239,27 +206,34 @@ def timing_rule(kind: Kind, th: Thresholds) -> Thresholds:
     return th if kind is Kind.TIMING else replace(th, time_floor_ms=0.0)
 
 
-def judge_timing(base: TimingStats, cur: TimingStats, th: Thresholds) -> Judgement:
+def judge_timing(base: Measurement, cur: Measurement, th: Thresholds) -> Judgement:
     """Regressed (or improved) needs the effect, the evidence and the absolute floor; an
     effect the noise or the missing evidence cannot support is inconclusive. Slowdowns and
     speedups are judged symmetrically on the ratio's log scale. A current median that is not
-    a positive time fails (the measurement is broken); such a baseline is inconclusive."""
-    if not (math.isfinite(cur.median) and cur.median > 0):  # the head measured nothing
-        reason = f"the current median is {cur.median:g} ms: a time must be above 0"
+    a positive time fails (the measurement is broken); such a baseline is inconclusive.
+    The evidence (a bootstrap, the costly part) is only drawn for an effect the floor and
+    the threshold leave open: an unchanged verdict they settle carries no interval."""
+    b, c = base.median_ms, cur.median_ms
+    if not (math.isfinite(c) and c > 0):  # the head measured nothing
+        reason = f"the current median is {c:g} ms: a time must be above 0"
         return Judgement(Verdict.REGRESSED, reason)
-    if not (math.isfinite(base.median) and base.median > 0):
-        reason = f"the baseline median is {base.median:g} ms: nothing to compare against"
+    if not (math.isfinite(b) and b > 0):
+        reason = f"the baseline median is {b:g} ms: nothing to compare against"
         return Judgement(Verdict.INCONCLUSIVE, reason)
+    below_floor = abs(c - b) <= th.time_floor_ms
+    settled = _settled_by_effect(c / b, th, below_floor=below_floor)
+    if settled is not None:
+        return settled
     interval, evidence = _evidence(base, cur, th)
     # Raw samples are independent draws of one quantity (fixed-context timing): the
     # bootstrap bound weighs their noise. Without them the IQR is all there is to go by.
     spread = None if evidence == "bootstrap" else max(base.rel_iqr, cur.rel_iqr)
     return judge_effect(
-        cur.median / base.median,
+        c / b,
         interval,
         evidence,
         th,
-        below_floor=abs(cur.median - base.median) <= th.time_floor_ms,
+        below_floor=below_floor,
         spread=spread,
         without_interval="no samples or p25..p75 to test it",
     )
@@ -291,6 +265,21 @@ def span(lo: float, hi: float) -> str:
 NOT_RESOLVED = "not resolved"
 
 
+def _settled_by_effect(ratio: float, th: Thresholds, *, below_floor: bool) -> Judgement | None:
+    """The verdict on a timing ratio that needs no evidence: unchanged under the absolute
+    floor or within the threshold; None for an effect beyond them."""
+    if below_floor:
+        reason = f"the medians differ by under {th.time_floor_ms * 1000:g} us"
+        return Judgement(Verdict.UNCHANGED, reason, ratio)
+    if max(ratio, 1 / ratio) <= 1 + th.time:
+        return Judgement(Verdict.UNCHANGED, f"{times(ratio)}, within {_threshold(th)}", ratio)
+    return None
+
+
+def _threshold(th: Thresholds) -> str:
+    return f"the {1 + th.time:.2f}x threshold"
+
+
 def judge_effect(
     ratio: float,
     interval: tuple[float, float] | None,
@@ -312,21 +301,18 @@ def judge_effect(
     within the 1.10x threshold'), and the bounds too ('1.35x slower; 99% bounds 1.20x to
     1.50x slower, beyond the 1.10x threshold'); an inconclusive one says 'not resolved'
     and why."""
+    settled = _settled_by_effect(ratio, th, below_floor=below_floor)
+    if settled is not None:
+        return replace(settled, interval=interval, evidence=evidence)
     slower = ratio > 1
     change = ratio if slower else 1 / ratio
     clear = 1 + th.time
-    threshold = f"the {clear:.2f}x threshold"
+    threshold = _threshold(th)
 
     def verdict(v: Verdict, reason: str) -> Judgement:
         return Judgement(v, reason, ratio, interval, evidence)
 
-    if below_floor:
-        return verdict(
-            Verdict.UNCHANGED, f"the medians differ by under {th.time_floor_ms * 1000:g} us"
-        )
     effect = times(ratio)
-    if change <= clear:
-        return verdict(Verdict.UNCHANGED, f"{effect}, within {threshold}")
     if spread is not None and change <= 1 + max(th.time, th.noise_factor * spread):
         noise = f"{th.noise_factor:g} x IQR/median = {1 + th.noise_factor * spread:.2f}x"
         return verdict(Verdict.INCONCLUSIVE, f"{effect}, {NOT_RESOLVED}: within the noise, {noise}")
@@ -682,8 +668,8 @@ def compare_rows(
             else:
                 stats = timings[name]
                 judgement = judge_timing(
-                    timing_stats(base, name, stats),
-                    timing_stats(cur, name, stats),
+                    Measurement.of_record(base, name, stats),
+                    Measurement.of_record(cur, name, stats),
                     timing_rule(kind, th),
                 )
             if mismatch:

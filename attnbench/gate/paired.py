@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..measure.stats import bootstrap_bounds, median
 from .compare import (
     MEASURED_RANGE,
     MIN_BOOTSTRAP_SAMPLES,
@@ -60,11 +61,11 @@ def log_ratios(base: Sequence[float], head: Sequence[float]) -> np.ndarray:
 
 def median_ratio_interval(logs: np.ndarray, th: Thresholds) -> tuple[float, float]:
     """Two one-sided `th.confidence` bounds on the median paired ratio, from a seeded
-    percentile bootstrap that draws `th.resamples` resamples of the pairs."""
+    percentile bootstrap that draws `th.resamples` resamples of the pairs (the median of
+    each, np.median's rows: measure.stats.median vectorised)."""
     rng = np.random.default_rng(th.seed)
     picks = rng.integers(0, logs.size, size=(th.resamples, logs.size))
-    medians = np.median(logs[picks], axis=1)
-    lo, hi = np.quantile(medians, [1 - th.confidence, th.confidence])
+    lo, hi = bootstrap_bounds(np.median(logs[picks], axis=1), 1 - th.confidence, th.confidence)
     return math.exp(lo), math.exp(hi)
 
 
@@ -90,11 +91,11 @@ def judge_paired(
     logs = log_ratios(base, head)
     enough = logs.size >= MIN_BOOTSTRAP_SAMPLES
     return judge_effect(
-        math.exp(float(np.median(logs))),
+        math.exp(median(logs.tolist())),
         median_ratio_interval(logs, th) if enough else None,
         EVIDENCE if enough else None,
         th,
-        below_floor=abs(float(np.median(head)) - float(np.median(base))) <= th.time_floor_ms,
+        below_floor=abs(median(head) - median(base)) <= th.time_floor_ms,
         spread=None,
         without_interval=f"{logs.size} pairs, too few for bounds ({MIN_BOOTSTRAP_SAMPLES} needed)",
     )

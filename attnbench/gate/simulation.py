@@ -5,10 +5,10 @@ Two sources of timings, judged by the gate's own `judge_timing`:
 
 - synthetic (`simulate`): lognormal step jitter, a whole-run shift and one-sided
   hiccups (`Noise`);
-- real (`simulate_document` per timing, `simulate_rows` per row as compare judges it):
-  the raw samples of a results document's decode rows. Each run of a pair is a bootstrap
-  draw of as many samples as the row took, from the row's own samples; a slowdown
-  multiplies the current run's samples. A pair of such draws
+- real (`simulate_document` per timing, `simulate_rows` per row as compare judges it,
+  both as a `Resampling` says): the raw samples of a results document's decode rows.
+  Each run of a pair is a bootstrap draw of as many samples as the row took, from the
+  row's own samples; a slowdown multiplies the current run's samples. A pair of such draws
   differs only as two runs under the conditions of that one run would: what it
   measures is the gate against the sampling noise within a run. The shift between two
   runs (another process, clocks, a busy machine between baseline and candidate) is not
@@ -26,14 +26,14 @@ the docs come from the code the tests hold to account.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from ..measure.timing import percentile
+from ..measure.stats import Measurement
 from ..records import gated_timing
 from ..study.documents import Document, kinds_of
 from ..study.sections import record_type
@@ -41,7 +41,6 @@ from .compare import (
     OK,
     Mismatch,
     Thresholds,
-    TimingStats,
     Verdict,
     environment_differences,
     judge_count,
@@ -65,20 +64,13 @@ class Noise:
     median_ms: float = 0.25
 
 
-def stats_of(samples: Sequence[float]) -> TimingStats:
-    """The median, p25, p75 and samples a record would carry for these samples."""
-    samples = tuple(samples)
-    p25, median, p75 = (percentile(samples, q) for q in (25, 50, 75))
-    return TimingStats(median, p25, p75, samples)
-
-
-def draw_timing(rng: np.random.Generator, noise: Noise, slowdown: float = 1.0) -> TimingStats:
-    """One run's samples and the median, p25 and p75 a record would carry."""
+def draw_timing(rng: np.random.Generator, noise: Noise, slowdown: float = 1.0) -> Measurement:
+    """One run's samples, and the median, p25 and p75 a record would carry."""
     run_shift = rng.lognormal(0.0, noise.run_sigma)
     x = noise.median_ms * slowdown * run_shift * rng.lognormal(0.0, noise.sigma, noise.samples)
     hit = rng.random(noise.samples) < noise.outlier_rate
     x[hit] *= rng.uniform(1.2, noise.outlier_max, hit.sum())
-    return stats_of(x.tolist())
+    return Measurement.of_samples(x.tolist())
 
 
 @dataclass(frozen=True)
@@ -123,7 +115,7 @@ def simulate(
     )
 
 
-def timing_regressed(thresholds: Thresholds) -> Callable[[TimingStats, TimingStats], bool]:
+def timing_regressed(thresholds: Thresholds) -> Callable[[Measurement, Measurement], bool]:
     """Whether the gate calls a timing regressed, baseline against current."""
     return lambda base, cur: judge_timing(base, cur, thresholds).verdict is Verdict.REGRESSED
 
@@ -205,10 +197,11 @@ def _label(rec: dict) -> str:
     )
 
 
-def resampled(samples: np.ndarray, rng: np.random.Generator, factor: float = 1.0) -> TimingStats:
+def resampled(samples: np.ndarray, rng: np.random.Generator, factor: float = 1.0) -> Measurement:
     """One simulated run: as many samples as `samples` holds, drawn from them with
     replacement, each `factor` x slower."""
-    return stats_of((rng.choice(samples, size=samples.size, replace=True) * factor).tolist())
+    drawn = rng.choice(samples, size=samples.size, replace=True) * factor
+    return Measurement.of_samples(drawn.tolist())
 
 
 def simulate_series(
@@ -235,11 +228,37 @@ def judge_halves(
     half = len(samples) // 2
     if half < 1:
         return NO_PAIRS
-    first, second = stats_of(samples[:half]), samples[half : 2 * half]
+    first, second = Measurement.of_samples(samples[:half]), samples[half : 2 * half]
     regressed = timing_regressed(thresholds)
-    same = regressed(first, stats_of(second))
-    caught = regressed(first, stats_of([s * slowdown for s in second]))
+    same = regressed(first, Measurement.of_samples(second))
+    caught = regressed(first, Measurement.of_samples([s * slowdown for s in second]))
     return SimulationResult(1, int(same), int(caught))
+
+
+#: A series or a row of a document's real samples.
+_Of = TypeVar("_Of", Series, Row)
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """How the real samples of a document are judged: `pairs` A/A pairs and `pairs` pairs
+    `slowdown` x slower per series (or row), of the rows of `provider` only and the gated
+    timings in `metrics` only (when given), under `thresholds`, from `seed`."""
+
+    pairs: int = 100
+    slowdown: float = 1.2
+    provider: str | None = None
+    metrics: Sequence[str] | None = None
+    thresholds: Thresholds = Thresholds()
+    seed: int = 0
+
+    def seeded(self, items: Sequence[_Of]) -> Iterator[tuple[_Of, tuple[int, int]]]:
+        """The items (series or rows) of `provider`, each with its own seed, from `seed`
+        and its place among all the items: filtering by provider leaves the others'
+        figures as they were."""
+        for i, item in enumerate(items):
+            if self.provider is None or item.provider == self.provider:
+                yield item, (self.seed, i)
 
 
 @dataclass(frozen=True)
@@ -249,28 +268,17 @@ class SeriesResult:
     halves: SimulationResult
 
 
-def simulate_document(
-    document: Document,
-    pairs: int = 100,
-    slowdown: float = 1.2,
-    provider: str | None = None,
-    metrics: Sequence[str] | None = None,
-    thresholds: Thresholds = Thresholds(),
-    seed: int = 0,
-) -> list[SeriesResult]:
-    """`simulate_series` and `judge_halves` on every series of `real_series`; each series
-    has its own seed (from `seed` and its place in the document), so filtering by provider
-    leaves the others' figures as they were."""
-    everything = real_series(document, None, metrics)
-    rules = timing_rules(thresholds)
+def simulate_document(document: Document, how: Resampling = Resampling()) -> list[SeriesResult]:
+    """`simulate_series` and `judge_halves` on every series of `real_series`, as `how`
+    says."""
+    rules = timing_rules(how.thresholds)
     return [
         SeriesResult(
             s,
-            simulate_series(s.samples, pairs, slowdown, rules[s.metric], (seed, i)),
-            judge_halves(s.samples, slowdown, rules[s.metric]),
+            simulate_series(s.samples, how.pairs, how.slowdown, rules[s.metric], seed),
+            judge_halves(s.samples, how.slowdown, rules[s.metric]),
         )
-        for i, s in enumerate(everything)
-        if provider is None or s.provider == provider
+        for s, seed in how.seeded(real_series(document, None, how.metrics))
     ]
 
 
@@ -285,7 +293,7 @@ def timing_rules(thresholds: Thresholds) -> dict[str, Thresholds]:
 SAME_ROUNDS = {"x_of_reference_median": "step_ms_median"}
 
 
-def draw_row(row: Row, rng: np.random.Generator, factor: float = 1.0) -> dict[str, TimingStats]:
+def draw_row(row: Row, rng: np.random.Generator, factor: float = 1.0) -> dict[str, Measurement]:
     """One simulated run of a row: each timing a bootstrap draw of as many samples as it
     took, `factor` x slower; a timing sampled in the same rounds as another (SAME_ROUNDS)
     draws the same rounds, so the two move together as they did in the run."""
@@ -297,7 +305,7 @@ def draw_row(row: Row, rng: np.random.Generator, factor: float = 1.0) -> dict[st
         idx = picked.get(rounds)
         if idx is None or idx.size != x.size:
             idx = picked[rounds] = rng.integers(0, x.size, x.size)
-        run[metric] = stats_of((x[idx] * factor).tolist())
+        run[metric] = Measurement.of_samples((x[idx] * factor).tolist())
     return run
 
 
@@ -307,31 +315,21 @@ class RowResult:
     resampled: SimulationResult
 
 
-def simulate_rows(
-    document: Document,
-    pairs: int = 100,
-    slowdown: float = 1.2,
-    provider: str | None = None,
-    metrics: Sequence[str] | None = None,
-    thresholds: Thresholds = Thresholds(),
-    seed: int = 0,
-) -> list[RowResult]:
-    """Every row of `real_rows` judged as compare judges it: regressed when any of its
-    gated timings is (each by its kind's rule). A slowed run has every timing of the row
-    `slowdown` x slower, its in-run ratio included: the slowdown is planted in the row's
-    own step, not in the reference it is timed against (torch's kernels, another
-    provider's step). Each row has its own seed (from `seed` and its place in the
-    document), so filtering by provider leaves the others' figures as they were."""
-    judged = {m: timing_regressed(rule) for m, rule in timing_rules(thresholds).items()}
+def simulate_rows(document: Document, how: Resampling = Resampling()) -> list[RowResult]:
+    """Every row of `real_rows` judged as compare judges it, as `how` says: regressed when
+    any of its gated timings is (each by its kind's rule). A slowed run has every timing of
+    the row `slowdown` x slower, its in-run ratio included: the slowdown is planted in the
+    row's own step, not in the reference it is timed against (torch's kernels, another
+    provider's step)."""
+    judged = {m: timing_regressed(rule) for m, rule in timing_rules(how.thresholds).items()}
 
-    def regressed(base: dict[str, TimingStats], cur: dict[str, TimingStats]) -> bool:
+    def regressed(base: dict[str, Measurement], cur: dict[str, Measurement]) -> bool:
         return any(judged[m](base[m], cur[m]) for m in base)
 
     results = []
-    for i, row in enumerate(real_rows(document, None, metrics)):
-        if provider is None or row.provider == provider:
-            draw = partial(draw_row, row, np.random.default_rng((seed, i)))
-            results.append(RowResult(row, judge_pairs(draw, pairs, slowdown, regressed)))
+    for row, seed in how.seeded(real_rows(document, None, how.metrics)):
+        draw = partial(draw_row, row, np.random.default_rng(seed))
+        results.append(RowResult(row, judge_pairs(draw, how.pairs, how.slowdown, regressed)))
     return results
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 
 from ..errors import UsageError
-from ..measure.timing import percentile
-from ..records import gated_timing
+from ..measure.stats import Measurement
+from ..records import flattened, gated_timing
 from ..study.documents import Document, kinds_of
 from ..study.sections import record_type
 from .store import HistoryBackend, environment_id
@@ -63,19 +63,10 @@ def history_baseline(
     for key, record in rows.items():
         section = key[0]
         rtype = record_type(section)
-        for metric, stats in (gated_timing(rtype) if rtype else {}).items():
+        for metric in gated_timing(rtype) if rtype else {}:
             samples = pooled.get(key, {}).get(metric)
             if samples and record.get(metric) is not None:
-                record[metric] = percentile(samples, 50)
-                record.update(
-                    {
-                        stats[r]: percentile(samples, q)
-                        for r, q in (("p25", 25), ("p75", 75))
-                        if r in stats
-                    }
-                )
-                if "samples" in stats:
-                    record[stats["samples"]] = samples
+                record.update(flattened(rtype, metric, Measurement.of_samples(samples)))
         sections.setdefault(section, []).append(record)
     where = f"{label} (last {len(runs)} runs of environment {env_id})"
     return Document(where, current.command, sections, current.environment, None)

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..measure.stats import bootstrap_bounds
+
 #: Bootstrap resamples behind each change point's interval.
 BOOTSTRAP = 2000
 #: Most float64 elements one block of permuted distance matrices may hold.
@@ -177,15 +179,15 @@ def _describe(
         before, after = values[start:split], values[split:end]
         resampled_before = rng.choice(before, (BOOTSTRAP, len(before))).mean(axis=1)
         resampled_after = rng.choice(after, (BOOTSTRAP, len(after))).mean(axis=1)
-        low, high = np.percentile(100 * (resampled_after / resampled_before - 1), [2.5, 97.5])
+        low, high = bootstrap_bounds(100 * (resampled_after / resampled_before - 1), 0.025, 0.975)
         found.append(
             ChangePoint(
                 index=split,
                 before=float(before.mean()),
                 after=float(after.mean()),
                 change_pct=float(100 * (after.mean() / before.mean() - 1)),
-                ci_low_pct=float(low),
-                ci_high_pct=float(high),
+                ci_low_pct=low,
+                ci_high_pct=high,
                 p_value=p_values[split],
             )
         )

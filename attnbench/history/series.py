@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import FieldError, typed
-from ..measure.timing import percentile
+from ..measure.stats import Measurement
 from ..records import Kind
 from .changepoints import ChangePoint, change_points
 from .store import Commit, StoredPoint
@@ -117,12 +117,11 @@ def build_series(
 
 
 def _commit_value(points: list[StoredPoint]) -> CommitValue:
+    """The commit's runs pooled: their samples, or their values where they kept none."""
     pooled = [s for p in points for s in (p.samples or [])]
-    data = pooled or [p.value for p in points if p.value is not None]
+    measured = Measurement.of_samples(pooled or [p.value for p in points if p.value is not None])
     commit = points[-1].run.commit
-    return CommitValue(
-        commit, percentile(data, 50), percentile(data, 25), percentile(data, 75), len(points)
-    )
+    return CommitValue(commit, measured.median_ms, measured.p25_ms, measured.p75_ms, len(points))
 
 
 def series_changes(series: Series, **options: float) -> list[Change]:

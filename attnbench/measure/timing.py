@@ -24,27 +24,20 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 
 from ..model.formulas import matmul_flops
+from .stats import CONVERGED, FIXED, MOST_SAMPLES, OUT_OF_TIME, Measurement, in_run_ratio
 
-#: IQR / median above which a measurement is flagged noisy.
-NOISY_IQR_FRACTION = 0.10
-#: The fewest samples whose spread can be judged: with fewer, the 95% interval of their
-#: median (median_interval) spans every one of them, so a few samples that all met the same
-#: stall (a scheduler tick, say) read as a spread of nothing. Such a measurement is noisy
-#: until shown otherwise.
-MIN_SPREAD_SAMPLES = 11
-#: z of a two-sided 95% interval.
-Z_95 = 1.959963984540054
+# What a timed number is lives in measure.stats; these are read from here too.
+from .stats import MIN_SPREAD_SAMPLES as MIN_SPREAD_SAMPLES
+from .stats import NOISY_IQR_FRACTION as NOISY_IQR_FRACTION
+from .stats import percentile as percentile
+
 #: The most consecutive calls one sample times.
 MAX_BLOCK = 10_000
 #: Calls timed alone to size a block of calls; the block is sized by the fastest.
 PROBES = 3
-#: Why sampling stopped: the interval reached its target, the time budget ran out, the
-#: most samples allowed were taken, or a fixed count was asked for.
-CONVERGED, OUT_OF_TIME, MOST_SAMPLES, FIXED = "target_ci", "max_time", "max_repeats", "repeats"
 #: A call to time and the set-up that runs, untimed, before each of its samples (or None).
 TimedCall = tuple[Callable[[], object], Callable[[], object] | None]
 
@@ -80,54 +73,6 @@ def _run(call: Callable[[], object] | None) -> None:
         call()
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between order statistics
-    (numpy's default method)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def median_interval(values: Sequence[float], z: float = Z_95) -> tuple[float, float]:
-    """The confidence interval of the median from order statistics: the sorted values at
-    ranks n/2 -+ z*sqrt(n)/2 (the normal approximation of the binomial, widened to whole
-    ranks). With few values it spans them all."""
-    ordered = sorted(values)
-    n = len(ordered)
-    half = z * math.sqrt(n) / 2
-    lo = max(math.floor(n / 2 - half), 1)
-    hi = min(math.ceil(n / 2 + half) + 1, n)
-    return ordered[lo - 1], ordered[hi - 1]
-
-
-def relative_half_width(center: float, lo: float, hi: float) -> float:
-    """The larger side of an interval around `center`, relative to it (inf at 0)."""
-    return max(center - lo, hi - center) / center if center > 0 else math.inf
-
-
-def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarray:
-    """Medians of `n` resamples with replacement. Resampling indices into the sorted samples
-    and sorting the indices keeps each resample sorted: cheaper than np.median per row."""
-    x = np.sort(np.asarray(samples, dtype=float))
-    idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
-    return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
-
-
-#: Resamples of a bootstrap interval, and its seed (the same samples give the same interval).
-RESAMPLES, BOOTSTRAP_SEED = 2000, 0
-
-
-def bootstrap_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """The seeded percentile-bootstrap `confidence` interval of the median of `values`."""
-    medians = bootstrap_medians(values, np.random.default_rng(BOOTSTRAP_SEED), RESAMPLES)
-    lo, hi = np.quantile(medians, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(lo), float(hi)
-
-
 @dataclass(frozen=True)
 class Sampling:
     """How many samples to take: `repeats` fixed, or adaptively (repeats None) at least
@@ -137,57 +82,18 @@ class Sampling:
     mean): a call much shorter than that is mostly the machine's jitter, which a block of
     calls averages out, as torch.utils.benchmark and pyperf time loops of calls.
     `calls_per_sample` fixes that number instead: processes that time in lockstep must
-    agree on it (see measure.lockstep)."""
+    agree on it (see measure.lockstep). A study's values, defaults included, come from
+    its options (study.schema); left out here, a field asks nothing of the sampling: no
+    warm-up, no least count beyond one sample, no width to reach, no time limit."""
 
-    warmup: int = 2
+    warmup: int = 0
     repeats: int | None = None
-    min_repeats: int = 5
-    max_time_s: float = 2.0
-    target_rel_ci: float = 0.02
+    min_repeats: int = 1
+    max_time_s: float = math.inf
+    target_rel_ci: float = 0.0
     max_repeats: int = 10_000
     min_sample_ms: float = 0.0
     calls_per_sample: int | None = None
-
-
-@dataclass
-class Measurement:
-    """Raw samples in milliseconds (each the mean of `calls_per_sample` consecutive
-    calls), their robust summary, and why sampling stopped."""
-
-    samples_ms: list[float]
-    stop_reason: str = FIXED
-    calls_per_sample: int = 1
-
-    @property
-    def ci_rel(self) -> float:
-        """Half-width of the 95% interval of the median, relative to the median (its
-        larger side)."""
-        return relative_half_width(self.median_ms, *median_interval(self.samples_ms))
-
-    @property
-    def median_ms(self) -> float:
-        return percentile(self.samples_ms, 50)
-
-    @property
-    def p25_ms(self) -> float:
-        return percentile(self.samples_ms, 25)
-
-    @property
-    def p75_ms(self) -> float:
-        return percentile(self.samples_ms, 75)
-
-    @property
-    def iqr_ms(self) -> float:
-        return self.p75_ms - self.p25_ms
-
-    @property
-    def noisy(self) -> bool:
-        return self.iqr_ms > NOISY_IQR_FRACTION * self.median_ms
-
-    @property
-    def spread_known(self) -> bool:
-        """Enough samples to judge their spread (MIN_SPREAD_SAMPLES)."""
-        return len(self.samples_ms) >= MIN_SPREAD_SAMPLES
 
 
 class Timer:
@@ -410,17 +316,6 @@ def _ci_rel(measurements: list[Measurement]) -> float:
     if len(measurements) == 1:
         return measurements[0].ci_rel
     return max(measurements[0].ci_rel, in_run_ratio(measurements).ci_rel)
-
-
-def in_run_ratio(measurements: Sequence[Measurement]) -> Measurement:
-    """The first measurement over the sum of the others, sample by sample (the samples
-    of one round of `Timer.sample_interleaved`): a ratio measurement, unitless."""
-    first, *rest = measurements
-    ratios = [
-        sample / sum(others)
-        for sample, *others in zip(first.samples_ms, *(m.samples_ms for m in rest), strict=True)
-    ]
-    return Measurement(ratios, first.stop_reason, first.calls_per_sample)
 
 
 #: The least share of the wall time a process sampling with one thread should run for:

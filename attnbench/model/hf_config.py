@@ -52,12 +52,14 @@ MAX_CONFIG_BYTES, nested at most MAX_DEPTH deep.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, brief
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
+from ..model.capacity import PATTERN_LETTERS, pattern_bounded
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
 from .files import read_user_file
@@ -117,16 +119,6 @@ def _int(
     return value
 
 
-def _positive_int(cfg: dict, key: str, where: str, maximum: int = _WIDTH) -> int:
-    return _int(cfg, key, where, maximum=maximum)
-
-
-def _optional_int(
-    cfg: dict, key: str, where: str, default: int | None = None, maximum: int = _WIDTH
-) -> int | None:
-    return _int(cfg, key, where, default, maximum=maximum)
-
-
 def _bool(cfg: dict, key: str, where: str, default: bool) -> bool:
     """cfg[key] as true or false; `default` when it is absent or null."""
     value = cfg.get(key)
@@ -145,21 +137,29 @@ def _str(cfg: dict, key: str, where: str) -> str | None:
     return value
 
 
+def _given(
+    cfg: dict, keys: tuple[str, ...], where: str, maximum: int, what: str = ""
+) -> tuple[str, int] | None:
+    """(field, value) of the first of `keys`, fields of one quantity under different
+    names, that the config gives; None when it gives none. Fields that disagree are an
+    error ("contradictory {what}fields")."""
+    found = {k: _int(cfg, k, where, maximum=maximum) for k in keys if cfg.get(k) is not None}
+    if len(set(found.values())) > 1:
+        raise UsageError(f"{where}: contradictory {what}fields {found}")
+    return next(iter(found.items()), None)
+
+
 def _one_of(cfg: dict, field: str, where: str) -> int:
     """The value under any alias of `field`; aliases that disagree are an error."""
-    found = {
-        k: _int(cfg, k, where, maximum=_MAXIMUM[field])
-        for k in _ALIASES[field]
-        if cfg.get(k) is not None
-    }
-    if not found:
+    given = _given(cfg, _ALIASES[field], where, _MAXIMUM[field])
+    if given is None:
         names = " or ".join(repr(k) for k in _ALIASES[field])
         raise UsageError(f"{where}: missing field {names}")
-    if len(set(found.values())) > 1:
-        raise UsageError(f"{where}: contradictory fields {found}")
-    return next(iter(found.values()))
+    return given[1]
 
 
+#: The fields that count the KV heads, one name or another by model type.
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 #: transformers' default for multi_query, for model types whose attention reads it.
 MULTI_QUERY_BY_DEFAULT = {"falcon": True}
 #: transformers' default head_dim, for model types where it is not d_model / heads.
@@ -177,13 +177,8 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     multi_query = _bool(cfg, "multi_query", where, MULTI_QUERY_BY_DEFAULT.get(kind, False))
     if multi_query and not _bool(cfg, "new_decoder_architecture", where, False):
         return 1
-    candidates: dict[str, int] = {}
-    for key in ("num_key_value_heads", "num_kv_heads", "n_head_kv"):
-        if cfg.get(key) is not None:
-            candidates[key] = _int(cfg, key, where, maximum=_HEADS)
-    if len(set(candidates.values())) > 1:
-        raise UsageError(f"{where}: contradictory KV-head fields {candidates}")
-    return next(iter(candidates.values())) if candidates else num_heads
+    given = _given(cfg, KV_HEAD_KEYS, where, _HEADS, "KV-head ")
+    return num_heads if given is None else given[1]
 
 
 def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
@@ -306,11 +301,7 @@ def _layer_types(
     chunked layers (`no_rope_layers`), or `sliding_window` on every layer (Mistral)."""
     listed = cfg.get("layer_types")
     if listed is not None:
-        if (
-            not isinstance(listed, list)
-            or len(listed) != num_layers
-            or not all(isinstance(t, str) for t in listed)
-        ):
+        if not _per_layer(listed, num_layers, lambda t: isinstance(t, str)):
             raise UsageError(
                 f"{where}: field 'layer_types' must list {num_layers} layer types (strings)"
             )
@@ -335,20 +326,25 @@ def _layer_types(
     return ["sliding_attention" if w else "full_attention" for w in windowed]
 
 
+def _per_layer(listed: Any, num_layers: int, ok: Callable[[Any], bool]) -> bool:
+    """Whether `listed` is a list of one item per layer, each of them `ok`."""
+    return isinstance(listed, list) and len(listed) == num_layers and all(map(ok, listed))
+
+
 def _pattern(cfg: dict, num_layers: int, kind: str, where: str) -> list[bool]:
     """Which layers slide under `sliding_window_pattern`: an integer N windows all but
     every N-th layer (Gemma-3, Cohere2, EXAONE-4); a string of L (local) and G (global),
     'LLLG', repeats over the layers."""
     pattern = cfg.get("sliding_window_pattern")
-    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
-        return [pattern[i % len(pattern)] == "L" for i in range(num_layers)]
+    if isinstance(pattern, str) and pattern and set(pattern) <= set(PATTERN_LETTERS):
+        return pattern_bounded(pattern, num_layers)
     if isinstance(pattern, str):
         raise UsageError(
             f"{where}: field 'sliding_window_pattern' is {brief(pattern)}; expected an "
             "integer or a string of L (local) and G (global) layers, such as 'LLLG'"
         )
     every = _int(cfg, "sliding_window_pattern", where, PATTERN_DEFAULT.get(kind), maximum=_LAYERS)
-    return [(i + 1) % every != 0 for i in range(num_layers)]
+    return _all_but_every(every, num_layers)
 
 
 def _no_rope_layers(cfg: dict, num_layers: int, where: str) -> list[bool]:
@@ -356,16 +352,20 @@ def _no_rope_layers(cfg: dict, num_layers: int, where: str) -> list[bool]:
     0/1 per layer), else all but every `no_rope_layer_interval`-th."""
     listed = cfg.get("no_rope_layers")
     if listed:
-        if (
-            not isinstance(listed, list)
-            or len(listed) != num_layers
-            or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in listed
-            )
+        if not _per_layer(
+            listed,
+            num_layers,
+            lambda v: isinstance(v, int) and not isinstance(v, bool) and v in (0, 1),
         ):
             raise UsageError(f"{where}: field 'no_rope_layers' must list {num_layers} 0s and 1s")
         return [bool(v) for v in listed]
     every = _int(cfg, "no_rope_layer_interval", where, NO_ROPE_INTERVAL, maximum=_LAYERS)
+    return _all_but_every(every, num_layers)
+
+
+def _all_but_every(every: int, num_layers: int) -> list[bool]:
+    """True for every layer but each `every`-th, counting from 1 (layers every - 1,
+    2 * every - 1, ... from 0 are False)."""
     return [(i + 1) % every != 0 for i in range(num_layers)]
 
 
@@ -383,11 +383,11 @@ def _mla(cfg: dict, kind: str, where: str) -> MlaSpec | None:
     if missing:
         raise UsageError(f"{where}: kv_lora_rank (MLA) given without {missing[0]!r}")
     return MlaSpec(
-        kv_lora_rank=_positive_int(cfg, "kv_lora_rank", where),
-        qk_rope_head_dim=_positive_int(cfg, "qk_rope_head_dim", where, _HEADS),
-        qk_nope_head_dim=_positive_int(cfg, "qk_nope_head_dim", where, _HEADS),
-        v_head_dim=_positive_int(cfg, "v_head_dim", where, _HEADS),
-        q_lora_rank=_optional_int(
+        kv_lora_rank=_int(cfg, "kv_lora_rank", where),
+        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, maximum=_HEADS),
+        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where, maximum=_HEADS),
+        v_head_dim=_int(cfg, "v_head_dim", where, maximum=_HEADS),
+        q_lora_rank=_int(
             cfg,
             "q_lora_rank",
             where,
@@ -716,12 +716,7 @@ def _moe(
 ) -> MoeSpec:
     """The experts, their placement and their biases (see ExpertTraits); a field left out
     takes the model type's default."""
-    counts = {
-        k: _int(cfg, k, where, maximum=_EXPERTS) for k in EXPERT_KEYS if cfg.get(k) is not None
-    }
-    if len(set(counts.values())) > 1:
-        raise UsageError(f"{where}: contradictory expert-count fields {counts}")
-    given = next(iter(counts.items()), None)
+    given = _given(cfg, EXPERT_KEYS, where, _EXPERTS, "expert-count ")
     num_experts = traits.num_experts if given is None else given[1]
     freq = _int(cfg, "moe_layer_freq", where, 1, maximum=_LAYERS)
     if freq != 1:

@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def check_int(name: str, value: object, minimum: int = 1) -> int:
+    """`value` if it is an integer >= `minimum` (a bool is none), else a ValueError:
+    "{name} must be a positive integer, got ..." (or "an integer >= {minimum}")."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return value
+
+
 def variant_label(num_heads: int, num_kv_heads: int) -> str:
     """`MHA` when every query head has its own KV head, `MQA` when all share one, else GQA-n."""
     if num_kv_heads == num_heads:
@@ -26,20 +35,16 @@ class AttentionShape:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "num_heads", "num_kv_heads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.head_dim is None:
-            if self.d_model % self.num_heads:
-                raise ValueError(
-                    f"num_heads {self.num_heads} does not divide d_model {self.d_model}; "
-                    "set head_dim explicitly"
-                )
+            check_int(name, getattr(self, name))
+        if self.head_dim is not None:
+            check_int("head_dim", self.head_dim)
+        elif self.d_model % self.num_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} does not divide d_model {self.d_model}; "
+                "set head_dim explicitly"
+            )
+        else:
             object.__setattr__(self, "head_dim", self.d_model // self.num_heads)
-        elif (
-            isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int)
-        ) or self.head_dim <= 0:
-            raise ValueError(f"head_dim must be a positive integer, got {self.head_dim!r}")
         if self.num_kv_heads > self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_kv_heads {self.num_kv_heads} does not divide num_heads {self.num_heads}"

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model.shapes import AttentionShape
+from ..model.shapes import AttentionShape, check_int
 from ..modules.kv_cache import KVCache
 
 BACKENDS = ("sdpa", "naive")
@@ -145,12 +145,22 @@ def grouped_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     return out.reshape(batch, heads, 1, dim)
 
 
-def folded_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def folded_decode(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """torch's fused attention for single-token queries, each KV head read once for its
-    whole group: q (B, Hq, 1, D) is viewed as (B, Hkv, G, D), G queries per KV head."""
+    whole group: q (B, Hq, 1, D) is viewed as (B, Hkv, G, D), G queries per KV head.
+    `attn_mask` (broadcastable to (B, Hq, 1, keys)) is folded the same way."""
     batch, heads, _, dim = q.shape
-    folded = q.view(batch, k.shape[1], heads // k.shape[1], dim)
-    return F.scaled_dot_product_attention(folded, k, v).reshape(batch, heads, 1, dim)
+    kv_heads = k.shape[1]
+    folded = q.view(batch, kv_heads, heads // kv_heads, dim)
+    if attn_mask is not None:
+        keys = k.shape[2]
+        attn_mask = attn_mask.expand(batch, heads, 1, keys).reshape(
+            batch, kv_heads, heads // kv_heads, keys
+        )
+    out = F.scaled_dot_product_attention(folded, k, v, attn_mask=attn_mask)
+    return out.reshape(batch, heads, 1, dim)
 
 
 def naive_attention(
@@ -272,7 +282,6 @@ class GroupedQueryAttention(nn.Module):
         source = x if context is None else context
         kv_len = source.shape[1]
         packed = self._use_packed(x, source)
-        self._last_path = PACKED_PATH if packed else TORCH_PATH
         q = self._project(self.q_proj, x, packed).view(batch, q_len, self.num_heads, -1)
         k = self._project(self.k_proj, source, packed).view(batch, kv_len, self.num_kv_heads, -1)
         v = self._project(self.v_proj, source, packed).view(batch, kv_len, self.num_kv_heads, -1)
@@ -289,15 +298,16 @@ class GroupedQueryAttention(nn.Module):
 
     def _use_packed(self, x: torch.Tensor, source: torch.Tensor) -> bool:
         """Whether this forward runs every projection on prepacked weights (see _project):
-        float32 CPU inputs, no autograd, and weights whose staleness can be detected."""
-        if torch.is_grad_enabled() or not all(
+        float32 CPU inputs, no autograd, and weights whose staleness can be detected. The
+        choice is what projection_path reports."""
+        inputs = not torch.is_grad_enabled() and all(
             t.device.type == "cpu" and t.dtype == torch.float32 for t in (x, source)
-        ):
-            return False
-        if not self._weights_packable():
+        )
+        packed = inputs and self._weights_packable()
+        if inputs and not packed:
             self._packed.clear()  # copies of weights that can no longer be packed
-            return False
-        return True
+        self._last_path = PACKED_PATH if packed else TORCH_PATH
+        return packed
 
     def _project(self, proj: nn.Linear, x: torch.Tensor, packed: bool) -> torch.Tensor:
         """proj(x); with `packed`, through oneDNN with a prepacked weight.
@@ -336,7 +346,6 @@ class GroupedQueryAttention(nn.Module):
         or nn.Linear's, see _project); sets projection_path. The weights must not change
         while the projections are in use."""
         packed = self._use_packed(x, x)
-        self._last_path = PACKED_PATH if packed else TORCH_PATH
         if not packed:
             return tuple(_plain_linear(p.weight, p.bias) for p in self._projections())
         return tuple(_bound_packed(self._packed_weight(p), p.bias) for p in self._projections())
@@ -354,8 +363,7 @@ class GroupedQueryAttention(nn.Module):
         Calling it again redoes the same step (it writes the same slot). `attend` is
         this module's backend's decode attention unless given."""
         batch = self._check_input(x, 1)
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise ValueError(f"position must be an integer >= 0, got {position!r}")
+        check_int("position", position, minimum=0)
         self._check_cache(cache, batch, position + 1, x)
         q_proj, k_proj, v_proj, o_proj = self.resolved_projections(x)
         attend = attend or BACKEND_ATTENTION[self.backend][0]
@@ -451,8 +459,7 @@ class GroupedQueryAttention(nn.Module):
         (B, Hkv, Lk, D) as they are. Longer queries use `enable_gqa`, which does the same
         grouping inside the kernel; masks stay broadcastable and are never expanded.
         """
-        batch, _, q_len, head_dim = q.shape
-        k_len, groups = k.shape[2], self.group_size
+        q_len, k_len, groups = q.shape[2], k.shape[2], self.group_size
         if q_len == 1:
             is_causal = False  # the one query is the last position: it sees every key
         mask = dead_rows = None
@@ -462,15 +469,8 @@ class GroupedQueryAttention(nn.Module):
             dead_rows = dead.all(dim=-1, keepdim=True)  # rows that see no key: zeros
             if mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
-        if q_len == 1 and groups > 1 and mask is None:
-            out = folded_decode(q, k, v)
-        elif q_len == 1 and groups > 1:
-            folded_q = q.reshape(batch, self.num_kv_heads, groups, head_dim)
-            mask = mask.expand(batch, self.num_heads, 1, k_len).reshape(
-                batch, self.num_kv_heads, groups, k_len
-            )
-            out = F.scaled_dot_product_attention(folded_q, k, v, attn_mask=mask)
-            out = out.view(batch, self.num_heads, 1, head_dim)
+        if q_len == 1 and groups > 1:
+            out = folded_decode(q, k, v, mask)
         else:
             out = F.scaled_dot_product_attention(
                 q,

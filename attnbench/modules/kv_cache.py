@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..model.shapes import check_int
+
 
 class KVCache(nn.Module):
     """K and V buffers of shape (batch_size, num_kv_heads, max_seq_len, head_dim).
@@ -31,8 +33,7 @@ class KVCache(nn.Module):
             ("max_seq_len", max_seq_len),
             ("head_dim", head_dim),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"KVCache {name} must be a positive integer, got {value!r}")
+            check_int(f"KVCache {name}", value)
         shape = (batch_size, num_kv_heads, max_seq_len, head_dim)
         self.register_buffer("k", torch.empty(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.empty(shape, dtype=dtype, device=device), persistent=False)
@@ -83,8 +84,7 @@ class KVCache(nn.Module):
                 )
         if k.shape[2] != v.shape[2]:
             raise ValueError(f"KVCache.update: k has {k.shape[2]} tokens but v has {v.shape[2]}")
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-            raise ValueError(f"KVCache.update: start_pos must be an integer >= 0, got {start!r}")
+        check_int("KVCache.update: start_pos", start, minimum=0)
         if start > self.length:
             raise ValueError(
                 f"KVCache.update: start_pos {start} would leave a gap after the "

@@ -79,14 +79,35 @@ class Workload:
     projection_path: str = TORCH_PATH
 
 
+#: Bytes of one attention score a provider that scores explicitly holds: float32 (half
+#: inputs are upcast).
+SCORE_BYTES = 4
+
+
 @dataclass(frozen=True)
 class Provider:
+    """One implementation, and what a decode experiment must know of it beyond its calls:
+    the backend of the layer it is built on, the memory it takes beyond the layer's, and
+    how it may be timed."""
+
     name: str
     summary: str
     prepare: Callable[[DecodeInputs], Workload]
     #: Why it cannot run on a device type with a dtype before anything is built, or None.
     unavailable: Callable[[torch.device, torch.dtype], str | None] = lambda device, dtype: None
     kernel: SDPBackend | None = None
+    #: The GroupedQueryAttention backend its layer is built with (modules.attention).
+    backend: str = "sdpa"
+    #: Bytes per attention score it holds (scores and probabilities, K/V expanded to every
+    #: query head) beyond the layer's tensors; 0 for a fused kernel that holds none.
+    score_bytes: int = 0
+    #: It keeps its own copies of the cache: one for its step and one for its generations.
+    copies_cache: bool = False
+    #: It compiles its kernels for every point (a minute on the CPU).
+    compiles: bool = False
+    #: Its calls are the layer's own, so its heads can be split over tensor-parallel ranks
+    #: with o_proj's all-reduce in them (experiments.tensor_parallel).
+    splits_heads: bool = False
 
     def running(self) -> AbstractContextManager:
         """What the point's calls run inside: the pinned SDPA kernel, if any."""
@@ -143,7 +164,7 @@ def gqa_sdpa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 CPU_KERNELS = (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION)
 
 
-def _pinned(name: str, kernel: SDPBackend, what: str) -> Provider:
+def _pinned(name: str, kernel: SDPBackend, what: str, score_bytes: int = 0) -> Provider:
     def unavailable(device: torch.device, dtype: torch.dtype) -> str | None:
         if device.type == "cpu" and kernel not in CPU_KERNELS:
             return f"no {what} kernel on the CPU"
@@ -155,6 +176,7 @@ def _pinned(name: str, kernel: SDPBackend, what: str) -> Provider:
         layer_workload(gqa_sdpa_decode, BACKEND_ATTENTION["sdpa"][1]),
         unavailable,
         kernel,
+        score_bytes=score_bytes,
     )
 
 
@@ -222,19 +244,33 @@ PROVIDERS: dict[str, Provider] = {
             "attnbench",
             "this package's GroupedQueryAttention",
             layer_workload(*BACKEND_ATTENTION["sdpa"]),
+            splits_heads=True,
         ),
         Provider(
             "naive",
             "the explicit reference, K/V expanded to every query head",
             layer_workload(*BACKEND_ATTENTION["naive"]),
+            backend="naive",
+            score_bytes=SCORE_BYTES,
+            splits_heads=True,
         ),
-        _pinned("sdpa-math", SDPBackend.MATH, "math"),
+        _pinned("sdpa-math", SDPBackend.MATH, "math", score_bytes=SCORE_BYTES),
         _pinned("sdpa-flash", SDPBackend.FLASH_ATTENTION, "flash"),
         _pinned("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION, "memory-efficient"),
         _pinned("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION, "cuDNN"),
-        Provider("flex", "torch flex_attention, compiled", _flex_prepare, _flex_unavailable),
         Provider(
-            "hf", "transformers' LlamaAttention with a StaticCache", _hf_prepare, _hf_unavailable
+            "flex",
+            "torch flex_attention, compiled",
+            _flex_prepare,
+            _flex_unavailable,
+            compiles=True,
+        ),
+        Provider(
+            "hf",
+            "transformers' LlamaAttention with a StaticCache",
+            _hf_prepare,
+            _hf_unavailable,
+            copies_cache=True,
         ),
     )
 }

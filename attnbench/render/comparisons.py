@@ -24,14 +24,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..gate.compare import is_measured
-from ..measure.timing import (
+from ..measure.stats import (
     MIN_SPREAD_SAMPLES,
     NOISY_IQR_FRACTION,
     bootstrap_interval,
-    drift,
-    percentile,
+    median,
     relative_half_width,
 )
+from ..measure.timing import drift
 from .columns import join_words, known
 from .plots import busy, ok_records, one_provider, series_label
 
@@ -204,7 +204,7 @@ def paired(a: Mapping, b: Mapping) -> dict | None:
     ratios = [x / y for x, y in zip(xs, ys, strict=True)]
     lo, hi = bootstrap_interval(ratios)
     return {
-        "x_median": percentile(ratios, 50),
+        "x_median": median(ratios),
         "x_ci_lo": lo,
         "x_ci_hi": hi,
         "step_repeats": len(ratios),

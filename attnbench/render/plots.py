@@ -293,9 +293,48 @@ def decode_latency(doc: dict) -> Figure | None:
     return fig
 
 
+def _ratio_records(doc: dict, stem: str) -> list[dict]:
+    """The decode records (of one provider) with a comparison `stem` and its interval."""
+    needed = (f"{stem}_median", f"{stem}_ci_lo", f"{stem}_ci_hi")
+    return one_provider(ok_records(_records(doc, "decode"), *needed, "prompt_len", "mode"))
+
+
+def _ratio_figure(
+    doc: dict,
+    records: Sequence[dict],
+    stem: str,
+    value: str,
+    spread: tuple[str, str],
+    titles: tuple[str, str, str],
+) -> Figure:
+    """A cached step's ratio (`value`, with its interval `spread`, from comparison `stem`)
+    against context, a dotted line at 1x; `titles`: the figure's, the y axis's and the
+    line's."""
+    title, ylabel, one = titles
+    fig, ax = _figure(
+        title,
+        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
+        CONTEXT_LABEL,
+        ylabel,
+    )
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label=one)
+    _decode_lines(
+        ax,
+        records,
+        value,
+        spread=spread,
+        modes=("cache",),
+        legend_title=INTERVAL_BARS,
+        unsure=_unresolved(stem, doc),
+        unsure_label=UNRESOLVED_LABEL,
+    )
+    _scale(ax, "x", [r["prompt_len"] for r in records])
+    _scale(ax, "y", [1.0, *(r[spread[1]] for r in records)])
+    return fig
+
+
 def decode_speedup(doc: dict) -> Figure | None:
-    needed = ("x_of_no_cache_median", "x_of_no_cache_ci_lo", "x_of_no_cache_ci_hi")
-    rows = one_provider(ok_records(_records(doc, "decode"), *needed, "prompt_len", "mode"))
+    rows = _ratio_records(doc, "x_of_no_cache")
     if not rows:
         return None
     records = [
@@ -307,26 +346,14 @@ def decode_speedup(doc: dict) -> Figure | None:
         }
         for r in rows
     ]
-    fig, ax = _figure(
+    titles = (
         "Cached decode speed-up over recomputing the prefix",
-        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
-        CONTEXT_LABEL,
         "Speed-up (no-cache step time / cached step time, x)",
+        "no speed-up (1x)",
     )
-    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="no speed-up (1x)")
-    _decode_lines(
-        ax,
-        records,
-        "speedup",
-        spread=("speedup_lo", "speedup_hi"),
-        modes=("cache",),
-        legend_title=INTERVAL_BARS,
-        unsure=_unresolved("x_of_no_cache", doc),
-        unsure_label=UNRESOLVED_LABEL,
+    return _ratio_figure(
+        doc, records, "x_of_no_cache", "speedup", ("speedup_lo", "speedup_hi"), titles
     )
-    _scale(ax, "x", [r["prompt_len"] for r in records])
-    _scale(ax, "y", [1.0, *(r["speedup_hi"] for r in records)])
-    return fig
 
 
 #: The legend's title where the bars are a comparison's interval.
@@ -336,31 +363,19 @@ INTERVAL_BARS = "bars: 95% interval, sampled in turn"
 def decode_variants(doc: dict) -> Figure | None:
     """Each variant's cached step over the narrowest-KV variant's, against context, with
     the comparison's 95% interval."""
-    needed = ("x_of_narrowest_median", "x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi")
-    records = one_provider(ok_records(_records(doc, "decode"), *needed, "prompt_len", "mode"))
+    stem = "x_of_narrowest"
+    records = _ratio_records(doc, stem)
     if not records:
         return None
     narrowest = " or ".join(sorted({r["narrowest_variant"] for r in records}))
-    fig, ax = _figure(
+    titles = (
         f"Cached decode step over {narrowest}'s",
-        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
-        CONTEXT_LABEL,
         f"Step time / {narrowest}'s step time, per round (x)",
+        f"{narrowest} (1x)",
     )
-    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":", label=f"{narrowest} (1x)")
-    _decode_lines(
-        ax,
-        records,
-        "x_of_narrowest_median",
-        modes=("cache",),
-        spread=("x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi"),
-        legend_title=INTERVAL_BARS,
-        unsure=_unresolved("x_of_narrowest", doc),
-        unsure_label=UNRESOLVED_LABEL,
+    return _ratio_figure(
+        doc, records, stem, f"{stem}_median", (f"{stem}_ci_lo", f"{stem}_ci_hi"), titles
     )
-    _scale(ax, "x", [r["prompt_len"] for r in records])
-    _scale(ax, "y", [1.0, *(r["x_of_narrowest_ci_hi"] for r in records)])
-    return fig
 
 
 def decode_bandwidth(doc: dict) -> Figure | None:

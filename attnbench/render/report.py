@@ -5,7 +5,7 @@ Every number comes from the study's results document; nothing is typed in here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..measure.timing import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION, drift
@@ -414,6 +414,23 @@ def _prefill_steady(record: dict) -> bool:
     return hi - lo <= NOISY_IQR_FRACTION * median
 
 
+def _nearest_peak(
+    records: Sequence[dict],
+    held: Callable[[dict], bool],
+    share: str,
+    cause: Callable[[dict, dict], str],
+    environment: dict,
+) -> tuple[dict, str] | None:
+    """The record whose `share` (its percent of a measured peak) is highest among those
+    `held` (not noisy), with `cause(record, environment)` when it is over 100%; None when
+    none is held."""
+    kept = [r for r in records if held(r)]
+    if not kept:
+        return None
+    best = max(kept, key=lambda r: r[share])
+    return best, cause(best, environment) if best[share] > 100 else ""
+
+
 def _peaks(records: Sequence[dict], several: bool, environment: dict | None = None) -> list[str]:
     """The decode step nearest the copy bandwidth, and the prefill nearest the matmul peak,
     among those whose time is not noisy; a result over 100% of its peak names its cause."""
@@ -425,10 +442,9 @@ def _peaks(records: Sequence[dict], several: bool, environment: dict | None = No
         return ", ".join(parts)
 
     bandwidth = ok_records(records, "pct_of_peak_bw", "peak_gbps", "prompt_len", "mode")
-    held = [r for r in bandwidth if steady(r)]
-    if held:
-        best = max(held, key=lambda r: r["pct_of_peak_bw"])
-        cause = _peak_cause(best, environment) if best["pct_of_peak_bw"] > 100 else ""
+    nearest = _nearest_peak(bandwidth, steady, "pct_of_peak_bw", _peak_cause, environment)
+    if nearest:
+        best, cause = nearest
         found.append(
             f"The best decode step reaches {best['pct_of_peak_bw']:.1f}% of the measured peak "
             f"copy bandwidth of {best['peak_gbps']:.1f} GB/s ({where(best)}, "
@@ -440,10 +456,11 @@ def _peaks(records: Sequence[dict], several: bool, environment: dict | None = No
             f"step is noisy ({_noise(bandwidth)})."
         )
     prefill = ok_records(records, "achieved_tflops", "pct_of_peak_flops", "peak_tflops")
-    held = [r for r in prefill if _prefill_steady(r)]
-    if held:
-        best = max(held, key=lambda r: r["pct_of_peak_flops"])
-        cause = _flops_cause(best, environment) if best["pct_of_peak_flops"] > 100 else ""
+    nearest = _nearest_peak(
+        prefill, _prefill_steady, "pct_of_peak_flops", _flops_cause, environment
+    )
+    if nearest:
+        best, cause = nearest
         found.append(
             f"The best prefill reaches {best['achieved_tflops']:.3g} TFLOPS, "
             f"{best['pct_of_peak_flops']:.1f}% of the measured {best['dtype']} matmul peak of "

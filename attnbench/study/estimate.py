@@ -32,12 +32,13 @@ TYPICAL_SAMPLES = 50
 CHEAP_POINT_S = 2e-3
 
 
-def point_seconds(point: object, device: torch.device | None, options: dict) -> float:
-    """A rough time for one point on `device`."""
+def point_seconds(point: object, device: torch.device | None, options: object) -> float:
+    """A rough time for one point on `device`, with its section's typed options."""
     if not isinstance(point, DecodePoint) or device is None:
         return CHEAP_POINT_S
+    assert isinstance(options, DecodeOptions)
     speed = SPEEDS.get(device.type, SPEEDS["cpu"])
-    opts, p = DecodeOptions.from_options(options), point
+    opts, p = options, point
     shape = p.shape
     slowdown = CPU_HALF_SLOWDOWN if device.type == "cpu" and p.dtype != "float32" else 1.0
 

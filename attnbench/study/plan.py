@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class Plan:
     sections: dict[str, Section]
     devices: dict[str, torch.device]
     tasks: list[Task]
+    #: Each section's typed options (SectionKind.options), resolved once; None: it has none.
+    options: dict[str, Any] = field(default_factory=dict)
     #: For one share of a study (study.shards): which points of each section it runs.
     shard: dict | None = None
 
@@ -82,18 +84,18 @@ class Plan:
     ) -> Context:
         """What the points of `section` run with; kvmem's device is None when it does not
         measure. Only timed sections get the peaks, and what their pre-pass counted."""
-        sec = self.sections[section]
+        options = self.options.get(section)
         device = self.devices.get(section)
-        if section == "kvmem" and not sec.options.get("measure", True):
+        if section == "kvmem" and not options.measure:
             device = None
         if not KINDS[section].timed:
-            return Context(device, sec.options)
-        return Context(device, sec.options, peak_gbps, peak_tflops or {}, counts or {})
+            return Context(device, options)
+        return Context(device, options, peak_gbps, peak_tflops or {}, counts or {})
 
     def estimate(self, task: Task) -> float:
         """A rough time for one task, in seconds."""
-        sec = self.sections[task.section]
-        return point_seconds(task.point, self.devices.get(task.section), sec.options)
+        options = self.options.get(task.section)
+        return point_seconds(task.point, self.devices.get(task.section), options)
 
     def estimate_total(self, tasks: Sequence[Task]) -> float:
         timed = any(KINDS[t.section].timed for t in tasks)
@@ -253,13 +255,17 @@ def plan_sections(
     problems: list[UsageError] = []
     devices: dict[str, torch.device] = {}
     tasks: list[Task] = []
+    options: dict[str, Any] = {}
     for name, sec in sections.items():
         kind = KINDS[name]
         try:
             if "device" in sec.options:
                 devices[name] = resolve_device(sec.options["device"])
+            if kind.options is not None:
+                device = devices.get(name, torch.device("cpu"))
+                options[name] = kind.options(sec.options, device)
             if kind.check_section is not None:
-                kind.check_section(sec.values, sec.options, set(sec.origins))
+                kind.check_section(sec.values, options.get(name), set(sec.origins))
             points = sec.points()
         except FieldError as exc:
             problems.append(sec.locate(exc))
@@ -267,12 +273,12 @@ def plan_sections(
         if not points:
             problems.append(_nothing_to_run(sec))
         problems.extend(_check_points(kind, sec, points))
-        ordered = kind.order(points, sec.options) if kind.order else points
+        ordered = kind.order(points, options.get(name)) if kind.order else points
         tasks.extend(Task(name, i, p) for i, p in enumerate(ordered))
     if problems:
         unique = {str(p): p for p in problems}  # one line for a value every section shares
         raise Problems(list(unique.values()), MAX_PROBLEMS)
-    return Plan(config, sections, devices, tasks)
+    return Plan(config, sections, devices, tasks, options=options)
 
 
 def _nothing_to_run(sec: Section) -> UsageError:

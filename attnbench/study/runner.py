@@ -223,7 +223,7 @@ def _groups(plan: Plan, grouped: bool) -> Groups:
         kind = KINDS[name]
         if grouped and kind.groups is not None and tasks:
             device = plan.devices.get(name, plan.device)
-            indices = kind.groups([t.point for t in tasks], plan.sections[name].options, device)
+            indices = kind.groups([t.point for t in tasks], plan.options.get(name), device)
         else:
             indices = [[i] for i in range(len(tasks))]
         for number, members in enumerate(indices):
@@ -235,11 +235,12 @@ def _groups(plan: Plan, grouped: bool) -> Groups:
 def _pre_passes(plan: Plan, pending: Sequence[Task]) -> dict[str, dict]:
     """What each section's pre-pass measures for its pending points at once, by section."""
     counts = {}
-    for name, sec in plan.sections.items():
+    for name in plan.sections:
         pre_pass = KINDS[name].pre_pass
         points = [t.point for t in pending if t.section == name]
         if pre_pass is not None and points:
-            counts[name] = pre_pass(points, sec.options, plan.devices.get(name, plan.device))
+            device = plan.devices.get(name, plan.device)
+            counts[name] = pre_pass(points, plan.options.get(name), device)
     return counts
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.capacity import MAX_SEQUENCES
+from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
 from ..model.what_if import KV_HEAD_WORDS
 from ..modules.providers import PROVIDER_ALIASES, PROVIDERS
@@ -29,6 +29,8 @@ SHAPE_FIELDS = ("d_model", "num_heads", "num_kv_heads", "head_dim")
 _SHAPE = ("params", "kvmem", "decode")
 _CACHE = ("kvmem", "fit")
 _UNSET = object()
+#: The default of batch and tp, one per section that has one.
+_ONE = {"kvmem": 1, "decode": 1}
 
 # Upper bounds of the integer fields: far above any real model or run, low enough that no
 # size computed from them overflows a tensor's 64-bit element count or takes a list per
@@ -39,10 +41,17 @@ MAX_LAYERS = 100_000
 MAX_TOKENS = 10**9  # batch, seq_len, prompt_len; windows, pages and scale groups
 MAX_GEN_LEN = 1_000_000  # decode steps run one by one
 MAX_REPEATS = 10_000  # warmup, repeats, min_repeats
-MAX_TIME_S = 3600.0  # max_time
+MAX_TIME_LIMIT_S = 3600.0  # max_time
 MAX_GPUS = 1_000_000  # tp, gpus
 #: CPU threads a decode may use, per CPU of this machine.
 THREADS_PER_CPU = 4
+#: The defaults of decode's sampling: untimed calls before each measurement, the fewest
+#: timed calls of adaptive sampling, the width it stops at, and the seconds of sampling
+#: per measurement by device type (`max_time`, unless set).
+DEFAULT_WARMUP = 2
+DEFAULT_MIN_REPEATS = 5
+DEFAULT_TARGET_REL_CI = 0.02
+DEFAULT_MAX_TIME_S = {"cpu": 2.0, "cuda": 1.0}
 
 
 def max_threads() -> int:
@@ -143,10 +152,9 @@ FIELDS: dict[str, Field] = {
         ("kvmem", "decode", "fit"),
         "Batch sizes, comma-separated (fit: the longest context at this batch).",
         maximum=MAX_TOKENS,
-        default={"kvmem": 1, "decode": 1},
+        default=_ONE,
         flag_help={
-            "kvmem": "Batch sizes, comma-separated (default 1).",
-            "decode": "Batch sizes, comma-separated (default 1).",
+            **{s: f"Batch sizes, comma-separated (default {n})." for s, n in _ONE.items()},
             "fit": "Batch sizes, comma-separated: the longest context that fits at each.",
         },
     ),
@@ -230,9 +238,9 @@ FIELDS: dict[str, Field] = {
     "scale_dtype": Field(
         str,
         _CACHE,
-        "Scales' dtype (float16).",
+        f"Scales' dtype ({DEFAULT_SCALE_DTYPE}).",
         choices=SCALE_DTYPES,
-        default="float16",
+        default=DEFAULT_SCALE_DTYPE,
     ),
     "sliding_window": Field(
         int,
@@ -258,10 +266,12 @@ FIELDS: dict[str, Field] = {
         "Tensor-parallel ranks, comma-separated (fit: default gpus; decode-speed: one "
         "value, as many as torchrun's ranks).",
         maximum=MAX_GPUS,
-        default={"kvmem": 1, "decode": 1},
+        default=_ONE,
         flag_help={
-            "kvmem": "Tensor-parallel ranks, comma-separated: the cache per GPU (default 1).",
-            "decode": "Tensor-parallel ranks: one value, as many as torchrun starts (default 1).",
+            "kvmem": "Tensor-parallel ranks, comma-separated: the cache per GPU "
+            f"(default {_ONE['kvmem']}).",
+            "decode": "Tensor-parallel ranks: one value, as many as torchrun starts "
+            f"(default {_ONE['decode']}).",
             "fit": "Tensor-parallel ranks, comma-separated (default: {gpus}).",
         },
     ),
@@ -319,11 +329,11 @@ FIELDS: dict[str, Field] = {
     "warmup": Field(
         int,
         ("decode",),
-        "Untimed calls before each measurement (default 2).",
+        f"Untimed calls before each measurement (default {DEFAULT_WARMUP}).",
         axis=False,
         minimum=0,
         maximum=MAX_REPEATS,
-        default=2,
+        default=DEFAULT_WARMUP,
     ),
     "repeats": Field(
         int,
@@ -336,26 +346,27 @@ FIELDS: dict[str, Field] = {
     "min_repeats": Field(
         int,
         ("decode",),
-        "Adaptive sampling: timed calls at the least (default 5).",
+        f"Adaptive sampling: timed calls at the least (default {DEFAULT_MIN_REPEATS}).",
         axis=False,
         maximum=MAX_REPEATS,
-        default=5,
+        default=DEFAULT_MIN_REPEATS,
     ),
     "max_time": Field(
         float,
         ("decode",),
-        "Adaptive sampling: seconds per measurement at the most (default 2 on the CPU, 1 on CUDA).",
+        "Adaptive sampling: seconds per measurement at the most (default "
+        f"{DEFAULT_MAX_TIME_S['cpu']:g} on the CPU, {DEFAULT_MAX_TIME_S['cuda']:g} on CUDA).",
         axis=False,
-        maximum=MAX_TIME_S,
+        maximum=MAX_TIME_LIMIT_S,
     ),
     "target_rel_ci": Field(
         float,
         ("decode",),
         "Adaptive sampling: stop once the 95% interval of the median is within this "
-        "fraction of it (default 0.02).",
+        f"fraction of it (default {DEFAULT_TARGET_REL_CI:g}).",
         axis=False,
         maximum=1.0,
-        default=0.02,
+        default=DEFAULT_TARGET_REL_CI,
     ),
     "baseline_provider": Field(
         str,

@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ..experiments import decode, fit, instructions, interleave, kvmem, params, whole_model
+from .schema import DEFAULT_MAX_TIME_S, FIELDS, fields_for
+
+
+class Experiment(Protocol):
+    """What every experiment module gives the study: `check(point)` raises for a point
+    that cannot run, before anything runs (and runs nothing); `run(point, context)`
+    measures one point into its record; `order(points, options)` gives the run order of
+    a section's points with its typed options (and may leave points out)."""
+
+    def check(self, point: Any) -> None: ...
+
+    def run(self, point: Any, context: Any) -> Any: ...
+
+    def order(self, points: list, options: Any) -> list: ...
+
+
+def decode_options(options: Mapping[str, Any], device: torch.device) -> decode.DecodeOptions:
+    """A decode section's resolved scalar options, typed: `max_time` unset is the
+    schema's default for `device`."""
+    given = {name: options[name] for name in decode.DecodeOptions.__dataclass_fields__}
+    if given["max_time"] is None:
+        given["max_time"] = DEFAULT_MAX_TIME_S[device.type]
+    return decode.DecodeOptions(**given)
+
+
+def kvmem_options(options: Mapping[str, Any], device: torch.device) -> kvmem.KvmemOptions:
+    return kvmem.KvmemOptions(measure=options["measure"])
 
 
 @dataclass(frozen=True)
@@ -25,7 +52,8 @@ class SectionKind:
     points of a group share (a study shared among workers keeps them on one);
     `pre_pass(points, options, device)` measures what is measured for all the points at
     once before any runs (decode: instruction counts, in one valgrind process), which each
-    point finds in its context's `counts`."""
+    point finds in its context's `counts`. `options(resolved, device)` types a section's
+    resolved scalar options, once per section: every `options` above is that object."""
 
     name: str
     point: type
@@ -33,38 +61,59 @@ class SectionKind:
     run: Callable[..., Any]
     check: Callable[[Any], None]
     failed: Callable[[Any, str], Any] | None = None
-    order: Callable[[list, dict], list] | None = None
-    groups: Callable[[list, dict, torch.device], list[list[int]]] | None = None
+    order: Callable[[list, Any], list] | None = None
+    groups: Callable[[list, Any, torch.device], list[list[int]]] | None = None
     together: Callable[[Any], Any] | None = None
     run_group: Callable[[list, Any, int], list] | None = None
-    check_section: Callable[[dict, dict, set], None] | None = None
-    pre_pass: Callable[[list, dict, torch.device], dict] | None = None
+    check_section: Callable[[dict, Any, set], None] | None = None
+    pre_pass: Callable[[list, Any, torch.device], dict] | None = None
+    options: Callable[[Mapping[str, Any], torch.device], Any] | None = None
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
 
+    @classmethod
+    def of(cls, name: str, experiment: Experiment, **more: Any) -> SectionKind:
+        """The kind of section that runs `experiment` (a module of experiments/)."""
+        point, record = more.pop("point"), more.pop("record")
+        return cls(
+            name, point, record, experiment.run, experiment.check, order=experiment.order, **more
+        )
+
+
+def section_options(
+    name: str, given: Mapping[str, Any] | None = None, device: torch.device | None = None
+) -> Any:
+    """Section `name`'s typed options (None for a section that has none) from its
+    resolved scalar options, or from `given` over the schema's defaults (a point run
+    outside a study: tests, the library)."""
+    kind = KINDS[name]
+    if kind.options is None:
+        return None
+    resolved = {n: FIELDS[n].default_for(name) for n in fields_for(name) if not FIELDS[n].axis}
+    return kind.options({**resolved, **(given or {})}, device or torch.device("cpu"))
+
 
 KINDS: dict[str, SectionKind] = {
-    "params": SectionKind(
-        "params", params.ParamsPoint, params.ParamsRecord, params.run, params.check
+    "params": SectionKind.of(
+        "params", params, point=params.ParamsPoint, record=params.ParamsRecord
     ),
-    "kvmem": SectionKind(
+    "kvmem": SectionKind.of(
         "kvmem",
-        kvmem.KvmemPoint,
-        kvmem.KvmemRecord,
-        kvmem.run,
-        kvmem.check,
+        kvmem,
+        point=kvmem.KvmemPoint,
+        record=kvmem.KvmemRecord,
         failed=kvmem.failed,
+        options=kvmem_options,
         measures=True,
     ),
-    "decode": SectionKind(
+    "decode": SectionKind.of(
         "decode",
-        decode.DecodePoint,
-        decode.DecodeRecord,
-        decode.run,
-        decode.check,
+        decode,
+        point=decode.DecodePoint,
+        record=decode.DecodeRecord,
         failed=decode.failed,
-        order=decode.run_order,
+        options=decode_options,
         groups=interleave.sampling_groups,
         run_group=interleave.run_group,
         together=decode.context_of,
@@ -74,7 +123,7 @@ KINDS: dict[str, SectionKind] = {
         measures=True,
         keeps_going=True,
     ),
-    "fit": SectionKind("fit", fit.FitPoint, fit.FitRecord, fit.run, fit.check),
+    "fit": SectionKind.of("fit", fit, point=fit.FitPoint, record=fit.FitRecord),
 }
 
 

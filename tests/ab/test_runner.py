@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.ab import sides as sides_module
 from attnbench.ab.runner import PointResult, Visit, time_point, visit_order
@@ -31,9 +30,9 @@ from attnbench.errors import FieldError, UsageError
 from attnbench.experiments.decode import DecodePoint
 from attnbench.gate.compare import Thresholds, Verdict
 from attnbench.gate.paired import EVIDENCE, judge_paired, median_ratio_interval
+from tests.helpers import runner
 
 ROOT = Path(__file__).resolve().parents[2]
-runner = CliRunner()
 TINY_STUDY = "decode:\n  d_model: 64\n  num_heads: 2\n  prompt_len: 16\n  mode: cache\n"
 
 
@@ -333,6 +332,7 @@ def test_a_bad_base_exits_2_with_one_line(scratch_repo, tmp_path, monkeypatch):
     assert study.read_text() == TINY_STUDY
 
 
+@pytest.mark.integration
 def test_a_worker_that_imports_another_attnbench_stops_with_one_line(tmp_path):
     """The running python imports this checkout's attnbench, not the side's source."""
     (tmp_path / "attnbench").mkdir()
@@ -360,6 +360,7 @@ def repo_root(monkeypatch) -> Path:
     return ROOT
 
 
+@pytest.mark.integration
 def test_ab_times_head_against_base_in_one_job(repo_root, tmp_path):
     study = tmp_path / "tiny.yaml"
     study.write_text(TINY_STUDY)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
-
-runner = CliRunner()
+from tests.helpers import runner
 
 
 def long_path(tmp_path, name: str):

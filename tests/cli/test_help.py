@@ -10,13 +10,11 @@ import re
 import pytest
 from rich.console import Console
 from typer.main import get_command
-from typer.testing import CliRunner
 
 import attnbench.cli.common as common
 from attnbench.cli import SHORT_HELP, SHORT_HELP_MAX, app
 from attnbench.study.schema import FIELDS, fields_for
-
-runner = CliRunner()
+from tests.helpers import runner
 
 
 def help_of(*command: str) -> str:

@@ -10,7 +10,6 @@ import time
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import attnbench.cli.decode_cmd
 from attnbench.cli import app
@@ -29,10 +28,11 @@ from attnbench.model.formulas import (
 from attnbench.model.shapes import AttentionShape
 from attnbench.study import runner as study
 from attnbench.study.runner import DirectoryStore, plan_command, run_experiment, run_study
+from tests.experiments.options import decode_options
+from tests.helpers import runner
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-runner = CliRunner()
 TINY = [
     "--d-model",
     "32",
@@ -271,9 +271,8 @@ def raising(exc: BaseException, when=lambda point: True):
 
 
 def test_record_fields_are_consistent():
-    context = Context(
-        CPU, {"warmup": 0, "repeats": 4}, peak_gbps=10.0, peak_tflops={"float32": 0.5}
-    )
+    options = decode_options({"warmup": 0, "repeats": 4})
+    context = Context(CPU, options, peak_gbps=10.0, peak_tflops={"float32": 0.5})
     rec = decode.run(POINT, context)
     assert rec.status in decode.TIMED
     assert len(rec.samples_ms) == rec.step_repeats == 4 and rec.step_stop == "repeats"
@@ -301,7 +300,9 @@ def test_record_fields_are_consistent():
 
 def test_no_prefill_and_no_generation_leave_their_metrics_empty():
     point = DecodePoint(**{**TINY_POINT, "gen_len": 0})
-    rec = decode.run(point, Context(CPU, {"warmup": 0, "repeats": 2, "prefill": False}))
+    rec = decode.run(
+        point, Context(CPU, decode_options({"warmup": 0, "repeats": 2, "prefill": False}, CPU))
+    )
     assert rec.status in decode.TIMED and len(rec.samples_ms) == 2
     assert rec.prefill_ms_median is None and rec.prefill_samples_ms == []
     assert rec.prefill_flops is None and rec.achieved_tflops is None
@@ -323,7 +324,9 @@ def test_status_tells_a_steady_step_from_a_noisy_one_and_from_too_few_samples():
     assert decode.FEW_SAMPLES == "noisy: under 11 samples, too few to judge the spread"
     assert all(decode.timed({"status": s}) for s in decode.TIMED)
     assert not decode.timed({"status": "oom"}) and not decode.timed({"status": "wrong: x"})
-    rec = decode.run(POINT, Context(CPU, {"warmup": 0, "repeats": 3, "prefill": False}))
+    rec = decode.run(
+        POINT, Context(CPU, decode_options({"warmup": 0, "repeats": 3, "prefill": False}, CPU))
+    )
     assert (rec.status, rec.noisy) == (decode.FEW_SAMPLES, True)  # 3 samples: not ±0.0%
 
 
@@ -332,7 +335,7 @@ def test_adaptive_sampling_is_the_default_and_records_why_it_stopped(reference):
     """Sampling stops when the step's interval, and with a reference its ratio's too,
     is within 2%, or when the time is up."""
     options = {"warmup": 1, "max_time": 0.5, "prefill": False, "reference": reference}
-    rec = decode.run(POINT, Context(CPU, options))
+    rec = decode.run(POINT, Context(CPU, decode_options(options, CPU)))
     assert rec.status in decode.TIMED
     assert rec.step_stop in ("target_ci", "max_time")
     assert rec.step_repeats == len(rec.samples_ms) >= 5
@@ -420,7 +423,9 @@ def test_decode_points_put_the_baseline_and_no_cache_first():
         for p in ("naive", "attnbench")
         for m in ("cache", "no_cache")
     ]
-    order = [(p.prompt_len, p.provider, p.mode) for p in decode.run_order(points, {})]
+    order = [
+        (p.prompt_len, p.provider, p.mode) for p in decode.run_order(points, decode_options({}))
+    ]
     assert order == [
         (4, "attnbench", "no_cache"),
         (4, "attnbench", "cache"),
@@ -431,7 +436,7 @@ def test_decode_points_put_the_baseline_and_no_cache_first():
         (8, "naive", "no_cache"),
         (8, "naive", "cache"),
     ]
-    naive_first = decode.run_order(points, {"baseline_provider": "naive"})
+    naive_first = decode.run_order(points, decode_options({"baseline_provider": "naive"}))
     assert [p.provider for p in naive_first[:4]] == ["naive", "naive", "attnbench", "attnbench"]
     planned = [(t.point.num_kv_heads, t.point.mode) for t in tiny_plan().tasks]
     assert planned == [(4, "no_cache"), (4, "cache"), (1, "no_cache"), (1, "cache")]
@@ -546,7 +551,7 @@ def test_bad_flags_exit_2_with_one_line(args, needle):
 
 def test_cuda_graphs_on_the_cpu_are_unsupported_rows():
     point = DecodePoint(**{**TINY_POINT, "cuda_graph": True})
-    rec = decode.run(point, Context(CPU, {"warmup": 0, "repeats": 1}))
+    rec = decode.run(point, Context(CPU, decode_options({"warmup": 0, "repeats": 1}, CPU)))
     assert rec.status == "unsupported: CUDA graphs need a CUDA device"
     assert rec.step_ms_median is None and rec.samples_ms == []
 
@@ -564,7 +569,12 @@ def test_cuda_graph_and_eager_steps_side_by_side(graph):
             "cuda_graph": graph,
         }
     )
-    rec = decode.run(point, Context(torch.device("cuda"), {"warmup": 1, "repeats": 5}))
+    rec = decode.run(
+        point,
+        Context(
+            torch.device("cuda"), decode_options({"warmup": 1, "repeats": 5}, torch.device("cuda"))
+        ),
+    )
     assert rec.status in decode.TIMED and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
 
 

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
@@ -16,9 +15,9 @@ from attnbench.model.architecture import ModelBody, ModelSpec
 from attnbench.model.capacity import KvFormat, layer_windows
 from attnbench.model.presets import PRESETS
 from attnbench.model.units import parse_memory, parse_share
+from tests.helpers import runner
 
 GiB = 2**30
-runner = CliRunner()
 
 # A model with round numbers: 4 layers, d 1024, 8 heads of 128 (MHA), plain 2-matrix MLP of
 # 1024, vocabulary 1024, untied head. Parameters: embeddings and head 2 * 1024^2, attention

@@ -13,7 +13,7 @@ import torch
 from torch.utils.benchmark import Timer
 
 from attnbench.experiments import instructions
-from attnbench.experiments.decode import TIMED, DecodeOptions, DecodePoint
+from attnbench.experiments.decode import TIMED, DecodePoint
 from attnbench.experiments.instructions import (
     MALLOC_TUNABLE,
     MAX_NUMBER,
@@ -30,10 +30,11 @@ from attnbench.experiments.instructions import (
     valgrind_version,
     warmed_workload,
 )
+from tests.experiments.options import decode_options
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-OPTIONS = DecodeOptions()
+OPTIONS = decode_options()
 CPU = torch.device("cpu")
 
 

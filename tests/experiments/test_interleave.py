@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import time
 
 import pytest
@@ -25,9 +24,10 @@ from attnbench.experiments.decode import (
     run_order,
 )
 from attnbench.measure import timing
-from attnbench.measure.timing import bootstrap_interval
+from attnbench.measure.stats import bootstrap_interval, median
 from attnbench.study.runner import DirectoryStore, plan_command, run_study
 from attnbench.study.sections import KINDS
+from tests.experiments.options import decode_options
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -101,7 +101,7 @@ def test_comparisons_are_the_per_round_ratios_with_a_bootstrap_interval():
     mha, mqa = rows[4, "attnbench", "cache"], rows[1, "attnbench", "cache"]
     ratios = per_round(mha, mqa)
     assert mha.x_of_narrowest_samples == pytest.approx(ratios)
-    assert mha.x_of_narrowest_median == pytest.approx(statistics.median(ratios))
+    assert mha.x_of_narrowest_median == pytest.approx(median(ratios))
     assert mha.narrowest_variant == "MQA"
     lo, hi = bootstrap_interval(ratios)
     assert (mha.x_of_narrowest_ci_lo, mha.x_of_narrowest_ci_hi) == pytest.approx((lo, hi))
@@ -110,7 +110,7 @@ def test_comparisons_are_the_per_round_ratios_with_a_bootstrap_interval():
     for kv in (4, 1):
         cached, uncached = rows[kv, "attnbench", "cache"], rows[kv, "attnbench", "no_cache"]
         ratios = per_round(cached, uncached)
-        assert cached.x_of_no_cache_median == pytest.approx(statistics.median(ratios))
+        assert cached.x_of_no_cache_median == pytest.approx(median(ratios))
         assert cached.speedup_vs_no_cache == pytest.approx(1 / cached.x_of_no_cache_median)
         assert uncached.x_of_no_cache_median is None
 
@@ -119,8 +119,8 @@ def test_providers_are_compared_with_the_baseline_round_by_round():
     rows = by_key(records_of(num_kv_heads=[2], provider=["attnbench", "sdpa-math"]))
     base, other = rows[2, "attnbench", "cache"], rows[2, "sdpa-math", "cache"]
     ratios = per_round(other, base)
-    assert other.x_of_baseline_median == pytest.approx(statistics.median(ratios))
-    assert other.speedup_vs_baseline == pytest.approx(1 / statistics.median(ratios))
+    assert other.x_of_baseline_median == pytest.approx(median(ratios))
+    assert other.speedup_vs_baseline == pytest.approx(1 / median(ratios))
     assert base.speedup_vs_baseline == 1.0 and base.x_of_baseline_median is None
 
 
@@ -156,18 +156,18 @@ def test_groups_hold_one_context_within_the_free_memory():
             for n in (4, 8)
             for m in ("cache", "no_cache")
         ],
-        {},
+        decode_options(),
     )
-    ample = interleave.sampling_groups(points, {}, CPU, lambda device: 1 << 40)
+    ample = interleave.sampling_groups(points, decode_options(), CPU, lambda device: 1 << 40)
     assert ample == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert all(len({points[i].prompt_len for i in g}) == 1 for g in ample)
     two = sum(decode_bytes(points[i]) for i in (0, 1))
-    tight = interleave.sampling_groups(points, {}, CPU, lambda device: two)
+    tight = interleave.sampling_groups(points, decode_options(), CPU, lambda device: two)
     assert tight[0] == [0, 1] and len(tight) > len(ample)
     for group in tight:
         assert len(group) == 1 or sum(decode_bytes(points[i]) for i in group) <= two
         assert len({points[i].prompt_len for i in group}) == 1
-    none = interleave.sampling_groups(points, {}, CPU, lambda device: 1)
+    none = interleave.sampling_groups(points, decode_options(), CPU, lambda device: 1)
     assert none == [[i] for i in range(8)]  # nothing fits: each alone (and skipped)
 
 
@@ -206,7 +206,7 @@ def test_a_point_out_of_memory_leaves_the_rest_of_its_group(monkeypatch):
 
 def test_no_cache_points_stay_within_their_longest_context():
     points = [point(prompt_len=n, mode=m) for n in (4, 64, 256) for m in ("cache", "no_cache")]
-    kept = run_order(points, {"no_cache_max_prompt_len": 64})
+    kept = run_order(points, decode_options({"no_cache_max_prompt_len": 64}))
     assert [(p.prompt_len, p.mode) for p in kept] == [
         (4, "no_cache"),
         (4, "cache"),
@@ -214,7 +214,7 @@ def test_no_cache_points_stay_within_their_longest_context():
         (64, "cache"),
         (256, "cache"),
     ]
-    assert len(run_order(points, {})) == 6
+    assert len(run_order(points, decode_options())) == 6
 
 
 def test_a_group_left_part_way_runs_again_whole(tmp_path, monkeypatch):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.experiments import kvmem
@@ -22,8 +21,8 @@ from attnbench.model.units import format_bytes
 from attnbench.study.output import write_csv
 from attnbench.study.runner import plan_command, run_study
 from attnbench.study.sweep import StudyConfig, resolve
+from tests.helpers import runner
 
-runner = CliRunner()
 CONFIGS = Path(__file__).parents[2] / "configs"
 CPU = torch.device("cpu")
 GiB, MiB = 1024**3, 1024**2

@@ -8,12 +8,12 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.experiments.params import count_module_params, params_record
 from attnbench.model.formulas import AttentionShape, attention_params, projection_params
 from attnbench.modules.attention import GroupedQueryAttention
+from tests.helpers import runner
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -89,8 +89,6 @@ def test_params_record_llama(bias):
 
 
 # ---------------------------------------------------------------------------- CLI
-
-runner = CliRunner()
 
 
 def invoke(*args: str):

@@ -2,16 +2,14 @@
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.experiments import selfcheck
 from attnbench.experiments.decode import build_layer
 from attnbench.modules.attention import GroupedQueryAttention
+from tests.helpers import runner
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-runner = CliRunner()
 
 
 def test_selfcheck_passes_on_the_cpu():

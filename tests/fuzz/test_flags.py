@@ -17,9 +17,9 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from attnbench.cli import app
+from tests.helpers import runner
 
 settings.register_profile(
     "ci", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -29,7 +29,6 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-runner = CliRunner()
 #: What each command may exit with.
 EXIT_CODES = {"params": {0, 2}, "kvmem": {0, 2}, "fit": {0, 1, 2}, "compare": {0, 1, 2, 3}}
 MAX_ERROR_LINES = 21  # 20 problems and a line saying how many more

@@ -3,12 +3,10 @@
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from attnbench.cli import app
 from attnbench.gate.baseline import exact_document
+from tests.helpers import runner
 
-runner = CliRunner()
 #: The packaged default study, which `baseline exact` uses when given no CONFIG.
 CONFIG = Path(__file__).parents[2] / "attnbench" / "configs" / "default.yaml"
 

@@ -9,11 +9,12 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
+from attnbench import records
 from attnbench.cli import app
 from attnbench.experiments.decode import DecodeRecord
 from attnbench.experiments.fit import FitRecord
@@ -22,7 +23,6 @@ from attnbench.experiments.params import ParamsRecord
 from attnbench.gate.compare import (
     MEASURED_RANGE,
     Thresholds,
-    TimingStats,
     Verdict,
     compare_documents,
     environment_differences,
@@ -32,12 +32,12 @@ from attnbench.gate.compare import (
     judge_timing,
     span,
     times,
-    timing_stats,
 )
 from attnbench.gate.paired import judge_paired
 from attnbench.gate.simulation import (
     NO_PAIRS,
     Noise,
+    Resampling,
     Row,
     draw_row,
     draw_timing,
@@ -48,15 +48,15 @@ from attnbench.gate.simulation import (
     simulate_document,
     simulate_rows,
     simulate_sampled,
-    stats_of,
     totals,
 )
-from attnbench.measure.timing import percentile
-from attnbench.records import Kind, field_kinds, gated_timing
+from attnbench.measure.stats import Measurement, Summary, median
+from attnbench.records import Kind, field_kinds, flattened, gated_timing
 from attnbench.study.documents import load_document
 from attnbench.study.output import write_csv
 from attnbench.study.schema import FIELDS
 from attnbench.study.sections import RECORD_TYPES
+from tests.helpers import runner
 
 ENV = {
     "attnbench_version": "0.1.0",
@@ -127,16 +127,24 @@ def kvmem_records() -> list[dict]:
     return rows
 
 
-def _timing(median: str, prefix: str, samples: str, t: TimingStats | None) -> dict:
-    """A gated timing's fields as a record carries them (all None when not measured)."""
-    if t is None:
-        return {median: None, f"{prefix}_p25": None, f"{prefix}_p75": None, samples: []}
-    return {
-        median: t.median,
-        f"{prefix}_p25": t.p25,
-        f"{prefix}_p75": t.p75,
-        samples: list(t.samples),
-    }
+def _timing(metric: str, t: Measurement | None) -> dict:
+    """A gated timing's fields as a record carries them (all None, and no samples, when not
+    measured)."""
+    if t is not None:
+        return flattened(DecodeRecord, metric, t)
+    stats = gated_timing(DecodeRecord)[metric]
+    return {metric: None, **{f: [] if role == "samples" else None for role, f in stats.items()}}
+
+
+def stated(
+    median: float,
+    p25: float | None = None,
+    p75: float | None = None,
+    samples: Sequence[float] = (),
+) -> Measurement:
+    """A timing as a record states it: its median, and its quartiles and raw samples when
+    it has them."""
+    return Measurement(list(samples), recorded=Summary(median, p25, p75))
 
 
 def decode_records(seed: int = 0, slowdown: float = 1.0, steps: int = 30) -> list[dict]:
@@ -165,26 +173,26 @@ def decode_records(seed: int = 0, slowdown: float = 1.0, steps: int = 30) -> lis
                     gen_len=30,
                     mode=mode,
                     cuda_graph=False,
-                    **_timing("step_ms_median", "step_ms", "samples_ms", t),
-                    step_repeats=len(t.samples),
+                    **_timing("step_ms_median", t),
+                    step_repeats=len(t.samples_ms),
                     step_stop="target_ci",
                     step_ci_pct=1.0,
-                    tokens_per_s=1000 / t.median,
+                    tokens_per_s=1000 / t.median_ms,
                     speedup_vs_no_cache=None,
                     baseline_provider="attnbench",
                     speedup_vs_baseline=1.0,
                     bytes_per_step=kv * 1_048_576,
-                    achieved_gbps=kv / t.median,
+                    achieved_gbps=kv / t.median_ms,
                     peak_gbps=2900.0,
                     pct_of_peak_bw=1.0,
                     flops_per_step=kv * 2_000_000,
-                    **_timing("prefill_ms_median", "prefill_ms", "prefill_samples_ms", pre),
+                    **_timing("prefill_ms_median", pre),
                     prefill_flops=None if pre is None else 1_000_000_000,
                     achieved_tflops=None if pre is None else 0.1,
                     peak_tflops=989.0,
                     pct_of_peak_flops=None if pre is None else 0.01,
-                    **_timing("gen_ms_median", "gen_ms", "gen_samples_ms", gen),
-                    gen_tokens_per_s=30_000 / gen.median,
+                    **_timing("gen_ms_median", gen),
+                    gen_tokens_per_s=30_000 / gen.median_ms,
                     noisy=False,
                     status="ok",
                     model=None,
@@ -214,7 +222,7 @@ def write(tmp_path, name: str, doc) -> str:
 
 def cli(*args: str):
     """The CLI on a wide terminal: every column of a table, every line unwrapped."""
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+    return runner.invoke(app, list(args), env={"COLUMNS": "250"})
 
 
 def compare(tmp_path, base: dict, cur: dict, *flags: str):
@@ -317,11 +325,51 @@ def test_every_gated_timing_carries_its_own_statistics():
         ("prefill_ms_median", "prefill_ms", "prefill_samples_ms"),
         ("gen_ms_median", "gen_ms", "gen_samples_ms"),
     ):
-        stats = timing_stats(rec, metric, gated_timing(DecodeRecord)[metric])
-        assert stats == TimingStats(
-            rec[metric], rec[f"{prefix}_p25"], rec[f"{prefix}_p75"], tuple(rec[samples])
+        measured = Measurement.of_record(rec, metric, gated_timing(DecodeRecord)[metric])
+        assert measured == stated(
+            rec[metric], rec[f"{prefix}_p25"], rec[f"{prefix}_p75"], rec[samples]
         )
-    assert timing_stats(rec, "gen_ms_median", {}) == TimingStats(rec["gen_ms_median"])
+        assert flattened(DecodeRecord, metric, measured) == {
+            f: rec[f] for f in (metric, f"{prefix}_p25", f"{prefix}_p75", samples)
+        }
+    assert Measurement.of_record(rec, "gen_ms_median", {}) == stated(rec["gen_ms_median"])
+
+
+def test_a_statistic_declares_its_role_or_its_declaration_implies_it():
+    """`role=` names a statistic's role whatever the field is called; left out, the raw
+    samples are the statistic kept out of CSV and a quartile is named by its suffix."""
+
+    @dataclasses.dataclass
+    class Timed:
+        t: float | None = records.timing()
+        low: float | None = records.timing(of="t", role="p25")
+        high: float | None = records.timing(of="t", role="p75")
+        draws: list[float] = records.timing([], of="t", csv=False)
+        r: float | None = records.ratio()
+        r_p75: float | None = records.ratio(of="r")
+
+    assert gated_timing(Timed) == {
+        "t": {"p25": "low", "p75": "high", "samples": "draws"},
+        "r": {"p75": "r_p75"},
+    }
+    measured = Measurement.of_samples([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert flattened(Timed, "t", measured) == {
+        "t": 3.0,
+        "low": 2.0,
+        "high": 4.0,
+        "draws": [1.0, 2.0, 3.0, 4.0, 5.0],
+    }
+    assert flattened(Timed, "r", measured) == {"r": 3.0, "r_p75": 4.0}
+    with pytest.raises(ValueError, match="role is one of p25, p75, samples"):
+        records.timing(of="t", role="p90")
+
+    @dataclasses.dataclass
+    class Unnamed:
+        t: float | None = records.timing()
+        t_spread: float | None = records.timing(of="t")
+
+    with pytest.raises(ValueError, match="t_spread: a statistic's role is one of"):
+        gated_timing(Unnamed)
 
 
 TIMINGS = {"step_ms_median", "prefill_ms_median", "gen_ms_median"}
@@ -356,13 +404,13 @@ def test_every_field_of_every_record_declares_a_kind(name, record_type):
 
 def test_timing_needs_evidence_and_the_absolute_floor():
     th = Thresholds()
-    tiny = judge_timing(TimingStats(0.002, 0.002, 0.002), TimingStats(0.004, 0.004, 0.004), th)
+    tiny = judge_timing(stated(0.002, 0.002, 0.002), stated(0.004, 0.004, 0.004), th)
     assert tiny.verdict is Verdict.UNCHANGED  # 2x, but only 2 us
-    bare = judge_timing(TimingStats(1.0), TimingStats(1.5), th)
+    bare = judge_timing(stated(1.0), stated(1.5), th)
     assert bare.verdict is Verdict.INCONCLUSIVE and "no samples" in bare.reason
-    overlap = judge_timing(TimingStats(1.0, 0.99, 1.01), TimingStats(1.5, 0.9, 1.55), th)
+    overlap = judge_timing(stated(1.0, 0.99, 1.01), stated(1.5, 0.9, 1.55), th)
     assert overlap.verdict is Verdict.INCONCLUSIVE
-    apart = judge_timing(TimingStats(1.0, 0.99, 1.01), TimingStats(1.5, 1.48, 1.52), th)
+    apart = judge_timing(stated(1.0, 0.99, 1.01), stated(1.5, 1.48, 1.52), th)
     assert apart.verdict is Verdict.REGRESSED and apart.evidence == "p25..p75"
 
 
@@ -374,6 +422,24 @@ def test_noise_shifts_are_never_regressions():
             Verdict.UNCHANGED,
             Verdict.INCONCLUSIVE,
         )
+
+
+def test_the_bootstrap_is_drawn_only_for_an_effect_the_threshold_leaves_open(monkeypatch):
+    """Unchanged under the floor or within the threshold needs no evidence, and draws no
+    bootstrap; an effect beyond the threshold draws it."""
+    from attnbench.gate import compare
+
+    drawn = []
+    real = compare.bootstrap_ratio_interval
+    monkeypatch.setattr(compare, "bootstrap_ratio_interval", lambda *a: drawn.append(a) or real(*a))
+    rng, noise = np.random.default_rng(3), Noise(median_ms=1.0)
+    base = draw_timing(rng, noise)
+    same = judge_timing(base, draw_timing(rng, noise), Thresholds())
+    assert same.verdict is Verdict.UNCHANGED and "within the 1.10x threshold" in same.reason
+    assert (same.interval, same.evidence, drawn) == (None, None, [])
+    slower = judge_timing(base, draw_timing(rng, noise, slowdown=1.5), Thresholds())
+    assert slower.verdict is Verdict.REGRESSED and slower.evidence == "bootstrap"
+    assert len(drawn) == 1
 
 
 def test_the_bootstrap_is_seeded():
@@ -634,7 +700,7 @@ def with_ratios(records: list[dict], factor: float = 1.0, reference: str = "kern
     rng = np.random.default_rng(7)
     for rec in out:
         t = draw_timing(rng, Noise(median_ms=1.5, samples=30), factor)
-        rec.update(_timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", t))
+        rec.update(_timing("x_of_reference_median", t))
         rec.update(
             reference=reference,
             instructions_per_step=round(2_000_000 * factor),
@@ -682,7 +748,7 @@ def with_comparison(records: list[dict], factor: float = 1.0, narrowest: str = "
     rng = np.random.default_rng(11)
     for rec in out:
         t = draw_timing(rng, Noise(median_ms=3.0, samples=30), factor)
-        rec.update(_timing("x_of_narrowest_median", "x_of_narrowest", "x_of_narrowest_samples", t))
+        rec.update(_timing("x_of_narrowest_median", t))
         rec["narrowest_variant"] = narrowest
     return out
 
@@ -912,7 +978,7 @@ def test_nothing_changed_leaves_the_summary_and_the_count(tmp_path):
 def screen80(tmp_path, base: dict, cur: dict, *flags: str, width: int = 80):
     """compare on an 80-column terminal (or `width` columns)."""
     args = ["compare", write(tmp_path, "base.json", base), write(tmp_path, "cur.json", cur)]
-    return CliRunner().invoke(app, [*args, *flags], env={"COLUMNS": str(width)})
+    return runner.invoke(app, [*args, *flags], env={"COLUMNS": str(width)})
 
 
 def table_rows(text: str) -> list[str]:
@@ -973,8 +1039,8 @@ def test_timing_reasons_read_ratios_in_words():
     def judged(factor: float, spread: float = 0.01):
         cur = tuple(factor * (1.0 + spread * rng.standard_normal(40)))
         return judge_timing(
-            TimingStats(float(np.median(base)), samples=base),
-            TimingStats(float(np.median(cur)), samples=cur),
+            stated(median(base), samples=base),
+            stated(median(cur), samples=cur),
             th,
         )
 
@@ -1088,6 +1154,7 @@ def test_baseline_save_refuses_csv_and_bad_json(tmp_path):
 # --- simulation ----------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_simulated_false_regressions_and_detection():
     """500 A/A pairs with lognormal noise and one-sided outliers: at most 1% flagged; a
     planted 20% slowdown is caught in at least 95% of pairs."""
@@ -1106,13 +1173,14 @@ def samples_document(tmp_path):
     return load_document(write(tmp_path, "samples.json", document("decode-speed", rows)))
 
 
+@pytest.mark.integration
 def test_real_samples_catch_a_planted_slowdown_and_stay_quiet(tmp_path):
     """Resampled from the rows' own samples, a 20% slowdown is caught in >= 95% of pairs and
     A/A pairs are flagged in <= 1%, per provider too; the wrong row is left out."""
     doc = samples_document(tmp_path)
     steps = real_series(doc, metrics=["step_ms_median"])
     assert len(steps) == 11 and {s.provider for s in steps} == {"attnbench", "naive"}
-    results = simulate_document(doc, pairs=25, slowdown=1.2, metrics=["step_ms_median"])
+    results = simulate_document(doc, Resampling(pairs=25, slowdown=1.2, metrics=["step_ms_median"]))
     for (metric, *_), (resampled, halves) in [
         *totals(results).items(),
         *totals(results, by="provider").items(),
@@ -1120,21 +1188,27 @@ def test_real_samples_catch_a_planted_slowdown_and_stay_quiet(tmp_path):
         assert metric == "step_ms_median"
         assert resampled.false_rate <= 0.01 and resampled.detection_rate >= 0.95
         assert halves.pairs in (5, 6, 11)
-    naive = simulate_document(doc, pairs=25, provider="naive", metrics=["step_ms_median"])
+    naive = simulate_document(
+        doc, Resampling(pairs=25, provider="naive", metrics=["step_ms_median"])
+    )
     assert [r.series.provider for r in naive] == ["naive"] * 5
     assert naive == [r for r in results if r.series.provider == "naive"]  # seeds per row
 
 
+@pytest.mark.integration
 def test_real_samples_do_not_detect_what_was_not_planted(tmp_path):
     """The detection rate is the gate's: with no slowdown planted nothing is caught, and a
     5% one (under the 10% threshold) is not either."""
     doc = samples_document(tmp_path)
     for slowdown in (1.0, 1.05):
-        results = simulate_document(doc, pairs=10, slowdown=slowdown, metrics=["step_ms_median"])
+        results = simulate_document(
+            doc, Resampling(pairs=10, slowdown=slowdown, metrics=["step_ms_median"])
+        )
         resampled, halves = totals(results)[("step_ms_median",)]
         assert resampled.detection_rate == 0.0 and halves.detections == 0
 
 
+@pytest.mark.integration
 def test_rows_are_judged_as_compare_judges_them(tmp_path):
     """A row regresses when any of its gated timings does: its A/A pairs stay quiet and a
     planted slowdown is caught, per provider too; nothing is caught when nothing was
@@ -1145,31 +1219,32 @@ def test_rows_are_judged_as_compare_judges_them(tmp_path):
     assert {tuple(r.samples) for r in rows} >= {
         ("step_ms_median", "prefill_ms_median", "gen_ms_median")
     }
-    results = simulate_rows(doc, pairs=12, slowdown=1.2)
+    results = simulate_rows(doc, Resampling(pairs=12, slowdown=1.2))
     assert [r.row for r in results] == rows
     for provider in ("attnbench", "naive"):
         these = [r.resampled for r in results if r.row.provider == provider]
         assert sum(t.false_regressions for t in these) <= 0.01 * sum(t.pairs for t in these)
         assert sum(t.detections for t in these) >= 0.95 * sum(t.pairs for t in these)
-    naive = simulate_rows(doc, pairs=12, provider="naive")
+    naive = simulate_rows(doc, Resampling(pairs=12, provider="naive"))
     assert naive == [r for r in results if r.row.provider == "naive"]  # seeds per row
-    quiet = simulate_rows(doc, pairs=5, slowdown=1.0)
+    quiet = simulate_rows(doc, Resampling(pairs=5, slowdown=1.0))
     assert all(r.resampled.detections == 0 for r in quiet)
 
 
+@pytest.mark.integration
 def test_a_row_regresses_when_any_timing_does(tmp_path):
     """Steps too noisy to gate (half of them 1.6x) leave a slowdown inconclusive on the
     step alone; the row is still caught, by its prefill and generation."""
     rows = decode_records(seed=9, steps=60)
     for r in rows:
         noisy = [s * (1.6 if i % 2 else 1.0) for i, s in enumerate(r["samples_ms"])]
-        r.update(_timing("step_ms_median", "step_ms", "samples_ms", stats_of(noisy)))
+        r.update(_timing("step_ms_median", Measurement.of_samples(noisy)))
     doc = load_document(write(tmp_path, "noisy.json", document("decode-speed", rows)))
-    steps, _ = totals(simulate_document(doc, pairs=20, metrics=["step_ms_median"]))[
+    steps, _ = totals(simulate_document(doc, Resampling(pairs=20, metrics=["step_ms_median"])))[
         ("step_ms_median",)
     ]
     assert steps.detection_rate < 0.5
-    caught = sum((r.resampled for r in simulate_rows(doc, pairs=20)), NO_PAIRS)
+    caught = sum((r.resampled for r in simulate_rows(doc, Resampling(pairs=20))), NO_PAIRS)
     assert caught.detection_rate >= 0.95 and caught.false_rate <= 0.01
 
 
@@ -1180,24 +1255,23 @@ def test_a_row_draws_its_step_and_in_run_ratio_from_the_same_rounds():
     ratios = tuple(10.0 * x for x in steps)
     row = Row("hf", "r", {"step_ms_median": steps, "x_of_reference_median": ratios})
     drawn = draw_row(row, np.random.default_rng(3), 1.5)
-    assert drawn["x_of_reference_median"].samples == tuple(
-        10.0 * x for x in drawn["step_ms_median"].samples
-    )
-    assert drawn["step_ms_median"].samples != tuple(1.5 * x for x in steps)  # resampled
+    assert drawn["x_of_reference_median"].samples_ms == [
+        10.0 * x for x in drawn["step_ms_median"].samples_ms
+    ]
+    assert drawn["step_ms_median"].samples_ms != [1.5 * x for x in steps]  # resampled
 
 
+@pytest.mark.integration
 def test_an_in_run_ratio_is_judged_without_the_time_floor(tmp_path):
     """A ratio has no unit: a 20% rise of a ratio of 0.004 is caught, where the same numbers
     as milliseconds would sit under the 5 us floor."""
     rows = decode_records(seed=7, steps=60)
     for r in rows:
         r["reference"] = "kernels"
-        ratio = stats_of([0.004 * s / r["step_ms_median"] for s in r["samples_ms"]])
-        r.update(
-            _timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", ratio)
-        )
+        ratio = Measurement.of_samples([0.004 * s / r["step_ms_median"] for s in r["samples_ms"]])
+        r.update(_timing("x_of_reference_median", ratio))
     doc = load_document(write(tmp_path, "ratios.json", document("decode-speed", rows)))
-    ratio = simulate_document(doc, pairs=20, metrics=["x_of_reference_median"])
+    ratio = simulate_document(doc, Resampling(pairs=20, metrics=["x_of_reference_median"]))
     resampled, _ = totals(ratio)[("x_of_reference_median",)]
     assert resampled.detection_rate >= 0.95 and resampled.false_rate <= 0.01
 
@@ -1227,10 +1301,11 @@ def test_raw_samples_let_a_noisy_but_clear_slowdown_gate_and_percentiles_alone_d
     base = rng.lognormal(0.0, 0.22, 400)  # IQR/median about 30%
     slower = 1.2 * rng.lognormal(0.0, 0.22, 400)
 
-    def stats(x, with_samples: bool) -> TimingStats:
-        values = tuple(x.tolist())
-        p25, median, p75 = (percentile(values, q) for q in (25, 50, 75))
-        return TimingStats(median, p25, p75, values if with_samples else None)
+    def stats(x, with_samples: bool) -> Measurement:
+        measured = Measurement.of_samples(x.tolist())
+        if with_samples:
+            return measured
+        return stated(measured.median_ms, measured.p25_ms, measured.p75_ms)
 
     th = Thresholds()
     sampled = judge_timing(stats(base, True), stats(slower, True), th)
@@ -1254,10 +1329,10 @@ def recorded_runs(shifts: list[float], peaks: list[float]) -> list:
             state = shift * rng.lognormal(0, 0.03, 30)  # the machine, shared by both sides
             step, kernels = state * rec["step_ms_median"], state * rec["step_ms_median"] / 1.5
             ratios = step * rng.lognormal(0, 0.01, 30) / kernels
-            rec.update(_timing("step_ms_median", "step_ms", "samples_ms", stats_of(step)))
-            ratio = stats_of(ratios)
+            rec.update(_timing("step_ms_median", Measurement.of_samples(step)))
+            ratio = Measurement.of_samples(ratios)
             rec.update(
-                _timing("x_of_reference_median", "x_of_reference", "x_of_reference_samples", ratio),
+                _timing("x_of_reference_median", ratio),
                 reference="kernels",
             )
         docs.append(
@@ -1268,6 +1343,7 @@ def recorded_runs(shifts: list[float], peaks: list[float]) -> list:
     return docs
 
 
+@pytest.mark.integration
 def test_recorded_runs_gate_ratios_across_machine_states_that_stop_timings():
     """Runs up to 30% apart in machine state: the absolute timings are mostly not gated
     (their peaks moved), and where the peak did not show a 20% slower state they raise
@@ -1281,6 +1357,7 @@ def test_recorded_runs_gate_ratios_across_machine_states_that_stop_timings():
     assert ratio.caught_rate(1.2) >= 0.95
 
 
+@pytest.mark.integration
 def test_recorded_instruction_counts_flag_one_percent_more():
     runs = [{"a": 1_000_000 + d, "b": 2_000_000 - d} for d in (0, 900, -1500, 3000)]
     result = simulate_counts(runs, trials=300)
@@ -1352,8 +1429,8 @@ def test_the_widest_timings_measured_compare_to_finite_ratios(tmp_path):
 
 
 def test_samples_of_zero_leave_the_bootstrap_and_the_percentiles_of_zero_give_no_bounds():
-    fine = TimingStats(1.0, 0.99, 1.01, (1.0,) * 6)
-    zeros = TimingStats(1.5, 1.48, 1.52, (0.0, 0.0, 0.0, 1.5, 1.5, 1.5))
+    fine = stated(1.0, 0.99, 1.01, (1.0,) * 6)
+    zeros = stated(1.5, 1.48, 1.52, (0.0, 0.0, 0.0, 1.5, 1.5, 1.5))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a resampled median of 0 would divide by it
         slower, faster = (
@@ -1363,7 +1440,7 @@ def test_samples_of_zero_leave_the_bootstrap_and_the_percentiles_of_zero_give_no
         assert (slower.evidence, slower.verdict) == ("p25..p75", Verdict.REGRESSED)
         assert (faster.evidence, faster.verdict) == ("p25..p75", Verdict.IMPROVED)
         # a ratio of 0 reads as no speed-up: p25 of 0 gives no bounds either
-        no_bounds = dataclasses.replace(zeros, median=4.0, p25=0.0)
+        no_bounds = stated(4.0, 0.0, 1.52, zeros.samples_ms)
         assert judge_timing(fine, no_bounds, Thresholds()).interval is None
         assert judge_timing(no_bounds, fine, Thresholds()).interval is None
 

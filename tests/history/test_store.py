@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app, history_cmd
 from attnbench.history.series import Series, parse_where
@@ -27,8 +26,7 @@ from attnbench.history.store import (
     open_history,
 )
 from attnbench.study.documents import load_document
-
-runner = CliRunner()
+from tests.helpers import runner
 
 
 def run_cli(*args: str):
@@ -185,6 +183,7 @@ def _stored(db: Path) -> tuple[int, int]:
         con.close()
 
 
+@pytest.mark.integration
 def test_a_process_killed_mid_add_stores_nothing_of_that_run(tmp_path, decode_run):
     """SIGKILL while the records go in: the run is not there at all, and a later add of
     the same file stores it whole."""
@@ -217,6 +216,7 @@ def test_a_process_killed_mid_add_stores_nothing_of_that_run(tmp_path, decode_ru
     assert _stored(db) == (1, count)
 
 
+@pytest.mark.integration
 def test_two_processes_adding_at_once_both_land(tmp_path, decode_run):
     db = tmp_path / "h.sqlite"
     paths = [

@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError, UsageError
@@ -34,9 +33,9 @@ from attnbench.model.hf_config import spec_from_hf_config
 from attnbench.model.presets import PRESETS
 from attnbench.modules.quantized_cache import LayerStorage, pack_int4, unpack_int4
 from attnbench.study.sweep import StudyConfig, resolve
+from tests.helpers import runner
 
 CPU = torch.device("cpu")
-runner = CliRunner()
 
 
 def point(**kw) -> KvmemPoint:

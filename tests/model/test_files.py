@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.errors import FieldError, UsageError
 from attnbench.model.files import read_user_file
@@ -30,8 +29,7 @@ from attnbench.model.hf_config import (
 )
 from attnbench.study.sweep import MAX_SWEEP_FILE_BYTES, load_config
 from attnbench.study.yaml_loader import MAX_ALIAS_NODES, load_yaml
-
-runner = CliRunner()
+from tests.helpers import runner
 
 
 def invoke(*args: str):

@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
 from attnbench.model.capacity import layer_tokens
 from attnbench.model.hf_config import BODY_MODEL_TYPES, load_hf_config, spec_from_hf_config
 from attnbench.model.presets import get_preset
-
-runner = CliRunner()
+from tests.helpers import runner
 
 
 def write_config(tmp_path, cfg, name="model"):

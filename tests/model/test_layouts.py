@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
 from attnbench.model.capacity import layer_windows, pattern_bounded
 from attnbench.model.hf_config import spec_from_hf_config
-
-runner = CliRunner()
+from tests.helpers import runner
 
 
 def test_a_pattern_repeats_over_the_layers_from_the_first():

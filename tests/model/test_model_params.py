@@ -4,7 +4,6 @@ model publishers state."""
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError, UsageError
@@ -19,6 +18,7 @@ from attnbench.model.model_params import (
 )
 from attnbench.model.presets import PRESETS
 from attnbench.modules.skeleton import meta_part_params
+from tests.helpers import runner
 
 #: Totals computed by hand from each published config.json (vocabulary, intermediate size,
 #: RMSNorm weights, Qwen2's q/k/v biases, Gemma's tied embeddings, Falcon's LayerNorm
@@ -341,7 +341,7 @@ def test_records_and_cli_table():
     records = whole_model_records(PRESETS["mixtral-8x7b"])
     assert [r.part for r in records][-2:] == ["total", "active per token"]
     assert records[-2].params == records[-2].meta_params == EXACT_TOTALS["mixtral-8x7b"]
-    result = CliRunner().invoke(app, ["params", "--model", "qwen2.5-7b"], env={"COLUMNS": "250"})
+    result = runner.invoke(app, ["params", "--model", "qwen2.5-7b"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "Whole model (bfloat16 weights) · qwen2.5-7b" in result.output
     assert "7,615,616,512" in result.output

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
 from attnbench.model.dtypes import MODEL_DTYPES
 from attnbench.model.presets import PRESETS, get_preset
-
-runner = CliRunner()
+from tests.helpers import runner
 
 # name: (num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
 #        head_dim, torch_dtype) as published. head_dim is hidden_size / heads except for

@@ -21,6 +21,7 @@ from attnbench import (
     MultiQueryAttention,
     scaled_dot_product_attention,
 )
+from attnbench.modules.attention import folded_decode
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -486,6 +487,21 @@ def test_naive_equals_sdpa(mask_kind, kv_heads, dtype):
         sdpa(x, attn_mask=mask, is_causal=causal),
         RTOL[dtype],
     )
+
+
+@pytest.mark.parametrize("mask_shape", [(2, HEADS, 1, 6), (2, 1, 1, 6)], ids=["per-head", "shared"])
+@pytest.mark.parametrize("kv_heads", KV_HEADS, ids=KV_IDS)
+def test_folded_decode_with_a_mask_equals_the_reference(kv_heads, mask_shape):
+    """The mask folds with the query heads: query head h keeps its own row of it."""
+    q = torch.randn(2, HEADS, 1, HEAD_DIM)
+    k, v = torch.randn(2, kv_heads, 6, HEAD_DIM), torch.randn(2, kv_heads, 6, HEAD_DIM)
+    mask = torch.rand(mask_shape) > 0.4
+    mask[..., 0] = True  # every row sees a key
+    groups = HEADS // kv_heads
+    expected = scaled_dot_product_attention(
+        q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1), attn_mask=mask
+    )
+    assert_matches(folded_decode(q, k, v, mask), expected, 1e-5)
 
 
 def test_variant_classes():

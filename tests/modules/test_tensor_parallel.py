@@ -15,7 +15,6 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
@@ -26,6 +25,7 @@ from attnbench.model.capacity import kv_cache_bytes
 from attnbench.modules.attention import GroupedQueryAttention
 from attnbench.modules.kv_cache import KVCache
 from attnbench.modules.tensor_parallel import shard_layer, tp_shard_heads
+from tests.helpers import runner
 
 D_MODEL, HEAD_DIM, BATCH, MAX_LEN, POSITION, PREFILL = 64, 8, 2, 16, 9, 7
 TOLERANCE = 1e-10
@@ -181,6 +181,7 @@ def rank_errors(tmp_path_factory) -> list[dict[str, dict[str, float]]]:
     return [json.loads((root / f"rank{rank}.json").read_text()) for rank in range(WORLD)]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_two_processes_all_reduced_equal_the_full_layer(rank_errors, variant):
     for rank, errors in enumerate(rank_errors):
@@ -210,7 +211,7 @@ def test_kv_bytes_per_gpu_is_kvmems_share_of_a_rank():
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(app, list(args), env=env)
+    return runner.invoke(app, list(args), env=env)
 
 
 def test_tp_outside_torchrun_exits_2_with_the_command_to_run():
@@ -240,6 +241,7 @@ def test_one_run_has_one_tp_and_a_study_none_above_1(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration
 def test_torchrun_decode_speed_tp2_times_the_split_layer(tmp_path):
     """Two real ranks (gloo): every point is checked against the whole layer's reference
     and timed; each record has the slowest rank's step, the all-reduce alone, and the KV

@@ -9,7 +9,6 @@ import re
 
 import matplotlib.image
 import pytest
-from typer.testing import CliRunner
 
 import attnbench.cli.run_cmd
 from attnbench.cli import app
@@ -19,10 +18,10 @@ from attnbench.render import plots, report
 from attnbench.render.columns import PARAMS, kvmem_columns
 from attnbench.render.table import markdown_table
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
+from tests.helpers import runner
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-runner = CliRunner()
 PROVIDERS_PNG = "decode_providers.png"
 
 TINY = """\

@@ -8,15 +8,14 @@ import functools
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 import attnbench.cli.decode_cmd
 from attnbench.cli import app
 from attnbench.experiments import decode
 from attnbench.render.columns import fmt_si
 from attnbench.study.runner import run_experiment, run_study
+from tests.helpers import runner
 
-runner = CliRunner()
 WIDTHS = ["80", "120"]
 
 

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
@@ -15,8 +14,8 @@ from attnbench.model.model_params import part_params, total_params
 from attnbench.model.presets import get_preset
 from attnbench.model.what_if import is_own, kv_heads_count, what_if_specs
 from attnbench.study.sweep import load_config, resolve
+from tests.helpers import runner
 
-runner = CliRunner()
 DEFAULT_STUDY = Path(__file__).parents[2] / "attnbench" / "configs" / "default.yaml"
 LLAMA_70B = get_preset("llama-3-70b")  # 80 layers, d 8192, 64 heads, 8 KV heads of 128
 

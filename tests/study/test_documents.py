@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import attnbench.cli.common
 import attnbench.cli.decode_cmd
@@ -29,14 +28,14 @@ import attnbench.study.output
 from attnbench.cli import app
 from attnbench.errors import FieldError, UsageError
 from attnbench.experiments.params import ParamsRecord
-from attnbench.gate.compare import Thresholds, TimingStats, Verdict, judge_timing
+from attnbench.gate.compare import Thresholds, Verdict, judge_timing
+from attnbench.measure.stats import Measurement, Summary
 from attnbench.render import plots, report
 from attnbench.study.documents import load_document
 from attnbench.study.output import write_json_atomic
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
 from attnbench.study.stores import LOCK_FILE
-
-runner = CliRunner()
+from tests.helpers import runner
 
 PARAMS_STUDY = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 2, 1]}\n"
 KVMEM_ARGS = ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1", "--no-measure"]
@@ -469,11 +468,11 @@ def test_a_head_with_a_zero_median_fails_and_a_negative_one_is_rejected(run_doc,
 
 
 def test_judge_timing_fails_a_current_median_that_is_not_positive():
-    good = TimingStats(1.0, 0.9, 1.1)
+    good = Measurement([], recorded=Summary(1.0, 0.9, 1.1))
     for median in (0.0, -1.0, float("nan")):
-        judged = judge_timing(good, TimingStats(median), Thresholds())
+        judged = judge_timing(good, Measurement([], recorded=Summary(median)), Thresholds())
         assert judged.verdict is Verdict.REGRESSED and "current median" in judged.reason
-    judged = judge_timing(TimingStats(0.0), good, Thresholds())
+    judged = judge_timing(Measurement([], recorded=Summary(0.0)), good, Thresholds())
     assert judged.verdict is Verdict.INCONCLUSIVE and "baseline median" in judged.reason
 
 

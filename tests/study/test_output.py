@@ -12,7 +12,6 @@ from datetime import datetime, timedelta, timezone
 import pandas as pd
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import attnbench
 from attnbench.cli import app
@@ -20,8 +19,7 @@ from attnbench.cli.common import write_outputs
 from attnbench.cli.flags import parse_field
 from attnbench.experiments import kvmem
 from attnbench.study.runner import DirectoryStore, plan_command, run_study
-
-runner = CliRunner()
+from tests.helpers import runner
 
 ENV_KEYS = [
     "attnbench_version",

@@ -13,7 +13,6 @@ import matplotlib.image
 import pandas as pd
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import attnbench.cli.run_cmd
 from attnbench.cli import app
@@ -28,10 +27,10 @@ from attnbench.study.runner import (
     run_study,
 )
 from attnbench.study.stores import LOCK_FILE
+from tests.experiments.options import decode_options
+from tests.helpers import runner
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-runner = CliRunner()
 
 TINY = """\
 defaults:
@@ -237,7 +236,7 @@ def test_decode_points_put_no_cache_first(tiny):
     points = [
         DecodePoint(**base, prompt_len=n, mode=m) for n in (4, 8) for m in ("cache", "no_cache")
     ]
-    assert [(p.prompt_len, p.mode) for p in run_order(points, {})] == [
+    assert [(p.prompt_len, p.mode) for p in run_order(points, decode_options())] == [
         (4, "no_cache"),
         (4, "cache"),
         (8, "no_cache"),

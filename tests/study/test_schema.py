@@ -12,7 +12,6 @@ import time
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
 import attnbench.experiments.decode as decode_mod
 from attnbench.cli import app
@@ -44,8 +43,8 @@ from attnbench.study.plan import (
 )
 from attnbench.study.schema import FIELDS, above_maximum, max_threads
 from attnbench.study.sweep import Section, load_config, resolve
-
-runner = CliRunner()
+from tests.experiments.options import decode_options
+from tests.helpers import runner
 
 
 def invoke(*args: object):
@@ -285,7 +284,9 @@ def test_a_decode_point_larger_than_free_memory_is_skipped_with_what_it_needs(mo
     monkeypatch.setattr(decode_mod, "build_layer", no_layer)
     p = point()
     needed = decode_bytes(p)
-    context = Context(torch.device("cpu"), {"warmup": 0, "repeats": 1})
+    context = Context(
+        torch.device("cpu"), decode_options({"warmup": 0, "repeats": 1}, torch.device("cpu"))
+    )
     record = decode_mod.run(p, context, free_bytes=lambda device: needed - 1)
     assert (
         record.status == f"skipped: needs {format_bytes(needed)}, {format_bytes(needed - 1)} free"
@@ -295,7 +296,9 @@ def test_a_decode_point_larger_than_free_memory_is_skipped_with_what_it_needs(mo
 
 def test_a_decode_point_that_fits_runs():
     p = point(prompt_len=4, gen_len=2)
-    context = Context(torch.device("cpu"), {"warmup": 0, "repeats": 1})
+    context = Context(
+        torch.device("cpu"), decode_options({"warmup": 0, "repeats": 1}, torch.device("cpu"))
+    )
     record = decode_mod.run(p, context, free_bytes=lambda device: decode_bytes(p))
     assert record.status in decode_mod.TIMED and record.step_ms_median is not None
 

@@ -6,16 +6,15 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import FieldError
 from attnbench.experiments.decode import DecodePoint
 from attnbench.study.plan import Task, plan_study
 from attnbench.study.shards import Shard, assign, parse_shard, share_of
+from tests.helpers import runner
 
 ROOT = Path(__file__).resolve().parents[2]
-runner = CliRunner()
 
 
 @pytest.mark.parametrize(("text", "shard"), [("0/1", Shard(0, 1)), (" 3/8 ", Shard(3, 8))])
@@ -278,6 +277,7 @@ def test_bad_shards_exit_2_with_one_line(args, message):
     assert line.startswith(message)
 
 
+@pytest.mark.integration
 def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path):
     """Two real ranks under torchrun (gloo on the CPU): the merged study equals one
     process's run of it, row for row, with each rank's environment."""

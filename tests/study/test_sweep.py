@@ -12,7 +12,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
@@ -22,8 +21,8 @@ from attnbench.model.presets import PRESETS
 from attnbench.records import failed
 from attnbench.study.runner import DEFAULT_CONFIG
 from attnbench.study.sweep import load_config, resolve
+from tests.helpers import runner
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 #: The example sweep files shipped beside the package.
 CONFIGS = ROOT / "configs"
@@ -634,9 +633,8 @@ def test_sampling_options_reach_the_points_context(tmp_path):
                  max_time: 3, target_rel_ci: 0.05, min_repeats: 7}
     """,
     )
-    options = DecodeOptions.from_options(
-        plan_study(path, names=["decode"]).context("decode").options
-    )
+    options = plan_study(path, names=["decode"]).context("decode").options
+    assert isinstance(options, DecodeOptions)  # typed once, for the whole section
     sampling = options.sampling(torch.device("cpu"))
     assert (sampling.max_time_s, sampling.target_rel_ci, sampling.min_repeats) == (3, 0.05, 7)
     assert sampling.repeats is None  # adaptive unless repeats is given

@@ -1,0 +1,194 @@
+"""What a timed number is, and the one definition of each statistic attnbench takes of one.
+
+A `Measurement` holds raw samples and their summary: the median with p25..p75, the
+distribution-free 95% interval of the median, and why sampling stopped. The Timer returns
+one (measure.timing), a record stores its summary and samples in the columns it declares
+(records.flatten), and the gate, the history and the gate's simulation read one back
+(`Measurement.of_record`, `Measurement.of_samples`).
+
+Every percentile is `percentile` (linear interpolation between order statistics, numpy's
+default method) and every median is `median`. The bootstraps draw thousands of
+resamples at once, so they take the same definition vectorised: `bootstrap_medians` (the
+middle order statistic of each resample, or the mean of the two middle ones) and
+`bootstrap_bounds` (numpy's linear quantiles of the resampled estimates).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+#: IQR / median above which a measurement is flagged noisy.
+NOISY_IQR_FRACTION = 0.10
+#: The fewest samples whose spread can be judged: with fewer, the 95% interval of their
+#: median (median_interval) spans every one of them, so a few samples that all met the same
+#: stall (a scheduler tick, say) read as a spread of nothing. Such a measurement is noisy
+#: until shown otherwise.
+MIN_SPREAD_SAMPLES = 11
+#: z of a two-sided 95% interval.
+Z_95 = 1.959963984540054
+#: Why sampling stopped: the interval reached its target, the time budget ran out, the
+#: most samples allowed were taken, or a fixed count was asked for.
+CONVERGED, OUT_OF_TIME, MOST_SAMPLES, FIXED = "target_ci", "max_time", "max_repeats", "repeats"
+#: Resamples of a bootstrap interval, and its seed (the same samples give the same interval).
+RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between order statistics
+    (numpy's default method)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    """The 50th `percentile`: the middle value, or the mean of the two middle ones."""
+    return percentile(values, 50)
+
+
+def median_interval(values: Sequence[float], z: float = Z_95) -> tuple[float, float]:
+    """The confidence interval of the median from order statistics: the sorted values at
+    ranks n/2 -+ z*sqrt(n)/2 (the normal approximation of the binomial, widened to whole
+    ranks). With few values it spans them all."""
+    ordered = sorted(values)
+    n = len(ordered)
+    half = z * math.sqrt(n) / 2
+    lo = max(math.floor(n / 2 - half), 1)
+    hi = min(math.ceil(n / 2 + half) + 1, n)
+    return ordered[lo - 1], ordered[hi - 1]
+
+
+def relative_half_width(center: float, lo: float, hi: float) -> float:
+    """The larger side of an interval around `center`, relative to it (inf at 0)."""
+    return max(center - lo, hi - center) / center if center > 0 else math.inf
+
+
+def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarray:
+    """The `median` of each of `n` resamples with replacement, vectorised. Resampling
+    indices into the sorted samples and sorting the indices keeps each resample sorted:
+    cheaper than np.median per row, whose result it equals."""
+    x = np.sort(np.asarray(samples, dtype=float))
+    idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
+    return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
+
+
+def bootstrap_bounds(estimates: np.ndarray, lower: float, upper: float) -> tuple[float, float]:
+    """The `lower` and `upper` quantiles (fractions, 0..1) of a bootstrap's resampled
+    estimates: `percentile`'s definition, vectorised (numpy's linear method)."""
+    lo, hi = np.quantile(estimates, [lower, upper])
+    return float(lo), float(hi)
+
+
+def bootstrap_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """The seeded percentile-bootstrap `confidence` interval of the median of `values`."""
+    medians = bootstrap_medians(values, np.random.default_rng(BOOTSTRAP_SEED), RESAMPLES)
+    return bootstrap_bounds(medians, (1 - confidence) / 2, (1 + confidence) / 2)
+
+
+class Summary(NamedTuple):
+    """The median and quartiles a record states (p25, p75: None where it has none)."""
+
+    median: float
+    p25: float | None = None
+    p75: float | None = None
+
+
+@dataclass
+class Measurement:
+    """A timed number: its raw samples (in ms, each the mean of `calls_per_sample`
+    consecutive calls; unitless for a ratio of two timings), why sampling stopped, and
+    their robust summary: the median, p25..p75, and the 95% interval of the median.
+
+    The summary follows from the samples, unless the measurement was read back from a
+    record (`of_record`), which states its own: a record may carry a median without
+    samples (a CSV), or quartiles without samples."""
+
+    samples_ms: list[float]
+    stop_reason: str = FIXED
+    calls_per_sample: int = 1
+    recorded: Summary | None = None
+
+    @classmethod
+    def of_samples(cls, samples: Sequence[float]) -> Measurement:
+        """The measurement of these samples, its summary taken from them."""
+        return cls(list(samples))
+
+    @classmethod
+    def of_record(
+        cls, record: Mapping[str, Any], metric: str, roles: Mapping[str, str]
+    ) -> Measurement:
+        """The sampled metric `metric` (a gated timing or ratio) of a record, with the
+        statistics it carries: `roles` maps each role ('p25', 'p75', 'samples') to its
+        field, as records.gated_timing gives them."""
+        samples = record.get(roles.get("samples", "")) or []
+        stated = Summary(
+            record[metric], record.get(roles.get("p25", "")), record.get(roles.get("p75", ""))
+        )
+        return cls(list(samples), recorded=stated)
+
+    @property
+    def median_ms(self) -> float:
+        return self.recorded.median if self.recorded is not None else median(self.samples_ms)
+
+    @property
+    def p25_ms(self) -> float | None:
+        return self.recorded.p25 if self.recorded is not None else percentile(self.samples_ms, 25)
+
+    @property
+    def p75_ms(self) -> float | None:
+        return self.recorded.p75 if self.recorded is not None else percentile(self.samples_ms, 75)
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.p75_ms - self.p25_ms  # type: ignore[operator]
+
+    @property
+    def rel_iqr(self) -> float:
+        """(p75 - p25) / median, from the stated quartiles or else the samples; 0 when
+        neither is known (the spread then cannot widen the gate's threshold)."""
+        p25, p75 = self.p25_ms, self.p75_ms
+        if (p25 is None or p75 is None) and self.samples_ms:
+            p25, p75 = percentile(self.samples_ms, 25), percentile(self.samples_ms, 75)
+        if p25 is None or p75 is None:
+            return 0.0
+        return (p75 - p25) / self.median_ms
+
+    @property
+    def noisy(self) -> bool:
+        return self.iqr_ms > NOISY_IQR_FRACTION * self.median_ms
+
+    @property
+    def spread_known(self) -> bool:
+        """Enough samples to judge their spread (MIN_SPREAD_SAMPLES)."""
+        return len(self.samples_ms) >= MIN_SPREAD_SAMPLES
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% interval of the median, from the samples' order statistics."""
+        return median_interval(self.samples_ms)
+
+    @property
+    def ci_rel(self) -> float:
+        """Half-width of the 95% interval of the median, relative to the median (its
+        larger side)."""
+        return relative_half_width(self.median_ms, *self.interval)
+
+
+def in_run_ratio(measurements: Sequence[Measurement]) -> Measurement:
+    """The first measurement over the sum of the others, sample by sample (the samples
+    of one round of `Timer.sample_interleaved`): a ratio measurement, unitless."""
+    first, *rest = measurements
+    ratios = [
+        sample / sum(others)
+        for sample, *others in zip(first.samples_ms, *(m.samples_ms for m in rest), strict=True)
+    ]
+    return Measurement(ratios, first.stop_reason, first.calls_per_sample)

@@ -18,7 +18,7 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
   what it was taken against: ratios to different things are not compared;
 - `count`: a near-exact measured count (CPU instructions under callgrind): it does not
   depend on the machine's load, and a change beyond the gate's count threshold
-  (gate.compare.Thresholds.count: 1% by default, `compare --count-threshold`) either way
+  (gate.compare.Thresholds.count: 1% by default, which compare can change) either way
   is a verdict;
 - `info`: everything else (rates, flags, status, intervals): shown, never gated or
   matched.

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
+from attnbench.measure.stats import median
 from attnbench.records import as_dict
 from attnbench.study.runner import plan_command, run_study
 
@@ -80,12 +80,11 @@ def report(rounds: list[dict], transformers: str) -> list[str]:
                 lines.append(f"| {variant} | {provider} | {steps[0]['status']} | | | |")
                 continue
             times = [s["step_ms_median"] for s in steps]
-            pct = statistics.median(s["pct_of_peak_bw"] for s in steps)
+            pct = median([s["pct_of_peak_bw"] for s in steps])
             hf = [step(r, variant, "hf")["step_ms_median"] for r in rounds]
-            ratio = statistics.median(h / t for h, t in zip(hf, times, strict=True))
-            median = statistics.median(times)
+            ratio = median([h / t for h, t in zip(hf, times, strict=True)])
             lines.append(
-                f"| {variant} | {provider} | {_rounds(times)} | {median:.2f} "
+                f"| {variant} | {provider} | {_rounds(times)} | {median(times):.2f} "
                 f"| {pct:.1f}% | {ratio:.2f}x |"
             )
     lines += ["", "attnbench against hf (hf step / attnbench step, median of rounds):"]
@@ -95,19 +94,19 @@ def report(rounds: list[dict], transformers: str) -> list[str]:
             / step(r, variant, "attnbench")["step_ms_median"]
             for r in rounds
         ]
-        median = statistics.median(ratios)
-        verdict = "meets" if median >= floor else "MISSES"
+        middle = median(ratios)
+        verdict = "meets" if middle >= floor else "MISSES"
         lines.append(
-            f"- {variant}: {median:.2f}x ({_rounds(ratios)}); {verdict} the {floor}x floor"
+            f"- {variant}: {middle:.2f}x ({_rounds(ratios)}); {verdict} the {floor}x floor"
         )
     lines += ["", "attnbench MHA step over the sum of its kernels, timed in the same rounds:"]
     mha = [step(r, "MHA", "attnbench") for r in rounds]
     if any(s["reference"] != "kernels" for s in mha):
         return [*lines, f"- not measured: the reference is {mha[0]['reference']!r}"]
     ratios = [s["x_of_reference_median"] for s in mha]
-    median = statistics.median(ratios)
-    verdict = "meets" if median <= KERNEL_CEILING else "MISSES"
-    lines.append(f"- {median:.3f}x ({_rounds(ratios, 3)}); {verdict} the {KERNEL_CEILING}x ceiling")
+    middle = median(ratios)
+    verdict = "meets" if middle <= KERNEL_CEILING else "MISSES"
+    lines.append(f"- {middle:.3f}x ({_rounds(ratios, 3)}); {verdict} the {KERNEL_CEILING}x ceiling")
     return lines
 
 

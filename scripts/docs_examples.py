@@ -30,7 +30,10 @@ regenerated only with --timed, which writes the machine and the date on the page
     python scripts/docs_examples.py --timed        # also every timed example
     python scripts/docs_examples.py --timed fit    # also the timed ones whose command has 'fit'
 
-Examples with the same commands run once and show the same output. It is an error, and
+Examples with the same commands run once and show the same output. The exact examples'
+`attnbench` commands run in forks of this process, which loads attnbench's command line
+once: each is a process of its own, with the same code and inputs as a new interpreter,
+without a second or two of start-up per command. It is an error, and
 nothing is written, when an example prints a traceback; it is an error too when a plain
 text block (```text, or ``` alone) is no session (every output shown comes from a run),
 when a command of `attnbench --help` has no page in docs/commands/, when a relative link
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import difflib
+import io
 import os
 import re
 import shlex
@@ -49,6 +53,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,13 +103,73 @@ def scratch_dir(parent: str) -> Path:
     return cwd
 
 
-def run_command(command: str, cwd: Path) -> list[str]:
-    """What one command line prints, as lines."""
+#: Held while this process writes to its stderr or forks, so that no fork copies a lock
+#: another thread holds.
+FORKING = threading.Lock()
+
+
+def say(text: str) -> None:
+    with FORKING:
+        print(text, file=sys.stderr)
+
+
+def load_cli() -> None:
+    """Load attnbench's command line, and what its commands load, into this process (with
+    the examples' environment, which its consoles read as they are made)."""
+    os.environ.update(ENV)
+    import attnbench.cli  # noqa: F401
+    import attnbench.render.plots  # noqa: F401
+
+
+def forked_attnbench(args: list[str], cwd: Path) -> tuple[str, int]:
+    """What `attnbench ARGS` prints in `cwd` and its exit code, run in a fork of this
+    process (load_cli first): stdout and stderr into one pipe, unbuffered, as a new
+    process would write them."""
+    read, write = os.pipe()
+    with FORKING:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        os.chdir(cwd)
+        sys.stdout, sys.stderr = (
+            io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True, errors=e)
+            for fd, e in ((1, "strict"), (2, "backslashreplace"))
+        )
+        sys.argv = ["attnbench", *args]
+        code = 0
+        try:
+            from attnbench.__main__ import main
+
+            main()
+        except SystemExit as exc:
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        printed = pipe.read().decode()
+    return printed, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def run_command(command: str, cwd: Path, forked: bool = False) -> list[str]:
+    """What one command line prints, as lines; an `attnbench` command in a fork of this
+    process when `forked` (see forked_attnbench), else in a new one."""
     args = shlex.split(command)
     env = {**os.environ, **ENV}
     bin_dir = Path(sys.executable).parent
     if args[0] == "cat":
         return (cwd / args[1]).read_text().rstrip("\n").splitlines()
+    if args[0] == "attnbench" and forked:
+        printed, code = forked_attnbench(args[1:], cwd)
+        return lines_of(printed, code)
     if args[0] == "python":
         assert args[1].startswith("scripts/"), command
         args, cwd = [sys.executable, *args[1:]], ROOT
@@ -116,9 +182,14 @@ def run_command(command: str, cwd: Path) -> list[str]:
     done = subprocess.run(
         args, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    lines = [line.rstrip() for line in done.stdout.rstrip("\n").splitlines()]
+    return lines_of(done.stdout, done.returncode)
+
+
+def lines_of(printed: str, code: int) -> list[str]:
+    """A command's output as the page shows it: no progress lines, the exit code if not 0."""
+    lines = [line.rstrip() for line in printed.rstrip("\n").splitlines()]
     lines = [line for line in lines if not PROGRESS.match(line)]
-    return lines + ([f"(exit code {done.returncode})"] if done.returncode else [])
+    return lines + ([f"(exit code {code})"] if code else [])
 
 
 def run_python(statements: list[list[str]], cwd: Path) -> list[list[str]]:
@@ -163,8 +234,8 @@ class Example:
             return run_python(self.statements, cwd)
         outputs = []
         for command in self.commands:
-            print(f"{self.page.relative_to(ROOT)}: $ {command}", file=sys.stderr)
-            outputs.append(run_command(command, cwd))
+            say(f"{self.page.relative_to(ROOT)}: $ {command}")
+            outputs.append(run_command(command, cwd, forked=not self.timed))
         if self.timed:  # the plots of the default study, from the run the pages show
             for name in PLOTS:
                 if (cwd / STUDY / name).is_file():
@@ -305,6 +376,7 @@ def regenerate(check: bool, timed: str | None) -> int:
             if example.timed and example.key() not in outputs:
                 outputs[example.key()] = example.run(parent)
         exact = {e.key(): e for e in chosen if not e.timed}
+        load_cli()
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             ran = pool.map(lambda e: e.run(parent), exact.values())
             outputs.update(zip(exact, ran, strict=True))

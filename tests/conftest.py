@@ -4,6 +4,7 @@ foreground, and a tiny study. The CLI runner the test modules share is tests.hel
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -11,6 +12,11 @@ import pytest
 import torch
 
 from attnbench.measure import timing
+
+# A command's output off a terminal is fitted to $COLUMNS, else 120 columns. pytest-xdist
+# hands its workers the terminal's COLUMNS, so the tests unset it: each test that means
+# another width gives its own.
+os.environ.pop("COLUMNS", None)
 
 
 def pytest_addoption(parser):
@@ -36,16 +42,6 @@ def _seed():
     """Every test starts from the same random state."""
     torch.manual_seed(0)
     yield
-
-
-@pytest.fixture(scope="module")
-def single_thread():
-    """One intra-op thread for a module of tiny-tensor tests: faster, and it does not fight
-    other processes for the CPUs. The previous setting comes back after the module."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,7 +10,6 @@ are judged by gate.paired; the findings make a compare.Comparison, shown and gat
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +22,8 @@ from ..experiments.context import Context
 from ..experiments.decode import DecodePoint, DecodeRecord, analytic_record
 from ..gate.compare import Comparison, Finding, Mismatch, Thresholds, compare_rows
 from ..gate.paired import ABBA, WARMUP, abba_pairs, judge_paired
-from ..records import Kind, as_dict, field_kinds
+from ..measure import stats
+from ..records import Kind, as_dict, failed, field_kinds
 from ..study.plan import Plan, Task, plan_command
 from ..study.sweep import check_value
 from .sides import Side
@@ -107,7 +107,7 @@ class PointResult:
     def median(self, side: str) -> float | None:
         """The median of the side's counted visits' step medians."""
         times = [v.step_ms_median for v in self.counted(side) if v.step_ms_median is not None]
-        return statistics.median(times) if times else None
+        return stats.median(times) if times else None
 
     def findings(self, th: Thresholds) -> list[Finding]:
         """The step's paired verdict; when a side did not time the point (wrong,
@@ -183,6 +183,12 @@ class AbResult:
                     f"{p.label()}: timed by neither side (base {base}; head {head})"
                 )
         return result
+
+    def head_failures(self) -> list[str]:
+        """The statuses of the points head ran out of memory or failed on (compare shows
+        their step as missing, which does not fail a gate on its own)."""
+        statuses = [p.status("head") for p in self.points]
+        return [s for s in statuses if failed({"status": s})]
 
     def to_dict(self) -> dict[str, Any]:
         """The `ab` block of the JSON: the sides, the order, and every visit's median."""

@@ -14,9 +14,9 @@ from ..ab.sides import Side, default_cache_dir, directory_side, repository_root,
 from ..errors import FieldError, UsageError
 from ..gate.compare import Thresholds
 from ..model.capacity import positive_int
-from ..records import failed
 from ..study.output import write_json_atomic
 from ..study.plan import Task
+from ..study.schema import DEVICE_CHOICES
 from ..study.sweep import check_value
 from . import app
 from .common import check_writable, console, fail, progress_iter, timestamped_dir
@@ -61,7 +61,7 @@ ThreadsOpt = Annotated[
     ),
 ]
 DeviceOpt = Annotated[
-    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the study).")
+    str | None, typer.Option("--device", help=f"{DEVICE_CHOICES} (overrides the study).")
 ]
 CacheDirOpt = Annotated[
     str | None,
@@ -167,7 +167,7 @@ def _write_json(path: str, document: dict) -> None:
 
 def _exit(code: int, result: AbResult) -> typer.Exit:
     """The comparison's exit; 1 where it passed but head could not time some points."""
-    broken = _head_failures(result)
+    broken = result.head_failures()
     if code == 0 and broken:
         return fail(
             f"{len(broken)} of {len(result.points)} points did not complete on head: "
@@ -175,10 +175,3 @@ def _exit(code: int, result: AbResult) -> typer.Exit:
             code=1,
         )
     return typer.Exit(code)
-
-
-def _head_failures(result: AbResult) -> list[str]:
-    """The statuses of the points head ran out of memory or failed on (compare shows
-    their step as missing, which does not fail a gate on its own)."""
-    statuses = [p.status("head") for p in result.points]
-    return [s for s in statuses if failed({"status": s})]

@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,13 +31,15 @@ from ..render.table import (
     terminal_width,
 )
 from ..study.output import (
+    add_beside,
     json_document,
     writable,
     writable_target,
     write_csv,
     write_json_atomic,
 )
-from ..study.runner import Plan, RunResult, plan_command, run_study
+from ..study.runner import BESIDE, Plan, RunResult, plan_command, run_study
+from ..study.sections import KINDS, RECORD_TYPES
 from .flags import flag_of, option
 
 
@@ -288,26 +290,26 @@ def write_outputs(
     csv_path: str | None,
     json_path: str | None,
     quiet: bool,
-    extra: dict[str, tuple[type, list]] | None = None,
+    beside: Mapping[str, Sequence] | None = None,
 ) -> None:
-    """Write the CSV and JSON a command was asked for and say where they went. `extra`
-    holds more record lists by name (whole-model parts): a key of the JSON each, and a
-    CSV beside the main one (`out.csv` -> `out.<name>.csv`). When a file cannot be written
-    (a full disk), the records are kept in a file in the temporary folder, named in the
-    error, so the work done is not lost."""
-    extra = {k: v for k, v in (extra or {}).items() if v[1]}
+    """Write the CSV and JSON a command was asked for and say where they went. `beside`
+    holds the record sets written beside the records (whole-model parts), by name: a key
+    of the JSON each, and a CSV beside the main one (`out.csv` -> `out.<name>.csv`). When
+    a file cannot be written (a full disk), the records are kept in a file in the
+    temporary folder, named in the error, so the work done is not lost."""
+    beside = {name: rows for name, rows in (beside or {}).items() if rows}
     doc = json_document(command, records, config, environment)
-    doc.update({name: [as_dict(r) for r in rows] for name, (_, rows) in extra.items()})
+    add_beside(doc, beside)
     written = []
     field = "csv"
     try:
         if csv_path:
             write_csv(csv_path, records, record_type)
             written.append(csv_path)
-            for name, (rtype, rows) in extra.items():
+            for name, rows in beside.items():
                 path = Path(csv_path)
                 side = str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
-                write_csv(side, rows, rtype)
+                write_csv(side, rows, RECORD_TYPES[name])
                 written.append(side)
         if json_path:
             field = "json"
@@ -327,6 +329,27 @@ def write_outputs(
             console.print(f"wrote {path}", markup=False)
     if failure is not None:
         raise failure
+
+
+def write_section_outputs(
+    section: str,
+    command: str,
+    plan: Plan,
+    result: RunResult,
+    csv_path: str | None,
+    json_path: str | None,
+    quiet: bool,
+) -> None:
+    """write_outputs for a command's one-section study (run_section): the section's
+    records, configuration and environment, and the record sets the runner made beside
+    them (study.runner.BESIDE)."""
+    beside = {name: result.records.get(name, []) for name in BESIDE.get(section, {})}
+    config = plan.sections[section].to_dict()
+    records = result.records[section]
+    rtype = KINDS[section].record
+    write_outputs(
+        command, records, rtype, config, result.environment, csv_path, json_path, quiet, beside
+    )
 
 
 def progress_iter(

@@ -13,7 +13,7 @@ from ..gate.baseline import BASELINE_DIR, default_baseline_path, save_baseline, 
 from ..gate.compare import Comparison, Thresholds, compare_documents
 from ..history.baseline import history_baseline
 from ..history.store import open_history
-from ..render.gate import print_table, report_text, summary_line
+from ..render.gate import Spelling, print_table, report_text, summary_line
 from ..render.table import plain_console, terminal_width
 from ..study.documents import Document, load_document
 from ..study.schema import parse_number
@@ -33,6 +33,9 @@ from .options import (
     OutputOpt,
     TimeThresholdOpt,
 )
+
+#: The flags compare's report points to.
+SPELLING = Spelling(show_all="--all", other_formats="--format markdown or json")
 
 
 def history_baseline_of(db: str, head: Document) -> Document:
@@ -62,9 +65,9 @@ def emit_comparison(result: Comparison, fmt: str, only_changed: bool, output: st
     """Print the report, or write it to `output` and say where it went."""
     if output is None:
         if fmt == "table":
-            print_table(console, result, only_changed, terminal_width(console))
+            print_table(console, result, only_changed, terminal_width(console), SPELLING)
         else:
-            typer.echo(report_text(result, fmt, only_changed), nl=False)
+            typer.echo(report_text(result, fmt, only_changed, SPELLING), nl=False)
         return
     path = Path(output)
     try:
@@ -72,9 +75,9 @@ def emit_comparison(result: Comparison, fmt: str, only_changed: bool, output: st
         with path.open("w") as fh:
             if fmt == "table":
                 wide = plain_console(file=fh, width=200, color_system=None)
-                print_table(wide, result, only_changed, 200)
+                print_table(wide, result, only_changed, 200, SPELLING)
             else:
-                fh.write(report_text(result, fmt, only_changed))
+                fh.write(report_text(result, fmt, only_changed, SPELLING))
     except OSError as exc:
         raise FieldError("output", path, f"cannot write: {exc.strerror}") from None
     console.print(f"wrote {path}: {summary_line(result)}", highlight=False, markup=False)

@@ -3,28 +3,25 @@ where a metric changed."""
 
 from __future__ import annotations
 
-import datetime
-import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ..errors import FieldError, typed
-from ..history.series import (
-    ANY_ENVIRONMENT,
-    Series,
-    build_series,
-    parse_where,
-    series_changes,
-)
+from ..history.series import all_changes, by_environment, find_changes, find_series
+from ..history.stamps import check_name, parse_date, stamps_of
 from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
 from ..model.files import shown_path
-from ..records import Kind
-from ..render.history import changes_markdown, changes_rows, plot_series, series_rows
+from ..render.history import (
+    changes_markdown,
+    changes_rows,
+    environment_label,
+    plot_series,
+    series_rows,
+)
 from ..render.table import Column
-from ..study.documents import Document, load_document
+from ..study.documents import load_document
 from . import app
 from .common import check_writable, console, show_table
 from .flags import handles_errors
@@ -50,79 +47,6 @@ WhereOpt = typer.Option(
 FORMATS = ("table", "markdown")
 #: The picture formats `history plot --out` writes, by extension.
 PICTURES = ("png", "svg", "pdf")
-
-
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def current_commit() -> Commit | None:
-    """HEAD of the git checkout here: its sha, branch (None when detached) and commit
-    date; None outside a checkout."""
-    sha = _git("rev-parse", "HEAD")
-    if sha is None:
-        return None
-    branch = _git("rev-parse", "--abbrev-ref", "HEAD")
-    return Commit(sha, None if branch == "HEAD" else branch, _git("show", "-s", "--format=%cI"))
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def stamp_of(
-    document: Document,
-    head: Commit | None,
-    commit: str | None = None,
-    branch: str | None = None,
-    date: str | None = None,
-) -> Commit | None:
-    """The commit a run is filed under: `commit`, else the one its environment names
-    (`git_commit`: the file may come from another checkout or an archive), else `head`'s;
-    dated `date`, else when the file was written (`created`). A run of HEAD's commit also
-    gets HEAD's branch, and HEAD's commit date when the file has none. None when
-    nothing names a commit."""
-    sha = commit or _text((document.environment or {}).get("git_commit"))
-    if sha is None and head is not None:
-        sha = head.sha
-    if sha is None:
-        return None
-    known = head if head is not None and head.sha == sha else Commit(sha)
-    created = _text((document.raw or {}).get("created"))
-    return Commit(sha, branch or known.branch, date or created or known.date)
-
-
-def parse_date(text: str) -> str:
-    """An ISO 8601 date, or date and time, in its extended form ('20261005' ->
-    '2026-10-05'): the series are ordered by these dates as text."""
-    try:
-        return datetime.date.fromisoformat(text).isoformat()
-    except ValueError:
-        pass
-    try:
-        return datetime.datetime.fromisoformat(text).isoformat()
-    except ValueError:
-        raise FieldError(
-            "date",
-            typed(text),
-            "expected an ISO 8601 date, e.g. 2026-10-05 or 2026-10-05T12:00:00+00:00",
-        ) from None
-
-
-def check_name(field: str, text: str | None) -> None:
-    """--commit and --branch name a commit or a branch: one word, never empty."""
-    if text is None or (text.isprintable() and text and " " not in text):
-        return
-    reason = (
-        f"empty; name the {field}"
-        if not text.strip()
-        else (f"a {field} is one word, without spaces or control characters")
-    )
-    raise FieldError(field, typed(text), reason)
 
 
 ResultsFilesArg = Annotated[
@@ -175,7 +99,7 @@ def add_command(
             "and the history files timings by environment; add the "
             "JSON the command writes with --json"
         )
-    stamps = _stamps(results, documents, commit, branch, date)
+    stamps = stamps_of(results, documents, commit, branch, date)
     history = open_history(db, create=True)
     try:
         for path, document, stamp in zip(results, documents, stamps, strict=True):
@@ -184,25 +108,6 @@ def add_command(
                 console.print(f"{path}: {_added(history, run_id, new, stamp)}", markup=False)
     finally:
         history.close()
-
-
-def _stamps(
-    results: Sequence[str],
-    documents: Sequence[Document],
-    commit: str | None,
-    branch: str | None,
-    date: str | None,
-) -> list[Commit]:
-    """The commit each results file is filed under (stamp_of), HEAD's read once."""
-    head = current_commit()
-    stamps = []
-    for path, document in zip(results, documents, strict=True):
-        stamp = stamp_of(document, head, commit, branch, date)
-        if stamp is None:
-            reason = f"not in a git checkout: name the commit measured ({path} names none)"
-            raise FieldError("commit", None, reason)
-        stamps.append(stamp)
-    return stamps
 
 
 def _added(history: HistoryBackend, run_id: int, new: bool, stamp: Commit) -> str:
@@ -218,53 +123,6 @@ def _added(history: HistoryBackend, run_id: int, new: bool, stamp: Commit) -> st
         f"already there (run {run_id}), stored under commit "
         f"{stored[:width]}, not {stamp.sha[:width]}"
     )
-
-
-def _series(db: str | None, metric: str, where: str | None) -> list[Series]:
-    history = open_history(db)
-    try:
-        kinds = history.metric_kinds()
-        if metric not in kinds:
-            known = ", ".join(k for k, kind in kinds.items() if kind in ("timing", "exact"))
-            raise FieldError(
-                "metric", typed(metric), f"not in the history; it holds {known or 'no runs'}"
-            )
-        found = build_series(metric, history.points(metric), parse_where(where))
-    finally:
-        history.close()
-    if not found and where is None:
-        raise FieldError("metric", typed(metric), "no run in the history has a value of it")
-    if not found:
-        raise FieldError("where", typed(where), f"no series of {metric} matches")
-    return found
-
-
-def _series_or_none(db: str | None, metric: str, where: str | None) -> list[Series]:
-    try:
-        return _series(db, metric, where)
-    except FieldError:
-        return []
-
-
-def _environments(series: Sequence[Series]) -> dict[str, list[Series]]:
-    by_env: dict[str, list[Series]] = {}
-    for s in series:
-        by_env.setdefault(s.environment_id, []).append(s)
-    return by_env
-
-
-def environment_label(series: Series) -> str:
-    if series.environment_id == ANY_ENVIRONMENT:
-        return "every environment (an exact metric)"
-    env = series.environment
-    torch, threads = env.get("torch_version"), env.get("num_threads")
-    parts = [
-        env.get("device_name"),
-        torch and f"torch {torch}",
-        threads and f"{threads} thread{'s' * (threads != 1)}",
-    ]
-    known = ", ".join(str(p) for p in parts if p) or "not recorded"
-    return f"environment {series.environment_id} ({known})"
 
 
 def _cell(value: object) -> str:
@@ -291,7 +149,7 @@ def show_command(
     wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
 ) -> None:
     """A metric over commits: one table per environment, a row per series and commit."""
-    for members in _environments(_series(db, metric, where)).values():
+    for members in by_environment(find_series(db, metric, where)).values():
         title = f"{metric} over commits · {environment_label(members[0])}"
         if where and len(members) == 1:
             title += f" · where {where}"
@@ -312,10 +170,10 @@ def plot_command(
     """Draw a metric over commits: each series' median with its p25..p75 band, and its
     change points marked. Series of several environments get one panel each."""
     path = _picture(out)
-    series = _series(db, metric, where)
-    changes = [c for s in series for c in series_changes(s)]
+    series = find_series(db, metric, where)
+    changes = all_changes(series)
     try:
-        plot_series(series, changes, path, environment_label)
+        plot_series(series, changes, path)
     except OSError as exc:
         raise FieldError("out", shown_path(out), f"cannot write it: {exc.strerror}") from None
     if not quiet:
@@ -364,38 +222,11 @@ def changes_command(
     environment at a time), and every change of an exact metric (a formula changed)."""
     if fmt not in FORMATS:
         raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
-    history = open_history(db)
-    try:
-        kinds = history.metric_kinds()
-    finally:
-        history.close()
-    if not kinds:
-        shown = shown_path(DEFAULT_DB if db is None else db)
-        raise FieldError("db", shown, "holds no runs; add some with `attnbench history add`")
-    wanted = metric or [m for m, k in kinds.items() if _followed(m, k)]
-    found: list[Series] = []
-    for name in wanted:  # every metric named; of the others, those with a series to search
-        found += _series(db, name, where) if metric else _series_or_none(db, name, where)
-    if not found and where is not None:  # a --where that matches nothing finds no change
-        raise FieldError("where", typed(where), "no series of any metric matches")
-    changes = [c for s in found for c in series_changes(s)]
+    wanted, changes = find_changes(db, metric, where)
     if fmt == "markdown":
         console.print(changes_markdown(changes), markup=False, soft_wrap=True)
         return
     if not changes:
         console.print(f"No change found in {len(wanted)} metric(s).", markup=False)
         return
-    show_table(
-        "Changes over commits",
-        changes_rows(changes, environment_label),
-        CHANGE_COLUMNS,
-        wide,
-        hint=None,
-    )
-
-
-def _followed(metric: str, kind: str) -> bool:
-    """A gated timing (not its statistics) or an exact metric."""
-    if kind == Kind.EXACT.value:
-        return True
-    return kind == Kind.TIMING.value and metric.endswith("_median")
+    show_table("Changes over commits", changes_rows(changes), CHANGE_COLUMNS, wide, hint=None)

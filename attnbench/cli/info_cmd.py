@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated
 
 import typer
 from rich.text import Text
@@ -11,9 +12,13 @@ from ..measure.devices import resolve_device
 from ..measure.environment import collect_environment
 from ..model.presets import PRESETS
 from ..render.columns import MODELS
+from ..study.schema import DEFAULT_DEVICE, DEVICE_CHOICES
 from . import app
 from .common import console, show_table
 from .flags import handles_errors
+
+#: --device of the commands that look at one device.
+DeviceOpt = Annotated[str, typer.Option("--device", help=f"{DEVICE_CHOICES}.")]
 
 
 @app.command("models")
@@ -27,9 +32,7 @@ def models_command(
 
 @app.command("env")
 @handles_errors
-def env_command(
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:i."),
-) -> None:
+def env_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
     """Print the environment recorded with every result."""
     for key, value in collect_environment(resolve_device(device)).items():
         console.print(f"{key}: {value}", highlight=False)
@@ -37,9 +40,7 @@ def env_command(
 
 @app.command("selfcheck")
 @handles_errors
-def selfcheck_command(
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:i."),
-) -> None:
+def selfcheck_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
     """Check on a device that every backend matches a float64 reference, that cached decode
     equals a full pass, and that a real KV cache has the analytic size. Exit 1 on failure."""
     from ..experiments.selfcheck import run_checks

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..experiments.kvmem import KvmemRecord
 from ..render.columns import kvmem_columns
 from . import app
 from .common import (
@@ -13,7 +12,7 @@ from .common import (
     model_notes,
     run_section,
     show_table,
-    write_outputs,
+    write_section_outputs,
 )
 from .flags import section_command
 
@@ -22,19 +21,11 @@ from .flags import section_command
 def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """KV-cache bytes (K and V) per token, per layer and for the whole model; measured by
     allocating the real cache, which must equal the formula exactly."""
-    plan, result = run_section(
-        "kvmem",
-        "kvmem",
-        config,
-        overrides,
-        model,
-        hf_config,
-        {"csv": csv, "json": json},
-    )
-    records = result.records["kvmem"]
+    outputs = {"csv": csv, "json": json}
+    plan, result = run_section("kvmem", "kvmem", config, overrides, model, hf_config, outputs)
     if not quiet:
         rows = result.section_records("kvmem")
         show_table(f"KV-cache memory on {plan.device}", rows, kvmem_columns(rows), wide)
-        model_notes(plan.sections["kvmem"].models, [r.seq_len for r in records])
-    config_doc = plan.sections["kvmem"].to_dict()
-    write_outputs("kvmem", records, KvmemRecord, config_doc, result.environment, csv, json, quiet)
+        seq_lens = [r.seq_len for r in result.records["kvmem"]]
+        model_notes(plan.sections["kvmem"].models, seq_lens)
+    write_section_outputs("kvmem", "kvmem", plan, result, csv, json, quiet)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..gate.baseline import BASELINE_DIR
+from ..gate import baseline
 from ..gate.compare import Thresholds
 
 #: The gate's thresholds when no flag sets them.
@@ -35,8 +35,8 @@ CountThresholdOpt = Annotated[
     str, typer.Option("--count-threshold", metavar="PERCENT", help=COUNT_HELP)
 ]
 
-#: The baseline CI gates every change against (`attnbench baseline exact`).
-EXACT_BASELINE = str(BASELINE_DIR / "cpu-exact.json")
+#: The baseline CI gates every change against (`attnbench baseline exact`), as typed.
+EXACT_BASELINE = str(baseline.EXACT_BASELINE)
 
 #: The formats of a comparison's report (compare, ab).
 FORMATS = ("table", "markdown", "json")

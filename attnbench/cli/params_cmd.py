@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..experiments.params import ParamsRecord
-from ..experiments.whole_model import ModelPartRecord, whole_model_records
+from ..experiments.whole_model import PART_RECORDS, ModelPartRecord
 from ..model.what_if import is_what_if
 from ..records import as_dict
 from ..render.columns import PARAMS, WHOLE_MODEL
@@ -18,7 +17,7 @@ from .common import (
     model_notes,
     run_section,
     show_table,
-    write_outputs,
+    write_section_outputs,
 )
 from .flags import section_command
 
@@ -35,18 +34,11 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     module built on the meta device (a mismatch is a bug and fails). With a model, also
     its whole-model count per part it has (column `counted`: on a skeleton of the model
     built on the meta device)."""
-    plan, result = run_section(
-        "params",
-        "params",
-        config,
-        overrides,
-        model,
-        hf_config,
-        {"csv": csv, "json": json},
-    )
+    outputs = {"csv": csv, "json": json}
+    plan, result = run_section("params", "params", config, overrides, model, hf_config, outputs)
     records = result.records["params"]
     models = plan.sections["params"].models
-    parts = [r for spec in models if spec.body is not None for r in whole_model_records(spec)]
+    parts: list[ModelPartRecord] = result.records.get(PART_RECORDS, [])
     what_if_rows = whole_model_rows([as_dict(r) for r in parts])
     if not quiet:
         show_table("Attention parameters per layer", records, PARAMS, wide)
@@ -74,15 +66,4 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
                     "of its heads; the whole-model table counts its MLA projections."
                 )
         model_notes(models)
-    config_doc = plan.sections["params"].to_dict()
-    write_outputs(
-        "params",
-        records,
-        ParamsRecord,
-        config_doc,
-        result.environment,
-        csv,
-        json,
-        quiet,
-        {"model_parts": (ModelPartRecord, parts)},
-    )
+    write_section_outputs("params", "params", plan, result, csv, json, quiet)

@@ -3,7 +3,6 @@ and report re-rendered from a saved results.json."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -21,7 +20,7 @@ from ..render.report import findings, write_report
 from ..study.distributed import Launch, process_group, torchrun_launch, wait_for_all
 from ..study.documents import incomplete, load_results
 from ..study.merge import Merged, merge, resumed_share_plan
-from ..study.plan import MAX_POINTS
+from ..study.plan import MAX_POINTS, check_one_rank_per_point
 from ..study.runner import (
     RESULTS_FILE,
     DirectoryStore,
@@ -31,9 +30,10 @@ from ..study.runner import (
     plan_study,
     run_study,
 )
-from ..study.schema import INT_TEXT
-from ..study.sections import KINDS
-from ..study.shards import MAX_SHARDS, Shard, assign, parse_shard, shard_dir, shard_plan
+from ..study.saved import unsaved
+from ..study.schema import DEVICE_CHOICES, INT_TEXT
+from ..study.sections import record_sets
+from ..study.shards import MAX_SHARDS, Shard, parse_shard, shard_dir, shard_plan, share_loads
 from ..study.stores import foreign_files, listed, share_in
 from . import app
 from .common import (
@@ -74,29 +74,27 @@ def _about(seconds: float) -> str:
 
 def _dry_run(plan: Plan, nproc: int) -> None:
     """The points and their estimates; with several workers, each one's share."""
-    total = plan.estimate_total(plan.tasks)
     devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
     if nproc == 1:  # one write: printing 100,000 lines one by one takes seconds
         console.file.write(
             "".join(f"{describe(t)}  ~{plan.estimate(t):.2f} s\n" for t in plan.tasks)
         )
         where = devices or "no device needed"
+        total = plan.estimate_total(plan.tasks)
         console.print(
             f"{len(plan.tasks):,} points ({where}), {_about(total)} (a rough "
             "estimate); nothing was run.",
             markup=False,
         )
         return
-    shares = assign(plan.tasks, plan.estimate, nproc)
-    loads = [plan.estimate_total(share) for share in shares]
-    for rank, (share, load) in enumerate(zip(shares, loads, strict=True)):
+    shared = share_loads(plan, nproc)
+    for rank, (share, load) in enumerate(zip(shared.shares, shared.loads, strict=True)):
         console.print(f"rank {rank}: {len(share)} points, {_about(load)}", markup=False)
-    mean = sum(loads) / nproc
-    slowest = max(loads)
-    balance = f"the slowest rank {slowest / mean:.2f}x the mean" if mean > 0 else "nothing to run"
+    ratio = shared.balance
+    balance = "nothing to run" if ratio is None else f"the slowest rank {ratio:.2f}x the mean"
     console.print(
         f"{len(plan.tasks):,} points on {nproc} ranks ({devices or 'no device needed'}): "
-        f"{_about(slowest)} of wall time against {_about(total)} on one, "
+        f"{_about(shared.slowest)} of wall time against {_about(shared.total)} on one, "
         f"{balance} (rough estimates); nothing was run.",
         markup=False,
     )
@@ -111,24 +109,14 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
     show_providers(doc["sections"].get("decode", {}).get("records", []))
     console.print("Findings:", style="bold")
     print_items(findings(doc))
-    files = [f"{name}.csv" for name in doc["sections"]] + [RESULTS_FILE]
+    files = [f"{name}.csv" for name in record_sets(doc)] + [RESULTS_FILE]
     drawn = f"{len(plots)} plot" + "s" * (len(plots) != 1)
     console.print(f"Wrote {', '.join(files)}, {drawn} and {report.name} in {out}/", markup=False)
 
 
-def _refuse_tensor_parallel(plan: Plan, config: str | None) -> None:
-    """A study shares its points among ranks; a tensor-parallel point needs all of them at
-    once, which decode-speed --tp does."""
-    tp = next((t.point.tp for t in plan.tasks if t.section == "decode" and t.point.tp > 1), None)
-    if tp is not None:
-        error = FieldError(
-            "tp",
-            tp,
-            f"a study runs each decode point on one rank; time a layer "
-            f"split over {tp} ranks with torchrun --standalone --nproc-per-node "
-            f"{tp} -m attnbench decode-speed --tp {tp}",
-        )
-        raise error.located(f"decode.tp: {tp} ({config})") if config else error
+def _tensor_parallel(tp: int) -> str:
+    """The command that times a layer split over `tp` ranks (a study cannot)."""
+    return f"torchrun --standalone --nproc-per-node {tp} -m attnbench decode-speed --tp {tp}"
 
 
 def _nproc(text: str | None) -> int:
@@ -209,7 +197,7 @@ DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="List the points and a time estimate; run nothing.")
 ]
 DeviceOpt = Annotated[
-    str | None, typer.Option("--device", help="auto, cpu, cuda or cuda:i (overrides the file).")
+    str | None, typer.Option("--device", help=f"{DEVICE_CHOICES} (overrides the file).")
 ]
 MaxPointsOpt = Annotated[
     str | None,
@@ -261,7 +249,7 @@ def run_command(
     and rank 0 merges them."""
     launch = torchrun_launch()
     plan = _plan(config, device, _max_points(max_points), launch)
-    _refuse_tensor_parallel(plan, config)
+    check_one_rank_per_point(plan, config, _tensor_parallel)
     if launch is not None and not dry_run:
         shard = _rank_shard(launch, shard, out)
         quiet = quiet or launch.rank > 0  # one rank reports
@@ -390,20 +378,9 @@ def _unwritable(exc: OSError, out_dir: Path, store: DirectoryStore | None = None
     study's results.json could not take the last points, keep them in a file elsewhere."""
     where = exc.filename or out_dir
     kept = ""
-    if store is not None and store.document is not None and _unsaved(store):
+    if store is not None and store.document is not None and unsaved(store.path, store.document):
         kept = kept_text(keep_records("run", store.document))
     return FieldError("out", shown_path(where), f"cannot write: {exc.strerror}{kept}")
-
-
-def _unsaved(store: DirectoryStore) -> bool:
-    """results.json lacks some records of the document in memory."""
-    try:
-        saved = json.loads(store.path.read_text(encoding="utf-8"))
-        counts = {n: len(s["records"]) for n, s in saved["sections"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return True
-    doc = store.document or {}
-    return any(counts.get(n) != len(s["records"]) for n, s in doc.get("sections", {}).items())
 
 
 def _interrupted(
@@ -501,8 +478,8 @@ def _write_merged(merged: Merged, out_dir: Path, quiet: bool, again: list[str]) 
     try:
         with store.locked():
             store.save(merged.document)
-            for name, section in merged.document["sections"].items():
-                store.rewrite(name, section["records"], KINDS[name].record)
+            for name, (records, record_type) in record_sets(merged.document).items():
+                store.rewrite(name, records, record_type)
             if not quiet:
                 points = sum(len(s["records"]) for s in merged.document["sections"].values())
                 console.print(

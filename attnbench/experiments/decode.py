@@ -29,16 +29,8 @@ import torch
 from ..errors import FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
-from ..measure.timing import (
-    BUSY_CPU_SHARE,
-    MIN_SPREAD_SAMPLES,
-    CpuShare,
-    Measurement,
-    Sampling,
-    TimedCall,
-    Timer,
-    in_run_ratio,
-)
+from ..measure.stats import MIN_SPREAD_SAMPLES, Measurement, in_run_ratio
+from ..measure.timing import BUSY_CPU_SHARE, CpuShare, Sampling, TimedCall, Timer
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
 from ..model.formulas import prefill_flops, step_totals, weight_bytes
@@ -54,7 +46,7 @@ from ..modules.providers import (
     reference_step,
     refusals,
 )
-from ..records import count, exact, info, key, ratio, timing
+from ..records import count, exact, flattened, info, key, ratio, timing
 from .context import Context, Counted
 from .kernels import step_kernels
 from .params import ParamsPoint
@@ -114,9 +106,9 @@ class DecodeRecord:
     cuda_graph: bool = key(False)
     tp: int = key(1)
     step_ms_median: float | None = timing()
-    step_ms_p25: float | None = timing(of="step_ms_median")
-    step_ms_p75: float | None = timing(of="step_ms_median")
-    samples_ms: list[float] = timing([], of="step_ms_median", csv=False)
+    step_ms_p25: float | None = timing(of="step_ms_median", role="p25")
+    step_ms_p75: float | None = timing(of="step_ms_median", role="p75")
+    samples_ms: list[float] = timing([], of="step_ms_median", csv=False, role="samples")
     step_repeats: int | None = info()
     step_calls_per_sample: int | None = info()
     step_stop: str | None = info()
@@ -132,27 +124,31 @@ class DecodeRecord:
     flops_per_step: int | None = exact(None)
     kv_bytes_per_gpu: int | None = exact(None)
     allreduce_ms_median: float | None = timing()
-    allreduce_ms_p25: float | None = timing(of="allreduce_ms_median")
-    allreduce_ms_p75: float | None = timing(of="allreduce_ms_median")
-    allreduce_samples_ms: list[float] = timing([], of="allreduce_ms_median", csv=False)
+    allreduce_ms_p25: float | None = timing(of="allreduce_ms_median", role="p25")
+    allreduce_ms_p75: float | None = timing(of="allreduce_ms_median", role="p75")
+    allreduce_samples_ms: list[float] = timing(
+        [], of="allreduce_ms_median", csv=False, role="samples"
+    )
     prefill_ms_median: float | None = timing()
-    prefill_ms_p25: float | None = timing(of="prefill_ms_median")
-    prefill_ms_p75: float | None = timing(of="prefill_ms_median")
-    prefill_samples_ms: list[float] = timing([], of="prefill_ms_median", csv=False)
+    prefill_ms_p25: float | None = timing(of="prefill_ms_median", role="p25")
+    prefill_ms_p75: float | None = timing(of="prefill_ms_median", role="p75")
+    prefill_samples_ms: list[float] = timing([], of="prefill_ms_median", csv=False, role="samples")
     prefill_flops: int | None = exact(None)
     achieved_tflops: float | None = info()
     peak_tflops: float | None = info()
     pct_of_peak_flops: float | None = info()
     gen_ms_median: float | None = timing()
-    gen_ms_p25: float | None = timing(of="gen_ms_median")
-    gen_ms_p75: float | None = timing(of="gen_ms_median")
-    gen_samples_ms: list[float] = timing([], of="gen_ms_median", csv=False)
+    gen_ms_p25: float | None = timing(of="gen_ms_median", role="p25")
+    gen_ms_p75: float | None = timing(of="gen_ms_median", role="p75")
+    gen_samples_ms: list[float] = timing([], of="gen_ms_median", csv=False, role="samples")
     gen_tokens_per_s: float | None = info()
     reference: str | None = info()
     x_of_reference_median: float | None = ratio(against="reference")
-    x_of_reference_p25: float | None = ratio(of="x_of_reference_median")
-    x_of_reference_p75: float | None = ratio(of="x_of_reference_median")
-    x_of_reference_samples: list[float] = ratio([], of="x_of_reference_median", csv=False)
+    x_of_reference_p25: float | None = ratio(of="x_of_reference_median", role="p25")
+    x_of_reference_p75: float | None = ratio(of="x_of_reference_median", role="p75")
+    x_of_reference_samples: list[float] = ratio(
+        [], of="x_of_reference_median", csv=False, role="samples"
+    )
     # The comparisons of points sampled in the same rounds (experiments.interleave): the
     # step over another point's, round by round, with a bootstrap 95% interval.
     sampling: str | None = info()
@@ -162,21 +158,27 @@ class DecodeRecord:
     cpu_share: float | None = info()
     narrowest_variant: str | None = info()
     x_of_narrowest_median: float | None = ratio(against="narrowest_variant")
-    x_of_narrowest_p25: float | None = ratio(of="x_of_narrowest_median")
-    x_of_narrowest_p75: float | None = ratio(of="x_of_narrowest_median")
-    x_of_narrowest_samples: list[float] = ratio([], of="x_of_narrowest_median", csv=False)
+    x_of_narrowest_p25: float | None = ratio(of="x_of_narrowest_median", role="p25")
+    x_of_narrowest_p75: float | None = ratio(of="x_of_narrowest_median", role="p75")
+    x_of_narrowest_samples: list[float] = ratio(
+        [], of="x_of_narrowest_median", csv=False, role="samples"
+    )
     x_of_narrowest_ci_lo: float | None = info()
     x_of_narrowest_ci_hi: float | None = info()
     x_of_no_cache_median: float | None = ratio()
-    x_of_no_cache_p25: float | None = ratio(of="x_of_no_cache_median")
-    x_of_no_cache_p75: float | None = ratio(of="x_of_no_cache_median")
-    x_of_no_cache_samples: list[float] = ratio([], of="x_of_no_cache_median", csv=False)
+    x_of_no_cache_p25: float | None = ratio(of="x_of_no_cache_median", role="p25")
+    x_of_no_cache_p75: float | None = ratio(of="x_of_no_cache_median", role="p75")
+    x_of_no_cache_samples: list[float] = ratio(
+        [], of="x_of_no_cache_median", csv=False, role="samples"
+    )
     x_of_no_cache_ci_lo: float | None = info()
     x_of_no_cache_ci_hi: float | None = info()
     x_of_baseline_median: float | None = ratio(against="baseline_provider")
-    x_of_baseline_p25: float | None = ratio(of="x_of_baseline_median")
-    x_of_baseline_p75: float | None = ratio(of="x_of_baseline_median")
-    x_of_baseline_samples: list[float] = ratio([], of="x_of_baseline_median", csv=False)
+    x_of_baseline_p25: float | None = ratio(of="x_of_baseline_median", role="p25")
+    x_of_baseline_p75: float | None = ratio(of="x_of_baseline_median", role="p75")
+    x_of_baseline_samples: list[float] = ratio(
+        [], of="x_of_baseline_median", csv=False, role="samples"
+    )
     x_of_baseline_ci_lo: float | None = info()
     x_of_baseline_ci_hi: float | None = info()
     instructions_per_step: int | None = count()
@@ -741,7 +743,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     """The record's measured columns, and the rates derived from them."""
     steps = timings.step
     step_s = steps.median_ms * 1e-3
-    summarise(rec, "step_ms", "samples_ms", steps)
+    summarise(rec, "step_ms_median", steps)
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
     rec.step_ci_pct = 100 * steps.ci_rel
@@ -753,19 +755,19 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
     if timings.prefill is not None:
         pre = timings.prefill
-        summarise(rec, "prefill_ms", "prefill_samples_ms", pre)
+        summarise(rec, "prefill_ms_median", pre)
         rec.achieved_tflops = rec.prefill_flops / (pre.median_ms * 1e-3) / 1e12  # type: ignore[operator]
         if rec.peak_tflops:
             rec.pct_of_peak_flops = 100 * rec.achieved_tflops / rec.peak_tflops
     if timings.generation is not None:
         gen = timings.generation
-        summarise(rec, "gen_ms", "gen_samples_ms", gen)
+        summarise(rec, "gen_ms_median", gen)
         rec.gen_tokens_per_s = point.batch * point.gen_len / (gen.median_ms * 1e-3)
     if timings.all_reduce is not None:
-        summarise(rec, "allreduce_ms", "allreduce_samples_ms", timings.all_reduce)
+        summarise(rec, "allreduce_ms_median", timings.all_reduce)
     if timings.x_of_reference is not None:
         rec.reference = timings.reference
-        summarise(rec, "x_of_reference", "x_of_reference_samples", timings.x_of_reference)
+        summarise(rec, "x_of_reference_median", timings.x_of_reference)
 
 
 def step_status(steps: Measurement) -> str:
@@ -783,13 +785,12 @@ def timed(record: Mapping[str, Any] | DecodeRecord) -> bool:
     return str(status or OK).split(":", 1)[0].strip() in (OK, NOISY)
 
 
-def summarise(rec: DecodeRecord, stem: str, samples: str, measured: Measurement) -> None:
-    """A measurement into the record: <stem>_median, _p25, _p75 (stem 'step_ms' for a
-    time, 'x_of_reference' for a ratio) and its raw samples."""
-    setattr(rec, f"{stem}_median", measured.median_ms)
-    setattr(rec, f"{stem}_p25", measured.p25_ms)
-    setattr(rec, f"{stem}_p75", measured.p75_ms)
-    setattr(rec, samples, measured.samples_ms)
+def summarise(rec: DecodeRecord, metric: str, measured: Measurement) -> None:
+    """A measurement of the sampled field `metric` (step_ms_median for a time,
+    x_of_reference_median for a ratio) into the record: its median and the statistics the
+    record declares for it (records.flattened)."""
+    for name, value in flattened(DecodeRecord, metric, measured).items():
+        setattr(rec, name, value)
 
 
 def context_of(point: DecodePoint) -> DecodePoint:

@@ -210,7 +210,7 @@ def fill_comparisons(
         if pair.of not in steps or pair.over not in steps:
             continue
         record, ratio = records[pair.of], paired_ratio(steps[pair.of], steps[pair.over])
-        summarise(record, pair.name, f"{pair.name}_samples", ratio)
+        summarise(record, f"{pair.name}_median", ratio)
         lo, hi = bootstrap_interval(ratio.samples_ms)
         setattr(record, f"{pair.name}_ci_lo", lo)
         setattr(record, f"{pair.name}_ci_hi", hi)

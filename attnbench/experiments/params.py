@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ModelMismatchError
+from ..model.architecture import ModelSpec
 from ..model.formulas import attention_params, projection_params
 from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
 from ..records import exact, info, key
+from . import whole_model
 from .context import Context
 
 
@@ -107,6 +110,13 @@ def params_record(shape: AttentionShape) -> ParamsRecord:
             bias=shape.bias,
         )
     )
+
+
+#: The record sets params writes beside its per-layer records, each made from the
+#: section's models: the whole-model parts of every model with a body.
+BESIDE: dict[str, Callable[[Sequence[ModelSpec]], list]] = {
+    whole_model.PART_RECORDS: whole_model.model_parts
+}
 
 
 def order(points: list, options: object = None) -> list:

@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from ..measure.lockstep import lockstep_sample
-from ..measure.timing import Measurement, Sampling, Timer
+from ..measure.stats import Measurement
+from ..measure.timing import Sampling, Timer
 from ..model.capacity import kv_heads_per_rank
 from ..modules.attention import GroupedQueryAttention
 from ..modules.providers import PROVIDERS, DecodeInputs, reference_step

@@ -3,6 +3,7 @@ against a meta-device skeleton of the model."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import ModelMismatchError
@@ -11,6 +12,9 @@ from ..model.dtypes import packed_bytes
 from ..model.model_params import PARTS, active_params, part_params
 from ..modules.skeleton import meta_part_params
 from ..records import exact, info, key
+
+#: The name of the part records' set, in result documents and files (model_parts.csv).
+PART_RECORDS = "model_parts"
 
 
 @dataclass(kw_only=True)
@@ -53,3 +57,9 @@ def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
         )
         for part, n, meta in rows
     ]
+
+
+def model_parts(models: Iterable[ModelSpec]) -> list[ModelPartRecord]:
+    """The part records of every model with a body, in order: what `params` writes beside
+    its per-layer records (a model known by its attention alone has none)."""
+    return [r for spec in models if spec.body is not None for r in whole_model_records(spec)]

@@ -10,6 +10,8 @@ from ..study.output import write_json_atomic
 from ..study.runner import DEFAULT_CONFIG, plan_study, run_study
 
 BASELINE_DIR = Path("results/baselines")
+#: The baseline CI gates every change against: the default study's exact metrics on CPU.
+EXACT_BASELINE = BASELINE_DIR / "cpu-exact.json"
 
 
 def default_baseline_path(results: str | Path) -> Path:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import FieldError, typed
 from ..measure.stats import Measurement
+from ..model.files import shown_path
 from ..records import Kind
 from .changepoints import ChangePoint, change_points
-from .store import Commit, StoredPoint
+from .store import DEFAULT_DB, Commit, StoredPoint, open_history
 
 #: The environment of an exact metric's series: its values depend on the code alone.
 ANY_ENVIRONMENT = "any"
@@ -152,5 +153,80 @@ def series_changes(series: Series, **options: float) -> list[Change]:
     ]
 
 
+def all_changes(series: Sequence[Series]) -> list[Change]:
+    """The changes of every one of `series` (series_changes), series by series."""
+    return [c for s in series for c in series_changes(s)]
+
+
 def _pct(before: float, after: float) -> float:
     return 100 * (after / before - 1) if before else math.inf
+
+
+def by_environment(series: Sequence[Series]) -> dict[str, list[Series]]:
+    """`series` grouped by environment (shown and drawn one environment at a time), in
+    the order their environments first come."""
+    grouped: dict[str, list[Series]] = {}
+    for s in series:
+        grouped.setdefault(s.environment_id, []).append(s)
+    return grouped
+
+
+def followed(kinds: Mapping[str, str]) -> list[str]:
+    """Of the metrics of a history (by kind), those searched for changes unless named:
+    every gated timing (a median, not its other statistics) and every exact metric."""
+    return [
+        metric
+        for metric, kind in kinds.items()
+        if kind == Kind.EXACT.value or (kind == Kind.TIMING.value and metric.endswith("_median"))
+    ]
+
+
+def find_series(db: str | None, metric: str, where: str | None) -> list[Series]:
+    """The series of `metric` in the history at `db` (the default one when None) whose
+    keys match `where` (parse_where); FieldError when there are none."""
+    history = open_history(db)
+    try:
+        kinds = history.metric_kinds()
+        if metric not in kinds:
+            known = ", ".join(k for k, kind in kinds.items() if kind in ("timing", "exact"))
+            raise FieldError(
+                "metric", typed(metric), f"not in the history; it holds {known or 'no runs'}"
+            )
+        found = build_series(metric, history.points(metric), parse_where(where))
+    finally:
+        history.close()
+    if not found and where is None:
+        raise FieldError("metric", typed(metric), "no run in the history has a value of it")
+    if not found:
+        raise FieldError("where", typed(where), f"no series of {metric} matches")
+    return found
+
+
+def find_changes(
+    db: str | None, metrics: Sequence[str], where: str | None
+) -> tuple[list[str], list[Change]]:
+    """The metrics searched and the changes of their series matching `where`: of every
+    metric in `metrics` (each must have a series), else of every followed one that has
+    some. FieldError when the history holds no runs, or `where` matches nothing."""
+    history = open_history(db)
+    try:
+        kinds = history.metric_kinds()
+    finally:
+        history.close()
+    if not kinds:
+        shown = shown_path(DEFAULT_DB if db is None else db)
+        raise FieldError("db", shown, "holds no runs; add some with `attnbench history add`")
+    wanted = list(metrics) or followed(kinds)
+    found: list[Series] = []
+    for name in wanted:  # every metric named; of the others, those with a series to search
+        found += find_series(db, name, where) if metrics else _series_or_none(db, name, where)
+    if not found and where is not None:  # a where that matches nothing finds no change
+        raise FieldError("where", typed(where), "no series of any metric matches")
+    return wanted, all_changes(found)
+
+
+def _series_or_none(db: str | None, metric: str, where: str | None) -> list[Series]:
+    try:
+        return find_series(db, metric, where)
+    except FieldError:
+        return []

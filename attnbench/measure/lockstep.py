@@ -18,7 +18,8 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-from .timing import MAX_BLOCK, Measurement, Sampling, Timer
+from .stats import Measurement
+from .timing import MAX_BLOCK, Sampling, Timer
 
 
 def _slowest(

@@ -3,7 +3,7 @@
 A `Measurement` holds raw samples and their summary: the median with p25..p75, the
 distribution-free 95% interval of the median, and why sampling stopped. The Timer returns
 one (measure.timing), a record stores its summary and samples in the columns it declares
-(records.flatten), and the gate, the history and the gate's simulation read one back
+(records.flattened), and the gate, the history and the gate's simulation read one back
 (`Measurement.of_record`, `Measurement.of_samples`).
 
 Every percentile is `percentile` (linear interpolation between order statistics, numpy's

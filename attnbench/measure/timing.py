@@ -29,11 +29,6 @@ import torch
 from ..model.formulas import matmul_flops
 from .stats import CONVERGED, FIXED, MOST_SAMPLES, OUT_OF_TIME, Measurement, in_run_ratio
 
-# What a timed number is lives in measure.stats; these are read from here too.
-from .stats import MIN_SPREAD_SAMPLES as MIN_SPREAD_SAMPLES
-from .stats import NOISY_IQR_FRACTION as NOISY_IQR_FRACTION
-from .stats import percentile as percentile
-
 #: The most consecutive calls one sample times.
 MAX_BLOCK = 10_000
 #: Calls timed alone to size a block of calls; the block is sized by the fastest.

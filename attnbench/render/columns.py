@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..measure.timing import MIN_SPREAD_SAMPLES
+from ..measure.stats import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import is_own
 from .table import Column, as_row

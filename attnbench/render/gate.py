@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 
 from rich.console import Console
 
@@ -151,22 +152,34 @@ def _context_lines(result: Comparison) -> list[str]:
     return lines + [f"Note: {note}." for note in result.notes]
 
 
-def unchanged_line(result: Comparison, only_changed: bool, markdown: bool = False) -> str | None:
-    """'18 unchanged findings not shown: --all shows them', when the unchanged ones are
-    left out and there are some; None otherwise."""
+@dataclass(frozen=True)
+class Spelling:
+    """What the report points the reader to, as the command line spells it (only the
+    command line knows its flags): the flag that shows every finding, and the formats
+    that keep every column."""
+
+    show_all: str
+    other_formats: str
+
+
+def unchanged_line(
+    result: Comparison, only_changed: bool, spelling: Spelling, markdown: bool = False
+) -> str | None:
+    """'18 unchanged findings not shown: <show_all> shows them', when the unchanged ones
+    are left out and there are some; None otherwise."""
     if not only_changed:
         return None
     count = sum(f.verdict is Verdict.UNCHANGED for f in result.findings)
     if not count:
         return None
     noun = "finding" if count == 1 else "findings"
-    flag = "`--all`" if markdown else "--all"
+    flag = f"`{spelling.show_all}`" if markdown else spelling.show_all
     return f"{count} unchanged {noun} not shown: {flag} shows them."
 
 
-def render_markdown(result: Comparison, only_changed: bool) -> str:
+def render_markdown(result: Comparison, only_changed: bool, spelling: Spelling) -> str:
     rows = _cells(result, only_changed)
-    hidden = unchanged_line(result, only_changed, markdown=True)
+    hidden = unchanged_line(result, only_changed, spelling, markdown=True)
 
     def row(cells) -> str:
         return "| " + " | ".join(markdown_text(str(c)) for c in cells) + " |"
@@ -190,10 +203,12 @@ def render_markdown(result: Comparison, only_changed: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_table(out: Console, result: Comparison, only_changed: bool, width: int) -> None:
+def print_table(
+    out: Console, result: Comparison, only_changed: bool, width: int, spelling: Spelling
+) -> None:
     """The findings as a table that fits `width`: when it is too narrow the interval goes
     first, then the other columns, but never the verdict or its reason, which folds
-    (--format markdown or json keep everything); then how many unchanged findings were
+    (the other formats keep everything); then how many unchanged findings were
     left out, and the summary."""
     rows = [dict(zip(HEADERS, cells, strict=True)) for _, cells in _cells(result, only_changed)]
     if rows:
@@ -202,15 +217,15 @@ def print_table(out: Console, result: Comparison, only_changed: bool, width: int
             for h, (kind, rank) in zip(HEADERS, CELLS, strict=True)
         ]
         title = f"attnbench compare: {result.baseline} -> {result.current}"
-        view = build_table(title, rows, columns, width, hint="--format markdown or json")
+        view = build_table(title, rows, columns, width, hint=spelling.other_formats)
         print_view(out, view)
-    hidden = unchanged_line(result, only_changed)
+    hidden = unchanged_line(result, only_changed, spelling)
     for line in [*([hidden] if hidden else []), *_context_lines(result), summary_line(result)]:
         out.print(line, highlight=False, markup=False)
 
 
-def report_text(result: Comparison, fmt: str, only_changed: bool) -> str:
+def report_text(result: Comparison, fmt: str, only_changed: bool, spelling: Spelling) -> str:
     """The report as `fmt` says: markdown, else JSON (every finding, or only the changed)."""
     if fmt == "markdown":
-        return render_markdown(result, only_changed)
+        return render_markdown(result, only_changed, spelling)
     return json.dumps(result.to_dict(only_changed), indent=2) + "\n"

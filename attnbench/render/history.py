@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from ..history.series import Change, Series
+from ..history.series import ANY_ENVIRONMENT, Change, Series, by_environment
 from ..records import Kind
 from ..study.output import named
 from .plots import literal_text
@@ -21,6 +21,22 @@ def _varying(series: Sequence[Series]) -> list[str]:
     """The keys whose values differ among `series` (what labels them apart)."""
     keys = list(dict.fromkeys(k for s in series for k in s.keys))
     return [k for k in keys if len({str(s.keys.get(k)) for s in series}) > 1]
+
+
+def environment_label(series: Series) -> str:
+    """The series' environment as its id and what it recorded of device, torch and
+    threads: 'environment 0123456789 (NVIDIA H100, torch 2.4.0, 8 threads)'."""
+    if series.environment_id == ANY_ENVIRONMENT:
+        return "every environment (an exact metric)"
+    env = series.environment
+    torch, threads = env.get("torch_version"), env.get("num_threads")
+    parts = [
+        env.get("device_name"),
+        torch and f"torch {torch}",
+        threads and f"{threads} thread{'s' * (threads != 1)}",
+    ]
+    known = ", ".join(str(p) for p in parts if p) or "not recorded"
+    return f"environment {series.environment_id} ({known})"
 
 
 def value_text(kind: str, value: float) -> str:
@@ -70,7 +86,7 @@ def change_text(change: Change) -> str:
     return f"{change.change_pct:+.1f}%"
 
 
-def changes_rows(changes: Sequence[Change], environment: Callable[[Series], str]) -> list[dict]:
+def changes_rows(changes: Sequence[Change]) -> list[dict]:
     """A row per change, for `history changes`; each series named by the keys that tell
     it from the others (all its keys when there is one)."""
     series = [c.series for c in changes]
@@ -84,7 +100,7 @@ def changes_rows(changes: Sequence[Change], environment: Callable[[Series], str]
             "interval": _interval(c),
             "before": value_text(c.series.kind, c.before),
             "after": value_text(c.series.kind, c.after),
-            "environment": environment(c.series),
+            "environment": environment_label(c.series),
         }
         for c in changes
     ]
@@ -117,17 +133,12 @@ def changes_markdown(changes: Sequence[Change]) -> str:
     return "\n".join(lines)
 
 
-def plot_series(
-    series: Sequence[Series],
-    changes: Sequence[Change],
-    out: Path,
-    environment: Callable[[Series], str],
-) -> Path:
+def plot_series(series: Sequence[Series], changes: Sequence[Change], out: Path) -> Path:
     """Each series' median per commit with its p25..p75 band, change points marked with
     a dashed line and their size; one panel per environment. Writes `out` (its folder
     made if need be), in the format its extension names; every text drawn as written."""
     with literal_text():
-        fig = _trend_figure(series, changes, environment)
+        fig = _trend_figure(series, changes)
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             fig.savefig(out, dpi=120, format=out.suffix.lower().lstrip("."))
@@ -137,13 +148,9 @@ def plot_series(
     return out
 
 
-def _trend_figure(
-    series: Sequence[Series], changes: Sequence[Change], environment: Callable[[Series], str]
-) -> Figure:
+def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure:
     """The figure `plot_series` writes."""
-    by_env: dict[str, list[Series]] = {}
-    for s in series:
-        by_env.setdefault(s.environment_id, []).append(s)
+    by_env = by_environment(series)
     fig = Figure(figsize=(9, 4.2 * len(by_env)), layout="constrained")
     axes = fig.subplots(len(by_env), 1, squeeze=False)[:, 0]
     metric = series[0].metric
@@ -186,7 +193,7 @@ def _trend_figure(
             )
         more = len(members) - MAX_LINES
         note = f" ({more} more series not drawn)" if more > 0 else ""
-        ax.set_title(environment(members[0]) + note, fontsize=9)
+        ax.set_title(environment_label(members[0]) + note, fontsize=9)
         ax.set_xticks(
             range(len(commits)), [sha[:7] for sha in commits], rotation=45, fontsize=8, ha="right"
         )

@@ -19,7 +19,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
-from ..measure.timing import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
+from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
+from ..measure.timing import BUSY_CPU_SHARE
 from ..model.units import binary_unit
 from ..records import Kind, failed, field_kinds
 from ..study.output import named
@@ -49,7 +50,7 @@ UNSAID = {"gen_len": 0, "cuda_graph": False}
 
 
 def few_samples(record: Mapping) -> bool:
-    """The record's step has too few samples to judge their spread (measure.timing)."""
+    """The record's step has too few samples to judge their spread (measure.stats)."""
     repeats = record.get("step_repeats")
     return known(repeats) and repeats < MIN_SPREAD_SAMPLES
 
@@ -471,10 +472,17 @@ def decode_providers(doc: dict) -> Figure | None:
     return fig
 
 
-def _memory_axis(ax: Axes, records: Sequence[dict]) -> float:
+def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> None:
+    """KV-cache bytes over field `x`, a line per series, in a binary unit that suits
+    them, the y axis scaled to them."""
+    records = [r for _, rows in lines for r in rows]
     divisor, unit = binary_unit(max(r["kv_bytes"] for r in records))
     ax.set_ylabel(f"KV cache, K and V ({unit})")
-    return divisor
+    for label, rows in lines:
+        ax.plot(
+            [r[x] for r in rows], [r["kv_bytes"] / divisor for r in rows], marker="o", label=label
+        )
+    _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
 
 
 def kv_memory_vs_heads(doc: dict) -> Figure | None:
@@ -496,18 +504,10 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
         "KV heads (MHA has as many as query heads; MQA has 1)",
         "",
     )
-    divisor = _memory_axis(ax, records)
-    for label, rows in lines:
-        ax.plot(
-            [r["num_kv_heads"] for r in rows],
-            [r["kv_bytes"] / divisor for r in rows],
-            marker="o",
-            label=label,
-        )
+    _memory_lines(ax, lines, "num_kv_heads")
     heads = sorted({r["num_kv_heads"] for r in records})
     _scale(ax, "x", heads)
     ax.set_xticklabels([_heads_tick(h, records) for h in heads])
-    _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
     ax.legend(fontsize=8)
     return fig
 
@@ -539,17 +539,9 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
         "Context length (tokens cached)",
         "",
     )
-    divisor = _memory_axis(ax, records)
-    for label, rows in lines:
-        ax.plot(
-            [r["seq_len"] for r in rows],
-            [r["kv_bytes"] / divisor for r in rows],
-            marker="o",
-            label=label,
-        )
+    _memory_lines(ax, lines, "seq_len")
     _scale(ax, "x", [r["seq_len"] for r in records])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
     ax.legend(fontsize=8)
     return fig
 

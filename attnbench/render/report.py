@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..measure.timing import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION, drift
+from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
+from ..measure.timing import drift
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, spelled
+from ..experiments.whole_model import PART_RECORDS
 from ..model.files import shown_path
 from ..records import Kind, failed, field_kinds, gated_timing
 from .output import SCHEMA_VERSION
@@ -22,8 +23,9 @@ from .sections import KINDS, record_type
 #: The commands whose JSON holds records, and the section each single command writes.
 COMMAND_SECTIONS = {"params": "params", "kvmem": "kvmem", "decode-speed": "decode", "fit": "fit"}
 COMMANDS = (*COMMAND_SECTIONS, "run")
-#: Whole-model part records that `params` writes, for a model, beside its per-layer records.
-PARTS_SECTION = "model_parts"
+#: Whole-model part records that `params` writes, for a model, beside its per-layer records
+#: (a key of the document beside `records`, or beside `sections` in a study's).
+PARTS_SECTION = PART_RECORDS
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,8 @@ def parse_document(doc: Any, path: str | Path) -> Document:
     else:
         name = COMMAND_SECTIONS[command]
         sections = {name: _check_records(path, name, doc.get("records"))}
-        if doc.get(PARTS_SECTION) is not None:
-            sections[PARTS_SECTION] = _check_records(path, PARTS_SECTION, doc[PARTS_SECTION])
+    if doc.get(PARTS_SECTION) is not None:
+        sections[PARTS_SECTION] = _check_records(path, PARTS_SECTION, doc[PARTS_SECTION])
     return Document(str(path), command, sections, environment, doc, per_record)
 
 

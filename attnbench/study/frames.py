@@ -20,7 +20,7 @@ def load_frames(path: str | Path, samples: bool = False) -> dict[str, pd.DataFra
     """Load a results file into one pandas DataFrame per section: `{section: frame}`.
 
     `path` is a results.json written by `attnbench run`, a study's directory (its
-    results.json), or the JSON a single command writes with `--json` (`params`,
+    results.json), or the JSON a single command writes (`params`,
     `kvmem`, `decode-speed`, `fit`; `params` of a model also writes its `model_parts`).
     The file is read and validated as every command reads it; a file attnbench did not
     write raises `attnbench.errors.UsageError`, whose message is one line.

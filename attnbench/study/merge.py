@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..model.files import shown_path
-from .documents import load_results
+from .documents import PARTS_SECTION, load_results
 from .plan import Plan, first_difference
 from .shards import SHARDS_DIR, Shard, indexed_plan, shard_dir, shard_plan
 from .stores import RESULTS_FILE
@@ -81,7 +81,7 @@ def merge(paths: Sequence[Path]) -> Merged:
             elif earlier.split("/")[1] == str(shard["count"]):
                 raise UsageError(f"{file}: {section} point {index} is also in share {earlier}")
     points = first["shard"]["points"]
-    merged = {key: value for key, value in first.items() if key not in ("shard", "sections")}
+    merged = {k: v for k, v in first.items() if k not in ("shard", "sections", PARTS_SECTION)}
     merged["environments"] = [
         {"shard": f"{d['shard']['index']}/{d['shard']['count']}", **d["environment"]}
         for _, d in docs
@@ -92,6 +92,9 @@ def merge(paths: Sequence[Path]) -> Merged:
         config = first["sections"][section]["config"]
         ran = [ran_on[section, i] for i in sorted(records)]
         merged["sections"][section] = {"config": config, "records": ordered, "environment_of": ran}
+    parts = next((doc[PARTS_SECTION] for _, doc in docs if PARTS_SECTION in doc), None)
+    if parts is not None:  # every share makes them from the study's models: one's will do
+        merged[PARTS_SECTION] = parts
     missing = {s: points[s] - len(sections[s]) for s in sections}
     names = sorted(seen, key=lambda n: (int(n.split("/")[1]), int(n.split("/")[0])))
     return Merged(merged, names, missing)

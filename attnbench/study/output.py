@@ -14,7 +14,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -142,6 +142,13 @@ def json_document(command: str, records: Iterable, config: dict, environment: di
         **document_header(command, config, environment),
         "records": [as_dict(r) for r in records],
     }
+
+
+def add_beside(document: dict, beside: Mapping[str, Sequence]) -> None:
+    """Put into `document` the record sets a section writes beside its own records (the
+    whole-model parts of `params`), a key each after them; an empty one is left out. The
+    one layout of both a command's JSON and a study's results.json."""
+    document.update({name: [as_dict(r) for r in rows] for name, rows in beside.items() if rows})
 
 
 def write_json_atomic(path: str | Path, document: dict) -> None:

@@ -351,3 +351,20 @@ def plan_command(
     config = load_config(config_path)
     sections = {section: resolve(config, section, overrides, models)}
     return plan_sections(config, sections, MAX_POINTS, limit_field=None)
+
+
+def check_one_rank_per_point(plan: Plan, source: str | None, command: Callable[[int], str]) -> None:
+    """A study shares its points among ranks, each point on one rank; a tensor-parallel
+    decode point needs all of its ranks at once. FieldError naming the first such tp
+    (at the sweep file's decode.tp when `source` names the file) and `command(tp)`, the
+    command line that times a layer split over that many ranks."""
+    tp = next((t.point.tp for t in plan.tasks if t.section == "decode" and t.point.tp > 1), None)
+    if tp is None:
+        return
+    error = FieldError(
+        "tp",
+        tp,
+        f"a study runs each decode point on one rank; time a layer split over {tp} ranks "
+        f"with {command(tp)}",
+    )
+    raise error.located(f"decode.tp: {tp} ({source})") if source else error

@@ -7,9 +7,11 @@ held against them, and again after them, so that the run can tell whether the ho
 speed moved), orders the points, runs them one by one or, where a section groups them, a
 group at a time (decode: the points of one context, sampled in turn and compared within
 their rounds; an out-of-memory point becomes its record's status), and hands each record
-to a store as soon as it exists, so a crash or Ctrl-C keeps every finished point. The k-th
-record of a section is its k-th point, which is how a resumed run knows what is left (a
-group recorded in part runs again whole); a resumed study must resolve to the same
+to a store as soon as it exists, so a crash or Ctrl-C keeps every finished point; what a
+section writes beside its points' records (params: the whole-model parts of its models)
+is made before them and kept in the document and a CSV of its own. The k-th record of a
+section is its k-th point, which is how a resumed run knows what is left (a group
+recorded in part runs again whole); a resumed study must resolve to the same
 configuration, whose hash the store keeps.
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,20 +29,20 @@ from typing import Any
 import torch
 
 from ..errors import FieldError, UsageError
+from ..experiments import params
 from ..experiments.context import Context
 from ..measure import timing
 from ..measure.devices import torch_dtype
 from ..measure.environment import cache_bytes, collect_environment
 from ..measure.memory import is_oom
 from ..records import as_dict
-from .output import (
-    document_header,
-)
+from .output import add_beside, document_header
 from .plan import DEFAULT_CONFIG, Plan, Task, first_difference, plan_command, plan_study
-from .sections import KINDS, SectionKind
+from .sections import KINDS, RECORD_TYPES, SectionKind
 from .stores import RESULTS_FILE, STOP_SIGNALS, DirectoryStore, MemoryStore
 
 __all__ = [  # planning and storing live beside the runner; these are its public face
+    "BESIDE",
     "DEFAULT_CONFIG",
     "RESULTS_FILE",
     "DirectoryStore",
@@ -61,6 +63,11 @@ Executor = Callable[[Task, Context], Any]
 Progress = Callable[[Sequence[Task]], Generator[Task, None, None]]
 
 
+#: The record sets each section writes beside its points' records, by name (their types
+#: are study.sections.RECORD_TYPES'), each made from the section's models.
+BESIDE: dict[str, Mapping[str, Callable[[Sequence], list]]] = {"params": params.BESIDE}
+
+
 def run_experiment(task: Task, context: Context) -> Any:
     return KINDS[task.section].run(task.point, context)
 
@@ -72,7 +79,8 @@ def _no_progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
 @dataclass
 class RunResult:
     document: dict
-    records: dict[str, list] = field(default_factory=dict)  # this run's records, as objects
+    #: This run's records, as objects: each section's, and each set written beside them.
+    records: dict[str, list] = field(default_factory=dict)
     total: int = 0  # points in the study
     skipped: int = 0  # already recorded by an earlier run (resume)
     ran: int = 0
@@ -123,6 +131,7 @@ def run_study(
             if resume
             else _new_document(plan, store, command)
         )
+        beside = _beside(plan, doc, store)
         sections = doc["sections"]
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
@@ -133,7 +142,7 @@ def run_study(
             probes.probe(first=env.get("peak_gbps") is None)
             store.save(doc)
         counts = _pre_passes(plan, pending)
-        records: dict[str, list] = {name: [] for name in plan.sections}
+        records: dict[str, list] = {**{name: [] for name in plan.sections}, **beside}
         done: dict[tuple[str, int], Any] = {}  # records of a group, until they are kept
         ran = 0
         with closing(progress(pending)) as tasks:
@@ -280,6 +289,25 @@ def _failing_as_records(
             status = f"error: {type(exc).__name__}: {exc}"
             return [kind.failed(t.point, status, context) for t in tasks]
         raise
+
+
+def _beside(plan: Plan, doc: dict, store: Store) -> dict[str, list]:
+    """The record sets the sections write beside their points' (BESIDE), made from their
+    models, put in the document (a key each) and written to a CSV each. A resumed study
+    makes them again, replacing its own: they are never kept twice."""
+    made = {
+        name: make(plan.sections[section].models)
+        for section, makers in BESIDE.items()
+        if section in plan.sections
+        for name, make in makers.items()
+    }
+    made = {name: rows for name, rows in made.items() if rows}
+    if made:
+        add_beside(doc, made)
+        for name in made:
+            store.rewrite(name, doc[name], RECORD_TYPES[name])
+        store.save(doc)
+    return made
 
 
 def _new_document(plan: Plan, store: Store, command: str) -> dict:

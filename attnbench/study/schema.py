@@ -43,6 +43,10 @@ MAX_GEN_LEN = 1_000_000  # decode steps run one by one
 MAX_REPEATS = 10_000  # warmup, repeats, min_repeats
 MAX_TIME_LIMIT_S = 3600.0  # max_time
 MAX_GPUS = 1_000_000  # tp, gpus
+#: The devices a study or a command runs on, as the `device` field and the device flags take
+#: them, and the one chosen when none is named.
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:i"
+DEFAULT_DEVICE = "auto"
 #: CPU threads a decode may use, per CPU of this machine.
 THREADS_PER_CPU = 4
 #: The defaults of decode's sampling: untimed calls before each measurement, the fewest
@@ -308,9 +312,9 @@ FIELDS: dict[str, Field] = {
     "device": Field(
         str,
         ("kvmem", "decode"),
-        "auto, cpu, cuda or cuda:i (default auto).",
+        f"{DEVICE_CHOICES} (default {DEFAULT_DEVICE}).",
         axis=False,
-        default="auto",
+        default=DEFAULT_DEVICE,
     ),
     "measure": Field(
         bool,

@@ -138,3 +138,12 @@ RECORD_TYPES: dict[str, type] = {
 def record_type(section: str) -> type | None:
     """The record dataclass of a section (None for a section this version does not know)."""
     return RECORD_TYPES.get(section)
+
+
+def record_sets(document: Mapping[str, Any]) -> dict[str, tuple[list, type]]:
+    """Every record set of a study's document with its record type, each written to a CSV
+    of its name: the sections' records, then the sets written beside them (the
+    whole-model parts of `params`)."""
+    sets = {name: (s["records"], KINDS[name].record) for name, s in document["sections"].items()}
+    beside = (n for n in RECORD_TYPES if n not in KINDS and document.get(n))
+    return {**sets, **{name: (document[name], RECORD_TYPES[name]) for name in beside}}

@@ -100,6 +100,35 @@ def _longest_first(bundles: list[list[int]], costs: list[float], count: int) -> 
     return shares
 
 
+@dataclass(frozen=True)
+class ShareLoads:
+    """A study shared among ranks (`assign`): each rank's tasks and estimated seconds,
+    against the whole study's on one rank (`total`)."""
+
+    shares: list[list[Task]]
+    loads: list[float]
+    total: float
+
+    @property
+    def slowest(self) -> float:
+        """The study's wall time on the ranks: its slowest rank's load."""
+        return max(self.loads)
+
+    @property
+    def balance(self) -> float | None:
+        """The slowest rank's load over the mean (1.0: perfectly even); None when the
+        ranks have nothing to run."""
+        mean = sum(self.loads) / len(self.loads)
+        return self.slowest / mean if mean > 0 else None
+
+
+def share_loads(plan: Plan, count: int) -> ShareLoads:
+    """`plan` shared among `count` ranks as they would run it, with each one's estimate."""
+    shares = assign(plan.tasks, plan.estimate, count)
+    loads = [plan.estimate_total(share) for share in shares]
+    return ShareLoads(shares, loads, plan.estimate_total(plan.tasks))
+
+
 def share_of(
     tasks: Sequence[Task],
     estimate: Callable[[Task], float],

@@ -59,7 +59,8 @@ LOCK_FILE = ".attnbench.lock"
 @dataclass
 class DirectoryStore:
     """results.json (rewritten atomically after each point) and one CSV per section
-    (appended to) in `out_dir`, written by one process at a time: `locked()` holds
+    (appended to), and per record set written beside them (model_parts.csv, written
+    whole), in `out_dir`, written by one process at a time: `locked()` holds
     `out_dir/.attnbench.lock` ("pid host") while a study writes there."""
 
     out_dir: Path

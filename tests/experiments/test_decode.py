@@ -16,7 +16,8 @@ from attnbench.cli import app
 from attnbench.experiments import decode
 from attnbench.experiments.context import Context
 from attnbench.experiments.decode import DecodePoint, build_layer, decode_outputs
-from attnbench.measure.timing import Measurement, Timer, percentile
+from attnbench.measure.stats import Measurement, percentile
+from attnbench.measure.timing import Timer
 from attnbench.model.formulas import (
     cached_step_bytes,
     decode_totals,
@@ -30,8 +31,6 @@ from attnbench.study import runner as study
 from attnbench.study.runner import DirectoryStore, plan_command, run_experiment, run_study
 from tests.experiments.options import decode_options
 from tests.helpers import runner
-
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 TINY = [
     "--d-model",

@@ -32,8 +32,6 @@ from attnbench.experiments.instructions import (
 )
 from tests.experiments.options import decode_options
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 OPTIONS = decode_options()
 CPU = torch.device("cpu")
 

@@ -29,8 +29,6 @@ from attnbench.study.runner import DirectoryStore, plan_command, run_study
 from attnbench.study.sections import KINDS
 from tests.experiments.options import decode_options
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 CPU = torch.device("cpu")
 #: One context, MHA and MQA, both modes, six rounds.
 GROUP = {
@@ -43,6 +41,7 @@ GROUP = {
     "repeats": 6,
     "device": "cpu",
     "prefill": False,
+    "reference": "none",  # nothing timed beside each step: a test that wants it says so
 }
 
 
@@ -71,11 +70,13 @@ def per_round(of, over) -> list[float]:
 
 
 def test_the_points_of_a_context_are_sampled_in_the_same_rounds():
-    records = records_of(prompt_len=[4, 8])
+    records = records_of(prompt_len=[4, 8], reference="kernels")
     assert [r.sampling for r in records] == ["interleaved"] * 8
     assert [r.sampling_group for r in records] == [0] * 4 + [1] * 4  # one group per context
     assert {r.prompt_len for r in records[:4]} == {4}
     assert all(len(r.samples_ms) == 6 for r in records)
+    # each step's kernels too, in the same rounds (the other tests time no reference)
+    assert all(len(r.x_of_reference_samples) == 6 for r in records)
     assert all(0 < r.cpu_share <= 1 for r in records)  # one thread on the CPU
 
 

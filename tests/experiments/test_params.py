@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from attnbench.cli import app
 from attnbench.experiments.params import count_module_params, params_record
+from attnbench.experiments.whole_model import ModelPartRecord, whole_model_records
 from attnbench.model.formulas import AttentionShape, attention_params, projection_params
 from attnbench.modules.attention import GroupedQueryAttention
+from attnbench.records import as_dict
+from attnbench.study.output import write_csv
+from attnbench.study.runner import plan_study, run_study
 from tests.helpers import runner
-
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 COLUMNS = [
     "variant",
@@ -172,6 +174,26 @@ def test_cli_params_bias_and_quiet(tmp_path):
     # 64 * 64 * 2 + 64 * kv_dim * 2 + bias (64 + 2 * kv_dim + 64), kv_dim = kv_heads * 16
     assert [r["total_params"] for r in records] == [16_640, 12_480, 10_400]
     assert all(r["bias"] is True for r in records)
+
+
+def test_a_study_s_parts_are_those_params_writes(tmp_path):
+    """The runner makes a preset model's whole-model parts beside the params records, and
+    `params --json/--csv` writes those same records."""
+    config = tmp_path / "model.yaml"
+    config.write_text("models: [llama-3-8b]\nparams: {}\n")
+    plan = plan_study(config)
+    (spec,) = plan.sections["params"].models
+    parts = whole_model_records(spec)
+    assert run_study(plan).records["model_parts"] == parts
+    json_path, csv_path = tmp_path / "p.json", tmp_path / "p.csv"
+    result = invoke(
+        "params", "--model", "llama-3-8b", "--json", str(json_path), "--csv", str(csv_path)
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(json_path.read_text())["model_parts"] == [as_dict(r) for r in parts]
+    write_csv(tmp_path / "parts.csv", parts, ModelPartRecord)
+    side = (tmp_path / "p.model_parts.csv").read_text()
+    assert side == (tmp_path / "parts.csv").read_text()
 
 
 def test_cli_params_model_preset():

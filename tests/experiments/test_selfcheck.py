@@ -9,8 +9,6 @@ from attnbench.experiments.decode import build_layer
 from attnbench.modules.attention import GroupedQueryAttention
 from tests.helpers import runner
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 
 def test_selfcheck_passes_on_the_cpu():
     result = runner.invoke(app, ["selfcheck", "--device", "cpu"])

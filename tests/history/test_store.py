@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.cli import app, history_cmd
-from attnbench.history.series import Series, parse_where
+from attnbench.cli import app
+from attnbench.history import stamps
+from attnbench.history.series import parse_where
 from attnbench.history.store import (
     APPLICATION_ID,
     MIGRATIONS,
     SCHEMA_VERSION,
     Commit,
-    environment_id,
     open_history,
 )
 from attnbench.study.documents import load_document
@@ -52,6 +52,8 @@ def decode_run(tmp_path_factory) -> dict:
         "--warmup",
         "1",
         "--no-prefill",
+        "--reference",
+        "none",
         "--json",
         str(out),
         "-q",
@@ -246,15 +248,25 @@ def test_two_processes_adding_at_once_both_land(tmp_path, decode_run):
     assert _stored(db) == (2, 2000)
 
 
-@pytest.fixture()
-def stepped_history(tmp_path, decode_run) -> tuple[Path, list[str]]:
-    """20 commits; from the 12th, every step takes 25% longer."""
-    db = tmp_path / "h.sqlite"
+@pytest.fixture(scope="module")
+def stepped_db(tmp_path_factory, decode_run) -> tuple[Path, list[str]]:
+    """20 commits; from the 12th, every step takes 25% longer: built once for the module."""
+    folder = tmp_path_factory.mktemp("stepped")
+    db = folder / "h.sqlite"
     commits = [f"{i:02d}".ljust(40, "f") for i in range(20)]
     for i, sha in enumerate(commits):
         factor = 1.25 if i >= 12 else 1.0
-        add(db, write(tmp_path / f"r{i}.json", scaled(decode_run, factor, i)), sha, i + 1)
+        add(db, write(folder / f"r{i}.json", scaled(decode_run, factor, i)), sha, i + 1)
     return db, commits
+
+
+@pytest.fixture()
+def stepped_history(tmp_path, stepped_db) -> tuple[Path, list[str]]:
+    """A copy of stepped_db in the test's own folder, for the test to do with as it likes."""
+    db, commits = stepped_db
+    copy = tmp_path / db.name
+    copy.write_bytes(db.read_bytes())
+    return copy, commits
 
 
 def step_changes(db: Path) -> list[list[str]]:
@@ -338,7 +350,7 @@ HEAD = Commit("e" * 40, "main", "2026-12-01T09:00:00+01:00")
 
 @pytest.fixture()
 def fake_head(monkeypatch) -> Commit:
-    monkeypatch.setattr(history_cmd, "current_commit", lambda: HEAD)
+    monkeypatch.setattr(stamps, "current_commit", lambda: HEAD)
     return HEAD
 
 
@@ -684,9 +696,3 @@ def test_changes_with_a_where_that_matches_nothing_is_an_error(kv_history):
         run_cli("history", "changes", "--db", str(kv_history), "--where", "varaint=MHA"),
         "--where varaint=MHA: no series of any metric matches",
     )
-
-
-def test_an_environment_not_recorded_is_not_labelled_with_nones():
-    series = Series("step_ms_median", "timing", "decode", environment_id({}), {}, {})
-    label = history_cmd.environment_label(series)
-    assert label.endswith("(not recorded)") and "None" not in label

@@ -23,8 +23,6 @@ from attnbench import (
 )
 from attnbench.modules.attention import folded_decode
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 #: This torch build has oneDNN's linear with prepacked weights (asked of torch itself).
 ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and all(
     hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight", "_linear_pointwise")

@@ -7,8 +7,6 @@ import torch
 
 from attnbench import KVCache
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 B, H, S, D = 2, 3, 10, 4
 
 

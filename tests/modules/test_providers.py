@@ -18,8 +18,6 @@ from attnbench.modules.providers import PROVIDERS, Provider, layer_workload
 from attnbench.study.runner import plan_command, run_study
 from tests.experiments.options import decode_options
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 CPU = torch.device("cpu")
 FIXED = {"warmup": 2, "repeats": 6}
 #: Providers that run on this CPU without a compiler (flex compiles; see its own test).

@@ -7,6 +7,7 @@ import json
 
 from attnbench.gate.compare import compare_documents
 from attnbench.render.gate import (
+    Spelling,
     print_table,
     render_markdown,
     report_text,
@@ -16,6 +17,7 @@ from attnbench.render.gate import (
 from attnbench.render.table import plain_console
 from attnbench.study.documents import load_document
 
+SPELLING = Spelling(show_all="--all", other_formats="--format markdown or json")
 ENV = {"device": "cpu", "torch_version": "2.4.0", "num_threads": 4}
 
 
@@ -65,25 +67,25 @@ def test_one_more_parameter_fails_and_the_rest_is_counted(tmp_path):
     result = comparison(tmp_path, 1)
     assert summary_line(result).startswith("FAIL (exit 1): 1 regressed")
     unchanged = sum(f.verdict.value == "unchanged" for f in result.findings)
-    assert unchanged_line(result, True) == (
+    assert unchanged_line(result, True, SPELLING) == (
         f"{unchanged} unchanged findings not shown: --all shows them."
     )
-    assert unchanged_line(result, False) is None
-    markdown = render_markdown(result, True)
+    assert unchanged_line(result, False, SPELLING) is None
+    markdown = render_markdown(result, True, SPELLING)
     assert markdown.startswith("**attnbench compare: FAIL (exit 1)")
     assert "<details open>" in markdown and "| regressed | params | MQA | total_params |" in (
         markdown
     )
     assert "`--all` shows them" in markdown
-    assert report_text(result, "markdown", True) == markdown
-    assert json.loads(report_text(result, "json", False)) == result.to_dict(False)
+    assert report_text(result, "markdown", True, SPELLING) == markdown
+    assert json.loads(report_text(result, "json", False, SPELLING)) == result.to_dict(False)
 
 
 def test_a_file_against_itself_passes_and_its_table_lists_nothing(tmp_path):
     result = comparison(tmp_path, 0)
     assert summary_line(result).startswith("PASS (exit 0)")
     out = plain_console(width=120, color_system=None, record=True)
-    print_table(out, result, True, 120)
+    print_table(out, result, True, 120, SPELLING)
     text = out.export_text()
     assert "Verdict" not in text  # no changed finding: no table
     assert text.splitlines()[-1] == summary_line(result)

@@ -147,11 +147,13 @@ def test_models(width):
     assert "deepseek-v2-lite" in text and "gpt3-175b" in text
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_compare_two_decode_results(width, tmp_path):
+@pytest.fixture(scope="module")
+def two_decode_results(tmp_path_factory) -> list[str]:
+    """Two runs of the same decode points, as JSON: what compare is shown at each width."""
+    folder = tmp_path_factory.mktemp("decode")
     paths = []
     for name in ("a", "b"):
-        path = tmp_path / f"{name}.json"
+        path = folder / f"{name}.json"
         runner.invoke(
             app,
             [
@@ -176,8 +178,15 @@ def test_compare_two_decode_results(width, tmp_path):
             ],
         )
         paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_compare_two_decode_results(width, two_decode_results):
     result = runner.invoke(
-        app, ["compare", *paths, "--allow-env-mismatch", "--all"], env={"COLUMNS": width}
+        app,
+        ["compare", *two_decode_results, "--allow-env-mismatch", "--all"],
+        env={"COLUMNS": width},
     )
     assert result.exit_code in (0, 1), result.output
     assert_readable(result.stdout, width)

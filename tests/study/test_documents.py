@@ -452,6 +452,16 @@ def test_plot_and_report_refuse_a_run_without_environment(run_doc, tmp_path, com
     assert f"{path}: environment: expected an object" in line
 
 
+def test_a_run_s_model_parts_are_validated_as_a_command_s(run_doc, tmp_path):
+    doc = copy.deepcopy(run_doc)
+    part = {"model": "m", "num_kv_heads": 1, "variant": "MQA", "part": "total"}
+    doc["model_parts"] = [{**part, "params": 10, "meta_params": 10, "weight_bytes": 20}]
+    assert load_document(_write(tmp_path / "good.json", doc)).sections["model_parts"]
+    doc["model_parts"][0]["params"] = -1
+    path = _write(tmp_path / RESULTS_FILE, doc)
+    assert f"{path}: model_parts record 0: params: -1 is negative" in one_error(cli("report", path))
+
+
 def test_a_head_with_a_zero_median_fails_and_a_negative_one_is_rejected(run_doc, tmp_path):
     doc = copy.deepcopy(run_doc)
     base = _write(tmp_path / "base.json", doc)

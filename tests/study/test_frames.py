@@ -17,8 +17,6 @@ from tests.helpers import runner
 
 pd = pytest.importorskip("pandas")
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
 TINY = """\
 defaults:
   d_model: 64

@@ -17,8 +17,12 @@ import torch
 import attnbench.cli.run_cmd
 from attnbench.cli import app
 from attnbench.experiments.decode import DecodePoint, run_order
+from attnbench.experiments.whole_model import ModelPartRecord, whole_model_records
+from attnbench.records import as_dict
 from attnbench.render.report import findings
-from attnbench.study.output import append_csv_row
+from attnbench.study.documents import load_document
+from attnbench.study.merge import merge
+from attnbench.study.output import append_csv_row, write_csv
 from attnbench.study.runner import (
     DirectoryStore,
     Task,
@@ -26,43 +30,13 @@ from attnbench.study.runner import (
     run_experiment,
     run_study,
 )
+from attnbench.study.shards import Shard, shard_dir, shard_plan
 from attnbench.study.stores import LOCK_FILE
+from tests.conftest import TINY_POINTS, TINY_STUDY
 from tests.experiments.options import decode_options
 from tests.helpers import runner
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
-TINY = """\
-defaults:
-  d_model: 64
-  num_heads: 4
-sweep:
-  num_kv_heads: [4, 2, 1]
-params: {}
-kvmem:
-  num_layers: 2
-  batch: 1
-  seq_len: [16, 64]
-  dtype: float16
-  device: cpu
-decode:
-  batch: 1
-  dtype: float32
-  prompt_len: [4, 8]
-  gen_len: 4
-  warmup: 0
-  repeats: 1
-  device: cpu
-"""
-POINTS = {"params": 3, "kvmem": 6, "decode": 12}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(TINY)
-    return path
 
 
 @pytest.fixture
@@ -147,9 +121,9 @@ def decode_key(df: pd.DataFrame) -> list[tuple]:
 # ------------------------------------------------------------------ end to end
 
 
-def test_end_to_end(tiny, tmp_path):
+def test_end_to_end(tiny_study, tmp_path):
     out = tmp_path / "study"
-    result = run(tiny, "--out", out)
+    result = run(tiny_study, "--out", out)
     assert result.exit_code == 0, result.output
     names = [
         "params.csv",
@@ -165,7 +139,7 @@ def test_end_to_end(tiny, tmp_path):
     ]
     for name in names:
         assert (out / name).is_file(), name
-    for section, count in POINTS.items():
+    for section, count in TINY_POINTS.items():
         assert len(csv_rows(out, section)) == count
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == PNG_SIGNATURE
@@ -174,8 +148,8 @@ def test_end_to_end(tiny, tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert doc["schema_version"] == 1 and doc["command"] == "run"
     assert doc["environment"]["peak_gbps"] > 0
-    assert doc["config"]["resolved_sha256"] and doc["config"]["file_text"] == TINY
-    assert {s: len(doc["sections"][s]["records"]) for s in POINTS} == POINTS
+    assert doc["config"]["resolved_sha256"] and doc["config"]["file_text"] == TINY_STUDY
+    assert {s: len(doc["sections"][s]["records"]) for s in TINY_POINTS} == TINY_POINTS
     assert doc["sections"]["decode"]["config"]["prompt_len"] == [4, 8]
     cached = [r for r in doc["sections"]["decode"]["records"] if r["mode"] == "cache"]
     assert all(r["speedup_vs_no_cache"] for r in cached)
@@ -193,7 +167,7 @@ def test_end_to_end(tiny, tmp_path):
 
 @pytest.mark.usefixtures("no_plots")
 def test_peaks_are_probed_before_and_after_the_timed_points_and_a_move_is_said(
-    tiny, tmp_path, cli_runs_with
+    tiny_study, tmp_path, cli_runs_with
 ):
     """The copy peak the points are held against comes from the first probe; a second one
     after them tells whether the host's speed moved; one that moved more than 20% is said
@@ -206,7 +180,7 @@ def test_peaks_are_probed_before_and_after_the_timed_points_and_a_move_is_said(
         probe_flops=lambda device, dtype: next(flops),
     )
     out = tmp_path / "study"
-    result = run(tiny, "--out", out)
+    result = run(tiny_study, "--out", out)
     assert result.exit_code == 0, result.output
     env = json.loads((out / "results.json").read_text())["environment"]
     assert (env["peak_gbps"], env["peak_gbps_probes"]) == (10.0, [10.0, 4.0])
@@ -223,7 +197,7 @@ def test_peaks_are_probed_before_and_after_the_timed_points_and_a_move_is_said(
     assert moved in (out / "report.md").read_text()
 
 
-def test_decode_points_put_no_cache_first(tiny):
+def test_decode_points_put_no_cache_first(tiny_study):
     base = {
         "d_model": 64,
         "num_heads": 4,
@@ -242,7 +216,7 @@ def test_decode_points_put_no_cache_first(tiny):
         (8, "no_cache"),
         (8, "cache"),
     ]
-    plan = plan_study(tiny)
+    plan = plan_study(tiny_study)
     decode = [t.point for t in plan.tasks if t.section == "decode"]
     # the points compared with each other (every variant and mode at one context) together
     assert [(p.num_kv_heads, p.prompt_len, p.mode) for p in decode[:6]] == [
@@ -255,19 +229,89 @@ def test_decode_points_put_no_cache_first(tiny):
     ]
 
 
-# ------------------------------------------------------------ nothing lost
+# ------------------------------------------------------------ whole-model parts
 
-#: Stop after this many points: between a no_cache point and its cache point.
-K = POINTS["params"] + POINTS["kvmem"] + 3
+#: A params section of a model with a body, rebuilt with each KV-head count.
+MODEL_STUDY = "models: [llama-3-8b]\nparams:\n  num_kv_heads: [32, 8, 1]\n"
+
+
+@pytest.fixture
+def model_study(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(MODEL_STUDY)
+    return path
+
+
+def expected_parts(plan) -> list[ModelPartRecord]:
+    """The part records of the params section's models, as the library makes them."""
+    return [r for spec in plan.sections["params"].models for r in whole_model_records(spec)]
 
 
 @pytest.mark.usefixtures("no_plots")
-def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
+def test_the_runner_keeps_the_parts_of_a_params_section_of_models_once(model_study, tmp_path):
+    """The runner writes the whole-model parts of each model beside the params records,
+    in results.json and model_parts.csv; a resumed study makes them again in their place,
+    never twice; every reader of results takes them."""
+    plan = plan_study(model_study)
+    expected = expected_parts(plan)
+    assert {r.num_kv_heads for r in expected} == {32, 8, 1}
+    out = tmp_path / "study"
+    result = run_study(
+        plan,
+        DirectoryStore(out),
+        execute=after_points(1, sigint),
+        on_interrupt=lambda signum: None,
+        probe_peak=lambda device: 7.0,
+    )
+    assert result.interrupted and result.records["model_parts"] == expected
+    written = [as_dict(r) for r in expected]
+    assert json.loads((out / "results.json").read_text())["model_parts"] == written
+
+    result = run_study(plan_study(model_study), DirectoryStore(out), resume=True)
+    assert (result.skipped, result.ran, result.interrupted) == (1, 2, False)
+    assert json.loads((out / "results.json").read_text())["model_parts"] == written
+    write_csv(tmp_path / "parts.csv", expected, ModelPartRecord)
+    assert (out / "model_parts.csv").read_text() == (tmp_path / "parts.csv").read_text()
+    assert load_document(out / "results.json").sections["model_parts"] == written
+    for command in ("report", "plot"):
+        shown = runner.invoke(app, [command, str(out / "results.json"), "-q"])
+        assert shown.exit_code == 0, shown.output
+
+
+def test_run_writes_parts_only_for_a_params_section_of_models(model_study, tmp_path):
+    with_models, without = tmp_path / "with", tmp_path / "without"
+    assert run(model_study, "--out", with_models, "-q").exit_code == 0
+    assert len(csv_rows(with_models, "model_parts")) == len(expected_parts(plan_study(model_study)))
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 1]}\n")
+    assert run(shapes, "--out", without, "-q").exit_code == 0
+    assert "model_parts" not in json.loads((without / "results.json").read_text())
+    assert not (without / "model_parts.csv").exists()
+
+
+def test_merged_shares_keep_the_parts_once(model_study, tmp_path):
+    plan = plan_study(model_study)
+    out = tmp_path / "sharded"
+    for share in (Shard(0, 2), Shard(1, 2)):
+        run_study(shard_plan(plan, share), DirectoryStore(shard_dir(out, share)))
+    merged = merge([out])
+    assert merged.complete
+    assert merged.document["model_parts"] == [as_dict(r) for r in expected_parts(plan)]
+
+
+# ------------------------------------------------------------ nothing lost
+
+#: Stop after this many points: between a no_cache point and its cache point.
+K = TINY_POINTS["params"] + TINY_POINTS["kvmem"] + 3
+
+
+@pytest.mark.usefixtures("no_plots")
+def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny_study, tmp_path):
     out = tmp_path / "study"
     handler = signal.getsignal(signal.SIGINT)
     notices = []
     result = run_study(
-        plan_study(tiny),
+        plan_study(tiny_study),
         DirectoryStore(out),
         execute=after_points(K, sigint),
         on_interrupt=notices.append,
@@ -282,7 +326,7 @@ def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
     # probe before the resumed points only tells whether the host's speed moved since)
     stop = threading.Event()
     result = run_study(
-        plan_study(tiny),
+        plan_study(tiny_study),
         DirectoryStore(out),
         resume=True,
         stop=stop,
@@ -298,25 +342,25 @@ def test_ctrl_c_keeps_finished_points_and_resume_completes(tiny, tmp_path):
     assert result.environment["peak_gbps_probes"] == [*doc["environment"]["peak_gbps_probes"], 7.0]
 
     # the runner's own resume: the first context's group, recorded in part, runs again whole
-    result = run(tiny, "--out", out, "--resume")
+    result = run(tiny_study, "--out", out, "--resume")
     assert result.exit_code == 0, result.output
-    assert f"({POINTS['params'] + POINTS['kvmem']} recorded earlier)" in result.stdout
-    for section, count in POINTS.items():
+    assert f"({TINY_POINTS['params'] + TINY_POINTS['kvmem']} recorded earlier)" in result.stdout
+    for section, count in TINY_POINTS.items():
         assert len(csv_rows(out, section)) == count
     decode = csv_rows(out, "decode")
-    assert len(set(decode_key(decode))) == POINTS["decode"]
+    assert len(set(decode_key(decode))) == TINY_POINTS["decode"]
     assert (decode["sampling"] == "interleaved").all()
     assert decode.loc[decode["mode"] == "cache", "speedup_vs_no_cache"].notna().all()
 
 
 @pytest.mark.usefixtures("no_plots")
-def test_a_hard_stop_keeps_every_finished_row(tiny, tmp_path):
+def test_a_hard_stop_keeps_every_finished_row(tiny_study, tmp_path):
     """A second Ctrl-C (KeyboardInterrupt mid-point) loses only the point it hit."""
     out = tmp_path / "study"
     handler = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         run_study(
-            plan_study(tiny),
+            plan_study(tiny_study),
             DirectoryStore(out),
             execute=after_points(2, sigint_twice),
             on_interrupt=lambda signum: None,
@@ -325,45 +369,49 @@ def test_a_hard_stop_keeps_every_finished_row(tiny, tmp_path):
     assert len(csv_rows(out, "params")) == 1
     doc = json.loads((out / "results.json").read_text())
     assert len(doc["sections"]["params"]["records"]) == 1
-    assert run(tiny, "--out", out, "--resume", "-q").exit_code == 0
-    assert [len(csv_rows(out, s)) for s in POINTS] == list(POINTS.values())
+    assert run(tiny_study, "--out", out, "--resume", "-q").exit_code == 0
+    assert [len(csv_rows(out, s)) for s in TINY_POINTS] == list(TINY_POINTS.values())
 
 
 @pytest.mark.parametrize("then", [sigint, sigint_twice], ids=["ctrl-c", "ctrl-c twice"])
 @pytest.mark.usefixtures("no_plots")
-def test_interrupted_run_exits_130_and_says_how_to_resume(tiny, tmp_path, cli_runs_with, then):
+def test_interrupted_run_exits_130_and_says_how_to_resume(
+    tiny_study, tmp_path, cli_runs_with, then
+):
     out = tmp_path / "study"
     cli_runs_with(after_points(2, then))
-    result = run(tiny, "--out", out)
+    result = run(tiny_study, "--out", out)
     assert result.exit_code == 130, result.output
-    assert f"attnbench run {tiny} --out {out} --resume" in result.stderr
+    assert f"attnbench run {tiny_study} --out {out} --resume" in result.stderr
     assert (out / "results.json").is_file() and not (out / "report.md").exists()
 
 
 @pytest.mark.parametrize("times", [1, 2], ids=["once", "twice"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 @pytest.mark.usefixtures("no_plots")
-def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tiny, tmp_path, cli_runs_with, signum, times):
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(
+    tiny_study, tmp_path, cli_runs_with, signum, times
+):
     """The message, the way to resume and the lock released; the handlers are put back."""
     out = tmp_path / "study"
     cli_runs_with(after_points(2, send(signum, times)))
-    result = run(tiny, "--out", out)
+    result = run(tiny_study, "--out", out)
     assert result.exit_code == 130, result.output
     stderr = flat(result.stderr)
     name = signal.Signals(signum).name
     assert f"stopping after the current points ({name} or Ctrl-C again to stop now)" in stderr
     assert (
         f"interrupted: the finished points are in {out}/; finish with: attnbench run "
-        f"{tiny} --out {out} --resume"
+        f"{tiny_study} --out {out} --resume"
     ) in stderr
     assert not (out / LOCK_FILE).exists()
     assert signal.getsignal(signum) is signal.SIG_DFL
     kept = json.loads((out / "results.json").read_text())["sections"]["params"]["records"]
     assert len(kept) == 3 - times  # a second signal stops at once: the point it hit is lost
-    assert run(tiny, "--out", out, "--resume", "-q").exit_code == 0
+    assert run(tiny_study, "--out", out, "--resume", "-q").exit_code == 0
 
 
-def test_a_signal_ignored_stays_ignored(tiny, tmp_path):
+def test_a_signal_ignored_stays_ignored(tiny_study, tmp_path):
     """SIGHUP under nohup: the study goes on; Ctrl-C and SIGTERM still stop it."""
     handlers = {}
 
@@ -374,7 +422,7 @@ def test_a_signal_ignored_stays_ignored(tiny, tmp_path):
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         run_study(
-            plan_study(tiny, names=["params"]),
+            plan_study(tiny_study, names=["params"]),
             DirectoryStore(tmp_path / "study"),
             execute=look,
             on_interrupt=lambda signum: None,
@@ -505,16 +553,16 @@ def failing(exc: BaseException, when):
 MQA_OOM = "decode MQA attnbench d_model 64 batch 1 context 8 cache: oom"
 
 
-def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path):
+def test_out_of_memory_is_recorded_and_listed(tiny_study, tmp_path):
     out = tmp_path / "study"
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     result = run_study(
-        plan_study(tiny), DirectoryStore(out), execute=failing(oom, is_mqa_cache_at_8)
+        plan_study(tiny_study), DirectoryStore(out), execute=failing(oom, is_mqa_cache_at_8)
     )
-    assert not result.interrupted and result.ran == sum(POINTS.values())
+    assert not result.interrupted and result.ran == sum(TINY_POINTS.values())
     assert findings(result.document)[-1] == f"1 point(s) did not complete: {MQA_OOM}."
     decode = csv_rows(out, "decode")
-    assert len(decode) == POINTS["decode"]
+    assert len(decode) == TINY_POINTS["decode"]
     assert (decode["status"] == "oom").sum() == 1
     oom_row = decode[decode["status"] == "oom"].iloc[0]
     assert (oom_row["num_kv_heads"], oom_row["prompt_len"], oom_row["mode"]) == (1, 8, "cache")
@@ -530,11 +578,11 @@ def test_out_of_memory_is_recorded_and_listed(tiny, tmp_path):
     ],
 )
 def test_run_exits_1_only_for_failures_other_than_memory(
-    tiny, tmp_path, cli_runs_with, exc, code, status
+    tiny_study, tmp_path, cli_runs_with, exc, code, status
 ):
     out = tmp_path / "study"
     cli_runs_with(failing(exc, is_mqa_cache_at_8))
-    result = run(tiny, "--out", out)
+    result = run(tiny_study, "--out", out)
     assert result.exit_code == code, result.output
     assert f"1 point(s) did not complete: {MQA_OOM.replace('oom', status)}." in flat(result.stdout)
     assert list(csv_rows(out, "decode")["status"]).count(status) == 1
@@ -543,16 +591,19 @@ def test_run_exits_1_only_for_failures_other_than_memory(
 # ------------------------------------------------------------ dry run, bad input
 
 
-def test_dry_run_runs_nothing(tiny, tmp_path, cli_runs_with):
+def test_dry_run_runs_nothing(tiny_study, tmp_path, cli_runs_with):
     cli_runs_with(forbidden, probe_peak=forbidden)
     out = tmp_path / "study"
-    result = run(tiny, "--out", out, "--dry-run")
+    result = run(tiny_study, "--out", out, "--dry-run")
     assert result.exit_code == 0, result.output
     assert not out.exists()
     lines = result.stdout.splitlines()
-    assert sum(line.startswith("decode ") for line in lines) == POINTS["decode"]
-    assert sum(line.startswith("kvmem ") for line in lines) == POINTS["kvmem"]
-    assert f"{sum(POINTS.values())} points" in result.stdout and "nothing was run" in result.stdout
+    assert sum(line.startswith("decode ") for line in lines) == TINY_POINTS["decode"]
+    assert sum(line.startswith("kvmem ") for line in lines) == TINY_POINTS["kvmem"]
+    assert (
+        f"{sum(TINY_POINTS.values())} points" in result.stdout
+        and "nothing was run" in result.stdout
+    )
 
 
 def test_default_study_plans_within_budget():

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from attnbench.cli import app
+from attnbench.cli import app, run_cmd
 from attnbench.errors import FieldError
 from attnbench.experiments.decode import DecodePoint
 from attnbench.study.plan import Task, plan_study
-from attnbench.study.shards import Shard, assign, parse_shard, share_of
+from attnbench.study.shards import Shard, ShareLoads, assign, parse_shard, share_loads, share_of
 from tests.helpers import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,8 +101,43 @@ def test_a_few_large_groups_are_shared_point_by_point():
 
 def test_the_providers_study_balances_over_8_ranks_within_10_percent():
     plan = plan_study(ROOT / "configs" / "providers.yaml", device="cpu")
-    loads = [plan.estimate_total(share) for share in assign(plan.tasks, plan.estimate, 8)]
-    assert max(loads) / (sum(loads) / len(loads)) <= 1.10
+    shared = share_loads(plan, 8)
+    assert shared.shares == assign(plan.tasks, plan.estimate, 8)
+    assert shared.loads == [plan.estimate_total(share) for share in shared.shares]
+    assert shared.total == plan.estimate_total(plan.tasks)
+    assert shared.balance is not None and shared.balance <= 1.10
+
+
+class CostPlan:
+    """What share_loads reads of a plan: its tasks and their estimates (a task's point
+    is its cost; a share's total adds `overhead`, as a plan adds the peak probe)."""
+
+    def __init__(self, costs: list[float], overhead: float = 0.0) -> None:
+        self.tasks = [Task("params", i, cost) for i, cost in enumerate(costs)]
+        self.overhead = overhead
+
+    def estimate(self, task: Task) -> float:
+        return task.point
+
+    def estimate_total(self, share: list[Task]) -> float:
+        return self.overhead + sum(t.point for t in share)
+
+
+def test_the_loads_of_the_shares_their_slowest_and_balance():
+    plan = CostPlan([5, 1, 1, 3, 2, 2, 8, 1], overhead=1.0)
+    shared = share_loads(plan, 3)  # type: ignore[arg-type]
+    assert [[t.index for t in share] for share in shared.shares] == [[6], [0, 5, 7], [1, 2, 3, 4]]
+    assert shared.loads == [9.0, 9.0, 8.0]
+    assert shared.total == 24.0
+    assert shared.slowest == 9.0
+    assert shared.balance == pytest.approx(9.0 / (26.0 / 3))
+
+
+def test_ranks_with_nothing_to_run_have_no_balance():
+    assert ShareLoads([[], []], [0.0, 0.0], 0.0).balance is None
+    shared = share_loads(CostPlan([0.0, 0.0]), 4)  # type: ignore[arg-type]
+    assert shared.loads == [0.0] * 4 and shared.slowest == 0.0 and shared.balance is None
+    assert ShareLoads([[], []], [2.0, 2.0], 4.0).balance == 1.0
 
 
 def test_dry_run_prints_each_ranks_share():
@@ -146,7 +182,7 @@ sweep: {num_kv_heads: [4, 2, 1]}
 params: {}
 kvmem: {seq_len: [128, 256], measure: false}
 decode: {prompt_len: [8, 16], repeats: 2, warmup: 0, device: cpu, mode: [cache, no_cache],
-         provider: [attnbench, naive], prefill: false}
+         provider: [attnbench, naive], prefill: false, reference: none}
 """
 
 
@@ -168,20 +204,43 @@ def run_cli(*args: str):
     return result
 
 
-def test_two_shares_merged_equal_the_unsharded_study_row_for_row(tmp_path):
-    import json
+def no_plots(patch: pytest.MonkeyPatch) -> None:
+    """`run` and `merge` write no plots (rendering them is most of a tiny study's time):
+    for the tests of what the shares hold, not of plotting a merged study."""
+    patch.setattr(run_cmd, "render_plots", lambda doc, out: [])
 
-    study = tmp_path / "study.yaml"
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> dict:
+    """STUDY's results.json, run in one process, no shards: what every merge must equal."""
+    folder = tmp_path_factory.mktemp("whole")
+    study = folder / "study.yaml"
     study.write_text(STUDY)
-    whole, sharded = tmp_path / "whole", tmp_path / "sharded"
-    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    with pytest.MonkeyPatch.context() as patch:
+        no_plots(patch)
+        assert run_cli("run", str(study), "--out", str(folder / "out")).exit_code == 0
+    return json.loads((folder / "out" / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    """The directory of STUDY run as two shares, then merged (with its plots)."""
+    folder = tmp_path_factory.mktemp("sharded")
+    study = folder / "study.yaml"
+    study.write_text(STUDY)
+    out = folder / "out"
     for i in range(2):
-        result = run_cli("run", str(study), "--out", str(sharded), "--shard", f"{i}/2")
+        result = run_cli("run", str(study), "--out", str(out), "--shard", f"{i}/2")
         assert result.exit_code == 0, result.output
-        assert (sharded / "shards" / f"{i}-of-2" / "results.json").is_file()
-    merged = run_cli("merge", str(sharded))
+    merged = run_cli("merge", str(out))
     assert merged.exit_code == 0, merged.output
-    one = json.loads((whole / "results.json").read_text())
+    return out
+
+
+def test_two_shares_merged_equal_the_unsharded_study_row_for_row(whole, sharded):
+    for i in range(2):
+        assert (sharded / "shards" / f"{i}-of-2" / "results.json").is_file()
+    one = whole
     two = json.loads((sharded / "results.json").read_text())
     assert exact_rows(two) == exact_rows(one)
     assert [e["shard"] for e in two["environments"]] == ["0/2", "1/2"]
@@ -191,7 +250,7 @@ def test_two_shares_merged_equal_the_unsharded_study_row_for_row(tmp_path):
         assert (sharded / f"{name}.csv").read_text().count("\n") == len(
             one["sections"][name]["records"]
         ) + 1
-    assert (sharded / "report.md").is_file()
+    assert (sharded / "report.md").is_file() and any(sharded.glob("*.png"))
 
 
 def test_merging_an_incomplete_study_exits_1_and_names_what_is_missing(tmp_path):
@@ -278,17 +337,14 @@ def test_bad_shards_exit_2_with_one_line(args, message):
 
 
 @pytest.mark.integration
-def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path):
+def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path, whole):
     """Two real ranks under torchrun (gloo on the CPU): the merged study equals one
     process's run of it, row for row, with each rank's environment."""
-    import json
     import subprocess
     import sys
 
     study = tmp_path / "study.yaml"
     study.write_text(STUDY)
-    whole = tmp_path / "whole"
-    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
     out = tmp_path / "ranks"
     torchrun = [
         sys.executable,
@@ -307,8 +363,7 @@ def test_torchrun_ranks_share_the_study_and_rank_0_merges_it(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["0-of-2", "1-of-2"]
     merged = json.loads((out / "results.json").read_text())
-    one = json.loads((whole / "results.json").read_text())
-    assert exact_rows(merged) == exact_rows(one)
+    assert exact_rows(merged) == exact_rows(whole)
     assert [e["shard"] for e in merged["environments"]] == ["0/2", "1/2"]
     assert all(e["peak_gbps"] > 0 for e in merged["environments"])  # each rank measured its own
     assert done.stdout.count("Findings:") == 1  # rank 0 alone reports
@@ -318,18 +373,18 @@ class Crash(BaseException):
     """A rank dying mid-study (the process is gone; what it wrote stays)."""
 
 
-def test_a_share_that_died_mid_study_resumes_and_the_merge_loses_nothing(tmp_path):
+def test_a_share_that_died_mid_study_resumes_and_the_merge_loses_nothing(
+    tmp_path, whole, monkeypatch
+):
     """A worker dies after 5 points of its share; `--resume --shard` finishes that share
     without redoing them, and the merge equals one process's run, row for row."""
-    import json
-
     from attnbench.study.runner import DirectoryStore, run_experiment, run_study
     from attnbench.study.shards import shard_dir, shard_plan
 
+    no_plots(monkeypatch)
     study = tmp_path / "study.yaml"
     study.write_text(STUDY)
-    whole, out = tmp_path / "whole", tmp_path / "sharded"
-    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    out = tmp_path / "sharded"
     share = Shard(0, 2)
     ran: list[Task] = []
 
@@ -349,22 +404,22 @@ def test_a_share_that_died_mid_study_resumes_and_the_merge_loses_nothing(tmp_pat
     assert run_cli("run", str(study), "--out", str(out), "--shard", "1/2").exit_code == 0
     assert run_cli("merge", str(out)).exit_code == 0
     merged = json.loads((out / "results.json").read_text())
-    assert exact_rows(merged) == exact_rows(json.loads((whole / "results.json").read_text()))
+    assert exact_rows(merged) == exact_rows(whole)
 
 
-def test_a_study_resumed_with_another_number_of_shares_loses_and_repeats_nothing(tmp_path):
+def test_a_study_resumed_with_another_number_of_shares_loses_and_repeats_nothing(
+    tmp_path, whole, monkeypatch
+):
     """Two shares start; share 0 dies after 5 points and share 1 never runs. The study is
     finished by 3 shares: they take only the points no share recorded (none twice), and
     the merge of all of them equals one process's run, row for row."""
-    import json
-
     from attnbench.study.runner import DirectoryStore, run_experiment, run_study
     from attnbench.study.shards import shard_dir, shard_plan
 
+    no_plots(monkeypatch)
     study = tmp_path / "study.yaml"
     study.write_text(STUDY)
-    whole, out = tmp_path / "whole", tmp_path / "sharded"
-    assert run_cli("run", str(study), "--out", str(whole)).exit_code == 0
+    out = tmp_path / "sharded"
     ran: list[Task] = []
 
     def dies_after_5(task, context):
@@ -392,7 +447,7 @@ def test_a_study_resumed_with_another_number_of_shares_loses_and_repeats_nothing
     merged = run_cli("merge", str(out))
     assert merged.exit_code == 0, merged.output
     doc = json.loads((out / "results.json").read_text())
-    assert exact_rows(doc) == exact_rows(json.loads((whole / "results.json").read_text()))
+    assert exact_rows(doc) == exact_rows(whole)
     assert [e["shard"] for e in doc["environments"]] == ["0/2", "0/3", "1/3", "2/3"]
 
 
@@ -404,20 +459,13 @@ def test_resuming_a_share_that_never_started_runs_it(tmp_path):
     assert (tmp_path / "shards" / "1-of-2" / "results.json").is_file()
 
 
-def test_compare_holds_each_merged_row_to_the_environment_of_its_share(tmp_path):
+def test_compare_holds_each_merged_row_to_the_environment_of_its_share(tmp_path, sharded):
     """A merged study's rows carry their share's environment: when one share ran on
     another CPU, its timings are incomparable and the other share's are still gated."""
-    import json
-
     from attnbench.gate.compare import Verdict, compare_documents
     from attnbench.study.documents import load_document
 
-    study = tmp_path / "study.yaml"
-    study.write_text(STUDY)
-    out = tmp_path / "sharded"
-    for i in range(2):
-        assert run_cli("run", str(study), "--out", str(out), "--shard", f"{i}/2").exit_code == 0
-    assert run_cli("merge", str(out)).exit_code == 0
+    out = sharded
     doc = json.loads((out / "results.json").read_text())
     doc["environments"][1]["cpu_model"] = "another CPU"
     moved = tmp_path / "moved.json"

@@ -1,0 +1,107 @@
+"""The commit a run is filed under: the one its file names, else HEAD of the checkout
+here; its branch and date, each given or read from the file or from git."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+from collections.abc import Sequence
+
+from ..errors import FieldError, typed
+from ..study.documents import Document
+from .store import Commit
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def current_commit() -> Commit | None:
+    """HEAD of the git checkout here: its sha, branch (None when detached) and commit
+    date (ISO 8601, git's %cI); None outside a checkout."""
+    sha = _git("rev-parse", "HEAD")
+    if sha is None:
+        return None
+    ref = _git("symbolic-ref", "-q", "HEAD")  # none when detached
+    branch = ref.removeprefix("refs/heads/") if ref else None
+    return Commit(sha, branch, _git("-c", "format.pretty=%cI", "show", "-s"))
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def stamp_of(
+    document: Document,
+    head: Commit | None,
+    commit: str | None = None,
+    branch: str | None = None,
+    date: str | None = None,
+) -> Commit | None:
+    """The commit a run is filed under: `commit`, else the one its environment names
+    (`git_commit`: the file may come from another checkout or an archive), else `head`'s;
+    dated `date`, else when the file was written (`created`). A run of HEAD's commit also
+    gets HEAD's branch, and HEAD's commit date when the file has none. None when
+    nothing names a commit."""
+    sha = commit or _text((document.environment or {}).get("git_commit"))
+    if sha is None and head is not None:
+        sha = head.sha
+    if sha is None:
+        return None
+    known = head if head is not None and head.sha == sha else Commit(sha)
+    created = _text((document.raw or {}).get("created"))
+    return Commit(sha, branch or known.branch, date or created or known.date)
+
+
+def stamps_of(
+    paths: Sequence[str],
+    documents: Sequence[Document],
+    commit: str | None = None,
+    branch: str | None = None,
+    date: str | None = None,
+) -> list[Commit]:
+    """The commit each document (read from the file at the same place in `paths`) is
+    filed under (stamp_of), HEAD's read once; FieldError when one names none and no
+    checkout is here."""
+    head = current_commit()
+    stamps = []
+    for path, document in zip(paths, documents, strict=True):
+        stamp = stamp_of(document, head, commit, branch, date)
+        if stamp is None:
+            reason = f"not in a git checkout: name the commit measured ({path} names none)"
+            raise FieldError("commit", None, reason)
+        stamps.append(stamp)
+    return stamps
+
+
+def parse_date(text: str) -> str:
+    """An ISO 8601 date, or date and time, in its extended form ('20261005' ->
+    '2026-10-05'): the series are ordered by these dates as text."""
+    try:
+        return datetime.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text).isoformat()
+    except ValueError:
+        raise FieldError(
+            "date",
+            typed(text),
+            "expected an ISO 8601 date, e.g. 2026-10-05 or 2026-10-05T12:00:00+00:00",
+        ) from None
+
+
+def check_name(field: str, text: str | None) -> None:
+    """A commit or a branch (`field`) is named by one word, never empty."""
+    if text is None or (text.isprintable() and text and " " not in text):
+        return
+    reason = (
+        f"empty; name the {field}"
+        if not text.strip()
+        else (f"a {field} is one word, without spaces or control characters")
+    )
+    raise FieldError(field, typed(text), reason)

@@ -1,0 +1,122 @@
+"""The commit, branch and date a run is filed under."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from attnbench.errors import FieldError
+from attnbench.history import stamps
+from attnbench.history.stamps import check_name, current_commit, parse_date, stamp_of, stamps_of
+from attnbench.history.store import Commit
+from attnbench.study.documents import Document
+
+HEAD = Commit("e" * 40, "main", "2026-12-01T09:00:00+01:00")
+
+
+def document(sha: str | None = None, created: str | None = None) -> Document:
+    raw = {"created": created} if created else {}
+    return Document("r.json", "decode-speed", {}, {"git_commit": sha}, raw)
+
+
+def test_a_run_is_filed_under_the_commit_its_file_names_dated_when_written():
+    stamp = stamp_of(document("a" * 40, "2026-10-05T12:00:00+00:00"), HEAD)
+    assert stamp == Commit("a" * 40, None, "2026-10-05T12:00:00+00:00")
+
+
+def test_a_run_naming_no_commit_gets_heads_commit_branch_and_date():
+    assert stamp_of(document(), HEAD) == HEAD
+    assert stamp_of(document(HEAD.sha, "2026-10-05"), HEAD) == Commit(
+        HEAD.sha, "main", "2026-10-05"
+    )
+
+
+def test_what_is_given_wins_over_the_file_and_head():
+    stamp = stamp_of(document("a" * 40, "2026-10-05"), HEAD, "b" * 40, "topic", "2027-01-01")
+    assert stamp == Commit("b" * 40, "topic", "2027-01-01")
+
+
+def test_nothing_naming_a_commit_files_nothing():
+    assert stamp_of(document(), None) is None
+    assert stamp_of(Document("r.csv", "kvmem", {}, None, None), None) is None
+
+
+def test_every_file_is_stamped_with_head_read_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(stamps, "current_commit", lambda: calls.append(1) or HEAD)
+    found = stamps_of(["a.json", "b.json"], [document(), document("a" * 40)])
+    assert found == [HEAD, Commit("a" * 40, None, None)] and calls == [1]
+
+
+def test_outside_a_checkout_a_file_naming_no_commit_is_refused(monkeypatch):
+    monkeypatch.setattr(stamps, "current_commit", lambda: None)
+    with pytest.raises(FieldError) as caught:
+        stamps_of(["a.json", "b.json"], [document("a" * 40), document()])
+    assert (caught.value.field, caught.value.value) == ("commit", None)
+    assert caught.value.reason == (
+        "not in a git checkout: name the commit measured (b.json names none)"
+    )
+
+
+def git(repo, *args: str) -> str:
+    identity = ["-c", "user.name=a", "-c", "user.email=a@example.com"]
+    done = subprocess.run(["git", *identity, *args], cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_head_is_read_from_the_checkout_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.chdir(tmp_path)
+    assert current_commit() is None  # not a checkout
+    git(tmp_path, "init", "-q", "-b", "feature/x")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-10-05T12:00:00+02:00")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+    sha = git(tmp_path, "rev-parse", "HEAD")
+    assert current_commit() == Commit(sha, "feature/x", "2026-10-05T12:00:00+02:00")
+    git(tmp_path, "checkout", "-q", "--detach")
+    assert current_commit() == Commit(sha, None, "2026-10-05T12:00:00+02:00")
+
+
+@pytest.mark.parametrize(
+    ("text", "iso"),
+    [
+        ("2026-10-05", "2026-10-05"),
+        ("20261005", "2026-10-05"),
+        ("20261005T1200Z", "2026-10-05T12:00:00+00:00"),
+        ("2026-10-05T12:00:00+02:00", "2026-10-05T12:00:00+02:00"),
+    ],
+)
+def test_a_date_is_read_in_the_extended_iso_form(text, iso):
+    assert parse_date(text) == iso
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"), [("notadate", "notadate"), (" 2026-10-05", "' 2026-10-05'")]
+)
+def test_a_bad_date_names_the_field_and_the_text_as_typed(text, shown):
+    with pytest.raises(FieldError) as caught:
+        parse_date(text)
+    assert (caught.value.field, caught.value.value) == ("date", shown)
+    assert caught.value.reason.startswith("expected an ISO 8601 date, e.g. 2026-10-05")
+
+
+@pytest.mark.parametrize("text", [None, "main", "feature/x", "0123abc"])
+def test_a_name_of_one_word_is_taken(text):
+    assert check_name("branch", text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "empty; name the commit"),
+        ("  ", "empty; name the commit"),
+        ("a b", "a commit is one word, without spaces or control characters"),
+        ("a\nb", "a commit is one word, without spaces or control characters"),
+    ],
+)
+def test_a_name_that_is_not_one_word_is_refused(text, reason):
+    with pytest.raises(FieldError) as caught:
+        check_name("commit", text)
+    assert caught.value.field == "commit" and caught.value.reason == reason

@@ -114,6 +114,15 @@ def field_kinds(record_type: type) -> dict[str, Kind]:
     return {f.name: f.metadata["kind"] for f in dataclasses.fields(record_type)}
 
 
+def key_fields(record_type: type, but: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The key fields of a record type, in field order, but those named in `but`."""
+    return tuple(
+        name
+        for name, kind in field_kinds(record_type).items()
+        if kind is Kind.KEY and name not in but
+    )
+
+
 #: Kinds whose fields are judged from a median, its percentiles and raw samples.
 SAMPLED = (Kind.TIMING, Kind.RATIO)
 #: The roles of a sampled field's statistics: its quartiles and its raw samples.

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..experiments.decode import DecodeRecord
 from ..gate.compare import is_measured
 from ..measure.stats import (
     MIN_SPREAD_SAMPLES,
@@ -32,6 +33,7 @@ from ..measure.stats import (
     relative_half_width,
 )
 from ..measure.timing import drift
+from ..records import key_fields
 from .columns import join_words, known
 from .plots import busy, ok_records, one_provider, series_label
 
@@ -122,17 +124,7 @@ class Judged:
 #: merged study).
 CONTEXT_FIELDS = (
     "sampling_group",
-    "model",
-    "d_model",
-    "num_heads",
-    "head_dim",
-    "batch",
-    "prompt_len",
-    "dtype",
-    "gen_len",
-    "cuda_graph",
-    "tp",
-    "device",
+    *key_fields(DecodeRecord, but=("variant", "provider", "num_kv_heads", "mode")),
 )
 
 

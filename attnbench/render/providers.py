@@ -12,24 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..experiments.decode import DecodeRecord
+from ..records import key_fields
 from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, known
 from .table import TITLE_SEPARATOR, Column, as_row
 
 #: The settings that tell one row from another besides the provider (the mode is "cache").
-ROW_FIELDS = (
-    "model",
-    "variant",
-    "device",
-    "dtype",
-    "batch",
-    "d_model",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "prompt_len",
-    "gen_len",
-    "cuda_graph",
-)
+ROW_FIELDS = key_fields(DecodeRecord, but=("provider", "mode"))
 #: The baseline provider when the records do not name one.
 DEFAULT_BASELINE = "attnbench"
 #: The row's field naming its fastest provider.

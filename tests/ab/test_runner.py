@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from attnbench.ab import sides as sides_module
-from attnbench.ab.runner import PointResult, Visit, time_point, visit_order
+from attnbench.ab.runner import AbResult, PointResult, Visit, time_point, visit_order
 from attnbench.ab.sides import (
     READY,
     SHARED_PTH,
@@ -203,6 +203,17 @@ def test_pairs_leave_out_a_round_cut_short():
         ],
     )
     assert result.pairs() == [(1.0, 1.0), (1.0, 1.0)]
+
+
+def test_head_failures_are_the_points_head_ran_out_of_memory_or_failed_on():
+    def point(head: str, base: str = "ok") -> PointResult:
+        return PointResult(POINT, {}, [Visit(0, "base", 1.0, base), Visit(0, "head", None, head)])
+
+    statuses = ["ok", "oom", "error: ValueError: bad", "wrong: max abs error 1", "unsupported: x"]
+    # only the points are read: the sides, plan and threads play no part
+    result = AbResult(None, None, 1, None, 1, [point(s) for s in statuses])
+    assert result.head_failures() == ["oom", "error: ValueError: bad"]
+    assert AbResult(None, None, 1, None, 1, [point("ok", base="oom")]).head_failures() == []
 
 
 # --- the sides ---------------------------------------------------------------------------

@@ -33,3 +33,15 @@ class Context:
     #: What the section's pre-pass counted for all its points at once, by point (decode:
     #: each cached step's instructions, or why there is no count).
     counts: Mapping[Any, Counted | str] = field(default_factory=dict)
+
+
+def grid_order(points: list, options: object = None) -> list:
+    """The run order of a section whose points run as its grid lists them (the `order` of
+    study.sections.Experiment)."""
+    return points
+
+
+def no_links(points: list, options: object = None) -> list:
+    """The comparisons among the points of a section that compares none of them with
+    another (the `link` of study.sections.Experiment)."""
+    return []

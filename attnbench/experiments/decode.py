@@ -20,7 +20,7 @@ run the point is `unsupported`, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -829,3 +829,34 @@ def run_order(
 
 #: The run order, under the name every experiment gives it (study.sections.Experiment).
 order = run_order
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One comparison: the step of point `of` over that of point `over`, as `name` (the
+    record field that holds it, `x_of_narrowest` say)."""
+
+    name: str
+    of: int
+    over: int
+
+
+def link(points: Sequence[DecodePoint], options: DecodeOptions) -> list[Pair]:
+    """Which of a group's points are compared with which (experiments.interleave samples
+    them in turn): each cached step over the narrowest variant's of its provider and over
+    its own step without the cache, and each provider's step over the baseline
+    provider's."""
+    baseline = options.baseline_provider
+    index = {(p.num_kv_heads, p.provider, p.mode): i for i, p in enumerate(points)}
+    pairs = []
+    for i, p in enumerate(points):
+        if p.cached:
+            narrowest = min(q.num_kv_heads for q in points if q.cached and q.provider == p.provider)
+            if p.num_kv_heads != narrowest:
+                pairs.append(Pair("x_of_narrowest", i, index[narrowest, p.provider, p.mode]))
+            if (j := index.get((p.num_kv_heads, p.provider, "no_cache"))) is not None:
+                pairs.append(Pair("x_of_no_cache", i, j))
+        j = index.get((p.num_kv_heads, baseline, p.mode))
+        if p.provider != baseline and j is not None:
+            pairs.append(Pair("x_of_baseline", i, j))
+    return pairs

@@ -33,7 +33,7 @@ from ..model.dtypes import KV_DTYPES, check_dtype
 from ..model.model_params import weight_bytes_per_rank
 from ..model.units import format_bytes, parse_memory, parse_share
 from ..records import exact, info, key
-from .context import Context
+from .context import Context, grid_order, no_links
 
 #: The status of an answer; any other says why nothing fits.
 OK = "ok"
@@ -323,6 +323,5 @@ def run(point: FitPoint, context: Context | None = None) -> FitRecord:
         return record
 
 
-def order(points: list, options: object = None) -> list:
-    """The run order: the grid's (study.sections.Experiment)."""
-    return points
+#: The grid's run order, and no comparison among the points (study.sections.Experiment).
+order, link = grid_order, no_links

@@ -26,7 +26,6 @@ tensor-parallel run (its ranks time in lockstep). Its record says which (`sampli
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,11 +42,13 @@ from .decode import (
     DecodeOptions,
     DecodePoint,
     DecodeRecord,
+    Pair,
     Ready,
     context_of,
     decode_bytes,
     failed,
     held_cpu,
+    link,
     prepare,
     run,
     step_timings,
@@ -83,32 +84,6 @@ def sampling_groups(
     return groups
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One comparison: the step of point `of` over that of point `over`, as `name`."""
-
-    name: str
-    of: int
-    over: int
-
-
-def comparisons(points: Sequence[DecodePoint], baseline: str) -> list[Pair]:
-    """The comparisons among the points of one group (see the module's docstring)."""
-    index = {(p.num_kv_heads, p.provider, p.mode): i for i, p in enumerate(points)}
-    pairs = []
-    for i, p in enumerate(points):
-        if p.cached:
-            narrowest = min(q.num_kv_heads for q in points if q.cached and q.provider == p.provider)
-            if p.num_kv_heads != narrowest:
-                pairs.append(Pair("x_of_narrowest", i, index[narrowest, p.provider, p.mode]))
-            if (j := index.get((p.num_kv_heads, p.provider, "no_cache"))) is not None:
-                pairs.append(Pair("x_of_no_cache", i, j))
-        j = index.get((p.num_kv_heads, baseline, p.mode))
-        if p.provider != baseline and j is not None:
-            pairs.append(Pair("x_of_baseline", i, j))
-    return pairs
-
-
 def paired_ratio(of: Measurement, over: Measurement) -> Measurement:
     """The ratio of two steps sampled in the same rounds, round by round."""
     ratios = [a / b for a, b in zip(of.samples_ms, over.samples_ms, strict=True)]
@@ -121,9 +96,15 @@ def relative_width(ratio: Measurement) -> float:
     return relative_half_width(ratio.median_ms, *bootstrap_interval(ratio.samples_ms))
 
 
-def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> list[DecodeRecord]:
-    """The records of the points of one group (`number` in its section), sampled in turn;
-    a group of one point, or any point of a tensor-parallel run, is sampled alone."""
+def run_group(
+    points: Sequence[DecodePoint],
+    context: Context,
+    number: int,
+    link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]] = link,
+) -> list[DecodeRecord]:
+    """The records of the points of one group (`number` in its section), sampled in turn,
+    with the comparisons `link` names among them; a group of one point, or any point of a
+    tensor-parallel run, is sampled alone."""
     device = context.device if context.device is not None else torch.device("cpu")
     if len(points) == 1 or Ranks.joined(points[0].tp, device) is not None:
         records = [run(p, context) for p in points]
@@ -134,7 +115,7 @@ def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> l
         prepared = [_prepared_or_failed(p, context) for p in points]
         ready = [r for r in prepared if isinstance(r, Ready)]
         share = CpuShare(device)
-        timings = time_together(ready, device, context) if ready else []
+        timings = time_together(ready, device, context, link) if ready else []
         ran_for = share.share()
         timed = dict(zip(map(id, ready), timings, strict=True))
     finally:
@@ -148,7 +129,7 @@ def run_group(points: Sequence[DecodePoint], context: Context, number: int) -> l
             held_cpu(record, ran_for)
     options = DecodeOptions.from_options(context.options)
     steps = {i: timed[id(r)].step for i, r in enumerate(prepared) if isinstance(r, Ready)}
-    fill_comparisons(records, points, steps, options.baseline_provider)
+    fill_comparisons(records, steps, link(points, options))
     return records
 
 
@@ -162,9 +143,12 @@ def _prepared_or_failed(point: DecodePoint, context: Context) -> Ready | DecodeR
         return failed(point, status, context)
 
 
-def time_together(ready: Sequence[Ready], device: torch.device, context: Context) -> list:
+def time_together(
+    ready: Sequence[Ready], device: torch.device, context: Context, link: Callable = link
+) -> list:
     """Each point's timings: its prefill and its generations alone, its step (with its
-    reference calls) round-robin with the other points' steps."""
+    reference calls) round-robin with the other points' steps, until the comparisons
+    `link` names among them are as narrow as asked."""
     options = DecodeOptions.from_options(context.options)
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
@@ -176,7 +160,7 @@ def time_together(ready: Sequence[Ready], device: torch.device, context: Context
                 step = timed_step(r.work, r.point, device)
             calls = [(step, r.work.step_setup), *r.against]
             units.append(Unit(calls, PROVIDERS[r.point.provider].running))
-        pairs = comparisons([r.point for r in ready], options.baseline_provider)
+        pairs = link([r.point for r in ready], options)
 
         def widest(measured: list[list[Measurement]]) -> float:
             """The widest interval of the comparisons and of the in-run ratios."""
@@ -198,15 +182,12 @@ def time_together(ready: Sequence[Ready], device: torch.device, context: Context
 
 
 def fill_comparisons(
-    records: Sequence[DecodeRecord],
-    points: Sequence[DecodePoint],
-    steps: dict[int, Measurement],
-    baseline: str,
+    records: Sequence[DecodeRecord], steps: dict[int, Measurement], pairs: Sequence[Pair]
 ) -> None:
     """Each comparison among the group's timed points into the record of its first point:
     median, p25, p75, per-round samples and the bootstrap 95% interval; and the speed-ups
     (the inverse medians) shown beside them."""
-    for pair in comparisons(points, baseline):
+    for pair in pairs:
         if pair.of not in steps or pair.over not in steps:
             continue
         record, ratio = records[pair.of], paired_ratio(steps[pair.of], steps[pair.over])

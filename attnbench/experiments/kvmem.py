@@ -27,7 +27,7 @@ from ..model.capacity import (
 )
 from ..model.shapes import AttentionShape, variant_label
 from ..records import exact, info, key, memory
-from .context import Context
+from .context import Context, grid_order, no_links
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +225,5 @@ def failed(point: KvmemPoint, status: str, context: Context | None = None) -> Kv
     return record
 
 
-def order(points: list, options: object = None) -> list:
-    """The run order: the grid's (study.sections.Experiment)."""
-    return points
+#: The grid's run order, and no comparison among the points (study.sections.Experiment).
+order, link = grid_order, no_links

@@ -12,7 +12,7 @@ from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
 from ..records import exact, info, key
 from . import whole_model
-from .context import Context
+from .context import Context, grid_order, no_links
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +119,5 @@ BESIDE: dict[str, Callable[[Sequence[ModelSpec]], list]] = {
 }
 
 
-def order(points: list, options: object = None) -> list:
-    """The run order: the grid's (study.sections.Experiment)."""
-    return points
+#: The grid's run order, and no comparison among the points (study.sections.Experiment).
+order, link = grid_order, no_links

@@ -267,7 +267,8 @@ def _execute(
     run_group = kind.run_group
     if execute is None and run_group is not None:
         points = [t.point for t in tasks]
-        return _failing_as_records(kind, tasks, context, lambda: run_group(points, context, number))
+        together = lambda: run_group(points, context, number, kind.link)  # noqa: E731
+        return _failing_as_records(kind, tasks, context, together)
     run_one = execute or run_experiment
     return [
         _failing_as_records(kind, [t], context, lambda t=t: [run_one(t, context)])[0] for t in tasks

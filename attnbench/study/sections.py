@@ -16,13 +16,18 @@ class Experiment(Protocol):
     """What every experiment module gives the study: `check(point)` raises for a point
     that cannot run, before anything runs (and runs nothing); `run(point, context)`
     measures one point into its record; `order(points, options)` gives the run order of
-    a section's points with its typed options (and may leave points out)."""
+    a section's points with its typed options (and may leave points out);
+    `link(points, options)` says which of the points run together are compared with
+    which (decode's Pair: the step of one over another's, sampled in the same rounds),
+    none for a section that compares nothing."""
 
     def check(self, point: Any) -> None: ...
 
     def run(self, point: Any, context: Any) -> Any: ...
 
     def order(self, points: list, options: Any) -> list: ...
+
+    def link(self, points: list, options: Any) -> list: ...
 
 
 def decode_options(options: Mapping[str, Any], device: torch.device) -> decode.DecodeOptions:
@@ -47,7 +52,8 @@ class SectionKind:
     `check_section(values, options, given)` raises for options that do not fit the axes;
     `order(points, options)` gives the run order (and may leave points out);
     `groups(points, options, device)` puts the points, in run order, into groups that
-    `run_group(points, context, number)` runs together, returning their records (decode:
+    `run_group(points, context, number, link)` runs together, returning their records, with
+    the comparisons `link(points, options)` names among them (decode:
     the points compared with each other, sampled in turn); `together(point)` is what the
     points of a group share (a study shared among workers keeps them on one);
     `pre_pass(points, options, device)` measures what is measured for all the points at
@@ -62,9 +68,10 @@ class SectionKind:
     check: Callable[[Any], None]
     failed: Callable[[Any, str], Any] | None = None
     order: Callable[[list, Any], list] | None = None
+    link: Callable[[list, Any], list] | None = None
     groups: Callable[[list, Any, torch.device], list[list[int]]] | None = None
     together: Callable[[Any], Any] | None = None
-    run_group: Callable[[list, Any, int], list] | None = None
+    run_group: Callable[[list, Any, int, Callable], list] | None = None
     check_section: Callable[[dict, Any, set], None] | None = None
     pre_pass: Callable[[list, Any, torch.device], dict] | None = None
     options: Callable[[Mapping[str, Any], torch.device], Any] | None = None
@@ -77,7 +84,14 @@ class SectionKind:
         """The kind of section that runs `experiment` (a module of experiments/)."""
         point, record = more.pop("point"), more.pop("record")
         return cls(
-            name, point, record, experiment.run, experiment.check, order=experiment.order, **more
+            name,
+            point,
+            record,
+            experiment.run,
+            experiment.check,
+            order=experiment.order,
+            link=experiment.link,
+            **more,
         )
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attnbench.errors import UsageError
-from attnbench.experiments import interleave
+from attnbench.experiments import decode, interleave
 from attnbench.experiments.decode import (
     BUSY,
     OK,
@@ -132,7 +132,7 @@ def test_comparisons_pair_each_point_with_its_reference():
         for p in ("attnbench", "naive")
         for m in ("no_cache", "cache")
     ]
-    found = interleave.comparisons(points, "attnbench")
+    found = decode.link(points, decode_options())
     pairs = {(c.name, points[c.of], points[c.over]) for c in found}
     wide_cache = point(num_kv_heads=4, mode="cache")
     assert ("x_of_narrowest", wide_cache, point(num_kv_heads=2, mode="cache")) in pairs
@@ -230,9 +230,9 @@ def test_a_group_left_part_way_runs_again_whole(tmp_path, monkeypatch):
     ran = []
     kind = KINDS["decode"]
 
-    def spy(points, context, number):
+    def spy(points, context, number, link):
         ran.append((number, len(points)))
-        return kind.run_group(points, context, number)
+        return kind.run_group(points, context, number, link)
 
     monkeypatch.setitem(KINDS, "decode", dataclasses.replace(kind, run_group=spy))
     result = run_study(plan, DirectoryStore(out), resume=True)

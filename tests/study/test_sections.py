@@ -1,0 +1,50 @@
+"""The kinds of section: each is built from an experiment module that implements the one
+protocol (check, run, order, link), and a study's record sets are its sections' and the
+sets written beside them."""
+
+from __future__ import annotations
+
+import inspect
+
+from attnbench.experiments import decode, fit, kvmem, params
+from attnbench.study.sections import KINDS, Experiment, record_sets
+from tests.experiments.options import decode_options
+
+
+def test_every_kind_runs_an_experiment_of_the_one_protocol():
+    modules = {"params": params, "kvmem": kvmem, "decode": decode, "fit": fit}
+    assert set(KINDS) == set(modules)
+    members = [n for n, _ in inspect.getmembers(Experiment, inspect.isfunction) if n[0] != "_"]
+    assert sorted(members) == ["check", "link", "order", "run"]
+    for name, module in modules.items():
+        kind = KINDS[name]
+        assert (kind.run, kind.check, kind.order, kind.link) == tuple(
+            getattr(module, m) for m in ("run", "check", "order", "link")
+        )
+
+
+def test_only_decode_links_its_points():
+    points = [
+        decode.DecodePoint(
+            d_model=64, num_heads=4, num_kv_heads=kv, batch=1, dtype="float32", prompt_len=8
+        )
+        for kv in (4, 1)
+    ]
+    pairs = KINDS["decode"].link(points, decode_options())
+    assert [(p.name, p.of, p.over) for p in pairs] == [("x_of_narrowest", 0, 1)]
+    for name in ("params", "kvmem", "fit"):
+        assert KINDS[name].link(points, None) == []
+
+
+def test_record_sets_are_the_sections_then_the_sets_beside_them():
+    record = {"variant": "MHA"}
+    document = {
+        "sections": {"params": {"records": [record]}},
+        "model_parts": [{"part": "total"}],
+        "unknown": [1],
+    }
+    sets = record_sets(document)
+    assert list(sets) == ["params", "model_parts"]
+    assert sets["params"] == ([record], KINDS["params"].record)
+    assert sets["model_parts"][0] == [{"part": "total"}]
+    assert record_sets({"sections": {}, "model_parts": []}) == {}

@@ -35,7 +35,7 @@ test-integration: setup
 test-slow: setup
 	$(BIN)/python -m pytest --slow
 
-# The long fuzzing profile (1,000 examples per property, about 10 minutes on 2 cores);
+# The long fuzzing profile (1,000 examples per property, about 4 minutes on 2 cores);
 # `make test` runs a short one.
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --hypothesis-show-statistics

@@ -54,7 +54,7 @@ def _field(
     role: str | None = None,
     **kw,
 ) -> Any:
-    if role is not None and role not in ROLES:
+    if (of is not None or role is not None) and role not in ROLES:
         raise ValueError(f"a statistic's role is one of {', '.join(ROLES)}, not {role!r}")
     metadata = {"kind": kind, "csv": csv, "of": of, "against": against, "role": role}
     if isinstance(default, (list, dict)):
@@ -81,8 +81,8 @@ def timing(
     default: Any = None, of: str | None = None, csv: bool = True, role: str | None = None
 ) -> Any:
     """A measured time in ms, its median; `of` marks a statistic of another timing field,
-    which is the one gated, and `role` says which (ROLES; left out, see `role_of`). Raw
-    samples are JSON only (`csv=False`)."""
+    which is the one gated, and `role` says which (one of ROLES). Raw samples are JSON
+    only (`csv=False`)."""
     return _field(Kind.TIMING, default, csv=csv, of=of, role=role)
 
 
@@ -129,18 +129,6 @@ SAMPLED = (Kind.TIMING, Kind.RATIO)
 ROLES = ("p25", "p75", "samples")
 
 
-def role_of(field: dataclasses.Field) -> str:
-    """The role of a statistic (a field with `of`): the one it declares, or else the one
-    its declaration implies: the raw samples are the statistic kept out of CSV
-    (`csv=False`), a quartile is named by its suffix (step_ms_p25)."""
-    role = field.metadata.get("role")
-    if role is None:
-        role = "samples" if not field.metadata["csv"] else field.name.rsplit("_", 1)[-1]
-    if role not in ROLES:
-        raise ValueError(f"{field.name}: a statistic's role is one of {', '.join(ROLES)}")
-    return role
-
-
 def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
     """The timing and ratio fields that are gated, each with its statistics by role: for
     step_ms_median {'p25': 'step_ms_p25', 'p75': 'step_ms_p75', 'samples': 'samples_ms'}."""
@@ -148,7 +136,7 @@ def gated_timing(record_type: type) -> dict[str, dict[str, str]]:
     gated = {f.name: {} for f in fields if f.metadata["kind"] in SAMPLED and not f.metadata["of"]}
     for f in fields:
         if f.metadata["of"]:
-            gated[f.metadata["of"]][role_of(f)] = f.name
+            gated[f.metadata["of"]][f.metadata["role"]] = f.name
     return gated
 
 

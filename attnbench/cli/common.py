@@ -38,7 +38,7 @@ from ..study.output import (
     write_csv,
     write_json_atomic,
 )
-from ..study.runner import BESIDE, Plan, RunResult, plan_command, run_study
+from ..study.runner import Plan, RunResult, plan_command, run_study
 from ..study.sections import KINDS, RECORD_TYPES
 from .flags import flag_of, option
 
@@ -342,8 +342,8 @@ def write_section_outputs(
 ) -> None:
     """write_outputs for a command's one-section study (run_section): the section's
     records, configuration and environment, and the record sets the runner made beside
-    them (study.runner.BESIDE)."""
-    beside = {name: result.records.get(name, []) for name in BESIDE.get(section, {})}
+    them (study.sections.SectionKind.beside)."""
+    beside = {name: result.records.get(name, []) for name in KINDS[section].beside}
     config = plan.sections[section].to_dict()
     records = result.records[section]
     rtype = KINDS[section].record

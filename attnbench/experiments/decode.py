@@ -212,7 +212,8 @@ class DecodeOptions:
     @classmethod
     def from_options(cls, options: DecodeOptions | Mapping[str, Any]) -> DecodeOptions:
         """`options` as given, or from a whole decode section's scalar options (a mapping
-        naming every field, as a worker of `attnbench ab` is sent them)."""
+        naming every field, as a worker of `attnbench ab` is sent them: `run` is the one
+        entry point that takes such a mapping, so that any revision's worker can call it)."""
         if isinstance(options, DecodeOptions):
             return options
         return cls(**{name: options[name] for name in cls.__dataclass_fields__})
@@ -800,14 +801,11 @@ def context_of(point: DecodePoint) -> DecodePoint:
     return replace(point, num_kv_heads=0, provider="", mode="")
 
 
-def run_order(
-    points: list[DecodePoint], options: DecodeOptions | Mapping[str, Any]
-) -> list[DecodePoint]:
+def run_order(points: list[DecodePoint], options: DecodeOptions) -> list[DecodePoint]:
     """The points to run, grouped by context (in grid order), then by configuration, the
     baseline provider first and each provider's no_cache point just before its cache
     point. No_cache points above `no_cache_max_prompt_len` are left out: their cost
     grows with the square of the context."""
-    options = DecodeOptions.from_options(options)
     longest = options.no_cache_max_prompt_len
     points = [p for p in points if p.cached or longest is None or p.prompt_len <= longest]
     contexts: dict[DecodePoint, int] = {}

@@ -26,7 +26,6 @@ tensor-parallel run (its ranks time in lockstep). Its record says which (`sampli
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
@@ -48,7 +47,6 @@ from .decode import (
     decode_bytes,
     failed,
     held_cpu,
-    link,
     prepare,
     run,
     step_timings,
@@ -62,14 +60,14 @@ from .tensor_parallel import Ranks
 
 def sampling_groups(
     points: Sequence[DecodePoint],
-    options: dict[str, Any],
+    options: DecodeOptions,
     device: torch.device,
     free_bytes: Callable[[torch.device], int] = free_memory_bytes,
 ) -> list[list[int]]:
     """The points (in run order) in groups sampled together: consecutive points of one
     context, as many as fit the free memory together by their analytic bytes."""
     free = free_bytes(device)
-    prefill = DecodeOptions.from_options(options).prefill
+    prefill = options.prefill
     groups: list[list[int]] = []
     used = 0
     for i, point in enumerate(points):
@@ -100,7 +98,7 @@ def run_group(
     points: Sequence[DecodePoint],
     context: Context,
     number: int,
-    link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]] = link,
+    link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]],
 ) -> list[DecodeRecord]:
     """The records of the points of one group (`number` in its section), sampled in turn,
     with the comparisons `link` names among them; a group of one point, or any point of a
@@ -127,7 +125,7 @@ def run_group(
         if isinstance(r, Ready):
             record.sampling = INTERLEAVED if len(ready) > 1 else ALONE
             held_cpu(record, ran_for)
-    options = DecodeOptions.from_options(context.options)
+    options: DecodeOptions = context.options
     steps = {i: timed[id(r)].step for i, r in enumerate(prepared) if isinstance(r, Ready)}
     fill_comparisons(records, steps, link(points, options))
     return records
@@ -144,12 +142,15 @@ def _prepared_or_failed(point: DecodePoint, context: Context) -> Ready | DecodeR
 
 
 def time_together(
-    ready: Sequence[Ready], device: torch.device, context: Context, link: Callable = link
+    ready: Sequence[Ready],
+    device: torch.device,
+    context: Context,
+    link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]],
 ) -> list:
     """Each point's timings: its prefill and its generations alone, its step (with its
     reference calls) round-robin with the other points' steps, until the comparisons
     `link` names among them are as narrow as asked."""
-    options = DecodeOptions.from_options(context.options)
+    options: DecodeOptions = context.options
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
     prefills, units = [], []

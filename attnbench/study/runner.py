@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,7 +29,6 @@ from typing import Any
 import torch
 
 from ..errors import FieldError, UsageError
-from ..experiments import params
 from ..experiments.context import Context
 from ..measure import timing
 from ..measure.devices import torch_dtype
@@ -42,7 +41,6 @@ from .sections import KINDS, RECORD_TYPES, SectionKind
 from .stores import RESULTS_FILE, STOP_SIGNALS, DirectoryStore, MemoryStore
 
 __all__ = [  # planning and storing live beside the runner; these are its public face
-    "BESIDE",
     "DEFAULT_CONFIG",
     "RESULTS_FILE",
     "DirectoryStore",
@@ -61,11 +59,6 @@ Store = MemoryStore | DirectoryStore
 #: Runs one task (tests inject their own; the points then run one by one).
 Executor = Callable[[Task, Context], Any]
 Progress = Callable[[Sequence[Task]], Generator[Task, None, None]]
-
-
-#: The record sets each section writes beside its points' records, by name (their types
-#: are study.sections.RECORD_TYPES'), each made from the section's models.
-BESIDE: dict[str, Mapping[str, Callable[[Sequence], list]]] = {"params": params.BESIDE}
 
 
 def run_experiment(task: Task, context: Context) -> Any:
@@ -267,7 +260,7 @@ def _execute(
     run_group = kind.run_group
     if execute is None and run_group is not None:
         points = [t.point for t in tasks]
-        together = lambda: run_group(points, context, number, kind.link)  # noqa: E731
+        together = partial(run_group, points, context, number, kind.link)
         return _failing_as_records(kind, tasks, context, together)
     run_one = execute or run_experiment
     return [
@@ -293,14 +286,13 @@ def _failing_as_records(
 
 
 def _beside(plan: Plan, doc: dict, store: Store) -> dict[str, list]:
-    """The record sets the sections write beside their points' (BESIDE), made from their
-    models, put in the document (a key each) and written to a CSV each. A resumed study
-    makes them again, replacing its own: they are never kept twice."""
+    """The record sets the sections write beside their points' (SectionKind.beside), made
+    from their models, put in the document (a key each) and written to a CSV each. A
+    resumed study makes them again, replacing its own: they are never kept twice."""
     made = {
-        name: make(plan.sections[section].models)
-        for section, makers in BESIDE.items()
-        if section in plan.sections
-        for name, make in makers.items()
+        name: make(section.models)
+        for section_name, section in plan.sections.items()
+        for name, make in KINDS[section_name].beside.items()
     }
     made = {name: rows for name, rows in made.items() if rows}
     if made:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -59,7 +59,9 @@ class SectionKind:
     `pre_pass(points, options, device)` measures what is measured for all the points at
     once before any runs (decode: instruction counts, in one valgrind process), which each
     point finds in its context's `counts`. `options(resolved, device)` types a section's
-    resolved scalar options, once per section: every `options` above is that object."""
+    resolved scalar options, once per section: every `options` above is that object.
+    `beside` makes, by name, the record sets the section writes beside its points'
+    records, each from the section's models (params: the whole-model parts)."""
 
     name: str
     point: type
@@ -75,6 +77,7 @@ class SectionKind:
     check_section: Callable[[dict, Any, set], None] | None = None
     pre_pass: Callable[[list, Any, torch.device], dict] | None = None
     options: Callable[[Mapping[str, Any], torch.device], Any] | None = None
+    beside: Mapping[str, Callable[[Sequence], list]] = field(default_factory=dict)
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
@@ -110,7 +113,7 @@ def section_options(
 
 KINDS: dict[str, SectionKind] = {
     "params": SectionKind.of(
-        "params", params, point=params.ParamsPoint, record=params.ParamsRecord
+        "params", params, point=params.ParamsPoint, record=params.ParamsRecord, beside=params.BESIDE
     ),
     "kvmem": SectionKind.of(
         "kvmem",

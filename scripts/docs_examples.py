@@ -121,6 +121,23 @@ def load_cli() -> None:
     import attnbench.render.plots  # noqa: F401
 
 
+def run_main() -> int:
+    """attnbench's `main` in this process, and the exit code a process running it would
+    end with (a traceback printed, as Python prints it, for an exception it lets out)."""
+    try:
+        from attnbench.__main__ import main
+
+        main()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
 def forked_attnbench(args: list[str], cwd: Path) -> tuple[str, int]:
     """What `attnbench ARGS` prints in `cwd` and its exit code, run in a fork of this
     process (load_cli first): stdout and stderr into one pipe, unbuffered, as a new
@@ -130,29 +147,21 @@ def forked_attnbench(args: list[str], cwd: Path) -> tuple[str, int]:
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        os.dup2(write, 1)
-        os.dup2(write, 2)
-        os.chdir(cwd)
-        sys.stdout, sys.stderr = (
-            io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True, errors=e)
-            for fd, e in ((1, "strict"), (2, "backslashreplace"))
-        )
-        sys.argv = ["attnbench", *args]
-        code = 0
+    if pid == 0:  # the child never returns: whatever happens, it ends here
+        code = 1
         try:
-            from attnbench.__main__ import main
-
-            main()
-        except SystemExit as exc:
-            if isinstance(exc.code, str):
-                print(exc.code, file=sys.stderr)
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        os._exit(code)
+            os.close(read)
+            os.dup2(write, 1)
+            os.dup2(write, 2)
+            os.chdir(cwd)
+            sys.stdout, sys.stderr = (
+                io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True, errors=e)
+                for fd, e in ((1, "strict"), (2, "backslashreplace"))
+            )
+            sys.argv = ["attnbench", *args]
+            code = run_main()
+        finally:
+            os._exit(code)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
         printed = pipe.read().decode()

@@ -228,7 +228,7 @@ def time_point(
     status other than ok: wrong, unsupported, an error) ends the point, after both
     warm-up visits, so that both sides' statuses are known."""
     result = PointResult(point, config)
-    sent = asdict(point)
+    sent = {k: v for k, v in asdict(point).items() if k != "options"}  # `options` are sent
     for round_, side in visit_order(rounds):
         answer = by_side[side].visit(sent, options)
         median, status = answer.get(METRIC), answer.get("status") or OK

@@ -28,13 +28,12 @@ def reply(channel: TextIO, message: dict) -> None:
 def visit(request: dict, device: Any) -> dict:
     """One visit: the point rebuilt with this side's DecodePoint (fields it lacks left
     out), run with the options given; a failure is the visit's status."""
+    from attnbench.experiments import decode
     from attnbench.experiments.context import Context
-    from attnbench.experiments.decode import DecodePoint, run
 
-    known = DecodePoint.__dataclass_fields__
     try:
-        point = DecodePoint(**{k: v for k, v in request["point"].items() if k in known})
-        record = run(point, Context(device=device, options=request["options"]))
+        point, context = rebuilt(decode, request, Context, device)
+        record = decode.run(point, context)
     except Exception as exc:
         said = str(exc).strip().splitlines()
         return {"status": f"error: {type(exc).__name__}: {said[0] if said else ''}".rstrip(": ")}
@@ -45,6 +44,18 @@ def visit(request: dict, device: Any) -> dict:
         "samples_ms": list(getattr(record, "samples_ms", None) or []),
         "status": _status(record),
     }
+
+
+def rebuilt(decode: Any, request: dict, context: Any, device: Any) -> tuple[Any, Any]:
+    """The visit's point and context, as this side's revision takes them: a point that
+    carries its typed options (`options` among its fields), or, in earlier revisions, a
+    context that holds the options as sent."""
+    known = decode.DecodePoint.__dataclass_fields__
+    fields = {k: v for k, v in request["point"].items() if k in known}
+    if "options" in known:
+        options = decode.DecodeOptions.of_mapping(request["options"])
+        return decode.DecodePoint(**fields, options=options), context(device=device)
+    return decode.DecodePoint(**fields), context(device=device, options=request["options"])
 
 
 def _status(record: object) -> str:

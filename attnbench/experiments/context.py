@@ -20,14 +20,12 @@ class Counted:
 
 @dataclass(frozen=True)
 class Context:
-    """`device` None means compute only (nothing is allocated or timed). `options` are the
-    section's scalar options, typed and resolved once for the section (decode's
-    DecodeOptions: warm-up, repeats, ...; None for a section that has none), `peak_gbps`
+    """`device` None means compute only (nothing is allocated or timed). `peak_gbps` is
     the copy bandwidth and `peak_tflops` the matmul throughput per dtype the runner
-    measured on `device` before the first timed point."""
+    measured on `device` before the first timed point. A point carries its section's
+    options itself."""
 
     device: torch.device | None = None
-    options: Any = None
     peak_gbps: float | None = None
     peak_tflops: Mapping[str, float] = field(default_factory=dict)
     #: What the section's pre-pass counted for all its points at once, by point (decode:

@@ -21,7 +21,7 @@ run the point is `unsupported`, with the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -72,9 +72,47 @@ MIN_SAMPLE_MS = {"cpu": 2.0, "cuda": 0.5}
 
 
 @dataclass(frozen=True, kw_only=True)
-class DecodePoint(ParamsPoint):
-    """One layer shape (see ParamsPoint) decoding at a context of `prompt_len` tokens."""
+class DecodeOptions:
+    """A decode section's scalar options, resolved once per section by the study's
+    planning (study.sections.section_options): their defaults are the schema's
+    (study.schema), `max_time` the seconds of sampling on the section's device."""
 
+    warmup: int
+    repeats: int | None
+    min_repeats: int
+    max_time: float
+    target_rel_ci: float
+    prefill: bool
+    flush_l2: bool
+    baseline_provider: str
+    reference: str
+    instructions: bool
+    no_cache_max_prompt_len: int | None
+
+    @classmethod
+    def of_mapping(cls, options: Mapping[str, Any]) -> DecodeOptions:
+        """The options from a mapping naming every field (and maybe more): a decode
+        section's resolved options as `attnbench ab` sends them to its workers, or a
+        point's as JSON gives them back."""
+        return cls(**{name: options[name] for name in cls.__dataclass_fields__})
+
+    def sampling(self, device: torch.device) -> Sampling:
+        return Sampling(
+            warmup=self.warmup,
+            repeats=self.repeats,
+            min_repeats=self.min_repeats,
+            max_time_s=self.max_time,
+            target_rel_ci=self.target_rel_ci,
+            min_sample_ms=MIN_SAMPLE_MS[device.type],
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodePoint(ParamsPoint):
+    """One layer shape (see ParamsPoint) decoding at a context of `prompt_len` tokens,
+    with its section's options (the same object for every point of a section)."""
+
+    options: DecodeOptions
     batch: int
     dtype: str
     prompt_len: int
@@ -87,6 +125,14 @@ class DecodePoint(ParamsPoint):
     @property
     def cached(self) -> bool:
         return self.mode == "cache"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The point as JSON-ready fields, its options nested (`of_dict` reads it back)."""
+        return asdict(self)
+
+    @classmethod
+    def of_dict(cls, fields: Mapping[str, Any]) -> DecodePoint:
+        return cls(**{**fields, "options": DecodeOptions.of_mapping(fields["options"])})
 
 
 @dataclass(kw_only=True)
@@ -189,44 +235,6 @@ class DecodeRecord:
     #: The model's own KV heads on every row of a what-if set; None otherwise.
     published_kv_heads: int | None = info()
     projection_path: str | None = info()
-
-
-@dataclass(frozen=True, kw_only=True)
-class DecodeOptions:
-    """A decode section's scalar options, resolved once per section by the study's
-    planning (study.sections.section_options): their defaults are the schema's
-    (study.schema), `max_time` the seconds of sampling on the section's device."""
-
-    warmup: int
-    repeats: int | None
-    min_repeats: int
-    max_time: float
-    target_rel_ci: float
-    prefill: bool
-    flush_l2: bool
-    baseline_provider: str
-    reference: str
-    instructions: bool
-    no_cache_max_prompt_len: int | None
-
-    @classmethod
-    def from_options(cls, options: DecodeOptions | Mapping[str, Any]) -> DecodeOptions:
-        """`options` as given, or from a whole decode section's scalar options (a mapping
-        naming every field, as a worker of `attnbench ab` is sent them: `run` is the one
-        entry point that takes such a mapping, so that any revision's worker can call it)."""
-        if isinstance(options, DecodeOptions):
-            return options
-        return cls(**{name: options[name] for name in cls.__dataclass_fields__})
-
-    def sampling(self, device: torch.device) -> Sampling:
-        return Sampling(
-            warmup=self.warmup,
-            repeats=self.repeats,
-            min_repeats=self.min_repeats,
-            max_time_s=self.max_time,
-            target_rel_ci=self.target_rel_ci,
-            min_sample_ms=MIN_SAMPLE_MS[device.type],
-        )
 
 
 def build_layer(
@@ -339,7 +347,6 @@ def time_workload(
     work: Workload,
     point: DecodePoint,
     device: torch.device,
-    options: DecodeOptions,
     sample: Sample = Timer.sample,
     reference: list[TimedCall] | None = None,
 ) -> Timings:
@@ -347,34 +354,36 @@ def time_workload(
     real K/V), then the fixed-context step, then whole generations. With `reference`
     calls, the step is sampled in rounds with them (Timer.sample_interleaved) and its
     in-run ratio to their sum is kept beside it."""
+    options = point.options
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
-    prefill = time_prefill(timer, work, point, options, sample)
+    prefill = time_prefill(timer, work, point, sample)
     step = timed_step(work, point, device)
     if reference:
         measured = timer.sample_interleaved([(step, work.step_setup), *reference], sampling)
         timings = step_timings(measured, prefill, options.reference)
     else:
         timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
-    timings.generation = time_generation(timer, work, point, options, sample)
+    timings.generation = time_generation(timer, work, point, sample)
     return timings
 
 
 def time_prefill(
-    timer: Timer, work: Workload, point: DecodePoint, options: DecodeOptions, sample: Sample
+    timer: Timer, work: Workload, point: DecodePoint, sample: Sample
 ) -> Measurement | None:
     """The prefill's samples, when the point has one to time (mode cache, `prefill`)."""
-    if point.cached and options.prefill and work.prefill is not None:
-        return sample(timer, work.prefill, options.sampling(timer.device), work.prefill_setup)
+    if point.cached and point.options.prefill and work.prefill is not None:
+        sampling = point.options.sampling(timer.device)
+        return sample(timer, work.prefill, sampling, work.prefill_setup)
     return None
 
 
 def time_generation(
-    timer: Timer, work: Workload, point: DecodePoint, options: DecodeOptions, sample: Sample
+    timer: Timer, work: Workload, point: DecodePoint, sample: Sample
 ) -> Measurement | None:
     """Whole generations of gen_len tokens, one sample each, when gen_len is set."""
     if point.gen_len and work.generation is not None:
-        sampling = options.sampling(timer.device)
+        sampling = point.options.sampling(timer.device)
         return sample(timer, work.generation, sampling, work.generation_setup)
     return None
 
@@ -470,16 +479,14 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
 
 def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     """The point's record before timing: its configuration and the bytes and FLOPs a
-    step moves and computes (what a failed point still reports). Without the section's
-    options (a record wanted for its key alone) the columns that depend on them (the
-    prefill's, the baseline provider) stay empty."""
+    step moves and computes (what a failed point still reports)."""
     shape = point.shape
     device = context.device if context.device is not None else torch.device("cpu")
     step_bytes, step_flops = step_totals(
         shape, point.batch, point.prompt_len, point.dtype, point.cached
     )
-    options = context.options
-    prefills = point.cached and options is not None and options.prefill
+    options = point.options
+    prefills = point.cached and options.prefill
     kv_bytes = kv_cache_bytes(
         1,
         point.batch,
@@ -509,7 +516,7 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
         peak_tflops=context.peak_tflops.get(point.dtype) if prefills else None,
         model=point.model,
         published_kv_heads=point.published_kv_heads,
-        baseline_provider=options.baseline_provider if options is not None else None,
+        baseline_provider=options.baseline_provider,
         bytes_per_step=step_bytes,
         flops_per_step=step_flops,
         kv_bytes_per_gpu=kv_bytes if point.cached else None,
@@ -603,7 +610,7 @@ def prepare(
     builds its share of the heads, and every status is agreed, so all ranks run the same
     calls."""
     device = context.device if context.device is not None else torch.device("cpu")
-    options = context.options
+    options = point.options
     rec = analytic_record(point, context)
     local = ranks.local(point) if ranks else point  # the heads this process holds
     status = _blocked(point, local, device, options, free_bytes, ranks)
@@ -639,8 +646,7 @@ def run(
     Inside an initialised process group (torchrun), the point runs tensor-parallel over
     its ranks (experiments.tensor_parallel), each timing in lockstep."""
     device = context.device if context.device is not None else torch.device("cpu")
-    options = DecodeOptions.from_options(context.options)  # a mapping from `ab`'s worker
-    context = replace(context, options=options)
+    options = point.options
     ranks = Ranks.joined(point.tp, device)
     try:
         ready = prepare(point, context, free_bytes, ranks)
@@ -649,7 +655,7 @@ def run(
         with torch.inference_mode(), PROVIDERS[point.provider].running():
             sample = ranks.sampler() if ranks else Timer.sample
             share = CpuShare(device)
-            timings = time_workload(ready.work, point, device, options, sample, ready.against)
+            timings = time_workload(ready.work, point, device, sample, ready.against)
             ran_for = None if ranks else share.share()  # ranks wait for each other
             if ranks:
                 dtype = torch_dtype(point.dtype)

@@ -23,7 +23,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
 
 import torch
 from torch.utils.benchmark import Timer
@@ -69,10 +68,10 @@ MALLOC_TUNABLE = "glibc.malloc.tcache_count=65535"
 CPU = torch.device("cpu")
 
 #: The Timer's setup and statement: builtins only cross into the valgrind process, so the
-#: points and options travel as JSON text.
+#: points (with their options) travel as JSON text.
 SETUP = """\
 from attnbench.experiments.instructions import Dispatcher
-_dispatch = Dispatcher.from_json({points!r}, {options!r}, {number})
+_dispatch = Dispatcher.from_json({points!r}, {number})
 """
 STMT = "_dispatch()"
 
@@ -105,7 +104,7 @@ def section_counts(points: list, options: DecodeOptions, device: torch.device) -
     if not options.instructions:
         return {}
     cached = [p for p in points if p.cached]
-    counts = count_instructions(cached, options, device=device)
+    counts = count_instructions(cached, device=device)
     counted = any(isinstance(n, int) for n in counts)
     counter = valgrind_version() if counted else None  # no valgrind run for none
     return {
@@ -116,7 +115,6 @@ def section_counts(points: list, options: DecodeOptions, device: torch.device) -
 
 def count_instructions(
     points: Sequence[DecodePoint],
-    options: DecodeOptions,
     number: int = MAX_NUMBER,
     device: torch.device | str = "cpu",
 ) -> list[int | str]:
@@ -140,13 +138,13 @@ def count_instructions(
     missing = valgrind_missing()
     if missing is not None:
         return [missing] * len(points)
-    reasons = [refusal(point, options, torch.device(device)) for point in points]
+    reasons = [refusal(point, torch.device(device)) for point in points]
     counted = [point for point, reason in zip(points, reasons, strict=True) if reason is None]
-    counts = iter(_collect(counted, options, number) if counted else [])
+    counts = iter(_collect(counted, number) if counted else [])
     return [next(counts) if reason is None else reason for reason in reasons]
 
 
-def refusal(point: DecodePoint, options: DecodeOptions, device: torch.device) -> str | None:
+def refusal(point: DecodePoint, device: torch.device) -> str | None:
     """Why the point's step is not counted, or None. The workload is built and checked
     here, outside valgrind, so that a provider's refusal is the point's reason rather than
     a failure of the whole valgrind process."""
@@ -157,11 +155,11 @@ def refusal(point: DecodePoint, options: DecodeOptions, device: torch.device) ->
     reason = unsupported_reason(point, CPU)
     if reason is not None:
         return f"unsupported: {reason}"
-    skipped = skip_status(decode_bytes(point, options.prefill), free_memory_bytes(CPU))
+    skipped = skip_status(decode_bytes(point, point.options.prefill), free_memory_bytes(CPU))
     if skipped is not None:
         return skipped
     try:
-        warmed_workload(point, options)
+        warmed_workload(point)
     except Unsupported as exc:
         return f"unsupported: {exc}"
     except WrongOutput as exc:
@@ -178,15 +176,16 @@ def running(point: DecodePoint) -> ExitStack:
     return stack
 
 
-def warmed_workload(point: DecodePoint, options: DecodeOptions) -> Workload:
+def warmed_workload(point: DecodePoint) -> Workload:
     """The point's workload as decode.run prepares it on the CPU (seeded layer and inputs,
     step checked against the reference), its cache filled by the prefill as the timings
-    do, and its step called `options.warmup` more times (lazy initialisation, oneDNN
+    do, and its step called its options' `warmup` more times (lazy initialisation, oneDNN
     weight packing) so that none of that is counted. Raises Unsupported, as prepared
     does, for a step that needs an untimed set-up (NEEDS_SETUP)."""
     layer = build_layer(
         point.shape, PROVIDERS[point.provider].backend, torch_dtype(point.dtype), CPU
     )
+    options = point.options
     with running(point):
         work = prepared(point, point_inputs(point, layer, CPU))
         if work.step_setup is not None:
@@ -220,12 +219,11 @@ class Dispatcher:
         self._held = ExitStack()
 
     @classmethod
-    def from_json(cls, points: str, options: str, number: int) -> Dispatcher:
+    def from_json(cls, points: str, number: int) -> Dispatcher:
         """The dispatcher of SETUP: every point's warmed workload, built in this process."""
         torch.manual_seed(SEED)
-        decoded = [DecodePoint(**fields) for fields in json.loads(points)]
-        decode_options = DecodeOptions(**json.loads(options))
-        works = [warmed_workload(point, decode_options) for point in decoded]
+        decoded = [DecodePoint.of_dict(fields) for fields in json.loads(points)]
+        works = [warmed_workload(point) for point in decoded]
         return cls(decoded, [work.step for work in works], number)
 
     def __call__(self) -> None:
@@ -243,18 +241,14 @@ class Dispatcher:
             self._held.close()
 
 
-def setup_code(points: Sequence[DecodePoint], options: DecodeOptions, number: int) -> str:
+def setup_code(points: Sequence[DecodePoint], number: int) -> str:
     """The Timer's setup for `points`: it builds their Dispatcher as `_dispatch`."""
-    return SETUP.format(
-        points=json.dumps([asdict(p) for p in points]),
-        options=json.dumps(asdict(options)),
-        number=number,
-    )
+    return SETUP.format(points=json.dumps([p.to_dict() for p in points]), number=number)
 
 
-def _collect(points: Sequence[DecodePoint], options: DecodeOptions, number: int) -> list[int]:
+def _collect(points: Sequence[DecodePoint], number: int) -> list[int]:
     """Each point's instructions per step, from one valgrind process."""
-    timer = Timer(stmt=STMT, setup=setup_code(points, options, number), num_threads=1)
+    timer = Timer(stmt=STMT, setup=setup_code(points, number), num_threads=1)
     with _child_environment():
         stats = timer.collect_callgrind(number=number, repeats=len(points), collect_baseline=False)
     return [repeat.counts(denoise=True) // number for repeat in stats]

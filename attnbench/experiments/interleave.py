@@ -125,9 +125,8 @@ def run_group(
         if isinstance(r, Ready):
             record.sampling = INTERLEAVED if len(ready) > 1 else ALONE
             held_cpu(record, ran_for)
-    options: DecodeOptions = context.options
     steps = {i: timed[id(r)].step for i, r in enumerate(prepared) if isinstance(r, Ready)}
-    fill_comparisons(records, steps, link(points, options))
+    fill_comparisons(records, steps, link(points, points[0].options))
     return records
 
 
@@ -150,14 +149,14 @@ def time_together(
     """Each point's timings: its prefill and its generations alone, its step (with its
     reference calls) round-robin with the other points' steps, until the comparisons
     `link` names among them are as narrow as asked."""
-    options: DecodeOptions = context.options
+    options: DecodeOptions = ready[0].point.options  # one section's: the same for all
     timer = Timer(device, flush_l2=options.flush_l2)
     sampling = options.sampling(device)
     prefills, units = [], []
     with torch.inference_mode():
         for r in ready:
             with PROVIDERS[r.point.provider].running():
-                prefills.append(time_prefill(timer, r.work, r.point, options, Timer.sample))
+                prefills.append(time_prefill(timer, r.work, r.point, Timer.sample))
                 step = timed_step(r.work, r.point, device)
             calls = [(step, r.work.step_setup), *r.against]
             units.append(Unit(calls, PROVIDERS[r.point.provider].running))
@@ -178,7 +177,7 @@ def time_together(
         ]
         for r, t in zip(ready, timings, strict=True):
             with PROVIDERS[r.point.provider].running():
-                t.generation = time_generation(timer, r.work, r.point, options, Timer.sample)
+                t.generation = time_generation(timer, r.work, r.point, Timer.sample)
     return timings
 
 

@@ -133,8 +133,9 @@ def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
             dtype=dtype,
             prompt_len=48,
             provider=name,
+            options=check_options(0, 1, prefill=False),
         )
-        rec = decode.run(point, Context(device, check_options(0, 1, prefill=False)))
+        rec = decode.run(point, Context(device))
         if rec.status.startswith("unsupported"):
             continue
         results.append(
@@ -153,8 +154,9 @@ def check_cuda_graph(device: torch.device) -> list[CheckResult]:
         dtype="bfloat16",
         prompt_len=64,
         cuda_graph=True,
+        options=check_options(1, 4),
     )
-    rec = decode.run(point, Context(device, check_options(1, 4)))
+    rec = decode.run(point, Context(device))
     ok = decode.timed(rec) and len(rec.samples_ms) == 4
     return [CheckResult("CUDA-graph decode", ok, f"{rec.status}, {rec.step_ms_median} ms/step")]
 

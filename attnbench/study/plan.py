@@ -84,13 +84,12 @@ class Plan:
     ) -> Context:
         """What the points of `section` run with; kvmem's device is None when it does not
         measure. Only timed sections get the peaks, and what their pre-pass counted."""
-        options = self.options.get(section)
         device = self.devices.get(section)
-        if section == "kvmem" and not options.measure:
+        if section == "kvmem" and not self.options[section].measure:
             device = None
         if not KINDS[section].timed:
-            return Context(device, options)
-        return Context(device, options, peak_gbps, peak_tflops or {}, counts or {})
+            return Context(device)
+        return Context(device, peak_gbps, peak_tflops or {}, counts or {})
 
     def estimate(self, task: Task) -> float:
         """A rough time for one task, in seconds."""
@@ -266,7 +265,7 @@ def plan_sections(
                 options[name] = kind.options(sec.options, device)
             if kind.check_section is not None:
                 kind.check_section(sec.values, options.get(name), set(sec.origins))
-            points = sec.points()
+            points = sec.points(options.get(name))
         except FieldError as exc:
             problems.append(sec.locate(exc))
             continue

@@ -271,9 +271,10 @@ class Section:
             return error.located(f"{model}: {error.field} {value}")
         return error
 
-    def points(self) -> list:
+    def points(self, typed: Any = None) -> list:
         """Every grid point as a typed point: synthetic shapes first, then models (whose
-        shape fields, and dtype unless one is given, come from the model)."""
+        shape fields, and dtype unless one is given, come from the model). A kind whose
+        points carry their options gets `typed`, the section's typed options."""
         kind = KINDS[self.name]
         wanted = set(kind.point.__dataclass_fields__)
         seq_lens = self.values.get("seq_lens")
@@ -287,6 +288,8 @@ class Section:
             for r in rest:
                 r.update(seq_lens=tuple(seq_lens), batch=len(seq_lens), seq_len=max(seq_lens))
         options = {k: v for k, v in self.options.items() if k in wanted}
+        if "options" in wanted:
+            options["options"] = typed
         points = []
         if self.has_shape:
             shape_axes = [

@@ -27,9 +27,9 @@ from attnbench.ab.sides import (
 from attnbench.ab.workers import Worker
 from attnbench.cli import app
 from attnbench.errors import FieldError, UsageError
-from attnbench.experiments.decode import DecodePoint
 from attnbench.gate.compare import Thresholds, Verdict
 from attnbench.gate.paired import EVIDENCE, judge_paired, median_ratio_interval
+from tests.experiments.options import decode_point
 from tests.helpers import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,7 +144,7 @@ def test_the_visits_are_a_warm_up_then_rounds_in_abba_order():
     ]
 
 
-POINT = DecodePoint(
+POINT = decode_point(
     d_model=64, num_heads=2, num_kv_heads=2, batch=1, dtype="float32", prompt_len=16
 )
 

@@ -29,7 +29,7 @@ from attnbench.model.formulas import (
 from attnbench.model.shapes import AttentionShape
 from attnbench.study import runner as study
 from attnbench.study.runner import DirectoryStore, plan_command, run_experiment, run_study
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_options, decode_point, with_options
 from tests.helpers import runner
 
 TINY = [
@@ -237,7 +237,7 @@ TINY_POINT = {
     "mode": "cache",
     "dtype": "float32",
 }
-POINT = DecodePoint(**{**TINY_POINT, "num_kv_heads": 2})
+POINT = decode_point(**{**TINY_POINT, "num_kv_heads": 2})
 CPU = torch.device("cpu")
 #: Field values of a tiny decode study (what the decode-speed flags would give).
 TINY_VALUES = {
@@ -270,9 +270,8 @@ def raising(exc: BaseException, when=lambda point: True):
 
 
 def test_record_fields_are_consistent():
-    options = decode_options({"warmup": 0, "repeats": 4})
-    context = Context(CPU, options, peak_gbps=10.0, peak_tflops={"float32": 0.5})
-    rec = decode.run(POINT, context)
+    context = Context(CPU, peak_gbps=10.0, peak_tflops={"float32": 0.5})
+    rec = decode.run(with_options(POINT, {"warmup": 0, "repeats": 4}), context)
     assert rec.status in decode.TIMED
     assert len(rec.samples_ms) == rec.step_repeats == 4 and rec.step_stop == "repeats"
     assert rec.step_ms_p25 <= rec.step_ms_median <= rec.step_ms_p75
@@ -298,9 +297,9 @@ def test_record_fields_are_consistent():
 
 
 def test_no_prefill_and_no_generation_leave_their_metrics_empty():
-    point = DecodePoint(**{**TINY_POINT, "gen_len": 0})
+    point = decode_point(**{**TINY_POINT, "gen_len": 0})
     rec = decode.run(
-        point, Context(CPU, decode_options({"warmup": 0, "repeats": 2, "prefill": False}, CPU))
+        with_options(point, {"warmup": 0, "repeats": 2, "prefill": False}, CPU), Context(CPU)
     )
     assert rec.status in decode.TIMED and len(rec.samples_ms) == 2
     assert rec.prefill_ms_median is None and rec.prefill_samples_ms == []
@@ -324,7 +323,7 @@ def test_status_tells_a_steady_step_from_a_noisy_one_and_from_too_few_samples():
     assert all(decode.timed({"status": s}) for s in decode.TIMED)
     assert not decode.timed({"status": "oom"}) and not decode.timed({"status": "wrong: x"})
     rec = decode.run(
-        POINT, Context(CPU, decode_options({"warmup": 0, "repeats": 3, "prefill": False}, CPU))
+        with_options(POINT, {"warmup": 0, "repeats": 3, "prefill": False}, CPU), Context(CPU)
     )
     assert (rec.status, rec.noisy) == (decode.FEW_SAMPLES, True)  # 3 samples: not ±0.0%
 
@@ -334,7 +333,7 @@ def test_adaptive_sampling_is_the_default_and_records_why_it_stopped(reference):
     """Sampling stops when the step's interval, and with a reference its ratio's too,
     is within 2%, or when the time is up."""
     options = {"warmup": 1, "max_time": 0.5, "prefill": False, "reference": reference}
-    rec = decode.run(POINT, Context(CPU, decode_options(options, CPU)))
+    rec = decode.run(with_options(POINT, options, CPU), Context(CPU))
     assert rec.status in decode.TIMED
     assert rec.step_stop in ("target_ci", "max_time")
     assert rec.step_repeats == len(rec.samples_ms) >= 5
@@ -417,7 +416,7 @@ def test_decode_speed_exits_1_when_a_point_did_not_complete(monkeypatch, tmp_pat
 
 def test_decode_points_put_the_baseline_and_no_cache_first():
     points = [
-        DecodePoint(**{**TINY_POINT, "prompt_len": n, "mode": m, "provider": p})
+        decode_point(**{**TINY_POINT, "prompt_len": n, "mode": m, "provider": p})
         for n in (4, 8)
         for p in ("naive", "attnbench")
         for m in ("cache", "no_cache")
@@ -549,8 +548,8 @@ def test_bad_flags_exit_2_with_one_line(args, needle):
 
 
 def test_cuda_graphs_on_the_cpu_are_unsupported_rows():
-    point = DecodePoint(**{**TINY_POINT, "cuda_graph": True})
-    rec = decode.run(point, Context(CPU, decode_options({"warmup": 0, "repeats": 1}, CPU)))
+    point = decode_point(**{**TINY_POINT, "cuda_graph": True})
+    rec = decode.run(with_options(point, {"warmup": 0, "repeats": 1}, CPU), Context(CPU))
     assert rec.status == "unsupported: CUDA graphs need a CUDA device"
     assert rec.step_ms_median is None and rec.samples_ms == []
 
@@ -558,7 +557,7 @@ def test_cuda_graphs_on_the_cpu_are_unsupported_rows():
 @pytest.mark.cuda
 @pytest.mark.parametrize("graph", [False, True])
 def test_cuda_graph_and_eager_steps_side_by_side(graph):
-    point = DecodePoint(
+    point = decode_point(
         **{
             **TINY_POINT,
             "num_kv_heads": 2,
@@ -569,10 +568,8 @@ def test_cuda_graph_and_eager_steps_side_by_side(graph):
         }
     )
     rec = decode.run(
-        point,
-        Context(
-            torch.device("cuda"), decode_options({"warmup": 1, "repeats": 5}, torch.device("cuda"))
-        ),
+        with_options(point, {"warmup": 1, "repeats": 5}, torch.device("cuda")),
+        Context(torch.device("cuda")),
     )
     assert rec.status in decode.TIMED and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
 

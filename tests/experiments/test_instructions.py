@@ -30,14 +30,13 @@ from attnbench.experiments.instructions import (
     valgrind_version,
     warmed_workload,
 )
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_point
 
-OPTIONS = decode_options()
 CPU = torch.device("cpu")
 
 
 def tiny(num_kv_heads: int, **changes) -> DecodePoint:
-    point = DecodePoint(
+    point = decode_point(
         d_model=64, num_heads=2, num_kv_heads=num_kv_heads, batch=1, dtype="float32", prompt_len=16
     )
     return replace(point, **changes)
@@ -59,49 +58,49 @@ def test_without_valgrind_every_point_says_so(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert valgrind_missing() == NO_VALGRIND
     assert valgrind_version() is None
-    assert count_instructions([MHA, tiny(1, mode="no_cache")], OPTIONS) == [NO_VALGRIND] * 2
+    assert count_instructions([MHA, tiny(1, mode="no_cache")]) == [NO_VALGRIND] * 2
 
 
 def test_uncached_and_cuda_points_are_refused():
-    assert refusal(tiny(2, mode="no_cache"), OPTIONS, CPU) == NOT_CACHED
-    assert refusal(MHA, OPTIONS, torch.device("cuda")) == NOT_CPU
-    assert refusal(tiny(2, cuda_graph=True), OPTIONS, CPU).startswith("unsupported: CUDA graphs")
-    assert refusal(tiny(2, provider="sdpa-efficient"), OPTIONS, CPU) == (
+    assert refusal(tiny(2, mode="no_cache"), CPU) == NOT_CACHED
+    assert refusal(MHA, torch.device("cuda")) == NOT_CPU
+    assert refusal(tiny(2, cuda_graph=True), CPU).startswith("unsupported: CUDA graphs")
+    assert refusal(tiny(2, provider="sdpa-efficient"), CPU) == (
         "unsupported: no memory-efficient kernel on the CPU"
     )
-    assert refusal(MHA, OPTIONS, CPU) is None
+    assert refusal(MHA, CPU) is None
 
 
 def test_a_step_with_an_untimed_setup_is_refused():
     pytest.importorskip("transformers")
-    assert refusal(tiny(2, provider="hf"), OPTIONS, CPU) == f"unsupported: {NEEDS_SETUP}"
+    assert refusal(tiny(2, provider="hf"), CPU) == f"unsupported: {NEEDS_SETUP}"
 
 
 def test_refused_points_keep_their_place_among_the_counts(monkeypatch):
     collected = []
 
-    def collect(points, options, number):
+    def collect(points, number):
         collected.append((list(points), number))
         return [100 * (i + 1) for i in range(len(points))]
 
     monkeypatch.setattr(instructions, "valgrind_missing", lambda: None)
     monkeypatch.setattr(instructions, "_collect", collect)
     points = [MHA, tiny(2, mode="no_cache"), MQA]
-    assert count_instructions(points, OPTIONS, number=5) == [100, NOT_CACHED, 200]
+    assert count_instructions(points, number=5) == [100, NOT_CACHED, 200]
     assert collected == [([MHA, MQA], 5)]
-    assert count_instructions([tiny(1, mode="no_cache")], OPTIONS) == [NOT_CACHED]
+    assert count_instructions([tiny(1, mode="no_cache")]) == [NOT_CACHED]
     assert len(collected) == 1  # nothing to count: no valgrind process
 
 
 @pytest.mark.parametrize("number", [0, MAX_NUMBER + 1, 100])
 def test_a_number_the_slots_cannot_follow_is_an_error(number):
     with pytest.raises(ValueError, match="number must be within 1..10"):
-        count_instructions([MHA], OPTIONS, number=number)
+        count_instructions([MHA], number=number)
 
 
 def test_an_unknown_provider_is_an_error():
     with pytest.raises(ValueError, match="unknown provider"):
-        count_instructions([tiny(2, provider="nope")], OPTIONS)
+        count_instructions([tiny(2, provider="nope")])
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
@@ -150,7 +149,7 @@ def test_the_generated_setup_and_statement_dispatch_every_point():
     STMT, executed as torch's script executes it, runs the step of each slot's point."""
     points, number = [MHA, MQA, tiny(2, prompt_len=4)], 2
     namespace: dict = {}
-    exec(setup_code(points, OPTIONS, number), namespace)
+    exec(setup_code(points, number), namespace)
     for _ in range(number + len(points) * number):
         exec(STMT, namespace)
     dispatch = namespace["_dispatch"]
@@ -159,13 +158,13 @@ def test_the_generated_setup_and_statement_dispatch_every_point():
     assert not torch.is_inference_mode_enabled()
     with torch.inference_mode():
         for point, step in zip(points, dispatch.steps, strict=True):
-            torch.testing.assert_close(step(), warmed_workload(point, OPTIONS).step())
+            torch.testing.assert_close(step(), warmed_workload(point).step())
 
 
 def test_the_timer_check_in_this_process_leaves_nothing_entered():
     """collect_callgrind runs the setup and one execution here before valgrind."""
     before = sdpa_flags()
-    setup = setup_code([tiny(2, provider="sdpa-math")], OPTIONS, 4)
+    setup = setup_code([tiny(2, provider="sdpa-math")], 4)
     Timer(stmt=STMT, setup=setup, num_threads=1).timeit(1)
     assert not torch.is_inference_mode_enabled()
     assert sdpa_flags() == before
@@ -178,10 +177,10 @@ def test_the_timer_check_in_this_process_leaves_nothing_entered():
 @pytest.mark.skipif(valgrind_missing() is not None, reason="needs valgrind")
 def test_counts_of_one_valgrind_process_repeat_and_tell_mha_from_mqa():
     """About three minutes: two valgrind processes of two points each."""
-    first = count_instructions([MHA, MQA], OPTIONS)
+    first = count_instructions([MHA, MQA])
     assert all(isinstance(count, int) and count > 0 for count in first), first
     assert first[0] != first[1]
-    second = count_instructions([MHA, MQA], OPTIONS)
+    second = count_instructions([MHA, MQA])
     for a, b in zip(first, second, strict=True):
         assert abs(b / a - 1) <= 0.005, (first, second)
 
@@ -195,7 +194,7 @@ def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
 
     calls = []
 
-    def fake(points, options, device):
+    def fake(points, device):
         calls.append(list(points))
         return [
             instructions.NO_VALGRIND if p.num_kv_heads == 1 else 1000 + p.prompt_len for p in points
@@ -234,7 +233,7 @@ def test_no_valgrind_runs_for_its_version_when_no_point_was_counted(monkeypatch)
 
     asked = []
 
-    def refused(points, options, device):
+    def refused(points, device):
         return [instructions.NO_VALGRIND] * len(points)
 
     monkeypatch.setattr(instructions, "count_instructions", refused)

@@ -27,7 +27,7 @@ from attnbench.measure import timing
 from attnbench.measure.stats import bootstrap_interval, median
 from attnbench.study.runner import DirectoryStore, plan_command, run_study
 from attnbench.study.sections import KINDS
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_options, decode_point
 
 CPU = torch.device("cpu")
 #: One context, MHA and MQA, both modes, six rounds.
@@ -54,7 +54,7 @@ def point(**fields) -> DecodePoint:
         "prompt_len": 4,
         "dtype": "float32",
     }
-    return DecodePoint(**{**base, **fields})
+    return decode_point(**{**base, **fields})
 
 
 def records_of(**values) -> list:

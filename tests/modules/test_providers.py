@@ -16,7 +16,7 @@ from attnbench.experiments.decode import DecodePoint
 from attnbench.modules import attention, providers
 from attnbench.modules.providers import PROVIDERS, Provider, layer_workload
 from attnbench.study.runner import plan_command, run_study
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_point, with_options
 
 CPU = torch.device("cpu")
 FIXED = {"warmup": 2, "repeats": 6}
@@ -33,7 +33,7 @@ def point(**fields) -> DecodePoint:
         "prompt_len": 9,
         "dtype": "float32",
     }
-    return DecodePoint(**{**base, **fields})
+    return decode_point(**{**base, **fields})
 
 
 def spied(monkeypatch, name: str) -> list[tuple[int, int]]:
@@ -60,7 +60,7 @@ def test_every_sample_of_a_cached_point_attends_exactly_context_plus_one_keys(
 ):
     seen = spied(monkeypatch, "attnbench")
     p = point(prompt_len=context_len)
-    rec = decode.run(p, Context(CPU, decode_options({**FIXED, "prefill": False}, CPU)))
+    rec = decode.run(with_options(p, {**FIXED, "prefill": False}, CPU), Context(CPU))
     assert rec.status in decode.TIMED and len(rec.samples_ms) == 6
     # every call the point made, checked, warmed or timed, attends S + 1 keys, and the
     # samples recorded are made of such calls
@@ -70,7 +70,7 @@ def test_every_sample_of_a_cached_point_attends_exactly_context_plus_one_keys(
 
 def test_no_cache_samples_are_one_causal_forward_over_context_plus_one_tokens(monkeypatch):
     seen = spied(monkeypatch, "attnbench")
-    rec = decode.run(point(mode="no_cache"), Context(CPU, decode_options(FIXED, CPU)))
+    rec = decode.run(with_options(point(mode="no_cache"), FIXED, CPU), Context(CPU))
     assert rec.status in decode.TIMED
     assert set(seen) == {(10, 10)}
     assert len(seen) >= len(rec.samples_ms) * rec.step_calls_per_sample
@@ -78,9 +78,7 @@ def test_no_cache_samples_are_one_causal_forward_over_context_plus_one_tokens(mo
 
 def test_prefill_and_generation_are_their_own_samples(monkeypatch):
     seen = spied(monkeypatch, "attnbench")
-    rec = decode.run(
-        point(gen_len=3), Context(CPU, decode_options({"warmup": 1, "repeats": 2}, CPU))
-    )
+    rec = decode.run(with_options(point(gen_len=3), {"warmup": 1, "repeats": 2}, CPU), Context(CPU))
     assert rec.status in decode.TIMED
     assert len(rec.samples_ms) == len(rec.prefill_samples_ms) == len(rec.gen_samples_ms) == 2
     assert seen[0] == (1, 10)  # the reference check
@@ -112,8 +110,12 @@ def test_a_fixed_step_gives_the_same_output_every_call():
 def test_every_cpu_provider_agrees_with_the_reference(kv_heads, mode):
     for name in CPU_PROVIDERS:
         rec = decode.run(
-            point(num_kv_heads=kv_heads, mode=mode, provider=name),
-            Context(CPU, decode_options({"warmup": 0, "repeats": 2}, CPU)),
+            with_options(
+                point(num_kv_heads=kv_heads, mode=mode, provider=name),
+                {"warmup": 0, "repeats": 2},
+                CPU,
+            ),
+            Context(CPU),
         )
         assert rec.status in decode.TIMED, (name, rec.status)
         assert rec.step_ms_median > 0
@@ -121,7 +123,7 @@ def test_every_cpu_provider_agrees_with_the_reference(kv_heads, mode):
 
 @pytest.mark.parametrize("name", ["sdpa-efficient", "sdpa-cudnn"])
 def test_cuda_only_kernels_are_unsupported_rows_on_the_cpu(name):
-    rec = decode.run(point(provider=name), Context(CPU, decode_options(FIXED, CPU)))
+    rec = decode.run(with_options(point(provider=name), FIXED, CPU), Context(CPU))
     assert rec.status.startswith("unsupported: no ") and rec.status.endswith("kernel on the CPU")
     assert rec.step_ms_median is None and rec.bytes_per_step > 0  # analytic columns remain
 
@@ -137,7 +139,7 @@ def test_a_provider_that_disagrees_is_wrong_and_not_timed(monkeypatch):
     decode_fn, causal_fn = attention.BACKEND_ATTENTION["sdpa"]
     bad = Provider("naive", "a broken one", layer_workload(broken(decode_fn), causal_fn))
     monkeypatch.setitem(PROVIDERS, "naive", bad)
-    rec = decode.run(point(provider="naive"), Context(CPU, decode_options(FIXED, CPU)))
+    rec = decode.run(with_options(point(provider="naive"), FIXED, CPU), Context(CPU))
     assert rec.status.startswith("wrong: max error ")
     assert rec.step_ms_median is None and rec.samples_ms == []
 
@@ -151,7 +153,7 @@ def test_a_kernel_that_refuses_the_inputs_is_unsupported_with_its_reason(monkeyp
 
     refuses = Provider("sdpa-flash", "refuses", layer_workload(refusing, refusing))
     monkeypatch.setitem(PROVIDERS, "sdpa-flash", refuses)
-    rec = decode.run(point(provider="sdpa-flash"), Context(CPU, decode_options(FIXED, CPU)))
+    rec = decode.run(with_options(point(provider="sdpa-flash"), FIXED, CPU), Context(CPU))
     assert rec.status == "unsupported: Flash attention requires equal head counts"
 
 
@@ -200,8 +202,12 @@ def test_hf_llama_attention_agrees_and_is_timed(kv_heads):
     pytest.importorskip("transformers")
     for mode in ("cache", "no_cache"):
         rec = decode.run(
-            point(num_kv_heads=kv_heads, mode=mode, provider="hf", gen_len=3),
-            Context(CPU, decode_options({"warmup": 1, "repeats": 2}, CPU)),
+            with_options(
+                point(num_kv_heads=kv_heads, mode=mode, provider="hf", gen_len=3),
+                {"warmup": 1, "repeats": 2},
+                CPU,
+            ),
+            Context(CPU),
         )
         assert rec.status in decode.TIMED, rec.status
         assert rec.projection_path == "torch"
@@ -229,7 +235,7 @@ def test_hf_generation_matches_attnbench_token_by_token():
 def test_flex_attention_compiles_and_agrees():
     """Compiling flex_attention on the CPU takes most of a minute: `make test-slow`."""
     rec = decode.run(
-        point(provider="flex"), Context(CPU, decode_options({"warmup": 1, "repeats": 2}, CPU))
+        with_options(point(provider="flex"), {"warmup": 1, "repeats": 2}, CPU), Context(CPU)
     )
     assert rec.status in decode.TIMED, rec.status
 
@@ -266,7 +272,7 @@ def test_the_kernels_of_a_step_are_its_projections_and_sdpa(mode):
 def test_a_step_is_timed_in_rounds_with_its_reference(reference):
     """x_of_reference is the step over its reference, round by round: each of its samples
     is a step sample over the reference's sample of the same round."""
-    rec = decode.run(point(), Context(CPU, decode_options({**FIXED, "reference": reference}, CPU)))
+    rec = decode.run(with_options(point(), {**FIXED, "reference": reference}, CPU), Context(CPU))
     assert rec.status in decode.TIMED and rec.reference == reference
     assert len(rec.x_of_reference_samples) == len(rec.samples_ms) == FIXED["repeats"]
     assert rec.x_of_reference_median == pytest.approx(statistics.median(rec.x_of_reference_samples))
@@ -278,8 +284,8 @@ def test_a_step_is_timed_in_rounds_with_its_reference(reference):
 )
 def test_no_reference_no_ratio(provider, reference):
     rec = decode.run(
-        point(provider=provider),
-        Context(CPU, decode_options({**FIXED, "reference": reference}, CPU)),
+        with_options(point(provider=provider), {**FIXED, "reference": reference}, CPU),
+        Context(CPU),
     )
     assert rec.status in decode.TIMED
     assert rec.x_of_reference_median is None and rec.reference is None

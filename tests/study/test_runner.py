@@ -16,7 +16,7 @@ import torch
 
 import attnbench.cli.run_cmd
 from attnbench.cli import app
-from attnbench.experiments.decode import DecodePoint, run_order
+from attnbench.experiments.decode import run_order
 from attnbench.experiments.whole_model import ModelPartRecord, whole_model_records
 from attnbench.records import as_dict
 from attnbench.render.report import findings
@@ -33,7 +33,7 @@ from attnbench.study.runner import (
 from attnbench.study.shards import Shard, shard_dir, shard_plan
 from attnbench.study.stores import LOCK_FILE
 from tests.conftest import TINY_POINTS, TINY_STUDY
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_options, decode_point
 from tests.helpers import runner
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -208,7 +208,7 @@ def test_decode_points_put_no_cache_first(tiny_study):
         "provider": "attnbench",
     }
     points = [
-        DecodePoint(**base, prompt_len=n, mode=m) for n in (4, 8) for m in ("cache", "no_cache")
+        decode_point(**base, prompt_len=n, mode=m) for n in (4, 8) for m in ("cache", "no_cache")
     ]
     assert [(p.prompt_len, p.mode) for p in run_order(points, decode_options())] == [
         (4, "no_cache"),

@@ -43,7 +43,7 @@ from attnbench.study.plan import (
 )
 from attnbench.study.schema import FIELDS, above_maximum, max_threads
 from attnbench.study.sweep import Section, load_config, resolve
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_point, with_options
 from tests.helpers import runner
 
 
@@ -239,7 +239,7 @@ def point(**kw) -> DecodePoint:
         provider="attnbench",
         mode="cache",
     )
-    return DecodePoint(**{**base, **kw})
+    return decode_point(**{**base, **kw})
 
 
 def test_decode_bytes_counts_input_cache_weights_and_scores():
@@ -282,11 +282,9 @@ def test_a_decode_point_larger_than_free_memory_is_skipped_with_what_it_needs(mo
         raise AssertionError("a point that does not fit must allocate nothing")
 
     monkeypatch.setattr(decode_mod, "build_layer", no_layer)
-    p = point()
+    p = with_options(point(), {"warmup": 0, "repeats": 1})
     needed = decode_bytes(p)
-    context = Context(
-        torch.device("cpu"), decode_options({"warmup": 0, "repeats": 1}, torch.device("cpu"))
-    )
+    context = Context(torch.device("cpu"))
     record = decode_mod.run(p, context, free_bytes=lambda device: needed - 1)
     assert (
         record.status == f"skipped: needs {format_bytes(needed)}, {format_bytes(needed - 1)} free"
@@ -295,10 +293,8 @@ def test_a_decode_point_larger_than_free_memory_is_skipped_with_what_it_needs(mo
 
 
 def test_a_decode_point_that_fits_runs():
-    p = point(prompt_len=4, gen_len=2)
-    context = Context(
-        torch.device("cpu"), decode_options({"warmup": 0, "repeats": 1}, torch.device("cpu"))
-    )
+    p = with_options(point(prompt_len=4, gen_len=2), {"warmup": 0, "repeats": 1})
+    context = Context(torch.device("cpu"))
     record = decode_mod.run(p, context, free_bytes=lambda device: decode_bytes(p))
     assert record.status in decode_mod.TIMED and record.step_ms_median is not None
 

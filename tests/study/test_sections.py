@@ -8,7 +8,7 @@ import inspect
 
 from attnbench.experiments import decode, fit, kvmem, params
 from attnbench.study.sections import KINDS, Experiment, record_sets
-from tests.experiments.options import decode_options
+from tests.experiments.options import decode_options, decode_point
 
 
 def test_every_kind_runs_an_experiment_of_the_one_protocol():
@@ -25,7 +25,7 @@ def test_every_kind_runs_an_experiment_of_the_one_protocol():
 
 def test_only_decode_links_its_points():
     points = [
-        decode.DecodePoint(
+        decode_point(
             d_model=64, num_heads=4, num_kv_heads=kv, batch=1, dtype="float32", prompt_len=8
         )
         for kv in (4, 1)

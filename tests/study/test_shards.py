@@ -10,9 +10,9 @@ import pytest
 
 from attnbench.cli import app, run_cmd
 from attnbench.errors import FieldError
-from attnbench.experiments.decode import DecodePoint
 from attnbench.study.plan import Task, plan_study
 from attnbench.study.shards import Shard, ShareLoads, assign, parse_shard, share_loads, share_of
+from tests.experiments.options import decode_point
 from tests.helpers import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_longest_first_onto_the_least_loaded():
 
 def decode_tasks(contexts: list[int]) -> list[Task]:
     points = [
-        DecodePoint(
+        decode_point(
             d_model=32,
             num_heads=4,
             num_kv_heads=kv,

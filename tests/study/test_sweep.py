@@ -622,7 +622,7 @@ def test_cuda_graph_is_an_axis_for_graph_and_eager_side_by_side(tmp_path):
     assert [p.cuda_graph for p in points] == [False, True]
 
 
-def test_sampling_options_reach_the_points_context(tmp_path):
+def test_sampling_options_reach_every_point(tmp_path):
     from attnbench.experiments.decode import DecodeOptions
     from attnbench.study.plan import plan_study
 
@@ -633,8 +633,10 @@ def test_sampling_options_reach_the_points_context(tmp_path):
                  max_time: 3, target_rel_ci: 0.05, min_repeats: 7}
     """,
     )
-    options = plan_study(path, names=["decode"]).context("decode").options
+    plan = plan_study(path, names=["decode"])
+    options = plan.options["decode"]
     assert isinstance(options, DecodeOptions)  # typed once, for the whole section
+    assert all(task.point.options is options for task in plan.tasks)
     sampling = options.sampling(torch.device("cpu"))
     assert (sampling.max_time_s, sampling.target_rel_ci, sampling.min_repeats) == (3, 0.05, 7)
     assert sampling.repeats is None  # adaptive unless repeats is given

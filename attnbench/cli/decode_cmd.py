@@ -33,14 +33,16 @@ from .flags import section_command
 
 
 def describe(point: DecodePoint) -> str:
-    """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph'."""
+    """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph', with
+    'sequences 8q1s1k' for a batch spec and 'block 16' for a paged cache."""
     name = point_name(point)
     gen = f" gen {point.gen_len}" if point.gen_len else ""
     graph = " graph" if point.cuda_graph else ""
-    return (
-        f"{name} {point.provider} {point.dtype} batch {point.batch} "
-        f"context {point.prompt_len}{gen} {point.mode}{graph}"
-    )
+    block = f" block {point.block_size}" if point.block_size is not None else ""
+    batch = f"batch {point.batch} context {point.prompt_len}"
+    if point.batch_spec is not None:
+        batch = f"sequences {point.batch_spec}"
+    return f"{name} {point.provider} {point.dtype} {batch}{gen} {point.mode}{graph}{block}"
 
 
 @section_command(app, "decode-speed", "decode", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)

@@ -29,11 +29,18 @@ import torch
 from ..errors import FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
+from ..measure.peak_memory import PeakMemory, peak_bytes_during
 from ..measure.stats import MIN_SPREAD_SAMPLES, Measurement, in_run_ratio
 from ..measure.timing import BUSY_CPU_SHARE, CpuShare, Sampling, TimedCall, Timer
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
-from ..model.formulas import prefill_flops, step_totals, weight_bytes
+from ..model.formulas import (
+    batch_step_counts,
+    prefill_flops,
+    score_matrix_bytes,
+    step_totals,
+    weight_bytes,
+)
 from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
 from ..modules.kv_cache import KVCache
@@ -46,7 +53,9 @@ from ..modules.providers import (
     reference_step,
     refusals,
 )
+from ..modules.ragged import RaggedInputs
 from ..records import count, exact, flattened, info, key, ratio, timing
+from . import serving
 from .context import Context, Counted
 from .kernels import step_kernels
 from .params import ParamsPoint
@@ -83,6 +92,7 @@ class DecodeOptions:
     max_time: float
     target_rel_ci: float
     prefill: bool
+    prefill_memory: bool
     flush_l2: bool
     baseline_provider: str
     reference: str
@@ -121,10 +131,35 @@ class DecodePoint(ParamsPoint):
     mode: str = "cache"
     cuda_graph: bool = False
     tp: int = 1
+    #: The batch sequence by sequence (model.batches: `8q1s128..4k`), or None: `batch`
+    #: sequences at a context of `prompt_len`. Given, it sets `batch` (its sequences)
+    #: and `prompt_len` (its longest context).
+    batch_spec: str | None = None
+    #: Tokens per block of a paged cache (experiments.serving), or None: contiguous.
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_spec is not None:
+            batch = serving.batch_of(self.batch_spec)
+            object.__setattr__(self, "batch", batch.batch_size)
+            longest = max(s.context_len for s in batch.sequences)
+            object.__setattr__(self, "prompt_len", longest)
 
     @property
     def cached(self) -> bool:
         return self.mode == "cache"
+
+    @property
+    def times_prefill(self) -> bool:
+        """Its prefill is timed: a cached uniform point whose options ask for it."""
+        return self.cached and self.options.prefill and not serving.is_serving(self)
+
+    @property
+    def query_tokens(self) -> int:
+        """New tokens one step feeds: one per sequence, or the batch spec's."""
+        if self.batch_spec is None:
+            return self.batch
+        return serving.batch_of(self.batch_spec).query_tokens
 
     def to_dict(self) -> dict[str, Any]:
         """The point as JSON-ready fields, its options nested (`of_dict` reads it back)."""
@@ -235,6 +270,26 @@ class DecodeRecord:
     #: The model's own KV heads on every row of a what-if set; None otherwise.
     published_kv_heads: int | None = info()
     projection_path: str | None = info()
+    batch_spec: str | None = key(None)
+    block_size: int | None = key(None)
+    #: A paged point's cache after its step, as kvmem counts it: the bytes of its blocks,
+    #: of the tokens they hold, and the share of the blocks that holds none.
+    kv_allocated_bytes: int | None = exact(None)
+    kv_used_bytes: int | None = exact(None)
+    kv_waste_pct: float | None = info()
+    x_of_contiguous_median: float | None = ratio()
+    x_of_contiguous_p25: float | None = ratio(of="x_of_contiguous_median", role="p25")
+    x_of_contiguous_p75: float | None = ratio(of="x_of_contiguous_median", role="p75")
+    x_of_contiguous_samples: list[float] = ratio(
+        [], of="x_of_contiguous_median", csv=False, role="samples"
+    )
+    x_of_contiguous_ci_lo: float | None = info()
+    x_of_contiguous_ci_hi: float | None = info()
+    #: The peak bytes allocated during one prefill call (option prefill_memory), how they
+    #: were counted, and the bytes of the whole score matrix, B * Hq * S * S elements.
+    prefill_peak_bytes: int | None = info()
+    prefill_peak_method: str | None = info()
+    score_matrix_bytes: int | None = exact(None)
 
 
 def build_layer(
@@ -337,6 +392,7 @@ class Timings:
     all_reduce: Measurement | None = None  # tensor-parallel: the step's all-reduce alone
     x_of_reference: Measurement | None = None  # the step over its reference, per round
     reference: str | None = None  # what x_of_reference is taken against
+    prefill_peak: PeakMemory | None = None  # the bytes one prefill call allocates at most
 
 
 #: Times a call: Timer.sample, or a replacement with its signature (measure.lockstep).
@@ -365,14 +421,25 @@ def time_workload(
     else:
         timings = Timings(sample(timer, step, sampling, work.step_setup), prefill)
     timings.generation = time_generation(timer, work, point, sample)
+    timings.prefill_peak = prefill_peak(work, point, device)
     return timings
+
+
+def prefill_peak(work: Workload, point: DecodePoint, device: torch.device) -> PeakMemory | None:
+    """The peak bytes one more prefill call allocates, counted apart from its timings
+    (measure.peak_memory), when the point's options ask for it."""
+    if not (point.times_prefill and point.options.prefill_memory and work.prefill):
+        return None
+    if work.prefill_setup is not None:
+        work.prefill_setup()
+    return peak_bytes_during(work.prefill, device)
 
 
 def time_prefill(
     timer: Timer, work: Workload, point: DecodePoint, sample: Sample
 ) -> Measurement | None:
     """The prefill's samples, when the point has one to time (mode cache, `prefill`)."""
-    if point.cached and point.options.prefill and work.prefill is not None:
+    if point.times_prefill and work.prefill is not None:
         sampling = point.options.sampling(timer.device)
         return sample(timer, work.prefill, sampling, work.prefill_setup)
     return None
@@ -426,13 +493,18 @@ def decode_bytes(point: DecodePoint, prefill: bool = True) -> int:
     size overflows): the weights, the input x of batch * L * d_model elements with
     L = prompt_len + max(gen_len, 1), the KV cache of 2 * batch * Hkv * L * D elements
     (mode cache; a provider that copies the cache holds one for its step and one for its
-    generations)
-    and the largest forward: the prefill or a step with a cache, the layer over the whole
-    prefix without one (see forward_bytes)."""
+    generations; a paged point also its paged copy) and the largest forward: the prefill
+    or a step with a cache, the layer over the whole prefix without one (see
+    forward_bytes). A batch spec's: serving.batch_bytes."""
     shape, batch = point.shape, point.batch
     b = dtype_bytes(point.dtype)
     length = point.prompt_len + max(point.gen_len, 1)
     weights = weight_bytes(shape, point.dtype)
+    if point.batch_spec is not None:
+        return weights + serving.batch_bytes(point)
+    if point.block_size is not None:
+        prefill = False  # a paged step is timed alone, its paged copy beside the cache
+        weights += serving.paged_bytes(point)
     x = batch * length * shape.d_model * b
     if not point.cached:
         return weights + x + forward_bytes(point, length, length)
@@ -450,6 +522,7 @@ def check(point: DecodePoint) -> None:
     torch_dtype(point.dtype)
     if point.provider not in PROVIDERS:
         raise ValueError(f"unknown provider {point.provider!r}")
+    serving.check(point)
 
 
 def check_section(values: Mapping[str, list], options: DecodeOptions, given: set[str]) -> None:
@@ -469,6 +542,11 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         listed = ", ".join(map(str, contexts))
         reason = f"is below every context ({listed}): no point would run"
         raise FieldError("no_cache_max_prompt_len", longest, reason)
+    replaced = sorted(given & {"batch", "prompt_len"}) if values.get("batch_spec") else []
+    if replaced:
+        name = replaced[0]
+        listed = ",".join(map(str, values[name]))
+        raise FieldError(name, listed, "is set by batch_spec: give one or the other")
     swept = values.get("provider", [])
     baseline = options.baseline_provider
     if "baseline_provider" in given and baseline not in swept:
@@ -477,25 +555,41 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         )
 
 
+def step_counts(point: DecodePoint) -> tuple[int, int]:
+    """(bytes, FLOPs) of the point's step: its batch spec's sequences, else its uniform
+    batch's at its context (model.formulas)."""
+    if point.batch_spec is not None:
+        counts = batch_step_counts(point.shape, serving.batch_of(point.batch_spec), point.dtype)
+        return counts.bytes, counts.flops
+    return step_totals(point.shape, point.batch, point.prompt_len, point.dtype, point.cached)
+
+
 def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     """The point's record before timing: its configuration and the bytes and FLOPs a
     step moves and computes (what a failed point still reports)."""
     shape = point.shape
     device = context.device if context.device is not None else torch.device("cpu")
-    step_bytes, step_flops = step_totals(
-        shape, point.batch, point.prompt_len, point.dtype, point.cached
-    )
     options = point.options
-    prefills = point.cached and options.prefill
-    kv_bytes = kv_cache_bytes(
-        1,
-        point.batch,
-        point.prompt_len,
-        shape.num_kv_heads,
-        shape.head_dim,
-        point.dtype,
-        tp=point.tp,
-        num_heads=shape.num_heads,
+    prefills = point.times_prefill
+    step_bytes, step_flops = step_counts(point)
+    if point.batch_spec is not None:
+        kv_bytes = batch_step_counts(
+            shape, serving.batch_of(point.batch_spec), point.dtype
+        ).kv_bytes
+    else:
+        kv_bytes = kv_cache_bytes(
+            1,
+            point.batch,
+            point.prompt_len,
+            shape.num_kv_heads,
+            shape.head_dim,
+            point.dtype,
+            tp=point.tp,
+            num_heads=shape.num_heads,
+        )
+    paging = serving.paging(point) if point.block_size is not None else None
+    scores = score_matrix_bytes(
+        shape, point.batch, point.prompt_len, point.prompt_len, dtype_bytes(point.dtype)
     )
     return DecodeRecord(
         variant=shape.variant,
@@ -521,6 +615,12 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
         flops_per_step=step_flops,
         kv_bytes_per_gpu=kv_bytes if point.cached else None,
         prefill_flops=prefill_flops(shape, point.batch, point.prompt_len) if prefills else None,
+        batch_spec=point.batch_spec,
+        block_size=point.block_size,
+        kv_allocated_bytes=paging.paged_bytes if paging else None,
+        kv_used_bytes=paging.used_bytes if paging else None,
+        kv_waste_pct=paging.paged_waste_pct if paging else None,
+        score_matrix_bytes=scores if prefills and options.prefill_memory else None,
     )
 
 
@@ -544,8 +644,8 @@ class WrongOutput(Exception):
 
 def prepared(
     point: DecodePoint,
-    inputs: DecodeInputs,
-    reference: Callable[[DecodeInputs], torch.Tensor] = reference_step,
+    inputs: DecodeInputs | RaggedInputs,
+    reference: Callable[[Any], torch.Tensor] | None = None,
 ) -> Workload:
     """The provider's workload for the point, its step checked against `reference`.
     Raises Unsupported when the provider refuses the point (a kernel that cannot take the
@@ -553,7 +653,11 @@ def prepared(
     provider = PROVIDERS[point.provider]
     try:
         with refusals() as reasons:
-            work = provider.prepare(inputs)
+            work = (
+                serving.workload(point, inputs)
+                if serving.is_serving(point)
+                else provider.prepare(inputs)
+            )
             if work.step_setup is not None:
                 work.step_setup()
             out = work.step()
@@ -561,6 +665,7 @@ def prepared(
         if is_oom(exc):
             raise
         raise Unsupported(_first_reason(reasons, exc)) from None
+    reference = reference or serving.reference(point, reference_step)
     wrong = check_output(out, reference(inputs))
     if wrong is not None:
         raise WrongOutput(wrong)
@@ -627,8 +732,8 @@ def prepare(
     if ranks:
         layer = ranks.shard(layer)
     with torch.inference_mode(), PROVIDERS[point.provider].running():
-        reference = ranks.reference if ranks else reference_step
-        inputs = point_inputs(local, layer, device)
+        reference = ranks.reference if ranks else None
+        inputs = serving.inputs(local, layer, lambda: point_inputs(local, layer, device))
         work, status = _prepared(point, inputs, reference, ranks)
         if status is not None:
             rec.status = status
@@ -686,6 +791,8 @@ def reference_calls(point: DecodePoint, inputs: DecodeInputs, reference: str) ->
     if reference == "none" or reference == point.provider:
         return []
     if reference == "kernels":
+        if not isinstance(inputs, DecodeInputs):  # a batch spec's: no uniform kernels
+            return []
         return [(call, None) for call in step_kernels(inputs).values()]
     try:
         with PROVIDERS[reference].running():
@@ -726,7 +833,7 @@ def _blocked(
 def _prepared(
     point: DecodePoint,
     inputs: DecodeInputs,
-    reference: Callable[[DecodeInputs], torch.Tensor],
+    reference: Callable[[DecodeInputs], torch.Tensor] | None,
     ranks: Ranks | None,
 ) -> tuple[Workload | None, str | None]:
     """The checked workload, or the status saying why there is none. Across ranks the
@@ -756,7 +863,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     rec.step_ci_pct = 100 * steps.ci_rel
     rec.noisy = steps.noisy or not steps.spread_known
     rec.status = step_status(steps)
-    rec.tokens_per_s = point.batch / step_s
+    rec.tokens_per_s = point.query_tokens / step_s
     rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9  # type: ignore[operator]
     peak = context.peak_gbps and context.peak_gbps * point.tp  # every rank's device reads
     rec.pct_of_peak_bw = 100 * rec.achieved_gbps / peak if peak else None
@@ -775,6 +882,9 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     if timings.x_of_reference is not None:
         rec.reference = timings.reference
         summarise(rec, "x_of_reference_median", timings.x_of_reference)
+    if timings.prefill_peak is not None:
+        rec.prefill_peak_bytes = timings.prefill_peak.peak_bytes
+        rec.prefill_peak_method = timings.prefill_peak.method
 
 
 def step_status(steps: Measurement) -> str:
@@ -804,16 +914,23 @@ def context_of(point: DecodePoint) -> DecodePoint:
     """What the points compared with each other share: all but the variant (KV heads),
     the provider and the mode. Points of one context are sampled in turn
     (experiments.interleave)."""
-    return replace(point, num_kv_heads=0, provider="", mode="")
+    return replace(point, num_kv_heads=0, provider="", mode="", block_size=None)
 
 
 def run_order(points: list[DecodePoint], options: DecodeOptions) -> list[DecodePoint]:
     """The points to run, grouped by context (in grid order), then by configuration, the
     baseline provider first and each provider's no_cache point just before its cache
     point. No_cache points above `no_cache_max_prompt_len` are left out: their cost
-    grows with the square of the context."""
+    grows with the square of the context; so are those of a batch spec or a paged cache,
+    which are timed cached (experiments.serving)."""
     longest = options.no_cache_max_prompt_len
-    points = [p for p in points if p.cached or longest is None or p.prompt_len <= longest]
+
+    def runs(p: DecodePoint) -> bool:
+        if p.cached:
+            return True
+        return not serving.is_serving(p) and (longest is None or p.prompt_len <= longest)
+
+    points = [p for p in points if runs(p)]
     contexts: dict[DecodePoint, int] = {}
     first: dict[DecodePoint, int] = {}
     providers: dict[str, int] = {}
@@ -849,18 +966,27 @@ def link(points: Sequence[DecodePoint], options: DecodeOptions) -> list[Pair]:
     """Which of a group's points are compared with which (experiments.interleave samples
     them in turn): each cached step over the narrowest variant's of its provider and over
     its own step without the cache, and each provider's step over the baseline
-    provider's."""
+    provider's; each step over a paged cache over its step over the contiguous one."""
     baseline = options.baseline_provider
-    index = {(p.num_kv_heads, p.provider, p.mode): i for i, p in enumerate(points)}
+    index = {(p.num_kv_heads, p.provider, p.mode, p.block_size): i for i, p in enumerate(points)}
     pairs = []
     for i, p in enumerate(points):
+        paged = p.block_size
         if p.cached:
-            narrowest = min(q.num_kv_heads for q in points if q.cached and q.provider == p.provider)
+            narrowest = min(
+                q.num_kv_heads
+                for q in points
+                if q.cached and q.provider == p.provider and q.block_size == paged
+            )
             if p.num_kv_heads != narrowest:
-                pairs.append(Pair("x_of_narrowest", i, index[narrowest, p.provider, p.mode]))
-            if (j := index.get((p.num_kv_heads, p.provider, "no_cache"))) is not None:
+                j = index[narrowest, p.provider, p.mode, paged]
+                pairs.append(Pair("x_of_narrowest", i, j))
+            if (j := index.get((p.num_kv_heads, p.provider, "no_cache", paged))) is not None:
                 pairs.append(Pair("x_of_no_cache", i, j))
-        j = index.get((p.num_kv_heads, baseline, p.mode))
+            contiguous = index.get((p.num_kv_heads, p.provider, p.mode, None))
+            if paged is not None and contiguous is not None:
+                pairs.append(Pair("x_of_contiguous", i, contiguous))
+        j = index.get((p.num_kv_heads, baseline, p.mode, paged))
         if p.provider != baseline and j is not None:
             pairs.append(Pair("x_of_baseline", i, j))
     return pairs

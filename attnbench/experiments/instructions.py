@@ -30,6 +30,7 @@ from torch.utils.benchmark import Timer
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import skip_status
 from ..modules.providers import PROVIDERS, Unsupported, Workload
+from . import serving
 from .context import Counted
 from .decode import (
     SEED,
@@ -187,7 +188,8 @@ def warmed_workload(point: DecodePoint) -> Workload:
     )
     options = point.options
     with running(point):
-        work = prepared(point, point_inputs(point, layer, CPU))
+        inputs = serving.inputs(point, layer, lambda: point_inputs(point, layer, CPU))
+        work = prepared(point, inputs)
         if work.step_setup is not None:
             raise Unsupported(NEEDS_SETUP)
         if options.prefill and work.prefill is not None:

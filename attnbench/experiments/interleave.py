@@ -47,6 +47,7 @@ from .decode import (
     decode_bytes,
     failed,
     held_cpu,
+    prefill_peak,
     prepare,
     run,
     step_timings,
@@ -178,6 +179,7 @@ def time_together(
         for r, t in zip(ready, timings, strict=True):
             with PROVIDERS[r.point.provider].running():
                 t.generation = time_generation(timer, r.work, r.point, Timer.sample)
+                t.prefill_peak = prefill_peak(r.work, r.point, device)
     return timings
 
 
@@ -199,6 +201,6 @@ def fill_comparisons(
             record.narrowest_variant = records[pair.over].variant
         elif pair.name == "x_of_no_cache":
             record.speedup_vs_no_cache = 1 / ratio.median_ms
-        else:
+        elif pair.name == "x_of_baseline":
             record.speedup_vs_baseline = 1 / ratio.median_ms
             records[pair.over].speedup_vs_baseline = 1.0

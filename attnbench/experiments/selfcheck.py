@@ -109,6 +109,7 @@ def check_options(warmup: int, repeats: int, prefill: bool = True) -> decode.Dec
         max_time=math.inf,
         target_rel_ci=0.0,
         prefill=prefill,
+        prefill_memory=False,
         flush_l2=False,
         baseline_provider="attnbench",
         reference="kernels",

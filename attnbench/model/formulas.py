@@ -11,12 +11,19 @@ G = Hq / Hkv, D head_dim, d d_model, L layers, S sequence length, b bytes per el
 - KV cache: see capacity.py.
 - Attention FLOPs: two matmuls (QK^T and PV) of 2*D FLOPs per visible (query, key) pair.
   Projections: 2 FLOPs per weight per token.
-- One cached decode step over S cached tokens moves at least the weights, the KV read
-  (2*B*Hkv*S*D*b), the new K/V written (2*B*Hkv*D*b) and the activations.
+- One cached step of a sequence feeding q new tokens that attend k keys (the new ones
+  included: k - q were cached before) moves at least the KV read (2*Hkv*k*D*b), the new
+  K/V written (2*Hkv*q*D*b) and the activations of its q tokens; a step over a batch moves
+  the weights once besides. A decode step over S cached tokens is q = 1, k = S + 1.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
+
+from .batches import BatchSpec
+from .capacity import kv_cache_bytes
 from .dtypes import dtype_bytes
 from .shapes import AttentionShape
 
@@ -80,16 +87,57 @@ def weight_bytes(shape: AttentionShape, dtype: str) -> int:
     return attention_params(shape) * dtype_bytes(dtype)
 
 
+def step_traffic_bytes(
+    shape: AttentionShape, batch: int, q_len: int, kv_len: int, dtype: str
+) -> int:
+    """Bytes one cached step of `batch` sequences moves at the least, weights aside: each
+    feeds `q_len` new tokens that attend `kv_len` keys, the new ones included. KV read
+    (all kv_len keys: the new K/V are written, then read back by the attention) + new K/V
+    written + activations of the q_len tokens (x read, q, attention output and layer
+    output)."""
+    b = dtype_bytes(dtype)
+    kv_read = 2 * batch * shape.kv_dim * kv_len * b
+    kv_write = 2 * batch * shape.kv_dim * q_len * b
+    activations = batch * q_len * (2 * shape.d_model + 2 * shape.q_dim) * b
+    return kv_read + kv_write + activations
+
+
 def cached_step_bytes(shape: AttentionShape, batch: int, context_len: int, dtype: str) -> int:
     """Bytes one cached decode step moves at the least, with `context_len` tokens already
-    cached: weights + KV read (context plus the new token) + new K/V written +
-    activations (x read, q, attention output and layer output).
-    """
-    b = dtype_bytes(dtype)
-    kv_read = 2 * batch * shape.kv_dim * (context_len + 1) * b
-    kv_write = 2 * batch * shape.kv_dim * b
-    activations = batch * (2 * shape.d_model + 2 * shape.q_dim) * b
-    return weight_bytes(shape, dtype) + kv_read + kv_write + activations
+    cached: weights + the traffic of one new token attending context_len + 1 keys."""
+    return weight_bytes(shape, dtype) + step_traffic_bytes(shape, batch, 1, context_len + 1, dtype)
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """The analytic counts of one cached step of one layer over a batch of sequences."""
+
+    #: Bytes moved at the least: the weights once, and each sequence's step_traffic_bytes.
+    bytes: int
+    #: forward_flops of each sequence, causal (bottom-right).
+    flops: int
+    #: The KV cache held after the step: every sequence's kv_len tokens.
+    kv_bytes: int
+
+
+def batch_step_counts(shape: AttentionShape, batch: BatchSpec, dtype: str) -> StepCounts:
+    """Counts of one cached step over `batch`, sequences of one (q_len, kv_len) counted
+    together. A uniform decode batch (B sequences of q_len 1, kv_len S + 1) moves and
+    computes what step_totals(shape, B, S, dtype, cached=True) gives."""
+    groups = Counter(batch.sequences)
+    traffic = sum(step_traffic_bytes(shape, n, s.q_len, s.kv_len, dtype) for s, n in groups.items())
+    flops = sum(forward_flops(shape, n, s.q_len, s.kv_len, causal=True) for s, n in groups.items())
+    head_dim: int = shape.head_dim  # type: ignore[assignment]
+    # a plain cache is linear in tokens: the batch's kv_tokens as one sequence's
+    kv_bytes = kv_cache_bytes(1, 1, batch.kv_tokens, shape.num_kv_heads, head_dim, dtype)
+    return StepCounts(weight_bytes(shape, dtype) + traffic, flops, kv_bytes)
+
+
+def score_matrix_bytes(
+    shape: AttentionShape, batch: int, q_len: int, k_len: int, element_bytes: int
+) -> int:
+    """Bytes of the attention scores materialised whole: B*Hq*q_len*k_len elements."""
+    return batch * shape.num_heads * q_len * k_len * element_bytes
 
 
 def uncached_step_bytes(shape: AttentionShape, batch: int, prefix_len: int, dtype: str) -> int:

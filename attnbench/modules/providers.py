@@ -33,6 +33,7 @@ from .attention import (
     grouped_reference,
 )
 from .kv_cache import KVCache
+from .paged_cache import prepare_flex, prepare_gather
 
 Call = Callable[[], object]
 
@@ -108,6 +109,12 @@ class Provider:
     #: Its calls are the layer's own, so its heads can be split over tensor-parallel ranks
     #: with o_proj's all-reduce in them (experiments.tensor_parallel).
     splits_heads: bool = False
+    #: Its attention over a batch of sequences of their own lengths (modules.ragged: an
+    #: Implementation, made when asked), or None: it takes uniform batches only.
+    ragged: Callable[[], Callable] | None = None
+    #: Its decode over a paged KV cache (modules.paged_cache.prepare_gather or
+    #: prepare_flex), or None: it reads contiguous caches only.
+    paged: Callable[..., Call] | None = None
 
     def running(self) -> AbstractContextManager:
         """What the point's calls run inside: the pinned SDPA kernel, if any."""
@@ -164,6 +171,19 @@ def gqa_sdpa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
 CPU_KERNELS = (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION)
 
 
+def _ragged(way: str, *args: object) -> Callable[[], Callable]:
+    """modules.ragged's implementation `way`, made with `args` when asked (modules.ragged
+    imports this module); `reference` is one as it is."""
+
+    def implementation() -> Callable:
+        from . import ragged
+
+        made = getattr(ragged, way)
+        return made if way == "reference" else made(*args)
+
+    return implementation
+
+
 def _pinned(name: str, kernel: SDPBackend, what: str, score_bytes: int = 0) -> Provider:
     def unavailable(device: torch.device, dtype: torch.dtype) -> str | None:
         if device.type == "cpu" and kernel not in CPU_KERNELS:
@@ -177,6 +197,7 @@ def _pinned(name: str, kernel: SDPBackend, what: str, score_bytes: int = 0) -> P
         unavailable,
         kernel,
         score_bytes=score_bytes,
+        ragged=_ragged("sdpa_padded", kernel),
     )
 
 
@@ -245,6 +266,8 @@ PROVIDERS: dict[str, Provider] = {
             "this package's GroupedQueryAttention",
             layer_workload(*BACKEND_ATTENTION["sdpa"]),
             splits_heads=True,
+            ragged=_ragged("sdpa_per_sequence"),
+            paged=prepare_gather,
         ),
         Provider(
             "naive",
@@ -253,6 +276,7 @@ PROVIDERS: dict[str, Provider] = {
             backend="naive",
             score_bytes=SCORE_BYTES,
             splits_heads=True,
+            ragged=_ragged("reference"),
         ),
         _pinned("sdpa-math", SDPBackend.MATH, "math", score_bytes=SCORE_BYTES),
         _pinned("sdpa-flash", SDPBackend.FLASH_ATTENTION, "flash"),
@@ -264,6 +288,8 @@ PROVIDERS: dict[str, Provider] = {
             _flex_prepare,
             _flex_unavailable,
             compiles=True,
+            ragged=_ragged("flex"),
+            paged=prepare_flex,
         ),
         Provider(
             "hf",

@@ -305,6 +305,11 @@ def fmt_graph(v: Any) -> str:
     return NONE_TEXT if v is None else ("graph" if v else "eager")
 
 
+def fmt_block(v: Any) -> str:
+    """A KV cache's block size: None -> 'contiguous' (not paged), else its tokens."""
+    return "contiguous" if v is None else f"{v:,}"
+
+
 def fmt_tflops(v: Any) -> str:
     """TFLOPS: three decimals below 10 (0.080), one from there (312.4)."""
     return NONE_TEXT if v is None else format(v, ".3f" if abs(v) < 10 else ".1f")
@@ -352,6 +357,16 @@ DECODE: list[Column] = [
     _label("provider", "provider", 1, setting=True, title_text=lambda v: f"provider {v}"),
     _label("Mode", "mode", 2),
     _setting_int("context", "prompt_len", 3, lambda v: f"context {v:,}"),
+    _label("sequences", "batch_spec", 3, setting=True, title_text=lambda v: f"sequences {v}"),
+    Column(
+        "block",
+        "block_size",
+        fmt_block,
+        rank=3,
+        kind="label",
+        setting=True,
+        title_text=lambda v: f"block {fmt_block(v)}",
+    ),
     Column("step ms", "step_ms_median", fmt_ms, rank=4),
     Column("±IQR", "step_ms_median", fmt_plain, rank=5, cell=iqr_cell()),
     _setting_int("tp", "tp", 5, lambda v: f"tp {v}"),
@@ -360,6 +375,10 @@ DECODE: list[Column] = [
     Column("tok/s", "tokens_per_s", fmt_f1, rank=6, compact=fmt_f0),
     Column(X_OF_NARROWEST, "x_of_narrowest_median", fmt_x2, rank=11),
     Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=7),
+    Column("x contiguous", "x_of_contiguous_median", fmt_x2, rank=7),
+    Column("waste %", "kv_waste_pct", fmt_f1, rank=20),
+    _bytes("prefill peak", "prefill_peak_bytes", 21),
+    _bytes("scores", "score_matrix_bytes", 21),
     Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
     Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
     Column(X_OF_REFERENCE, "x_of_reference_median", fmt_x2, rank=11),
@@ -423,10 +442,18 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     }
     references = {r.get("reference") for r in records if r.get("x_of_reference_median")}
     narrowest = {r.get("narrowest_variant") for r in records if r.get("x_of_narrowest_median")}
-    used = {
-        f: any(r.get(f) for r in records)
-        for f in ("cuda_graph", "gen_len", "instructions_per_step")
-    }
+    shown_when_set = (
+        "cuda_graph",
+        "gen_len",
+        "instructions_per_step",
+        "batch_spec",
+        "block_size",
+        "x_of_contiguous_median",
+        "kv_waste_pct",
+        "prefill_peak_bytes",
+        "score_matrix_bytes",
+    )
+    used = {f: any(r.get(f) for r in records) for f in shown_when_set}
     split = any((r.get("tp") or 1) > 1 or r.get("allreduce_ms_median") for r in records)
     used.update(dict.fromkeys(("tp", "allreduce_ms_median", "kv_bytes_per_gpu"), split))
     not_ok = any(r.get("status", "ok") != "ok" or r.get("noisy") for r in records)

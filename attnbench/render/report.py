@@ -5,6 +5,7 @@ Every number comes from the study's results document; nothing is typed in here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -265,10 +266,51 @@ def _decode_findings(
     found += cache_findings(records, where, environment)
     found += _fastest_providers(timed_all, environment)
     found += _peaks(records, several, environment)
+    found += prefill_memory_findings(records, environment)
     noisy = [r for r in timed_all if r.get("noisy") or few_samples(r)]
     if noisy:
         found.append(_noisy_count(noisy, len(timed_all)))
     found += sampling_findings(records, target)
+    return found
+
+
+#: The memory a prefill's peak is held against where the device's is not known: an
+#: 80 GB GPU's.
+REFERENCE_MEMORY_BYTES = 80 << 30
+
+
+def prefill_memory_findings(records: Sequence[dict], environment: dict) -> list[str]:
+    """Per variant and batch, how each provider's prefill peak (prefill_memory) grows with
+    the context S, as S^e from its shortest to its longest context, and the context at
+    which that growth would pass the device's memory (an 80 GB GPU's on the CPU): the
+    math kernel's e is near 2 (it holds the whole score matrix), a flash kernel's near 1."""
+    budget = environment.get("gpu_memory_bytes") or REFERENCE_MEMORY_BYTES
+    where = "the GPU's" if environment.get("gpu_memory_bytes") else "an 80 GB GPU's"
+    series: dict[tuple, dict[str, dict[int, int]]] = {}
+    for r in records:
+        if r.get("prefill_peak_bytes") and r.get("mode") == "cache":
+            case = (r["variant"], r["batch"], r["dtype"])
+            by_context = series.setdefault(case, {}).setdefault(r["provider"], {})
+            by_context[r["prompt_len"]] = r["prefill_peak_bytes"]
+    found = []
+    for (variant, batch, dtype), providers in series.items():
+        parts = []
+        for provider, peaks in providers.items():
+            if len(peaks) < 2:
+                continue
+            (short, low), (long, high) = sorted(peaks.items())[0], sorted(peaks.items())[-1]
+            exponent = math.log(high / low) / math.log(long / short)
+            reach = long * (budget / high) ** (1 / exponent) if exponent > 0 else math.inf
+            parts.append(
+                f"{provider} as S^{exponent:.2f} ({format_bytes(low)} at {short:,} to "
+                f"{format_bytes(high)} at {long:,}), past {format_bytes(budget)} at about "
+                f"S = {reach:,.0f}"
+            )
+        if parts:
+            found.append(
+                f"Prefill peak memory of {variant} at batch {batch} ({dtype}) grows with the "
+                f"context S: {join_words(parts)} ({where} memory)."
+            )
     return found
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..experiments.decode import DecodeOptions, DecodePoint
+from ..experiments.decode import DecodeOptions, DecodePoint, step_counts
 from ..measure.timing import Sampling
-from ..model.formulas import decode_totals, prefill_flops, step_totals
+from ..model.formulas import decode_totals, prefill_flops
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ def point_seconds(point: object, device: torch.device | None, options: object) -
             slowdown * max(flops / speed.flops, nbytes / speed.bytes_per_s) + calls * speed.call_s
         )
 
-    calls = [seconds(*step_totals(shape, p.batch, p.prompt_len, p.dtype, p.cached), 1)]
-    if p.cached and opts.prefill:
+    calls = [seconds(*step_counts(p), 1)]
+    if p.times_prefill:
         calls.append(seconds(0, prefill_flops(shape, p.batch, p.prompt_len), 1))
     if p.gen_len:
         totals = decode_totals(shape, p.batch, p.prompt_len, p.gen_len, p.dtype, p.cached)

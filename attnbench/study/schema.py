@@ -330,6 +330,30 @@ FIELDS: dict[str, Field] = {
         axis=False,
         default=True,
     ),
+    "prefill_memory": Field(
+        bool,
+        ("decode",),
+        "Also count the peak bytes one prefill call allocates (the CPU's profiler, the "
+        "CUDA allocator), beside the bytes of its whole score matrix.",
+        axis=False,
+        default=False,
+    ),
+    "batch_spec": Field(
+        str,
+        ("decode",),
+        "Batches sequence by sequence, vLLM's way: 8q1s1k (8 decodes over 1k keys), "
+        "q4s1k (4 speculative tokens), q512s2k_16q1s1k (a prefill chunk and 16 decodes), "
+        "8q1s128..4k (contexts drawn, seeded); replaces batch and prompt_len.",
+    ),
+    "block_size": Field(
+        int,
+        ("decode",),
+        "KV cache blocks of P tokens (a paged cache), or contiguous; both: "
+        "contiguous,16,64,256 (default contiguous).",
+        maximum=MAX_TOKENS,
+        default="contiguous",
+        words=("contiguous",),
+    ),
     "warmup": Field(
         int,
         ("decode",),

@@ -284,6 +284,9 @@ class Section:
             dict(zip(axes, combo, strict=True))
             for combo in itertools.product(*(self.values[a] for a in axes))
         ]
+        for r in rest:  # the word for no block size
+            if r.get("block_size") == "contiguous":
+                r["block_size"] = None
         if seq_lens:
             for r in rest:
                 r.update(seq_lens=tuple(seq_lens), batch=len(seq_lens), seq_len=max(seq_lens))

@@ -127,6 +127,19 @@ DECODE_COLUMNS = [
     "model",
     "published_kv_heads",
     "projection_path",
+    "batch_spec",
+    "block_size",
+    "kv_allocated_bytes",
+    "kv_used_bytes",
+    "kv_waste_pct",
+    "x_of_contiguous_median",
+    "x_of_contiguous_p25",
+    "x_of_contiguous_p75",
+    "x_of_contiguous_ci_lo",
+    "x_of_contiguous_ci_hi",
+    "prefill_peak_bytes",
+    "prefill_peak_method",
+    "score_matrix_bytes",
 ]
 
 

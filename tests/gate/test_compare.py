@@ -316,7 +316,7 @@ def test_every_gated_timing_carries_its_own_statistics():
                 "p75": f"x_of_{c}_p75",
                 "samples": f"x_of_{c}_samples",
             }
-            for c in ("reference", "narrowest", "no_cache", "baseline")
+            for c in ("reference", "narrowest", "no_cache", "baseline", "contiguous")
         },
     }
     rec = decode_records()[0]

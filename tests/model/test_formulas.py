@@ -6,18 +6,26 @@ import dataclasses
 
 import pytest
 
+from attnbench.model.batches import parse_batch
 from attnbench.model.capacity import KvFormat, kv_cache_bytes, token_layout
-from attnbench.model.dtypes import dtype_bytes
+from attnbench.model.dtypes import MODEL_DTYPES, dtype_bytes
 from attnbench.model.formulas import (
+    StepCounts,
     attention_core_flops,
     attention_params,
+    batch_step_counts,
     cached_step_bytes,
     decode_totals,
     forward_flops,
+    prefill_flops,
     projection_flops,
     projection_params,
+    score_matrix_bytes,
+    step_totals,
+    step_traffic_bytes,
     uncached_step_bytes,
     visible_pairs,
+    weight_bytes,
 )
 from attnbench.model.shapes import AttentionShape, variant_label
 
@@ -154,6 +162,113 @@ def test_cached_step_bytes():
     #   KV written   2 * 2 * 32 * 2                =    256
     #   activations  2 * (2 * 64 + 2 * 64) * 2     =  1,024
     assert cached_step_bytes(SMALL, 2, 10, "float16") == 28_672
+
+
+def test_step_traffic_bytes():
+    # float16, batch 3, 4 new tokens attending 10 keys (6 cached):
+    #   KV read      2 * 3 * 32 * 10 * 2           = 3,840
+    #   KV written   2 * 3 * 32 * 4 * 2            = 1,536
+    #   activations  3 * 4 * (2 * 64 + 2 * 64) * 2 = 6,144
+    assert step_traffic_bytes(SMALL, 3, 4, 10, "float16") == 11_520
+    # one new token: the cached step, weights aside
+    assert step_traffic_bytes(SMALL, 2, 1, 11, "float16") == 28_672 - 24_576
+
+
+@pytest.mark.parametrize("q_len, k_len", [(1, 1), (1, 9), (4, 4), (4, 10), (7, 30)])
+def test_visible_pairs_row_by_row(q_len, k_len):
+    # query row i (0-based) of q_len sees (k_len - q_len) + i + 1 keys
+    rows = sum(k_len - q_len + i + 1 for i in range(q_len))
+    assert visible_pairs(q_len, k_len, causal=True) == rows
+
+
+def test_batch_step_counts_by_hand():
+    # q4s10: one sequence, 4 new tokens attending 10 keys (6 cached), float16
+    #   bytes: weights 24,576 + KV read 2*32*10*2 = 1,280 + KV written 2*32*4*2 = 512
+    #          + activations 4 * (2*64 + 2*64) * 2 = 2,048                    = 28,416
+    #   FLOPs: projections of 4 tokens: q and o 2 * 2*4*64*64 = 65,536, k and v
+    #          2 * 2*4*32*64 = 32,768; core 4*4 heads*16 = 256 per pair, rows see
+    #          7 + 8 + 9 + 10 = 34 keys: 8,704                                = 107,008
+    #   KV held: 2 * 32 * 10 * 2                                              = 1,280
+    assert batch_step_counts(SMALL, parse_batch("q4s10"), "float16") == StepCounts(
+        28_416, 107_008, 1_280
+    )
+    # 2q1s11: two decodes over 10 cached tokens, as test_cached_step_bytes; FLOPs 2 *
+    # (projections of one token 24,576 + core 256 * 11 = 2,816); KV held 2 * 2*32*11*2
+    assert batch_step_counts(SMALL, parse_batch("2q1s11"), "float16") == StepCounts(
+        28_672, 54_784, 2_816
+    )
+
+
+def test_batch_step_counts_of_a_mixed_batch_by_hand():
+    # q4s10_2q1s11: the parts above, the weights (24,576) counted once
+    counts = batch_step_counts(SMALL, parse_batch("q4s10_2q1s11"), "float16")
+    assert counts == StepCounts(28_416 + 28_672 - 24_576, 107_008 + 54_784, 1_280 + 2_816)
+
+
+SHAPES = [
+    SMALL,
+    AttentionShape(64, 4, 1),
+    AttentionShape(64, 4, 4, bias=True),
+    AttentionShape(4096, 32, 8),
+    AttentionShape(3072, 16, 16, head_dim=256),
+    AttentionShape(100, 3, 3, head_dim=32, bias=True),
+    AttentionShape(8192, 64, 8),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.d_model}-{s.variant}")
+@pytest.mark.parametrize("dtype", MODEL_DTYPES)
+@pytest.mark.parametrize("batch, context", [(1, 0), (1, 1), (3, 100), (8, 1023), (64, 4095)])
+def test_uniform_decode_batch_equals_step_totals(shape, dtype, batch, context):
+    spec = parse_batch(f"{batch}q1s{context + 1}")
+    counts = batch_step_counts(shape, spec, dtype)
+    assert (counts.bytes, counts.flops) == step_totals(shape, batch, context, dtype, cached=True)
+    kv = kv_cache_bytes(1, batch, context + 1, shape.num_kv_heads, shape.head_dim, dtype)
+    assert counts.kv_bytes == kv
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4], ids=lambda s: f"{s.d_model}-{s.variant}")
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ["2q2k", "32q1s1k"],
+        ["q512s2k", "16q1s1k"],
+        ["q4s1k", "5q1s300", "3q7"],
+        ["4q1..16s64..512", "q1s1"],
+    ],
+)
+def test_mixed_batch_is_its_parts_with_the_weights_once(shape, parts):
+    whole = batch_step_counts(shape, parse_batch("_".join(parts)), "bfloat16")
+    alone = [batch_step_counts(shape, parse_batch(p), "bfloat16") for p in parts]
+    extra_weights = (len(parts) - 1) * weight_bytes(shape, "bfloat16")
+    assert whole.bytes == sum(c.bytes for c in alone) - extra_weights
+    assert whole.flops == sum(c.flops for c in alone)
+    assert whole.kv_bytes == sum(c.kv_bytes for c in alone)
+
+
+def test_batch_prefill_flops_are_prefill_flops():
+    # a batch of prompts and nothing cached: one causal forward over each
+    counts = batch_step_counts(SMALL, parse_batch("3q8"), "float32")
+    assert counts.flops == prefill_flops(SMALL, 3, 8)
+
+
+def test_batch_step_counts_sequence_by_sequence():
+    # a ragged batch counted in groups equals the sum over its sequences one by one
+    spec = parse_batch("64q1..4s8..64@5")
+    counts = batch_step_counts(SMALL, spec, "float16")
+    per = [(s.q_len, s.kv_len) for s in spec.sequences]
+    assert counts.bytes == weight_bytes(SMALL, "float16") + sum(
+        step_traffic_bytes(SMALL, 1, q, k, "float16") for q, k in per
+    )
+    assert counts.flops == sum(forward_flops(SMALL, 1, q, k, causal=True) for q, k in per)
+    assert counts.kv_bytes == sum(2 * 32 * k * 2 for _, k in per)
+
+
+def test_score_matrix_bytes():
+    # batch 2 * 4 query heads * 3 queries * 5 keys * 4 bytes
+    assert score_matrix_bytes(SMALL, 2, 3, 5, 4) == 480
+    # Llama-2-7B prefill of 4096 tokens, fp16 scores: 32 * 4096 * 4096 * 2 = 1 GiB
+    assert score_matrix_bytes(AttentionShape(4096, 32, 32), 1, 4096, 4096, 2) == GiB
 
 
 def test_uncached_step_bytes():

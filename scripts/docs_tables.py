@@ -190,6 +190,26 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                           "process held the CPU and the row is noisy"),
         "projection_path": ("", "how the projections ran on the CPU: `onednn-packed` or "
                                 "`torch`"),
+        "batch_spec": ("", "the batch sequence by sequence (`--batch-spec`, see "
+                           "[Serving workloads](../serving.md)); empty: a uniform batch"),
+        "block_size": ("tokens", "tokens per block of a paged cache (`--block-size`); "
+                                 "empty: contiguous"),
+        "kv_allocated_bytes": (BYTES, "a paged cache after the step: its whole blocks, as "
+                                      "`kvmem --page-size` counts them"),
+        "kv_used_bytes": (BYTES, "the tokens those blocks hold"),
+        "kv_waste_pct": ("%", "the share of the blocks that holds no token"),
+        **comparison("x_of_contiguous", "a paged step over the same point's step over the "
+                                        "contiguous cache"),
+        "prefill_peak_bytes": (BYTES, "the peak allocated during one prefill call "
+                                      "(`--prefill-memory`)"),
+        "prefill_peak_method": ("", "how it was counted: `cpu-profiler` (torch's profiler's "
+                                    "allocation events) or `cuda-allocator`"),
+        "score_matrix_bytes": (BYTES, "one whole score matrix, B·Hq·S·S elements of the "
+                                      "dtype (`--prefill-memory`)"),
+        "prefill_analytic_bytes": (BYTES, "what the prefill holds at its peak by the "
+                                          "provider's declaration: q, K, V, the attention "
+                                          "and layer outputs, and the bytes per score a "
+                                          "provider that scores explicitly holds"),
     },
     "fit": {
         "question": ("", "`largest_batch` (at a context) or `longest_context` (at a batch)"),

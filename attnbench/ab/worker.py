@@ -49,8 +49,12 @@ def visit(request: dict, device: Any) -> dict:
 def rebuilt(decode: Any, request: dict, context: Any, device: Any) -> tuple[Any, Any]:
     """The visit's point and context, as this side's revision takes them: a point that
     carries its typed options (`options` among its fields), or, in earlier revisions, a
-    context that holds the options as sent."""
+    context that holds the options as sent. A field this revision lacks is left out when
+    it is unset (None), and refused when it is set."""
     known = decode.DecodePoint.__dataclass_fields__
+    unknown = [k for k, v in request["point"].items() if k not in known and v is not None]
+    if unknown:  # a field set that this revision would ignore: another point
+        raise ValueError(f"this revision's decode points have no {', '.join(unknown)}")
     fields = {k: v for k, v in request["point"].items() if k in known}
     if "options" in known:
         options = decode.DecodeOptions.of_mapping(request["options"])

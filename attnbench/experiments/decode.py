@@ -290,6 +290,9 @@ class DecodeRecord:
     prefill_peak_bytes: int | None = info()
     prefill_peak_method: str | None = info()
     score_matrix_bytes: int | None = exact(None)
+    #: What the prefill holds at its peak by the provider's declaration (forward_bytes):
+    #: its activations, and the scores of a provider that holds them all.
+    prefill_analytic_bytes: int | None = exact(None)
 
 
 def build_layer(
@@ -475,14 +478,14 @@ def step_timings(
 def forward_bytes(point: DecodePoint, q_len: int, k_len: int) -> int:
     """Bytes one forward of `q_len` new tokens over `k_len` keys allocates at the least:
     q, the new K and V, the attention output and the layer output; with a provider that
-    scores explicitly (Provider.score_bytes) also the scores and probabilities
-    (B*Hq*q_len*k_len each) and K/V expanded to every query head."""
+    scores explicitly also what it holds of the B*Hq*q_len*k_len scores at once
+    (Provider.score_bytes per score) and K/V expanded to every query head."""
     shape, batch = point.shape, point.batch
     b = dtype_bytes(point.dtype)
     total = batch * q_len * (2 * shape.q_dim + 2 * shape.kv_dim + shape.d_model) * b
     score_bytes = PROVIDERS[point.provider].score_bytes
     if score_bytes:
-        total += 2 * batch * shape.num_heads * q_len * k_len * score_bytes
+        total += batch * shape.num_heads * q_len * k_len * score_bytes
         if shape.group_size > 1:
             total += 2 * batch * shape.num_heads * k_len * shape.head_dim * b  # type: ignore[operator]
     return total
@@ -588,9 +591,10 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
             num_heads=shape.num_heads,
         )
     paging = serving.paging(point) if point.block_size is not None else None
-    scores = score_matrix_bytes(
-        shape, point.batch, point.prompt_len, point.prompt_len, dtype_bytes(point.dtype)
-    )
+    counts_memory = prefills and options.prefill_memory
+    length, element = point.prompt_len, dtype_bytes(point.dtype)
+    scores = score_matrix_bytes(shape, point.batch, length, length, element)
+    prefill_held = forward_bytes(point, length, length)
     return DecodeRecord(
         variant=shape.variant,
         provider=point.provider,
@@ -620,7 +624,8 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
         kv_allocated_bytes=paging.paged_bytes if paging else None,
         kv_used_bytes=paging.used_bytes if paging else None,
         kv_waste_pct=paging.paged_waste_pct if paging else None,
-        score_matrix_bytes=scores if prefills and options.prefill_memory else None,
+        score_matrix_bytes=scores if counts_memory else None,
+        prefill_analytic_bytes=prefill_held if counts_memory else None,
     )
 
 

@@ -27,7 +27,12 @@ highest, is the peak. Two limits of that reporting, both outside a prefill call'
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +78,7 @@ def _cpu_peak(call: Callable[[], object]) -> PeakMemory:
     # The span marks the call's own events: nothing the profiler does on starting and
     # stopping, nor the returned tensors' free after it, falls inside.
     with (
+        _without_profiler_banners(),
         profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
         record_function(_SPAN),
     ):
@@ -80,6 +86,32 @@ def _cpu_peak(call: Callable[[], object]) -> PeakMemory:
     roots = prof.profiler.kineto_results.experimental_event_tree()
     span = next(node for node in roots if node.name == _SPAN)
     return PeakMemory(peak_of(_cpu_allocations(span)), CPU_PROFILER)
+
+
+#: What torch's profiler library prints straight to file descriptor 2 as it starts and
+#: stops ('USDT:2026-... SyncActivityProfilerHandler.cpp:52] profiler_start').
+_BANNER = re.compile(rb"^USDT:.*\] profiler_(start|stop)\s*$")
+
+
+@contextmanager
+def _without_profiler_banners() -> Iterator[None]:
+    """Run the block with file descriptor 2 into a temporary file, then write back to it
+    everything that was printed there but the profiler's start and stop banners: a
+    warning still reaches the terminal, the banners do not."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(True) if not _BANNER.match(line)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def _cpu_allocations(node) -> Iterator[tuple[int, int]]:

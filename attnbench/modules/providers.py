@@ -80,9 +80,13 @@ class Workload:
     projection_path: str = TORCH_PATH
 
 
-#: Bytes of one attention score a provider that scores explicitly holds: float32 (half
-#: inputs are upcast).
-SCORE_BYTES = 4
+#: Bytes the explicit reference holds per attention score at its peak, counted on the CPU
+#: (measure.peak_memory): the float32 scores, the masked scores and the probabilities.
+NAIVE_SCORE_BYTES = 12
+#: Bytes torch's SDPA math kernel holds per attention score at its peak, counted the same
+#: way: the float32 scores, their softmax and the boolean mask of the rows its safe
+#: softmax finds all -inf, alive at once.
+MATH_SCORE_BYTES = 9
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,9 @@ class Provider:
     kernel: SDPBackend | None = None
     #: The GroupedQueryAttention backend its layer is built with (modules.attention).
     backend: str = "sdpa"
-    #: Bytes per attention score it holds (scores and probabilities, K/V expanded to every
-    #: query head) beyond the layer's tensors; 0 for a fused kernel that holds none.
+    #: Bytes it holds per attention score at its peak (the scores and what it makes of
+    #: them, all at once) beyond the layer's tensors, and K/V expanded to every query head;
+    #: 0 for a fused kernel, which holds no whole score matrix.
     score_bytes: int = 0
     #: It keeps its own copies of the cache: one for its step and one for its generations.
     copies_cache: bool = False
@@ -274,11 +279,11 @@ PROVIDERS: dict[str, Provider] = {
             "the explicit reference, K/V expanded to every query head",
             layer_workload(*BACKEND_ATTENTION["naive"]),
             backend="naive",
-            score_bytes=SCORE_BYTES,
+            score_bytes=NAIVE_SCORE_BYTES,
             splits_heads=True,
             ragged=_ragged("reference"),
         ),
-        _pinned("sdpa-math", SDPBackend.MATH, "math", score_bytes=SCORE_BYTES),
+        _pinned("sdpa-math", SDPBackend.MATH, "math", score_bytes=MATH_SCORE_BYTES),
         _pinned("sdpa-flash", SDPBackend.FLASH_ATTENTION, "flash"),
         _pinned("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION, "memory-efficient"),
         _pinned("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION, "cuDNN"),

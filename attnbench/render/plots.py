@@ -44,6 +44,7 @@ FIELD_NAMES = {
     "prompt_len": "context",
     "gen_len": "gen",
     "dtype": "",
+    "batch_spec": "sequences",
 }
 #: Settings not named when every record has this value: no generations, no CUDA graphs.
 UNSAID = {"gen_len": 0, "cuda_graph": False}
@@ -121,6 +122,8 @@ def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) ->
 def field_text(field: str, value) -> str:
     if field == "cuda_graph":
         return "CUDA graphs" if value else "eager"
+    if field == "block_size":
+        return "contiguous cache" if value is None else f"blocks of {value:,}"
     name = FIELD_NAMES.get(field, field)
     text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
     return f"{name} {text}".strip()

@@ -266,11 +266,38 @@ def _decode_findings(
     found += cache_findings(records, where, environment)
     found += _fastest_providers(timed_all, environment)
     found += _peaks(records, several, environment)
+    found += paged_findings(records)
     found += prefill_memory_findings(records, environment)
     noisy = [r for r in timed_all if r.get("noisy") or few_samples(r)]
     if noisy:
         found.append(_noisy_count(noisy, len(timed_all)))
     found += sampling_findings(records, target)
+    return found
+
+
+def paged_findings(records: Sequence[dict]) -> list[str]:
+    """Per variant and provider, its step over a paged cache against its step over the
+    contiguous one, sampled in the same rounds (x_of_contiguous): the median ratio and its
+    bootstrap 95% interval at each block size, and the share of the blocks left empty."""
+    rows: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r.get("x_of_contiguous_median") is not None:
+            rows.setdefault((r["variant"], r["provider"], r["batch"], r["prompt_len"]), []).append(
+                r
+            )
+    found = []
+    for (variant, provider, batch, length), paged in rows.items():
+        parts = [
+            f"{r['x_of_contiguous_median']:.2f}x ({r['x_of_contiguous_ci_lo']:.2f}-"
+            f"{r['x_of_contiguous_ci_hi']:.2f}x) in blocks of {r['block_size']:,} "
+            f"({r['kv_waste_pct']:.1f}% of them empty)"
+            for r in sorted(paged, key=lambda r: r["block_size"])
+        ]
+        found.append(
+            f"Paged KV cache, {variant} {provider} at batch {batch} and context {length:,}: "
+            f"the step takes {join_words(parts)} of the contiguous cache's time, sampled "
+            "in turn (95% intervals)."
+        )
     return found
 
 
@@ -285,7 +312,7 @@ def prefill_memory_findings(records: Sequence[dict], environment: dict) -> list[
     which that growth would pass the device's memory (an 80 GB GPU's on the CPU): the
     math kernel's e is near 2 (it holds the whole score matrix), a flash kernel's near 1."""
     budget = environment.get("gpu_memory_bytes") or REFERENCE_MEMORY_BYTES
-    where = "the GPU's" if environment.get("gpu_memory_bytes") else "an 80 GB GPU's"
+    where = "the GPU's" if environment.get("gpu_memory_bytes") else "about an 80 GB GPU's"
     series: dict[tuple, dict[str, dict[int, int]]] = {}
     for r in records:
         if r.get("prefill_peak_bytes") and r.get("mode") == "cache":
@@ -300,16 +327,18 @@ def prefill_memory_findings(records: Sequence[dict], environment: dict) -> list[
                 continue
             (short, low), (long, high) = sorted(peaks.items())[0], sorted(peaks.items())[-1]
             exponent = math.log(high / low) / math.log(long / short)
-            reach = long * (budget / high) ** (1 / exponent) if exponent > 0 else math.inf
+            if exponent <= 0:
+                continue  # no growth to extrapolate
+            reach = long * (budget / high) ** (1 / exponent)
             parts.append(
                 f"{provider} as S^{exponent:.2f} ({format_bytes(low)} at {short:,} to "
-                f"{format_bytes(high)} at {long:,}), past {format_bytes(budget)} at about "
-                f"S = {reach:,.0f}"
+                f"{format_bytes(high)} at {long:,}; past {format_bytes(budget)} at S of "
+                f"about {reach:,.0f})"
             )
         if parts:
             found.append(
-                f"Prefill peak memory of {variant} at batch {batch} ({dtype}) grows with the "
-                f"context S: {join_words(parts)} ({where} memory)."
+                f"Prefill peak memory of {variant} at batch {batch} ({dtype}), by the context "
+                f"S: {'; '.join(parts)}. {format_bytes(budget)} is {where} memory."
             )
     return found
 

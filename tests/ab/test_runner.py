@@ -3,6 +3,7 @@ scratch repository, the workers, and one run of two sides end to end."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -435,3 +436,23 @@ def test_a_noisy_visit_is_a_timed_visit():
         assert _status(SimpleNamespace(status=status)) == "ok"
     assert _status(SimpleNamespace(status="oom")) == "oom"
     assert _status(SimpleNamespace(status="wrong: max error 1")) == "wrong: max error 1"
+
+
+def test_a_worker_rebuilds_a_point_in_this_revision_form_and_refuses_fields_it_lacks():
+    from types import SimpleNamespace
+
+    from attnbench.ab.worker import rebuilt
+    from attnbench.experiments import decode
+    from attnbench.experiments.context import Context
+
+    sent = {k: v for k, v in dataclasses.asdict(POINT).items() if k != "options"}
+    options = dataclasses.asdict(POINT.options)
+    point, context = rebuilt(decode, {"point": sent, "options": options}, Context, "cpu")
+    assert point == POINT and context == Context(device="cpu")
+    # an earlier revision: options in the context, unset new fields left out
+    earlier = SimpleNamespace(DecodePoint=lambda **f: f, DecodeOptions=None)
+    earlier.DecodePoint.__dataclass_fields__ = {k: None for k in sent if k != "block_size"}
+    point, context = rebuilt(earlier, {"point": sent, "options": options}, dict, "cpu")
+    assert "block_size" not in point and context == {"device": "cpu", "options": options}
+    with pytest.raises(ValueError, match="have no block_size"):
+        rebuilt(earlier, {"point": {**sent, "block_size": 16}, "options": options}, dict, "cpu")

@@ -140,6 +140,7 @@ DECODE_COLUMNS = [
     "prefill_peak_bytes",
     "prefill_peak_method",
     "score_matrix_bytes",
+    "prefill_analytic_bytes",
 ]
 
 

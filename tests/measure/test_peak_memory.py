@@ -3,6 +3,8 @@ SDPA math kernel's quadratic scores against the flash kernel's linear buffers.""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -128,3 +130,13 @@ def test_cuda_peak_counts_the_allocator_blocks_above_those_allocated_before():
     # the allocator rounds each tensor up to 512 bytes
     assert peak_bytes_during(lambda: _bytes(1, cuda), cuda).peak_bytes == 512
     del held
+
+
+def test_the_profilers_banners_are_dropped_and_the_rest_of_stderr_is_kept(capfd):
+    def call() -> torch.Tensor:
+        print("a warning of the call", file=sys.stderr, flush=True)
+        return torch.empty(256)
+
+    assert peak_bytes_during(call, torch.device("cpu")).peak_bytes == 1024
+    err = capfd.readouterr().err
+    assert "a warning of the call" in err and "profiler_st" not in err

@@ -252,9 +252,10 @@ def test_decode_bytes_counts_input_cache_weights_and_scores():
     assert decode_bytes(point(), prefill=False) == weights + x + cache + 3 * 1 * 256 * b
     uncached = 3 * total * 256 * b
     assert decode_bytes(point(mode="no_cache")) == weights + x + uncached
-    scores = 2 * 3 * 4 * total * total * 4
     expanded = 2 * 3 * 4 * total * 16 * b
-    for provider in ("naive", "sdpa-math"):  # the ones that hold every score
+    # the ones that hold every score: so many bytes of each at once
+    for provider, per_score in (("naive", 12), ("sdpa-math", 9)):
+        scores = 3 * 4 * total * total * per_score
         assert decode_bytes(point(mode="no_cache", provider=provider)) == (
             weights + x + uncached + scores + expanded
         )

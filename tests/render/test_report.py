@@ -1,0 +1,62 @@
+"""The report's findings of the serving workloads: paged overhead and prefill memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.render.report import paged_findings, prefill_memory_findings
+
+
+def paged_row(block_size: int, ratio: float) -> dict:
+    return {
+        "variant": "GQA-4",
+        "provider": "attnbench",
+        "batch": 8,
+        "prompt_len": 2048,
+        "block_size": block_size,
+        "x_of_contiguous_median": ratio,
+        "x_of_contiguous_ci_lo": ratio - 0.05,
+        "x_of_contiguous_ci_hi": ratio + 0.05,
+        "kv_waste_pct": 100 * (block_size - 1) / (2049 + block_size - 1),
+    }
+
+
+def test_the_paged_overhead_is_stated_with_its_interval_by_block_size():
+    rows = [paged_row(64, 1.2), paged_row(16, 1.5), {"variant": "GQA-4", "provider": "x"}]
+    (line,) = paged_findings(rows)
+    assert line.startswith("Paged KV cache, GQA-4 attnbench at batch 8 and context 2,048:")
+    assert line.index("1.50x (1.45-1.55x) in blocks of 16") < line.index("1.20x (1.15-1.25x)")
+
+
+def memory_rows(provider: str, peak) -> list[dict]:
+    return [
+        {
+            "variant": "MHA",
+            "provider": provider,
+            "batch": 1,
+            "dtype": "float32",
+            "mode": "cache",
+            "prompt_len": s,
+            "prefill_peak_bytes": peak(s),
+        }
+        for s in (1024, 2048, 4096)
+    ]
+
+
+def test_prefill_memory_grows_as_the_square_for_math_and_linearly_for_flash():
+    rows = memory_rows("sdpa-math", lambda s: 64 * s * s) + memory_rows(
+        "sdpa-flash", lambda s: 1000 * s
+    )
+    (line,) = prefill_memory_findings(rows, {"gpu_memory_bytes": 64 * 8192 * 8192})
+    assert "sdpa-math as S^2.00" in line and "sdpa-flash as S^1.00" in line
+    # 64 * S^2 reaches the GPU's memory at S = 8192
+    assert "past 4.00 GiB at S of about 8,192" in line and "the GPU's memory" in line
+
+
+@pytest.mark.parametrize("peaks", [{1024: 5}, {1024: 5, 2048: 5}])
+def test_no_growth_to_extrapolate_gives_no_finding(peaks):
+    rows = [
+        {**memory_rows("sdpa-flash", lambda s: 1)[0], "prompt_len": s, "prefill_peak_bytes": b}
+        for s, b in peaks.items()
+    ]
+    assert prefill_memory_findings(rows, {}) == []

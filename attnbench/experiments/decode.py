@@ -549,7 +549,7 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
     if replaced:
         name = replaced[0]
         listed = ",".join(map(str, values[name]))
-        raise FieldError(name, listed, "is set by batch_spec: give one or the other")
+        raise FieldError(name, listed, "is set by the batch spec: give one or the other")
     swept = values.get("provider", [])
     baseline = options.baseline_provider
     if "baseline_provider" in given and baseline not in swept:

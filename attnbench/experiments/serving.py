@@ -49,14 +49,16 @@ def check(point: DecodePoint) -> None:
         batch_of(point.batch_spec)
         if point.block_size is not None:
             raise FieldError(
-                "block_size", point.block_size, "times a uniform batch: not with a batch_spec"
+                "block_size",
+                point.block_size,
+                "pages the cache of a uniform batch, not of a batch spec",
             )
     if point.batch_spec is None and point.block_size is None:
         return
     for name, value in (("gen_len", point.gen_len), ("tp", point.tp - 1)):
         if value:
-            what = "batch_spec" if point.batch_spec is not None else "block_size"
-            raise FieldError(name, getattr(point, name), f"is not timed with a {what}")
+            what = "a batch spec" if point.batch_spec is not None else "a paged cache"
+            raise FieldError(name, getattr(point, name), f"is not timed with {what}")
 
 
 def is_serving(point: DecodePoint) -> bool:

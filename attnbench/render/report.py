@@ -308,9 +308,11 @@ REFERENCE_MEMORY_BYTES = 80 << 30
 
 def prefill_memory_findings(records: Sequence[dict], environment: dict) -> list[str]:
     """Per variant and batch, how each provider's prefill peak (prefill_memory) grows with
-    the context S, as S^e from its shortest to its longest context, and the context at
-    which that growth would pass the device's memory (an 80 GB GPU's on the CPU): the
-    math kernel's e is near 2 (it holds the whole score matrix), a flash kernel's near 1."""
+    the context S, as S^e from its shortest to its longest context, how the longest's
+    compares with what the provider declares it holds (prefill_analytic_bytes), and the
+    context at which that growth would pass the device's memory (an 80 GB GPU's on the
+    CPU): the math kernel's e is near 2 (it holds whole score matrices), a flash kernel's
+    near 1."""
     budget = environment.get("gpu_memory_bytes") or REFERENCE_MEMORY_BYTES
     where = "the GPU's" if environment.get("gpu_memory_bytes") else "about an 80 GB GPU's"
     series: dict[tuple, dict[str, dict[int, int]]] = {}
@@ -318,21 +320,22 @@ def prefill_memory_findings(records: Sequence[dict], environment: dict) -> list[
         if r.get("prefill_peak_bytes") and r.get("mode") == "cache":
             case = (r["variant"], r["batch"], r["dtype"])
             by_context = series.setdefault(case, {}).setdefault(r["provider"], {})
-            by_context[r["prompt_len"]] = r["prefill_peak_bytes"]
+            by_context[r["prompt_len"]] = (r["prefill_peak_bytes"], r.get("prefill_analytic_bytes"))
     found = []
     for (variant, batch, dtype), providers in series.items():
         parts = []
         for provider, peaks in providers.items():
             if len(peaks) < 2:
                 continue
-            (short, low), (long, high) = sorted(peaks.items())[0], sorted(peaks.items())[-1]
+            (short, (low, _)), (long, (high, declared)) = min(peaks.items()), max(peaks.items())
             exponent = math.log(high / low) / math.log(long / short)
             if exponent <= 0:
                 continue  # no growth to extrapolate
             reach = long * (budget / high) ** (1 / exponent)
+            held = f", {high / declared:.2f}x what it declares" if declared else ""
             parts.append(
                 f"{provider} as S^{exponent:.2f} ({format_bytes(low)} at {short:,} to "
-                f"{format_bytes(high)} at {long:,}; past {format_bytes(budget)} at S of "
+                f"{format_bytes(high)} at {long:,}{held}; past {format_bytes(budget)} at S of "
                 f"about {reach:,.0f})"
             )
         if parts:

@@ -343,7 +343,10 @@ FIELDS: dict[str, Field] = {
         ("decode",),
         "Batches sequence by sequence, vLLM's way: 8q1s1k (8 decodes over 1k keys), "
         "q4s1k (4 speculative tokens), q512s2k_16q1s1k (a prefill chunk and 16 decodes), "
-        "8q1s128..4k (contexts drawn, seeded); replaces {batch} and {prompt_len}.",
+        "8q1s128..4k (contexts drawn, seeded); replaces batch and prompt_len.",
+        flag_help="Batches sequence by sequence, vLLM's way: 8q1s1k (8 decodes over 1k "
+        "keys), q4s1k (4 speculative tokens), q512s2k_16q1s1k (a prefill chunk and 16 "
+        "decodes), 8q1s128..4k (contexts drawn, seeded); replaces {batch} and {prompt_len}.",
     ),
     "block_size": Field(
         int,

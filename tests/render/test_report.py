@@ -38,6 +38,7 @@ def memory_rows(provider: str, peak) -> list[dict]:
             "mode": "cache",
             "prompt_len": s,
             "prefill_peak_bytes": peak(s),
+            "prefill_analytic_bytes": peak(s) // 2,
         }
         for s in (1024, 2048, 4096)
     ]
@@ -49,6 +50,7 @@ def test_prefill_memory_grows_as_the_square_for_math_and_linearly_for_flash():
     )
     (line,) = prefill_memory_findings(rows, {"gpu_memory_bytes": 64 * 8192 * 8192})
     assert "sdpa-math as S^2.00" in line and "sdpa-flash as S^1.00" in line
+    assert "at 4,096, 2.00x what it declares;" in line
     # 64 * S^2 reaches the GPU's memory at S = 8192
     assert "past 4.00 GiB at S of about 8,192" in line and "the GPU's memory" in line
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# GPU check, within 10 minutes on one GPU (the steps' time limits add up to 570 s): the
+# GPU check, within 10 minutes on one GPU (the steps' time limits add up to 590 s): the
 # CUDA self-checks and tests, every provider side by side in bfloat16, CUDA-graph
-# against eager steps, and a TP=1 tensor-parallel smoke run over NCCL. Writes results/gpu/.
+# against eager steps, serving batches (ragged and mixed, a paged cache, the prefill's
+# peak memory from the CUDA allocator), and a TP=1 tensor-parallel smoke run over NCCL.
+# Writes results/gpu/.
 # Installs nothing: runs from the checkout with the machine's own python3 and its
 # preinstalled torch, typer, rich, pandas and pyyaml (hf rows are `unsupported` without
 # transformers).
@@ -30,12 +32,24 @@ fi
 shape=(--d-model 4096 --heads 32 --kv-heads 32,8,1 --head-dim 128 --dtype bfloat16
        --mode cache --no-prefill --max-time 0.5 --device cuda)
 echo "== providers side by side, bfloat16"
-timeout 150 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 1024,8192 \
+timeout 130 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 1024,8192 \
   --provider attnbench,naive,sdpa-math,sdpa-flash,sdpa-efficient,sdpa-cudnn,hf \
   --csv "$OUT/providers.csv" --json "$OUT/providers.json" || status=1
 echo "== flex_attention (compiled for each point)"
-timeout 120 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 \
+timeout 100 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 \
   --provider attnbench,flex --csv "$OUT/flex.csv" --json "$OUT/flex.json" || status=1
+echo "== serving: ragged and mixed batches, a paged cache, the prefill's peak memory"
+serving=(--d-model 4096 --heads 32 --kv-heads 8 --head-dim 128 --dtype bfloat16
+         --max-time 0.3 --device cuda --reference none)
+timeout 25 $PY -m attnbench decode-speed "${serving[@]}" \
+  --batch-spec 8q1s128..8k,q512s2k_16q1s2k --provider attnbench,naive,sdpa-flash,sdpa-efficient \
+  --csv "$OUT/batches.csv" --json "$OUT/batches.json" || status=1
+timeout 15 $PY -m attnbench decode-speed "${serving[@]}" --batch 8 --prompt-len 8192 \
+  --block-size contiguous,16,256 --mode cache --no-prefill \
+  --csv "$OUT/paged.csv" --json "$OUT/paged.json" || status=1
+timeout 20 $PY -m attnbench decode-speed "${serving[@]}" --batch 1 --prompt-len 2048,8192 \
+  --provider sdpa-math,sdpa-flash,sdpa-efficient --mode cache --prefill-memory \
+  --csv "$OUT/prefill-memory.csv" --json "$OUT/prefill-memory.json" || status=1
 echo "== CUDA graph against eager"
 timeout 70 $PY -m attnbench decode-speed --config configs/cuda-graphs.yaml --device cuda \
   --csv "$OUT/graphs.csv" --json "$OUT/graphs.json" || status=1

@@ -221,3 +221,9 @@ def test_prefill_memory_is_counted_beside_the_score_matrix():
     assert record.prefill_peak_bytes == pytest.approx(record.prefill_analytic_bytes, rel=0.1)
     flash = decode.run(replace_provider(math, "sdpa-flash"), Context(CPU))
     assert flash.prefill_peak_bytes < scores
+
+
+@pytest.mark.parametrize("provider", ["sdpa-efficient", "sdpa-cudnn", "hf"])
+def test_the_other_providers_are_unsupported_rows_with_a_reason(provider):
+    record = decode.run(spec_point("8q1s16..96", 2, provider), Context(CPU))
+    assert record.status.startswith("unsupported: ") and len(record.status) > 20

@@ -681,3 +681,11 @@ def test_kv_heads_ticks_name_a_variant_only_where_every_line_agrees():
     ax = plots.kv_memory_vs_heads(doc).axes[0]
     ticks = [t.get_text() for t in ax.get_xticklabels()]
     assert ticks == ["1\nMQA", "2\nGQA-2", "8", "32\nMHA"]  # 8: MHA of 8 heads, GQA-8 of 32
+
+
+def test_a_series_names_its_cache_and_its_sequences():
+    from attnbench.render.plots import field_text
+
+    assert field_text("block_size", None) == "contiguous cache"
+    assert field_text("block_size", 16) == "blocks of 16"
+    assert field_text("batch_spec", "8q1s1k") == "sequences 8q1s1k"

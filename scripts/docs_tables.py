@@ -23,6 +23,7 @@ from attnbench.experiments.fit import FitRecord
 from attnbench.experiments.kvmem import KvmemRecord
 from attnbench.experiments.params import ParamsRecord
 from attnbench.experiments.whole_model import ModelPartRecord
+from attnbench.model.devices import DEVICES, flops_for
 from attnbench.model.presets import PRESETS
 from attnbench.render import columns
 from attnbench.study import schema
@@ -347,9 +348,43 @@ def models_table() -> str:
     return table(header, rows)
 
 
+def devices_table() -> str:
+    """The named devices and their published peaks (attnbench.model.devices)."""
+    rows = [
+        [
+            f"`{d.name}`",
+            d.title,
+            f"{d.memory_bytes / 1e9:,.0f} GB",
+            f"{d.memory_bandwidth / 1e9:,.0f}",
+            f"{flops_for(d, 'bfloat16') / 1e12:,.2f}".rstrip("0").rstrip("."),
+            (
+                f"{d.dense_flops['float8'] / 1e12:,.2f}".rstrip("0").rstrip(".")
+                if "float8" in d.dense_flops
+                else "none"
+            ),
+            f"{flops_for(d, 'float32') / 1e12:,.2f}".rstrip("0").rstrip("."),
+            f"{d.interconnect}: {(d.interconnect_bandwidth or 0) / 1e9:,.0f}",
+            ", ".join(f"[{i}]({url})" for i, url in enumerate(d.sources, 1)),
+        ]
+        for d in DEVICES.values()
+    ]
+    header = [
+        "Name",
+        "Device",
+        "Memory",
+        "Memory bandwidth",
+        "bfloat16",
+        "float8",
+        "float32",
+        "Interconnect",
+        "Sources",
+    ]
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=("schema", "fields", "models"))
+    parser.add_argument("table", choices=("schema", "fields", "models", "devices"))
     parser.add_argument("command", nargs="?", choices=tuple(RECORDS))
     args = parser.parse_args()
     if args.table == "fields" and args.command is None:
@@ -358,6 +393,8 @@ def main() -> None:
         print(schema_table())
     elif args.table == "models":
         print(models_table())
+    elif args.table == "devices":
+        print(devices_table())
     else:
         print(fields_table(args.command))
 

@@ -1,0 +1,318 @@
+"""A roofline performance model: the time of a step from the bytes it moves and the FLOPs
+it computes, on a device of a given bandwidth and peak throughput.
+
+    time = max(bytes / (efficiency_bw * bandwidth), flops / (efficiency_flops * peak))
+           + overheads * overhead_s
+
+The efficiencies are the shares of the datasheet peaks a real kernel reaches; `overhead_s`
+is the fixed cost of one layer's step (kernel launches, synchronisation) that no roofline
+sees. Defaults (DEFAULT_MODEL) or a calibration from measured runs (model/calibration.py)
+set them. The ridge point and the bound are taken against the *effective* peaks, so that
+`bound` always names the term of the max that sets the time.
+
+Whole-model counts reuse the one formula of each quantity: attention bytes and FLOPs from
+formulas.py, parameters per part and per rank from model_params.py, KV-cache bytes (dtype,
+scales, sliding windows, tensor parallelism) from capacity.py. Per rank, one step of B
+sequences each feeding q new tokens that attend kv keys (decode: q 1, kv S + 1; prefill
+of S tokens: q S, kv S) moves:
+
+- the weights it touches, once: every part but the token embeddings (only the B*q rows
+  looked up are read, unless the output head is tied to them: then the head reads the
+  whole table) and the routed experts, of which a MoE layer reads at most min(E, B*q*k)
+  (each of the B*q tokens goes to k experts; the bound is reached when no two tokens
+  share one, the worst case, assumed here);
+- the KV cache: every layer reads the keys its sliding window keeps (min(kv, W), the
+  architecture's windows; full context on global layers) and writes the q new ones, in
+  the KV dtype with its scales;
+- the attention's activations (formulas.step_traffic_bytes); the MLP's activations are
+  not counted (B*q*(d + 2*I) elements per layer: small beside its weights at decode).
+
+FLOPs: attention by formulas.forward_flops (projections and QK^T, PV over the keys the
+window keeps, at least the q new tokens: a prefill over a window is counted as full
+causal, an upper bound); 2 per parameter a token uses in the MLP, the router and its k
+experts (biases included, a negligible overcount; norms and the embedding lookup not
+counted); the output head for the last token of each sequence only (B logits), as
+serving engines compute it. MLA models are not modelled (their absorbed attention is
+not in formulas.py).
+
+Tensor parallelism adds two all-reduces per layer (after the attention's o_proj and after
+the MLP's down projection) of the B*q tokens' hidden states, B*q*d elements each, timed
+as a ring all-reduce: 2*(tp-1)/tp * bytes / interconnect_bandwidth + a latency, not
+overlapped with the compute. The logits' gather under a vocabulary-split head is not
+counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ..errors import FieldError, UsageError
+from .architecture import ModelSpec
+from .capacity import (
+    KvFormat,
+    cache_bytes,
+    kv_cache_bytes,
+    kv_heads_per_rank,
+    layer_tokens,
+    positive_int,
+    token_layout,
+)
+from .devices import DeviceSpec, flops_for
+from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
+from .formulas import forward_flops, step_traffic_bytes
+from .model_params import part_params, require_body
+from .shapes import AttentionShape
+
+#: The most a calibrated efficiency may be: above 1 a measured peak may sit under the
+#: datasheet's (boost clocks), far above it the peaks given do not match the device.
+MAX_EFFICIENCY = 1.5
+#: The latency of one all-reduce of a few MB or less, whatever its size: NCCL on NVLink
+#: takes some microseconds for small messages (its launch and ring hand-offs).
+ALLREDUCE_LATENCY_S = 5e-6
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    """What a roofline needs besides the device: the shares of peak bandwidth and peak
+    FLOP/s a step reaches, the fixed time of one layer's step, and where they came from
+    ("defaults" or "calibrated from ...")."""
+
+    efficiency_bw: float
+    efficiency_flops: float
+    overhead_s: float
+    source: str
+
+    def __post_init__(self) -> None:
+        for name in ("efficiency_bw", "efficiency_flops"):
+            value = getattr(self, name)
+            if not _number(value) or not 0 < value <= MAX_EFFICIENCY:
+                raise FieldError(name, value, f"must be a number in (0, {MAX_EFFICIENCY}]")
+        if not _number(self.overhead_s) or not 0 <= self.overhead_s < math.inf:
+            raise FieldError("overhead_s", self.overhead_s, "must be a number >= 0 (seconds)")
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+#: Defaults for a GPU: decode kernels stream their bytes at about 80% of the datasheet
+#: bandwidth, dense matmuls reach about 60% of the datasheet tensor-core peak at the
+#: shapes of one layer, and one layer's step pays about 10 us of kernel launches and
+#: synchronisation (a handful of launches of a few us each, without CUDA graphs).
+DEFAULT_MODEL = PerfModel(
+    efficiency_bw=0.8, efficiency_flops=0.6, overhead_s=10e-6, source="defaults"
+)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A predicted time, with the counts it came from, the arithmetic intensity (FLOPs per
+    byte), the ridge point (the intensity where the effective peaks meet) and which of the
+    two bounds sets the time ("memory" or "compute")."""
+
+    time_s: float
+    bytes: int
+    flops: int
+    intensity: float
+    ridge: float
+    bound: str
+
+
+def predict(
+    bytes: int,
+    flops: int,
+    bandwidth: float,
+    peak_flops: float,
+    model: PerfModel = DEFAULT_MODEL,
+    overheads: int = 1,
+) -> Roofline:
+    """The roofline time of moving `bytes` and computing `flops` at `bandwidth` (bytes/s)
+    and `peak_flops` (FLOP/s), paying model.overhead_s `overheads` times (a whole model:
+    once per layer)."""
+    if bytes <= 0 or flops < 0:
+        raise ValueError(f"a step moves bytes > 0 and computes flops >= 0, got {bytes}, {flops}")
+    if bandwidth <= 0 or peak_flops <= 0:
+        raise ValueError(f"bandwidth and peak_flops must be > 0, got {bandwidth}, {peak_flops}")
+    memory_s = bytes / (model.efficiency_bw * bandwidth)
+    compute_s = flops / (model.efficiency_flops * peak_flops)
+    return Roofline(
+        time_s=max(memory_s, compute_s) + overheads * model.overhead_s,
+        bytes=bytes,
+        flops=flops,
+        intensity=flops / bytes,
+        ridge=(model.efficiency_flops * peak_flops) / (model.efficiency_bw * bandwidth),
+        bound="compute" if compute_s > memory_s else "memory",
+    )
+
+
+def tokens_per_s(tokens: int, time_s: float) -> float:
+    """Tokens produced per second: a decode step of B sequences makes B tokens."""
+    return tokens / time_s
+
+
+def allreduce_s(
+    bytes: int,
+    tp: int,
+    interconnect_bandwidth: float | None,
+    latency_s: float = ALLREDUCE_LATENCY_S,
+) -> float:
+    """Time of one ring all-reduce of `bytes` over `tp` ranks: each rank sends and
+    receives 2*(tp-1)/tp of the buffer, plus a fixed latency; 0 at tp 1."""
+    positive_int("tp", tp)
+    if tp == 1:
+        return 0.0
+    if not interconnect_bandwidth:
+        raise FieldError("tp", tp, "needs a device with an interconnect bandwidth")
+    return 2 * (tp - 1) / tp * bytes / interconnect_bandwidth + latency_s
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """One step of a whole model on one tensor-parallel rank (see the module's notes)."""
+
+    weight_bytes: int
+    kv_bytes: int
+    activation_bytes: int
+    flops: int
+    #: Bytes of each all-reduce, and how many the step makes (0 at tp 1).
+    allreduce_bytes: int
+    allreduces: int
+    layers: int
+    #: Sequences in the batch: the tokens a decode step produces.
+    batch: int
+
+    @property
+    def bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes + self.activation_bytes
+
+
+def step_counts(
+    spec: ModelSpec,
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+) -> ModelCounts:
+    """Counts of one step of `batch` sequences each feeding `q_len` new tokens that attend
+    `kv_len` keys (the new ones included), weights and activations in `dtype`, the cache
+    in `kv_dtype` (default: `dtype`), on one of `tp` ranks."""
+    body = require_body(spec)
+    if spec.mla is not None:
+        raise UsageError(f"{spec.name}: the roofline does not model MLA attention")
+    check_dtype(dtype, "dtype", MODEL_DTYPES)
+    for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
+        positive_int(field, value)
+    parts = part_params(spec, tp)
+    tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
+    vocab_rows = parts["embeddings"] // d - body.position_embeddings  # this rank's vocabulary
+
+    # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
+    weights = sum(parts.values()) - parts["embeddings"] - parts["experts"]
+    if body.tied_embeddings:
+        weights += parts["embeddings"]
+    else:
+        weights += (min(tokens, vocab_rows) + (tokens if body.position_embeddings else 0)) * d
+    head = vocab_rows * d
+    expert_flops = 0
+    if body.moe is not None and parts["experts"]:
+        per_expert = parts["experts"] // body.moe.num_experts  # over every MoE layer
+        weights += per_expert * min(body.moe.num_experts, tokens * body.moe.experts_per_token)
+        expert_flops = 2 * tokens * body.moe.experts_per_token * per_expert
+
+    # attention: this rank's heads, the keys each layer's window keeps
+    hkv = kv_heads_per_rank(spec.num_heads, spec.num_kv_heads, tp)
+    shape = AttentionShape(d, spec.num_heads // tp, hkv, spec.head_dim)
+    windows = Counter(spec.windows or (None,) * L)
+    attention_flops = sum(
+        n * forward_flops(shape, batch, q_len, max(q_len, layer_tokens(kv_len, w)), causal=True)
+        for w, n in windows.items()
+    )
+    layout = token_layout(
+        spec.num_heads, spec.num_kv_heads, spec.head_dim, KvFormat(kv_dtype or dtype), tp
+    )
+    kv = cache_bytes(layout, windows, {kv_len: batch}).total
+    kv += cache_bytes(layout, {None: L}, {q_len: batch}).total
+    # the attention's traffic without its KV terms: x read, q, attention output, layer output
+    activations = L * (
+        step_traffic_bytes(shape, batch, q_len, 0, dtype)
+        - kv_cache_bytes(1, batch, q_len, hkv, spec.head_dim, dtype)
+    )
+    dense = 2 * tokens * (parts["mlp"] + parts["router"])
+    return ModelCounts(
+        weight_bytes=packed_bytes(weights, dtype),
+        kv_bytes=kv,
+        activation_bytes=activations,
+        flops=attention_flops + dense + expert_flops + 2 * batch * head,
+        allreduce_bytes=tokens * d * dtype_bytes(dtype),
+        allreduces=2 * L if tp > 1 else 0,
+        layers=L,
+        batch=batch,
+    )
+
+
+def decode_counts(
+    spec: ModelSpec,
+    batch: int,
+    context_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+) -> ModelCounts:
+    """One decode step with `context_len` tokens cached: each sequence feeds one token and
+    attends context_len + 1 keys (the time per output token)."""
+    return step_counts(spec, batch, 1, context_len + 1, dtype, kv_dtype, tp)
+
+
+def prefill_counts(
+    spec: ModelSpec,
+    batch: int,
+    prompt_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+) -> ModelCounts:
+    """The prefill of a prompt of `prompt_len` tokens (the time to the first token)."""
+    return step_counts(spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp)
+
+
+@dataclass(frozen=True)
+class ModelPrediction:
+    """A whole-model step on one device of `tp`: its roofline (the overhead paid once per
+    layer) plus its all-reduces."""
+
+    counts: ModelCounts
+    roofline: Roofline
+    allreduce_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.roofline.time_s + self.allreduce_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode: the batch's tokens per second (one per sequence per step)."""
+        return tokens_per_s(self.counts.batch, self.time_s)
+
+
+def predict_counts(
+    counts: ModelCounts,
+    device: DeviceSpec,
+    dtype: str,
+    tp: int = 1,
+    model: PerfModel = DEFAULT_MODEL,
+) -> ModelPrediction:
+    """The time of a step of `counts` (one rank's) on `device`, at its peak for `dtype`."""
+    roof = predict(
+        counts.bytes,
+        counts.flops,
+        device.memory_bandwidth,
+        flops_for(device, dtype),
+        model,
+        overheads=counts.layers,
+    )
+    per_allreduce = allreduce_s(counts.allreduce_bytes, tp, device.interconnect_bandwidth)
+    return ModelPrediction(counts, roof, counts.allreduces * per_allreduce)

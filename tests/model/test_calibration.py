@@ -1,0 +1,194 @@
+"""Calibrating the roofline on samples: recovering known parameters, checking a model,
+reading samples from results and models from calibration files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnbench.errors import FieldError, UsageError
+from attnbench.model.calibration import (
+    PREFILL,
+    STEP,
+    Sample,
+    calibrate,
+    check,
+    load_model,
+    median_abs_error,
+    model_dict,
+    samples_from_results,
+)
+from attnbench.model.formulas import step_traffic_bytes, weight_bytes
+from attnbench.model.roofline import DEFAULT_MODEL, PerfModel, predict
+from attnbench.model.shapes import AttentionShape
+
+BANDWIDTH = 1e12
+PEAKS = {"bfloat16": 1e14, "float32": 2.5e13}
+TRUE = PerfModel(0.7, 0.55, 8e-6, "the truth")
+
+
+def synthetic(model: PerfModel, noise: float = 0.0, memory_only: bool = False) -> list[Sample]:
+    """Samples timed by `model`: memory-bound steps (1 to 10 FLOPs a byte) and
+    compute-bound prefills (500 to 5000), from 1 MB to 1 GB, times off by `noise`."""
+    rng = np.random.default_rng(0)
+    samples = []
+    for i, size in enumerate(np.logspace(6, 9, 12)):
+        dtype = ("bfloat16", "float32")[i % 2]
+        kinds = [(STEP, 1 + i % 10)] + ([] if memory_only else [(PREFILL, 500 * (1 + i))])
+        for kind, intensity in kinds:
+            b, f = int(size), int(size * intensity)
+            t = predict(b, f, BANDWIDTH, PEAKS[dtype], model).time_s
+            samples.append(Sample(b, f, t * float(np.exp(rng.normal(0, noise))), dtype, kind))
+    return samples
+
+
+def test_calibration_recovers_the_model_from_noisy_samples():
+    fit = calibrate(synthetic(TRUE, noise=0.02), BANDWIDTH, PEAKS)
+    assert fit.efficiency_bw == pytest.approx(TRUE.efficiency_bw, rel=0.03)
+    assert fit.efficiency_flops == pytest.approx(TRUE.efficiency_flops, rel=0.03)
+    assert fit.overhead_s == pytest.approx(TRUE.overhead_s, rel=0.15)
+    assert fit.source == "calibrated from 24 samples"
+
+
+def test_check_of_exact_samples_has_no_error():
+    samples = synthetic(TRUE)
+    assert median_abs_error(check(samples, BANDWIDTH, PEAKS, TRUE)) == 0.0
+    fit = calibrate(samples, BANDWIDTH, PEAKS, source="exact samples")
+    rows = check(samples, BANDWIDTH, PEAKS, fit)
+    assert median_abs_error(rows) < 1e-9
+    assert {r.bound for r in rows} == {"memory", "compute"}
+    assert rows[0].measured_s == samples[0].time_s
+
+
+def test_check_reports_the_relative_error():
+    (row,) = check([Sample(10**9, 0, 2e-3, "bfloat16", STEP)], BANDWIDTH, PEAKS, TRUE)
+    assert row.predicted_s == pytest.approx(1 / 0.7 * 1e-3 + 8e-6)
+    assert row.rel_error == pytest.approx(row.predicted_s / 2e-3 - 1)
+
+
+def test_memory_bound_samples_leave_the_flops_efficiency_at_its_default():
+    fit = calibrate(synthetic(TRUE, memory_only=True), BANDWIDTH, PEAKS)
+    assert fit.efficiency_bw == pytest.approx(0.7)
+    assert fit.efficiency_flops == DEFAULT_MODEL.efficiency_flops
+    assert "no compute-bound sample" in fit.source
+
+
+def test_an_overhead_below_zero_is_fitted_at_zero():
+    samples = [
+        Sample(b, b, b / 0.5e12 * (0.9 if b < 10**7 else 1.0), "bfloat16", STEP)
+        for b in (10**6, 10**8, 10**9)
+    ]
+    fit = calibrate(samples, BANDWIDTH, PEAKS)
+    assert fit.overhead_s == 0.0
+
+
+def test_too_few_samples_are_refused():
+    samples = synthetic(TRUE)[:2]
+    with pytest.raises(UsageError, match="at least 3"):
+        calibrate(samples, BANDWIDTH, PEAKS)
+    with pytest.raises(UsageError, match="got 0"):
+        calibrate(synthetic(TRUE), BANDWIDTH, PEAKS, min_time_s=10.0)
+
+
+def test_a_degenerate_fit_is_refused():
+    same = [Sample(10**9, 10**9, 2e-3, "bfloat16", STEP)] * 5
+    with pytest.raises(UsageError, match="degenerate"):
+        calibrate(same, BANDWIDTH, PEAKS)
+
+
+def test_peaks_that_do_not_match_the_samples_are_refused():
+    with pytest.raises(UsageError, match="efficiency_bw"):
+        calibrate(synthetic(TRUE), BANDWIDTH / 10, PEAKS)
+
+
+def test_a_dtype_without_a_peak_is_named():
+    with pytest.raises(FieldError, match="float32"):
+        calibrate(synthetic(TRUE), BANDWIDTH, {"bfloat16": 1e14})
+
+
+def _record(**fields):
+    base = {
+        "provider": "attnbench",
+        "dtype": "float32",
+        "batch": 2,
+        "d_model": 64,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "head_dim": 16,
+        "prompt_len": 128,
+        "mode": "cache",
+        "tp": 1,
+        "status": "ok",
+        "step_ms_median": 0.5,
+        "bytes_per_step": 40_000,
+        "flops_per_step": 90_000,
+        "prefill_ms_median": None,
+        "prefill_flops": None,
+    }
+    return {**base, **fields}
+
+
+def test_samples_from_results_take_the_timed_cached_steps_and_prefills():
+    records = [
+        _record(prefill_ms_median=2.0, prefill_flops=5_000_000),
+        _record(mode="no_cache"),
+        _record(status="oom", step_ms_median=None),
+        _record(tp=2),
+        _record(provider="other", step_ms_median=0.25),
+    ]
+    doc = {"sections": {"decode": {"records": records}}, "environment": {}}
+    samples = samples_from_results(doc)
+    assert [(s.kind, s.time_s) for s in samples] == [
+        (STEP, 0.5e-3),
+        (PREFILL, 2e-3),
+        (STEP, 0.25e-3),
+    ]
+    assert samples[0] == Sample(40_000, 90_000, 0.5e-3, "float32", STEP)
+    shape = AttentionShape(64, 4, 2, 16)
+    expected = weight_bytes(shape, "float32") + step_traffic_bytes(shape, 2, 128, 128, "float32")
+    assert (samples[1].bytes, samples[1].flops) == (expected, 5_000_000)
+    assert len(samples_from_results(doc, provider="other")) == 1
+    assert samples_from_results({}) == []
+    speed = {"command": "decode-speed", "records": records, "environment": {}}
+    assert samples_from_results(speed) == samples
+
+
+def test_a_calibration_file_round_trips(tmp_path):
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(model_dict(TRUE)))
+    assert load_model(path) == TRUE
+    assert load_model(str(path)) == TRUE
+
+
+def test_a_file_without_source_says_where_it_came_from():
+    doc = {k: v for k, v in model_dict(TRUE).items() if k != "source"}
+    assert load_model(doc).source == "loaded from calibration"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("efficiency_bw", -0.5), ("efficiency_flops", "fast"), ("overhead_s", -1), ("source", 3)],
+)
+def test_a_bad_field_of_a_calibration_file_is_named(field, value):
+    with pytest.raises(FieldError) as err:
+        load_model({**model_dict(TRUE), field: value})
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: {value}: ")
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_or_unknown_field_is_refused(tmp_path):
+    doc = model_dict(TRUE)
+    with pytest.raises(UsageError, match="missing field overhead_s"):
+        load_model({k: v for k, v in doc.items() if k != "overhead_s"})
+    with pytest.raises(UsageError, match="did you mean 'efficiency_bw'"):
+        load_model({**doc, "efficiency_bws": 0.5})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="cannot read a calibration file"):
+        load_model(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(UsageError, match="a JSON object"):
+        load_model(bad)

@@ -1,0 +1,110 @@
+"""The table of named GPUs: complete, in the documented units and conventions, and checked
+against figures of the vendors' datasheets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from attnbench.errors import FieldError
+from attnbench.model.devices import DEVICES, PEAK_DTYPES, DeviceSpec, device_spec, flops_for
+from attnbench.model.dtypes import MODEL_DTYPES
+
+REQUIRED = ("h100-sxm", "h100-pcie", "h200", "a100-80gb", "a100-40gb", "l40s", "l4", "mi300x")
+
+
+def test_the_required_devices_are_there_by_their_own_names():
+    assert set(REQUIRED) <= set(DEVICES)
+    assert all(spec.name == name for name, spec in DEVICES.items())
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
+    for field in dataclasses.fields(spec):
+        assert getattr(spec, field.name) not in (None, "", ()), field.name
+    assert isinstance(spec.memory_bytes, int) and spec.memory_bytes >= 10**10
+    assert spec.memory_bandwidth >= 1e11  # bytes/s, not GB/s
+    assert spec.interconnect_bandwidth is not None and spec.interconnect_bandwidth >= 1e10
+    assert spec.interconnect_bandwidth < spec.memory_bandwidth
+    assert set(spec.dense_flops) <= set(PEAK_DTYPES)
+    assert {"float32", "bfloat16", "float16"} <= set(spec.dense_flops)
+    assert all(value >= 1e13 for value in spec.dense_flops.values())  # FLOP/s, not TFLOPS
+    assert spec.sources and all(url.startswith("https://") for url in spec.sources)
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_tensor_cores_outrun_plain_float32(spec: DeviceSpec):
+    assert spec.dense_flops["bfloat16"] > spec.dense_flops["float32"]
+    assert spec.dense_flops["bfloat16"] == spec.dense_flops["float16"]
+    # float8 doubles bfloat16, within the datasheets' rounding (L40S: 733 against 362.05).
+    if "float8" in spec.dense_flops:
+        assert spec.dense_flops["float8"] == pytest.approx(2 * spec.dense_flops["bfloat16"], 0.02)
+
+
+def test_figures_of_the_datasheets():
+    h100 = DEVICES["h100-sxm"]
+    assert h100.memory_bytes == 80 * 10**9
+    assert h100.memory_bandwidth == 3.35e12
+    assert h100.interconnect_bandwidth == 450e9  # NVLink 4's 900 GB/s, per direction
+    assert DEVICES["h200"].memory_bandwidth == 4.8e12
+    assert DEVICES["h200"].dense_flops == h100.dense_flops
+    assert DEVICES["a100-80gb"].memory_bandwidth == 2039e9
+    assert DEVICES["a100-40gb"].memory_bandwidth == 1555e9
+    assert "float8" not in DEVICES["a100-80gb"].dense_flops
+    assert DEVICES["l40s"].dense_flops["bfloat16"] == 362.05e12
+    assert DEVICES["l40s"].interconnect_bandwidth == 32e9  # PCIe Gen4 x16, per direction
+    assert DEVICES["mi300x"].memory_bytes == 192 * 10**9
+    assert DEVICES["mi300x"].interconnect_bandwidth == 448e9
+
+
+def test_dense_figures_not_the_ones_with_sparsity():
+    assert flops_for(DEVICES["h100-sxm"], "bfloat16") == 989.4e12
+    assert flops_for(DEVICES["h100-sxm"], "bfloat16") != 1979e12
+    assert flops_for(DEVICES["l4"], "float8_e4m3fn") == 242.5e12  # 485 with sparsity
+
+
+def test_the_ridge_point_of_an_h100_in_bfloat16():
+    h100 = DEVICES["h100-sxm"]
+    ridge = flops_for(h100, "bfloat16") / h100.memory_bandwidth
+    assert ridge == pytest.approx(295, abs=1)
+
+
+def test_float32_is_the_plain_peak_not_tf32():
+    a100 = DEVICES["a100-80gb"]
+    assert flops_for(a100, "float32") == 19.5e12
+    assert flops_for(a100, "tfloat32") == 156e12
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_every_model_dtype_has_a_peak(spec: DeviceSpec):
+    assert all(flops_for(spec, dtype) > 0 for dtype in MODEL_DTYPES)
+
+
+def test_dtype_spellings_of_configs_and_both_float8_formats():
+    h100 = DEVICES["h100-sxm"]
+    assert flops_for(h100, "bf16") == flops_for(h100, "torch.bfloat16") == 989.4e12
+    assert flops_for(h100, "float8_e5m2") == flops_for(h100, "float8_e4m3fn") == 1978.9e12
+
+
+@pytest.mark.parametrize("name", ["h100-sxm", "H100-SXM", "H100-sxm"])
+def test_lookup_ignores_case(name):
+    assert device_spec(name) is DEVICES["h100-sxm"]
+
+
+def test_an_unknown_device_names_the_value_and_the_devices():
+    with pytest.raises(FieldError) as err:
+        device_spec("h100")
+    assert err.value.field == "device"
+    message = str(err.value)
+    assert message.startswith("device: h100: is not one of: h100-sxm, h100-pcie")
+    assert all(name in message for name in DEVICES)
+
+
+def test_a_dtype_without_a_peak_names_both():
+    with pytest.raises(FieldError) as err:
+        flops_for(DEVICES["a100-80gb"], "float8_e4m3fn")
+    assert err.value.field == "dtype"
+    assert "float8_e4m3fn" in str(err.value) and "a100-80gb" in str(err.value)
+    with pytest.raises(FieldError, match="int4"):
+        flops_for(DEVICES["h100-sxm"], "int4")

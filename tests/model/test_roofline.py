@@ -1,0 +1,180 @@
+"""The roofline model: hand-computed times, bounds and ridge points, tensor-parallel
+all-reduces, and whole-model counts against the parameter and KV-cache formulas."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from attnbench.errors import FieldError, UsageError
+from attnbench.model.capacity import KvFormat, cache_bytes, kv_cache_bytes, token_layout
+from attnbench.model.devices import DeviceSpec
+from attnbench.model.model_params import active_params, total_params
+from attnbench.model.presets import get_preset
+from attnbench.model.roofline import (
+    ALLREDUCE_LATENCY_S,
+    DEFAULT_MODEL,
+    PerfModel,
+    allreduce_s,
+    decode_counts,
+    predict,
+    predict_counts,
+    prefill_counts,
+    tokens_per_s,
+)
+
+#: A device of round figures: 1 TB/s, 100 TFLOP/s in bfloat16, 100 GB/s between devices.
+DEVICE = DeviceSpec(
+    name="round",
+    title="A device of round figures",
+    memory_bytes=80 * 10**9,
+    memory_bandwidth=1e12,
+    dense_flops={"bfloat16": 1e14},
+    interconnect_bandwidth=1e11,
+    interconnect="a test link",
+    sources=(),
+)
+IDEAL = PerfModel(1.0, 1.0, 0.0, "ideal")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("efficiency_bw", -0.5),
+        ("efficiency_bw", 0.0),
+        ("efficiency_flops", 1.6),
+        ("efficiency_flops", True),
+        ("overhead_s", -1e-6),
+        ("overhead_s", "10us"),
+    ],
+)
+def test_perf_model_refuses_a_bad_field_by_name(field, value):
+    with pytest.raises(FieldError) as err:
+        replace(DEFAULT_MODEL, **{field: value})
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: {value}: ")
+
+
+def test_memory_bound_step():
+    roof = predict(10**9, 10**9, 1e12, 1e14, IDEAL)
+    assert roof.time_s == pytest.approx(1e-3)
+    assert (roof.bound, roof.intensity, roof.ridge) == ("memory", 1.0, 100.0)
+
+
+def test_compute_bound_step():
+    roof = predict(10**9, 10**12, 1e12, 1e14, IDEAL)
+    assert roof.time_s == pytest.approx(1e-2)
+    assert (roof.bound, roof.intensity) == ("compute", 1000.0)
+
+
+def test_efficiencies_scale_the_bounds_and_the_ridge():
+    model = PerfModel(0.5, 0.25, 0.0, "test")
+    # memory 1e9 / 0.5e12 = 2 ms; compute 1e11 / 0.25e14 = 4 ms
+    roof = predict(10**9, 10**11, 1e12, 1e14, model)
+    assert roof.time_s == pytest.approx(4e-3)
+    assert roof.ridge == pytest.approx(50.0)  # the effective peaks: 0.25e14 / 0.5e12
+    assert roof.bound == "compute" and roof.intensity > roof.ridge
+
+
+def test_overhead_is_paid_once_per_layer():
+    model = PerfModel(1.0, 1.0, 10e-6, "test")
+    assert predict(10**9, 0, 1e12, 1e14, model).time_s == pytest.approx(1e-3 + 10e-6)
+    assert predict(10**9, 0, 1e12, 1e14, model, overheads=32).time_s == pytest.approx(
+        1e-3 + 32 * 10e-6
+    )
+
+
+def test_tokens_per_s():
+    assert tokens_per_s(8, 0.02) == pytest.approx(400.0)
+
+
+def test_ring_allreduce_time():
+    assert allreduce_s(10**6, 1, None) == 0.0
+    # 2 * 3/4 of 1 MB at 1 GB/s is 1.5 ms
+    assert allreduce_s(10**6, 4, 1e9, latency_s=0.0) == pytest.approx(1.5e-3)
+    assert allreduce_s(10**6, 4, 1e9) == pytest.approx(1.5e-3 + ALLREDUCE_LATENCY_S)
+    with pytest.raises(FieldError, match="interconnect"):
+        allreduce_s(10**6, 2, None)
+
+
+def test_llama_2_7b_decode_reads_its_weights_and_cache():
+    spec, context = get_preset("llama-2-7b"), 4096
+    counts = decode_counts(spec, 1, context, "bfloat16")
+    # every weight but the embedding table, of which one row is looked up
+    assert counts.weight_bytes == 2 * (total_params(spec) - 32000 * 4096 + 4096)
+    kv = kv_cache_bytes(32, 1, context + 1, 32, 128, "bfloat16")
+    assert counts.kv_bytes == kv + kv_cache_bytes(32, 1, 1, 32, 128, "bfloat16")
+    assert counts.bytes == pytest.approx(2 * 6.74e9 + kv, rel=0.02)
+    assert counts.flops == pytest.approx(2 * 6.74e9, rel=0.2)  # + attention over 4k keys
+    assert counts.allreduces == 0
+
+
+def test_decode_of_llama_2_7b_on_a_device_is_memory_bound():
+    counts = decode_counts(get_preset("llama-2-7b"), 1, 4096, "bfloat16")
+    pred = predict_counts(counts, DEVICE, "bfloat16")
+    assert pred.roofline.bound == "memory"
+    expected = counts.bytes / (0.8 * 1e12) + 32 * DEFAULT_MODEL.overhead_s
+    assert pred.time_s == pytest.approx(expected)
+    assert pred.tokens_per_s == pytest.approx(1 / expected)
+
+
+def test_prefill_is_compute_bound():
+    spec = get_preset("llama-2-7b")
+    counts = prefill_counts(spec, 1, 4096, "bfloat16")
+    assert counts.flops > 2 * 6.6e9 * 4096
+    assert predict_counts(counts, DEVICE, "bfloat16").roofline.bound == "compute"
+
+
+def test_moe_reads_the_experts_its_tokens_touch():
+    spec = get_preset("mixtral-8x7b")
+    looked_up = (32000 - 1) * 4096  # the embedding rows not read at batch 1
+    assert decode_counts(spec, 1, 1, "bfloat16").weight_bytes == 2 * (
+        active_params(spec) - looked_up
+    )
+    # 64 sequences send 128 tokens to 8 experts: every expert is read
+    many = decode_counts(spec, 64, 1, "bfloat16").weight_bytes
+    assert many == 2 * (total_params(spec) - (32000 - 64) * 4096)
+
+
+def test_sliding_windows_bound_the_cache_read():
+    spec = get_preset("mistral-7b")  # a window of 4096 on every layer
+    windowless = replace(spec, windows=None)
+    assert decode_counts(spec, 1, 1000, "bfloat16") == decode_counts(
+        windowless, 1, 1000, "bfloat16"
+    )
+    layout = token_layout(32, 8, 128, KvFormat("bfloat16"))
+    kv = decode_counts(spec, 1, 16000, "bfloat16").kv_bytes
+    assert kv == cache_bytes(layout, {4096: 32}, {16001: 1}).total + 32 * layout.bytes
+    assert kv < decode_counts(windowless, 1, 16000, "bfloat16").kv_bytes
+
+
+def test_a_quantised_cache_moves_fewer_bytes():
+    spec = get_preset("llama-3-8b")
+    full = decode_counts(spec, 8, 8192, "bfloat16")
+    int8 = decode_counts(spec, 8, 8192, "bfloat16", kv_dtype="int8")
+    assert full.kv_bytes / 2 < int8.kv_bytes < full.kv_bytes  # half, plus the scales
+    assert int8.weight_bytes == full.weight_bytes
+
+
+def test_tensor_parallel_splits_the_weights_and_adds_allreduces():
+    spec = get_preset("llama-3-70b")
+    one = decode_counts(spec, 8, 4096, "bfloat16")
+    eight = decode_counts(spec, 8, 4096, "bfloat16", tp=8)
+    assert eight.weight_bytes == pytest.approx(one.weight_bytes / 8, rel=0.01)
+    assert eight.kv_bytes == one.kv_bytes // 8  # 8 KV heads, one a rank
+    assert (eight.allreduces, eight.allreduce_bytes) == (160, 8 * 8192 * 2)
+    pred = predict_counts(eight, DEVICE, "bfloat16", tp=8)
+    per = 2 * 7 / 8 * 8 * 8192 * 2 / 1e11 + ALLREDUCE_LATENCY_S
+    assert pred.allreduce_s == pytest.approx(160 * per)
+    assert pred.time_s == pytest.approx(pred.roofline.time_s + 160 * per)
+
+
+def test_mla_is_not_modelled():
+    with pytest.raises(UsageError, match="MLA"):
+        decode_counts(get_preset("deepseek-v2-lite"), 1, 10, "bfloat16")
+
+
+def test_a_bad_batch_is_named():
+    with pytest.raises(FieldError, match="batch"):
+        decode_counts(get_preset("llama-2-7b"), 0, 10, "bfloat16")

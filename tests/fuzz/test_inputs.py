@@ -15,7 +15,7 @@ import re
 from unittest import mock
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from attnbench.cli.flags import parse_field
@@ -363,3 +363,21 @@ def test_a_device_flag_exits_0_or_names_the_flag(name):
     result = invoke([*args, "--device", name], "kvmem")
     if result.exit_code == 2:
         assert result.stderr.startswith("error: --device "), result.stderr
+
+
+#: The characters of the batch grammar, so that most draws come close to a real spec.
+BATCH_ALPHABET = "0123456789qskvK_@./ x-"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet=BATCH_ALPHABET, max_size=30) | st.text(max_size=20))
+def test_a_batch_spec_is_read_or_refused_in_one_line(text):
+    from attnbench.model.batches import parse_batch
+
+    try:
+        spec = parse_batch(text)
+    except FieldError as error:
+        assert error.field == "batch_spec" and "\n" not in str(error)
+        return
+    assert parse_batch(spec.text) == spec and spec.batch_size >= 1
+    assert all(1 <= s.q_len <= s.kv_len for s in spec.sequences)

@@ -33,7 +33,7 @@ shape=(--d-model 4096 --heads 32 --kv-heads 32,8,1 --head-dim 128 --dtype bfloat
        --mode cache --no-prefill --max-time 0.5 --device cuda)
 echo "== providers side by side, bfloat16"
 timeout 130 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 1024,8192 \
-  --provider attnbench,naive,sdpa-math,sdpa-flash,sdpa-efficient,sdpa-cudnn,hf \
+  --provider attnbench,naive,sdpa-math,sdpa-flash,sdpa-efficient,sdpa-cudnn,flash-attn,hf \
   --csv "$OUT/providers.csv" --json "$OUT/providers.json" || status=1
 echo "== flex_attention (compiled for each point)"
 timeout 100 $PY -m attnbench decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 \
@@ -45,7 +45,7 @@ timeout 25 $PY -m attnbench decode-speed "${serving[@]}" \
   --batch-spec 8q1s128..8k,q512s2k_16q1s2k --provider attnbench,naive,sdpa-flash,sdpa-efficient \
   --csv "$OUT/batches.csv" --json "$OUT/batches.json" || status=1
 timeout 15 $PY -m attnbench decode-speed "${serving[@]}" --batch 8 --prompt-len 8192 \
-  --block-size contiguous,16,256 --mode cache --no-prefill \
+  --block-size contiguous,16,256 --provider attnbench,flash-attn --mode cache --no-prefill \
   --csv "$OUT/paged.csv" --json "$OUT/paged.json" || status=1
 timeout 20 $PY -m attnbench decode-speed "${serving[@]}" --batch 1 --prompt-len 2048,8192 \
   --provider sdpa-math,sdpa-flash,sdpa-efficient --mode cache --prefill-memory \

@@ -316,7 +316,7 @@ class PagedKVCache(nn.Module):
             )
 
 
-def _check_query(cache: PagedKVCache, q: torch.Tensor) -> tuple[int, int]:
+def check_query(cache: PagedKVCache, q: torch.Tensor) -> tuple[int, int]:
     """(batch, num_heads) of q, after checking it is one query token per sequence of the
     cache, (batch, num_heads, 1, head_dim) with num_heads a multiple of the KV heads, and
     that every sequence has a key to attend."""
@@ -345,7 +345,7 @@ def prepare_gather(cache: PagedKVCache, q: torch.Tensor) -> PagedDecode:
     batch, K and V) and runs torch's fused attention on it (attention.folded_decode).
     Ragged sequences are padded to the longest, in whole blocks, and the padding masked;
     equal ones are not masked. Prepare again after appending."""
-    batch, _ = _check_query(cache, q)
+    batch, _ = check_query(cache, q)
     kv_heads, size, dim = cache.num_kv_heads, cache.block_size, cache.head_dim
     lengths = cache.lengths
     blocks = max(cache.num_seq_blocks(seq) for seq in range(batch))
@@ -427,7 +427,7 @@ def prepare_flex(cache: PagedKVCache, q: torch.Tensor, compiled: bool = True) ->
     the call). `compiled` False runs torch's unfused reference (it warns, and
     materialises the scores of every pool slot); compiling takes tens of seconds on the
     CPU, on the first call. Prepare again after appending."""
-    _, heads = _check_query(cache, q)
+    _, heads = check_query(cache, q)
     kv_heads, dim = cache.num_kv_heads, cache.head_dim
     mask = paged_block_mask(cache)
     keys, values = (p.view(1, kv_heads, -1, dim) for p in (cache.k, cache.v))

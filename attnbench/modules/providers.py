@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import flash_attn_provider
 from .attention import (
     BACKEND_ATTENTION,
     TORCH_PATH,
@@ -295,6 +296,13 @@ PROVIDERS: dict[str, Provider] = {
             compiles=True,
             ragged=_ragged("flex"),
             paged=prepare_flex,
+        ),
+        Provider(
+            "flash-attn",
+            "flash-attn's kernels (flash_attn_func; flash_attn_with_kvcache over a paged cache)",
+            layer_workload(flash_attn_provider.decode, flash_attn_provider.decode),
+            flash_attn_provider.unavailable,
+            paged=flash_attn_provider.prepare_paged,
         ),
         Provider(
             "hf",

@@ -35,6 +35,7 @@ from ..measure.timing import BUSY_CPU_SHARE, CpuShare, Sampling, TimedCall, Time
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
 from ..model.formulas import (
+    StepCounts,
     batch_step_counts,
     prefill_flops,
     score_matrix_bytes,
@@ -54,6 +55,7 @@ from ..modules.providers import (
     refusals,
 )
 from ..modules.ragged import RaggedInputs
+from ..modules.ragged import reference_step as ragged_reference
 from ..records import count, exact, flattened, info, key, ratio, timing
 from . import serving
 from .context import Context, Counted
@@ -339,6 +341,16 @@ def point_inputs(point: DecodePoint, layer: GroupedQueryAttention, device) -> De
     return DecodeInputs(layer, x, cache, point.prompt_len, point.gen_len)
 
 
+def step_inputs(
+    point: DecodePoint, layer: GroupedQueryAttention, device
+) -> DecodeInputs | RaggedInputs:
+    """The inputs of the point's step: a batch spec's packed tokens and padded caches
+    (experiments.serving), else the uniform batch's (point_inputs)."""
+    if point.batch_spec is not None:
+        return serving.batch_inputs(point, layer)
+    return point_inputs(point, layer, device)
+
+
 @torch.inference_mode()
 def decode_outputs(
     layer: GroupedQueryAttention, x: torch.Tensor, prompt_len: int, gen_len: int, cached: bool
@@ -558,13 +570,26 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         )
 
 
-def step_counts(point: DecodePoint) -> tuple[int, int]:
-    """(bytes, FLOPs) of the point's step: its batch spec's sequences, else its uniform
-    batch's at its context (model.formulas)."""
+def step_counts(point: DecodePoint) -> StepCounts:
+    """The bytes, FLOPs and KV-cache bytes of the point's step: its batch spec's
+    sequences, else its uniform batch's at its context (model.formulas)."""
     if point.batch_spec is not None:
-        counts = batch_step_counts(point.shape, serving.batch_of(point.batch_spec), point.dtype)
-        return counts.bytes, counts.flops
-    return step_totals(point.shape, point.batch, point.prompt_len, point.dtype, point.cached)
+        return batch_step_counts(point.shape, serving.batch_of(point.batch_spec), point.dtype)
+    shape = point.shape
+    step_bytes, step_flops = step_totals(
+        shape, point.batch, point.prompt_len, point.dtype, point.cached
+    )
+    kv_bytes = kv_cache_bytes(
+        1,
+        point.batch,
+        point.prompt_len,
+        shape.num_kv_heads,
+        shape.head_dim,
+        point.dtype,
+        tp=point.tp,
+        num_heads=shape.num_heads,
+    )
+    return StepCounts(step_bytes, step_flops, kv_bytes)
 
 
 def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
@@ -574,22 +599,7 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
     device = context.device if context.device is not None else torch.device("cpu")
     options = point.options
     prefills = point.times_prefill
-    step_bytes, step_flops = step_counts(point)
-    if point.batch_spec is not None:
-        kv_bytes = batch_step_counts(
-            shape, serving.batch_of(point.batch_spec), point.dtype
-        ).kv_bytes
-    else:
-        kv_bytes = kv_cache_bytes(
-            1,
-            point.batch,
-            point.prompt_len,
-            shape.num_kv_heads,
-            shape.head_dim,
-            point.dtype,
-            tp=point.tp,
-            num_heads=shape.num_heads,
-        )
+    counts = step_counts(point)
     paging = serving.paging(point) if point.block_size is not None else None
     counts_memory = prefills and options.prefill_memory
     length, element = point.prompt_len, dtype_bytes(point.dtype)
@@ -615,9 +625,9 @@ def analytic_record(point: DecodePoint, context: Context) -> DecodeRecord:
         model=point.model,
         published_kv_heads=point.published_kv_heads,
         baseline_provider=options.baseline_provider,
-        bytes_per_step=step_bytes,
-        flops_per_step=step_flops,
-        kv_bytes_per_gpu=kv_bytes if point.cached else None,
+        bytes_per_step=counts.bytes,
+        flops_per_step=counts.flops,
+        kv_bytes_per_gpu=counts.kv_bytes if point.cached else None,
         prefill_flops=prefill_flops(shape, point.batch, point.prompt_len) if prefills else None,
         batch_spec=point.batch_spec,
         block_size=point.block_size,
@@ -670,7 +680,8 @@ def prepared(
         if is_oom(exc):
             raise
         raise Unsupported(_first_reason(reasons, exc)) from None
-    reference = reference or serving.reference(point, reference_step)
+    if reference is None:  # a batch spec's is checked sequence by sequence
+        reference = ragged_reference if point.batch_spec is not None else reference_step
     wrong = check_output(out, reference(inputs))
     if wrong is not None:
         raise WrongOutput(wrong)
@@ -738,7 +749,7 @@ def prepare(
         layer = ranks.shard(layer)
     with torch.inference_mode(), PROVIDERS[point.provider].running():
         reference = ranks.reference if ranks else None
-        inputs = serving.inputs(local, layer, lambda: point_inputs(local, layer, device))
+        inputs = step_inputs(local, layer, device)
         work, status = _prepared(point, inputs, reference, ranks)
         if status is not None:
             rec.status = status

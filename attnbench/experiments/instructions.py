@@ -30,7 +30,6 @@ from torch.utils.benchmark import Timer
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import skip_status
 from ..modules.providers import PROVIDERS, Unsupported, Workload
-from . import serving
 from .context import Counted
 from .decode import (
     SEED,
@@ -40,8 +39,8 @@ from .decode import (
     build_layer,
     check,
     decode_bytes,
-    point_inputs,
     prepared,
+    step_inputs,
     unsupported_reason,
 )
 
@@ -188,8 +187,7 @@ def warmed_workload(point: DecodePoint) -> Workload:
     )
     options = point.options
     with running(point):
-        inputs = serving.inputs(point, layer, lambda: point_inputs(point, layer, CPU))
-        work = prepared(point, inputs)
+        work = prepared(point, step_inputs(point, layer, CPU))
         if work.step_setup is not None:
             raise Unsupported(NEEDS_SETUP)
         if options.prefill and work.prefill is not None:

@@ -13,11 +13,8 @@ Both are cached steps alone: no prefill, no generation, no step without the cach
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING
-
-import torch
 
 from ..errors import FieldError
 from ..model.batches import BatchSpec, parse_batch
@@ -27,7 +24,6 @@ from ..modules.attention import GroupedQueryAttention
 from ..modules.paged_cache import PagedKVCache, decode_step
 from ..modules.providers import PROVIDERS, DecodeInputs, Unsupported, Workload
 from ..modules.ragged import RaggedInputs, ragged_inputs, ragged_step
-from ..modules.ragged import reference_step as ragged_reference
 
 if TYPE_CHECKING:
     from .decode import DecodePoint
@@ -65,21 +61,10 @@ def is_serving(point: DecodePoint) -> bool:
     return point.batch_spec is not None or point.block_size is not None
 
 
-def inputs(
-    point: DecodePoint, layer: GroupedQueryAttention, uniform: Callable[[], DecodeInputs]
-) -> DecodeInputs | RaggedInputs:
-    """The inputs of the point's step: a batch spec's packed tokens and padded caches, else
-    the uniform batch's (`uniform`, decode.point_inputs)."""
-    if point.batch_spec is None:
-        return uniform()
-    sequences = [(s.q_len, s.kv_len) for s in batch_of(point.batch_spec).sequences]
+def batch_inputs(point: DecodePoint, layer: GroupedQueryAttention) -> RaggedInputs:
+    """The inputs of a batch spec's step: its sequences' packed tokens and padded caches."""
+    sequences = [(s.q_len, s.kv_len) for s in batch_of(point.batch_spec).sequences]  # type: ignore[arg-type]
     return ragged_inputs(layer, sequences, seed=SEED)
-
-
-def reference(point: DecodePoint, uniform: Callable[[DecodeInputs], torch.Tensor]) -> Callable:
-    """What the point's step must return, from its inputs: a batch spec's explicit
-    per-sequence reference, else the uniform step's (`uniform`)."""
-    return ragged_reference if point.batch_spec is not None else uniform
 
 
 def workload(point: DecodePoint, inputs: DecodeInputs | RaggedInputs) -> Workload:

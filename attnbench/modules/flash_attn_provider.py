@@ -66,8 +66,7 @@ def prepare_paged(cache: PagedKVCache, q: torch.Tensor) -> Callable[[], torch.Te
     check_query(cache, q)
     keys, values = (pool.permute(1, 2, 0, 3) for pool in (cache.k, cache.v))
     lengths = torch.tensor(cache.lengths, dtype=torch.int32, device=q.device)
-    blocks = max(cache.num_seq_blocks(seq) for seq in range(cache.batch_size))
-    table = cache.block_table[:, :blocks].clamp(min=0).contiguous()
+    table = cache.padded_table().contiguous()
     queries = q.transpose(1, 2)  # (batch, 1, heads, head_dim)
 
     def attend() -> torch.Tensor:

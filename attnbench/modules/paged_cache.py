@@ -190,6 +190,13 @@ class PagedKVCache(nn.Module):
         """Blocks sequence `seq` holds: ceil(length / block_size)."""
         return ceil_div(self._lengths[seq], self.block_size)
 
+    def padded_table(self) -> torch.Tensor:
+        """The block table cut to the longest sequence's blocks, (batch_size, blocks),
+        the entries past a shorter sequence's end block 0 (whose keys a reader masks or
+        leaves past the sequence's length)."""
+        blocks = max(self.num_seq_blocks(seq) for seq in range(self.batch_size))
+        return self.block_table[:, :blocks].clamp(min=0)
+
     def seq_blocks(self, seq: int) -> list[int]:
         """The physical blocks of sequence `seq`, in logical order."""
         return self.block_table[seq, : self.num_seq_blocks(seq)].tolist()
@@ -348,9 +355,9 @@ def prepare_gather(cache: PagedKVCache, q: torch.Tensor) -> PagedDecode:
     batch, _ = check_query(cache, q)
     kv_heads, size, dim = cache.num_kv_heads, cache.block_size, cache.head_dim
     lengths = cache.lengths
-    blocks = max(cache.num_seq_blocks(seq) for seq in range(batch))
-    # a padding entry reads block 0, whose keys the mask hides
-    index = cache.block_table[:, :blocks].clamp(min=0).reshape(-1).long()
+    table = cache.padded_table()  # a padding entry reads block 0, whose keys the mask hides
+    blocks = table.shape[1]
+    index = table.reshape(-1).long()
     pools = [p.view(kv_heads, cache.num_blocks, size * dim) for p in (cache.k, cache.v)]
     buffers = [p.new_empty(kv_heads, batch * blocks, size * dim) for p in pools]
     keys, values = (b.view(kv_heads, batch, blocks * size, dim).transpose(0, 1) for b in buffers)

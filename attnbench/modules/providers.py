@@ -178,16 +178,22 @@ CPU_KERNELS = (SDPBackend.MATH, SDPBackend.FLASH_ATTENTION)
 
 
 def _ragged(way: str, *args: object) -> Callable[[], Callable]:
-    """modules.ragged's implementation `way`, made with `args` when asked (modules.ragged
-    imports this module); `reference` is one as it is."""
+    """The implementation modules.ragged's `way` makes with `args`, made when asked
+    (modules.ragged imports this module)."""
 
     def implementation() -> Callable:
         from . import ragged
 
-        made = getattr(ragged, way)
-        return made if way == "reference" else made(*args)
+        return getattr(ragged, way)(*args)
 
     return implementation
+
+
+def _ragged_reference() -> Callable:
+    """modules.ragged's explicit reference, an implementation as it is."""
+    from . import ragged
+
+    return ragged.reference
 
 
 def _pinned(name: str, kernel: SDPBackend, what: str, score_bytes: int = 0) -> Provider:
@@ -282,7 +288,7 @@ PROVIDERS: dict[str, Provider] = {
             backend="naive",
             score_bytes=NAIVE_SCORE_BYTES,
             splits_heads=True,
-            ragged=_ragged("reference"),
+            ragged=_ragged_reference,
         ),
         _pinned("sdpa-math", SDPBackend.MATH, "math", score_bytes=MATH_SCORE_BYTES),
         _pinned("sdpa-flash", SDPBackend.FLASH_ATTENTION, "flash"),

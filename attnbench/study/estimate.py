@@ -47,7 +47,8 @@ def point_seconds(point: object, device: torch.device | None, options: object) -
             slowdown * max(flops / speed.flops, nbytes / speed.bytes_per_s) + calls * speed.call_s
         )
 
-    calls = [seconds(*step_counts(p), 1)]
+    counts = step_counts(p)
+    calls = [seconds(counts.bytes, counts.flops, 1)]
     if p.times_prefill:
         calls.append(seconds(0, prefill_flops(shape, p.batch, p.prompt_len), 1))
     if p.gen_len:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -31,13 +32,7 @@ SPECS = {
 
 def spec_point(spec: str, kv_heads: int, provider: str, **options) -> decode.DecodePoint:
     point = decode_point(**SHAPE, num_kv_heads=kv_heads, batch=1, prompt_len=1, batch_spec=spec)
-    return with_options(replace_provider(point, provider), {**FAST, **options})
-
-
-def replace_provider(point: decode.DecodePoint, provider: str) -> decode.DecodePoint:
-    from dataclasses import replace
-
-    return replace(point, provider=provider)
+    return with_options(replace(point, provider=provider), {**FAST, **options})
 
 
 @pytest.mark.parametrize("kind", SPECS)
@@ -119,7 +114,7 @@ def paged_point(block_size, provider="attnbench", kv_heads=2, **fields):
     point = decode_point(
         **SHAPE, num_kv_heads=kv_heads, batch=3, prompt_len=37, block_size=block_size, **fields
     )
-    return with_options(replace_provider(point, provider), FAST)
+    return with_options(replace(point, provider=provider), FAST)
 
 
 @pytest.mark.parametrize("block_size", [1, 16, 64])
@@ -219,7 +214,7 @@ def test_prefill_memory_is_counted_beside_the_score_matrix():
     assert record.prefill_peak_method == "cpu-profiler"
     assert record.prefill_peak_bytes > 2 * scores  # more than the scores: their softmax too
     assert record.prefill_peak_bytes == pytest.approx(record.prefill_analytic_bytes, rel=0.1)
-    flash = decode.run(replace_provider(math, "sdpa-flash"), Context(CPU))
+    flash = decode.run(replace(math, provider="sdpa-flash"), Context(CPU))
     assert flash.prefill_peak_bytes < scores
 
 

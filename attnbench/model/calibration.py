@@ -9,14 +9,16 @@ plus step_traffic_bytes(shape, B, S, S) (the prompt's K/V written and read back,
 activations). Points under tensor parallelism are left out: their step includes the
 all-reduces, which the single-device roofline does not see.
 
-The fit: each sample's time is t = max(u * a, v * c) + o, with a = bytes / bandwidth and
-c = flops / peak (the times at the datasheet peaks), u = 1 / efficiency_bw,
-v = 1 / efficiency_flops and o the overhead. Once every sample is assigned the bound it
-sits on, t is linear in (u, v, o); the fit alternates between assigning the bounds (from
-the defaults first, then from the last fit) and solving the linear least squares on the
-relative error (each row divided by its measured t), until the assignment no longer
-changes. An overhead fitted below 0 is refitted at 0. A bound no sample sits on leaves its
-efficiency at the default, and the model's `source` says so.
+The fit: each sample's time is t = max(u * a + w * k, v * c) + o, with a = (bytes -
+kv_bytes) / bandwidth, k = kv_bytes / bandwidth and c = flops / peak (the times at the
+peaks), u = 1 / efficiency_bw, w = 1 / efficiency_kv, v = 1 / efficiency_flops and o the
+overhead. Once every sample is assigned the bound it sits on, t is linear in (u, w, v, o);
+the fit alternates between assigning the bounds (from the defaults first, then from the
+last fit) and solving the linear least squares on the relative error (each row divided by
+its measured t), until the assignment no longer changes. An overhead fitted below 0 is
+refitted at 0. A bound no sample sits on leaves its efficiency at the default, and the
+model's `source` says so; samples that read no KV cache, or whose cache bytes rise and
+fall with their other bytes, leave efficiency_kv unset (efficiency_bw).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from .shapes import AttentionShape
 #: Samples shorter than this are left out of a fit: timer resolution and launch jitter
 #: dominate them.
 MIN_TIME_S = 1e-6
-#: The fewest samples a fit accepts: three unknowns.
-MIN_SAMPLES = 3
+#: The fewest samples a fit accepts: four unknowns.
+MIN_SAMPLES = 4
 #: The most rounds of assigning bounds and solving before the fit gives up.
 MAX_ROUNDS = 50
 #: The kinds of sample: a cached decode step, and a prefill.
@@ -48,13 +50,15 @@ STEP, PREFILL = "step", "prefill"
 
 @dataclass(frozen=True)
 class Sample:
-    """One measured time, with the bytes and FLOPs it moved and computed."""
+    """One measured time, with the bytes and FLOPs it moved and computed; `kv_bytes` of
+    the bytes are the KV cache the attention read."""
 
     bytes: int
     flops: int
     time_s: float
     dtype: str
     kind: str
+    kv_bytes: int = 0
 
 
 def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) -> list[Sample]:
@@ -69,8 +73,9 @@ def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) ->
             continue
         if r.get("bytes_per_step") and r.get("flops_per_step") is not None:
             step_s = r["step_ms_median"] * 1e-3
+            kv = r.get("kv_bytes_per_gpu") or 0
             samples.append(
-                Sample(r["bytes_per_step"], r["flops_per_step"], step_s, r["dtype"], STEP)
+                Sample(r["bytes_per_step"], r["flops_per_step"], step_s, r["dtype"], STEP, kv)
             )
         if r.get("prefill_ms_median") is not None and r.get("prefill_flops") is not None:
             prefill_s = r["prefill_ms_median"] * 1e-3
@@ -120,14 +125,16 @@ def calibrate(
             f"calibration needs at least {MIN_SAMPLES} timed samples of "
             f"{min_time_s * 1e6:g} us or more, got {len(kept)}"
         )
-    a = np.array([s.bytes / bandwidth for s in kept])
+    a = np.array([(s.bytes - s.kv_bytes) / bandwidth for s in kept])
+    k = np.array([s.kv_bytes / bandwidth for s in kept])
     c = np.array([s.flops / _peak(peak_flops_by_dtype, s.dtype) for s in kept])
     t = np.array([s.time_s for s in kept])
-    u, v = 1 / DEFAULT_MODEL.efficiency_bw, 1 / DEFAULT_MODEL.efficiency_flops
-    compute = v * c > u * a
+    u = w = 1 / DEFAULT_MODEL.efficiency_bw
+    v = 1 / DEFAULT_MODEL.efficiency_flops
+    compute = v * c > u * a + w * k
     for _ in range(MAX_ROUNDS):
-        u, v, o = _solve(a, c, t, compute, u, v)
-        bounds = v * c > u * a
+        u, w, v, o, split = _solve(a, k, c, t, compute, (u, w, v))
+        bounds = v * c > u * a + w * k
         if (bounds == compute).all():
             break
         compute = bounds
@@ -135,7 +142,7 @@ def calibrate(
         raise UsageError(
             f"calibration did not settle in {MAX_ROUNDS} rounds: the samples fit no roofline"
         )
-    for name, inverse in (("efficiency_bw", u), ("efficiency_flops", v)):
+    for name, inverse in (("efficiency_bw", u), ("efficiency_kv", w), ("efficiency_flops", v)):
         if not 1 / MAX_EFFICIENCY <= inverse < np.inf:
             raise UsageError(
                 f"calibration gave {name} {1 / inverse if inverse else float('inf'):.3g}, "
@@ -147,26 +154,54 @@ def calibrate(
     elif not compute.any():
         note = "; efficiency_flops left at its default: no compute-bound sample"
     return PerfModel(
-        float(1 / u), float(1 / v), float(o), f"calibrated from {len(kept)} {source}{note}"
+        float(1 / u),
+        float(1 / v),
+        float(o),
+        f"calibrated from {len(kept)} {source}{note}",
+        efficiency_kv=float(1 / w) if split else None,
     )
 
 
 def _solve(
-    a: np.ndarray, c: np.ndarray, t: np.ndarray, compute: np.ndarray, u: float, v: float
-) -> tuple[float, float, float]:
-    """(u, v, o) of the least relative squares with each sample on its bound `compute`
-    (else memory); the coefficient of a bound no sample sits on keeps its value, and an
-    overhead fitted below 0 is refitted at 0."""
-    columns = {0: np.where(compute, 0.0, a), 1: np.where(compute, c, 0.0), 2: np.ones_like(t)}
-    held = {0: u, 1: v}
-    free = [i for i in (0, 1) if columns[i].any()]
-    rest = t - sum(held[i] * columns[i] for i in (0, 1) if i not in free)
-    for use in ([*free, 2], free):
+    a: np.ndarray,
+    k: np.ndarray,
+    c: np.ndarray,
+    t: np.ndarray,
+    compute: np.ndarray,
+    held: tuple[float, float, float],
+) -> tuple[float, float, float, float, bool]:
+    """(u, w, v, o, split) of the least relative squares with each sample on its bound
+    `compute` (else memory). The cache's coefficient w is fitted apart (`split`) when the
+    memory-bound samples tell it from u, else it is u; a bound no sample sits on keeps
+    its coefficients (`held`), and an overhead fitted below 0 is refitted at 0."""
+    memory = ~compute
+    columns = {
+        0: np.where(memory, a, 0.0),
+        1: np.where(memory, k, 0.0),
+        2: np.where(compute, c, 0.0),
+        3: np.ones_like(t),
+    }
+    split = columns[1].any() and _rank([columns[0] / t, columns[1] / t]) == 2
+    if not split:  # one coefficient for all the bytes
+        columns[0], columns[1] = columns[0] + columns[1], np.zeros_like(t)
+    values = dict(enumerate(held))
+    free = [i for i in (0, 1, 2) if columns[i].any()]
+    rest = t - sum(values[i] * columns[i] for i in (0, 1, 2) if i not in free)
+    for use in ([*free, 3], free):
         fitted = _lstsq([columns[i] / t for i in use], rest / t)
-        values = {**held, 2: 0.0, **dict(zip(use, map(float, fitted), strict=True))}
-        if values[2] >= 0:
+        values = {
+            **dict(enumerate(held)),
+            3: 0.0,
+            **dict(zip(use, map(float, fitted), strict=True)),
+        }
+        if values[3] >= 0:
             break
-    return values[0], values[1], values[2]
+    w = values[1] if split else values[0]
+    return values[0], w, values[2], values[3], bool(split)
+
+
+def _rank(columns: list[np.ndarray]) -> int:
+    return int(np.linalg.matrix_rank(np.stack(columns, axis=1)))
 
 
 def _lstsq(columns: list[np.ndarray], target: np.ndarray) -> np.ndarray:
@@ -205,7 +240,8 @@ def check(
     """The model's prediction for every sample, beside its measured time."""
     rows = []
     for s in samples:
-        roof = predict(s.bytes, s.flops, bandwidth, _peak(peak_flops_by_dtype, s.dtype), model)
+        peak = _peak(peak_flops_by_dtype, s.dtype)
+        roof = predict(s.bytes, s.flops, bandwidth, peak, model, kv_bytes=s.kv_bytes)
         rows.append(CheckRow(s, roof.time_s, roof.bound))
     return rows
 
@@ -220,6 +256,7 @@ def median_abs_error(rows: Sequence[CheckRow]) -> float:
 #: The fields of a calibration file, and whether each must be given.
 MODEL_FIELDS = {
     "efficiency_bw": True,
+    "efficiency_kv": False,
     "efficiency_flops": True,
     "overhead_s": True,
     "source": False,
@@ -257,4 +294,10 @@ def load_model(path_or_dict: str | Path | Mapping[str, Any]) -> PerfModel:
     source = doc.get("source", f"loaded from {where}")
     if not isinstance(source, str):
         raise FieldError("source", source, "must be text")
-    return PerfModel(doc["efficiency_bw"], doc["efficiency_flops"], doc["overhead_s"], source)
+    return PerfModel(
+        doc["efficiency_bw"],
+        doc["efficiency_flops"],
+        doc["overhead_s"],
+        source,
+        efficiency_kv=doc.get("efficiency_kv"),
+    )

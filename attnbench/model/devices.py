@@ -32,6 +32,9 @@ PEAK_DTYPES: tuple[str, ...] = ("float32", "tfloat32", "bfloat16", "float16", "f
 #: attnbench's dtypes whose peak goes by another name.
 _PEAK_NAME = {"float8_e4m3fn": "float8", "float8_e5m2": "float8"}
 
+#: The device name that stands for this machine: the peaks it measures, not a datasheet's.
+THIS_DEVICE = "this"
+
 _T = 1e12  # tera
 _G = 1e9  # giga
 
@@ -240,7 +243,7 @@ def device_spec(name: str) -> DeviceSpec:
     if spec is None:
         names = ", ".join(DEVICES)
         raise FieldError(
-            "device", name, f"is not one of: {names}{closest(str(name).lower(), DEVICES)}"
+            "gpu", name, f"is not one of: {names}{closest(str(name).lower(), DEVICES)}"
         )
     return spec
 

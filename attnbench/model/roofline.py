@@ -1,12 +1,19 @@
 """A roofline performance model: the time of a step from the bytes it moves and the FLOPs
 it computes, on a device of a given bandwidth and peak throughput.
 
-    time = max(bytes / (efficiency_bw * bandwidth), flops / (efficiency_flops * peak))
+    time = max(other_bytes / (efficiency_bw * bandwidth)
+               + kv_bytes / (efficiency_kv * bandwidth),
+               flops / (efficiency_flops * peak))
            + overheads * overhead_s
 
 The efficiencies are the shares of the datasheet peaks a real kernel reaches; `overhead_s`
 is the fixed cost of one layer's step (kernel launches, synchronisation) that no roofline
-sees. Defaults (DEFAULT_MODEL) or a calibration from measured runs (model/calibration.py)
+sees. The bytes the attention reads from the KV cache (`kv_bytes`) may stream at a share
+of their own, `efficiency_kv`: the weights are read by a few large matrix-vector
+products, the cache by one small one per sequence and head with a softmax between, which
+reach less of the bandwidth (on a 2-core CPU, a third of the weights' rate). Unset, it is
+efficiency_bw, and the memory term is bytes / (efficiency_bw * bandwidth), the plain
+roofline. Defaults (DEFAULT_MODEL) or a calibration from measured runs (model/calibration.py)
 set them. The ridge point and the bound are taken against the *effective* peaks, so that
 `bound` always names the term of the max that sets the time.
 
@@ -77,20 +84,38 @@ ALLREDUCE_LATENCY_S = 5e-6
 class PerfModel:
     """What a roofline needs besides the device: the shares of peak bandwidth and peak
     FLOP/s a step reaches, the fixed time of one layer's step, and where they came from
-    ("defaults" or "calibrated from ...")."""
+    ("defaults" or "calibrated from ..."); `efficiency_kv`, the share of the bandwidth at
+    which the KV cache is read, is efficiency_bw when None."""
 
     efficiency_bw: float
     efficiency_flops: float
     overhead_s: float
     source: str
+    efficiency_kv: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("efficiency_bw", "efficiency_flops"):
+        for name in ("efficiency_bw", "efficiency_flops", "efficiency_kv"):
             value = getattr(self, name)
+            if name == "efficiency_kv" and value is None:
+                continue
             if not _number(value) or not 0 < value <= MAX_EFFICIENCY:
                 raise FieldError(name, value, f"must be a number in (0, {MAX_EFFICIENCY}]")
         if not _number(self.overhead_s) or not 0 <= self.overhead_s < math.inf:
             raise FieldError("overhead_s", self.overhead_s, "must be a number >= 0 (seconds)")
+
+    @property
+    def kv_efficiency(self) -> float:
+        """The share of the bandwidth at which the KV cache is read."""
+        return self.efficiency_bw if self.efficiency_kv is None else self.efficiency_kv
+
+    def describe(self) -> str:
+        """The parameters in one line, as every prediction states them."""
+        kv = "" if self.efficiency_kv is None else f", efficiency_kv {self.efficiency_kv:.3g}"
+        return (
+            f"efficiency_bw {self.efficiency_bw:.3g}{kv}, efficiency_flops "
+            f"{self.efficiency_flops:.3g}, overhead {self.overhead_s * 1e6:.3g} us per layer "
+            f"({self.source})"
+        )
 
 
 def _number(value: object) -> bool:
@@ -127,22 +152,29 @@ def predict(
     peak_flops: float,
     model: PerfModel = DEFAULT_MODEL,
     overheads: int = 1,
+    kv_bytes: int = 0,
 ) -> Roofline:
-    """The roofline time of moving `bytes` and computing `flops` at `bandwidth` (bytes/s)
-    and `peak_flops` (FLOP/s), paying model.overhead_s `overheads` times (a whole model:
-    once per layer)."""
-    if bytes <= 0 or flops < 0:
-        raise ValueError(f"a step moves bytes > 0 and computes flops >= 0, got {bytes}, {flops}")
+    """The roofline time of moving `bytes` (`kv_bytes` of them read from the KV cache) and
+    computing `flops` at `bandwidth` (bytes/s) and `peak_flops` (FLOP/s), paying
+    model.overhead_s `overheads` times (a whole model: once per layer)."""
+    if bytes <= 0 or flops < 0 or not 0 <= kv_bytes <= bytes:
+        raise ValueError(
+            f"a step moves bytes > 0, kv_bytes of them, and computes flops >= 0, got "
+            f"{bytes}, {kv_bytes}, {flops}"
+        )
     if bandwidth <= 0 or peak_flops <= 0:
         raise ValueError(f"bandwidth and peak_flops must be > 0, got {bandwidth}, {peak_flops}")
-    memory_s = bytes / (model.efficiency_bw * bandwidth)
+    memory_s = (bytes - kv_bytes) / (model.efficiency_bw * bandwidth)
+    memory_s += kv_bytes / (model.kv_efficiency * bandwidth)
     compute_s = flops / (model.efficiency_flops * peak_flops)
+    # the ridge against the bandwidth this step's mix of bytes streams at
+    effective_bw = bytes / memory_s
     return Roofline(
         time_s=max(memory_s, compute_s) + overheads * model.overhead_s,
         bytes=bytes,
         flops=flops,
         intensity=flops / bytes,
-        ridge=(model.efficiency_flops * peak_flops) / (model.efficiency_bw * bandwidth),
+        ridge=(model.efficiency_flops * peak_flops) / effective_bw,
         bound="compute" if compute_s > memory_s else "memory",
     )
 
@@ -313,6 +345,7 @@ def predict_counts(
         flops_for(device, dtype),
         model,
         overheads=counts.layers,
+        kv_bytes=counts.kv_bytes,
     )
     per_allreduce = allreduce_s(counts.allreduce_bytes, tp, device.interconnect_bandwidth)
     return ModelPrediction(counts, roof, counts.allreduces * per_allreduce)

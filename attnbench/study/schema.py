@@ -15,22 +15,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES
+from ..model.devices import DEVICES, THIS_DEVICE
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
 from ..model.what_if import KV_HEAD_WORDS
 from ..modules.providers import PROVIDER_ALIASES, PROVIDERS
 
 #: Sections a sweep file may hold besides defaults, sweep and models; `run` runs these.
-SECTIONS = ("params", "kvmem", "decode", "fit")
+SECTIONS = ("params", "kvmem", "decode", "fit", "predict")
 #: Sections `run` runs when the file names none.
 DEFAULT_SECTIONS = ("params", "kvmem", "decode")
 FILE_KEYS = ("defaults", "sweep", "models", *SECTIONS)
 
 SHAPE_FIELDS = ("d_model", "num_heads", "num_kv_heads", "head_dim")
-_SHAPE = ("params", "kvmem", "decode")
+_SHAPE = ("params", "kvmem", "decode", "predict")
 _CACHE = ("kvmem", "fit")
 _UNSET = object()
 #: The default of batch and tp, one per section that has one.
-_ONE = {"kvmem": 1, "decode": 1}
+_ONE = {"kvmem": 1, "decode": 1, "predict": 1}
 
 # Upper bounds of the integer fields: far above any real model or run, low enough that no
 # size computed from them overflows a tensor's 64-bit element count or takes a list per
@@ -153,7 +154,7 @@ FIELDS: dict[str, Field] = {
     ),
     "batch": Field(
         int,
-        ("kvmem", "decode", "fit"),
+        ("kvmem", "decode", "fit", "predict"),
         "Batch sizes, comma-separated (fit: the longest context at this batch).",
         maximum=MAX_TOKENS,
         default=_ONE,
@@ -164,23 +165,26 @@ FIELDS: dict[str, Field] = {
     ),
     "seq_len": Field(
         int,
-        _CACHE,
+        (*_CACHE, "predict"),
         "Cached tokens, comma-separated (fit: the largest batch at this context).",
         maximum=MAX_TOKENS,
         default={"kvmem": 2048},
         flag_help={
             "kvmem": "Cached tokens, comma-separated (default 2048).",
             "fit": "Contexts, comma-separated: the largest batch that fits at each.",
+            "predict": "Contexts, comma-separated: a prefill of S tokens (time to first "
+            "token) and a decode step with S cached (time per output token).",
         },
     ),
     "dtype": Field(
         str,
-        ("kvmem", "decode"),
+        ("kvmem", "decode", "predict"),
         "float32, float16 or bfloat16 (default: the model's, else "
-        "float16 for kvmem and float32 for decode).",
+        "float16 for kvmem, float32 for decode and bfloat16 for predict).",
         choices=MODEL_DTYPES,
-        default={"kvmem": "float16", "decode": "float32"},
+        default={"kvmem": "float16", "decode": "float32", "predict": "bfloat16"},
         flag_help={
+            "predict": "float32, float16 or bfloat16 (default: the model's, else bfloat16).",
             "kvmem": "float32, float16 or bfloat16 (default: the model's, else float16).",
             "decode": "float32, float16 or bfloat16 (default: the model's, else float32).",
         },
@@ -225,7 +229,7 @@ FIELDS: dict[str, Field] = {
     ),
     "kv_dtype": Field(
         str,
-        _CACHE,
+        (*_CACHE, "predict"),
         f"Cache dtypes: {', '.join(KV_DTYPES)} (default: dtype, or the model's).",
         choices=KV_DTYPES,
         flag_help={
@@ -266,7 +270,7 @@ FIELDS: dict[str, Field] = {
     "page_size": Field(int, _CACHE, "Paged blocks of P tokens.", maximum=MAX_TOKENS),
     "tp": Field(
         int,
-        (*_CACHE, "decode"),
+        (*_CACHE, "decode", "predict"),
         "Tensor-parallel ranks, comma-separated (fit: default gpus; decode-speed: one "
         "value, as many as torchrun's ranks).",
         maximum=MAX_GPUS,
@@ -277,6 +281,8 @@ FIELDS: dict[str, Field] = {
             "decode": "Tensor-parallel ranks: one value, as many as torchrun starts "
             f"(default {_ONE['decode']}).",
             "fit": "Tensor-parallel ranks, comma-separated (default: {gpus}).",
+            "predict": "Tensor-parallel ranks, comma-separated: the step of one rank, with "
+            "its all-reduces over the GPU's interconnect (default 1).",
         },
     ),
     # one batch's sequence lengths: a list that replaces batch and seq_len (not an axis)
@@ -307,6 +313,44 @@ FIELDS: dict[str, Field] = {
         ("fit",),
         "Per GPU, for activations and runtime: 10% or 4GiB.",
         default="10%",
+    ),
+    # the device a prediction is for, and its performance model (predict, fit)
+    "gpu": Field(
+        str,
+        ("predict", "fit"),
+        f"A named GPU ({', '.join(DEVICES)}), comma-separated, or {THIS_DEVICE}: the "
+        "peaks this machine measures (predict).",
+        choices=(*DEVICES, THIS_DEVICE),
+        default={"predict": THIS_DEVICE},
+        flag_help={
+            "predict": f"Named GPUs, comma-separated: {', '.join(DEVICES)}; or "
+            f"{THIS_DEVICE}, the peaks this machine measures (default {THIS_DEVICE}).",
+            "fit": f"A named GPU ({', '.join(DEVICES)}): its memory (unless {{memory}}) "
+            "and the peaks that time {tpot} and {ttft}.",
+        },
+    ),
+    "calibration": Field(
+        str,
+        ("predict", "fit"),
+        "A calibration file, as the calibrate option of predict writes it (default: the "
+        "stated defaults).",
+        axis=False,
+    ),
+    "tpot": Field(
+        str,
+        ("fit",),
+        "The most time per output token, with its unit: 50ms, 0.05s (needs gpu).",
+        axis=False,
+        flag_help="The most time per output token, with its unit: 50ms, 0.05s (needs {gpu}).",
+    ),
+    "ttft": Field(
+        str,
+        ("fit",),
+        "The most time to first token, the prefill of one sequence of seq_len tokens: "
+        "2s, 500ms (needs gpu).",
+        axis=False,
+        flag_help="The most time to first token, the prefill of one sequence of "
+        "{seq_len} tokens: 2s, 500ms (needs {gpu}).",
     ),
     # scalar options
     "device": Field(

@@ -78,15 +78,41 @@ def test_memory_bound_samples_leave_the_flops_efficiency_at_its_default():
 def test_an_overhead_below_zero_is_fitted_at_zero():
     samples = [
         Sample(b, b, b / 0.5e12 * (0.9 if b < 10**7 else 1.0), "bfloat16", STEP)
-        for b in (10**6, 10**8, 10**9)
+        for b in (10**6, 10**7 + 1, 10**8, 10**9)
     ]
     fit = calibrate(samples, BANDWIDTH, PEAKS)
     assert fit.overhead_s == 0.0
 
 
+def kv_samples(model: PerfModel) -> list[Sample]:
+    """Memory-bound steps whose KV-cache share of the bytes varies from none to most."""
+    samples = []
+    for weights in (10**7, 10**8, 10**9):
+        for kv in (0, weights // 4, weights, 4 * weights):
+            b = weights + kv
+            t = predict(b, b, BANDWIDTH, PEAKS["bfloat16"], model, kv_bytes=kv).time_s
+            samples.append(Sample(b, b, t, "bfloat16", STEP, kv))
+    return samples
+
+
+def test_calibration_tells_the_cache_s_bandwidth_from_the_weights():
+    truth = PerfModel(0.9, 0.6, 5e-6, "the truth", efficiency_kv=0.3)
+    fit = calibrate(kv_samples(truth), BANDWIDTH, PEAKS)
+    assert fit.efficiency_bw == pytest.approx(0.9)
+    assert fit.efficiency_kv == pytest.approx(0.3)
+    assert fit.overhead_s == pytest.approx(5e-6)
+    assert median_abs_error(check(kv_samples(truth), BANDWIDTH, PEAKS, fit)) < 1e-9
+
+
+def test_samples_without_a_cache_leave_its_efficiency_unset():
+    fit = calibrate(synthetic(TRUE), BANDWIDTH, PEAKS)
+    assert fit.efficiency_kv is None
+    assert fit.kv_efficiency == fit.efficiency_bw
+
+
 def test_too_few_samples_are_refused():
     samples = synthetic(TRUE)[:2]
-    with pytest.raises(UsageError, match="at least 3"):
+    with pytest.raises(UsageError, match="at least 4"):
         calibrate(samples, BANDWIDTH, PEAKS)
     with pytest.raises(UsageError, match="got 0"):
         calibrate(synthetic(TRUE), BANDWIDTH, PEAKS, min_time_s=10.0)
@@ -169,7 +195,13 @@ def test_a_file_without_source_says_where_it_came_from():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("efficiency_bw", -0.5), ("efficiency_flops", "fast"), ("overhead_s", -1), ("source", 3)],
+    [
+        ("efficiency_bw", -0.5),
+        ("efficiency_kv", -0.2),
+        ("efficiency_flops", "fast"),
+        ("overhead_s", -1),
+        ("source", 3),
+    ],
 )
 def test_a_bad_field_of_a_calibration_file_is_named(field, value):
     with pytest.raises(FieldError) as err:

@@ -95,9 +95,9 @@ def test_lookup_ignores_case(name):
 def test_an_unknown_device_names_the_value_and_the_devices():
     with pytest.raises(FieldError) as err:
         device_spec("h100")
-    assert err.value.field == "device"
+    assert err.value.field == "gpu"
     message = str(err.value)
-    assert message.startswith("device: h100: is not one of: h100-sxm, h100-pcie")
+    assert message.startswith("gpu: h100: is not one of: h100-sxm, h100-pcie")
     assert all(name in message for name in DEVICES)
 
 

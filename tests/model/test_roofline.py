@@ -178,3 +178,22 @@ def test_mla_is_not_modelled():
 def test_a_bad_batch_is_named():
     with pytest.raises(FieldError, match="batch"):
         decode_counts(get_preset("llama-2-7b"), 0, 10, "bfloat16")
+
+
+def test_the_cache_s_bytes_stream_at_their_own_efficiency():
+    model = PerfModel(1.0, 1.0, 0.0, "test", efficiency_kv=0.25)
+    roof = predict(2 * 10**9, 0, 1e12, 1e14, model, kv_bytes=10**9)
+    assert roof.time_s == pytest.approx(1e-3 + 4e-3)
+    assert roof.ridge == pytest.approx(1e14 / (2e9 / 5e-3))
+    unset = PerfModel(0.5, 1.0, 0.0, "test")
+    assert predict(2 * 10**9, 0, 1e12, 1e14, unset, kv_bytes=10**9).time_s == pytest.approx(4e-3)
+    with pytest.raises(ValueError, match="kv_bytes"):
+        predict(10**9, 0, 1e12, 1e14, model, kv_bytes=2 * 10**9)
+
+
+def test_a_model_states_its_parameters():
+    model = PerfModel(0.8, 0.6, 10e-6, "defaults", efficiency_kv=0.35)
+    assert model.describe() == (
+        "efficiency_bw 0.8, efficiency_kv 0.35, efficiency_flops 0.6, overhead 10 us per "
+        "layer (defaults)"
+    )

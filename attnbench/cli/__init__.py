@@ -21,6 +21,7 @@ SHORT_HELP = {
     "decode-speed": "Prefill and decode-step latency, with and without the cache",
     "compare": "Gate results against a baseline: exit 1 on a regression",
     "fit": "The largest batch or longest context that fits in memory",
+    "predict": "Prefill and decode times on a named GPU, from a roofline",
     "models": "List the model presets: attention shapes and sources",
     "env": "Print the environment recorded with every result",
     "selfcheck": "Check backends, cached decode and KV-cache sizes on a device",
@@ -138,7 +139,7 @@ def root(
 
 # Each module registers its commands on `app`; `--help` lists them in this order.
 from . import run_cmd  # noqa: E402,F401,I001  (first: the main job)
-from . import params_cmd, kvmem_cmd, decode_cmd, compare_cmd, fit_cmd, info_cmd  # noqa: E402,F401,I001
+from . import params_cmd, kvmem_cmd, decode_cmd, compare_cmd, fit_cmd, predict_cmd, info_cmd  # noqa: E402,F401,I001
 from . import ab_cmd  # noqa: E402,F401,I001
 from . import history_cmd  # noqa: E402,F401,I001
 

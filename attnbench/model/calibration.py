@@ -4,10 +4,10 @@ against them, and reading a calibration file.
 Samples come from a results document's decode records: the cached step of each timed
 point (bytes_per_step, flops_per_step, step_ms_median) and, where it was timed, its
 prefill (prefill_flops, prefill_ms_median). A record carries no prefill bytes: they are
-counted as formulas counts a cached step of S new tokens attending S keys, the weights
-plus step_traffic_bytes(shape, B, S, S) (the prompt's K/V written and read back, and its
-activations). Points under tensor parallelism are left out: their step includes the
-all-reduces, which the single-device roofline does not see.
+counted as one layer's step of S new tokens attending S keys (roofline.layer_counts: the
+weights, the prompt's K/V written and read back, and its activations). Points under
+tensor parallelism are left out: their step includes the all-reduces, which the
+single-device roofline does not see.
 
 The fit: each sample's time is t = max(u * a + w * k, v * c) + o, with a = (bytes -
 kv_bytes) / bandwidth, k = kv_bytes / bandwidth and c = flops / peak (the times at the
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import FieldError, UsageError, closest
-from .formulas import step_traffic_bytes, weight_bytes
-from .roofline import DEFAULT_MODEL, MAX_EFFICIENCY, PerfModel, predict
+from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
+from .roofline import DEFAULT_MODEL, MAX_EFFICIENCY, ModelCounts, PerfModel, layer_counts, predict
 from .shapes import AttentionShape
 
 #: Samples shorter than this are left out of a fit: timer resolution and launch jitter
@@ -59,6 +59,8 @@ class Sample:
     dtype: str
     kind: str
     kv_bytes: int = 0
+    #: What was measured, for a reader: 'step d4096 h32/8 b4 s1024'.
+    label: str = ""
 
 
 def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) -> list[Sample]:
@@ -74,14 +76,35 @@ def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) ->
         if r.get("bytes_per_step") and r.get("flops_per_step") is not None:
             step_s = r["step_ms_median"] * 1e-3
             kv = r.get("kv_bytes_per_gpu") or 0
+            label = f"{STEP} {_point(r)}"
             samples.append(
-                Sample(r["bytes_per_step"], r["flops_per_step"], step_s, r["dtype"], STEP, kv)
+                Sample(
+                    r["bytes_per_step"], r["flops_per_step"], step_s, r["dtype"], STEP, kv, label
+                )
             )
         if r.get("prefill_ms_median") is not None and r.get("prefill_flops") is not None:
             prefill_s = r["prefill_ms_median"] * 1e-3
-            bytes_ = prefill_bytes(r)
-            samples.append(Sample(bytes_, r["prefill_flops"], prefill_s, r["dtype"], PREFILL))
+            counts = prefill_counts(r)
+            samples.append(
+                Sample(
+                    counts.bytes,
+                    r["prefill_flops"],
+                    prefill_s,
+                    r["dtype"],
+                    PREFILL,
+                    counts.kv_bytes,
+                    f"{PREFILL} {_point(r)}",
+                )
+            )
     return samples
+
+
+def _point(record: Mapping[str, Any]) -> str:
+    """A record's point in a few characters: 'd4096 h32/8 b4 s1024 float32'."""
+    shape = f"d{record['d_model']} h{record['num_heads']}/{record['num_kv_heads']}"
+    provider = record.get("provider")
+    tail = f" {provider}" if provider and provider != "attnbench" else ""
+    return f"{shape} b{record['batch']} s{record['prompt_len']}{tail}"
 
 
 def _decode_records(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -92,15 +115,14 @@ def _decode_records(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return doc.get("records") or []
 
 
-def prefill_bytes(record: Mapping[str, Any]) -> int:
-    """Bytes of a record's prefill of prompt_len tokens: the weights, and the traffic of
-    one cached step of prompt_len new tokens attending prompt_len keys."""
+def prefill_counts(record: Mapping[str, Any]) -> ModelCounts:
+    """The counts of a record's prefill of prompt_len tokens: one layer's step of
+    prompt_len new tokens attending prompt_len keys (roofline.layer_counts)."""
     shape = AttentionShape(
         record["d_model"], record["num_heads"], record["num_kv_heads"], record["head_dim"]
     )
-    dtype, prompt = record["dtype"], record["prompt_len"]
-    traffic = step_traffic_bytes(shape, record["batch"], prompt, prompt, dtype)
-    return weight_bytes(shape, dtype) + traffic
+    prompt = record["prompt_len"]
+    return layer_counts(shape, record["batch"], prompt, prompt, record["dtype"])
 
 
 def _peak(peaks: Mapping[str, float], dtype: str) -> float:
@@ -114,7 +136,7 @@ def calibrate(
     bandwidth: float,
     peak_flops_by_dtype: Mapping[str, float],
     min_time_s: float = MIN_TIME_S,
-    source: str = "samples",
+    source: str = "the samples",
 ) -> PerfModel:
     """The model that fits `samples` best in relative error (see the module's notes);
     UsageError when too few samples are left or the fit is degenerate. `source` names
@@ -157,9 +179,15 @@ def calibrate(
         float(1 / u),
         float(1 / v),
         float(o),
-        f"calibrated from {len(kept)} {source}{note}",
+        f"calibrated on {_kinds(kept)} of {source}{note}",
         efficiency_kv=float(1 / w) if split else None,
     )
+
+
+def _kinds(samples: Sequence[Sample]) -> str:
+    """'24 steps', '24 steps and 6 prefills'."""
+    counts = {kind: sum(s.kind == kind for s in samples) for kind in (STEP, PREFILL)}
+    return " and ".join(f"{n} {kind}{'s' * (n != 1)}" for kind, n in counts.items() if n)
 
 
 def _solve(
@@ -246,6 +274,46 @@ def check(
     return rows
 
 
+@dataclass(frozen=True)
+class CheckReport:
+    """A model checked against a measured run: every sample's row, the median of the
+    |relative errors| and the worst row."""
+
+    rows: list[CheckRow]
+    model: PerfModel
+    device: DeviceSpec
+    min_time_s: float
+
+    @property
+    def median_abs_error(self) -> float:
+        return median_abs_error(self.rows)
+
+    @property
+    def worst(self) -> CheckRow:
+        return max(self.rows, key=lambda r: abs(r.rel_error))
+
+
+def check_run(
+    doc: Mapping[str, Any],
+    calibration: Calibration | None,
+    device: DeviceSpec | None,
+    min_time_s: float = MIN_TIME_S,
+) -> CheckReport:
+    """The model of `calibration` (else the defaults) against every timed sample of a
+    results document measured at `min_time_s` or more, on the peaks of the device the
+    calibration was fitted against, else `device`, else the ones the run measured."""
+    fitted = calibration.device if calibration is not None else None
+    device = fitted or device or measured_device(doc.get("environment") or {})
+    model = calibration.model if calibration is not None else DEFAULT_MODEL
+    samples = [s for s in samples_from_results(doc) if s.time_s >= min_time_s]
+    if not samples:
+        raise UsageError(
+            f"no timed decode samples of {min_time_s * 1e3:g} ms or more to check against"
+        )
+    rows = check(samples, device.memory_bandwidth, device.dense_flops, model)
+    return CheckReport(rows, model, device, min_time_s)
+
+
 def median_abs_error(rows: Sequence[CheckRow]) -> float:
     """The median of |relative error| over `rows`."""
     if not rows:
@@ -253,7 +321,7 @@ def median_abs_error(rows: Sequence[CheckRow]) -> float:
     return median(abs(r.rel_error) for r in rows)
 
 
-#: The fields of a calibration file, and whether each must be given.
+#: The fields of a calibration file's model, and whether each must be given.
 MODEL_FIELDS = {
     "efficiency_bw": True,
     "efficiency_kv": False,
@@ -261,6 +329,38 @@ MODEL_FIELDS = {
     "overhead_s": True,
     "source": False,
 }
+#: The other fields of a calibration file: the device whose peaks the efficiencies are
+#: shares of (a named GPU, or THIS_DEVICE with the peaks the run measured) and the
+#: environment of the run it was fitted on.
+DEVICE_FIELDS = ("gpu", "peak_gbps", "peak_tflops", "environment")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted model with the device it was fitted against and the run's environment:
+    the efficiencies are shares of that device's peaks, so a prediction with them uses
+    those peaks (for THIS_DEVICE: the ones the run measured). `device` None: a model
+    written by hand, its efficiencies held against the peaks of whatever device is
+    predicted."""
+
+    model: PerfModel
+    device: DeviceSpec | None
+    environment: Mapping[str, Any]
+
+
+def calibrate_run(
+    doc: Mapping[str, Any],
+    device: DeviceSpec | None,
+    name: str,
+    min_time_s: float = MIN_TIME_S,
+) -> Calibration:
+    """The calibration of a results document's timed decode records (`name`: the file),
+    against `device`'s peaks, or the peaks the run measured when None."""
+    environment = doc.get("environment") or {}
+    device = device or measured_device(environment)
+    samples = samples_from_results(doc)
+    model = calibrate(samples, device.memory_bandwidth, device.dense_flops, min_time_s, name)
+    return Calibration(model, device, environment)
 
 
 def model_dict(model: PerfModel) -> dict[str, Any]:
@@ -268,9 +368,52 @@ def model_dict(model: PerfModel) -> dict[str, Any]:
     return {name: getattr(model, name) for name in MODEL_FIELDS}
 
 
+def calibration_dict(calibration: Calibration) -> dict[str, Any]:
+    """A calibration as its file holds it (load_calibration reads it back)."""
+    device = calibration.device
+    doc = model_dict(calibration.model)
+    if device is not None:
+        doc["gpu"] = device.name
+    if device is not None and device.name == THIS_DEVICE:
+        doc["peak_gbps"] = device.memory_bandwidth / 1e9
+        doc["peak_tflops"] = {d: v / 1e12 for d, v in device.dense_flops.items()}
+    return {**doc, "environment": dict(calibration.environment)}
+
+
 def load_model(path_or_dict: str | Path | Mapping[str, Any]) -> PerfModel:
-    """A PerfModel from a calibration file (JSON) or its mapping, every field checked:
-    FieldError naming a bad field and its value, UsageError for a missing or unknown one."""
+    """The model of a calibration file (JSON) or its mapping (load_calibration)."""
+    return load_calibration(path_or_dict).model
+
+
+def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibration:
+    """A calibration file (JSON) or its mapping, every field checked: FieldError naming a
+    bad field and its value, UsageError for a missing or unknown one. A file of the model
+    alone (no gpu) has no device: its efficiencies apply to any."""
+    doc, where = _read(path_or_dict)
+    known = (*MODEL_FIELDS, *DEVICE_FIELDS)
+    unknown = [k for k in doc if k not in known]
+    if unknown:
+        raise UsageError(f"{where}: unknown field {unknown[0]!r}{closest(unknown[0], known)}")
+    missing = [k for k, required in MODEL_FIELDS.items() if required and k not in doc]
+    if missing:
+        raise UsageError(f"{where}: missing field {missing[0]}")
+    source = doc.get("source", f"loaded from {where}")
+    if not isinstance(source, str):
+        raise FieldError("source", source, "must be text")
+    model = PerfModel(
+        doc["efficiency_bw"],
+        doc["efficiency_flops"],
+        doc["overhead_s"],
+        source,
+        efficiency_kv=doc.get("efficiency_kv"),
+    )
+    environment = doc.get("environment") or {}
+    if not isinstance(environment, Mapping):
+        raise FieldError("environment", environment, "must be a mapping")
+    return Calibration(model, _calibrated_device(doc, environment), environment)
+
+
+def _read(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     if isinstance(path_or_dict, Mapping):
         doc, where = path_or_dict, "calibration"
     else:
@@ -283,21 +426,24 @@ def load_model(path_or_dict: str | Path | Mapping[str, Any]) -> PerfModel:
         raise UsageError(
             f"{where}: a calibration file is a JSON object of {', '.join(MODEL_FIELDS)}"
         )
-    unknown = [k for k in doc if k not in MODEL_FIELDS]
-    if unknown:
-        raise UsageError(
-            f"{where}: unknown field {unknown[0]!r}{closest(unknown[0], MODEL_FIELDS)}"
-        )
-    missing = [k for k, required in MODEL_FIELDS.items() if required and k not in doc]
-    if missing:
-        raise UsageError(f"{where}: missing field {missing[0]}")
-    source = doc.get("source", f"loaded from {where}")
-    if not isinstance(source, str):
-        raise FieldError("source", source, "must be text")
-    return PerfModel(
-        doc["efficiency_bw"],
-        doc["efficiency_flops"],
-        doc["overhead_s"],
-        source,
-        efficiency_kv=doc.get("efficiency_kv"),
-    )
+    return doc, where
+
+
+def _calibrated_device(doc: Mapping[str, Any], environment: Mapping[str, Any]) -> DeviceSpec | None:
+    """The device a calibration file's efficiencies are shares of: a named GPU, this
+    machine's peaks as the file records them, or none (a file that names no gpu)."""
+    gpu = doc.get("gpu")
+    if gpu is None:
+        return None
+    if gpu != THIS_DEVICE:
+        return device_spec(gpu)
+    gbps, tflops = doc.get("peak_gbps"), doc.get("peak_tflops")
+    if not _number(gbps) or gbps <= 0:
+        raise FieldError("peak_gbps", gbps, f"gpu {THIS_DEVICE} needs the peak GB/s measured")
+    if not isinstance(tflops, Mapping) or not all(_number(v) and v > 0 for v in tflops.values()):
+        raise FieldError("peak_tflops", tflops, "must map dtypes to TFLOPS above 0")
+    return measured_device({**environment, "peak_gbps": gbps, "peak_tflops": tflops})
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

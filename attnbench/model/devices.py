@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import FieldError, closest
 from .dtypes import canonical_dtype
@@ -257,3 +258,32 @@ def flops_for(device: DeviceSpec, dtype: str) -> float:
         known = ", ".join(device.dense_flops)
         raise FieldError("dtype", dtype, f"{device.name} has no published peak; it has: {known}")
     return peak
+
+
+def measured_device(environment: Mapping[str, Any]) -> DeviceSpec:
+    """This machine as a run measured it: the copy bandwidth and the matmul FLOP/s per
+    dtype of a results environment (peak_gbps, peak_tflops), named THIS_DEVICE, titled
+    by the device the run used. It has no interconnect: a prediction over several of
+    its GPUs needs a named device. FieldError naming `gpu` when the run measured no
+    peaks (a study with no timed section)."""
+    gbps, tflops = environment.get("peak_gbps"), environment.get("peak_tflops") or {}
+    if not gbps or not tflops:
+        raise FieldError(
+            "gpu", THIS_DEVICE, "needs the peaks a timed run measured; this one has none"
+        )
+    threads = environment.get("num_threads")
+    where = environment.get("device_name") or environment.get("device") or "this machine"
+    title = f"{where}, {threads} thread(s)" if str(environment.get("device")) == "cpu" else where
+    return DeviceSpec(
+        name=THIS_DEVICE,
+        title=title,
+        memory_bytes=int(environment.get("gpu_memory_bytes") or 0),
+        memory_bandwidth=float(gbps) * _G,
+        dense_flops=MappingProxyType({d: float(v) * _T for d, v in tflops.items()}),
+        interconnect_bandwidth=None,
+        interconnect="none",
+        sources=(
+            f"measured: copy {float(gbps):.1f} GB/s, matmul "
+            + ", ".join(f"{d} {float(v) * 1e3:.0f} GFLOP/s" for d, v in tflops.items()),
+        ),
+    )

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import FieldError, UsageError
@@ -68,7 +69,7 @@ from .capacity import (
 )
 from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
-from .formulas import forward_flops, step_traffic_bytes
+from .formulas import forward_flops, step_traffic_bytes, weight_bytes
 from .model_params import part_params, require_body
 from .shapes import AttentionShape
 
@@ -134,8 +135,9 @@ DEFAULT_MODEL = PerfModel(
 @dataclass(frozen=True)
 class Roofline:
     """A predicted time, with the counts it came from, the arithmetic intensity (FLOPs per
-    byte), the ridge point (the intensity where the effective peaks meet) and which of the
-    two bounds sets the time ("memory" or "compute")."""
+    byte), the device's ridge point (the intensity where its effective peaks meet, at
+    efficiency_bw) and which of the two bounds sets the time ("memory" or "compute": the
+    larger term, with the cache's bytes at efficiency_kv)."""
 
     time_s: float
     bytes: int
@@ -167,14 +169,12 @@ def predict(
     memory_s = (bytes - kv_bytes) / (model.efficiency_bw * bandwidth)
     memory_s += kv_bytes / (model.kv_efficiency * bandwidth)
     compute_s = flops / (model.efficiency_flops * peak_flops)
-    # the ridge against the bandwidth this step's mix of bytes streams at
-    effective_bw = bytes / memory_s
     return Roofline(
         time_s=max(memory_s, compute_s) + overheads * model.overhead_s,
         bytes=bytes,
         flops=flops,
         intensity=flops / bytes,
-        ridge=(model.efficiency_flops * peak_flops) / effective_bw,
+        ridge=(model.efficiency_flops * peak_flops) / (model.efficiency_bw * bandwidth),
         bound="compute" if compute_s > memory_s else "memory",
     )
 
@@ -220,6 +220,86 @@ class ModelCounts:
         return self.weight_bytes + self.kv_bytes + self.activation_bytes
 
 
+@dataclass(frozen=True)
+class AttentionCounts:
+    """The attention of every layer of `windows` over one step, on one rank: weights
+    aside (a whole model counts them by part), the KV cache read and written, the
+    activations and the FLOPs."""
+
+    kv_bytes: int
+    activation_bytes: int
+    flops: int
+
+
+def attention_counts(
+    shape: AttentionShape,
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+    windows: Sequence[int | None] = (None,),
+) -> AttentionCounts:
+    """One step of the attention layers whose windows are `windows` (one per layer; None:
+    global): `batch` sequences each feeding `q_len` new tokens that attend `kv_len` keys,
+    the query heads of `shape` split over `tp` ranks; the cache in `kv_dtype` (default
+    `dtype`). Each layer reads the keys its window keeps and writes the q_len new ones."""
+    for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
+        positive_int(field, value)
+    hkv = kv_heads_per_rank(shape.num_heads, shape.num_kv_heads, tp)
+    head_dim: int = shape.head_dim  # type: ignore[assignment]
+    rank = AttentionShape(shape.d_model, shape.num_heads // tp, hkv, head_dim)
+    layers = Counter(windows)
+    flops = sum(
+        n * forward_flops(rank, batch, q_len, max(q_len, layer_tokens(kv_len, w)), causal=True)
+        for w, n in layers.items()
+    )
+    fmt = KvFormat(kv_dtype or dtype)
+    layout = token_layout(shape.num_heads, shape.num_kv_heads, head_dim, fmt, tp)
+    kv = cache_bytes(layout, layers, {kv_len: batch}).total
+    kv += cache_bytes(layout, {None: len(windows)}, {q_len: batch}).total
+    # the traffic without its KV terms: x read, q, attention output, layer output
+    activations = len(windows) * (
+        step_traffic_bytes(rank, batch, q_len, 0, dtype)
+        - kv_cache_bytes(1, batch, q_len, hkv, head_dim, dtype)
+    )
+    return AttentionCounts(kv, activations, flops)
+
+
+def layer_counts(
+    shape: AttentionShape,
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+) -> ModelCounts:
+    """One attention layer's step on one of `tp` ranks (its projections' weights, its
+    cache, its activations; one all-reduce of its output under tensor parallelism): the
+    layer decode-speed times. A decode step at context S is q_len 1, kv_len S + 1; a
+    prefill of S tokens q_len S, kv_len S."""
+    check_dtype(dtype, "dtype", MODEL_DTYPES)
+    attention = attention_counts(shape, batch, q_len, kv_len, dtype, kv_dtype, tp)
+    rank = AttentionShape(
+        shape.d_model,
+        shape.num_heads // tp,
+        kv_heads_per_rank(shape.num_heads, shape.num_kv_heads, tp),
+        shape.head_dim,
+    )
+    return ModelCounts(
+        weight_bytes=weight_bytes(rank, dtype),
+        kv_bytes=attention.kv_bytes,
+        activation_bytes=attention.activation_bytes,
+        flops=attention.flops,
+        allreduce_bytes=batch * q_len * shape.d_model * dtype_bytes(dtype),
+        allreduces=1 if tp > 1 else 0,
+        layers=1,
+        batch=batch,
+    )
+
+
 def step_counts(
     spec: ModelSpec,
     batch: int,
@@ -255,30 +335,22 @@ def step_counts(
         weights += per_expert * min(body.moe.num_experts, tokens * body.moe.experts_per_token)
         expert_flops = 2 * tokens * body.moe.experts_per_token * per_expert
 
-    # attention: this rank's heads, the keys each layer's window keeps
-    hkv = kv_heads_per_rank(spec.num_heads, spec.num_kv_heads, tp)
-    shape = AttentionShape(d, spec.num_heads // tp, hkv, spec.head_dim)
-    windows = Counter(spec.windows or (None,) * L)
-    attention_flops = sum(
-        n * forward_flops(shape, batch, q_len, max(q_len, layer_tokens(kv_len, w)), causal=True)
-        for w, n in windows.items()
-    )
-    layout = token_layout(
-        spec.num_heads, spec.num_kv_heads, spec.head_dim, KvFormat(kv_dtype or dtype), tp
-    )
-    kv = cache_bytes(layout, windows, {kv_len: batch}).total
-    kv += cache_bytes(layout, {None: L}, {q_len: batch}).total
-    # the attention's traffic without its KV terms: x read, q, attention output, layer output
-    activations = L * (
-        step_traffic_bytes(shape, batch, q_len, 0, dtype)
-        - kv_cache_bytes(1, batch, q_len, hkv, spec.head_dim, dtype)
+    attention = attention_counts(
+        AttentionShape(d, spec.num_heads, spec.num_kv_heads, spec.head_dim),
+        batch,
+        q_len,
+        kv_len,
+        dtype,
+        kv_dtype,
+        tp,
+        spec.windows or (None,) * L,
     )
     dense = 2 * tokens * (parts["mlp"] + parts["router"])
     return ModelCounts(
         weight_bytes=packed_bytes(weights, dtype),
-        kv_bytes=kv,
-        activation_bytes=activations,
-        flops=attention_flops + dense + expert_flops + 2 * batch * head,
+        kv_bytes=attention.kv_bytes,
+        activation_bytes=attention.activation_bytes,
+        flops=attention.flops + dense + expert_flops + 2 * batch * head,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,
         layers=L,

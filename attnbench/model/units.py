@@ -1,5 +1,6 @@
 """Byte units: sizes parsed exactly from text (binary KiB, MiB, GiB, TiB: powers of 1024;
-decimal KB, MB, GB, TB: powers of 1000), and byte counts shown in binary units."""
+decimal KB, MB, GB, TB: powers of 1000), and byte counts shown in binary units. Times:
+durations with their unit (us, ms, s), parsed exactly."""
 
 from __future__ import annotations
 
@@ -88,3 +89,29 @@ def format_bytes(n: int | float | None) -> str:
         return "-"
     divisor, unit = binary_unit(abs(float(n)))
     return f"{int(n)} B" if unit == "B" else f"{n / divisor:.2f} {unit}"
+
+
+#: Seconds per unit of a duration.
+TIME_UNITS = {"us": Fraction(1, 10**6), "ms": Fraction(1, 10**3), "s": Fraction(1)}
+TIME_HINT = "expected a time with its unit: 50ms, 0.05s, 2s"
+#: A duration: ASCII digits, an optional fraction, then its unit (a space between allowed).
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*(us|ms|s)\s*$")
+
+
+def duration_seconds(text: str, field: str) -> Fraction:
+    """'50ms', '0.05s', '2 s', '500us' as exact seconds, so that '50ms' and '0.05s' are one
+    target to the last digit; FieldError for `field` on anything else. A number without
+    its unit is refused, as a size is: '50' is 50 ms as often as 50 s."""
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise FieldError(field, text, TIME_HINT)
+    number, unit = match.groups()
+    seconds = Fraction(number) * TIME_UNITS[unit]
+    if seconds <= 0:
+        raise FieldError(field, text, TIME_HINT)
+    return seconds
+
+
+def parse_duration(text: str, field: str) -> float:
+    """A duration with its unit in seconds: '50ms' -> 0.05 (see duration_seconds)."""
+    return float(duration_seconds(text, field))

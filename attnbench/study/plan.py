@@ -83,11 +83,15 @@ class Plan:
         counts: dict | None = None,
     ) -> Context:
         """What the points of `section` run with; kvmem's device is None when it does not
-        measure. Only timed sections get the peaks, and what their pre-pass counted."""
+        measure. Only timed sections get the peaks, and what their pre-pass counted, and
+        those that want the peaks (predict) get them with the run's device."""
+        kind = KINDS[section]
         device = self.devices.get(section)
         if section == "kvmem" and not self.options[section].measure:
             device = None
-        if not KINDS[section].timed:
+        if kind.wants_peaks is not None:  # the peaks of the run's device, where measured
+            return Context(self.device, peak_gbps, peak_tflops or {})
+        if not kind.timed:
             return Context(device)
         return Context(device, peak_gbps, peak_tflops or {}, counts or {})
 

@@ -128,7 +128,7 @@ def run_study(
         sections = doc["sections"]
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
-        timed = [t for t in pending if KINDS[t.section].timed]
+        timed = [t for t in pending if needs_peaks(t)]
         device = plan.devices.get("decode", plan.device)
         probes = _Probes(env, device, timed, probe_peak, probe_flops)
         if timed:
@@ -170,6 +170,13 @@ def run_study(
         time.perf_counter() - start,
         skipped + ran < len(plan.tasks),
     )
+
+
+def needs_peaks(task: Task) -> bool:
+    """Whether a task is held against the peaks the run measures: a timed section's, or
+    one whose kind wants them (SectionKind.wants_peaks)."""
+    kind = KINDS[task.section]
+    return kind.timed or (kind.wants_peaks is not None and kind.wants_peaks(task.point))
 
 
 class _Probes:

@@ -8,7 +8,16 @@ from typing import Any, Protocol
 
 import torch
 
-from ..experiments import decode, fit, instructions, interleave, kvmem, params, whole_model
+from ..experiments import (
+    decode,
+    fit,
+    instructions,
+    interleave,
+    kvmem,
+    params,
+    predict,
+    whole_model,
+)
 from .schema import DEFAULT_MAX_TIME_S, FIELDS, fields_for
 
 
@@ -61,7 +70,9 @@ class SectionKind:
     point finds in its context's `counts`. `options(resolved, device)` types a section's
     resolved scalar options, once per section: every `options` above is that object.
     `beside` makes, by name, the record sets the section writes beside its points'
-    records, each from the section's models (params: the whole-model parts)."""
+    records, each from the section's models (params: the whole-model parts).
+    `wants_peaks(point)` says whether a point of a section that is not timed needs the
+    peaks measured all the same (predict: on this machine)."""
 
     name: str
     point: type
@@ -78,6 +89,7 @@ class SectionKind:
     pre_pass: Callable[[list, Any, torch.device], dict] | None = None
     options: Callable[[Mapping[str, Any], torch.device], Any] | None = None
     beside: Mapping[str, Callable[[Sequence], list]] = field(default_factory=dict)
+    wants_peaks: Callable[[Any], bool] | None = None
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
@@ -141,6 +153,13 @@ KINDS: dict[str, SectionKind] = {
         keeps_going=True,
     ),
     "fit": SectionKind.of("fit", fit, point=fit.FitPoint, record=fit.FitRecord),
+    "predict": SectionKind.of(
+        "predict",
+        predict,
+        point=predict.PredictPoint,
+        record=predict.PredictRecord,
+        wants_peaks=predict.wants_peaks,
+    ),
 }
 
 

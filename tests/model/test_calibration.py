@@ -20,6 +20,7 @@ from attnbench.model.calibration import (
     model_dict,
     samples_from_results,
 )
+from attnbench.model.capacity import kv_cache_bytes
 from attnbench.model.formulas import step_traffic_bytes, weight_bytes
 from attnbench.model.roofline import DEFAULT_MODEL, PerfModel, predict
 from attnbench.model.shapes import AttentionShape
@@ -49,7 +50,7 @@ def test_calibration_recovers_the_model_from_noisy_samples():
     assert fit.efficiency_bw == pytest.approx(TRUE.efficiency_bw, rel=0.03)
     assert fit.efficiency_flops == pytest.approx(TRUE.efficiency_flops, rel=0.03)
     assert fit.overhead_s == pytest.approx(TRUE.overhead_s, rel=0.15)
-    assert fit.source == "calibrated from 24 samples"
+    assert fit.source == "calibrated on 12 steps and 12 prefills of the samples"
 
 
 def test_check_of_exact_samples_has_no_error():
@@ -171,10 +172,15 @@ def test_samples_from_results_take_the_timed_cached_steps_and_prefills():
         (PREFILL, 2e-3),
         (STEP, 0.25e-3),
     ]
-    assert samples[0] == Sample(40_000, 90_000, 0.5e-3, "float32", STEP)
+    kv = samples[0].kv_bytes
+    label = "step d64 h4/2 b2 s128"
+    assert samples[0] == Sample(40_000, 90_000, 0.5e-3, "float32", STEP, kv, label)
+    assert samples[2].label == "step d64 h4/2 b2 s128 other"
     shape = AttentionShape(64, 4, 2, 16)
     expected = weight_bytes(shape, "float32") + step_traffic_bytes(shape, 2, 128, 128, "float32")
     assert (samples[1].bytes, samples[1].flops) == (expected, 5_000_000)
+    # the prompt's K/V written, then read back by the attention
+    assert samples[1].kv_bytes == 2 * kv_cache_bytes(1, 2, 128, 2, 16, "float32")
     assert len(samples_from_results(doc, provider="other")) == 1
     assert samples_from_results({}) == []
     speed = {"command": "decode-speed", "records": records, "environment": {}}

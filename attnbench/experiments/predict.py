@@ -1,0 +1,273 @@
+"""Predicted prefill and decode times on a device: one attention layer as decode-speed
+times it, and a whole model (its MLP or experts, embeddings and head) where a model is
+given, from the roofline of model/roofline.py.
+
+Each point is predicted on a named GPU, from its datasheet peaks (model/devices.py), or
+on THIS_DEVICE, from the peaks the run measures before its points; with the stated
+default efficiencies, or a calibration file's (model/calibration.py), whose efficiencies
+are shares of the peaks of the device it was fitted against: a calibration fitted on
+this machine's measured peaks predicts with those peaks.
+
+The time to first token is the prefill of `batch` prompts of seq_len tokens; the time
+per output token is the decode step of `batch` sequences with seq_len tokens cached (each
+attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import FieldError
+from ..measure.environment import collect_environment
+from ..model.architecture import ModelSpec
+from ..model.calibration import Calibration, load_calibration
+from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, flops_for, measured_device
+from ..model.roofline import (
+    DEFAULT_MODEL,
+    ModelCounts,
+    ModelPrediction,
+    PerfModel,
+    layer_counts,
+    predict_counts,
+    step_counts,
+)
+from ..model.shapes import AttentionShape
+from ..records import exact, info, key
+from .context import Context, grid_order, no_links
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictPoint:
+    """One prediction: a layer shape, or a model (`spec`), on `gpu`."""
+
+    gpu: str
+    batch: int
+    dtype: str
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    seq_len: int | None = None
+    head_dim: int | None = None
+    tp: int = 1
+    kv_dtype: str | None = None
+    calibration: str | None = None
+    model: str | None = None
+    published_kv_heads: int | None = None
+    spec: ModelSpec | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def shape(self) -> AttentionShape:
+        return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim)
+
+
+@dataclass(kw_only=True)
+class PredictRecord:
+    """Predicted times of one point, for one attention layer (layer_*) and, where a model
+    is given, for the whole model on one tensor-parallel rank (ttft_ms, tpot_ms and the
+    counts behind them), with the peaks and the model's parameters they came from. The
+    intensity is FLOPs per byte; the ridge is the intensity where the effective peaks
+    meet; `bound` says which of them sets the time (memory or compute). The counts are
+    exact (the same inputs always give them); the times depend on the peaks."""
+
+    model: str | None = key()
+    variant: str = key()
+    gpu: str = key()
+    d_model: int = key()
+    num_heads: int = key()
+    num_kv_heads: int = key()
+    head_dim: int = key()
+    num_layers: int | None = key()
+    batch: int = key()
+    seq_len: int = key()
+    dtype: str = key()
+    kv_dtype: str = key()
+    tp: int = key()
+    layer_prefill_ms: float = info()
+    layer_prefill_bytes: int = exact()
+    layer_prefill_flops: int = exact()
+    layer_prefill_intensity: float = info()
+    layer_prefill_bound: str = info()
+    layer_step_ms: float = info()
+    layer_step_bytes: int = exact()
+    layer_step_kv_bytes: int = exact()
+    layer_step_flops: int = exact()
+    layer_step_intensity: float = info()
+    layer_step_bound: str = info()
+    ttft_ms: float | None = info()
+    prefill_bytes: int | None = exact(None)
+    prefill_flops: int | None = exact(None)
+    prefill_intensity: float | None = info()
+    prefill_bound: str | None = info()
+    tpot_ms: float | None = info()
+    step_bytes: int | None = exact(None)
+    step_weight_bytes: int | None = exact(None)
+    step_kv_bytes: int | None = exact(None)
+    step_flops: int | None = exact(None)
+    step_intensity: float | None = info()
+    step_bound: str | None = info()
+    allreduce_ms: float | None = info()
+    #: The batch's tokens per second: the model's step where there is one, else the layer's.
+    tokens_per_s: float = info()
+    ridge_flops_per_byte: float = info()
+    device_title: str = info()
+    peak_gbps: float = info()
+    peak_tflops: float = info()
+    interconnect_gbps: float | None = info()
+    peaks_source: str = info()
+    efficiency_bw: float = info()
+    efficiency_kv: float = info()
+    efficiency_flops: float = info()
+    overhead_us: float = info()
+    perf_model: str = info()
+
+
+def _calibration(point: PredictPoint) -> Calibration | None:
+    return load_calibration(point.calibration) if point.calibration else None
+
+
+def device_for(point: PredictPoint, context: Context | None) -> DeviceSpec:
+    """The device of a point: a named GPU's datasheet peaks; for THIS_DEVICE the peaks a
+    calibration fitted on this machine recorded, else the ones this run measured."""
+    if point.gpu != THIS_DEVICE:
+        return device_spec(point.gpu)
+    calibration = _calibration(point)
+    fitted = calibration.device if calibration is not None else None
+    if fitted is not None and fitted.name == THIS_DEVICE:
+        return fitted
+    if context is None or context.device is None:
+        return measured_device({})  # FieldError: no peaks measured
+    environment = collect_environment(context.device)
+    peaks = {"peak_gbps": context.peak_gbps, "peak_tflops": dict(context.peak_tflops)}
+    return measured_device({**environment, **peaks})
+
+
+def model_for(point: PredictPoint, device: DeviceSpec) -> PerfModel:
+    """The point's performance model: its calibration's (FieldError naming calibration
+    when that was fitted against another device's peaks), else the defaults."""
+    calibration = _calibration(point)
+    if calibration is None:
+        return DEFAULT_MODEL
+    fitted = calibration.device
+    if fitted is not None and fitted.name != device.name:
+        raise FieldError(
+            "calibration",
+            point.calibration,
+            f"was fitted against {fitted.name}'s peaks, not {device.name}'s",
+        )
+    return calibration.model
+
+
+def check(point: PredictPoint) -> None:
+    """Raise for a point that cannot be predicted, before anything runs: an unknown GPU,
+    a calibration file that cannot be read, a shape tp does not split, an MLA model."""
+    if point.seq_len is None:
+        raise FieldError("seq_len", None, "give the context to predict at, e.g. 8192")
+    if point.gpu != THIS_DEVICE:
+        model_for(point, device_spec(point.gpu))
+    else:
+        _calibration(point)
+    if point.kv_dtype not in (None, point.dtype) and point.spec is None:
+        raise FieldError(
+            "kv_dtype",
+            point.kv_dtype,
+            "a layer shape is predicted as decode-speed runs it, its cache in its dtype; "
+            "give a model for a cache of another dtype",
+        )
+    if point.tp > 1 and point.gpu == THIS_DEVICE:
+        raise FieldError("tp", point.tp, f"needs a named GPU (its interconnect), not {THIS_DEVICE}")
+    _counts(point)
+
+
+def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
+    """The counts of the layer's and the model's prefill and decode step."""
+    s, b, tp, dtype = point.seq_len, point.batch, point.tp, point.dtype
+    assert s is not None  # check() refuses a point without
+    counts = {
+        "layer_prefill": layer_counts(point.shape, b, s, s, dtype, point.kv_dtype, tp),
+        "layer_step": layer_counts(point.shape, b, 1, s + 1, dtype, point.kv_dtype, tp),
+    }
+    if point.spec is not None:
+        counts["prefill"] = step_counts(point.spec, b, s, s, dtype, point.kv_dtype, tp)
+        counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, point.kv_dtype, tp)
+    return counts
+
+
+def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
+    """The point's predictions on its device (see the module's notes)."""
+    device = device_for(point, context)
+    model = model_for(point, device)
+    found = {
+        name: predict_counts(counts, device, point.dtype, point.tp, model)
+        for name, counts in _counts(point).items()
+    }
+    step = found.get("step", found["layer_step"])
+    return PredictRecord(
+        model=point.model,
+        variant=point.shape.variant,
+        gpu=point.gpu,
+        d_model=point.d_model,
+        num_heads=point.num_heads,
+        num_kv_heads=point.num_kv_heads,
+        head_dim=point.shape.head_dim,  # type: ignore[arg-type]
+        num_layers=point.spec.num_layers if point.spec else None,
+        batch=point.batch,
+        seq_len=point.seq_len,  # type: ignore[arg-type]
+        dtype=point.dtype,
+        kv_dtype=point.kv_dtype or point.dtype,
+        tp=point.tp,
+        **_phase("layer_prefill", "layer_prefill_ms", found["layer_prefill"]),
+        **_phase("layer_step", "layer_step_ms", found["layer_step"]),
+        layer_step_kv_bytes=found["layer_step"].counts.kv_bytes,
+        **_model_phases(found.get("prefill"), found.get("step")),
+        tokens_per_s=step.tokens_per_s,
+        ridge_flops_per_byte=step.roofline.ridge,
+        device_title=device.title,
+        peak_gbps=device.memory_bandwidth / 1e9,
+        peak_tflops=flops_for(device, point.dtype) / 1e12,
+        interconnect_gbps=(device.interconnect_bandwidth or 0) / 1e9 or None,
+        peaks_source="; ".join(device.sources),
+        efficiency_bw=model.efficiency_bw,
+        efficiency_kv=model.kv_efficiency,
+        efficiency_flops=model.efficiency_flops,
+        overhead_us=model.overhead_s * 1e6,
+        perf_model=model.describe(),
+    )
+
+
+def _phase(prefix: str, time_field: str, found: ModelPrediction) -> dict[str, Any]:
+    """The fields of one prediction: its time in ms and the counts and bound behind it."""
+    roof = found.roofline
+    return {
+        time_field: found.time_s * 1e3,
+        f"{prefix}_bytes": roof.bytes,
+        f"{prefix}_flops": roof.flops,
+        f"{prefix}_intensity": roof.intensity,
+        f"{prefix}_bound": roof.bound,
+    }
+
+
+def _model_phases(prefill: ModelPrediction | None, step: ModelPrediction | None) -> dict[str, Any]:
+    """The whole model's fields (none without a model)."""
+    if prefill is None or step is None:
+        return {}
+    return {
+        **_phase("prefill", "ttft_ms", prefill),
+        **_phase("step", "tpot_ms", step),
+        "step_weight_bytes": step.counts.weight_bytes,
+        "step_kv_bytes": step.counts.kv_bytes,
+        "allreduce_ms": step.allreduce_s * 1e3,
+    }
+
+
+#: The grid's run order, and no comparison among the points (study.sections.Experiment).
+order, link = grid_order, no_links
+
+
+def wants_peaks(point: PredictPoint) -> bool:
+    """Whether the run must measure this machine's peaks for the point: on THIS_DEVICE,
+    unless its calibration recorded the peaks it was fitted against."""
+    if point.gpu != THIS_DEVICE:
+        return False
+    calibration = _calibration(point)
+    return calibration is None or calibration.device is None

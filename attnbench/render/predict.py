@@ -1,0 +1,168 @@
+"""How `attnbench predict` shows its predictions: one row per part (a layer, the model) and
+phase (prefill, decode step) of each point, the sources of every figure below, and the
+check of a calibration against a measured run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..model.calibration import CheckRow
+from ..model.units import format_bytes
+from .table import Column
+
+NONE_TEXT = "-"
+
+
+def _num(spec: str) -> Any:
+    return lambda v: NONE_TEXT if v is None else format(v, spec)
+
+
+def _si(v: Any) -> str:
+    """A count in SI units: 1.35 G, 512 M."""
+    if v is None:
+        return NONE_TEXT
+    for scale, unit in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:,}"
+
+
+def _plain(v: Any) -> str:
+    return NONE_TEXT if v is None else str(v)
+
+
+#: The table of `predict`: one row per point, part and phase (phase_rows).
+PHASE_COLUMNS: list[Column] = [
+    Column("Model", "name", _plain, rank=0, kind="label", setting=True),
+    Column("GPU", "gpu", _plain, rank=0, kind="label", setting=True),
+    Column("tp", "tp", _num(","), rank=2, setting=True),
+    Column("batch", "batch", _num(","), rank=1, setting=True),
+    Column("context", "seq_len", _num(","), rank=1, setting=True),
+    Column("Step", "step", _plain, rank=0, kind="label"),
+    Column("ms", "time_ms", _num(".4g"), rank=0),
+    Column("bytes", "bytes", format_bytes, rank=1),
+    Column("FLOPs", "flops", _si, rank=1),
+    Column("FLOP/B", "intensity", _num(".3g"), rank=2),
+    Column("ridge", "ridge", _num(".3g"), rank=3, setting=True),
+    Column("Bound", "bound", _plain, rank=0, kind="label"),
+    Column("tokens/s", "tokens_per_s", _num(",.0f"), rank=0),
+]
+
+#: A study's predict section: one row per point.
+PREDICT: list[Column] = [
+    Column("Model", "model", _plain, rank=0, kind="label", setting=True),
+    Column("GPU", "gpu", _plain, rank=0, kind="label", setting=True),
+    Column("tp", "tp", _num(","), rank=2, setting=True),
+    Column("batch", "batch", _num(","), rank=1, setting=True),
+    Column("context", "seq_len", _num(","), rank=1, setting=True),
+    Column("kv heads", "num_kv_heads", _num(","), rank=1, setting=True),
+    Column("layer step ms", "layer_step_ms", _num(".4g"), rank=1),
+    Column("TTFT ms", "ttft_ms", _num(".4g"), rank=0),
+    Column("TPOT ms", "tpot_ms", _num(".4g"), rank=0),
+    Column("tokens/s", "tokens_per_s", _num(",.0f"), rank=0),
+    Column("Bound", "step_bound", _plain, rank=1, kind="label"),
+]
+
+#: (step, record prefix, time field) of each row of a point, in order: one attention
+#: layer's prefill and decode step, then the whole model's (time to first token, time per
+#: output token).
+PHASES = (
+    ("layer prefill", "layer_prefill", "layer_prefill_ms"),
+    ("layer decode", "layer_step", "layer_step_ms"),
+    ("model TTFT", "prefill", "ttft_ms"),
+    ("model TPOT", "step", "tpot_ms"),
+)
+
+
+def point_label(record: Mapping[str, Any]) -> str:
+    """A record's model, or its layer shape ('d4096 h32/8')."""
+    if record.get("model"):
+        return str(record["model"])
+    return f"d{record['d_model']} h{record['num_heads']}/{record['num_kv_heads']}"
+
+
+def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each record as its rows: the layer's prefill and decode step and, with a model, the
+    model's; tokens/s on the decode rows (the batch's tokens per step)."""
+    rows = []
+    for r in records:
+        for step, prefix, time_field in PHASES:
+            if r.get(time_field) is None:
+                continue
+            decode = prefix.endswith("step")
+            rows.append(
+                {
+                    "name": point_label(r),
+                    "gpu": r["gpu"],
+                    "tp": r["tp"],
+                    "batch": r["batch"],
+                    "seq_len": r["seq_len"],
+                    "step": step,
+                    "time_ms": r[time_field],
+                    "bytes": r[f"{prefix}_bytes"],
+                    "flops": r[f"{prefix}_flops"],
+                    "intensity": r[f"{prefix}_intensity"],
+                    "ridge": r["ridge_flops_per_byte"],
+                    "bound": r[f"{prefix}_bound"],
+                    "tokens_per_s": r["batch"] / (r[time_field] * 1e-3) if decode else None,
+                }
+            )
+    return rows
+
+
+def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where every number comes from, once per device and per model of the predictions:
+    the device's peaks and their datasheets, the efficiencies and overhead and whether
+    they are defaults or calibrated, and the counts."""
+    lines = []
+    for gpu, r in {r["gpu"]: r for r in records}.items():
+        link = (
+            f", {r['interconnect_gbps']:,.0f} GB/s per direction to its peers"
+            if r.get("interconnect_gbps")
+            else ""
+        )
+        lines.append(
+            f"{gpu} ({r['device_title']}): {r['peak_gbps']:,.0f} GB/s, "
+            f"{r['peak_tflops']:,.1f} TFLOP/s dense {r['dtype']}{link}; from "
+            f"{r['peaks_source']}"
+        )
+    for text in dict.fromkeys(r["perf_model"] for r in records):
+        lines.append(f"time = max(bytes / bandwidth, FLOPs / peak) + overhead, with {text}")
+    lines.append(
+        "bytes and FLOPs: attnbench's counts (weights per rank, KV cache read and "
+        "written, activations; a model's MLP or active experts, embeddings and head)"
+    )
+    return lines
+
+
+#: The table of a check: one row per measured sample.
+CHECK_COLUMNS: list[Column] = [
+    Column("#", "row", _num(","), rank=0),
+    Column("Sample", "kind", _plain, rank=0, kind="label"),
+    Column("bytes", "bytes", format_bytes, rank=2),
+    Column("KV bytes", "kv_bytes", format_bytes, rank=3),
+    Column("FLOPs", "flops", _si, rank=2),
+    Column("measured ms", "measured_ms", _num(".4g"), rank=0),
+    Column("predicted ms", "predicted_ms", _num(".4g"), rank=0),
+    Column("error", "error_pct", lambda v: f"{v:+.1f}%", rank=0),
+    Column("Bound", "bound", _plain, rank=1, kind="label"),
+]
+
+
+def check_rows(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
+    """The rows of a check's table, each sample named by its label."""
+    return [
+        {
+            "row": i + 1,
+            "kind": row.sample.label,
+            "bytes": row.sample.bytes,
+            "kv_bytes": row.sample.kv_bytes,
+            "flops": row.sample.flops,
+            "measured_ms": row.measured_s * 1e3,
+            "predicted_ms": row.predicted_s * 1e3,
+            "error_pct": 100 * row.rel_error,
+            "bound": row.bound,
+        }
+        for i, row in enumerate(rows)
+    ]

@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 # The processes `make test` spreads the tests over (pytest-xdist); 0 runs them in this one.
 TEST_WORKERS ?= 2
 
-.PHONY: bench test test-integration test-slow fuzz lint docs setup clean
+.PHONY: bench test test-integration test-slow fuzz lint docs setup clean calibration
 
 $(BIN)/attnbench: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ test-slow: setup
 # `make test` runs a short one.
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --hypothesis-show-statistics
+
+# The performance model on this machine (docs/commands/predict.md): two decode sweeps of
+# configs/calibration.yaml, a calibration fitted on the first, checked against the second.
+CALIBRATION = results/bench/calibration
+calibration: setup
+	$(BIN)/attnbench decode-speed --config configs/calibration.yaml --batch 1,8 --prompt-len 512,2048 --json $(CALIBRATION)-fit-cpu.json
+	$(BIN)/attnbench decode-speed --config configs/calibration.yaml --batch 2,4 --prompt-len 1024,4096 --json $(CALIBRATION)-check-cpu.json
+	$(BIN)/attnbench predict --calibrate $(CALIBRATION)-fit-cpu.json --to $(CALIBRATION)-cpu.json
+	$(BIN)/attnbench predict --check $(CALIBRATION)-check-cpu.json --calibration $(CALIBRATION)-cpu.json --min-time 1ms
 
 lint: setup
 	$(BIN)/ruff check attnbench tests scripts

@@ -22,6 +22,7 @@ from attnbench.experiments.decode import DecodeRecord
 from attnbench.experiments.fit import FitRecord
 from attnbench.experiments.kvmem import KvmemRecord
 from attnbench.experiments.params import ParamsRecord
+from attnbench.experiments.predict import PredictRecord
 from attnbench.experiments.whole_model import ModelPartRecord
 from attnbench.model.devices import DEVICES, flops_for
 from attnbench.model.presets import PRESETS
@@ -237,6 +238,69 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "free_bytes_per_gpu": (BYTES, "what is left: memory - weights - cache - reserve; "
                                       "negative when weights and reserve exceed the memory"),
         "status": ("", "`ok`, or why nothing fits: then the answer (batch or seq_len) is 0"),
+        "gpu": ("", "the named GPU (`--gpu`): its memory unless `--memory`, its peaks for "
+                    "the targets; empty without one"),
+        "tpot_target_ms": ("ms", "`--tpot`"),
+        "ttft_target_ms": ("ms", "`--ttft`"),
+        "memory_batch": ("sequences", "the largest batch memory alone allows: today's "
+                                      "answer without targets; `batch` is at most this"),
+        "tpot_ms": ("ms", "predicted decode step of batch_per_replica sequences on one "
+                          "rank, all-reduces included; one sequence's when no batch meets "
+                          "the targets"),
+        "ttft_ms": ("ms", "predicted prefill of one sequence of seq_len tokens (with "
+                          "`--ttft`)"),
+        "tokens_per_s_per_gpu": ("tokens/s", "batch_per_replica / tpot / tp"),
+        "bound": ("", "`memory` or `latency`: the limit that sets the batch"),
+        "perf_model": ("", "the roofline's parameters and where they came from (defaults, "
+                           "or a calibration)"),
+    },
+    "predict": {
+        "gpu": ("", "a named GPU, or `this`: the peaks this machine measured"),
+        "seq_len": ("tokens", "the context S: a prefill of S tokens, a decode step with S "
+                              "cached (it attends S + 1 keys)"),
+        "kv_dtype": ("", "the cache's dtype"),
+        "tp": ("ranks", "tensor-parallel ranks: the counts and times are one rank's"),
+        "layer_prefill_ms": ("ms", "one attention layer's prefill of the batch's prompts"),
+        "layer_prefill_bytes": (BYTES, "its bytes: weights, the prompt's K/V written and "
+                                       "read back, activations"),
+        "layer_prefill_flops": ("FLOPs", "its FLOPs: projections, QK^T and PV (causal)"),
+        "layer_prefill_intensity": ("FLOP/byte", "FLOPs / bytes"),
+        "layer_prefill_bound": ("", "`memory` or `compute`: the term that sets the time"),
+        "layer_step_ms": ("ms", "one attention layer's decode step, as decode-speed times it"),
+        "layer_step_bytes": (BYTES, "its bytes (bytes_per_step of decode-speed)"),
+        "layer_step_kv_bytes": (BYTES, "of them, the KV cache read and written"),
+        "layer_step_flops": ("FLOPs", "its FLOPs (flops_per_step of decode-speed)"),
+        "layer_step_intensity": ("FLOP/byte", "FLOPs / bytes"),
+        "layer_step_bound": ("", "`memory` or `compute`"),
+        "ttft_ms": ("ms", "the whole model's prefill: time to first token"),
+        "prefill_bytes": (BYTES, "its bytes: every layer's, the MLP or active experts, "
+                                 "the embeddings looked up and the head"),
+        "prefill_flops": ("FLOPs", "its FLOPs (the head for the last token only)"),
+        "prefill_intensity": ("FLOP/byte", "FLOPs / bytes"),
+        "prefill_bound": ("", "`memory` or `compute`"),
+        "tpot_ms": ("ms", "the whole model's decode step, all-reduces included: time per "
+                          "output token"),
+        "step_bytes": (BYTES, "its bytes"),
+        "step_weight_bytes": (BYTES, "of them, the weights one rank reads"),
+        "step_kv_bytes": (BYTES, "of them, the KV cache read and written"),
+        "step_flops": ("FLOPs", "its FLOPs"),
+        "step_intensity": ("FLOP/byte", "FLOPs / bytes"),
+        "step_bound": ("", "`memory` or `compute`"),
+        "allreduce_ms": ("ms", "of the decode step, the tp all-reduces (2 a layer, ring)"),
+        "tokens_per_s": ("tokens/s", "batch / tpot_ms (a layer shape: / layer_step_ms)"),
+        "ridge_flops_per_byte": ("FLOP/byte", "the device's ridge point: effective peak "
+                                              "FLOP/s / effective bandwidth"),
+        "device_title": ("", "the device: its datasheet name, or this machine's"),
+        "peak_gbps": ("GB/s", "the peak memory bandwidth predicted with"),
+        "peak_tflops": ("TFLOP/s", "the dense peak in dtype predicted with"),
+        "interconnect_gbps": ("GB/s", "per direction, to the GPU's peers (NVLink, PCIe)"),
+        "peaks_source": ("", "the datasheets, or what this machine measured"),
+        "efficiency_bw": ("", "share of peak bandwidth reached streaming weights and "
+                              "activations"),
+        "efficiency_kv": ("", "share of peak bandwidth reached reading the KV cache"),
+        "efficiency_flops": ("", "share of peak FLOP/s reached"),
+        "overhead_us": ("us", "fixed time per layer per step"),
+        "perf_model": ("", "the model's parameters in words, and where they came from"),
     },
 }
 # fmt: on
@@ -246,6 +310,7 @@ RECORDS = {
     "kvmem": (KvmemRecord, [*columns.KVMEM, *(c for _, g in columns.KVMEM_OPTIONS for c in g)]),
     "decode": (DecodeRecord, columns.DECODE),
     "fit": (FitRecord, columns.FIT),
+    "predict": (PredictRecord, columns.PREDICT),
 }
 
 

@@ -11,14 +11,31 @@ The reserve stands for what is neither weights nor KV cache: activations of a fo
 pass, the CUDA context, communication buffers and allocator fragmentation. It defaults to
 10% of each GPU's memory (a serving engine told to use 90% of a GPU leaves the same), and
 takes a percentage or a size.
+
+With a named GPU and latency targets, the largest batch at S must also meet them, as the
+roofline of model/roofline.py predicts the GPU's times (with the stated defaults, or a
+calibration):
+
+    time per output token (tpot) = one decode step of the batch on one replica: B
+        sequences with S tokens cached, on one of its tp ranks, its all-reduces included
+    time to first token (ttft)   = the prefill of one sequence of S tokens (one prompt
+        alone, no queueing: the least a request waits for its first token)
+
+The step time grows with the batch, so the answer is the largest batch of a replica
+within the memory whose step meets tpot (a binary search between 1 and the memory's
+answer); ttft does not depend on the batch: it is met by every batch or by none.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
-from ..errors import FieldError
+from ..errors import FieldError, UsageError
 from ..model.architecture import ModelSpec
+from ..model.calibration import load_model
 from ..model.capacity import (
     KvFormat,
     TokenLayout,
@@ -29,14 +46,28 @@ from ..model.capacity import (
     token_layout,
     window_summary,
 )
+from ..model.devices import DEVICES, THIS_DEVICE, DeviceSpec, device_spec
 from ..model.dtypes import KV_DTYPES, check_dtype
 from ..model.model_params import weight_bytes_per_rank
-from ..model.units import format_bytes, parse_memory, parse_share
+from ..model.roofline import (
+    DEFAULT_MODEL,
+    ModelCounts,
+    ModelPrediction,
+    PerfModel,
+    decode_counts,
+    predict_counts,
+    prefill_counts,
+)
+from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memory, parse_share
 from ..records import exact, info, key
 from .context import Context, grid_order, no_links
 
 #: The status of an answer; any other says why nothing fits.
 OK = "ok"
+#: Which limit sets the answer to a latency question.
+MEMORY_BOUND, LATENCY_BOUND = "memory", "latency"
+#: How the status of a latency question that no batch meets begins.
+TOO_SLOW = "too slow"
 
 
 class CapacityError(Exception):
@@ -68,6 +99,14 @@ class FitPoint:
     #: a set, the model's own count.
     num_kv_heads: int | None = None
     published_kv_heads: int | None = None
+    #: A named GPU (model/devices.py): its memory unless `memory` is given, and the peaks
+    #: that time the targets; a calibration file for the roofline (default: its defaults).
+    gpu: str | None = None
+    calibration: str | None = None
+    #: Latency targets with their unit ('50ms', '2s'): the most time per output token,
+    #: and to the first token (the prefill of one sequence of seq_len tokens).
+    tpot: str | None = None
+    ttft: str | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
 
@@ -165,6 +204,25 @@ class FitRecord:
     #: "ok", or why nothing fits: then the answer (batch, or seq_len) is 0, and
     #: free_bytes_per_gpu is negative when the weights and reserve exceed the memory.
     status: str = info(OK)
+    #: The named GPU; the latency targets in ms (None: not given).
+    gpu: str | None = key(None)
+    tpot_target_ms: float | None = key(None)
+    ttft_target_ms: float | None = key(None)
+    #: The largest batch at seq_len that memory alone allows (None for longest_context);
+    #: under latency targets, `batch` may be less.
+    memory_batch: int | None = exact(None)
+    #: Predicted, under targets: a decode step of batch_per_replica sequences with
+    #: seq_len cached on one rank (the time per output token), the tokens a GPU makes
+    #: per second at it, and (with a ttft target) the prefill of one sequence of seq_len
+    #: tokens. When no batch meets the targets, tpot_ms and ttft_ms are those of one
+    #: sequence (the least a batch takes), and there is no rate.
+    tpot_ms: float | None = info()
+    ttft_ms: float | None = info()
+    tokens_per_s_per_gpu: float | None = info()
+    #: Under targets: "memory" when memory sets the answer, "latency" when a target does.
+    bound: str | None = info()
+    #: The roofline's parameters, and whether they are defaults or calibrated.
+    perf_model: str | None = info()
 
 
 def _record(
@@ -220,10 +278,9 @@ def largest_batch(plan: FitPlan, seq_len: int) -> FitRecord:
             f"not even one sequence fits: {seq_len:,} tokens need {format_bytes(per_seq)} of "
             f"KV cache per GPU, {format_bytes(budget)} is left after weights and reserve"
         )
-    question = "largest_batch"
-    return _record(
-        plan, question, seq_len, per_replica, per_replica * plan.replicas, False, per_seq
-    )
+    total = per_replica * plan.replicas
+    record = _record(plan, "largest_batch", seq_len, per_replica, total, False, per_seq)
+    return replace(record, memory_batch=total)
 
 
 def longest_context(plan: FitPlan, batch: int) -> FitRecord:
@@ -262,6 +319,32 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
     return _record(plan, question, low, per_replica, batch, False, plan.sequence_bytes(low))
 
 
+def device_for(point: FitPoint) -> DeviceSpec | None:
+    """The point's named GPU, or None. This machine's measured peaks are refused: a fit
+    plans for a GPU's memory and times its collectives, which a datasheet states."""
+    if point.gpu is None:
+        return None
+    if str(point.gpu).lower() == THIS_DEVICE:
+        raise FieldError(
+            "gpu",
+            point.gpu,
+            f"fit needs a named GPU ({', '.join(DEVICES)}): its memory and the peaks and "
+            "interconnect its datasheet states",
+        )
+    return device_spec(point.gpu)
+
+
+def memory_of(point: FitPoint) -> MemorySize:
+    """The memory of each GPU: `memory` as given, else the named GPU's, in the decimal GB
+    its vendor states (an H100 SXM's 80GB is 80e9 bytes)."""
+    device = device_for(point)
+    if point.memory is not None:
+        return parse_memory(point.memory, "memory")
+    if device is None:
+        raise FieldError("memory", None, "give the memory of each GPU, e.g. 80GiB")
+    return MemorySize(device.memory_bytes, f"{device.memory_bytes / 10**9:g}GB", decimal=True)
+
+
 def plan_for(point: FitPoint) -> FitPlan:
     """The FitPlan of a point; FieldError for a value that cannot be planned."""
     spec = point.spec
@@ -274,9 +357,7 @@ def plan_for(point: FitPoint) -> FitPlan:
             "give either seq_len (for the largest batch) or batch (for the longest "
             "context), exactly one",
         )
-    if point.memory is None:
-        raise FieldError("memory", None, "give the memory of each GPU, e.g. 80GiB")
-    size = parse_memory(point.memory, "memory")
+    size = memory_of(point)
     tp = positive_int("tp", point.tp) if point.tp is not None else None
     gpus = positive_int("gpus", point.gpus) if point.gpus is not None else None
     tp = tp or gpus or 1
@@ -296,31 +377,233 @@ def plan_for(point: FitPoint) -> FitPlan:
     )
 
 
+@dataclass(frozen=True)
+class Targets:
+    """A latency question: the GPU whose peaks time a step, the roofline's parameters, and
+    the most time per output token and to the first token in exact seconds, and as
+    given (None: no such target)."""
+
+    device: DeviceSpec
+    model: PerfModel
+    tpot_s: Fraction | None
+    ttft_s: Fraction | None
+    tpot_text: str | None
+    ttft_text: str | None
+
+    @property
+    def named(self) -> tuple[str, str]:
+        """The target that errors of the prediction name: tpot, else ttft, as given."""
+        if self.tpot_text is not None:
+            return "tpot", self.tpot_text
+        return "ttft", self.ttft_text  # type: ignore[return-value]
+
+    def fields(self) -> dict[str, object]:
+        """The record's fields that state the question: GPU, targets in ms, the model."""
+        return {
+            "gpu": self.device.name,
+            "tpot_target_ms": None if self.tpot_s is None else float(self.tpot_s * 1000),
+            "ttft_target_ms": None if self.ttft_s is None else float(self.ttft_s * 1000),
+            "perf_model": self.model.describe(),
+        }
+
+
+def targets_for(point: FitPoint) -> Targets | None:
+    """The point's latency targets, or None when it gives none; FieldError for a target
+    without its unit, without a named GPU, or on the longest-context question (a target
+    limits a batch, which that question gives)."""
+    given = [(name, getattr(point, name)) for name in ("tpot", "ttft")]
+    given = [(name, text) for name, text in given if text is not None]
+    if not given:
+        return None
+    seconds = {name: duration_seconds(text, name) for name, text in given}
+    texts = {name: str(text) for name, text in given}
+    name, text = given[0]
+    device = device_for(point)
+    if device is None:
+        raise FieldError(name, text, "needs gpu: the named GPU whose peaks time the step")
+    if point.batch is not None:
+        raise FieldError(
+            name,
+            text,
+            "latency targets answer the largest batch at seq_len; give seq_len, not batch",
+        )
+    model = DEFAULT_MODEL if point.calibration is None else _calibration(point.calibration)
+    return Targets(
+        device,
+        model,
+        seconds.get("tpot"),
+        seconds.get("ttft"),
+        texts.get("tpot"),
+        texts.get("ttft"),
+    )
+
+
+def _calibration(path: str) -> PerfModel:
+    """The performance model of a calibration file; what is wrong with the file as an
+    error of the calibration field."""
+    try:
+        return load_model(path)
+    except FieldError as exc:
+        raise FieldError("calibration", path, f"{exc.field} {exc.value}: {exc.reason}") from None
+    except UsageError as exc:
+        raise FieldError("calibration", path, str(exc).removeprefix(f"{path}: ")) from None
+
+
+@contextmanager
+def _roofline_errors(targets: Targets) -> Iterator[None]:
+    """The roofline's refusals as errors of the fit's own fields: a dtype it has no peak
+    or weights for is the weights_dtype's; a model it does not time (MLA) the target's."""
+    try:
+        yield
+    except FieldError as exc:
+        if exc.field != "dtype":
+            raise
+        reason = f"{exc.reason} (the roofline times a step in the weights' dtype)"
+        raise FieldError("weights_dtype", exc.value, reason) from None
+    except UsageError as exc:
+        raise FieldError(*targets.named, str(exc)) from None
+
+
+def _predict(
+    plan: FitPlan, targets: Targets, counts: Callable[..., ModelCounts], batch: int, seq_len: int
+) -> ModelPrediction:
+    """The roofline's time of a step of `counts` (decode_counts or prefill_counts) on one
+    of the plan's tp ranks: the weights' dtype for the step, the cache's for the cache,
+    and the plan's layer windows, so the step reads the cache the plan holds."""
+    spec = replace(plan.spec, windows=plan.windows)
+    with _roofline_errors(targets):
+        step = counts(spec, batch, seq_len, plan.weights_dtype, plan.kv.dtype, plan.tp)
+        return predict_counts(step, targets.device, plan.weights_dtype, plan.tp, targets.model)
+
+
+def step_prediction(
+    plan: FitPlan, targets: Targets, per_replica: int, seq_len: int
+) -> ModelPrediction:
+    """A decode step of `per_replica` sequences with `seq_len` tokens cached, on one of the
+    replica's tp ranks with its all-reduces: the time per output token."""
+    return _predict(plan, targets, decode_counts, per_replica, seq_len)
+
+
+def prefill_prediction(plan: FitPlan, targets: Targets, seq_len: int) -> ModelPrediction:
+    """The prefill of one sequence of `seq_len` tokens on one rank: the time to first
+    token of a request that waits for no other."""
+    return _predict(plan, targets, prefill_counts, 1, seq_len)
+
+
+def latency_batch(
+    memory_per_replica: int,
+    tpot_s: Fraction | None,
+    step: Callable[[int], ModelPrediction],
+) -> tuple[int, str]:
+    """The largest batch of a replica, at most what memory allows, whose step (`step(b)`)
+    meets `tpot_s`, and the limit that binds; 0 when one sequence is already too slow. A
+    step's time grows with its batch, so a binary search finds it."""
+
+    def meets(batch: int) -> bool:
+        return step(batch).time_s <= tpot_s  # type: ignore[operator]
+
+    if tpot_s is None or meets(memory_per_replica):
+        return memory_per_replica, MEMORY_BOUND
+    low, high = 0, memory_per_replica  # low meets the target (0 trivially), high does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if meets(mid) else (low, mid)
+    return low, LATENCY_BOUND
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.2f} ms"
+
+
+def largest_batch_within(plan: FitPlan, seq_len: int, targets: Targets) -> FitRecord:
+    """The largest batch at `seq_len` that fits and meets the targets, with its predicted
+    times; when no batch meets them, a record whose batch is 0 and whose status says
+    which target one sequence misses. CapacityError when memory alone leaves no batch."""
+    fits = largest_batch(plan, seq_len)
+    ttft = prefill_prediction(plan, targets, seq_len) if targets.ttft_s is not None else None
+    status = OK
+    if ttft is not None and ttft.time_s > targets.ttft_s:  # type: ignore[operator]
+        per_replica, bound = 0, LATENCY_BOUND
+        status = (
+            f"{TOO_SLOW}: no batch meets ttft {targets.ttft_text}: the prefill of one "
+            f"sequence of {seq_len:,} tokens takes {_ms(ttft.time_s)}"
+        )
+    else:
+        per_replica, bound = latency_batch(
+            fits.batch_per_replica,
+            targets.tpot_s,
+            lambda batch: step_prediction(plan, targets, batch, seq_len),
+        )
+    step = step_prediction(plan, targets, per_replica or 1, seq_len)
+    if per_replica == 0 and status == OK:
+        status = (
+            f"{TOO_SLOW}: no batch meets tpot {targets.tpot_text}: one sequence takes "
+            f"{_ms(step.time_s)} per output token"
+        )
+    record = _record(
+        plan,
+        "largest_batch",
+        seq_len,
+        per_replica,
+        per_replica * plan.replicas,
+        False,
+        fits.kv_bytes_per_sequence_per_gpu,
+    )
+    return replace(
+        record,
+        status=status,
+        memory_batch=fits.batch,
+        bound=bound,
+        tpot_ms=step.time_s * 1e3,
+        ttft_ms=None if ttft is None else ttft.time_s * 1e3,
+        tokens_per_s_per_gpu=step.tokens_per_s / plan.tp if per_replica else None,
+    )
+
+
 def check(point: FitPoint) -> None:
     """Raise for a question that cannot be asked (not for one whose answer is 'nothing
-    fits': that is the answer, a CapacityError when run)."""
+    fits': that is the answer, a CapacityError when run); under targets, for a model or
+    dtype the roofline cannot time."""
+    targets = targets_for(point)
     plan = plan_for(point)
     if point.page_size is not None:
         positive_int("page_size", point.page_size)
     plan.sequence_bytes(1)
+    if targets is not None and point.seq_len is not None:
+        step_prediction(plan, targets, 1, point.seq_len)
+        if targets.ttft_s is not None:
+            prefill_prediction(plan, targets, point.seq_len)
+
+
+def _answer(point: FitPoint, plan: FitPlan, targets: Targets | None) -> FitRecord:
+    """The answer to the point's question; CapacityError when memory leaves none."""
+    if point.seq_len is None:
+        return longest_context(plan, point.batch)  # type: ignore[arg-type]
+    if targets is None:
+        return largest_batch(plan, point.seq_len)
+    return largest_batch_within(plan, point.seq_len, targets)
 
 
 def run(point: FitPoint, context: Context | None = None) -> FitRecord:
     """The answer to the point's question; when nothing fits, a record whose answer is 0
     and whose status says why."""
+    targets = targets_for(point)
     plan = plan_for(point)
     try:
-        if point.seq_len is not None:
-            return largest_batch(plan, point.seq_len)
-        return longest_context(plan, point.batch)  # type: ignore[arg-type]
+        record = _answer(point, plan, targets)
     except CapacityError as exc:
         if point.seq_len is not None:
             per_seq = plan.sequence_bytes(point.seq_len)
             record = _record(plan, "largest_batch", point.seq_len, 0, 0, False, per_seq)
+            record.memory_batch = 0
         else:
             record = _record(plan, "longest_context", 0, 0, point.batch, False, 0)  # type: ignore[arg-type]
         record.status = str(exc)
-        return record
+        record.bound = MEMORY_BOUND if targets is not None else None
+    if targets is None:
+        device = device_for(point)
+        return replace(record, gpu=device.name if device else None)
+    return replace(record, **targets.fields())
 
 
 #: The grid's run order, and no comparison among the points (study.sections.Experiment).

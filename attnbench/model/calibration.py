@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FieldError, UsageError, closest
+from ..errors import FieldError, UsageError, closest, show_value
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
 from .roofline import DEFAULT_MODEL, MAX_EFFICIENCY, ModelCounts, PerfModel, layer_counts, predict
 from .shapes import AttentionShape
@@ -397,6 +397,13 @@ def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibratio
     missing = [k for k, required in MODEL_FIELDS.items() if required and k not in doc]
     if missing:
         raise UsageError(f"{where}: missing field {missing[0]}")
+    try:
+        return _parse_calibration(doc, where)
+    except FieldError as exc:  # a field of the file, not a flag: say which file
+        raise exc.located(f"{where}: {exc.field} {show_value(exc.value)}") from None
+
+
+def _parse_calibration(doc: Mapping[str, Any], where: str) -> Calibration:
     source = doc.get("source", f"loaded from {where}")
     if not isinstance(source, str):
         raise FieldError("source", source, "must be text")

@@ -16,6 +16,7 @@ from typing import Any
 from ..measure.stats import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import is_own
+from .predict import PREDICT
 from .table import Column, as_row
 
 NONE_TEXT = "-"
@@ -541,6 +542,7 @@ FIT: list[Column] = [
 SECTION_COLUMNS: dict[str, list[Column]] = {
     "params": PARAMS,
     "fit": FIT,
+    "predict": PREDICT,
     "model_parts": WHOLE_MODEL,
 }
 

@@ -1,13 +1,16 @@
 """How `attnbench fit` shows its answer: one sentence, a table of one GPU's memory, and a
-bar of it."""
+bar of it; under latency targets, a table of one row per point (per tensor-parallel
+degree) with the batch, the memory's batch and the predicted times."""
 
 from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
 
-from ..experiments.fit import FitRecord
+from ..experiments.fit import OK, TOO_SLOW, FitRecord
 from ..model.units import format_bytes
+from .columns import fmt_int, fmt_plain, fmt_status, variant_cell
+from .table import Column
 
 BAR_WIDTH = 60
 #: (label, record field, bar character, style) of each part of a GPU's memory.
@@ -87,3 +90,87 @@ def answer_line(record: FitRecord) -> str:
     if limit and record.seq_len and record.seq_len > limit:
         line += f" (more than the model's {limit:,} positions)"
     return line
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
+
+
+def _fmt_rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def short_status(status: str | None) -> str:
+    """A status in a word or two: 'ok', 'too slow' (no batch meets a target) or 'no fit'
+    (memory leaves no batch); the whole of it goes in a note under the table."""
+    if status is None or fmt_status(status) in (OK, TOO_SLOW):
+        return fmt_status(status)
+    return "no fit"
+
+
+#: The columns of the answers under latency targets: the settings (to the title when
+#: every row shares them), then the answer, the batch memory alone allows ('fits'), the
+#: predictions and the limit that binds. TTFT shows only when a ttft target was given.
+LATENCY: list[Column] = [
+    Column("Model", "model", fmt_plain, rank=0, kind="label", setting=True, title_text=str),
+    Column("Variant", "variant", fmt_plain, rank=0, kind="label", cell=variant_cell, setting=True),
+    Column("GPU", "gpu", fmt_plain, rank=0, kind="label", setting=True, title_text=str),
+    Column(
+        "GPUs",
+        "gpus",
+        fmt_int,
+        rank=1,
+        setting=True,
+        title_text=lambda v: f"{v:,} GPU{'s' * (v != 1)}",
+    ),
+    Column(
+        "context", "seq_len", fmt_int, rank=0, setting=True, title_text=lambda v: f"{v:,} tokens"
+    ),
+    Column("tp", "tp", fmt_int, rank=0),
+    Column("batch", "batch", fmt_int, rank=0),
+    Column("fits", "memory_batch", fmt_int, rank=1),
+    Column("TPOT ms", "tpot_ms", _fmt_ms, rank=1),
+    Column("tok/s/GPU", "tokens_per_s_per_gpu", _fmt_rate, rank=2),
+    Column("TTFT ms", "ttft_ms", _fmt_ms, rank=2),
+    Column("bound", "bound", fmt_plain, rank=1, kind="label"),
+    Column("Status", "status", fmt_plain, rank=3, kind="status", compact=short_status),
+]
+
+
+def _duration(ms: float) -> str:
+    """A target in ms as it reads best: '50 ms', '2 s', '0.5 ms'."""
+    return f"{ms / 1000:g} s" if ms >= 1000 else f"{ms:g} ms"
+
+
+def targets_line(records: list[FitRecord]) -> str:
+    """The targets of a latency question, and what each time stands for, in one line:
+    'Targets: time per output token <= 50 ms (a decode step of the batch on one
+    replica), time to first token <= 2 s (the prefill of one sequence)'."""
+    parts = []
+    tpots = sorted({r.tpot_target_ms for r in records if r.tpot_target_ms is not None})
+    ttfts = sorted({r.ttft_target_ms for r in records if r.ttft_target_ms is not None})
+    if tpots:
+        shown = ", ".join(map(_duration, tpots))
+        parts.append(f"time per output token <= {shown} (a decode step of the batch)")
+    if ttfts:
+        shown = ", ".join(map(_duration, ttfts))
+        parts.append(f"time to first token <= {shown} (the prefill of one sequence)")
+    return "Targets: " + "; ".join(parts)
+
+
+def latency_summary(records: list[FitRecord]) -> list[str]:
+    """What the table of a latency question stands on, a line each: the memory of each
+    GPU, and the performance model's parameters with their source."""
+    memories = sorted({r.memory_bytes_per_gpu for r in records})
+    lines = [
+        "Memory per GPU: "
+        + ", ".join(f"{format_bytes(m)} ({m:,} bytes)" for m in memories)
+        + "; predicted by a roofline on the GPU's datasheet peaks"
+    ]
+    for model in dict.fromkeys(r.perf_model for r in records if r.perf_model):
+        lines.append(f"Performance model: {model}")
+    if any(r.status == OK and r.bound == "latency" for r in records):
+        lines.append(
+            "latency: a larger batch would fit, but its step would miss the time per output token"
+        )
+    return lines

@@ -28,6 +28,20 @@ def _si(v: Any) -> str:
     return f"{v:,}"
 
 
+def fmt_ms(v: Any) -> str:
+    """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def fmt_rate(v: Any) -> str:
+    """Tokens/s: whole numbers, two digits below 10 (0.043, 2.5, 158)."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2g}"
+
+
 def _plain(v: Any) -> str:
     return NONE_TEXT if v is None else str(v)
 
@@ -40,13 +54,13 @@ PHASE_COLUMNS: list[Column] = [
     Column("batch", "batch", _num(","), rank=1, setting=True),
     Column("context", "seq_len", _num(","), rank=1, setting=True),
     Column("Step", "step", _plain, rank=0, kind="label"),
-    Column("ms", "time_ms", _num(".4g"), rank=0),
+    Column("ms", "time_ms", fmt_ms, rank=0),
     Column("bytes", "bytes", format_bytes, rank=1),
     Column("FLOPs", "flops", _si, rank=1),
     Column("FLOP/B", "intensity", _num(".3g"), rank=2),
     Column("ridge", "ridge", _num(".3g"), rank=3, setting=True),
     Column("Bound", "bound", _plain, rank=0, kind="label"),
-    Column("tokens/s", "tokens_per_s", _num(",.0f"), rank=0),
+    Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
 ]
 
 #: A study's predict section: one row per point.
@@ -57,10 +71,10 @@ PREDICT: list[Column] = [
     Column("batch", "batch", _num(","), rank=1, setting=True),
     Column("context", "seq_len", _num(","), rank=1, setting=True),
     Column("kv heads", "num_kv_heads", _num(","), rank=1, setting=True),
-    Column("layer step ms", "layer_step_ms", _num(".4g"), rank=1),
-    Column("TTFT ms", "ttft_ms", _num(".4g"), rank=0),
-    Column("TPOT ms", "tpot_ms", _num(".4g"), rank=0),
-    Column("tokens/s", "tokens_per_s", _num(",.0f"), rank=0),
+    Column("layer step ms", "layer_step_ms", fmt_ms, rank=1),
+    Column("TTFT ms", "ttft_ms", fmt_ms, rank=0),
+    Column("TPOT ms", "tpot_ms", fmt_ms, rank=0),
+    Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
     Column("Bound", "step_bound", _plain, rank=1, kind="label"),
 ]
 
@@ -84,13 +98,14 @@ def point_label(record: Mapping[str, Any]) -> str:
 
 def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each record as its rows: the layer's prefill and decode step and, with a model, the
-    model's; tokens/s on the decode rows (the batch's tokens per step)."""
+    model's; tokens/s on the model's decode row (the batch's tokens per step), or on the
+    layer's where there is no model."""
     rows = []
     for r in records:
         for step, prefix, time_field in PHASES:
             if r.get(time_field) is None:
                 continue
-            decode = prefix.endswith("step")
+            decode = prefix == "step" or (prefix == "layer_step" and r.get("tpot_ms") is None)
             rows.append(
                 {
                     "name": point_label(r),
@@ -124,8 +139,13 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
         )
         lines.append(
             f"{gpu} ({r['device_title']}): {r['peak_gbps']:,.0f} GB/s, "
-            f"{r['peak_tflops']:,.1f} TFLOP/s dense {r['dtype']}{link}; from "
+            f"{r['peak_tflops']:,.4g} TFLOP/s dense {r['dtype']}{link}; from "
             f"{r['peaks_source']}"
+        )
+    for r in {(r["gpu"], r["tp"]): r for r in records if r.get("allreduce_ms")}.values():
+        lines.append(
+            f"{r['gpu']}, tp {r['tp']}: the model's all-reduces (2 a layer, ring) take "
+            f"{r['allreduce_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(f"time = max(bytes / bandwidth, FLOPs / peak) + overhead, with {text}")
@@ -143,8 +163,8 @@ CHECK_COLUMNS: list[Column] = [
     Column("bytes", "bytes", format_bytes, rank=2),
     Column("KV bytes", "kv_bytes", format_bytes, rank=3),
     Column("FLOPs", "flops", _si, rank=2),
-    Column("measured ms", "measured_ms", _num(".4g"), rank=0),
-    Column("predicted ms", "predicted_ms", _num(".4g"), rank=0),
+    Column("measured ms", "measured_ms", fmt_ms, rank=0),
+    Column("predicted ms", "predicted_ms", fmt_ms, rank=0),
     Column("error", "error_pct", lambda v: f"{v:+.1f}%", rank=0),
     Column("Bound", "bound", _plain, rank=1, kind="label"),
 ]
@@ -166,3 +186,30 @@ def check_rows(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
         }
         for i, row in enumerate(rows)
     ]
+
+
+def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per predicted point and its GPUs: 'llama-3-8b at batch 1, context
+    8,192 (predicted, defaults): 158 tokens/s on h100-sxm (TPOT 6.32 ms, memory-bound),
+    98 on a100-80gb (10.2 ms, memory-bound).'"""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in records:
+        what = (point_label(r), r["batch"], r["seq_len"], r["tp"], r["perf_model"])
+        groups.setdefault(what, []).append(r)
+    found = []
+    for (name, batch, seq_len, tp, model), rows in groups.items():
+        split = f", tp {tp}" if tp > 1 else ""
+        source = "defaults" if model.endswith("(defaults)") else "calibrated"
+        on = [
+            f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ("
+            f"{'TPOT' if r.get('tpot_ms') is not None else 'layer step'} "
+            f"{r.get('tpot_ms') or r['layer_step_ms']:.3g} ms, "
+            f"{r.get('step_bound') or r['layer_step_bound']}-bound)"
+            for r in rows
+        ]
+        found.append(
+            f"{name} at batch {batch:,}, context {seq_len:,}{split} (predicted, {source}): "
+            + ", ".join(on)
+            + "."
+        )
+    return found

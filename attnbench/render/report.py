@@ -42,6 +42,7 @@ from .plots import (
     series_label,
     steady,
 )
+from .predict import predict_findings
 from .providers import baseline_of, providers_of, providers_table
 from .table import (
     markdown_code,
@@ -600,6 +601,7 @@ def findings(doc: dict) -> list[str]:
         *_largest_caches(kvmem),
         *_share_of_mha(params, "has", "attention parameters", ("d_model", "num_heads")),
         *_decode_findings(sections.get("decode", []), doc["environment"], _target(doc)),
+        *predict_findings(sections.get("predict", [])),
         *_not_timed(doc),
     ]
     failed = incomplete(doc)

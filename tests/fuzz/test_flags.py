@@ -30,7 +30,13 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 #: What each command may exit with.
-EXIT_CODES = {"params": {0, 2}, "kvmem": {0, 2}, "fit": {0, 1, 2}, "compare": {0, 1, 2, 3}}
+EXIT_CODES = {
+    "params": {0, 2},
+    "kvmem": {0, 2},
+    "fit": {0, 1, 2},
+    "predict": {0, 2},
+    "compare": {0, 1, 2, 3},
+}
 MAX_ERROR_LINES = 21  # 20 problems and a line saying how many more
 
 # --- values ------------------------------------------------------------------------------
@@ -123,7 +129,13 @@ FIT_FLAGS = [
     "--reserve",
     "--seq-len",
     "--batch",
+    "--tpot",
+    "--ttft",
+    "--calibration",
 ]
+#: Named GPUs only: `this` measures the machine's peaks, seconds a call.
+PREDICT_FLAGS = [*SHAPE_FLAGS, "--batch", "--seq-len", "--dtype", "--kv-dtype", "--tp"]
+NAMED_GPUS = st.sampled_from(["h100-sxm", "a100-80gb,l4", "mi300x"])
 
 
 def flag_args(flags: list[str]):
@@ -142,9 +154,22 @@ def test_kvmem_flags(args, extra):
     invoke(["kvmem", *extra, *args, "--no-measure", "-q"], "kvmem")
 
 
-@given(flag_args(FIT_FLAGS), st.sampled_from(["llama-3-70b", "mistral-7b", "deepseek-v3"]))
-def test_fit_flags(args, model):
-    invoke(["fit", "--model", model, *args, "-q"], "fit")
+@given(
+    flag_args(FIT_FLAGS),
+    st.sampled_from(["llama-3-70b", "mistral-7b", "deepseek-v3"]),
+    st.sampled_from([[], ["--gpu", "h100-sxm"], ["--gpu", "l4", "--tpot", "50ms"]]),
+)
+def test_fit_flags(args, model, gpu):
+    invoke(["fit", "--model", model, *gpu, *args, "-q"], "fit")
+
+
+@given(
+    flag_args(PREDICT_FLAGS),
+    st.sampled_from([[], ["--model", "mixtral-8x7b"], ["--model", "deepseek-v3"]]),
+    NAMED_GPUS,
+)
+def test_predict_flags(args, extra, gpu):
+    invoke(["predict", *extra, "--gpu", gpu, *args, "-q"], "predict")
 
 
 # --- sweep files -------------------------------------------------------------------------

@@ -213,7 +213,7 @@ def test_a_bad_field_of_a_calibration_file_is_named(field, value):
     with pytest.raises(FieldError) as err:
         load_model({**model_dict(TRUE), field: value})
     assert err.value.field == field
-    assert str(err.value).startswith(f"{field}: {value}: ")
+    assert str(err.value).startswith(f"calibration: {field} {value}: ")
     assert "\n" not in str(err.value)
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import inspect
 
-from attnbench.experiments import decode, fit, kvmem, params
+from attnbench.experiments import decode, fit, kvmem, params, predict
 from attnbench.study.sections import KINDS, Experiment, record_sets
 from tests.experiments.options import decode_options, decode_point
 
 
 def test_every_kind_runs_an_experiment_of_the_one_protocol():
-    modules = {"params": params, "kvmem": kvmem, "decode": decode, "fit": fit}
+    modules = {"params": params, "kvmem": kvmem, "decode": decode, "fit": fit, "predict": predict}
     assert set(KINDS) == set(modules)
     members = [n for n, _ in inspect.getmembers(Experiment, inspect.isfunction) if n[0] != "_"]
     assert sorted(members) == ["check", "link", "order", "run"]

@@ -1,0 +1,220 @@
+"""Predictions on a named GPU or this machine: one attention layer counted as decode-speed
+counts it, a whole model from the same counts as params, the roofline's times, the
+sources stated; the calibration and check of the command; bad input in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attnbench.cli import app
+from attnbench.experiments.context import Context
+from attnbench.experiments.predict import PredictPoint, run, wants_peaks
+from attnbench.model.devices import DEVICES
+from attnbench.model.formulas import (
+    cached_step_bytes,
+    forward_flops,
+    step_traffic_bytes,
+    weight_bytes,
+)
+from attnbench.model.presets import get_preset
+from attnbench.model.roofline import (
+    DEFAULT_MODEL,
+    PerfModel,
+    decode_counts,
+    layer_counts,
+    predict,
+    predict_counts,
+)
+from attnbench.model.shapes import AttentionShape
+from tests.helpers import runner
+
+SHAPE = AttentionShape(4096, 32, 8, 128)
+
+
+@pytest.mark.parametrize("batch,context", [(1, 512), (4, 4096)])
+def test_a_layer_step_is_counted_as_decode_speed_counts_it(batch, context):
+    counts = layer_counts(SHAPE, batch, 1, context + 1, "bfloat16")
+    assert counts.bytes == cached_step_bytes(SHAPE, batch, context, "bfloat16")
+    assert counts.flops == forward_flops(SHAPE, batch, 1, context + 1, causal=True)
+    assert counts.kv_bytes == 2 * batch * 8 * 128 * (context + 2) * 2  # read, and one written
+    prefill = layer_counts(SHAPE, batch, context, context, "bfloat16")
+    traffic = step_traffic_bytes(SHAPE, batch, context, context, "bfloat16")
+    assert prefill.bytes == weight_bytes(SHAPE, "bfloat16") + traffic
+
+
+def test_a_layer_under_tensor_parallelism_is_one_rank_s_share():
+    whole = layer_counts(SHAPE, 2, 1, 1025, "bfloat16")
+    rank = layer_counts(SHAPE, 2, 1, 1025, "bfloat16", tp=8)
+    assert rank.weight_bytes * 8 == whole.weight_bytes
+    assert rank.kv_bytes * 8 == whole.kv_bytes
+    assert (rank.allreduces, rank.allreduce_bytes) == (1, 2 * 4096 * 2)
+
+
+def point(**given) -> PredictPoint:
+    spec = get_preset("llama-2-7b")
+    fields = {
+        "gpu": "h100-sxm",
+        "batch": 1,
+        "seq_len": 8192,
+        "dtype": "float16",
+        "d_model": spec.d_model,
+        "num_heads": spec.num_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "model": spec.name,
+        "spec": spec,
+    }
+    return PredictPoint(**{**fields, **given})
+
+
+def test_a_model_s_decode_step_is_the_roofline_of_its_counts():
+    record = run(point())
+    counts = decode_counts(get_preset("llama-2-7b"), 1, 8192, "float16")
+    expected = predict_counts(counts, DEVICES["h100-sxm"], "float16")
+    assert record.tpot_ms == pytest.approx(expected.time_s * 1e3)
+    assert record.step_bytes == counts.bytes
+    assert record.step_kv_bytes == 2 * 32 * 4096 * 8193 * 2 + 2 * 32 * 4096 * 2
+    assert record.tokens_per_s == pytest.approx(1 / expected.time_s)
+    assert record.step_bound == "memory" and record.prefill_bound == "compute"
+    assert record.peak_gbps == 3350 and record.peak_tflops == pytest.approx(989.4)
+    assert "nvidia" in record.peaks_source
+    assert record.perf_model == DEFAULT_MODEL.describe()
+    # 13.5 GB of weights and 4.3 GB of cache at 80% of 3.35 TB/s, 32 layers' overhead
+    assert 6.0 < record.tpot_ms < 7.5
+
+
+def test_a_layer_shape_has_no_model_rows():
+    spec = dict(d_model=4096, num_heads=32, num_kv_heads=8, head_dim=128, model=None, spec=None)
+    record = run(point(**spec))
+    assert record.tpot_ms is None and record.ttft_ms is None
+    assert record.layer_step_bytes == cached_step_bytes(SHAPE, 1, 8192, "float16")
+    assert record.tokens_per_s == pytest.approx(1e3 / record.layer_step_ms)
+
+
+def test_this_machine_is_predicted_on_the_peaks_the_run_measured():
+    here = point(gpu="this")
+    assert wants_peaks(here) and not wants_peaks(point())
+    context = Context(torch.device("cpu"), 20.0, {"float16": 0.5})
+    record = run(here, context)
+    assert record.peak_gbps == 20.0 and record.peak_tflops == 0.5
+    assert record.peaks_source.startswith("measured: copy 20.0 GB/s")
+
+
+def test_a_calibration_fitted_on_this_machine_carries_its_peaks(tmp_path):
+    path = tmp_path / "cal.json"
+    doc = {
+        "efficiency_bw": 0.5,
+        "efficiency_kv": 0.25,
+        "efficiency_flops": 0.5,
+        "overhead_s": 0.0,
+        "gpu": "this",
+        "peak_gbps": 10.0,
+        "peak_tflops": {"float16": 1.0},
+        "environment": {"device": "cpu", "device_name": "a CPU", "num_threads": 1},
+    }
+    path.write_text(json.dumps(doc))
+    here = point(gpu="this", calibration=str(path), spec=None, model=None)
+    assert not wants_peaks(here)
+    record = run(here)
+    counts = layer_counts(AttentionShape(4096, 32, 32, 128), 1, 1, 8193, "float16")
+    model = PerfModel(0.5, 0.5, 0.0, "t", efficiency_kv=0.25)
+    roof = predict(counts.bytes, counts.flops, 10e9, 1e12, model, kv_bytes=counts.kv_bytes)
+    assert record.layer_step_ms == pytest.approx(roof.time_s * 1e3)
+    assert record.efficiency_kv == 0.25 and record.device_title == "a CPU, 1 thread(s)"
+
+
+def predict_cli(*args: str):
+    return runner.invoke(app, ["predict", *args])
+
+
+def test_cli_whole_models_on_named_gpus_with_their_sources(tmp_path):
+    out = tmp_path / "p.json"
+    args = ["--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "8", "--seq-len", "8192"]
+    result = predict_cli(*args, "--json", str(out))
+    assert result.exit_code == 0, result.output
+    (record,) = json.loads(out.read_text())["records"]
+    assert record["tp"] == 8 and record["allreduce_ms"] > 0
+    assert "model TPOT" in result.output and "defaults" in result.output
+    assert "450 GB/s per direction" in result.output
+    assert "resources.nvidia.com" in result.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--gpu", "h100"], "--gpu h100: unknown value"),
+        (["--gpu", "this", "--seq-len", "64", "--tp", "2"], "--tp 2: needs a named GPU"),
+        (["--gpu", "h100-sxm"], "--seq-len: give the context"),
+        (["--gpu", "h100-sxm", "--seq-len", "64", "--tp", "3"], "--tp 3: does not divide"),
+        (["--check", "r.json", "--min-time", "1"], "--min-time 1: expected a time"),
+    ],
+)
+def test_cli_bad_input_is_one_line(args, message):
+    result = predict_cli("--model", "llama-2-7b", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_cli_a_negative_efficiency_in_a_calibration_file(tmp_path):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"efficiency_bw": -0.8, "efficiency_flops": 0.6, "overhead_s": 0}))
+    result = predict_cli("--model", "llama-2-7b", "--seq-len", "64", "--calibration", str(path))
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}: efficiency_bw -0.8: must be a number in (0, 1.5]\n"
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_cli_a_calibration_for_another_gpu_is_refused(tmp_path):
+    path = tmp_path / "cal.json"
+    doc = {"efficiency_bw": 0.8, "efficiency_flops": 0.6, "overhead_s": 0, "gpu": "a100-80gb"}
+    path.write_text(json.dumps(doc))
+    args = ["--seq-len", "64", "--gpu", "h100-sxm", "--calibration", str(path)]
+    result = predict_cli("--model", "llama-2-7b", *args)
+    assert result.exit_code == 2
+    assert "fitted against a100-80gb's peaks, not h100-sxm's" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def measured_run(tmp_path_factory):
+    """A real decode-speed results file whose step times are set by a known model (on
+    the peaks the run measured): what --calibrate must find back."""
+    path = tmp_path_factory.mktemp("run") / "run.json"
+    args = ["decode-speed", "--d-model", "256", "--heads", "4", "--kv-heads", "4,1"]
+    args += ["--batch", "1,4", "--prompt-len", "64,512", "--mode", "cache", "--no-prefill"]
+    args += ["--reference", "none", "--repeats", "2", "--warmup", "0", "--quiet"]
+    result = runner.invoke(app, [*args, "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(path.read_text())
+    env = doc["environment"]
+    truth = PerfModel(0.9, 0.5, 20e-6, "truth", efficiency_kv=0.3)
+    for r in doc["records"]:
+        roof = predict(
+            r["bytes_per_step"],
+            r["flops_per_step"],
+            env["peak_gbps"] * 1e9,
+            env["peak_tflops"]["float32"] * 1e12,
+            truth,
+            kv_bytes=r["kv_bytes_per_gpu"],
+        )
+        r["step_ms_median"] = roof.time_s * 1e3
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_cli_calibrates_on_a_run_and_checks_another(measured_run, tmp_path):
+    to = tmp_path / "cal.json"
+    result = predict_cli("--calibrate", str(measured_run), "--to", str(to))
+    assert result.exit_code == 0, result.output
+    written = json.loads(to.read_text())
+    assert written["efficiency_kv"] == pytest.approx(0.3, rel=1e-6)
+    assert written["gpu"] == "this" and written["environment"]["device"] == "cpu"
+    assert "calibrated on 8 steps of run.json" in written["source"]
+    result = predict_cli("--check", str(measured_run), "--calibration", str(to))
+    assert result.exit_code == 0, result.output
+    assert "median |error| 0.0% over 8 samples" in result.output
+    result = predict_cli("--check", str(measured_run))  # the defaults: some error
+    assert "median |error| 0.0%" not in result.output and "(defaults)" in result.output

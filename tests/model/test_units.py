@@ -1,0 +1,44 @@
+"""Durations with their unit: parsed exactly, and refused in one line naming the field."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from attnbench.errors import FieldError
+from attnbench.model.units import TIME_HINT, duration_seconds, parse_duration
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("50ms", 0.05),
+        ("0.05s", 0.05),
+        ("2s", 2.0),
+        ("500us", 0.0005),
+        ("2 s", 2.0),
+        (" 1.5 ms ", 0.0015),
+        (".5s", 0.5),
+        ("10000s", 10000.0),
+    ],
+)
+def test_durations_parse_to_seconds(text, seconds):
+    assert parse_duration(text, "tpot") == pytest.approx(seconds, rel=1e-15)
+
+
+def test_one_time_in_two_units_is_one_value_exactly():
+    """'50ms' and '0.05s' are the same target to the last digit (0.05 * 1000 in floats is
+    50.00000000000001): the parse is exact."""
+    assert duration_seconds("50ms", "tpot") == duration_seconds("0.05s", "tpot") == Fraction(1, 20)
+    assert float(duration_seconds("0.05s", "tpot") * 1000) == 50.0
+
+
+@pytest.mark.parametrize(
+    "bad", ["50", "-50ms", "0ms", "0s", "0.0us", "ms", "", "50 m", "50min", "1e3ms", "50MS", "5.ms"]
+)
+def test_a_time_without_its_unit_or_not_above_zero_is_refused(bad):
+    with pytest.raises(FieldError) as error:
+        parse_duration(bad, "ttft")
+    assert (error.value.field, error.value.value, error.value.reason) == ("ttft", bad, TIME_HINT)
+    assert TIME_HINT == "expected a time with its unit: 50ms, 0.05s, 2s"

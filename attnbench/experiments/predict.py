@@ -5,8 +5,8 @@ given, from the roofline of model/roofline.py.
 Each point is predicted on a named GPU, from its datasheet peaks (model/devices.py), or
 on THIS_DEVICE, from the peaks the run measures before its points; with the stated
 default efficiencies, or a calibration file's (model/calibration.py), whose efficiencies
-are shares of the peaks of the device it was fitted against: a calibration fitted on
-this machine's measured peaks predicts with those peaks.
+are shares of the peaks of the device it was fitted against: a named GPU's datasheet,
+or what this machine measures at the time.
 
 The time to first token is the prefill of `batch` prompts of seq_len tokens; the time
 per output token is the decode step of `batch` sequences with seq_len tokens cached (each
@@ -127,14 +127,11 @@ def _calibration(point: PredictPoint) -> Calibration | None:
 
 
 def device_for(point: PredictPoint, context: Context | None) -> DeviceSpec:
-    """The device of a point: a named GPU's datasheet peaks; for THIS_DEVICE the peaks a
-    calibration fitted on this machine recorded, else the ones this run measured."""
+    """The device of a point: a named GPU's datasheet peaks, or for THIS_DEVICE the ones
+    this run measured (a calibration of this machine holds shares of whatever it measures
+    at the time)."""
     if point.gpu != THIS_DEVICE:
         return device_spec(point.gpu)
-    calibration = _calibration(point)
-    fitted = calibration.device if calibration is not None else None
-    if fitted is not None and fitted.name == THIS_DEVICE:
-        return fitted
     if context is None or context.device is None:
         return measured_device({})  # FieldError: no peaks measured
     environment = collect_environment(context.device)
@@ -265,9 +262,5 @@ order, link = grid_order, no_links
 
 
 def wants_peaks(point: PredictPoint) -> bool:
-    """Whether the run must measure this machine's peaks for the point: on THIS_DEVICE,
-    unless its calibration recorded the peaks it was fitted against."""
-    if point.gpu != THIS_DEVICE:
-        return False
-    calibration = _calibration(point)
-    return calibration is None or calibration.device is None
+    """Whether the run must measure this machine's peaks for the point: on THIS_DEVICE."""
+    return point.gpu == THIS_DEVICE

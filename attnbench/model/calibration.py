@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import FieldError, UsageError, closest, show_value
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
+from .formulas import attention_core_flops
 from .roofline import DEFAULT_MODEL, MAX_EFFICIENCY, ModelCounts, PerfModel, layer_counts, predict
 from .shapes import AttentionShape
 
@@ -61,6 +62,8 @@ class Sample:
     kv_bytes: int = 0
     #: What was measured, for a reader: 'step d4096 h32/8 b4 s1024'.
     label: str = ""
+    #: Of the FLOPs, the attention core's (QK^T and PV), on its own roofline.
+    attention_flops: int = 0
 
 
 def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) -> list[Sample]:
@@ -74,29 +77,48 @@ def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) ->
         if provider is not None and r.get("provider") != provider:
             continue
         if r.get("bytes_per_step") and r.get("flops_per_step") is not None:
-            step_s = r["step_ms_median"] * 1e-3
-            kv = r.get("kv_bytes_per_gpu") or 0
-            label = f"{STEP} {_point(r)}"
-            samples.append(
-                Sample(
-                    r["bytes_per_step"], r["flops_per_step"], step_s, r["dtype"], STEP, kv, label
-                )
-            )
+            samples.append(_step_sample(r))
         if r.get("prefill_ms_median") is not None and r.get("prefill_flops") is not None:
-            prefill_s = r["prefill_ms_median"] * 1e-3
             counts = prefill_counts(r)
             samples.append(
                 Sample(
                     counts.bytes,
                     r["prefill_flops"],
-                    prefill_s,
+                    r["prefill_ms_median"] * 1e-3,
                     r["dtype"],
                     PREFILL,
                     counts.kv_bytes,
                     f"{PREFILL} {_point(r)}",
+                    counts.attention_flops,
                 )
             )
     return samples
+
+
+def _step_sample(record: Mapping[str, Any]) -> Sample:
+    """A record's cached step: its bytes and FLOPs, the cache it read, and its attention
+    core's FLOPs (QK^T and PV over the context, for a uniform batch; a batch given
+    sequence by sequence counts all its FLOPs as dense)."""
+    core = 0
+    if record.get("batch_spec") is None:
+        keys = record["prompt_len"] + 1
+        core = attention_core_flops(_shape(record), record["batch"], 1, keys, causal=True)
+    return Sample(
+        record["bytes_per_step"],
+        record["flops_per_step"],
+        record["step_ms_median"] * 1e-3,
+        record["dtype"],
+        STEP,
+        record.get("kv_bytes_per_gpu") or 0,
+        f"{STEP} {_point(record)}",
+        core,
+    )
+
+
+def _shape(record: Mapping[str, Any]) -> AttentionShape:
+    return AttentionShape(
+        record["d_model"], record["num_heads"], record["num_kv_heads"], record["head_dim"]
+    )
 
 
 def _point(record: Mapping[str, Any]) -> str:
@@ -118,11 +140,8 @@ def _decode_records(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def prefill_counts(record: Mapping[str, Any]) -> ModelCounts:
     """The counts of a record's prefill of prompt_len tokens: one layer's step of
     prompt_len new tokens attending prompt_len keys (roofline.layer_counts)."""
-    shape = AttentionShape(
-        record["d_model"], record["num_heads"], record["num_kv_heads"], record["head_dim"]
-    )
     prompt = record["prompt_len"]
-    return layer_counts(shape, record["batch"], prompt, prompt, record["dtype"])
+    return layer_counts(_shape(record), record["batch"], prompt, prompt, record["dtype"])
 
 
 def _peak(peaks: Mapping[str, float], dtype: str) -> float:
@@ -147,19 +166,23 @@ def calibrate(
             f"calibration needs at least {MIN_SAMPLES} timed samples of "
             f"{min_time_s * 1e6:g} us or more, got {len(kept)}"
         )
-    a = np.array([(s.bytes - s.kv_bytes) / bandwidth for s in kept])
-    k = np.array([s.kv_bytes / bandwidth for s in kept])
-    c = np.array([s.flops / _peak(peak_flops_by_dtype, s.dtype) for s in kept])
-    t = np.array([s.time_s for s in kept])
+    peaks = np.array([_peak(peak_flops_by_dtype, s.dtype) for s in kept])
+    parts = _Parts(
+        dense_s=np.array([(s.bytes - s.kv_bytes) / bandwidth for s in kept]),
+        kv_s=np.array([s.kv_bytes / bandwidth for s in kept]),
+        dense_flops_s=np.array([s.flops - s.attention_flops for s in kept]) / peaks,
+        core_flops_s=np.array([s.attention_flops for s in kept]) / peaks,
+        time_s=np.array([s.time_s for s in kept]),
+    )
     u = w = 1 / DEFAULT_MODEL.efficiency_bw
     v = 1 / DEFAULT_MODEL.efficiency_flops
-    compute = v * c > u * a + w * k
+    bounds = parts.bounds(u, w, v)
     for _ in range(MAX_ROUNDS):
-        u, w, v, o, split = _solve(a, k, c, t, compute, (u, w, v))
-        bounds = v * c > u * a + w * k
-        if (bounds == compute).all():
+        u, w, v, o, split = _solve(parts, bounds, (u, w, v))
+        new = parts.bounds(u, w, v)
+        if all((x == y).all() for x, y in zip(new, bounds, strict=True)):
             break
-        compute = bounds
+        bounds = new
     else:
         raise UsageError(
             f"calibration did not settle in {MAX_ROUNDS} rounds: the samples fit no roofline"
@@ -171,9 +194,10 @@ def calibrate(
                 f"outside (0, {MAX_EFFICIENCY}]: the peaks given do not match the samples"
             )
     note = ""
-    if compute.all():
+    dense_compute, core_compute = bounds
+    if dense_compute.all() and (core_compute | (parts.kv_s == 0)).all():
         note = "; efficiency_bw left at its default: no memory-bound sample"
-    elif not compute.any():
+    elif not dense_compute.any() and not core_compute.any():
         note = "; efficiency_flops left at its default: no compute-bound sample"
     return PerfModel(
         float(1 / u),
@@ -190,26 +214,42 @@ def _kinds(samples: Sequence[Sample]) -> str:
     return " and ".join(f"{n} {kind}{'s' * (n != 1)}" for kind, n in counts.items() if n)
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """The samples' times at the peaks, part by part (the roofline's two kernels): the
+    dense matmuls' bytes and FLOPs, the attention core's cache bytes and FLOPs."""
+
+    dense_s: np.ndarray
+    kv_s: np.ndarray
+    dense_flops_s: np.ndarray
+    core_flops_s: np.ndarray
+    time_s: np.ndarray
+
+    def bounds(self, u: float, w: float, v: float) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each sample's dense part, and its attention core, is compute-bound."""
+        return v * self.dense_flops_s > u * self.dense_s, v * self.core_flops_s > w * self.kv_s
+
+
 def _solve(
-    a: np.ndarray,
-    k: np.ndarray,
-    c: np.ndarray,
-    t: np.ndarray,
-    compute: np.ndarray,
+    parts: _Parts,
+    bounds: tuple[np.ndarray, np.ndarray],
     held: tuple[float, float, float],
 ) -> tuple[float, float, float, float, bool]:
-    """(u, w, v, o, split) of the least relative squares with each sample on its bound
-    `compute` (else memory). The cache's coefficient w is fitted apart (`split`) when the
-    memory-bound samples tell it from u, else it is u; a bound no sample sits on keeps
-    its coefficients (`held`), and an overhead fitted below 0 is refitted at 0."""
-    memory = ~compute
+    """(u, w, v, o, split) of the least relative squares with each sample's parts on their
+    `bounds` (compute, else memory). The cache's coefficient w is fitted apart (`split`)
+    when the samples whose core is memory-bound tell it from u, else it is u; a
+    coefficient no sample needs keeps its value (`held`), and an overhead fitted below 0
+    is refitted at 0."""
+    dense_compute, core_compute = bounds
+    t = parts.time_s
     columns = {
-        0: np.where(memory, a, 0.0),
-        1: np.where(memory, k, 0.0),
-        2: np.where(compute, c, 0.0),
+        0: np.where(dense_compute, 0.0, parts.dense_s),
+        1: np.where(core_compute, 0.0, parts.kv_s),
+        2: np.where(dense_compute, parts.dense_flops_s, 0.0)
+        + np.where(core_compute, parts.core_flops_s, 0.0),
         3: np.ones_like(t),
     }
-    split = columns[1].any() and _rank([columns[0] / t, columns[1] / t]) == 2
+    split = bool(columns[1].any()) and _rank([columns[0] / t, columns[1] / t]) == 2
     if not split:  # one coefficient for all the bytes
         columns[0], columns[1] = columns[0] + columns[1], np.zeros_like(t)
     values = dict(enumerate(held))
@@ -225,7 +265,7 @@ def _solve(
         if values[3] >= 0:
             break
     w = values[1] if split else values[0]
-    return values[0], w, values[2], values[3], bool(split)
+    return values[0], w, values[2], values[3], split
 
 
 def _rank(columns: list[np.ndarray]) -> int:
@@ -269,7 +309,15 @@ def check(
     rows = []
     for s in samples:
         peak = _peak(peak_flops_by_dtype, s.dtype)
-        roof = predict(s.bytes, s.flops, bandwidth, peak, model, kv_bytes=s.kv_bytes)
+        roof = predict(
+            s.bytes,
+            s.flops,
+            bandwidth,
+            peak,
+            model,
+            kv_bytes=s.kv_bytes,
+            attention_flops=s.attention_flops,
+        )
         rows.append(CheckRow(s, roof.time_s, roof.bound))
     return rows
 
@@ -300,10 +348,14 @@ def check_run(
     min_time_s: float = MIN_TIME_S,
 ) -> CheckReport:
     """The model of `calibration` (else the defaults) against every timed sample of a
-    results document measured at `min_time_s` or more, on the peaks of the device the
-    calibration was fitted against, else `device`, else the ones the run measured."""
+    results document measured at `min_time_s` or more, on the peaks of the named GPU the
+    calibration was fitted against, else `device`, else the ones the run measured (a
+    calibration of THIS_DEVICE holds the efficiencies, as shares of whatever this machine
+    measures at the time: here, the checked run's peaks)."""
     fitted = calibration.device if calibration is not None else None
-    device = fitted or device or measured_device(doc.get("environment") or {})
+    if fitted is not None and fitted.name != THIS_DEVICE:
+        device = fitted
+    device = device or measured_device(doc.get("environment") or {})
     model = calibration.model if calibration is not None else DEFAULT_MODEL
     samples = [s for s in samples_from_results(doc) if s.time_s >= min_time_s]
     if not samples:

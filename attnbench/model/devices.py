@@ -262,11 +262,16 @@ def flops_for(device: DeviceSpec, dtype: str) -> float:
 
 def measured_device(environment: Mapping[str, Any]) -> DeviceSpec:
     """This machine as a run measured it: the copy bandwidth and the matmul FLOP/s per
-    dtype of a results environment (peak_gbps, peak_tflops), named THIS_DEVICE, titled
-    by the device the run used. It has no interconnect: a prediction over several of
-    its GPUs needs a named device. FieldError naming `gpu` when the run measured no
-    peaks (a study with no timed section)."""
-    gbps, tflops = environment.get("peak_gbps"), environment.get("peak_tflops") or {}
+    dtype of a results environment, named THIS_DEVICE, titled by the device the run
+    used. A run probes its peaks before its timed points and after them: the mean of the
+    probes (peak_gbps_probes, peak_tflops_probes) stands for the run, where there are
+    several, else the first (peak_gbps, peak_tflops). It has no interconnect: a
+    prediction over several of its GPUs needs a named device. FieldError naming `gpu`
+    when the run measured no peaks (a study with no timed section)."""
+    gbps, tflops = environment.get("peak_gbps"), dict(environment.get("peak_tflops") or {})
+    gbps = _mean(environment.get("peak_gbps_probes")) or gbps
+    for dtype, probes in (environment.get("peak_tflops_probes") or {}).items():
+        tflops[dtype] = _mean(probes) or tflops.get(dtype)
     if not gbps or not tflops:
         raise FieldError(
             "gpu", THIS_DEVICE, "needs the peaks a timed run measured; this one has none"
@@ -287,3 +292,12 @@ def measured_device(environment: Mapping[str, Any]) -> DeviceSpec:
             + ", ".join(f"{d} {float(v) * 1e3:.0f} GFLOP/s" for d, v in tflops.items()),
         ),
     )
+
+
+def _mean(values: Any) -> float | None:
+    """The mean of a list of readings (None for none, or a reading that is not a number)."""
+    if not isinstance(values, list) or not values:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return None
+    return sum(values) / len(values)

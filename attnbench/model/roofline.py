@@ -1,21 +1,29 @@
 """A roofline performance model: the time of a step from the bytes it moves and the FLOPs
 it computes, on a device of a given bandwidth and peak throughput.
 
-    time = max(other_bytes / (efficiency_bw * bandwidth)
-               + kv_bytes / (efficiency_kv * bandwidth),
-               flops / (efficiency_flops * peak))
-           + overheads * overhead_s
+A step runs two kinds of kernel one after the other, each on its own roofline: the dense
+matmuls (projections, MLP, experts, head), which stream the weights and activations, and
+the attention core (QK^T, softmax, PV), which reads the KV cache:
 
-The efficiencies are the shares of the datasheet peaks a real kernel reaches; `overhead_s`
-is the fixed cost of one layer's step (kernel launches, synchronisation) that no roofline
-sees. The bytes the attention reads from the KV cache (`kv_bytes`) may stream at a share
-of their own, `efficiency_kv`: the weights are read by a few large matrix-vector
-products, the cache by one small one per sequence and head with a softmax between, which
-reach less of the bandwidth (on a 2-core CPU, a third of the weights' rate). Unset, it is
-efficiency_bw, and the memory term is bytes / (efficiency_bw * bandwidth), the plain
-roofline. Defaults (DEFAULT_MODEL) or a calibration from measured runs (model/calibration.py)
-set them. The ridge point and the bound are taken against the *effective* peaks, so that
-`bound` always names the term of the max that sets the time.
+    time = max(dense_bytes / (efficiency_bw * bandwidth),
+               dense_flops / (efficiency_flops * peak))
+         + max(kv_bytes / (efficiency_kv * bandwidth),
+               attention_flops / (efficiency_flops * peak))
+         + overheads * overhead_s
+
+The efficiencies are the shares of the peaks a real kernel reaches; `overhead_s` is the
+fixed cost of one layer's step (kernel launches, synchronisation) that no roofline sees.
+The cache streams at a share of its own, `efficiency_kv`: the weights are read by a few
+large matrix-vector products, the cache by one small one per sequence and head with a
+softmax between, which reach less of the bandwidth (on a 2-core CPU, a third of the
+weights' rate); unset, it is efficiency_bw. A step given no attention part (kv_bytes and
+attention_flops 0) is the plain roofline max(bytes / (efficiency_bw * bandwidth),
+flops / (efficiency_flops * peak)). The two parts are summed, not overlapped: a layer's
+attention waits for its projections, and on a CPU core an MQA step's attention core
+(compute-bound: 32 query heads over one cached head) adds to its projections' weight
+streaming. Defaults (DEFAULT_MODEL) or a calibration from measured runs
+(model/calibration.py) set the parameters. The ridge point is the device's (at
+efficiency_bw); `bound` names the term that sets the larger part's time.
 
 Whole-model counts reuse the one formula of each quantity: attention bytes and FLOPs from
 formulas.py, parameters per part and per rank from model_params.py, KV-cache bytes (dtype,
@@ -69,7 +77,7 @@ from .capacity import (
 )
 from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
-from .formulas import forward_flops, step_traffic_bytes, weight_bytes
+from .formulas import attention_core_flops, forward_flops, step_traffic_bytes, weight_bytes
 from .model_params import part_params, require_body
 from .shapes import AttentionShape
 
@@ -155,27 +163,35 @@ def predict(
     model: PerfModel = DEFAULT_MODEL,
     overheads: int = 1,
     kv_bytes: int = 0,
+    attention_flops: int = 0,
 ) -> Roofline:
-    """The roofline time of moving `bytes` (`kv_bytes` of them read from the KV cache) and
-    computing `flops` at `bandwidth` (bytes/s) and `peak_flops` (FLOP/s), paying
-    model.overhead_s `overheads` times (a whole model: once per layer)."""
+    """The time of moving `bytes` and computing `flops` at `bandwidth` (bytes/s) and
+    `peak_flops` (FLOP/s), paying model.overhead_s `overheads` times (a whole model: once
+    per layer): `kv_bytes` of the bytes and `attention_flops` of the FLOPs are the
+    attention core's, on a roofline of their own (see the module's notes)."""
     if bytes <= 0 or flops < 0 or not 0 <= kv_bytes <= bytes:
         raise ValueError(
             f"a step moves bytes > 0, kv_bytes of them, and computes flops >= 0, got "
             f"{bytes}, {kv_bytes}, {flops}"
         )
+    if not 0 <= attention_flops <= flops:
+        raise ValueError(f"attention_flops {attention_flops} must be in [0, flops {flops}]")
     if bandwidth <= 0 or peak_flops <= 0:
         raise ValueError(f"bandwidth and peak_flops must be > 0, got {bandwidth}, {peak_flops}")
-    memory_s = (bytes - kv_bytes) / (model.efficiency_bw * bandwidth)
-    memory_s += kv_bytes / (model.kv_efficiency * bandwidth)
-    compute_s = flops / (model.efficiency_flops * peak_flops)
+    flops_rate = model.efficiency_flops * peak_flops
+    dense = (
+        (bytes - kv_bytes) / (model.efficiency_bw * bandwidth),
+        (flops - attention_flops) / flops_rate,
+    )
+    core = (kv_bytes / (model.kv_efficiency * bandwidth), attention_flops / flops_rate)
+    longer = max(dense, core, key=max)
     return Roofline(
-        time_s=max(memory_s, compute_s) + overheads * model.overhead_s,
+        time_s=max(dense) + max(core) + overheads * model.overhead_s,
         bytes=bytes,
         flops=flops,
         intensity=flops / bytes,
-        ridge=(model.efficiency_flops * peak_flops) / (model.efficiency_bw * bandwidth),
-        bound="compute" if compute_s > memory_s else "memory",
+        ridge=flops_rate / (model.efficiency_bw * bandwidth),
+        bound="compute" if longer[1] > longer[0] else "memory",
     )
 
 
@@ -208,6 +224,8 @@ class ModelCounts:
     kv_bytes: int
     activation_bytes: int
     flops: int
+    #: Of the FLOPs, the attention core's (QK^T and PV).
+    attention_flops: int
     #: Bytes of each all-reduce, and how many the step makes (0 at tp 1).
     allreduce_bytes: int
     allreduces: int
@@ -229,6 +247,8 @@ class AttentionCounts:
     kv_bytes: int
     activation_bytes: int
     flops: int
+    #: Of the FLOPs, QK^T and PV's (the rest: the projections').
+    core_flops: int
 
 
 def attention_counts(
@@ -251,9 +271,10 @@ def attention_counts(
     head_dim: int = shape.head_dim  # type: ignore[assignment]
     rank = AttentionShape(shape.d_model, shape.num_heads // tp, hkv, head_dim)
     layers = Counter(windows)
-    flops = sum(
-        n * forward_flops(rank, batch, q_len, max(q_len, layer_tokens(kv_len, w)), causal=True)
-        for w, n in layers.items()
+    keys = {w: max(q_len, layer_tokens(kv_len, w)) for w in layers}
+    flops = sum(n * forward_flops(rank, batch, q_len, keys[w], True) for w, n in layers.items())
+    core = sum(
+        n * attention_core_flops(rank, batch, q_len, keys[w], True) for w, n in layers.items()
     )
     fmt = KvFormat(kv_dtype or dtype)
     layout = token_layout(shape.num_heads, shape.num_kv_heads, head_dim, fmt, tp)
@@ -264,7 +285,7 @@ def attention_counts(
         step_traffic_bytes(rank, batch, q_len, 0, dtype)
         - kv_cache_bytes(1, batch, q_len, hkv, head_dim, dtype)
     )
-    return AttentionCounts(kv, activations, flops)
+    return AttentionCounts(kv, activations, flops, core)
 
 
 def layer_counts(
@@ -293,6 +314,7 @@ def layer_counts(
         kv_bytes=attention.kv_bytes,
         activation_bytes=attention.activation_bytes,
         flops=attention.flops,
+        attention_flops=attention.core_flops,
         allreduce_bytes=batch * q_len * shape.d_model * dtype_bytes(dtype),
         allreduces=1 if tp > 1 else 0,
         layers=1,
@@ -351,6 +373,7 @@ def step_counts(
         kv_bytes=attention.kv_bytes,
         activation_bytes=attention.activation_bytes,
         flops=attention.flops + dense + expert_flops + 2 * batch * head,
+        attention_flops=attention.core_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,
         layers=L,
@@ -418,6 +441,7 @@ def predict_counts(
         model,
         overheads=counts.layers,
         kv_bytes=counts.kv_bytes,
+        attention_flops=counts.attention_flops,
     )
     per_allreduce = allreduce_s(counts.allreduce_bytes, tp, device.interconnect_bandwidth)
     return ModelPrediction(counts, roof, counts.allreduces * per_allreduce)

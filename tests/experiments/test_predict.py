@@ -103,7 +103,7 @@ def test_this_machine_is_predicted_on_the_peaks_the_run_measured():
     assert record.peaks_source.startswith("measured: copy 20.0 GB/s")
 
 
-def test_a_calibration_fitted_on_this_machine_carries_its_peaks(tmp_path):
+def test_a_calibration_of_this_machine_applies_to_the_peaks_it_measures_now(tmp_path):
     path = tmp_path / "cal.json"
     doc = {
         "efficiency_bw": 0.5,
@@ -117,13 +117,22 @@ def test_a_calibration_fitted_on_this_machine_carries_its_peaks(tmp_path):
     }
     path.write_text(json.dumps(doc))
     here = point(gpu="this", calibration=str(path), spec=None, model=None)
-    assert not wants_peaks(here)
-    record = run(here)
-    counts = layer_counts(AttentionShape(4096, 32, 32, 128), 1, 1, 8193, "float16")
+    assert wants_peaks(here)
+    record = run(here, Context(torch.device("cpu"), 20.0, {"float16": 2.0}))
+    shape = AttentionShape(4096, 32, 32, 128)
+    counts = layer_counts(shape, 1, 1, 8193, "float16")
     model = PerfModel(0.5, 0.5, 0.0, "t", efficiency_kv=0.25)
-    roof = predict(counts.bytes, counts.flops, 10e9, 1e12, model, kv_bytes=counts.kv_bytes)
+    roof = predict(
+        counts.bytes,
+        counts.flops,
+        20e9,
+        2e12,
+        model,
+        kv_bytes=counts.kv_bytes,
+        attention_flops=counts.attention_flops,
+    )
     assert record.layer_step_ms == pytest.approx(roof.time_s * 1e3)
-    assert record.efficiency_kv == 0.25 and record.device_title == "a CPU, 1 thread(s)"
+    assert record.efficiency_kv == 0.25 and record.peak_gbps == 20.0
 
 
 def predict_cli(*args: str):

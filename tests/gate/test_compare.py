@@ -1281,8 +1281,8 @@ def test_only_inputs_are_key_fields():
         "question",  # fit: which of seq_len and batch was given
         "given",  # fit: the value of that one (seq_len or batch)
         "memory_bytes_per_gpu",  # fit: --memory in bytes
-            "tpot_target_ms",  # fit: --tpot in ms
-            "ttft_target_ms",  # fit: --ttft in ms
+        "tpot_target_ms",  # fit: --tpot in ms
+        "ttft_target_ms",  # fit: --ttft in ms
         "part",  # model_parts: the name of a part of the model
     }
     inputs = set(FIELDS) | derived_from_inputs

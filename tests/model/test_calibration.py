@@ -174,7 +174,8 @@ def test_samples_from_results_take_the_timed_cached_steps_and_prefills():
     ]
     kv = samples[0].kv_bytes
     label = "step d64 h4/2 b2 s128"
-    assert samples[0] == Sample(40_000, 90_000, 0.5e-3, "float32", STEP, kv, label)
+    core = 4 * 2 * 4 * 16 * 129  # QK^T and PV of 4 heads of 16 over 129 keys, batch 2
+    assert samples[0] == Sample(40_000, 90_000, 0.5e-3, "float32", STEP, kv, label, core)
     assert samples[2].label == "step d64 h4/2 b2 s128 other"
     shape = AttentionShape(64, 4, 2, 16)
     expected = weight_bytes(shape, "float32") + step_traffic_bytes(shape, 2, 128, 128, "float32")
@@ -230,3 +231,20 @@ def test_a_missing_or_unknown_field_is_refused(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(UsageError, match="a JSON object"):
         load_model(bad)
+
+
+def test_calibration_finds_the_parts_of_steps_whose_attention_is_compute_bound():
+    """Steps whose attention core is memory-bound (MHA-like) beside ones whose core is
+    compute-bound (MQA-like): the two parts add, and the fit finds every share."""
+    truth = PerfModel(0.9, 0.6, 5e-6, "the truth", efficiency_kv=0.3)
+    samples = []
+    for weights in (10**7, 10**8, 10**9):
+        for kv, core in ((weights, weights // 2), (weights // 64, 50 * weights), (0, 0)):
+            b, f = weights + kv, weights + core
+            t = predict(b, f, BANDWIDTH, PEAKS["bfloat16"], truth, 1, kv, core).time_s
+            samples.append(Sample(b, f, t, "bfloat16", STEP, kv, "", core))
+    fit = calibrate(samples, BANDWIDTH, PEAKS)
+    assert fit.efficiency_bw == pytest.approx(0.9)
+    assert fit.efficiency_kv == pytest.approx(0.3)
+    assert fit.efficiency_flops == pytest.approx(0.6)
+    assert fit.overhead_s == pytest.approx(5e-6)

@@ -10,6 +10,7 @@ import pytest
 from attnbench.errors import FieldError, UsageError
 from attnbench.model.capacity import KvFormat, cache_bytes, kv_cache_bytes, token_layout
 from attnbench.model.devices import DeviceSpec
+from attnbench.model.formulas import attention_core_flops
 from attnbench.model.model_params import active_params, total_params
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
@@ -23,6 +24,7 @@ from attnbench.model.roofline import (
     prefill_counts,
     tokens_per_s,
 )
+from attnbench.model.shapes import AttentionShape
 
 #: A device of round figures: 1 TB/s, 100 TFLOP/s in bfloat16, 100 GB/s between devices.
 DEVICE = DeviceSpec(
@@ -197,3 +199,23 @@ def test_a_model_states_its_parameters():
         "efficiency_bw 0.8, efficiency_kv 0.35, efficiency_flops 0.6, overhead 10 us per "
         "layer (defaults)"
     )
+
+
+def test_the_attention_core_is_a_roofline_of_its_own_after_the_dense_part():
+    model = PerfModel(1.0, 1.0, 0.0, "test")
+    # dense: 1 GB at 1 TB/s (1 ms) beside 1e9 FLOPs at 100 TFLOP/s (0.01 ms): memory-bound;
+    # core: 1 MB (0.001 ms) beside 5e11 FLOPs (5 ms): compute-bound; the two add up
+    roof = predict(10**9 + 10**6, 10**9 + 5 * 10**11, 1e12, 1e14, model, 1, 10**6, 5 * 10**11)
+    assert roof.time_s == pytest.approx(1e-3 + 5e-3)
+    assert roof.bound == "compute"  # the longer part's
+    # one roofline over the same totals would overlap them: max(1.001 ms, 5.01 ms)
+    assert predict(10**9 + 10**6, 10**9 + 5 * 10**11, 1e12, 1e14, model).time_s < roof.time_s
+    with pytest.raises(ValueError, match="attention_flops"):
+        predict(10**9, 10, 1e12, 1e14, model, attention_flops=11)
+
+
+def test_a_model_s_attention_flops_are_its_layers_cores():
+    spec = get_preset("llama-3-8b")
+    counts = decode_counts(spec, 4, 1000, "bfloat16")
+    shape = AttentionShape(spec.d_model, spec.num_heads, spec.num_kv_heads, spec.head_dim)
+    assert counts.attention_flops == 32 * attention_core_flops(shape, 4, 1, 1001, True)

@@ -29,7 +29,8 @@ def _si(v: Any) -> str:
 
 
 def fmt_ms(v: Any) -> str:
-    """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620."""
+    """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620 (times,
+    and intensities)."""
     if v is None:
         return NONE_TEXT
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
@@ -57,8 +58,8 @@ PHASE_COLUMNS: list[Column] = [
     Column("ms", "time_ms", fmt_ms, rank=0),
     Column("bytes", "bytes", format_bytes, rank=1),
     Column("FLOPs", "flops", _si, rank=1),
-    Column("FLOP/B", "intensity", _num(".3g"), rank=2),
-    Column("ridge", "ridge", _num(".3g"), rank=3, setting=True),
+    Column("FLOP/B", "intensity", fmt_ms, rank=2),
+    Column("ridge", "ridge", fmt_ms, rank=3, setting=True),
     Column("Bound", "bound", _plain, rank=0, kind="label"),
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
 ]
@@ -148,7 +149,10 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{r['allreduce_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
     for text in dict.fromkeys(r["perf_model"] for r in records):
-        lines.append(f"time = max(bytes / bandwidth, FLOPs / peak) + overhead, with {text}")
+        lines.append(
+            "time = the dense matmuls' max(bytes / bandwidth, FLOPs / peak) + the attention "
+            f"core's + overhead, with {text}"
+        )
     lines.append(
         "bytes and FLOPs: attnbench's counts (weights per rank, KV cache read and "
         "written, activations; a model's MLP or active experts, embeddings and head)"

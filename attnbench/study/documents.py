@@ -21,7 +21,13 @@ from .output import SCHEMA_VERSION
 from .sections import KINDS, record_type
 
 #: The commands whose JSON holds records, and the section each single command writes.
-COMMAND_SECTIONS = {"params": "params", "kvmem": "kvmem", "decode-speed": "decode", "fit": "fit"}
+COMMAND_SECTIONS = {
+    "params": "params",
+    "kvmem": "kvmem",
+    "decode-speed": "decode",
+    "fit": "fit",
+    "predict": "predict",
+}
 COMMANDS = (*COMMAND_SECTIONS, "run")
 #: Whole-model part records that `params` writes, for a model, beside its per-layer records
 #: (a key of the document beside `records`, or beside `sections` in a study's).

@@ -332,9 +332,15 @@ FIELDS: dict[str, Field] = {
     "calibration": Field(
         str,
         ("predict", "fit"),
-        "A calibration file, as the calibrate option of predict writes it (default: the "
-        "stated defaults).",
+        "A calibration file: the performance model's efficiencies and overhead, fitted "
+        "on a measured run (default: the stated defaults).",
         axis=False,
+        flag_help={
+            "predict": "A calibration file that {calibrate} wrote (default: the stated "
+            "defaults).",
+            "fit": "A calibration file of the performance model, fitted against {gpu} "
+            "(default: the stated defaults).",
+        },
     ),
     "tpot": Field(
         str,

@@ -67,7 +67,13 @@ def test_every_help_names_values_in_one_form(command):
     assert "...}..." not in text and "......" not in text
 
 
-SECTION_COMMANDS = {"params": "params", "kvmem": "kvmem", "decode": "decode-speed", "fit": "fit"}
+SECTION_COMMANDS = {
+    "params": "params",
+    "kvmem": "kvmem",
+    "decode": "decode-speed",
+    "fit": "fit",
+    "predict": "predict",
+}
 
 
 @pytest.mark.parametrize("section", SECTION_COMMANDS)

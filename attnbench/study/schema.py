@@ -336,8 +336,7 @@ FIELDS: dict[str, Field] = {
         "on a measured run (default: the stated defaults).",
         axis=False,
         flag_help={
-            "predict": "A calibration file that {calibrate} wrote (default: the stated "
-            "defaults).",
+            "predict": "A calibration file that {calibrate} wrote (default: the stated defaults).",
             "fit": "A calibration file of the performance model, fitted against {gpu} "
             "(default: the stated defaults).",
         },

@@ -35,7 +35,7 @@ from fractions import Fraction
 
 from ..errors import FieldError, UsageError
 from ..model.architecture import ModelSpec
-from ..model.calibration import load_model
+from ..model.calibration import load_calibration
 from ..model.capacity import (
     KvFormat,
     TokenLayout,
@@ -427,7 +427,9 @@ def targets_for(point: FitPoint) -> Targets | None:
             text,
             "latency targets answer the largest batch at seq_len; give seq_len, not batch",
         )
-    model = DEFAULT_MODEL if point.calibration is None else _calibration(point.calibration)
+    model = DEFAULT_MODEL
+    if point.calibration is not None:
+        model = _calibration(point.calibration, device)
     return Targets(
         device,
         model,
@@ -438,15 +440,16 @@ def targets_for(point: FitPoint) -> Targets | None:
     )
 
 
-def _calibration(path: str) -> PerfModel:
-    """The performance model of a calibration file; what is wrong with the file as an
-    error of the calibration field."""
+def _calibration(path: str, device: DeviceSpec) -> PerfModel:
+    """The performance model of a calibration file, fitted against `device`; what is wrong
+    with the file as an error of the calibration field."""
     try:
-        return load_model(path)
+        calibration = load_calibration(path)
     except FieldError as exc:
         raise FieldError("calibration", path, f"{exc.field} {exc.value}: {exc.reason}") from None
     except UsageError as exc:
         raise FieldError("calibration", path, str(exc).removeprefix(f"{path}: ")) from None
+    return calibration.model_for(device, path)
 
 
 @contextmanager

@@ -140,19 +140,12 @@ def device_for(point: PredictPoint, context: Context | None) -> DeviceSpec:
 
 
 def model_for(point: PredictPoint, device: DeviceSpec) -> PerfModel:
-    """The point's performance model: its calibration's (FieldError naming calibration
-    when that was fitted against another device's peaks), else the defaults."""
+    """The point's performance model: its calibration's (fitted against `device`), else
+    the defaults."""
     calibration = _calibration(point)
     if calibration is None:
         return DEFAULT_MODEL
-    fitted = calibration.device
-    if fitted is not None and fitted.name != device.name:
-        raise FieldError(
-            "calibration",
-            point.calibration,
-            f"was fitted against {fitted.name}'s peaks, not {device.name}'s",
-        )
-    return calibration.model
+    return calibration.model_for(device, point.calibration)  # type: ignore[arg-type]
 
 
 def check(point: PredictPoint) -> None:

@@ -399,6 +399,17 @@ class Calibration:
     device: DeviceSpec | None
     environment: Mapping[str, Any]
 
+    def model_for(self, device: DeviceSpec, path: str) -> PerfModel:
+        """The model, for a prediction on `device`: FieldError naming the calibration
+        file (`path`) when it was fitted against another device's peaks."""
+        if self.device is not None and self.device.name != device.name:
+            raise FieldError(
+                "calibration",
+                path,
+                f"was fitted against {self.device.name}'s peaks, not {device.name}'s",
+            )
+        return self.model
+
 
 def calibrate_run(
     doc: Mapping[str, Any],

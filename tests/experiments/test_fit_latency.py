@@ -122,6 +122,9 @@ def test_a_calibration_file_sets_the_model_and_is_stated(tmp_path):
     with pytest.raises(FieldError, match="efficiency_bw 3: must be a number") as error:
         check(point(gpu="h100-sxm", tp=8, tpot="10s", calibration=str(path)))
     assert error.value.field == "calibration"
+    path.write_text(json.dumps({**slow, "gpu": "a100-80gb"}))  # fitted on another GPU
+    with pytest.raises(FieldError, match="fitted against a100-80gb's peaks, not h100-sxm's"):
+        check(point(gpu="h100-sxm", tp=8, tpot="10s", calibration=str(path)))
 
 
 def test_the_binary_search_finds_the_last_batch_that_meets_the_target():

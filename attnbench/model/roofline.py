@@ -251,6 +251,13 @@ class AttentionCounts:
     core_flops: int
 
 
+def rank_shape(shape: AttentionShape, tp: int) -> AttentionShape:
+    """The attention one of `tp` ranks holds: its share of the query heads, and of the KV
+    heads (or one of them, replicated, when tp exceeds them)."""
+    hkv = kv_heads_per_rank(shape.num_heads, shape.num_kv_heads, tp)
+    return AttentionShape(shape.d_model, shape.num_heads // tp, hkv, shape.head_dim)
+
+
 def attention_counts(
     shape: AttentionShape,
     batch: int,
@@ -267,9 +274,8 @@ def attention_counts(
     `dtype`). Each layer reads the keys its window keeps and writes the q_len new ones."""
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
         positive_int(field, value)
-    hkv = kv_heads_per_rank(shape.num_heads, shape.num_kv_heads, tp)
-    head_dim: int = shape.head_dim  # type: ignore[assignment]
-    rank = AttentionShape(shape.d_model, shape.num_heads // tp, hkv, head_dim)
+    rank = rank_shape(shape, tp)
+    hkv, head_dim = rank.num_kv_heads, rank.head_dim
     layers = Counter(windows)
     keys = {w: max(q_len, layer_tokens(kv_len, w)) for w in layers}
     flops = sum(n * forward_flops(rank, batch, q_len, keys[w], True) for w, n in layers.items())
@@ -303,14 +309,8 @@ def layer_counts(
     prefill of S tokens q_len S, kv_len S."""
     check_dtype(dtype, "dtype", MODEL_DTYPES)
     attention = attention_counts(shape, batch, q_len, kv_len, dtype, kv_dtype, tp)
-    rank = AttentionShape(
-        shape.d_model,
-        shape.num_heads // tp,
-        kv_heads_per_rank(shape.num_heads, shape.num_kv_heads, tp),
-        shape.head_dim,
-    )
     return ModelCounts(
-        weight_bytes=weight_bytes(rank, dtype),
+        weight_bytes=weight_bytes(rank_shape(shape, tp), dtype),
         kv_bytes=attention.kv_bytes,
         activation_bytes=attention.activation_bytes,
         flops=attention.flops,

@@ -120,6 +120,9 @@ class PredictRecord:
     efficiency_flops: float = info()
     overhead_us: float = info()
     perf_model: str = info()
+    #: On every row of a what-if set (a model rebuilt with other KV-head counts), the
+    #: model's own count; None otherwise.
+    published_kv_heads: int | None = info()
 
 
 def _calibration(point: PredictPoint) -> Calibration | None:
@@ -222,6 +225,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         efficiency_flops=model.efficiency_flops,
         overhead_us=model.overhead_s * 1e6,
         perf_model=model.describe(),
+        published_kv_heads=point.published_kv_heads,
     )
 
 

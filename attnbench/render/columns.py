@@ -16,7 +16,6 @@ from typing import Any
 from ..measure.stats import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import is_own
-from .predict import PREDICT
 from .table import Column, as_row
 
 NONE_TEXT = "-"
@@ -537,6 +536,38 @@ FIT: list[Column] = [
     _bytes("weights", "weights_bytes_per_gpu", 5),
     _bytes("KV cache", "kv_bytes_per_gpu", 5),
     _bytes("free", "free_bytes_per_gpu", 6),
+]
+
+
+def fmt_ms(v: Any) -> str:
+    """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620 (times,
+    and intensities)."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def fmt_rate(v: Any) -> str:
+    """Tokens/s: whole numbers, two digits below 10 (0.043, 2.5, 158)."""
+    if v is None:
+        return NONE_TEXT
+    return f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2g}"
+
+
+#: A study's predict section: one row per point.
+PREDICT: list[Column] = [
+    Column("Model", "model", fmt_plain, rank=0, kind="label", setting=True),
+    Column("GPU", "gpu", fmt_plain, rank=0, kind="label", setting=True),
+    Column("tp", "tp", fmt_int, rank=2, setting=True),
+    Column("batch", "batch", fmt_int, rank=1, setting=True),
+    Column("context", "seq_len", fmt_int, rank=1, setting=True),
+    _variant(1),
+    Column("kv heads", "num_kv_heads", fmt_int, rank=1, setting=True),
+    Column("layer step ms", "layer_step_ms", fmt_ms, rank=1),
+    Column("TTFT ms", "ttft_ms", fmt_ms, rank=0),
+    Column("TPOT ms", "tpot_ms", fmt_ms, rank=0),
+    Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
+    Column("Bound", "step_bound", fmt_plain, rank=1, kind="label"),
 ]
 
 SECTION_COLUMNS: dict[str, list[Column]] = {

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..model.calibration import CheckRow
 from ..model.units import format_bytes
+from .columns import fmt_ms, fmt_rate, variant_cell
 from .table import Column
 
 NONE_TEXT = "-"
@@ -28,21 +29,6 @@ def _si(v: Any) -> str:
     return f"{v:,}"
 
 
-def fmt_ms(v: Any) -> str:
-    """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620 (times,
-    and intensities)."""
-    if v is None:
-        return NONE_TEXT
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-
-
-def fmt_rate(v: Any) -> str:
-    """Tokens/s: whole numbers, two digits below 10 (0.043, 2.5, 158)."""
-    if v is None:
-        return NONE_TEXT
-    return f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2g}"
-
-
 def _plain(v: Any) -> str:
     return NONE_TEXT if v is None else str(v)
 
@@ -50,6 +36,7 @@ def _plain(v: Any) -> str:
 #: The table of `predict`: one row per point, part and phase (phase_rows).
 PHASE_COLUMNS: list[Column] = [
     Column("Model", "name", _plain, rank=0, kind="label", setting=True),
+    Column("Variant", "variant", _plain, rank=0, kind="label", setting=True, cell=variant_cell),
     Column("GPU", "gpu", _plain, rank=0, kind="label", setting=True),
     Column("tp", "tp", _num(","), rank=2, setting=True),
     Column("batch", "batch", _num(","), rank=1, setting=True),
@@ -62,21 +49,6 @@ PHASE_COLUMNS: list[Column] = [
     Column("ridge", "ridge", fmt_ms, rank=3, setting=True),
     Column("Bound", "bound", _plain, rank=0, kind="label"),
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
-]
-
-#: A study's predict section: one row per point.
-PREDICT: list[Column] = [
-    Column("Model", "model", _plain, rank=0, kind="label", setting=True),
-    Column("GPU", "gpu", _plain, rank=0, kind="label", setting=True),
-    Column("tp", "tp", _num(","), rank=2, setting=True),
-    Column("batch", "batch", _num(","), rank=1, setting=True),
-    Column("context", "seq_len", _num(","), rank=1, setting=True),
-    Column("kv heads", "num_kv_heads", _num(","), rank=1, setting=True),
-    Column("layer step ms", "layer_step_ms", fmt_ms, rank=1),
-    Column("TTFT ms", "ttft_ms", fmt_ms, rank=0),
-    Column("TPOT ms", "tpot_ms", fmt_ms, rank=0),
-    Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
-    Column("Bound", "step_bound", _plain, rank=1, kind="label"),
 ]
 
 #: (step, record prefix, time field) of each row of a point, in order: one attention
@@ -110,6 +82,9 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "name": point_label(r),
+                    "variant": r["variant"],
+                    "num_kv_heads": r["num_kv_heads"],
+                    "published_kv_heads": r.get("published_kv_heads"),
                     "gpu": r["gpu"],
                     "tp": r["tp"],
                     "batch": r["batch"],

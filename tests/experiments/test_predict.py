@@ -227,3 +227,22 @@ def test_cli_calibrates_on_a_run_and_checks_another(measured_run, tmp_path):
     assert "median |error| 0.0% over 8 samples" in result.output
     result = predict_cli("--check", str(measured_run))  # the defaults: some error
     assert "median |error| 0.0%" not in result.output and "(defaults)" in result.output
+
+
+def test_cli_a_what_if_set_names_each_variant_and_the_model_s_own():
+    args = ["--model", "llama-3-70b", "--kv-heads", "mha,8", "--gpu", "h100-sxm"]
+    result = runner.invoke(app, ["predict", *args, "--seq-len", "8192"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert "GQA-8 (own)" in result.output and "MHA " in result.output
+
+
+def test_cli_a_config_json_is_predicted_like_its_preset(tmp_path):
+    """scripts/examples/config.json is Llama-3-8B's: the same counts and times."""
+    out = [tmp_path / "preset.json", tmp_path / "config.json"]
+    common = ["--gpu", "a100-80gb", "--seq-len", "4096", "-q", "--json"]
+    path = "scripts/examples/config.json"
+    assert predict_cli("--model", "llama-3-8b", *common, str(out[0])).exit_code == 0
+    assert predict_cli("--hf-config", path, *common, str(out[1])).exit_code == 0
+    preset, config = (json.loads(p.read_text())["records"][0] for p in out)
+    for field in ("step_bytes", "step_flops", "prefill_bytes", "tpot_ms", "ttft_ms"):
+        assert config[field] == preset[field], field

@@ -539,7 +539,7 @@ FIT: list[Column] = [
 ]
 
 
-def fmt_ms(v: Any) -> str:
+def fmt_4sig(v: Any) -> str:
     """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620 (times,
     and intensities)."""
     if v is None:
@@ -563,9 +563,9 @@ PREDICT: list[Column] = [
     Column("context", "seq_len", fmt_int, rank=1, setting=True),
     _variant(1),
     Column("kv heads", "num_kv_heads", fmt_int, rank=1, setting=True),
-    Column("layer step ms", "layer_step_ms", fmt_ms, rank=1),
-    Column("TTFT ms", "ttft_ms", fmt_ms, rank=0),
-    Column("TPOT ms", "tpot_ms", fmt_ms, rank=0),
+    Column("layer step ms", "layer_step_ms", fmt_4sig, rank=1),
+    Column("TTFT ms", "ttft_ms", fmt_4sig, rank=0),
+    Column("TPOT ms", "tpot_ms", fmt_4sig, rank=0),
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
     Column("Bound", "step_bound", fmt_plain, rank=1, kind="label"),
 ]

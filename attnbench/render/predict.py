@@ -9,7 +9,7 @@ from typing import Any
 
 from ..model.calibration import CheckRow
 from ..model.units import format_bytes
-from .columns import fmt_ms, fmt_rate, variant_cell
+from .columns import fmt_4sig, fmt_rate, variant_cell
 from .table import Column
 
 NONE_TEXT = "-"
@@ -42,11 +42,11 @@ PHASE_COLUMNS: list[Column] = [
     Column("batch", "batch", _num(","), rank=1, setting=True),
     Column("context", "seq_len", _num(","), rank=1, setting=True),
     Column("Step", "step", _plain, rank=0, kind="label"),
-    Column("ms", "time_ms", fmt_ms, rank=0),
+    Column("ms", "time_ms", fmt_4sig, rank=0),
     Column("bytes", "bytes", format_bytes, rank=1),
     Column("FLOPs", "flops", _si, rank=1),
-    Column("FLOP/B", "intensity", fmt_ms, rank=2),
-    Column("ridge", "ridge", fmt_ms, rank=3, setting=True),
+    Column("FLOP/B", "intensity", fmt_4sig, rank=2),
+    Column("ridge", "ridge", fmt_4sig, rank=3, setting=True),
     Column("Bound", "bound", _plain, rank=0, kind="label"),
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
 ]
@@ -142,8 +142,8 @@ CHECK_COLUMNS: list[Column] = [
     Column("bytes", "bytes", format_bytes, rank=2),
     Column("KV bytes", "kv_bytes", format_bytes, rank=3),
     Column("FLOPs", "flops", _si, rank=2),
-    Column("measured ms", "measured_ms", fmt_ms, rank=0),
-    Column("predicted ms", "predicted_ms", fmt_ms, rank=0),
+    Column("measured ms", "measured_ms", fmt_4sig, rank=0),
+    Column("predicted ms", "predicted_ms", fmt_4sig, rank=0),
     Column("error", "error_pct", lambda v: f"{v:+.1f}%", rank=0),
     Column("Bound", "bound", _plain, rank=1, kind="label"),
 ]

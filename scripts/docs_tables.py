@@ -301,6 +301,11 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "efficiency_flops": ("", "share of peak FLOP/s reached"),
         "overhead_us": ("us", "fixed time per layer per step"),
         "perf_model": ("", "the model's parameters in words, and where they came from"),
+        "memory_bytes_needed_per_gpu": (BYTES, "a model's weights on one rank and the "
+                                               "batch's KV cache at seq_len there, no "
+                                               "reserve; empty for a layer shape"),
+        "fits_memory": ("", "whether that fits in the named GPU's memory; the prediction "
+                            "is made either way; empty for a layer shape or `this`"),
     },
 }
 # fmt: on

@@ -22,7 +22,9 @@ from ..errors import FieldError
 from ..measure.environment import collect_environment
 from ..model.architecture import ModelSpec
 from ..model.calibration import Calibration, load_calibration
+from ..model.capacity import KvFormat, cache_bytes, token_layout
 from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, flops_for, measured_device
+from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     DEFAULT_MODEL,
     ModelCounts,
@@ -123,6 +125,11 @@ class PredictRecord:
     #: On every row of a what-if set (a model rebuilt with other KV-head counts), the
     #: model's own count; None otherwise.
     published_kv_heads: int | None = info()
+    #: A model's weights on one rank and the KV cache of the batch at seq_len there (no
+    #: reserve), and whether they fit in the named GPU's memory (None: a layer shape, or
+    #: this machine). A prediction for a model that does not fit is still made.
+    memory_bytes_needed_per_gpu: int | None = exact(None)
+    fits_memory: bool | None = info()
 
 
 def _calibration(point: PredictPoint) -> Calibration | None:
@@ -226,7 +233,29 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         overhead_us=model.overhead_s * 1e6,
         perf_model=model.describe(),
         published_kv_heads=point.published_kv_heads,
+        **_memory(point, device),
     )
+
+
+def memory_needed(point: PredictPoint) -> int | None:
+    """A model's weights on one of tp ranks, and the KV cache of its batch at seq_len
+    there (each layer keeps its window), in bytes; None for a layer shape."""
+    spec = point.spec
+    if spec is None or point.seq_len is None:
+        return None
+    fmt = KvFormat(point.kv_dtype or point.dtype)
+    layout = token_layout(spec.num_heads, spec.num_kv_heads, spec.head_dim, fmt, point.tp)
+    windows = spec.windows or (None,) * spec.num_layers
+    cache = cache_bytes(layout, windows, {point.seq_len: point.batch}).total
+    return weight_bytes_per_rank(spec, point.dtype, point.tp) + cache
+
+
+def _memory(point: PredictPoint, device: DeviceSpec) -> dict[str, Any]:
+    needed = memory_needed(point)
+    fits = None
+    if needed is not None and device.name != THIS_DEVICE:
+        fits = needed <= device.memory_bytes
+    return {"memory_bytes_needed_per_gpu": needed, "fits_memory": fits}
 
 
 def _phase(prefix: str, time_field: str, found: ModelPrediction) -> dict[str, Any]:

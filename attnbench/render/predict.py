@@ -128,6 +128,14 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
             "time = the dense matmuls' max(bytes / bandwidth, FLOPs / peak) + the attention "
             f"core's + overhead, with {text}"
         )
+    for r in records:
+        if r.get("fits_memory") is False:
+            needed = format_bytes(r["memory_bytes_needed_per_gpu"])
+            lines.append(
+                f"{point_label(r)} does not fit on {r['gpu']}: {needed} of weights and KV "
+                f"cache per GPU at tp {r['tp']}, batch {r['batch']:,}, context "
+                f"{r['seq_len']:,} (see fit); predicted all the same"
+            )
     lines.append(
         "bytes and FLOPs: attnbench's counts (weights per rank, KV cache read and "
         "written, activations; a model's MLP or active experts, embeddings and head)"
@@ -183,7 +191,8 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ("
             f"{'TPOT' if r.get('tpot_ms') is not None else 'layer step'} "
             f"{r.get('tpot_ms') or r['layer_step_ms']:.3g} ms, "
-            f"{r.get('step_bound') or r['layer_step_bound']}-bound)"
+            f"{r.get('step_bound') or r['layer_step_bound']}-bound"
+            f"{'; does not fit in its memory' if r.get('fits_memory') is False else ''})"
             for r in rows
         ]
         found.append(

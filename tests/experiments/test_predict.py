@@ -12,6 +12,7 @@ import torch
 from attnbench.cli import app
 from attnbench.experiments.context import Context
 from attnbench.experiments.predict import PredictPoint, run, wants_peaks
+from attnbench.model.capacity import kv_cache_bytes
 from attnbench.model.devices import DEVICES
 from attnbench.model.formulas import (
     cached_step_bytes,
@@ -19,6 +20,7 @@ from attnbench.model.formulas import (
     step_traffic_bytes,
     weight_bytes,
 )
+from attnbench.model.model_params import weight_bytes_per_rank
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
     DEFAULT_MODEL,
@@ -246,3 +248,19 @@ def test_cli_a_config_json_is_predicted_like_its_preset(tmp_path):
     preset, config = (json.loads(p.read_text())["records"][0] for p in out)
     for field in ("step_bytes", "step_flops", "prefill_bytes", "tpot_ms", "ttft_ms"):
         assert config[field] == preset[field], field
+
+
+def test_a_model_that_does_not_fit_is_said_and_predicted_all_the_same():
+    spec = get_preset("mixtral-8x7b")
+    shape = {"d_model": spec.d_model, "num_heads": spec.num_heads, "head_dim": spec.head_dim}
+    mixtral = dict(model=spec.name, spec=spec, num_kv_heads=spec.num_kv_heads, **shape)
+    one, two = (
+        run(point(**mixtral, dtype="bfloat16")),
+        run(point(**mixtral, tp=2, dtype="bfloat16")),
+    )
+    weights = weight_bytes_per_rank(spec, "bfloat16", 1)
+    cache = kv_cache_bytes(32, 1, 8192, 8, 128, "bfloat16")  # no window at 8,192 tokens
+    assert one.memory_bytes_needed_per_gpu == weights + cache
+    assert one.fits_memory is False and two.fits_memory is True and one.tpot_ms > 0
+    layer = run(point(model=None, spec=None))
+    assert layer.fits_memory is None and layer.memory_bytes_needed_per_gpu is None

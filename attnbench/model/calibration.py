@@ -15,14 +15,19 @@ peaks), u = 1 / efficiency_bw, w = 1 / efficiency_kv, v = 1 / efficiency_flops a
 overhead. Once every sample is assigned the bound it sits on, t is linear in (u, w, v, o);
 the fit alternates between assigning the bounds (from the defaults first, then from the
 last fit) and solving the linear least squares on the relative error (each row divided by
-its measured t), until the assignment no longer changes. An overhead fitted below 0 is
-refitted at 0. A bound no sample sits on leaves its efficiency at the default, and the
-model's `source` says so; samples that read no KV cache, or whose cache bytes rise and
-fall with their other bytes, leave efficiency_kv unset (efficiency_bw).
+its measured t), until the assignment no longer changes; where assignments cycle (samples
+near the ridge), it keeps the fit whose own error, max() and all, is least. The solve is
+bounded: each efficiency at most MAX_EFFICIENCY, the overhead at least 0; a fit held at
+the bound says so in its `source` (samples faster than the peaks allow: they ran from a
+cache, or the peaks are another device's). A bound no sample sits on leaves its
+efficiency at the default, and the model's `source` says so; samples that read no KV
+cache, or whose cache bytes rise and fall with their other bytes, leave efficiency_kv
+unset (efficiency_bw).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +48,8 @@ from .shapes import AttentionShape
 MIN_TIME_S = 1e-6
 #: The fewest samples a fit accepts: four unknowns.
 MIN_SAMPLES = 4
-#: The most rounds of assigning bounds and solving before the fit gives up.
+#: The most rounds of assigning bounds and solving: an assignment that cycles keeps the
+#: best fit seen.
 MAX_ROUNDS = 50
 #: The kinds of sample: a cached decode step, and a prefill.
 STEP, PREFILL = "step", "prefill"
@@ -177,28 +183,35 @@ def calibrate(
     u = w = 1 / DEFAULT_MODEL.efficiency_bw
     v = 1 / DEFAULT_MODEL.efficiency_flops
     bounds = parts.bounds(u, w, v)
+    best: tuple[float, tuple] | None = None
     for _ in range(MAX_ROUNDS):
-        u, w, v, o, split = _solve(parts, bounds, (u, w, v))
+        fit = _solve(parts, bounds, (u, w, v))
+        u, w, v, o, split = fit
+        loss = parts.loss(u, w, v, o)
+        if best is None or loss < best[0]:
+            best = (loss, (*fit, bounds))
         new = parts.bounds(u, w, v)
         if all((x == y).all() for x, y in zip(new, bounds, strict=True)):
             break
         bounds = new
-    else:
-        raise UsageError(
-            f"calibration did not settle in {MAX_ROUNDS} rounds: the samples fit no roofline"
-        )
-    for name, inverse in (("efficiency_bw", u), ("efficiency_kv", w), ("efficiency_flops", v)):
-        if not 1 / MAX_EFFICIENCY <= inverse < np.inf:
-            raise UsageError(
-                f"calibration gave {name} {1 / inverse if inverse else float('inf'):.3g}, "
-                f"outside (0, {MAX_EFFICIENCY}]: the peaks given do not match the samples"
-            )
+    # settled, or cycling between assignments: the best fit seen, by the model's own error
+    u, w, v, o, split, bounds = best[1]  # type: ignore[index]
     note = ""
     dense_compute, core_compute = bounds
     if dense_compute.all() and (core_compute | (parts.kv_s == 0)).all():
         note = "; efficiency_bw left at its default: no memory-bound sample"
     elif not dense_compute.any() and not core_compute.any():
         note = "; efficiency_flops left at its default: no compute-bound sample"
+    fitted = {"efficiency_bw": u, "efficiency_flops": v, **({"efficiency_kv": w} if split else {})}
+    limited = [
+        name for name, inverse in fitted.items() if inverse <= 1 / MAX_EFFICIENCY * (1 + 1e-9)
+    ]
+    if limited:
+        note += (
+            f"; {' and '.join(limited)} held at the limit {MAX_EFFICIENCY}: "
+            "the samples ran faster than the peaks allow (from a cache, or the peaks are "
+            "another device's)"
+        )
     return PerfModel(
         float(1 / u),
         float(1 / v),
@@ -229,6 +242,12 @@ class _Parts:
         """Whether each sample's dense part, and its attention core, is compute-bound."""
         return v * self.dense_flops_s > u * self.dense_s, v * self.core_flops_s > w * self.kv_s
 
+    def loss(self, u: float, w: float, v: float, o: float) -> float:
+        """The sum of squared relative errors of the model (u, w, v, o) over the samples."""
+        dense = np.maximum(u * self.dense_s, v * self.dense_flops_s)
+        core = np.maximum(w * self.kv_s, v * self.core_flops_s)
+        return float((((dense + core + o) / self.time_s - 1) ** 2).sum())
+
 
 def _solve(
     parts: _Parts,
@@ -236,10 +255,10 @@ def _solve(
     held: tuple[float, float, float],
 ) -> tuple[float, float, float, float, bool]:
     """(u, w, v, o, split) of the least relative squares with each sample's parts on their
-    `bounds` (compute, else memory). The cache's coefficient w is fitted apart (`split`)
-    when the samples whose core is memory-bound tell it from u, else it is u; a
-    coefficient no sample needs keeps its value (`held`), and an overhead fitted below 0
-    is refitted at 0."""
+    `bounds` (compute, else memory), each efficiency at most MAX_EFFICIENCY and the
+    overhead at least 0. The cache's coefficient w is fitted apart (`split`) when the
+    samples whose core is memory-bound tell it from u, else it is u; a coefficient no
+    sample needs keeps its value (`held`)."""
     dense_compute, core_compute = bounds
     t = parts.time_s
     columns = {
@@ -253,17 +272,11 @@ def _solve(
     if not split:  # one coefficient for all the bytes
         columns[0], columns[1] = columns[0] + columns[1], np.zeros_like(t)
     values = dict(enumerate(held))
-    free = [i for i in (0, 1, 2) if columns[i].any()]
+    free = [i for i in (0, 1, 2) if columns[i].any()] + [3]
     rest = t - sum(values[i] * columns[i] for i in (0, 1, 2) if i not in free)
-    for use in ([*free, 3], free):
-        fitted = _lstsq([columns[i] / t for i in use], rest / t)
-        values = {
-            **dict(enumerate(held)),
-            3: 0.0,
-            **dict(zip(use, map(float, fitted), strict=True)),
-        }
-        if values[3] >= 0:
-            break
+    lowest = [1 / MAX_EFFICIENCY if i < 3 else 0.0 for i in free]
+    fitted = _bounded_lstsq([columns[i] / t for i in free], rest / t, lowest)
+    values.update(zip(free, map(float, fitted), strict=True))
     w = values[1] if split else values[0]
     return values[0], w, values[2], values[3], split
 
@@ -272,14 +285,32 @@ def _rank(columns: list[np.ndarray]) -> int:
     return int(np.linalg.matrix_rank(np.stack(columns, axis=1)))
 
 
-def _lstsq(columns: list[np.ndarray], target: np.ndarray) -> np.ndarray:
+def _bounded_lstsq(
+    columns: list[np.ndarray], target: np.ndarray, lowest: list[float]
+) -> np.ndarray:
+    """The least squares solution x of columns @ x = target with x >= lowest, found
+    among the solutions with each coefficient free or held at its bound (at most four
+    coefficients: sixteen small solves); UsageError when the columns are degenerate."""
     matrix = np.stack(columns, axis=1)
     if np.linalg.matrix_rank(matrix) < matrix.shape[1]:
         raise UsageError(
             "calibration is degenerate: the samples do not tell bandwidth, compute and "
             "overhead apart (vary the context, batch or shape)"
         )
-    return np.linalg.lstsq(matrix, target, rcond=None)[0]
+    floor = np.array(lowest)
+    best, best_residual = floor, np.inf
+    for held in itertools.product((False, True), repeat=len(lowest)):
+        x = floor.copy()
+        free = [i for i, h in enumerate(held) if not h]
+        if free:
+            rest = target - matrix[:, list(held)] @ floor[list(held)] if any(held) else target
+            x[free] = np.linalg.lstsq(matrix[:, free], rest, rcond=None)[0]
+        if (x < floor - 1e-12).any():
+            continue
+        residual = float(((matrix @ x - target) ** 2).sum())
+        if residual < best_residual:
+            best, best_residual = x, residual
+    return best
 
 
 @dataclass(frozen=True)

@@ -167,13 +167,6 @@ def check(point: PredictPoint) -> None:
         model_for(point, device_spec(point.gpu))
     else:
         _calibration(point)
-    if point.kv_dtype not in (None, point.dtype) and point.spec is None:
-        raise FieldError(
-            "kv_dtype",
-            point.kv_dtype,
-            "a layer shape is predicted as decode-speed runs it, its cache in its dtype; "
-            "give a model for a cache of another dtype",
-        )
     if point.tp > 1 and point.gpu == THIS_DEVICE:
         raise FieldError("tp", point.tp, f"needs a named GPU (its interconnect), not {THIS_DEVICE}")
     _counts(point)

@@ -264,3 +264,11 @@ def test_a_model_that_does_not_fit_is_said_and_predicted_all_the_same():
     assert one.fits_memory is False and two.fits_memory is True and one.tpot_ms > 0
     layer = run(point(model=None, spec=None))
     assert layer.fits_memory is None and layer.memory_bytes_needed_per_gpu is None
+
+
+def test_a_layer_shape_takes_a_cache_dtype_of_its_own():
+    shape = dict(d_model=4096, num_heads=32, num_kv_heads=8, head_dim=128, model=None, spec=None)
+    half = run(point(**shape, dtype="bfloat16"))
+    int8 = run(point(**shape, dtype="bfloat16", kv_dtype="int8"))
+    assert int8.kv_dtype == "int8" and int8.layer_step_kv_bytes < half.layer_step_kv_bytes
+    assert int8.layer_step_ms < half.layer_step_ms

@@ -16,6 +16,7 @@ attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from ..errors import FieldError
@@ -144,9 +145,15 @@ def device_for(point: PredictPoint, context: Context | None) -> DeviceSpec:
         return device_spec(point.gpu)
     if context is None or context.device is None:
         return measured_device({})  # FieldError: no peaks measured
-    environment = collect_environment(context.device)
+    environment = _environment(str(context.device))
     peaks = {"peak_gbps": context.peak_gbps, "peak_tflops": dict(context.peak_tflops)}
     return measured_device({**environment, **peaks})
+
+
+@cache
+def _environment(device: str) -> dict[str, Any]:
+    """This machine's environment on `device`, collected once per process (it runs git)."""
+    return collect_environment(device)
 
 
 def model_for(point: PredictPoint, device: DeviceSpec) -> PerfModel:

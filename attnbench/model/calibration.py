@@ -40,7 +40,15 @@ import numpy as np
 from ..errors import FieldError, UsageError, closest, show_value
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
 from .formulas import attention_core_flops
-from .roofline import DEFAULT_MODEL, MAX_EFFICIENCY, ModelCounts, PerfModel, layer_counts, predict
+from .roofline import (
+    DEFAULT_MODEL,
+    MAX_EFFICIENCY,
+    ModelCounts,
+    PerfModel,
+    is_number,
+    layer_counts,
+    predict,
+)
 from .shapes import AttentionShape
 
 #: Samples shorter than this are left out of a fit: timer resolution and launch jitter
@@ -85,7 +93,7 @@ def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) ->
         if r.get("bytes_per_step") and r.get("flops_per_step") is not None:
             samples.append(_step_sample(r))
         if r.get("prefill_ms_median") is not None and r.get("prefill_flops") is not None:
-            counts = prefill_counts(r)
+            counts = record_prefill_counts(r)
             samples.append(
                 Sample(
                     counts.bytes,
@@ -143,7 +151,7 @@ def _decode_records(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return doc.get("records") or []
 
 
-def prefill_counts(record: Mapping[str, Any]) -> ModelCounts:
+def record_prefill_counts(record: Mapping[str, Any]) -> ModelCounts:
     """The counts of a record's prefill of prompt_len tokens: one layer's step of
     prompt_len new tokens attending prompt_len keys (roofline.layer_counts)."""
     prompt = record["prompt_len"]
@@ -458,7 +466,7 @@ def calibrate_run(
 
 
 def model_dict(model: PerfModel) -> dict[str, Any]:
-    """A model as a calibration file holds it (load_model reads it back)."""
+    """A model as a calibration file holds it (load_calibration reads it back)."""
     return {name: getattr(model, name) for name in MODEL_FIELDS}
 
 
@@ -472,11 +480,6 @@ def calibration_dict(calibration: Calibration) -> dict[str, Any]:
         doc["peak_gbps"] = device.memory_bandwidth / 1e9
         doc["peak_tflops"] = {d: v / 1e12 for d, v in device.dense_flops.items()}
     return {**doc, "environment": dict(calibration.environment)}
-
-
-def load_model(path_or_dict: str | Path | Mapping[str, Any]) -> PerfModel:
-    """The model of a calibration file (JSON) or its mapping (load_calibration)."""
-    return load_calibration(path_or_dict).model
 
 
 def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibration:
@@ -539,12 +542,8 @@ def _calibrated_device(doc: Mapping[str, Any], environment: Mapping[str, Any]) -
     if gpu != THIS_DEVICE:
         return device_spec(gpu)
     gbps, tflops = doc.get("peak_gbps"), doc.get("peak_tflops")
-    if not _number(gbps) or gbps <= 0:
+    if not is_number(gbps) or gbps <= 0:
         raise FieldError("peak_gbps", gbps, f"gpu {THIS_DEVICE} needs the peak GB/s measured")
-    if not isinstance(tflops, Mapping) or not all(_number(v) and v > 0 for v in tflops.values()):
+    if not isinstance(tflops, Mapping) or not all(is_number(v) and v > 0 for v in tflops.values()):
         raise FieldError("peak_tflops", tflops, "must map dtypes to TFLOPS above 0")
     return measured_device({**environment, "peak_gbps": gbps, "peak_tflops": tflops})
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

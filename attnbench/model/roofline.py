@@ -107,9 +107,9 @@ class PerfModel:
             value = getattr(self, name)
             if name == "efficiency_kv" and value is None:
                 continue
-            if not _number(value) or not 0 < value <= MAX_EFFICIENCY:
+            if not is_number(value) or not 0 < value <= MAX_EFFICIENCY:
                 raise FieldError(name, value, f"must be a number in (0, {MAX_EFFICIENCY}]")
-        if not _number(self.overhead_s) or not 0 <= self.overhead_s < math.inf:
+        if not is_number(self.overhead_s) or not 0 <= self.overhead_s < math.inf:
             raise FieldError("overhead_s", self.overhead_s, "must be a number >= 0 (seconds)")
 
     @property
@@ -127,7 +127,8 @@ class PerfModel:
         )
 
 
-def _number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """A real number: an int or a float, not a bool, not NaN."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 

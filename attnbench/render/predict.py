@@ -9,47 +9,26 @@ from typing import Any
 
 from ..model.calibration import CheckRow
 from ..model.units import format_bytes
-from .columns import fmt_4sig, fmt_rate, variant_cell
+from .columns import fmt_4sig, fmt_int, fmt_plain, fmt_rate, fmt_si, variant_cell
 from .table import Column
-
-NONE_TEXT = "-"
-
-
-def _num(spec: str) -> Any:
-    return lambda v: NONE_TEXT if v is None else format(v, spec)
-
-
-def _si(v: Any) -> str:
-    """A count in SI units: 1.35 G, 512 M."""
-    if v is None:
-        return NONE_TEXT
-    for scale, unit in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:,}"
-
-
-def _plain(v: Any) -> str:
-    return NONE_TEXT if v is None else str(v)
-
 
 #: The table of `predict`: one row per point, part and phase (phase_rows).
 PHASE_COLUMNS: list[Column] = [
-    Column("Model", "name", _plain, rank=0, kind="label", setting=True),
-    Column("Variant", "variant", _plain, rank=0, kind="label", setting=True, cell=variant_cell),
-    Column("GPU", "gpu", _plain, rank=0, kind="label", setting=True),
-    Column("tp", "tp", _num(","), rank=2, setting=True),
-    Column("batch", "batch", _num(","), rank=1, setting=True),
-    Column("context", "seq_len", _num(","), rank=1, setting=True),
-    Column("dtype", "dtype", _plain, rank=2, kind="label", setting=True),
-    Column("kv dtype", "kv_dtype", _plain, rank=1, kind="label", setting=True),
-    Column("Step", "step", _plain, rank=0, kind="label"),
+    Column("Model", "name", fmt_plain, rank=0, kind="label", setting=True),
+    Column("Variant", "variant", fmt_plain, rank=0, kind="label", setting=True, cell=variant_cell),
+    Column("GPU", "gpu", fmt_plain, rank=0, kind="label", setting=True),
+    Column("tp", "tp", fmt_int, rank=2, setting=True),
+    Column("batch", "batch", fmt_int, rank=1, setting=True),
+    Column("context", "seq_len", fmt_int, rank=1, setting=True),
+    Column("dtype", "dtype", fmt_plain, rank=2, kind="label", setting=True),
+    Column("kv dtype", "kv_dtype", fmt_plain, rank=1, kind="label", setting=True),
+    Column("Step", "step", fmt_plain, rank=0, kind="label"),
     Column("ms", "time_ms", fmt_4sig, rank=0),
     Column("bytes", "bytes", format_bytes, rank=1),
-    Column("FLOPs", "flops", _si, rank=1),
+    Column("FLOPs", "flops", fmt_si, rank=1),
     Column("FLOP/B", "intensity", fmt_4sig, rank=2),
     Column("ridge", "ridge", fmt_4sig, rank=3, setting=True),
-    Column("Bound", "bound", _plain, rank=0, kind="label"),
+    Column("Bound", "bound", fmt_plain, rank=0, kind="label"),
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
 ]
 
@@ -149,15 +128,15 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 #: The table of a check: one row per measured sample.
 CHECK_COLUMNS: list[Column] = [
-    Column("#", "row", _num(","), rank=0),
-    Column("Sample", "kind", _plain, rank=0, kind="label"),
+    Column("#", "row", fmt_int, rank=0),
+    Column("Sample", "kind", fmt_plain, rank=0, kind="label"),
     Column("bytes", "bytes", format_bytes, rank=2),
     Column("KV bytes", "kv_bytes", format_bytes, rank=3),
-    Column("FLOPs", "flops", _si, rank=2),
+    Column("FLOPs", "flops", fmt_si, rank=2),
     Column("measured ms", "measured_ms", fmt_4sig, rank=0),
     Column("predicted ms", "predicted_ms", fmt_4sig, rank=0),
     Column("error", "error_pct", lambda v: f"{v:+.1f}%", rank=0),
-    Column("Bound", "bound", _plain, rank=1, kind="label"),
+    Column("Bound", "bound", fmt_plain, rank=1, kind="label"),
 ]
 
 

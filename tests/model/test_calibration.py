@@ -15,7 +15,7 @@ from attnbench.model.calibration import (
     Sample,
     calibrate,
     check,
-    load_model,
+    load_calibration,
     median_abs_error,
     model_dict,
     samples_from_results,
@@ -205,13 +205,13 @@ def test_samples_from_results_take_the_timed_cached_steps_and_prefills():
 def test_a_calibration_file_round_trips(tmp_path):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(model_dict(TRUE)))
-    assert load_model(path) == TRUE
-    assert load_model(str(path)) == TRUE
+    assert load_calibration(path).model == TRUE
+    assert load_calibration(str(path)).model == TRUE
 
 
 def test_a_file_without_source_says_where_it_came_from():
     doc = {k: v for k, v in model_dict(TRUE).items() if k != "source"}
-    assert load_model(doc).source == "loaded from calibration"
+    assert load_calibration(doc).model.source == "loaded from calibration"
 
 
 @pytest.mark.parametrize(
@@ -226,7 +226,7 @@ def test_a_file_without_source_says_where_it_came_from():
 )
 def test_a_bad_field_of_a_calibration_file_is_named(field, value):
     with pytest.raises(FieldError) as err:
-        load_model({**model_dict(TRUE), field: value})
+        load_calibration({**model_dict(TRUE), field: value})
     assert err.value.field == field
     assert str(err.value).startswith(f"calibration: {field} {value}: ")
     assert "\n" not in str(err.value)
@@ -235,16 +235,16 @@ def test_a_bad_field_of_a_calibration_file_is_named(field, value):
 def test_a_missing_or_unknown_field_is_refused(tmp_path):
     doc = model_dict(TRUE)
     with pytest.raises(UsageError, match="missing field overhead_s"):
-        load_model({k: v for k, v in doc.items() if k != "overhead_s"})
+        load_calibration({k: v for k, v in doc.items() if k != "overhead_s"})
     with pytest.raises(UsageError, match="did you mean 'efficiency_bw'"):
-        load_model({**doc, "efficiency_bws": 0.5})
+        load_calibration({**doc, "efficiency_bws": 0.5})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UsageError, match="cannot read a calibration file"):
-        load_model(bad)
+        load_calibration(bad)
     bad.write_text("[1, 2]")
     with pytest.raises(UsageError, match="a JSON object"):
-        load_model(bad)
+        load_calibration(bad)
 
 
 def test_calibration_finds_the_parts_of_steps_whose_attention_is_compute_bound():

@@ -4,21 +4,29 @@ against transformers: the table of docs/architectures.md.
 Each file there holds the values of a model's config.json on the Hugging Face Hub. For
 each, attnbench reads it (model.hf_config.load_hf_config) and gives:
 
-- the whole model's parameters (model.model_params.total_params), or none where attnbench
-  reads only the attention of the model type (no body: "attention only");
+- the whole model's parameters: by its own formulas (model.model_params.total_params) for
+  the model types it has them for, else as transformers builds the model
+  (modules.counted.with_whole_model), the path said in the table;
 - the KV-cache bytes of one sequence of 4,096 and of 32,768 tokens in the config's dtype,
-  as `attnbench kvmem` computes them (experiments.kvmem.run: per-layer windows, an MLA
-  latent).
+  and the fixed-size state of a hybrid's state layers (Mamba, linear attention, short
+  convolutions), as `attnbench kvmem` computes them (experiments.kvmem.run: per-layer
+  windows, an MLA latent, the layer kinds the config declares);
+- or its refusal, for a config whose layers it cannot size.
 
 transformers gives the same from the same file, on the meta device (nothing allocated):
 
-- the parameters and persistent buffers of AutoModelForCausalLM.from_config, a tied
-  weight counted once; for a multimodal config, the language model and its output head
-  alone;
+- the parameters and persistent buffers of the causal LM it builds from the config, a
+  tied weight counted once; for a multimodal config, the language model and its output
+  head alone;
 - the bytes a StaticCache(config, max_cache_len=N) holds after a prefill of N tokens: every
-  layer updated with K and V of shape (1, KV heads, N, head_dim) in the model's dtype, or,
-  for MLA, with what the model's own attention layers write into it (they run on the meta
-  device), summed over the layers' keys and values.
+  attention layer updated with K and V of shape (1, KV heads, N, head_dim) in the model's
+  dtype, or, for MLA, with what the model's own attention layers write into it (they run
+  on the meta device), summed over the layers' keys and values;
+- the conv and recurrent states its own cache holds after a prefill, from a forward of
+  the model's own layers (scripts/hf_cache_reference.py).
+
+A config of MiniMax's own code (model_type minimax_m1 or minimax_text_01) is given to
+transformers as its conversion to model_type minimax (model.hf_layers.as_transformers).
 
     python scripts/architectures.py            # rewrite the table of docs/architectures.md
     python scripts/architectures.py --check    # exit 1, with a diff, if the page differs
@@ -33,7 +41,9 @@ import argparse
 import contextlib
 import difflib
 import io
+import json
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,10 +66,14 @@ class Row:
     name: str  # the hub id (_name_or_path)
     model_type: str  # Markdown: `gemma3` (`gemma3_text`) for a multimodal config
     kind: str
-    params_attnbench: int | None  # None: attnbench reads the attention only
+    layers: str  # attnbench's layer kinds, "12 full attention, 36 gated deltanet"
+    path: str  # what gave attnbench's parameters: "formulas", "transformers" or "refused"
+    params_attnbench: int | None  # None: attention only, or refused
     params_transformers: int
-    kv_attnbench: dict[int, int]
+    kv_attnbench: dict[int, int] | None  # None: refused
     kv_transformers: dict[int, int]
+    state_attnbench: int | None
+    state_transformers: int
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -69,8 +83,14 @@ class Row:
         return self.params_attnbench == self.params_transformers
 
     @property
-    def kv_match(self) -> bool:
-        return self.kv_attnbench == self.kv_transformers
+    def cache_match(self) -> bool | None:
+        """KV bytes at both contexts and the state alike (None: attnbench refused)."""
+        if self.kv_attnbench is None:
+            return None
+        return (
+            self.kv_attnbench == self.kv_transformers
+            and self.state_attnbench == self.state_transformers
+        )
 
     def mismatches(self) -> list[str]:
         """A phrase for each count the two sides give differently."""
@@ -81,6 +101,8 @@ class Row:
                 f"parameters: attnbench {self.params_attnbench:,}, transformers "
                 f"{self.params_transformers:,} ({diff:+,})"
             )
+        if self.kv_attnbench is None:
+            return lines
         for n in CONTEXTS:
             ours, theirs = self.kv_attnbench[n], self.kv_transformers[n]
             if ours != theirs:
@@ -88,6 +110,11 @@ class Row:
                     f"KV bytes at {n:,} tokens: attnbench {ours:,}, transformers "
                     f"{theirs:,} ({ours - theirs:+,})"
                 )
+        if self.state_attnbench != self.state_transformers:
+            lines.append(
+                f"state bytes: attnbench {self.state_attnbench:,}, transformers "
+                f"{self.state_transformers:,}"
+            )
         return lines
 
 
@@ -95,15 +122,18 @@ class Row:
 
 
 def attnbench_counts(path: Path):
-    """(the ModelSpec, its whole-model parameters or None, {context: KV-cache bytes})."""
+    """(the ModelSpec, its whole-model parameters or None, what gave them, {context: KV
+    bytes}, the state's bytes), of one sequence in the config's dtype."""
     from attnbench.experiments import kvmem
     from attnbench.model.capacity import DEFAULT_SCALE_DTYPE
     from attnbench.model.hf_config import load_hf_config
-    from attnbench.model.model_params import total_params
+    from attnbench.model.model_params import has_whole_model, total_params
+    from attnbench.modules.hf_fallback import with_layer_types, with_whole_model
 
-    spec = load_hf_config(path)
-    params = total_params(spec) if spec.body is not None else None
-    kv = {}
+    spec = with_whole_model(with_layer_types(load_hf_config(path)))
+    params = total_params(spec) if has_whole_model(spec) else None
+    source = "formulas" if spec.body is not None else "transformers"
+    records = {}
     for n in CONTEXTS:
         point = kvmem.KvmemPoint(
             d_model=spec.d_model,
@@ -118,8 +148,10 @@ def attnbench_counts(path: Path):
             model=spec.name,
             spec=spec,
         )
-        kv[n] = kvmem.run(point).kv_bytes
-    return spec, params, kv
+        kvmem.check(point)
+        records[n] = kvmem.run(point)
+    kv = {n: r.kv_bytes for n, r in records.items()}
+    return spec, params, source if params is not None else "-", kv, records[CONTEXTS[0]]
 
 
 # ---------------------------------------------------------------------- transformers side
@@ -160,7 +192,7 @@ def cache_bytes(cache) -> int:
     """Bytes of the keys and values a StaticCache holds, over its layers."""
     total = 0
     for layer in cache.layers:
-        for tensor in (layer.keys, layer.values):
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
             if tensor is not None:
                 total += tensor.numel() * tensor.element_size()
     return total
@@ -182,6 +214,7 @@ def prefilled_cache(config, model, n: int, dtype):
     """A StaticCache of `n` tokens after a prefill of `n` tokens, on the meta device."""
     import torch
     from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
 
     text = config.get_text_config(decoder=True)
     cache = StaticCache(config=config, max_cache_len=n)
@@ -194,23 +227,37 @@ def prefilled_cache(config, model, n: int, dtype):
                 attend = {"position_embeddings": rotary, "attention_mask": None, "cache": cache}
                 layer.self_attn(hidden_states=hidden, **attend)
         else:
-            kv_heads, head_dim = kv_heads_and_dim(text)
-            for i in range(len(cache.layers)):
+            attending = [i for i, lay in enumerate(cache.layers) if isinstance(lay, StaticLayer)]
+            if attending:  # not a state layer, not an MLP's (a Mamba model has none)
+                kv_heads, head_dim = kv_heads_and_dim(text)
+            for i in attending:
                 key = torch.empty(1, kv_heads, n, head_dim, dtype=dtype)
                 cache.update(key, torch.empty_like(key), i)
     return cache
 
 
-def model_kind(config, cache) -> str:
+#: What transformers' cache layer types of the state layers are called in the table.
+STATE_LAYER_WORDS = {
+    "linear_attention": "state",
+    "conv": "conv",
+    "hybrid": "attention + state",
+    "dummy": "no cache",
+}
+
+
+def model_kind(config, cache, layer_types: list[str]) -> str:
     """dense or MoE; then MLA, sliding (a window on every layer), hybrid sliding (on some
-    layers) or chunked (Llama-4), with the window: from the config and the layers of the
-    StaticCache transformers builds for it."""
+    layers) or chunked (Llama-4), with the window; then the layers that keep a state, or
+    both, or nothing: from the config, the layers of the StaticCache transformers builds
+    for it and the layer types of the cache its forward fills (`layer_types`)."""
     from transformers.cache_utils import StaticSlidingWindowLayer
 
     text = config.get_text_config(decoder=True)
     words = ["MoE" if any(getattr(text, f, None) for f in EXPERT_FIELDS) else "dense"]
     if getattr(text, "kv_lora_rank", None):
         words.append("MLA")
+    counts = Counter(STATE_LAYER_WORDS.get(t) for t in layer_types)
+    words += [f"{n} {word}" for word, n in counts.items() if word is not None]
     sliding = sum(isinstance(layer, StaticSlidingWindowLayer) for layer in cache.layers)
     if sliding:
         chunked = "chunked_attention" in (getattr(text, "layer_types", None) or ())
@@ -239,17 +286,49 @@ def window_note(config) -> str | None:
     return None
 
 
-def transformers_counts(path: Path) -> tuple[str, str, int, dict[int, int], list[str]]:
-    """(model_type, kind, parameters, {context: KV-cache bytes}, notes); the model_type of
-    a multimodal config names its text config's too."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def hf_config(path: Path):
+    """The transformers config of a corpus file (a MiniMax custom-code config converted)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    config = AutoConfig.from_pretrained(str(path))
+    from attnbench.model.hf_layers import as_transformers
+
+    cfg = as_transformers(json.loads(path.read_text()))
+    return CONFIG_MAPPING[cfg["model_type"]].from_dict(cfg)
+
+
+def causal_lm(config):
+    """The model transformers builds for text generation from `config`, on the meta device:
+    its causal LM, else (a multimodal model type) its image-text-to-text model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    with torch.device("meta"):
+        try:
+            return AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        except ValueError:
+            return AutoModelForImageTextToText.from_config(config, attn_implementation="eager")
+
+
+def state_bytes(config) -> tuple[int, list[str]]:
+    """The conv and recurrent states transformers' own cache holds after a prefill (of
+    one sequence), and each layer's cache layer type."""
+    from hf_cache_reference import prefilled_cache as filled_by_forward
+
+    layers = filled_by_forward(config, CONTEXTS[0])
+    return sum(r.conv_bytes + r.recurrent_bytes for r in layers), [r.kind for r in layers]
+
+
+def transformers_counts(path: Path) -> tuple[str, str, int, dict[int, int], int, list[str]]:
+    """(model_type, kind, parameters, {context: KV-cache bytes}, state bytes, notes); the
+    model_type of a multimodal config names its text config's too."""
+    import torch
+
+    config = hf_config(path)
     text = config.get_text_config(decoder=True)
     dtype = getattr(text, "dtype", None) or getattr(config, "dtype", None) or torch.float32
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."))
+    model = causal_lm(config)
     parts, note = counted_parts(model)
     notes = [note] if note else []
     if type(model).__name__.endswith("ForCausalLM") and getattr(config, "text_config", None):
@@ -263,11 +342,12 @@ def transformers_counts(path: Path) -> tuple[str, str, int, dict[int, int], list
         notes.append(mla_note(text, caches[CONTEXTS[0]], dtype))
     if note := window_note(config):
         notes.append(note)
-    kind = model_kind(config, caches[CONTEXTS[-1]])
+    state, layer_types = state_bytes(config)
+    kind = model_kind(config, caches[CONTEXTS[-1]], layer_types)
     model_type = f"`{config.model_type}`"
     if text.model_type != config.model_type:
         model_type += f" (`{text.model_type}`)"
-    return model_type, kind, stored_numel(parts), kv, notes
+    return model_type, kind, stored_numel(parts), kv, state, notes
 
 
 def mla_note(text, cache, dtype) -> str:
@@ -297,14 +377,50 @@ def mla_note(text, cache, dtype) -> str:
 
 
 def compare(path: Path) -> Row:
-    """One model of the corpus, counted by both sides."""
-    spec, params, kv = attnbench_counts(path)
-    model_type, kind, theirs, their_kv, notes = transformers_counts(path)
-    if spec.body is None:
+    """One model of the corpus, counted by both sides; attnbench's refusal (a config
+    whose layers it cannot size) is said in the notes."""
+    from attnbench.errors import UsageError
+
+    model_type, kind, theirs, their_kv, their_state, notes = transformers_counts(path)
+    name = json.loads(path.read_text()).get("_name_or_path") or path.stem
+    try:
+        spec, params, source, kv, record = attnbench_counts(path)
+    except UsageError as exc:
+        notes.insert(0, f"attnbench refuses it: {exc}".replace(f"{path}: ", ""))
+        return Row(
+            path.name,
+            name,
+            model_type,
+            kind,
+            "-",
+            "refused",
+            None,
+            theirs,
+            None,
+            their_kv,
+            None,
+            their_state,
+            notes,
+        )
+    if params is None:
         notes.insert(0, f"attnbench reads only the attention of model_type {model_type}")
     if spec.note:
         notes.insert(0, f"attnbench: {spec.note}")
-    return Row(path.name, spec.name, model_type, kind, params, theirs, kv, their_kv, notes)
+    return Row(
+        path.name,
+        spec.name,
+        model_type,
+        kind,
+        record.layer_kinds or "",
+        source,
+        params,
+        theirs,
+        kv,
+        their_kv,
+        record.state_bytes,
+        their_state,
+        notes,
+    )
 
 
 def corpus() -> list[Path]:
@@ -331,30 +447,39 @@ def render(rows: list[Row]) -> list[str]:
 
     from attnbench.model.units import format_bytes
 
+    def size(value: int | None) -> str:
+        return "-" if value is None else format_bytes(value)
+
     k = [f"{n // 1024}k" for n in CONTEXTS]
+    paths = Counter(r.path for r in rows)
     lines = [
         f"Counted with transformers {transformers.__version__} and torch "
         f"{torch.__version__.split('+')[0]}: {len(rows)} models, "
-        f"{sum(r.params_match is True for r in rows)} with equal parameter counts, "
-        f"{sum(r.params_match is None for r in rows)} that attnbench reads for their "
-        f"attention only, {sum(r.kv_match for r in rows)} with equal KV-cache bytes.",
+        f"{sum(r.params_match is True for r in rows)} with equal parameter counts "
+        f"({paths['formulas']} by attnbench's formulas, {paths['transformers']} as "
+        f"transformers builds them), {sum(r.cache_match is True for r in rows)} with equal "
+        f"KV-cache and state bytes, {paths['refused']} refused.",
         "",
-        "| Model | model_type | Kind | Params, attnbench | Params, transformers | Match "
-        f"| KV {k[0]}, attnbench | KV {k[0]}, transformers | KV {k[1]}, attnbench "
-        f"| KV {k[1]}, transformers | Match |",
-        "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |",
+        "| Model | model_type | Kind | Layers, attnbench | Params, attnbench | by "
+        f"| Params, transformers | Match | KV {k[0]}, attnbench | KV {k[0]}, transformers "
+        f"| KV {k[1]}, attnbench | KV {k[1]}, transformers | State, attnbench "
+        "| State, transformers | Match |",
+        "| --- | --- | --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | --- |",
     ]
     for i, r in enumerate(rows, 1):
         ours = "attention only" if r.params_attnbench is None else f"{r.params_attnbench:,}"
-        kv = [
-            format_bytes(side[n]) for n in CONTEXTS for side in (r.kv_attnbench, r.kv_transformers)
-        ]
+        ours = "refused" if r.path == "refused" else ours
+        mine = r.kv_attnbench or {}
+        kv = [size(side.get(n)) for n in CONTEXTS for side in (mine, r.kv_transformers)]
+        state = [size(r.state_attnbench), size(r.state_transformers)]
         short = r.name.rsplit("/", 1)[-1]
         lines.append(
             f"| [{short}](architectures/{r.file})<sup>{i}</sup> | {r.model_type} | {r.kind} "
-            f"| {ours} | {r.params_transformers:,} | {mark(r.params_match)} | "
-            + " | ".join(kv)
-            + f" | {mark(r.kv_match)} |"
+            f"| {r.layers} | {ours} | {r.path} | {r.params_transformers:,} "
+            f"| {mark(r.params_match)} | "
+            + " | ".join([*kv, *state])
+            + f" | {mark(r.cache_match)} |"
         )
     lines += ["", "Notes:", ""]
     for i, r in enumerate(rows, 1):

@@ -16,8 +16,8 @@ An example is one of three things:
   Markdown: the tables that scripts print.
 
 Each example runs in its own scratch directory holding configs/, results/baselines/,
-results/bench/ and the files of scripts/examples/, with COLUMNS=100 (rich tables fit the
-content column of the site in a desktop browser) and no colour.
+results/bench/, docs/architectures/ and the files of scripts/examples/, with COLUMNS=100
+(rich tables fit the content column of the site in a desktop browser) and no colour.
 
 Exact examples print no timing: their output depends only on the code (parameter counts,
 bytes, fits, presets, help texts, errors). Timed examples, whose output depends on the
@@ -93,9 +93,10 @@ def pages() -> list[Path]:
 
 def scratch_dir(parent: str) -> Path:
     """A fresh directory holding the repository's configs/, baselines, recorded benchmark
-    data and example inputs."""
+    data, example inputs and the corpus of config.json files (docs/architectures/)."""
     cwd = Path(tempfile.mkdtemp(dir=parent))
     shutil.copytree(ROOT / "configs", cwd / "configs")
+    shutil.copytree(ROOT / "docs" / "architectures", cwd / "docs" / "architectures")
     for kept in ("baselines", "bench"):
         shutil.copytree(ROOT / "results" / kept, cwd / "results" / kept)
     for example in (ROOT / "scripts" / "examples").iterdir():

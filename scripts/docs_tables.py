@@ -83,6 +83,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "meta_params": ("parameters", "counted on a meta-device skeleton of the model; must "
                                       "equal params"),
         "weight_bytes": (BYTES, "params in the weights' dtype"),
+        "source": ("", "what counted it: attnbench's formulas, or transformers' build of "
+                       "the model on the meta device (a model type without formulas)"),
     },
     "kvmem": {
         "seq_len": ("tokens", "context S: tokens cached per sequence (the longest of "
@@ -113,6 +115,13 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "paged_waste_pct": ("%", "100 · (paged - used) / paged"),
         "contiguous_waste_pct": ("%", "100 · (contiguous - used) / contiguous"),
         "measured_paged_bytes": (BYTES, "storage of the paged block pool allocated for real"),
+        "kv_layers": ("layers", "the layers that cache K and V (a hybrid's attention layers)"),
+        "state_layers": ("layers", "the layers that keep a fixed-size state (Mamba, linear "
+                                   "attention, short convolutions)"),
+        "state_bytes": (BYTES, "their states for the batch, whatever the context"),
+        "total_bytes": (BYTES, "kv_bytes + state_bytes"),
+        "layer_kinds": ("", "how many layers of each kind, as the model declares them"),
+        "state_bytes_per_gpu": (BYTES, "one rank's share of state_bytes"),
     },
     "decode": {
         "provider": ("", "the implementation timed (see Providers)"),
@@ -231,7 +240,10 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "batch_per_replica": ("sequences", "sequences on one replica"),
         "context_unbounded": ("", "every layer keeps at most its window, and full windows fit"),
         "max_position_embeddings": ("tokens", "the longest context the model was made for"),
-        "kv_bytes_per_sequence_per_gpu": (BYTES, "one sequence's cache on one GPU"),
+        "kv_bytes_per_sequence_per_gpu": (BYTES, "one sequence's K/V cache on one GPU"),
+        "state_bytes_per_sequence_per_gpu": (BYTES, "one sequence's state in a hybrid's state "
+                                                    "layers on one GPU, whatever the context"),
+        "state_bytes_per_gpu": (BYTES, "the answer's state on one GPU"),
         "weights_bytes_per_gpu": (BYTES, "the weights one GPU holds"),
         "kv_bytes_per_gpu": (BYTES, "the cache of the answer on one GPU"),
         "reserve_bytes_per_gpu": (BYTES, "`--reserve`"),
@@ -283,6 +295,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "step_bytes": (BYTES, "its bytes"),
         "step_weight_bytes": (BYTES, "of them, the weights one rank reads"),
         "step_kv_bytes": (BYTES, "of them, the KV cache read and written"),
+        "step_state_bytes": (BYTES, "of those, a hybrid's state read and written (2 x its "
+                                    "bytes)"),
         "step_flops": ("FLOPs", "its FLOPs"),
         "step_intensity": ("FLOP/byte", "FLOPs / bytes"),
         "step_bound": ("", "`memory` or `compute`"),

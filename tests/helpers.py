@@ -28,3 +28,20 @@ class AppRunner(click.testing.CliRunner):
 
 
 runner = AppRunner()
+
+
+#: A small model that every transformers class builds in a blink: hidden 64, 4 heads of
+#: 16, 2 KV heads, 4 layers, a vocabulary of 100 (and no special tokens: the defaults of
+#: some classes lie outside so small a vocabulary).
+SMALL_CONFIG = {
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_hidden_layers": 4,
+    "vocab_size": 100,
+    "intermediate_size": 96,
+    "pad_token_id": None,
+    "bos_token_id": None,
+    "eos_token_id": None,
+}

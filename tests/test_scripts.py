@@ -64,7 +64,9 @@ def test_the_architectures_table_counts_both_sides_alike(monkeypatch):
         "dense, hybrid sliding 1,024 (52 of 62 layers)",
         "MoE, MLA",
     ]
-    assert all(r.params_match and r.kv_match and not r.mismatches() for r in rows)
+    assert all(r.params_match and r.cache_match and not r.mismatches() for r in rows)
+    assert [r.path for r in rows] == ["formulas"] * 3
+    assert all(r.state_attnbench == r.state_transformers == 0 for r in rows)
     # Mistral keeps its 4,096-token window whatever the context; MLA caches a latent of
     # 512 + 64 values per token and layer
     assert rows[0].kv_transformers == {4096: 2**29, 32768: 2**29}

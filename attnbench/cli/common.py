@@ -161,6 +161,20 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
     for spec in {spec.name: spec for spec in models}.values():
         if spec.note:
             console.print(f"note: {spec.name}: {spec.note}", markup=False)
+        if spec.counted is not None:
+            console.print(
+                f"note: {spec.name}: whole model counted by {spec.counted.source}, attnbench "
+                "having no formulas of its model_type; per tensor-parallel rank, its parts "
+                "split evenly",
+                markup=False,
+            )
+        if any(s is not None and s.recurrent_dtype for s in spec.layer_states):
+            console.print(
+                f"note: {spec.name}: the state layers' recurrent state is counted in float32, "
+                f"as transformers keeps it whatever the model's {spec.dtype} (a serving "
+                "engine may keep it in the model's dtype)",
+                markup=False,
+            )
         limit = spec.max_position_embeddings
         past = sorted({c for c in contexts if limit and c > limit})
         if past:

@@ -14,6 +14,7 @@ from ..render.fit import (
     breakdown_table,
     latency_summary,
     memory_bar,
+    state_text,
     targets_line,
 )
 from ..render.what_if import fit_columns, fit_notes, what_if_set
@@ -42,7 +43,7 @@ def show_answer(record: FitRecord, point: FitPoint) -> None:
     console.print(
         f"{record.model}: {record.gpus} GPU(s) x {format_bytes(size.bytes)}, --tp "
         f"{record.tp}, {record.replicas} replica(s); KV cache per sequence per GPU "
-        f"{format_bytes(record.kv_bytes_per_sequence_per_gpu)}",
+        f"{format_bytes(record.kv_bytes_per_sequence_per_gpu)}{state_text(record)}",
         markup=False,
     )
     console.print(answer_line(record), markup=False)

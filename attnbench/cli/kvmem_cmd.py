@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..render.columns import kvmem_columns
+from ..experiments.kvmem import KIND_RECORDS
+from ..render.columns import kvmem_columns, layer_kind_columns
 from . import app
 from .common import (
     CONFIG,
@@ -20,12 +21,17 @@ from .flags import section_command
 @section_command(app, "kvmem", "kvmem", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
 def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
     """KV-cache bytes (K and V) per token, per layer and for the whole model; measured by
-    allocating the real cache, which must equal the formula exactly."""
+    allocating the real cache, which must equal the formula exactly. A hybrid model's
+    state layers (Mamba, linear attention) keep a fixed-size state beside it: shown per
+    layer kind, and in the total."""
     outputs = {"csv": csv, "json": json}
     plan, result = run_section("kvmem", "kvmem", config, overrides, model, hf_config, outputs)
     if not quiet:
         rows = result.section_records("kvmem")
         show_table(f"KV-cache memory on {plan.device}", rows, kvmem_columns(rows), wide)
+        kinds = result.records.get(KIND_RECORDS, [])
+        if kinds:
+            show_table("Layer kinds (one sequence)", kinds, layer_kind_columns(kinds), wide)
         seq_lens = [r.seq_len for r in result.records["kvmem"]]
         model_notes(plan.sections["kvmem"].models, seq_lens)
     write_section_outputs("kvmem", "kvmem", plan, result, csv, json, quiet)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from ..experiments.whole_model import PART_RECORDS, ModelPartRecord
+from ..model.model_params import COUNT_HINT, has_whole_model, whole_model_source
 from ..model.what_if import is_what_if
 from ..records import as_dict
-from ..render.columns import PARAMS, WHOLE_MODEL
+from ..render.columns import PARAMS, WHOLE_MODEL, WHOLE_MODEL_COUNTED
 from ..render.what_if import WHOLE_MODEL_WHAT_IF, whole_model_rows
 from . import app
 from .common import (
@@ -43,9 +44,11 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     if not quiet:
         show_table("Attention parameters per layer", records, PARAMS, wide)
         for spec in models:
-            if spec.body is None:
+            if not has_whole_model(spec):
                 console.print(
-                    f"{spec.name}: whole-model counts unknown (attention only)", markup=False
+                    f"{spec.name}: whole-model counts unknown (attention only): "
+                    f"{spec.uncounted or COUNT_HINT}",
+                    markup=False,
                 )
                 continue
             if is_what_if(spec.num_kv_heads, spec.published_kv_heads):
@@ -55,7 +58,10 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
             ]
             title = f"Whole model ({spec.dtype} weights)"
             rows = present_parts(rows)
-            show_table(title, rows, WHOLE_MODEL, wide)
+            columns = WHOLE_MODEL if spec.body is not None else WHOLE_MODEL_COUNTED
+            show_table(title, rows, columns, wide)
+            if spec.body is not None:  # a count of transformers' says so in its note
+                console.print(f"Counted by {whole_model_source(spec)}.", markup=False)
             variants = [r for r in what_if_rows if r["model"] == spec.name]
             if variants:
                 title = f"Whole model per KV-head count ({spec.dtype} weights)"

@@ -7,6 +7,9 @@ Per GPU, with G GPUs serving G / tp replicas of the model, each split over tp ra
     largest batch at S     = replicas * floor(budget / KV bytes of one sequence of S on a rank)
     longest context at B   = the largest S with ceil(B / replicas) * KV bytes(S) <= budget
 
+A sequence's cache is its K/V bytes and, in a hybrid model, the fixed-size state of its
+state layers (Mamba, linear attention): both count against the budget.
+
 The reserve stands for what is neither weights nor KV cache: activations of a forward
 pass, the CUDA context, communication buffers and allocator fragmentation. It defaults to
 10% of each GPU's memory (a serving engine told to use 90% of a GPU leaves the same), and
@@ -43,6 +46,7 @@ from ..model.capacity import (
     ceil_div,
     layer_windows,
     positive_int,
+    state_bytes,
     token_layout,
     window_summary,
 )
@@ -146,9 +150,17 @@ class FitPlan:
         """Weights on one GPU (one tensor-parallel rank)."""
         return weight_bytes_per_rank(self.spec, self.weights_dtype, self.tp)
 
+    @property
+    def state_bytes(self) -> int:
+        """The state one sequence keeps in the state layers on one GPU (0: none), in the
+        model's dtype where transformers keeps it in the model's."""
+        return state_bytes(self.spec.layer_states, self.spec.dtype, 1, self.tp)
+
     def sequence_bytes(self, seq_len: int) -> int:
-        """KV bytes one sequence of `seq_len` tokens takes on one GPU."""
-        return cache_bytes(self.layout, self.windows, [seq_len], self.page_size).total
+        """Cache bytes one sequence of `seq_len` tokens takes on one GPU: its K and V, and
+        its state in the state layers."""
+        kv = cache_bytes(self.layout, self.windows, [seq_len], self.page_size).total
+        return kv + self.state_bytes
 
     def kv_budget(self) -> int:
         """Bytes left for the KV cache on one GPU; CapacityError when there are none."""
@@ -195,8 +207,11 @@ class FitRecord:
     context_unbounded: bool = info()
     max_position_embeddings: int | None = info()
     kv_bytes_per_sequence_per_gpu: int = exact()
+    #: A hybrid model's state per sequence, and the batch's (0: no state layers).
+    state_bytes_per_sequence_per_gpu: int = exact(0)
     weights_bytes_per_gpu: int = exact()
     kv_bytes_per_gpu: int = exact()
+    state_bytes_per_gpu: int = exact(0)
     reserve_bytes_per_gpu: int = exact()
     free_bytes_per_gpu: int = exact()
     #: The model's own KV heads on every row of a what-if set; None otherwise.
@@ -234,7 +249,8 @@ def _record(
     unbounded: bool,
     per_seq: int,
 ) -> FitRecord:
-    kv = per_replica * per_seq
+    state = plan.state_bytes if per_seq else 0
+    kv = per_replica * (per_seq - state)
     window, windowed_layers = window_summary(plan.windows)
     spec = plan.spec
     return FitRecord(
@@ -260,11 +276,16 @@ def _record(
         batch_per_replica=per_replica,
         context_unbounded=unbounded,
         max_position_embeddings=plan.spec.max_position_embeddings,
-        kv_bytes_per_sequence_per_gpu=per_seq,
+        kv_bytes_per_sequence_per_gpu=per_seq - state,
+        state_bytes_per_sequence_per_gpu=state,
         weights_bytes_per_gpu=plan.weights_bytes,
         kv_bytes_per_gpu=kv,
+        state_bytes_per_gpu=per_replica * state,
         reserve_bytes_per_gpu=plan.reserve_bytes,
-        free_bytes_per_gpu=plan.memory_bytes - plan.weights_bytes - plan.reserve_bytes - kv,
+        free_bytes_per_gpu=plan.memory_bytes
+        - plan.weights_bytes
+        - plan.reserve_bytes
+        - per_replica * per_seq,
     )
 
 
@@ -301,8 +322,8 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
             f"need {format_bytes(per_replica * plan.sequence_bytes(1))} per GPU, "
             f"{format_bytes(budget)} is left after weights and reserve"
         )
-    if all(w is not None for w in plan.windows):
-        widest = max(w for w in plan.windows if w is not None)
+    if all(w is not None for w in plan.windows):  # no attention layer: the state alone
+        widest = max((w for w in plan.windows if w is not None), default=1)
         if fits(widest):
             return _record(
                 plan, question, None, per_replica, batch, True, plan.sequence_bytes(widest)
@@ -350,6 +371,7 @@ def plan_for(point: FitPoint) -> FitPlan:
     spec = point.spec
     if spec is None:
         raise FieldError("model", point.model, "a fit needs the model's architecture")
+    spec.require_kinds()
     if (point.seq_len is None) == (point.batch is None):
         raise FieldError(
             "seq_len",
@@ -369,7 +391,7 @@ def plan_for(point: FitPoint) -> FitPlan:
         weights_dtype=point.weights_dtype or spec.dtype,
         kv=KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype),
         windows=layer_windows(
-            spec.num_layers, spec.windows, point.sliding_window, point.layer_pattern
+            spec.kv_layers, spec.windows, point.sliding_window, point.layer_pattern
         ),
         page_size=point.page_size,
         reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),

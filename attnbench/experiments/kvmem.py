@@ -2,12 +2,15 @@
 
 The formulas are capacity.py's: the cache's own dtype (with scales for quantised ones),
 per-layer sliding windows, MLA latents, tensor-parallel shards and paged blocks. Byte
-columns describe the whole (logical) cache unless their name says per GPU.
+columns describe the whole (logical) cache unless their name says per GPU. A hybrid
+model's K/V cache is its attention layers' alone; its state layers' fixed-size states
+are counted beside it (state_bytes), and the two together are total_bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -22,10 +25,12 @@ from ..model.capacity import (
     layer_windows,
     paging_report,
     positive_int,
+    state_bytes,
     token_layout,
     window_summary,
 )
 from ..model.shapes import AttentionShape, variant_label
+from ..model.what_if import is_what_if
 from ..records import exact, info, key, memory
 from .context import Context, grid_order, no_links
 
@@ -76,7 +81,9 @@ class KvmemRecord:
     kv_bytes_per_layer: int = exact()
     kv_bytes: int = exact()
     measured_bytes: int | None = memory()
-    ratio_vs_mha: float = info()
+    #: KV over MHA's (the same layers with one KV head per query head); None without
+    #: attention layers.
+    ratio_vs_mha: float | None = info()
     status: str = info()
     kv_dtype: str = key()
     kv_scale_group: int | None = key()
@@ -98,6 +105,16 @@ class KvmemRecord:
     measured_paged_bytes: int | None = memory()
     #: The model's own KV heads on every row of a what-if set; None otherwise.
     published_kv_heads: int | None = info()
+    #: The layers that cache K and V, and those that keep a fixed-size state (a hybrid's
+    #: Mamba or linear-attention layers), with the state's bytes for the batch and the
+    #: cache's whole: kv_bytes + state_bytes.
+    kv_layers: int | None = exact(None)
+    state_layers: int = exact(0)
+    state_bytes: int = exact(0)
+    total_bytes: int | None = exact(None)
+    #: How many layers of each kind ("12 full attention, 36 gated deltanet").
+    layer_kinds: str | None = info()
+    state_bytes_per_gpu: int = exact(0)
 
 
 @dataclass(frozen=True)
@@ -112,12 +129,15 @@ def check(point: KvmemPoint) -> None:
     heads, a scale group wider than a vector, a layout that does not fit the layers,
     ...), without sizing or measuring it."""
     spec = point.spec
+    if spec is not None:
+        spec.require_kinds()
     fmt = KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
     latent = spec.mla.latent_dim if spec is not None and spec.mla else None
     head_dim: int = point.shape.head_dim  # type: ignore[assignment]
     token_layout(point.num_heads, point.num_kv_heads, head_dim, fmt, point.tp, latent)
     model_windows = spec.windows if spec is not None else None
-    layer_windows(point.num_layers, model_windows, point.sliding_window, point.layer_pattern)
+    layers = spec.kv_layers if spec is not None else point.num_layers
+    layer_windows(layers, model_windows, point.sliding_window, point.layer_pattern)
     if point.page_size is not None:
         positive_int("page_size", point.page_size)
 
@@ -132,7 +152,9 @@ def run(
     not allocated)."""
     device = context.device if context is not None else None
     shape, spec = point.shape, point.spec
-    layers, heads, kv_heads = point.num_layers, point.num_heads, point.num_kv_heads
+    heads, kv_heads = point.num_heads, point.num_kv_heads
+    layers = spec.kv_layers if spec is not None else point.num_layers
+    states = spec.layer_states if spec is not None else ()
     head_dim: int = shape.head_dim  # type: ignore[assignment]
     fmt = KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
     mla = spec.mla if spec is not None else None
@@ -155,14 +177,19 @@ def run(
     full = {seq: batch}
     total = cache_bytes(layout, counts, full)
     gpu_bytes = cache_bytes(per_gpu, counts, full).total
-    largest_layer = max(cache_bytes(layout, {w: 1}, full).total for w in counts)
+    largest_layer = max((cache_bytes(layout, {w: 1}, full).total for w in counts), default=0)
+    mha_bytes = cache_bytes(mha, counts, full).total
+    state = state_bytes(states, point.dtype, batch)
+    state_per_gpu = state_bytes(states, point.dtype, batch, point.tp)
     paging = (
         paging_report(layout, counts, lengths, page_size) if point.seq_lens or page_size else None
     )
 
     measured, status = (None, "not measured")
     measured_paged = None
-    if device is not None:
+    if device is not None and not layers:
+        measured, status = 0, "ok"  # no attention layer: no K/V cache to allocate
+    elif device is not None:
         windows_unused = all(w is None or w >= seq for w in counts)
         if mla is None and not fmt.quantized and windows_unused:  # the project's KVCache
             measured, status = measure_cache_bytes(
@@ -183,7 +210,7 @@ def run(
     return KvmemRecord(
         model=point.model,
         variant="MLA" if mla else variant_label(heads, kv_heads),
-        num_layers=layers,
+        num_layers=point.num_layers,
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
@@ -194,7 +221,12 @@ def run(
         kv_bytes_per_layer=largest_layer,
         kv_bytes=total.total,
         measured_bytes=measured,
-        ratio_vs_mha=total.total / cache_bytes(mha, counts, full).total,
+        ratio_vs_mha=total.total / mha_bytes if mha_bytes else None,
+        kv_layers=layers,
+        state_layers=sum(s is not None for s in states),
+        state_bytes=state,
+        total_bytes=total.total + state,
+        layer_kinds=kinds_summary(spec, windows) if spec is not None else None,
         published_kv_heads=point.published_kv_heads,
         status=status,
         kv_dtype=fmt.dtype,
@@ -209,6 +241,7 @@ def run(
         kv_heads_per_gpu=None if mla else per_gpu.vectors // 2,
         kv_bytes_per_gpu=gpu_bytes,
         kv_bytes_all_gpus=gpu_bytes * point.tp,
+        state_bytes_per_gpu=state_per_gpu,
         used_bytes=paging.used_bytes if paging else None,
         paged_bytes=paging.paged_bytes if paging else None,
         contiguous_bytes=paging.contiguous_bytes if paging else None,
@@ -216,6 +249,80 @@ def run(
         contiguous_waste_pct=paging.contiguous_waste_pct if paging else None,
         measured_paged_bytes=measured_paged,
     )
+
+
+def kinds_summary(spec: ModelSpec, windows: tuple[int | None, ...]) -> str:
+    """How many layers of each kind the model has, in the order they first appear:
+    "12 full attention, 36 gated deltanet"."""
+    kinds = Counter(spec.layer_kinds(windows))
+    return ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+
+
+#: The name of the layer-kind records' set, in result documents and files.
+KIND_RECORDS = "layer_kinds"
+
+
+@dataclass(kw_only=True)
+class LayerKindRecord:
+    """The layers of one kind of a model whose layers are not all alike (a hybrid, or
+    windows on some layers): how many, the K/V bytes one token of one sequence takes in
+    all of them (growing with the context up to their window), and the state one sequence
+    keeps in all of them (fixed), in the model's dtype."""
+
+    model: str = key()
+    num_kv_heads: int = key()
+    kind: str = key()
+    dtype: str = key()
+    layers: int = exact()
+    window: int | None = exact()
+    kv_bytes_per_token: int = exact()
+    state_bytes: int = exact()
+    #: The shapes of one layer's state, as transformers holds them.
+    state_shapes: str | None = info()
+
+
+def layer_kind_records(models: Sequence[ModelSpec]) -> list[LayerKindRecord]:
+    """A row per layer kind of each model whose layers are not all alike (the variants of
+    a what-if set but the model's own are left out: their kinds are the model's)."""
+    rows = []
+    for spec in models:
+        kinds = spec.layer_kinds()
+        if len(set(kinds)) == 1 and not spec.state_layers:
+            continue
+        if is_what_if(spec.num_kv_heads, spec.published_kv_heads):
+            continue
+        fmt = KvFormat(spec.dtype)
+        latent = spec.mla.latent_dim if spec.mla else None
+        layout = token_layout(spec.num_heads, spec.num_kv_heads, spec.head_dim, fmt, 1, latent)
+        bounds = iter(spec.windows or (None,) * spec.kv_layers)
+        groups: dict[str, list] = {}
+        for kind, attends, state in zip(
+            kinds, spec.attends or (True,) * spec.num_layers, spec.layer_states, strict=True
+        ):
+            window = next(bounds) if attends else None
+            groups.setdefault(kind, []).append((attends, window, state))
+        for kind, layers in groups.items():
+            states = [state for _, _, state in layers]
+            first = next((s for s in states if s is not None), None)
+            windows = [w for attends, w, _ in layers if attends and w is not None]
+            rows.append(
+                LayerKindRecord(
+                    model=spec.name,
+                    num_kv_heads=spec.num_kv_heads,
+                    kind=kind,
+                    dtype=spec.dtype,
+                    layers=len(layers),
+                    window=max(windows, default=None),
+                    kv_bytes_per_token=sum(a for a, _, _ in layers) * layout.bytes,
+                    state_bytes=state_bytes(states, spec.dtype),
+                    state_shapes=first.shapes if first is not None else None,
+                )
+            )
+    return rows
+
+
+#: The record sets kvmem writes beside its points' (study.sections.SectionKind.beside).
+BESIDE: dict[str, Callable[[Sequence[ModelSpec]], list]] = {KIND_RECORDS: layer_kind_records}
 
 
 def failed(point: KvmemPoint, status: str, context: Context | None = None) -> KvmemRecord:

@@ -23,7 +23,7 @@ from ..errors import FieldError
 from ..measure.environment import collect_environment
 from ..model.architecture import ModelSpec
 from ..model.calibration import Calibration, load_calibration
-from ..model.capacity import KvFormat, cache_bytes, token_layout
+from ..model.capacity import KvFormat, cache_bytes, state_bytes, token_layout
 from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, flops_for, measured_device
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
@@ -106,6 +106,8 @@ class PredictRecord:
     step_bytes: int | None = exact(None)
     step_weight_bytes: int | None = exact(None)
     step_kv_bytes: int | None = exact(None)
+    #: Of step_kv_bytes, a hybrid model's state read and written (0: no state layers).
+    step_state_bytes: int | None = exact(None)
     step_flops: int | None = exact(None)
     step_intensity: float | None = info()
     step_bound: str | None = info()
@@ -170,6 +172,8 @@ def check(point: PredictPoint) -> None:
     a calibration file that cannot be read, a shape tp does not split, an MLA model."""
     if point.seq_len is None:
         raise FieldError("seq_len", None, "give the context to predict at, e.g. 8192")
+    if point.spec is not None:
+        point.spec.require_kinds()
     if point.gpu != THIS_DEVICE:
         model_for(point, device_spec(point.gpu))
     else:
@@ -238,15 +242,17 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
 
 
 def memory_needed(point: PredictPoint) -> int | None:
-    """A model's weights on one of tp ranks, and the KV cache of its batch at seq_len
-    there (each layer keeps its window), in bytes; None for a layer shape."""
+    """A model's weights on one of tp ranks, and the cache of its batch at seq_len there
+    (each attention layer keeps its window; each state layer its state), in bytes; None
+    for a layer shape."""
     spec = point.spec
     if spec is None or point.seq_len is None:
         return None
     fmt = KvFormat(point.kv_dtype or point.dtype)
     layout = token_layout(spec.num_heads, spec.num_kv_heads, spec.head_dim, fmt, point.tp)
-    windows = spec.windows or (None,) * spec.num_layers
+    windows = spec.windows or (None,) * spec.kv_layers
     cache = cache_bytes(layout, windows, {point.seq_len: point.batch}).total
+    cache += state_bytes(spec.layer_states, point.dtype, point.batch, point.tp)
     return weight_bytes_per_rank(spec, point.dtype, point.tp) + cache
 
 
@@ -279,6 +285,7 @@ def _model_phases(prefill: ModelPrediction | None, step: ModelPrediction | None)
         **_phase("step", "tpot_ms", step),
         "step_weight_bytes": step.counts.weight_bytes,
         "step_kv_bytes": step.counts.kv_bytes,
+        "step_state_bytes": step.counts.state_bytes,
         "allreduce_ms": step.allreduce_s * 1e3,
     }
 

@@ -1,5 +1,6 @@
 """Whole-model parameter counts per part: the formulas of model/model_params.py, checked
-against a meta-device skeleton of the model."""
+against a meta-device skeleton of the model; or, for a model type without formulas, the
+count transformers' own build of it gave (ModelSpec.counted), which is its own check."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from dataclasses import dataclass
 from ..errors import ModelMismatchError
 from ..model.architecture import ModelSpec
 from ..model.dtypes import packed_bytes
-from ..model.model_params import PARTS, active_params, part_params
+from ..model.model_params import (
+    active_params,
+    has_whole_model,
+    part_params,
+    step_traits,
+    whole_model_source,
+)
 from ..modules.skeleton import meta_part_params
 from ..records import exact, info, key
 
@@ -28,22 +35,30 @@ class ModelPartRecord:
     params: int = exact()
     meta_params: int | None = exact()
     weight_bytes: int = exact()
+    #: What gave the count: "attnbench formulas", or transformers' build of the model.
+    source: str | None = info()
     #: The model's own KV heads on every row of a what-if set; None otherwise.
     published_kv_heads: int | None = info()
 
 
 def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
     """A row per part, then `total` (and `active per token` for MoE); raises
-    ModelMismatchError when formula and skeleton disagree."""
-    analytic, counted = part_params(spec), meta_part_params(spec)
-    if analytic != counted:
-        raise ModelMismatchError(
-            f"{spec.name}: the formulas give {analytic} but the skeleton has {counted}"
-        )
-    rows = [(part, analytic[part], counted[part]) for part in PARTS]
-    rows.append(("total", sum(analytic.values()), sum(counted.values())))
-    if spec.body and spec.body.moe:
+    ModelMismatchError when formula and skeleton disagree. A model counted by
+    transformers has no skeleton: its `meta_params` are None."""
+    analytic = part_params(spec)
+    counted: dict[str, int | None] = dict.fromkeys(analytic)
+    if spec.body is not None:
+        counted = {**meta_part_params(spec)}
+        if analytic != counted:
+            raise ModelMismatchError(
+                f"{spec.name}: the formulas give {analytic} but the skeleton has {counted}"
+            )
+    rows = [(part, n, counted[part]) for part, n in analytic.items()]
+    total = None if spec.body is None else sum(counted.values())  # type: ignore[arg-type]
+    rows.append(("total", sum(analytic.values()), total))
+    if step_traits(spec).num_experts:
         rows.append(("active per token", active_params(spec), None))
+    source = whole_model_source(spec)
     return [
         ModelPartRecord(
             model=spec.name,
@@ -54,12 +69,13 @@ def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
             meta_params=meta,
             weight_bytes=packed_bytes(n, spec.dtype),
             published_kv_heads=spec.published_kv_heads,
+            source=source,
         )
         for part, n, meta in rows
     ]
 
 
 def model_parts(models: Iterable[ModelSpec]) -> list[ModelPartRecord]:
-    """The part records of every model with a body, in order: what `params` writes beside
+    """The part records of every model known whole, in order: what `params` writes beside
     its per-layer records (a model known by its attention alone has none)."""
-    return [r for spec in models if spec.body is not None for r in whole_model_records(spec)]
+    return [r for spec in models if has_whole_model(spec) for r in whole_model_records(spec)]

@@ -6,8 +6,11 @@ Presets (presets.py) and config.json files (hf_config.py) both produce a ModelSp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import UsageError
+from ..model.dtypes import packed_bytes
 from ..model.shapes import AttentionShape
 
 
@@ -148,10 +151,69 @@ class ModelBody:
             raise ValueError(f"qk_norm must be one of {QK_NORMS} or None, got {self.qk_norm!r}")
 
 
+#: What an attention layer keeps of one sequence, by its bound: every token, the last W
+#: tokens (a sliding window) or the current chunk of W tokens (Llama-4).
+FULL, SLIDING, CHUNKED = "full attention", "sliding attention", "chunked attention"
+#: A layer that caches nothing (Nemotron-H's MLP and MoE layers).
+NO_CACHE = "mlp only"
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """The cache of one state layer for one sequence, fixed in size whatever the context,
+    as transformers' cache of the model type holds it: `conv` elements (the rolling window
+    of its short causal convolutions) and `recurrent` elements (Mamba's SSM state, or gated
+    DeltaNet's and lightning attention's matrix per head), each in its dtype: None for the
+    model's own (the activations' dtype), or the dtype transformers keeps it in whatever
+    the model's (float32). `kind` names the layer ("mamba2", "gated deltanet"); `shapes`
+    gives the shapes it holds, for the notes that state them."""
+
+    kind: str
+    conv: int
+    recurrent: int
+    conv_dtype: str | None = None
+    recurrent_dtype: str | None = None
+    shapes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.conv < 0 or self.recurrent < 0 or self.conv + self.recurrent == 0:
+            raise ValueError(
+                f"a {self.kind} state needs elements, got {self.conv}, {self.recurrent}"
+            )
+
+    def bytes_in(self, dtype: str) -> int:
+        """Bytes of one sequence's state in this layer, in a model of `dtype`."""
+        return packed_bytes(self.conv, self.conv_dtype or dtype) + packed_bytes(
+            self.recurrent, self.recurrent_dtype or dtype
+        )
+
+
+@dataclass(frozen=True)
+class CountedModel:
+    """The whole model of a type attnbench has no formulas for, counted by building it
+    (transformers, on the meta device): parameters and stored buffers per part
+    (model_params.COUNTED_PARTS), and what a step's roofline needs besides: the
+    vocabulary, whether the head is tied to the embeddings, and the routed experts (None:
+    dense). `source` says what counted it."""
+
+    parts: tuple[tuple[str, int], ...]
+    source: str
+    vocab_size: int
+    tied_embeddings: bool
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A model: its attention layers and their count, plus (where known) per-layer sliding
-    windows (None entries are global layers), MLA, the rest of the network and its context."""
+    windows (None entries are global layers), MLA, the rest of the network and its context.
+
+    A hybrid model (Qwen3-Next, Jamba, Nemotron-H, ...) says which of its `num_layers`
+    layers attend (`attends`, None: all) and which keep a state (`states`, one entry per
+    layer, None for a layer without one; None: no layer has one). `windows` then lists the
+    attending layers only, in order: the KV cache is theirs. `chunked`: a bounded
+    attention layer keeps a chunk (Llama-4), not a sliding window."""
 
     name: str
     num_layers: int
@@ -171,6 +233,63 @@ class ModelSpec:
     #: The KV heads the model declares, on every spec of a what-if set (the model rebuilt
     #: with other KV-head counts, model/what_if.py), its own included; None otherwise.
     published_kv_heads: int | None = None
+    attends: tuple[bool, ...] | None = None
+    states: tuple[StateSpec | None, ...] | None = None
+    chunked: bool = False
+    #: The whole model as transformers builds it, where `body` is None (see CountedModel),
+    #: from the config.json at `config_path` (None for a preset).
+    counted: CountedModel | None = None
+    config_path: str | None = None
+    #: Why transformers did not count the whole model (not installed, or it does not
+    #: build the model type); None when it did, or was not asked.
+    uncounted: str | None = None
+    #: Why the layers' kinds are not known (a model type attnbench does not read as a
+    #: hybrid whose config declares layers other than attention): its cache is refused.
+    unknown_kinds: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("attends", "states"):
+            per_layer = getattr(self, name)
+            if per_layer is not None and len(per_layer) != self.num_layers:
+                raise ValueError(f"{len(per_layer)} entries of {name} for {self.num_layers} layers")
+        if self.windows is not None and len(self.windows) != self.kv_layers:
+            raise ValueError(f"{len(self.windows)} windows for {self.kv_layers} attention layers")
+
+    def require_kinds(self) -> None:
+        """A UsageError when the layers' kinds are not known: what is cached is not."""
+        if self.unknown_kinds is not None:
+            raise UsageError(
+                f"{self.name}: {self.unknown_kinds}; its KV cache and state are not counted"
+            )
+
+    @property
+    def kv_layers(self) -> int:
+        """The layers that cache K and V (or an MLA latent)."""
+        return self.num_layers if self.attends is None else sum(self.attends)
+
+    @property
+    def layer_states(self) -> tuple[StateSpec | None, ...]:
+        return self.states or (None,) * self.num_layers
+
+    @property
+    def state_layers(self) -> int:
+        """The layers that keep a state."""
+        return sum(s is not None for s in self.layer_states)
+
+    def layer_kinds(self, windows: Sequence[int | None] | None = None) -> tuple[str, ...]:
+        """Each layer's kind: its attention ("full attention", "sliding attention",
+        "chunked attention", by its bound in `windows`, default the model's), its state's
+        kind, both joined by " + " (Falcon-H1), or "mlp only"."""
+        bounds = iter(windows if windows is not None else self.windows or (None,) * self.kv_layers)
+        bounded = CHUNKED if self.chunked else SLIDING
+        kinds = []
+        for attends, state in zip(
+            self.attends or (True,) * self.num_layers, self.layer_states, strict=True
+        ):
+            names = [FULL if next(bounds) is None else bounded] if attends else []
+            names += [state.kind] if state is not None else []
+            kinds.append(" + ".join(names) or NO_CACHE)
+        return tuple(kinds)
 
     def attention_shape(self, bias: bool = False) -> AttentionShape:
         return AttentionShape(

@@ -14,6 +14,11 @@ g elements (default g = n: one scale per token per head), in the scale dtype.
 A layer with a sliding window W keeps min(S, W) tokens of a sequence of S tokens. Paged
 allocation rounds every sequence's tokens in every layer up to whole blocks of P tokens:
 ceil(tokens / P) * P. A contiguous cache gives every sequence the longest length.
+
+A state layer (Mamba, gated DeltaNet, lightning attention, a short convolution) keeps a
+state of fixed size per sequence instead (architecture.StateSpec), whatever the context:
+its bytes add to the K/V cache's, and are split over tensor-parallel ranks with the
+layer's heads and channels.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import FieldError
+from .architecture import StateSpec
 from .dtypes import (
     KV_DTYPES,
     QUANTIZED_KV_DTYPES,
@@ -277,6 +283,15 @@ def kv_cache_bytes(
     heads = num_heads if num_heads is not None else num_kv_heads
     layout = token_layout(heads, num_kv_heads, head_dim, KvFormat(dtype), tp)
     return cache_bytes(layout, {None: num_layers}, {seq_len: batch}).total
+
+
+def state_bytes(states: Sequence[StateSpec | None], dtype: str, batch: int = 1, tp: int = 1) -> int:
+    """Bytes of the states of `batch` sequences over the layers `states` (None: a layer
+    without one) of a model in `dtype`, on one of `tp` ranks: each layer's state split over
+    the ranks with its heads and channels, as serving engines shard Mamba and linear
+    attention layers (a rank's share rounded up to a byte)."""
+    layers = Counter(s for s in states if s is not None)
+    return batch * sum(n * ceil_div(s.bytes_in(dtype), tp) for s, n in layers.items())
 
 
 def window_summary(windows: Windows) -> tuple[int | None, int]:

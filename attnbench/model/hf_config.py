@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,17 @@ from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
 from ..model.capacity import PATTERN_LETTERS, pattern_bounded
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
+from .config_fields import (
+    REQUIRED,
+    WIDTH,
+    bool_field,
+    int_field,
+    layer_indices,
+    str_field,
+)
 from .files import read_user_file
+from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
+from .hf_layers import layer_plan as hybrid_plan
 
 #: The largest config.json read (a larger one is refused before it is read).
 MAX_CONFIG_BYTES = 10 << 20
@@ -71,7 +81,7 @@ MAX_DEPTH = 64
 
 # Upper bounds of the integer fields, far above any real model: a size computed from them
 # stays a size (the sweep schema bounds the same quantities given as flags).
-_WIDTH = 2**20  # hidden and MLP widths, latent ranks
+_WIDTH = WIDTH  # hidden and MLP widths, latent ranks
 _HEADS = 2**16  # heads and head dims
 _LAYERS = 100_000
 _EXPERTS = 2**16
@@ -82,59 +92,9 @@ _POSITIONS = 2**40  # the context a model declares
 _ALIASES = {
     "d_model": ("hidden_size", "n_embd", "d_model"),
     "num_heads": ("num_attention_heads", "n_head", "n_heads"),
-    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
 }
 _MAXIMUM = {"d_model": _WIDTH, "num_heads": _HEADS, "num_layers": _LAYERS}
-
-#: Marks a field that has no default: a config.json must give it.
-REQUIRED: Any = object()
-
-
-def _missing(key: str, where: str, why: str = "") -> UsageError:
-    return UsageError(f"{where}: missing field {key!r}{why}")
-
-
-def _int(
-    cfg: dict,
-    key: str,
-    where: str,
-    default: Any = REQUIRED,
-    *,
-    minimum: int = 1,
-    maximum: int = _WIDTH,
-    why: str = "",
-) -> Any:
-    """cfg[key] as an integer in [minimum, maximum]; `default` when it is absent or null
-    (REQUIRED: an error naming the field, with `why` appended)."""
-    value = cfg.get(key)
-    if value is None:
-        if default is REQUIRED:
-            raise _missing(key, where, why)
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise UsageError(f"{where}: field {key!r} must be {kind}, got {brief(value)}")
-    if value > maximum:
-        raise UsageError(f"{where}: field {key!r} must be at most {maximum:,}, got {brief(value)}")
-    return value
-
-
-def _bool(cfg: dict, key: str, where: str, default: bool) -> bool:
-    """cfg[key] as true or false; `default` when it is absent or null."""
-    value = cfg.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise UsageError(f"{where}: field {key!r} must be true or false, got {brief(value)}")
-    return value
-
-
-def _str(cfg: dict, key: str, where: str) -> str | None:
-    """cfg[key] as a string; None when it is absent or null."""
-    value = cfg.get(key)
-    if value is not None and not isinstance(value, str):
-        raise UsageError(f"{where}: field {key!r} must be a string, got {brief(value)}")
-    return value
 
 
 def _given(
@@ -143,7 +103,7 @@ def _given(
     """(field, value) of the first of `keys`, fields of one quantity under different
     names, that the config gives; None when it gives none. Fields that disagree are an
     error ("contradictory {what}fields")."""
-    found = {k: _int(cfg, k, where, maximum=maximum) for k in keys if cfg.get(k) is not None}
+    found = {k: int_field(cfg, k, where, maximum=maximum) for k in keys if cfg.get(k) is not None}
     if len(set(found.values())) > 1:
         raise UsageError(f"{where}: contradictory {what}fields {found}")
     return next(iter(found.items()), None)
@@ -174,10 +134,13 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     # Falcon's original architecture: multi_query means one KV head, whatever num_kv_heads
     # says (FalconConfig writes num_kv_heads = num_attention_heads by default and the
     # model ignores it unless new_decoder_architecture is set).
-    multi_query = _bool(cfg, "multi_query", where, MULTI_QUERY_BY_DEFAULT.get(kind, False))
-    if multi_query and not _bool(cfg, "new_decoder_architecture", where, False):
+    multi_query = bool_field(cfg, "multi_query", where, MULTI_QUERY_BY_DEFAULT.get(kind, False))
+    if multi_query and not bool_field(cfg, "new_decoder_architecture", where, False):
         return 1
     given = _given(cfg, KV_HEAD_KEYS, where, _HEADS, "KV-head ")
+    nested = cfg.get("attn_config")  # DBRX: attn_config.kv_n_heads
+    if given is None and isinstance(nested, dict):
+        given = _given(nested, ("kv_n_heads",), f"{where}: attn_config", _HEADS, "KV-head ")
     return num_heads if given is None else given[1]
 
 
@@ -191,14 +154,21 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     note = None
     if isinstance(cfg.get("text_config"), dict):
         cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
-    kind = _str(cfg, "model_type", where) or ""
+    kind = str_field(cfg, "model_type", where) or ""
     d_model = _one_of(cfg, "d_model", where)
+    if _given(cfg, _ALIASES["num_heads"], where, _MAXIMUM["num_heads"]) is None:
+        _refuse_without_attention(cfg, kind, where)
     num_heads = _one_of(cfg, "num_heads", where)
-    num_layers = _one_of(cfg, "num_layers", where)
+    plan = None
+    if kind in HYBRIDS:
+        given = _given(cfg, _ALIASES["num_layers"], where, _LAYERS)
+        dims = Dims(d_model, num_heads, given[1] if given else None)
+        plan = hybrid_plan(cfg, kind, dims, where)
+    num_layers = plan.num_layers if plan is not None else _one_of(cfg, "num_layers", where)
     num_kv_heads = _kv_heads(cfg, num_heads, kind, where)
-    head_dim = _int(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=_HEADS)
+    head_dim = _head_dim(cfg, kind, d_model, num_heads, where)
     # transformers loads a config without a dtype in float32
-    raw_dtype = _str(cfg, "torch_dtype", where) or _str(cfg, "dtype", where) or "float32"
+    raw_dtype = str_field(cfg, "torch_dtype", where) or str_field(cfg, "dtype", where) or "float32"
     dtype = canonical_dtype(raw_dtype)
     if dtype not in MODEL_DTYPES:
         raise UsageError(
@@ -224,12 +194,66 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         head_dim=shape.head_dim,  # type: ignore[arg-type]
         dtype=dtype,
         source=str(where),
-        windows=_windows(cfg, num_layers, kind, where),
+        windows=_windows(cfg, num_layers, kind, where, plan),
         mla=mla,
         body=_body(cfg, kind, d_model, num_layers, where),
         max_position_embeddings=_context(cfg, kind, where),
         note=note,
+        attends=None if plan is None else plan.attends,
+        states=None if plan is None or plan.state is None else plan.states,
+        chunked=kind in CHUNKED_TYPES,
+        unknown_kinds=None if plan is not None else _unknown_kinds(cfg, kind, where),
     )
+
+
+def _refuse_without_attention(cfg: dict, kind: str, where: str) -> None:
+    """A UsageError for a config without attention heads that declares layers of other
+    kinds (a Mamba model): there is no attention cache to size."""
+    if unknown_kinds(cfg, kind) is not None:
+        raise UsageError(
+            f"{where}: model_type {kind!r} has no attention layer (no attention heads, and "
+            "layers of other kinds): attnbench sizes the caches of models that attend, with "
+            f"the states of the hybrid types it reads ({', '.join(sorted(HYBRIDS))})"
+        )
+
+
+def _unknown_kinds(cfg: dict, kind: str, where: str) -> str | None:
+    """Why the layers of a config that is not a hybrid attnbench reads are not known: it
+    declares other kinds (hf_layers.unknown_kinds), or a model type attnbench does not
+    know sets a sliding window without saying which layers slide (its configuration
+    class has a rule of its own: OLMo-3 windows three layers of four)."""
+    why = unknown_kinds(cfg, kind)
+    if why is not None or _windows_known(cfg, kind, where):
+        return why
+    return (
+        f"model_type {kind!r} sets 'sliding_window' without 'layer_types': which of its "
+        "layers slide is its configuration class's rule, which attnbench does not know"
+    )
+
+
+def _windows_known(cfg: dict, kind: str, where: str) -> bool:
+    """Whether the config says which layers keep a sliding window: it lists them, it has
+    none, or its model type is one whose rule attnbench reads (see _layer_types)."""
+    if cfg.get("layer_types") is not None or cfg.get("sliding_window") is None:
+        return True
+    if not bool_field(cfg, "use_sliding_window", where, not kind.startswith("qwen")):
+        return True
+    known = (*BODY_MODEL_TYPES, *ALTERNATING, *PATTERN_DEFAULT, *CHUNKED_TYPES)
+    return kind in known or "sliding_window_pattern" in cfg
+
+
+#: Model types whose attention's head_dim is attention_head_dim, 2 * d_model / heads by
+#: default: Zamba's shared block attends over the hidden state and the embeddings, joined.
+ZAMBA_TYPES = ("zamba", "zamba2")
+
+
+def _head_dim(cfg: dict, kind: str, d_model: int, num_heads: int, where: str) -> int | None:
+    """head_dim (Zamba's attention_head_dim where head_dim is left out); the model type's
+    default where it has one (None: d_model / heads)."""
+    if kind in ZAMBA_TYPES and cfg.get("head_dim") is None:
+        default = 2 * d_model // num_heads
+        return int_field(cfg, "attention_head_dim", where, default, maximum=_HEADS)
+    return int_field(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=_HEADS)
 
 
 #: What the counts of a multimodal config leave out.
@@ -245,7 +269,7 @@ def language_model(cfg: dict, where: str) -> dict:
         if text.get(key) is None and cfg.get(key) is not None:
             text[key] = cfg[key]
     if text.get("model_type") is None:
-        top = _str(cfg, "model_type", where)
+        top = str_field(cfg, "model_type", where)
         text["model_type"] = f"{top}_text" if top else None
     return text
 
@@ -256,8 +280,9 @@ GPT2_POSITIONS = 1024
 
 def _context(cfg: dict, kind: str, where: str) -> int | None:
     """The context the model declares (max_position_embeddings, GPT-2's n_positions)."""
-    declared = _int(cfg, "max_position_embeddings", where, None, maximum=_POSITIONS)
-    positions = _int(
+    declared = int_field(cfg, "max_position_embeddings", where, None, maximum=_POSITIONS)
+    declared = declared or int_field(cfg, "max_seq_len", where, None, maximum=_POSITIONS)  # DBRX
+    positions = int_field(
         cfg, "n_positions", where, GPT2_POSITIONS if kind == "gpt2" else None, maximum=_POSITIONS
     )
     return declared or positions
@@ -275,17 +300,23 @@ CHUNKED_TYPES = ("llama4", "llama4_text")
 NO_ROPE_INTERVAL, CHUNK_SIZE = 4, 8192
 
 
-def _windows(cfg: dict, num_layers: int, kind: str, where: str) -> tuple[int | None, ...] | None:
-    """Each layer's bounded cache, in tokens (None: global), or None when no layer has
-    one: what transformers' StaticCache keeps per layer. A sliding layer keeps its window;
-    a chunked one (Llama-4) one chunk, `attention_chunk_size`."""
-    window = _int(cfg, "sliding_window", where, None, maximum=_TOKENS)
+def _windows(
+    cfg: dict, num_layers: int, kind: str, where: str, plan: LayerPlan | None = None
+) -> tuple[int | None, ...] | None:
+    """Each attention layer's bounded cache, in tokens (None: global), or None when no
+    layer has one: what transformers' StaticCache keeps per layer. A sliding layer keeps
+    its window; a chunked one (Llama-4) one chunk, `attention_chunk_size`. A hybrid's
+    layers are its plan's, of which the attending ones are listed."""
+    window = int_field(cfg, "sliding_window", where, None, maximum=_TOKENS)
     chunk_default = CHUNK_SIZE if kind in CHUNKED_TYPES else None
     if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None:
         chunk_default = None  # null turns chunking off (Llama4TextConfig)
-    chunk = _int(cfg, "attention_chunk_size", where, chunk_default, maximum=_TOKENS)
+    chunk = int_field(cfg, "attention_chunk_size", where, chunk_default, maximum=_TOKENS)
     sizes = {"sliding_attention": window, "chunked_attention": chunk}
-    types = _layer_types(cfg, num_layers, kind, where, window, chunk)
+    if plan is not None:
+        types = [t for t, attends in zip(plan.types, plan.attends, strict=True) if attends]
+    else:
+        types = _layer_types(cfg, num_layers, kind, where, window, chunk)
     if types is None:
         return None
     bounded = tuple(sizes.get(t) for t in types)
@@ -312,10 +343,12 @@ def _layer_types(
             for rope_free in _no_rope_layers(cfg, num_layers, where)
         ]
     # Qwen configs switch windows on with use_sliding_window (default false); others don't.
-    if window is None or not _bool(cfg, "use_sliding_window", where, not kind.startswith("qwen")):
+    if window is None or not bool_field(
+        cfg, "use_sliding_window", where, not kind.startswith("qwen")
+    ):
         return None
     if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
-        first = _int(cfg, "max_window_layers", where, minimum=0, maximum=_LAYERS)
+        first = int_field(cfg, "max_window_layers", where, minimum=0, maximum=_LAYERS)
         windowed = [i >= first for i in range(num_layers)]
     elif "sliding_window_pattern" in cfg or kind in PATTERN_DEFAULT:
         windowed = _pattern(cfg, num_layers, kind, where)
@@ -343,7 +376,9 @@ def _pattern(cfg: dict, num_layers: int, kind: str, where: str) -> list[bool]:
             f"{where}: field 'sliding_window_pattern' is {brief(pattern)}; expected an "
             "integer or a string of L (local) and G (global) layers, such as 'LLLG'"
         )
-    every = _int(cfg, "sliding_window_pattern", where, PATTERN_DEFAULT.get(kind), maximum=_LAYERS)
+    every = int_field(
+        cfg, "sliding_window_pattern", where, PATTERN_DEFAULT.get(kind), maximum=_LAYERS
+    )
     return _all_but_every(every, num_layers)
 
 
@@ -359,7 +394,7 @@ def _no_rope_layers(cfg: dict, num_layers: int, where: str) -> list[bool]:
         ):
             raise UsageError(f"{where}: field 'no_rope_layers' must list {num_layers} 0s and 1s")
         return [bool(v) for v in listed]
-    every = _int(cfg, "no_rope_layer_interval", where, NO_ROPE_INTERVAL, maximum=_LAYERS)
+    every = int_field(cfg, "no_rope_layer_interval", where, NO_ROPE_INTERVAL, maximum=_LAYERS)
     return _all_but_every(every, num_layers)
 
 
@@ -383,11 +418,11 @@ def _mla(cfg: dict, kind: str, where: str) -> MlaSpec | None:
     if missing:
         raise UsageError(f"{where}: kv_lora_rank (MLA) given without {missing[0]!r}")
     return MlaSpec(
-        kv_lora_rank=_int(cfg, "kv_lora_rank", where),
-        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", where, maximum=_HEADS),
-        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", where, maximum=_HEADS),
-        v_head_dim=_int(cfg, "v_head_dim", where, maximum=_HEADS),
-        q_lora_rank=_int(
+        kv_lora_rank=int_field(cfg, "kv_lora_rank", where),
+        qk_rope_head_dim=int_field(cfg, "qk_rope_head_dim", where, maximum=_HEADS),
+        qk_nope_head_dim=int_field(cfg, "qk_nope_head_dim", where, maximum=_HEADS),
+        v_head_dim=int_field(cfg, "v_head_dim", where, maximum=_HEADS),
+        q_lora_rank=int_field(
             cfg,
             "q_lora_rank",
             where,
@@ -612,8 +647,8 @@ def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> Mo
     """The network besides attention, or None for a model type attnbench does not know."""
     if kind not in BODY_MODEL_TYPES or cfg.get("vocab_size") is None:
         return None
-    vocab = _int(cfg, "vocab_size", where, maximum=_VOCAB)
-    tied = _bool(cfg, "tie_word_embeddings", where, TIED_EMBEDDINGS_BY_DEFAULT[kind])
+    vocab = int_field(cfg, "vocab_size", where, maximum=_VOCAB)
+    tied = bool_field(cfg, "tie_word_embeddings", where, TIED_EMBEDDINGS_BY_DEFAULT[kind])
     if kind in FALCON_TYPES:
         return _falcon_body(cfg, d_model, vocab, tied, where)
     if kind == "gpt2":
@@ -625,20 +660,22 @@ def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> Mo
         else ""
     )
     default = REQUIRED if traits.intermediate is None else traits.intermediate
-    intermediate = _int(cfg, "intermediate_size", where, default, why=why)
+    intermediate = int_field(cfg, "intermediate_size", where, default, why=why)
     dense = intermediate
     if traits.dense_mlp is not None:
-        dense = _int(cfg, traits.dense_mlp[0], where, traits.dense_mlp[1])
+        dense = int_field(cfg, traits.dense_mlp[0], where, traits.dense_mlp[1])
     biased = {
         part
         for bias in traits.biases
-        if (bias.default if bias.key is None else _bool(cfg, bias.key, where, bias.default))
+        if (bias.default if bias.key is None else bool_field(cfg, bias.key, where, bias.default))
         for part in bias.on
     }
     qk_norm = traits.qk_norm
-    if traits.qk_norm_key is not None and not _bool(cfg, traits.qk_norm_key, where, False):
+    if traits.qk_norm_key is not None and not bool_field(cfg, traits.qk_norm_key, where, False):
         qk_norm = None
-    head_bias = traits.head_bias_key is not None and _bool(cfg, traits.head_bias_key, where, False)
+    head_bias = traits.head_bias_key is not None and bool_field(
+        cfg, traits.head_bias_key, where, False
+    )
     moe = None
     if traits.experts is not None:
         moe = _moe(cfg, traits.experts, intermediate, num_layers, where)
@@ -662,13 +699,13 @@ def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> Mo
 def _falcon_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> ModelBody:
     """Falcon: `bias` on every projection, LayerNorms with biases, one norm per layer for
     the original parallel attention (two with new_decoder_architecture, or sequential)."""
-    bias = _bool(cfg, "bias", where, False)
-    single_norm = _bool(cfg, "parallel_attn", where, True) and not _bool(
+    bias = bool_field(cfg, "bias", where, False)
+    single_norm = bool_field(cfg, "parallel_attn", where, True) and not bool_field(
         cfg, "new_decoder_architecture", where, False
     )
     return ModelBody(
         vocab,
-        _int(cfg, "ffn_hidden_size", where, 4 * d_model),
+        int_field(cfg, "ffn_hidden_size", where, 4 * d_model),
         gated_mlp=False,
         mlp_bias=bias,
         qkv_bias=bias,
@@ -681,10 +718,10 @@ def _falcon_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) ->
 
 def _gpt2_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> ModelBody:
     """GPT-2: learned positions (n_positions), biases everywhere, LayerNorms, n_inner."""
-    positions = _int(cfg, "n_positions", where, GPT2_POSITIONS, maximum=_POSITIONS)
+    positions = int_field(cfg, "n_positions", where, GPT2_POSITIONS, maximum=_POSITIONS)
     return ModelBody(
         vocab,
-        _int(cfg, "n_inner", where, 4 * d_model),
+        int_field(cfg, "n_inner", where, 4 * d_model),
         gated_mlp=False,
         mlp_bias=True,
         qkv_bias=True,
@@ -695,22 +732,6 @@ def _gpt2_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> M
     )
 
 
-def _layer_list(cfg: dict, key: str, num_layers: int, where: str) -> tuple[int, ...] | None:
-    """A list of layer indices (mlp_only_layers, moe_layers), each in [0, num_layers);
-    None when the field is left out or null."""
-    listed = cfg.get(key)
-    if listed is None:
-        return None
-    if not isinstance(listed, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in listed
-    ):
-        raise UsageError(
-            f"{where}: field {key!r} must list layer indices from 0 to {num_layers - 1}, "
-            f"got {brief(listed)}"
-        )
-    return tuple(sorted(set(listed)))
-
-
 def _moe(
     cfg: dict, traits: ExpertTraits, intermediate: int, num_layers: int, where: str
 ) -> MoeSpec:
@@ -718,11 +739,11 @@ def _moe(
     takes the model type's default."""
     given = _given(cfg, EXPERT_KEYS, where, _EXPERTS, "expert-count ")
     num_experts = traits.num_experts if given is None else given[1]
-    freq = _int(cfg, "moe_layer_freq", where, 1, maximum=_LAYERS)
+    freq = int_field(cfg, "moe_layer_freq", where, 1, maximum=_LAYERS)
     if freq != 1:
         raise UsageError(f"{where}: field 'moe_layer_freq' {freq} is not supported (only 1)")
     per_token_default = REQUIRED if traits.per_token is None else traits.per_token
-    per_token = _int(cfg, "num_experts_per_tok", where, per_token_default, maximum=_EXPERTS)
+    per_token = int_field(cfg, "num_experts_per_tok", where, per_token_default, maximum=_EXPERTS)
     if per_token > num_experts:
         bound = (
             f"{given[0]!r} ({num_experts}), the number of experts"
@@ -735,22 +756,24 @@ def _moe(
     if traits.size_key == "intermediate_size":
         size = intermediate
     else:
-        size = _int(cfg, traits.size_key, where, traits.size)
+        size = int_field(cfg, traits.size_key, where, traits.size)
     shared = traits.shared
     if traits.shared_key is not None:
-        shared = _int(cfg, traits.shared_key, where, shared, minimum=0, maximum=_EXPERTS)
+        shared = int_field(cfg, traits.shared_key, where, shared, minimum=0, maximum=_EXPERTS)
     shared_size = None
     if traits.shared_size_key is not None:
-        shared_size = _int(cfg, traits.shared_size_key, where, traits.shared_size)
+        shared_size = int_field(cfg, traits.shared_size_key, where, traits.shared_size)
     dense_layers = 0
     if traits.first_dense is not None:
         dense_layers = _first_dense(cfg, traits.first_dense, num_layers, where)
-    every = 1 if traits.step_key is None else _int(cfg, traits.step_key, where, 1, maximum=_LAYERS)
+    every = (
+        1 if traits.step_key is None else int_field(cfg, traits.step_key, where, 1, maximum=_LAYERS)
+    )
     dense_indices: tuple[int, ...] = ()
     if traits.dense_list_key is not None:
-        dense_indices = _layer_list(cfg, traits.dense_list_key, num_layers, where) or ()
+        dense_indices = layer_indices(cfg, traits.dense_list_key, num_layers, where) or ()
     if traits.moe_list_key is not None:
-        listed = _layer_list(cfg, traits.moe_list_key, num_layers, where)
+        listed = layer_indices(cfg, traits.moe_list_key, num_layers, where)
         if listed is not None:  # the layers with experts, whatever the step says
             every = 1
             dense_indices = tuple(i for i in range(num_layers) if i not in listed)
@@ -774,7 +797,7 @@ def _first_dense(cfg: dict, default: int, num_layers: int, where: str) -> int:
     if cfg.get("first_k_dense_replace") is None:
         # transformers' default (DeepSeek-V3: 3) leaves a model of fewer layers all dense
         return min(default, num_layers)
-    dense_layers = _int(cfg, "first_k_dense_replace", where, minimum=0, maximum=_LAYERS)
+    dense_layers = int_field(cfg, "first_k_dense_replace", where, minimum=0, maximum=_LAYERS)
     if dense_layers > num_layers:
         raise UsageError(
             f"{where}: field 'first_k_dense_replace' ({dense_layers}) must be at most "
@@ -821,7 +844,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     path = Path(path)
     text = read_user_file(path, "hf_config", limit=MAX_CONFIG_BYTES)
     cfg = parse_json(text, str(path))
-    name = _str(cfg, "_name_or_path", str(path)) if isinstance(cfg, dict) else None
+    name = str_field(cfg, "_name_or_path", str(path)) if isinstance(cfg, dict) else None
     # A model's own folder holds config.json; a folder of configs names each by its file.
     fallback = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    return spec_from_hf_config(cfg, name or fallback, str(path))
+    spec = spec_from_hf_config(cfg, name or fallback, str(path))
+    return replace(spec, config_path=str(path))

@@ -29,12 +29,21 @@ the "full" q/k norms (their statistics span every head, so they apply to the gat
 projection, as OLMo-2's do in transformers' plan), routers and their biases, the shared
 experts' gate (Linear(d, 1)), MLA's biases (on replicated down-projections), and the
 biases added after a row-parallel projection (o, down, the experts' down).
+
+A model type without formulas here but counted by transformers (ModelSpec.counted) has
+its parts as counted, two more among them: "state layers" (the token mixers of Mamba,
+linear-attention and convolution layers) and "other" (what no part's name describes).
+Per tensor-parallel rank, each of its split parts (embeddings, attention, mlp, experts,
+state layers, output head) is divided by tp, rounded up: the formulas' split without
+their detail (a bias or norm inside a part split with it), and the same at tp 1.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..errors import UsageError
-from ..model.architecture import ModelBody, ModelSpec
+from ..model.architecture import CountedModel, ModelBody, ModelSpec
 from ..model.capacity import ceil_div, kv_heads_per_rank
 from ..model.dtypes import packed_bytes
 from ..model.formulas import attention_params
@@ -49,16 +58,74 @@ PARTS: tuple[str, ...] = (
     "norms",
     "output head",
 )
+#: The parts of a model counted by transformers: PARTS, the token mixers of its layers
+#: that are not attention, and what no part's name describes.
+COUNTED_PARTS: tuple[str, ...] = (*PARTS, "state layers", "other")
+#: The parts split over tensor-parallel ranks in a counted model (the rest replicated).
+SPLIT_PARTS = ("embeddings", "attention", "mlp", "experts", "output head", "state layers")
+#: How to have a model type attnbench has no formulas for counted whole.
+COUNT_HINT = "install attnbench[hf] (transformers) to count the whole model"
 
 
 def require_body(spec: ModelSpec) -> ModelBody:
     """The model's body, or a UsageError saying whole-model counts are unknown for it."""
     if spec.body is None:
-        raise UsageError(
-            f"{spec.name}: the whole model (vocabulary, MLP, norms) is not known, only its "
-            "attention; use a preset or a config.json of a supported model_type"
-        )
+        raise UsageError(f"{spec.name}: {uncounted_reason(spec)}")
     return spec.body
+
+
+def uncounted_reason(spec: ModelSpec) -> str:
+    """Why the whole model is not known, and what would count it."""
+    why = spec.uncounted or COUNT_HINT
+    return (
+        "the whole model (vocabulary, MLP, norms) is not known, only its attention: "
+        f"attnbench has no formulas of its model_type; {why}"
+    )
+
+
+def has_whole_model(spec: ModelSpec) -> bool:
+    """Whether the whole model is known: by the formulas, or counted by transformers."""
+    return spec.body is not None or spec.counted is not None
+
+
+def whole_model_source(spec: ModelSpec) -> str:
+    """What gave the whole-model count: attnbench's formulas or transformers' build."""
+    if spec.body is not None:
+        return "attnbench's formulas (column counted: a skeleton of the model, as torch builds it)"
+    return require_counted(spec).source
+
+
+def require_counted(spec: ModelSpec) -> CountedModel:
+    if spec.counted is None:
+        require_body(spec)  # raises: neither is known
+    return spec.counted  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class StepTraits:
+    """What a step's roofline needs of the whole model besides its parts' parameters: the
+    vocabulary, the tied head, learned positions, and the routed experts (0: dense)."""
+
+    vocab_size: int
+    tied_embeddings: bool
+    position_embeddings: int
+    num_experts: int
+    experts_per_token: int
+
+
+def step_traits(spec: ModelSpec) -> StepTraits:
+    if spec.body is not None:
+        body, moe = spec.body, spec.body.moe
+        experts = (moe.num_experts, moe.experts_per_token) if moe else (0, 0)
+        return StepTraits(body.vocab_size, body.tied_embeddings, body.position_embeddings, *experts)
+    counted = require_counted(spec)
+    return StepTraits(
+        counted.vocab_size,
+        counted.tied_embeddings,
+        0,
+        counted.num_experts or 0,
+        counted.experts_per_token or 0,
+    )
 
 
 def _attention(spec: ModelSpec, body: ModelBody, tp: int) -> int:
@@ -109,6 +176,12 @@ def _mlp(d: int, inter: int, bias: bool, tp: int, gated: bool) -> int:
 
 def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
     """Parameters of each part on one of `tp` tensor-parallel ranks (tp=1: the whole model)."""
+    if spec.body is None and spec.counted is not None:
+        counted = dict(spec.counted.parts)
+        return {
+            part: ceil_div(counted.get(part, 0), tp if part in SPLIT_PARTS else 1)
+            for part in COUNTED_PARTS
+        }
     body = require_body(spec)
     d, L, moe = spec.d_model, spec.num_layers, body.moe
     vocab = ceil_div(body.vocab_size, tp)
@@ -136,12 +209,12 @@ def total_params(spec: ModelSpec) -> int:
 
 def active_params(spec: ModelSpec) -> int:
     """Parameters one token uses: all but the routed experts it is not sent to."""
-    moe = require_body(spec).moe
-    if moe is None:
+    traits = step_traits(spec)
+    if not traits.num_experts:
         return total_params(spec)
     experts = part_params(spec)["experts"]
-    return total_params(spec) - experts // moe.num_experts * (
-        moe.num_experts - moe.experts_per_token
+    return total_params(spec) - experts // traits.num_experts * (
+        traits.num_experts - traits.experts_per_token
     )
 
 

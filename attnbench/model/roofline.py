@@ -40,15 +40,23 @@ of S tokens: q S, kv S) moves:
   architecture's windows; full context on global layers) and writes the q new ones, in
   the KV dtype with its scales;
 - the attention's activations (formulas.step_traffic_bytes); the MLP's activations are
-  not counted (B*q*(d + 2*I) elements per layer: small beside its weights at decode).
+  not counted (B*q*(d + 2*I) elements per layer: small beside its weights at decode);
+- a hybrid model's state (Mamba, linear attention): every state layer reads each
+  sequence's state and writes it back, 2 * its bytes per step (capacity.state_bytes), as
+  part of the cache.
 
 FLOPs: attention by formulas.forward_flops (projections and QK^T, PV over the keys the
 window keeps, at least the q new tokens: a prefill over a window is counted as full
 causal, an upper bound); 2 per parameter a token uses in the MLP, the router and its k
 experts (biases included, a negligible overcount; norms and the embedding lookup not
 counted); the output head for the last token of each sequence only (B logits), as
-serving engines compute it. MLA models are not modelled (their absorbed attention is
+serving engines compute it; a state layer's recurrence STATE_FLOPS per element of its
+recurrent state per token (decay and rank-one update, and the read-out), its
+projections 2 per parameter. MLA models are not modelled (their absorbed attention is
 not in formulas.py).
+
+A model counted by transformers (a type without formulas here) is its parts as counted:
+"state layers" and "other" timed as dense matmuls, 2 FLOPs per parameter a token uses.
 
 Tensor parallelism adds two all-reduces per layer (after the attention's o_proj and after
 the MLP's down projection) of the B*q tokens' hidden states, B*q*d elements each, timed
@@ -69,16 +77,18 @@ from .architecture import ModelSpec
 from .capacity import (
     KvFormat,
     cache_bytes,
+    ceil_div,
     kv_cache_bytes,
     kv_heads_per_rank,
     layer_tokens,
     positive_int,
+    state_bytes,
     token_layout,
 )
 from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
 from .formulas import attention_core_flops, forward_flops, step_traffic_bytes, weight_bytes
-from .model_params import part_params, require_body
+from .model_params import has_whole_model, part_params, require_body, step_traits
 from .shapes import AttentionShape
 
 #: The most a calibrated efficiency may be: above 1 a measured peak may sit under the
@@ -87,6 +97,9 @@ MAX_EFFICIENCY = 1.5
 #: The latency of one all-reduce of a few MB or less, whatever its size: NCCL on NVLink
 #: takes some microseconds for small messages (its launch and ring hand-offs).
 ALLREDUCE_LATENCY_S = 5e-6
+#: FLOPs per element of a state layer's recurrent state, per token: the decay and the
+#: rank-one update of the state (2), and the read-out against it (2).
+STATE_FLOPS = 4
 
 
 @dataclass(frozen=True)
@@ -222,6 +235,7 @@ class ModelCounts:
     """One step of a whole model on one tensor-parallel rank (see the module's notes)."""
 
     weight_bytes: int
+    #: The cache read and written: K/V, and a hybrid's state (state_bytes of it).
     kv_bytes: int
     activation_bytes: int
     flops: int
@@ -233,6 +247,7 @@ class ModelCounts:
     layers: int
     #: Sequences in the batch: the tokens a decode step produces.
     batch: int
+    state_bytes: int = 0
 
     @property
     def bytes(self) -> int:
@@ -335,28 +350,29 @@ def step_counts(
     """Counts of one step of `batch` sequences each feeding `q_len` new tokens that attend
     `kv_len` keys (the new ones included), weights and activations in `dtype`, the cache
     in `kv_dtype` (default: `dtype`), on one of `tp` ranks."""
-    body = require_body(spec)
+    if not has_whole_model(spec):
+        require_body(spec)  # raises: the whole model is not known
     if spec.mla is not None:
         raise UsageError(f"{spec.name}: the roofline does not model MLA attention")
     check_dtype(dtype, "dtype", MODEL_DTYPES)
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
         positive_int(field, value)
-    parts = part_params(spec, tp)
+    parts, traits = part_params(spec, tp), step_traits(spec)
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
-    vocab_rows = parts["embeddings"] // d - body.position_embeddings  # this rank's vocabulary
+    vocab_rows = ceil_div(traits.vocab_size, tp)  # this rank's vocabulary
 
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
     weights = sum(parts.values()) - parts["embeddings"] - parts["experts"]
-    if body.tied_embeddings:
+    if traits.tied_embeddings:
         weights += parts["embeddings"]
     else:
-        weights += (min(tokens, vocab_rows) + (tokens if body.position_embeddings else 0)) * d
+        weights += (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
     head = vocab_rows * d
     expert_flops = 0
-    if body.moe is not None and parts["experts"]:
-        per_expert = parts["experts"] // body.moe.num_experts  # over every MoE layer
-        weights += per_expert * min(body.moe.num_experts, tokens * body.moe.experts_per_token)
-        expert_flops = 2 * tokens * body.moe.experts_per_token * per_expert
+    if traits.num_experts and parts["experts"]:
+        per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
+        weights += per_expert * min(traits.num_experts, tokens * traits.experts_per_token)
+        expert_flops = 2 * tokens * traits.experts_per_token * per_expert
 
     attention = attention_counts(
         AttentionShape(d, spec.num_heads, spec.num_kv_heads, spec.head_dim),
@@ -366,19 +382,24 @@ def step_counts(
         dtype,
         kv_dtype,
         tp,
-        spec.windows or (None,) * L,
+        spec.windows or (None,) * spec.kv_layers,
     )
-    dense = 2 * tokens * (parts["mlp"] + parts["router"])
+    dense_parts = ("mlp", "router", "state layers", "other")
+    dense = 2 * tokens * sum(parts.get(p, 0) for p in dense_parts)
+    state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
+    recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
+    state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(
         weight_bytes=packed_bytes(weights, dtype),
-        kv_bytes=attention.kv_bytes,
+        kv_bytes=attention.kv_bytes + state,
         activation_bytes=attention.activation_bytes,
-        flops=attention.flops + dense + expert_flops + 2 * batch * head,
-        attention_flops=attention.core_flops,
+        flops=attention.flops + dense + expert_flops + 2 * batch * head + state_flops,
+        attention_flops=attention.core_flops + state_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,
         layers=L,
         batch=batch,
+        state_bytes=state,
     )
 
 

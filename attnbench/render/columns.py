@@ -245,6 +245,31 @@ KVMEM: list[Column] = [
 ]
 
 
+def fmt_some_bytes(v: Any) -> str:
+    """Bytes, or '-' for none (a layer kind that caches no K/V, or keeps no state)."""
+    return NONE_TEXT if not v else format_bytes(v)
+
+
+#: The layer kinds of a model whose layers are not all alike (kvmem.LayerKindRecord).
+LAYER_KINDS: list[Column] = [
+    _model(0),
+    _label("Kind", "kind", 0),
+    _dtype(6),
+    Column("layers", "layers", fmt_int, rank=0),
+    Column("window", "window", fmt_int, rank=4),
+    Column("KV per token", "kv_bytes_per_token", fmt_some_bytes, rank=1),
+    Column("state per sequence", "state_bytes", fmt_some_bytes, rank=1),
+    _label("state shapes (one layer)", "state_shapes", 5),
+]
+
+
+def layer_kind_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
+    """LAYER_KINDS, without the state's columns when no layer keeps a state."""
+    if any(as_row(r).get("state_bytes") for r in rows):
+        return LAYER_KINDS
+    return [c for c in LAYER_KINDS if c.field not in ("state_bytes", "state_shapes")]
+
+
 def _uses_kv_dtype(r: Mapping[str, Any]) -> bool:
     kv_dtype = r.get("kv_dtype")
     return (kv_dtype is not None and kv_dtype != r.get("dtype")) or (r.get("scale_bytes") or 0) > 0
@@ -258,6 +283,10 @@ KVMEM_OPTIONS: list[tuple[Callable[[Mapping[str, Any]], bool], list[Column]]] = 
             _label("kv dtype", "kv_dtype", 15, setting=True, title_text=lambda v: f"kv cache {v}"),
             _bytes("scales", "scale_bytes", 27),
         ],
+    ),
+    (
+        lambda r: (r.get("state_layers") or 0) > 0,
+        [_bytes("state", "state_bytes", 2), _bytes("KV + state", "total_bytes", 1)],
     ),
     (
         lambda r: (r.get("windowed_layers") or 0) > 0,
@@ -509,6 +538,8 @@ WHOLE_MODEL: list[Column] = [
     _count("counted", "meta_params", 2),  # on a skeleton of the model, as torch builds it
     _bytes("weights", "weight_bytes", 3),
 ]
+#: The same for a model counted by transformers: its count is the only one.
+WHOLE_MODEL_COUNTED: list[Column] = [c for c in WHOLE_MODEL if c.field != "meta_params"]
 
 MODELS: list[Column] = [
     _label("Name", "name", 0),
@@ -575,6 +606,7 @@ SECTION_COLUMNS: dict[str, list[Column]] = {
     "fit": FIT,
     "predict": PREDICT,
     "model_parts": WHOLE_MODEL,
+    "layer_kinds": LAYER_KINDS,
 }
 
 
@@ -584,6 +616,8 @@ def columns_for(section: str, rows: Sequence[Mapping[str, Any]]) -> list[Column]
         return kvmem_columns(rows)
     if section == "decode":
         return decode_columns(rows)
+    if section == "layer_kinds":
+        return layer_kind_columns(rows)
     try:
         return SECTION_COLUMNS[section]
     except KeyError:

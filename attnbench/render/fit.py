@@ -17,9 +17,16 @@ BAR_WIDTH = 60
 SEGMENTS = (
     ("weights", "weights_bytes_per_gpu", "█", "blue"),
     ("KV cache", "kv_bytes_per_gpu", "▓", "green"),
+    ("state", "state_bytes_per_gpu", "▚", "cyan"),
     ("reserve", "reserve_bytes_per_gpu", "▒", "yellow"),
     ("free", "free_bytes_per_gpu", "░", "dim"),
 )
+
+
+def segments(record: FitRecord) -> tuple[tuple[str, str, str, str], ...]:
+    """The parts of a GPU's memory the record has: the state only for a hybrid model."""
+    has_state = record.state_bytes_per_sequence_per_gpu > 0
+    return tuple(s for s in SEGMENTS if s[0] != "state" or has_state)
 
 
 def memory_bar(record: FitRecord, width: int = BAR_WIDTH) -> Text:
@@ -27,17 +34,24 @@ def memory_bar(record: FitRecord, width: int = BAR_WIDTH) -> Text:
     remainders get the leftover cells, so the widths add up to `width`), and a legend
     below it."""
     total = record.memory_bytes_per_gpu
-    sizes = [getattr(record, field) for _, field, _, _ in SEGMENTS]
+    parts = segments(record)
+    sizes = [getattr(record, field) for _, field, _, _ in parts]
     cells = [size * width // total for size in sizes]
     order = sorted(range(len(sizes)), key=lambda i: -(sizes[i] * width % total))
     for i in order[: width - sum(cells)]:
         cells[i] += 1
     bar = Text("[")
-    for (_, _, char, style), n in zip(SEGMENTS, cells, strict=True):
+    for (_, _, char, style), n in zip(parts, cells, strict=True):
         bar.append(char * n, style=style)
     bar.append("]\n")  # the legend on a line of its own: bar and legend pass 80 columns
-    bar.append("  ".join(f"{char} {label}" for label, _, char, _ in SEGMENTS))
+    bar.append("  ".join(f"{char} {label}" for label, _, char, _ in parts))
     return bar
+
+
+def state_text(record: FitRecord) -> str:
+    """', and state ...' for a hybrid model's state per sequence; '' without one."""
+    state = record.state_bytes_per_sequence_per_gpu
+    return f", and state {format_bytes(state)} whatever the context" if state else ""
 
 
 def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
@@ -55,13 +69,15 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
         if record.tp > 1
         else record.weights_dtype,
         "KV cache": f"{record.kv_dtype}, {seqs} x {tokens}",
+        "state": f"{seqs} x {format_bytes(record.state_bytes_per_sequence_per_gpu)}, "
+        "whatever the context",
         "reserve": reserve_text,
         "free": "unused",
     }
     table = Table(title=f"Memory of one GPU ({format_bytes(total)})", title_justify="left")
     for header in ("Part", "size", "bytes", "share", "Note"):
         table.add_column(header, justify="right" if header[0].islower() else "left")
-    for label, field, _, _ in SEGMENTS:
+    for label, field, _, _ in segments(record):
         size = getattr(record, field)
         table.add_row(label, format_bytes(size), f"{size:,}", f"{size / total:.1%}", notes[label])
     table.add_row("total", format_bytes(total), f"{total:,}", "100.0%", "")

@@ -477,15 +477,27 @@ def decode_providers(doc: dict) -> Figure | None:
 
 def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> None:
     """KV-cache bytes over field `x`, a line per series, in a binary unit that suits
-    them, the y axis scaled to them."""
+    them, the y axis scaled to them. A model whose layers are not all alike has its layer
+    kinds in its label; a hybrid's line is its K/V and its state together, its state
+    alone (fixed whatever the context) dashed beneath it."""
     records = [r for _, rows in lines for r in rows]
-    divisor, unit = binary_unit(max(r["kv_bytes"] for r in records))
-    ax.set_ylabel(f"KV cache, K and V ({unit})")
+    hybrid = any(r.get("state_bytes") for r in records)
+
+    def cache(r: dict) -> int:
+        return r.get("total_bytes") or r["kv_bytes"] if hybrid else r["kv_bytes"]
+
+    divisor, unit = binary_unit(max(cache(r) for r in records))
+    ax.set_ylabel(f"KV cache + state ({unit})" if hybrid else f"KV cache, K and V ({unit})")
     for label, rows in lines:
-        ax.plot(
-            [r[x] for r in rows], [r["kv_bytes"] / divisor for r in rows], marker="o", label=label
-        )
-    _scale(ax, "y", [r["kv_bytes"] / divisor for r in records])
+        xs = [r[x] for r in rows]
+        kinds = rows[0].get("layer_kinds")
+        if kinds and ("," in kinds or rows[0].get("state_layers")):
+            label = f"{label}\n{kinds}"
+        (line,) = ax.plot(xs, [cache(r) / divisor for r in rows], marker="o", label=label)
+        if any(r.get("state_bytes") for r in rows):
+            states = [(r.get("state_bytes") or 0) / divisor for r in rows]
+            ax.plot(xs, states, linestyle="--", color=line.get_color(), label="its state alone")
+    _scale(ax, "y", [cache(r) / divisor for r in records])
 
 
 def kv_memory_vs_heads(doc: dict) -> Figure | None:

@@ -123,6 +123,12 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
         "bytes and FLOPs: attnbench's counts (weights per rank, KV cache read and "
         "written, activations; a model's MLP or active experts, embeddings and head)"
     )
+    for r in {r["model"]: r for r in records if r.get("step_state_bytes")}.values():
+        lines.append(
+            f"{r['model']}: each decode step also reads and writes the state of its state "
+            f"layers, {format_bytes(r['step_state_bytes'])} on each GPU at batch "
+            f"{r['batch']:,} (in the cache's bytes)"
+        )
     return lines
 
 

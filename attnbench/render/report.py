@@ -60,6 +60,12 @@ TITLES = {
     "decode": "Decode speed",
     "fit": "What fits",
 }
+#: The record sets written beside the sections' (a model's parts, its layer kinds), and
+#: the titles of their tables.
+BESIDE_TITLES = {
+    "model_parts": "Whole models, part by part",
+    "layer_kinds": "Layer kinds (one sequence)",
+}
 
 
 def _value(v) -> str:
@@ -114,6 +120,16 @@ def _share_of_mha(records: Sequence[dict], verb: str, what: str, group: Sequence
     return found
 
 
+def _state(record: dict) -> str:
+    """' (plus 74.25 MiB of state in 36 gated deltanet layers)' for a hybrid's record."""
+    if not record.get("state_bytes"):
+        return ""
+    return (
+        f" (plus {_bytes(record['state_bytes'])} of state in its "
+        f"{record['state_layers']:,} state layers, whatever the context)"
+    )
+
+
 def _largest_caches(records: Sequence[dict]) -> list[str]:
     """The KV cache at the longest context studied, per model (or per shape)."""
     records = ok_records(records, "seq_len", "batch")
@@ -127,7 +143,7 @@ def _largest_caches(records: Sequence[dict]) -> list[str]:
     own = [f for f in ("num_layers", "dtype") if f not in shared]
     setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0].get(f)) for f in shared)])
     parts = [
-        f"{_bytes(r['kv_bytes'])} for "
+        f"{_bytes(r['kv_bytes'])}{_state(r)} for "
         + ", ".join([series_label(r), *(_setting(f, r.get(f)) for f in own)])
         for r in rows
     ]
@@ -683,6 +699,10 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
         lines += [f"## {TITLES.get(name, name)}", "", table, ""]
         if name == "decode":
             lines += providers_markdown(records)
+    for name, title in BESIDE_TITLES.items():
+        rows = _finite_rows(doc.get(name) or [])
+        if rows:
+            lines += [f"## {title}", "", markdown_table(rows, columns_for(name, rows)), ""]
     lines += [
         "## Configuration",
         "",

@@ -72,7 +72,8 @@ class SectionKind:
     `beside` makes, by name, the record sets the section writes beside its points'
     records, each from the section's models (params: the whole-model parts).
     `wants_peaks(point)` says whether a point of a section that is not timed needs the
-    peaks measured all the same (predict: on this machine)."""
+    peaks measured all the same (predict: on this machine). `whole_model`: the section
+    counts its models whole (a type without formulas is counted by transformers)."""
 
     name: str
     point: type
@@ -93,6 +94,7 @@ class SectionKind:
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
+    whole_model: bool = False
 
     @classmethod
     def of(cls, name: str, experiment: Experiment, **more: Any) -> SectionKind:
@@ -125,7 +127,12 @@ def section_options(
 
 KINDS: dict[str, SectionKind] = {
     "params": SectionKind.of(
-        "params", params, point=params.ParamsPoint, record=params.ParamsRecord, beside=params.BESIDE
+        "params",
+        params,
+        point=params.ParamsPoint,
+        record=params.ParamsRecord,
+        beside=params.BESIDE,
+        whole_model=True,
     ),
     "kvmem": SectionKind.of(
         "kvmem",
@@ -134,6 +141,7 @@ KINDS: dict[str, SectionKind] = {
         record=kvmem.KvmemRecord,
         failed=kvmem.failed,
         options=kvmem_options,
+        beside=kvmem.BESIDE,
         measures=True,
     ),
     "decode": SectionKind.of(
@@ -152,13 +160,14 @@ KINDS: dict[str, SectionKind] = {
         measures=True,
         keeps_going=True,
     ),
-    "fit": SectionKind.of("fit", fit, point=fit.FitPoint, record=fit.FitRecord),
+    "fit": SectionKind.of("fit", fit, point=fit.FitPoint, record=fit.FitRecord, whole_model=True),
     "predict": SectionKind.of(
         "predict",
         predict,
         point=predict.PredictPoint,
         record=predict.PredictRecord,
         wants_peaks=predict.wants_peaks,
+        whole_model=True,
     ),
 }
 
@@ -168,6 +177,7 @@ KINDS: dict[str, SectionKind] = {
 RECORD_TYPES: dict[str, type] = {
     **{name: kind.record for name, kind in KINDS.items()},
     "model_parts": whole_model.ModelPartRecord,
+    kvmem.KIND_RECORDS: kvmem.LayerKindRecord,
 }
 
 

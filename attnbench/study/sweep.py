@@ -42,6 +42,7 @@ from ..model.files import read_user_file
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
 from ..model.what_if import kv_heads_count, what_if_specs
+from ..modules.hf_fallback import with_layer_types, with_whole_model
 from .schema import (
     ALIASES,
     FIELDS,
@@ -381,7 +382,11 @@ def resolve(
     problems = [resolved.locate(e) for e in model_overrides(resolved)]
     if problems:
         raise Problems(problems)
-    return with_what_ifs(resolved)
+    resolved.models = [with_layer_types(spec) for spec in resolved.models]
+    resolved = with_what_ifs(resolved)
+    if KINDS[section].whole_model:
+        resolved.models = [with_whole_model(spec) for spec in resolved.models]
+    return resolved
 
 
 #: The fields of a model's shape that a study may not change, as a message names them.

@@ -1284,6 +1284,7 @@ def test_only_inputs_are_key_fields():
         "tpot_target_ms",  # fit: --tpot in ms
         "ttft_target_ms",  # fit: --ttft in ms
         "part",  # model_parts: the name of a part of the model
+        "kind",  # layer_kinds: the name of a kind of layer of the model
     }
     inputs = set(FIELDS) | derived_from_inputs
     for name, record in RECORD_TYPES.items():

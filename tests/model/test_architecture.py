@@ -15,24 +15,12 @@ from attnbench.model.architecture import ModelBody, ModelSpec, MoeSpec
 from attnbench.model.hf_config import BODY_MODEL_TYPES, spec_from_hf_config
 from attnbench.model.model_params import PARTS, active_params, part_params, total_params
 from attnbench.modules.skeleton import meta_part_params
+from tests.helpers import SMALL_CONFIG
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-#: What every config shares: hidden 64, 4 heads of 16, 2 KV heads, 4 layers, vocabulary 100
-#: (no special tokens: the defaults of some classes lie outside so small a vocabulary).
-BASE = {
-    "hidden_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "num_hidden_layers": 4,
-    "vocab_size": 100,
-    "intermediate_size": 96,
-    "pad_token_id": None,
-    "bos_token_id": None,
-    "eos_token_id": None,
-}
+BASE = SMALL_CONFIG
 MLA = {
     "kv_lora_rank": 16,
     "q_lora_rank": 24,

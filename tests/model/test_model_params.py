@@ -344,4 +344,6 @@ def test_records_and_cli_table():
     result = runner.invoke(app, ["params", "--model", "qwen2.5-7b"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "Whole model (bfloat16 weights) · qwen2.5-7b" in result.output
+    assert "Counted by attnbench's formulas" in result.output
+    assert all(r.source.startswith("attnbench's formulas") for r in records)
     assert "7,615,616,512" in result.output

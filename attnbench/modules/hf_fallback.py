@@ -1,0 +1,157 @@
+"""What transformers tells of a model type attnbench has no tables of: its whole model,
+and which of its layers keep a sliding window.
+
+attnbench's formulas (model/model_params.py) count the model types they know; a
+config.json of any other type is read for its attention and cache only. Where a command
+needs the whole model (params, fit, predict) and transformers is installed, it is
+counted as transformers builds it (hf_model.py) and the count put on the spec
+(ModelSpec.counted). A what-if variant (the model rebuilt with other KV heads) is built
+with its own count of KV heads: only its attention layers change.
+
+A config of an unknown type that sets a sliding window without listing its layers'
+types leaves them unknown (ModelSpec.unknown_kinds): its configuration class has a rule
+of its own. transformers' configuration class of the type derives them; when they are
+all attention, the config is read again with them listed, and the spec says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..model.architecture import CountedModel, ModelSpec
+from ..model.files import read_user_file
+from ..model.hf_config import (
+    EXPERT_KEYS,
+    KV_HEAD_KEYS,
+    MAX_CONFIG_BYTES,
+    language_model,
+    parse_json,
+    spec_from_hf_config,
+)
+from ..model.hf_layers import ATTENTION_TYPES, as_transformers
+from ..model.model_params import COUNT_HINT
+from .hf_model import transformers_parts
+
+#: The most layers a model built to be counted may have: far more than any real model's,
+#: few enough that transformers builds it in seconds (a layer takes some milliseconds).
+MAX_BUILT_LAYERS = 1024
+#: The fields that give the experts each token goes to, one name or another by type.
+PER_TOKEN_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "top_k", "moe_top_k")
+
+
+def transformers_installed() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+def with_layer_types(spec: ModelSpec) -> ModelSpec:
+    """`spec` with the layer types transformers' configuration class derives, when its
+    own config leaves them unknown and they are all attention; else `spec` as it is."""
+    if spec.unknown_kinds is None or spec.config_path is None or not transformers_installed():
+        return spec
+    path = spec.config_path
+    cfg = _read(path)
+    try:
+        derived = derived_layer_types(as_transformers(cfg))
+    except UsageError:
+        return spec
+    if derived is None or not set(derived) <= ATTENTION_TYPES:
+        return spec
+    text = isinstance(cfg.get("text_config"), dict)
+    listed = {**cfg["text_config"], "layer_types": derived} if text else None
+    cfg = {**cfg, "text_config": listed} if text else {**cfg, "layer_types": derived}
+    known = replace(spec_from_hf_config(cfg, spec.name, path), config_path=path)
+    if known.unknown_kinds is not None:
+        return spec
+    source = "layer types as transformers' configuration class derives them"
+    return replace(known, note="; ".join(filter(None, (spec.note, source))))
+
+
+def derived_layer_types(cfg: dict[str, Any]) -> list[str] | None:
+    """The layer types transformers' configuration class of `cfg`'s model type derives
+    (its text config's, for a multimodal one); None when it derives none. UsageError when
+    transformers does not know the type or refuses the config."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    kind = cfg.get("model_type")
+    if kind not in CONFIG_MAPPING:
+        raise UsageError(f"transformers does not know model_type {kind!r}")
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity(transformers.logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = CONFIG_MAPPING[kind].from_dict(cfg)
+    except Exception as exc:  # transformers refuses the config
+        raise UsageError(f"transformers refuses the config: {exc}") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    types = getattr(config.get_text_config(decoder=True), "layer_types", None)
+    return list(types) if types else None
+
+
+def _read(path: str) -> dict[str, Any]:
+    return parse_json(read_user_file(Path(path), "hf_config", limit=MAX_CONFIG_BYTES), path)
+
+
+def with_whole_model(spec: ModelSpec) -> ModelSpec:
+    """`spec` counted whole by transformers when attnbench has no formulas of its type,
+    it came from a config.json and transformers is installed; else `spec` as it is."""
+    if spec.body is not None or spec.counted is not None or spec.config_path is None:
+        return spec
+    if not transformers_installed():
+        return replace(spec, uncounted=COUNT_HINT)
+    if spec.num_layers > MAX_BUILT_LAYERS:
+        why = f"{spec.num_layers:,} layers are more than {MAX_BUILT_LAYERS:,}: not built"
+        return replace(spec, uncounted=why)
+    path = spec.config_path
+    cfg = _read(path)
+    if spec.published_kv_heads is not None and spec.num_kv_heads != spec.published_kv_heads:
+        cfg = with_kv_heads(cfg, spec.num_kv_heads)
+    try:
+        count = transformers_parts(as_transformers(cfg), path)
+    except UsageError as exc:  # transformers does not build it: the attention alone
+        return replace(spec, uncounted=str(exc).removeprefix(f"{path}: "))
+    text = language_model(cfg, path) if isinstance(cfg.get("text_config"), dict) else cfg
+    experts = _first(text, EXPERT_KEYS, "ffn_config", "moe_num_experts")
+    per_token = _first(text, PER_TOKEN_KEYS, "ffn_config", "moe_top_k")
+    source = f"transformers {count.transformers_version} ({count.model_class} on the meta device)"
+    counted = CountedModel(
+        parts=tuple(count.parts.items()),
+        source=source,
+        vocab_size=count.vocab_size,
+        tied_embeddings=count.tied_embeddings,
+        num_experts=experts if count.parts.get("experts") else None,
+        experts_per_token=per_token if count.parts.get("experts") else None,
+    )
+    return replace(spec, counted=counted)
+
+
+def _first(cfg: dict, keys: tuple[str, ...], nested: str, nested_key: str) -> int | None:
+    """The first positive integer under `keys`, or under `nested_key` of the dict
+    `nested` (DBRX's ffn_config); None when there is none."""
+    found = [cfg.get(k) for k in keys]
+    inner = cfg.get(nested)
+    if isinstance(inner, dict):
+        found.append(inner.get(nested_key))
+    return next(
+        (v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0), None
+    )
+
+
+def with_kv_heads(cfg: dict[str, Any], kv_heads: int) -> dict[str, Any]:
+    """`cfg` with `kv_heads` KV heads: in its text_config for a multimodal config, under
+    every KV-head field it gives (DBRX's attn_config.kv_n_heads), or num_key_value_heads
+    when it gives none."""
+    if isinstance(cfg.get("text_config"), dict):
+        return {**cfg, "text_config": with_kv_heads(cfg["text_config"], kv_heads)}
+    given = [k for k in KV_HEAD_KEYS if cfg.get(k) is not None]
+    nested = cfg.get("attn_config")
+    if not given and isinstance(nested, dict) and nested.get("kv_n_heads") is not None:
+        return {**cfg, "attn_config": {**nested, "kv_n_heads": kv_heads}}
+    return {**cfg, **dict.fromkeys(given or ["num_key_value_heads"], kv_heads)}

@@ -309,11 +309,20 @@ def causal_lm(config):
             return AutoModelForImageTextToText.from_config(config, attn_implementation="eager")
 
 
+#: The layer types of transformers' caches that keep a state (a conv or recurrent one).
+STATE_TYPES = {"linear_attention", "conv", "hybrid", "hybrid_sliding"}
+
+
 def state_bytes(config) -> tuple[int, list[str]]:
     """The conv and recurrent states transformers' own cache holds after a prefill (of
-    one sequence), and each layer's cache layer type."""
+    one sequence), and each layer's cache layer type: 0 without running anything when no
+    layer type of the config keeps a state."""
     from hf_cache_reference import prefilled_cache as filled_by_forward
+    from transformers.cache_utils import get_layer_types_and_kwargs
 
+    types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    if not STATE_TYPES & set(types):
+        return 0, list(types)
     layers = filled_by_forward(config, CONTEXTS[0])
     return sum(r.conv_bytes + r.recurrent_bytes for r in layers), [r.kind for r in layers]
 

@@ -43,6 +43,7 @@ of README.md leads nowhere, and when README.md is over 10,240 bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import difflib
 import io
@@ -120,6 +121,9 @@ def load_cli() -> None:
     os.environ.update(ENV)
     import attnbench.cli  # noqa: F401
     import attnbench.render.plots  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # what counts a model type without formulas
+        import transformers.models.auto.modeling_auto  # noqa: F401
 
 
 def run_main() -> int:

@@ -10,6 +10,7 @@ from .common import (
     HF_CONFIG,
     MODEL,
     OUTPUTS,
+    console,
     model_notes,
     run_section,
     show_table,
@@ -32,6 +33,12 @@ def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -
         kinds = result.records.get(KIND_RECORDS, [])
         if kinds:
             show_table("Layer kinds (one sequence)", kinds, layer_kind_columns(kinds), wide)
+        if any(r.tp > 1 and r.state_layers for r in result.records["kvmem"]):
+            console.print(
+                "note: under tensor parallelism each state layer's state splits evenly over "
+                "the ranks, with its heads",
+                markup=False,
+            )
         seq_lens = [r.seq_len for r in result.records["kvmem"]]
         model_notes(plan.sections["kvmem"].models, seq_lens)
     write_section_outputs("kvmem", "kvmem", plan, result, csv, json, quiet)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model.calibration import CheckRow
+from ..model.roofline import STATE_FLOPS
 from ..model.units import format_bytes
 from .columns import fmt_4sig, fmt_int, fmt_plain, fmt_rate, fmt_si, variant_cell
 from .table import Column
@@ -127,7 +128,8 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"{r['model']}: each decode step also reads and writes the state of its state "
             f"layers, {format_bytes(r['step_state_bytes'])} on each GPU at batch "
-            f"{r['batch']:,} (in the cache's bytes)"
+            f"{r['batch']:,} (in the cache's bytes), their recurrence at {STATE_FLOPS} FLOPs "
+            "per element of the state per token"
         )
     return lines
 

@@ -9,7 +9,8 @@ VENV ?= .venv
 # make bench TORCH_SPEC='torch>=2.5' (the default wheel on PyPI, with CUDA).
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-# The processes `make test` spreads the tests over (pytest-xdist); 0 runs them in this one.
+# The processes `make test` and `make test-integration` spread the tests over
+# (pytest-xdist); 0 runs them in this one.
 TEST_WORKERS ?= 2
 
 .PHONY: bench test test-integration test-slow fuzz lint docs setup clean calibration
@@ -29,7 +30,7 @@ test: setup
 	$(BIN)/python -m pytest -m "not integration" -n $(TEST_WORKERS)
 
 test-integration: setup
-	$(BIN)/python -m pytest -m integration
+	$(BIN)/python -m pytest -m integration -n $(TEST_WORKERS)
 
 # Also the slow tests: compiling flex_attention on the CPU, a minute or so.
 test-slow: setup

@@ -31,13 +31,14 @@ regenerated only with --timed, which writes the machine and the date on the page
     python scripts/docs_examples.py --timed fit    # also the timed ones whose command has 'fit'
 
 Examples with the same commands run once and show the same output. The exact examples'
-`attnbench` commands run in forks of this process, which loads attnbench's command line
-once: each is a process of its own, with the same code and inputs as a new interpreter,
-without a second or two of start-up per command. It is an error, and
-nothing is written, when an example prints a traceback; it is an error too when a plain
-text block (```text, or ``` alone) is no session (every output shown comes from a run),
-when a command of `attnbench --help` has no page in docs/commands/, when a relative link
-of README.md leads nowhere, and when README.md is over 10,240 bytes.
+`attnbench` commands and scripts run in forks of this process, which loads attnbench
+(its command line and what its commands load) once: each is a process of its own, with
+the same code and inputs as a new interpreter, without seconds of start-up per command.
+It is an error, and nothing is written, when an example prints a traceback; it is an
+error too when a plain text block (```text, or ``` alone) is no session (every output
+shown comes from a run), when a command of `attnbench --help` has no page in
+docs/commands/, when a relative link of README.md leads nowhere, and when README.md is
+over 10,240 bytes.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import difflib
 import io
 import os
 import re
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -56,6 +58,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,11 +119,17 @@ def say(text: str) -> None:
 
 
 def load_cli() -> None:
-    """Load attnbench's command line, and what its commands load, into this process (with
-    the examples' environment, which its consoles read as they are made)."""
+    """Load attnbench's command line, and what its commands load when they run (the
+    commands import them as they need them), into this process (with the examples'
+    environment, which its consoles read as they are made)."""
     os.environ.update(ENV)
     import attnbench.cli  # noqa: F401
+    import attnbench.gate.compare  # noqa: F401
+    import attnbench.history.series  # noqa: F401
+    import attnbench.render.history  # noqa: F401
     import attnbench.render.plots  # noqa: F401
+    import attnbench.render.report  # noqa: F401
+    import attnbench.study.runner  # noqa: F401
 
     with contextlib.suppress(ImportError):  # what counts a model type without formulas
         import transformers.models.auto.modeling_auto  # noqa: F401
@@ -128,11 +137,26 @@ def load_cli() -> None:
 
 def run_main() -> int:
     """attnbench's `main` in this process, and the exit code a process running it would
-    end with (a traceback printed, as Python prints it, for an exception it lets out)."""
-    try:
-        from attnbench.__main__ import main
+    end with."""
+    from attnbench.__main__ import main
 
-        main()
+    return exit_code_of(main)
+
+
+def run_script(script: str, args: list[str]) -> int:
+    """`python SCRIPT ARGS` (a script of this repository) in this process, as a new
+    interpreter runs it: from the root, its folder first on sys.path; its exit code."""
+    os.chdir(ROOT)
+    sys.argv = [script, *args]
+    sys.path.insert(0, str((ROOT / script).parent))
+    return exit_code_of(lambda: runpy.run_path(str(ROOT / script), run_name="__main__"))
+
+
+def exit_code_of(run: Callable[[], object]) -> int:
+    """The exit code a process running `run` would end with (a traceback printed, as
+    Python prints it, for an exception it lets out)."""
+    try:
+        run()
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
@@ -143,10 +167,10 @@ def run_main() -> int:
     return 0
 
 
-def forked_attnbench(args: list[str], cwd: Path) -> tuple[str, int]:
-    """What `attnbench ARGS` prints in `cwd` and its exit code, run in a fork of this
-    process (load_cli first): stdout and stderr into one pipe, unbuffered, as a new
-    process would write them."""
+def forked(run: Callable[[], int], cwd: Path) -> tuple[str, int]:
+    """What `run` prints in `cwd` and its exit code, run in a fork of this process
+    (load_cli first): stdout and stderr into one pipe, unbuffered, as a new process would
+    write them."""
     read, write = os.pipe()
     with FORKING:
         sys.stdout.flush()
@@ -163,8 +187,7 @@ def forked_attnbench(args: list[str], cwd: Path) -> tuple[str, int]:
                 io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True, errors=e)
                 for fd, e in ((1, "strict"), (2, "backslashreplace"))
             )
-            sys.argv = ["attnbench", *args]
-            code = run_main()
+            code = run()
         finally:
             os._exit(code)
     os.close(write)
@@ -173,19 +196,26 @@ def forked_attnbench(args: list[str], cwd: Path) -> tuple[str, int]:
     return printed, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def run_command(command: str, cwd: Path, forked: bool = False) -> list[str]:
-    """What one command line prints, as lines; an `attnbench` command in a fork of this
-    process when `forked` (see forked_attnbench), else in a new one."""
+def run_command(command: str, cwd: Path, in_fork: bool = False) -> list[str]:
+    """What one command line prints, as lines; an `attnbench` command or a script in a fork
+    of this process when `in_fork` (see forked), else in a new one."""
     args = shlex.split(command)
     env = {**os.environ, **ENV}
     bin_dir = Path(sys.executable).parent
     if args[0] == "cat":
         return (cwd / args[1]).read_text().rstrip("\n").splitlines()
-    if args[0] == "attnbench" and forked:
-        printed, code = forked_attnbench(args[1:], cwd)
-        return lines_of(printed, code)
     if args[0] == "python":
         assert args[1].startswith("scripts/"), command
+    if args[0] == "attnbench" and in_fork:
+
+        def attnbench() -> int:
+            sys.argv = args
+            return run_main()
+
+        return lines_of(*forked(attnbench, cwd))
+    if args[0] == "python" and in_fork:
+        return lines_of(*forked(lambda: run_script(args[1], args[2:]), ROOT))
+    if args[0] == "python":
         args, cwd = [sys.executable, *args[1:]], ROOT
     elif args[0] == "torchrun":  # ranks of one machine
         args = [str(bin_dir / "torchrun"), *args[1:]]
@@ -249,7 +279,7 @@ class Example:
         outputs = []
         for command in self.commands:
             say(f"{self.page.relative_to(ROOT)}: $ {command}")
-            outputs.append(run_command(command, cwd, forked=not self.timed))
+            outputs.append(run_command(command, cwd, in_fork=not self.timed))
         if self.timed:  # the plots of the default study, from the run the pages show
             for name in PLOTS:
                 if (cwd / STUDY / name).is_file():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -290,8 +291,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "prefill_flops": ("FLOPs", "its FLOPs (the head for the last token only)"),
         "prefill_intensity": ("FLOP/byte", "FLOPs / bytes"),
         "prefill_bound": ("", "`memory` or `compute`"),
-        "tpot_ms": ("ms", "the whole model's decode step, all-reduces included: time per "
-                          "output token"),
+        "tpot_ms": ("ms", "the whole model's decode step, launches and collectives "
+                          "included: time per output token"),
         "step_bytes": (BYTES, "its bytes"),
         "step_weight_bytes": (BYTES, "of them, the weights one rank reads"),
         "step_kv_bytes": (BYTES, "of them, the KV cache read and written"),
@@ -300,19 +301,22 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "step_flops": ("FLOPs", "its FLOPs"),
         "step_intensity": ("FLOP/byte", "FLOPs / bytes"),
         "step_bound": ("", "`memory` or `compute`"),
-        "allreduce_ms": ("ms", "of the decode step, the tp all-reduces (2 a layer, ring)"),
+        "allreduce_ms": ("ms", "of the decode step, the tp collectives (2 all-reduces a "
+                               "layer, the logits' all-gather)"),
         "tokens_per_s": ("tokens/s", "batch / tpot_ms (a layer shape: / layer_step_ms)"),
         "ridge_flops_per_byte": ("FLOP/byte", "the device's ridge point: effective peak "
                                               "FLOP/s / effective bandwidth"),
         "device_title": ("", "the device: its datasheet name, or this machine's"),
-        "peak_gbps": ("GB/s", "the peak memory bandwidth predicted with"),
-        "peak_tflops": ("TFLOP/s", "the dense peak in dtype predicted with"),
-        "interconnect_gbps": ("GB/s", "per direction, to the GPU's peers (NVLink, PCIe)"),
+        "peak_gbps": ("GB/s", "the memory bandwidth predicted with: measured (a stream "
+                              "benchmark's, or this machine's copy)"),
+        "peak_tflops": ("TFLOP/s", "the dense matmul rate predicted with, in the matmuls' "
+                                   "dtype (measured)"),
+        "interconnect_gbps": ("GB/s", "the all-reduce bus bandwidth (nccl-tests busbw)"),
         "peaks_source": ("", "the datasheets, or what this machine measured"),
-        "efficiency_bw": ("", "share of peak bandwidth reached streaming weights and "
+        "efficiency_bw": ("", "share of peak_gbps reached streaming weights and "
                               "activations"),
-        "efficiency_kv": ("", "share of peak bandwidth reached reading the KV cache"),
-        "efficiency_flops": ("", "share of peak FLOP/s reached"),
+        "efficiency_kv": ("", "share of peak_gbps reached reading the KV cache"),
+        "efficiency_flops": ("", "share of peak_tflops reached"),
         "overhead_us": ("us", "fixed time per layer per step"),
         "perf_model": ("", "the model's parameters in words, and where they came from"),
         "memory_bytes_needed_per_gpu": (BYTES, "a model's weights on one rank and the "
@@ -320,6 +324,9 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                                                "reserve; empty for a layer shape"),
         "fits_memory": ("", "whether that fits in the named GPU's memory; the prediction "
                             "is made either way; empty for a layer shape or `this`"),
+        "weights": ("", "quantised weights, as `int4 in groups of 128`; empty: in dtype"),
+        "launch_ms": ("ms", "of the model's decode step, its kernels' launches"),
+        "device_figures": ("", "the device's measured figures, each with its source"),
     },
 }
 # fmt: on
@@ -432,22 +439,24 @@ def models_table() -> str:
     return table(header, rows)
 
 
+def _tflops(value: float) -> str:
+    return f"{value / 1e12:,.2f}".rstrip("0").rstrip(".")
+
+
 def devices_table() -> str:
-    """The named devices and their published peaks (attnbench.model.devices)."""
+    """The named devices and their vendors' figures (attnbench.model.devices)."""
     rows = [
         [
             f"`{d.name}`",
             d.title,
             f"{d.memory_bytes / 1e9:,.0f} GB",
-            f"{d.memory_bandwidth / 1e9:,.0f}",
-            f"{flops_for(d, 'bfloat16') / 1e12:,.2f}".rstrip("0").rstrip("."),
-            (
-                f"{d.dense_flops['float8'] / 1e12:,.2f}".rstrip("0").rstrip(".")
-                if "float8" in d.dense_flops
-                else "none"
-            ),
-            f"{flops_for(d, 'float32') / 1e12:,.2f}".rstrip("0").rstrip("."),
-            f"{d.interconnect}: {(d.interconnect_bandwidth or 0) / 1e9:,.0f}",
+            f"{d.datasheet_bandwidth / 1e9:,.0f}",
+            _tflops(d.datasheet_flops["bfloat16"]),
+            _tflops(d.datasheet_flops["float8"]) if "float8" in d.datasheet_flops else "none",
+            _tflops(d.datasheet_flops["float32"]),
+            f"{d.interconnect}: {d.interconnect_bandwidth / 1e9:,.0f}"
+            if d.interconnect_bandwidth
+            else d.interconnect,
             ", ".join(f"[{i}]({url})" for i, url in enumerate(d.sources, 1)),
         ]
         for d in DEVICES.values()
@@ -466,9 +475,48 @@ def devices_table() -> str:
     return table(header, rows)
 
 
+def _links(*texts: str) -> str:
+    """The URLs of `texts`, as numbered links; 'share' where a text says the figure was not
+    measured on the device."""
+    urls = dict.fromkeys(re.findall(r"https://[^\s);]+", " ".join(texts)))
+    links = ", ".join(f"[{i}]({url})" for i, url in enumerate(urls, 1))
+    return f"share of {links}" if any(t.startswith("not measured") for t in texts) else links
+
+
+def measured_table() -> str:
+    """The figures the roofline uses, from published microbenchmarks, with their sources."""
+    rows = []
+    for d in DEVICES.values():
+        c = d.collectives
+        rows.append(
+            [
+                f"`{d.name}`",
+                f"{d.memory_bandwidth / 1e9:,.0f} ({_links(d.bandwidth_source)})",
+                _tflops(flops_for(d, "bfloat16")),
+                _tflops(d.dense_flops["float8"]) if "float8" in d.dense_flops else "none",
+                _links(d.flops_source),
+                f"{c.latency_s * 1e6:.3g} us, {c.bus_bandwidth / 1e9:,.0f} GB/s "
+                f"({_links(c.source)})"
+                if c
+                else "none known",
+                f"{d.launch_s * 1e6:.3g} us",
+            ]
+        )
+    header = [
+        "Name",
+        "Memory GB/s",
+        "bfloat16",
+        "float8",
+        "Matmul sources",
+        "All-reduce: latency, bus bandwidth",
+        "Launch",
+    ]
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=("schema", "fields", "models", "devices"))
+    parser.add_argument("table", choices=("schema", "fields", "models", "devices", "measured"))
     parser.add_argument("command", nargs="?", choices=tuple(RECORDS))
     args = parser.parse_args()
     if args.table == "fields" and args.command is None:
@@ -479,6 +527,8 @@ def main() -> None:
         print(models_table())
     elif args.table == "devices":
         print(devices_table())
+    elif args.table == "measured":
+        print(measured_table())
     else:
         print(fields_table(args.command))
 

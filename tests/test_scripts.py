@@ -73,3 +73,18 @@ def test_the_architectures_table_counts_both_sides_alike(monkeypatch):
     assert rows[2].kv_transformers[4096] == 27 * 4096 * 576 * 2
     lines = script.render(rows)
     assert sum(line.startswith("| [") for line in lines) == 3
+
+
+def test_the_validation_page_is_what_the_model_predicts_now(monkeypatch, capsys):
+    """docs/validation.md's table is regenerated from the measurements and the model: a
+    change to either that leaves the page stale fails here."""
+    validation = _load("validation", monkeypatch)
+    assert validation.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_a_validation_row_s_error_is_in_time_whatever_the_metric(monkeypatch):
+    validation = _load("validation", monkeypatch)
+    rate = validation.Row({"metric": "decode_tokens_per_s_per_sequence", "value": 100}, 125.0)
+    time = validation.Row({"metric": "ttft_ms", "value": 10}, 8.0)
+    # 125 tok/s predicted against 100 measured: the prediction's time is 0.8 of it
+    assert rate.error == pytest.approx(-0.2) and time.error == pytest.approx(-0.2)

@@ -24,8 +24,8 @@ from ..gate.compare import Comparison, Finding, Mismatch, Thresholds, compare_ro
 from ..gate.paired import ABBA, WARMUP, abba_pairs, judge_paired
 from ..measure import stats
 from ..records import Kind, as_dict, failed, field_kinds
-from ..study.plan import Plan, Task, plan_command
-from ..study.sweep import check_value
+from ..study.plan import Plan, Task, plan_command, study_sections
+from ..study.sweep import check_value, load_config
 from .sides import Side
 from .workers import Worker, workers
 
@@ -61,6 +61,12 @@ def plan_points(
     reason = check_value("max_time", visit_time)
     if reason:
         raise FieldError("visit_time", visit_time, reason)
+    sections = study_sections(load_config(study))
+    if "decode" not in sections:
+        raise UsageError(
+            f"{study}: no decode section: ab times the decode steps a study runs "
+            f"(this one runs {', '.join(sections)})"
+        )
     overrides: dict[str, Any] = {"gen_len": [0], "max_time": visit_time, **VISIT_OPTIONS}
     if device is not None:
         overrides["device"] = device

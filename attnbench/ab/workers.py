@@ -4,6 +4,7 @@ per side (worker.py run by the side's python), spoken to in JSON lines."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
@@ -15,6 +16,8 @@ from .sides import Side, last_line
 
 #: The worker script, run by path so that it imports the side's attnbench.
 SCRIPT = Path(__file__).resolve().with_name("worker.py")
+#: The sides of an A/B run, each with its worker and log.
+SIDES = ("base", "head")
 #: Seconds a worker has to exit once its input is closed, before it is killed.
 EXIT_WAIT_S = 10
 
@@ -32,9 +35,13 @@ class Worker:
         self._log_file: IO[str] | None = None
 
     def start(self, threads: int, device: str) -> None:
+        """Launch the worker, its stderr in a new log: what is at the log's path (a log
+        of an earlier run: see existing_logs) is replaced, never written through (a
+        symlink there is replaced, not followed)."""
         try:
             self.log.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = self.log.open("w", encoding="utf-8")
+            self.log.unlink(missing_ok=True)
+            self._log_file = self.log.open("x", encoding="utf-8")
         except OSError as exc:
             raise UsageError(
                 f"writing the {self.side.name} worker's log {self.log} failed: {exc.strerror}"
@@ -118,6 +125,20 @@ class Worker:
         )
 
 
+def log_path(logs: Path, side: str) -> Path:
+    """Where the worker of `side` (base, head) logs: logs/<side>.log."""
+    return logs / f"{side}.log"
+
+
+def existing_logs(logs: Path, sides: Sequence[str]) -> list[str]:
+    """The workers' logs (of `sides`) already in `logs`, which a run would replace: a
+    user's own base.log is not a log to lose unless they say so."""
+    try:
+        return [p.name for p in (log_path(logs, s) for s in sides) if os.path.lexists(p)]
+    except ValueError:  # a NUL in the name: refused where the folder is made
+        return []
+
+
 @contextmanager
 def workers(sides: Sequence[Side], logs: Path, threads: int, device: str) -> Iterator[list[Worker]]:
     """A started and greeted worker per side (logs/<side>.log), closed on the way out.
@@ -125,7 +146,7 @@ def workers(sides: Sequence[Side], logs: Path, threads: int, device: str) -> Ite
     with ExitStack() as stack:
         started = []
         for side in sides:
-            worker = Worker(side, logs / f"{side.name}.log")
+            worker = Worker(side, log_path(logs, side.name))
             stack.callback(worker.close)
             worker.start(threads, device)
             started.append(worker)

@@ -5,25 +5,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..ab.runner import AbResult, plan_points, run_ab
 from ..ab.sides import Side, default_cache_dir, directory_side, repository_root, revision_side
+from ..ab.workers import SIDES, existing_logs, log_path
 from ..errors import FieldError, UsageError
-from ..gate.compare import Thresholds
+from ..gate.rules import Thresholds
 from ..model.capacity import positive_int
+from ..model.files import shown_path
 from ..study.output import write_json_atomic
-from ..study.plan import Task
 from ..study.schema import DEVICE_CHOICES
-from ..study.sweep import check_value
 from . import app
 from .common import check_writable, console, fail, progress_iter, timestamped_dir
 from .compare_cmd import check_format, emit_comparison, parse_percent
 from .decode_cmd import describe
 from .flags import handles_errors
 from .options import TIME_HELP, TIME_THRESHOLD, FormatOpt, OutputOpt
+
+if TYPE_CHECKING:
+    from ..ab.runner import AbResult
+    from ..study.plan import Task
 
 StudyArg = Annotated[
     str, typer.Argument(metavar="STUDY.yaml", help="Sweep file: its decode points are timed.")
@@ -76,6 +79,10 @@ LogsOpt = Annotated[
     str | None,
     typer.Option("--out", metavar="DIR", help="The workers' logs (default results/ab-<time>/)."),
 ]
+ForceOpt = Annotated[
+    bool,
+    typer.Option("--force", help="Replace base.log and head.log where --out holds them already."),
+]
 JsonOpt = Annotated[
     str | None,
     typer.Option("--json", metavar="PATH", help="Write the comparison and every visit as JSON."),
@@ -104,12 +111,16 @@ def ab_command(
     fmt: FormatOpt = "table",
     output: OutputOpt = None,
     fail_on_improvement: FailOnImprovementOpt = False,
+    force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Time the decode steps of STUDY.yaml with two revisions in one job: each side in its
     own worktree and venv, in a long-lived worker; per point, rounds of visits in ABBA
     order, gated by a paired test of the neighbouring visits. Exit 0: no regression;
     1: a regression, or a point head could not time; 2: bad input or a failed side."""
+    from ..ab.runner import plan_points, run_ab  # torch
+    from ..study.sweep import check_value
+
     if head is not None and head_dir is not None:
         raise UsageError("--head and --head-dir: give one or the other, not both")
     check_format(fmt)
@@ -122,8 +133,18 @@ def ab_command(
         plan = plan_points(study, visit_time, device, threads)
     except FieldError as exc:  # the study is an argument here, not a flag
         raise (exc.located(study) if exc.field == "config" else exc) from None
-    sides = _sides(base, head, head_dir, cache_dir)
     logs = Path(out) if out else timestamped_dir("ab-")
+    there = existing_logs(logs, SIDES)
+    if there and not force:
+        raise FieldError(
+            "out",
+            shown_path(logs),
+            f"holds {' and '.join(there)} already, which the workers' logs would replace: "
+            "give an empty or new directory, or --force",
+        )
+    for side in SIDES:  # a log is never the study it times
+        check_writable({"out": str(log_path(logs, side))}, {"study": study})
+    sides = _sides(base, head, head_dir, cache_dir)
     if not quiet:
         base_side, head_side = sides
         console.print(

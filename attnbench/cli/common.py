@@ -1,5 +1,9 @@
 """What every command shares: the consoles, failing with a message, model flags, tables,
-output files and the progress display."""
+output files and the progress display.
+
+The command modules import torch, matplotlib and the study machinery (which imports
+them) inside the functions that use them, never at the top: `attnbench --help` and every
+command's help then start without loading them (tests/cli/test_startup.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.text import Text
@@ -38,9 +42,10 @@ from ..study.output import (
     write_csv,
     write_json_atomic,
 )
-from ..study.runner import Plan, RunResult, plan_command, run_study
-from ..study.sections import KINDS, RECORD_TYPES
 from .flags import flag_of, option
+
+if TYPE_CHECKING:
+    from ..study.runner import Plan, RunResult
 
 
 def _columns() -> int | None:
@@ -134,6 +139,8 @@ def run_section(
 ) -> tuple[Plan, RunResult]:
     """A command's one-section study: the outputs checked, every point planned and
     checked, then run through the runner."""
+    from ..study.runner import plan_command, run_study
+
     check_writable(outputs, {"config": config, "hf_config": hf_config})
     plan = plan_command(section, config, overrides, model_refs(model, hf_config))
     return plan, run_study(plan, command=command, **run_options)
@@ -311,6 +318,8 @@ def write_outputs(
     of the JSON each, and a CSV beside the main one (`out.csv` -> `out.<name>.csv`). When
     a file cannot be written (a full disk), the records are kept in a file in the
     temporary folder, named in the error, so the work done is not lost."""
+    from ..study.sections import RECORD_TYPES
+
     beside = {name: rows for name, rows in (beside or {}).items() if rows}
     doc = json_document(command, records, config, environment)
     add_beside(doc, beside)
@@ -357,6 +366,8 @@ def write_section_outputs(
     """write_outputs for a command's one-section study (run_section): the section's
     records, configuration and environment, and the record sets the runner made beside
     them (study.sections.SectionKind.beside)."""
+    from ..study.sections import KINDS
+
     beside = {name: result.records.get(name, []) for name in KINDS[section].beside}
     config = plan.sections[section].to_dict()
     records = result.records[section]

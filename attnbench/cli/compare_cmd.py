@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import FieldError, UsageError
 from ..gate.baseline import BASELINE_DIR, default_baseline_path, save_baseline, save_exact_baseline
-from ..gate.compare import Comparison, Thresholds, compare_documents
-from ..history.baseline import history_baseline
-from ..history.store import open_history
+from ..gate.rules import Thresholds
 from ..render.gate import Spelling, print_table, report_text, summary_line
 from ..render.table import plain_console, terminal_width
-from ..study.documents import Document, load_document
 from ..study.schema import parse_number
 from . import app
 from .common import check_writable, console, fail
@@ -34,12 +31,19 @@ from .options import (
     TimeThresholdOpt,
 )
 
+if TYPE_CHECKING:
+    from ..gate.compare import Comparison
+    from ..study.documents import Document
+
 #: The flags compare's report points to.
 SPELLING = Spelling(show_all="--all", other_formats="--format markdown or json")
 
 
 def history_baseline_of(db: str, head: Document) -> Document:
     """The baseline `head` is gated against from the history at `db` (history.baseline)."""
+    from ..history.baseline import history_baseline
+    from ..history.store import open_history
+
     try:
         store = open_history(db)
     except FieldError as exc:  # the database is given as --history here
@@ -147,6 +151,8 @@ def _check_inputs(
 def _documents(baseline: str, current: str | None, history: str | None) -> tuple[Document, ...]:
     """The baseline and current documents: two files, or (--history) one file and the
     baseline its history gives."""
+    from ..study.documents import load_document
+
     if history is None:
         return load_document(baseline), load_document(current)  # type: ignore[arg-type]
     head = load_document(baseline)
@@ -185,6 +191,8 @@ def compare_command(
     counts the unchanged findings (--all lists them). Exit 0: no regression; 1: a
     regression; 2: bad input; 3: timings from different environments (see
     --allow-env-mismatch)."""
+    from ..gate.compare import compare_documents  # numpy, the record types: torch
+
     check_format(fmt)
     _check_inputs(history, current, show_all, only_changed)
     check_writable({"output": output}, {"baseline": baseline, "current": current})

@@ -4,15 +4,11 @@ every provider asked for; under torchrun with --tp T, one layer split over T ran
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 from ..errors import FieldError
-from ..experiments.decode import DecodePoint, DecodeRecord
 from ..records import as_dict, failed
 from ..render.columns import decode_columns
-from ..render.providers import providers_table
-from ..render.report import provider_points
-from ..study.distributed import Launch, process_group, torchrun_launch
-from ..study.runner import Plan, Task, plan_command, run_study
 from . import app
 from .common import (
     CONFIG,
@@ -30,6 +26,11 @@ from .common import (
     write_outputs,
 )
 from .flags import section_command
+
+if TYPE_CHECKING:
+    from ..experiments.decode import DecodePoint, DecodeRecord
+    from ..study.distributed import Launch
+    from ..study.runner import Plan, Task
 
 
 def describe(point: DecodePoint) -> str:
@@ -51,6 +52,10 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
     without it, against the memory bandwidth measured on the same device. Under torchrun,
     --tp T splits the layer over the T ranks: each step is the slowest rank's, with the
     all-reduce of the output timed alone beside it."""
+    from ..experiments.decode import DecodeRecord
+    from ..study.distributed import process_group, torchrun_launch
+    from ..study.runner import plan_command, run_study
+
     check_writable({"csv": csv, "json": json}, {"config": config, "hf_config": hf_config})
     models = model_refs(model, hf_config)
     plan = plan_command("decode", config, overrides, models)
@@ -123,6 +128,8 @@ def show_results(rows: list[dict], env: dict, wide: bool) -> None:
 def show_providers(rows: list[dict], wide: bool = False) -> None:
     """With several providers, their cached steps side by side (after a blank line);
     nothing otherwise. `attnbench run` shows it too."""
+    from ..render.providers import providers_table
+
     side = providers_table(rows)
     if side.rows:
         console.print()
@@ -132,6 +139,8 @@ def show_providers(rows: list[dict], wide: bool = False) -> None:
 def warn_wrong(records: list[DecodeRecord]) -> None:
     """One line on stderr naming the providers whose output disagrees with the reference
     (rows, not errors: the exit status does not change)."""
+    from ..render.report import provider_points
+
     parts = provider_points([as_dict(r) for r in records], "wrong", by_reason=False)
     if not parts:
         return

@@ -21,9 +21,7 @@ from ..errors import (
     show_value,
 )
 from ..model.capacity import parse_seq_lens
-from ..study.plan import TooManyPoints
 from ..study.schema import ALIASES, FIELDS, canonical_value, fields_for, parse_number
-from ..study.sweep import check_value
 
 #: Fields whose flag is not the field's name.
 FLAG_NAMES = {"num_heads": "--heads", "num_kv_heads": "--kv-heads", "num_layers": "--layers"}
@@ -49,6 +47,8 @@ def flag_of(field: str) -> str:
 
 def describe_error(error: UsageError) -> str:
     """The error's message, with the fields set by flags named by their flags."""
+    from ..study.plan import TooManyPoints  # the planner loads torch
+
     if isinstance(error, Problems):
         return "\n".join(error.lines(describe_error))
     if isinstance(error, FieldError) and error.location is None:
@@ -59,9 +59,18 @@ def describe_error(error: UsageError) -> str:
     if isinstance(error, TooManyPoints):
         return error.render(flag_of)
     if isinstance(error, CombinationError) and error.source is None:
-        desc = " ".join(f"{flag_of(k)} {show_value(v)}" for k, v in error.values.items())
+        desc = " ".join(_typed_flag(k, v) for k, v in error.values.items())
         return f"invalid combination {desc}: {error.reason}"
     return str(error)
+
+
+def _typed_flag(field: str, value: Any) -> str:
+    """A field's flag with its value as typed: '--heads 32'; a switch as '--prefill' or
+    '--no-prefill'."""
+    flag = flag_of(field)
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {show_value(value)}"
 
 
 METAVARS = {int: "INT", float: "NUM"}
@@ -88,6 +97,8 @@ def parse_field(name: str, text: str) -> Any:
     """A flag's text as the field's value: a list for an axis ('32,8,1' -> [32, 8, 1]),
     else one value. FieldError naming the field when a value does not fit (below its
     minimum or above its maximum)."""
+    from ..study.sweep import check_value  # the model configs' readers: yaml, transformers
+
     spec = FIELDS[name]
     if name == "seq_lens":
         lengths = parse_seq_lens(text)

@@ -8,8 +8,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from ..measure.devices import resolve_device
-from ..measure.environment import collect_environment
 from ..model.presets import PRESETS
 from ..render.columns import MODELS
 from ..study.schema import DEFAULT_DEVICE, DEVICE_CHOICES
@@ -34,6 +32,9 @@ def models_command(
 @handles_errors
 def env_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
     """Print the environment recorded with every result."""
+    from ..measure.devices import resolve_device
+    from ..measure.environment import collect_environment
+
     for key, value in collect_environment(resolve_device(device)).items():
         console.print(f"{key}: {value}", highlight=False)
 
@@ -44,6 +45,7 @@ def selfcheck_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
     """Check on a device that every backend matches a float64 reference, that cached decode
     equals a full pass, and that a real KV cache has the analytic size. Exit 1 on failure."""
     from ..experiments.selfcheck import run_checks
+    from ..measure.devices import resolve_device
 
     dev = resolve_device(device)
     results = run_checks(dev)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..experiments.kvmem import KIND_RECORDS
 from ..render.columns import kvmem_columns, layer_kind_columns
 from . import app
 from .common import (
@@ -25,6 +24,8 @@ def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -
     allocating the real cache, which must equal the formula exactly. A hybrid model's
     state layers (Mamba, linear attention) keep a fixed-size state beside it: shown per
     layer kind, and in the total."""
+    from ..experiments.kvmem import KIND_RECORDS  # allocates caches: torch
+
     outputs = {"csv": csv, "json": json}
     plan, result = run_section("kvmem", "kvmem", config, overrides, model, hf_config, outputs)
     if not quiet:

@@ -1,5 +1,5 @@
 """Options several commands share, declared once as `Annotated` types; the gate's
-thresholds as flags, their defaults and help read from `gate.compare.Thresholds`."""
+thresholds as flags, their defaults and help read from `gate.rules.Thresholds`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..gate import baseline
-from ..gate.compare import Thresholds
+from ..gate.rules import Thresholds
 
 #: The gate's thresholds when no flag sets them.
 GATE = Thresholds()

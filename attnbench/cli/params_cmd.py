@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..experiments.whole_model import PART_RECORDS, ModelPartRecord
+from typing import TYPE_CHECKING
+
 from ..model.model_params import COUNT_HINT, has_whole_model, whole_model_source
 from ..model.what_if import is_what_if
 from ..records import as_dict
@@ -22,6 +23,9 @@ from .common import (
 )
 from .flags import section_command
 
+if TYPE_CHECKING:
+    from ..experiments.whole_model import ModelPartRecord
+
 
 def present_parts(rows: list[ModelPartRecord]) -> list[ModelPartRecord]:
     """The parts a model has: a part of no parameters (the experts and router of a dense
@@ -35,6 +39,8 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     module built on the meta device (a mismatch is a bug and fails). With a model, also
     its whole-model count per part it has (column `counted`: on a skeleton of the model
     built on the meta device)."""
+    from ..experiments.whole_model import PART_RECORDS  # a skeleton on the meta device: torch
+
     outputs = {"csv": csv, "json": json}
     plan, result = run_section("params", "params", config, overrides, model, hf_config, outputs)
     records = result.records["params"]

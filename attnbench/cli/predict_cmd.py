@@ -3,7 +3,6 @@ roofline; its calibration on a measured run, and its check against one."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from ..model.calibration import (
     calibration_dict,
     check_run,
     load_calibration,
+    report_dict,
 )
 from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec
 from ..model.units import parse_duration
@@ -24,13 +24,14 @@ from ..render.predict import (
     phase_rows,
     source_lines,
 )
-from ..study.documents import load_document
+from ..study.output import write_json_atomic
 from . import app
 from .common import (
     CONFIG,
     HF_CONFIG,
     MODEL,
     OUTPUTS,
+    check_writable,
     console,
     model_notes,
     print_items,
@@ -38,7 +39,7 @@ from .common import (
     show_table,
     write_section_outputs,
 )
-from .flags import option, section_command
+from .flags import flag_of, option, section_command
 
 CALIBRATE = option(
     "calibrate",
@@ -88,10 +89,16 @@ def predict_command(
     """Time to first token and time per output token of one attention layer and of a
     whole model on a named GPU (its datasheet peaks) or this machine (the peaks it
     measures): the bytes and FLOPs of each, against the device's ridge point."""
-    min_time_s = parse_duration(min_time, "min_time") if min_time else 0.0
     if calibrate or check:
-        _measured_run_mode(overrides, calibrate, check, to, min_time_s, quiet)
+        given = {"model": model, "hf_config": hf_config, "config": config, "csv": csv}
+        _measured_run_mode(overrides, given, calibrate, check, to, min_time, json, wide, quiet)
         return
+    for name, value, mode in (
+        ("to", to, "--calibrate"),
+        ("min_time", min_time, "--calibrate or --check"),
+    ):
+        if value is not None:
+            raise UsageError(f"{flag_of(name)} goes with {mode}, not a prediction")
     outputs = {"csv": csv, "json": json}
     plan, result = run_section("predict", "predict", config, overrides, model, hf_config, outputs)
     if not quiet:
@@ -102,36 +109,94 @@ def predict_command(
     write_section_outputs("predict", "predict", plan, result, csv, json, quiet)
 
 
+#: The flags --calibrate and --check take besides their own: the GPU whose peaks to use
+#: and, for --check, the calibration to check.
+MEASURED_RUN_FIELDS = {"gpu", "calibration"}
+
+
 def _measured_run_mode(
     overrides: dict[str, Any],
+    given: dict[str, str | None],
     calibrate: str | None,
     check: str | None,
     to: str | None,
-    min_time_s: float,
+    min_time: str | None,
+    json_path: str | None,
+    wide: bool,
     quiet: bool,
 ) -> None:
-    """--calibrate (then its fit checked on its own samples) or --check."""
+    """--calibrate (then its fit checked on its own samples) or --check; a flag of
+    predict's own mode (`given`, `overrides`) is refused, as --to without --calibrate and
+    --calibration with it. Nothing is written before the fit and its check are done."""
+    mode = "--calibrate" if calibrate else "--check"
+    _refuse_flags(mode, overrides, given, calibrate, check, to)
+    min_time_s = parse_duration(min_time, "min_time", zero=True) if min_time else 0.0
+    device = _named_device(overrides.get("gpu"))
+    calibration_path = overrides.get("calibration")
+    path = (
+        (Path(to) if to else Path(calibrate).with_suffix(".calibration.json"))
+        if calibrate
+        else None
+    )
+    inputs = {"calibrate": calibrate, "check": check, "calibration": calibration_path}
+    check_writable({"to": str(path) if path else None, "json": json_path}, inputs)
+    results = calibrate or check
+    doc = _results(results, "calibrate" if calibrate else "check")
+    if calibrate:
+        calibration = calibrate_run(doc, device, calibrate, min_time_s)
+        report = check_run(doc, calibration, None, min_time_s, results)
+        _write("to", path, calibration_dict(calibration))
+    else:
+        calibration = load_calibration(calibration_path) if calibration_path else None
+        report = check_run(doc, calibration, device, min_time_s, results)
+    if json_path:
+        _write("json", json_path, report_dict(report, results))
+    if not quiet:
+        verb = "Calibrated on" if calibrate else "Checked against"
+        _show_check(report, f"{verb} {results}", wide)
+        for written in (path, json_path):
+            if written:
+                console.print(f"wrote {written}", markup=False)
+
+
+def _refuse_flags(
+    mode: str,
+    overrides: dict[str, Any],
+    given: dict[str, str | None],
+    calibrate: str | None,
+    check: str | None,
+    to: str | None,
+) -> None:
+    """A flag that does nothing with --calibrate or --check: an error naming both."""
     if calibrate and check:
         raise UsageError("--calibrate and --check: give one, then check with the file it wrote")
-    device = _named_device(overrides.get("gpu"))
-    if calibrate:
-        doc = _results(calibrate, "calibrate")
-        calibration = calibrate_run(doc, device, Path(calibrate).name, min_time_s)
-        path = Path(to) if to else Path(calibrate).with_suffix(".calibration.json")
-        try:
-            path.write_text(json.dumps(calibration_dict(calibration), indent=2) + "\n")
-        except OSError as exc:
-            raise FieldError("to", str(path), f"cannot write: {exc.strerror}") from None
-        report = check_run(doc, calibration, None, min_time_s)
-        if not quiet:
-            _show_check(report, f"Calibrated on {calibrate}")
-            console.print(f"wrote {path}", markup=False)
-        return
-    given = overrides.get("calibration")
-    calibration = load_calibration(given) if given else None
-    report = check_run(_results(check, "check"), calibration, device, min_time_s)
-    if not quiet:
-        _show_check(report, f"Checked against {check}")
+    if to is not None and not calibrate:
+        raise UsageError(
+            "--to goes with --calibrate (where it writes the calibration), not --check"
+        )
+    if calibrate and overrides.get("calibration") is not None:
+        raise UsageError(
+            "--calibration with --calibrate: a calibration is fitted, not read; "
+            "check it with --check RESULTS --calibration FILE"
+        )
+    names = [n for n, v in {**given, **overrides}.items() if v is not None]
+    ignored = [n for n in names if n not in MEASURED_RUN_FIELDS]
+    if ignored:
+        raise UsageError(
+            f"{flag_of(ignored[0])} with {mode}: it predicts no point of its own; it reads "
+            "every timed row of the results (give --gpu, --calibration, --min-time, --json)"
+        )
+
+
+def _write(field: str, path: str | Path, document: dict) -> None:
+    """Write `document` as JSON to `path` (the file of flag `field`), whole or not at all."""
+    try:
+        write_json_atomic(path, document)
+    except ValueError:  # NaN or infinity, refused before the file is replaced
+        reason = "not written: it would hold NaN or an infinity, which JSON cannot"
+        raise FieldError(field, str(path), reason) from None
+    except OSError as exc:
+        raise FieldError(field, str(path), f"cannot write: {exc.strerror}") from None
 
 
 def _named_device(gpus: list[str] | None) -> DeviceSpec | None:
@@ -144,15 +209,17 @@ def _named_device(gpus: list[str] | None) -> DeviceSpec | None:
 
 
 def _results(path: str, field: str) -> dict:
+    from ..study.documents import load_document
+
     document = load_document(path)
     if document.raw is None:
         raise FieldError(field, path, "needs the JSON of a run (--json, or results.json)")
     return document.raw
 
 
-def _show_check(report: CheckReport, title: str) -> None:
+def _show_check(report: CheckReport, title: str, wide: bool) -> None:
     rows = check_rows(report.rows)
-    show_table(title, rows, CHECK_COLUMNS, wide=False, hint=None)
+    show_table(title, rows, CHECK_COLUMNS, wide=wide, hint=None)
     worst = report.worst
     floor = f" of {report.min_time_s * 1e3:g} ms or more" if report.min_time_s else ""
     print_items(

@@ -9,32 +9,15 @@ import signal
 import stat
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import FieldError, UsageError, one_line
 from ..model.files import bad_name, shown_path
-from ..render.plots import render_plots
-from ..render.report import findings, write_report
-from ..study.distributed import Launch, process_group, torchrun_launch, wait_for_all
-from ..study.documents import incomplete, load_results
-from ..study.merge import Merged, merge, resumed_share_plan
-from ..study.plan import MAX_POINTS, check_one_rank_per_point
-from ..study.runner import (
-    RESULTS_FILE,
-    DirectoryStore,
-    Plan,
-    RunResult,
-    Task,
-    plan_study,
-    run_study,
-)
+from ..study.limits import MAX_POINTS, MAX_SHARDS
 from ..study.saved import unsaved
 from ..study.schema import DEVICE_CHOICES, INT_TEXT
-from ..study.sections import record_sets
-from ..study.shards import MAX_SHARDS, Shard, parse_shard, shard_dir, shard_plan, share_loads
-from ..study.stores import foreign_files, listed, share_in
 from . import app
 from .common import (
     console,
@@ -47,10 +30,14 @@ from .common import (
     same_file,
     timestamped_dir,
 )
-from .decode_cmd import describe as describe_decode
-from .decode_cmd import show_providers
 from .flags import handles_errors
 from .options import ConfigArg, ForceOpt, QuietOpt
+
+if TYPE_CHECKING:
+    from ..study.distributed import Launch
+    from ..study.merge import Merged
+    from ..study.runner import DirectoryStore, Plan, RunResult, Task
+    from ..study.shards import Shard
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
 #: SIGHUP, which stop a study as Ctrl-C does.
@@ -59,6 +46,8 @@ EXIT_INTERRUPTED = 130
 
 def describe(task: Task) -> str:
     """One line naming a point: 'kvmem llama-2-7b batch 1 context 4096 float16'."""
+    from .decode_cmd import describe as describe_decode
+
     p = task.point
     if task.section == "decode":
         return f"decode {describe_decode(p)}"
@@ -74,6 +63,8 @@ def _about(seconds: float) -> str:
 
 def _dry_run(plan: Plan, nproc: int) -> None:
     """The points and their estimates; with several workers, each one's share."""
+    from ..study.shards import share_loads
+
     devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
     if nproc == 1:  # one write: printing 100,000 lines one by one takes seconds
         console.file.write(
@@ -102,6 +93,12 @@ def _dry_run(plan: Plan, nproc: int) -> None:
 
 def _finish(doc: dict, out: Path, quiet: bool) -> None:
     """Plots and report, then the summary."""
+    from ..render.plots import render_plots
+    from ..render.report import findings, write_report
+    from ..study.runner import RESULTS_FILE
+    from ..study.sections import record_sets
+    from .decode_cmd import show_providers
+
     plots = render_plots(doc, out)
     report = write_report(doc, out)
     if quiet:
@@ -149,6 +146,8 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
     a study's (study.stores.foreign_files): the study's results.json, CSVs, plots and
     report.md would replace files of the same names. Its `sweep` file may be there; other
     files only with --force."""
+    from ..study.stores import foreign_files, listed
+
     shown = shown_path(out_dir)
     problem = bad_name(out_dir)  # before a folder on the way to it is made
     if problem:
@@ -176,6 +175,8 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
 def _refuse_share(out_dir: Path) -> None:
     """A share's directory is written by that share alone: a whole study (run or merged)
     there would replace it, and no merge of the study would take it any more."""
+    from ..study.stores import share_in
+
     share = share_in(out_dir)
     if share is not None:
         raise FieldError(
@@ -247,6 +248,12 @@ def run_command(
     stops after the current point, or the decode points sampled with it (exit 130);
     --resume finishes the rest. Under torchrun every rank runs its share (on its own GPU)
     and rank 0 merges them."""
+    from ..study.distributed import process_group, torchrun_launch, wait_for_all
+    from ..study.documents import incomplete
+    from ..study.merge import merge, resumed_share_plan
+    from ..study.plan import check_one_rank_per_point
+    from ..study.shards import parse_shard, shard_plan
+
     launch = torchrun_launch()
     plan = _plan(config, device, _max_points(max_points), launch)
     check_one_rank_per_point(plan, config, _tensor_parallel)
@@ -276,6 +283,8 @@ def run_command(
 
 def _plan(config: str | None, device: str | None, max_points: int, launch: Launch | None) -> Plan:
     """The study planned on `device`; under torchrun on CUDA, on this rank's own GPU."""
+    from ..study.runner import plan_study
+
     try:
         plan = plan_study(config, device, max_points=max_points)
         if launch is not None and plan.device.type == "cuda":  # each rank on its own GPU
@@ -287,6 +296,8 @@ def _plan(config: str | None, device: str | None, max_points: int, launch: Launc
 
 def _rank_shard(launch: Launch, shard: str | None, out: str | None) -> str:
     """Under torchrun, this rank's share: --shard is torchrun's to give, --out a must."""
+    from ..study.shards import Shard
+
     if shard is not None:
         raise FieldError("shard", shard, "torchrun shares the study among its ranks already")
     if out is None:
@@ -326,6 +337,8 @@ def _run(
     """Run the study (or `share` of it) into `out_dir`, one writer at a time, then say so
     and write its plots and report. Interrupted, say how to finish it (`given`: the sweep
     file and --device to resume with)."""
+    from ..study.runner import DirectoryStore, run_study
+    from ..study.shards import shard_dir
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe, quiet, weight=plan.estimate)
@@ -405,6 +418,8 @@ OutOpt = Annotated[
 def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) -> None:
     """Re-write files from a saved results.json with `write(doc, out_dir)`, which returns
     the paths it wrote; nothing is re-run. The directory of the results is the study's."""
+    from ..study.documents import load_results
+
     doc = load_results(results)
     out_dir = Path(out) if out else Path(results).parent
     if not same_file(out_dir, Path(results).parent):
@@ -424,6 +439,8 @@ def plot_command(
     results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
 ) -> None:
     """Re-draw a study's plots from its results.json; nothing is re-run."""
+    from ..render.plots import render_plots
+
     _rerender(results, out, quiet, force, render_plots)
 
 
@@ -434,6 +451,8 @@ def report_command(
 ) -> None:
     """Re-write a study's report.md from its results.json (showing the plots found beside
     it); nothing is re-run."""
+    from ..render.report import write_report
+
     _rerender(results, out, quiet, force, lambda doc, out_dir: [write_report(doc, out_dir)])
 
 
@@ -454,6 +473,9 @@ def merge_command(
     """Put the shares of a study (run with --shard i/N) back together: results.json, the
     CSVs, plots and report.md, in the study's point order. Exits 1 when some points are in
     no share yet. A share's directory is never written into."""
+    from ..study.merge import merge
+    from ..study.stores import share_in
+
     merged = merge([Path(d) for d in dirs])
     out_dir = Path(out) if out else Path(dirs[0])
     if out is None and (share := share_in(out_dir)) is not None:
@@ -474,6 +496,9 @@ def _write_merged(merged: Merged, out_dir: Path, quiet: bool, again: list[str]) 
     """The merged study's results.json, CSVs, plots and report in `out_dir`; exit 1 when
     some points are in no share. Interrupted, it says to merge `again` (the shares are
     only read)."""
+    from ..study.runner import DirectoryStore
+    from ..study.sections import record_sets
+
     store = DirectoryStore(out_dir)
     try:
         with store.locked():

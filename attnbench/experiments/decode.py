@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..errors import FieldError
+from ..errors import CombinationError, FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
 from ..measure.peak_memory import PeakMemory, peak_bytes_during
@@ -144,8 +144,7 @@ class DecodePoint(ParamsPoint):
         if self.batch_spec is not None:
             batch = serving.batch_of(self.batch_spec)
             object.__setattr__(self, "batch", batch.batch_size)
-            longest = max(s.context_len for s in batch.sequences)
-            object.__setattr__(self, "prompt_len", longest)
+            object.__setattr__(self, "prompt_len", batch.max_context_len)
 
     @property
     def cached(self) -> bool:
@@ -557,6 +556,7 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         listed = ", ".join(map(str, contexts))
         reason = f"is below every context ({listed}): no point would run"
         raise FieldError("no_cache_max_prompt_len", longest, reason)
+    check_serving(values, options, given)
     replaced = sorted(given & {"batch", "prompt_len"}) if values.get("batch_spec") else []
     if replaced:
         name = replaced[0]
@@ -568,6 +568,36 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         raise FieldError(
             "baseline_provider", baseline, f"is not among the providers swept ({', '.join(swept)})"
         )
+
+
+def check_serving(values: Mapping[str, list], options: DecodeOptions, given: set[str]) -> None:
+    """CombinationError for serving axes that leave nothing to run or to measure: a batch
+    spec or a paged cache is timed cached only, so without the cache mode no point runs;
+    and they time no prefill, as a section without prefill or the cache mode does not,
+    so prefill_memory (`given`) would measure nothing."""
+    specs = values.get("batch_spec") or []
+    paged = [b for b in values.get("block_size", []) if b not in (None, "contiguous")]
+    only_paged = bool(paged) and len(paged) == len(values.get("block_size", []))
+    served = {"batch_spec": specs[0]} if specs else {"block_size": paged[0]} if only_paged else {}
+    cached = "cache" in values.get("mode", ["cache"])
+    if served and not cached:
+        raise CombinationError(
+            {"mode": "no_cache", **served},
+            "a batch spec or a paged cache is timed with the cache only: no point would run",
+        )
+    if "prefill_memory" not in given or not options.prefill_memory:
+        return
+    why = [
+        ({"prefill": False}, not options.prefill, "the prefill is not timed"),
+        (served, bool(served), "a batch spec or a paged cache times its step alone"),
+        ({"mode": "no_cache"}, not cached, "a step without the cache times no prefill"),
+    ]
+    for values_, applies, reason in why:
+        if applies:
+            raise CombinationError(
+                {"prefill_memory": True, **values_},
+                f"{reason}: there is no prefill whose peak memory to count",
+            )
 
 
 def step_counts(point: DecodePoint) -> StepCounts:

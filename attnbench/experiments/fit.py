@@ -45,13 +45,12 @@ from ..model.capacity import (
     cache_bytes,
     ceil_div,
     layer_windows,
+    model_layout,
     positive_int,
     state_bytes,
-    token_layout,
     window_summary,
 )
 from ..model.devices import DEVICES, THIS_DEVICE, DeviceSpec, device_spec
-from ..model.dtypes import KV_DTYPES, check_dtype
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     DEFAULT_MODEL,
@@ -63,6 +62,7 @@ from ..model.roofline import (
     prefill_counts,
 )
 from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memory, parse_share
+from ..model.weights import WeightFormat
 from ..records import exact, info, key
 from .context import Context, grid_order, no_links
 
@@ -94,6 +94,7 @@ class FitPoint:
     gpus: int | None = None
     tp: int | None = None
     weights_dtype: str | None = None
+    weights_group: int | None = None
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
@@ -122,7 +123,7 @@ class FitPlan:
     memory_bytes: int
     gpus: int
     tp: int
-    weights_dtype: str
+    weights: WeightFormat
     kv: KvFormat
     windows: tuple[int | None, ...]
     page_size: int | None
@@ -130,7 +131,6 @@ class FitPlan:
     layer_pattern: str | None = None
 
     def __post_init__(self) -> None:
-        check_dtype(self.weights_dtype, "weights_dtype", KV_DTYPES)
         if self.gpus % self.tp:
             raise FieldError("gpus", self.gpus, f"not a multiple of tp {self.tp}")
         self.layout  # noqa: B018  (tp must split the heads)
@@ -141,14 +141,18 @@ class FitPlan:
 
     @property
     def layout(self) -> TokenLayout:
-        s = self.spec
-        latent = s.mla.latent_dim if s.mla else None
-        return token_layout(s.num_heads, s.num_kv_heads, s.head_dim, self.kv, self.tp, latent)
+        return model_layout(self.spec, self.kv, self.tp)
 
     @property
     def weights_bytes(self) -> int:
-        """Weights on one GPU (one tensor-parallel rank)."""
-        return weight_bytes_per_rank(self.spec, self.weights_dtype, self.tp)
+        """Weights on one GPU (one tensor-parallel rank), with their scales."""
+        return weight_bytes_per_rank(self.spec, self.weights, self.tp)
+
+    @property
+    def dtype(self) -> str:
+        """The activations' dtype: the weights' where they are 16 or 32 bits, else the
+        model's (quantised weights are dequantised into it, or float8 matmuls write it)."""
+        return self.spec.dtype if self.weights.quantized else self.weights.dtype
 
     @property
     def state_bytes(self) -> int:
@@ -169,7 +173,7 @@ class FitPlan:
         if weights > memory:
             raise CapacityError(
                 f"weights alone do not fit: {format_bytes(weights)} ({weights:,} bytes of "
-                f"{self.weights_dtype}) {where} > {format_bytes(memory)} ({memory:,} bytes)"
+                f"{self.weights.describe()}) {where} > {format_bytes(memory)} ({memory:,} bytes)"
             )
         if weights + reserve >= memory:
             raise CapacityError(
@@ -265,7 +269,7 @@ def _record(
         gpus=plan.gpus,
         tp=plan.tp,
         replicas=plan.replicas,
-        weights_dtype=plan.weights_dtype,
+        weights_dtype=plan.weights.dtype,
         kv_dtype=plan.kv.dtype,
         page_size=plan.page_size,
         layer_pattern=plan.layer_pattern,
@@ -342,7 +346,7 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
 
 def device_for(point: FitPoint) -> DeviceSpec | None:
     """The point's named GPU, or None. This machine's measured peaks are refused: a fit
-    plans for a GPU's memory and times its collectives, which a datasheet states."""
+    plans for a GPU's memory and times its collectives, which published figures state."""
     if point.gpu is None:
         return None
     if str(point.gpu).lower() == THIS_DEVICE:
@@ -350,7 +354,7 @@ def device_for(point: FitPoint) -> DeviceSpec | None:
             "gpu",
             point.gpu,
             f"fit needs a named GPU ({', '.join(DEVICES)}): its memory and the peaks and "
-            "interconnect its datasheet states",
+            "interconnect its published figures state",
         )
     return device_spec(point.gpu)
 
@@ -388,7 +392,7 @@ def plan_for(point: FitPoint) -> FitPlan:
         memory_bytes=size.bytes,
         gpus=gpus or tp,
         tp=tp,
-        weights_dtype=point.weights_dtype or spec.dtype,
+        weights=WeightFormat.of(point.weights_dtype or spec.dtype, point.weights_group),
         kv=KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype),
         windows=layer_windows(
             spec.kv_layers, spec.windows, point.sliding_window, point.layer_pattern
@@ -476,15 +480,14 @@ def _calibration(path: str, device: DeviceSpec) -> PerfModel:
 
 @contextmanager
 def _roofline_errors(targets: Targets) -> Iterator[None]:
-    """The roofline's refusals as errors of the fit's own fields: a dtype it has no peak
-    or weights for is the weights_dtype's; a model it does not time (MLA) the target's."""
+    """The roofline's refusals as errors of the fit's own fields: a dtype the device has
+    no matmul rate for is the weights_dtype's; a model it cannot time the target's."""
     try:
         yield
     except FieldError as exc:
         if exc.field != "dtype":
             raise
-        reason = f"{exc.reason} (the roofline times a step in the weights' dtype)"
-        raise FieldError("weights_dtype", exc.value, reason) from None
+        raise FieldError("weights_dtype", exc.value, exc.reason) from None
     except UsageError as exc:
         raise FieldError(*targets.named, str(exc)) from None
 
@@ -497,8 +500,8 @@ def _predict(
     and the plan's layer windows, so the step reads the cache the plan holds."""
     spec = replace(plan.spec, windows=plan.windows)
     with _roofline_errors(targets):
-        step = counts(spec, batch, seq_len, plan.weights_dtype, plan.kv.dtype, plan.tp)
-        return predict_counts(step, targets.device, plan.weights_dtype, plan.tp, targets.model)
+        step = counts(spec, batch, seq_len, plan.dtype, plan.kv.dtype, plan.tp, plan.weights)
+        return predict_counts(step, targets.device, plan.dtype, plan.tp, targets.model)
 
 
 def step_prediction(

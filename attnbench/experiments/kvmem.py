@@ -23,6 +23,7 @@ from ..model.capacity import (
     cache_bytes,
     counted,
     layer_windows,
+    model_layout,
     paging_report,
     positive_int,
     state_bytes,
@@ -291,9 +292,7 @@ def layer_kind_records(models: Sequence[ModelSpec]) -> list[LayerKindRecord]:
             continue
         if is_what_if(spec.num_kv_heads, spec.published_kv_heads):
             continue
-        fmt = KvFormat(spec.dtype)
-        latent = spec.mla.latent_dim if spec.mla else None
-        layout = token_layout(spec.num_heads, spec.num_kv_heads, spec.head_dim, fmt, 1, latent)
+        layout = model_layout(spec, KvFormat(spec.dtype))
         bounds = iter(spec.windows or (None,) * spec.kv_layers)
         groups: dict[str, list] = {}
         for kind, attends, state in zip(

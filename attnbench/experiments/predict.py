@@ -23,7 +23,7 @@ from ..errors import FieldError
 from ..measure.environment import collect_environment
 from ..model.architecture import ModelSpec
 from ..model.calibration import Calibration, load_calibration
-from ..model.capacity import KvFormat, cache_bytes, state_bytes, token_layout
+from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, flops_for, measured_device
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
@@ -36,6 +36,7 @@ from ..model.roofline import (
     step_counts,
 )
 from ..model.shapes import AttentionShape
+from ..model.weights import WeightFormat
 from ..records import exact, info, key
 from .context import Context, grid_order, no_links
 
@@ -57,11 +58,18 @@ class PredictPoint:
     calibration: str | None = None
     model: str | None = None
     published_kv_heads: int | None = None
+    weights_dtype: str | None = None
+    weights_group: int | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     @property
     def shape(self) -> AttentionShape:
         return AttentionShape(self.d_model, self.num_heads, self.num_kv_heads, self.head_dim)
+
+    @property
+    def weights(self) -> WeightFormat:
+        """The model's weights: weights_dtype (default: dtype) with its scale groups."""
+        return WeightFormat.of(self.weights_dtype or self.dtype, self.weights_group)
 
 
 @dataclass(kw_only=True)
@@ -133,6 +141,12 @@ class PredictRecord:
     #: this machine). A prediction for a model that does not fit is still made.
     memory_bytes_needed_per_gpu: int | None = exact(None)
     fits_memory: bool | None = info()
+    #: The weights' format where it is not dtype ("int4, groups of 128"); None: dtype.
+    weights: str | None = key(None)
+    #: The model's step: its kernels' launches (ms), included in tpot_ms and ttft_ms.
+    launch_ms: float | None = info()
+    #: The device's figures that set the times, each with its source.
+    device_figures: str = info("")
 
 
 def _calibration(point: PredictPoint) -> Calibration | None:
@@ -174,8 +188,21 @@ def check(point: PredictPoint) -> None:
         raise FieldError("seq_len", None, "give the context to predict at, e.g. 8192")
     if point.spec is not None:
         point.spec.require_kinds()
+    elif point.weights_dtype is not None or point.weights_group is not None:
+        field = "weights_dtype" if point.weights_dtype is not None else "weights_group"
+        raise FieldError(
+            field,
+            getattr(point, field),
+            "needs a whole model: a layer shape has no MLP, embeddings or head to quantise",
+        )
     if point.gpu != THIS_DEVICE:
-        model_for(point, device_spec(point.gpu))
+        device = device_spec(point.gpu)
+        model_for(point, device)
+        if point.spec is not None and point.weights.dtype != point.dtype:
+            try:
+                flops_for(device, point.weights.matmul_dtype(point.dtype))
+            except FieldError as exc:
+                raise FieldError("weights_dtype", point.weights.dtype, exc.reason) from None
     else:
         _calibration(point)
     if point.tp > 1 and point.gpu == THIS_DEVICE:
@@ -192,8 +219,9 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
         "layer_step": layer_counts(point.shape, b, 1, s + 1, dtype, point.kv_dtype, tp),
     }
     if point.spec is not None:
-        counts["prefill"] = step_counts(point.spec, b, s, s, dtype, point.kv_dtype, tp)
-        counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, point.kv_dtype, tp)
+        weights = point.weights
+        counts["prefill"] = step_counts(point.spec, b, s, s, dtype, point.kv_dtype, tp, weights)
+        counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, point.kv_dtype, tp, weights)
     return counts
 
 
@@ -208,7 +236,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
     step = found.get("step", found["layer_step"])
     return PredictRecord(
         model=point.model,
-        variant=point.shape.variant,
+        variant=point.spec.variant if point.spec else point.shape.variant,
         gpu=point.gpu,
         d_model=point.d_model,
         num_heads=point.num_heads,
@@ -228,8 +256,8 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         ridge_flops_per_byte=step.roofline.ridge,
         device_title=device.title,
         peak_gbps=device.memory_bandwidth / 1e9,
-        peak_tflops=flops_for(device, point.dtype) / 1e12,
-        interconnect_gbps=(device.interconnect_bandwidth or 0) / 1e9 or None,
+        peak_tflops=flops_for(device, step.counts.matmul_dtype or point.dtype) / 1e12,
+        interconnect_gbps=device.collectives.bus_bandwidth / 1e9 if device.collectives else None,
         peaks_source="; ".join(device.sources),
         efficiency_bw=model.efficiency_bw,
         efficiency_kv=model.kv_efficiency,
@@ -238,6 +266,9 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         perf_model=model.describe(),
         published_kv_heads=point.published_kv_heads,
         **_memory(point, device),
+        weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
+        launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
+        device_figures=device.figures(),
     )
 
 
@@ -249,11 +280,11 @@ def memory_needed(point: PredictPoint) -> int | None:
     if spec is None or point.seq_len is None:
         return None
     fmt = KvFormat(point.kv_dtype or point.dtype)
-    layout = token_layout(spec.num_heads, spec.num_kv_heads, spec.head_dim, fmt, point.tp)
+    layout = model_layout(spec, fmt, point.tp)
     windows = spec.windows or (None,) * spec.kv_layers
     cache = cache_bytes(layout, windows, {point.seq_len: point.batch}).total
     cache += state_bytes(spec.layer_states, point.dtype, point.batch, point.tp)
-    return weight_bytes_per_rank(spec, point.dtype, point.tp) + cache
+    return weight_bytes_per_rank(spec, point.weights, point.tp) + cache
 
 
 def _memory(point: PredictPoint, device: DeviceSpec) -> dict[str, Any]:

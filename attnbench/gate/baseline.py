@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import FieldError, UsageError
-from ..study.documents import Document, load_document
 from ..study.output import write_json_atomic
-from ..study.runner import DEFAULT_CONFIG, plan_study, run_study
+
+if TYPE_CHECKING:
+    from ..study.documents import Document
 
 BASELINE_DIR = Path("results/baselines")
 #: The baseline CI gates every change against: the default study's exact metrics on CPU.
@@ -24,6 +26,8 @@ def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[
     file there. Only JSON will do: a CSV lacks the raw samples and the environment. The
     validation is compare's own (study.documents.load_document): a baseline is a file
     compare accepts."""
+    from ..study.documents import load_document  # the record types: torch
+
     doc = load_document(results)
     if doc.raw is None:
         raise UsageError(f"{results}: save the JSON a command wrote; a CSV has no samples")
@@ -46,6 +50,8 @@ def exact_document(config_path: str | Path | None = None) -> dict:
     params section, and its kvmem section computed without measuring, as a `run`
     document. Nothing here depends on the machine, so a change in it means the analytic
     model or a module changed."""
+    from ..study.runner import DEFAULT_CONFIG, plan_study, run_study
+
     plan = plan_study(config_path, names=["params", "kvmem"], measure=False)
     doc = run_study(plan).document
     doc["config"] = {"source": str(config_path or DEFAULT_CONFIG)}

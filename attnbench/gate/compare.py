@@ -26,11 +26,14 @@ rule of its kind:
   kind of status in both files (wrong in both, unsupported in both) gets no status
   verdict; an `oom` or `skipped` point keeps showing as its `missing` metrics.
 
-Timings are gated only between matching environments (see `GATING_ENV_FIELDS`, and the
-peaks each run measured: `PEAK_DRIFT`). In-run ratios and counts need the same device
-model and library versions only: a machine under other load, whose peaks moved, still
-gives them (a ratio's two timings shared the load; a count does not see it). In a merged
-study (study.merge) each row is held to the environment of the share that ran it.
+Timings, in-run ratios and counts are gated only between runs of one machine: the same
+device model, library versions and threads (`GATING_ENV_FIELDS`). The peaks each run
+measured of its machine (copy bandwidth, matmul throughput) are no part of its identity:
+on a shared machine they move with the load from one run to the next. A peak that moved
+is that noise, and timings are judged against it: their threshold widens to the peak's
+move (`Mismatch.rule`). In-run ratios and counts keep their threshold: a ratio's two
+timings shared the load, and a count does not see it. In a merged study (study.merge)
+each row is held to the environment of the share that ran it.
 """
 
 from __future__ import annotations
@@ -50,12 +53,7 @@ from ..records import SAMPLED, Kind, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
 from ..study.sections import record_type
-
-#: Environment fields that must match for timings to gate; cpu_model only for CPU runs.
-GATING_ENV_FIELDS = ("device_name", "torch_version", "cuda_version", "num_threads")
-#: Relative change of a measured peak (copy bandwidth, matmul throughput) that makes two
-#: runs incomparable.
-PEAK_DRIFT = 0.10
+from .rules import GATING_ENV_FIELDS, PEAK_FIELDS, Thresholds
 
 #: The kinds of metric that get a verdict.
 GATED = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
@@ -98,23 +96,6 @@ SEVERITY = {v: i for i, v in enumerate(Verdict)}
 
 
 # --- verdicts ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The gate's knobs; the CLI sets `time`, `mem` and `count`, the rest are fixed rules.
-    `count` is the relative change of a count (instructions) beyond which it regresses or
-    improves."""
-
-    time: float = 0.10
-    mem: float = 0.01
-    count: float = 0.01
-    mem_floor_bytes: int = 1 << 20
-    time_floor_ms: float = 0.005
-    noise_factor: float = 3.0
-    confidence: float = 0.99
-    resamples: int = 2000
-    seed: int = 2000
 
 
 @dataclass(frozen=True)
@@ -357,32 +338,35 @@ class Finding:
 
 @dataclass(frozen=True)
 class EnvDifference:
-    """`gating`: timings do not gate across it; `drift`: it is a measured peak that moved,
-    which stops timings only (in-run ratios and counts still gate)."""
+    """`gating`: a field of the machine's identity, across which nothing measured gates;
+    `drift`: by how much a measured peak moved (see `peak_move`), 0 for other fields."""
 
     field: str
     baseline: Any
     current: Any
     gating: bool
-    drift: bool = False
+    drift: float = 0.0
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """The differing environment fields that stop each kind of metric from gating."""
+    """How the environments of two measurements differ: the identity fields that differ
+    (`fields`: timings, in-run ratios and counts do not gate across them), and the
+    largest move of a peak both measured (`drift`, 0.2 for 1.2x): the machine's load."""
 
-    timing: list[str] = field(default_factory=list)
-    ratio: list[str] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)
+    drift: float = 0.0
 
     @classmethod
     def of(cls, diffs: list[EnvDifference]) -> Mismatch:
-        return cls(
-            [d.field for d in diffs if d.gating],
-            [d.field for d in diffs if d.gating and not d.drift],
-        )
+        return cls([d.field for d in diffs if d.gating], max((d.drift for d in diffs), default=0.0))
 
-    def for_kind(self, kind: Kind) -> list[str]:
-        return self.timing if kind is Kind.TIMING else self.ratio
+    def rule(self, kind: Kind, th: Thresholds) -> Thresholds:
+        """The thresholds a timing or an in-run ratio is judged with: a timing's threshold
+        at least the drift (a change the machine's load made in both runs alike is no
+        evidence of the code), a ratio's as it is (its two sides shared the load)."""
+        th = timing_rule(kind, th)
+        return replace(th, time=max(th.time, self.drift)) if kind is Kind.TIMING else th
 
 
 @dataclass
@@ -406,6 +390,10 @@ class Comparison:
             for f in self.findings
             if f.kind is Kind.TIMING and f.ratio and f.verdict is not Verdict.INCOMPARABLE
         ]
+
+    def drift(self) -> float:
+        """The largest move of a peak both runs measured (0.2 for 1.2x)."""
+        return Mismatch.of(self.env_differences).drift
 
     def geomean_timing_ratio(self) -> float | None:
         ratios = self.timing_ratios()
@@ -443,6 +431,7 @@ class Comparison:
                 "failures": len(self.failures()),
                 "timings": len(self.timing_ratios()),
                 "geomean_timing_ratio": self.geomean_timing_ratio(),
+                "peak_drift": self.drift(),
             },
             "environment_differences": [asdict(d) for d in self.env_differences],
             "notes": self.notes,
@@ -454,7 +443,8 @@ class Comparison:
 
 
 def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDifference]:
-    """Every environment field that differs, the ones that stop timings from gating first."""
+    """Every environment field that differs: the identity fields first, then the peaks
+    that moved, largest move first."""
     if base is None or cur is None:
         return []
     gating = set(GATING_ENV_FIELDS)
@@ -462,30 +452,24 @@ def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDiff
         gating.add("cpu_model")
     diffs = []
     for k in dict.fromkeys([*base, *cur]):
-        if base.get(k) != cur.get(k):
-            drift = k not in gating and _bandwidth_drift(k, base, cur)
-            diffs.append(EnvDifference(k, base.get(k), cur.get(k), k in gating or drift, drift))
-    return sorted(diffs, key=lambda d: not d.gating)
+        b, c = base.get(k), cur.get(k)
+        if b != c:
+            drift = peak_move(b, c) if k in PEAK_FIELDS else 0.0
+            diffs.append(EnvDifference(k, b, c, k in gating, drift))
+    return sorted(diffs, key=lambda d: (not d.gating, -d.drift))
 
 
-def _bandwidth_drift(key: str, base: dict, cur: dict) -> bool:
-    """The peaks each run measured moved by more than PEAK_DRIFT: the copy bandwidth
-    (peak_gbps), or the matmul throughput of a dtype both runs measured (peak_tflops,
-    {dtype: TFLOPS}). The machine was not in the same state (other jobs, clocks,
-    throttling), so the timings of the two runs are not comparable even on the same
-    hardware."""
-    b, c = base.get(key), cur.get(key)
-    if key == "peak_gbps":
-        return _drifted(b, c)
-    if key == "peak_tflops" and isinstance(b, dict) and isinstance(c, dict):
-        return any(_drifted(b[dtype], c[dtype]) for dtype in b if dtype in c)
-    return False
-
-
-def _drifted(base: Any, cur: Any) -> bool:
-    if not is_number(base) or not is_number(cur) or base <= 0:
-        return False
-    return abs(cur / base - 1) > PEAK_DRIFT
+def peak_move(base: Any, cur: Any) -> float:
+    """How far a measured peak moved between two runs, max(cur/base, base/cur) - 1: the
+    copy bandwidth (GB/s), or the largest move of the matmul throughput of a dtype both
+    runs measured ({dtype: TFLOPS}); 0 where no value is on both sides."""
+    pairs = [(base, cur)]
+    if isinstance(base, dict) and isinstance(cur, dict):
+        pairs = [(base[dtype], cur[dtype]) for dtype in base if dtype in cur]
+    moves = [
+        max(c / b, b / c) - 1 for b, c in pairs if is_number(b) and is_number(c) and b > 0 and c > 0
+    ]
+    return max(moves, default=0.0)
 
 
 def compare_documents(
@@ -569,8 +553,8 @@ def _values(name: str, value: Any) -> list[tuple[str, Any]]:
 
 
 def _row_mismatch(base: dict | None, cur: dict | None) -> Mismatch:
-    """The gating fields that differ between the environments two rows were measured in
-    (a merged study's rows each carry their share's)."""
+    """How the environments two rows were measured in differ (a merged study's rows each
+    carry their share's)."""
     return Mismatch.of(environment_differences(base, cur))
 
 
@@ -630,7 +614,7 @@ def compare_rows(
     if status is not None:
         judgement, by_environment = status
         gating = True
-        mismatch = env_mismatch.timing
+        mismatch = env_mismatch.fields
         if by_environment and mismatch and not allow_env_mismatch:
             judgement = _incomparable(mismatch)
         elif by_environment and mismatch:
@@ -650,7 +634,7 @@ def compare_rows(
         if b is None and c is None:
             continue
         gating = True
-        mismatch = env_mismatch.for_kind(kind)
+        mismatch = env_mismatch.fields
         measured_with = COUNTED_WITH if kind is Kind.COUNT else against.get(name)
         if measured_with and base.get(measured_with) != cur.get(measured_with):
             mismatch = [*mismatch, measured_with]  # another reference, another counter
@@ -670,7 +654,7 @@ def compare_rows(
                 judgement = judge_timing(
                     Measurement.of_record(base, name, stats),
                     Measurement.of_record(cur, name, stats),
-                    timing_rule(kind, th),
+                    env_mismatch.rule(kind, th),
                 )
             if mismatch:
                 judgement, gating = _ungated(judgement), False

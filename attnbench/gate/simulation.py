@@ -375,8 +375,7 @@ def simulate_recorded(
     mode: str,
     runs: Sequence[Mapping[str, Any]],
     draw: Callable[[Any, np.random.Generator, float], Any],
-    judge: Judge,
-    comparable: Callable[[int, int], bool] = lambda i, j: True,
+    judge_between: Callable[[int, int], Judge | None],
     trials: int = 2000,
     slowdowns: Sequence[float] = (1.1, 1.2),
     seed: int = 0,
@@ -384,9 +383,9 @@ def simulate_recorded(
     """`trials` comparisons, each of one point between two distinct recorded runs picked
     at random (so the shift between runs is real, not modelled): `draw(recorded, rng,
     factor)` makes a run's value from what a run recorded for the point (a bootstrap of
-    its samples, say), `factor` x slower; `judge` gives the verdict. `runs` maps each
-    point's label to what it recorded; `comparable(i, j)` says whether the gate compares
-    runs i and j at all (their environments)."""
+    its samples, say), `factor` x slower; `judge_between(i, j)` judges runs i and j (by
+    their environments), or is None where the gate does not compare them. `runs` maps
+    each point's label to what it recorded."""
     rng = np.random.default_rng(seed)
     labels = sorted(set.intersection(*(set(r) for r in runs)))
     false_alarms = not_gated = 0
@@ -394,7 +393,8 @@ def simulate_recorded(
     for _ in range(trials):
         i, j = rng.choice(len(runs), size=2, replace=False)
         label = labels[rng.integers(len(labels))]
-        if not comparable(int(i), int(j)):
+        judge = judge_between(int(i), int(j))
+        if judge is None:
             not_gated += 1
             continue
         base = draw(runs[i][label], rng, 1.0)
@@ -429,21 +429,23 @@ def simulate_sampled(
 ) -> ModeResult:
     """The gate on a timing or an in-run ratio (`metric`) across recorded runs: each run of
     a comparison is a bootstrap draw from one recorded run's samples of the point, the two
-    from two different runs; pairs of runs whose environments differ for the metric's
-    kind (a copy peak that moved stops timings, not ratios) are not gated."""
+    from two different runs, judged as compare judges them: pairs of runs from different
+    machines are not gated, and a timing's threshold widens to the peaks' move."""
     kind = kinds_of("decode")[metric]
-    rule = timing_rule(kind, thresholds)
     envs = [doc.environment for doc in documents]
 
-    def comparable(i: int, j: int) -> bool:
-        return not Mismatch.of(environment_differences(envs[i], envs[j])).for_kind(kind)
+    def judge_between(i: int, j: int) -> Judge | None:
+        mismatch = Mismatch.of(environment_differences(envs[i], envs[j]))
+        if mismatch.fields:
+            return None
+        rule = mismatch.rule(kind, thresholds)
+        return lambda base, cur: judge_timing(base, cur, rule).verdict
 
     return simulate_recorded(
         metric,
         recorded_samples(documents, metric),
         lambda samples, rng, factor: resampled(samples, rng, factor),
-        lambda base, cur: judge_timing(base, cur, rule).verdict,
-        comparable,
+        judge_between,
         trials,
         seed=seed,
     )
@@ -461,7 +463,7 @@ def simulate_counts(
         "instructions_per_step",
         runs,
         lambda count, rng, factor: count * factor,
-        lambda base, cur: judge_count(base, cur, thresholds).verdict,
+        lambda i, j: lambda base, cur: judge_count(base, cur, thresholds).verdict,
         trials=trials,
         seed=seed,
     )

@@ -6,10 +6,13 @@ from __future__ import annotations
 import datetime
 import subprocess
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import FieldError, typed
-from ..study.documents import Document
 from .store import Commit
+
+if TYPE_CHECKING:
+    from ..study.documents import Document
 
 
 def _git(*args: str) -> str | None:

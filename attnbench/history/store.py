@@ -27,14 +27,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import FieldError
-from ..gate.compare import GATING_ENV_FIELDS
+from ..gate.rules import GATING_ENV_FIELDS
 from ..model.files import shown_path
 from ..records import Kind, gated_timing
-from ..study.documents import Document, is_number, kinds_of
-from ..study.sections import record_type
+
+if TYPE_CHECKING:
+    from ..study.documents import Document
 
 #: Where `attnbench history` keeps its database unless told otherwise.
 DEFAULT_DB = Path("results") / "history.sqlite"
@@ -302,6 +303,9 @@ class SqliteHistory:
     def _add_record(
         db: sqlite3.Connection, run_id: int, section: str, position: int, record: dict
     ) -> None:
+        from ..study.documents import is_number, kinds_of
+        from ..study.sections import record_type
+
         kinds = kinds_of(section)
         keys = {k: v for k, v in record.items() if kinds.get(k) is Kind.KEY}
         record_id = db.execute(
@@ -309,7 +313,7 @@ class SqliteHistory:
             (run_id, section, position, json.dumps(keys, sort_keys=True), json.dumps(record)),
         ).lastrowid
         metrics = [
-            (record_id, name, kinds[name].value, record[name])
+            (record_id, name, kinds[name].value, _real(record[name]))
             for name in record
             if kinds.get(name) not in (None, Kind.KEY)
             and (record[name] is None or is_number(record[name]))
@@ -380,6 +384,13 @@ _RUN_COLUMNS = (
     "u.environment, u.command"
 )
 _ORDER = "COALESCE(u.committed_at, u.created), u.id"
+
+
+def _real(value: int | float | None) -> float | None:
+    """A metric as its REAL column holds it: SQLite stores an integer there as a float
+    anyway, and takes no integer beyond 64 bits (a predicted count at the largest shapes
+    is one)."""
+    return None if value is None else float(value)
 
 
 def _run_info(row: Sequence) -> RunInfo:

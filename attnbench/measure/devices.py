@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -38,16 +40,39 @@ def resolve_device(name: str | None) -> torch.device:
 
 def free_memory_bytes(device: torch.device) -> int:
     """Memory that can still be allocated on `device`: the CUDA driver's free memory, or
-    MemAvailable from /proc/meminfo on the CPU."""
+    on the CPU MemAvailable from /proc/meminfo, and no more than the address space this
+    process's limit (RLIMIT_AS, `ulimit -v`) leaves it: a point beyond that is skipped at
+    once, not built until an allocation fails."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return free
+    return min(_available_bytes(), _address_space_left())
+
+
+def _available_bytes() -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import os
-
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _address_space_left() -> int:
+    """RLIMIT_AS less the address space this process maps (VmSize); the limit itself
+    where that cannot be read, and no bound (a huge number) where there is no limit."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return sys.maxsize
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return sys.maxsize
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(0, limit - int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    return limit

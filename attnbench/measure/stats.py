@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 #: IQR / median above which a measurement is flagged noisy.
 NOISY_IQR_FRACTION = 0.10
@@ -76,6 +78,8 @@ def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int
     """The `median` of each of `n` resamples with replacement, vectorised. Resampling
     indices into the sorted samples and sorting the indices keeps each resample sorted:
     cheaper than np.median per row, whose result it equals."""
+    import numpy as np  # only a bootstrap needs it; the tables and plans that read this do not
+
     x = np.sort(np.asarray(samples, dtype=float))
     idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
     return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
@@ -84,12 +88,16 @@ def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int
 def bootstrap_bounds(estimates: np.ndarray, lower: float, upper: float) -> tuple[float, float]:
     """The `lower` and `upper` quantiles (fractions, 0..1) of a bootstrap's resampled
     estimates: `percentile`'s definition, vectorised (numpy's linear method)."""
+    import numpy as np
+
     lo, hi = np.quantile(estimates, [lower, upper])
     return float(lo), float(hi)
 
 
 def bootstrap_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
     """The seeded percentile-bootstrap `confidence` interval of the median of `values`."""
+    import numpy as np
+
     medians = bootstrap_medians(values, np.random.default_rng(BOOTSTRAP_SEED), RESAMPLES)
     return bootstrap_bounds(medians, (1 - confidence) / 2, (1 + confidence) / 2)
 

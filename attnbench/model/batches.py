@@ -33,6 +33,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..errors import FieldError, typed
 from .capacity import MAX_SEQUENCES
@@ -79,7 +80,8 @@ class Sequence:
 @dataclass(frozen=True)
 class BatchSpec:
     """A batch as typed (`text`, which parse_batch reads back to the same batch) and its
-    sequences, in the order of the spec."""
+    sequences, in the order of the spec. Its sizes are computed once (a batch may hold a
+    million sequences)."""
 
     text: str
     sequences: tuple[Sequence, ...]
@@ -91,31 +93,36 @@ class BatchSpec:
     def __str__(self) -> str:
         return self.text
 
-    @property
+    @cached_property
     def batch_size(self) -> int:
         """Sequences in the batch."""
         return len(self.sequences)
 
-    @property
+    @cached_property
     def query_tokens(self) -> int:
         """New query tokens over all sequences."""
         return sum(s.q_len for s in self.sequences)
 
-    @property
+    @cached_property
     def kv_tokens(self) -> int:
         """Keys attended over all sequences: the tokens the cache holds after the step."""
         return sum(s.kv_len for s in self.sequences)
 
-    @property
+    @cached_property
     def max_kv_len(self) -> int:
         return max(s.kv_len for s in self.sequences)
 
-    @property
+    @cached_property
+    def max_context_len(self) -> int:
+        """The longest context cached before the step."""
+        return max(s.context_len for s in self.sequences)
+
+    @cached_property
     def is_uniform(self) -> bool:
         """Every sequence has the same q_len and kv_len."""
         return len(set(self.sequences)) == 1
 
-    @property
+    @cached_property
     def is_decode_only(self) -> bool:
         """Every sequence feeds one new token."""
         return all(s.q_len == 1 for s in self.sequences)

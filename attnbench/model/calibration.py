@@ -9,36 +9,33 @@ weights, the prompt's K/V written and read back, and its activations). Points un
 tensor parallelism are left out: their step includes the all-reduces, which the
 single-device roofline does not see.
 
-The fit: each sample's time is t = max(u * a + w * k, v * c) + o, with a = (bytes -
-kv_bytes) / bandwidth, k = kv_bytes / bandwidth and c = flops / peak (the times at the
-peaks), u = 1 / efficiency_bw, w = 1 / efficiency_kv, v = 1 / efficiency_flops and o the
-overhead. Once every sample is assigned the bound it sits on, t is linear in (u, w, v, o);
-the fit alternates between assigning the bounds (from the defaults first, then from the
-last fit) and solving the linear least squares on the relative error (each row divided by
-its measured t), until the assignment no longer changes; where assignments cycle (samples
-near the ridge), it keeps the fit whose own error, max() and all, is least. The solve is
-bounded: each efficiency at most MAX_EFFICIENCY, the overhead at least 0; a fit held at
-the bound says so in its `source` (samples faster than the peaks allow: they ran from a
-cache, or the peaks are another device's). A bound no sample sits on leaves its
-efficiency at the default, and the model's `source` says so; samples that read no KV
-cache, or whose cache bytes rise and fall with their other bytes, leave efficiency_kv
-unset (efficiency_bw).
+The fit: each sample's time is t = u * a + w * k + v * c + o, the roofline's sum, with
+a = (bytes - kv_bytes) / bandwidth, k = kv_bytes / bandwidth and c = flops / peak (the
+times at the peaks), u = 1 / efficiency_bw, w = 1 / efficiency_kv, v = 1 /
+efficiency_flops and o the overhead: linear in (u, w, v, o), solved by least squares on
+the relative error (each row divided by its measured t). The solve is bounded: each
+efficiency at most MAX_EFFICIENCY, the overhead at least 0; a fit held at the bound says
+so in its `source` (samples faster than the peaks allow: they ran from a cache, or the
+peaks are another device's). Samples that read no KV cache, or whose cache bytes rise and
+fall with their other bytes, leave efficiency_kv unset (efficiency_bw); samples whose
+FLOPs rise and fall with their bytes leave efficiency_flops at its default.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import numpy as np
 
-from ..errors import FieldError, UsageError, closest, show_value
+from ..errors import FieldError, UsageError, brief, closest, show_value, spelled
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
+from .files import read_user_file, shown_path
 from .formulas import attention_core_flops
 from .roofline import (
     DEFAULT_MODEL,
@@ -51,16 +48,25 @@ from .roofline import (
 )
 from .shapes import AttentionShape
 
-#: Samples shorter than this are left out of a fit: timer resolution and launch jitter
-#: dominate them.
+#: Samples shorter than this are left out of a fit and a check, whatever the floor asked
+#: for: timer resolution and launch jitter dominate them, and a time of 0 (a rounded
+#: reading) would make every relative error infinite.
 MIN_TIME_S = 1e-6
 #: The fewest samples a fit accepts: four unknowns.
 MIN_SAMPLES = 4
-#: The most rounds of assigning bounds and solving: an assignment that cycles keeps the
-#: best fit seen.
-MAX_ROUNDS = 50
 #: The kinds of sample: a cached decode step, and a prefill.
 STEP, PREFILL = "step", "prefill"
+#: The largest count (bytes, FLOPs) a sample's record may give: SQLite's INTEGER, and
+#: far beyond any step a device runs.
+MAX_COUNT = 2**63 - 1
+#: The largest overhead per layer's step a calibration may hold: a second is no launch
+#: cost, and a larger one would make a whole model's predicted times overflow.
+MAX_OVERHEAD_S = 1.0
+#: The peaks a calibration of this machine may record: GB/s and TFLOPS, from a slow
+#: embedded core to a million times any GPU.
+PEAK_RANGE = (1e-3, 1e9)
+#: The largest calibration file read: a few fields and the run's environment.
+MAX_CALIBRATION_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -78,54 +84,138 @@ class Sample:
     label: str = ""
     #: Of the FLOPs, the attention core's (QK^T and PV), on its own roofline.
     attention_flops: int = 0
+    #: A step over a paged cache: checked, but no calibration sample (its block table's
+    #: gathers are no part of the roofline's bytes).
+    paged: bool = False
+    #: The file and record it came from, for an error: 'run.json: decode record 3'.
+    where: str = field(default="", compare=False)
 
 
-def samples_from_results(doc: Mapping[str, Any], provider: str | None = None) -> list[Sample]:
+#: The fields of a timed record a sample needs, each an integer: the layer's shape and
+#: the point's batch and context (a batch spec's longest context may be 0).
+SHAPE_FIELDS = {
+    "batch": 1,
+    "d_model": 1,
+    "num_heads": 1,
+    "num_kv_heads": 1,
+    "head_dim": 1,
+    "prompt_len": 0,
+}
+
+
+def samples_from_results(
+    doc: Mapping[str, Any], provider: str | None = None, name: str = "results"
+) -> list[Sample]:
     """The samples of a results document's decode records (of `provider` alone when given):
     a study's (sections.decode.records) or decode-speed's (its top-level records). A
-    record is timed when it holds a step time (only ok and noisy points do)."""
+    record is timed when it holds a step time (only ok and noisy points do). Every timed
+    record is checked whole: UsageError naming the file (`name`), the record and the
+    field when what a sample needs is missing, out of range or inconsistent."""
     samples = []
-    for r in _decode_records(doc):
+    for i, r in enumerate(_decode_records(doc)):
         if r.get("mode") != "cache" or r.get("tp", 1) != 1 or r.get("step_ms_median") is None:
             continue
         if provider is not None and r.get("provider") != provider:
             continue
-        if r.get("bytes_per_step") and r.get("flops_per_step") is not None:
-            samples.append(_step_sample(r))
-        if r.get("prefill_ms_median") is not None and r.get("prefill_flops") is not None:
-            counts = record_prefill_counts(r)
-            samples.append(
-                Sample(
-                    counts.bytes,
-                    r["prefill_flops"],
-                    r["prefill_ms_median"] * 1e-3,
-                    r["dtype"],
-                    PREFILL,
-                    counts.kv_bytes,
-                    f"{PREFILL} {_point(r)}",
-                    counts.attention_flops,
-                )
-            )
+        where = f"{name}: decode record {i}"
+        shape = _checked_shape(r, where)
+        samples.append(_step_sample(r, shape, where))
+        if r.get("prefill_ms_median") is not None:
+            samples.append(_prefill_sample(r, shape, where))
     return samples
 
 
-def _step_sample(record: Mapping[str, Any]) -> Sample:
+def _checked_shape(record: Mapping[str, Any], where: str) -> AttentionShape:
+    """The record's layer shape, once its shape, batch, context and dtype are checked."""
+    for name, minimum in SHAPE_FIELDS.items():
+        value = record.get(name)
+        if value is None:
+            raise UsageError(f"{where}: {name}: missing (a timed step needs it)")
+        if not _is_int(value) or not minimum <= value <= MAX_COUNT:
+            raise UsageError(
+                f"{where}: {name}: {brief(value)} is not an integer from {minimum} to {MAX_COUNT:,}"
+            )
+    if not isinstance(record.get("dtype"), str):
+        raise UsageError(f"{where}: dtype: {spelled(record.get('dtype'))} is not a dtype's name")
+    try:
+        return _shape(record)
+    except ValueError as exc:  # KV heads that do not divide the query heads
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def _count(record: Mapping[str, Any], name: str, where: str, minimum: int = 1) -> int:
+    """A count of the record: an integer from `minimum` to MAX_COUNT."""
+    value = record.get(name)
+    if value is None:
+        raise UsageError(f"{where}: {name}: missing (a timed step needs its bytes and FLOPs)")
+    if not _is_int(value) or not minimum <= value <= MAX_COUNT:
+        raise UsageError(
+            f"{where}: {name}: {brief(value)} is not an integer from {minimum} to {MAX_COUNT:,}"
+        )
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _at_most(where: str, part: tuple[str, int], whole: tuple[str, int]) -> None:
+    """UsageError when a part of a count is larger than the count it is part of."""
+    if part[1] > whole[1]:
+        raise UsageError(
+            f"{where}: {whole[0]}: {whole[1]:,} is less than its part, {part[0]} {part[1]:,}"
+        )
+
+
+def _step_sample(record: Mapping[str, Any], shape: AttentionShape, where: str) -> Sample:
     """A record's cached step: its bytes and FLOPs, the cache it read, and its attention
     core's FLOPs (QK^T and PV over the context, for a uniform batch; a batch given
     sequence by sequence counts all its FLOPs as dense)."""
+    total = _count(record, "bytes_per_step", where)
+    flops = _count(record, "flops_per_step", where, minimum=0)
+    kv = _count(record, "kv_bytes_per_gpu", where, 0) if record.get("kv_bytes_per_gpu") else 0
+    _at_most(where, ("kv_bytes_per_gpu", kv), ("bytes_per_step", total))
     core = 0
     if record.get("batch_spec") is None:
         keys = record["prompt_len"] + 1
-        core = attention_core_flops(_shape(record), record["batch"], 1, keys, causal=True)
+        core = attention_core_flops(shape, record["batch"], 1, keys, causal=True)
+        _at_most(where, ("the attention core's FLOPs", core), ("flops_per_step", flops))
     return Sample(
-        record["bytes_per_step"],
-        record["flops_per_step"],
+        total,
+        flops,
         record["step_ms_median"] * 1e-3,
         record["dtype"],
         STEP,
-        record.get("kv_bytes_per_gpu") or 0,
+        kv,
         f"{STEP} {_point(record)}",
         core,
+        paged=record.get("block_size") is not None,
+        where=where,
+    )
+
+
+def _prefill_sample(record: Mapping[str, Any], shape: AttentionShape, where: str) -> Sample:
+    """A record's timed prefill: its FLOPs as measured, its bytes as counted."""
+    flops = _count(record, "prefill_flops", where, minimum=0)
+    try:
+        counts = record_prefill_counts(record)
+    except FieldError as exc:  # a dtype the roofline does not know
+        raise UsageError(f"{where}: {exc.field}: {show_value(exc.value)}: {exc.reason}") from None
+    _at_most(
+        where, ("the attention core's FLOPs", counts.attention_flops), ("prefill_flops", flops)
+    )
+    if counts.bytes > MAX_COUNT:
+        raise UsageError(f"{where}: its prefill moves more than {MAX_COUNT:,} bytes")
+    return Sample(
+        counts.bytes,
+        flops,
+        record["prefill_ms_median"] * 1e-3,
+        record["dtype"],
+        PREFILL,
+        counts.kv_bytes,
+        f"{PREFILL} {_point(record)}",
+        counts.attention_flops,
+        where=where,
     )
 
 
@@ -136,11 +226,16 @@ def _shape(record: Mapping[str, Any]) -> AttentionShape:
 
 
 def _point(record: Mapping[str, Any]) -> str:
-    """A record's point in a few characters: 'd4096 h32/8 b4 s1024 float32'."""
+    """A record's point in a few characters: 'd4096 h32/8 b4 s1024 float32', with its
+    batch spec in place of batch and context, and 'block 16' for a paged cache."""
     shape = f"d{record['d_model']} h{record['num_heads']}/{record['num_kv_heads']}"
+    batch = f"b{record['batch']} s{record['prompt_len']}"
+    if record.get("batch_spec") is not None:
+        batch = str(record["batch_spec"])
+    block = f" block {record['block_size']}" if record.get("block_size") is not None else ""
     provider = record.get("provider")
     tail = f" {provider}" if provider and provider != "attnbench" else ""
-    return f"{shape} b{record['batch']} s{record['prompt_len']}{tail}"
+    return f"{shape} {batch}{block}{tail}"
 
 
 def _decode_records(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -158,10 +253,20 @@ def record_prefill_counts(record: Mapping[str, Any]) -> ModelCounts:
     return layer_counts(_shape(record), record["batch"], prompt, prompt, record["dtype"])
 
 
-def _peak(peaks: Mapping[str, float], dtype: str) -> float:
+def _peak(peaks: Mapping[str, float], sample: Sample) -> float:
+    """The device's peak FLOP/s in the sample's dtype: FieldError, at the sample's record
+    when it came from one, for a dtype the device has none for."""
+    dtype = sample.dtype
     if dtype not in peaks:
-        raise FieldError("dtype", dtype, f"no peak FLOP/s given for it{closest(dtype, peaks)}")
+        error = FieldError("dtype", dtype, f"no peak FLOP/s given for it{closest(dtype, peaks)}")
+        raise error.located(f"{sample.where}: dtype {dtype}") if sample.where else error
     return peaks[dtype]
+
+
+def usable(samples: Sequence[Sample], min_time_s: float) -> list[Sample]:
+    """The samples measured at `min_time_s` or more, and never under MIN_TIME_S."""
+    floor = max(min_time_s, MIN_TIME_S)
+    return [s for s in samples if s.time_s >= floor]
 
 
 def calibrate(
@@ -173,47 +278,32 @@ def calibrate(
 ) -> PerfModel:
     """The model that fits `samples` best in relative error (see the module's notes);
     UsageError when too few samples are left or the fit is degenerate. `source` names
-    where the samples came from (a file)."""
-    kept = [s for s in samples if s.time_s >= min_time_s]
+    where the samples came from (a file). Steps over a paged cache are no samples of it."""
+    kept = usable([s for s in samples if not s.paged], min_time_s)
     if len(kept) < MIN_SAMPLES:
         raise UsageError(
-            f"calibration needs at least {MIN_SAMPLES} timed samples of "
-            f"{min_time_s * 1e6:g} us or more, got {len(kept)}"
+            f"{source}: calibration needs at least {MIN_SAMPLES} timed samples of "
+            f"{max(min_time_s, MIN_TIME_S) * 1e6:g} us or more, got {len(kept)}"
         )
-    peaks = np.array([_peak(peak_flops_by_dtype, s.dtype) for s in kept])
-    parts = _Parts(
-        dense_s=np.array([(s.bytes - s.kv_bytes) / bandwidth for s in kept]),
-        kv_s=np.array([s.kv_bytes / bandwidth for s in kept]),
-        dense_flops_s=np.array([s.flops - s.attention_flops for s in kept]) / peaks,
-        core_flops_s=np.array([s.attention_flops for s in kept]) / peaks,
-        time_s=np.array([s.time_s for s in kept]),
-    )
-    u = w = 1 / DEFAULT_MODEL.efficiency_bw
-    v = 1 / DEFAULT_MODEL.efficiency_flops
-    bounds = parts.bounds(u, w, v)
-    best: tuple[float, tuple] | None = None
-    for _ in range(MAX_ROUNDS):
-        fit = _solve(parts, bounds, (u, w, v))
-        u, w, v, o, split = fit
-        loss = parts.loss(u, w, v, o)
-        if best is None or loss < best[0]:
-            best = (loss, (*fit, bounds))
-        new = parts.bounds(u, w, v)
-        if all((x == y).all() for x, y in zip(new, bounds, strict=True)):
-            break
-        bounds = new
-    # settled, or cycling between assignments: the best fit seen, by the model's own error
-    u, w, v, o, split, bounds = best[1]  # type: ignore[index]
-    note = ""
-    dense_compute, core_compute = bounds
-    if dense_compute.all() and (core_compute | (parts.kv_s == 0)).all():
-        note = "; efficiency_bw left at its default: no memory-bound sample"
-    elif not dense_compute.any() and not core_compute.any():
-        note = "; efficiency_flops left at its default: no compute-bound sample"
+    peaks = np.array([_peak(peak_flops_by_dtype, s) for s in kept])
+    t = np.array([s.time_s for s in kept])
+    dense = np.array([(s.bytes - s.kv_bytes) / bandwidth for s in kept])
+    kv = np.array([s.kv_bytes / bandwidth for s in kept])
+    flops = np.array([s.flops for s in kept]) / peaks
+    split = bool(kv.any()) and _rank([dense / t, kv / t]) == 2
+    memory = [dense, kv] if split else [dense + kv]
+    # FLOPs that rise and fall with the bytes cannot tell compute from bandwidth
+    told = _rank([c / t for c in [*memory, flops]]) == len(memory) + 1
+    columns = [*memory, flops] if told else memory
+    v_held = 1 / DEFAULT_MODEL.efficiency_flops
+    target = t if told else t - v_held * flops
+    lowest = [1 / MAX_EFFICIENCY] * len(columns) + [0.0]
+    *inverse, o = _bounded_lstsq([c / t for c in [*columns, np.ones_like(t)]], target / t, lowest)
+    u, w = inverse[0], inverse[1] if split else None
+    v = inverse[-1] if told else v_held
     fitted = {"efficiency_bw": u, "efficiency_flops": v, **({"efficiency_kv": w} if split else {})}
-    limited = [
-        name for name, inverse in fitted.items() if inverse <= 1 / MAX_EFFICIENCY * (1 + 1e-9)
-    ]
+    limited = [name for name, x in fitted.items() if x <= 1 / MAX_EFFICIENCY * (1 + 1e-9)]
+    note = "" if told else "; efficiency_flops left at its default: the FLOPs follow the bytes"
     if limited:
         note += (
             f"; {' and '.join(limited)} held at the limit {MAX_EFFICIENCY}: "
@@ -225,7 +315,7 @@ def calibrate(
         float(1 / v),
         float(o),
         f"calibrated on {_kinds(kept)} of {source}{note}",
-        efficiency_kv=float(1 / w) if split else None,
+        efficiency_kv=float(1 / w) if w is not None else None,
     )
 
 
@@ -233,60 +323,6 @@ def _kinds(samples: Sequence[Sample]) -> str:
     """'24 steps', '24 steps and 6 prefills'."""
     counts = {kind: sum(s.kind == kind for s in samples) for kind in (STEP, PREFILL)}
     return " and ".join(f"{n} {kind}{'s' * (n != 1)}" for kind, n in counts.items() if n)
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """The samples' times at the peaks, part by part (the roofline's two kernels): the
-    dense matmuls' bytes and FLOPs, the attention core's cache bytes and FLOPs."""
-
-    dense_s: np.ndarray
-    kv_s: np.ndarray
-    dense_flops_s: np.ndarray
-    core_flops_s: np.ndarray
-    time_s: np.ndarray
-
-    def bounds(self, u: float, w: float, v: float) -> tuple[np.ndarray, np.ndarray]:
-        """Whether each sample's dense part, and its attention core, is compute-bound."""
-        return v * self.dense_flops_s > u * self.dense_s, v * self.core_flops_s > w * self.kv_s
-
-    def loss(self, u: float, w: float, v: float, o: float) -> float:
-        """The sum of squared relative errors of the model (u, w, v, o) over the samples."""
-        dense = np.maximum(u * self.dense_s, v * self.dense_flops_s)
-        core = np.maximum(w * self.kv_s, v * self.core_flops_s)
-        return float((((dense + core + o) / self.time_s - 1) ** 2).sum())
-
-
-def _solve(
-    parts: _Parts,
-    bounds: tuple[np.ndarray, np.ndarray],
-    held: tuple[float, float, float],
-) -> tuple[float, float, float, float, bool]:
-    """(u, w, v, o, split) of the least relative squares with each sample's parts on their
-    `bounds` (compute, else memory), each efficiency at most MAX_EFFICIENCY and the
-    overhead at least 0. The cache's coefficient w is fitted apart (`split`) when the
-    samples whose core is memory-bound tell it from u, else it is u; a coefficient no
-    sample needs keeps its value (`held`)."""
-    dense_compute, core_compute = bounds
-    t = parts.time_s
-    columns = {
-        0: np.where(dense_compute, 0.0, parts.dense_s),
-        1: np.where(core_compute, 0.0, parts.kv_s),
-        2: np.where(dense_compute, parts.dense_flops_s, 0.0)
-        + np.where(core_compute, parts.core_flops_s, 0.0),
-        3: np.ones_like(t),
-    }
-    split = bool(columns[1].any()) and _rank([columns[0] / t, columns[1] / t]) == 2
-    if not split:  # one coefficient for all the bytes
-        columns[0], columns[1] = columns[0] + columns[1], np.zeros_like(t)
-    values = dict(enumerate(held))
-    free = [i for i in (0, 1, 2) if columns[i].any()] + [3]
-    rest = t - sum(values[i] * columns[i] for i in (0, 1, 2) if i not in free)
-    lowest = [1 / MAX_EFFICIENCY if i < 3 else 0.0 for i in free]
-    fitted = _bounded_lstsq([columns[i] / t for i in free], rest / t, lowest)
-    values.update(zip(free, map(float, fitted), strict=True))
-    w = values[1] if split else values[0]
-    return values[0], w, values[2], values[3], split
 
 
 def _rank(columns: list[np.ndarray]) -> int:
@@ -347,7 +383,7 @@ def check(
     """The model's prediction for every sample, beside its measured time."""
     rows = []
     for s in samples:
-        peak = _peak(peak_flops_by_dtype, s.dtype)
+        peak = _peak(peak_flops_by_dtype, s)
         roof = predict(
             s.bytes,
             s.flops,
@@ -384,25 +420,108 @@ def check_run(
     doc: Mapping[str, Any],
     calibration: Calibration | None,
     device: DeviceSpec | None,
-    min_time_s: float = MIN_TIME_S,
+    min_time_s: float = 0.0,
+    name: str = "results",
 ) -> CheckReport:
     """The model of `calibration` (else the defaults) against every timed sample of a
-    results document measured at `min_time_s` or more, on the peaks of the named GPU the
-    calibration was fitted against, else `device`, else the ones the run measured (a
-    calibration of THIS_DEVICE holds the efficiencies, as shares of whatever this machine
-    measures at the time: here, the checked run's peaks)."""
+    results document (`name`: its file) measured at `min_time_s` or more (see usable), on
+    the peaks of the device the calibration was fitted against, else `device`, else the
+    ones the run measured (a calibration of THIS_DEVICE holds the efficiencies, as shares
+    of whatever this machine measures at the time: here, the checked run's peaks). A
+    `device` other than the calibration's is refused, as a prediction refuses it."""
+    samples = usable(samples_from_results(doc, name=name), min_time_s)
+    if not samples:
+        floor = max(min_time_s, MIN_TIME_S)
+        raise UsageError(
+            f"{name}: no timed decode samples of {floor * 1e3:g} ms or more to check against"
+        )
+    if calibration is not None and calibration.device is not None and device is not None:
+        calibration.model_for(device, calibration.path)
     fitted = calibration.device if calibration is not None else None
     if fitted is not None and fitted.name != THIS_DEVICE:
         device = fitted
-    device = device or measured_device(doc.get("environment") or {})
+    device = device or run_device(doc, name)
     model = calibration.model if calibration is not None else DEFAULT_MODEL
-    samples = [s for s in samples_from_results(doc) if s.time_s >= min_time_s]
-    if not samples:
-        raise UsageError(
-            f"no timed decode samples of {min_time_s * 1e3:g} ms or more to check against"
-        )
     rows = check(samples, device.memory_bandwidth, device.dense_flops, model)
     return CheckReport(rows, model, device, min_time_s)
+
+
+def run_device(doc: Mapping[str, Any], name: str) -> DeviceSpec:
+    """This machine as the run of a results document (`name`: its file) measured it:
+    UsageError naming the file when its environment holds no peaks, or peaks out of
+    range."""
+    environment = doc.get("environment") or {}
+    for key, valid in MEASURED_PEAKS.items():
+        value = environment.get(key)
+        if value is not None and not valid(value):
+            low, high = PEAK_RANGE
+            raise UsageError(
+                f"{name}: environment.{key}: {brief(value)} is not a measured peak as a "
+                f"run records it (GB/s, or TFLOPS by dtype, from {low:g} to {high:g})"
+            )
+    try:
+        return measured_device(environment)
+    except FieldError:
+        raise UsageError(
+            f"{name}: no peaks measured in its environment (peak_gbps, peak_tflops): "
+            "name the GPU whose peaks to use"
+        ) from None
+
+
+def _measured(value: Any) -> bool:
+    return is_number(value) and PEAK_RANGE[0] <= value <= PEAK_RANGE[1]
+
+
+def _probes(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(_measured(v) for v in value)
+
+
+def _by_dtype(valid: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        return isinstance(value, Mapping) and all(
+            isinstance(k, str) and valid(v) for k, v in value.items()
+        )
+
+    return check
+
+
+#: The peaks a run's environment records, each as a run writes it: the copy bandwidth
+#: and its probes, the matmul throughput by dtype and its probes.
+MEASURED_PEAKS: dict[str, Callable[[Any], bool]] = {
+    "peak_gbps": _measured,
+    "peak_gbps_probes": _probes,
+    "peak_tflops": _by_dtype(_measured),
+    "peak_tflops_probes": _by_dtype(_probes),
+}
+
+
+def report_dict(report: CheckReport, checked: str) -> dict[str, Any]:
+    """A check as JSON: the run checked, the device and model, and every row."""
+    device = report.device
+    return {
+        "checked": checked,
+        "device": device.name,
+        "peak_gbps": device.memory_bandwidth / 1e9,
+        "peak_tflops": {d: v / 1e12 for d, v in device.dense_flops.items()},
+        "model": model_dict(report.model),
+        "min_time_s": report.min_time_s,
+        "median_abs_error": report.median_abs_error,
+        "rows": [
+            {
+                "sample": r.sample.label,
+                "kind": r.sample.kind,
+                "paged": r.sample.paged,
+                "measured_s": r.measured_s,
+                "predicted_s": r.predicted_s,
+                "rel_error": r.rel_error,
+                "bound": r.bound,
+                "bytes": r.sample.bytes,
+                "flops": r.sample.flops,
+                "kv_bytes": r.sample.kv_bytes,
+            }
+            for r in report.rows
+        ],
+    }
 
 
 def median_abs_error(rows: Sequence[CheckRow]) -> float:
@@ -437,6 +556,8 @@ class Calibration:
     model: PerfModel
     device: DeviceSpec | None
     environment: Mapping[str, Any]
+    #: The file it was read from, or the run it was fitted on, for a message.
+    path: str = "calibration"
 
     def model_for(self, device: DeviceSpec, path: str) -> PerfModel:
         """The model, for a prediction on `device`: FieldError naming the calibration
@@ -454,15 +575,25 @@ def calibrate_run(
     doc: Mapping[str, Any],
     device: DeviceSpec | None,
     name: str,
-    min_time_s: float = MIN_TIME_S,
+    min_time_s: float = 0.0,
 ) -> Calibration:
-    """The calibration of a results document's timed decode records (`name`: the file),
-    against `device`'s peaks, or the peaks the run measured when None."""
+    """The calibration of a results document's timed decode records (`name`: the file, its
+    own name the fit's source), against `device`'s peaks, or the peaks the run measured
+    when None. The fit is read back as its file would be: UsageError, with the reason,
+    for one no file may hold (an overhead above MAX_OVERHEAD_S: no launch cost)."""
     environment = doc.get("environment") or {}
-    device = device or measured_device(environment)
-    samples = samples_from_results(doc)
-    model = calibrate(samples, device.memory_bandwidth, device.dense_flops, min_time_s, name)
-    return Calibration(model, device, environment)
+    samples = samples_from_results(doc, name=name)
+    device = device or run_device(doc, name)
+    source = Path(name).name
+    model = calibrate(samples, device.memory_bandwidth, device.dense_flops, min_time_s, source)
+    calibration = Calibration(model, device, environment, name)
+    try:
+        _parse_calibration(calibration_dict(calibration), name)
+    except FieldError as exc:
+        raise UsageError(
+            f"{name}: the fit is refused: {exc.field} {show_value(exc.value)}: {exc.reason}"
+        ) from None
+    return calibration
 
 
 def model_dict(model: PerfModel) -> dict[str, Any]:
@@ -484,8 +615,10 @@ def calibration_dict(calibration: Calibration) -> dict[str, Any]:
 
 def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibration:
     """A calibration file (JSON) or its mapping, every field checked: FieldError naming a
-    bad field and its value, UsageError for a missing or unknown one. A file of the model
-    alone (no gpu) has no device: its efficiencies apply to any."""
+    bad field and its value, at the file, or the calibration field itself for a file
+    that cannot be read (see files.read_user_file) or is no JSON object; UsageError for
+    a missing or unknown field. A file of the model alone (no gpu) has no device: its
+    efficiencies apply to any."""
     doc, where = _read(path_or_dict)
     known = (*MODEL_FIELDS, *DEVICE_FIELDS)
     unknown = [k for k in doc if k not in known]
@@ -504,31 +637,40 @@ def _parse_calibration(doc: Mapping[str, Any], where: str) -> Calibration:
     source = doc.get("source", f"loaded from {where}")
     if not isinstance(source, str):
         raise FieldError("source", source, "must be text")
+    overhead = doc["overhead_s"]
+    if is_number(overhead) and overhead > MAX_OVERHEAD_S:
+        raise FieldError("overhead_s", overhead, f"must be at most {MAX_OVERHEAD_S:g} s per layer")
     model = PerfModel(
         doc["efficiency_bw"],
         doc["efficiency_flops"],
-        doc["overhead_s"],
+        overhead,
         source,
         efficiency_kv=doc.get("efficiency_kv"),
     )
     environment = doc.get("environment") or {}
     if not isinstance(environment, Mapping):
         raise FieldError("environment", environment, "must be a mapping")
-    return Calibration(model, _calibrated_device(doc, environment), environment)
+    return Calibration(model, _calibrated_device(doc, environment), environment, where)
 
 
 def _read(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     if isinstance(path_or_dict, Mapping):
         doc, where = path_or_dict, "calibration"
     else:
-        where = str(path_or_dict)
+        where = str(shown_path(path_or_dict))
+        text = read_user_file(Path(path_or_dict), "calibration", MAX_CALIBRATION_BYTES)
         try:
-            doc = json.loads(Path(path_or_dict).read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{where}: cannot read a calibration file: {exc}") from None
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            reason = f"not valid JSON ({exc.msg} at line {exc.lineno})"
+            raise FieldError("calibration", where, reason) from None
+        except (ValueError, RecursionError):  # an integer of thousands of digits, nesting
+            raise FieldError("calibration", where, "not valid JSON") from None
     if not isinstance(doc, Mapping):
-        raise UsageError(
-            f"{where}: a calibration file is a JSON object of {', '.join(MODEL_FIELDS)}"
+        raise FieldError(
+            "calibration",
+            where,
+            f"a calibration file is a JSON object of {', '.join(MODEL_FIELDS)}",
         )
     return doc, where
 
@@ -539,11 +681,20 @@ def _calibrated_device(doc: Mapping[str, Any], environment: Mapping[str, Any]) -
     gpu = doc.get("gpu")
     if gpu is None:
         return None
+    if not isinstance(gpu, str):
+        raise FieldError("gpu", gpu, "must be a GPU's name")
     if gpu != THIS_DEVICE:
         return device_spec(gpu)
     gbps, tflops = doc.get("peak_gbps"), doc.get("peak_tflops")
-    if not is_number(gbps) or gbps <= 0:
-        raise FieldError("peak_gbps", gbps, f"gpu {THIS_DEVICE} needs the peak GB/s measured")
-    if not isinstance(tflops, Mapping) or not all(is_number(v) and v > 0 for v in tflops.values()):
-        raise FieldError("peak_tflops", tflops, "must map dtypes to TFLOPS above 0")
+    low, high = PEAK_RANGE
+    if not MEASURED_PEAKS["peak_gbps"](gbps):
+        raise FieldError(
+            "peak_gbps",
+            gbps,
+            f"gpu {THIS_DEVICE} needs the peak GB/s measured ({low:g} to {high:g})",
+        )
+    if not tflops or not MEASURED_PEAKS["peak_tflops"](tflops):
+        raise FieldError(
+            "peak_tflops", tflops, f"must map dtypes to TFLOPS from {low:g} to {high:g}"
+        )
     return measured_device({**environment, "peak_gbps": gbps, "peak_tflops": tflops})

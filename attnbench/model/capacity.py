@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import FieldError
-from .architecture import StateSpec
+from .architecture import ModelSpec, StateSpec
 from .dtypes import (
     KV_DTYPES,
     QUANTIZED_KV_DTYPES,
@@ -159,6 +159,13 @@ def token_layout(
     if mla_latent_dim is not None:
         return TokenLayout(1, mla_latent_dim, fmt)
     return TokenLayout(2 * heads_here, head_dim, fmt)
+
+
+def model_layout(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> TokenLayout:
+    """What one of `spec`'s attention layers caches per token on one of `tp` ranks: K and V
+    of its KV heads there, or its MLA latent."""
+    latent = spec.mla.latent_dim if spec.mla else None
+    return token_layout(spec.num_heads, spec.num_kv_heads, spec.head_dim, fmt, tp, latent)
 
 
 #: The letters of a layer pattern: L a bounded layer (sliding, or chunked: both keep at

@@ -59,7 +59,7 @@ def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise FieldError(field, shown, "file not found") from None
+        raise FieldError(field, shown, "no such file") from None
     except (OSError, ValueError) as exc:  # a name too long, a component not a directory
         raise FieldError(field, shown, f"cannot read it: {_reason(exc)}") from None
     _check_regular(info, field, shown, limit)
@@ -71,7 +71,7 @@ def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
             _check_regular(os.fstat(file.fileno()), field, shown, limit)
             data = file.read() if limit is None else file.read(limit + 1)
     except FileNotFoundError:
-        raise FieldError(field, shown, "file not found") from None
+        raise FieldError(field, shown, "no such file") from None
     except OSError as exc:
         raise FieldError(field, shown, f"cannot read it: {_reason(exc)}") from None
     if limit is not None and len(data) > limit:

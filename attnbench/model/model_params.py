@@ -48,6 +48,7 @@ from ..model.capacity import ceil_div, kv_heads_per_rank
 from ..model.dtypes import packed_bytes
 from ..model.formulas import attention_params
 from ..model.shapes import AttentionShape
+from ..model.weights import WeightFormat, weight_format
 
 PARTS: tuple[str, ...] = (
     "embeddings",
@@ -218,7 +219,16 @@ def active_params(spec: ModelSpec) -> int:
     )
 
 
-def weight_bytes_per_rank(spec: ModelSpec, dtype: str, tp: int = 1) -> int:
-    """Bytes of one rank's weights in `dtype` (packed for int4; quantisation scales of the
-    weights are not counted)."""
-    return packed_bytes(sum(part_params(spec, tp).values()), dtype)
+def weight_bytes_per_rank(
+    spec: ModelSpec, weights: str | WeightFormat, tp: int = 1, dtype: str | None = None
+) -> int:
+    """Bytes of one rank's weights in `weights` (a dtype, or a WeightFormat: quantised
+    weights with their scales). Quantised weights keep the embeddings and the output head
+    in `dtype` (default: the model's), as GPTQ, AWQ and float8 checkpoints do."""
+    fmt = weight_format(weights)
+    parts = part_params(spec, tp)
+    if not fmt.quantized:
+        return packed_bytes(sum(parts.values()), fmt.dtype)
+    kept = parts["embeddings"] + parts["output head"]
+    rest = fmt.bytes(sum(parts.values()) - kept, spec.d_model)
+    return rest + packed_bytes(kept, dtype or spec.dtype)

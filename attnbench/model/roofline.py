@@ -1,44 +1,58 @@
-"""A roofline performance model: the time of a step from the bytes it moves and the FLOPs
-it computes, on a device of a given bandwidth and peak throughput.
+"""A roofline performance model: the time of a step from the bytes it moves, the FLOPs it
+computes and the kernels it launches, on a device of measured bandwidth and FLOP/s.
 
 A step runs two kinds of kernel one after the other, each on its own roofline: the dense
 matmuls (projections, MLP, experts, head), which stream the weights and activations, and
 the attention core (QK^T, softmax, PV), which reads the KV cache:
 
-    time = max(dense_bytes / (efficiency_bw * bandwidth),
-               dense_flops / (efficiency_flops * peak))
-         + max(kv_bytes / (efficiency_kv * bandwidth),
-               attention_flops / (efficiency_flops * peak))
+    time = dense_bytes / (efficiency_bw * bandwidth)
+         + dense_flops / (efficiency_flops * matmul_rate)
+         + kv_bytes / (efficiency_kv * bandwidth)
+         + attention_flops / (efficiency_flops * core_rate)
          + overheads * overhead_s
+         + kernels * launch_s
+         + collectives
 
-The efficiencies are the shares of the peaks a real kernel reaches; `overhead_s` is the
-fixed cost of one layer's step (kernel launches, synchronisation) that no roofline sees.
-The cache streams at a share of its own, `efficiency_kv`: the weights are read by a few
-large matrix-vector products, the cache by one small one per sequence and head with a
-softmax between, which reach less of the bandwidth (on a 2-core CPU, a third of the
-weights' rate); unset, it is efficiency_bw. A step given no attention part (kv_bytes and
-attention_flops 0) is the plain roofline max(bytes / (efficiency_bw * bandwidth),
-flops / (efficiency_flops * peak)). The two parts are summed, not overlapped: a layer's
-attention waits for its projections, and on a CPU core an MQA step's attention core
-(compute-bound: 32 query heads over one cached head) adds to its projections' weight
-streaming. Defaults (DEFAULT_MODEL) or a calibration from measured runs
-(model/calibration.py) set the parameters. The ridge point is the device's (at
-efficiency_bw); `bound` names the term that sets the larger part's time.
+`bandwidth` and the rates are what the device reaches in published microbenchmarks (a
+streaming kernel, a large GEMM: model/device_types.py), not its datasheet's peaks; the
+matmul rate is that of the weights' dtype where they are float8 (W8A8), else of the
+activations' dtype (weight-only int8 and int4 dequantise into it), the attention core's
+that of the activations. Each kernel pays the device's launch cost, the gap between
+kernels a captured graph replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the
+collectives are below. The efficiencies are shares of those figures, 1 by default
+(DEFAULT_MODEL), fitted by a calibration on a machine's own runs (model/calibration.py),
+as is `overhead_s`, a fixed cost per layer that no roofline sees (0 by default: the
+launches are counted). The cache streams at a share of its own, `efficiency_kv` (unset:
+efficiency_bw): on a 2-core CPU the cache, read by one small product per sequence and
+head with a softmax between, reaches a third of the weights' rate.
+
+Every term is summed, none overlapped. The parts run one after the other (a layer's
+attention waits for its projections), and within a part the time to move the bytes and
+the time to compute are added: the bound of a kernel that overlaps neither, where the
+classic roofline takes the larger of the two, the bound of one that overlaps them fully.
+Far from the device's ridge one term dwarfs the other and the two bounds agree; near it
+(a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
+streams its weight tiles in stages that only partly overlap its math, and the sum is the
+nearer bound: over the published measurements of docs/validation.md the sum's median
+error is 16%, the larger term's 25% (both with the same measured figures; no figure is
+set from them). The ridge point is the device's (at efficiency_bw); `bound` names the
+larger term of the longer part.
 
 Whole-model counts reuse the one formula of each quantity: attention bytes and FLOPs from
 formulas.py, parameters per part and per rank from model_params.py, KV-cache bytes (dtype,
-scales, sliding windows, tensor parallelism) from capacity.py. Per rank, one step of B
-sequences each feeding q new tokens that attend kv keys (decode: q 1, kv S + 1; prefill
-of S tokens: q S, kv S) moves:
+scales, sliding windows, tensor parallelism) from capacity.py, quantised weights' bytes
+from weights.py. Per rank, one step of B sequences each feeding q new tokens that attend
+kv keys (decode: q 1, kv S + 1; prefill of S tokens: q S, kv S) moves:
 
-- the weights it touches, once: every part but the token embeddings (only the B*q rows
-  looked up are read, unless the output head is tied to them: then the head reads the
-  whole table) and the routed experts, of which a MoE layer reads at most min(E, B*q*k)
-  (each of the B*q tokens goes to k experts; the bound is reached when no two tokens
-  share one, the worst case, assumed here);
+- the weights it touches, once, with their scales where quantised: every part but the
+  token embeddings (only the B*q rows looked up are read, unless the output head is tied
+  to them: then the head reads the whole table) and the routed experts, of which a MoE
+  layer reads at most min(E, B*q*k) (each of the B*q tokens goes to k experts; the bound
+  is reached when no two tokens share one, the worst case, assumed here); quantised
+  weights keep the embeddings and the head in the activations' dtype;
 - the KV cache: every layer reads the keys its sliding window keeps (min(kv, W), the
   architecture's windows; full context on global layers) and writes the q new ones, in
-  the KV dtype with its scales;
+  the KV dtype with its scales; an MLA layer its latents (mla_counts);
 - the attention's activations (formulas.step_traffic_bytes); the MLP's activations are
   not counted (B*q*(d + 2*I) elements per layer: small beside its weights at decode);
 - a hybrid model's state (Mamba, linear attention): every state layer reads each
@@ -47,22 +61,22 @@ of S tokens: q S, kv S) moves:
 
 FLOPs: attention by formulas.forward_flops (projections and QK^T, PV over the keys the
 window keeps, at least the q new tokens: a prefill over a window is counted as full
-causal, an upper bound); 2 per parameter a token uses in the MLP, the router and its k
-experts (biases included, a negligible overcount; norms and the embedding lookup not
-counted); the output head for the last token of each sequence only (B logits), as
-serving engines compute it; a state layer's recurrence STATE_FLOPS per element of its
-recurrent state per token (decay and rank-one update, and the read-out), its
-projections 2 per parameter. MLA models are not modelled (their absorbed attention is
-not in formulas.py).
+causal, an upper bound), MLA by mla_counts; 2 per parameter a token uses in the MLP, the
+router and its k experts (biases included, a negligible overcount; norms and the
+embedding lookup not counted); the output head for the last token of each sequence only
+(B logits), as serving engines compute it; a state layer's recurrence STATE_FLOPS per
+element of its recurrent state per token (decay and rank-one update, and the read-out),
+its projections 2 per parameter.
 
 A model counted by transformers (a type without formulas here) is its parts as counted:
 "state layers" and "other" timed as dense matmuls, 2 FLOPs per parameter a token uses.
 
-Tensor parallelism adds two all-reduces per layer (after the attention's o_proj and after
-the MLP's down projection) of the B*q tokens' hidden states, B*q*d elements each, timed
-as a ring all-reduce: 2*(tp-1)/tp * bytes / interconnect_bandwidth + a latency, not
-overlapped with the compute. The logits' gather under a vocabulary-split head is not
-counted.
+Tensor parallelism adds two all-reduces per layer (after the attention's output
+projection and after the MLP's down projection) of the B*q tokens' hidden states, B*q*d
+elements each, and the all-gather of the last tokens' logits from the vocabulary-split
+head (B * vocab float32 values), each timed as nccl-tests measures it on the device: the
+latency of a small message plus its bytes over the bus bandwidth (2*(tp-1)/tp of them for
+an all-reduce, (tp-1)/tp for an all-gather), not overlapped with the compute.
 """
 
 from __future__ import annotations
@@ -72,7 +86,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import FieldError, UsageError
+from ..errors import FieldError
 from .architecture import ModelSpec
 from .capacity import (
     KvFormat,
@@ -81,25 +95,43 @@ from .capacity import (
     kv_cache_bytes,
     kv_heads_per_rank,
     layer_tokens,
+    model_layout,
     positive_int,
     state_bytes,
     token_layout,
 )
 from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
-from .formulas import attention_core_flops, forward_flops, step_traffic_bytes, weight_bytes
+from .formulas import (
+    attention_core_flops,
+    forward_flops,
+    step_traffic_bytes,
+    visible_pairs,
+    weight_bytes,
+)
 from .model_params import has_whole_model, part_params, require_body, step_traits
 from .shapes import AttentionShape
+from .weights import WeightFormat, weight_format
 
 #: The most a calibrated efficiency may be: above 1 a measured peak may sit under the
 #: datasheet's (boost clocks), far above it the peaks given do not match the device.
 MAX_EFFICIENCY = 1.5
-#: The latency of one all-reduce of a few MB or less, whatever its size: NCCL on NVLink
-#: takes some microseconds for small messages (its launch and ring hand-offs).
-ALLREDUCE_LATENCY_S = 5e-6
 #: FLOPs per element of a state layer's recurrent state, per token: the decay and the
 #: rank-one update of the state (2), and the read-out against it (2).
 STATE_FLOPS = 4
+
+#: Kernels one layer's decode or prefill step launches in a serving engine, counted from
+#: vLLM's Llama layer: RMSNorm, the fused QKV matmul, rotary embedding, the cache write,
+#: attention, the output projection, the fused residual-add RMSNorm, the fused gate/up
+#: matmul, SiLU-and-multiply, the down projection. A state layer launches as many (its
+#: norm, projections, convolution, scan and gate); a MoE layer's router and top-k and
+#: its experts' sorting add MOE_KERNELS. Fusing compilers launch fewer.
+LAYER_KERNELS = 10
+MOE_KERNELS = 3
+#: Kernels once per step: the embedding lookup, the final norm, the output head, sampling.
+STEP_KERNELS = 4
+#: Of LAYER_KERNELS, the attention's (norm, QKV, rotary, cache write, attention, output).
+ATTENTION_KERNELS = 6
 
 
 @dataclass(frozen=True)
@@ -145,12 +177,12 @@ def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-#: Defaults for a GPU: decode kernels stream their bytes at about 80% of the datasheet
-#: bandwidth, dense matmuls reach about 60% of the datasheet tensor-core peak at the
-#: shapes of one layer, and one layer's step pays about 10 us of kernel launches and
-#: synchronisation (a handful of launches of a few us each, without CUDA graphs).
+#: Defaults: a step reaches the device's measured figures (device_types: a streaming
+#: kernel's bandwidth, a large GEMM's FLOP/s), and its kernels' launches and collectives
+#: are counted apart, so no share or overhead per layer is left to assume. A calibration
+#: (model/calibration.py) fits them where a machine's own runs are at hand.
 DEFAULT_MODEL = PerfModel(
-    efficiency_bw=0.8, efficiency_flops=0.6, overhead_s=10e-6, source="defaults"
+    efficiency_bw=1.0, efficiency_flops=1.0, overhead_s=0.0, source="defaults"
 )
 
 
@@ -178,11 +210,13 @@ def predict(
     overheads: int = 1,
     kv_bytes: int = 0,
     attention_flops: int = 0,
+    core_peak_flops: float | None = None,
 ) -> Roofline:
     """The time of moving `bytes` and computing `flops` at `bandwidth` (bytes/s) and
     `peak_flops` (FLOP/s), paying model.overhead_s `overheads` times (a whole model: once
     per layer): `kv_bytes` of the bytes and `attention_flops` of the FLOPs are the
-    attention core's, on a roofline of their own (see the module's notes)."""
+    attention core's, on a roofline of their own (see the module's notes), at
+    `core_peak_flops` (default peak_flops: float8 matmuls beside a 16-bit attention)."""
     if bytes <= 0 or flops < 0 or not 0 <= kv_bytes <= bytes:
         raise ValueError(
             f"a step moves bytes > 0, kv_bytes of them, and computes flops >= 0, got "
@@ -190,17 +224,21 @@ def predict(
         )
     if not 0 <= attention_flops <= flops:
         raise ValueError(f"attention_flops {attention_flops} must be in [0, flops {flops}]")
-    if bandwidth <= 0 or peak_flops <= 0:
+    core_peak_flops = core_peak_flops or peak_flops
+    if bandwidth <= 0 or peak_flops <= 0 or core_peak_flops <= 0:
         raise ValueError(f"bandwidth and peak_flops must be > 0, got {bandwidth}, {peak_flops}")
     flops_rate = model.efficiency_flops * peak_flops
     dense = (
         (bytes - kv_bytes) / (model.efficiency_bw * bandwidth),
         (flops - attention_flops) / flops_rate,
     )
-    core = (kv_bytes / (model.kv_efficiency * bandwidth), attention_flops / flops_rate)
+    core = (
+        kv_bytes / (model.kv_efficiency * bandwidth),
+        attention_flops / (model.efficiency_flops * core_peak_flops),
+    )
     longer = max(dense, core, key=max)
     return Roofline(
-        time_s=max(dense) + max(core) + overheads * model.overhead_s,
+        time_s=sum(dense) + sum(core) + overheads * model.overhead_s,
         bytes=bytes,
         flops=flops,
         intensity=flops / bytes,
@@ -214,20 +252,26 @@ def tokens_per_s(tokens: int, time_s: float) -> float:
     return tokens / time_s
 
 
-def allreduce_s(
-    bytes: int,
-    tp: int,
-    interconnect_bandwidth: float | None,
-    latency_s: float = ALLREDUCE_LATENCY_S,
-) -> float:
-    """Time of one ring all-reduce of `bytes` over `tp` ranks: each rank sends and
-    receives 2*(tp-1)/tp of the buffer, plus a fixed latency; 0 at tp 1."""
+def allreduce_s(bytes: int, tp: int, device: DeviceSpec) -> float:
+    """Time of one all-reduce of `bytes` over `tp` ranks of `device`, as nccl-tests models
+    it: busbw = algbw * 2*(tp-1)/tp, so 2*(tp-1)/tp * bytes / busbw, plus the latency of a
+    small message; 0 at tp 1."""
+    return _collective_s(bytes, tp, device, 2 * (tp - 1) / tp)
+
+
+def allgather_s(bytes: int, tp: int, device: DeviceSpec) -> float:
+    """Time of an all-gather whose result is `bytes` on every rank (nccl-tests: busbw =
+    algbw * (tp-1)/tp), plus the latency of a small message; 0 at tp 1."""
+    return _collective_s(bytes, tp, device, (tp - 1) / tp)
+
+
+def _collective_s(bytes: int, tp: int, device: DeviceSpec, share: float) -> float:
     positive_int("tp", tp)
     if tp == 1:
         return 0.0
-    if not interconnect_bandwidth:
-        raise FieldError("tp", tp, "needs a device with an interconnect bandwidth")
-    return 2 * (tp - 1) / tp * bytes / interconnect_bandwidth + latency_s
+    if device.collectives is None:
+        raise FieldError("tp", tp, f"needs a device with an interconnect, not {device.name}")
+    return share * bytes / device.collectives.bus_bandwidth + device.collectives.latency_s
 
 
 @dataclass(frozen=True)
@@ -248,6 +292,12 @@ class ModelCounts:
     #: Sequences in the batch: the tokens a decode step produces.
     batch: int
     state_bytes: int = 0
+    #: Kernels the step launches (each pays the device's launch cost).
+    kernels: int = LAYER_KERNELS
+    #: The logits every rank gathers from a vocabulary-split head (0 at tp 1).
+    gather_bytes: int = 0
+    #: The dtype of the dense matmuls (float8 weights: float8), None: the step's dtype.
+    matmul_dtype: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -335,7 +385,52 @@ def layer_counts(
         allreduces=1 if tp > 1 else 0,
         layers=1,
         batch=batch,
+        kernels=ATTENTION_KERNELS,
     )
+
+
+def mla_counts(
+    spec: ModelSpec,
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+) -> AttentionCounts:
+    """One step of every MLA layer of `spec` (DeepSeek-V2/V3) on one of `tp` ranks, weights
+    aside. Each rank keeps the whole latent cache (kv_lora_rank + qk_rope_head_dim per
+    token) and reads it once per layer; its query heads are split.
+
+    A decode step (q_len 1) runs the absorbed form, as FlashMLA and vLLM do: the keys are
+    the latents themselves, so each query head scores every cached latent (2*(r + rope)
+    FLOPs per key) and sums them (2*r), and the up-projections are applied to the query
+    and the output instead of to the keys. A prefill (q_len > 1) expands the latents into
+    per-head keys and values (2*(r*(nope + v)) FLOPs per key and head, beside the
+    projections) and attends them: 2*(nope + rope) + 2*v FLOPs per visible pair and head.
+    The projections' FLOPs are 2 per weight per token, counted with the other weights."""
+    mla = spec.mla
+    assert mla is not None
+    for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
+        positive_int(field, value)
+    heads, L, r = spec.num_heads // tp, spec.num_layers, mla.kv_lora_rank
+    layout = model_layout(spec, KvFormat(kv_dtype or dtype), tp)
+    kv = L * (
+        cache_bytes(layout, {None: 1}, {kv_len: batch}).total
+        + cache_bytes(layout, {None: 1}, {q_len: batch}).total
+    )
+    pairs = batch * visible_pairs(q_len, kv_len, True)
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    if q_len == 1:
+        core = 2 * (2 * r + mla.qk_rope_head_dim) * heads * pairs
+        expand = 0
+    else:
+        core = 2 * (qk + mla.v_head_dim) * heads * pairs
+        expand = 2 * batch * kv_len * r * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    # x read, the query, the attention's output and the layer's output
+    width = spec.d_model * 2 + heads * (qk + mla.v_head_dim)
+    activations = L * batch * q_len * width * dtype_bytes(dtype)
+    return AttentionCounts(kv, activations, L * (core + expand), L * core)
 
 
 def step_counts(
@@ -346,51 +441,59 @@ def step_counts(
     dtype: str,
     kv_dtype: str | None = None,
     tp: int = 1,
+    weights: str | WeightFormat | None = None,
 ) -> ModelCounts:
     """Counts of one step of `batch` sequences each feeding `q_len` new tokens that attend
-    `kv_len` keys (the new ones included), weights and activations in `dtype`, the cache
-    in `kv_dtype` (default: `dtype`), on one of `tp` ranks."""
+    `kv_len` keys (the new ones included), activations in `dtype`, weights in `weights`
+    (default: `dtype`; quantised weights keep the embeddings and the output head in
+    `dtype`), the cache in `kv_dtype` (default: `dtype`), on one of `tp` ranks."""
     if not has_whole_model(spec):
         require_body(spec)  # raises: the whole model is not known
-    if spec.mla is not None:
-        raise UsageError(f"{spec.name}: the roofline does not model MLA attention")
     check_dtype(dtype, "dtype", MODEL_DTYPES)
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
         positive_int(field, value)
+    fmt = weight_format(weights or dtype)
     parts, traits = part_params(spec, tp), step_traits(spec)
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
     vocab_rows = ceil_div(traits.vocab_size, tp)  # this rank's vocabulary
 
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
-    weights = sum(parts.values()) - parts["embeddings"] - parts["experts"]
+    body = sum(parts.values()) - parts["embeddings"] - parts["experts"] - parts["output head"]
     if traits.tied_embeddings:
-        weights += parts["embeddings"]
+        table = parts["embeddings"]
     else:
-        weights += (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
+        table = (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
+        table += parts["output head"]
     head = vocab_rows * d
-    expert_flops = 0
+    expert_flops, moe_kernels = 0, 0
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
-        weights += per_expert * min(traits.num_experts, tokens * traits.experts_per_token)
+        body += per_expert * min(traits.num_experts, tokens * traits.experts_per_token)
         expert_flops = 2 * tokens * traits.experts_per_token * per_expert
+        moe_kernels = MOE_KERNELS * L
 
-    attention = attention_counts(
-        AttentionShape(d, spec.num_heads, spec.num_kv_heads, spec.head_dim),
-        batch,
-        q_len,
-        kv_len,
-        dtype,
-        kv_dtype,
-        tp,
-        spec.windows or (None,) * spec.kv_layers,
-    )
+    if spec.mla is not None:
+        attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp)
+    else:
+        attention = attention_counts(
+            AttentionShape(d, spec.num_heads, spec.num_kv_heads, spec.head_dim),
+            batch,
+            q_len,
+            kv_len,
+            dtype,
+            kv_dtype,
+            tp,
+            spec.windows or (None,) * spec.kv_layers,
+        )
     dense_parts = ("mlp", "router", "state layers", "other")
     dense = 2 * tokens * sum(parts.get(p, 0) for p in dense_parts)
+    if spec.mla is not None:  # the MLA projections: 2 per weight per token
+        dense += 2 * tokens * parts["attention"]
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(
-        weight_bytes=packed_bytes(weights, dtype),
+        weight_bytes=fmt.bytes(body, d) + packed_bytes(table, dtype),
         kv_bytes=attention.kv_bytes + state,
         activation_bytes=attention.activation_bytes,
         flops=attention.flops + dense + expert_flops + 2 * batch * head + state_flops,
@@ -400,6 +503,10 @@ def step_counts(
         layers=L,
         batch=batch,
         state_bytes=state,
+        kernels=L * LAYER_KERNELS + moe_kernels + STEP_KERNELS,
+        # each rank's logits of the last token of every sequence, in float32
+        gather_bytes=batch * vocab_rows * tp * 4 if tp > 1 else 0,
+        matmul_dtype=fmt.matmul_dtype(dtype),
     )
 
 
@@ -410,10 +517,11 @@ def decode_counts(
     dtype: str,
     kv_dtype: str | None = None,
     tp: int = 1,
+    weights: str | WeightFormat | None = None,
 ) -> ModelCounts:
     """One decode step with `context_len` tokens cached: each sequence feeds one token and
     attends context_len + 1 keys (the time per output token)."""
-    return step_counts(spec, batch, 1, context_len + 1, dtype, kv_dtype, tp)
+    return step_counts(spec, batch, 1, context_len + 1, dtype, kv_dtype, tp, weights)
 
 
 def prefill_counts(
@@ -423,23 +531,26 @@ def prefill_counts(
     dtype: str,
     kv_dtype: str | None = None,
     tp: int = 1,
+    weights: str | WeightFormat | None = None,
 ) -> ModelCounts:
     """The prefill of a prompt of `prompt_len` tokens (the time to the first token)."""
-    return step_counts(spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp)
+    return step_counts(spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp, weights)
 
 
 @dataclass(frozen=True)
 class ModelPrediction:
     """A whole-model step on one device of `tp`: its roofline (the overhead paid once per
-    layer) plus its all-reduces."""
+    layer), its kernels' launches, and its collectives (the all-reduces and the logits'
+    gather)."""
 
     counts: ModelCounts
     roofline: Roofline
     allreduce_s: float
+    launch_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return self.roofline.time_s + self.allreduce_s
+        return self.roofline.time_s + self.allreduce_s + self.launch_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -454,16 +565,22 @@ def predict_counts(
     tp: int = 1,
     model: PerfModel = DEFAULT_MODEL,
 ) -> ModelPrediction:
-    """The time of a step of `counts` (one rank's) on `device`, at its peak for `dtype`."""
+    """The time of a step of `counts` (one rank's) on `device`: its dense matmuls at the
+    device's matmul rate for counts.matmul_dtype (default `dtype`), its attention core at
+    the rate for `dtype`; each kernel pays the device's launch cost, each collective its
+    latency and its bytes over the bus bandwidth."""
     roof = predict(
         counts.bytes,
         counts.flops,
         device.memory_bandwidth,
-        flops_for(device, dtype),
+        flops_for(device, counts.matmul_dtype or dtype),
         model,
         overheads=counts.layers,
         kv_bytes=counts.kv_bytes,
         attention_flops=counts.attention_flops,
+        core_peak_flops=flops_for(device, dtype),
     )
-    per_allreduce = allreduce_s(counts.allreduce_bytes, tp, device.interconnect_bandwidth)
-    return ModelPrediction(counts, roof, counts.allreduces * per_allreduce)
+    collectives = counts.allreduces * allreduce_s(counts.allreduce_bytes, tp, device)
+    if counts.gather_bytes:
+        collectives += allgather_s(counts.gather_bytes, tp, device)
+    return ModelPrediction(counts, roof, collectives, counts.kernels * device.launch_s)

@@ -98,20 +98,21 @@ TIME_HINT = "expected a time with its unit: 50ms, 0.05s, 2s"
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*(us|ms|s)\s*$")
 
 
-def duration_seconds(text: str, field: str) -> Fraction:
+def duration_seconds(text: str, field: str, zero: bool = False) -> Fraction:
     """'50ms', '0.05s', '2 s', '500us' as exact seconds, so that '50ms' and '0.05s' are one
     target to the last digit; FieldError for `field` on anything else. A number without
-    its unit is refused, as a size is: '50' is 50 ms as often as 50 s."""
+    its unit is refused, as a size is: '50' is 50 ms as often as 50 s. A time of 0 is
+    refused as such, unless `zero` allows it (a floor, where 0 keeps everything)."""
     match = _DURATION.match(str(text))
     if match is None:
         raise FieldError(field, text, TIME_HINT)
     number, unit = match.groups()
     seconds = Fraction(number) * TIME_UNITS[unit]
-    if seconds <= 0:
-        raise FieldError(field, text, TIME_HINT)
+    if seconds == 0 and not zero:
+        raise FieldError(field, text, "must be a time above 0")
     return seconds
 
 
-def parse_duration(text: str, field: str) -> float:
+def parse_duration(text: str, field: str, zero: bool = False) -> float:
     """A duration with its unit in seconds: '50ms' -> 0.05 (see duration_seconds)."""
-    return float(duration_seconds(text, field))
+    return float(duration_seconds(text, field, zero))

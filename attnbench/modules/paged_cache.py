@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 from ..model.capacity import ceil_div
 from ..model.shapes import check_int
@@ -386,6 +389,8 @@ def paged_block_mask(cache: PagedKVCache) -> BlockMask:
     The mask_mod maps a physical key slot to its logical position through a table of each
     physical block's logical index in sequence b (-1: not b's), as torch's paged
     attention example does."""
+    from torch.nn.attention.flex_attention import BlockMask  # loads torch._dynamo
+
     batch, size, pool_blocks = cache.batch_size, cache.block_size, cache.num_blocks
     device = cache.block_table.device
     lengths = torch.tensor(cache.lengths, dtype=torch.int32, device=device)
@@ -425,6 +430,8 @@ def compiled_flex_attention() -> Callable[..., torch.Tensor]:
     `fullgraph` makes a shape past torch's recompile limit (torch._dynamo.config
     .recompile_limit, 8 by default) raise instead of falling back, unnoticed, to the
     unfused reference."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     return torch.compile(flex_attention, dynamic=False, fullgraph=True)
 
 
@@ -434,6 +441,8 @@ def prepare_flex(cache: PagedKVCache, q: torch.Tensor, compiled: bool = True) ->
     the call). `compiled` False runs torch's unfused reference (it warns, and
     materialises the scores of every pool slot); compiling takes tens of seconds on the
     CPU, on the first call. Prepare again after appending."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     _, heads = check_query(cache, q)
     kv_heads, dim = cache.num_kv_heads, cache.head_dim
     mask = paged_block_mask(cache)

@@ -319,8 +319,6 @@ PROVIDERS: dict[str, Provider] = {
         ),
     )
 }
-#: Earlier names of providers (the `backend` of earlier versions).
-PROVIDER_ALIASES = {"sdpa": "attnbench"}
 
 
 @contextmanager

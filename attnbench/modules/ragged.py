@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
 
 from ..model.shapes import check_int
 from .attention import GroupedQueryAttention, naive_attention
@@ -266,6 +265,7 @@ def sdpa_per_sequence(kernel: SDPBackend | None = None) -> Implementation:
     """One SDPA call per sequence, what a user without varlen kernels writes: no mask for
     a single query (it sees every key), else torch's lower-right causal bias
     (torch.nn.attention.bias.causal_lower_right; `is_causal` aligns top-left)."""
+    from torch.nn.attention.bias import causal_lower_right  # loads torch._dynamo: seconds
 
     def prepare(inputs: RaggedInputs) -> RaggedAttention:
         gqa = inputs.layer.group_size > 1

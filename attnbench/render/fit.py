@@ -181,7 +181,7 @@ def latency_summary(records: list[FitRecord]) -> list[str]:
     lines = [
         "Memory per GPU: "
         + ", ".join(f"{format_bytes(m)} ({m:,} bytes)" for m in memories)
-        + "; predicted by a roofline on the GPU's datasheet peaks"
+        + "; predicted by a roofline on the GPU's measured figures (see predict)"
     ]
     for model in dict.fromkeys(r.perf_model for r in records if r.perf_model):
         lines.append(f"Performance model: {model}")

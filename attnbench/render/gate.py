@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..gate.compare import Comparison, Finding, Verdict
 from ..model.units import format_bytes
 from ..records import SAMPLED, Kind
 from .columns import known
 from .table import Column, build_table, markdown_text, print_view
+
+if TYPE_CHECKING:  # the gate itself loads numpy and the record types (torch)
+    from ..gate.compare import Comparison, EnvDifference, Finding
 
 STATUS = {0: "PASS", 1: "FAIL", 3: "INCOMPARABLE"}
 HEADERS = (
@@ -137,18 +140,37 @@ def summary_line(result: Comparison) -> str:
 
 
 def _env_value(v) -> str:
+    """A float to 4 significant digits, a {dtype: peak} mapping as 'float32 0.02878'."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_env_value(x)}" for k, x in v.items())
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _changes(diffs: list[EnvDifference]) -> str:
+    return ", ".join(
+        f"{d.field} {_env_value(d.baseline)} -> {_env_value(d.current)}" for d in diffs
+    )
+
+
 def _context_lines(result: Comparison) -> list[str]:
-    """The gating environment differences and the notes, one line each."""
+    """The machines' differences, the peaks that moved (noise: the threshold it sets on
+    timings) and the notes, one line each."""
     lines = []
     diffs = [d for d in result.env_differences if d.gating]
     if diffs:
-        changes = ", ".join(
-            f"{d.field} {_env_value(d.baseline)} -> {_env_value(d.current)}" for d in diffs
+        lines.append(f"Environments differ ({_changes(diffs)}): timings do not gate.")
+    moved = [d for d in result.env_differences if d.drift]
+    if moved:
+        drift, threshold = result.drift(), result.thresholds.time
+        held = (
+            f"timings are held to a {1 + drift:.2f}x threshold, not {1 + threshold:.2f}x"
+            if drift > threshold
+            else f"within the {1 + threshold:.2f}x timing threshold"
         )
-        lines.append(f"Environments differ ({changes}): timings do not gate.")
+        lines.append(
+            f"Measured peaks moved ({_changes(moved)}; {1 + drift:.2f}x): the machine's "
+            f"load, not another machine; {held}."
+        )
     return lines + [f"Note: {note}." for note in result.notes]
 
 
@@ -167,6 +189,8 @@ def unchanged_line(
 ) -> str | None:
     """'18 unchanged findings not shown: <show_all> shows them', when the unchanged ones
     are left out and there are some; None otherwise."""
+    from ..gate.compare import Verdict
+
     if not only_changed:
         return None
     count = sum(f.verdict is Verdict.UNCHANGED for f in result.findings)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from ..history.series import ANY_ENVIRONMENT, Change, Series, by_environment
 from ..records import Kind
 from ..study.output import named
-from .plots import literal_text
 from .table import markdown_code, markdown_text
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Series drawn in one panel at the most (the rest are named in a note).
 MAX_LINES = 8
@@ -137,6 +138,8 @@ def plot_series(series: Sequence[Series], changes: Sequence[Change], out: Path) 
     """Each series' median per commit with its p25..p75 band, change points marked with
     a dashed line and their size; one panel per environment. Writes `out` (its folder
     made if need be), in the format its extension names; every text drawn as written."""
+    from .plots import literal_text  # matplotlib
+
     with literal_text():
         fig = _trend_figure(series, changes)
         try:
@@ -150,6 +153,8 @@ def plot_series(series: Sequence[Series], changes: Sequence[Change], out: Path) 
 
 def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure:
     """The figure `plot_series` writes."""
+    from matplotlib.figure import Figure
+
     by_env = by_environment(series)
     fig = Figure(figsize=(9, 4.2 * len(by_env)), layout="constrained")
     axes = fig.subplots(len(by_env), 1, squeeze=False)[:, 0]

@@ -23,6 +23,7 @@ PHASE_COLUMNS: list[Column] = [
     Column("context", "seq_len", fmt_int, rank=1, setting=True),
     Column("dtype", "dtype", fmt_plain, rank=2, kind="label", setting=True),
     Column("kv dtype", "kv_dtype", fmt_plain, rank=1, kind="label", setting=True),
+    Column("weights", "weights", fmt_plain, rank=1, kind="label", setting=True),
     Column("Step", "step", fmt_plain, rank=0, kind="label"),
     Column("ms", "time_ms", fmt_4sig, rank=0),
     Column("bytes", "bytes", format_bytes, rank=1),
@@ -73,6 +74,7 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "seq_len": r["seq_len"],
                     "dtype": r["dtype"],
                     "kv_dtype": r["kv_dtype"],
+                    "weights": r.get("weights") or r["dtype"],
                     "step": step,
                     "time_ms": r[time_field],
                     "bytes": r[f"{prefix}_bytes"],
@@ -88,29 +90,33 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Where every number comes from, once per device and per model of the predictions:
-    the device's peaks and their datasheets, the efficiencies and overhead and whether
-    they are defaults or calibrated, and the counts."""
+    the device's measured figures with their sources and its datasheets, the efficiencies
+    and overhead and whether they are defaults or calibrated, the weights' format, and
+    the counts."""
     lines = []
     for gpu, r in {r["gpu"]: r for r in records}.items():
-        link = (
-            f", {r['interconnect_gbps']:,.0f} GB/s per direction to its peers"
-            if r.get("interconnect_gbps")
-            else ""
-        )
-        lines.append(
-            f"{gpu} ({r['device_title']}): {r['peak_gbps']:,.0f} GB/s, "
-            f"{r['peak_tflops']:,.4g} TFLOP/s dense {r['dtype']}{link}; from "
-            f"{r['peaks_source']}"
-        )
+        lines.append(f"{gpu} ({r['device_title']}): {r['device_figures']}")
+        lines.append(f"{gpu}'s datasheets: {r['peaks_source']}")
     for r in {(r["gpu"], r["tp"]): r for r in records if r.get("allreduce_ms")}.values():
         lines.append(
-            f"{r['gpu']}, tp {r['tp']}: the model's all-reduces (2 a layer, ring) take "
-            f"{r['allreduce_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
+            f"{r['gpu']}, tp {r['tp']}: the model's collectives (2 all-reduces a layer, the "
+            f"logits' gather) take {r['allreduce_ms']:.3g} ms of each decode step at batch "
+            f"{r['batch']:,}"
+        )
+    for r in {r["gpu"]: r for r in records if r.get("launch_ms")}.values():
+        lines.append(
+            f"{r['gpu']}: the model's kernel launches take {r['launch_ms']:.3g} ms of each step"
         )
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
-            "time = the dense matmuls' max(bytes / bandwidth, FLOPs / peak) + the attention "
-            f"core's + overhead, with {text}"
+            "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "
+            f"attention core, + launches + collectives + overhead, with {text}"
+        )
+    for r in {r["weights"]: r for r in records if r.get("weights")}.values():
+        lines.append(
+            f"weights: {r['weights']} (scales counted; the embeddings and the output head "
+            f"stay {r['dtype']}); matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of "
+            f"{'float8' if r['weights'].startswith('float8') else r['dtype']}"
         )
     for r in records:
         if r.get("fits_memory") is False:
@@ -172,11 +178,13 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     98 on a100-80gb (10.2 ms, memory-bound).'"""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in records:
-        what = (point_label(r), r["batch"], r["seq_len"], r["tp"], r["perf_model"])
+        weights = r.get("weights")
+        what = (point_label(r), r["batch"], r["seq_len"], r["tp"], r["perf_model"], weights)
         groups.setdefault(what, []).append(r)
     found = []
-    for (name, batch, seq_len, tp, model), rows in groups.items():
+    for (name, batch, seq_len, tp, model, weights), rows in groups.items():
         split = f", tp {tp}" if tp > 1 else ""
+        split += f", {weights} weights" if weights else ""
         source = "defaults" if model.endswith("(defaults)") else "calibrated"
         on = [
             f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ("

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, spelled
+from ..errors import FieldError, UsageError, spelled
 from ..experiments.whole_model import PART_RECORDS
-from ..model.files import shown_path
+from ..model.files import read_user_file
 from ..records import Kind, failed, field_kinds, gated_timing
 from .output import SCHEMA_VERSION
 from .sections import KINDS, record_type
@@ -29,6 +29,8 @@ COMMAND_SECTIONS = {
     "predict": "predict",
 }
 COMMANDS = (*COMMAND_SECTIONS, "run")
+#: The largest results file read: it is parsed whole, samples and all.
+MAX_RESULTS_BYTES = 1 << 30
 #: Whole-model part records that `params` writes, for a model, beside its per-layer records
 #: (a key of the document beside `records`, or beside `sections` in a study's).
 PARTS_SECTION = PART_RECORDS
@@ -75,15 +77,10 @@ def load_document(path: str | Path) -> Document:
     finite numbers >= 0 (or null), keys and infos have their declared types, every record
     of a section has the same key fields, and no two records share their key values."""
     p = Path(path)
-    shown = shown_path(p)
     try:
-        if not p.is_file():
-            raise UsageError(f"{shown}: {'not a file' if p.exists() else 'no such file'}")
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{shown}: cannot read it ({exc})") from None
-    except OSError as exc:  # a name too long, no permission
-        raise UsageError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
+        text = read_user_file(p, "results", MAX_RESULTS_BYTES)
+    except FieldError as exc:  # the file is named, not a flag: it may be an argument
+        raise UsageError(f"{exc.value}: {exc.reason}") from None
     return _csv_document(p, text) if p.suffix.lower() == ".csv" else _json_document(p, text)
 
 

@@ -18,6 +18,7 @@ from ..experiments.context import Context
 from ..measure.devices import resolve_device
 from ..model.capacity import MAX_SEQUENCES, positive_int
 from .estimate import peak_seconds, point_seconds
+from .limits import MAX_POINTS
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
 from .sweep import (
@@ -34,10 +35,6 @@ from .sweep import (
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
 #: Problems listed before the rest are summed up.
 MAX_PROBLEMS = 20
-#: The most points a study may hold (`plan_study`'s max_points lowers it): planning takes
-#: about 60 us a point, and a run rewrites its results.json (~1 KB a point) after every
-#: point, for days at 100,000 points.
-MAX_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -273,10 +270,15 @@ def plan_sections(
         except FieldError as exc:
             problems.append(sec.locate(exc))
             continue
+        except CombinationError as exc:
+            problems.append(_in_file(sec, exc))
+            continue
         if not points:
             problems.append(_nothing_to_run(sec))
         problems.extend(_check_points(kind, sec, points))
         ordered = kind.order(points, options.get(name)) if kind.order else points
+        if points and not ordered:
+            problems.append(_all_left_out(sec, len(points)))
         tasks.extend(Task(name, i, p) for i, p in enumerate(ordered))
     if problems:
         unique = {str(p): p for p in problems}  # one line for a value every section shares
@@ -289,6 +291,24 @@ def _nothing_to_run(sec: Section) -> UsageError:
     if sec.name == "fit":
         return MissingFields("fit", [["model"]], source)
     return MissingFields(sec.name, [["d_model", "num_heads"], ["model"]], source)
+
+
+def _all_left_out(sec: Section, count: int) -> UsageError:
+    """A section whose points its run order all leaves out (see each kind's `order`)."""
+    where = "" if sec.source == FLAGS_SOURCE else f"{sec.source}: "
+    return UsageError(
+        f"{where}nothing to run for {sec.name}: its {count:,} points are all left out "
+        "of the run (a point its other values do not time)"
+    )
+
+
+def _in_file(sec: Section, error: CombinationError) -> CombinationError:
+    """`error` from values a section's check found together, at the sweep file when one
+    of them was set there."""
+    from_file = any(sec.origins.get(n) not in (None, FROM_FLAGS) for n in error.values)
+    if not from_file or error.source is not None:
+        return error
+    return CombinationError(error.values, error.reason, sec.source)
 
 
 def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageError]:
@@ -333,7 +353,7 @@ def plan_study(
     the file's device, `measure` whether kvmem allocates its caches; a study of more than
     `max_points` points (at most MAX_POINTS) is refused before any is built."""
     config = load_config(Path(config_path) if config_path is not None else DEFAULT_CONFIG)
-    names = names or [s for s in SECTIONS if s in config.sections] or list(DEFAULT_SECTIONS)
+    names = names or study_sections(config)
     given = {"device": device, "measure": measure}
     sections = {
         n: resolve(config, n, {k: v for k, v in given.items() if k in fields_for(n)}) for n in names
@@ -341,6 +361,11 @@ def plan_study(
     return plan_sections(
         config, sections, max_points, "max_points" if max_points < MAX_POINTS else None
     )
+
+
+def study_sections(config: StudyConfig) -> list[str]:
+    """The sections a study runs: those its sweep file names, else the default ones."""
+    return [s for s in SECTIONS if s in config.sections] or list(DEFAULT_SECTIONS)
 
 
 def plan_command(

@@ -17,8 +17,10 @@ from typing import Any
 from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES
 from ..model.devices import DEVICES, THIS_DEVICE
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
+from ..model.weights import WEIGHT_DTYPES
 from ..model.what_if import KV_HEAD_WORDS
-from ..modules.providers import PROVIDER_ALIASES, PROVIDERS
+from ..modules.provider_names import PROVIDER_ALIASES
+from ..modules.provider_names import PROVIDER_NAMES as PROVIDERS
 
 #: Sections a sweep file may hold besides defaults, sweep and models; `run` runs these.
 SECTIONS = ("params", "kvmem", "decode", "fit", "predict")
@@ -304,9 +306,19 @@ FIELDS: dict[str, Field] = {
     ),
     "weights_dtype": Field(
         str,
-        ("fit",),
-        "Weights' dtype (default: the model's).",
-        choices=KV_DTYPES,
+        ("fit", "predict"),
+        "Weights' dtype (default: the model's): int8 and int4 are weight-only (the "
+        "matmuls run in dtype), float8_e4m3fn and float8_e5m2 quantise the activations too "
+        "(the matmuls run at the GPU's float8 peak).",
+        choices=WEIGHT_DTYPES,
+    ),
+    "weights_group": Field(
+        int,
+        ("fit", "predict"),
+        "Quantised weights (int8, int4, float8): input elements per scale (default: 128 "
+        "for int4, one scale per output channel for int8 and float8); 16- and 32-bit "
+        "weights of the same sweep have none.",
+        maximum=MAX_TOKENS,
     ),
     "reserve": Field(
         str,

@@ -20,11 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import FieldError
+from .limits import MAX_SHARDS
 from .plan import Plan, Task
 from .sections import KINDS
-
-#: The most workers a study can be shared among.
-MAX_SHARDS = 100_000
 
 
 @dataclass(frozen=True)

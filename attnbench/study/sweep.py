@@ -221,14 +221,20 @@ def _problems(lines: list[str]) -> Problems:
 
 
 def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:
-    """A preset name (case-insensitive), or a path to a Hugging Face config.json (relative
-    to the sweep file when it is not found as given)."""
+    """A preset name (case-insensitive), or a path to a Hugging Face config.json (see
+    file_path)."""
     if ref.endswith(".json") or "/" in ref:
-        path = Path(ref)
-        if not path.is_absolute() and not os.path.exists(path):  # False for a name too long
-            path = base_dir / path
-        return load_hf_config(path)
+        return load_hf_config(file_path(ref, base_dir))
     return get_preset(ref)
+
+
+def file_path(ref: str, base_dir: Path) -> Path:
+    """A file a sweep file names (a model's config.json, a calibration): as given when it
+    is found there, else relative to the sweep file's folder, `base_dir`."""
+    path = Path(ref)
+    if not path.is_absolute() and not os.path.exists(path):  # False for a name too long
+        path = base_dir / path
+    return path
 
 
 @dataclass
@@ -382,11 +388,60 @@ def resolve(
     problems = [resolved.locate(e) for e in model_overrides(resolved)]
     if problems:
         raise Problems(problems)
+    check_calibration(resolved, config.base_dir)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
+    problems = [resolved.locate(e) for e in long_patterns(resolved)]
+    if problems:
+        raise Problems(problems)
     if KINDS[section].whole_model:
         resolved.models = [with_whole_model(spec) for spec in resolved.models]
     return resolved
+
+
+#: The fields a section reads its calibration for: without one of them it would do nothing.
+CALIBRATED = {"fit": ("tpot", "ttft")}
+
+
+def check_calibration(sec: Section, base_dir: Path) -> None:
+    """The section's calibration file, found as a model's config.json is when the sweep
+    file names it (file_path), and read here, as models are: a file that cannot be read,
+    or holds a bad field, is refused where it was set, before any point is built; so is
+    one that nothing would read (CALIBRATED)."""
+    from ..model.calibration import load_calibration  # numpy: only where one is given
+
+    path = sec.options.get("calibration")
+    if path is None:
+        return
+    readers = CALIBRATED.get(sec.name, ())
+    if readers and all(sec.options.get(name) is None for name in readers):
+        reason = f"times the targets {' and '.join(readers)} only: give one, or leave it out"
+        raise sec.locate(FieldError("calibration", path, reason))
+    if sec.origins.get("calibration", FROM_FLAGS) != FROM_FLAGS:
+        path = sec.options["calibration"] = str(file_path(path, base_dir))
+    try:
+        load_calibration(path)
+    except FieldError as exc:
+        raise sec.locate(exc) from None
+
+
+def long_patterns(sec: Section) -> list[FieldError]:
+    """Each layer pattern longer than the attention layers it lays out (a model's, or a
+    layer shape's num_layers): its tail would be cut, silently."""
+    layers = [(m.kv_layers, f"{m.name}'s") for m in sec.models]
+    if sec.has_shape:
+        layers += [(n, "the") for n in sec.values.get("num_layers", [])]
+    errors = []
+    for pattern in sec.values.get("layer_pattern", []):
+        for count, whose in layers:
+            if pattern is not None and len(pattern) > count:
+                reason = (
+                    f"has {len(pattern)} letters, more than {whose} {count} attention "
+                    "layers: one letter per layer at most"
+                )
+                errors.append(FieldError("layer_pattern", pattern, reason))
+                break
+    return errors
 
 
 #: The fields of a model's shape that a study may not change, as a message names them.

@@ -344,6 +344,56 @@ def test_a_bad_base_exits_2_with_one_line(scratch_repo, tmp_path, monkeypatch):
     assert study.read_text() == TINY_STUDY
 
 
+def test_ab_refuses_a_study_without_decode_points(tmp_path):
+    """A study of a predict section alone times no decode point: refused, not the
+    default decode section timed in its place."""
+    study = tmp_path / "predict.yaml"
+    study.write_text("predict:\n  d_model: 64\n  num_heads: 2\n  seq_len: 128\n")
+    result = runner.invoke(app, ["ab", "--base", "HEAD", str(study)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {study}: no decode section: ab times the decode steps a study runs "
+        "(this one runs predict)\n"
+    )
+
+
+def test_ab_never_writes_over_a_users_logs(tmp_path):
+    study = tmp_path / "tiny.yaml"
+    study.write_text(TINY_STUDY)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "head.log").write_text("my notes\n")
+    result = runner.invoke(app, ["ab", "--base", "HEAD", str(study), "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: --out {out}: holds head.log already, which the workers' logs would "
+        "replace: give an empty or new directory, or --force\n"
+    )
+    assert (out / "head.log").read_text() == "my notes\n"
+    (out / "head.log").unlink()
+    os.symlink(study, out / "base.log")  # with --force, never the study it times
+    result = runner.invoke(app, ["ab", "--base", "HEAD", str(study), "--out", str(out), "--force"])
+    assert result.exit_code == 2
+    assert f"--out {out / 'base.log'}: is the STUDY.yaml file" in result.stderr
+    assert study.read_text() == TINY_STUDY
+
+
+def test_a_worker_replaces_a_log_it_may_replace_never_writing_through_it(tmp_path):
+    """With --force a log of an earlier run is replaced; a symlink there is replaced by
+    the log, the file it pointed to left as it was."""
+    kept = tmp_path / "kept.txt"
+    kept.write_text("kept\n")
+    log = tmp_path / "logs" / "base.log"
+    log.parent.mkdir()
+    os.symlink(kept, log)
+    worker = Worker(Side("base", tmp_path, Path(sys.executable)), log)
+    try:
+        worker.start(1, "cpu")
+    finally:
+        worker.close()
+    assert kept.read_text() == "kept\n" and not log.is_symlink()
+
+
 @pytest.mark.integration
 def test_a_worker_that_imports_another_attnbench_stops_with_one_line(tmp_path):
     """The running python imports this checkout's attnbench, not the side's source."""

@@ -413,8 +413,11 @@ def timed_or(status: str) -> str:
 
 def with_executor(monkeypatch, module, execute) -> None:
     """Make the command in `module` run its study through the public runner with
-    `execute` (the injection point run_study offers for tests)."""
-    monkeypatch.setattr(module, "run_study", functools.partial(run_study, execute=execute))
+    `execute` (the injection point run_study offers for tests): the commands import the
+    runner's run_study as they run."""
+    monkeypatch.setattr(
+        "attnbench.study.runner.run_study", functools.partial(run_study, execute=execute)
+    )
 
 
 def test_decode_speed_exits_1_when_a_point_did_not_complete(monkeypatch, tmp_path):

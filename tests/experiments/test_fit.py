@@ -15,6 +15,7 @@ from attnbench.model.architecture import ModelBody, ModelSpec
 from attnbench.model.capacity import KvFormat, layer_windows
 from attnbench.model.presets import PRESETS
 from attnbench.model.units import parse_memory, parse_share
+from attnbench.model.weights import WeightFormat
 from tests.helpers import runner
 
 GiB = 2**30
@@ -45,7 +46,7 @@ def plan(
         memory,
         gpus,
         tp,
-        weights_dtype or spec.dtype,
+        WeightFormat(weights_dtype or spec.dtype),
         KvFormat(kv),
         layer_windows(spec.num_layers, spec.windows, window),
         page,

@@ -200,6 +200,70 @@ def test_bad_serving_flags_get_one_line_and_exit_2(args, message):
     assert message in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--batch-spec", "2q1s16", "--mode", "no_cache"],
+            "invalid combination --mode no_cache --batch-spec 2q1s16: a batch spec or a "
+            "paged cache is timed with the cache only: no point would run",
+        ),
+        (
+            ["--block-size", "16", "--mode", "no_cache"],
+            "invalid combination --mode no_cache --block-size 16: ",
+        ),
+        (
+            ["--no-prefill", "--prefill-memory"],
+            "invalid combination --prefill-memory --no-prefill: the prefill is not timed: "
+            "there is no prefill whose peak memory to count",
+        ),
+        (
+            ["--batch-spec", "2q1s16", "--prefill-memory"],
+            "invalid combination --prefill-memory --batch-spec 2q1s16: a batch spec or a "
+            "paged cache times its step alone",
+        ),
+        (
+            ["--block-size", "16", "--prefill-memory"],
+            "invalid combination --prefill-memory --block-size 16: ",
+        ),
+        (
+            ["--mode", "no_cache", "--prefill-memory"],
+            "invalid combination --prefill-memory --mode no_cache",
+        ),
+    ],
+)
+def test_serving_flags_that_leave_nothing_to_run_or_measure_name_both(args, message):
+    base = ["decode-speed", "--d-model", "64", "--heads", "4", "--device", "cpu"]
+    result = runner.invoke(app, [*base, "--prompt-len", "32", *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {message}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_sweep_file_that_runs_nothing_says_why(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "decode:\n  d_model: 64\n  num_heads: 2\n  batch_spec: 2q1s16\n  mode: no_cache\n"
+    )
+    result = runner.invoke(app, ["run", str(study), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {study}: invalid combination mode=no_cache")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_million_sequences_are_sized_once_and_skipped_before_anything_is_built():
+    """Its sizes come from the batch once (not once per point copy), and a point that
+    does not fit the free memory is skipped before its inputs are made."""
+    spec = "1000000q1s16"
+    point = decode_point(**SHAPE, num_kv_heads=4, batch=1, prompt_len=1, batch_spec=spec)
+    assert (point.batch, point.prompt_len) == (1_000_000, 15)
+    batch = serving.batch_of(spec)
+    assert batch.__dict__["max_context_len"] == 15  # cached on the batch
+    needed = decode.decode_bytes(point)
+    record = decode.run(point, Context(CPU), free_bytes=lambda device: needed - 1)
+    assert record.status.startswith("skipped")
+
+
 def test_prefill_memory_is_counted_beside_the_score_matrix():
     """The math kernel's peak is what its provider declares it holds, to 10%: its share
     of the whole score matrix; the flash kernel's is below one matrix."""

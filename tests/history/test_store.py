@@ -696,3 +696,22 @@ def test_changes_with_a_where_that_matches_nothing_is_an_error(kv_history):
         run_cli("history", "changes", "--db", str(kv_history), "--where", "varaint=MHA"),
         "--where varaint=MHA: no series of any metric matches",
     )
+
+
+def test_a_prediction_at_the_largest_shapes_fits_the_database(tmp_path):
+    """Its counts pass 64 bits: stored as the REAL metrics they are, not refused by SQLite
+    mid-add, and read back."""
+    path = tmp_path / "predict.json"
+    args = ["--d-model", "1048576", "--heads", "1", "--seq-len", "16777216"]
+    args += ["--batch", "1000000000", "--gpu", "h100-sxm", "-q", "--json", str(path)]
+    result = run_cli("predict", *args)
+    assert result.exit_code == 0, result.output
+    flops = json.loads(path.read_text())["records"][0]["layer_prefill_flops"]
+    assert flops > 2**63
+    db = tmp_path / "h.sqlite"
+    added = run_cli("history", "add", str(path), "--db", str(db), "--commit", "c" * 40)
+    assert added.exit_code == 0, added.output
+    history = open_history(db)
+    [point] = history.points("layer_prefill_flops")
+    assert point.value == float(flops)
+    history.close()

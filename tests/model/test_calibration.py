@@ -69,17 +69,25 @@ def test_check_reports_the_relative_error():
     assert row.rel_error == pytest.approx(row.predicted_s / 2e-3 - 1)
 
 
-def test_memory_bound_samples_leave_the_flops_efficiency_at_its_default():
+def test_memory_bound_steps_alone_tell_both_shares_apart():
+    """Bytes and FLOPs add: steps of 1 to 10 FLOPs a byte carry both terms."""
     fit = calibrate(synthetic(TRUE, memory_only=True), BANDWIDTH, PEAKS)
     assert fit.efficiency_bw == pytest.approx(0.7)
+    assert fit.efficiency_flops == pytest.approx(0.55)
+
+
+def test_flops_that_follow_the_bytes_leave_the_flops_efficiency_at_its_default():
+    samples = [Sample(b, 3 * b, b / 0.5e12 + 1e-6, "bfloat16", STEP) for b in (10**6, 10**8)]
+    samples += [Sample(b, 3 * b, b / 0.5e12 + 1e-6, "float32", STEP) for b in (10**7, 10**9)]
+    fit = calibrate(samples, BANDWIDTH, {"bfloat16": 1e14, "float32": 1e14})
     assert fit.efficiency_flops == DEFAULT_MODEL.efficiency_flops
-    assert "no compute-bound sample" in fit.source
+    assert "efficiency_flops left at its default: the FLOPs follow the bytes" in fit.source
 
 
 def test_an_overhead_below_zero_is_fitted_at_zero():
     samples = [
-        Sample(b, b, b / 0.5e12 * (0.9 if b < 10**7 else 1.0), "bfloat16", STEP)
-        for b in (10**6, 10**7 + 1, 10**8, 10**9)
+        Sample(b, b * i, b / 0.5e12 * (0.9 if b < 10**7 else 1.0), "bfloat16", STEP)
+        for i, b in enumerate((10**6, 10**7 + 1, 10**8, 10**9), 1)
     ]
     fit = calibrate(samples, BANDWIDTH, PEAKS)
     assert fit.overhead_s == 0.0
@@ -89,10 +97,10 @@ def kv_samples(model: PerfModel) -> list[Sample]:
     """Memory-bound steps whose KV-cache share of the bytes varies from none to most."""
     samples = []
     for weights in (10**7, 10**8, 10**9):
-        for kv in (0, weights // 4, weights, 4 * weights):
-            b = weights + kv
-            t = predict(b, b, BANDWIDTH, PEAKS["bfloat16"], model, kv_bytes=kv).time_s
-            samples.append(Sample(b, b, t, "bfloat16", STEP, kv))
+        for i, kv in enumerate((0, weights // 4, weights, 4 * weights), 1):
+            b, f = weights + kv, weights * i * i
+            t = predict(b, f, BANDWIDTH, PEAKS["bfloat16"], model, kv_bytes=kv).time_s
+            samples.append(Sample(b, f, t, "bfloat16", STEP, kv))
     return samples
 
 
@@ -131,17 +139,17 @@ def test_samples_faster_than_the_peaks_allow_are_fitted_at_the_limit_and_said():
     assert "efficiency_bw held at the limit 1.5: the samples ran faster" in fit.source
 
 
-def test_assignments_that_cycle_keep_the_best_fit_seen():
-    """Steps right at the ridge, timed as the sum of their two terms (no roofline's max):
-    the bound of each flips between rounds; the fit still ends, on its least error."""
+def test_steps_at_the_ridge_are_fitted_exactly():
+    """At the ridge the bytes' time and the FLOPs' are alike; the model adds them."""
+    truth = PerfModel(0.8, 0.5, 2e-6, "the truth")
     samples = [
-        Sample(b, int(b * r), b / 1e12 + b * r / 1e14, "bfloat16", STEP)
+        Sample(b, int(b * r), predict(b, int(b * r), 1e12, 1e14, truth).time_s, "bfloat16", STEP)
         for b in (10**7, 10**8, 10**9)
         for r in (80.0, 100.0, 120.0)
     ]
     fit = calibrate(samples, BANDWIDTH, PEAKS)
-    rows = check(samples, BANDWIDTH, PEAKS, fit)
-    assert median_abs_error(rows) < 0.2
+    assert (fit.efficiency_bw, fit.efficiency_flops) == pytest.approx((0.8, 0.5))
+    assert median_abs_error(check(samples, BANDWIDTH, PEAKS, fit)) < 1e-9
 
 
 def test_a_dtype_without_a_peak_is_named():
@@ -240,7 +248,7 @@ def test_a_missing_or_unknown_field_is_refused(tmp_path):
         load_calibration({**doc, "efficiency_bws": 0.5})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UsageError, match="cannot read a calibration file"):
+    with pytest.raises(FieldError, match=r"^calibration: .*bad.json: not valid JSON \(Expecting"):
         load_calibration(bad)
     bad.write_text("[1, 2]")
     with pytest.raises(UsageError, match="a JSON object"):

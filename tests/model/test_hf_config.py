@@ -373,9 +373,9 @@ def test_top_level_not_an_object(tmp_path):
 
 def test_missing_file(tmp_path):
     path = tmp_path / "nowhere" / "config.json"
-    expect_usage_error(path, "not found", str(path))
+    expect_usage_error(path, "no such file", str(path))
     result = runner.invoke(app, ["kvmem", "--hf-config", str(path), "--no-measure"])
-    assert result.output.startswith(f"error: --hf-config {path}: file not found")
+    assert result.output.startswith(f"error: --hf-config {path}: no such file")
 
 
 def test_non_utf8_file_is_a_usage_error(tmp_path):

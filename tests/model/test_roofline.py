@@ -1,5 +1,6 @@
-"""The roofline model: hand-computed times, bounds and ridge points, tensor-parallel
-all-reduces, and whole-model counts against the parameter and KV-cache formulas."""
+"""The roofline model: hand-computed times, bounds and ridge points, kernel launches,
+tensor-parallel collectives, quantised weights, MLA, and whole-model counts against the
+parameter and KV-cache formulas."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ from dataclasses import replace
 
 import pytest
 
-from attnbench.errors import FieldError, UsageError
+from attnbench.errors import FieldError
 from attnbench.model.capacity import KvFormat, cache_bytes, kv_cache_bytes, token_layout
-from attnbench.model.devices import DeviceSpec
+from attnbench.model.devices import Collectives, DeviceSpec
 from attnbench.model.formulas import attention_core_flops
 from attnbench.model.model_params import active_params, total_params
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
-    ALLREDUCE_LATENCY_S,
     DEFAULT_MODEL,
+    LAYER_KERNELS,
+    STEP_KERNELS,
     PerfModel,
+    allgather_s,
     allreduce_s,
     decode_counts,
     predict,
@@ -25,18 +28,25 @@ from attnbench.model.roofline import (
     tokens_per_s,
 )
 from attnbench.model.shapes import AttentionShape
+from attnbench.model.weights import WeightFormat
 
-#: A device of round figures: 1 TB/s, 100 TFLOP/s in bfloat16, 100 GB/s between devices.
+#: A device of round figures: 1 TB/s, 100 TFLOP/s in bfloat16 (200 in float8), 100 GB/s
+#: of all-reduce bus bandwidth with 20 us of latency, 2 us a kernel launch.
 DEVICE = DeviceSpec(
     name="round",
     title="A device of round figures",
     memory_bytes=80 * 10**9,
     memory_bandwidth=1e12,
-    dense_flops={"bfloat16": 1e14},
-    interconnect_bandwidth=1e11,
+    dense_flops={"bfloat16": 1e14, "float8": 2e14},
+    collectives=Collectives(20e-6, 1e11, "a test link"),
+    launch_s=2e-6,
     interconnect="a test link",
+    datasheet_bandwidth=1e12,
+    datasheet_flops={"bfloat16": 1e14},
+    interconnect_bandwidth=1e11,
     sources=(),
 )
+NO_PEERS = replace(DEVICE, collectives=None)
 IDEAL = PerfModel(1.0, 1.0, 0.0, "ideal")
 
 
@@ -60,13 +70,13 @@ def test_perf_model_refuses_a_bad_field_by_name(field, value):
 
 def test_memory_bound_step():
     roof = predict(10**9, 10**9, 1e12, 1e14, IDEAL)
-    assert roof.time_s == pytest.approx(1e-3)
+    assert roof.time_s == pytest.approx(1e-3 + 1e-5)
     assert (roof.bound, roof.intensity, roof.ridge) == ("memory", 1.0, 100.0)
 
 
 def test_compute_bound_step():
     roof = predict(10**9, 10**12, 1e12, 1e14, IDEAL)
-    assert roof.time_s == pytest.approx(1e-2)
+    assert roof.time_s == pytest.approx(1e-3 + 1e-2)  # the bytes' time and the FLOPs' add
     assert (roof.bound, roof.intensity) == ("compute", 1000.0)
 
 
@@ -74,7 +84,7 @@ def test_efficiencies_scale_the_bounds_and_the_ridge():
     model = PerfModel(0.5, 0.25, 0.0, "test")
     # memory 1e9 / 0.5e12 = 2 ms; compute 1e11 / 0.25e14 = 4 ms
     roof = predict(10**9, 10**11, 1e12, 1e14, model)
-    assert roof.time_s == pytest.approx(4e-3)
+    assert roof.time_s == pytest.approx(2e-3 + 4e-3)
     assert roof.ridge == pytest.approx(50.0)  # the effective peaks: 0.25e14 / 0.5e12
     assert roof.bound == "compute" and roof.intensity > roof.ridge
 
@@ -91,13 +101,14 @@ def test_tokens_per_s():
     assert tokens_per_s(8, 0.02) == pytest.approx(400.0)
 
 
-def test_ring_allreduce_time():
-    assert allreduce_s(10**6, 1, None) == 0.0
-    # 2 * 3/4 of 1 MB at 1 GB/s is 1.5 ms
-    assert allreduce_s(10**6, 4, 1e9, latency_s=0.0) == pytest.approx(1.5e-3)
-    assert allreduce_s(10**6, 4, 1e9) == pytest.approx(1.5e-3 + ALLREDUCE_LATENCY_S)
+def test_collective_times_follow_nccl_tests_bus_bandwidth():
+    assert allreduce_s(10**6, 1, NO_PEERS) == 0.0
+    # 2 * 3/4 of 1 MB at 100 GB/s busbw is 15 us, plus 20 us of latency
+    assert allreduce_s(10**6, 4, DEVICE) == pytest.approx(15e-6 + 20e-6)
+    # an all-gather moves (tp - 1) / tp of its result
+    assert allgather_s(10**6, 4, DEVICE) == pytest.approx(7.5e-6 + 20e-6)
     with pytest.raises(FieldError, match="interconnect"):
-        allreduce_s(10**6, 2, None)
+        allreduce_s(10**6, 2, NO_PEERS)
 
 
 def test_llama_2_7b_decode_reads_its_weights_and_cache():
@@ -116,7 +127,10 @@ def test_decode_of_llama_2_7b_on_a_device_is_memory_bound():
     counts = decode_counts(get_preset("llama-2-7b"), 1, 4096, "bfloat16")
     pred = predict_counts(counts, DEVICE, "bfloat16")
     assert pred.roofline.bound == "memory"
-    expected = counts.bytes / (0.8 * 1e12) + 32 * DEFAULT_MODEL.overhead_s
+    launches = (32 * LAYER_KERNELS + STEP_KERNELS) * 2e-6
+    assert counts.kernels == 32 * LAYER_KERNELS + STEP_KERNELS
+    expected = counts.bytes / 1e12 + counts.flops / 1e14 + launches
+    assert pred.launch_s == pytest.approx(launches)
     assert pred.time_s == pytest.approx(expected)
     assert pred.tokens_per_s == pytest.approx(1 / expected)
 
@@ -166,15 +180,50 @@ def test_tensor_parallel_splits_the_weights_and_adds_allreduces():
     assert eight.weight_bytes == pytest.approx(one.weight_bytes / 8, rel=0.01)
     assert eight.kv_bytes == one.kv_bytes // 8  # 8 KV heads, one a rank
     assert (eight.allreduces, eight.allreduce_bytes) == (160, 8 * 8192 * 2)
+    # the logits of the 8 sequences' last tokens, gathered from 8 vocabulary shards
+    assert eight.gather_bytes == 8 * 128256 // 8 * 8 * 4
     pred = predict_counts(eight, DEVICE, "bfloat16", tp=8)
-    per = 2 * 7 / 8 * 8 * 8192 * 2 / 1e11 + ALLREDUCE_LATENCY_S
-    assert pred.allreduce_s == pytest.approx(160 * per)
-    assert pred.time_s == pytest.approx(pred.roofline.time_s + 160 * per)
+    per = 2 * 7 / 8 * 8 * 8192 * 2 / 1e11 + 20e-6
+    gather = 7 / 8 * eight.gather_bytes / 1e11 + 20e-6
+    assert pred.allreduce_s == pytest.approx(160 * per + gather)
+    assert pred.time_s == pytest.approx(pred.roofline.time_s + pred.allreduce_s + pred.launch_s)
 
 
-def test_mla_is_not_modelled():
-    with pytest.raises(UsageError, match="MLA"):
-        decode_counts(get_preset("deepseek-v2-lite"), 1, 10, "bfloat16")
+def test_weight_only_quantisation_reads_packed_weights_and_their_scales():
+    spec = get_preset("llama-2-7b")
+    full = decode_counts(spec, 1, 100, "bfloat16")
+    int4 = decode_counts(spec, 1, 100, "bfloat16", weights=WeightFormat("int4", 32))
+    kept = (1 + 32000) * 4096  # one embedding row and the untied head stay bfloat16
+    body = total_params(spec) - 32000 * 4096 * 2
+    # half a byte a weight, and a 16-bit scale and zero point per 32 weights
+    assert int4.weight_bytes == body // 2 + body // 32 * 4 + 2 * kept
+    assert int4.weight_bytes < full.weight_bytes / 3
+    assert (int4.flops, int4.matmul_dtype) == (full.flops, "bfloat16")  # dequantised
+    int8 = decode_counts(spec, 1, 100, "bfloat16", weights="int8")
+    assert int8.weight_bytes == body + body // 4096 * 2 + 2 * kept  # a scale per row
+
+
+def test_float8_weights_run_their_matmuls_at_the_float8_rate():
+    spec = get_preset("llama-2-7b")
+    counts = prefill_counts(spec, 1, 4096, "bfloat16", weights="float8_e4m3fn")
+    assert counts.matmul_dtype == "float8_e4m3fn"
+    fp8 = predict_counts(counts, DEVICE, "bfloat16").roofline.time_s
+    full = predict_counts(prefill_counts(spec, 1, 4096, "bfloat16"), DEVICE, "bfloat16")
+    assert fp8 < full.roofline.time_s * 0.6  # compute-bound: twice the rate, half the bytes
+    with pytest.raises(FieldError, match="float8"):
+        predict_counts(counts, replace(DEVICE, dense_flops={"bfloat16": 1e14}), "bfloat16")
+
+
+def test_mla_decode_reads_the_latent_cache_with_absorbed_attention():
+    spec = get_preset("deepseek-v3")
+    m, context = spec.mla, 4096
+    counts = decode_counts(spec, 2, context, "bfloat16", tp=8)
+    # every rank reads the whole latent of every layer: (512 + 64) bfloat16 values a token
+    assert counts.kv_bytes == 61 * 2 * (context + 1 + 1) * m.latent_dim * 2
+    # 16 query heads a rank score each latent (2 * (512 + 64)) and sum it (2 * 512)
+    assert counts.attention_flops == 61 * 2 * 16 * (context + 1) * 2 * (2 * 512 + 64)
+    prefill = prefill_counts(spec, 1, 1024, "bfloat16")
+    assert prefill.attention_flops > 0 and prefill.flops > 2 * 37e9 * 1024
 
 
 def test_a_bad_batch_is_named():
@@ -206,10 +255,8 @@ def test_the_attention_core_is_a_roofline_of_its_own_after_the_dense_part():
     # dense: 1 GB at 1 TB/s (1 ms) beside 1e9 FLOPs at 100 TFLOP/s (0.01 ms): memory-bound;
     # core: 1 MB (0.001 ms) beside 5e11 FLOPs (5 ms): compute-bound; the two add up
     roof = predict(10**9 + 10**6, 10**9 + 5 * 10**11, 1e12, 1e14, model, 1, 10**6, 5 * 10**11)
-    assert roof.time_s == pytest.approx(1e-3 + 5e-3)
+    assert roof.time_s == pytest.approx(1e-3 + 1e-5 + 1e-6 + 5e-3)
     assert roof.bound == "compute"  # the longer part's
-    # one roofline over the same totals would overlap them: max(1.001 ms, 5.01 ms)
-    assert predict(10**9 + 10**6, 10**9 + 5 * 10**11, 1e12, 1e14, model).time_s < roof.time_s
     with pytest.raises(ValueError, match="attention_flops"):
         predict(10**9, 10, 1e12, 1e14, model, attention_flops=11)
 

@@ -10,7 +10,6 @@ import re
 import matplotlib.image
 import pytest
 
-import attnbench.cli.run_cmd
 from attnbench.cli import app
 from attnbench.experiments import decode as decode_mod
 from attnbench.measure.timing import CpuShare
@@ -55,7 +54,7 @@ def nothing_runs(monkeypatch, saved):
     def forbidden(*args, **kwargs):
         pytest.fail("re-rendering ran a study")
 
-    monkeypatch.setattr(attnbench.cli.run_cmd, "run_study", forbidden)
+    monkeypatch.setattr("attnbench.study.runner.run_study", forbidden)
     before = saved["path"].read_bytes()
     yield
     assert saved["path"].read_bytes() == before

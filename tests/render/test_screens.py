@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-import attnbench.cli.decode_cmd
 from attnbench.cli import app
 from attnbench.experiments import decode
 from attnbench.render.columns import fmt_si
@@ -245,7 +244,7 @@ def with_statuses(monkeypatch, statuses: dict[str, str]) -> None:
         return decode.failed(task.point, status, context)
 
     monkeypatch.setattr(
-        attnbench.cli.decode_cmd, "run_study", functools.partial(run_study, execute=execute)
+        "attnbench.study.runner.run_study", functools.partial(run_study, execute=execute)
     )
 
 

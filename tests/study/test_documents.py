@@ -31,11 +31,12 @@ from attnbench.experiments.params import ParamsRecord
 from attnbench.gate.compare import Thresholds, Verdict, judge_timing
 from attnbench.measure.stats import Measurement, Summary
 from attnbench.render import plots, report
-from attnbench.study.documents import load_document
+from attnbench.study.documents import MAX_RESULTS_BYTES, load_document
 from attnbench.study.output import write_json_atomic
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
 from attnbench.study.stores import LOCK_FILE
 from tests.helpers import runner
+from tests.model.test_files import in_thread, memory_guard, sparse_file
 
 PARAMS_STUDY = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 2, 1]}\n"
 KVMEM_ARGS = ["kvmem", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2,1", "--no-measure"]
@@ -71,8 +72,8 @@ def nothing_runs(monkeypatch):
     def forbidden(*args, **kwargs):
         pytest.fail("the command ran before checking its outputs")
 
-    monkeypatch.setattr(attnbench.cli.common, "run_study", forbidden)
-    monkeypatch.setattr(attnbench.cli.decode_cmd, "run_study", forbidden)
+    monkeypatch.setattr("attnbench.study.runner.run_study", forbidden)
+    monkeypatch.setattr("attnbench.study.runner.run_study", forbidden)
 
 
 @pytest.fixture
@@ -392,7 +393,7 @@ def test_baseline_save_accepts_only_what_compare_accepts(kvmem_doc, tmp_path, ed
 def test_a_row_repeated_whole_is_one_row(tmp_path, monkeypatch):
     """Two models with one layer shape give the same params row twice: a study of them
     resumes, reports and compares (against itself, and against the row once)."""
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     config = _write(tmp_path / "two.yaml", "models: [llama-3-8b, mistral-7b]\nparams: {}\n")
     out = tmp_path / "study"
     assert cli("run", config, "--out", out, "-q").exit_code == 0
@@ -527,7 +528,7 @@ def test_a_second_run_into_a_directory_in_use_exits_2(study, tmp_path):
 
 
 def test_a_stale_lock_is_taken_over_with_a_note(study, tmp_path, monkeypatch):
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
@@ -546,7 +547,7 @@ def test_a_stale_lock_is_taken_over_with_a_note(study, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("pid", ["9" * 23, "9" * 1000], ids=["23-digits", "1000-digits"])
 def test_a_lock_of_a_pid_no_process_can_have_is_stale(study, tmp_path, monkeypatch, pid):
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     out = tmp_path / "study"
     out.mkdir()
     (out / LOCK_FILE).write_text(f"{pid} {socket.gethostname()}\n")
@@ -589,7 +590,7 @@ def test_the_lock_is_held_for_the_whole_run_and_released(study, tmp_path, monkey
         held.append((out / LOCK_FILE).read_text().split())
         return []
 
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", plots_see_the_lock)
+    monkeypatch.setattr("attnbench.render.plots.render_plots", plots_see_the_lock)
     out = tmp_path / "study"
     assert cli("run", study, "--out", out, "-q").exit_code == 0
     assert held == [[str(os.getpid()), socket.gethostname()]]
@@ -605,7 +606,7 @@ def _csv_rows(path: Path) -> int:
 
 
 def test_a_csv_left_without_a_study_is_kept_unless_forced(study, tmp_path, monkeypatch):
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     out = tmp_path / "study"
     out.mkdir()
     old = "variant,d_model\nold,1\nold,2\nold,3\nold,4\n"
@@ -620,7 +621,7 @@ def test_a_csv_left_without_a_study_is_kept_unless_forced(study, tmp_path, monke
 
 
 def test_resume_rebuilds_csvs_that_disagree_with_the_results(study, tmp_path, monkeypatch):
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     out = tmp_path / "study"
     assert cli("run", study, "--out", out, "-q").exit_code == 0
     csv_path = out / "params.csv"
@@ -643,7 +644,7 @@ def test_ctrl_c_while_plotting_says_how_to_finish(study, tmp_path, monkeypatch):
     def interrupted(doc, out):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", interrupted)
+    monkeypatch.setattr("attnbench.render.plots.render_plots", interrupted)
     out = tmp_path / "study"
     result = cli("run", study, "--out", out, "-q")
     assert result.exit_code == 130, result.output
@@ -653,7 +654,7 @@ def test_ctrl_c_while_plotting_says_how_to_finish(study, tmp_path, monkeypatch):
         f"{study} --out {out} --resume"
     ) in " ".join(result.stderr.split())
     assert not (out / LOCK_FILE).exists()
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     assert cli("run", study, "--out", out, "--resume", "-q").exit_code == 0
     assert (out / "report.md").is_file()
 
@@ -670,7 +671,7 @@ def test_a_signal_while_plotting_or_merging_releases_the_lock(study, tmp_path, m
         os.kill(os.getpid(), signum)
         return []
 
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", killed)
+    monkeypatch.setattr("attnbench.render.plots.render_plots", killed)
     out = tmp_path / "study"
     result = cli("run", study, "--out", out, "-q")
     assert result.exit_code == 130, result.output
@@ -693,7 +694,7 @@ def test_a_signal_while_plotting_or_merging_releases_the_lock(study, tmp_path, m
 @pytest.fixture
 def studies(study, tmp_path, monkeypatch):
     """A finished study (for plot and report) and a study of one share (for merge)."""
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     assert cli("run", study, "--out", tmp_path / "done", "-q").exit_code == 0
     assert cli("run", study, "--out", tmp_path / "shared", "--shard", "0/1", "-q").exit_code == 0
     return tmp_path / "done", tmp_path / "shared"
@@ -749,7 +750,7 @@ def test_a_missing_empty_or_study_directory_needs_no_force(study, studies, tmp_p
 
 
 def test_a_study_may_be_written_beside_its_sweep_file(study, tmp_path, monkeypatch):
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
     assert cli("run", study, "--out", tmp_path, "-q").exit_code == 0
     assert (tmp_path / RESULTS_FILE).is_file()
 
@@ -836,3 +837,27 @@ def test_a_name_no_file_can_have_is_one_line(studies, monkeypatch, args):
     monkeypatch.chdir(studies[0].parent)
     line = one_error(cli(*args))
     assert "'\\udd00" in line, line
+
+
+def test_a_results_file_is_read_by_the_one_loader_of_user_files(tmp_path):
+    """Pipes, devices, directories, huge files and text that is not UTF-8 are refused
+    before anything is parsed, the file named; a pipe never blocks."""
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"command": "caf\xe9"}')
+    big = sparse_file(tmp_path / "big.json", MAX_RESULTS_BYTES + 1)
+    cases = {
+        tmp_path: "is a directory, not a file",
+        latin: "not UTF-8 text (byte 16)",
+        big: "file too large (1.0 GiB; the limit is 1 GiB)",
+    }
+    if os.path.exists("/dev/zero"):
+        cases[Path("/dev/zero")] = "not a regular file (a device, pipe or socket)"
+    for path, reason in cases.items():
+        with memory_guard(), pytest.raises(UsageError) as error:
+            load_document(path)
+        assert str(error.value) == f"{path}: {reason}"
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "pipe.json"
+        os.mkfifo(fifo)
+        outcome = in_thread(lambda: load_document(fifo), fifo=fifo)
+        assert str(outcome["error"]) == f"{fifo}: not a regular file (a device, pipe or socket)"

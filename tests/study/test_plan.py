@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from attnbench.errors import FieldError
+from attnbench.errors import CombinationError, FieldError, Problems
+from attnbench.study import plan as planning
 from attnbench.study.plan import check_one_rank_per_point, plan_study
 
 DECODE = """\
@@ -45,3 +48,29 @@ def test_a_tensor_parallel_decode_point_is_refused_at_its_field(tmp_path):
     with pytest.raises(FieldError) as caught:
         check_one_rank_per_point(plan, source, command)
     assert str(caught.value) == f"decode.tp: 4 ({source}): {error.reason}"
+
+
+def test_a_section_whose_points_its_run_order_all_leaves_out_says_so(tmp_path, monkeypatch):
+    """Whatever leaves them out (decode's checks name their own reasons first): never a
+    run of 0 points."""
+    kinds = dict(planning.KINDS)
+    kinds["decode"] = replace(kinds["decode"], order=lambda points, options: [])
+    monkeypatch.setattr(planning, "KINDS", kinds)
+    path = tmp_path / "study.yaml"
+    path.write_text(DECODE.format(tp=1))
+    with pytest.raises(Problems) as caught:
+        plan_study(path, "cpu")
+    assert str(caught.value) == (
+        f"{path}: nothing to run for decode: its 2 points are all left out of the run "
+        "(a point its other values do not time)"
+    )
+
+
+def test_a_combination_from_a_sweep_file_names_the_file(tmp_path):
+    path = tmp_path / "study.yaml"
+    path.write_text(DECODE.format(tp=1) + "  prefill: false\n  prefill_memory: true\n")
+    with pytest.raises(Problems) as caught:
+        plan_study(path, "cpu")
+    (error,) = caught.value.errors
+    assert isinstance(error, CombinationError) and error.source == str(path)
+    assert str(error).startswith(f"{path}: invalid combination prefill_memory=True prefill=False")

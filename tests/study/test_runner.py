@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 import torch
 
-import attnbench.cli.run_cmd
 from attnbench.cli import app
 from attnbench.experiments.decode import run_order
 from attnbench.experiments.whole_model import ModelPartRecord, whole_model_records
@@ -41,7 +40,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture
 def no_plots(monkeypatch):
-    monkeypatch.setattr(attnbench.cli.run_cmd, "render_plots", lambda doc, out: [])
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
 
 
 @pytest.fixture
@@ -51,7 +50,7 @@ def cli_runs_with(monkeypatch):
 
     def inject(execute, **options) -> None:
         study = functools.partial(run_study, execute=execute, **options)
-        monkeypatch.setattr(attnbench.cli.run_cmd, "run_study", study)
+        monkeypatch.setattr("attnbench.study.runner.run_study", study)
 
     return inject
 
@@ -620,7 +619,7 @@ def test_default_study_plans_within_budget():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["missing.yaml"], "missing.yaml: file not found"),
+        (["missing.yaml"], "missing.yaml: no such file"),
         (["--device", "tpu"], "--device tpu: unknown device"),
     ],
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.cli import app, run_cmd
+from attnbench.cli import app
 from attnbench.errors import FieldError
 from attnbench.study.plan import Task, plan_study
 from attnbench.study.shards import Shard, ShareLoads, assign, parse_shard, share_loads, share_of
@@ -207,7 +207,7 @@ def run_cli(*args: str):
 def no_plots(patch: pytest.MonkeyPatch) -> None:
     """`run` and `merge` write no plots (rendering them is most of a tiny study's time):
     for the tests of what the shares hold, not of plotting a merged study."""
-    patch.setattr(run_cmd, "render_plots", lambda doc, out: [])
+    patch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
 
 
 @pytest.fixture(scope="module")

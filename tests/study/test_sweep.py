@@ -430,7 +430,7 @@ def test_missing_config_json_in_file(tmp_path):
     path = write_yaml(tmp_path, "models: [nowhere/config.json]\n")
     result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
     assert result.exit_code == 2
-    assert "not found" in result.output
+    assert "no such file" in result.output
     assert "Traceback" not in result.output
 
 
@@ -446,7 +446,7 @@ def test_missing_file(tmp_path, command):
     path = tmp_path / "missing.yaml"
     result = runner.invoke(app, [command, "--config", str(path)])
     assert result.exit_code == 2
-    assert "not found" in result.output
+    assert "no such file" in result.output
     assert str(path) in result.output
     assert "Traceback" not in result.output
 
@@ -728,3 +728,66 @@ def test_a_float_too_large_for_a_float_field_is_named(tmp_path):
     assert (
         lines[1].startswith("decode.target_rel_ci: inf") and "must be a finite number" in lines[1]
     )
+
+
+# --- files a sweep file names, and values that would do nothing -----------------------------
+
+CALIBRATION = {"efficiency_bw": 0.8, "efficiency_flops": 0.6, "overhead_s": 1e-5}
+
+
+def test_a_calibration_path_resolves_from_the_sweep_file_as_models_do(tmp_path, monkeypatch):
+    folder = tmp_path / "studies"
+    folder.mkdir()
+    (folder / "cal.json").write_text(json.dumps(CALIBRATION))
+    text = "predict:\n  models: [llama-2-7b]\n  seq_len: 64\n  gpu: h100-sxm\n"
+    study = write_yaml(folder, text + "  calibration: cal.json\n")
+    monkeypatch.chdir(tmp_path)  # not the sweep file's folder
+    result = runner.invoke(app, ["predict", "--config", str(study), "-q"])
+    assert result.exit_code == 0, result.output
+    missing = write_yaml(folder, text + "  calibration: none.json\n", "missing.yaml")
+    result = runner.invoke(app, ["predict", "--config", str(missing)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: predict.calibration: {folder / 'none.json'} ({missing}): no such file\n"
+    )
+
+
+def test_fit_refuses_a_calibration_nothing_reads(tmp_path):
+    """A calibration times the latency targets: without one it would not even be read."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    args = ["fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--seq-len", "1024"]
+    result = runner.invoke(app, [*args, "--calibration", str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: --calibration {bad}: times the targets tpot and ttft only: give one, or "
+        "leave it out\n"
+    )
+    result = runner.invoke(app, [*args, "--calibration", str(bad), "--tpot", "50ms"])
+    assert result.stderr.startswith(f"error: --calibration {bad}: not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--model", "llama-2-7b", "--layer-pattern", "LLG" * 11],
+            f"--layer-pattern {'LLG' * 11}: has 33 letters, more than llama-2-7b's 32 "
+            "attention layers: one letter per layer at most",
+        ),
+        (
+            ["--d-model", "64", "--heads", "2", "--layers", "2", "--layer-pattern", "LLG"],
+            "--layer-pattern LLG: has 3 letters, more than the 2 attention layers",
+        ),
+    ],
+)
+def test_a_layer_pattern_longer_than_the_layers_is_refused(args, message):
+    for command in ("kvmem", "fit"):
+        extra = ["--gpu", "h100-sxm"] if command == "fit" else ["--no-measure"]
+        if command == "fit" and "--model" not in args:
+            continue  # fit answers for models only
+        result = runner.invoke(
+            app, [command, *args, "--sliding-window", "64", "--seq-len", "128", *extra]
+        )
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: {message}"), result.stderr

@@ -1,0 +1,592 @@
+"""The named GPUs: each vendor's figures, and what published microbenchmarks measured of it.
+
+Vendor figures (docs/devices.md says the same for readers):
+
+- FLOP/s are dense, without structured sparsity. A figure given only with sparsity is
+  halved, as the datasheets' footnotes say sparsity doubles it.
+- Memory is the vendor's stated capacity in decimal units: "80GB" is 80 * 10**9 bytes.
+- Interconnect bandwidth is per GPU and per direction: a figure the vendor states for
+  both directions together (NVLink 4: 900 GB/s) is halved. Cards without NVLink or
+  Infinity Fabric give their PCIe slot's rate.
+
+Measured figures, the ones the roofline uses (each names its source):
+
+- memory bandwidth: a STREAM-style kernel's (BabelStream or cuda-stream triad);
+- matmul FLOP/s: the best a large GEMM reaches (cuBLAS, hipBLASLt, or the maximum
+  achievable matmul FLOPS of a shape sweep), per dtype where measured; a dtype not
+  measured takes the datasheet peak times the share bfloat16 reaches on the same device;
+- all-reduce: nccl-tests (rccl-tests) on 8 GPUs of one node, the bus bandwidth of large
+  messages and the time of a small one (8 KiB: a decode step's message, 4,096 bfloat16
+  values; 32 KiB where the source starts there), time = bytes / algbw with algbw =
+  busbw * n / (2 * (n - 1)). Serving engines that replace NCCL's small all-reduces with
+  a one-kernel custom all-reduce over NVLink (vLLM, SGLang, TensorRT-LLM) take less: 5.7
+  us for 4,096 elements on 8x H100 (https://github.com/sgl-project/sglang/pull/2904);
+  attnbench charges NCCL's, the common path;
+- kernel launch: the gap between consecutive kernels replayed from a CUDA graph, as
+  serving engines run decode steps.
+
+A device with no published measurement of a figure takes the share of the datasheet that
+the nearest measured device of the same memory or chip family reaches, and says so in the
+figure's source. No figure is fitted to an end-to-end inference measurement: those are
+for checking (docs/validation.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .device_types import Collectives, DeviceSpec, Figure
+
+_T = 1e12  # tera
+_G = 1e9  # giga
+
+# The vendors' datasheets and whitepapers.
+_NVIDIA_DATASHEET = (
+    "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+)
+_HOPPER_WHITEPAPER = "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper"
+_H200_DATASHEET = "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
+_A100_DATASHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+_L40S_DATASHEET = "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
+_L40_DATASHEET = "https://www.nvidia.com/en-us/data-center/l40/"
+_L4_DATASHEET = "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
+_ADA_WHITEPAPER = (
+    "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+)
+_MI300X_DATASHEET = (
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/"
+    "amd-instinct-mi300x-data-sheet.pdf"
+)
+_ACCELERATORS = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+
+# The microbenchmarks.
+_AZURE = "https://github.com/Azure/AI-benchmarking-guide/blob/"
+_AZURE_H100 = (
+    _AZURE + "f350e7e65b82cfcb9220b32b582bc34342d9c1a6/Azure%20Results/ND_H100_v5_results.md"
+)
+_AZURE_H200 = (
+    _AZURE + "7f20e5fa3b2f9a46d8404af1f6fb14b049d6d5cc/Azure_Results/ND_H200_v5_results.md"
+)
+_AZURE_A100 = (
+    _AZURE + "3bb66cacc25632d8ece36bc1d5128c5ea886a60b/Azure_Results/ND_A100_v4_results.md"
+)
+_AZURE_MI300X = (
+    "https://github.com/samuel-bohman/AI-benchmarking-guide/blob/"
+    "3de0c294fd1059a91a2c158712c4a078619d73e8/Azure_Results/ND_MI300X_v5_results.md"
+)
+_GPU_BENCHES = "https://github.com/te42kyfo/gpu-benches/blob/"
+_STREAM_H100_PCIE = (
+    _GPU_BENCHES + "cdcc732d189f02cb90cf3d04cd20ea8d2c5fbd3f/cuda-stream/h100_pcie.txt"
+)
+_STREAM_A100_40 = _GPU_BENCHES + "a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-stream/a100_40.txt"
+_STREAM_L40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-stream/l40.txt"
+_MAMF = _ACCELERATORS + "#maximum-achievable-matmul-flops-comparison-table"
+_NETWORK = (
+    "https://github.com/stas00/ml-engineering/blob/0cc3de50b2dd083c34d848a1dcb5bfe65fe3dace/"
+    "network/benchmarks/README.md"
+)
+
+#: The one published launch figure: the gap between all-reduce kernels replayed from a
+#: captured CUDA graph on a B200. No per-device figure was found; every device takes it.
+_LAUNCH = Figure(2.5e-6, f"CUDA-graph replay gap between kernels, 8x B200: {_NETWORK}")
+
+
+def _time_at(message: int, busbw_gbs: float, ranks: int = 8) -> float:
+    """The time of an all-reduce of `message` bytes from its nccl-tests bus bandwidth:
+    bytes / algbw, algbw = busbw * n / (2 * (n - 1))."""
+    return message / (busbw_gbs * _G * ranks / (2 * (ranks - 1)))
+
+
+def _nccl(small_busbw_gbs: float, message: int, busbw_gbs: float, source: str) -> Collectives:
+    """Collectives as nccl-tests measures them: the time of a `message`-byte all-reduce
+    from its bus bandwidth, and the bus bandwidth of large messages."""
+    return Collectives(_time_at(message, small_busbw_gbs), busbw_gbs * _G, source)
+
+
+_NCCL_H100 = _nccl(
+    0.53,
+    8192,
+    478.87,
+    f"nccl-tests all_reduce_perf, 8x H100 NVLink 4: 8K busbw 0.53 GB/s, 8G 478.87: {_AZURE_H100}",
+)
+_NCCL_H200 = _nccl(
+    1.84,
+    32768,
+    479.98,
+    f"nccl-tests all_reduce_perf, 8x H200 NVLink 4: 32K busbw 1.84 GB/s, 8G 479.98: {_AZURE_H200}",
+)
+_NCCL_A100 = _nccl(
+    0.33,
+    8192,
+    231.58,
+    f"nccl-tests all_reduce_perf, 8x A100 SXM4 80GB NVLink 3: 8K busbw 0.33 GB/s, 8G "
+    f"231.58: {_AZURE_A100}",
+)
+#: NCCL's small-message time where no device of the kind was measured: the A100 node's.
+_NCCL_SMALL = Figure(
+    _time_at(8192, 0.33),
+    f"nccl-tests all_reduce_perf 8 KiB on 8x A100 (busbw 0.33 GB/s): {_AZURE_A100}",
+)
+_RCCL_MI300X = Collectives(
+    _time_at(8192, 0.29),
+    316.82 * _G,
+    f"rccl-tests all_reduce_perf, 8x MI300X Infinity Fabric: 8K busbw 0.29 GB/s, 8G 316.82: "
+    f"{_AZURE_MI300X}",
+)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One device's microbenchmarks: the memory bandwidth in GB/s, matmul TFLOPS by dtype
+    (bfloat16 at least), its collectives."""
+
+    bandwidth: Figure
+    matmul: Mapping[str, Figure]
+    collectives: Collectives | None
+
+
+def _share(measured: float, datasheet: float, of: str, source: str) -> Figure:
+    """A share of the datasheet that another device reaches, for a device not measured."""
+    return Figure(measured / datasheet, f"not measured: the share {of} reaches ({source})")
+
+
+# Shares of the datasheet reached by the measured devices, for their unmeasured siblings.
+_HBM3_HOPPER = _share(2970, 3350, "an H100 SXM, triad 2,970 of 3,350 GB/s,", _AZURE_H100)
+_HBM2E_A100 = _share(1700, 2039, "an A100 SXM4 80GB, triad 1,700 of 2,039 GB/s,", _AZURE_A100)
+_GDDR6_ADA = _share(
+    803,
+    864,
+    "an L40, triad 803 of 864 GB/s,",
+    _STREAM_L40,
+)
+_HBM3E = _share(4150, 4800, "an H200, triad 4,150 of 4,800 GB/s,", _AZURE_H200)
+_HBM_CDNA = _share(4090, 5300, "an MI300X, triad 4,090 of 5,300 GB/s,", _AZURE_MI300X)
+_HOPPER_GEMM = _share(794.5, 989.4, "an H100 SXM, 794.5 of 989.4 TFLOPS in bfloat16,", _MAMF)
+
+
+def _device(
+    name: str,
+    title: str,
+    memory_gb: int,
+    bandwidth_gbs: float,
+    tflops: dict[str, float],
+    interconnect: str,
+    interconnect_gbs: float | None,
+    sources: tuple[str, ...],
+    bandwidth: Figure,
+    matmul: Mapping[str, Figure],
+    collectives: Collectives | None = None,
+) -> DeviceSpec:
+    """A spec from the vendor's units (GB, GB/s, TFLOPS, GB/s per direction) and the
+    measured figures: `bandwidth` in GB/s, or a share of the datasheet (a value at most 1);
+    `matmul` TFLOPS by dtype, or {"share": a share} for a device not measured. A dtype not
+    measured takes the datasheet peak times bfloat16's measured share."""
+    achieved_gbs = bandwidth.value * (bandwidth_gbs if bandwidth.value <= 1 else 1)
+    if "share" in matmul:
+        share, flops_source = matmul["share"].value, matmul["share"].source
+        measured: dict[str, float] = {}
+    else:
+        share = matmul["bfloat16"].value / tflops["bfloat16"]
+        measured = {d: f.value for d, f in matmul.items()}
+        flops_source = "; ".join(f"{d}: {f.source}" for d, f in matmul.items())
+        if set(tflops) - set(matmul):
+            flops_source += f"; other dtypes: the datasheet's times bfloat16's share {share:.2f}"
+    achieved = {d: measured.get(d, v * share) for d, v in tflops.items()}
+    return DeviceSpec(
+        name=name,
+        title=title,
+        memory_bytes=memory_gb * 10**9,
+        memory_bandwidth=achieved_gbs * _G,
+        dense_flops=MappingProxyType({d: v * _T for d, v in achieved.items()}),
+        collectives=collectives,
+        launch_s=_LAUNCH.value,
+        interconnect=interconnect,
+        datasheet_bandwidth=bandwidth_gbs * _G,
+        datasheet_flops=MappingProxyType({d: v * _T for d, v in tflops.items()}),
+        interconnect_bandwidth=interconnect_gbs * _G if interconnect_gbs else None,
+        sources=sources,
+        bandwidth_source=bandwidth.source,
+        flops_source=flops_source,
+        launch_source=_LAUNCH.source,
+    )
+
+
+def _pcie(per_direction_gbs: float, link: str) -> Collectives:
+    """Collectives over PCIe, where no nccl-tests figure was found: the slot's rate per
+    direction as the bus bandwidth, and NCCL's small-message time."""
+    return Collectives(
+        _NCCL_SMALL.value,
+        per_direction_gbs * _G,
+        f"not measured: {link} at its rate per direction; {_NCCL_SMALL.source}",
+    )
+
+
+# Dense TFLOPS of the H100 SXM5 in the Hopper whitepaper (its datasheet rounds the figures
+# with sparsity: 1,979 for bfloat16); the H200 is the same GH100 at the same clocks.
+_H100_SXM_TFLOPS = {
+    "float32": 66.9,
+    "tfloat32": 494.7,
+    "bfloat16": 989.4,
+    "float16": 989.4,
+    "float8": 1978.9,
+    "int8": 1978.9,
+}
+# The NVL cards (H100 NVL, H200 NVL): the datasheets' figures with sparsity, halved.
+_NVL_TFLOPS = {
+    "float32": 60,
+    "tfloat32": 835 / 2,
+    "bfloat16": 1671 / 2,
+    "float16": 1671 / 2,
+    "float8": 3341 / 2,
+    "int8": 3341 / 2,
+}
+# The A100 datasheet gives dense | sparse, the same for its SXM4 and PCIe cards; A100 has
+# no float8.
+_A100_TFLOPS = {"float32": 19.5, "tfloat32": 156, "bfloat16": 312, "float16": 312, "int8": 624}
+# The L40 datasheet gives dense | sparse.
+_L40_TFLOPS = {
+    "float32": 90.5,
+    "tfloat32": 90.5,
+    "bfloat16": 181.05,
+    "float16": 181.05,
+    "float8": 362,
+    "int8": 362,
+}
+
+_H100_SXM = _Measured(
+    Figure(2970, f"BabelStream triad, ND H100 v5: {_AZURE_H100}"),
+    {
+        "bfloat16": Figure(794.5, f"maximum achievable matmul FLOPS: {_MAMF}"),
+        "float8": Figure(1402.6, f"maximum achievable matmul FLOPS: {_MAMF}"),
+    },
+    _NCCL_H100,
+)
+_A100_PCIE_GEMM = {
+    "bfloat16": Figure(252.9, f"maximum achievable matmul FLOPS, A100 PCIe: {_MAMF}")
+}
+_A100_SXM = _Measured(
+    Figure(1700, f"BabelStream triad, ND A100 v4 (A100 SXM4 80GB): {_AZURE_A100}"),
+    {"bfloat16": Figure(271.2, f"maximum achievable matmul FLOPS: {_MAMF}")},
+    _NCCL_A100,
+)
+
+_TABLE = (
+    _device(
+        "h100-sxm",
+        "NVIDIA H100 SXM5 80GB",
+        80,
+        3350,
+        _H100_SXM_TFLOPS,
+        "NVLink 4",
+        900 / 2,
+        (_NVIDIA_DATASHEET, _HOPPER_WHITEPAPER),
+        _H100_SXM.bandwidth,
+        _H100_SXM.matmul,
+        _H100_SXM.collectives,
+    ),
+    # The PCIe card's NVLink bridge joins two cards only: collectives among more go over
+    # its PCIe Gen5 x16 slot, 128 GB/s both ways.
+    _device(
+        "h100-pcie",
+        "NVIDIA H100 PCIe 80GB",
+        80,
+        2000,
+        {
+            "float32": 51.2,
+            "tfloat32": 378,
+            "bfloat16": 756,
+            "float16": 756,
+            "float8": 1513,
+            "int8": 1513,
+        },
+        "PCIe Gen5 x16",
+        128 / 2,
+        (_NVIDIA_DATASHEET, _HOPPER_WHITEPAPER),
+        Figure(
+            1832,
+            f"cuda-stream triad, H100 PCIe: {_STREAM_H100_PCIE}",
+        ),
+        {"share": _HOPPER_GEMM},
+        _pcie(64, "PCIe Gen5 x16"),
+    ),
+    _device(
+        "h100-nvl",
+        "NVIDIA H100 NVL 94GB",
+        94,
+        3900,
+        _NVL_TFLOPS,
+        "PCIe Gen5 x16",
+        128 / 2,
+        (_NVIDIA_DATASHEET,),
+        _HBM3_HOPPER,
+        {"share": _HOPPER_GEMM},
+        _pcie(64, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
+    ),
+    _device(
+        "h200",
+        "NVIDIA H200 SXM 141GB",
+        141,
+        4800,
+        _H100_SXM_TFLOPS,
+        "NVLink 4",
+        900 / 2,
+        (_H200_DATASHEET, _HOPPER_WHITEPAPER),
+        Figure(4150, f"BabelStream triad, ND H200 v5: {_AZURE_H200}"),
+        {
+            "bfloat16": Figure(
+                794.5, f"maximum achievable matmul FLOPS (as the H100 SXM): {_MAMF}"
+            ),
+            "float8": Figure(1453.4, f"maximum achievable matmul FLOPS: {_MAMF}"),
+        },
+        _NCCL_H200,
+    ),
+    _device(
+        "h200-nvl",
+        "NVIDIA H200 NVL 141GB",
+        141,
+        4800,
+        _NVL_TFLOPS,
+        "PCIe Gen5 x16",
+        128 / 2,
+        (_H200_DATASHEET,),
+        _HBM3E,
+        {"share": _HOPPER_GEMM},
+        _pcie(64, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
+    ),
+    _device(
+        "a100-80gb",
+        "NVIDIA A100 SXM4 80GB",
+        80,
+        2039,
+        _A100_TFLOPS,
+        "NVLink 3",
+        600 / 2,
+        (_A100_DATASHEET,),
+        _A100_SXM.bandwidth,
+        _A100_SXM.matmul,
+        _A100_SXM.collectives,
+    ),
+    _device(
+        "a100-40gb",
+        "NVIDIA A100 SXM4 40GB",
+        40,
+        1555,
+        _A100_TFLOPS,
+        "NVLink 3",
+        600 / 2,
+        (_A100_DATASHEET,),
+        Figure(
+            1375,
+            f"gpu-stream triad, A100 40GB: {_STREAM_A100_40}",
+        ),
+        _A100_SXM.matmul,
+        _NCCL_A100,
+    ),
+    _device(
+        "a100-pcie-80gb",
+        "NVIDIA A100 PCIe 80GB",
+        80,
+        1935,
+        _A100_TFLOPS,
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_A100_DATASHEET,),
+        _HBM2E_A100,
+        _A100_PCIE_GEMM,
+        _pcie(32, "PCIe Gen4 x16"),
+    ),
+    _device(
+        "a100-pcie-40gb",
+        "NVIDIA A100 PCIe 40GB",
+        40,
+        1555,
+        _A100_TFLOPS,
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_A100_DATASHEET,),
+        _HBM2E_A100,
+        _A100_PCIE_GEMM,
+        _pcie(32, "PCIe Gen4 x16"),
+    ),
+    # The L40S datasheet gives dense | sparse; it has no NVLink.
+    _device(
+        "l40s",
+        "NVIDIA L40S 48GB",
+        48,
+        864,
+        {
+            "float32": 91.6,
+            "tfloat32": 183,
+            "bfloat16": 362.05,
+            "float16": 362.05,
+            "float8": 733,
+            "int8": 733,
+        },
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_L40S_DATASHEET,),
+        _GDDR6_ADA,
+        {"share": _HOPPER_GEMM},
+        _pcie(32, "PCIe Gen4 x16"),
+    ),
+    _device(
+        "l40",
+        "NVIDIA L40 48GB",
+        48,
+        864,
+        _L40_TFLOPS,
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_L40_DATASHEET,),
+        Figure(
+            803,
+            f"gpu-stream triad, L40: {_STREAM_L40}",
+        ),
+        {"share": _HOPPER_GEMM},
+        _pcie(32, "PCIe Gen4 x16"),
+    ),
+    # The L4 datasheet gives the tensor-core figures with sparsity only: halved here.
+    _device(
+        "l4",
+        "NVIDIA L4 24GB",
+        24,
+        300,
+        {
+            "float32": 30.3,
+            "tfloat32": 120 / 2,
+            "bfloat16": 242 / 2,
+            "float16": 242 / 2,
+            "float8": 485 / 2,
+            "int8": 485 / 2,
+        },
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_L4_DATASHEET,),
+        _GDDR6_ADA,
+        {"share": _HOPPER_GEMM},
+        _pcie(32, "PCIe Gen4 x16"),
+    ),
+    # The Ada whitepaper's GeForce RTX 4090 figures with FP32 accumulation (the GeForce
+    # cards run FP16 and BF16 at half rate when they accumulate in FP32, as frameworks do).
+    _device(
+        "rtx-4090",
+        "NVIDIA GeForce RTX 4090 24GB",
+        24,
+        1008,
+        {
+            "float32": 82.6,
+            "tfloat32": 82.6,
+            "bfloat16": 165.2,
+            "float16": 165.2,
+            "float8": 330.3,
+            "int8": 660.6,
+        },
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_ADA_WHITEPAPER,),
+        _GDDR6_ADA,
+        {"share": _HOPPER_GEMM},
+        _pcie(32, "PCIe Gen4 x16"),
+    ),
+    _device(
+        "b200",
+        "NVIDIA B200 180GB",
+        180,
+        8000,
+        {
+            "float32": 80,
+            "tfloat32": 1125,
+            "bfloat16": 2250,
+            "float16": 2250,
+            "float8": 4500,
+            "int8": 4500,
+        },
+        "NVLink 5",
+        1800 / 2,
+        (_ACCELERATORS,),
+        _HBM3E,
+        {
+            "bfloat16": Figure(1745.0, f"maximum achievable matmul FLOPS: {_MAMF}"),
+            "float8": Figure(3432.5, f"maximum achievable matmul FLOPS: {_MAMF}"),
+        },
+        _nccl(
+            2.17,
+            32768,
+            838.97,
+            f"all_reduce_bench, 8x B200: 32KiB busbw 2.17 GB/s, 16GiB 838.97: {_NETWORK}",
+        ),
+    ),
+    # Dense figures of the MI300X datasheet. Seven Infinity Fabric links of 128 GB/s (both
+    # ways) join each GPU to the seven others of a platform: 896 GB/s in all, 448 per
+    # direction.
+    _device(
+        "mi300x",
+        "AMD Instinct MI300X 192GB",
+        192,
+        5300,
+        {
+            "float32": 163.4,
+            "tfloat32": 653.7,
+            "bfloat16": 1307.4,
+            "float16": 1307.4,
+            "float8": 2614.9,
+            "int8": 2614.9,
+        },
+        "Infinity Fabric",
+        7 * 128 / 2,
+        (_MI300X_DATASHEET,),
+        Figure(4090, f"BabelStream triad, ND MI300X v5: {_AZURE_MI300X}"),
+        {
+            "bfloat16": Figure(668.4, f"maximum achievable matmul FLOPS: {_MAMF}"),
+            "float8": Figure(1159.23, f"hipBLASLt GEMM 8192^3, ND MI300X v5: {_AZURE_MI300X}"),
+        },
+        _RCCL_MI300X,
+    ),
+    # The MI325X sits on the MI300X's platform: the same seven Infinity Fabric links.
+    _device(
+        "mi325x",
+        "AMD Instinct MI325X 256GB",
+        256,
+        6000,
+        {
+            "float32": 163.4,
+            "tfloat32": 653.7,
+            "bfloat16": 1300,
+            "float16": 1300,
+            "float8": 2610,
+            "int8": 2600,
+        },
+        "Infinity Fabric",
+        7 * 128 / 2,
+        (_ACCELERATORS,),
+        _HBM_CDNA,
+        {"bfloat16": Figure(784.9, f"maximum achievable matmul FLOPS: {_MAMF}")},
+        Collectives(
+            _RCCL_MI300X.latency_s,
+            _RCCL_MI300X.bus_bandwidth,
+            f"not measured: as the MI300X's node, {_RCCL_MI300X.source}",
+        ),
+    ),
+    # One GCD of an MI250X, the device a framework sees: half the package's memory,
+    # bandwidth and FLOP/s (128 GB, 3,276.8 GB/s, 383 TFLOPS bfloat16); no float8.
+    _device(
+        "mi250x",
+        "AMD Instinct MI250X, one GCD (64GB)",
+        64,
+        3276.8 / 2,
+        {"float32": 47.9 / 2, "bfloat16": 383 / 2, "float16": 383 / 2, "int8": 383 / 2},
+        "none known",
+        None,
+        (_ACCELERATORS,),
+        _HBM_CDNA,
+        {"bfloat16": Figure(147.0, f"maximum achievable matmul FLOPS, one GCD: {_MAMF}")},
+    ),
+)
+
+#: Every named GPU, by name.
+DEVICES: dict[str, DeviceSpec] = {d.name: d for d in _TABLE}

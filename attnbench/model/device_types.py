@@ -1,0 +1,87 @@
+"""What attnbench knows of a GPU: its vendor's figures, and what published microbenchmarks
+measured of it (model/device_table.py holds the devices, model/devices.py looks them up).
+
+The roofline uses the measured figures, never the datasheet's alone: a streaming kernel
+reaches 77-93% of the datasheet bandwidth and a large GEMM 51-87% of the dense peak on the
+devices measured. None of them is fitted to an end-to-end inference figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: The names of the FLOP/s figures, as attnbench spells dtypes; "tfloat32" is float32
+#: matmuls on tensor cores (TF32, which torch leaves off by default) and "float8" both
+#: float8 formats (e4m3 and e5m2 share one peak).
+PEAK_DTYPES: tuple[str, ...] = ("float32", "tfloat32", "bfloat16", "float16", "float8", "int8")
+
+_T = 1e12  # tera
+_G = 1e9  # giga
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A value a published microbenchmark measured, and where it is published."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """An all-reduce among a node's GPUs as nccl-tests (or rccl-tests) measures it: the time
+    of a small message, and the bus bandwidth of large ones (busbw: algbw * 2*(n-1)/n,
+    the same figure whatever n)."""
+
+    latency_s: float
+    bus_bandwidth: float
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One GPU model: its vendor's figures, and what published microbenchmarks measured of
+    it, which are what the roofline uses. Units: bytes, bytes/s, FLOP/s, seconds."""
+
+    name: str
+    title: str
+    #: The vendor's stated capacity, decimal GB (80GB = 80 * 10**9 bytes).
+    memory_bytes: int
+    #: Memory bandwidth a streaming kernel reaches, measured (bandwidth_source).
+    memory_bandwidth: float
+    #: Dense matmul FLOP/s a large GEMM reaches, by the names of PEAK_DTYPES (flops_source).
+    dense_flops: Mapping[str, float]
+    #: All-reduce among the GPUs of a node, measured; None: the device has no peers here.
+    collectives: Collectives | None
+    #: The cost of one kernel launch, in a captured CUDA (or HIP) graph as serving engines
+    #: run their decode steps (launch_source).
+    launch_s: float
+    #: What carries the collectives: "NVLink 4", "PCIe Gen4 x16", "Infinity Fabric".
+    interconnect: str
+    #: The vendor's figures: peak memory bandwidth, dense peak FLOP/s by dtype, and the
+    #: interconnect's bytes/s per GPU and per direction.
+    datasheet_bandwidth: float
+    datasheet_flops: Mapping[str, float]
+    interconnect_bandwidth: float | None
+    #: The vendor's datasheets and whitepapers.
+    sources: tuple[str, ...]
+    bandwidth_source: str = ""
+    flops_source: str = ""
+    launch_source: str = ""
+
+    def figures(self) -> str:
+        """The figures that set a prediction, each with its source, in one paragraph."""
+        flops = ", ".join(f"{d} {v / _T:,.0f}" for d, v in self.dense_flops.items())
+        parts = [
+            f"memory {self.memory_bandwidth / _G:,.0f} GB/s ({self.bandwidth_source})",
+            f"matmul TFLOPS {flops} ({self.flops_source})",
+            f"launch {self.launch_s * 1e6:.3g} us per kernel ({self.launch_source})",
+        ]
+        if self.collectives is not None:
+            c = self.collectives
+            parts.append(
+                f"all-reduce {c.latency_s * 1e6:.3g} us + bytes at "
+                f"{c.bus_bandwidth / _G:,.0f} GB/s bus bandwidth ({c.source})"
+            )
+        return "; ".join(parts)

@@ -1,0 +1,82 @@
+"""A batch's whole generation on a device, from the roofline: the prefill of its prompts,
+then one decode step per further output token, as a serving engine runs a static batch.
+
+Every decode step is timed at the generation's mean context, prompt + output / 2 tokens
+cached: a step's time grows linearly with the context it reads, so the sum of the steps
+is the number of steps times the step at the mean context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .architecture import ModelSpec
+from .devices import DeviceSpec
+from .roofline import (
+    DEFAULT_MODEL,
+    ModelPrediction,
+    PerfModel,
+    decode_counts,
+    predict_counts,
+    prefill_counts,
+)
+from .weights import WeightFormat
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A static batch of `batch` prompts of `prompt_len` tokens, each generating
+    `output_len` tokens: its prefill (the first token) and its decode steps."""
+
+    batch: int
+    prompt_len: int
+    output_len: int
+    prefill: ModelPrediction
+    #: A decode step at the mean context (see the module's notes).
+    step: ModelPrediction
+
+    @property
+    def ttft_s(self) -> float:
+        """The time to the first token: the batch's prefill."""
+        return self.prefill.time_s
+
+    @property
+    def tpot_s(self) -> float:
+        """The time per output token after the first."""
+        return self.step.time_s
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + (self.output_len - 1) * self.tpot_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        """Output tokens of the whole batch per second of the whole generation."""
+        return self.batch * self.output_len / self.total_s
+
+
+def generation(
+    spec: ModelSpec,
+    device: DeviceSpec,
+    batch: int,
+    prompt_len: int,
+    output_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+    weights: str | WeightFormat | None = None,
+    model: PerfModel = DEFAULT_MODEL,
+) -> Generation:
+    """The generation of `batch` sequences on one of `tp` ranks of `device` (see the
+    module's notes): activations in `dtype`, weights in `weights`, the cache in
+    `kv_dtype`."""
+    prefill = prefill_counts(spec, batch, prompt_len, dtype, kv_dtype, tp, weights)
+    context = prompt_len + output_len // 2
+    step = decode_counts(spec, batch, context, dtype, kv_dtype, tp, weights)
+    return Generation(
+        batch,
+        prompt_len,
+        output_len,
+        predict_counts(prefill, device, dtype, tp, model),
+        predict_counts(step, device, dtype, tp, model),
+    )

@@ -1,0 +1,97 @@
+"""How a model's weights are stored: their element type and, when quantised, their scales;
+and the dtype its matmuls run in, which sets their peak.
+
+- 16- and 32-bit weights (float32, float16, bfloat16) are the model's own: no scales.
+- int8 and int4 are weight-only quantisation (W8A16, W4A16: GPTQ, AWQ, gpt-fast,
+  bitsandbytes, Marlin kernels): the weights are dequantised in the kernel and the
+  matmuls run in the activations' dtype, at its peak. Each group of `group` input
+  elements of a weight row keeps one scale (16 bits) and, for int4, one zero point (16
+  bits, as gpt-fast and HQQ store them; GPTQ and AWQ pack theirs in 4 bits, 0.1 bit per
+  weight less at groups of 128). The default group is 128 for int4, the common choice of
+  GPTQ and AWQ checkpoints, and one scale per output channel (a whole row of d_model
+  inputs) for int8.
+- float8 (e4m3 or e5m2) weights go with float8 activations (W8A8-FP8, the way 70B models
+  are served on Hopper): one scale per output channel, and the matmuls run at the
+  device's float8 peak, so a device without float8 tensor cores has no peak for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import FieldError
+from .capacity import ceil_div, positive_int
+from .dtypes import MODEL_DTYPES, check_dtype, packed_bytes
+
+#: The dtypes a model's weights may be stored in.
+WEIGHT_DTYPES: tuple[str, ...] = (
+    *MODEL_DTYPES,
+    "int8",
+    "int4",
+    "float8_e4m3fn",
+    "float8_e5m2",
+)
+#: Weight-only quantisation: the matmuls run in the activations' dtype.
+WEIGHT_ONLY = ("int8", "int4")
+#: Quantised weights whose matmuls run in their own dtype, with the activations quantised too.
+WEIGHT_AND_ACTIVATION = ("float8_e4m3fn", "float8_e5m2")
+#: The scale group of int4 weights when none is given (GPTQ's and AWQ's usual 128).
+DEFAULT_INT4_GROUP = 128
+#: Bits of one scale, and of one int4 zero point.
+SCALE_BITS = 16
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """Weights in `dtype`; for quantised ones, one scale per `group` input elements of a
+    row (None: the dtype's default, see the module's notes)."""
+
+    dtype: str
+    group: int | None = None
+
+    def __post_init__(self) -> None:
+        check_dtype(self.dtype, "weights_dtype", WEIGHT_DTYPES)
+        if self.group is not None:
+            positive_int("weights_group", self.group)
+            if not self.quantized:
+                raise FieldError(
+                    "weights_group", self.group, f"{self.dtype} weights have no scales"
+                )
+
+    @classmethod
+    def of(cls, dtype: str, group: int | None = None) -> WeightFormat:
+        """Weights in `dtype`, with `group` where they are quantised (a sweep of several
+        weights dtypes gives its group to the quantised ones only)."""
+        quantized = dtype in WEIGHT_ONLY or dtype in WEIGHT_AND_ACTIVATION
+        return cls(dtype, group if quantized else None)
+
+    @property
+    def quantized(self) -> bool:
+        return self.dtype in WEIGHT_ONLY or self.dtype in WEIGHT_AND_ACTIVATION
+
+    def matmul_dtype(self, activations: str) -> str:
+        """The dtype the matmuls run in: the weights' for float8 (W8A8), else the
+        activations' (weight-only quantisation dequantises in the kernel)."""
+        return self.dtype if self.dtype in WEIGHT_AND_ACTIVATION else activations
+
+    def bytes(self, params: int, row: int) -> int:
+        """Bytes of `params` weights whose rows are `row` inputs long (d_model for most):
+        the values packed, and the scales (and int4 zero points) of their groups."""
+        values = packed_bytes(params, self.dtype)
+        if not self.quantized:
+            return values
+        group = self.group or (DEFAULT_INT4_GROUP if self.dtype == "int4" else row)
+        per_group = 2 if self.dtype == "int4" else 1  # int4: a scale and a zero point
+        return values + ceil_div(params, group) * per_group * SCALE_BITS // 8
+
+    def describe(self) -> str:
+        if not self.quantized:
+            return self.dtype
+        if self.dtype == "int4":
+            return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}"
+        return f"{self.dtype} {'in groups of ' + str(self.group) if self.group else 'per channel'}"
+
+
+def weight_format(weights: str | WeightFormat) -> WeightFormat:
+    """A WeightFormat from a dtype name, or itself."""
+    return weights if isinstance(weights, WeightFormat) else WeightFormat(weights)

@@ -1,0 +1,53 @@
+"""Weights' formats: packed values and their scales' bytes by hand, the dtype the matmuls
+run in, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnbench.errors import FieldError
+from attnbench.model.weights import WeightFormat
+
+
+def test_sixteen_bit_weights_are_their_values():
+    assert WeightFormat("bfloat16").bytes(1000, 100) == 2000
+    assert not WeightFormat("float32").quantized
+
+
+def test_int4_keeps_a_scale_and_a_zero_point_per_group():
+    # 1,024 weights: 512 bytes of values; 8 groups of 128, each 2 + 2 bytes
+    assert WeightFormat("int4").bytes(1024, 4096) == 512 + 8 * 4
+    assert WeightFormat("int4", 32).bytes(1024, 4096) == 512 + 32 * 4
+    assert WeightFormat("int4", 1000).bytes(1024, 4096) == 512 + 2 * 4  # a part group
+
+
+def test_int8_and_float8_keep_a_scale_per_row_by_default():
+    assert WeightFormat("int8").bytes(4096 * 10, 4096) == 4096 * 10 + 10 * 2
+    assert WeightFormat("float8_e4m3fn", 64).bytes(128, 4096) == 128 + 2 * 2
+
+
+def test_the_matmuls_run_in_the_activations_dtype_but_for_float8():
+    assert WeightFormat("int4").matmul_dtype("bfloat16") == "bfloat16"
+    assert WeightFormat("int8").matmul_dtype("float16") == "float16"
+    assert WeightFormat("float8_e5m2").matmul_dtype("bfloat16") == "float8_e5m2"
+
+
+def test_a_sweep_s_group_goes_to_its_quantised_weights_only():
+    assert WeightFormat.of("bfloat16", 32) == WeightFormat("bfloat16")
+    assert WeightFormat.of("int4", 32) == WeightFormat("int4", 32)
+    assert WeightFormat.of("int4", 32).describe() == "int4 in groups of 32"
+    assert WeightFormat("int8").describe() == "int8 per channel"
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: WeightFormat("int3"), "weights_dtype"),
+        (lambda: WeightFormat("int4", 0), "weights_group"),
+        (lambda: WeightFormat("bfloat16", 32), "weights_group"),
+    ],
+)
+def test_a_bad_format_names_its_field(make, field):
+    with pytest.raises(FieldError) as error:
+        make()
+    assert error.value.field == field

@@ -87,8 +87,8 @@ def predict_command(
     overrides, model, hf_config, config, calibrate, check, to, min_time, csv, json, wide, quiet
 ) -> None:
     """Time to first token and time per output token of one attention layer and of a
-    whole model on a named GPU (its datasheet peaks) or this machine (the peaks it
-    measures): the bytes and FLOPs of each, against the device's ridge point."""
+    whole model on a named GPU (what microbenchmarks measured of it) or this machine (the
+    peaks it measures): the bytes and FLOPs of each, against the device's ridge point."""
     if calibrate or check:
         given = {"model": model, "hf_config": hf_config, "config": config, "csv": csv}
         _measured_run_mode(overrides, given, calibrate, check, to, min_time, json, wide, quiet)

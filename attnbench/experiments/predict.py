@@ -2,10 +2,10 @@
 times it, and a whole model (its MLP or experts, embeddings and head) where a model is
 given, from the roofline of model/roofline.py.
 
-Each point is predicted on a named GPU, from its datasheet peaks (model/devices.py), or
+Each point is predicted on a named GPU, from its measured figures (model/devices.py), or
 on THIS_DEVICE, from the peaks the run measures before its points; with the stated
 default efficiencies, or a calibration file's (model/calibration.py), whose efficiencies
-are shares of the peaks of the device it was fitted against: a named GPU's datasheet,
+are shares of the peaks of the device it was fitted against: a named GPU's measured figures,
 or what this machine measures at the time.
 
 The time to first token is the prefill of `batch` prompts of seq_len tokens; the time
@@ -154,7 +154,7 @@ def _calibration(point: PredictPoint) -> Calibration | None:
 
 
 def device_for(point: PredictPoint, context: Context | None) -> DeviceSpec:
-    """The device of a point: a named GPU's datasheet peaks, or for THIS_DEVICE the ones
+    """The device of a point: a named GPU's measured figures, or for THIS_DEVICE the ones
     this run measured (a calibration of this machine holds shares of whatever it measures
     at the time)."""
     if point.gpu != THIS_DEVICE:

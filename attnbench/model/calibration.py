@@ -128,13 +128,7 @@ def samples_from_results(
 def _checked_shape(record: Mapping[str, Any], where: str) -> AttentionShape:
     """The record's layer shape, once its shape, batch, context and dtype are checked."""
     for name, minimum in SHAPE_FIELDS.items():
-        value = record.get(name)
-        if value is None:
-            raise UsageError(f"{where}: {name}: missing (a timed step needs it)")
-        if not _is_int(value) or not minimum <= value <= MAX_COUNT:
-            raise UsageError(
-                f"{where}: {name}: {brief(value)} is not an integer from {minimum} to {MAX_COUNT:,}"
-            )
+        _count(record, name, where, minimum, needs="it")
     if not isinstance(record.get("dtype"), str):
         raise UsageError(f"{where}: dtype: {spelled(record.get('dtype'))} is not a dtype's name")
     try:
@@ -143,11 +137,18 @@ def _checked_shape(record: Mapping[str, Any], where: str) -> AttentionShape:
         raise UsageError(f"{where}: {exc}") from None
 
 
-def _count(record: Mapping[str, Any], name: str, where: str, minimum: int = 1) -> int:
-    """A count of the record: an integer from `minimum` to MAX_COUNT."""
+def _count(
+    record: Mapping[str, Any],
+    name: str,
+    where: str,
+    minimum: int = 1,
+    needs: str = "its bytes and FLOPs",
+) -> int:
+    """A count of the record: an integer from `minimum` to MAX_COUNT; missing, an error
+    saying what a timed step `needs` it for."""
     value = record.get(name)
     if value is None:
-        raise UsageError(f"{where}: {name}: missing (a timed step needs its bytes and FLOPs)")
+        raise UsageError(f"{where}: {name}: missing (a timed step needs {needs})")
     if not _is_int(value) or not minimum <= value <= MAX_COUNT:
         raise UsageError(
             f"{where}: {name}: {brief(value)} is not an integer from {minimum} to {MAX_COUNT:,}"

@@ -183,7 +183,27 @@ def as_dict(record: Any) -> dict:
     return dict(record) if isinstance(record, Mapping) else record
 
 
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """A record's status as its text holds it, 'word: reason': the word ('ok', 'noisy',
+    'oom', 'error', 'wrong', 'skipped', 'unsupported'...) and the reason after it ('' for
+    none); a record without one is ok."""
+
+    word: str
+    reason: str = ""
+
+    @classmethod
+    def of(cls, text: Any) -> Status:
+        """The status of a record's `status` value (None: ok)."""
+        word, _, reason = str("ok" if text is None else text).partition(":")
+        return cls(word.strip(), reason.strip())
+
+    @property
+    def failed(self) -> bool:
+        """The point ran out of memory or raised: its record holds no measurement."""
+        return self.word in ("oom", "error")
+
+
 def failed(record: Mapping) -> bool:
     """The point ran out of memory or failed: its record holds no measurement."""
-    status = str(record.get("status"))
-    return status == "oom" or status.startswith("error")
+    return Status.of(record.get("status")).failed

@@ -6,13 +6,17 @@ Nothing changes between the runs, so the report shows what a user can rely on:
   cached step over the narrowest-KV variant's, cache over no cache, a provider over the
   baseline) moved across the runs, as max over min, and the worst of them;
 - MHA over MQA (cached, longest context) in each run, and whether GQA lies between;
+- how often a run's stated 95% intervals (every step time, as its median -+ step_ci_pct,
+  and every comparison, as its ci_lo..ci_hi) hold the next run's value, and how often
+  two consecutive runs' intervals do not overlap (a finding the next run contradicts);
 - every pair of runs gated on the comparisons and the in-run ratios (the earlier run as
   the baseline): every `regressed` is a false alarm;
 - a planted 20% slowdown of one variant's cached step in the later run of each pair of
   consecutive runs (its samples scaled by 1.2, and with them every comparison it is part
   of): how many pairs the gate catches, per variant.
 
-The runs' decode rows are kept, trimmed to their keys, timings, ratios and comparisons
+Each run records the host's load as it started and each row its cpu_share and memory
+layouts. The runs' decode rows are kept, trimmed to their keys, timings, ratios and comparisons
 with their raw samples, in one small JSON file that scripts/gate_simulation.py --runs
 resamples.
 
@@ -27,6 +31,9 @@ import argparse
 import copy
 import itertools
 import json
+import math
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,6 +44,7 @@ from pathlib import Path
 
 from attnbench.experiments.decode import DecodeRecord
 from attnbench.gate.compare import Verdict, compare_documents
+from attnbench.measure.stats import layout_chunks, median
 from attnbench.records import Kind, field_kinds
 from attnbench.study.documents import parse_document
 
@@ -49,7 +57,7 @@ RATIOS = ("x_of_reference", "x_of_narrowest", "x_of_no_cache", "x_of_baseline")
 KEPT = (
     *("step_ms_median", "step_ms_p25", "step_ms_p75", "samples_ms", "step_repeats"),
     *("reference", "narrowest_variant", "baseline_provider", "sampling", "sampling_group"),
-    "status",
+    *("status", "layouts", "step_ci_pct", "cpu_share"),
     *(f"{stem}_{s}" for stem in RATIOS for s in STATS),
 )
 DEFAULT_CONFIG = Path("attnbench/configs/default.yaml")
@@ -58,13 +66,16 @@ PLANTED = 1.2
 
 
 def one_run(config: Path, folder: Path, index: int) -> dict:
-    """One `attnbench run` in its own process, its document trimmed to the decode rows."""
+    """One `attnbench run` in its own process, its document trimmed to the decode rows,
+    with its wall time and the host's load (1-minute average) as it started."""
     out = folder / f"run-{index}"
+    load = os.getloadavg()[0]
     started = time.perf_counter()
     command = ["run", str(config), "--out", str(out), "--quiet"]
     subprocess.run([sys.executable, "-m", "attnbench", *command], check=True)
     seconds = time.perf_counter() - started
-    return {**trimmed(json.loads((out / "results.json").read_text())), "wall_s": seconds}
+    doc = trimmed(json.loads((out / "results.json").read_text()))
+    return {**doc, "wall_s": seconds, "load": load}
 
 
 def trimmed(doc: dict) -> dict:
@@ -157,7 +168,99 @@ def report(saved: dict) -> list[str]:
     if all("wall_s" in r for r in runs):
         walls = " / ".join(f"{r['wall_s']:.1f}" for r in runs)
         lines.append(f"wall time per run: {walls} s")
-    lines += ["", *variant_lines(runs), "", *move_lines(runs), "", *gate_lines(runs)]
+    if all("load" in r for r in runs):
+        loads = " / ".join(f"{r['load']:.2f}" for r in runs)
+        lines.append(f"load as each run started: {loads}")
+    shares = [[x["cpu_share"] for x in rows(r) if x.get("cpu_share") is not None] for r in runs]
+    if all(shares):
+        lines.append(f"least cpu_share per run: {' / '.join(f'{min(s):.2f}' for s in shares)}")
+    layouts = sorted({x["layouts"] for r in runs for x in rows(r) if x.get("layouts")})
+    if layouts:
+        lines.append(f"memory layouts per point: {layouts[0]} to {layouts[-1]}")
+    lines += ["", *variant_lines(runs), "", *move_lines(runs), "", *coverage_lines(runs)]
+    return [*lines, "", *gate_lines(runs)]
+
+
+def stated(row: dict, metric: str) -> tuple[float, float, float] | None:
+    """A row's value of `metric` (a comparison's stem or `step_ms`) with the 95% interval
+    the run stated for it: a comparison's bounds, or a step's median -+ step_ci_pct."""
+    if metric == "step_ms":
+        value, pct = row.get("step_ms_median"), row.get("step_ci_pct")
+        if value is None or pct is None:
+            return None
+        return value, value * (1 - pct / 100), value * (1 + pct / 100)
+    found = tuple(row.get(f"{metric}_{s}") for s in ("median", "ci_lo", "ci_hi"))
+    return None if None in found else found  # type: ignore[return-value]
+
+
+def coverage(runs: list[dict]) -> dict[str, list[tuple[bool, bool]]]:
+    """For each metric, every stated interval of one run against the next run's row:
+    (it holds the next run's value, it overlaps the next run's interval)."""
+    found: dict[str, list[tuple[bool, bool]]] = {}
+    for run, after in itertools.pairwise(runs):
+        for row, next_row in zip(rows(run), rows(after), strict=True):
+            for metric in ("step_ms", *(m.removesuffix("_median") for m in COMPARISONS)):
+                now, then = stated(row, metric), stated(next_row, metric)
+                if now is None or then is None:
+                    continue
+                holds = now[1] <= then[0] <= now[2]
+                overlaps = now[1] <= then[2] and then[1] <= now[2]
+                found.setdefault(metric, []).append((holds, overlaps))
+    return found
+
+
+def spread_ratios(runs: list[dict]) -> list[float]:
+    """For every step time and comparison of the runs' rows sampled over several memory
+    layouts: how far its value moved from run to run (the standard deviation of its log
+    over the runs) over how far the layouts of one run predict it moves (the standard
+    error of the mean of their log medians, averaged over the runs). About 1 where the
+    layouts in one process carry what moves between runs."""
+    found = []
+    fields = ("samples_ms", *(f"{m.removesuffix('_median')}_samples" for m in COMPARISONS))
+    for i in range(len(rows(runs[0]))):
+        for field in fields:
+            values, errors = [], []
+            for run in runs:
+                row = rows(run)[i]
+                chunks = layout_chunks(row.get(field) or [], row.get("layouts") or 1)
+                if len(chunks) < 2:
+                    break
+                logs = [math.log(median(c)) for c in chunks]
+                errors.append(statistics.stdev(logs) / math.sqrt(len(logs)))
+                values.append(math.log(median(row[field])))
+            else:
+                if len(values) > 2 and statistics.mean(errors) > 0:
+                    found.append(statistics.stdev(values) / statistics.mean(errors))
+    return found
+
+
+def coverage_lines(runs: list[dict]) -> list[str]:
+    """How often a run's stated 95% intervals held the next run's value, and how often
+    two consecutive runs' intervals did not overlap (a finding the next run contradicts)."""
+    lines = [
+        "| stated | intervals | hold the next run's value | contradicted by the next run |",
+        "|---|---|---|---|",
+    ]
+    everything = []
+    for metric, found in coverage(runs).items():
+        everything += found
+        held = sum(h for h, _ in found)
+        apart = sum(not o for _, o in found)
+        lines.append(f"| {metric} | {len(found)} | {held} ({held / len(found):.1%}) | {apart} |")
+    if everything:
+        held = sum(h for h, _ in everything)
+        apart = sum(not o for _, o in everything)
+        lines.append(
+            f"| **all** | {len(everything)} | {held} ({held / len(everything):.1%}) | {apart} |"
+        )
+    ratios = spread_ratios(runs)
+    if ratios:
+        lines += [
+            "",
+            f"Moved from run to run, over what one run's memory layouts predict: "
+            f"{statistics.median(ratios):.2f}x on median ({min(ratios):.2f}x to "
+            f"{max(ratios):.2f}x) over {len(ratios)} step times and comparisons.",
+        ]
     return lines
 
 

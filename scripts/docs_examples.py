@@ -353,11 +353,18 @@ def find_examples(page: Path, lines: list[str]) -> tuple[list[Example], list[str
 
 
 def machine() -> str:
-    """This machine as `attnbench env` names it, torch's version and today's date."""
+    """This machine as `attnbench env` names it, with its CPUs on a CPU host and its load
+    (the 1-minute load average as the timed examples start), torch's version and today's
+    date. The CPUs, not torch's threads: an example may run on fewer
+    threads than the host has CPUs (the default study's decode runs on one, as its
+    report records), and the header names the host, not a run."""
     env = dict(line.partition(": ")[::2] for line in run_command("attnbench env", ROOT))
     device = env.get("device_name", "?")
     if env.get("device") == "cpu":
-        device += f", {env.get('num_threads')} threads"
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        device += f", {cpus} CPU{'s' * (cpus != 1)}"
+    if hasattr(os, "getloadavg"):  # how busy the host was: the timings are its as well
+        device += f", load {os.getloadavg()[0]:.1f}"
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     return f"{device}, torch {env.get('torch_version')}, {today}"
 

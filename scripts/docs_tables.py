@@ -495,8 +495,8 @@ def measured_table() -> str:
                 _tflops(flops_for(d, "bfloat16")),
                 _tflops(d.dense_flops["float8"]) if "float8" in d.dense_flops else "none",
                 _links(d.flops_source),
-                f"{c.latency_s * 1e6:.3g} us, {c.bus_bandwidth / 1e9:,.0f} GB/s "
-                f"({_links(c.source)})"
+                f"{c.latency_s * 1e6:.3g} us + {c.step_s * 1e6:.2g} us a step, "
+                f"{c.bus_bandwidth / 1e9:,.0f} GB/s ({_links(c.source)})"
                 if c
                 else "none known",
                 f"{d.launch_s * 1e6:.3g} us",

@@ -88,3 +88,54 @@ def test_a_validation_row_s_error_is_in_time_whatever_the_metric(monkeypatch):
     time = validation.Row({"metric": "ttft_ms", "value": 10}, 8.0)
     # 125 tok/s predicted against 100 measured: the prediction's time is 0.8 of it
     assert rate.error == pytest.approx(-0.2) and time.error == pytest.approx(-0.2)
+
+
+def test_aa_runs_checks_each_stated_interval_against_the_next_run(monkeypatch):
+    """A step's interval is its median -+ step_ci_pct, a comparison's its ci_lo..ci_hi;
+    each is held against the next run: does it hold its value, do the two overlap."""
+    aa_runs = _load("aa_runs", monkeypatch)
+
+    def run(x: tuple[float, float, float], step: float, pct: float) -> dict:
+        row = {"step_ms_median": step, "step_ci_pct": pct}
+        stems = ("x_of_narrowest_median", "x_of_narrowest_ci_lo", "x_of_narrowest_ci_hi")
+        row.update(zip(stems, x, strict=True))
+        return {"sections": {"decode": {"records": [row]}}}
+
+    runs = [run((2.0, 1.9, 2.1), 1.0, 5.0), run((2.05, 2.0, 2.1), 1.04, 5.0)]
+    runs.append(run((2.5, 2.4, 2.6), 1.2, 1.0))
+    found = aa_runs.coverage(runs)
+    assert found == {
+        "step_ms": [(True, True), (False, False)],
+        "x_of_narrowest": [(True, True), (False, False)],
+    }
+
+
+def test_a_timed_examples_header_names_the_hosts_cpus_and_load_not_torchs_threads(monkeypatch):
+    """A timed example may run on fewer threads than torch's default (the default study's
+    decode runs on one, as its report records): the header names the host, its CPUs and
+    how busy it was, never a thread count the run may not have used."""
+    script = _load("docs_examples", monkeypatch)
+    env = ["device: cpu", "device_name: Some CPU", "num_threads: 7", "torch_version: 9.9"]
+    monkeypatch.setattr(script, "run_command", lambda command, cwd: env)
+    monkeypatch.setattr(script.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(script.os, "getloadavg", lambda: (3.14, 2.0, 1.0), raising=False)
+    header = script.machine()
+    assert header.startswith("Some CPU, 2 CPUs, load 3.1, torch 9.9, ")
+    assert "thread" not in header
+
+
+def test_aa_runs_weighs_the_spread_between_runs_against_the_layouts(monkeypatch):
+    """Runs whose values move as their layouts do read about 1x; runs that agree within
+    themselves but not with each other read far above it."""
+    aa_runs = _load("aa_runs", monkeypatch)
+
+    def run(shift: float, layouts: list[float]) -> dict:
+        samples = [shift * m * (1 + 0.001 * i) for m in layouts for i in range(5)]
+        row = {"samples_ms": samples, "layouts": len(layouts)}
+        return {"sections": {"decode": {"records": [row]}}}
+
+    spread = [0.9, 1.1, 0.95, 1.05]
+    alike = [run(1.0, spread), run(1.0, spread[::-1]), run(1.0, spread[1:] + spread[:1])]
+    apart = [run(shift, [1.0, 1.001, 0.999, 1.0]) for shift in (0.8, 1.0, 1.25)]
+    assert aa_runs.spread_ratios(alike)[0] < 1
+    assert aa_runs.spread_ratios(apart)[0] > 50

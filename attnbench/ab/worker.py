@@ -64,7 +64,8 @@ def rebuilt(decode: Any, request: dict, context: Any, device: Any) -> tuple[Any,
 
 def _status(record: object) -> str:
     """The visit's status: `ok` for any point that was timed (a noisy one too: `ab` judges
-    the spread itself, round by round), the record's status otherwise."""
+    the spread itself, round by round), the record's status otherwise. Parsed here, not by
+    records.Status: the worker runs against either side's tree, an older one too."""
     status = getattr(record, "status", None) or "ok"
     word = status.split(":", 1)[0].strip()
     return "ok" if word == "noisy" else status

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
-
-import typer
-from typer.core import TyperArgument, TyperGroup, TyperOption
 
 #: Each command's line in the list of `attnbench --help` (and of its group's): whole, on
 #: one line of an 80-column terminal (at most SHORT_HELP_MAX characters beside the
@@ -38,104 +34,35 @@ SHORT_HELP = {
 #: The longest line SHORT_HELP may hold: 80 columns, less the indent, the longest command
 #: name ('decode-speed') and the gap after it.
 SHORT_HELP_MAX = 80 - 2 - len("decode-speed") - 2
-#: An option's value in the help when no metavar names it: by the option's name, else by
-#: its type.
-NAMED_METAVARS = {
-    "out": "DIR",
-    "output": "PATH",
-    "threshold": "PERCENT",
-    "fmt": "FORMAT",
-    "device": "DEVICE",
-}
-METAVARS = {"int": "INT", "float": "NUM", "str": "TEXT"}
 
 
-class PlainArgument(TyperArgument):
-    """An argument shown by its name alone ('RESULTS.json', not 'RESULTS.json <str>'),
-    as the options show theirs."""
+def keep_hyphenated_words_whole() -> None:
+    """Help text wraps between words, never inside a hyphenated name ('sdpa-' on one line,
+    'efficient' on the next, which reads as two names): click's wrapper, which typer
+    ships, breaks at hyphens by default. Where typer ships no such wrapper, nothing
+    changes."""
+    try:
+        from typer._click import _textwrap
+    except ImportError:  # a typer that wraps help otherwise
+        return
+    wrapper = getattr(_textwrap, "TextWrapper", None)
+    if wrapper is None or getattr(wrapper, "keeps_hyphenated_words", False):
+        return
 
-    def display_type_rich(self, ctx: Any) -> str | None:
-        return None
+    class WholeWords(wrapper):  # type: ignore[misc, valid-type]
+        keeps_hyphenated_words = True
 
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("break_on_hyphens", False)
+            super().__init__(*args, **kwargs)
 
-def plain_help(command: Any) -> None:
-    """Every option and argument of `command` and its subcommands named alike: an option's
-    value by its metavar, else by what its name says (NAMED_METAVARS) or its type (TEXT,
-    INT, NUM, as the generated flags have it), never typer's '<str>'; an argument by its
-    metavar, else its name in capitals."""
-    for param in command.params:
-        if isinstance(param, TyperArgument):
-            param.__class__ = PlainArgument
-            param.metavar = param.metavar or (param.name or "").upper()
-        elif isinstance(param, TyperOption) and not param.is_flag and param.metavar is None:
-            named = NAMED_METAVARS.get(param.name or "")
-            param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
-    for sub in getattr(command, "commands", {}).values():
-        plain_help(sub)
-
-
-class OneLineErrors(TyperGroup):
-    """The command group, with the parser's own errors (an unknown option, a missing
-    value) printed as one `error:` line and exit code 2, like every other bad input,
-    instead of a usage block; and every command's help in one form (`plain_help`)."""
-
-    def main(
-        self,
-        args: Any = None,
-        prog_name: Any = None,
-        complete_var: Any = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        plain_help(self)
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, False, **extra)
-        try:
-            code = super().main(args, prog_name, complete_var, False, **extra)
-        except (typer.Abort, KeyboardInterrupt):
-            print("error: interrupted", file=sys.stderr)
-            sys.exit(130)
-        except Exception as exc:
-            message = getattr(exc, "format_message", None)
-            code = getattr(exc, "exit_code", None)
-            if message is None or not isinstance(code, int):
-                raise
-            text = message()
-            print(text if "\n" in text else f"error: {text}", file=sys.stderr)  # help: as is
-            sys.exit(code)
-        sys.exit(code if isinstance(code, int) else 0)
+    _textwrap.TextWrapper = WholeWords
 
 
-app = typer.Typer(
-    cls=OneLineErrors,
-    name="attnbench",
-    help="Benchmark and analyse MHA, MQA and GQA attention and their KV cache.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+keep_hyphenated_words_whole()
 
 
-def _version(value: bool) -> None:
-    if value:
-        from .. import __version__
-
-        print(f"attnbench {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
-) -> None:
-    """Benchmark and analyse MHA, MQA and GQA attention and their KV cache."""
-    from .common import fit_console_to_page
-
-    fit_console_to_page()
-
+from .group import app  # noqa: E402,I001  (the commands below register on it)
 
 # Each module registers its commands on `app`; `--help` lists them in this order.
 from . import run_cmd  # noqa: E402,F401,I001  (first: the main job)

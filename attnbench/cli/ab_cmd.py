@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,81 +16,40 @@ from ..gate.rules import Thresholds
 from ..model.capacity import positive_int
 from ..model.files import shown_path
 from ..study.output import write_json_atomic
-from ..study.schema import DEVICE_CHOICES
-from . import app
-from .common import check_writable, console, fail, progress_iter, timestamped_dir
+from .common import (
+    check_writable,
+    console,
+    fail,
+    handles_errors,
+    progress_iter,
+    timestamped_dir,
+)
 from .compare_cmd import check_format, emit_comparison, parse_percent
-from .decode_cmd import describe
-from .flags import handles_errors
-from .options import TIME_HELP, TIME_THRESHOLD, FormatOpt, OutputOpt
+from .group import app
+from .options import (
+    TIME_THRESHOLD,
+    AbFailOnImprovementOpt,
+    AbJsonOpt,
+    BaseOpt,
+    CacheDirOpt,
+    FormatOpt,
+    HeadDirOpt,
+    HeadOpt,
+    LogsOpt,
+    OutputOpt,
+    ReplaceLogsOpt,
+    ReportQuietOpt,
+    RoundsOpt,
+    StudyArg,
+    StudyDeviceOpt,
+    ThreadsOpt,
+    ThresholdOpt,
+    VisitTimeOpt,
+)
 
 if TYPE_CHECKING:
     from ..ab.runner import AbResult
     from ..study.plan import Task
-
-StudyArg = Annotated[
-    str, typer.Argument(metavar="STUDY.yaml", help="Sweep file: its decode points are timed.")
-]
-BaseOpt = Annotated[
-    str,
-    typer.Option(
-        "--base", metavar="REV", help="The revision to gate against: a git revision here."
-    ),
-]
-HeadOpt = Annotated[
-    str | None,
-    typer.Option("--head", metavar="REV", help="The revision to gate (default: see --head-dir)."),
-]
-HeadDirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--head-dir",
-        metavar="DIR",
-        help="A source tree to gate, as it is on disk (default: this working tree).",
-    ),
-]
-RoundsOpt = Annotated[
-    int, typer.Option("--rounds", help="Rounds of ABBA visits of each point (two pairs each).")
-]
-VisitTimeOpt = Annotated[
-    float,
-    typer.Option("--visit-time", metavar="S", help="Seconds of sampling per visit at the most."),
-]
-ThresholdOpt = Annotated[str, typer.Option("--threshold", metavar="PERCENT", help=TIME_HELP)]
-ThreadsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--threads", help="torch threads of each side (default: the study's, or torch's)."
-    ),
-]
-DeviceOpt = Annotated[
-    str | None, typer.Option("--device", help=f"{DEVICE_CHOICES} (overrides the study).")
-]
-CacheDirOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--cache-dir",
-        metavar="DIR",
-        help="Worktrees and venvs of the sides (default $XDG_CACHE_HOME/attnbench/ab, "
-        "else ~/.cache/attnbench/ab).",
-    ),
-]
-LogsOpt = Annotated[
-    str | None,
-    typer.Option("--out", metavar="DIR", help="The workers' logs (default results/ab-<time>/)."),
-]
-ForceOpt = Annotated[
-    bool,
-    typer.Option("--force", help="Replace base.log and head.log where --out holds them already."),
-]
-JsonOpt = Annotated[
-    str | None,
-    typer.Option("--json", metavar="PATH", help="Write the comparison and every visit as JSON."),
-]
-FailOnImprovementOpt = Annotated[
-    bool, typer.Option("--fail-on-improvement", help="Fail on improvements too.")
-]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the report and errors.")]
 
 
 @app.command("ab")
@@ -104,21 +63,22 @@ def ab_command(
     visit_time: VisitTimeOpt = 0.25,
     threshold: ThresholdOpt = TIME_THRESHOLD,
     threads: ThreadsOpt = None,
-    device: DeviceOpt = None,
+    device: StudyDeviceOpt = None,
     cache_dir: CacheDirOpt = None,
     out: LogsOpt = None,
-    json_path: JsonOpt = None,
+    json_path: AbJsonOpt = None,
     fmt: FormatOpt = "table",
     output: OutputOpt = None,
-    fail_on_improvement: FailOnImprovementOpt = False,
-    force: ForceOpt = False,
-    quiet: QuietOpt = False,
+    fail_on_improvement: AbFailOnImprovementOpt = False,
+    force: ReplaceLogsOpt = False,
+    quiet: ReportQuietOpt = False,
 ) -> None:
     """Time the decode steps of STUDY.yaml with two revisions in one job: each side in its
     own worktree and venv, in a long-lived worker; per point, rounds of visits in ABBA
     order, gated by a paired test of the neighbouring visits. Exit 0: no regression;
     1: a regression, or a point head could not time; 2: bad input or a failed side."""
     from ..ab.runner import plan_points, run_ab  # torch
+    from ..study.sections import describe_decode
     from ..study.sweep import check_value
 
     if head is not None and head_dir is not None:
@@ -153,7 +113,7 @@ def ab_command(
         )
 
     def progress(tasks: Sequence[Task]) -> Iterable[Task]:
-        return progress_iter(tasks, lambda t: describe(t.point), quiet)
+        return progress_iter(tasks, lambda t: describe_decode(t.point), quiet)
 
     result = run_ab(plan, *sides, rounds, logs, progress)
     comparison = result.comparison(thresholds, fail_on_improvement)

@@ -1,5 +1,6 @@
-"""What every command shares: the consoles, failing with a message, model flags, tables,
-output files and the progress display.
+"""What every command shares: the consoles, failing with a message (and turning a bad
+input into one), registering a section's command with its flags (cli/options.py declares
+them), tables, saying where outputs went and the progress display.
 
 The command modules import torch, matplotlib and the study machinery (which imports
 them) inside the functions that use them, never at the top: `attnbench --help` and every
@@ -7,10 +8,10 @@ command's help then start without loading them (tests/cli/test_startup.py)."""
 
 from __future__ import annotations
 
-import json
+import functools
+import inspect
 import os
 import sys
-import tempfile
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -22,10 +23,8 @@ from rich.text import Text
 
 from ..errors import FieldError, UsageError
 from ..model.files import bad_name, shown_path
-from ..model.shapes import variant_label
-from ..model.what_if import is_own
 from ..records import as_dict
-from ..render.columns import OWN_MARK, join_words
+from ..render.columns import join_words
 from ..render.table import (
     DEFAULT_WIDTH,
     Column,
@@ -34,15 +33,11 @@ from ..render.table import (
     print_view,
     terminal_width,
 )
-from ..study.output import (
-    add_beside,
-    json_document,
-    writable,
-    writable_target,
-    write_csv,
-    write_json_atomic,
-)
-from .flags import flag_of, option
+from ..study.output import Written, writable, writable_target
+from ..study.output import write_outputs as output_files
+from ..study.schema import ALIASES, fields_for
+from .flags import describe_error, flag_of, parse_flags
+from .options import field_flag
 
 if TYPE_CHECKING:
     from ..study.runner import Plan, RunResult
@@ -118,6 +113,59 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def handles_errors(fn: Callable) -> Callable:
+    """Turn a UsageError into one line per problem on stderr and its exit code (2 for bad
+    input), never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as exc:
+            raise fail(describe_error(exc), exc.exit_code) from None
+
+    return wrapper
+
+
+def section_command(
+    app: typer.Typer,
+    name: str,
+    section: str,
+    before: Sequence[str] = (),
+) -> Callable[[Callable], Callable]:
+    """Register `fn(overrides, **flags)` as command `name`, with a flag per field of
+    `section` (see options.field_flag) after fn's own flags named in `before`
+    and before the rest of them (fn's parameters after `overrides`, declared as every
+    flag is: cli/options.py); `overrides` holds the parsed field values, None where a flag
+    was not given."""
+    names = fields_for(section)
+    aliases = {old: new for old, new in ALIASES.items() if new in names}
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            given = {n: kwargs.pop(n) for n in names}
+            for old, new in aliases.items():
+                value = kwargs.pop(old)
+                if value is not None and given[new] is not None:
+                    raise FieldError(old, value, f"is the old name of {flag_of(new)}; give one")
+                given[new] = value if value is not None else given[new]
+            return fn(parse_flags(section, given), **kwargs)
+
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+        first = [p for p in own if p.name in before]
+        rest = [p for p in own if p.name not in before]
+        generated = [field_flag(section, n) for n in names]
+        hidden = [field_flag(section, new, old) for old, new in aliases.items()]
+        params = [*first, *generated, *hidden, *rest]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        app.command(name)(handles_errors(command))
+        return fn
+
+    return decorate
+
+
 def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
     """--model / --hf-config as a list of model references (None when neither is given)."""
     if model and hf_config:
@@ -129,35 +177,21 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
 
 def run_section(
     section: str,
-    command: str,
     config: str | None,
     overrides: dict,
     model: str | None,
     hf_config: str | None,
     outputs: dict[str, str | None],
-    **run_options: Any,
-) -> tuple[Plan, RunResult]:
-    """A command's one-section study: the outputs checked, every point planned and
-    checked, then run through the runner."""
-    from ..study.runner import plan_command, run_study
+    write: bool = True,
+) -> tuple[Plan, RunResult, Written]:
+    """A command's one-section study: the outputs checked, then planned, run and (unless
+    not `write`) written by the library (study.runner.run_command)."""
+    from ..study.runner import run_command
 
     check_writable(outputs, {"config": config, "hf_config": hf_config})
-    plan = plan_command(section, config, overrides, model_refs(model, hf_config))
-    return plan, run_study(plan, command=command, **run_options)
-
-
-def point_name(point: Any) -> str:
-    """A point's model, with its variant when it is one of a what-if set ('llama-3-70b
-    MQA', 'llama-3-70b GQA-8 (own)'), or its layer shape: 'd512 h8/2'."""
-    if not point.model:
-        return f"d{point.d_model} h{point.num_heads}/{point.num_kv_heads}"
-    if point.published_kv_heads is None:
-        return point.model
-    spec = point.spec if getattr(point, "spec", None) else None
-    num_heads = spec.num_heads if spec else point.num_heads
-    variant = variant_label(num_heads, point.num_kv_heads)
-    own = OWN_MARK if is_own(point.num_kv_heads, point.published_kv_heads) else ""
-    return f"{point.model} {variant}{own}"
+    refs = model_refs(model, hf_config)
+    csv_path, json_path = (outputs.get("csv"), outputs.get("json")) if write else (None, None)
+    return run_command(section, config, overrides, refs, csv_path, json_path)
 
 
 def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
@@ -275,31 +309,13 @@ def _unwritable_reason(p: Path) -> str | None:
     return None
 
 
-def keep_records(command: str, document: dict) -> Path | None:
-    """Save `document` (records that could not be written where asked) to a new file in
-    the system's temporary folder, else in the current one; its path, or None when
-    neither takes it."""
-    for folder in (tempfile.gettempdir(), "."):
-        try:
-            fd, name = tempfile.mkstemp(prefix=f"attnbench-{command}-", suffix=".json", dir=folder)
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(document, fh, indent=2, allow_nan=False, default=str)
-                    fh.write("\n")
-            except BaseException:
-                Path(name).unlink(missing_ok=True)
-                raise
-        except (OSError, ValueError):
-            continue
-        return Path(name).resolve()
-    return None
-
-
-def kept_text(kept: Path | None) -> str:
-    """The end of an error about outputs not written: where the records went instead."""
-    if kept is None:
-        return "; the records could not be kept anywhere (no space in the temporary folder or here)"
-    return f"; the records are kept in {kept}"
+def show_written(written: Written, quiet: bool) -> None:
+    """Say where the outputs went; then fail with why the rest were not written."""
+    if not quiet:
+        for path in written.paths:
+            console.print(f"wrote {path}", markup=False)
+    if written.failure is not None:
+        raise written.failure
 
 
 def write_outputs(
@@ -313,68 +329,12 @@ def write_outputs(
     quiet: bool,
     beside: Mapping[str, Sequence] | None = None,
 ) -> None:
-    """Write the CSV and JSON a command was asked for and say where they went. `beside`
-    holds the record sets written beside the records (whole-model parts), by name: a key
-    of the JSON each, and a CSV beside the main one (`out.csv` -> `out.<name>.csv`). When
-    a file cannot be written (a full disk), the records are kept in a file in the
-    temporary folder, named in the error, so the work done is not lost."""
-    from ..study.sections import RECORD_TYPES
-
-    beside = {name: rows for name, rows in (beside or {}).items() if rows}
-    doc = json_document(command, records, config, environment)
-    add_beside(doc, beside)
-    written = []
-    field = "csv"
-    try:
-        if csv_path:
-            write_csv(csv_path, records, record_type)
-            written.append(csv_path)
-            for name, rows in beside.items():
-                path = Path(csv_path)
-                side = str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
-                write_csv(side, rows, RECORD_TYPES[name])
-                written.append(side)
-        if json_path:
-            field = "json"
-            write_json_atomic(json_path, doc)
-            written.append(json_path)
-    except OSError as exc:
-        kept = keep_records(command, doc)
-        failure = FieldError(
-            field,
-            exc.filename or (json_path if field == "json" else csv_path),
-            f"cannot write: {exc.strerror}{kept_text(kept)}",
-        )
-    else:
-        failure = None
-    if not quiet:
-        for path in written:
-            console.print(f"wrote {path}", markup=False)
-    if failure is not None:
-        raise failure
-
-
-def write_section_outputs(
-    section: str,
-    command: str,
-    plan: Plan,
-    result: RunResult,
-    csv_path: str | None,
-    json_path: str | None,
-    quiet: bool,
-) -> None:
-    """write_outputs for a command's one-section study (run_section): the section's
-    records, configuration and environment, and the record sets the runner made beside
-    them (study.sections.SectionKind.beside)."""
-    from ..study.sections import KINDS
-
-    beside = {name: result.records.get(name, []) for name in KINDS[section].beside}
-    config = plan.sections[section].to_dict()
-    records = result.records[section]
-    rtype = KINDS[section].record
-    write_outputs(
-        command, records, rtype, config, result.environment, csv_path, json_path, quiet, beside
+    """Write the CSV and JSON a command was asked for (study.output.write_outputs) and say
+    where they went."""
+    written = output_files(
+        command, records, record_type, config, environment, csv_path, json_path, beside
     )
+    show_written(written, quiet)
 
 
 def progress_iter(
@@ -412,32 +372,3 @@ def progress_iter(
     for i, item in enumerate(items, 1):
         console.print(f"[{i}/{len(items)}] {describe(item)}", highlight=False, markup=False)
         yield item
-
-
-# Options shared by the commands.
-CONFIG = option(
-    "config", None, "--config", help="YAML sweep file; flags override it.", metavar="PATH"
-)
-MODEL = option(
-    "model",
-    None,
-    "--model",
-    metavar="NAME",
-    help="A model preset (see `attnbench models`), case-insensitive.",
-)
-HF_CONFIG = option(
-    "hf_config", None, "--hf-config", help="Path to a Hugging Face config.json.", metavar="PATH"
-)
-CSV = option("csv", None, "--csv", help="Write the records as CSV here.", metavar="PATH")
-JSON = option(
-    "json", None, "--json", help="Write records, config and environment as JSON.", metavar="PATH"
-)
-QUIET = option("quiet", False, "--quiet", "-q", help="Print only errors.", annotation=bool)
-WIDE = option(
-    "wide",
-    False,
-    "--wide",
-    help="Show every column, wider than the terminal if need be.",
-    annotation=bool,
-)
-OUTPUTS = [CSV, JSON, WIDE, QUIET]

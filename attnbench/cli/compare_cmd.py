@@ -4,30 +4,39 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import FieldError, UsageError
-from ..gate.baseline import BASELINE_DIR, default_baseline_path, save_baseline, save_exact_baseline
+from ..gate.baseline import default_baseline_path, save_baseline, save_exact_baseline
 from ..gate.rules import Thresholds
 from ..render.gate import Spelling, print_table, report_text, summary_line
 from ..render.table import plain_console, terminal_width
 from ..study.schema import parse_number
-from . import app
-from .common import check_writable, console, fail
-from .flags import handles_errors
+from .common import check_writable, console, fail, handles_errors
+from .group import app
 from .options import (
     COUNT_THRESHOLD,
     EXACT_BASELINE,
     FORMATS,
     MEM_THRESHOLD,
     TIME_THRESHOLD,
+    AllowEnvMismatchOpt,
+    BaselineArg,
+    BaselineToOpt,
     ConfigArg,
     CountThresholdOpt,
+    CurrentArg,
+    ExactToOpt,
+    FailOnImprovementOpt,
     FormatOpt,
+    HistoryOpt,
     MemThresholdOpt,
+    OnlyChangedOpt,
     OutputOpt,
+    SavedResultsArg,
+    ShowAllOpt,
     TimeThresholdOpt,
 )
 
@@ -85,49 +94,6 @@ def emit_comparison(result: Comparison, fmt: str, only_changed: bool, output: st
     except OSError as exc:
         raise FieldError("output", path, f"cannot write: {exc.strerror}") from None
     console.print(f"wrote {path}: {summary_line(result)}", highlight=False, markup=False)
-
-
-BaselineArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="BASELINE",
-        help="Baseline results (JSON from --json, or CSV); with --history, the current ones.",
-    ),
-]
-CurrentArg = Annotated[
-    str | None, typer.Argument(metavar="CURRENT", help="Current results of the same command.")
-]
-HistoryOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--history",
-        metavar="DB",
-        help="Gate the one results file given against the recent runs of its environment "
-        "in this history database (attnbench history add), not against one baseline.",
-    ),
-]
-FailOnImprovementOpt = Annotated[
-    bool,
-    typer.Option("--fail-on-improvement", help="Fail on improvements too (refresh the baseline)."),
-]
-AllowEnvMismatchOpt = Annotated[
-    bool,
-    typer.Option("--allow-env-mismatch", help="Show timings from differing environments, ungated."),
-]
-ShowAllOpt = Annotated[
-    bool,
-    typer.Option(
-        "--all",
-        help="List the unchanged findings too (the table and markdown count them; json "
-        "lists every finding).",
-    ),
-]
-OnlyChangedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--only-changed", hidden=True, help="Leave the unchanged findings out of json too."
-    ),
-]
 
 
 def check_format(fmt: str) -> None:
@@ -224,25 +190,22 @@ app.add_typer(baseline_app, name="baseline")
 @baseline_app.command("save")
 @handles_errors
 def baseline_save_command(
-    results: str = typer.Argument(..., metavar="RESULTS.json", help="JSON written by --json."),
-    to: str | None = typer.Option(
-        None,
-        "--to",
-        metavar="PATH",
-        help=f"Where to write it (default {BASELINE_DIR}/<stem>.json).",
-    ),
+    results: SavedResultsArg,
+    to: BaselineToOpt = None,
 ) -> None:
     """Validate RESULTS.json and save it as a baseline, replacing any file there."""
     dest = Path(to) if to else default_baseline_path(results)
     check_writable({"to": str(dest)}, {})  # over the results file itself is harmless
     replaced = " (replaced the previous baseline)" if dest.exists() else ""
+    from ..study.sections import KINDS  # the record types: torch
+
     path, doc = save_baseline(results, dest)
     counts = []
     for name, records in doc.sections.items():
         samples = sum(bool(r.get("samples_ms")) for r in records)
         counts.append(
             f"{name}: {len(records)} records"
-            + (f", {samples} with raw samples" if name == "decode" else "")
+            + (f", {samples} with raw samples" if KINDS[name].timed else "")
         )
     console.print(f"wrote {path}{replaced}: {'; '.join(counts)}", highlight=False, markup=False)
 
@@ -251,12 +214,7 @@ def baseline_save_command(
 @handles_errors
 def baseline_exact_command(
     config: ConfigArg = None,
-    to: str = typer.Option(
-        EXACT_BASELINE,
-        "--to",
-        metavar="PATH",
-        help="Where to write the baseline.",
-    ),
+    to: ExactToOpt = EXACT_BASELINE,
 ) -> None:
     """Write the exact metrics of a study (parameter counts, and KV-cache bytes computed
     without measuring) as a baseline: what CI gates every change against."""

@@ -9,52 +9,45 @@ from typing import TYPE_CHECKING
 from ..errors import FieldError
 from ..records import as_dict, failed
 from ..render.columns import decode_columns
-from . import app
 from .common import (
-    CONFIG,
-    HF_CONFIG,
-    MODEL,
-    OUTPUTS,
     check_writable,
     console,
     err_console,
     fail,
     model_refs,
-    point_name,
+    print_items,
     progress_iter,
+    section_command,
     show_table,
-    write_outputs,
+    show_written,
 )
-from .flags import section_command
+from .group import app
+from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt, WideOpt
 
 if TYPE_CHECKING:
-    from ..experiments.decode import DecodePoint, DecodeRecord
+    from ..experiments.decode import DecodeRecord
     from ..study.distributed import Launch
     from ..study.runner import Plan, Task
 
 
-def describe(point: DecodePoint) -> str:
-    """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph', with
-    'sequences 8q1s1k' for a batch spec and 'block 16' for a paged cache."""
-    name = point_name(point)
-    gen = f" gen {point.gen_len}" if point.gen_len else ""
-    graph = " graph" if point.cuda_graph else ""
-    block = f" block {point.block_size}" if point.block_size is not None else ""
-    batch = f"batch {point.batch} context {point.prompt_len}"
-    if point.batch_spec is not None:
-        batch = f"sequences {point.batch_spec}"
-    return f"{name} {point.provider} {point.dtype} {batch}{gen} {point.mode}{graph}{block}"
-
-
-@section_command(app, "decode-speed", "decode", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
-def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
+@section_command(app, "decode-speed", "decode", before=("config", "model", "hf_config"))
+def decode_speed_command(
+    overrides,
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    wide: WideOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
     """Prefill and per-token decode latency of one attention layer, with the KV cache and
     without it, against the memory bandwidth measured on the same device. Under torchrun,
     --tp T splits the layer over the T ranks: each step is the slowest rank's, with the
     all-reduce of the output timed alone beside it."""
-    from ..experiments.decode import DecodeRecord
     from ..study.distributed import process_group, torchrun_launch
-    from ..study.runner import plan_command, run_study
+    from ..study.runner import plan_command, run_study, write_section
+    from ..study.sections import describe_decode
 
     check_writable({"csv": csv, "json": json}, {"config": config, "hf_config": hf_config})
     models = model_refs(model, hf_config)
@@ -75,7 +68,7 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
         err_console.print("warning: half precision on the CPU runs, but slowly")
 
     def progress(tasks: list[Task]):
-        return progress_iter(tasks, lambda t: describe(t.point), quiet, weight=plan.estimate)
+        return progress_iter(tasks, lambda t: describe_decode(t.point), quiet, weight=plan.estimate)
 
     ranks = process_group(plan.device) if launch is not None else nullcontext()
     with ranks:
@@ -84,8 +77,7 @@ def decode_speed_command(overrides, config, model, hf_config, csv, json, wide, q
     env = result.environment
     if not quiet:
         show_results(result.section_records("decode"), env, wide)
-    config_doc = plan.sections["decode"].to_dict()
-    write_outputs("decode-speed", records, DecodeRecord, config_doc, env, csv, json, quiet)
+    show_written(write_section("decode", plan, result, csv, json), quiet)
     warn_wrong(records)
     broken = [r for r in records if failed(as_dict(r))]
     if broken:
@@ -122,18 +114,20 @@ def show_results(rows: list[dict], env: dict, wide: bool) -> None:
     provider) and, with several providers, their cached steps side by side."""
     peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
     show_table(f"Decode on {env['device_name']}, {peak}", rows, decode_columns(rows), wide)
-    show_providers(rows, wide)
+    show_providers(rows, env, wide)
 
 
-def show_providers(rows: list[dict], wide: bool = False) -> None:
-    """With several providers, their cached steps side by side (after a blank line);
-    nothing otherwise. `attnbench run` shows it too."""
+def show_providers(rows: list[dict], env: dict | None = None, wide: bool = False) -> None:
+    """With several providers, their cached steps side by side (after a blank line), and
+    why a row names no fastest provider (with the run's environment `env`: the host's
+    speed moved); nothing otherwise. `attnbench run` shows it too."""
     from ..render.providers import providers_table
 
-    side = providers_table(rows)
+    side = providers_table(rows, env)
     if side.rows:
         console.print()
         show_table(side.title, side.rows, side.columns, wide, hint=None)
+        print_items(side.notes, bullet="note: ")
 
 
 def warn_wrong(records: list[DecodeRecord]) -> None:

@@ -1,16 +1,11 @@
-"""Flags, generated from the sweep schema: each field of a section is an option of its
-command, named after the field (`seq_len` -> `--seq-len`, with a few shorter names), with
-the schema's help. Values are parsed here (comma-separated lists for axes) and checked by
-the schema's own rules; errors name the flag and the value the user typed."""
+"""Flags named and parsed: each field of a section is a flag of its command, named after
+the field (`seq_len` -> `--seq-len`, with a few shorter names; cli/options.py declares
+them). Values are parsed here (comma-separated lists for axes) and checked by the
+schema's own rules; errors name the flag and the value the user typed."""
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from typing import Any
-
-import typer
 
 from ..errors import (
     CombinationError,
@@ -21,7 +16,7 @@ from ..errors import (
     show_value,
 )
 from ..model.capacity import parse_seq_lens
-from ..study.schema import ALIASES, FIELDS, canonical_value, fields_for, parse_number
+from ..study.schema import FIELDS, canonical_value, parse_number
 
 #: Fields whose flag is not the field's name.
 FLAG_NAMES = {"num_heads": "--heads", "num_kv_heads": "--kv-heads", "num_layers": "--layers"}
@@ -71,26 +66,6 @@ def _typed_flag(field: str, value: Any) -> str:
     if isinstance(value, bool):
         return flag if value else f"--no-{flag[2:]}"
     return f"{flag} {show_value(value)}"
-
-
-METAVARS = {int: "INT", float: "NUM"}
-
-
-def _option(section: str, name: str, alias: str | None = None) -> inspect.Parameter:
-    """The option of field `name` in `section`'s command, with the field's help for that
-    section; with `alias`, a hidden option under the field's old name."""
-    spec, flag = FIELDS[name], flag_of(alias or name)
-    help = spec.help_text(section, flag_of)
-    if spec.type is bool:
-        option = typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help)
-        annotation: Any = bool | None
-    else:
-        metavar = METAVARS.get(spec.type, "TEXT") + (",..." if spec.axis else "")
-        option = typer.Option(None, flag, help=help, metavar=metavar, hidden=alias is not None)
-        annotation = str | None
-    return inspect.Parameter(
-        alias or name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation
-    )
 
 
 def parse_field(name: str, text: str) -> Any:
@@ -147,67 +122,3 @@ def parse_flags(section: str, given: dict[str, Any]) -> dict[str, Any]:
     if problems:
         raise Problems(problems)
     return values
-
-
-def section_command(
-    app: typer.Typer,
-    name: str,
-    section: str,
-    fields: list[str] | None = None,
-    before: list[inspect.Parameter] = (),  # type: ignore[assignment]
-    after: list[inspect.Parameter] = (),  # type: ignore[assignment]
-) -> Callable[[Callable], Callable]:
-    """Register `fn(overrides, **other)` as command `name`, with one option per field of
-    `section` (or `fields`) between the `before` and `after` options; `overrides` holds
-    the parsed field values, None where a flag was not given."""
-    names = fields or fields_for(section)
-    aliases = {old: new for old, new in ALIASES.items() if new in names}
-
-    def decorate(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def command(**kwargs: Any) -> Any:
-            given = {n: kwargs.pop(n) for n in names}
-            for old, new in aliases.items():
-                value = kwargs.pop(old)
-                if value is not None and given[new] is not None:
-                    raise FieldError(old, value, f"is the old name of {flag_of(new)}; give one")
-                given[new] = value if value is not None else given[new]
-            return fn(parse_flags(section, given), **kwargs)
-
-        hidden = [_option(section, new, old) for old, new in aliases.items()]
-        params = [*before, *(_option(section, n) for n in names), *hidden, *after]
-        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        app.command(name)(handles_errors(command))
-        return fn
-
-    return decorate
-
-
-def handles_errors(fn: Callable) -> Callable:
-    """Turn a UsageError into one line per problem on stderr and its exit code (2 for bad
-    input), never a traceback."""
-    from .common import fail
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UsageError as exc:
-            raise fail(describe_error(exc), exc.exit_code) from None
-
-    return wrapper
-
-
-def option(
-    name: str,
-    default: Any,
-    *flags: str,
-    help: str,
-    annotation: Any = str | None,
-    metavar: str | None = None,
-) -> inspect.Parameter:
-    """A keyword-only parameter for `section_command`'s before/after lists."""
-    given = typer.Option(default, *flags, help=help, metavar=metavar)
-    return inspect.Parameter(
-        name, inspect.Parameter.KEYWORD_ONLY, default=given, annotation=annotation
-    )

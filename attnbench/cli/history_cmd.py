@@ -4,14 +4,13 @@ where a metric changed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from ..errors import FieldError, typed
 from ..history.series import all_changes, by_environment, find_changes, find_series
 from ..history.stamps import check_name, parse_date, stamps_of
-from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
+from ..history.store import Commit, HistoryBackend, open_history
 from ..model.files import shown_path
 from ..render.history import (
     changes_markdown,
@@ -21,10 +20,23 @@ from ..render.history import (
     series_rows,
 )
 from ..render.table import Column
-from . import app
-from .common import check_writable, console, show_table
-from .flags import handles_errors
-from .options import QuietOpt
+from .common import check_writable, console, handles_errors, show_table
+from .group import app
+from .options import (
+    HISTORY_FORMATS,
+    AnyWidthOpt,
+    BranchOpt,
+    CommitOpt,
+    DateOpt,
+    DbOpt,
+    HistoryFormatOpt,
+    MetricOpt,
+    MetricsOpt,
+    PictureOpt,
+    QuietOpt,
+    ResultsFilesArg,
+    WhereOpt,
+)
 
 history_app = typer.Typer(
     help="Keep every run in a database; show trends over commits and where they changed.",
@@ -32,55 +44,15 @@ history_app = typer.Typer(
 )
 app.add_typer(history_app, name="history")
 
-DbOpt = typer.Option(
-    None, "--db", metavar="PATH", help=f"The history database (default {DEFAULT_DB})."
-)
-MetricOpt = typer.Option("step_ms_median", "--metric", metavar="NAME", help="The metric to follow.")
-WhereOpt = typer.Option(
-    None,
-    "--where",
-    metavar="KEY=VALUE,...",
-    help="Only series whose keys match: variant=GQA-8,prompt_len=2048; a key given twice "
-    "matches either value: variant=MHA,variant=MQA.",
-)
-FORMATS = ("table", "markdown")
 #: The picture formats `history plot --out` writes, by extension.
 PICTURES = ("png", "svg", "pdf")
-
-
-ResultsFilesArg = Annotated[
-    list[str], typer.Argument(metavar="RESULTS.json", help="Results files to add, one or more.")
-]
-CommitOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--commit",
-        metavar="REV",
-        help="The commit measured (default: the file's git_commit, else HEAD of the "
-        "current checkout).",
-    ),
-]
-BranchOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--branch", metavar="NAME", help="Its branch (default: HEAD's, for a run of HEAD's commit)."
-    ),
-]
-DateOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--date",
-        metavar="DATE",
-        help="Its date, ISO 8601 (default: when the file was written; else HEAD's commit date).",
-    ),
-]
 
 
 @history_app.command("add")
 @handles_errors
 def add_command(
     results: ResultsFilesArg,
-    db: str | None = DbOpt,
+    db: DbOpt = None,
     commit: CommitOpt = None,
     branch: BranchOpt = None,
     date: DateOpt = None,
@@ -144,10 +116,10 @@ SHOW_COLUMNS = [
 @history_app.command("show")
 @handles_errors
 def show_command(
-    db: str | None = DbOpt,
-    metric: str = MetricOpt,
-    where: str | None = WhereOpt,
-    wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
+    db: DbOpt = None,
+    metric: MetricOpt = "step_ms_median",
+    where: WhereOpt = None,
+    wide: AnyWidthOpt = False,
 ) -> None:
     """A metric over commits: one table per environment, a row per series and commit."""
     for members in by_environment(find_series(db, metric, where)).values():
@@ -160,12 +132,10 @@ def show_command(
 @history_app.command("plot")
 @handles_errors
 def plot_command(
-    out: str = typer.Option(
-        ..., "--out", metavar="PATH", help="The picture to write (.png, .svg, .pdf)."
-    ),
-    db: str | None = DbOpt,
-    metric: str = MetricOpt,
-    where: str | None = WhereOpt,
+    out: PictureOpt,
+    db: DbOpt = None,
+    metric: MetricOpt = "step_ms_median",
+    where: WhereOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Draw a metric over commits: each series' median with its p25..p75 band, and its
@@ -208,21 +178,16 @@ CHANGE_COLUMNS = [
 @history_app.command("changes")
 @handles_errors
 def changes_command(
-    db: str | None = DbOpt,
-    metric: list[str] = typer.Option(
-        [],
-        "--metric",
-        metavar="NAME",
-        help="Metrics to search (default: every timing and exact metric).",
-    ),
-    where: str | None = WhereOpt,
-    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help=f"{' or '.join(FORMATS)}."),
-    wide: bool = typer.Option(False, "--wide", help="Every column, whatever the width."),
+    db: DbOpt = None,
+    metric: MetricsOpt = [],  # noqa: B006  (typer copies it)
+    where: WhereOpt = None,
+    fmt: HistoryFormatOpt = "table",
+    wide: AnyWidthOpt = False,
 ) -> None:
     """The commits where a metric changed: change points of each timing series (one
     environment at a time), and every change of an exact metric (a formula changed)."""
-    if fmt not in FORMATS:
-        raise FieldError("format", fmt, f"unknown value; choose from {', '.join(FORMATS)}")
+    if fmt not in HISTORY_FORMATS:
+        raise FieldError("format", fmt, f"unknown value; choose from {', '.join(HISTORY_FORMATS)}")
     wanted, changes = find_changes(db, metric, where)
     if fmt == "markdown":
         console.print(changes_markdown(changes), markup=False, soft_wrap=True)

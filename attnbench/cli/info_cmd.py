@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from ..model.presets import PRESETS
 from ..render.columns import MODELS
-from ..study.schema import DEFAULT_DEVICE, DEVICE_CHOICES
-from . import app
-from .common import console, show_table
-from .flags import handles_errors
-
-#: --device of the commands that look at one device.
-DeviceOpt = Annotated[str, typer.Option("--device", help=f"{DEVICE_CHOICES}.")]
+from ..study.schema import DEFAULT_DEVICE
+from .common import console, handles_errors, show_table
+from .group import app
+from .options import DeviceOpt, SourceWideOpt
 
 
 @app.command("models")
 def models_command(
-    wide: bool = typer.Option(False, "--wide", help="Show every column (the source too)."),
+    wide: SourceWideOpt = False,
 ) -> None:
     """List the model presets with their attention architecture and source."""
     rows = [{**asdict(p), "variant": p.variant} for p in PRESETS.values()]

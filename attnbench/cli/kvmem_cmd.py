@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 from ..render.columns import kvmem_columns, layer_kind_columns
-from . import app
 from .common import (
-    CONFIG,
-    HF_CONFIG,
-    MODEL,
-    OUTPUTS,
     console,
     model_notes,
     run_section,
+    section_command,
     show_table,
-    write_section_outputs,
+    show_written,
 )
-from .flags import section_command
+from .group import app
+from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt, WideOpt
 
 
-@section_command(app, "kvmem", "kvmem", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
-def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
+@section_command(app, "kvmem", "kvmem", before=("config", "model", "hf_config"))
+def kvmem_command(
+    overrides,
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    wide: WideOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
     """KV-cache bytes (K and V) per token, per layer and for the whole model; measured by
     allocating the real cache, which must equal the formula exactly. A hybrid model's
     state layers (Mamba, linear attention) keep a fixed-size state beside it: shown per
@@ -27,7 +33,7 @@ def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -
     from ..experiments.kvmem import KIND_RECORDS  # allocates caches: torch
 
     outputs = {"csv": csv, "json": json}
-    plan, result = run_section("kvmem", "kvmem", config, overrides, model, hf_config, outputs)
+    plan, result, written = run_section("kvmem", config, overrides, model, hf_config, outputs)
     if not quiet:
         rows = result.section_records("kvmem")
         show_table(f"KV-cache memory on {plan.device}", rows, kvmem_columns(rows), wide)
@@ -42,4 +48,4 @@ def kvmem_command(overrides, config, model, hf_config, csv, json, wide, quiet) -
             )
         seq_lens = [r.seq_len for r in result.records["kvmem"]]
         model_notes(plan.sections["kvmem"].models, seq_lens)
-    write_section_outputs("kvmem", "kvmem", plan, result, csv, json, quiet)
+    show_written(written, quiet)

@@ -9,19 +9,16 @@ from ..model.what_if import is_what_if
 from ..records import as_dict
 from ..render.columns import PARAMS, WHOLE_MODEL, WHOLE_MODEL_COUNTED
 from ..render.what_if import WHOLE_MODEL_WHAT_IF, whole_model_rows
-from . import app
 from .common import (
-    CONFIG,
-    HF_CONFIG,
-    MODEL,
-    OUTPUTS,
     console,
     model_notes,
     run_section,
+    section_command,
     show_table,
-    write_section_outputs,
+    show_written,
 )
-from .flags import section_command
+from .group import app
+from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt, WideOpt
 
 if TYPE_CHECKING:
     from ..experiments.whole_model import ModelPartRecord
@@ -33,8 +30,17 @@ def present_parts(rows: list[ModelPartRecord]) -> list[ModelPartRecord]:
     return [r for r in rows if r.params or r.meta_params]
 
 
-@section_command(app, "params", "params", before=[CONFIG, MODEL, HF_CONFIG], after=OUTPUTS)
-def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) -> None:
+@section_command(app, "params", "params", before=("config", "model", "hf_config"))
+def params_command(
+    overrides,
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    wide: WideOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
     """Parameter counts of one attention layer per variant: analytic, and counted on a
     module built on the meta device (a mismatch is a bug and fails). With a model, also
     its whole-model count per part it has (column `counted`: on a skeleton of the model
@@ -42,7 +48,7 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
     from ..experiments.whole_model import PART_RECORDS  # a skeleton on the meta device: torch
 
     outputs = {"csv": csv, "json": json}
-    plan, result = run_section("params", "params", config, overrides, model, hf_config, outputs)
+    plan, result, written = run_section("params", config, overrides, model, hf_config, outputs)
     records = result.records["params"]
     models = plan.sections["params"].models
     parts: list[ModelPartRecord] = result.records.get(PART_RECORDS, [])
@@ -78,4 +84,4 @@ def params_command(overrides, config, model, hf_config, csv, json, wide, quiet) 
                     "of its heads; the whole-model table counts its MLA projections."
                 )
         model_notes(models)
-    write_section_outputs("params", "params", plan, result, csv, json, quiet)
+    show_written(written, quiet)

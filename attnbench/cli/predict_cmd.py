@@ -7,84 +7,59 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FieldError, UsageError
-from ..model.calibration import (
-    CheckReport,
-    calibrate_run,
-    calibration_dict,
-    check_run,
-    load_calibration,
-    report_dict,
-)
-from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec
+from ..model.calibration import CheckReport, calibration_dict, report_dict
 from ..model.units import parse_duration
+from ..render.columns import aligned_columns
 from ..render.predict import (
     CHECK_COLUMNS,
     PHASE_COLUMNS,
+    batch_prefill_note,
     check_rows,
     phase_rows,
     source_lines,
 )
 from ..study.output import write_json_atomic
-from . import app
 from .common import (
-    CONFIG,
-    HF_CONFIG,
-    MODEL,
-    OUTPUTS,
     check_writable,
     console,
     model_notes,
     print_items,
     run_section,
+    section_command,
     show_table,
-    write_section_outputs,
+    show_written,
 )
-from .flags import flag_of, option, section_command
-
-CALIBRATE = option(
-    "calibrate",
-    None,
-    "--calibrate",
-    help="Fit the efficiencies and the overhead per step to a measured decode-speed or "
-    "study results.json, against --gpu's peaks (default: the peaks the run measured), "
-    "and write them to --to.",
-    metavar="RESULTS.json",
-)
-CHECK = option(
-    "check",
-    None,
-    "--check",
-    help="Print predicted against measured for every timed row of a results.json, with "
-    "--calibration's model (default: the stated defaults), and the median error.",
-    metavar="RESULTS.json",
-)
-TO = option(
-    "to",
-    None,
-    "--to",
-    help="Where --calibrate writes the calibration (default: beside RESULTS.json, as "
-    "RESULTS.calibration.json).",
-    metavar="PATH",
-)
-MIN_TIME = option(
-    "min_time",
-    None,
-    "--min-time",
-    help="--calibrate and --check: only the samples measured at this time or more, e.g. "
-    "1ms (default: all).",
-    metavar="TIME",
+from .flags import flag_of
+from .group import app
+from .options import (
+    CalibrateOpt,
+    CalibrationToOpt,
+    CheckOpt,
+    ConfigOpt,
+    CsvOpt,
+    HfConfigOpt,
+    JsonOpt,
+    MinTimeOpt,
+    ModelOpt,
+    QuietOpt,
+    WideOpt,
 )
 
 
-@section_command(
-    app,
-    "predict",
-    "predict",
-    before=[MODEL, HF_CONFIG, CONFIG],
-    after=[CALIBRATE, CHECK, TO, MIN_TIME, *OUTPUTS],
-)
+@section_command(app, "predict", "predict", before=("model", "hf_config", "config"))
 def predict_command(
-    overrides, model, hf_config, config, calibrate, check, to, min_time, csv, json, wide, quiet
+    overrides,
+    model: ModelOpt = None,
+    hf_config: HfConfigOpt = None,
+    config: ConfigOpt = None,
+    calibrate: CalibrateOpt = None,
+    check: CheckOpt = None,
+    to: CalibrationToOpt = None,
+    min_time: MinTimeOpt = None,
+    csv: CsvOpt = None,
+    json: JsonOpt = None,
+    wide: WideOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Time to first token and time per output token of one attention layer and of a
     whole model on a named GPU (what microbenchmarks measured of it) or this machine (the
@@ -100,18 +75,19 @@ def predict_command(
         if value is not None:
             raise UsageError(f"{flag_of(name)} goes with {mode}, not a prediction")
     outputs = {"csv": csv, "json": json}
-    plan, result = run_section("predict", "predict", config, overrides, model, hf_config, outputs)
+    plan, result, written = run_section("predict", config, overrides, model, hf_config, outputs)
     if not quiet:
         rows = result.section_records("predict")
-        show_table("Predicted", phase_rows(rows), PHASE_COLUMNS, wide)
-        print_items(source_lines(rows))
+        phases = phase_rows(rows)
+        show_table("Predicted", phases, aligned_columns(PHASE_COLUMNS, phases), wide)
+        print_items([*batch_prefill_note(rows), *source_lines(rows)])
         model_notes(plan.sections["predict"].models, [r["seq_len"] for r in rows])
-    write_section_outputs("predict", "predict", plan, result, csv, json, quiet)
+    show_written(written, quiet)
 
 
-#: The flags --calibrate and --check take besides their own: the GPU whose peaks to use
-#: and, for --check, the calibration to check.
-MEASURED_RUN_FIELDS = {"gpu", "calibration"}
+#: The flags --calibrate and --check take besides their own: the GPU whose peaks to use,
+#: for --check the calibration to check, and a sweep file that may give either.
+MEASURED_RUN_FIELDS = {"gpu", "calibration", "config"}
 
 
 def _measured_run_mode(
@@ -128,11 +104,13 @@ def _measured_run_mode(
     """--calibrate (then its fit checked on its own samples) or --check; a flag of
     predict's own mode (`given`, `overrides`) is refused, as --to without --calibrate and
     --calibration with it. Nothing is written before the fit and its check are done."""
+    from ..experiments.calibrate import calibrate_results, check_results
+    from ..study.plan import measured_run_target
+
     mode = "--calibrate" if calibrate else "--check"
     _refuse_flags(mode, overrides, given, calibrate, check, to)
     min_time_s = parse_duration(min_time, "min_time", zero=True) if min_time else 0.0
-    device = _named_device(overrides.get("gpu"))
-    calibration_path = overrides.get("calibration")
+    gpu, calibration_path = measured_run_target(given["config"], overrides)
     path = (
         (Path(to) if to else Path(calibrate).with_suffix(".calibration.json"))
         if calibrate
@@ -143,12 +121,10 @@ def _measured_run_mode(
     results = calibrate or check
     doc = _results(results, "calibrate" if calibrate else "check")
     if calibrate:
-        calibration = calibrate_run(doc, device, calibrate, min_time_s)
-        report = check_run(doc, calibration, None, min_time_s, results)
+        calibration, report = calibrate_results(doc, gpu, calibrate, min_time_s)
         _write("to", path, calibration_dict(calibration))
     else:
-        calibration = load_calibration(calibration_path) if calibration_path else None
-        report = check_run(doc, calibration, device, min_time_s, results)
+        report = check_results(doc, calibration_path, gpu, results, min_time_s)
     if json_path:
         _write("json", json_path, report_dict(report, results))
     if not quiet:
@@ -199,15 +175,6 @@ def _write(field: str, path: str | Path, document: dict) -> None:
         raise FieldError(field, str(path), f"cannot write: {exc.strerror}") from None
 
 
-def _named_device(gpus: list[str] | None) -> DeviceSpec | None:
-    """The one named GPU of --gpu, or None for this machine (the peaks the run measured)."""
-    if not gpus:
-        return None
-    if len(gpus) > 1:
-        raise FieldError("gpu", ",".join(gpus), "give one GPU with --calibrate and --check")
-    return None if gpus[0] == THIS_DEVICE else device_spec(gpus[0])
-
-
 def _results(path: str, field: str) -> dict:
     from ..study.documents import load_document
 
@@ -219,7 +186,7 @@ def _results(path: str, field: str) -> dict:
 
 def _show_check(report: CheckReport, title: str, wide: bool) -> None:
     rows = check_rows(report.rows)
-    show_table(title, rows, CHECK_COLUMNS, wide=wide, hint=None)
+    show_table(title, rows, aligned_columns(CHECK_COLUMNS, rows), wide=wide, hint=None)
     worst = report.worst
     floor = f" of {report.min_time_s * 1e3:g} ms or more" if report.min_time_s else ""
     print_items(

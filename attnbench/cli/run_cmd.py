@@ -9,29 +9,42 @@ import signal
 import stat
 from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..errors import FieldError, UsageError, one_line
 from ..model.files import bad_name, shown_path
 from ..study.limits import MAX_POINTS, MAX_SHARDS
+from ..study.output import keep_records, kept_text
 from ..study.saved import unsaved
-from ..study.schema import DEVICE_CHOICES, INT_TEXT
-from . import app
+from ..study.schema import INT_TEXT
 from .common import (
     console,
     err_console,
-    keep_records,
-    kept_text,
-    point_name,
+    handles_errors,
     print_items,
     progress_iter,
     same_file,
     timestamped_dir,
 )
-from .flags import handles_errors
-from .options import ConfigArg, ForceOpt, QuietOpt
+from .group import app
+from .options import (
+    BesideOutOpt,
+    ConfigArg,
+    DirsArg,
+    DryRunOpt,
+    FileDeviceOpt,
+    ForceOpt,
+    MaxPointsOpt,
+    MergeOutOpt,
+    NprocOpt,
+    QuietOpt,
+    ResultsArg,
+    ResumeOpt,
+    RunOutOpt,
+    ShardOpt,
+)
 
 if TYPE_CHECKING:
     from ..study.distributed import Launch
@@ -44,31 +57,19 @@ if TYPE_CHECKING:
 EXIT_INTERRUPTED = 130
 
 
-def describe(task: Task) -> str:
-    """One line naming a point: 'kvmem llama-2-7b batch 1 context 4096 float16'."""
-    from .decode_cmd import describe as describe_decode
-
-    p = task.point
-    if task.section == "decode":
-        return f"decode {describe_decode(p)}"
-    name = point_name(p)
-    if task.section == "kvmem":
-        return f"kvmem {name} batch {p.batch} context {p.seq_len} {p.dtype}"
-    return f"{task.section} {name}"
-
-
 def _about(seconds: float) -> str:
     return f"about {seconds:.0f} s" if seconds >= 1 else "under a second"
 
 
 def _dry_run(plan: Plan, nproc: int) -> None:
     """The points and their estimates; with several workers, each one's share."""
+    from ..study.sections import describe_task
     from ..study.shards import share_loads
 
     devices = ", ".join(f"{name} on {dev}" for name, dev in plan.devices.items())
     if nproc == 1:  # one write: printing 100,000 lines one by one takes seconds
         console.file.write(
-            "".join(f"{describe(t)}  ~{plan.estimate(t):.2f} s\n" for t in plan.tasks)
+            "".join(f"{describe_task(t)}  ~{plan.estimate(t):.2f} s\n" for t in plan.tasks)
         )
         where = devices or "no device needed"
         total = plan.estimate_total(plan.tasks)
@@ -96,14 +97,16 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
     from ..render.plots import render_plots
     from ..render.report import findings, write_report
     from ..study.runner import RESULTS_FILE
-    from ..study.sections import record_sets
+    from ..study.sections import record_sets, sets_providers_side_by_side
     from .decode_cmd import show_providers
 
     plots = render_plots(doc, out)
     report = write_report(doc, out)
     if quiet:
         return
-    show_providers(doc["sections"].get("decode", {}).get("records", []))
+    for name, section in doc["sections"].items():
+        if sets_providers_side_by_side(name):
+            show_providers(section["records"], doc["environment"])
     console.print("Findings:", style="bold")
     print_items(findings(doc))
     files = [f"{name}.csv" for name in record_sets(doc)] + [RESULTS_FILE]
@@ -188,47 +191,6 @@ def _refuse_share(out_dir: Path) -> None:
         )
 
 
-RunOutOpt = Annotated[
-    str | None, typer.Option("--out", help="Results directory (default results/<time>/).")
-]
-ResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Finish the study already started in --out.")
-]
-DryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", help="List the points and a time estimate; run nothing.")
-]
-DeviceOpt = Annotated[
-    str | None, typer.Option("--device", help=f"{DEVICE_CHOICES} (overrides the file).")
-]
-MaxPointsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--max-points",
-        metavar="INT",
-        help=f"Refuse a study of more points than this: 1 to {MAX_POINTS:,}, the "
-        "default (a run rewrites its results.json after every point: a larger study "
-        "takes days).",
-    ),
-]
-NprocOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--nproc",
-        metavar="N",
-        help="With --dry-run: share the points among N ranks and print each one's share.",
-    ),
-]
-ShardOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--shard",
-        metavar="i/N",
-        help="Run share i of N (from 0) into --out DIR/shards/; `attnbench merge DIR` "
-        "puts the shares together.",
-    ),
-]
-
-
 @app.command("run")
 @handles_errors
 def run_command(
@@ -237,7 +199,7 @@ def run_command(
     resume: ResumeOpt = False,
     force: ForceOpt = False,
     dry_run: DryRunOpt = False,
-    device: DeviceOpt = None,
+    device: FileDeviceOpt = None,
     quiet: QuietOpt = False,
     max_points: MaxPointsOpt = None,
     nproc: NprocOpt = None,
@@ -338,10 +300,11 @@ def _run(
     and write its plots and report. Interrupted, say how to finish it (`given`: the sweep
     file and --device to resume with)."""
     from ..study.runner import DirectoryStore, run_study
+    from ..study.sections import describe_task
     from ..study.shards import shard_dir
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
-        return progress_iter(tasks, describe, quiet, weight=plan.estimate)
+        return progress_iter(tasks, describe_task, quiet, weight=plan.estimate)
 
     store = DirectoryStore(shard_dir(out_dir, share) if share else out_dir)
     if share is not None and resume and not store.exists():
@@ -409,12 +372,6 @@ def _interrupted(
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-ResultsArg = Annotated[str, typer.Argument(help="A results.json written by `attnbench run`.")]
-OutOpt = Annotated[
-    str | None, typer.Option("--out", help="Directory to write into (default: beside it).")
-]
-
-
 def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) -> None:
     """Re-write files from a saved results.json with `write(doc, out_dir)`, which returns
     the paths it wrote; nothing is re-run. The directory of the results is the study's."""
@@ -436,7 +393,7 @@ def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) ->
 @app.command("plot")
 @handles_errors
 def plot_command(
-    results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
+    results: ResultsArg, out: BesideOutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
 ) -> None:
     """Re-draw a study's plots from its results.json; nothing is re-run."""
     from ..render.plots import render_plots
@@ -447,7 +404,7 @@ def plot_command(
 @app.command("report")
 @handles_errors
 def report_command(
-    results: ResultsArg, out: OutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
+    results: ResultsArg, out: BesideOutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
 ) -> None:
     """Re-write a study's report.md from its results.json (showing the plots found beside
     it); nothing is re-run."""
@@ -459,14 +416,8 @@ def report_command(
 @app.command("merge")
 @handles_errors
 def merge_command(
-    dirs: Annotated[
-        list[str],
-        typer.Argument(help="Study directories (their shards/*/) or share directories."),
-    ],
-    out: Annotated[
-        str | None,
-        typer.Option("--out", help="Directory to write into (default: the first directory)."),
-    ] = None,
+    dirs: DirsArg,
+    out: MergeOutOpt = None,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:

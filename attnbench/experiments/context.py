@@ -32,6 +32,9 @@ class Context:
     #: What the section's pre-pass counted for all its points at once, by point (decode:
     #: each cached step's instructions, or why there is no count).
     counts: Mapping[Any, Counted | str] = field(default_factory=dict)
+    #: The environment the runner recorded for the run (its peaks among it), for a
+    #: point that is predicted on this machine as the run measured it.
+    environment: Mapping[str, Any] = field(default_factory=dict)
 
 
 def grid_order(points: list, options: object = None) -> list:

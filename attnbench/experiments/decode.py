@@ -30,7 +30,7 @@ from ..errors import CombinationError, FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
 from ..measure.peak_memory import PeakMemory, peak_bytes_during
-from ..measure.stats import MIN_SPREAD_SAMPLES, Measurement, in_run_ratio
+from ..measure.stats import MIN_SPREAD_SAMPLES, Measurement, in_run_ratio, median
 from ..measure.timing import BUSY_CPU_SHARE, CpuShare, Sampling, TimedCall, Timer
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
@@ -80,6 +80,10 @@ INTERLEAVED, ALONE = "interleaved", "alone"
 #: The least time one sample spans, by device type: shorter calls are timed in blocks
 #: (see measure.timing.Sampling), unless something must run between calls.
 MIN_SAMPLE_MS = {"cpu": 2.0, "cuda": 0.5}
+#: The memory layouts a group's points are sampled over (experiments.interleave): at
+#: least LAYOUTS (the fewest whose spread a t interval can use at a useful width), then
+#: more while the comparisons are wider than asked, up to MAX_LAYOUTS.
+LAYOUTS, MAX_LAYOUTS = 4, 16
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +120,8 @@ class DecodeOptions:
             max_time_s=self.max_time,
             target_rel_ci=self.target_rel_ci,
             min_sample_ms=MIN_SAMPLE_MS[device.type],
+            layouts=LAYOUTS,
+            max_layouts=MAX_LAYOUTS,
         )
 
 
@@ -171,8 +177,81 @@ class DecodePoint(ParamsPoint):
         return cls(**{**fields, "options": DecodeOptions.of_mapping(fields["options"])})
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """A sampled metric of a record, declared once as one attribute `stem`
+    (expand_sampled): its fields `<stem>_median`, `<stem>_p25`, `<stem>_p75` and the raw
+    samples (JSON only; `samples` names their field where it is not `<stem>_samples`),
+    of `kind` (records.timing or records.ratio); `against` (on the median) names the
+    info field that says what a ratio was taken against. A comparison of two points
+    sampled in turn (`interval`) also holds its 95% interval, `<stem>_ci_lo` and
+    `<stem>_ci_hi`; `names` is the other point's field that its `against` field takes,
+    `inverse` the info field that holds 1 / its median (a speed-up), which the other
+    point holds as 1.0 when `inverse_of_other`."""
+
+    kind: Callable[..., Any]
+    samples: str | None = None
+    against: str | None = None
+    interval: bool = False
+    names: str | None = None
+    inverse: str | None = None
+    inverse_of_other: bool = False
+
+    def fields(self, stem: str) -> dict[str, tuple[str, Any]]:
+        """The record fields it stands for, in order: name -> (annotation, field)."""
+        median = f"{stem}_median"
+        timed = stem.endswith("_ms")
+        samples = self.samples or (f"{stem[:-3]}_samples_ms" if timed else f"{stem}_samples")
+        number, values = "float | None", "list[float]"
+        found = {
+            median: (number, self.kind(against=self.against) if self.against else self.kind()),
+            f"{stem}_p25": (number, self.kind(of=median, role="p25")),
+            f"{stem}_p75": (number, self.kind(of=median, role="p75")),
+            samples: (values, self.kind([], of=median, csv=False, role="samples")),
+        }
+        if self.interval:
+            found[f"{stem}_ci_lo"] = (number, info())
+            found[f"{stem}_ci_hi"] = (number, info())
+        return found
+
+
+def sampled(kind: Callable[..., Any], **how: Any) -> Any:
+    """A sampled metric's declaration in a record's body (see Sampled)."""
+    return Sampled(kind, **how)
+
+
+def comparison(**how: Any) -> Any:
+    """A comparison's declaration in a record's body: a sampled ratio with its interval."""
+    return Sampled(ratio, interval=True, **how)
+
+
+def expand_sampled(cls: type) -> type:
+    """The record class with each `Sampled` attribute replaced, in its place, by the
+    fields it stands for (before dataclass reads them); the declarations stay readable
+    as `cls.SAMPLED`, by stem."""
+    annotations: dict[str, Any] = {}
+    declared: dict[str, Sampled] = {}
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        value = cls.__dict__.get(name)
+        if not isinstance(value, Sampled):
+            annotations[name] = annotation
+            continue
+        delattr(cls, name)
+        declared[name] = value
+        for field_name, (field_annotation, field_value) in value.fields(name).items():
+            annotations[field_name] = field_annotation
+            setattr(cls, field_name, field_value)
+    cls.__annotations__ = annotations
+    cls.SAMPLED = declared  # type: ignore[attr-defined]
+    return cls
+
+
 @dataclass(kw_only=True)
+@expand_sampled
 class DecodeRecord:
+    """One decode point's row. Each sampled metric (`Sampled`) stands for its median,
+    p25, p75 and raw samples, and a comparison also for its 95% interval's bounds."""
+
     variant: str = key()
     provider: str = key()
     device: str = key()
@@ -187,10 +266,7 @@ class DecodeRecord:
     mode: str = key()
     cuda_graph: bool = key(False)
     tp: int = key(1)
-    step_ms_median: float | None = timing()
-    step_ms_p25: float | None = timing(of="step_ms_median", role="p25")
-    step_ms_p75: float | None = timing(of="step_ms_median", role="p75")
-    samples_ms: list[float] = timing([], of="step_ms_median", csv=False, role="samples")
+    step_ms: Sampled = sampled(timing, samples="samples_ms")
     step_repeats: int | None = info()
     step_calls_per_sample: int | None = info()
     step_stop: str | None = info()
@@ -205,64 +281,32 @@ class DecodeRecord:
     pct_of_peak_bw: float | None = info()
     flops_per_step: int | None = exact(None)
     kv_bytes_per_gpu: int | None = exact(None)
-    allreduce_ms_median: float | None = timing()
-    allreduce_ms_p25: float | None = timing(of="allreduce_ms_median", role="p25")
-    allreduce_ms_p75: float | None = timing(of="allreduce_ms_median", role="p75")
-    allreduce_samples_ms: list[float] = timing(
-        [], of="allreduce_ms_median", csv=False, role="samples"
-    )
-    prefill_ms_median: float | None = timing()
-    prefill_ms_p25: float | None = timing(of="prefill_ms_median", role="p25")
-    prefill_ms_p75: float | None = timing(of="prefill_ms_median", role="p75")
-    prefill_samples_ms: list[float] = timing([], of="prefill_ms_median", csv=False, role="samples")
+    allreduce_ms: Sampled = sampled(timing)
+    prefill_ms: Sampled = sampled(timing)
     prefill_flops: int | None = exact(None)
     achieved_tflops: float | None = info()
     peak_tflops: float | None = info()
     pct_of_peak_flops: float | None = info()
-    gen_ms_median: float | None = timing()
-    gen_ms_p25: float | None = timing(of="gen_ms_median", role="p25")
-    gen_ms_p75: float | None = timing(of="gen_ms_median", role="p75")
-    gen_samples_ms: list[float] = timing([], of="gen_ms_median", csv=False, role="samples")
+    gen_ms: Sampled = sampled(timing)
     gen_tokens_per_s: float | None = info()
     reference: str | None = info()
-    x_of_reference_median: float | None = ratio(against="reference")
-    x_of_reference_p25: float | None = ratio(of="x_of_reference_median", role="p25")
-    x_of_reference_p75: float | None = ratio(of="x_of_reference_median", role="p75")
-    x_of_reference_samples: list[float] = ratio(
-        [], of="x_of_reference_median", csv=False, role="samples"
-    )
+    x_of_reference: Sampled = sampled(ratio, against="reference")
     # The comparisons of points sampled in the same rounds (experiments.interleave): the
     # step over another point's, round by round, with a bootstrap 95% interval.
     sampling: str | None = info()
     sampling_group: int | None = info()
+    #: The memory layouts its samples span: each a fresh allocation of the points' weights,
+    #: inputs and caches, sampled for as many rounds (experiments.interleave).
+    layouts: int | None = info()
     #: The share of the sampling's wall time this process ran on the CPU (one thread on
     #: the CPU; None otherwise): under BUSY_CPU_SHARE, another process held the CPU.
     cpu_share: float | None = info()
     narrowest_variant: str | None = info()
-    x_of_narrowest_median: float | None = ratio(against="narrowest_variant")
-    x_of_narrowest_p25: float | None = ratio(of="x_of_narrowest_median", role="p25")
-    x_of_narrowest_p75: float | None = ratio(of="x_of_narrowest_median", role="p75")
-    x_of_narrowest_samples: list[float] = ratio(
-        [], of="x_of_narrowest_median", csv=False, role="samples"
+    x_of_narrowest: Sampled = comparison(against="narrowest_variant", names="variant")
+    x_of_no_cache: Sampled = comparison(inverse="speedup_vs_no_cache")
+    x_of_baseline: Sampled = comparison(
+        against="baseline_provider", inverse="speedup_vs_baseline", inverse_of_other=True
     )
-    x_of_narrowest_ci_lo: float | None = info()
-    x_of_narrowest_ci_hi: float | None = info()
-    x_of_no_cache_median: float | None = ratio()
-    x_of_no_cache_p25: float | None = ratio(of="x_of_no_cache_median", role="p25")
-    x_of_no_cache_p75: float | None = ratio(of="x_of_no_cache_median", role="p75")
-    x_of_no_cache_samples: list[float] = ratio(
-        [], of="x_of_no_cache_median", csv=False, role="samples"
-    )
-    x_of_no_cache_ci_lo: float | None = info()
-    x_of_no_cache_ci_hi: float | None = info()
-    x_of_baseline_median: float | None = ratio(against="baseline_provider")
-    x_of_baseline_p25: float | None = ratio(of="x_of_baseline_median", role="p25")
-    x_of_baseline_p75: float | None = ratio(of="x_of_baseline_median", role="p75")
-    x_of_baseline_samples: list[float] = ratio(
-        [], of="x_of_baseline_median", csv=False, role="samples"
-    )
-    x_of_baseline_ci_lo: float | None = info()
-    x_of_baseline_ci_hi: float | None = info()
     instructions_per_step: int | None = count()
     instructions_counter: str | None = info()
     noisy: bool | None = info()
@@ -278,14 +322,7 @@ class DecodeRecord:
     kv_allocated_bytes: int | None = exact(None)
     kv_used_bytes: int | None = exact(None)
     kv_waste_pct: float | None = info()
-    x_of_contiguous_median: float | None = ratio()
-    x_of_contiguous_p25: float | None = ratio(of="x_of_contiguous_median", role="p25")
-    x_of_contiguous_p75: float | None = ratio(of="x_of_contiguous_median", role="p75")
-    x_of_contiguous_samples: list[float] = ratio(
-        [], of="x_of_contiguous_median", csv=False, role="samples"
-    )
-    x_of_contiguous_ci_lo: float | None = info()
-    x_of_contiguous_ci_hi: float | None = info()
+    x_of_contiguous: Sampled = comparison()
     #: The peak bytes allocated during one prefill call (option prefill_memory), how they
     #: were counted, and the bytes of the whole score matrix, B * Hq * S * S elements.
     prefill_peak_bytes: int | None = info()
@@ -906,8 +943,9 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     summarise(rec, "step_ms_median", steps)
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
+    rec.layouts = steps.layouts
     rec.step_ci_pct = 100 * steps.ci_rel
-    rec.noisy = steps.noisy or not steps.spread_known
+    rec.noisy = steps.noisy or not steps.spread_known or steps.modes is not None
     rec.status = step_status(steps)
     rec.tokens_per_s = point.query_tokens / step_s
     rec.achieved_gbps = rec.bytes_per_step / step_s / 1e9  # type: ignore[operator]
@@ -935,11 +973,24 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
 
 def step_status(steps: Measurement) -> str:
     """A timed point's status: FEW_SAMPLES when its step has too few samples to judge
-    their spread, NOISY when p25 to p75 spans more than NOISY_IQR_FRACTION of the median,
-    OK otherwise."""
+    their spread, `bimodal` when its memory layouts fell into two modes (both named: a
+    median between them would describe neither), NOISY when p25 to p75 spans more than
+    NOISY_IQR_FRACTION of the median, OK otherwise."""
     if not steps.spread_known:
         return FEW_SAMPLES
+    modes = steps.modes
+    if modes is not None:
+        return bimodal(*modes)
     return NOISY if steps.noisy else OK
+
+
+def bimodal(low: Sequence[float], high: Sequence[float]) -> str:
+    """'noisy: two modes over its memory layouts, 0.466 ms (3 layouts) and 0.887 ms (1)'."""
+    of = f"{len(low)} layout{'s' * (len(low) > 1)}"
+    return (
+        f"{NOISY}: two modes over its memory layouts, {median(low):.4g} ms ({of}) and "
+        f"{median(high):.4g} ms ({len(high)})"
+    )
 
 
 def timed(record: Mapping[str, Any] | DecodeRecord) -> bool:

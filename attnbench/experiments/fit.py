@@ -50,7 +50,7 @@ from ..model.capacity import (
     state_bytes,
     window_summary,
 )
-from ..model.devices import DEVICES, THIS_DEVICE, DeviceSpec, device_spec
+from ..model.devices import DEVICES, DeviceSpec
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     DEFAULT_MODEL,
@@ -65,6 +65,7 @@ from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memo
 from ..model.weights import WeightFormat
 from ..records import exact, info, key
 from .context import Context, grid_order, no_links
+from .target import is_this, target_device
 
 #: The status of an answer; any other says why nothing fits.
 OK = "ok"
@@ -349,20 +350,21 @@ def device_for(point: FitPoint) -> DeviceSpec | None:
     plans for a GPU's memory and times its collectives, which published figures state."""
     if point.gpu is None:
         return None
-    if str(point.gpu).lower() == THIS_DEVICE:
+    if is_this(point.gpu):
         raise FieldError(
             "gpu",
             point.gpu,
             f"fit needs a named GPU ({', '.join(DEVICES)}): its memory and the peaks and "
             "interconnect its published figures state",
         )
-    return device_spec(point.gpu)
+    return target_device(point.gpu)
 
 
-def memory_of(point: FitPoint) -> MemorySize:
-    """The memory of each GPU: `memory` as given, else the named GPU's, in the decimal GB
-    its vendor states (an H100 SXM's 80GB is 80e9 bytes)."""
-    device = device_for(point)
+def memory_of(point: FitPoint, device: DeviceSpec | None = None) -> MemorySize:
+    """The memory of each GPU: `memory` as given, else the named GPU's (`device`, when
+    device_for resolved it already), in the decimal GB its vendor states (an H100 SXM's
+    80GB is 80e9 bytes)."""
+    device = device or device_for(point)
     if point.memory is not None:
         return parse_memory(point.memory, "memory")
     if device is None:
@@ -370,8 +372,9 @@ def memory_of(point: FitPoint) -> MemorySize:
     return MemorySize(device.memory_bytes, f"{device.memory_bytes / 10**9:g}GB", decimal=True)
 
 
-def plan_for(point: FitPoint) -> FitPlan:
-    """The FitPlan of a point; FieldError for a value that cannot be planned."""
+def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
+    """The FitPlan of a point (on `device`, its named GPU when resolved already);
+    FieldError for a value that cannot be planned."""
     spec = point.spec
     if spec is None:
         raise FieldError("model", point.model, "a fit needs the model's architecture")
@@ -383,7 +386,7 @@ def plan_for(point: FitPoint) -> FitPlan:
             "give either seq_len (for the largest batch) or batch (for the longest "
             "context), exactly one",
         )
-    size = memory_of(point)
+    size = memory_of(point, device)
     tp = positive_int("tp", point.tp) if point.tp is not None else None
     gpus = positive_int("gpus", point.gpus) if point.gpus is not None else None
     tp = tp or gpus or 1
@@ -453,9 +456,7 @@ def targets_for(point: FitPoint) -> Targets | None:
             text,
             "latency targets answer the largest batch at seq_len; give seq_len, not batch",
         )
-    model = DEFAULT_MODEL
-    if point.calibration is not None:
-        model = _calibration(point.calibration, device)
+    model = _calibrated(point.calibration, device)
     return Targets(
         device,
         model,
@@ -466,9 +467,12 @@ def targets_for(point: FitPoint) -> Targets | None:
     )
 
 
-def _calibration(path: str, device: DeviceSpec) -> PerfModel:
-    """The performance model of a calibration file, fitted against `device`; what is wrong
-    with the file as an error of the calibration field."""
+def _calibrated(path: str | None, device: DeviceSpec) -> PerfModel:
+    """The performance model of a calibration file fitted against `device` (as
+    experiments.target.perf_model, the defaults without one); what is wrong with the
+    file as an error of the calibration field."""
+    if path is None:
+        return DEFAULT_MODEL
     try:
         calibration = load_calibration(path)
     except FieldError as exc:
@@ -593,7 +597,7 @@ def check(point: FitPoint) -> None:
     fits': that is the answer, a CapacityError when run); under targets, for a model or
     dtype the roofline cannot time."""
     targets = targets_for(point)
-    plan = plan_for(point)
+    plan = plan_for(point, targets.device if targets is not None else None)
     if point.page_size is not None:
         positive_int("page_size", point.page_size)
     plan.sequence_bytes(1)
@@ -616,7 +620,8 @@ def run(point: FitPoint, context: Context | None = None) -> FitRecord:
     """The answer to the point's question; when nothing fits, a record whose answer is 0
     and whose status says why."""
     targets = targets_for(point)
-    plan = plan_for(point)
+    device = targets.device if targets is not None else device_for(point)
+    plan = plan_for(point, device)
     try:
         record = _answer(point, plan, targets)
     except CapacityError as exc:
@@ -629,7 +634,6 @@ def run(point: FitPoint, context: Context | None = None) -> FitRecord:
         record.status = str(exc)
         record.bound = MEMORY_BOUND if targets is not None else None
     if targets is None:
-        device = device_for(point)
         return replace(record, gpu=device.name if device else None)
     return replace(record, **targets.fields())
 

@@ -5,9 +5,12 @@ minutes apart, meet different machines, and the ratio of their medians says as m
 the host as about the points. The points of one context (decode.context_of: the variants,
 providers and modes at one shape, batch and context) are therefore built together and
 sampled round-robin: every round takes one block of each point's step (and of what the
-step is timed against), in a new seeded order each round. Each comparison is then the
-ratio of two steps within each round; its value is the median over the rounds and its
-interval a bootstrap 95% interval of that median:
+step is timed against), in a new seeded order each round. Rounds in one process share
+where its buffers landed, which the next run's do not, so the group is sampled over
+several memory layouts, one after another, each built afresh (`rebuilt`). Each
+comparison is then the ratio of two steps within each round; its value is the median
+over the rounds of every layout and its interval the one the next run's median falls
+in (stats.next_run_interval), the layouts' spread included:
 
 - `x_of_narrowest`: a cached step over the narrowest-KV variant's (MQA's, in a sweep that
   has it) at the same context and provider;
@@ -25,13 +28,15 @@ tensor-parallel run (its ranks time in lockstep). Its record says which (`sampli
 
 from __future__ import annotations
 
+import gc
+import random
 from collections.abc import Callable, Sequence
 
 import torch
 
 from ..measure.devices import free_memory_bytes
 from ..measure.memory import is_oom
-from ..measure.stats import Measurement, bootstrap_interval, in_run_ratio, relative_half_width
+from ..measure.stats import Measurement, in_run_ratio, next_run_interval, relative_half_width
 from ..measure.timing import CpuShare, Timer, Unit
 from ..modules.providers import PROVIDERS
 from .context import Context
@@ -43,6 +48,7 @@ from .decode import (
     DecodeRecord,
     Pair,
     Ready,
+    Timings,
     context_of,
     decode_bytes,
     failed,
@@ -84,15 +90,16 @@ def sampling_groups(
 
 
 def paired_ratio(of: Measurement, over: Measurement) -> Measurement:
-    """The ratio of two steps sampled in the same rounds, round by round."""
+    """The ratio of two steps sampled in the same rounds, round by round (and so over the
+    same memory layouts)."""
     ratios = [a / b for a, b in zip(of.samples_ms, over.samples_ms, strict=True)]
-    return Measurement(ratios, of.stop_reason, 1)
+    return Measurement(ratios, of.stop_reason, 1, layouts=of.layouts)
 
 
-def relative_width(ratio: Measurement) -> float:
-    """The half-width of a ratio's bootstrap 95% interval, relative to its median (the
-    larger side)."""
-    return relative_half_width(ratio.median_ms, *bootstrap_interval(ratio.samples_ms))
+def interval(ratio: Measurement) -> tuple[float, float]:
+    """A comparison's stated 95% interval: the one the next run's median falls in, over
+    the memory layouts sampled (stats.next_run_interval)."""
+    return next_run_interval(ratio.samples_ms, ratio.layouts)
 
 
 def run_group(
@@ -101,11 +108,12 @@ def run_group(
     number: int,
     link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]],
 ) -> list[DecodeRecord]:
-    """The records of the points of one group (`number` in its section), sampled in turn,
-    with the comparisons `link` names among them; a group of one point, or any point of a
-    tensor-parallel run, is sampled alone."""
+    """The records of the points of one group (`number` in its section), sampled in turn
+    over several memory layouts, with the comparisons `link` names among them; a group
+    whose one point runs is sampled alone (over layouts too), and every point of a
+    tensor-parallel run alone in one layout (its ranks time in lockstep: decode.run)."""
     device = context.device if context.device is not None else torch.device("cpu")
-    if len(points) == 1 or Ranks.joined(points[0].tp, device) is not None:
+    if Ranks.joined(points[0].tp, device) is not None:
         records = [run(p, context) for p in points]
         for record in records:
             record.sampling_group = number
@@ -141,37 +149,76 @@ def _prepared_or_failed(point: DecodePoint, context: Context) -> Ready | DecodeR
         return failed(point, status, context)
 
 
+#: A memory layout after the first starts after a buffer of a seeded size, up to
+#: PAD_BYTES in steps of PAD_STEP (a cache line), so that what the allocator hands out
+#: next does not start where the previous layout's buffers did.
+PAD_BYTES, PAD_STEP = 1 << 20, 64
+
+
+def rebuilt(ready: Sequence[Ready], layout: int, context: Context) -> torch.Tensor:
+    """Each point's weights, inputs, cache and workload allocated afresh, as memory layout
+    `layout` (decode.prepare, its step checked again), in place of the previous
+    layout's, which are dropped first; returns the pad its buffers were allocated after,
+    which the layout keeps."""
+    device = context.device if context.device is not None else torch.device("cpu")
+    for r in ready:
+        r.work, r.against = None, []  # type: ignore[assignment]
+    if device.type == "cuda":  # the device's memory is what the group was sized by
+        gc.collect()  # sampling pauses the collector: what cycles held goes now
+        torch.cuda.empty_cache()  # and no cached block is handed back as it was
+    size = random.Random(layout).randrange(PAD_STEP, PAD_BYTES, PAD_STEP)
+    pad = torch.empty(size, dtype=torch.uint8, device=device)
+    for r in ready:
+        fresh = prepare(r.point, context)
+        if not isinstance(fresh, Ready):
+            raise RuntimeError(f"memory layout {layout + 1}: {fresh.status}")
+        r.work, r.against = fresh.work, fresh.against
+    return pad
+
+
 def time_together(
     ready: Sequence[Ready],
     device: torch.device,
     context: Context,
     link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]],
-) -> list:
+) -> list[Timings]:
     """Each point's timings: its prefill and its generations alone, its step (with its
-    reference calls) round-robin with the other points' steps, until the comparisons
+    reference calls) round-robin with the other points' steps, over several memory
+    layouts (measure.timing.Timer.sample_layouts, `rebuilt`), until the comparisons
     `link` names among them are as narrow as asked."""
     options: DecodeOptions = ready[0].point.options  # one section's: the same for all
     timer = Timer(device, flush_l2=options.flush_l2)
-    sampling = options.sampling(device)
-    prefills, units = [], []
+    pairs = link([r.point for r in ready], options)
+    kept: list[torch.Tensor] = []
+
+    def units(layout: int) -> list[Unit]:
+        if layout:
+            with torch.inference_mode(False):  # built as the first layout was (decode.prepare)
+                kept[:] = [rebuilt(ready, layout, context)]
+        made = []
+        for r in ready:
+            with PROVIDERS[r.point.provider].running():
+                step = timed_step(r.work, r.point, device)
+            calls = [(step, r.work.step_setup), *r.against]
+            made.append(Unit(calls, PROVIDERS[r.point.provider].running))
+        return made
+
+    def widest(measured: list[list[Measurement]]) -> float:
+        """The widest interval of the comparisons and of the in-run ratios."""
+        steps = [m[0] for m in measured]
+        ratios = [paired_ratio(steps[p.of], steps[p.over]) for p in pairs]
+        spans = [relative_half_width(r.median_ms, *interval(r)) for r in ratios]
+        spans += [in_run_ratio(m).ci_rel for m in measured if len(m) > 1]
+        return max(spans, default=0.0)
+
     with torch.inference_mode():
+        prefills = []
         for r in ready:
             with PROVIDERS[r.point.provider].running():
                 prefills.append(time_prefill(timer, r.work, r.point, Timer.sample))
-                step = timed_step(r.work, r.point, device)
-            calls = [(step, r.work.step_setup), *r.against]
-            units.append(Unit(calls, PROVIDERS[r.point.provider].running))
-        pairs = link([r.point for r in ready], options)
-
-        def widest(measured: list[list[Measurement]]) -> float:
-            """The widest interval of the comparisons and of the in-run ratios."""
-            steps = [m[0] for m in measured]
-            spans = [relative_width(paired_ratio(steps[p.of], steps[p.over])) for p in pairs]
-            spans += [in_run_ratio(m).ci_rel for m in measured if len(m) > 1]
-            return max(spans, default=0.0)
-
-        budget = sampling.max_time_s * len(units)
-        measured = timer.sample_units(units, sampling, widest, budget)
+        sampling = options.sampling(device)
+        budget = sampling.max_time_s * len(ready)
+        measured = timer.sample_layouts(units, sampling, widest, budget)
         timings = [
             step_timings(m, pre, options.reference)
             for m, pre in zip(measured, prefills, strict=True)
@@ -186,21 +233,23 @@ def time_together(
 def fill_comparisons(
     records: Sequence[DecodeRecord], steps: dict[int, Measurement], pairs: Sequence[Pair]
 ) -> None:
-    """Each comparison among the group's timed points into the record of its first point:
-    median, p25, p75, per-round samples and the bootstrap 95% interval; and the speed-ups
-    (the inverse medians) shown beside them."""
+    """Each comparison among the group's timed points into the record of its first point,
+    as the record declares it (decode.Sampled): median, p25, p75, per-round samples and
+    the 95% interval (`interval`); what it was taken against, and the speed-up (the
+    inverse median) shown beside it."""
     for pair in pairs:
         if pair.of not in steps or pair.over not in steps:
             continue
-        record, ratio = records[pair.of], paired_ratio(steps[pair.of], steps[pair.over])
+        record, other = records[pair.of], records[pair.over]
+        ratio = paired_ratio(steps[pair.of], steps[pair.over])
         summarise(record, f"{pair.name}_median", ratio)
-        lo, hi = bootstrap_interval(ratio.samples_ms)
+        lo, hi = interval(ratio)
         setattr(record, f"{pair.name}_ci_lo", lo)
         setattr(record, f"{pair.name}_ci_hi", hi)
-        if pair.name == "x_of_narrowest":
-            record.narrowest_variant = records[pair.over].variant
-        elif pair.name == "x_of_no_cache":
-            record.speedup_vs_no_cache = 1 / ratio.median_ms
-        elif pair.name == "x_of_baseline":
-            record.speedup_vs_baseline = 1 / ratio.median_ms
-            records[pair.over].speedup_vs_baseline = 1.0
+        declared = DecodeRecord.SAMPLED[pair.name]  # type: ignore[attr-defined]
+        if declared.names is not None:
+            setattr(record, declared.against, getattr(other, declared.names))
+        if declared.inverse is not None:
+            setattr(record, declared.inverse, 1 / ratio.median_ms)
+            if declared.inverse_of_other:
+                setattr(other, declared.inverse, 1.0)

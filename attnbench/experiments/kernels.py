@@ -12,15 +12,13 @@ import torch
 from ..modules.attention import folded_decode, sdpa_causal
 from ..modules.providers import DecodeInputs
 
-#: The kernels of a decode step, in the order it runs them.
-KERNELS = ("q_proj", "k_proj", "v_proj", "sdpa", "o_proj")
-
 
 def step_kernels(inputs: DecodeInputs) -> dict[str, Callable[[], object]]:
     """The kernels of the step at the inputs' context S: the four projections as the
     layer resolves them (oneDNN-packed or nn.Linear) and torch SDPA. Cached: the
     projections of one token and SDPA over the S + 1 cached keys. Without a cache: the
-    projections of all S + 1 tokens and causal SDPA over them."""
+    projections of all S + 1 tokens and causal SDPA over them. In the order the step
+    runs them: q_proj, k_proj, v_proj, sdpa, o_proj."""
     layer, context = inputs.layer, inputs.context_len
     tokens = 1 if inputs.cached else context + 1
     x = inputs.x[:, context + 1 - tokens : context + 1].contiguous()

@@ -20,6 +20,7 @@ from ..measure.memory import measure_cache_bytes, measure_storage_bytes
 from ..model.architecture import ModelSpec
 from ..model.capacity import (
     KvFormat,
+    TokenLayout,
     cache_bytes,
     counted,
     layer_windows,
@@ -125,22 +126,42 @@ class KvmemOptions:
     measure: bool
 
 
+def on_device(options: KvmemOptions) -> bool:
+    """Whether the section's points use its device: only to measure (study.sections)."""
+    return options.measure
+
+
 def check(point: KvmemPoint) -> None:
     """Raise for a point whose cache cannot be sized (a tp that does not divide the
     heads, a scale group wider than a vector, a layout that does not fit the layers,
     ...), without sizing or measuring it."""
-    spec = point.spec
-    if spec is not None:
-        spec.require_kinds()
-    fmt = KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
-    latent = spec.mla.latent_dim if spec is not None and spec.mla else None
-    head_dim: int = point.shape.head_dim  # type: ignore[assignment]
-    token_layout(point.num_heads, point.num_kv_heads, head_dim, fmt, point.tp, latent)
-    model_windows = spec.windows if spec is not None else None
-    layers = spec.kv_layers if spec is not None else point.num_layers
-    layer_windows(layers, model_windows, point.sliding_window, point.layer_pattern)
+    if point.spec is not None:
+        point.spec.require_kinds()
+    _layout(point, point.tp)
+    _windows(point)
     if point.page_size is not None:
         positive_int("page_size", point.page_size)
+
+
+def _format(point: KvmemPoint) -> KvFormat:
+    """The cache's format: kv_dtype (default: dtype) with its scale groups."""
+    return KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
+
+
+def _layout(point: KvmemPoint, tp: int = 1) -> TokenLayout:
+    """What one token of the cache holds in one layer, on one of `tp` ranks."""
+    spec = point.spec
+    latent = spec.mla.latent_dim if spec is not None and spec.mla else None
+    head_dim: int = point.shape.head_dim  # type: ignore[assignment]
+    return token_layout(point.num_heads, point.num_kv_heads, head_dim, _format(point), tp, latent)
+
+
+def _windows(point: KvmemPoint) -> tuple[int | None, ...]:
+    """Each attention layer's window (None: the whole context)."""
+    spec = point.spec
+    layers = spec.kv_layers if spec is not None else point.num_layers
+    model_windows = spec.windows if spec is not None else None
+    return layer_windows(layers, model_windows, point.sliding_window, point.layer_pattern)
 
 
 def run(
@@ -157,23 +178,21 @@ def run(
     layers = spec.kv_layers if spec is not None else point.num_layers
     states = spec.layer_states if spec is not None else ()
     head_dim: int = shape.head_dim  # type: ignore[assignment]
-    fmt = KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)
+    fmt = _format(point)
     mla = spec.mla if spec is not None else None
-    latent = mla.latent_dim if mla else None
     if point.seq_lens:
         lengths: dict[int, int] | tuple[int, ...] = point.seq_lens
         batch, seq = len(point.seq_lens), max(point.seq_lens)
     else:
         batch, seq = point.batch, point.seq_len
         lengths = {seq: batch}
-    model_windows = spec.windows if spec is not None else None
-    windows = layer_windows(layers, model_windows, point.sliding_window, point.layer_pattern)
+    windows = _windows(point)
     # The formulas count layers per window (computed in Python integers, per distinct
     # window and length); only an allocation goes layer by layer.
     counts = counted(windows)
     page_size = point.page_size
-    layout = token_layout(heads, kv_heads, head_dim, fmt, 1, latent)
-    per_gpu = token_layout(heads, kv_heads, head_dim, fmt, point.tp, latent)
+    layout = _layout(point)
+    per_gpu = _layout(point, point.tp) if point.tp > 1 else layout
     mha = token_layout(heads, heads, head_dim, fmt)
     full = {seq: batch}
     total = cache_bytes(layout, counts, full)

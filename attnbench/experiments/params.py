@@ -99,19 +99,6 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
     )
 
 
-def params_record(shape: AttentionShape) -> ParamsRecord:
-    """The record of one layer shape (the library's entry point for a single shape)."""
-    return run(
-        ParamsPoint(
-            d_model=shape.d_model,
-            num_heads=shape.num_heads,
-            num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim,
-            bias=shape.bias,
-        )
-    )
-
-
 #: The record sets params writes beside its per-layer records, each made from the
 #: section's models: the whole-model parts of every model with a body.
 BESIDE: dict[str, Callable[[Sequence[ModelSpec]], list]] = {

@@ -16,21 +16,17 @@ attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from ..errors import FieldError
-from ..measure.environment import collect_environment
 from ..model.architecture import ModelSpec
-from ..model.calibration import Calibration, load_calibration
+from ..model.calibration import load_calibration
 from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
-from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, flops_for, measured_device
+from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
-    DEFAULT_MODEL,
     ModelCounts,
     ModelPrediction,
-    PerfModel,
     layer_counts,
     predict_counts,
     step_counts,
@@ -39,6 +35,7 @@ from ..model.shapes import AttentionShape
 from ..model.weights import WeightFormat
 from ..records import exact, info, key
 from .context import Context, grid_order, no_links
+from .target import Target, is_this, run_peaks, target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,40 +142,22 @@ class PredictRecord:
     weights: str | None = key(None)
     #: The model's step: its kernels' launches (ms), included in tpot_ms and ttft_ms.
     launch_ms: float | None = info()
+    #: The model's decode step: dequantising its weight-only int8 or int4 weights (ms),
+    #: included in tpot_ms; None where the weights need none.
+    dequant_ms: float | None = info()
     #: The device's figures that set the times, each with its source.
     device_figures: str = info("")
 
 
-def _calibration(point: PredictPoint) -> Calibration | None:
-    return load_calibration(point.calibration) if point.calibration else None
-
-
-def device_for(point: PredictPoint, context: Context | None) -> DeviceSpec:
-    """The device of a point: a named GPU's measured figures, or for THIS_DEVICE the ones
-    this run measured (a calibration of this machine holds shares of whatever it measures
+def target_of(point: PredictPoint, context: Context | None) -> Target:
+    """The point's device and model (experiments.target): a named GPU's measured
+    figures, or for THIS_DEVICE the peaks this run measured, in the environment the
+    runner recorded (a calibration of this machine holds shares of whatever it measures
     at the time)."""
-    if point.gpu != THIS_DEVICE:
-        return device_spec(point.gpu)
-    if context is None or context.device is None:
-        return measured_device({})  # FieldError: no peaks measured
-    environment = _environment(str(context.device))
-    peaks = {"peak_gbps": context.peak_gbps, "peak_tflops": dict(context.peak_tflops)}
-    return measured_device({**environment, **peaks})
-
-
-@cache
-def _environment(device: str) -> dict[str, Any]:
-    """This machine's environment on `device`, collected once per process (it runs git)."""
-    return collect_environment(device)
-
-
-def model_for(point: PredictPoint, device: DeviceSpec) -> PerfModel:
-    """The point's performance model: its calibration's (fitted against `device`), else
-    the defaults."""
-    calibration = _calibration(point)
-    if calibration is None:
-        return DEFAULT_MODEL
-    return calibration.model_for(device, point.calibration)  # type: ignore[arg-type]
+    if not is_this(point.gpu) or context is None or context.device is None:
+        return target(point.gpu, point.calibration)  # this machine unmeasured: FieldError
+    peaks = run_peaks(context.environment, context.peak_gbps, context.peak_tflops)
+    return target(point.gpu, point.calibration, peaks)
 
 
 def check(point: PredictPoint) -> None:
@@ -195,17 +174,16 @@ def check(point: PredictPoint) -> None:
             getattr(point, field),
             "needs a whole model: a layer shape has no MLP, embeddings or head to quantise",
         )
-    if point.gpu != THIS_DEVICE:
-        device = device_spec(point.gpu)
-        model_for(point, device)
+    if not is_this(point.gpu):
+        device = target(point.gpu, point.calibration).device
         if point.spec is not None and point.weights.dtype != point.dtype:
             try:
                 flops_for(device, point.weights.matmul_dtype(point.dtype))
             except FieldError as exc:
                 raise FieldError("weights_dtype", point.weights.dtype, exc.reason) from None
-    else:
-        _calibration(point)
-    if point.tp > 1 and point.gpu == THIS_DEVICE:
+    elif point.calibration is not None:
+        load_calibration(point.calibration)  # this machine's peaks are measured later
+    if point.tp > 1 and is_this(point.gpu):
         raise FieldError("tp", point.tp, f"needs a named GPU (its interconnect), not {THIS_DEVICE}")
     _counts(point)
 
@@ -227,8 +205,8 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
 
 def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
     """The point's predictions on its device (see the module's notes)."""
-    device = device_for(point, context)
-    model = model_for(point, device)
+    found_on = target_of(point, context)
+    device, model = found_on.device, found_on.model
     found = {
         name: predict_counts(counts, device, point.dtype, point.tp, model)
         for name, counts in _counts(point).items()
@@ -268,8 +246,15 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         **_memory(point, device),
         weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
+        dequant_ms=_dequant_ms(found.get("step")),
         device_figures=device.figures(),
     )
+
+
+def _dequant_ms(step: ModelPrediction | None) -> float | None:
+    """The decode step's dequantisation in ms; None for a layer shape or weights that
+    need none."""
+    return step.dequant_s * 1e3 if step is not None and step.dequant_s else None
 
 
 def memory_needed(point: PredictPoint) -> int | None:
@@ -290,7 +275,7 @@ def memory_needed(point: PredictPoint) -> int | None:
 def _memory(point: PredictPoint, device: DeviceSpec) -> dict[str, Any]:
     needed = memory_needed(point)
     fits = None
-    if needed is not None and device.name != THIS_DEVICE:
+    if needed is not None and not is_this(device.name):
         fits = needed <= device.memory_bytes
     return {"memory_bytes_needed_per_gpu": needed, "fits_memory": fits}
 
@@ -327,4 +312,4 @@ order, link = grid_order, no_links
 
 def wants_peaks(point: PredictPoint) -> bool:
     """Whether the run must measure this machine's peaks for the point: on THIS_DEVICE."""
-    return point.gpu == THIS_DEVICE
+    return is_this(point.gpu)

@@ -19,6 +19,7 @@ from ..model.capacity import kv_cache_bytes
 from ..model.shapes import AttentionShape
 from ..modules.attention import BACKENDS, scaled_dot_product_attention
 from ..modules.providers import PROVIDERS
+from ..records import Status
 from . import decode
 from .context import Context
 from .decode import build_layer, decode_outputs
@@ -137,7 +138,7 @@ def check_providers(device: torch.device, dtype: str) -> list[CheckResult]:
             options=check_options(0, 1, prefill=False),
         )
         rec = decode.run(point, Context(device))
-        if rec.status.startswith("unsupported"):
+        if Status.of(rec.status).word == "unsupported":
             continue
         results.append(
             CheckResult(f"provider {name} {dtype} step vs reference", decode.timed(rec), rec.status)

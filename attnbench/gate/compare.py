@@ -12,10 +12,15 @@ rule of its kind:
   and (timings) more than 5 us;
   an effect without evidence is `inconclusive`. With raw samples on both sides (independent
   draws of one quantity: fixed-context timing), the evidence is a seeded bootstrap bound
-  of the ratio of medians beyond the threshold. Without them, p25..p75 intervals that do
+  of the ratio of medians beyond the threshold (resampling the record's memory layouts,
+  then the rounds of each, when it spans several: a layout's rounds share where its
+  buffers landed, which the other run's do not). Without them, p25..p75 intervals that do
   not overlap, and an effect beyond 3 x the relative IQR too. Every gated timing of a
   record (a decode row's step, prefill and generation) is judged with its own percentiles
   and raw samples;
+- a timing sampled while another process held the CPU (a `cpu_share` under 80% on
+  either side, which the record's status calls noisy) is at most `inconclusive`: what a
+  neighbour did to it, one run's rounds cannot tell from what the code did;
 - a point's status (`judge_status`): a row that is `wrong: ...` now (its output disagrees
   with the reference) and was not is a regression, in any environment, like an exact
   metric; one that ran in the baseline and is `unsupported: ...` now is a regression too
@@ -48,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError, brief
-from ..measure.stats import Measurement, bootstrap_bounds, bootstrap_medians
+from ..measure.stats import BUSY_CPU_SHARE, Measurement, bootstrap_bounds, bootstrap_medians
 from ..records import SAMPLED, Kind, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
@@ -146,14 +151,18 @@ def judge_memory(base: float, cur: float, th: Thresholds) -> Judgement:
 
 
 def bootstrap_ratio_interval(
-    base: Sequence[float], cur: Sequence[float], th: Thresholds
+    base: Sequence[float],
+    cur: Sequence[float],
+    th: Thresholds,
+    layouts: tuple[int, int] = (1, 1),
 ) -> tuple[float, float] | None:
     """Two one-sided `confidence` bounds on median(cur) / median(base), from a seeded
-    percentile bootstrap that resamples each side; None when a resampled median is not
-    above 0 (samples of 0 ms): no ratio, or one of 0, which no speed-up reads."""
+    percentile bootstrap that resamples each side (over its memory `layouts`, base's and
+    cur's, and the rounds of each: stats.bootstrap_medians); None when a resampled median
+    is not above 0 (samples of 0 ms): no ratio, or one of 0, which no speed-up reads."""
     rng = np.random.default_rng(th.seed)
-    cur_medians = bootstrap_medians(cur, rng, th.resamples)
-    base_medians = bootstrap_medians(base, rng, th.resamples)
+    cur_medians = bootstrap_medians(cur, rng, th.resamples, layouts[1])
+    base_medians = bootstrap_medians(base, rng, th.resamples, layouts[0])
     if min(cur_medians.min(), base_medians.min()) <= 0:
         return None
     return bootstrap_bounds(cur_medians / base_medians, 1 - th.confidence, th.confidence)
@@ -172,7 +181,8 @@ def _evidence(
     (too few samples, or some of 0 ms) the ratio range the p25..p75 intervals allow (it
     excludes 1 exactly when they don't overlap), when none of them is 0 either."""
     if min(len(base.samples_ms), len(cur.samples_ms)) >= MIN_BOOTSTRAP_SAMPLES:
-        interval = bootstrap_ratio_interval(base.samples_ms, cur.samples_ms, th)
+        layouts = (base.layouts, cur.layouts)
+        interval = bootstrap_ratio_interval(base.samples_ms, cur.samples_ms, th, layouts)
         if interval is not None:
             return interval, "bootstrap"
     quartiles = (base.p25_ms, base.p75_ms, cur.p25_ms, cur.p75_ms)
@@ -656,12 +666,28 @@ def compare_rows(
                     Measurement.of_record(cur, name, stats),
                     env_mismatch.rule(kind, th),
                 )
+                judgement = _held(judgement, base, cur)
             if mismatch:
                 judgement, gating = _ungated(judgement), False
         findings.append(
             Finding(section, config, name, kind, b, c, **asdict(judgement), gating=gating)
         )
     return findings
+
+
+def _held(judgement: Judgement, base: dict, cur: dict) -> Judgement:
+    """A timing's regression or improvement, inconclusive where either side was sampled
+    while another process held the CPU (its `cpu_share` under BUSY_CPU_SHARE: the
+    record's own status says noisy): what a neighbour did to it, the rounds and layouts of
+    one run cannot tell from what the code did. A median that is no positive time keeps
+    its verdict."""
+    shares = [r.get("cpu_share") for r in (base, cur)]
+    least = min((s for s in shares if is_measured(s)), default=None)
+    moved = judgement.verdict in (Verdict.REGRESSED, Verdict.IMPROVED)
+    if not moved or least is None or least >= BUSY_CPU_SHARE or judgement.ratio is None:
+        return judgement
+    reason = f"{judgement.reason}; sampled while another process held the CPU ({least:.0%})"
+    return replace(judgement, verdict=Verdict.INCONCLUSIVE, reason=reason)
 
 
 def _incomparable(

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..measure.stats import Measurement
+from ..measure.stats import Measurement, layout_chunks
 from ..records import gated_timing
 from ..study.documents import Document, kinds_of
 from ..study.sections import record_type
@@ -197,11 +197,19 @@ def _label(rec: dict) -> str:
     )
 
 
-def resampled(samples: np.ndarray, rng: np.random.Generator, factor: float = 1.0) -> Measurement:
+def resampled(
+    samples: np.ndarray, rng: np.random.Generator, factor: float = 1.0, layouts: int = 1
+) -> Measurement:
     """One simulated run: as many samples as `samples` holds, drawn from them with
-    replacement, each `factor` x slower."""
-    drawn = rng.choice(samples, size=samples.size, replace=True) * factor
-    return Measurement.of_samples(drawn.tolist())
+    replacement, each `factor` x slower; samples over several memory `layouts` are drawn
+    layouts first, then the rounds of each (as stats.bootstrap_medians draws them)."""
+    chunks = layout_chunks(samples.tolist(), layouts)
+    if len(chunks) == 1:
+        drawn = rng.choice(samples, size=samples.size, replace=True) * factor
+        return Measurement.of_samples(drawn.tolist())
+    x = np.asarray(chunks, dtype=float)[rng.integers(0, len(chunks), size=len(chunks))]
+    picked = np.take_along_axis(x, rng.integers(0, x.shape[1], size=x.shape), axis=1)
+    return Measurement((picked * factor).ravel().tolist(), layouts=len(chunks))
 
 
 def simulate_series(
@@ -406,13 +414,18 @@ def simulate_recorded(
     return ModeResult(mode, trials, false_alarms, caught, not_gated)
 
 
-def recorded_samples(documents: Sequence[Document], metric: str) -> list[dict[str, np.ndarray]]:
+def recorded_samples(
+    documents: Sequence[Document], metric: str
+) -> list[dict[str, tuple[np.ndarray, int]]]:
     """Per run, the raw samples of `metric` (a gated timing or ratio) of every decode row
-    that ran, by the row's label."""
+    that ran, with the memory layouts they span, by the row's label."""
     stats = gated_timing(record_type("decode"))[metric]  # type: ignore[arg-type]
     return [
         {
-            _label(rec): np.asarray(rec[stats["samples"]], dtype=float)
+            _label(rec): (
+                np.asarray(rec[stats["samples"]], dtype=float),
+                rec.get("layouts") or 1,
+            )
             for rec in doc.sections.get("decode", [])
             if status_word(rec) == OK and rec.get(stats["samples"])
         }
@@ -444,7 +457,7 @@ def simulate_sampled(
     return simulate_recorded(
         metric,
         recorded_samples(documents, metric),
-        lambda samples, rng, factor: resampled(samples, rng, factor),
+        lambda recorded, rng, factor: resampled(recorded[0], rng, factor, recorded[1]),
         judge_between,
         trials,
         seed=seed,

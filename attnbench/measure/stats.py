@@ -36,8 +36,20 @@ Z_95 = 1.959963984540054
 #: Why sampling stopped: the interval reached its target, the time budget ran out, the
 #: most samples allowed were taken, or a fixed count was asked for.
 CONVERGED, OUT_OF_TIME, MOST_SAMPLES, FIXED = "target_ci", "max_time", "max_repeats", "repeats"
+#: The least share of the wall time a process sampling with one thread should run for
+#: (measure.timing.CpuShare): one that ran for less waited while another process held the
+#: CPU, and its times are the host's as much as its own.
+BUSY_CPU_SHARE = 0.8
 #: Resamples of a bootstrap interval, and its seed (the same samples give the same interval).
 RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+#: Student's t at 97.5% (a two-sided 95% interval) by degrees of freedom, 1 to 12; Z_95
+#: beyond.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179)
+#: Memory layouts whose medians lie further apart than this at one gap (their ratio), and
+#: further than twice the spread on either side of it, fall into two modes, of at least
+#: MODE_LAYOUTS layouts each: one layout apart is an outlier, as likely a stall of the
+#: host during its rounds (taken one after another) as a layout of its own.
+MODE_GAP, MODE_LAYOUTS = 1.15, 2
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -74,12 +86,23 @@ def relative_half_width(center: float, lo: float, hi: float) -> float:
     return max(center - lo, hi - center) / center if center > 0 else math.inf
 
 
-def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, n: int) -> np.ndarray:
+def bootstrap_medians(
+    samples: Sequence[float], rng: np.random.Generator, n: int, layouts: int = 1
+) -> np.ndarray:
     """The `median` of each of `n` resamples with replacement, vectorised. Resampling
     indices into the sorted samples and sorting the indices keeps each resample sorted:
-    cheaper than np.median per row, whose result it equals."""
+    cheaper than np.median per row, whose result it equals. Samples taken over several
+    memory layouts (layout_chunks) are resampled in two stages, layouts and then the
+    rounds of each, so that what a layout's rounds share is drawn as one."""
     import numpy as np  # only a bootstrap needs it; the tables and plans that read this do not
 
+    chunks = layout_chunks(samples, layouts)
+    if len(chunks) > 1:
+        x = np.asarray(chunks, dtype=float)
+        count, size = x.shape
+        rows = x[rng.integers(0, count, size=(n, count))]
+        picked = np.take_along_axis(rows, rng.integers(0, size, size=rows.shape), axis=2)
+        return np.median(picked.reshape(n, count * size), axis=1)
     x = np.sort(np.asarray(samples, dtype=float))
     idx = np.sort(rng.integers(0, x.size, size=(n, x.size)), axis=1)
     return (x[idx[:, (x.size - 1) // 2]] + x[idx[:, x.size // 2]]) / 2
@@ -100,6 +123,62 @@ def bootstrap_interval(values: Sequence[float], confidence: float = 0.95) -> tup
 
     medians = bootstrap_medians(values, np.random.default_rng(BOOTSTRAP_SEED), RESAMPLES)
     return bootstrap_bounds(medians, (1 - confidence) / 2, (1 + confidence) / 2)
+
+
+def layout_chunks(values: Sequence[float], layouts: int) -> list[Sequence[float]]:
+    """The samples of each memory layout: `layouts` equal consecutive runs of `values`
+    (a layout's rounds are taken one after another), or all of them as one when they do
+    not split evenly (a record from before layouts were sampled)."""
+    if layouts <= 1 or len(values) < layouts or len(values) % layouts:
+        return [values]
+    size = len(values) // layouts
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def t_975(df: int) -> float:
+    """Student's t quantile of a two-sided 95% interval with `df` degrees of freedom."""
+    return T_975[df - 1] if df <= len(T_975) else Z_95
+
+
+def next_run_interval(values: Sequence[float], layouts: int = 1) -> tuple[float, float]:
+    """The 95% interval the median of a next run of `values` falls in, taken over several
+    memory layouts (layout_chunks). Rounds within one layout share where its buffers
+    landed, which the next run does not: its median is one more draw of the layouts'.
+    On the log scale of the layout medians m_1..m_L, with standard deviation s, the
+    next run's median differs from this one's by a draw of variance 2 s^2 / L, so the
+    prediction interval is +- t(L - 1) s sqrt(2 / L). The within-run bootstrap interval
+    of the median, widened by sqrt(2) for the same reason, is its least width. With one
+    layout, nothing shows how far layouts move: the bootstrap interval of the median."""
+    chunks = layout_chunks(values, layouts)
+    lo, hi = bootstrap_interval(values)
+    center = median(values)
+    if len(chunks) == 1 or min(values) <= 0:
+        return lo, hi
+    logs = [math.log(median(c)) for c in chunks]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    between = t_975(len(logs) - 1) * sd * math.sqrt(2 / len(logs))
+    below = max(between, math.sqrt(2) * math.log(center / lo))
+    above = max(between, math.sqrt(2) * math.log(hi / center))
+    return center * math.exp(-below), center * math.exp(above)
+
+
+def layout_modes(values: Sequence[float], layouts: int) -> tuple[list[float], list[float]] | None:
+    """The layout medians split in two modes, low and high, when the layouts fall into two
+    groups of MODE_LAYOUTS or more: at the widest gap between their sorted medians that
+    leaves as many on each side, a ratio over MODE_GAP and over twice the spread of
+    either group; None otherwise."""
+    medians = sorted(median(c) for c in layout_chunks(values, layouts))
+    gaps = range(MODE_LAYOUTS, len(medians) - MODE_LAYOUTS + 1)
+    if not gaps or medians[0] <= 0:
+        return None
+    at = max(gaps, key=lambda i: medians[i] / medians[i - 1])
+    low, high = medians[:at], medians[at:]
+    gap = medians[at] / medians[at - 1]
+    spread = max(low[-1] / low[0], high[-1] / high[0])
+    if gap < MODE_GAP or math.log(gap) < 2 * math.log(spread):
+        return None
+    return low, high
 
 
 class Summary(NamedTuple):
@@ -124,6 +203,8 @@ class Measurement:
     stop_reason: str = FIXED
     calls_per_sample: int = 1
     recorded: Summary | None = None
+    #: The memory layouts the samples were taken over, one after another (layout_chunks).
+    layouts: int = 1
 
     @classmethod
     def of_samples(cls, samples: Sequence[float]) -> Measurement:
@@ -141,7 +222,7 @@ class Measurement:
         stated = Summary(
             record[metric], record.get(roles.get("p25", "")), record.get(roles.get("p75", ""))
         )
-        return cls(list(samples), recorded=stated)
+        return cls(list(samples), recorded=stated, layouts=record.get("layouts") or 1)
 
     @property
     def median_ms(self) -> float:
@@ -181,8 +262,17 @@ class Measurement:
 
     @property
     def interval(self) -> tuple[float, float]:
-        """The 95% interval of the median, from the samples' order statistics."""
+        """The 95% interval of the median: over several memory layouts, the one the next
+        run's median falls in (next_run_interval); over one, from the samples' order
+        statistics."""
+        if len(layout_chunks(self.samples_ms, self.layouts)) > 1:
+            return next_run_interval(self.samples_ms, self.layouts)
         return median_interval(self.samples_ms)
+
+    @property
+    def modes(self) -> tuple[list[float], list[float]] | None:
+        """The layouts' medians in two modes, when they fall into two (layout_modes)."""
+        return layout_modes(self.samples_ms, self.layouts)
 
     @property
     def ci_rel(self) -> float:
@@ -199,4 +289,4 @@ def in_run_ratio(measurements: Sequence[Measurement]) -> Measurement:
         sample / sum(others)
         for sample, *others in zip(first.samples_ms, *(m.samples_ms for m in rest), strict=True)
     ]
-    return Measurement(ratios, first.stop_reason, first.calls_per_sample)
+    return Measurement(ratios, first.stop_reason, first.calls_per_sample, layouts=first.layouts)

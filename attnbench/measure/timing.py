@@ -27,7 +27,15 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..model.formulas import matmul_flops
-from .stats import CONVERGED, FIXED, MOST_SAMPLES, OUT_OF_TIME, Measurement, in_run_ratio
+from .stats import (
+    BUSY_CPU_SHARE,  # noqa: F401  (CpuShare's threshold, read from here)
+    CONVERGED,
+    FIXED,
+    MOST_SAMPLES,
+    OUT_OF_TIME,
+    Measurement,
+    in_run_ratio,
+)
 
 #: The most consecutive calls one sample times.
 MAX_BLOCK = 10_000
@@ -89,6 +97,10 @@ class Sampling:
     max_repeats: int = 10_000
     min_sample_ms: float = 0.0
     calls_per_sample: int | None = None
+    #: Memory layouts to sample over where the caller can build them anew
+    #: (Timer.sample_layouts): at least `layouts`, adaptively up to `max_layouts`.
+    layouts: int = 1
+    max_layouts: int = 1
 
 
 class Timer:
@@ -241,63 +253,168 @@ class Timer:
         target (default: each unit's, as `sample_interleaved` converges), or after
         `max_time_s` (default `sampling.max_time_s`) for all of them together. Python's
         garbage collector is paused meanwhile (as timeit does): a collection is not the
-        calls' cost."""
+        calls' cost. The units are sampled in the one memory layout they were built in."""
+        one = replace(sampling, layouts=1, max_layouts=1)
+        return self.sample_layouts(lambda layout: units, one, width, max_time_s, seed)
+
+    def sample_layouts(
+        self,
+        build: Callable[[int], Sequence[Unit]],
+        sampling: Sampling,
+        width: Callable[[list[list[Measurement]]], float] | None = None,
+        max_time_s: float | None = None,
+        seed: int = 0,
+    ) -> list[list[Measurement]]:
+        """`sample_units` over several memory layouts, one after another: `build(i)`
+        allocates the i-th layout's units afresh (weights, inputs, caches), after the
+        previous layout's are dropped. Rounds within one process share where its buffers
+        landed, and the next process's land elsewhere: sampling layouts puts that
+        variation in the samples (see layout_plan for how many, and
+        stats.next_run_interval for the interval it gives). Each layout takes the same
+        number of rounds, so its samples are the measurement's consecutive equal chunks."""
         collecting = gc.isenabled()
         gc.disable()
         try:
             if max_time_s is not None:
                 sampling = replace(sampling, max_time_s=max_time_s)
-            return self._sample(units, sampling, width or _widest_unit, random.Random(seed))
+            rounds = _Rounds(self, sampling, random.Random(seed))
+            return rounds.run(build, width or _widest_unit)
         finally:
             if collecting:
                 gc.enable()
 
-    def _sample(
+
+#: The fewest rounds one memory layout takes.
+MIN_LAYOUT_ROUNDS = 5
+
+
+def layout_plan(sampling: Sampling) -> tuple[int, int, int]:
+    """How a sampling spans memory layouts: (the least layouts, rounds per layout, the
+    most layouts). A fixed count of rounds is split into as many layouts of equal rounds
+    (at least MIN_LAYOUT_ROUNDS each) as `layouts` allows, else taken in one; adaptive
+    sampling takes `layouts` layouts of enough rounds for `min_repeats` in all, then more
+    layouts up to `max_layouts`. One layout: rounds are added as the interval asks."""
+    if sampling.repeats is not None:
+        fits = [
+            n
+            for n in range(1, max(sampling.layouts, 1) + 1)
+            if sampling.repeats % n == 0 and sampling.repeats // n >= MIN_LAYOUT_ROUNDS
+        ]
+        count = max(fits, default=1)
+        return count, sampling.repeats // count, count
+    least = max(sampling.layouts, 1)
+    if least == 1 and sampling.max_layouts <= 1:
+        return 1, sampling.min_repeats, 1
+    rounds = max(MIN_LAYOUT_ROUNDS, math.ceil(sampling.min_repeats / least))
+    return least, rounds, max(least, sampling.max_layouts)
+
+
+class _Rounds:
+    """The samples of one sampling (Timer.sample_layouts), as they are taken."""
+
+    def __init__(self, timer: Timer, sampling: Sampling, order: random.Random) -> None:
+        self.timer, self.sampling, self.order = timer, sampling, order
+        self.samples: list[list[list[float]]] = []
+        self.blocks: list[list[Block]] = []
+        self.layouts = 0
+
+    def run(
         self,
-        units: Sequence[Unit],
-        sampling: Sampling,
+        build: Callable[[int], Sequence[Unit]],
         width: Callable[[list[list[Measurement]]], float],
-        order: random.Random,
     ) -> list[list[Measurement]]:
+        least, rounds, most = layout_plan(self.sampling)
+        started = time.perf_counter()
+        units = self.start(build(0))
         if not units:
             return []
+        if most == 1:
+            return self.one_layout(units, width)
+        while True:
+            self.more(units, rounds)
+            self.layouts += 1
+            stop = self.stop(width, time.perf_counter() - started, least, most)
+            if stop is not None:
+                return self.measured(stop)
+            del units  # the previous layout's buffers go before the next one's come
+            units = self.start(build(self.layouts))
+
+    def stop(
+        self,
+        width: Callable[[list[list[Measurement]]], float],
+        spent: float,
+        least: int,
+        most: int,
+    ) -> str | None:
+        """Why to take no further layout, or None: a fixed count is taken; `least` layouts
+        are and the interval is narrow enough; the next layout (at the mean cost of those
+        taken, its allocation and warm-up included) would not fit the time left, even
+        short of `least`; or the most layouts or samples are taken."""
+        sampling = self.sampling
+        if sampling.repeats is not None:
+            return FIXED if self.layouts >= most else None
+        if self.layouts >= least and width(self.measured(FIXED)) <= sampling.target_rel_ci:
+            return CONVERGED
+        if spent * (self.layouts + 1) / self.layouts > sampling.max_time_s:
+            return OUT_OF_TIME
+        if self.layouts >= most or len(self.samples[0][0]) >= sampling.max_repeats:
+            return MOST_SAMPLES
+        return None
+
+    def start(self, units: Sequence[Unit]) -> Sequence[Unit]:
+        """A layout's units warmed up; the first layout's also sizes every call's block
+        (the later layouts keep them, so that every sample spans as many calls)."""
+        timer, sampling = self.timer, self.sampling
         interleaved = sum(len(unit.calls) for unit in units) > 1
-        blocks = []
         for unit in units:
             with unit.entered():
                 for call, setup in unit.calls:
-                    self.time_blocks(call, sampling.warmup, 1, setup)
-                blocks.append([self.block_of(c, sampling, s, interleaved) for c, s in unit.calls])
-        samples: list[list[list[float]]] = [[[] for _ in unit.calls] for unit in units]
+                    timer.time_blocks(call, sampling.warmup, 1, setup)
+                if not self.layouts:
+                    self.blocks.append(
+                        [timer.block_of(c, sampling, s, interleaved) for c, s in unit.calls]
+                    )
+        if not self.layouts:
+            self.samples = [[[] for _ in unit.calls] for unit in units]
+        return units
 
-        def more(count: int) -> None:
-            new = self.time_rounds(units, blocks, count, order)
-            for unit_taken, unit_new in zip(samples, new, strict=True):
-                for taken, added in zip(unit_taken, unit_new, strict=True):
-                    taken += added
+    def more(self, units: Sequence[Unit], count: int) -> None:
+        new = self.timer.time_rounds(units, self.blocks, count, self.order)
+        for unit_taken, unit_new in zip(self.samples, new, strict=True):
+            for taken, added in zip(unit_taken, unit_new, strict=True):
+                taken += added
 
-        def measured(stop: str) -> list[list[Measurement]]:
-            return [
-                [Measurement(s, stop, b.number) for s, b in zip(unit, unit_blocks, strict=True)]
-                for unit, unit_blocks in zip(samples, blocks, strict=True)
+    def measured(self, stop: str) -> list[list[Measurement]]:
+        layouts = max(self.layouts, 1)
+        return [
+            [
+                Measurement(s, stop, b.number, layouts=layouts)
+                for s, b in zip(unit, unit_blocks, strict=True)
             ]
+            for unit, unit_blocks in zip(self.samples, self.blocks, strict=True)
+        ]
 
+    def one_layout(
+        self, units: Sequence[Unit], width: Callable[[list[list[Measurement]]], float]
+    ) -> list[list[Measurement]]:
+        """Rounds in one layout: a fixed count, or adaptively (see Sampling)."""
+        sampling = self.sampling
         if sampling.repeats is not None:
-            more(sampling.repeats)
-            return measured(FIXED)
+            self.more(units, sampling.repeats)
+            return self.measured(FIXED)
         started = time.perf_counter()
-        more(sampling.min_repeats)
+        self.more(units, sampling.min_repeats)
         while True:
-            taken, spent = len(samples[0][0]), time.perf_counter() - started
-            if width(measured(FIXED)) <= sampling.target_rel_ci:
-                return measured(CONVERGED)
+            taken, spent = len(self.samples[0][0]), time.perf_counter() - started
+            if width(self.measured(FIXED)) <= sampling.target_rel_ci:
+                return self.measured(CONVERGED)
             if spent >= sampling.max_time_s:
-                return measured(OUT_OF_TIME)
+                return self.measured(OUT_OF_TIME)
             if taken >= sampling.max_repeats:
-                return measured(MOST_SAMPLES)
+                return self.measured(MOST_SAMPLES)
             # the next batch: up to half as many again, within the time left
             left = int((sampling.max_time_s - spent) / max(spent / taken, 1e-9)) + 1
-            more(min(max(taken // 2, 1), left, sampling.max_repeats - taken))
+            self.more(units, min(max(taken // 2, 1), left, sampling.max_repeats - taken))
 
 
 def _widest_unit(units: list[list[Measurement]]) -> float:
@@ -311,12 +428,6 @@ def _ci_rel(measurements: list[Measurement]) -> float:
     if len(measurements) == 1:
         return measurements[0].ci_rel
     return max(measurements[0].ci_rel, in_run_ratio(measurements).ci_rel)
-
-
-#: The least share of the wall time a process sampling with one thread should run for:
-#: one that ran for less waited while another process held the CPU, and its times are
-#: the host's as much as its own.
-BUSY_CPU_SHARE = 0.8
 
 
 class CpuShare:

@@ -1,13 +1,9 @@
-"""Calibrating the roofline model (model/roofline.py) on measured decode runs, checking it
+"""Calibrating the roofline model (model/roofline.py) on measured samples, checking it
 against them, and reading a calibration file.
 
-Samples come from a results document's decode records: the cached step of each timed
-point (bytes_per_step, flops_per_step, step_ms_median) and, where it was timed, its
-prefill (prefill_flops, prefill_ms_median). A record carries no prefill bytes: they are
-counted as one layer's step of S new tokens attending S keys (roofline.layer_counts: the
-weights, the prompt's K/V written and read back, and its activations). Points under
-tensor parallelism are left out: their step includes the all-reduces, which the
-single-device roofline does not see.
+A Sample is one measured time with the bytes and FLOPs it moved and computed
+(experiments/calibrate.py reads them from a run's decode records: each cached step, and
+each timed prefill).
 
 The fit: each sample's time is t = u * a + w * k + v * c + o, the roofline's sum, with
 a = (bytes - kv_bytes) / bandwidth, k = kv_bytes / bandwidth and c = flops / peak (the
@@ -33,20 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FieldError, UsageError, brief, closest, show_value, spelled
+from ..errors import FieldError, UsageError, closest, show_value
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
 from .files import read_user_file, shown_path
-from .formulas import attention_core_flops
 from .roofline import (
     DEFAULT_MODEL,
     MAX_EFFICIENCY,
-    ModelCounts,
     PerfModel,
     is_number,
-    layer_counts,
     predict,
 )
-from .shapes import AttentionShape
 
 #: Samples shorter than this are left out of a fit and a check, whatever the floor asked
 #: for: timer resolution and launch jitter dominate them, and a time of 0 (a rounded
@@ -56,9 +48,6 @@ MIN_TIME_S = 1e-6
 MIN_SAMPLES = 4
 #: The kinds of sample: a cached decode step, and a prefill.
 STEP, PREFILL = "step", "prefill"
-#: The largest count (bytes, FLOPs) a sample's record may give: SQLite's INTEGER, and
-#: far beyond any step a device runs.
-MAX_COUNT = 2**63 - 1
 #: The largest overhead per layer's step a calibration may hold: a second is no launch
 #: cost, and a larger one would make a whole model's predicted times overflow.
 MAX_OVERHEAD_S = 1.0
@@ -89,169 +78,6 @@ class Sample:
     paged: bool = False
     #: The file and record it came from, for an error: 'run.json: decode record 3'.
     where: str = field(default="", compare=False)
-
-
-#: The fields of a timed record a sample needs, each an integer: the layer's shape and
-#: the point's batch and context (a batch spec's longest context may be 0).
-SHAPE_FIELDS = {
-    "batch": 1,
-    "d_model": 1,
-    "num_heads": 1,
-    "num_kv_heads": 1,
-    "head_dim": 1,
-    "prompt_len": 0,
-}
-
-
-def samples_from_results(
-    doc: Mapping[str, Any], provider: str | None = None, name: str = "results"
-) -> list[Sample]:
-    """The samples of a results document's decode records (of `provider` alone when given):
-    a study's (sections.decode.records) or decode-speed's (its top-level records). A
-    record is timed when it holds a step time (only ok and noisy points do). Every timed
-    record is checked whole: UsageError naming the file (`name`), the record and the
-    field when what a sample needs is missing, out of range or inconsistent."""
-    samples = []
-    for i, r in enumerate(_decode_records(doc)):
-        if r.get("mode") != "cache" or r.get("tp", 1) != 1 or r.get("step_ms_median") is None:
-            continue
-        if provider is not None and r.get("provider") != provider:
-            continue
-        where = f"{name}: decode record {i}"
-        shape = _checked_shape(r, where)
-        samples.append(_step_sample(r, shape, where))
-        if r.get("prefill_ms_median") is not None:
-            samples.append(_prefill_sample(r, shape, where))
-    return samples
-
-
-def _checked_shape(record: Mapping[str, Any], where: str) -> AttentionShape:
-    """The record's layer shape, once its shape, batch, context and dtype are checked."""
-    for name, minimum in SHAPE_FIELDS.items():
-        _count(record, name, where, minimum, needs="it")
-    if not isinstance(record.get("dtype"), str):
-        raise UsageError(f"{where}: dtype: {spelled(record.get('dtype'))} is not a dtype's name")
-    try:
-        return _shape(record)
-    except ValueError as exc:  # KV heads that do not divide the query heads
-        raise UsageError(f"{where}: {exc}") from None
-
-
-def _count(
-    record: Mapping[str, Any],
-    name: str,
-    where: str,
-    minimum: int = 1,
-    needs: str = "its bytes and FLOPs",
-) -> int:
-    """A count of the record: an integer from `minimum` to MAX_COUNT; missing, an error
-    saying what a timed step `needs` it for."""
-    value = record.get(name)
-    if value is None:
-        raise UsageError(f"{where}: {name}: missing (a timed step needs {needs})")
-    if not _is_int(value) or not minimum <= value <= MAX_COUNT:
-        raise UsageError(
-            f"{where}: {name}: {brief(value)} is not an integer from {minimum} to {MAX_COUNT:,}"
-        )
-    return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _at_most(where: str, part: tuple[str, int], whole: tuple[str, int]) -> None:
-    """UsageError when a part of a count is larger than the count it is part of."""
-    if part[1] > whole[1]:
-        raise UsageError(
-            f"{where}: {whole[0]}: {whole[1]:,} is less than its part, {part[0]} {part[1]:,}"
-        )
-
-
-def _step_sample(record: Mapping[str, Any], shape: AttentionShape, where: str) -> Sample:
-    """A record's cached step: its bytes and FLOPs, the cache it read, and its attention
-    core's FLOPs (QK^T and PV over the context, for a uniform batch; a batch given
-    sequence by sequence counts all its FLOPs as dense)."""
-    total = _count(record, "bytes_per_step", where)
-    flops = _count(record, "flops_per_step", where, minimum=0)
-    kv = _count(record, "kv_bytes_per_gpu", where, 0) if record.get("kv_bytes_per_gpu") else 0
-    _at_most(where, ("kv_bytes_per_gpu", kv), ("bytes_per_step", total))
-    core = 0
-    if record.get("batch_spec") is None:
-        keys = record["prompt_len"] + 1
-        core = attention_core_flops(shape, record["batch"], 1, keys, causal=True)
-        _at_most(where, ("the attention core's FLOPs", core), ("flops_per_step", flops))
-    return Sample(
-        total,
-        flops,
-        record["step_ms_median"] * 1e-3,
-        record["dtype"],
-        STEP,
-        kv,
-        f"{STEP} {_point(record)}",
-        core,
-        paged=record.get("block_size") is not None,
-        where=where,
-    )
-
-
-def _prefill_sample(record: Mapping[str, Any], shape: AttentionShape, where: str) -> Sample:
-    """A record's timed prefill: its FLOPs as measured, its bytes as counted."""
-    flops = _count(record, "prefill_flops", where, minimum=0)
-    try:
-        counts = record_prefill_counts(record)
-    except FieldError as exc:  # a dtype the roofline does not know
-        raise UsageError(f"{where}: {exc.field}: {show_value(exc.value)}: {exc.reason}") from None
-    _at_most(
-        where, ("the attention core's FLOPs", counts.attention_flops), ("prefill_flops", flops)
-    )
-    if counts.bytes > MAX_COUNT:
-        raise UsageError(f"{where}: its prefill moves more than {MAX_COUNT:,} bytes")
-    return Sample(
-        counts.bytes,
-        flops,
-        record["prefill_ms_median"] * 1e-3,
-        record["dtype"],
-        PREFILL,
-        counts.kv_bytes,
-        f"{PREFILL} {_point(record)}",
-        counts.attention_flops,
-        where=where,
-    )
-
-
-def _shape(record: Mapping[str, Any]) -> AttentionShape:
-    return AttentionShape(
-        record["d_model"], record["num_heads"], record["num_kv_heads"], record["head_dim"]
-    )
-
-
-def _point(record: Mapping[str, Any]) -> str:
-    """A record's point in a few characters: 'd4096 h32/8 b4 s1024 float32', with its
-    batch spec in place of batch and context, and 'block 16' for a paged cache."""
-    shape = f"d{record['d_model']} h{record['num_heads']}/{record['num_kv_heads']}"
-    batch = f"b{record['batch']} s{record['prompt_len']}"
-    if record.get("batch_spec") is not None:
-        batch = str(record["batch_spec"])
-    block = f" block {record['block_size']}" if record.get("block_size") is not None else ""
-    provider = record.get("provider")
-    tail = f" {provider}" if provider and provider != "attnbench" else ""
-    return f"{shape} {batch}{block}{tail}"
-
-
-def _decode_records(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    if "sections" in doc:
-        return ((doc["sections"] or {}).get("decode") or {}).get("records") or []
-    if doc.get("command") != "decode-speed":
-        return []
-    return doc.get("records") or []
-
-
-def record_prefill_counts(record: Mapping[str, Any]) -> ModelCounts:
-    """The counts of a record's prefill of prompt_len tokens: one layer's step of
-    prompt_len new tokens attending prompt_len keys (roofline.layer_counts)."""
-    prompt = record["prompt_len"]
-    return layer_counts(_shape(record), record["batch"], prompt, prompt, record["dtype"])
 
 
 def _peak(peaks: Mapping[str, float], sample: Sample) -> float:
@@ -417,58 +243,6 @@ class CheckReport:
         return max(self.rows, key=lambda r: abs(r.rel_error))
 
 
-def check_run(
-    doc: Mapping[str, Any],
-    calibration: Calibration | None,
-    device: DeviceSpec | None,
-    min_time_s: float = 0.0,
-    name: str = "results",
-) -> CheckReport:
-    """The model of `calibration` (else the defaults) against every timed sample of a
-    results document (`name`: its file) measured at `min_time_s` or more (see usable), on
-    the peaks of the device the calibration was fitted against, else `device`, else the
-    ones the run measured (a calibration of THIS_DEVICE holds the efficiencies, as shares
-    of whatever this machine measures at the time: here, the checked run's peaks). A
-    `device` other than the calibration's is refused, as a prediction refuses it."""
-    samples = usable(samples_from_results(doc, name=name), min_time_s)
-    if not samples:
-        floor = max(min_time_s, MIN_TIME_S)
-        raise UsageError(
-            f"{name}: no timed decode samples of {floor * 1e3:g} ms or more to check against"
-        )
-    if calibration is not None and calibration.device is not None and device is not None:
-        calibration.model_for(device, calibration.path)
-    fitted = calibration.device if calibration is not None else None
-    if fitted is not None and fitted.name != THIS_DEVICE:
-        device = fitted
-    device = device or run_device(doc, name)
-    model = calibration.model if calibration is not None else DEFAULT_MODEL
-    rows = check(samples, device.memory_bandwidth, device.dense_flops, model)
-    return CheckReport(rows, model, device, min_time_s)
-
-
-def run_device(doc: Mapping[str, Any], name: str) -> DeviceSpec:
-    """This machine as the run of a results document (`name`: its file) measured it:
-    UsageError naming the file when its environment holds no peaks, or peaks out of
-    range."""
-    environment = doc.get("environment") or {}
-    for key, valid in MEASURED_PEAKS.items():
-        value = environment.get(key)
-        if value is not None and not valid(value):
-            low, high = PEAK_RANGE
-            raise UsageError(
-                f"{name}: environment.{key}: {brief(value)} is not a measured peak as a "
-                f"run records it (GB/s, or TFLOPS by dtype, from {low:g} to {high:g})"
-            )
-    try:
-        return measured_device(environment)
-    except FieldError:
-        raise UsageError(
-            f"{name}: no peaks measured in its environment (peak_gbps, peak_tflops): "
-            "name the GPU whose peaks to use"
-        ) from None
-
-
 def _measured(value: Any) -> bool:
     return is_number(value) and PEAK_RANGE[0] <= value <= PEAK_RANGE[1]
 
@@ -572,31 +346,6 @@ class Calibration:
         return self.model
 
 
-def calibrate_run(
-    doc: Mapping[str, Any],
-    device: DeviceSpec | None,
-    name: str,
-    min_time_s: float = 0.0,
-) -> Calibration:
-    """The calibration of a results document's timed decode records (`name`: the file, its
-    own name the fit's source), against `device`'s peaks, or the peaks the run measured
-    when None. The fit is read back as its file would be: UsageError, with the reason,
-    for one no file may hold (an overhead above MAX_OVERHEAD_S: no launch cost)."""
-    environment = doc.get("environment") or {}
-    samples = samples_from_results(doc, name=name)
-    device = device or run_device(doc, name)
-    source = Path(name).name
-    model = calibrate(samples, device.memory_bandwidth, device.dense_flops, min_time_s, source)
-    calibration = Calibration(model, device, environment, name)
-    try:
-        _parse_calibration(calibration_dict(calibration), name)
-    except FieldError as exc:
-        raise UsageError(
-            f"{name}: the fit is refused: {exc.field} {show_value(exc.value)}: {exc.reason}"
-        ) from None
-    return calibration
-
-
 def model_dict(model: PerfModel) -> dict[str, Any]:
     """A model as a calibration file holds it (load_calibration reads it back)."""
     return {name: getattr(model, name) for name in MODEL_FIELDS}
@@ -629,12 +378,12 @@ def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibratio
     if missing:
         raise UsageError(f"{where}: missing field {missing[0]}")
     try:
-        return _parse_calibration(doc, where)
+        return parse_calibration(doc, where)
     except FieldError as exc:  # a field of the file, not a flag: say which file
         raise exc.located(f"{where}: {exc.field} {show_value(exc.value)}") from None
 
 
-def _parse_calibration(doc: Mapping[str, Any], where: str) -> Calibration:
+def parse_calibration(doc: Mapping[str, Any], where: str) -> Calibration:
     source = doc.get("source", f"loaded from {where}")
     if not isinstance(source, str):
         raise FieldError("source", source, "must be text")

@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError, brief
+from .limits import MAX_WIDTH
 
 #: Marks a field that has no default: a config.json must give it.
 REQUIRED: Any = object()
-#: The bound of an integer field unless told another: far above any model's widths.
-WIDTH = 2**20
 
 
 def missing_field(key: str, where: str, why: str = "") -> UsageError:
@@ -24,7 +23,7 @@ def int_field(
     default: Any = REQUIRED,
     *,
     minimum: int = 1,
-    maximum: int = WIDTH,
+    maximum: int = MAX_WIDTH,
     why: str = "",
 ) -> Any:
     """cfg[key] as an integer in [minimum, maximum]; `default` when it is absent or null

@@ -15,13 +15,14 @@ Measured figures, the ones the roofline uses (each names its source):
 - matmul FLOP/s: the best a large GEMM reaches (cuBLAS, hipBLASLt, or the maximum
   achievable matmul FLOPS of a shape sweep), per dtype where measured; a dtype not
   measured takes the datasheet peak times the share bfloat16 reaches on the same device;
-- all-reduce: nccl-tests (rccl-tests) on 8 GPUs of one node, the bus bandwidth of large
-  messages and the time of a small one (8 KiB: a decode step's message, 4,096 bfloat16
-  values; 32 KiB where the source starts there), time = bytes / algbw with algbw =
-  busbw * n / (2 * (n - 1)). Serving engines that replace NCCL's small all-reduces with
-  a one-kernel custom all-reduce over NVLink (vLLM, SGLang, TensorRT-LLM) take less: 5.7
-  us for 4,096 elements on 8x H100 (https://github.com/sgl-project/sglang/pull/2904);
-  attnbench charges NCCL's, the common path;
+- all-reduce: the bus bandwidth of large messages from nccl-tests (rccl-tests) on 8 GPUs
+  of one node, and the latency of the collective library's own cost model (NCCL's
+  tuning.cc, RCCL's): a base and one more per step of its low-latency ring, 2 * (n - 1)
+  steps for an all-reduce over n GPUs. That is the GPU's part of a small all-reduce, what
+  a decode step replayed from a graph pays; nccl-tests' back-to-back 8 KiB times are 2 to
+  3 times more, and engines' one-kernel all-reduces (vLLM, SGLang, TensorRT-LLM) take
+  5.7 to 9.3 us for 4,096 elements on 8x H100
+  (https://github.com/sgl-project/sglang/pull/2904), below the model's 15;
 - kernel launch: the gap between consecutive kernels replayed from a CUDA graph, as
   serving engines run decode steps.
 
@@ -34,7 +35,7 @@ for checking (docs/validation.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from .device_types import Collectives, DeviceSpec, Figure
@@ -96,47 +97,57 @@ _NETWORK = (
 _LAUNCH = Figure(2.5e-6, f"CUDA-graph replay gap between kernels, 8x B200: {_NETWORK}")
 
 
-def _time_at(message: int, busbw_gbs: float, ranks: int = 8) -> float:
-    """The time of an all-reduce of `message` bytes from its nccl-tests bus bandwidth:
-    bytes / algbw, algbw = busbw * n / (2 * (n - 1))."""
-    return message / (busbw_gbs * _G * ranks / (2 * (ranks - 1)))
+_NCCL_TUNING = (
+    "https://github.com/NVIDIA/nccl/blob/b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2/"
+    "src/graph/tuning.cc"
+)
+_SGLANG_ALLREDUCE = "https://github.com/sgl-project/sglang/pull/2904"
+#: The latency of a small all-reduce in NCCL's own cost model: its low-latency ring
+#: protocol (LL) pays a base latency and one per ring step, 2*(n-1) steps for an
+#: all-reduce. nccl-tests' back-to-back 8 KiB times on whole nodes are higher (43 us on 8x
+#: A100, 27 us on 8x H100, in the sources below); engines' own one-shot all-reduces,
+#: measured on 8x H100, take 5.7-9.3 us at 4 KiB and 7.8-11.8 us at 32 KiB.
+_NCCL_LL_BASE_S = 6.6e-6
+_NCCL_LL_STEP_S = {"NVLink": 0.6e-6, "PCIe": 1.0e-6}
+_ENGINE_CHECK = f"one-shot all-reduces of engines on 8x H100: {_SGLANG_ALLREDUCE}"
 
 
-def _nccl(small_busbw_gbs: float, message: int, busbw_gbs: float, source: str) -> Collectives:
-    """Collectives as nccl-tests measures them: the time of a `message`-byte all-reduce
-    from its bus bandwidth, and the bus bandwidth of large messages."""
-    return Collectives(_time_at(message, small_busbw_gbs), busbw_gbs * _G, source)
+def _nccl(busbw_gbs: float, busbw_source: str, link: str = "NVLink") -> Collectives:
+    """Collectives with NCCL's latency model over `link` and a measured bus bandwidth
+    (GB/s)."""
+    step = _NCCL_LL_STEP_S[link]
+    return Collectives(
+        _NCCL_LL_BASE_S,
+        busbw_gbs * _G,
+        f"latency: NCCL's cost model for its low-latency ring over {link}, "
+        f"{_NCCL_LL_BASE_S * 1e6:.3g} us + {step * 1e6:.2g} us a step ({_NCCL_TUNING}; "
+        f"checked against {_ENGINE_CHECK}); bus bandwidth: {busbw_source}",
+        step,
+    )
 
 
 _NCCL_H100 = _nccl(
-    0.53,
-    8192,
-    478.87,
-    f"nccl-tests all_reduce_perf, 8x H100 NVLink 4: 8K busbw 0.53 GB/s, 8G 478.87: {_AZURE_H100}",
+    478.87, f"nccl-tests all_reduce_perf, 8x H100 NVLink 4, 8G busbw 478.87: {_AZURE_H100}"
 )
 _NCCL_H200 = _nccl(
-    1.84,
-    32768,
-    479.98,
-    f"nccl-tests all_reduce_perf, 8x H200 NVLink 4: 32K busbw 1.84 GB/s, 8G 479.98: {_AZURE_H200}",
+    479.98, f"nccl-tests all_reduce_perf, 8x H200 NVLink 4, 8G busbw 479.98: {_AZURE_H200}"
 )
 _NCCL_A100 = _nccl(
-    0.33,
-    8192,
     231.58,
-    f"nccl-tests all_reduce_perf, 8x A100 SXM4 80GB NVLink 3: 8K busbw 0.33 GB/s, 8G "
-    f"231.58: {_AZURE_A100}",
+    f"nccl-tests all_reduce_perf, 8x A100 SXM4 80GB NVLink 3, 8G busbw 231.58: {_AZURE_A100}",
 )
-#: NCCL's small-message time where no device of the kind was measured: the A100 node's.
-_NCCL_SMALL = Figure(
-    _time_at(8192, 0.33),
-    f"nccl-tests all_reduce_perf 8 KiB on 8x A100 (busbw 0.33 GB/s): {_AZURE_A100}",
+_RCCL_TUNING = (
+    "https://github.com/ROCm/rccl/blob/9e22c79d8dccb80075967c2a03f1a921c253c867/src/graph/tuning.cc"
 )
+#: RCCL's cost model (its tuning models with low-latency ranges, those of the MI300
+#: generation): a 12 us base and 0.8 us a ring step over Infinity Fabric.
 _RCCL_MI300X = Collectives(
-    _time_at(8192, 0.29),
+    12e-6,
     316.82 * _G,
-    f"rccl-tests all_reduce_perf, 8x MI300X Infinity Fabric: 8K busbw 0.29 GB/s, 8G 316.82: "
-    f"{_AZURE_MI300X}",
+    f"latency: RCCL's cost model for its low-latency ring, 12 us + 0.8 us a step "
+    f"({_RCCL_TUNING}); bus bandwidth: rccl-tests all_reduce_perf, 8x MI300X Infinity "
+    f"Fabric, 8G busbw 316.82: {_AZURE_MI300X}",
+    0.8e-6,
 )
 
 
@@ -218,12 +229,8 @@ def _device(
 
 def _pcie(per_direction_gbs: float, link: str) -> Collectives:
     """Collectives over PCIe, where no nccl-tests figure was found: the slot's rate per
-    direction as the bus bandwidth, and NCCL's small-message time."""
-    return Collectives(
-        _NCCL_SMALL.value,
-        per_direction_gbs * _G,
-        f"not measured: {link} at its rate per direction; {_NCCL_SMALL.source}",
-    )
+    direction as the bus bandwidth, and NCCL's latency model for PCIe."""
+    return _nccl(per_direction_gbs, f"not measured: {link} at its rate per direction", "PCIe")
 
 
 # Dense TFLOPS of the H100 SXM5 in the Hopper whitepaper (its datasheet rounds the figures
@@ -514,12 +521,7 @@ _TABLE = (
             "bfloat16": Figure(1745.0, f"maximum achievable matmul FLOPS: {_MAMF}"),
             "float8": Figure(3432.5, f"maximum achievable matmul FLOPS: {_MAMF}"),
         },
-        _nccl(
-            2.17,
-            32768,
-            838.97,
-            f"all_reduce_bench, 8x B200: 32KiB busbw 2.17 GB/s, 16GiB 838.97: {_NETWORK}",
-        ),
+        _nccl(838.97, f"all_reduce_bench, 8x B200, 16GiB busbw 838.97: {_NETWORK}"),
     ),
     # Dense figures of the MI300X datasheet. Seven Infinity Fabric links of 128 GB/s (both
     # ways) join each GPU to the seven others of a platform: 896 GB/s in all, 448 per
@@ -566,11 +568,7 @@ _TABLE = (
         (_ACCELERATORS,),
         _HBM_CDNA,
         {"bfloat16": Figure(784.9, f"maximum achievable matmul FLOPS: {_MAMF}")},
-        Collectives(
-            _RCCL_MI300X.latency_s,
-            _RCCL_MI300X.bus_bandwidth,
-            f"not measured: as the MI300X's node, {_RCCL_MI300X.source}",
-        ),
+        replace(_RCCL_MI300X, source=f"not measured: as the MI300X's node, {_RCCL_MI300X.source}"),
     ),
     # One GCD of an MI250X, the device a framework sees: half the package's memory,
     # bandwidth and FLOP/s (128 GB, 3,276.8 GB/s, 383 TFLOPS bfloat16); no float8.

@@ -30,13 +30,28 @@ class Figure:
 
 @dataclass(frozen=True)
 class Collectives:
-    """An all-reduce among a node's GPUs as nccl-tests (or rccl-tests) measures it: the time
-    of a small message, and the bus bandwidth of large ones (busbw: algbw * 2*(n-1)/n,
-    the same figure whatever n)."""
+    """A collective among a node's GPUs: a fixed latency, a latency per step of the ring
+    (an all-reduce over n ranks takes 2*(n-1) steps, an all-gather n-1), and the bus
+    bandwidth of large messages as nccl-tests measures it (busbw: algbw * 2*(n-1)/n, the
+    same figure whatever n). A `step_s` of 0 is a measured small-message time that does
+    not grow with n."""
 
     latency_s: float
     bus_bandwidth: float
     source: str
+    step_s: float = 0.0
+
+    def latency(self, steps: int) -> float:
+        """The latency of a collective of `steps` ring steps."""
+        return self.latency_s + steps * self.step_s
+
+    def describe(self) -> str:
+        """The latency and bandwidth in words, with their source."""
+        steps = f" + {self.step_s * 1e6:.3g} us a ring step" if self.step_s else ""
+        return (
+            f"all-reduce {self.latency_s * 1e6:.3g} us{steps} + bytes at "
+            f"{self.bus_bandwidth / _G:,.0f} GB/s bus bandwidth ({self.source})"
+        )
 
 
 @dataclass(frozen=True)
@@ -79,9 +94,5 @@ class DeviceSpec:
             f"launch {self.launch_s * 1e6:.3g} us per kernel ({self.launch_source})",
         ]
         if self.collectives is not None:
-            c = self.collectives
-            parts.append(
-                f"all-reduce {c.latency_s * 1e6:.3g} us + bytes at "
-                f"{c.bus_bandwidth / _G:,.0f} GB/s bus bandwidth ({c.source})"
-            )
+            parts.append(self.collectives.describe())
         return "; ".join(parts)

@@ -51,6 +51,7 @@ MAX_CONFIG_BYTES, nested at most MAX_DEPTH deep.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -64,7 +65,6 @@ from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
 from .config_fields import (
     REQUIRED,
-    WIDTH,
     bool_field,
     int_field,
     layer_indices,
@@ -73,28 +73,27 @@ from .config_fields import (
 from .files import read_user_file
 from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
 from .hf_layers import layer_plan as hybrid_plan
+from .limits import (
+    MAX_EXPERTS,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_TOKENS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+)
 
 #: The largest config.json read (a larger one is refused before it is read).
 MAX_CONFIG_BYTES = 10 << 20
 #: Deepest nesting of objects and arrays read (a config.json needs about 4).
 MAX_DEPTH = 64
 
-# Upper bounds of the integer fields, far above any real model: a size computed from them
-# stays a size (the sweep schema bounds the same quantities given as flags).
-_WIDTH = WIDTH  # hidden and MLP widths, latent ranks
-_HEADS = 2**16  # heads and head dims
-_LAYERS = 100_000
-_EXPERTS = 2**16
-_VOCAB = 2**24
-_TOKENS = 10**9  # windows
-_POSITIONS = 2**40  # the context a model declares
-
 _ALIASES = {
     "d_model": ("hidden_size", "n_embd", "d_model"),
     "num_heads": ("num_attention_heads", "n_head", "n_heads"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
 }
-_MAXIMUM = {"d_model": _WIDTH, "num_heads": _HEADS, "num_layers": _LAYERS}
+_MAXIMUM = {"d_model": MAX_WIDTH, "num_heads": MAX_HEADS, "num_layers": MAX_LAYERS}
 
 
 def _given(
@@ -137,10 +136,10 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     multi_query = bool_field(cfg, "multi_query", where, MULTI_QUERY_BY_DEFAULT.get(kind, False))
     if multi_query and not bool_field(cfg, "new_decoder_architecture", where, False):
         return 1
-    given = _given(cfg, KV_HEAD_KEYS, where, _HEADS, "KV-head ")
+    given = _given(cfg, KV_HEAD_KEYS, where, MAX_HEADS, "KV-head ")
     nested = cfg.get("attn_config")  # DBRX: attn_config.kv_n_heads
     if given is None and isinstance(nested, dict):
-        given = _given(nested, ("kv_n_heads",), f"{where}: attn_config", _HEADS, "KV-head ")
+        given = _given(nested, ("kv_n_heads",), f"{where}: attn_config", MAX_HEADS, "KV-head ")
     return num_heads if given is None else given[1]
 
 
@@ -161,7 +160,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     num_heads = _one_of(cfg, "num_heads", where)
     plan = None
     if kind in HYBRIDS:
-        given = _given(cfg, _ALIASES["num_layers"], where, _LAYERS)
+        given = _given(cfg, _ALIASES["num_layers"], where, MAX_LAYERS)
         dims = Dims(d_model, num_heads, given[1] if given else None)
         plan = hybrid_plan(cfg, kind, dims, where)
     num_layers = plan.num_layers if plan is not None else _one_of(cfg, "num_layers", where)
@@ -252,8 +251,8 @@ def _head_dim(cfg: dict, kind: str, d_model: int, num_heads: int, where: str) ->
     default where it has one (None: d_model / heads)."""
     if kind in ZAMBA_TYPES and cfg.get("head_dim") is None:
         default = 2 * d_model // num_heads
-        return int_field(cfg, "attention_head_dim", where, default, maximum=_HEADS)
-    return int_field(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=_HEADS)
+        return int_field(cfg, "attention_head_dim", where, default, maximum=MAX_HEADS)
+    return int_field(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=MAX_HEADS)
 
 
 #: What the counts of a multimodal config leave out.
@@ -280,10 +279,10 @@ GPT2_POSITIONS = 1024
 
 def _context(cfg: dict, kind: str, where: str) -> int | None:
     """The context the model declares (max_position_embeddings, GPT-2's n_positions)."""
-    declared = int_field(cfg, "max_position_embeddings", where, None, maximum=_POSITIONS)
-    declared = declared or int_field(cfg, "max_seq_len", where, None, maximum=_POSITIONS)  # DBRX
+    declared = int_field(cfg, "max_position_embeddings", where, None, maximum=MAX_POSITIONS)
+    declared = declared or int_field(cfg, "max_seq_len", where, None, maximum=MAX_POSITIONS)  # DBRX
     positions = int_field(
-        cfg, "n_positions", where, GPT2_POSITIONS if kind == "gpt2" else None, maximum=_POSITIONS
+        cfg, "n_positions", where, GPT2_POSITIONS if kind == "gpt2" else None, maximum=MAX_POSITIONS
     )
     return declared or positions
 
@@ -307,11 +306,11 @@ def _windows(
     layer has one: what transformers' StaticCache keeps per layer. A sliding layer keeps
     its window; a chunked one (Llama-4) one chunk, `attention_chunk_size`. A hybrid's
     layers are its plan's, of which the attending ones are listed."""
-    window = int_field(cfg, "sliding_window", where, None, maximum=_TOKENS)
+    window = int_field(cfg, "sliding_window", where, None, maximum=MAX_TOKENS)
     chunk_default = CHUNK_SIZE if kind in CHUNKED_TYPES else None
     if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None:
         chunk_default = None  # null turns chunking off (Llama4TextConfig)
-    chunk = int_field(cfg, "attention_chunk_size", where, chunk_default, maximum=_TOKENS)
+    chunk = int_field(cfg, "attention_chunk_size", where, chunk_default, maximum=MAX_TOKENS)
     sizes = {"sliding_attention": window, "chunked_attention": chunk}
     if plan is not None:
         types = [t for t, attends in zip(plan.types, plan.attends, strict=True) if attends]
@@ -348,7 +347,7 @@ def _layer_types(
     ):
         return None
     if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
-        first = int_field(cfg, "max_window_layers", where, minimum=0, maximum=_LAYERS)
+        first = int_field(cfg, "max_window_layers", where, minimum=0, maximum=MAX_LAYERS)
         windowed = [i >= first for i in range(num_layers)]
     elif "sliding_window_pattern" in cfg or kind in PATTERN_DEFAULT:
         windowed = _pattern(cfg, num_layers, kind, where)
@@ -377,7 +376,7 @@ def _pattern(cfg: dict, num_layers: int, kind: str, where: str) -> list[bool]:
             "integer or a string of L (local) and G (global) layers, such as 'LLLG'"
         )
     every = int_field(
-        cfg, "sliding_window_pattern", where, PATTERN_DEFAULT.get(kind), maximum=_LAYERS
+        cfg, "sliding_window_pattern", where, PATTERN_DEFAULT.get(kind), maximum=MAX_LAYERS
     )
     return _all_but_every(every, num_layers)
 
@@ -394,7 +393,7 @@ def _no_rope_layers(cfg: dict, num_layers: int, where: str) -> list[bool]:
         ):
             raise UsageError(f"{where}: field 'no_rope_layers' must list {num_layers} 0s and 1s")
         return [bool(v) for v in listed]
-    every = int_field(cfg, "no_rope_layer_interval", where, NO_ROPE_INTERVAL, maximum=_LAYERS)
+    every = int_field(cfg, "no_rope_layer_interval", where, NO_ROPE_INTERVAL, maximum=MAX_LAYERS)
     return _all_but_every(every, num_layers)
 
 
@@ -419,9 +418,9 @@ def _mla(cfg: dict, kind: str, where: str) -> MlaSpec | None:
         raise UsageError(f"{where}: kv_lora_rank (MLA) given without {missing[0]!r}")
     return MlaSpec(
         kv_lora_rank=int_field(cfg, "kv_lora_rank", where),
-        qk_rope_head_dim=int_field(cfg, "qk_rope_head_dim", where, maximum=_HEADS),
-        qk_nope_head_dim=int_field(cfg, "qk_nope_head_dim", where, maximum=_HEADS),
-        v_head_dim=int_field(cfg, "v_head_dim", where, maximum=_HEADS),
+        qk_rope_head_dim=int_field(cfg, "qk_rope_head_dim", where, maximum=MAX_HEADS),
+        qk_nope_head_dim=int_field(cfg, "qk_nope_head_dim", where, maximum=MAX_HEADS),
+        v_head_dim=int_field(cfg, "v_head_dim", where, maximum=MAX_HEADS),
         q_lora_rank=int_field(
             cfg,
             "q_lora_rank",
@@ -628,16 +627,6 @@ TIED_EMBEDDINGS_BY_DEFAULT: dict[str, bool] = {
 }
 BODY_MODEL_TYPES = tuple(TIED_EMBEDDINGS_BY_DEFAULT)
 
-#: transformers' default intermediate_size of the model types of BODY_TRAITS (Gemma-2 has
-#: none: its configuration class changed it between releases, so a gemma2 config.json must
-#: give the field). Llama-4's is its experts' width; its dense layers' is
-#: intermediate_size_mlp.
-INTERMEDIATE_SIZE_BY_DEFAULT: dict[str, int] = {
-    kind: traits.intermediate
-    for kind, traits in BODY_TRAITS.items()
-    if traits.intermediate is not None
-}
-
 #: The fields that count the routed experts, one name or another by model type (each
 #: configuration class maps the others it knows onto its own).
 EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
@@ -647,7 +636,7 @@ def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> Mo
     """The network besides attention, or None for a model type attnbench does not know."""
     if kind not in BODY_MODEL_TYPES or cfg.get("vocab_size") is None:
         return None
-    vocab = int_field(cfg, "vocab_size", where, maximum=_VOCAB)
+    vocab = int_field(cfg, "vocab_size", where, maximum=MAX_VOCAB)
     tied = bool_field(cfg, "tie_word_embeddings", where, TIED_EMBEDDINGS_BY_DEFAULT[kind])
     if kind in FALCON_TYPES:
         return _falcon_body(cfg, d_model, vocab, tied, where)
@@ -718,7 +707,7 @@ def _falcon_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) ->
 
 def _gpt2_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> ModelBody:
     """GPT-2: learned positions (n_positions), biases everywhere, LayerNorms, n_inner."""
-    positions = int_field(cfg, "n_positions", where, GPT2_POSITIONS, maximum=_POSITIONS)
+    positions = int_field(cfg, "n_positions", where, GPT2_POSITIONS, maximum=MAX_POSITIONS)
     return ModelBody(
         vocab,
         int_field(cfg, "n_inner", where, 4 * d_model),
@@ -737,13 +726,13 @@ def _moe(
 ) -> MoeSpec:
     """The experts, their placement and their biases (see ExpertTraits); a field left out
     takes the model type's default."""
-    given = _given(cfg, EXPERT_KEYS, where, _EXPERTS, "expert-count ")
+    given = _given(cfg, EXPERT_KEYS, where, MAX_EXPERTS, "expert-count ")
     num_experts = traits.num_experts if given is None else given[1]
-    freq = int_field(cfg, "moe_layer_freq", where, 1, maximum=_LAYERS)
+    freq = int_field(cfg, "moe_layer_freq", where, 1, maximum=MAX_LAYERS)
     if freq != 1:
         raise UsageError(f"{where}: field 'moe_layer_freq' {freq} is not supported (only 1)")
     per_token_default = REQUIRED if traits.per_token is None else traits.per_token
-    per_token = int_field(cfg, "num_experts_per_tok", where, per_token_default, maximum=_EXPERTS)
+    per_token = int_field(cfg, "num_experts_per_tok", where, per_token_default, maximum=MAX_EXPERTS)
     if per_token > num_experts:
         bound = (
             f"{given[0]!r} ({num_experts}), the number of experts"
@@ -759,7 +748,7 @@ def _moe(
         size = int_field(cfg, traits.size_key, where, traits.size)
     shared = traits.shared
     if traits.shared_key is not None:
-        shared = int_field(cfg, traits.shared_key, where, shared, minimum=0, maximum=_EXPERTS)
+        shared = int_field(cfg, traits.shared_key, where, shared, minimum=0, maximum=MAX_EXPERTS)
     shared_size = None
     if traits.shared_size_key is not None:
         shared_size = int_field(cfg, traits.shared_size_key, where, traits.shared_size)
@@ -767,7 +756,9 @@ def _moe(
     if traits.first_dense is not None:
         dense_layers = _first_dense(cfg, traits.first_dense, num_layers, where)
     every = (
-        1 if traits.step_key is None else int_field(cfg, traits.step_key, where, 1, maximum=_LAYERS)
+        1
+        if traits.step_key is None
+        else int_field(cfg, traits.step_key, where, 1, maximum=MAX_LAYERS)
     )
     dense_indices: tuple[int, ...] = ()
     if traits.dense_list_key is not None:
@@ -797,7 +788,7 @@ def _first_dense(cfg: dict, default: int, num_layers: int, where: str) -> int:
     if cfg.get("first_k_dense_replace") is None:
         # transformers' default (DeepSeek-V3: 3) leaves a model of fewer layers all dense
         return min(default, num_layers)
-    dense_layers = int_field(cfg, "first_k_dense_replace", where, minimum=0, maximum=_LAYERS)
+    dense_layers = int_field(cfg, "first_k_dense_replace", where, minimum=0, maximum=MAX_LAYERS)
     if dense_layers > num_layers:
         raise UsageError(
             f"{where}: field 'first_k_dense_replace' ({dense_layers}) must be at most "
@@ -837,10 +828,22 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     return data
 
 
+def transformers_types() -> frozenset[str] | None:
+    """The model types transformers ships a package of (transformers/models/<type>), found
+    without importing it (seconds); None when it is not installed."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or spec.origin is None:
+        return None
+    models = Path(spec.origin).parent / "models"
+    return frozenset(p.name for p in models.iterdir() if p.is_dir()) if models.is_dir() else None
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read config.json at `path`; every problem is a UsageError naming the file and field.
     The model is named by `_name_or_path`, else by the file's stem (its folder's name for
-    a file called config.json)."""
+    a file called config.json). Its note says so when it is named after its file, and
+    when its model_type is none attnbench has formulas for (read from the common fields,
+    which nothing of the type's own checks)."""
     path = Path(path)
     text = read_user_file(path, "hf_config", limit=MAX_CONFIG_BYTES)
     cfg = parse_json(text, str(path))
@@ -848,4 +851,19 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     # A model's own folder holds config.json; a folder of configs names each by its file.
     fallback = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     spec = spec_from_hf_config(cfg, name or fallback, str(path))
-    return replace(spec, config_path=str(path))
+    notes = [spec.note] if spec.note else []
+    inner = language_model(cfg, str(path)) if isinstance(cfg.get("text_config"), dict) else cfg
+    kind = str_field(inner, "model_type", str(path)) or ""
+    known = transformers_types()
+    if kind not in BODY_MODEL_TYPES and kind not in HYBRIDS and kind not in (known or ()):
+        what = f"model_type {kind!r}" if kind else "a config without a model_type"
+        by = "nor transformers" if known is not None else "(transformers is not installed)"
+        notes.append(
+            f"{what}: known neither to attnbench's formulas {by}; its attention is read "
+            "from the common fields (hidden_size, num_attention_heads, "
+            "num_key_value_heads, head_dim), unchecked"
+        )
+    if not name:
+        where = "folder" if path.stem == "config" and path.parent.name else "file"
+        notes.append(f"named after its {where}: the config has no _name_or_path")
+    return replace(spec, config_path=str(path), note="; ".join(notes) or None)

@@ -34,6 +34,11 @@ def _deepseek(vocab, inter, experts, top_k, expert_inter, shared, dense, q_lora,
 
 
 _GEMMA2 = "sliding window 4096 on even layers, global on odd"
+#: Llama 3.1's positions: Llama 3's 8,192 stretched 8x by its RoPE scaling.
+_LLAMA31 = (
+    "128k context: rope_scaling llama3, factor 8 over original_max_position_embeddings "
+    "8192, rope_theta 500000"
+)
 
 # Kept as a table (one preset a line, in the columns of the published configs).
 # fmt: off
@@ -49,6 +54,10 @@ PRESETS: dict[str, ModelSpec] = {p.name: p for p in (
           "meta-llama/Meta-Llama-3-8B config.json", **_llama(128256, 14336, 8192)),
     _spec("llama-3-70b",  80, 8192, 64,  8, 128, "bfloat16",
           "meta-llama/Meta-Llama-3-70B config.json", **_llama(128256, 28672, 8192)),
+    _spec("llama-3.1-8b", 32, 4096, 32,  8, 128, "bfloat16",
+          f"meta-llama/Llama-3.1-8B config.json ({_LLAMA31})", **_llama(128256, 14336, 131072)),
+    _spec("llama-3.1-70b", 80, 8192, 64, 8, 128, "bfloat16",
+          f"meta-llama/Llama-3.1-70B config.json ({_LLAMA31})", **_llama(128256, 28672, 131072)),
     _spec("mistral-7b",   32, 4096, 32,  8, 128, "bfloat16",
           "mistralai/Mistral-7B-v0.1 config.json (sliding_window 4096 on every layer)",
           windows=(4096,) * 32, **_llama(32000, 14336, 32768)),

@@ -12,6 +12,7 @@ the attention core (QK^T, softmax, PV), which reads the KV cache:
          + overheads * overhead_s
          + kernels * launch_s
          + collectives
+         + dequant_ops / float32_rate
 
 `bandwidth` and the rates are what the device reaches in published microbenchmarks (a
 streaming kernel, a large GEMM: model/device_types.py), not its datasheet's peaks; the
@@ -19,12 +20,15 @@ matmul rate is that of the weights' dtype where they are float8 (W8A8), else of 
 activations' dtype (weight-only int8 and int4 dequantise into it), the attention core's
 that of the activations. Each kernel pays the device's launch cost, the gap between
 kernels a captured graph replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the
-collectives are below. The efficiencies are shares of those figures, 1 by default
-(DEFAULT_MODEL), fitted by a calibration on a machine's own runs (model/calibration.py),
-as is `overhead_s`, a fixed cost per layer that no roofline sees (0 by default: the
-launches are counted). The cache streams at a share of its own, `efficiency_kv` (unset:
-efficiency_bw): on a 2-core CPU the cache, read by one small product per sequence and
-head with a softmax between, reaches a third of the weights' rate.
+collectives are below. Weight-only int8 and int4 weights are turned into the activations'
+dtype on the CUDA cores, not the tensor cores, each once per step (WeightFormat.
+dequant_ops per weight), at the device's float32 rate. The efficiencies are shares of
+those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
+runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
+sees (0 by default: the launches are counted). The cache streams at a share of its own,
+`efficiency_kv` (unset: efficiency_bw): on a 2-core CPU the cache, read by one small
+product per sequence and head with a softmax between, reaches a third of the weights'
+rate.
 
 Every term is summed, none overlapped. The parts run one after the other (a layer's
 attention waits for its projections), and within a part the time to move the bytes and
@@ -53,8 +57,10 @@ kv keys (decode: q 1, kv S + 1; prefill of S tokens: q S, kv S) moves:
 - the KV cache: every layer reads the keys its sliding window keeps (min(kv, W), the
   architecture's windows; full context on global layers) and writes the q new ones, in
   the KV dtype with its scales; an MLA layer its latents (mla_counts);
-- the attention's activations (formulas.step_traffic_bytes); the MLP's activations are
-  not counted (B*q*(d + 2*I) elements per layer: small beside its weights at decode);
+- the activations: the attention's (formulas.step_traffic_bytes), and those the layer's
+  other kernels read and write, each token's through every kernel once (mlp_activations):
+  small beside the weights at a decode step of a few sequences, as large as them in a
+  prefill of a few thousand tokens;
 - a hybrid model's state (Mamba, linear attention): every state layer reads each
   sequence's state and writes it back, 2 * its bytes per step (capacity.state_bytes), as
   part of the cache.
@@ -83,7 +89,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import FieldError
@@ -254,24 +260,25 @@ def tokens_per_s(tokens: int, time_s: float) -> float:
 
 def allreduce_s(bytes: int, tp: int, device: DeviceSpec) -> float:
     """Time of one all-reduce of `bytes` over `tp` ranks of `device`, as nccl-tests models
-    it: busbw = algbw * 2*(tp-1)/tp, so 2*(tp-1)/tp * bytes / busbw, plus the latency of a
-    small message; 0 at tp 1."""
-    return _collective_s(bytes, tp, device, 2 * (tp - 1) / tp)
+    it: busbw = algbw * 2*(tp-1)/tp, so 2*(tp-1)/tp * bytes / busbw, plus the latency of
+    its 2*(tp-1) ring steps; 0 at tp 1."""
+    return _collective_s(bytes, tp, device, 2 * (tp - 1))
 
 
 def allgather_s(bytes: int, tp: int, device: DeviceSpec) -> float:
     """Time of an all-gather whose result is `bytes` on every rank (nccl-tests: busbw =
-    algbw * (tp-1)/tp), plus the latency of a small message; 0 at tp 1."""
-    return _collective_s(bytes, tp, device, (tp - 1) / tp)
+    algbw * (tp-1)/tp), plus the latency of its tp-1 ring steps; 0 at tp 1."""
+    return _collective_s(bytes, tp, device, tp - 1)
 
 
-def _collective_s(bytes: int, tp: int, device: DeviceSpec, share: float) -> float:
+def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
     positive_int("tp", tp)
     if tp == 1:
         return 0.0
-    if device.collectives is None:
+    collectives = device.collectives
+    if collectives is None:
         raise FieldError("tp", tp, f"needs a device with an interconnect, not {device.name}")
-    return share * bytes / device.collectives.bus_bandwidth + device.collectives.latency_s
+    return steps / tp * bytes / collectives.bus_bandwidth + collectives.latency(steps)
 
 
 @dataclass(frozen=True)
@@ -298,6 +305,8 @@ class ModelCounts:
     gather_bytes: int = 0
     #: The dtype of the dense matmuls (float8 weights: float8), None: the step's dtype.
     matmul_dtype: str | None = None
+    #: Operations that dequantise weight-only int8 or int4 weights, each weight once.
+    dequant_ops: int = 0
 
     @property
     def bytes(self) -> int:
@@ -433,6 +442,17 @@ def mla_counts(
     return AttentionCounts(kv, activations, L * (core + expand), L * core)
 
 
+def mlp_activations(parts: Mapping[str, int], expert_weights: int, layers: int, d: int) -> int:
+    """Elements one token's activations move through a step's kernels besides the
+    attention's, on one rank of `parts` (part_params): each norm reads and writes d (2 per
+    norm weight); each MLP reads its input and writes its output (2d a layer); within it,
+    each matmul writes its output for the next kernel to read, and the activation function
+    reads the gate and up outputs and writes their product: 2 per weight over d (gated,
+    3dI weights: 2I written, 2I read, I written, I read, 6I; plain, 2dI weights: 4I); the
+    routed experts a token goes to, `expert_weights` of them, the same."""
+    return 2 * parts["norms"] + 2 * layers * d + 2 * (parts["mlp"] + expert_weights) // d
+
+
 def step_counts(
     spec: ModelSpec,
     batch: int,
@@ -465,11 +485,12 @@ def step_counts(
         table = (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
         table += parts["output head"]
     head = vocab_rows * d
-    expert_flops, moe_kernels = 0, 0
+    expert_flops, moe_kernels, expert_weights = 0, 0, 0
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
         body += per_expert * min(traits.num_experts, tokens * traits.experts_per_token)
-        expert_flops = 2 * tokens * traits.experts_per_token * per_expert
+        expert_weights = traits.experts_per_token * per_expert  # what one token goes through
+        expert_flops = 2 * tokens * expert_weights
         moe_kernels = MOE_KERNELS * L
 
     if spec.mla is not None:
@@ -495,7 +516,8 @@ def step_counts(
     return ModelCounts(
         weight_bytes=fmt.bytes(body, d) + packed_bytes(table, dtype),
         kv_bytes=attention.kv_bytes + state,
-        activation_bytes=attention.activation_bytes,
+        activation_bytes=attention.activation_bytes
+        + tokens * mlp_activations(parts, expert_weights, L, d) * dtype_bytes(dtype),
         flops=attention.flops + dense + expert_flops + 2 * batch * head + state_flops,
         attention_flops=attention.core_flops + state_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
@@ -507,6 +529,7 @@ def step_counts(
         # each rank's logits of the last token of every sequence, in float32
         gather_bytes=batch * vocab_rows * tp * 4 if tp > 1 else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),
+        dequant_ops=fmt.dequant_ops * body,
     )
 
 
@@ -547,10 +570,12 @@ class ModelPrediction:
     roofline: Roofline
     allreduce_s: float
     launch_s: float = 0.0
+    #: Dequantising weight-only int8 or int4 weights, at the device's float32 rate.
+    dequant_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return self.roofline.time_s + self.allreduce_s + self.launch_s
+        return self.roofline.time_s + self.allreduce_s + self.launch_s + self.dequant_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -583,4 +608,12 @@ def predict_counts(
     collectives = counts.allreduces * allreduce_s(counts.allreduce_bytes, tp, device)
     if counts.gather_bytes:
         collectives += allgather_s(counts.gather_bytes, tp, device)
-    return ModelPrediction(counts, roof, collectives, counts.kernels * device.launch_s)
+    dequant = 0.0
+    if counts.dequant_ops:
+        rate = device.dense_flops.get("float32")
+        if not rate:
+            raise FieldError(
+                "weights_dtype", "int8/int4", f"needs {device.name}'s float32 rate to dequantise"
+            )
+        dequant = counts.dequant_ops / rate
+    return ModelPrediction(counts, roof, collectives, counts.kernels * device.launch_s, dequant)

@@ -23,6 +23,11 @@ def variant_label(num_heads: int, num_kv_heads: int) -> str:
     return f"GQA-{num_kv_heads}"
 
 
+def shape_label(d_model: int, num_heads: int, num_kv_heads: int) -> str:
+    """A layer shape in a few characters: 'd4096 h32/8'."""
+    return f"d{d_model} h{num_heads}/{num_kv_heads}"
+
+
 @dataclass(frozen=True)
 class AttentionShape:
     """The hyper-parameters of one attention layer; validated on construction."""

@@ -69,6 +69,15 @@ class WeightFormat:
     def quantized(self) -> bool:
         return self.dtype in WEIGHT_ONLY or self.dtype in WEIGHT_AND_ACTIVATION
 
+    @property
+    def dequant_ops(self) -> int:
+        """Operations on the CUDA cores (not the tensor cores) that turn one stored weight
+        into the activations' dtype inside a weight-only kernel: int8, a conversion and a
+        multiply by its scale (2); int4, a shift and a mask to unpack it, a conversion,
+        the zero point's subtraction and the scale's multiply (5); none for weights
+        stored in a dtype the tensor cores take."""
+        return {"int8": 2, "int4": 5}.get(self.dtype, 0)
+
     def matmul_dtype(self, activations: str) -> str:
         """The dtype the matmuls run in: the weights' for float8 (W8A8), else the
         activations' (weight-only quantisation dequantises in the kernel)."""

@@ -49,6 +49,10 @@ def what_if_specs(spec: ModelSpec, values: list[int | str]) -> list[ModelSpec]:
     return [replace(spec, num_kv_heads=k, published_kv_heads=own) for k in unique]
 
 
+#: How the model's own row of a what-if set is marked: 'GQA-8 (own)'.
+OWN_MARK = " (own)"
+
+
 def is_own(num_kv_heads: int | None, published_kv_heads: int | None) -> bool:
     """Whether a row of a what-if set is the model as published."""
     return published_kv_heads is not None and num_kv_heads == published_kv_heads

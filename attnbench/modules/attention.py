@@ -19,8 +19,6 @@ from torch import nn
 from ..model.shapes import AttentionShape, check_int
 from ..modules.kv_cache import KVCache
 
-BACKENDS = ("sdpa", "naive")
-
 #: Attention of single-token queries (batch, Hq, 1, D) over K/V (batch, Hkv, keys, D).
 DecodeAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 #: Causal attention of (batch, Hq, L, D) queries over K/V (batch, Hkv, L, D).
@@ -192,11 +190,56 @@ def naive_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
     return naive_attention(q, k, v, is_causal=True)
 
 
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """torch's fused attention, reading each KV head once for its group of query heads.
+
+    Decode (one query): the G query heads of each KV head are folded into the
+    query-length dimension, q (B, Hkv*G, 1, D) -> (B, Hkv, G, D), and attend to K/V
+    (B, Hkv, Lk, D) as they are. Longer queries use `enable_gqa`, which does the same
+    grouping inside the kernel; masks stay broadcastable and are never expanded.
+    """
+    q_len, k_len, groups = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
+    if q_len == 1:
+        is_causal = False  # the one query is the last position: it sees every key
+    mask = dead_rows = None
+    if attn_mask is not None or (is_causal and q_len != k_len):
+        mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
+        dead = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
+        dead_rows = dead.all(dim=-1, keepdim=True)  # rows that see no key: zeros
+        if mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+    if q_len == 1 and groups > 1:
+        out = folded_decode(q, k, v, mask)
+    else:
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=is_causal and mask is None,
+            enable_gqa=groups > 1,
+        )
+    return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
+
+
+#: Each backend's attention in a forward: queries of any length, with a mask or causal.
+BACKEND_FORWARD: dict[str, Callable[..., torch.Tensor]] = {
+    "sdpa": sdpa_attention,
+    "naive": naive_attention,
+}
 #: Each backend's attention for decode steps and for causal forwards.
 BACKEND_ATTENTION: dict[str, tuple[DecodeAttention, CausalAttention]] = {
     "sdpa": (folded_decode, sdpa_causal),
     "naive": (naive_decode, naive_causal),
 }
+#: The backends a layer computes its attention with.
+BACKENDS = tuple(BACKEND_FORWARD)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -289,10 +332,7 @@ class GroupedQueryAttention(nn.Module):
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v, start_pos)
-        if self.backend == "naive":
-            out = naive_attention(q, k, v, attn_mask, is_causal)
-        else:
-            out = self._attend_sdpa(q, k, v, attn_mask, is_causal)
+        out = BACKEND_FORWARD[self.backend](q, k, v, attn_mask, is_causal)
         out = out.transpose(1, 2).reshape(batch, q_len, self.shape.q_dim)
         return self._project(self.o_proj, out, packed)
 
@@ -450,37 +490,6 @@ class GroupedQueryAttention(nn.Module):
             raise ValueError(
                 f"cache holds {cache.k.dtype} on {cache.k.device}, x is {x.dtype} on {x.device}"
             )
-
-    def _attend_sdpa(self, q, k, v, attn_mask, is_causal) -> torch.Tensor:
-        """torch's fused attention, reading each KV head once for its group of query heads.
-
-        Decode (one query): the G query heads of each KV head are folded into the
-        query-length dimension, q (B, Hkv*G, 1, D) -> (B, Hkv, G, D), and attend to K/V
-        (B, Hkv, Lk, D) as they are. Longer queries use `enable_gqa`, which does the same
-        grouping inside the kernel; masks stay broadcastable and are never expanded.
-        """
-        q_len, k_len, groups = q.shape[2], k.shape[2], self.group_size
-        if q_len == 1:
-            is_causal = False  # the one query is the last position: it sees every key
-        mask = dead_rows = None
-        if attn_mask is not None or (is_causal and q_len != k_len):
-            mask = merge_masks(attn_mask, is_causal, q_len, k_len, q.device)
-            dead = ~mask if mask.dtype == torch.bool else torch.isneginf(mask)
-            dead_rows = dead.all(dim=-1, keepdim=True)  # rows that see no key: zeros
-            if mask.dtype != torch.bool:
-                mask = mask.to(q.dtype)
-        if q_len == 1 and groups > 1:
-            out = folded_decode(q, k, v, mask)
-        else:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=mask,
-                is_causal=is_causal and mask is None,
-                enable_gqa=groups > 1,
-            )
-        return out if dead_rows is None else out.masked_fill(dead_rows, 0.0)
 
 
 class MultiHeadAttention(GroupedQueryAttention):

@@ -19,6 +19,13 @@ from ..model.architecture import ModelBody, ModelSpec
 from ..model.model_params import PARTS, require_body
 
 
+def _embedding(num: int, dim: int) -> nn.Embedding:
+    """An embedding table given its (empty) weight: nn.Embedding's own initialisation
+    (normal_) on the meta device loads torch's compiler stack, a second of start-up for
+    a table whose values are never read."""
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
+
+
 def _norm(body: ModelBody, dim: int) -> nn.Module:
     return nn.LayerNorm(dim) if body.norm_bias else nn.RMSNorm(dim)
 
@@ -105,9 +112,9 @@ class ModelSkeleton(nn.Module):
         super().__init__()
         body = require_body(spec)
         d = spec.d_model
-        self.embeddings = nn.ModuleDict({"tokens": nn.Embedding(body.vocab_size, d)})
+        self.embeddings = nn.ModuleDict({"tokens": _embedding(body.vocab_size, d)})
         if body.position_embeddings:
-            self.embeddings["positions"] = nn.Embedding(body.position_embeddings, d)
+            self.embeddings["positions"] = _embedding(body.position_embeddings, d)
         self.layers = nn.ModuleList(_Block(spec, body, i) for i in range(spec.num_layers))
         self.final_norm = _norm(body, d)
         self.output_head = nn.Linear(d, body.vocab_size, bias=body.head_bias)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..measure.stats import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
-from ..model.what_if import is_own
+from ..model.what_if import OWN_MARK, is_own
 from .table import Column, as_row
 
 NONE_TEXT = "-"
@@ -149,10 +149,6 @@ def _status(rank: int) -> Column:
     return Column("Status", "status", fmt_plain, rank=rank, kind="status", compact=fmt_status)
 
 
-#: How the model's own row of a what-if set is marked (see model/what_if.py).
-OWN_MARK = " (own)"
-
-
 def variant_cell(row: Mapping[str, Any]) -> str:
     """The variant's name, marked on the model's own row of a what-if set: 'GQA-8 (own)'."""
     variant = fmt_plain(row.get("variant"))
@@ -226,6 +222,36 @@ PARAMS: list[Column] = [
 
 # --- kvmem: KV-cache memory -----------------------------------------------------------------
 
+#: How kvmem's status reads where the allocation that checks the formula was skipped (too
+#: little free memory): the bytes computed stand, so the row says what did not run rather
+#: than 'skipped', which reads as a failure of the whole row.
+NOT_ALLOCATED = "not allocated"
+
+
+def kvmem_status(status: Any) -> Any:
+    """'skipped: needs 40.00 GiB, 22.62 GiB free' -> 'not allocated: needs 40.00 GiB,
+    22.62 GiB free (the bytes are computed; only their check by allocation was skipped)';
+    any other status as it is."""
+    text = str(status) if status is not None else ""
+    if not text.startswith("skipped:"):
+        return status
+    reason = text.split(":", 1)[1].strip()
+    return (
+        f"{NOT_ALLOCATED}: {reason} (the bytes are computed; only their check by "
+        "allocation was skipped)"
+    )
+
+
+@dataclass(frozen=True)
+class RewordedColumn(Column):
+    """A column whose value is the record's field as `reword` says it (kvmem's status)."""
+
+    reword: Callable[[Any], Any] = lambda v: v
+
+    def value(self, row: Mapping[str, Any]) -> Any:
+        return self.reword(row.get(self.field))
+
+
 KVMEM: list[Column] = [
     _model(0),
     _variant(0),
@@ -241,7 +267,15 @@ KVMEM: list[Column] = [
     _bytes("whole model", "kv_bytes", 1),
     _bytes("measured", "measured_bytes", 20),
     Column("vs MHA", "ratio_vs_mha", fmt_pct, rank=2),
-    _status(4),
+    RewordedColumn(
+        "Status",
+        "status",
+        fmt_plain,
+        rank=4,
+        kind="status",
+        compact=fmt_status,
+        reword=kvmem_status,
+    ),
 ]
 
 
@@ -511,24 +545,6 @@ def decode_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
     return columns
 
 
-def status_notes(rows: Sequence[Mapping[str, Any]], by: str = "provider") -> list[str]:
-    """The reasons behind the statuses a table shows by their first word, each once:
-    'unsupported: no efficient kernel on the CPU (sdpa-efficient, 4 rows)', naming the
-    values of `by` (the provider) of the rows that gave it. Statuses without a reason
-    ('ok', 'oom') have none."""
-    seen: dict[str, list[Mapping[str, Any]]] = {}
-    for r in map(as_row, rows):
-        status = str(r.get("status") or "ok")
-        if ":" in status:
-            seen.setdefault(status, []).append(r)
-    notes = []
-    for status, group in seen.items():
-        names = list(dict.fromkeys(str(r.get(by)) for r in group if r.get(by) is not None))
-        count = f"{len(group)} row{'s' * (len(group) != 1)}"
-        notes.append(f"{status} ({', '.join([*names, count])})")
-    return notes
-
-
 # --- whole model (the params of a model) and the model presets --------------------------
 
 WHOLE_MODEL: list[Column] = [
@@ -610,16 +626,64 @@ SECTION_COLUMNS: dict[str, list[Column]] = {
 }
 
 
+#: The sections whose columns depend on their rows (the providers, kinds and measures
+#: they hold).
+ROW_COLUMNS: dict[str, Callable[[Sequence[Mapping[str, Any]]], list[Column]]] = {
+    "kvmem": kvmem_columns,
+    "decode": decode_columns,
+    "layer_kinds": layer_kind_columns,
+}
+
+
+#: The columns whose numbers read in one format down the column (aligned_columns).
+ALIGNED = (
+    "time_ms",
+    "intensity",
+    "measured_ms",
+    "predicted_ms",
+    "layer_prefill_ms",
+    "layer_step_ms",
+    "ttft_ms",
+    "tpot_ms",
+)
+#: Significant digits the smallest number of an aligned column keeps, and the most
+#: decimals any column has.
+ALIGNED_DIGITS, MOST_DECIMALS = 3, 3
+
+
+def decimals_for(values: Sequence[Any]) -> int:
+    """The decimals that give the smallest of `values` ALIGNED_DIGITS significant digits,
+    at most MOST_DECIMALS and none for whole numbers of 100 and up (0.2305 -> 3,
+    7.768 -> 2, 2857 -> 0)."""
+    known = [abs(v) for v in values if isinstance(v, (int, float)) and v and math.isfinite(v)]
+    if not known:
+        return 0
+    return max(0, min(MOST_DECIMALS, ALIGNED_DIGITS - 1 - math.floor(math.log10(min(known)))))
+
+
+def _fixed(decimals: int):
+    return lambda v: NONE_TEXT if v is None else f"{v:,.{decimals}f}"
+
+
+def aligned_columns(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> list[Column]:
+    """`columns` with each ALIGNED one in one format for `rows`: the same decimals down
+    the column, enough for its smallest number (decimals_for), so that 0.2305, 21.23 and
+    2,857 read 0.231, 21.232 and 2,857.109, not in three forms."""
+    return [
+        replace(c, fmt=_fixed(decimals_for([r.get(c.field) for r in rows])), compact=None)
+        if c.field in ALIGNED
+        else c
+        for c in columns
+    ]
+
+
 def columns_for(section: str, rows: Sequence[Mapping[str, Any]]) -> list[Column]:
-    """The columns of a study section's table: kvmem's and decode's depend on their rows."""
-    if section == "kvmem":
-        return kvmem_columns(rows)
-    if section == "decode":
-        return decode_columns(rows)
-    if section == "layer_kinds":
-        return layer_kind_columns(rows)
+    """The columns of a study section's table (ROW_COLUMNS: made for its rows), each
+    ALIGNED one in one format for `rows`."""
+    if section in ROW_COLUMNS:
+        return ROW_COLUMNS[section](rows)
     try:
-        return SECTION_COLUMNS[section]
+        return aligned_columns(SECTION_COLUMNS[section], rows)
     except KeyError:
-        known = ", ".join(["kvmem", "decode", *SECTION_COLUMNS])
+        known = ", ".join(dict.fromkeys([*ROW_COLUMNS, *SECTION_COLUMNS]))
         raise KeyError(f"no table columns for section {section!r}; known: {known}") from None

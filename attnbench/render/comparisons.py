@@ -229,6 +229,72 @@ def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
     return join_words(parts) if parts else "its evidence does not hold"
 
 
+def judge_pair(comparison: Mapping, a: Mapping, b: Mapping, environment: Mapping | None) -> Judged:
+    """The evidence of a paired comparison (`paired`) of a's step over b's."""
+    median, lo, hi = (comparison[f"x_{s}"] for s in ("median", "ci_lo", "ci_hi"))
+    width = max(median - lo, hi - median) / median
+    spreads = [s for s in (spread(a), spread(b)) if s is not None]
+    return Judged(
+        width,
+        comparison["step_repeats"],
+        max(spreads, default=None),
+        host_moved(environment),
+        held(a, b),
+    )
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """The fastest step of rows alike but in their provider: `best` (the least median),
+    each other row `against` it with their paired comparison (None: not sampled in
+    turn), and whether `best` beat every one of them by a resolved comparison, its whole
+    interval under 1x (`resolved`). Only a resolved one is named fastest."""
+
+    best: Mapping
+    against: list[tuple[Mapping, dict | None]]
+    resolved: bool
+
+
+def fastest(rows: Sequence[Mapping], environment: Mapping | None) -> Fastest:
+    """The fastest of `rows` (at least two timed steps), and whether it is resolved."""
+    best = min(rows, key=lambda r: r["step_ms_median"])
+    against = [(r, paired(best, r)) for r in rows if r is not best]
+    resolved = all(
+        p is not None and judge_pair(p, best, r, environment).resolved and p["x_ci_hi"] < 1
+        for r, p in against
+    )
+    return Fastest(best, against, resolved)
+
+
+def not_fastest(found: Fastest, environment: Mapping | None) -> str:
+    """Why the provider of the least median is not named fastest: 'attnbench was not
+    sampled in turn with hf', 'attnbench and hf are as fast within the 95% interval of
+    their comparison', or why the comparisons are not resolved (`why_not`)."""
+    best = found.best
+    apart = [r["provider"] for r, p in found.against if p is None]
+    if apart:
+        return f"{best['provider']} was not sampled in turn with {join_words(apart)}"
+    judged = [judge_pair(p, best, r, environment) for r, p in found.against if p]
+    if all(j.resolved for j in judged):
+        tied = [r["provider"] for r, p in found.against if p and p["x_ci_hi"] >= 1]
+        return (
+            f"{best['provider']} and {join_words(tied)} are as fast within the 95% "
+            "interval of their comparison"
+        )
+    return why_not([j for j in judged if not j.resolved], environment)
+
+
+def unresolved_evidence(found: Fastest, environment: Mapping | None) -> list[Judged] | None:
+    """The comparisons that leave `found` unresolved, when that is all there is to say (no
+    provider apart, none as fast within a resolved interval): their evidence, which
+    several rows' can share one `why_not`; None otherwise."""
+    if any(p is None for _, p in found.against):
+        return None
+    judged = [judge_pair(p, found.best, r, environment) for r, p in found.against if p]
+    weak = [j for j in judged if not j.resolved]
+    return weak or None
+
+
 def _listed(rows: Sequence[dict], stem: str, inverse: bool = False) -> str:
     """'MHA 9.19x (95% interval 8.99-9.27x), GQA-2 1.91x (1.88-1.92x)', or with `inverse`
     'MHA 38.7x faster (95% interval ...), GQA-2 1.20x slower (...)'."""

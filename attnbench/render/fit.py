@@ -85,7 +85,9 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
 
 
 def answer_line(record: FitRecord) -> str:
-    """The answer in one sentence."""
+    """The answer in one sentence; a longest context past the positions the model
+    declares (max_position_embeddings) says so (fit_cmd notes a context asked for past
+    them, as kvmem does)."""
     per_replica = (
         f"; {record.batch_per_replica:,} sequences on each of {record.replicas} replicas"
         if record.replicas > 1
@@ -106,6 +108,44 @@ def answer_line(record: FitRecord) -> str:
     if limit and record.seq_len and record.seq_len > limit:
         line += f" (more than the model's {limit:,} positions)"
     return line
+
+
+#: What may tell one answer of `fit` from another of the same run, and how a label says
+#: it: the model, the GPU and its memory, the split, the dtypes, the cache's layout.
+LABELS = (
+    ("model", str),
+    ("gpu", str),
+    ("gpus", lambda v: f"{v:,} GPUs"),
+    ("memory_bytes_per_gpu", lambda v: f"{format_bytes(v)} each"),
+    ("tp", lambda v: f"tp {v}"),
+    ("weights_dtype", lambda v: f"{v} weights"),
+    ("kv_dtype", lambda v: f"{v} KV cache"),
+    ("page_size", lambda v: "no pages" if v is None else f"pages of {v:,} tokens"),
+    ("sliding_window", lambda v: "no window" if v is None else f"window {v:,}"),
+    ("layer_pattern", lambda v: f"layers {v}"),
+)
+
+
+def answer_labels(records: list[FitRecord]) -> list[str]:
+    """Each answer's label: the settings (LABELS) in which the records differ, '' for
+    all when there is one record or they differ in none of them ('float8_e4m3fn KV
+    cache', 'llama-3-8b, tp 2')."""
+    differ = [(f, fmt) for f, fmt in LABELS if len({getattr(r, f) for r in records}) > 1]
+    return [", ".join(fmt(getattr(r, f)) for f, fmt in differ) for r in records]
+
+
+def latency_answer(record: FitRecord, label: str = "") -> str:
+    """The answer under latency targets in one line: the largest batch that meets them
+    (and what memory alone would allow, when more), or that none does, or why nothing
+    fits; `label` tells it from the others of the run."""
+    where = f" at {record.seq_len:,} tokens" + (f" ({label})" if label else "")
+    if record.status == OK:
+        more = record.memory_batch is not None and record.memory_batch > record.batch
+        memory = f", where memory alone allows {record.memory_batch:,}" if more else ""
+        return f"Largest batch within the targets{where}: {record.batch:,} sequences{memory}"
+    if fmt_status(record.status) == TOO_SLOW:
+        return f"No batch meets the targets{where}: {record.status}"
+    return f"Nothing fits{where}: {record.status}"
 
 
 def _fmt_ms(value: float | None) -> str:

@@ -129,11 +129,15 @@ def field_text(field: str, value) -> str:
     return f"{name} {text}".strip()
 
 
-def context(records: Sequence[dict], environment: dict, fields: Sequence[str]) -> str:
+def context(
+    records: Sequence[dict], environment: dict, fields: Sequence[str], machine: str | None = "on"
+) -> str:
     """'on Intel Xeon (cpu), float32, batch 1': the settings every record shares (but a
-    default nobody set, like gen 0: see UNSAID)."""
+    default nobody set, like gen 0: see UNSAID). `machine` is the words before the
+    machine's name ('checked by allocation on'); None names no machine (a plot of counts
+    that no machine measured)."""
     device = environment.get("device_name") or environment.get("device", "?")
-    parts = [f"on {device} ({environment.get('device', '?')})"]
+    parts = [] if machine is None else [f"{machine} {device} ({environment.get('device', '?')})"]
     for f in fields:
         values = {r.get(f) for r in records}
         value = values.pop() if len(values) == 1 else None
@@ -500,39 +504,74 @@ def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> 
     _scale(ax, "y", [cache(r) / divisor for r in records])
 
 
+def kv_context(records: Sequence[dict], environment: dict, fields: Sequence[str]) -> str:
+    """The subtitle of a KV-memory plot, two lines: the settings every line shares, then
+    where the bytes come from. They are the formula's, the same on any machine, so a
+    machine is named only where the run allocated the caches to check them ('checked by
+    allocation on Intel Xeon (cpu)'); 'computed by the formula' otherwise."""
+    settings = context(records, environment, fields, machine=None)
+    checked = sum(r.get("measured_bytes") is not None for r in records)
+    if not checked:
+        return f"{settings}\ncomputed by the formula (no cache allocated)"
+    words = (
+        "checked by allocation on"
+        if checked == len(records)
+        else (f"{checked} of {len(records)} points checked by allocation on")
+    )
+    return f"{settings}\n{context(records, environment, (), words)}"
+
+
 def kv_memory_vs_heads(doc: dict) -> Figure | None:
-    """Lines over the number of KV heads, for shapes measured at two or more of them."""
+    """Lines over the number of KV heads, for shapes measured at two or more of them: one
+    line per shape, at the longest context the study has of it (the bytes are in
+    proportion to the context, which kv_memory_context.png shows), so that the legend
+    names shapes, not every context."""
     records = ok_records(_records(doc, "kvmem"), "kv_bytes", "num_kv_heads")
-    lines = [
-        (label, rows)
-        for label, rows in series(records, "num_kv_heads", exclude=("model",), named=False)
+    shapes = [
+        rows
+        for _, rows in series(records, "num_kv_heads", exclude=("model", "seq_len"), named=False)
         if len({r["num_kv_heads"] for r in rows}) > 1
     ]
-    if not lines:
+    if not shapes:
         return None
-    records = [r for _, rows in lines for r in rows]
+    longest = [
+        r for rows in shapes for r in rows if r["seq_len"] == max(x["seq_len"] for x in rows)
+    ]
+    lines = series(longest, "num_kv_heads", exclude=("model",), named=False)
+    contexts = {r["seq_len"] for r in longest}
+    fields = ("num_layers", "num_heads", "head_dim", "dtype", "batch", "seq_len")
+    subtitle = kv_context(longest, doc["environment"], fields)
+    if len({r["seq_len"] for rows in shapes for r in rows}) > len(contexts):
+        which = "the longest" if len(contexts) == 1 else "each shape's longest"
+        settings, _, where = subtitle.partition("\n")
+        subtitle = f"{settings} ({which}; the bytes grow in proportion to it)\n{where}"
     fig, ax = _figure(
         "KV-cache memory vs number of KV heads",
-        context(
-            records, doc["environment"], ("num_layers", "num_heads", "head_dim", "dtype", "batch")
-        ),
+        subtitle,
         "KV heads (MHA has as many as query heads; MQA has 1)",
         "",
     )
     _memory_lines(ax, lines, "num_kv_heads")
-    heads = sorted({r["num_kv_heads"] for r in records})
+    heads = sorted({r["num_kv_heads"] for r in longest})
     _scale(ax, "x", heads)
-    ax.set_xticklabels([_heads_tick(h, records) for h in heads])
+    ax.set_xticklabels([_heads_tick(h, longest) for h in heads])
     ax.legend(fontsize=8)
     return fig
 
 
 def _heads_tick(heads: int, records: Sequence[dict]) -> str:
-    """A tick at `heads` KV heads: the number, over the variant's name when every line
-    there names it alike (8 KV heads is MHA with 8 query heads, GQA-8 with 32: then the
-    number alone)."""
-    names = {r.get("variant") for r in records if r["num_kv_heads"] == heads}
-    return f"{heads}\n{names.pop()}" if len(names) == 1 and None not in names else str(heads)
+    """A tick at `heads` KV heads: the number over the variants it is, by the lines'
+    query heads: 8 KV heads is MHA with 8 query heads and GQA-8 with 32, 'MHA/GQA-8'."""
+    by_heads = sorted(
+        {
+            (r.get("num_heads") or 0, r.get("variant"))
+            for r in records
+            if r["num_kv_heads"] == heads
+        },
+        key=lambda hv: (hv[0], str(hv[1])),
+    )
+    names = list(dict.fromkeys(v for _, v in by_heads if v is not None))
+    return f"{heads}\n{'/'.join(names)}" if names else str(heads)
 
 
 def kv_memory_vs_context(doc: dict) -> Figure | None:
@@ -550,7 +589,7 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
     records = [r for _, rows in lines for r in rows]
     fig, ax = _figure(
         "KV-cache memory vs context length" + (" for the model presets" if presets else ""),
-        context(records, doc["environment"], ("num_layers", "dtype", "batch")),
+        kv_context(records, doc["environment"], ("num_layers", "dtype", "batch")),
         "Context length (tokens cached)",
         "",
     )

@@ -10,7 +10,14 @@ from typing import Any
 from ..model.calibration import CheckRow
 from ..model.roofline import STATE_FLOPS
 from ..model.units import format_bytes
-from .columns import fmt_4sig, fmt_int, fmt_plain, fmt_rate, fmt_si, variant_cell
+from .columns import (
+    fmt_4sig,
+    fmt_int,
+    fmt_plain,
+    fmt_rate,
+    fmt_si,
+    variant_cell,
+)
 from .table import Column
 
 #: The table of `predict`: one row per point, part and phase (phase_rows).
@@ -43,6 +50,9 @@ PHASES = (
     ("model TTFT", "prefill", "ttft_ms"),
     ("model TPOT", "step", "tpot_ms"),
 )
+#: The model's prefill row of a batch of several prompts: the prefill of them all, which is
+#: no request's time to first token alone (batch_prefill_note says what it is).
+BATCH_PREFILL = "model prefill"
 
 
 def point_label(record: Mapping[str, Any]) -> str:
@@ -62,6 +72,8 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if r.get(time_field) is None:
                 continue
             decode = prefix == "step" or (prefix == "layer_step" and r.get("tpot_ms") is None)
+            if prefix == "prefill" and r["batch"] > 1:
+                step = BATCH_PREFILL
             rows.append(
                 {
                     "name": point_label(r),
@@ -86,6 +98,22 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def batch_prefill_note(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the model's prefill of a batch of several prompts is, once: the prefill of all
+    of them, which a request waits for when its prompt is prefilled with the others; a
+    request prefilled alone waits for the prefill of one prompt (batch 1, as fit's time
+    to first token target counts it)."""
+    batches = sorted({r["batch"] for r in records if r["batch"] > 1 and r.get("ttft_ms")})
+    if not batches:
+        return []
+    listed = ", ".join(f"{b:,}" for b in batches)
+    return [
+        f"{BATCH_PREFILL}: the prefill of all the batch's prompts (batch {listed}) in one "
+        "pass, the time to first token of each request prefilled with the others; a "
+        "request's own prompt prefilled alone is the model TTFT at batch 1"
+    ]
 
 
 def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from ..experiments.decode import DecodeRecord
 from ..records import key_fields
-from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, known
+from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, join_words, known
 from .table import TITLE_SEPARATOR, Column, as_row
 
 #: The settings that tell one row from another besides the provider (the mode is "cache").
@@ -23,6 +23,9 @@ ROW_FIELDS = key_fields(DecodeRecord, but=("provider", "mode"))
 DEFAULT_BASELINE = "attnbench"
 #: The row's field naming its fastest provider.
 FASTEST = "fastest"
+#: The fastest cell of a row whose least median did not beat every other by a resolved
+#: comparison (render.comparisons.fastest): the table's note says why.
+UNRESOLVED = "not resolved"
 #: The rank of the first provider other than the baseline: after the settings (ranks up
 #: to 20 in DECODE), which tell rows apart, so a narrow table hides providers first.
 OTHER_RANK = 21
@@ -52,11 +55,13 @@ class ProviderCell:
 
 
 class ProvidersTable(NamedTuple):
-    """The side-by-side table: its title, columns and rows (no rows: nothing to show)."""
+    """The side-by-side table: its title, columns and rows (no rows: nothing to show),
+    and the notes to print under it (why a row's fastest is not resolved)."""
 
     title: str
     columns: list[Column]
     rows: list[dict]
+    notes: tuple[str, ...] = ()
 
 
 def cached_steps(records: Iterable[Any]) -> list[Mapping[str, Any]]:
@@ -101,15 +106,27 @@ def _provider_column(name: str, rank: int) -> Column:
     )
 
 
-def providers_table(records: Iterable[Any]) -> ProvidersTable:
+def providers_table(records: Iterable[Any], environment: Mapping | None = None) -> ProvidersTable:
     """The cached decode steps of `records` (records or dicts), providers side by side:
     one row per configuration, one column per provider (the baseline first), then the
     fastest provider. No rows when the cached steps hold fewer than two providers.
+
+    A row names its fastest provider only where that provider's step beat every other's,
+    round by round, by a resolved comparison (render.comparisons.fastest, with the run's
+    `environment`); otherwise it says "not resolved", and a note under the table says
+    why (a least median over noisy or too few samples is no answer).
 
     Providers timed at no point (unsupported or wrong everywhere) are named in the
     title instead of given a column. In a narrow table the speed-ups go first (each cell
     keeps its time), then the providers from the last but the baseline; settings every
     row shares go to the title."""
+    from .comparisons import (  # it imports render.plots, which imports this
+        fastest,
+        not_fastest,
+        unresolved_evidence,
+        why_not,
+    )
+
     steps = cached_steps(records)
     baseline = baseline_of(steps)
     timed = {r.get("provider") for r in steps if known(r.get("step_ms_median"))}
@@ -136,16 +153,55 @@ def providers_table(records: Iterable[Any]) -> ProvidersTable:
     if len(providers) < 2:
         return ProvidersTable(title, columns, [])
     rows: dict[tuple, dict] = {}
+    steps_of: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in steps:
-        row = rows.setdefault(
-            tuple(r.get(f) for f in ROW_FIELDS), {f: r.get(f) for f in ROW_FIELDS}
-        )
+        at = tuple(r.get(f) for f in ROW_FIELDS)
+        row = rows.setdefault(at, {f: r.get(f) for f in ROW_FIELDS})
         row[f"provider:{r['provider']}"] = _cell(r, baseline)
-    for row in rows.values():
-        timed = [
-            (cell.ms, p)
-            for p in providers
-            if (cell := row.get(f"provider:{p}")) is not None and known(cell.ms)
-        ]
-        row[FASTEST] = min(timed, key=lambda t: t[0])[1] if timed else None
-    return ProvidersTable(title, columns, list(rows.values()))
+        if r.get("provider") in providers and known(r.get("step_ms_median")):
+            steps_of.setdefault(at, []).append(r)
+    reasons: dict[str, list[str]] = {}
+    weak: dict[str, list] = {}  # rows unresolved by their evidence alone: one note for all
+    for at, row in rows.items():
+        timed = steps_of.get(at, [])
+        if len(timed) < 2:  # one provider timed: fastest of nothing
+            row[FASTEST] = None
+            continue
+        found = fastest(timed, environment)
+        row[FASTEST] = found.best["provider"] if found.resolved else UNRESOLVED
+        if found.resolved:
+            continue
+        evidence = unresolved_evidence(found, environment)
+        if evidence is None:
+            reasons.setdefault(not_fastest(found, environment), []).append(_row_name(row))
+        else:
+            weak[_row_name(row)] = evidence
+    if weak:
+        why = why_not([j for judged in weak.values() for j in judged], environment)
+        reasons.setdefault(why, []).extend(weak)
+    every = sum(len(names) for names in reasons.values()) == len(rows) and len(reasons) == 1
+    notes = [
+        f"fastest not resolved {'in any row' if every else 'for ' + join_words(names)}: "
+        f"{why}; least median: {_least(steps_of, rows, names)}"
+        for why, names in reasons.items()
+    ]
+    return ProvidersTable(title, columns, list(rows.values()), tuple(notes))
+
+
+def _row_name(row: Mapping[str, Any]) -> str:
+    """The row as a note names it: its variant and context ('MQA at context 2,048')."""
+    return f"{row.get('variant')} at context {row.get('prompt_len'):,}"
+
+
+def _least(
+    steps_of: Mapping[tuple, list[Mapping[str, Any]]],
+    rows: Mapping[tuple, Mapping[str, Any]],
+    names: Sequence[str],
+) -> str:
+    """The providers of the least median in the rows named (each once, in order)."""
+    least = [
+        min(steps_of[at], key=lambda r: r["step_ms_median"])["provider"]
+        for at, row in rows.items()
+        if _row_name(row) in names
+    ]
+    return join_words(list(dict.fromkeys(least)))

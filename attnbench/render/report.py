@@ -14,21 +14,20 @@ from ..measure.timing import drift
 from ..model.units import format_bytes
 from ..study.documents import incomplete
 from ..study.output import named
+from ..study.sections import sets_providers_side_by_side, title_of
 from .columns import columns_for, join_words, known
 from .comparisons import (
     HOST_MOVED,
-    Judged,
     cache_findings,
+    fastest,
     held,
     held_text,
     host_moved,
     moved_text,
-    paired,
+    not_fastest,
     sampling_findings,
     speed,
-    spread,
     variant_findings,
-    why_not,
 )
 from .plots import (
     PLOTS,
@@ -53,13 +52,6 @@ from .table import (
     split_settings,
 )
 
-#: The title of each section's table in the report.
-TITLES = {
-    "params": "Attention parameters per layer",
-    "kvmem": "KV-cache memory (K and V)",
-    "decode": "Decode speed",
-    "fit": "What fits",
-}
 #: The record sets written beside the sections' (a model's parts, its layer kinds), and
 #: the titles of their tables.
 BESIDE_TITLES = {
@@ -384,8 +376,8 @@ def _fastest_providers(timed: Sequence[dict], environment: dict | None = None) -
     (95% interval 1.10-1.14x) than attnbench) and GQA-2 attnbench (0.280 ms, the
     baseline).' With two providers or more. A provider is named fastest only where its
     step beat every other provider's, round by round, by a resolved comparison
-    (render.comparisons); otherwise the line says that the variant's fastest is not
-    resolved, and why."""
+    (render.comparisons.fastest); otherwise the line says that the variant's fastest is
+    not resolved, and why."""
     cached = [r for r in timed if r["mode"] == "cache"]
     if len(providers_of(cached)) < 2:
         return []
@@ -394,61 +386,29 @@ def _fastest_providers(timed: Sequence[dict], environment: dict | None = None) -
     at_longest = [r for r in cached if r["prompt_len"] == longest]
     parts, unresolved = [], []
     for label, rows in series(at_longest, "prompt_len", exclude=("mode", "provider")):
-        best = min(rows, key=lambda r: r["step_ms_median"])
-        against = [(r, paired(best, r)) for r in rows if r is not best]
-        if not all(p is not None and _beats(p, best, r, environment) for r, p in against):
-            unresolved.append((label, best, against))
+        if len(rows) < 2:
+            continue  # one provider timed here: nothing to be fastest against
+        found = fastest(rows, environment)
+        if not found.resolved:
+            unresolved.append((label, found))
             continue
+        best = found.best
         if best["provider"] == baseline:
             versus = ", the baseline"
         elif all(known(best.get(f"x_of_baseline_{s}")) for s in ("median", "ci_lo", "ci_hi")):
-            versus = f", {speed(best, 'x_of_baseline')} than {baseline}"
+            versus = f", {speed(dict(best), 'x_of_baseline')} than {baseline}"
         else:
             versus = ""
         parts.append(f"{label} {best['provider']} ({best['step_ms_median']:.3f} ms{versus})")
-    found = []
+    lines = []
     if parts:
-        found.append(f"Fastest cached decode step at context {longest:,}: {join_words(parts)}.")
-    for label, best, against in unresolved:
-        found.append(
+        lines.append(f"Fastest cached decode step at context {longest:,}: {join_words(parts)}.")
+    for label, found in unresolved:
+        lines.append(
             f"Fastest cached decode step of {label} at context {longest:,}: not "
-            f"resolved, {_not_beaten(best, against, environment)}."
+            f"resolved, {not_fastest(found, environment)}."
         )
-    return found
-
-
-def _judged(comparison: dict, a: dict, b: dict, environment: dict | None) -> Judged:
-    """The evidence of a paired comparison (render.comparisons.paired) of a over b."""
-    median, lo, hi = (comparison[f"x_{s}"] for s in ("median", "ci_lo", "ci_hi"))
-    width = max(median - lo, hi - median) / median
-    spreads = [s for s in (spread(a), spread(b)) if s is not None]
-    return Judged(
-        width,
-        comparison["step_repeats"],
-        max(spreads, default=None),
-        host_moved(environment),
-        held(a, b),
-    )
-
-
-def _beats(comparison: dict, a: dict, b: dict, environment: dict | None) -> bool:
-    """a's step is faster than b's over the whole interval of a resolved comparison."""
-    return _judged(comparison, a, b, environment).resolved and comparison["x_ci_hi"] < 1
-
-
-def _not_beaten(best: dict, against: list, environment: dict | None) -> str:
-    """Why the provider with the fastest median is not named fastest."""
-    apart = [r["provider"] for r, p in against if p is None]
-    if apart:
-        return f"{best['provider']} was not sampled in turn with {join_words(apart)}"
-    judged = [_judged(p, best, r, environment) for r, p in against]
-    if all(j.resolved for j in judged):
-        tied = [r["provider"] for r, p in against if p["x_ci_hi"] >= 1]
-        return (
-            f"{best['provider']} and {join_words(tied)} are as fast within the 95% "
-            "interval of their comparison"
-        )
-    return why_not([j for j in judged if not j.resolved], environment)
+    return lines
 
 
 def _peak_cause(best: dict, environment: dict) -> str:
@@ -523,6 +483,27 @@ def _nearest_peak(
     return best, cause(best, environment) if best[share] > 100 else ""
 
 
+def _noisy_above(records: Sequence[dict], share: float) -> str:
+    """What the best steady step leaves out: the noisy steps (drawn hollow in
+    decode_bandwidth.png) that read a higher share of the copy peak, by mode, so that the
+    finding and the plot say the same: '; 6 cached steps read 41-90% but are noisy
+    (hollow in the bandwidth plot), so left out'. Empty when none reads higher."""
+    above = [r for r in records if not steady(r) and r["pct_of_peak_bw"] > share]
+    if not above:
+        return ""
+    parts = []
+    for mode in sorted({r["mode"] for r in above}):
+        shares = [r["pct_of_peak_bw"] for r in above if r["mode"] == mode]
+        what = {"cache": "cached", "no_cache": "uncached"}.get(mode, mode)
+        noun = "step" if len(shares) == 1 else "steps"
+        span = f"{min(shares):.0f}%"
+        if len(shares) > 1:
+            span = f"{min(shares):.0f}-{max(shares):.0f}%"
+        parts.append(f"{len(shares)} {what} {noun} read {span}")
+    verb = "is" if len(above) == 1 else "are"
+    return f"; {join_words(parts)} but {verb} noisy (hollow in the bandwidth plot), so left out"
+
+
 def _peaks(records: Sequence[dict], several: bool, environment: dict | None = None) -> list[str]:
     """The decode step nearest the copy bandwidth, and the prefill nearest the matmul peak,
     among those whose time is not noisy; a result over 100% of its peak names its cause."""
@@ -537,10 +518,12 @@ def _peaks(records: Sequence[dict], several: bool, environment: dict | None = No
     nearest = _nearest_peak(bandwidth, steady, "pct_of_peak_bw", _peak_cause, environment)
     if nearest:
         best, cause = nearest
+        above = _noisy_above(bandwidth, best["pct_of_peak_bw"])
+        which = "best decode step not flagged noisy" if above else "best decode step"
         found.append(
-            f"The best decode step reaches {best['pct_of_peak_bw']:.1f}% of the measured peak "
+            f"The {which} reaches {best['pct_of_peak_bw']:.1f}% of the measured peak "
             f"copy bandwidth of {best['peak_gbps']:.1f} GB/s ({where(best)}, "
-            f"{best['mode'].replace('_', ' ')}, context {best['prompt_len']:,}){cause}."
+            f"{best['mode'].replace('_', ' ')}, context {best['prompt_len']:,}){cause}{above}."
         )
     elif bandwidth:
         found.append(
@@ -652,15 +635,18 @@ def describe_failure(section: str, record: dict) -> str:
     )
 
 
-def providers_markdown(records: Sequence[dict]) -> list[str]:
+def providers_markdown(records: Sequence[dict], environment: dict | None = None) -> list[str]:
     """The decode providers side by side (render.providers), as report lines: a heading,
-    the settings every row shares, the table; nothing with fewer than two providers."""
-    side = providers_table(_finite_rows(records))
+    the settings every row shares, the table, and why a row names no fastest provider;
+    nothing with fewer than two providers."""
+    side = providers_table(_finite_rows(records), environment)
     if not side.rows:
         return []
     shown, shared = split_settings(side.rows, present_columns(side.rows, side.columns))
     settings = [markdown_text(f"{', '.join(shared)}."), ""] if shared else []
-    return [f"### {markdown_text(side.title)}", "", *settings, markdown_table(side.rows, shown), ""]
+    notes = [markdown_text(f"Note: {note}."), ""] if (note := "; ".join(side.notes)) else []
+    table = markdown_table(side.rows, shown)
+    return [f"### {markdown_text(side.title)}", "", *settings, table, "", *notes]
 
 
 # --- the document ------------------------------------------------------------------------
@@ -696,9 +682,9 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
         records = section["records"]
         rows = _finite_rows(records)
         table = markdown_table(rows, columns_for(name, rows)) if rows else "No rows."
-        lines += [f"## {TITLES.get(name, name)}", "", table, ""]
-        if name == "decode":
-            lines += providers_markdown(records)
+        lines += [f"## {title_of(name)}", "", table, ""]
+        if sets_providers_side_by_side(name):
+            lines += providers_markdown(records, env)
     for name, title in BESIDE_TITLES.items():
         rows = _finite_rows(doc.get(name) or [])
         if rows:

@@ -18,16 +18,10 @@ from ..experiments.whole_model import PART_RECORDS
 from ..model.files import read_user_file
 from ..records import Kind, failed, field_kinds, gated_timing
 from .output import SCHEMA_VERSION
-from .sections import KINDS, record_type
+from .sections import KINDS, command_of, record_type
 
 #: The commands whose JSON holds records, and the section each single command writes.
-COMMAND_SECTIONS = {
-    "params": "params",
-    "kvmem": "kvmem",
-    "decode-speed": "decode",
-    "fit": "fit",
-    "predict": "predict",
-}
+COMMAND_SECTIONS = {command_of(name): name for name in KINDS}
 COMMANDS = (*COMMAND_SECTIONS, "run")
 #: The largest results file read: it is parsed whole, samples and all.
 MAX_RESULTS_BYTES = 1 << 30

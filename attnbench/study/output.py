@@ -15,10 +15,12 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
+from ..errors import FieldError
 from ..records import as_dict, csv_fields
 
 SCHEMA_VERSION = 1
@@ -190,3 +192,84 @@ def replace_with_json(target: Path, document: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@dataclass
+class Written:
+    """The files a command's outputs went to, in order, and why the rest were not written
+    (None: all were); then the records are kept in a file that error names."""
+
+    paths: list[str] = field(default_factory=list)
+    failure: FieldError | None = None
+
+
+def write_outputs(
+    command: str,
+    records: Sequence,
+    record_type: type,
+    config: dict,
+    environment: dict,
+    csv_path: str | None,
+    json_path: str | None,
+    beside: Mapping[str, Sequence] | None = None,
+) -> Written:
+    """Write the CSV and JSON a command was asked for. `beside` holds the record sets
+    written beside the records (whole-model parts), by name: a key of the JSON each, and a
+    CSV beside the main one (`out.csv` -> `out.<name>.csv`). When a file cannot be written
+    (a full disk), the records are kept in a file in the temporary folder, named in the
+    failure, so the work done is not lost."""
+    from .sections import RECORD_TYPES  # the record types: torch
+
+    beside = {name: rows for name, rows in (beside or {}).items() if rows}
+    doc = json_document(command, records, config, environment)
+    add_beside(doc, beside)
+    written = Written()
+    field_name = "csv"
+    try:
+        if csv_path:
+            write_csv(csv_path, records, record_type)
+            written.paths.append(csv_path)
+            for name, rows in beside.items():
+                path = Path(csv_path)
+                side = str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
+                write_csv(side, rows, RECORD_TYPES[name])
+                written.paths.append(side)
+        if json_path:
+            field_name = "json"
+            write_json_atomic(json_path, doc)
+            written.paths.append(json_path)
+    except OSError as exc:
+        kept = keep_records(command, doc)
+        written.failure = FieldError(
+            field_name,
+            exc.filename or (json_path if field_name == "json" else csv_path),
+            f"cannot write: {exc.strerror}{kept_text(kept)}",
+        )
+    return written
+
+
+def keep_records(command: str, document: dict) -> Path | None:
+    """Save `document` (records that could not be written where asked) to a new file in
+    the system's temporary folder, else in the current one; its path, or None when
+    neither takes it."""
+    for folder in (tempfile.gettempdir(), "."):
+        try:
+            fd, name = tempfile.mkstemp(prefix=f"attnbench-{command}-", suffix=".json", dir=folder)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump(document, fh, indent=2, allow_nan=False, default=str)
+                    fh.write("\n")
+            except BaseException:
+                Path(name).unlink(missing_ok=True)
+                raise
+        except (OSError, ValueError):
+            continue
+        return Path(name).resolve()
+    return None
+
+
+def kept_text(kept: Path | None) -> str:
+    """The end of an error about outputs not written: where the records went instead."""
+    if kept is None:
+        return "; the records could not be kept anywhere (no space in the temporary folder or here)"
+    return f"; the records are kept in {kept}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,16 +61,19 @@ class Plan:
 
     @property
     def device(self) -> torch.device:
-        """The device the environment is recorded for: decode's, else kvmem's."""
-        for name in ("decode", "kvmem"):
-            if name in self.devices:
-                return self.devices[name]
+        """The device the environment is recorded for: a timed section's, else that of one
+        that measures on its device (SectionKind.measures), else the CPU."""
+        measuring = [name for name in self.devices if KINDS[name].measures]
+        for name in sorted(measuring, key=lambda name: not KINDS[name].timed):
+            return self.devices[name]
         return torch.device("cpu")
 
     @property
     def threads(self) -> int | None:
-        decode = self.sections.get("decode")
-        return decode.options.get("threads") if decode else None
+        """torch's threads for the study: the first that a section's options set."""
+        return next(
+            (s.options["threads"] for s in self.sections.values() if s.options.get("threads")), None
+        )
 
     def context(
         self,
@@ -78,16 +81,18 @@ class Plan:
         peak_gbps: float | None = None,
         peak_tflops: dict | None = None,
         counts: dict | None = None,
+        environment: Mapping[str, Any] | None = None,
     ) -> Context:
-        """What the points of `section` run with; kvmem's device is None when it does not
-        measure. Only timed sections get the peaks, and what their pre-pass counted, and
-        those that want the peaks (predict) get them with the run's device."""
+        """What the points of `section` run with; no device for a section whose options
+        measure nothing (SectionKind.on_device). Only timed sections get the peaks, and
+        what their pre-pass counted, and those that want the peaks (predict) get them
+        with the run's device and the `environment` the run recorded."""
         kind = KINDS[section]
         device = self.devices.get(section)
-        if section == "kvmem" and not self.options[section].measure:
+        if kind.on_device is not None and not kind.on_device(self.options[section]):
             device = None
         if kind.wants_peaks is not None:  # the peaks of the run's device, where measured
-            return Context(self.device, peak_gbps, peak_tflops or {})
+            return Context(self.device, peak_gbps, peak_tflops or {}, environment=environment or {})
         if not kind.timed:
             return Context(device)
         return Context(device, peak_gbps, peak_tflops or {}, counts or {})
@@ -288,9 +293,8 @@ def plan_sections(
 
 def _nothing_to_run(sec: Section) -> UsageError:
     source = None if sec.source == FLAGS_SOURCE else sec.source
-    if sec.name == "fit":
-        return MissingFields("fit", [["model"]], source)
-    return MissingFields(sec.name, [["d_model", "num_heads"], ["model"]], source)
+    shapes = [["d_model", "num_heads"]] if "d_model" in fields_for(sec.name) else []
+    return MissingFields(sec.name, [*shapes, ["model"]], source)
 
 
 def _all_left_out(sec: Section, count: int) -> UsageError:
@@ -381,18 +385,32 @@ def plan_command(
     return plan_sections(config, sections, MAX_POINTS, limit_field=None)
 
 
+def measured_run_target(
+    config_path: str | Path | None, overrides: dict[str, Any]
+) -> tuple[str, str | None]:
+    """The GPU and the calibration file a measured run is calibrated or checked with
+    (predict's modes on a run): the flags over the sweep file's predict section (one GPU; by
+    default THIS_DEVICE, the peaks the run measured). No point is planned."""
+    from ..experiments.calibrate import one_gpu
+
+    section = resolve(load_config(config_path), "predict", overrides)
+    return one_gpu(section.values.get("gpu")), section.options.get("calibration")
+
+
 def check_one_rank_per_point(plan: Plan, source: str | None, command: Callable[[int], str]) -> None:
     """A study shares its points among ranks, each point on one rank; a tensor-parallel
-    decode point needs all of its ranks at once. FieldError naming the first such tp
-    (at the sweep file's decode.tp when `source` names the file) and `command(tp)`, the
-    command line that times a layer split over that many ranks."""
-    tp = next((t.point.tp for t in plan.tasks if t.section == "decode" and t.point.tp > 1), None)
-    if tp is None:
+    point of a timed section (decode) needs all of its ranks at once. FieldError naming
+    the first such tp (at the sweep file's section.tp when `source` names the file) and
+    `command(tp)`, the command line that times a layer split over that many ranks."""
+    split = (t for t in plan.tasks if KINDS[t.section].timed and t.point.tp > 1)
+    task = next(split, None)
+    if task is None:
         return
+    tp, name = task.point.tp, task.section
     error = FieldError(
         "tp",
         tp,
-        f"a study runs each decode point on one rank; time a layer split over {tp} ranks "
+        f"a study runs each {name} point on one rank; time a layer split over {tp} ranks "
         f"with {command(tp)}",
     )
-    raise error.located(f"decode.tp: {tp} ({source})") if source else error
+    raise error.located(f"{name}.tp: {tp} ({source})") if source else error

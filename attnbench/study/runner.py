@@ -35,9 +35,9 @@ from ..measure.devices import torch_dtype
 from ..measure.environment import cache_bytes, collect_environment
 from ..measure.memory import is_oom
 from ..records import as_dict
-from .output import add_beside, document_header
+from .output import Written, add_beside, document_header, write_outputs
 from .plan import DEFAULT_CONFIG, Plan, Task, first_difference, plan_command, plan_study
-from .sections import KINDS, RECORD_TYPES, SectionKind
+from .sections import KINDS, RECORD_TYPES, SectionKind, command_of
 from .stores import RESULTS_FILE, STOP_SIGNALS, DirectoryStore, MemoryStore
 
 __all__ = [  # planning and storing live beside the runner; these are its public face
@@ -50,8 +50,10 @@ __all__ = [  # planning and storing live beside the runner; these are its public
     "Task",
     "plan_command",
     "plan_study",
+    "run_command",
     "run_experiment",
     "run_study",
+    "write_section",
 ]
 
 
@@ -59,6 +61,37 @@ Store = MemoryStore | DirectoryStore
 #: Runs one task (tests inject their own; the points then run one by one).
 Executor = Callable[[Task, Context], Any]
 Progress = Callable[[Sequence[Task]], Generator[Task, None, None]]
+
+
+def run_command(
+    section: str,
+    config_path: str | None,
+    overrides: dict[str, Any],
+    models: list[str] | None,
+    csv_path: str | None = None,
+    json_path: str | None = None,
+    **run_options: Any,
+) -> tuple[Plan, RunResult, Written]:
+    """A command's one-section study: its flags (`overrides`, `models`) over an optional
+    sweep file planned and checked, run through the runner, and its records written to
+    `csv_path` and `json_path` (see write_section)."""
+    plan = plan_command(section, config_path, overrides, models)
+    result = run_study(plan, command=command_of(section), **run_options)
+    return plan, result, write_section(section, plan, result, csv_path, json_path)
+
+
+def write_section(
+    section: str, plan: Plan, result: RunResult, csv_path: str | None, json_path: str | None
+) -> Written:
+    """The records of a section run by its command, with its configuration and the run's
+    environment, and the record sets the runner made beside them (SectionKind.beside)."""
+    beside = {name: result.records.get(name, []) for name in KINDS[section].beside}
+    config = plan.sections[section].to_dict()
+    record = KINDS[section].record
+    records, environment = result.records[section], result.environment
+    return write_outputs(
+        command_of(section), records, record, config, environment, csv_path, json_path, beside
+    )
 
 
 def run_experiment(task: Task, context: Context) -> Any:
@@ -129,8 +162,7 @@ def run_study(
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
         timed = [t for t in pending if needs_peaks(t)]
-        device = plan.devices.get("decode", plan.device)
-        probes = _Probes(env, device, timed, probe_peak, probe_flops)
+        probes = _Probes(env, plan.device, timed, probe_peak, probe_flops)
         if timed:
             probes.probe(first=env.get("peak_gbps") is None)
             store.save(doc)
@@ -143,7 +175,7 @@ def run_study(
                 kind = KINDS[task.section]
                 if (task.section, task.index) not in done:
                     peaks = (env.get("peak_gbps"), env.get("peak_tflops"))
-                    context = plan.context(task.section, *peaks, counts.get(task.section))
+                    context = plan.context(task.section, *peaks, counts.get(task.section), env)
                     number, members = groups[task.section, task.index]
                     kept = _execute(kind, members, number, context, execute)
                     done.update(

@@ -17,6 +17,16 @@ from typing import Any
 from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES
 from ..model.devices import DEVICES, THIS_DEVICE
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
+from ..model.limits import (
+    MAX_GEN_LEN,
+    MAX_GPUS,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_REPEATS,
+    MAX_TIME_LIMIT_S,
+    MAX_TOKENS,
+    MAX_WIDTH,
+)
 from ..model.weights import WEIGHT_DTYPES
 from ..model.what_if import KV_HEAD_WORDS
 from ..modules.provider_names import PROVIDER_ALIASES
@@ -31,21 +41,9 @@ FILE_KEYS = ("defaults", "sweep", "models", *SECTIONS)
 SHAPE_FIELDS = ("d_model", "num_heads", "num_kv_heads", "head_dim")
 _SHAPE = ("params", "kvmem", "decode", "predict")
 _CACHE = ("kvmem", "fit")
-_UNSET = object()
 #: The default of batch and tp, one per section that has one.
 _ONE = {"kvmem": 1, "decode": 1, "predict": 1}
 
-# Upper bounds of the integer fields: far above any real model or run, low enough that no
-# size computed from them overflows a tensor's 64-bit element count or takes a list per
-# unit (a layer, a token) that cannot be held.
-MAX_WIDTH = 2**20  # d_model
-MAX_HEADS = 2**16  # num_heads, num_kv_heads, head_dim
-MAX_LAYERS = 100_000
-MAX_TOKENS = 10**9  # batch, seq_len, prompt_len; windows, pages and scale groups
-MAX_GEN_LEN = 1_000_000  # decode steps run one by one
-MAX_REPEATS = 10_000  # warmup, repeats, min_repeats
-MAX_TIME_LIMIT_S = 3600.0  # max_time
-MAX_GPUS = 1_000_000  # tp, gpus
 #: The devices a study or a command runs on, as the `device` field and the device flags take
 #: them, and the one chosen when none is named.
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:i"

@@ -18,7 +18,9 @@ from ..experiments import (
     predict,
     whole_model,
 )
-from .schema import DEFAULT_MAX_TIME_S, FIELDS, fields_for
+from ..model.shapes import shape_label, variant_label
+from ..model.what_if import OWN_MARK, is_own
+from .schema import DEFAULT_MAX_TIME_S
 
 
 class Experiment(Protocol):
@@ -52,6 +54,38 @@ def kvmem_options(options: Mapping[str, Any], device: torch.device) -> kvmem.Kvm
     return kvmem.KvmemOptions(measure=options["measure"])
 
 
+def point_name(point: Any) -> str:
+    """A point's model, with its variant when it is one of a what-if set ('llama-3-70b
+    MQA', 'llama-3-70b GQA-8 (own)'), or its layer shape: 'd512 h8/2'."""
+    if not point.model:
+        return shape_label(point.d_model, point.num_heads, point.num_kv_heads)
+    if point.published_kv_heads is None:
+        return point.model
+    spec = point.spec if getattr(point, "spec", None) else None
+    num_heads = spec.num_heads if spec else point.num_heads
+    variant = variant_label(num_heads, point.num_kv_heads)
+    own = OWN_MARK if is_own(point.num_kv_heads, point.published_kv_heads) else ""
+    return f"{point.model} {variant}{own}"
+
+
+def describe_kvmem(point: kvmem.KvmemPoint) -> str:
+    """'llama-2-7b batch 1 context 4096 float16'."""
+    return f"{point_name(point)} batch {point.batch} context {point.seq_len} {point.dtype}"
+
+
+def describe_decode(point: decode.DecodePoint) -> str:
+    """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph', with
+    'sequences 8q1s1k' for a batch spec and 'block 16' for a paged cache."""
+    gen = f" gen {point.gen_len}" if point.gen_len else ""
+    graph = " graph" if point.cuda_graph else ""
+    block = f" block {point.block_size}" if point.block_size is not None else ""
+    batch = f"batch {point.batch} context {point.prompt_len}"
+    if point.batch_spec is not None:
+        batch = f"sequences {point.batch_spec}"
+    name = point_name(point)
+    return f"{name} {point.provider} {point.dtype} {batch}{gen} {point.mode}{graph}{block}"
+
+
 @dataclass(frozen=True)
 class SectionKind:
     """`run(point, context)` measures one point; `check(point)` raises for a point that
@@ -73,7 +107,15 @@ class SectionKind:
     records, each from the section's models (params: the whole-model parts).
     `wants_peaks(point)` says whether a point of a section that is not timed needs the
     peaks measured all the same (predict: on this machine). `whole_model`: the section
-    counts its models whole (a type without formulas is counted by transformers)."""
+    counts its models whole (a type without formulas is counted by transformers).
+    `on_device(options)` says whether a section's points, with its typed options, use its
+    device at all (kvmem: only when it measures); `measures`: the section allocates or
+    times on its device, which the run's environment is then recorded for (a timed
+    section's first). `describe(point)` names a point in one line (a progress line);
+    `command` is the command that runs the section alone (None: the section's name);
+    `title` says what the section holds (its table's title in a report; None: its name);
+    `providers`: its points are timed per provider, whose steps are set side by side
+    (render.providers)."""
 
     name: str
     point: type
@@ -91,6 +133,11 @@ class SectionKind:
     options: Callable[[Mapping[str, Any], torch.device], Any] | None = None
     beside: Mapping[str, Callable[[Sequence], list]] = field(default_factory=dict)
     wants_peaks: Callable[[Any], bool] | None = None
+    on_device: Callable[[Any], bool] | None = None
+    describe: Callable[[Any], str] = point_name
+    title: str | None = None
+    command: str | None = None
+    providers: bool = False
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
@@ -112,19 +159,6 @@ class SectionKind:
         )
 
 
-def section_options(
-    name: str, given: Mapping[str, Any] | None = None, device: torch.device | None = None
-) -> Any:
-    """Section `name`'s typed options (None for a section that has none) from its
-    resolved scalar options, or from `given` over the schema's defaults (a point run
-    outside a study: tests, the library)."""
-    kind = KINDS[name]
-    if kind.options is None:
-        return None
-    resolved = {n: FIELDS[n].default_for(name) for n in fields_for(name) if not FIELDS[n].axis}
-    return kind.options({**resolved, **(given or {})}, device or torch.device("cpu"))
-
-
 KINDS: dict[str, SectionKind] = {
     "params": SectionKind.of(
         "params",
@@ -132,6 +166,7 @@ KINDS: dict[str, SectionKind] = {
         point=params.ParamsPoint,
         record=params.ParamsRecord,
         beside=params.BESIDE,
+        title="Attention parameters per layer",
         whole_model=True,
     ),
     "kvmem": SectionKind.of(
@@ -141,7 +176,10 @@ KINDS: dict[str, SectionKind] = {
         record=kvmem.KvmemRecord,
         failed=kvmem.failed,
         options=kvmem_options,
+        on_device=kvmem.on_device,
         beside=kvmem.BESIDE,
+        describe=describe_kvmem,
+        title="KV-cache memory (K and V)",
         measures=True,
     ),
     "decode": SectionKind.of(
@@ -156,11 +194,17 @@ KINDS: dict[str, SectionKind] = {
         together=decode.context_of,
         check_section=decode.check_section,
         pre_pass=instructions.section_counts,
+        describe=describe_decode,
+        title="Decode speed",
+        command="decode-speed",
+        providers=True,
         timed=True,
         measures=True,
         keeps_going=True,
     ),
-    "fit": SectionKind.of("fit", fit, point=fit.FitPoint, record=fit.FitRecord, whole_model=True),
+    "fit": SectionKind.of(
+        "fit", fit, point=fit.FitPoint, record=fit.FitRecord, title="What fits", whole_model=True
+    ),
     "predict": SectionKind.of(
         "predict",
         predict,
@@ -179,6 +223,29 @@ RECORD_TYPES: dict[str, type] = {
     "model_parts": whole_model.ModelPartRecord,
     kvmem.KIND_RECORDS: kvmem.LayerKindRecord,
 }
+
+
+def describe_task(task: Any) -> str:
+    """One line naming a task's point, after its section: 'kvmem llama-2-7b batch 1
+    context 4096 float16'."""
+    return f"{task.section} {KINDS[task.section].describe(task.point)}"
+
+
+def command_of(section: str) -> str:
+    """The command that runs a section alone: 'decode-speed' for decode."""
+    return KINDS[section].command or section
+
+
+def title_of(section: str) -> str:
+    """What a section holds, in words (its name for a section without a title)."""
+    kind = KINDS.get(section)
+    return kind.title if kind is not None and kind.title else section
+
+
+def sets_providers_side_by_side(section: str) -> bool:
+    """Whether a section's points are timed per provider, set side by side (decode)."""
+    kind = KINDS.get(section)
+    return kind is not None and kind.providers
 
 
 def record_type(section: str) -> type | None:

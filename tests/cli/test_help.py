@@ -67,6 +67,24 @@ def test_every_help_names_values_in_one_form(command):
     assert "...}..." not in text and "......" not in text
 
 
+@pytest.mark.parametrize("command", commands(), ids=" ".join)
+def test_no_help_breaks_a_name_at_its_hyphen(command):
+    """At 80 columns a hyphenated name (sdpa-efficient, llama-3-8b) stays on one line: no
+    line of the help ends inside a word at a hyphen."""
+    lines = help_of(*command).splitlines()
+    found = get_command(app)
+    for word in command:
+        found = found.commands[word]
+    texts = [found.help or "", *(getattr(p, "help", None) or "" for p in found.params)]
+    whole = " ".join(" ".join(texts).split())  # the help as written: every word whole
+    broken = [
+        f"{line.split()[-1]}{after.split()[0]}"
+        for line, after in zip(lines, lines[1:], strict=False)
+        if re.search(r"\w-$", line) and after.split()
+    ]
+    assert not [word for word in broken if word in whole], broken
+
+
 SECTION_COMMANDS = {
     "params": "params",
     "kvmem": "kvmem",

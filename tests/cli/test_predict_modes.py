@@ -138,3 +138,22 @@ def test_a_fifo_as_calibration_is_refused_in_every_mode(tmp_path):
     one_error(predict("--check", results(tmp_path), "--calibration", fifo), message)
     args = ["--model", "llama-2-7b", "--seq-len", "64", "--gpu", "h100-sxm"]
     one_error(predict(*args, "--calibration", fifo), message)
+
+
+def test_a_sweep_files_gpu_reaches_calibrate_and_check(tmp_path):
+    """--calibrate and --check read the GPU of the sweep file's predict section, as a
+    prediction does: the fit is against its peaks, and a check against another GPU's
+    calibration is refused naming it."""
+    run = results(tmp_path)
+    study = tmp_path / "study.yaml"
+    study.write_text("predict:\n  gpu: h100-sxm\n")
+    to = tmp_path / "cal.json"
+    result = predict("--calibrate", run, "--config", study, "--to", to, "-q")
+    assert result.exit_code == 0, result.output
+    assert json.loads(to.read_text())["gpu"] == "h100-sxm"
+    result = predict("--check", run, "--config", study, "--calibration", to)
+    assert result.exit_code == 0, result.output
+    assert "peaks: NVIDIA H100" in result.output
+    study.write_text("predict:\n  gpu: a100-80gb\n")
+    result = predict("--check", run, "--config", study, "--calibration", to)
+    one_error(result, f"--calibration {to}: was fitted against h100-sxm's peaks, not a100-80gb's")

@@ -9,14 +9,18 @@ from typing import Any
 import torch
 
 from attnbench.experiments.decode import DecodeOptions, DecodePoint
-from attnbench.study.sections import section_options
+from attnbench.study.schema import FIELDS, fields_for
+from attnbench.study.sections import KINDS
 
 
 def decode_options(
     given: dict[str, Any] | None = None, device: torch.device | str = "cpu"
 ) -> DecodeOptions:
-    """A decode section's options: `given` over the schema's defaults on `device`."""
-    return section_options("decode", given, torch.device(device))
+    """A decode section's options: `given` over the schema's defaults on `device`, typed
+    as a study types them (SectionKind.options)."""
+    scalars = [n for n in fields_for("decode") if not FIELDS[n].axis]
+    resolved = {n: FIELDS[n].default_for("decode") for n in scalars}
+    return KINDS["decode"].options({**resolved, **(given or {})}, torch.device(device))
 
 
 def decode_point(**fields: Any) -> DecodePoint:

@@ -103,6 +103,7 @@ DECODE_COLUMNS = [
     "x_of_reference_p75",
     "sampling",
     "sampling_group",
+    "layouts",
     "cpu_share",
     "narrowest_variant",
     "x_of_narrowest_median",

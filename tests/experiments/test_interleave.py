@@ -24,7 +24,7 @@ from attnbench.experiments.decode import (
     run_order,
 )
 from attnbench.measure import timing
-from attnbench.measure.stats import bootstrap_interval, median
+from attnbench.measure.stats import Measurement, bootstrap_interval, median, next_run_interval
 from attnbench.study.runner import DirectoryStore, plan_command, run_study
 from attnbench.study.sections import KINDS
 from tests.experiments.options import decode_options, decode_point
@@ -267,3 +267,33 @@ def test_resume_refuses_records_of_another_version(tmp_path):
     (out / "results.json").write_text(json.dumps(doc))
     with pytest.raises(UsageError, match="the decode records come from another version"):
         run_study(plan, DirectoryStore(out), resume=True)
+
+
+def test_a_group_is_sampled_over_fresh_memory_layouts_its_intervals_over_them(monkeypatch):
+    """20 rounds: 4 layouts of 5, each point built (and checked) anew for each; the
+    records say so, and each comparison's interval is the one over the layouts."""
+    built = []
+    real = interleave.prepare
+
+    def prepare(point, context, *args):
+        built.append(point)
+        return real(point, context, *args)
+
+    monkeypatch.setattr(interleave, "prepare", prepare)
+    rows = by_key(records_of(repeats=20))
+    assert len(built) == 4 * 4 and all(r.layouts == 4 for r in rows.values())
+    mha, mqa = rows[4, "attnbench", "cache"], rows[1, "attnbench", "cache"]
+    ratios = per_round(mha, mqa)
+    lo, hi = next_run_interval(ratios, 4)
+    assert (mha.x_of_narrowest_ci_lo, mha.x_of_narrowest_ci_hi) == pytest.approx((lo, hi))
+    assert mha.step_ci_pct == pytest.approx(100 * Measurement(mha.samples_ms, layouts=4).ci_rel)
+
+
+def test_a_step_whose_layouts_fall_into_two_modes_names_both():
+    steps = Measurement([0.466] * 10 + [0.887] * 10 + [0.467] * 5, layouts=5)
+    status = decode.step_status(steps)
+    assert (
+        status == "noisy: two modes over its memory layouts, 0.466 ms (3 layouts) and 0.887 ms (2)"
+    )
+    assert decode.timed({"status": status})
+    assert decode.step_status(Measurement([0.466] * 20 + [0.887] * 5, layouts=5)) == OK

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnbench.cli import app
-from attnbench.experiments.params import count_module_params, params_record
+from attnbench.experiments.params import ParamsPoint, count_module_params, run
 from attnbench.experiments.whole_model import ModelPartRecord, whole_model_records
 from attnbench.model.formulas import AttentionShape, attention_params, projection_params
 from attnbench.modules.attention import GroupedQueryAttention
@@ -18,6 +18,13 @@ from attnbench.records import as_dict
 from attnbench.study.output import write_csv
 from attnbench.study.runner import plan_study, run_study
 from tests.helpers import runner
+
+
+def params_record(shape: AttentionShape):
+    """The record of one layer shape, as a params point of that shape runs."""
+    fields = ("d_model", "num_heads", "num_kv_heads", "head_dim", "bias")
+    return run(ParamsPoint(**{name: getattr(shape, name) for name in fields}))
+
 
 COLUMNS = [
     "variant",

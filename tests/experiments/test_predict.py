@@ -97,7 +97,9 @@ def test_quantised_weights_shrink_the_step_and_are_stated():
     full = run(point())
     assert int4.weights == "int4 in groups of 32"
     assert int4.step_weight_bytes < full.step_weight_bytes / 3
-    assert int4.tpot_ms < 0.6 * full.tpot_ms  # the 4.3 GB cache stays
+    # the 4.3 GB cache stays, and dequantising the weights costs a share of the step
+    assert 0 < int4.dequant_ms < 0.2 * int4.tpot_ms and full.dequant_ms is None
+    assert int4.tpot_ms - int4.dequant_ms < 0.6 * full.tpot_ms
     assert int4.memory_bytes_needed_per_gpu < full.memory_bytes_needed_per_gpu
     with pytest.raises(FieldError, match="float8") as error:
         check(point(gpu="a100-80gb", weights_dtype="float8_e4m3fn"))
@@ -119,6 +121,24 @@ def test_this_machine_is_predicted_on_the_peaks_the_run_measured():
     record = run(here, context)
     assert record.peak_gbps == 20.0 and record.peak_tflops == 0.5
     assert record.peaks_source.startswith("measured: copy 20.0 GB/s")
+
+
+def test_this_machine_is_the_run_recorded_it_not_collected_again(monkeypatch):
+    """The environment reaches a prediction through its context, as the runner recorded
+    it: nothing is collected again (collecting runs git), and the later probes leave the
+    peaks the point was held against alone."""
+    import attnbench.measure.environment as environment
+
+    def collect(*args, **kwargs):
+        raise AssertionError("the environment was collected again")
+
+    monkeypatch.setattr(environment, "collect_environment", collect)
+    recorded = {"device": "cpu", "device_name": "the recorded CPU", "num_threads": 3}
+    recorded |= {"peak_gbps_probes": [20.0, 40.0], "peak_tflops_probes": {"float16": [0.5, 9]}}
+    context = Context(torch.device("cpu"), 20.0, {"float16": 0.5}, environment=recorded)
+    record = run(point(gpu="this"), context)
+    assert record.device_title == "the recorded CPU, 3 thread(s)"
+    assert record.peak_gbps == 20.0 and record.peak_tflops == 0.5
 
 
 def test_a_calibration_of_this_machine_applies_to_the_peaks_it_measures_now(tmp_path):

@@ -20,6 +20,7 @@ from attnbench.experiments.decode import DecodeRecord
 from attnbench.experiments.fit import FitRecord
 from attnbench.experiments.kvmem import KvmemRecord
 from attnbench.experiments.params import ParamsRecord
+from attnbench.gate import simulation
 from attnbench.gate.compare import (
     MEASURED_RANGE,
     Mismatch,
@@ -1508,3 +1509,44 @@ def test_comparisons_of_extreme_samples_are_not_stated():
         "step_repeats": 30,
     }
     assert variant_findings([row]) == [] and sampling_findings([row], 0.02) == []
+
+
+def test_a_record_over_memory_layouts_is_judged_with_their_spread():
+    """Eight layouts 5% apart, rounds within each 0.2% apart: as 80 independent draws
+    the samples would bound a 1.13x move above the threshold; drawn layouts first (the
+    record says it spans 8), the bound holds what the next run's layouts may do."""
+    rng = np.random.default_rng(0)
+
+    def run(factor: float) -> list[float]:
+        shifts = rng.normal(1.0, 0.05, 8)
+        return [factor * s * v for s in shifts for v in rng.normal(1.0, 0.002, 10)]
+
+    base, cur = run(1.0), run(1.15)
+    pooled = judge_timing(Measurement(base), Measurement(cur), Thresholds())
+    layouts = judge_timing(Measurement(base, layouts=8), Measurement(cur, layouts=8), Thresholds())
+    assert (pooled.verdict, layouts.verdict) == (Verdict.REGRESSED, Verdict.INCONCLUSIVE)
+    record = {"t_median": median(base), "t_samples": base, "layouts": 8}
+    assert Measurement.of_record(record, "t_median", {"samples": "t_samples"}).layouts == 8
+    drawn = simulation.resampled(np.asarray(base), np.random.default_rng(1), 1.2, 8)
+    assert drawn.layouts == 8 and len(drawn.samples_ms) == 80
+    assert set(np.round(np.asarray(drawn.samples_ms) / 1.2, 12)) <= set(np.round(base, 12))
+
+
+def test_a_timing_sampled_while_another_process_held_the_cpu_convicts_nothing(tmp_path):
+    """A 1.5x slowdown regresses; the same, where one side's process ran for under 80% of
+    its sampling time (its status says noisy), is inconclusive and says why."""
+    base = decode_records()
+    slow = slowed(decode_records(), 1.5)
+
+    def timed(share: float) -> list:
+        held = [{**r, "cpu_share": share} for r in slow]
+        result = compare_documents(
+            load_document(write(tmp_path, "b.json", document("decode-speed", base))),
+            load_document(write(tmp_path, "c.json", document("decode-speed", held))),
+        )
+        return [f for f in result.findings if f.kind is Kind.TIMING]
+
+    assert {f.verdict for f in timed(0.95)} == {Verdict.REGRESSED}
+    held = timed(0.5)
+    assert {f.verdict for f in held} == {Verdict.INCONCLUSIVE}
+    assert all(f.reason.endswith("another process held the CPU (50%)") for f in held)

@@ -3,6 +3,8 @@ vectorised forms of them, and a summary from the samples or as a record states i
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -10,8 +12,12 @@ from attnbench.measure.stats import (
     Measurement,
     Summary,
     bootstrap_bounds,
+    bootstrap_interval,
     bootstrap_medians,
+    layout_chunks,
+    layout_modes,
     median,
+    next_run_interval,
     percentile,
 )
 
@@ -60,3 +66,54 @@ def test_a_measurement_read_from_a_record_keeps_what_the_record_states():
     assert no_quartiles.rel_iqr == pytest.approx((3.25 - 1.75) / 2.5)  # from the samples
     bare = Measurement.of_record({"t_median": 2.5}, "t_median", roles)
     assert (bare.samples_ms, bare.p75_ms, bare.rel_iqr) == ([], None, 0.0)
+
+
+def test_samples_over_layouts_split_into_equal_consecutive_chunks():
+    values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert layout_chunks(values, 3) == [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    assert layout_chunks(values, 4) == [values]  # uneven: one layout, as an older record
+    assert layout_chunks(values, 1) == [values]
+
+
+def test_the_interval_over_layouts_widens_with_their_spread_and_shrinks_with_more():
+    """Layouts whose medians differ widen the interval by t(L - 1) s sqrt(2 / L) on the
+    log scale, beyond what the pooled rounds' bootstrap would say; agreeing layouts leave
+    it at sqrt(2) x the bootstrap's width; one layout is the bootstrap interval itself."""
+    rng = np.random.default_rng(0)
+    rounds = rng.normal(1.0, 0.01, 40).tolist()
+    assert next_run_interval(rounds, 1) == bootstrap_interval(rounds)
+    shifts = [0.9, 1.1, 0.95, 1.05]
+    apart = [v * shifts[i // 10] for i, v in enumerate(rounds)]
+    lo, hi = next_run_interval(apart, 4)
+    logs = np.log([median(apart[i : i + 10]) for i in range(0, 40, 10)])
+    half = 3.182 * logs.std(ddof=1) * math.sqrt(2 / 4)
+    assert (lo, hi) == pytest.approx(
+        (median(apart) * math.exp(-half), median(apart) * math.exp(half))
+    )
+    b_lo, b_hi = bootstrap_interval(apart)
+    assert lo < b_lo and hi > b_hi
+    more = next_run_interval(apart * 4, 16)  # the same spread over 16 layouts
+    assert more[1] - more[0] < hi - lo
+    c_lo, c_hi = next_run_interval(rounds, 4)  # layouts that agree
+    r_lo, r_hi = bootstrap_interval(rounds)
+    assert c_hi / median(rounds) >= (r_hi / median(rounds)) ** math.sqrt(2) * (1 - 1e-9)
+    assert Measurement(apart, layouts=4).interval == (lo, hi)
+
+
+def test_layouts_in_two_groups_are_two_modes_and_one_apart_is_not():
+    tight = [1.0, 1.0, 1.01, 1.0]
+    assert layout_modes(tight * 2 + [1.9] * 8, 4) == ([1.0, 1.0], [1.9, 1.9])
+    assert layout_modes(tight * 3 + [1.9] * 4, 4) is None  # one layout: an outlier
+    assert layout_modes(tight * 4, 4) is None
+    assert layout_modes([1.0] * 4 + [1.1] * 4 + [1.05] * 8, 4) is None  # a gap under 15%
+
+
+def test_the_bootstrap_over_layouts_draws_whole_layouts_first():
+    """Rounds that agree within layouts that do not: resampling rounds alone says the
+    median is known to a hair, resampling layouts first says how far layouts move it."""
+    noise = np.random.default_rng(1).normal(1.0, 0.001, 150)
+    values = [shift * noise[i] for i, shift in enumerate(np.repeat([0.8, 1.0, 1.2], 50))]
+    rng = np.random.default_rng(0)
+    rounds = bootstrap_medians(values, rng, 2000)
+    layouts = bootstrap_medians(values, rng, 2000, 3)
+    assert np.ptp(layouts) > 0.3 and np.std(layouts) > 10 * np.std(rounds)

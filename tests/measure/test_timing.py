@@ -6,10 +6,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from dataclasses import replace
 
 import pytest
 import torch
 
+from attnbench.measure import timing
 from attnbench.measure.stats import (
     CONVERGED,
     OUT_OF_TIME,
@@ -19,7 +21,7 @@ from attnbench.measure.stats import (
     median,
     median_interval,
 )
-from attnbench.measure.timing import PROBES, Sampling, Timer, Unit
+from attnbench.measure.timing import PROBES, Sampling, Timer, Unit, layout_plan
 
 CPU = torch.device("cpu")
 
@@ -190,3 +192,64 @@ def test_bootstrap_interval_is_seeded_and_holds_the_median():
     assert bootstrap_interval(values) == (lo, hi)
     narrow = bootstrap_interval(values * 10)
     assert narrow[1] - narrow[0] < hi - lo
+
+
+def test_a_fixed_count_splits_into_equal_layouts_and_adaptive_sampling_adds_layouts():
+    """(least layouts, rounds each, most layouts)."""
+    assert layout_plan(Sampling(repeats=20, layouts=4, max_layouts=16)) == (4, 5, 4)
+    assert layout_plan(Sampling(repeats=6, layouts=4, max_layouts=16)) == (1, 6, 1)
+    assert layout_plan(Sampling(repeats=22, layouts=4, max_layouts=16)) == (2, 11, 2)
+    assert layout_plan(Sampling(min_repeats=20, layouts=4, max_layouts=16)) == (4, 5, 16)
+    assert layout_plan(Sampling(min_repeats=5, layouts=4, max_layouts=16)) == (4, 5, 16)
+    assert layout_plan(Sampling(min_repeats=7)) == (1, 7, 1)
+
+
+def test_each_layout_is_built_afresh_after_the_last_is_dropped_and_sampled_in_turn():
+    built, alive = [], []
+
+    class Buffer:
+        def __init__(self, layout: int) -> None:
+            self.layout = layout
+            alive.append(layout)
+
+        def __del__(self) -> None:
+            alive.remove(self.layout)
+
+    def build(layout: int) -> list[Unit]:
+        built.append((layout, list(alive)))
+        buffers = [Buffer(layout) for _ in range(2)]
+        return [Unit([(lambda b=b: b, None)]) for b in buffers]
+
+    timer = Timer(CPU)
+    fixed = Sampling(repeats=15, layouts=3, max_layouts=8)
+    done = timer.sample_layouts(build, fixed)
+    assert [layout for layout, _ in built] == [0, 1, 2]
+    assert all(not before for _, before in built)  # nothing of the last layout was alive
+    assert [len(u[0].samples_ms) for u in done] == [15, 15]
+    assert done[0][0].layouts == 3 and done[0][0].stop_reason == "repeats"
+    built.clear()
+    adaptive = Sampling(min_repeats=10, layouts=2, max_layouts=5, max_time_s=30.0)
+    wide = timer.sample_layouts(build, adaptive, width=lambda measured: 1.0)
+    assert len(built) == 5 and wide[0][0].layouts == 5 and len(wide[0][0].samples_ms) == 25
+    built.clear()
+    narrow = timer.sample_layouts(build, adaptive, width=lambda measured: 0.0)
+    assert len(built) == 2 and narrow[0][0].stop_reason == CONVERGED
+
+
+def test_layouts_stop_before_one_that_would_not_fit_the_time_left(monkeypatch):
+    """Each layout takes 0.1 s of a 0.45 s budget (a clock that moves as layouts are
+    built): the fifth would end past it, at the mean cost of the four taken."""
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+
+    def build(layout: int) -> list[Unit]:
+        clock[0] += 0.1
+        return [Unit([(lambda: None, None)])]
+
+    sampling = Sampling(min_repeats=5, layouts=2, max_layouts=100, max_time_s=0.45)
+    done = Timer(CPU).sample_layouts(build, sampling, width=lambda measured: 1.0)
+    assert (done[0][0].stop_reason, done[0][0].layouts) == (OUT_OF_TIME, 4)
+    assert clock[0] <= 0.45
+    clock[0] = 0.0
+    short = replace(sampling, max_time_s=0.15)  # the first layout alone is most of it
+    assert Timer(CPU).sample_layouts(build, short, width=lambda m: 1.0)[0][0].layouts == 1

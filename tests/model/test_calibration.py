@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from attnbench.errors import FieldError, UsageError
+from attnbench.experiments.calibrate import samples_from_results
 from attnbench.model.calibration import (
     PREFILL,
     STEP,
@@ -18,7 +19,6 @@ from attnbench.model.calibration import (
     load_calibration,
     median_abs_error,
     model_dict,
-    samples_from_results,
 )
 from attnbench.model.capacity import kv_cache_bytes
 from attnbench.model.formulas import step_traffic_bytes, weight_bytes

@@ -12,19 +12,21 @@ from pathlib import Path
 import pytest
 
 from attnbench.errors import FieldError, UsageError
+from attnbench.experiments.calibrate import (
+    MAX_COUNT,
+    calibrate_run,
+    check_run,
+    samples_from_results,
+)
 from attnbench.model.calibration import (
     MAX_CALIBRATION_BYTES,
-    MAX_COUNT,
     MAX_OVERHEAD_S,
     MIN_TIME_S,
     STEP,
     Sample,
     calibrate,
-    calibrate_run,
-    check_run,
     load_calibration,
     model_dict,
-    samples_from_results,
 )
 from attnbench.model.devices import device_spec
 from attnbench.model.roofline import DEFAULT_MODEL

@@ -88,9 +88,14 @@ def test_measured_figures_as_their_sources_state_them():
     assert flops_for(h100, "float8_e4m3fn") == 1402.6e12
     # a dtype not measured: the datasheet's times bfloat16's measured share
     assert flops_for(h100, "tfloat32") == pytest.approx(494.7e12 * 794.5 / 989.4)
-    # nccl-tests: 8 KiB at 0.53 GB/s busbw over 8 ranks, algbw = busbw * 8 / 14
-    assert h100.collectives.latency_s == pytest.approx(8192 / (0.53e9 * 8 / 14))
-    assert h100.collectives.bus_bandwidth == 478.87e9
+    # NCCL's cost model for its low-latency ring over NVLink: 6.6 us + 0.6 us a step
+    assert h100.collectives.latency(14) == pytest.approx(6.6e-6 + 14 * 0.6e-6)
+    assert "tuning.cc" in h100.collectives.source
+    assert h100.collectives.bus_bandwidth == 478.87e9  # nccl-tests, 8G messages
+    # RCCL's: 12 us + 0.8 us a step over Infinity Fabric
+    assert DEVICES["mi300x"].collectives.latency(14) == pytest.approx(12e-6 + 14 * 0.8e-6)
+    # over PCIe, NCCL's step is slower
+    assert DEVICES["l40s"].collectives.step_s > h100.collectives.step_s
     assert DEVICES["a100-80gb"].memory_bandwidth == 1700e9
     # a device not measured: the share its nearest measured sibling reaches
     assert DEVICES["h100-nvl"].memory_bandwidth == pytest.approx(3900e9 * 2970 / 3350)

@@ -504,3 +504,32 @@ def test_kvmem_flags_a_context_past_the_models_positions():
     assert "8,192" in result.output.split("note:")[0]  # computed: its row is in the table
     within = runner.invoke(app, ["kvmem", "--model", "llama-2-7b", "--seq-len", "4096"])
     assert "note:" not in within.output
+
+
+def test_a_config_of_an_unknown_type_or_without_a_name_says_so(tmp_path, monkeypatch):
+    """A model_type neither attnbench's formulas nor transformers know is read from the
+    common fields, unchecked, and one named after its folder says so: notes, not
+    silence."""
+    import json as _json
+    from pathlib import Path
+
+    import attnbench.model.hf_config as hf_config
+
+    root = Path(__file__).resolve().parents[2] / "docs" / "architectures"
+    cfg = _json.loads((root / "llama-3.1-8b.json").read_text())
+    known = hf_config.load_hf_config(root / "llama-3.1-8b.json")
+    assert known.note is None and known.name == "meta-llama/Llama-3.1-8B"
+    cfg["model_type"] = "weirdformer"
+    del cfg["_name_or_path"]
+    path = tmp_path / "mymodel" / "config.json"
+    path.parent.mkdir()
+    path.write_text(_json.dumps(cfg))
+    spec = hf_config.load_hf_config(path)
+    assert spec.name == "mymodel"
+    assert spec.note.startswith(
+        "model_type 'weirdformer': known neither to attnbench's formulas nor transformers"
+    )
+    assert spec.note.endswith("; named after its folder: the config has no _name_or_path")
+    assert (spec.num_kv_heads, spec.d_model) == (known.num_kv_heads, known.d_model)
+    monkeypatch.setattr(hf_config, "transformers_types", lambda: None)
+    assert "(transformers is not installed)" in hf_config.load_hf_config(path).note

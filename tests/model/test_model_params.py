@@ -29,6 +29,8 @@ EXACT_TOTALS = {
     "llama-2-70b": 68_976_648_192,
     "llama-3-8b": 8_030_261_248,
     "llama-3-70b": 70_553_706_496,
+    "llama-3.1-8b": 8_030_261_248,  # Llama 3's shapes: the same checkpoint sizes
+    "llama-3.1-70b": 70_553_706_496,
     "mistral-7b": 7_241_732_096,
     "mixtral-8x7b": 46_702_792_704,
     "falcon-7b": 6_921_720_704,

@@ -162,3 +162,22 @@ def test_unknown_model_exits_2_with_suggestion(command):
     assert "did you mean 'llama-2-7b'" in result.output
     assert "Traceback" not in result.output
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.1-70b"])
+def test_llama_3_1_presets_are_their_published_configs(name):
+    """Llama 3.1: Llama 3's shapes with 131,072 positions (its RoPE scaled 8x); the preset
+    reads as its config.json in docs/architectures/ does, every count alike."""
+    from pathlib import Path
+
+    from attnbench.model.hf_config import load_hf_config
+    from attnbench.model.model_params import part_params
+
+    root = Path(__file__).resolve().parents[2]
+    read = load_hf_config(root / "docs" / "architectures" / f"{name}.json")
+    preset = PRESETS[name]
+    assert preset.max_position_embeddings == read.max_position_embeddings == 131072
+    fields = ("num_layers", "d_model", "num_heads", "num_kv_heads", "head_dim", "dtype")
+    assert [getattr(preset, f) for f in fields] == [getattr(read, f) for f in fields]
+    assert preset.body == read.body
+    assert part_params(preset) == part_params(read)

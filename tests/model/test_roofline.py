@@ -21,6 +21,7 @@ from attnbench.model.roofline import (
     PerfModel,
     allgather_s,
     allreduce_s,
+    attention_counts,
     decode_counts,
     predict,
     predict_counts,
@@ -37,7 +38,7 @@ DEVICE = DeviceSpec(
     title="A device of round figures",
     memory_bytes=80 * 10**9,
     memory_bandwidth=1e12,
-    dense_flops={"bfloat16": 1e14, "float8": 2e14},
+    dense_flops={"float32": 1e13, "bfloat16": 1e14, "float8": 2e14},
     collectives=Collectives(20e-6, 1e11, "a test link"),
     launch_s=2e-6,
     interconnect="a test link",
@@ -111,6 +112,14 @@ def test_collective_times_follow_nccl_tests_bus_bandwidth():
         allreduce_s(10**6, 2, NO_PEERS)
 
 
+def test_collective_latency_grows_with_the_rings_steps():
+    ring = replace(DEVICE, collectives=Collectives(6e-6, 1e11, "a test ring", step_s=1e-6))
+    # an all-reduce over 8 ranks: 2 * 7 ring steps; an all-gather: 7
+    assert allreduce_s(8, 8, ring) == pytest.approx(6e-6 + 14e-6 + 14 / 8 * 8 / 1e11)
+    assert allgather_s(8, 8, ring) == pytest.approx(6e-6 + 7e-6 + 7 / 8 * 8 / 1e11)
+    assert allreduce_s(8, 2, ring) < allreduce_s(8, 4, ring) < allreduce_s(8, 8, ring)
+
+
 def test_llama_2_7b_decode_reads_its_weights_and_cache():
     spec, context = get_preset("llama-2-7b"), 4096
     counts = decode_counts(spec, 1, context, "bfloat16")
@@ -133,6 +142,35 @@ def test_decode_of_llama_2_7b_on_a_device_is_memory_bound():
     assert pred.launch_s == pytest.approx(launches)
     assert pred.time_s == pytest.approx(expected)
     assert pred.tokens_per_s == pytest.approx(1 / expected)
+
+
+def test_a_prefill_moves_its_tokens_activations_through_every_kernel():
+    spec, tokens = get_preset("llama-2-7b"), 2048
+    d, inner, layers = 4096, 11008, 32
+    counts = prefill_counts(spec, 1, tokens, "bfloat16")
+    attention = attention_counts(AttentionShape(d, 32, 32), 1, tokens, tokens, "bfloat16")
+    # per layer and token: two norms (read, write d each), the MLP's input and output, and
+    # inside it gate/up written (2I), read by SiLU-and-multiply (2I), its product written
+    # and read by the down projection (I each); the final norm once
+    per_token = layers * (2 * 2 * d + 2 * d + 6 * inner) + 2 * d
+    assert counts.activation_bytes == layers * attention.activation_bytes + 2 * tokens * per_token
+    # as large as the weights a 2,048-token prefill streams
+    assert counts.activation_bytes > 0.5 * counts.weight_bytes
+
+
+def test_weight_only_weights_are_dequantised_once_a_step_on_the_cuda_cores():
+    spec = get_preset("llama-2-7b")
+    plain = decode_counts(spec, 1, 128, "bfloat16")
+    int4 = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("int4"))
+    fp8 = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("float8_e4m3fn"))
+    body = total_params(spec) - 2 * 32000 * 4096  # the embeddings and head stay bfloat16
+    assert int4.dequant_ops == 5 * body
+    assert plain.dequant_ops == fp8.dequant_ops == 0  # the tensor cores take them as stored
+    pred = predict_counts(int4, DEVICE, "bfloat16")
+    assert pred.dequant_s == pytest.approx(5 * body / DEVICE.dense_flops["float32"])
+    assert pred.time_s == pytest.approx(
+        pred.roofline.time_s + pred.launch_s + pred.allreduce_s + pred.dequant_s
+    )
 
 
 def test_prefill_is_compute_bound():

@@ -610,6 +610,28 @@ def test_a_result_over_its_peak_names_the_cause(saved):
     )
 
 
+def test_the_best_step_says_what_noisy_steps_read_above_it(saved):
+    """The finding and decode_bandwidth.png say the same: noisy steps (hollow there) that
+    read a higher share than the best steady step are named, not silently left out."""
+    doc = settled(copy.deepcopy(saved["doc"]))
+    records = [r for r in doc["sections"]["decode"]["records"] if r.get("pct_of_peak_bw")]
+    steady = [r for r in records if r["mode"] == "no_cache"]
+    for share, r in enumerate(steady, start=1):
+        r["pct_of_peak_bw"] = float(share)
+    noisy = [r for r in records if r["mode"] == "cache"]
+    for share, r in zip((40.0, 90.0, *[0.5] * len(noisy)), noisy, strict=False):
+        r.update(noisy=True, pct_of_peak_bw=share)
+    line = next(f for f in report.findings(doc) if "of the measured peak copy" in f)
+    assert line.startswith(f"The best decode step not flagged noisy reaches {len(steady)}.0%")
+    assert line.endswith(
+        "; 2 cached steps read 40-90% but are noisy (hollow in the bandwidth plot), so left out."
+    )
+    for r in noisy:
+        r["pct_of_peak_bw"] = 0.5  # below the best steady step: nothing to say of them
+    line = next(f for f in report.findings(doc) if "of the measured peak copy" in f)
+    assert line.startswith("The best decode step reaches") and "noisy" not in line
+
+
 def test_report_marks_few_samples_and_never_writes_a_speed_up_of_0_0x(saved):
     doc = copy.deepcopy(saved["doc"])  # the tiny study: one sample per point
     cached(doc, "attnbench", "MHA", 8)["speedup_vs_no_cache"] = 0.0213
@@ -661,25 +683,48 @@ def test_plots_draw_noisy_and_unresolved_points_hollow(saved):
     assert not any("hollow" in t.get_text() for t in latency.get_legend().get_texts())
 
 
-def test_kv_heads_ticks_name_a_variant_only_where_every_line_agrees():
-    rows = [
+def heads_rows(contexts=(8,), measured: bool = False) -> list[dict]:
+    """Two families of KV-head counts (8 and 32 query heads) at each context."""
+    return [
         {
             "variant": v,
             "num_heads": q,
             "num_kv_heads": h,
             "head_dim": 64,
-            "seq_len": 8,
-            "kv_bytes": 1024 * h,
+            "seq_len": s,
+            "kv_bytes": 1024 * h * s,
+            "measured_bytes": 1024 * h * s if measured else None,
             "status": "ok",
         }
+        for s in contexts
         for q, heads in ((8, (8, 2, 1)), (32, (32, 8)))
         for h in heads
         for v in [{1: "MQA", q: "MHA"}.get(h, f"GQA-{h}")]
     ]
-    doc = {"environment": {"device": "cpu"}, "sections": {"kvmem": {"records": rows}}}
+
+
+def test_kv_heads_ticks_name_every_variant_a_count_is():
+    doc = {"environment": {"device": "cpu"}, "sections": {"kvmem": {"records": heads_rows()}}}
     ax = plots.kv_memory_vs_heads(doc).axes[0]
     ticks = [t.get_text() for t in ax.get_xticklabels()]
-    assert ticks == ["1\nMQA", "2\nGQA-2", "8", "32\nMHA"]  # 8: MHA of 8 heads, GQA-8 of 32
+    assert ticks == ["1\nMQA", "2\nGQA-2", "8\nMHA/GQA-8", "32\nMHA"]  # MHA of 8, GQA-8 of 32
+
+
+def test_kv_heads_plot_draws_a_line_per_shape_and_names_a_machine_only_if_it_allocated():
+    """Four contexts of two shapes: two lines (at the longest context, which the subtitle
+    names), not eight; bytes of the formula alone name no machine."""
+    env = {"device": "cpu", "device_name": "Some CPU"}
+    computed = heads_rows((8, 64, 512, 4096))
+    doc = {"environment": env, "sections": {"kvmem": {"records": computed}}}
+    ax = plots.kv_memory_vs_heads(doc).axes[0]
+    assert len(ax.get_legend().get_texts()) == 2
+    assert "context 4,096 (the longest" in ax.get_title()
+    assert "Some CPU" not in ax.get_title() and "computed by the formula" in ax.get_title()
+    context_plot = plots.kv_memory_vs_context(doc).axes[0]
+    assert "Some CPU" not in context_plot.get_title()
+    doc["sections"]["kvmem"]["records"] = heads_rows((8, 64), measured=True)
+    ax = plots.kv_memory_vs_heads(doc).axes[0]
+    assert "checked by allocation on Some CPU (cpu)" in ax.get_title()
 
 
 def test_a_series_names_its_cache_and_its_sequences():

@@ -136,7 +136,9 @@ def test_decode_providers(width, tmp_path):
         }
         assert attnbench == f"{times['attnbench']:.3f}"
         assert math.split()[0] == f"{times['sdpa-math']:.3f}"  # and its speed-up when room
-        assert fastest == min(times, key=times.get)
+        assert fastest == "not resolved"  # 3 rounds: no fastest named on a least median
+    note = " ".join(side[side.index("note: fastest not resolved") :].split())
+    assert "sampled over only 3 rounds" in note
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -28,7 +28,6 @@ from attnbench.render.columns import (
     format_bytes,
     iqr_cell,
     kvmem_columns,
-    status_notes,
 )
 from attnbench.render.providers import ProviderCell, providers_table
 from attnbench.render.table import (
@@ -213,6 +212,17 @@ def decode_rows(providers=("attnbench",), unsupported=()) -> list[dict]:
             slow = steps[(*key, r["provider"], "no_cache")]
             r["speedup_vs_no_cache"] = slow / r["step_ms_median"]
         r["speedup_vs_baseline"] = steps[(*key, "attnbench", r["mode"])] / r["step_ms_median"]
+    return rows
+
+
+def sampled_in_turn(rows: list[dict], rounds: int = 20) -> list[dict]:
+    """The timed rows sampled in the same `rounds`, as a run samples the points of one
+    context: each round's step a little off its median, alike for every provider, so
+    that each comparison's interval is narrow."""
+    for r in rows:
+        if r["step_ms_median"] is not None:
+            r["sampling"] = "interleaved"
+            r["samples_ms"] = [r["step_ms_median"] * (1 + (i % 3 - 1) / 500) for i in range(rounds)]
     return rows
 
 
@@ -417,25 +427,29 @@ def test_kvmem_constant_context_moves_to_the_title():
 
 
 def test_kvmem_long_status_is_shortened_not_cut():
-    """llama-3-70b at 131,072 tokens, skipped for lack of memory: at 80 columns the cell
-    says 'skipped', and the reason is a note under the table, never hidden."""
+    """llama-3-70b at 131,072 tokens, its allocation skipped for lack of memory: at 80
+    columns the cell says what was not done ('not allocated', not 'skipped', beside bytes
+    that stand), and the reason is a note under the table, never hidden."""
     rows = kvmem_rows()
     rows[-1].update(measured_bytes=None, status="skipped: needs 40.00 GiB, 23.50 GiB free")
     view = build_table("KV-cache memory on cpu", rows, kvmem_columns(rows), 80, hint=HINT)
     text = render(view)
     assert_fits(text, 80)
-    assert "skipped" in text and "Status" in view.compacted
-    assert view.notes == ["skipped: needs 40.00 GiB, 23.50 GiB free"]
+    reason = (
+        "not allocated: needs 40.00 GiB, 23.50 GiB free (the bytes are computed; only "
+        "their check by allocation was skipped)"
+    )
+    assert "│ not allocated │" in text and "skipped │" not in text
+    assert "Status" in view.compacted and view.notes == [reason]
     table, under = text.split("┘\n")
-    assert under.splitlines()[0] == "skipped: needs 40.00 GiB, 23.50 GiB free"
-    assert under.splitlines()[1] == view.footer()
+    assert " ".join(under.split(view.footer())[0].split()) == reason
     for width in range(40, 81, 4):  # hidden columns, never the status or its reason
         narrow = build_table("KV", rows, kvmem_columns(rows), width, hint=HINT)
         assert "Status" not in narrow.hidden and narrow.notes == view.notes, width
     wide = render(
-        build_table("KV-cache memory", rows, kvmem_columns(rows), 80, wide=True, hint=HINT)
+        build_table("KV-cache memory", rows, kvmem_columns(rows), 300, wide=True, hint=HINT), 300
     )
-    assert "skipped: needs 40.00 GiB, 23.50 GiB free" in wide
+    assert reason in wide
 
 
 def test_kvmem_option_columns_only_when_used_and_before_status():
@@ -608,8 +622,7 @@ def test_decode_unsupported_rows_read_by_their_status():
     cudnn = [line for line in text.splitlines() if "sdpa-cudnn" in line and line[0] == "│"]
     assert len(cudnn) == 12 and all(" - " in line and "unsupported" in line for line in cudnn)
     # the reason is a note under the table, once, naming the provider
-    assert status_notes(rows) == [f"{UNSUPPORTED} (sdpa-cudnn, 12 rows)"]
-    assert view.notes == status_notes(rows)
+    assert view.notes == [f"{UNSUPPORTED} (sdpa-cudnn, 12 rows)"]
     assert text.count("no cuDNN kernel") == 1 and f"{UNSUPPORTED} (sdpa-cudnn, 12 rows)" in text
     wide = render(build_table(DECODE_TITLE, rows, decode_columns(rows), 80, wide=True))
     assert wide.count("no cuDNN kernel") == 1 and "unsupported" in wide
@@ -623,7 +636,8 @@ def test_status_notes_list_each_reason_once():
         {"status": "wrong: max error 1 above 0.001", "provider": "c"},
         {"status": "skipped: needs 4.00 GiB, 1.00 GiB free", "provider": "a"},
     ]
-    assert status_notes(rows) == [
+    notes = build_table(DECODE_TITLE, rows, decode_columns(rows), 200).notes
+    assert notes == [
         "wrong: max error 1 above 0.001 (b, c, 2 rows)",
         "skipped: needs 4.00 GiB, 1.00 GiB free (a, 1 row)",
     ]
@@ -651,7 +665,7 @@ def test_decode_columns_follow_the_rows():
 
 
 def test_providers_table_one_row_per_cached_configuration():
-    rows = decode_rows(PROVIDERS, unsupported=("sdpa-cudnn",))
+    rows = sampled_in_turn(decode_rows(PROVIDERS, unsupported=("sdpa-cudnn",)))
     side = providers_table(rows)
     assert side.title == (
         "Cached decode step, ms by provider (speed-up over attnbench) · "
@@ -686,7 +700,7 @@ def test_providers_table_one_row_per_cached_configuration():
 
 
 def test_providers_table_narrow_drops_the_speedups_together_then_providers():
-    rows = decode_rows((*PROVIDERS, "sdpa-math", "hf"))  # hf: the fastest, and the last
+    rows = sampled_in_turn(decode_rows((*PROVIDERS, "sdpa-math", "hf")))  # hf: the fastest
     side = providers_table(rows)
     view = build_table(side.title, side.rows, side.columns, 80, hint="--wide")
     text = render(view)
@@ -707,6 +721,27 @@ def test_providers_table_without_the_baseline_shows_times_alone():
     assert side.title == "Cached decode step, ms by provider"
     text = render(build_table(side.title, side.rows, side.columns, 200), 200)
     assert "x)" not in text and header_line(text).split("┃")[3].strip() == "sdpa-flash"
+
+
+def test_providers_table_names_no_fastest_where_nothing_is_resolved():
+    """A least median over too few rounds, or of steps not sampled in turn, is no
+    answer: the row says "not resolved", and a note why, naming the least median."""
+    rows = sampled_in_turn(decode_rows(PROVIDERS), rounds=5)
+    side = providers_table(rows)
+    assert {row["fastest"] for row in side.rows} == {"not resolved"}
+    assert len(side.notes) == 1
+    note = side.notes[0]
+    assert note.startswith("fastest not resolved in any row: ")
+    assert "sampled over only 5 rounds (11 needed)" in note
+    assert note.endswith("; least median: sdpa-flash")
+    apart = providers_table(decode_rows(PROVIDERS))  # each timed alone
+    assert {row["fastest"] for row in apart.rows} == {"not resolved"}
+    assert list(apart.notes) == [
+        "fastest not resolved in any row: sdpa-flash was not sampled in turn with attnbench "
+        "and naive; least median: sdpa-flash"
+    ]
+    resolved = providers_table(sampled_in_turn(decode_rows(PROVIDERS)))
+    assert {row["fastest"] for row in resolved.rows} == {"sdpa-flash"} and not resolved.notes
 
 
 def test_providers_table_needs_two_providers():
@@ -893,7 +928,10 @@ def test_terminal_width(monkeypatch):
 
 @pytest.mark.parametrize("section", ["params", "fit"])
 def test_section_columns(section):
-    assert columns_for(section, []) is SECTION_COLUMNS[section]
+    made = columns_for(section, [])
+    assert [(c.header, c.field) for c in made] == [
+        (c.header, c.field) for c in SECTION_COLUMNS[section]
+    ]
     with pytest.raises(KeyError):
         columns_for("nope", [])
 

@@ -613,7 +613,9 @@ def test_default_study_plans_within_budget():
     assert {1, *(p.num_heads for p in decode)} < kv_heads  # MQA, MHA and a GQA between
     assert {p.mode for p in decode} == {"cache", "no_cache"}
     assert len({p.prompt_len for p in decode}) >= 3
-    assert 0 < plan.estimate_total(plan.tasks) < 30
+    # `make bench` takes at most a minute; the estimate is the decode budget (max_time per
+    # point) and the peak probes, which real runs take (about 30 s on a 2-core VM)
+    assert 0 < plan.estimate_total(plan.tasks) < 60
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,17 @@ from __future__ import annotations
 import inspect
 
 from attnbench.experiments import decode, fit, kvmem, params, predict
-from attnbench.study.sections import KINDS, Experiment, record_sets
+from attnbench.records import Status
+from attnbench.study.plan import Task
+from attnbench.study.sections import (
+    KINDS,
+    Experiment,
+    command_of,
+    describe_task,
+    record_sets,
+    sets_providers_side_by_side,
+    title_of,
+)
 from tests.experiments.options import decode_options, decode_point
 
 
@@ -48,3 +58,29 @@ def test_record_sets_are_the_sections_then_the_sets_beside_them():
     assert sets["params"] == ([record], KINDS["params"].record)
     assert sets["model_parts"][0] == [{"part": "total"}]
     assert record_sets({"sections": {}, "model_parts": []}) == {}
+
+
+def test_a_section_kind_names_its_points_and_says_what_it_holds():
+    """Each kind describes its points (a progress line), states its title and command,
+    and whether its providers are set side by side: nothing outside it branches on its
+    name."""
+    point = decode_point(
+        d_model=64, num_heads=4, num_kv_heads=1, batch=1, dtype="float32", prompt_len=8
+    )
+    task = Task("decode", 0, point)
+    assert describe_task(task) == f"decode {KINDS['decode'].describe(point)}"
+    assert describe_task(task).startswith("decode d64 h4/1 attnbench float32 batch 1 context 8")
+    assert [command_of(n) for n in ("params", "decode")] == ["params", "decode-speed"]
+    assert [title_of(n) for n in ("kvmem", "predict")] == ["KV-cache memory (K and V)", "predict"]
+    assert [n for n in KINDS if sets_providers_side_by_side(n)] == ["decode"]
+
+
+def test_a_status_is_its_word_and_its_reason():
+    assert Status.of(None) == Status("ok")
+    assert Status.of("skipped: needs 4 GiB") == Status("skipped", "needs 4 GiB")
+    assert [Status.of(s).failed for s in ("oom", "error: ValueError: x", "wrong: 1", "ok")] == [
+        True,
+        True,
+        False,
+        False,
+    ]

@@ -1,0 +1,98 @@
+"""The command group every command registers on (`app`), its root options, and the help
+and errors of every command in one form."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperArgument, TyperGroup, TyperOption
+
+from .options import VersionOpt
+
+#: An option's value in the help when no metavar names it: by the option's name, else by
+#: its type.
+NAMED_METAVARS = {
+    "out": "DIR",
+    "output": "PATH",
+    "threshold": "PERCENT",
+    "fmt": "FORMAT",
+    "device": "DEVICE",
+}
+METAVARS = {"int": "INT", "float": "NUM", "str": "TEXT"}
+
+
+class PlainArgument(TyperArgument):
+    """An argument shown by its name alone ('RESULTS.json', not 'RESULTS.json <str>'),
+    as the options show theirs."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def plain_help(command: Any) -> None:
+    """Every option and argument of `command` and its subcommands named alike: an option's
+    value by its metavar, else by what its name says (NAMED_METAVARS) or its type (TEXT,
+    INT, NUM, as the generated flags have it), never typer's '<str>'; an argument by its
+    metavar, else its name in capitals."""
+    for param in command.params:
+        if isinstance(param, TyperArgument):
+            param.__class__ = PlainArgument
+            param.metavar = param.metavar or (param.name or "").upper()
+        elif isinstance(param, TyperOption) and not param.is_flag and param.metavar is None:
+            named = NAMED_METAVARS.get(param.name or "")
+            param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+
+
+class OneLineErrors(TyperGroup):
+    """The command group, with the parser's own errors (an unknown option, a missing
+    value) printed as one `error:` line and exit code 2, like every other bad input,
+    instead of a usage block; and every command's help in one form (`plain_help`)."""
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: Any = None,
+        complete_var: Any = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        plain_help(self)
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except (typer.Abort, KeyboardInterrupt):
+            print("error: interrupted", file=sys.stderr)
+            sys.exit(130)
+        except Exception as exc:
+            message = getattr(exc, "format_message", None)
+            code = getattr(exc, "exit_code", None)
+            if message is None or not isinstance(code, int):
+                raise
+            text = message()
+            print(text if "\n" in text else f"error: {text}", file=sys.stderr)  # help: as is
+            sys.exit(code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    name="attnbench",
+    help="Benchmark and analyse MHA, MQA and GQA attention and their KV cache.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def root(version: VersionOpt = False) -> None:
+    """Benchmark and analyse MHA, MQA and GQA attention and their KV cache."""
+    from .common import fit_console_to_page
+
+    fit_console_to_page()

@@ -1,0 +1,94 @@
+"""The device a prediction is made on and the performance model it is made with, resolved
+in one place for `predict`, `fit` and a calibration alike.
+
+A device is a named GPU (its measured figures, model/devices.py) or THIS_DEVICE: this
+machine as a run measured it (the peaks in the run's environment). A model is the
+roofline's stated defaults, or a calibration file's (model/calibration.py), whose
+efficiencies are shares of the peaks of the device it was fitted against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import FieldError, UsageError, brief
+from ..model.calibration import MEASURED_PEAKS, PEAK_RANGE, load_calibration
+from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
+from ..model.roofline import DEFAULT_MODEL, PerfModel
+
+#: The readings of each probe a run keeps beside its first peaks: a point is predicted on
+#: the peaks its run measured before it, not on the mean of every probe.
+PROBES = ("peak_gbps_probes", "peak_tflops_probes")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how a prediction is made: the device whose peaks time it, and the
+    roofline's parameters."""
+
+    device: DeviceSpec
+    model: PerfModel
+
+
+def is_this(gpu: str | None) -> bool:
+    """Whether `gpu` names this machine (THIS_DEVICE, in any case)."""
+    return gpu is not None and str(gpu).lower() == THIS_DEVICE
+
+
+def target_device(
+    gpu: str, environment: Mapping[str, Any] | None = None, source: str | None = None
+) -> DeviceSpec:
+    """The device `gpu` names: a named GPU's figures, or for THIS_DEVICE this machine as
+    the run whose `environment` measured its peaks. FieldError naming gpu when that
+    environment holds no peaks; with `source` (the results file the environment was read
+    from), every problem of its peaks is a UsageError naming the file instead."""
+    if not is_this(gpu):
+        return device_spec(gpu)
+    environment = environment or {}
+    if source is None:
+        return measured_device(environment)
+    for key, valid in MEASURED_PEAKS.items():
+        value = environment.get(key)
+        if value is not None and not valid(value):
+            low, high = PEAK_RANGE
+            raise UsageError(
+                f"{source}: environment.{key}: {brief(value)} is not a measured peak as a "
+                f"run records it (GB/s, or TFLOPS by dtype, from {low:g} to {high:g})"
+            )
+    try:
+        return measured_device(environment)
+    except FieldError:
+        raise UsageError(
+            f"{source}: no peaks measured in its environment (peak_gbps, peak_tflops): "
+            "name the GPU whose peaks to use"
+        ) from None
+
+
+def run_peaks(
+    environment: Mapping[str, Any], peak_gbps: float | None, peak_tflops: Mapping[str, float]
+) -> dict[str, Any]:
+    """A run's environment with the peaks it measured before its points (a context's),
+    the later probes left out: what this machine is predicted on."""
+    kept = {k: v for k, v in environment.items() if k not in PROBES}
+    return {**kept, "peak_gbps": peak_gbps, "peak_tflops": dict(peak_tflops)}
+
+
+def perf_model(calibration: str | None, device: DeviceSpec) -> PerfModel:
+    """The performance model of a calibration file fitted against `device` (FieldError
+    naming the file when it was another's), else the stated defaults."""
+    if calibration is None:
+        return DEFAULT_MODEL
+    return load_calibration(calibration).model_for(device, calibration)
+
+
+def target(
+    gpu: str,
+    calibration: str | None = None,
+    environment: Mapping[str, Any] | None = None,
+    source: str | None = None,
+) -> Target:
+    """The device `gpu` names (see target_device) and the model of `calibration` on it."""
+    device = target_device(gpu, environment, source)
+    return Target(device, perf_model(calibration, device))

@@ -1,0 +1,49 @@
+"""How predict's table reads: one number format down a column, and the model's prefill of
+a batch of several prompts named as such, not as a request's time to first token."""
+
+from __future__ import annotations
+
+import json
+
+from attnbench.cli import app
+from attnbench.render.columns import aligned_columns, decimals_for
+from attnbench.render.predict import BATCH_PREFILL, PHASE_COLUMNS, batch_prefill_note, phase_rows
+from tests.helpers import runner
+
+
+def test_decimals_give_the_smallest_number_three_digits_at_most_three_decimals():
+    assert decimals_for([21.23, 0.2305, 2857.0]) == 3
+    assert decimals_for([2823.0, 7.768, 16.91]) == 2
+    assert decimals_for([2857.0, 1234.5]) == 0
+    assert decimals_for([0.00012, 3.0]) == 3  # capped
+    assert decimals_for([None, 0.0]) == 0  # nothing to size it by
+
+
+def predicted(tmp_path, *batches: int) -> list[dict]:
+    out = tmp_path / "p.json"
+    args = ["predict", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--seq-len", "4096"]
+    result = runner.invoke(app, [*args, "--batch", ",".join(map(str, batches)), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())["records"]
+
+
+def test_a_column_reads_in_one_format(tmp_path):
+    rows = phase_rows(predicted(tmp_path, 1, 32))
+    columns = {c.field: c for c in aligned_columns(PHASE_COLUMNS, rows)}
+    for field in ("time_ms", "intensity"):
+        cells = [columns[field].text(r) for r in rows]
+        decimals = {len(c.partition(".")[2]) for c in cells}
+        assert len(decimals) == 1, cells  # 0.231, 21.232 and 2,857.188; not 0.2305 and 2,857
+        places = decimals.pop()
+        for cell, row in zip(cells, rows, strict=True):
+            assert float(cell.replace(",", "")) == round(row[field], places)
+
+
+def test_the_prefill_of_a_batch_is_not_called_a_requests_ttft(tmp_path):
+    records = predicted(tmp_path, 1, 32)
+    steps = {(r["batch"], r["step"]) for r in phase_rows(records)}
+    assert (1, "model TTFT") in steps and (32, BATCH_PREFILL) in steps
+    assert (32, "model TTFT") not in steps
+    (note,) = batch_prefill_note(records)
+    assert note.startswith(f"{BATCH_PREFILL}: the prefill of all the batch's prompts (batch 32)")
+    assert batch_prefill_note([r for r in records if r["batch"] == 1]) == []

@@ -337,6 +337,10 @@ def write_outputs(
     show_written(written, quiet)
 
 
+#: A run estimated longer than this, in seconds, says its estimate before it starts.
+LONG_RUN_S = 60.0
+
+
 def progress_iter(
     items: Sequence,
     describe: Callable[[Any], str],
@@ -345,10 +349,16 @@ def progress_iter(
 ):
     """Yield items with a progress bar (points done, ETA) on a terminal; off a terminal,
     one plain line per item. `weight` (e.g. each item's estimated seconds) paces the bar
-    and its ETA when items differ in cost; without it every item counts the same."""
+    and its ETA when items differ in cost; without it every item counts the same. A run
+    whose weights add up to over LONG_RUN_S says its estimate first."""
     if quiet:
         yield from items
         return
+    if weight is not None and (total := sum(map(weight, items))) > LONG_RUN_S:
+        console.print(
+            f"{len(items):,} points to run, about {total:,.0f} s (a rough estimate)",
+            markup=False,
+        )
     if console.is_terminal:
         from rich import progress as rp
         from rich.table import Column as RichColumn

@@ -966,9 +966,31 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     if timings.x_of_reference is not None:
         rec.reference = timings.reference
         summarise(rec, "x_of_reference_median", timings.x_of_reference)
+        below_kernels(rec)
     if timings.prefill_peak is not None:
         rec.prefill_peak_bytes = timings.prefill_peak.peak_bytes
         rec.prefill_peak_method = timings.prefill_peak.method
+
+
+#: The least a step can take over its own kernels, each run alone: the step runs them all
+#: and more. A median below it says rounds stalled, on the step or on its kernels' sample
+#: (a thread of a parallel region preempted for a scheduler tick: one round reads 40x
+#: either way), not that the step was faster.
+LEAST_OVER_KERNELS = 0.9
+
+
+def below_kernels(rec: DecodeRecord) -> None:
+    """A step timed over its own kernels at under LEAST_OVER_KERNELS of their time is
+    noisy, whatever its spread: the rounds stalled (see LEAST_OVER_KERNELS)."""
+    ratio = rec.x_of_reference_median
+    if rec.reference != "kernels" or ratio is None or ratio >= LEAST_OVER_KERNELS:
+        return
+    rec.noisy = True
+    if rec.status == OK:
+        rec.status = (
+            f"{NOISY}: the step read {ratio:.3g}x its own kernels, which it runs all of: "
+            "rounds stalled"
+        )
 
 
 def step_status(steps: Measurement) -> str:

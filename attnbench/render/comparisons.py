@@ -28,8 +28,8 @@ from ..gate.compare import is_measured
 from ..measure.stats import (
     MIN_SPREAD_SAMPLES,
     NOISY_IQR_FRACTION,
-    bootstrap_interval,
     median,
+    next_run_interval,
     relative_half_width,
 )
 from ..measure.timing import drift
@@ -188,13 +188,14 @@ def held_text(share: float) -> str:
 def paired(a: Mapping, b: Mapping) -> dict | None:
     """The comparison of two records sampled in the same rounds, as a record's comparison
     fields under the stem 'x' ({'x_median', 'x_ci_lo', 'x_ci_hi'}, a's step over b's, and
-    the rounds): None when they were not sampled together."""
+    the rounds), its interval the one the next run falls in, over the memory layouts the
+    rounds span (stats.next_run_interval): None when they were not sampled together."""
     xs, ys = a.get("samples_ms") or [], b.get("samples_ms") or []
     together = a.get("sampling") == b.get("sampling") == "interleaved" and _same_context(a, b)
     if not together or not xs or len(xs) != len(ys) or not all(map(is_measured, xs + ys)):
         return None
     ratios = [x / y for x, y in zip(xs, ys, strict=True)]
-    lo, hi = bootstrap_interval(ratios)
+    lo, hi = next_run_interval(ratios, a.get("layouts") or 1)
     return {
         "x_median": median(ratios),
         "x_ci_lo": lo,

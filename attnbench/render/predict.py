@@ -41,6 +41,9 @@ PHASE_COLUMNS: list[Column] = [
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
 ]
 
+#: The row of one request's time to first token at a batch of several prompts: its own
+#: prompt prefilled alone (at batch 1, the model TTFT row is that).
+REQUEST_TTFT = "request TTFT"
 #: (step, record prefix, time field) of each row of a point, in order: one attention
 #: layer's prefill and decode step, then the whole model's (time to first token, time per
 #: output token).
@@ -48,6 +51,7 @@ PHASES = (
     ("layer prefill", "layer_prefill", "layer_prefill_ms"),
     ("layer decode", "layer_step", "layer_step_ms"),
     ("model TTFT", "prefill", "ttft_ms"),
+    (REQUEST_TTFT, "request", "request_ttft_ms"),
     ("model TPOT", "step", "tpot_ms"),
 )
 #: The model's prefill row of a batch of several prompts: the prefill of them all, which is
@@ -69,8 +73,8 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in records:
         for step, prefix, time_field in PHASES:
-            if r.get(time_field) is None:
-                continue
+            if r.get(time_field) is None or (prefix == "request" and r["batch"] == 1):
+                continue  # at batch 1, the model TTFT row is the request's
             decode = prefix == "step" or (prefix == "layer_step" and r.get("tpot_ms") is None)
             if prefix == "prefill" and r["batch"] > 1:
                 step = BATCH_PREFILL
@@ -89,11 +93,11 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "weights": r.get("weights") or r["dtype"],
                     "step": step,
                     "time_ms": r[time_field],
-                    "bytes": r[f"{prefix}_bytes"],
-                    "flops": r[f"{prefix}_flops"],
-                    "intensity": r[f"{prefix}_intensity"],
+                    "bytes": r.get(f"{prefix}_bytes"),
+                    "flops": r.get(f"{prefix}_flops"),
+                    "intensity": r.get(f"{prefix}_intensity"),
                     "ridge": r["ridge_flops_per_byte"],
-                    "bound": r[f"{prefix}_bound"],
+                    "bound": r.get(f"{prefix}_bound"),
                     "tokens_per_s": r["batch"] / (r[time_field] * 1e-3) if decode else None,
                 }
             )
@@ -111,8 +115,8 @@ def batch_prefill_note(records: Sequence[Mapping[str, Any]]) -> list[str]:
     listed = ", ".join(f"{b:,}" for b in batches)
     return [
         f"{BATCH_PREFILL}: the prefill of all the batch's prompts (batch {listed}) in one "
-        "pass, the time to first token of each request prefilled with the others; a "
-        "request's own prompt prefilled alone is the model TTFT at batch 1"
+        "pass, the time to first token of each request prefilled with the others; "
+        f"{REQUEST_TTFT}: one request's prompt prefilled alone"
     ]
 
 
@@ -134,6 +138,12 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     for r in {r["gpu"]: r for r in records if r.get("launch_ms")}.values():
         lines.append(
             f"{r['gpu']}: the model's kernel launches take {r['launch_ms']:.3g} ms of each step"
+        )
+    for r in {(r["gpu"], r["weights"]): r for r in records if r.get("dequant_ms")}.values():
+        lines.append(
+            f"{r['gpu']}: dequantising the {r['weights']} weights on the CUDA cores takes "
+            f"{r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for int8, "
+            "5 for int4, at the device's float32 rate)"
         )
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(

@@ -598,3 +598,23 @@ def test_no_cache_longest_context_below_every_context_is_refused():
     assert result.exit_code == 2
     reason = "is below every context (64, 128): no point would run"
     assert result.output.strip() == f"error: --no-cache-max-prompt-len 32: {reason}"
+
+
+def _record(**fields) -> decode.DecodeRecord:
+    shape = dict(variant="MQA", provider="attnbench", device="cpu", dtype="float32", batch=1)
+    shape |= dict(d_model=64, num_heads=4, num_kv_heads=1, head_dim=16, prompt_len=8)
+    return decode.DecodeRecord(**shape, gen_len=1, mode="cache", **fields)
+
+
+def test_a_step_read_faster_than_its_own_kernels_is_noisy():
+    stalled = _record(status="ok", reference="kernels", x_of_reference_median=0.027)
+    decode.below_kernels(stalled)
+    assert stalled.noisy and stalled.status.startswith("noisy: the step read 0.027x its own")
+    steady = _record(status="ok", reference="kernels", x_of_reference_median=1.07)
+    other = _record(status="ok", reference="sdpa", x_of_reference_median=0.5)  # a provider
+    for record in (steady, other):
+        decode.below_kernels(record)
+        assert record.status == "ok" and not record.noisy
+    busy = _record(status=decode.BUSY, reference="kernels", x_of_reference_median=0.5)
+    decode.below_kernels(busy)
+    assert busy.status == decode.BUSY and busy.noisy  # the first reason stands

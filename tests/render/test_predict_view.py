@@ -7,7 +7,14 @@ import json
 
 from attnbench.cli import app
 from attnbench.render.columns import aligned_columns, decimals_for
-from attnbench.render.predict import BATCH_PREFILL, PHASE_COLUMNS, batch_prefill_note, phase_rows
+from attnbench.render.predict import (
+    BATCH_PREFILL,
+    PHASE_COLUMNS,
+    REQUEST_TTFT,
+    batch_prefill_note,
+    phase_rows,
+    source_lines,
+)
 from tests.helpers import runner
 
 
@@ -31,11 +38,12 @@ def test_a_column_reads_in_one_format(tmp_path):
     rows = phase_rows(predicted(tmp_path, 1, 32))
     columns = {c.field: c for c in aligned_columns(PHASE_COLUMNS, rows)}
     for field in ("time_ms", "intensity"):
-        cells = [columns[field].text(r) for r in rows]
+        known = [r for r in rows if r[field] is not None]  # a request TTFT row has no counts
+        cells = [columns[field].text(r) for r in known]
         decimals = {len(c.partition(".")[2]) for c in cells}
         assert len(decimals) == 1, cells  # 0.231, 21.232 and 2,857.188; not 0.2305 and 2,857
         places = decimals.pop()
-        for cell, row in zip(cells, rows, strict=True):
+        for cell, row in zip(cells, known, strict=True):
             assert float(cell.replace(",", "")) == round(row[field], places)
 
 
@@ -47,3 +55,24 @@ def test_the_prefill_of_a_batch_is_not_called_a_requests_ttft(tmp_path):
     (note,) = batch_prefill_note(records)
     assert note.startswith(f"{BATCH_PREFILL}: the prefill of all the batch's prompts (batch 32)")
     assert batch_prefill_note([r for r in records if r["batch"] == 1]) == []
+
+
+def test_a_requests_time_to_first_token_is_its_own_prompt_prefilled_alone(tmp_path):
+    one, many = predicted(tmp_path, 1, 32)
+    # a request alone: the prefill of one prompt, whatever the batch it decodes in
+    assert many["request_ttft_ms"] == one["request_ttft_ms"] == one["ttft_ms"]
+    assert many["ttft_ms"] > 20 * many["request_ttft_ms"]
+    rows = [(r["batch"], r["step"], r["time_ms"]) for r in phase_rows([one, many])]
+    assert (32, REQUEST_TTFT, many["request_ttft_ms"]) in rows
+    assert not [r for r in rows if r[0] == 1 and r[1] == REQUEST_TTFT]  # the model TTFT row
+
+
+def test_dequantising_weight_only_weights_is_stated(tmp_path):
+    out = tmp_path / "q.json"
+    args = ["predict", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--seq-len", "512"]
+    result = runner.invoke(app, [*args, "--weights-dtype", "int4,float16", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    int4, full = json.loads(out.read_text())["records"]
+    assert int4["dequant_ms"] > 0 and full["dequant_ms"] is None
+    (line,) = [x for x in source_lines([int4, full]) if "dequantising" in x]
+    assert f"{int4['dequant_ms']:.3g} ms of each decode step" in line

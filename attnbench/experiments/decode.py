@@ -56,7 +56,7 @@ from ..modules.providers import (
 )
 from ..modules.ragged import RaggedInputs
 from ..modules.ragged import reference_step as ragged_reference
-from ..records import count, exact, flattened, info, key, ratio, timing
+from ..records import Status, count, exact, flattened, info, key, ratio, timing
 from . import serving
 from .context import Context, Counted
 from .kernels import step_kernels
@@ -72,8 +72,6 @@ FEW_SAMPLES = f"{NOISY}: under {MIN_SPREAD_SAMPLES} samples, too few to judge th
 #: The status of a point sampled while this process had the CPU for less than
 #: BUSY_CPU_SHARE of the time (measure.timing.CpuShare): timed, but on a busy host.
 BUSY = f"{NOISY}: sampled while another process held the CPU"
-#: The statuses of a point that was timed.
-TIMED = (OK, NOISY, FEW_SAMPLES, BUSY)
 #: How a point's step was sampled: in turn with the others of its context
 #: (experiments.interleave), or alone.
 INTERLEAVED, ALONE = "interleaved", "alone"
@@ -89,7 +87,7 @@ LAYOUTS, MAX_LAYOUTS = 4, 16
 @dataclass(frozen=True, kw_only=True)
 class DecodeOptions:
     """A decode section's scalar options, resolved once per section by the study's
-    planning (study.sections.section_options): their defaults are the schema's
+    planning (study.sections.decode_options): their defaults are the schema's
     (study.schema), `max_time` the seconds of sampling on the section's device."""
 
     warmup: int
@@ -1018,7 +1016,7 @@ def bimodal(low: Sequence[float], high: Sequence[float]) -> str:
 def timed(record: Mapping[str, Any] | DecodeRecord) -> bool:
     """The record holds a step time: its status is ok or noisy (with its reason)."""
     status = record.get("status") if isinstance(record, Mapping) else record.status
-    return str(status or OK).split(":", 1)[0].strip() in (OK, NOISY)
+    return Status.of(status).word in (OK, NOISY)
 
 
 def summarise(rec: DecodeRecord, metric: str, measured: Measurement) -> None:

@@ -38,7 +38,6 @@ from fractions import Fraction
 
 from ..errors import FieldError, UsageError
 from ..model.architecture import ModelSpec
-from ..model.calibration import load_calibration
 from ..model.capacity import (
     KvFormat,
     TokenLayout,
@@ -53,7 +52,6 @@ from ..model.capacity import (
 from ..model.devices import DEVICES, DeviceSpec
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
-    DEFAULT_MODEL,
     ModelCounts,
     ModelPrediction,
     PerfModel,
@@ -65,7 +63,7 @@ from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memo
 from ..model.weights import WeightFormat
 from ..records import exact, info, key
 from .context import Context, grid_order, no_links
-from .target import is_this, target_device
+from .target import is_this, perf_model, target_device
 
 #: The status of an answer; any other says why nothing fits.
 OK = "ok"
@@ -468,18 +466,17 @@ def targets_for(point: FitPoint) -> Targets | None:
 
 
 def _calibrated(path: str | None, device: DeviceSpec) -> PerfModel:
-    """The performance model of a calibration file fitted against `device` (as
-    experiments.target.perf_model, the defaults without one); what is wrong with the
-    file as an error of the calibration field."""
-    if path is None:
-        return DEFAULT_MODEL
+    """The performance model of a calibration file fitted against `device`
+    (experiments.target.perf_model, the defaults without one); what is wrong with the
+    file as an error of the calibration field, fit's one field for it."""
     try:
-        calibration = load_calibration(path)
+        return perf_model(path, device)
     except FieldError as exc:
+        if exc.field == "calibration":
+            raise
         raise FieldError("calibration", path, f"{exc.field} {exc.value}: {exc.reason}") from None
     except UsageError as exc:
         raise FieldError("calibration", path, str(exc).removeprefix(f"{path}: ")) from None
-    return calibration.model_for(device, path)
 
 
 @contextmanager

@@ -54,7 +54,7 @@ import numpy as np
 
 from ..errors import UsageError, brief
 from ..measure.stats import BUSY_CPU_SHARE, Measurement, bootstrap_bounds, bootstrap_medians
-from ..records import SAMPLED, Kind, gated_timing, ratio_against
+from ..records import SAMPLED, Kind, Status, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
 from ..study.sections import record_type
@@ -721,7 +721,7 @@ RAN = ("noisy",)
 def status_word(record: dict) -> str:
     """The kind of a record's status: 'wrong' for 'wrong: max abs error 0.3', 'ok' for a
     record without a status and for a noisy one ('noisy: under 11 samples'), which ran."""
-    word = str(record.get("status") or OK).split(":", 1)[0].strip()
+    word = Status.of(record.get("status")).word
     return OK if word in RAN else word
 
 

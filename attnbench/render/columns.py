@@ -16,6 +16,7 @@ from typing import Any
 from ..measure.stats import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import OWN_MARK, is_own
+from ..records import Status
 from .table import Column, as_row
 
 NONE_TEXT = "-"
@@ -89,7 +90,7 @@ def fmt_si(v: Any) -> str:
 def fmt_status(v: Any) -> str:
     """A status, compact: what precedes its first colon ('error: ValueError: ...' ->
     'error')."""
-    return NONE_TEXT if v is None else str(v).split(":", 1)[0].strip()
+    return NONE_TEXT if v is None else Status.of(v).word
 
 
 #: The spread cell of a timing with too few samples to judge their spread.
@@ -232,10 +233,10 @@ def kvmem_status(status: Any) -> Any:
     """'skipped: needs 40.00 GiB, 22.62 GiB free' -> 'not allocated: needs 40.00 GiB,
     22.62 GiB free (the bytes are computed; only their check by allocation was skipped)';
     any other status as it is."""
-    text = str(status) if status is not None else ""
-    if not text.startswith("skipped:"):
+    found = Status.of(status)
+    if status is None or found.word != "skipped":
         return status
-    reason = text.split(":", 1)[1].strip()
+    reason = found.reason
     return (
         f"{NOT_ALLOCATED}: {reason} (the bytes are computed; only their check by "
         "allocation was skipped)"

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from ..experiments.fit import OK, TOO_SLOW, FitRecord
 from ..model.units import format_bytes
-from .columns import fmt_int, fmt_plain, fmt_status, variant_cell
+from .columns import fmt_4sig, fmt_int, fmt_plain, fmt_rate, fmt_status, variant_cell
 from .table import Column
 
 BAR_WIDTH = 60
@@ -148,14 +148,6 @@ def latency_answer(record: FitRecord, label: str = "") -> str:
     return f"Nothing fits{where}: {record.status}"
 
 
-def _fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.2f}"
-
-
-def _fmt_rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
 def short_status(status: str | None) -> str:
     """A status in a word or two: 'ok', 'too slow' (no batch meets a target) or 'no fit'
     (memory leaves no batch); the whole of it goes in a note under the table."""
@@ -185,9 +177,9 @@ LATENCY: list[Column] = [
     Column("tp", "tp", fmt_int, rank=0),
     Column("batch", "batch", fmt_int, rank=0),
     Column("fits", "memory_batch", fmt_int, rank=1),
-    Column("TPOT ms", "tpot_ms", _fmt_ms, rank=1),
-    Column("tok/s/GPU", "tokens_per_s_per_gpu", _fmt_rate, rank=2),
-    Column("TTFT ms", "ttft_ms", _fmt_ms, rank=2),
+    Column("TPOT ms", "tpot_ms", fmt_4sig, rank=1),
+    Column("tok/s/GPU", "tokens_per_s_per_gpu", fmt_rate, rank=2),
+    Column("TTFT ms", "ttft_ms", fmt_4sig, rank=2),
     Column("bound", "bound", fmt_plain, rank=1, kind="label"),
     Column("Status", "status", fmt_plain, rank=3, kind="status", compact=short_status),
 ]

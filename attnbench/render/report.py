@@ -12,6 +12,7 @@ from pathlib import Path
 from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
 from ..measure.timing import drift
 from ..model.units import format_bytes
+from ..records import Status
 from ..study.documents import incomplete
 from ..study.output import named
 from ..study.sections import sets_providers_side_by_side, title_of
@@ -559,10 +560,10 @@ def provider_points(records: Sequence[dict], status: str, by_reason: bool) -> li
     counts: dict[tuple[str, str], int] = {}
     reasons: dict[str, str] = {}
     for r in records:
-        first, _, reason = str(r.get("status")).partition(":")
-        if first != status:
+        found = Status.of(r.get("status"))
+        if found.word != status:
             continue
-        provider, reason = str(r.get("provider")), reason.strip()
+        provider, reason = str(r.get("provider")), found.reason
         reason = reason if by_reason else reasons.setdefault(provider, reason)
         counts[provider, reason] = counts.get((provider, reason), 0) + 1
     return [
@@ -576,7 +577,7 @@ def _not_timed(doc: dict) -> list[str]:
     reference: rows of the results, not failures."""
     found = []
     records = doc["sections"].get("decode", {}).get("records", [])
-    wrong = [r for r in records if str(r.get("status")).startswith("wrong")]
+    wrong = [r for r in records if Status.of(r.get("status")).word == "wrong"]
     if unsupported := provider_points(records, "unsupported", by_reason=True):
         found.append(f"Unsupported here, so not timed: {'; '.join(unsupported)}.")
     if wrong:

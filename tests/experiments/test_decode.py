@@ -287,7 +287,7 @@ def raising(exc: BaseException, when=lambda point: True):
 def test_record_fields_are_consistent():
     context = Context(CPU, peak_gbps=10.0, peak_tflops={"float32": 0.5})
     rec = decode.run(with_options(POINT, {"warmup": 0, "repeats": 4}), context)
-    assert rec.status in decode.TIMED
+    assert decode.timed(rec)
     assert len(rec.samples_ms) == rec.step_repeats == 4 and rec.step_stop == "repeats"
     assert rec.step_ms_p25 <= rec.step_ms_median <= rec.step_ms_p75
     assert rec.tokens_per_s == pytest.approx(1 / (rec.step_ms_median * 1e-3))
@@ -316,7 +316,7 @@ def test_no_prefill_and_no_generation_leave_their_metrics_empty():
     rec = decode.run(
         with_options(point, {"warmup": 0, "repeats": 2, "prefill": False}, CPU), Context(CPU)
     )
-    assert rec.status in decode.TIMED and len(rec.samples_ms) == 2
+    assert decode.timed(rec) and len(rec.samples_ms) == 2
     assert rec.prefill_ms_median is None and rec.prefill_samples_ms == []
     assert rec.prefill_flops is None and rec.achieved_tflops is None
     assert rec.gen_ms_median is None and rec.gen_samples_ms == [] and rec.gen_tokens_per_s is None
@@ -335,7 +335,8 @@ def test_status_tells_a_steady_step_from_a_noisy_one_and_from_too_few_samples():
     assert not stalled.noisy and not stalled.spread_known
     assert decode.step_status(stalled) == decode.FEW_SAMPLES
     assert decode.FEW_SAMPLES == "noisy: under 11 samples, too few to judge the spread"
-    assert all(decode.timed({"status": s}) for s in decode.TIMED)
+    timed = (decode.OK, decode.NOISY, decode.FEW_SAMPLES, decode.BUSY, decode.bimodal([1], [2]))
+    assert all(decode.timed({"status": s}) for s in timed)
     assert not decode.timed({"status": "oom"}) and not decode.timed({"status": "wrong: x"})
     rec = decode.run(
         with_options(POINT, {"warmup": 0, "repeats": 3, "prefill": False}, CPU), Context(CPU)
@@ -349,7 +350,7 @@ def test_adaptive_sampling_is_the_default_and_records_why_it_stopped(reference):
     is within 2%, or when the time is up."""
     options = {"warmup": 1, "max_time": 0.5, "prefill": False, "reference": reference}
     rec = decode.run(with_options(POINT, options, CPU), Context(CPU))
-    assert rec.status in decode.TIMED
+    assert decode.timed(rec)
     assert rec.step_stop in ("target_ci", "max_time")
     assert rec.step_repeats == len(rec.samples_ms) >= 5
     ci = rec.step_ci_pct
@@ -409,7 +410,7 @@ def test_sweep_goes_on_after_an_oom(tmp_path):
 
 def timed_or(status: str) -> str:
     """'timed' for the status of a point that was timed (ok or noisy), else the status."""
-    return "timed" if status in decode.TIMED else status
+    return "timed" if decode.timed({"status": status}) else status
 
 
 def with_executor(monkeypatch, module, execute) -> None:
@@ -589,7 +590,7 @@ def test_cuda_graph_and_eager_steps_side_by_side(graph):
         with_options(point, {"warmup": 1, "repeats": 5}, torch.device("cuda")),
         Context(torch.device("cuda")),
     )
-    assert rec.status in decode.TIMED and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
+    assert decode.timed(rec) and len(rec.samples_ms) == 5 and rec.cuda_graph is graph
 
 
 def test_no_cache_longest_context_below_every_context_is_refused():

@@ -13,7 +13,7 @@ import torch
 from torch.utils.benchmark import Timer
 
 from attnbench.experiments import instructions
-from attnbench.experiments.decode import TIMED, DecodePoint
+from attnbench.experiments.decode import DecodePoint, timed
 from attnbench.experiments.instructions import (
     MALLOC_TUNABLE,
     MAX_NUMBER,
@@ -218,11 +218,11 @@ def test_a_study_counts_its_cached_points_once_before_timing_them(monkeypatch):
     assert len(calls) == 1 and {p.mode for p in calls[0]} == {"cache"} and len(calls[0]) == 4
     for rec in result.records["decode"]:
         if rec.mode == "no_cache":
-            assert rec.status in TIMED and rec.instructions_per_step is None
+            assert timed(rec) and rec.instructions_per_step is None
         elif rec.num_kv_heads == 1:
             assert rec.status == instructions.NO_VALGRIND and rec.step_ms_median is None
         else:
-            assert rec.status in TIMED and rec.instructions_per_step == 1000 + rec.prompt_len
+            assert timed(rec) and rec.instructions_per_step == 1000 + rec.prompt_len
             assert rec.instructions_counter == "valgrind-9.9.9"
 
 

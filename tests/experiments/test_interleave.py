@@ -16,7 +16,6 @@ from attnbench.experiments import decode, interleave
 from attnbench.experiments.decode import (
     BUSY,
     OK,
-    TIMED,
     DecodePoint,
     decode_bytes,
     failed,
@@ -89,7 +88,7 @@ def test_a_group_sampled_while_another_process_held_the_cpu_is_noisy(monkeypatch
     assert share.share() < 0.5
     monkeypatch.setattr(timing.time, "process_time", lambda: 0.0)
     for r in records_of():
-        assert (r.cpu_share, r.noisy) == (0.0, True) and r.status in TIMED
+        assert (r.cpu_share, r.noisy) == (0.0, True) and decode.timed(r)
     steady = failed(point(), OK)  # a steady step's record, sampled on a busy host
     held_cpu(steady, 0.5)
     assert (steady.cpu_share, steady.status, steady.noisy) == (0.5, BUSY, True)
@@ -199,7 +198,7 @@ def test_a_point_out_of_memory_leaves_the_rest_of_its_group(monkeypatch):
     monkeypatch.setattr(interleave, "prepare", prepare)
     rows = by_key(records_of())
     assert rows[1, "attnbench", "cache"].status == "oom"
-    assert all(rows[k].status in TIMED for k in rows if k != (1, "attnbench", "cache"))
+    assert all(decode.timed(rows[k]) for k in rows if k != (1, "attnbench", "cache"))
     mha = rows[4, "attnbench", "cache"]
     assert mha.x_of_narrowest_median is None  # its reference did not run
     assert mha.x_of_no_cache_median is not None

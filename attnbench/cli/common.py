@@ -13,7 +13,7 @@ import inspect
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,6 @@ from ..render.table import (
     terminal_width,
 )
 from ..study.output import Written, writable, writable_target
-from ..study.output import write_outputs as output_files
 from ..study.schema import ALIASES, fields_for
 from .flags import describe_error, flag_of, parse_flags
 from .options import field_flag
@@ -316,25 +315,6 @@ def show_written(written: Written, quiet: bool) -> None:
             console.print(f"wrote {path}", markup=False)
     if written.failure is not None:
         raise written.failure
-
-
-def write_outputs(
-    command: str,
-    records: Sequence,
-    record_type: type,
-    config: dict,
-    environment: dict,
-    csv_path: str | None,
-    json_path: str | None,
-    quiet: bool,
-    beside: Mapping[str, Sequence] | None = None,
-) -> None:
-    """Write the CSV and JSON a command was asked for (study.output.write_outputs) and say
-    where they went."""
-    written = output_files(
-        command, records, record_type, config, environment, csv_path, json_path, beside
-    )
-    show_written(written, quiet)
 
 
 #: A run estimated longer than this, in seconds, says its estimate before it starts.

@@ -35,7 +35,6 @@ from ..model.hf_config import (
 )
 from ..model.hf_layers import ATTENTION_TYPES, as_transformers
 from ..model.model_params import COUNT_HINT
-from .hf_model import transformers_parts
 
 #: The most layers a model built to be counted may have: far more than any real model's,
 #: few enough that transformers builds it in seconds (a layer takes some milliseconds).
@@ -114,6 +113,8 @@ def with_whole_model(spec: ModelSpec) -> ModelSpec:
     if spec.published_kv_heads is not None and spec.num_kv_heads != spec.published_kv_heads:
         cfg = with_kv_heads(cfg, spec.num_kv_heads)
     try:
+        from .hf_model import transformers_parts  # torch: only for a model it builds
+
         count = transformers_parts(as_transformers(cfg), path)
     except UsageError as exc:  # transformers does not build it: the attention alone
         return replace(spec, uncounted=str(exc).removeprefix(f"{path}: "))

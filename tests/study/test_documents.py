@@ -207,9 +207,10 @@ def test_a_folder_gone_after_the_check_keeps_the_records(tmp_path, private_tmp):
         )
     ]
     with pytest.raises(FieldError) as caught:
-        attnbench.cli.common.write_outputs(
-            "params", records, ParamsRecord, {}, {"device": "cpu"}, str(csv_path), None, quiet=True
+        written = attnbench.study.output.write_outputs(
+            "params", records, ParamsRecord, {}, {"device": "cpu"}, str(csv_path), None
         )
+        attnbench.cli.common.show_written(written, quiet=True)
     assert caught.value.field == "csv" and "cannot write: " in caught.value.reason
     (kept,) = private_tmp.glob("attnbench-params-*.json")
     assert f"the records are kept in {kept.resolve()}" in caught.value.reason

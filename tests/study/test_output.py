@@ -15,9 +15,9 @@ import torch
 
 import attnbench
 from attnbench.cli import app
-from attnbench.cli.common import write_outputs
 from attnbench.cli.flags import parse_field
 from attnbench.experiments import kvmem
+from attnbench.study.output import write_outputs
 from attnbench.study.runner import DirectoryStore, plan_command, run_study
 from tests.helpers import runner
 
@@ -264,7 +264,6 @@ def test_csv_and_json_agree_on_skipped_rows(tmp_path):
         result.environment,
         str(csv_path),
         str(json_path),
-        quiet=True,
     )
     records = json.loads(json_path.read_text())["records"]
     skipped = [r for r in records if r["status"].startswith("skipped")]

@@ -60,7 +60,8 @@ kv keys (decode: q 1, kv S + 1; prefill of S tokens: q S, kv S) moves:
 - the activations: the attention's (formulas.step_traffic_bytes), and those the layer's
   other kernels read and write, each token's through every kernel once (mlp_activations):
   small beside the weights at a decode step of a few sequences, as large as them in a
-  prefill of a few thousand tokens;
+  prefill of a few thousand tokens; with float8 weights, each matmul's input quantised
+  first, read in the activations' dtype and written in float8 (_matmul_inputs);
 - a hybrid model's state (Mamba, linear attention): every state layer reads each
   sequence's state and writes it back, 2 * its bytes per step (capacity.state_bytes), as
   part of the cache.
@@ -453,6 +454,16 @@ def mlp_activations(parts: Mapping[str, int], expert_weights: int, layers: int, 
     return 2 * parts["norms"] + 2 * layers * d + 2 * (parts["mlp"] + expert_weights) // d
 
 
+def _matmul_inputs(spec: ModelSpec, parts: Mapping[str, int], expert_weights: int, tp: int) -> int:
+    """Elements one token feeds the dense matmuls of a step on one rank: each attention
+    layer's q, k, v projection reads d and its output projection the attention's output
+    (q_dim / tp); each layer's MLP reads d, and its down projection I / tp (the MLP's
+    weights over 3d, gated); the routed experts a token goes to, the same."""
+    d, q_dim = spec.d_model, spec.num_heads * spec.head_dim // tp
+    attention = spec.kv_layers * (d + q_dim)
+    return attention + spec.num_layers * d + (parts["mlp"] + expert_weights) // (3 * d)
+
+
 def step_counts(
     spec: ModelSpec,
     batch: int,
@@ -517,7 +528,10 @@ def step_counts(
         weight_bytes=fmt.bytes(body, d) + packed_bytes(table, dtype),
         kv_bytes=attention.kv_bytes + state,
         activation_bytes=attention.activation_bytes
-        + tokens * mlp_activations(parts, expert_weights, L, d) * dtype_bytes(dtype),
+        + tokens * mlp_activations(parts, expert_weights, L, d) * dtype_bytes(dtype)
+        + tokens
+        * fmt.activation_quant_bytes(dtype)
+        * _matmul_inputs(spec, parts, expert_weights, tp),
         flops=attention.flops + dense + expert_flops + 2 * batch * head + state_flops,
         attention_flops=attention.core_flops + state_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),

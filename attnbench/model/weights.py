@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import FieldError
 from .capacity import ceil_div, positive_int
-from .dtypes import MODEL_DTYPES, check_dtype, packed_bytes
+from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
 
 #: The dtypes a model's weights may be stored in.
 WEIGHT_DTYPES: tuple[str, ...] = (
@@ -77,6 +77,14 @@ class WeightFormat:
         the zero point's subtraction and the scale's multiply (5); none for weights
         stored in a dtype the tensor cores take."""
         return {"int8": 2, "int4": 5}.get(self.dtype, 0)
+
+    def activation_quant_bytes(self, activations: str) -> int:
+        """Bytes that quantising one activation element before a matmul moves: for float8
+        weights (W8A8), the element read in the activations' dtype and written in float8;
+        none otherwise."""
+        if self.dtype not in WEIGHT_AND_ACTIVATION:
+            return 0
+        return dtype_bytes(activations) + 1
 
     def matmul_dtype(self, activations: str) -> str:
         """The dtype the matmuls run in: the weights' for float8 (W8A8), else the

@@ -173,6 +173,18 @@ def test_weight_only_weights_are_dequantised_once_a_step_on_the_cuda_cores():
     )
 
 
+def test_float8_weights_quantise_each_matmuls_input_first():
+    spec, tokens = get_preset("llama-2-7b"), 2048
+    d, inner, layers = 4096, 11008, 32
+    plain = prefill_counts(spec, 1, tokens, "bfloat16")
+    fp8 = prefill_counts(spec, 1, tokens, "bfloat16", weights=WeightFormat("float8_e4m3fn"))
+    int8 = prefill_counts(spec, 1, tokens, "bfloat16", weights=WeightFormat("int8"))
+    # q/k/v read d, o_proj q_dim, gate/up d, down I: each read in bfloat16, written in fp8
+    inputs = layers * (d + d + d + inner)
+    assert fp8.activation_bytes - plain.activation_bytes == tokens * inputs * (2 + 1)
+    assert int8.activation_bytes == plain.activation_bytes  # weight-only: inputs as they are
+
+
 def test_prefill_is_compute_bound():
     spec = get_preset("llama-2-7b")
     counts = prefill_counts(spec, 1, 4096, "bfloat16")

@@ -30,8 +30,8 @@ from ..errors import CombinationError, FieldError
 from ..measure.devices import free_memory_bytes, torch_dtype
 from ..measure.memory import is_oom, skip_status
 from ..measure.peak_memory import PeakMemory, peak_bytes_during
-from ..measure.stats import MIN_SPREAD_SAMPLES, Measurement, in_run_ratio, median
-from ..measure.timing import BUSY_CPU_SHARE, CpuShare, Sampling, TimedCall, Timer
+from ..measure.stats import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES, Measurement, in_run_ratio, median
+from ..measure.timing import CpuShare, Sampling, TimedCall, Timer
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
 from ..model.formulas import (

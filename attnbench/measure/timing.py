@@ -28,7 +28,6 @@ import torch
 
 from ..model.formulas import matmul_flops
 from .stats import (
-    BUSY_CPU_SHARE,  # noqa: F401  (CpuShare's threshold, read from here)
     CONVERGED,
     FIXED,
     MOST_SAMPLES,

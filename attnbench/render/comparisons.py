@@ -35,7 +35,7 @@ from ..measure.stats import (
 from ..measure.timing import drift
 from ..records import key_fields
 from .columns import join_words, known
-from .plots import busy, ok_records, one_provider, series_label
+from .selection import busy, ok_records, one_provider, series_label
 
 #: The widest 95% interval (its larger side, relative to the median) of a resolved
 #: comparison: the rule that flags a timing noisy (p25 to p75 within 10% of the median),
@@ -175,7 +175,7 @@ def judge(
 
 def held(*records: Mapping | None) -> float | None:
     """The least share of their sampling time the records' process ran for, when another
-    process held the CPU (render.plots.busy); None when none did."""
+    process held the CPU (render.selection.busy); None when none did."""
     shares = [s for r in records if r is not None and (s := busy(r)) is not None]
     return min(shares, default=None)
 

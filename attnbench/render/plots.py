@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from matplotlib import rc_context
@@ -20,130 +20,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
 from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
-from ..measure.timing import BUSY_CPU_SHARE
 from ..model.units import binary_unit
-from ..records import Kind, failed, field_kinds
 from ..study.output import named
-from ..study.sections import KINDS
-from .columns import known
-from .providers import providers_of
-
-#: Fields that are inputs of some section: what tells one line of a plot from another.
-SETTINGS = frozenset(
-    name
-    for kind in KINDS.values()
-    for name, k in field_kinds(kind.record).items()
-    if k is Kind.KEY and name != "variant"
-)
-#: How fields read in legends and titles.
-FIELD_NAMES = {
-    "num_heads": "query heads",
-    "num_kv_heads": "KV heads",
-    "num_layers": "layers",
-    "seq_len": "context",
-    "prompt_len": "context",
-    "gen_len": "gen",
-    "dtype": "",
-    "batch_spec": "sequences",
-}
-#: Settings not named when every record has this value: no generations, no CUDA graphs.
-UNSAID = {"gen_len": 0, "cuda_graph": False}
-
-
-def few_samples(record: Mapping) -> bool:
-    """The record's step has too few samples to judge their spread (measure.stats)."""
-    repeats = record.get("step_repeats")
-    return known(repeats) and repeats < MIN_SPREAD_SAMPLES
-
-
-def busy(record: Mapping) -> float | None:
-    """The share of its sampling time the record's process ran for, when under
-    BUSY_CPU_SHARE (another process held the CPU); None otherwise."""
-    share = record.get("cpu_share")
-    return share if known(share) and share < BUSY_CPU_SHARE else None
-
-
-def steady(record: Mapping) -> bool:
-    """The record's step time can be stated: not flagged noisy, with samples enough to
-    tell, sampled while its process had the CPU (a record written before the status said
-    so has its `noisy` flag alone)."""
-    return not record.get("noisy") and not few_samples(record) and busy(record) is None
-
-
-def unsteady(record: Mapping) -> bool:
-    """Not `steady`: a point a plot draws hollow."""
-    return not steady(record)
-
-
-def ok_records(records: Iterable[dict], *needed: str) -> list[dict]:
-    """Records that completed (no oom or error status) and have every `needed` field, with
-    a finite value (a NaN or an infinity is no value to draw or to write down)."""
-    return [r for r in records if not failed(r) and all(known(r.get(f)) for f in needed)]
-
-
-def setting_fields(records: Iterable[dict]) -> list[str]:
-    """The record fields that are settings of a study (the sweep file's axes, and the
-    model): what tells one line from another. Fields derived from them (variant,
-    kv_heads_per_gpu) are not, and settings added to the sweep later are included."""
-    fields: list[str] = []
-    for r in records:
-        fields.extend(f for f in r if f not in fields and f in SETTINGS)
-    return fields
-
-
-def series(
-    records: Sequence[dict], x: str, exclude: Sequence[str] = (), named: bool = True
-) -> list[tuple[str, list[dict]]]:
-    """Records grouped into lines, one per configuration (x and `exclude` aside), sorted by
-    x, each labelled by its variant or model (unless not `named`, for lines across
-    variants) plus whatever else varies between lines."""
-    keys = [f for f in setting_fields(records) if f != x and f not in exclude]
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault(tuple(r.get(f) for f in keys), []).append(r)
-    varying = [
-        f
-        for i, f in enumerate(keys)
-        if len({k[i] for k in groups}) > 1 and f not in ("model", "variant", "num_kv_heads", "mode")
-    ]
-    return [
-        (series_label(rows[0], varying, named), sorted(rows, key=lambda r: r[x]))
-        for rows in groups.values()
-    ]
-
-
-def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) -> str:
-    """'MHA', 'llama-3-8b (GQA-8)', or 'GQA-2, batch 4' when batch tells lines apart."""
-    model, variant = record.get("model"), record.get("variant")
-    name = [f"{model} ({variant})" if model else str(variant)] if named else []
-    return ", ".join([*name, *(field_text(f, record[f]) for f in extra)]) or "all"
-
-
-def field_text(field: str, value) -> str:
-    if field == "cuda_graph":
-        return "CUDA graphs" if value else "eager"
-    if field == "block_size":
-        return "contiguous cache" if value is None else f"blocks of {value:,}"
-    name = FIELD_NAMES.get(field, field)
-    text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
-    return f"{name} {text}".strip()
-
-
-def context(
-    records: Sequence[dict], environment: dict, fields: Sequence[str], machine: str | None = "on"
-) -> str:
-    """'on Intel Xeon (cpu), float32, batch 1': the settings every record shares (but a
-    default nobody set, like gen 0: see UNSAID). `machine` is the words before the
-    machine's name ('checked by allocation on'); None names no machine (a plot of counts
-    that no machine measured)."""
-    device = environment.get("device_name") or environment.get("device", "?")
-    parts = [] if machine is None else [f"{machine} {device} ({environment.get('device', '?')})"]
-    for f in fields:
-        values = {r.get(f) for r in records}
-        value = values.pop() if len(values) == 1 else None
-        if value is not None and not (f in UNSAID and value == UNSAID[f]):
-            parts.append(field_text(f, value))
-    return ", ".join(parts)
+from .comparisons import judge
+from .selection import context, ok_records, one_provider, providers_of, series, unsteady
 
 
 class PlainLogFormatter(LogFormatter):
@@ -185,15 +65,6 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure
     ax.set_ylabel(ylabel)
     ax.grid(True, which="major", alpha=0.3)
     return fig, ax
-
-
-def one_provider(records: Sequence[dict]) -> list[dict]:
-    """With several providers, the records of one: the baseline (else the first), since
-    decode_providers compares them; the records as they are otherwise."""
-    names = providers_of(records)
-    if len(names) < 2:
-        return list(records)
-    return [r for r in records if r.get("provider") == names[0]]
 
 
 #: The x axis of every decode plot.
@@ -277,8 +148,6 @@ def _decode_lines(
 
 def _unresolved(stem: str, doc: dict) -> Callable[[dict], bool]:
     """Whether a record's comparison `stem` is not resolved (render.comparisons)."""
-    from .comparisons import judge  # comparisons draws on this module's helpers
-
     records = _records(doc, "decode")
     return lambda r: not judge(r, stem, records, doc.get("environment")).resolved
 

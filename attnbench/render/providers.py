@@ -15,12 +15,12 @@ from typing import Any, NamedTuple
 from ..experiments.decode import DecodeRecord
 from ..records import key_fields
 from .columns import NONE_TEXT, decode_columns, fmt_status, fmt_x2, join_words, known
+from .comparisons import fastest, not_fastest, unresolved_evidence, why_not
+from .selection import baseline_of, providers_of
 from .table import TITLE_SEPARATOR, Column, as_row
 
 #: The settings that tell one row from another besides the provider (the mode is "cache").
 ROW_FIELDS = key_fields(DecodeRecord, but=("provider", "mode"))
-#: The baseline provider when the records do not name one.
-DEFAULT_BASELINE = "attnbench"
 #: The row's field naming its fastest provider.
 FASTEST = "fastest"
 #: The fastest cell of a row whose least median did not beat every other by a resolved
@@ -68,19 +68,6 @@ def cached_steps(records: Iterable[Any]) -> list[Mapping[str, Any]]:
     return [r for r in map(as_row, records) if r.get("mode") == "cache"]
 
 
-def baseline_of(records: Sequence[Mapping[str, Any]]) -> str:
-    """The baseline provider the records were compared with."""
-    named = [r["baseline_provider"] for r in records if r.get("baseline_provider")]
-    return named[0] if named else DEFAULT_BASELINE
-
-
-def providers_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The providers of the records, the baseline first, then as they first appear."""
-    names = list(dict.fromkeys(str(r.get("provider")) for r in records if r.get("provider")))
-    baseline = baseline_of(records)
-    return sorted(names, key=lambda n: n != baseline)
-
-
 def _named_by_variant(records: Sequence[Mapping[str, Any]], field: str) -> bool:
     """Each variant of the records has one value of `field` (the variant's name says it)."""
     values: dict[Any, set] = {}
@@ -120,13 +107,6 @@ def providers_table(records: Iterable[Any], environment: Mapping | None = None) 
     title instead of given a column. In a narrow table the speed-ups go first (each cell
     keeps its time), then the providers from the last but the baseline; settings every
     row shares go to the title."""
-    from .comparisons import (  # it imports render.plots, which imports this
-        fastest,
-        not_fastest,
-        unresolved_evidence,
-        why_not,
-    )
-
     steps = cached_steps(records)
     baseline = baseline_of(steps)
     timed = {r.get("provider") for r in steps if known(r.get("step_ms_median"))}

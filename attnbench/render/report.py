@@ -30,20 +30,22 @@ from .comparisons import (
     speed,
     variant_findings,
 )
-from .plots import (
-    PLOTS,
+from .plots import PLOTS
+from .predict import predict_findings
+from .providers import providers_table
+from .selection import (
+    baseline_of,
     busy,
     context,
     few_samples,
     field_text,
     ok_records,
     one_provider,
+    providers_of,
     series,
     series_label,
     steady,
 )
-from .predict import predict_findings
-from .providers import baseline_of, providers_of, providers_table
 from .table import (
     markdown_code,
     markdown_fence,

@@ -14,7 +14,7 @@ from attnbench.cli import app
 from attnbench.experiments import decode as decode_mod
 from attnbench.measure.timing import CpuShare
 from attnbench.model.units import binary_unit, format_bytes
-from attnbench.render import plots, report
+from attnbench.render import plots, report, selection
 from attnbench.render.columns import PARAMS, kvmem_columns
 from attnbench.render.table import markdown_table
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
@@ -215,7 +215,7 @@ def test_settings_added_to_records_later_tell_lines_and_columns_apart():
         for v, h in (("MHA", 4), ("MQA", 1))
         for tp in (1, 2)
     ]
-    lines = plots.series(rows, "num_kv_heads", named=False)
+    lines = selection.series(rows, "num_kv_heads", named=False)
     assert [(label, len(line)) for label, line in lines] == [("tp 1", 2), ("tp 2", 2)]
     assert [[r["num_kv_heads"] for r in line] for _, line in lines] == [[1, 4], [1, 4]]
     # the report's kvmem table shows tp as a column of its own once some row uses it
@@ -728,7 +728,7 @@ def test_kv_heads_plot_draws_a_line_per_shape_and_names_a_machine_only_if_it_all
 
 
 def test_a_series_names_its_cache_and_its_sequences():
-    from attnbench.render.plots import field_text
+    from attnbench.render.selection import field_text
 
     assert field_text("block_size", None) == "contiguous cache"
     assert field_text("block_size", 16) == "blocks of 16"

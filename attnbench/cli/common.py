@@ -334,7 +334,9 @@ def progress_iter(
     if quiet:
         yield from items
         return
-    if weight is not None and (total := sum(map(weight, items))) > LONG_RUN_S:
+    weigh = weight or (lambda _: 1.0)
+    total = sum(map(weigh, items))
+    if weight is not None and total > LONG_RUN_S:
         console.print(
             f"{len(items):,} points to run, about {total:,.0f} s (a rough estimate)",
             markup=False,
@@ -343,7 +345,6 @@ def progress_iter(
         from rich import progress as rp
         from rich.table import Column as RichColumn
 
-        weigh = weight or (lambda _: 1.0)
         text = RichColumn(ratio=1, no_wrap=True, overflow="ellipsis")  # the rest of the line
         columns = (
             rp.TextColumn("{task.fields[count]}"),
@@ -353,7 +354,7 @@ def progress_iter(
             rp.TextColumn("{task.description}", markup=False, table_column=text),
         )
         with rp.Progress(*columns, console=console, transient=True, expand=True) as progress:
-            task = progress.add_task("", total=sum(weigh(item) for item in items), count="")
+            task = progress.add_task("", total=total, count="")
             for i, item in enumerate(items, 1):
                 progress.update(task, description=describe(item), count=f"{i}/{len(items)}")
                 yield item

@@ -68,6 +68,8 @@ SEED = 0
 #: p25 to p75 wider than NOISY_IQR_FRACTION of the median (`noisy`), or too few samples
 #: to judge the spread (FEW_SAMPLES). Both are timed; every other status is not.
 OK, NOISY = "ok", "noisy"
+#: The reference that times a step against its own kernels, each run alone.
+OWN_KERNELS = "kernels"
 FEW_SAMPLES = f"{NOISY}: under {MIN_SPREAD_SAMPLES} samples, too few to judge the spread"
 #: The status of a point sampled while this process had the CPU for less than
 #: BUSY_CPU_SHARE of the time (measure.timing.CpuShare): timed, but on a busy host.
@@ -871,7 +873,7 @@ def reference_calls(point: DecodePoint, inputs: DecodeInputs, reference: str) ->
     provider that cannot run the point."""
     if reference == "none" or reference == point.provider:
         return []
-    if reference == "kernels":
+    if reference == OWN_KERNELS:
         if not isinstance(inputs, DecodeInputs):  # a batch spec's: no uniform kernels
             return []
         return [(call, None) for call in step_kernels(inputs).values()]
@@ -981,7 +983,7 @@ def below_kernels(rec: DecodeRecord) -> None:
     """A step timed over its own kernels at under LEAST_OVER_KERNELS of their time is
     noisy, whatever its spread: the rounds stalled (see LEAST_OVER_KERNELS)."""
     ratio = rec.x_of_reference_median
-    if rec.reference != "kernels" or ratio is None or ratio >= LEAST_OVER_KERNELS:
+    if rec.reference != OWN_KERNELS or ratio is None or ratio >= LEAST_OVER_KERNELS:
         return
     rec.noisy = True
     if rec.status == OK:

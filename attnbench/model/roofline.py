@@ -625,9 +625,9 @@ def predict_counts(
     dequant = 0.0
     if counts.dequant_ops:
         rate = device.dense_flops.get("float32")
-        if not rate:
+        if not rate:  # a run of this machine that measured no float32 matmul
             raise FieldError(
-                "weights_dtype", "int8/int4", f"needs {device.name}'s float32 rate to dequantise"
+                "gpu", device.name, "has no float32 rate to dequantise int8 or int4 weights at"
             )
         dequant = counts.dequant_ops / rate
     return ModelPrediction(counts, roof, collectives, counts.kernels * device.launch_s, dequant)

@@ -316,3 +316,11 @@ def test_a_model_s_attention_flops_are_its_layers_cores():
     counts = decode_counts(spec, 4, 1000, "bfloat16")
     shape = AttentionShape(spec.d_model, spec.num_heads, spec.num_kv_heads, spec.head_dim)
     assert counts.attention_flops == 32 * attention_core_flops(shape, 4, 1, 1001, True)
+
+
+def test_dequantising_needs_the_devices_float32_rate():
+    no_float32 = replace(DEVICE, dense_flops={"bfloat16": 1e14})
+    int4 = decode_counts(get_preset("llama-2-7b"), 1, 128, "bfloat16", weights=WeightFormat("int4"))
+    with pytest.raises(FieldError, match="no float32 rate") as error:
+        predict_counts(int4, no_float32, "bfloat16")
+    assert (error.value.field, error.value.value) == ("gpu", "round")

@@ -64,8 +64,9 @@ def decode_run(tmp_path_factory) -> dict:
 
 def scaled(doc: dict, factor: float, seed: int) -> dict:
     """`doc` as another run of the same points (its content differs, so it is a new
-    run): 20 step samples spread ±5% around its median times `factor`, seeded, so the
-    history's values do not depend on how noisy the machine was."""
+    run): 20 step samples spread ±5% around its median times `factor`, seeded, taken
+    with the CPU to itself, so the history's values and verdicts do not depend on how
+    busy the machine was when the fixture ran."""
     import random
 
     rng = random.Random(seed)
@@ -77,6 +78,7 @@ def scaled(doc: dict, factor: float, seed: int) -> dict:
         ordered = sorted(samples)
         record["step_ms_median"] = ordered[len(ordered) // 2]
         record["step_ms_p25"], record["step_ms_p75"] = ordered[5], ordered[14]
+        record["cpu_share"] = 1.0
     copy["created"] = f"2026-11-{1 + seed % 28:02d}T00:00:00+00:00"
     return copy
 

@@ -22,6 +22,9 @@ gate, the CSV and JSON writers, tables, plots and the report) goes by these decl
   is a verdict;
 - `info`: everything else (rates, flags, status, intervals): shown, never gated or
   matched.
+
+How a section's table shows its records is declared beside them too, as plain data
+(`ColumnSpec`: a field, its header and its unit), for render.columns to format.
 """
 
 from __future__ import annotations
@@ -52,11 +55,13 @@ def _field(
     of: str | None = None,
     against: str | None = None,
     role: str | None = None,
+    signed: bool = False,
     **kw,
 ) -> Any:
     if (of is not None or role is not None) and role not in ROLES:
         raise ValueError(f"a statistic's role is one of {', '.join(ROLES)}, not {role!r}")
     metadata = {"kind": kind, "csv": csv, "of": of, "against": against, "role": role}
+    metadata["signed"] = signed
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata, **kw)
@@ -67,9 +72,10 @@ def key(default: Any = _NO_DEFAULT) -> Any:
     return _field(Kind.KEY, default)
 
 
-def exact(default: Any = _NO_DEFAULT) -> Any:
-    """A computed count or size: the same inputs must always give the same value."""
-    return _field(Kind.EXACT, default)
+def exact(default: Any = _NO_DEFAULT, signed: bool = False) -> Any:
+    """A computed count or size: the same inputs must always give the same value.
+    `signed`: a balance that may fall below 0 (the memory left after the weights)."""
+    return _field(Kind.EXACT, default, signed=signed)
 
 
 def memory(default: Any = None) -> Any:
@@ -112,6 +118,11 @@ def info(default: Any = None) -> Any:
 def field_kinds(record_type: type) -> dict[str, Kind]:
     """Each field of a record type and its declared kind, in field order."""
     return {f.name: f.metadata["kind"] for f in dataclasses.fields(record_type)}
+
+
+def signed_fields(record_type: type) -> set[str]:
+    """The fields of a record type whose values may be below 0 (`exact(signed=True)`)."""
+    return {f.name for f in dataclasses.fields(record_type) if f.metadata.get("signed")}
 
 
 def key_fields(record_type: type, but: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -207,3 +218,37 @@ class Status:
 def failed(record: Mapping) -> bool:
     """The point ran out of memory or failed: its record holds no measurement."""
     return Status.of(record.get("status")).failed
+
+
+#: How a declared column's cells read (render.columns gives each unit one formatter):
+#: `label` as it is; `variant` the variant's name, marked on a what-if set's own row;
+#: `flag` yes or no; `int` with thousands separators; `count` the same, or '67.1 M' where
+#: the table is too narrow; `bytes` in binary units; `pct` a fraction as a percentage;
+#: `rate` a rate (tokens/s) in whole numbers, two digits below 10; `aligned` a time or an
+#: intensity, in the same decimals down the column.
+UNITS = ("label", "variant", "flag", "int", "count", "bytes", "pct", "rate", "aligned")
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnSpec:
+    """One column of a section's table, declared as plain data with the section (its
+    experiment's COLUMNS), which render.columns makes a table column of: the record
+    `field` it shows under `header`; how its cells read (`unit`, one of UNITS); its `rank`
+    (lower is more important: the highest is hidden first when the table is too wide);
+    whether it is a `setting` of the sweep (it moves to the title when every row shares
+    it); and how the title names it then (`title`: a format string of the value,
+    'd_model {:,}'; for a flag, its name when set and 'no ' + its name when not; None:
+    the header and the cell)."""
+
+    header: str
+    field: str
+    unit: str
+    rank: int = 50
+    setting: bool = False
+    title: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(
+                f"column {self.header!r}: unit must be one of {', '.join(UNITS)}, not {self.unit!r}"
+            )

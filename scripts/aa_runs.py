@@ -212,9 +212,10 @@ def coverage(runs: list[dict]) -> dict[str, list[tuple[bool, bool]]]:
 def spread_ratios(runs: list[dict]) -> list[float]:
     """For every step time and comparison of the runs' rows sampled over several memory
     layouts: how far its value moved from run to run (the standard deviation of its log
-    over the runs) over how far the layouts of one run predict it moves (the standard
-    error of the mean of their log medians, averaged over the runs). About 1 where the
-    layouts in one process carry what moves between runs."""
+    over the runs) over how far one layout's median moves within a run (the standard
+    deviation of the layouts' log medians, averaged over the runs). About 1 where a run
+    moves as one more layout would, as stats.next_run_interval takes it; about 1/sqrt(L)
+    where a run is the mean of L independent layouts."""
     found = []
     fields = ("samples_ms", *(f"{m.removesuffix('_median')}_samples" for m in COMPARISONS))
     for i in range(len(rows(runs[0]))):
@@ -226,7 +227,7 @@ def spread_ratios(runs: list[dict]) -> list[float]:
                 if len(chunks) < 2:
                     break
                 logs = [math.log(median(c)) for c in chunks]
-                errors.append(statistics.stdev(logs) / math.sqrt(len(logs)))
+                errors.append(statistics.stdev(logs))
                 values.append(math.log(median(row[field])))
             else:
                 if len(values) > 2 and statistics.mean(errors) > 0:
@@ -257,7 +258,7 @@ def coverage_lines(runs: list[dict]) -> list[str]:
     if ratios:
         lines += [
             "",
-            f"Moved from run to run, over what one run's memory layouts predict: "
+            f"Moved from run to run, over how far one memory layout moves within a run: "
             f"{statistics.median(ratios):.2f}x on median ({min(ratios):.2f}x to "
             f"{max(ratios):.2f}x) over {len(ratios)} step times and comparisons.",
         ]

@@ -29,6 +29,7 @@ from attnbench.model.devices import DEVICES, flops_for
 from attnbench.model.presets import PRESETS
 from attnbench.render import columns
 from attnbench.study import schema
+from attnbench.study.sections import KINDS
 
 BYTES = "bytes"
 # Kept as a table: one field a line, (unit, meaning), as the docs show it.
@@ -331,12 +332,12 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
 }
 # fmt: on
 RECORDS = {
-    "params": (ParamsRecord, columns.PARAMS),
+    "params": (ParamsRecord, KINDS["params"].columns),
     "model_parts": (ModelPartRecord, columns.WHOLE_MODEL),
     "kvmem": (KvmemRecord, [*columns.KVMEM, *(c for _, g in columns.KVMEM_OPTIONS for c in g)]),
     "decode": (DecodeRecord, columns.DECODE),
-    "fit": (FitRecord, columns.FIT),
-    "predict": (PredictRecord, columns.PREDICT),
+    "fit": (FitRecord, KINDS["fit"].columns),
+    "predict": (PredictRecord, KINDS["predict"].columns),
 }
 
 

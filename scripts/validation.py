@@ -8,7 +8,9 @@ microbenchmarks (docs/devices.md). For each row this script predicts the same fi
 user would, with the default performance model:
 
 - decode_tokens_per_s_per_sequence, tpot_ms: the decode step of the batch at the
-  generation's mean context (model.generation);
+  generation's mean context (model.generation); for a figure measured under continuous
+  batching (`batching: continuous`, `batch` requests in flight), that step plus the share
+  of each token of the prefills of the other requests (model.generation.serving_itl_s);
 - ttft_ms, prefill_ms: the prefill of the batch's prompts;
 - throughput_tokens_per_s: the batch's output tokens over its whole generation (prefill
   and decode steps), over all the GPUs of its tensor-parallel group.
@@ -34,7 +36,7 @@ from typing import Any
 import yaml
 
 from attnbench.model.devices import device_spec
-from attnbench.model.generation import Generation, generation
+from attnbench.model.generation import Generation, generation, serving_itl_s
 from attnbench.model.hf_config import load_hf_config
 from attnbench.model.presets import get_preset
 from attnbench.model.weights import WeightFormat
@@ -96,22 +98,30 @@ def predict_entry(entry: dict[str, Any]) -> float:
     dtype = weights if weights in ("float16", "bfloat16") else spec.dtype
     fmt = WeightFormat(weights, entry.get("group_size")) if weights != dtype else None
     kv = entry.get("kv_dtype")
-    found: Generation = generation(
-        spec,
-        device_spec(entry["gpu"]),
-        int(entry["batch"]),
-        _prompt(entry),
-        int(entry.get("output") or 1),
-        dtype,
-        DTYPES.get(kv, kv) if kv else None,
-        int(entry["tp"]),
-        fmt,
-    )
+    batch, output = int(entry["batch"]), int(entry.get("output") or 1)
+
+    def run(sequences: int) -> Generation:
+        return generation(
+            spec,
+            device_spec(entry["gpu"]),
+            sequences,
+            _prompt(entry),
+            output,
+            dtype,
+            DTYPES.get(kv, kv) if kv else None,
+            int(entry["tp"]),
+            fmt,
+        )
+
+    found = run(batch)
+    tpot_s = found.tpot_s
+    if entry.get("batching") == "continuous" and batch > 1:
+        tpot_s = serving_itl_s(tpot_s, run(1).ttft_s, batch, output)
     metric = entry["metric"]
     if metric == "decode_tokens_per_s_per_sequence":
-        return 1 / found.tpot_s
+        return 1 / tpot_s
     if metric == "tpot_ms":
-        return found.tpot_s * 1e3
+        return tpot_s * 1e3
     if metric in ("ttft_ms", "prefill_ms"):
         return found.ttft_s * 1e3
     if metric == "throughput_tokens_per_s":

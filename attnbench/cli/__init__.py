@@ -2,35 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from types import ModuleType
 from typing import Any
 
-#: Each command's line in the list of `attnbench --help` (and of its group's): whole, on
-#: one line of an 80-column terminal (at most SHORT_HELP_MAX characters beside the
-#: longest name), where the first sentence of its help would be cut with "...".
-SHORT_HELP = {
-    "run": "Run a sweep file's sections; write results, plots, report",
-    "plot": "Re-draw a study's plots from its results.json",
-    "report": "Re-write a study's report.md from its results.json",
-    "merge": "Put the shares of a sharded study back together",
-    "params": "Parameter counts per variant: one layer, and the whole model",
-    "kvmem": "KV-cache bytes per token, per layer and per model, measured",
-    "decode-speed": "Prefill and decode-step latency, with and without the cache",
-    "compare": "Gate results against a baseline: exit 1 on a regression",
-    "fit": "The largest batch or longest context that fits in memory",
-    "predict": "Prefill and decode times on a named GPU, from a roofline",
-    "models": "List the model presets: attention shapes and sources",
-    "env": "Print the environment recorded with every result",
-    "selfcheck": "Check backends, cached decode and KV-cache sizes on a device",
-    "ab": "Gate two revisions by timing them in turn, in one job",
-    "baseline": "Keep the results `attnbench compare` gates against",
-    "baseline save": "Validate a results file and save it as a baseline",
-    "baseline exact": "Write a study's exact metrics as a baseline (what CI gates)",
-    "history": "Store runs; show trends and changes over commits",
-    "history add": "Store results files with their commit",
-    "history show": "A metric over commits, as tables",
-    "history plot": "Draw a metric over commits, its change points marked",
-    "history changes": "The commits where a metric changed",
-}
 #: The longest line SHORT_HELP may hold: 80 columns, less the indent, the longest command
 #: name ('decode-speed') and the gap after it.
 SHORT_HELP_MAX = 80 - 2 - len("decode-speed") - 2
@@ -62,17 +38,32 @@ def keep_hyphenated_words_whole() -> None:
 keep_hyphenated_words_whole()
 
 
-from .group import app  # noqa: E402,I001  (the commands below register on it)
-
-# Each module registers its commands on `app`; `--help` lists them in this order.
-from . import run_cmd  # noqa: E402,F401,I001  (first: the main job)
-from . import params_cmd, kvmem_cmd, decode_cmd, compare_cmd, fit_cmd, predict_cmd, info_cmd  # noqa: E402,F401,I001
-from . import ab_cmd  # noqa: E402,F401,I001
-from . import history_cmd  # noqa: E402,F401,I001
+from .group import app  # noqa: E402  (the commands register on it)
 
 
-def _short_helps() -> None:
-    """Give every command its SHORT_HELP line (KeyError for a command without one)."""
+def _command_modules() -> list[ModuleType]:
+    """Every command module (cli/*_cmd.py), imported, which registers its commands on
+    `app`, in the order of their ORDER: where their commands come in `--help`."""
+    names = [found.name for found in pkgutil.iter_modules(__path__) if found.name.endswith("_cmd")]
+    modules = [importlib.import_module(f"{__name__}.{name}") for name in names]
+    return sorted(modules, key=lambda module: module.ORDER)
+
+
+COMMAND_MODULES = _command_modules()
+#: Each command's line in the list of `attnbench --help` (and of its group's), as its
+#: module gives it: whole, on one line of an 80-column terminal (at most SHORT_HELP_MAX
+#: characters beside the longest name), where the first sentence of its help would be cut
+#: with "...".
+SHORT_HELP = {name: line for module in COMMAND_MODULES for name, line in module.SHORT_HELP.items()}
+
+
+def _list_commands() -> None:
+    """List the commands in `--help` by their modules' ORDER (a module's in the order it
+    registers them; groups after commands, as typer lists them) and give every command its
+    SHORT_HELP line (KeyError for a command without one)."""
+    order = {name: module.ORDER for module in COMMAND_MODULES for name in module.SHORT_HELP}
+    app.registered_commands.sort(key=lambda info: order[info.name])
+    app.registered_groups.sort(key=lambda group: order[group.name])
     for info in app.registered_commands:
         info.short_help = SHORT_HELP[info.name]
     for group in app.registered_groups:
@@ -81,7 +72,7 @@ def _short_helps() -> None:
             info.short_help = SHORT_HELP[f"{group.name} {info.name}"]
 
 
-_short_helps()
+_list_commands()
 
 
 def main() -> None:

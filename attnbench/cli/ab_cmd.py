@@ -52,6 +52,12 @@ if TYPE_CHECKING:
     from ..study.plan import Task
 
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 90
+SHORT_HELP = {"ab": "Gate two revisions by timing them in turn, in one job"}
+
+
 @app.command("ab")
 @handles_errors
 def ab_command(

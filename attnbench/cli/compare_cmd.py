@@ -44,6 +44,16 @@ if TYPE_CHECKING:
     from ..gate.compare import Comparison
     from ..study.documents import Document
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 50
+SHORT_HELP = {
+    "compare": "Gate results against a baseline: exit 1 on a regression",
+    "baseline": "Keep the results `attnbench compare` gates against",
+    "baseline save": "Validate a results file and save it as a baseline",
+    "baseline exact": "Write a study's exact metrics as a baseline (what CI gates)",
+}
+
 #: The flags compare's report points to.
 SPELLING = Spelling(show_all="--all", other_formats="--format markdown or json")
 

@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from ..study.runner import Plan, Task
 
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 40
+SHORT_HELP = {"decode-speed": "Prefill and decode-step latency, with and without the cache"}
+
+
 @section_command(app, "decode-speed", "decode", before=("config", "model", "hf_config"))
 def decode_speed_command(
     overrides,

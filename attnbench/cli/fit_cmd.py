@@ -32,6 +32,11 @@ from .common import (
 from .group import app
 from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt, WideOpt
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 60
+SHORT_HELP = {"fit": "The largest batch or longest context that fits in memory"}
+
 
 def memory_note(record: FitRecord, point: FitPoint) -> str:
     """What a GPU's memory in decimal units is in bytes ('' in binary units)."""

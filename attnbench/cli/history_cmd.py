@@ -38,6 +38,18 @@ from .options import (
     WhereOpt,
 )
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 100
+SHORT_HELP = {
+    "history": "Store runs; show trends and changes over commits",
+    "history add": "Store results files with their commit",
+    "history show": "A metric over commits, as tables",
+    "history plot": "Draw a metric over commits, its change points marked",
+    "history changes": "The commits where a metric changed",
+}
+
+
 history_app = typer.Typer(
     help="Keep every run in a database; show trends over commits and where they changed.",
     no_args_is_help=True,

@@ -14,6 +14,15 @@ from .common import console, handles_errors, show_table
 from .group import app
 from .options import DeviceOpt, SourceWideOpt
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 80
+SHORT_HELP = {
+    "models": "List the model presets: attention shapes and sources",
+    "env": "Print the environment recorded with every result",
+    "selfcheck": "Check backends, cached decode and KV-cache sizes on a device",
+}
+
 
 @app.command("models")
 def models_command(

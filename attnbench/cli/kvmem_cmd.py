@@ -14,6 +14,11 @@ from .common import (
 from .group import app
 from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt, WideOpt
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 30
+SHORT_HELP = {"kvmem": "KV-cache bytes per token, per layer and per model, measured"}
+
 
 @section_command(app, "kvmem", "kvmem", before=("config", "model", "hf_config"))
 def kvmem_command(
@@ -36,7 +41,8 @@ def kvmem_command(
     plan, result, written = run_section("kvmem", config, overrides, model, hf_config, outputs)
     if not quiet:
         rows = result.section_records("kvmem")
-        show_table(f"KV-cache memory on {plan.device}", rows, kvmem_columns(rows), wide)
+        where = result.environment["device"]  # the device measured on, else the CPU's
+        show_table(f"KV-cache memory on {where}", rows, kvmem_columns(rows), wide)
         kinds = result.records.get(KIND_RECORDS, [])
         if kinds:
             show_table("Layer kinds (one sequence)", kinds, layer_kind_columns(kinds), wide)

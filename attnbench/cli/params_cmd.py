@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..model.model_params import COUNT_HINT, has_whole_model, whole_model_source
 from ..model.what_if import is_what_if
 from ..records import as_dict
-from ..render.columns import PARAMS, WHOLE_MODEL, WHOLE_MODEL_COUNTED
+from ..render.columns import WHOLE_MODEL, WHOLE_MODEL_COUNTED, columns_for
 from ..render.what_if import WHOLE_MODEL_WHAT_IF, whole_model_rows
 from .common import (
     console,
@@ -22,6 +22,12 @@ from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt
 
 if TYPE_CHECKING:
     from ..experiments.whole_model import ModelPartRecord
+
+
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 20
+SHORT_HELP = {"params": "Parameter counts per variant: one layer, and the whole model"}
 
 
 def present_parts(rows: list[ModelPartRecord]) -> list[ModelPartRecord]:
@@ -54,7 +60,7 @@ def params_command(
     parts: list[ModelPartRecord] = result.records.get(PART_RECORDS, [])
     what_if_rows = whole_model_rows([as_dict(r) for r in parts])
     if not quiet:
-        show_table("Attention parameters per layer", records, PARAMS, wide)
+        show_table("Attention parameters per layer", records, columns_for("params", records), wide)
         for spec in models:
             if not has_whole_model(spec):
                 console.print(

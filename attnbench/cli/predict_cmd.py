@@ -45,6 +45,11 @@ from .options import (
     WideOpt,
 )
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 70
+SHORT_HELP = {"predict": "Prefill and decode times on a named GPU, from a roofline"}
+
 
 @section_command(app, "predict", "predict", before=("model", "hf_config", "config"))
 def predict_command(

@@ -52,6 +52,16 @@ if TYPE_CHECKING:
     from ..study.runner import DirectoryStore, Plan, RunResult, Task
     from ..study.shards import Shard
 
+#: Where this module's commands come in `attnbench --help`, and each one's line there
+#: (cli/__init__.py).
+ORDER = 10
+SHORT_HELP = {
+    "run": "Run a sweep file's sections; write results, plots, report",
+    "plot": "Re-draw a study's plots from its results.json",
+    "report": "Re-write a study's report.md from its results.json",
+    "merge": "Put the shares of a sharded study back together",
+}
+
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
 #: SIGHUP, which stop a study as Ctrl-C does.
 EXIT_INTERRUPTED = 130

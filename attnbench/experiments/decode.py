@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import CombinationError, FieldError
-from ..measure.devices import free_memory_bytes, torch_dtype
+from ..measure.devices import free_memory_bytes
 from ..measure.memory import is_oom, skip_status
 from ..measure.peak_memory import PeakMemory, peak_bytes_during
 from ..measure.stats import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES, Measurement, in_run_ratio, median
@@ -44,6 +44,7 @@ from ..model.formulas import (
 )
 from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
+from ..modules.dtypes import torch_dtype
 from ..modules.kv_cache import KVCache
 from ..modules.providers import (
     PROVIDERS,

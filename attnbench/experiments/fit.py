@@ -61,7 +61,7 @@ from ..model.roofline import (
 )
 from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memory, parse_share
 from ..model.weights import WeightFormat
-from ..records import exact, info, key
+from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
 from .target import is_this, perf_model, target_device
 
@@ -216,7 +216,7 @@ class FitRecord:
     kv_bytes_per_gpu: int = exact()
     state_bytes_per_gpu: int = exact(0)
     reserve_bytes_per_gpu: int = exact()
-    free_bytes_per_gpu: int = exact()
+    free_bytes_per_gpu: int = exact(signed=True)
     #: The model's own KV heads on every row of a what-if set; None otherwise.
     published_kv_heads: int | None = info()
     #: "ok", or why nothing fits: then the answer (batch, or seq_len) is 0, and
@@ -241,6 +241,23 @@ class FitRecord:
     bound: str | None = info()
     #: The roofline's parameters, and whether they are defaults or calibrated.
     perf_model: str | None = info()
+
+
+#: The section's table (records.ColumnSpec).
+COLUMNS = (
+    ColumnSpec("Model", "model", "label", 0, setting=True, title="{}"),
+    ColumnSpec("Variant", "variant", "variant", 0, setting=True),
+    ColumnSpec("Question", "question", "label", 0),
+    ColumnSpec("context", "seq_len", "int", 1),
+    ColumnSpec("batch", "batch", "int", 1),
+    ColumnSpec("GPUs", "gpus", "int", 3, setting=True),
+    ColumnSpec("tp", "tp", "int", 3, setting=True),
+    ColumnSpec("kv dtype", "kv_dtype", "label", 4, setting=True),
+    ColumnSpec("KV per sequence", "kv_bytes_per_sequence_per_gpu", "bytes", 2),
+    ColumnSpec("weights", "weights_bytes_per_gpu", "bytes", 5),
+    ColumnSpec("KV cache", "kv_bytes_per_gpu", "bytes", 5),
+    ColumnSpec("free", "free_bytes_per_gpu", "bytes", 6),
+)
 
 
 def _record(

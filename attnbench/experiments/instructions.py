@@ -27,8 +27,9 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch.utils.benchmark import Timer
 
-from ..measure.devices import free_memory_bytes, torch_dtype
+from ..measure.devices import free_memory_bytes
 from ..measure.memory import skip_status
+from ..modules.dtypes import torch_dtype
 from ..modules.providers import PROVIDERS, Unsupported, Workload
 from .context import Counted
 from .decode import (

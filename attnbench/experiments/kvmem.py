@@ -10,13 +10,11 @@ are counted beside it (state_bytes), and the two together are total_bytes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..measure.devices import free_memory_bytes
-from ..measure.memory import measure_cache_bytes, measure_storage_bytes
 from ..model.architecture import ModelSpec
 from ..model.capacity import (
     KvFormat,
@@ -35,6 +33,9 @@ from ..model.shapes import AttentionShape, variant_label
 from ..model.what_if import is_what_if
 from ..records import exact, info, key, memory
 from .context import Context, grid_order, no_links
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,9 +127,10 @@ class KvmemOptions:
     measure: bool
 
 
-def on_device(options: KvmemOptions) -> bool:
-    """Whether the section's points use its device: only to measure (study.sections)."""
-    return options.measure
+def on_device(options: Mapping[str, Any]) -> bool:
+    """Whether the section's points, with its resolved scalar options, use its device:
+    only to measure (study.sections)."""
+    return options["measure"]
 
 
 def check(point: KvmemPoint) -> None:
@@ -210,6 +212,8 @@ def run(
     if device is not None and not layers:
         measured, status = 0, "ok"  # no attention layer: no K/V cache to allocate
     elif device is not None:
+        from ..measure.memory import measure_cache_bytes, measure_storage_bytes  # torch
+
         windows_unused = all(w is None or w >= seq for w in counts)
         if mla is None and not fmt.quantized and windows_unused:  # the project's KVCache
             measured, status = measure_cache_bytes(

@@ -10,7 +10,7 @@ from ..model.architecture import ModelSpec
 from ..model.formulas import attention_params, projection_params
 from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
-from ..records import exact, info, key
+from ..records import ColumnSpec, exact, info, key
 from . import whole_model
 from .context import Context, grid_order, no_links
 
@@ -52,6 +52,26 @@ class ParamsRecord:
     ratio_vs_mha: float = info()
     #: The model's own KV heads on every row of a what-if set; None otherwise.
     published_kv_heads: int | None = info()
+
+
+#: The section's table (records.ColumnSpec).
+COLUMNS = (
+    ColumnSpec("Model", "model", "label", 0, setting=True, title="{}"),
+    ColumnSpec("Variant", "variant", "variant", 0),
+    ColumnSpec("d_model", "d_model", "int", 10, setting=True, title="d_model {:,}"),
+    ColumnSpec("heads", "num_heads", "int", 11, setting=True, title="{:,} heads"),
+    # when it varies, the variant's name says it too
+    ColumnSpec("kv heads", "num_kv_heads", "int", 45, setting=True, title="{:,} kv heads"),
+    ColumnSpec("head_dim", "head_dim", "int", 13, setting=True, title="head_dim {:,}"),
+    ColumnSpec("bias", "bias", "flag", 14, setting=True, title="bias"),
+    ColumnSpec("q_proj", "q_params", "count", 40),
+    ColumnSpec("k_proj", "k_params", "count", 40),
+    ColumnSpec("v_proj", "v_params", "count", 40),
+    ColumnSpec("o_proj", "o_params", "count", 40),
+    ColumnSpec("total", "total_params", "count", 1),
+    ColumnSpec("module", "module_params", "count", 30),
+    ColumnSpec("vs MHA", "ratio_vs_mha", "pct", 2),
+)
 
 
 def count_module_params(shape: AttentionShape) -> int:

@@ -16,6 +16,7 @@ attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ..errors import FieldError
@@ -33,7 +34,7 @@ from ..model.roofline import (
 )
 from ..model.shapes import AttentionShape
 from ..model.weights import WeightFormat
-from ..records import exact, info, key
+from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
 from .target import Target, is_this, run_peaks, target
 
@@ -67,6 +68,13 @@ class PredictPoint:
     def weights(self) -> WeightFormat:
         """The model's weights: weights_dtype (default: dtype) with its scale groups."""
         return WeightFormat.of(self.weights_dtype or self.dtype, self.weights_group)
+
+    @cached_property
+    def named_target(self) -> Target:
+        """The named GPU's figures and the calibration's model on them (target), resolved
+        once for the point's check and its run; FieldError for THIS_DEVICE, whose peaks
+        only a run measures."""
+        return target(self.gpu, self.calibration)
 
 
 @dataclass(kw_only=True)
@@ -153,13 +161,30 @@ class PredictRecord:
     device_figures: str = info("")
 
 
+#: The section's table (records.ColumnSpec): one row per point.
+COLUMNS = (
+    ColumnSpec("Model", "model", "label", 0, setting=True),
+    ColumnSpec("GPU", "gpu", "label", 0, setting=True),
+    ColumnSpec("tp", "tp", "int", 2, setting=True),
+    ColumnSpec("batch", "batch", "int", 1, setting=True),
+    ColumnSpec("context", "seq_len", "int", 1, setting=True),
+    ColumnSpec("Variant", "variant", "variant", 1),
+    ColumnSpec("kv heads", "num_kv_heads", "int", 1, setting=True),
+    ColumnSpec("layer step ms", "layer_step_ms", "aligned", 1),
+    ColumnSpec("TTFT ms", "ttft_ms", "aligned", 0),
+    ColumnSpec("TPOT ms", "tpot_ms", "aligned", 0),
+    ColumnSpec("tokens/s", "tokens_per_s", "rate", 0),
+    ColumnSpec("Bound", "step_bound", "label", 1),
+)
+
+
 def target_of(point: PredictPoint, context: Context | None) -> Target:
     """The point's device and model (experiments.target): a named GPU's measured
     figures, or for THIS_DEVICE the peaks this run measured, in the environment the
     runner recorded (a calibration of this machine holds shares of whatever it measures
     at the time)."""
     if not is_this(point.gpu) or context is None or context.device is None:
-        return target(point.gpu, point.calibration)  # this machine unmeasured: FieldError
+        return point.named_target  # this machine unmeasured: FieldError
     peaks = run_peaks(context.environment, context.peak_gbps, context.peak_tflops)
     return target(point.gpu, point.calibration, peaks)
 
@@ -179,7 +204,7 @@ def check(point: PredictPoint) -> None:
             "needs a whole model: a layer shape has no MLP, embeddings or head to quantise",
         )
     if not is_this(point.gpu):
-        device = target(point.gpu, point.calibration).device
+        device = point.named_target.device
         if point.spec is not None and point.weights.dtype != point.dtype:
             try:
                 flops_for(device, point.weights.matmul_dtype(point.dtype))

@@ -17,7 +17,6 @@ from ..model.model_params import (
     step_traits,
     whole_model_source,
 )
-from ..modules.skeleton import meta_part_params
 from ..records import exact, info, key
 
 #: The name of the part records' set, in result documents and files (model_parts.csv).
@@ -48,6 +47,8 @@ def whole_model_records(spec: ModelSpec) -> list[ModelPartRecord]:
     analytic = part_params(spec)
     counted: dict[str, int | None] = dict.fromkeys(analytic)
     if spec.body is not None:
+        from ..modules.skeleton import meta_part_params  # a skeleton on the meta device: torch
+
         counted = {**meta_part_params(spec)}
         if analytic != counted:
             raise ModelMismatchError(

@@ -18,7 +18,6 @@ from ..errors import FieldError, typed
 from ..measure.stats import Measurement
 from ..model.files import shown_path
 from ..records import Kind
-from .changepoints import ChangePoint, change_points
 from .store import DEFAULT_DB, Commit, StoredPoint, open_history
 
 #: The environment of an exact metric's series: its values depend on the code alone.
@@ -138,7 +137,9 @@ def series_changes(series: Series, **options: float) -> list[Change]:
         ]
     if series.kind != Kind.TIMING.value or any(v.median <= 0 for v in values):
         return []
-    found: list[ChangePoint] = change_points([v.median for v in values], **options)  # type: ignore[arg-type]
+    from .changepoints import change_points  # here: numpy, which only this search needs
+
+    found = change_points([v.median for v in values], **options)  # type: ignore[arg-type]
     return [
         Change(
             series,

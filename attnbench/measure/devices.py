@@ -1,4 +1,8 @@
-"""Devices by name, resolved to torch devices, and the memory they have free."""
+"""Devices by name, resolved to torch devices, and the memory they have free.
+
+torch is imported where a device is resolved or asked for its memory, not with this
+module: planning a study whose sections use no device needs none of it (a second of
+start-up)."""
 
 from __future__ import annotations
 
@@ -6,35 +10,45 @@ import os
 import re
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import FieldError
-from ..modules.dtypes import torch_dtype
 
-__all__ = ["free_memory_bytes", "resolve_device", "torch_dtype"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["check_device_name", "free_memory_bytes", "resolve_device"]
+
+#: A device's name, lower-cased: auto, cpu, cuda or cuda:i (i in ASCII digits: int() would
+#: take other scripts' digits, and str.isdigit() superscripts it cannot convert).
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(?::([0-9]+))?")
+
+
+def check_device_name(name: str | None) -> re.Match:
+    """`name` ('auto' when None) read as a device's name, without asking torch whether
+    the device is there: FieldError for a name of no device."""
+    found = DEVICE_NAME.fullmatch((name or "auto").strip().lower())
+    if found is None:
+        raise FieldError("device", name, "unknown device; use auto, cpu, cuda or cuda:<index>")
+    return found
 
 
 def resolve_device(name: str | None) -> torch.device:
-    """'auto' (CUDA when available, else the CPU), 'cpu', 'cuda' or 'cuda:i' (i in ASCII
-    digits: int() would take other scripts' digits, and str.isdigit() superscripts it
-    cannot convert)."""
-    given = name
-    name = (name or "auto").strip().lower()
-    if name == "auto":
+    """'auto' (CUDA when available, else the CPU), 'cpu', 'cuda' or 'cuda:i'."""
+    import torch
+
+    found = check_device_name(name)
+    if found[0] == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cpu":
+    if found[0] == "cpu":
         return torch.device("cpu")
-    cuda = re.fullmatch(r"cuda(?::([0-9]+))?", name)
-    if cuda is None:
-        raise FieldError("device", given, "unknown device; use auto, cpu, cuda or cuda:<index>")
     if not torch.cuda.is_available():
-        raise FieldError("device", given, "requested but CUDA is not available here")
-    if cuda.group(1) is None:
+        raise FieldError("device", name, "requested but CUDA is not available here")
+    if found[1] is None:
         return torch.device("cuda", torch.cuda.current_device())
-    index, count = int(cuda.group(1)), torch.cuda.device_count()
+    index, count = int(found[1]), torch.cuda.device_count()
     if index >= count:
-        raise FieldError("device", given, f"no such device ({count} CUDA device(s) present)")
+        raise FieldError("device", name, f"no such device ({count} CUDA device(s) present)")
     return torch.device("cuda", index)
 
 
@@ -44,6 +58,8 @@ def free_memory_bytes(device: torch.device) -> int:
     process's limit (RLIMIT_AS, `ulimit -v`) leaves it: a point beyond that is skipped at
     once, not built until an allocation fails."""
     if device.type == "cuda":
+        import torch
+
         free, _ = torch.cuda.mem_get_info(device)
         return free
     return min(_available_bytes(), _address_space_left())

@@ -1,14 +1,21 @@
-"""The environment a result was measured in, recorded with every result."""
+"""The environment a result was measured in, recorded with every result.
+
+torch is imported where its facts are read: the environment of a run whose points are
+computed without torch (study.plan.Plan.uses_torch) is collected without it, a second
+sooner."""
 
 from __future__ import annotations
 
 import platform
 import subprocess
+from importlib import metadata
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .. import __version__
+
+if TYPE_CHECKING:
+    import torch
 
 
 def cpu_model() -> str:
@@ -26,6 +33,8 @@ def cache_bytes(device: torch.device) -> int | None:
     """The device's last-level cache: the largest cache of CPU 0 (sysfs), or the GPU's L2;
     None where it cannot be read. A step whose bytes fit in it need not read memory."""
     if device.type == "cuda":
+        import torch
+
         index = device.index if device.index is not None else torch.cuda.current_device()
         return torch.cuda.get_device_properties(index).L2_cache_size or None
     sizes = []
@@ -57,24 +66,34 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def collect_environment(device: torch.device | str = "cpu") -> dict:
-    """A flat dict: versions, CPU, threads, device and GPU facts (None where not applicable)."""
-    device = torch.device(device)
+def collect_environment(device: torch.device | str | None = "cpu") -> dict:
+    """A flat dict: versions, CPU, threads, device and GPU facts (None where not
+    applicable). `device` None: a run that neither measures nor counts on torch, whose
+    environment is the CPU's without torch loaded: torch's version is its installed
+    package's, and its threads and CUDA build, which only a loaded torch tells, are None."""
+    if device is None:
+        torch_version, threads, cuda = metadata.version("torch"), None, None
+    else:
+        import torch
+
+        device = torch.device(device)
+        torch_version, cuda = torch.__version__, torch.version.cuda
+        threads = torch.get_num_threads()
     env = {
         "attnbench_version": __version__,
         "python_version": platform.python_version(),
-        "torch_version": torch.__version__,
+        "torch_version": torch_version,
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
-        "num_threads": torch.get_num_threads(),
-        "device": str(device),
+        "num_threads": threads,
+        "device": "cpu" if device is None else str(device),
         "device_name": cpu_model(),
-        "cuda_version": torch.version.cuda,
+        "cuda_version": cuda,
         "cudnn_version": None,
         "gpu_memory_bytes": None,
         "git_commit": git_commit(),
     }
-    if device.type == "cuda":
+    if device is not None and device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
         env["device"] = f"cuda:{index}"

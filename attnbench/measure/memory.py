@@ -13,9 +13,10 @@ import torch
 
 from ..model.capacity import SeqLens, TokenLayout, ceil_div
 from ..model.units import format_bytes
+from ..modules.dtypes import torch_dtype
 from ..modules.kv_cache import KVCache
 from ..modules.quantized_cache import allocate_cache
-from .devices import free_memory_bytes, torch_dtype
+from .devices import free_memory_bytes
 
 
 def skip_status(needed: int, free: int) -> str | None:

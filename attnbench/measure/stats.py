@@ -143,12 +143,16 @@ def t_975(df: int) -> float:
 def next_run_interval(values: Sequence[float], layouts: int = 1) -> tuple[float, float]:
     """The 95% interval the median of a next run of `values` falls in, taken over several
     memory layouts (layout_chunks). Rounds within one layout share where its buffers
-    landed, which the next run does not: its median is one more draw of the layouts'.
-    On the log scale of the layout medians m_1..m_L, with standard deviation s, the
-    next run's median differs from this one's by a draw of variance 2 s^2 / L, so the
-    prediction interval is +- t(L - 1) s sqrt(2 / L). The within-run bootstrap interval
-    of the median, widened by sqrt(2) for the same reason, is its least width. With one
-    layout, nothing shows how far layouts move: the bootstrap interval of the median."""
+    landed; a next run is built elsewhere, later, on a host whose speed has moved since.
+    Back-to-back runs measured this: their medians moved about as far as one layout's
+    median moves within a run (the layouts of one run share its stretch of the host's
+    time), not the 1/sqrt(L) of that a mean of L independent layouts would. So the next
+    run's median is one more draw of a layout's, and the interval is the prediction
+    interval of one new draw: on the log scale of the layout medians m_1..m_L, with
+    standard deviation s, +- t(L - 1) s sqrt(1 + 1/L). The within-run bootstrap interval
+    of the median, widened by sqrt(2) (this run's median and the next are both drawn),
+    is its least width. With one layout, nothing shows how far layouts move: the
+    bootstrap interval of the median."""
     chunks = layout_chunks(values, layouts)
     lo, hi = bootstrap_interval(values)
     center = median(values)
@@ -157,7 +161,7 @@ def next_run_interval(values: Sequence[float], layouts: int = 1) -> tuple[float,
     logs = [math.log(median(c)) for c in chunks]
     mean = sum(logs) / len(logs)
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    between = t_975(len(logs) - 1) * sd * math.sqrt(2 / len(logs))
+    between = t_975(len(logs) - 1) * sd * math.sqrt(1 + 1 / len(logs))
     below = max(between, math.sqrt(2) * math.log(center / lo))
     above = max(between, math.sqrt(2) * math.log(hi / center))
     return center * math.exp(-below), center * math.exp(above)

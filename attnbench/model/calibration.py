@@ -25,9 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FieldError, UsageError, closest, show_value
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
@@ -39,6 +37,9 @@ from .roofline import (
     is_number,
     predict,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Samples shorter than this are left out of a fit and a check, whatever the floor asked
 #: for: timer resolution and launch jitter dominate them, and a time of 0 (a rounded
@@ -106,6 +107,8 @@ def calibrate(
     """The model that fits `samples` best in relative error (see the module's notes);
     UsageError when too few samples are left or the fit is degenerate. `source` names
     where the samples came from (a file). Steps over a paged cache are no samples of it."""
+    import numpy as np  # here: the commands that only read a calibration start without it
+
     kept = usable([s for s in samples if not s.paged], min_time_s)
     if len(kept) < MIN_SAMPLES:
         raise UsageError(
@@ -153,6 +156,8 @@ def _kinds(samples: Sequence[Sample]) -> str:
 
 
 def _rank(columns: list[np.ndarray]) -> int:
+    import numpy as np
+
     return int(np.linalg.matrix_rank(np.stack(columns, axis=1)))
 
 
@@ -162,6 +167,8 @@ def _bounded_lstsq(
     """The least squares solution x of columns @ x = target with x >= lowest, found
     among the solutions with each coefficient free or held at its bound (at most four
     coefficients: sixteen small solves); UsageError when the columns are degenerate."""
+    import numpy as np
+
     matrix = np.stack(columns, axis=1)
     if np.linalg.matrix_rank(matrix) < matrix.shape[1]:
         raise UsageError(

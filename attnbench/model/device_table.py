@@ -24,7 +24,11 @@ Measured figures, the ones the roofline uses (each names its source):
   5.7 to 9.3 us for 4,096 elements on 8x H100
   (https://github.com/sgl-project/sglang/pull/2904), below the model's 15;
 - kernel launch: the gap between consecutive kernels replayed from a CUDA graph, as
-  serving engines run decode steps.
+  serving engines run decode steps;
+- the tensor-core tile: not a measurement but the instruction set's, the rows (tokens)
+  of the smallest tile the tensor or matrix cores multiply at their full rate (16 for
+  Ampere's and Ada's mma.sync and CDNA's MFMA, 64 for Hopper's wgmma and Blackwell's
+  tcgen05.mma).
 
 A device with no published measurement of a figure takes the share of the datasheet that
 the nearest measured device of the same memory or chip family reaches, and says so in the
@@ -112,6 +116,32 @@ _NCCL_LL_STEP_S = {"NVLink": 0.6e-6, "PCIe": 1.0e-6}
 _ENGINE_CHECK = f"one-shot all-reduces of engines on 8x H100: {_SGLANG_ALLREDUCE}"
 
 
+_PTX = "https://docs.nvidia.com/cuda/parallel-thread-execution/index.html"
+_MATRIX_CORES = "https://gpuopen.com/learn/amd-lab-notes/amd-lab-notes-matrix-cores-readme/"
+#: The rows of the smallest tile each generation's tensor (matrix) cores multiply, from
+#: its instruction set: a matmul over fewer tokens computes the tile whole ("tile
+#: quantization", as NVIDIA's guide calls it at the scale of a thread block's tile:
+#: https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/).
+_MMA_SYNC = Figure(
+    16,
+    f"mma.sync m16n8k16 (16-bit) and m16n8k32 (float8 on Ada), Ampere's and Ada's "
+    f"full-rate warp-level tensor-core shapes, M 16: {_PTX}#warp-level-matrix-shape",
+)
+_WGMMA = Figure(
+    64,
+    f"wgmma.mma_async m64nNk16 (16-bit) and m64nNk32 (float8), Hopper's full-rate "
+    f"warpgroup-level shapes, all of M 64: {_PTX}#asynchronous-warpgroup-level-matrix-shape",
+)
+_TCGEN05 = Figure(
+    64, f"tcgen05.mma on one CTA, M 64 or 128 (Blackwell): {_PTX}#tcgen05-matrix-shape"
+)
+_MFMA = Figure(
+    16,
+    f"MFMA 16x16x16 (16-bit) and 16x16x32 (float8 on CDNA3), the smallest single-block "
+    f"matrix-core shapes of CDNA2 and CDNA3: {_MATRIX_CORES}",
+)
+
+
 def _nccl(busbw_gbs: float, busbw_source: str, link: str = "NVLink") -> Collectives:
     """Collectives with NCCL's latency model over `link` and a measured bus bandwidth
     (GB/s)."""
@@ -192,11 +222,14 @@ def _device(
     bandwidth: Figure,
     matmul: Mapping[str, Figure],
     collectives: Collectives | None = None,
+    *,
+    mma: Figure,
 ) -> DeviceSpec:
     """A spec from the vendor's units (GB, GB/s, TFLOPS, GB/s per direction) and the
     measured figures: `bandwidth` in GB/s, or a share of the datasheet (a value at most 1);
-    `matmul` TFLOPS by dtype, or {"share": a share} for a device not measured. A dtype not
-    measured takes the datasheet peak times bfloat16's measured share."""
+    `matmul` TFLOPS by dtype, or {"share": a share} for a device not measured; `mma` the
+    rows of its smallest tensor-core tile. A dtype not measured takes the datasheet peak
+    times bfloat16's measured share."""
     achieved_gbs = bandwidth.value * (bandwidth_gbs if bandwidth.value <= 1 else 1)
     if "share" in matmul:
         share, flops_source = matmul["share"].value, matmul["share"].source
@@ -224,6 +257,8 @@ def _device(
         bandwidth_source=bandwidth.source,
         flops_source=flops_source,
         launch_source=_LAUNCH.source,
+        mma_rows=int(mma.value),
+        mma_source=mma.source,
     )
 
 
@@ -295,6 +330,7 @@ _TABLE = (
         _H100_SXM.bandwidth,
         _H100_SXM.matmul,
         _H100_SXM.collectives,
+        mma=_WGMMA,
     ),
     # The PCIe card's NVLink bridge joins two cards only: collectives among more go over
     # its PCIe Gen5 x16 slot, 128 GB/s both ways.
@@ -320,6 +356,7 @@ _TABLE = (
         ),
         {"share": _HOPPER_GEMM},
         _pcie(64, "PCIe Gen5 x16"),
+        mma=_WGMMA,
     ),
     _device(
         "h100-nvl",
@@ -333,6 +370,7 @@ _TABLE = (
         _HBM3_HOPPER,
         {"share": _HOPPER_GEMM},
         _pcie(64, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
+        mma=_WGMMA,
     ),
     _device(
         "h200",
@@ -351,6 +389,7 @@ _TABLE = (
             "float8": Figure(1453.4, f"maximum achievable matmul FLOPS: {_MAMF}"),
         },
         _NCCL_H200,
+        mma=_WGMMA,
     ),
     _device(
         "h200-nvl",
@@ -364,6 +403,7 @@ _TABLE = (
         _HBM3E,
         {"share": _HOPPER_GEMM},
         _pcie(64, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
+        mma=_WGMMA,
     ),
     _device(
         "a100-80gb",
@@ -377,6 +417,7 @@ _TABLE = (
         _A100_SXM.bandwidth,
         _A100_SXM.matmul,
         _A100_SXM.collectives,
+        mma=_MMA_SYNC,
     ),
     _device(
         "a100-40gb",
@@ -393,6 +434,7 @@ _TABLE = (
         ),
         _A100_SXM.matmul,
         _NCCL_A100,
+        mma=_MMA_SYNC,
     ),
     _device(
         "a100-pcie-80gb",
@@ -406,6 +448,7 @@ _TABLE = (
         _HBM2E_A100,
         _A100_PCIE_GEMM,
         _pcie(32, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
     ),
     _device(
         "a100-pcie-40gb",
@@ -419,6 +462,7 @@ _TABLE = (
         _HBM2E_A100,
         _A100_PCIE_GEMM,
         _pcie(32, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
     ),
     # The L40S datasheet gives dense | sparse; it has no NVLink.
     _device(
@@ -440,6 +484,7 @@ _TABLE = (
         _GDDR6_ADA,
         {"share": _HOPPER_GEMM},
         _pcie(32, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
     ),
     _device(
         "l40",
@@ -456,6 +501,7 @@ _TABLE = (
         ),
         {"share": _HOPPER_GEMM},
         _pcie(32, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
     ),
     # The L4 datasheet gives the tensor-core figures with sparsity only: halved here.
     _device(
@@ -477,6 +523,7 @@ _TABLE = (
         _GDDR6_ADA,
         {"share": _HOPPER_GEMM},
         _pcie(32, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
     ),
     # The Ada whitepaper's GeForce RTX 4090 figures with FP32 accumulation (the GeForce
     # cards run FP16 and BF16 at half rate when they accumulate in FP32, as frameworks do).
@@ -499,6 +546,7 @@ _TABLE = (
         _GDDR6_ADA,
         {"share": _HOPPER_GEMM},
         _pcie(32, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
     ),
     _device(
         "b200",
@@ -522,6 +570,7 @@ _TABLE = (
             "float8": Figure(3432.5, f"maximum achievable matmul FLOPS: {_MAMF}"),
         },
         _nccl(838.97, f"all_reduce_bench, 8x B200, 16GiB busbw 838.97: {_NETWORK}"),
+        mma=_TCGEN05,
     ),
     # Dense figures of the MI300X datasheet. Seven Infinity Fabric links of 128 GB/s (both
     # ways) join each GPU to the seven others of a platform: 896 GB/s in all, 448 per
@@ -548,6 +597,7 @@ _TABLE = (
             "float8": Figure(1159.23, f"hipBLASLt GEMM 8192^3, ND MI300X v5: {_AZURE_MI300X}"),
         },
         _RCCL_MI300X,
+        mma=_MFMA,
     ),
     # The MI325X sits on the MI300X's platform: the same seven Infinity Fabric links.
     _device(
@@ -569,6 +619,7 @@ _TABLE = (
         _HBM_CDNA,
         {"bfloat16": Figure(784.9, f"maximum achievable matmul FLOPS: {_MAMF}")},
         replace(_RCCL_MI300X, source=f"not measured: as the MI300X's node, {_RCCL_MI300X.source}"),
+        mma=_MFMA,
     ),
     # One GCD of an MI250X, the device a framework sees: half the package's memory,
     # bandwidth and FLOP/s (128 GB, 3,276.8 GB/s, 383 TFLOPS bfloat16); no float8.
@@ -583,6 +634,7 @@ _TABLE = (
         (_ACCELERATORS,),
         _HBM_CDNA,
         {"bfloat16": Figure(147.0, f"maximum achievable matmul FLOPS, one GCD: {_MAMF}")},
+        mma=_MFMA,
     ),
 )
 

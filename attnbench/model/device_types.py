@@ -22,7 +22,8 @@ _G = 1e9  # giga
 
 @dataclass(frozen=True)
 class Figure:
-    """A value a published microbenchmark measured, and where it is published."""
+    """A value a published microbenchmark measured (or an instruction set defines: the
+    tensor cores' tile), and where it is published."""
 
     value: float
     source: str
@@ -84,6 +85,12 @@ class DeviceSpec:
     bandwidth_source: str = ""
     flops_source: str = ""
     launch_source: str = ""
+    #: The rows (M, the tokens) of the smallest tile its tensor (matrix) cores multiply at
+    #: their full rate: a matmul over fewer tokens, or a count that is not a multiple of
+    #: it, computes the last tile whole, its missing rows as zeros (mma_source). 1: no
+    #: tile (a CPU, or a machine whose matmul rate was measured as it ran).
+    mma_rows: int = 1
+    mma_source: str = ""
 
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
@@ -93,6 +100,10 @@ class DeviceSpec:
             f"matmul TFLOPS {flops} ({self.flops_source})",
             f"launch {self.launch_s * 1e6:.3g} us per kernel ({self.launch_source})",
         ]
+        if self.mma_rows > 1:
+            parts.append(
+                f"matmul tokens padded to multiples of {self.mma_rows} ({self.mma_source})"
+            )
         if self.collectives is not None:
             parts.append(self.collectives.describe())
         return "; ".join(parts)

@@ -4,6 +4,10 @@ then one decode step per further output token, as a serving engine runs a static
 Every decode step is timed at the generation's mean context, prompt + output / 2 tokens
 cached: a step's time grows linearly with the context it reads, so the sum of the steps
 is the number of steps times the step at the mean context.
+
+A serving engine under a closed-loop load (continuous batching, a fixed number of
+requests in flight) also runs the prefills of the requests that replace finished ones
+between its decode steps: serving_itl_s.
 """
 
 from __future__ import annotations
@@ -80,3 +84,25 @@ def generation(
         predict_counts(prefill, device, dtype, tp, model),
         predict_counts(step, device, dtype, tp, model),
     )
+
+
+def serving_itl_s(step_s: float, prefill_s: float, concurrency: int, output_len: int) -> float:
+    """The mean time between a request's tokens when `concurrency` requests are kept in
+    flight, each generating `output_len` tokens, and the engine batches them continuously
+    (AIPerf's or vLLM's benchmarks at a fixed concurrency): a decode step of the whole
+    batch (`step_s`) per token, plus the prefills that run between the steps. In steady
+    state each of the other concurrency - 1 requests finishes and is replaced once while
+    one request generates its output_len - 1 tokens after the first, and the
+    replacement's prefill (`prefill_s`, one prompt) delays them all:
+
+        itl = step_s + (concurrency - 1) * prefill_s / (output_len - 1)
+
+    An upper bound where the engine chunks a prefill into decode steps, which then share
+    one read of the weights; at concurrency 1 it is the step alone."""
+    if concurrency < 1 or output_len < 1:
+        raise ValueError(
+            f"concurrency and output_len must be >= 1, got {concurrency}, {output_len}"
+        )
+    if output_len == 1:
+        return step_s
+    return step_s + (concurrency - 1) * prefill_s / (output_len - 1)

@@ -13,6 +13,7 @@ the attention core (QK^T, softmax, PV), which reads the KV cache:
          + kernels * launch_s
          + collectives
          + dequant_ops / float32_rate
+         + padding_flops / (efficiency_flops * matmul_rate)
 
 `bandwidth` and the rates are what the device reaches in published microbenchmarks (a
 streaming kernel, a large GEMM: model/device_types.py), not its datasheet's peaks; the
@@ -22,7 +23,13 @@ that of the activations. Each kernel pays the device's launch cost, the gap betw
 kernels a captured graph replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the
 collectives are below. Weight-only int8 and int4 weights are turned into the activations'
 dtype on the CUDA cores, not the tensor cores, each once per step (WeightFormat.
-dequant_ops per weight), at the device's float32 rate. The efficiencies are shares of
+dequant_ops per weight), at the device's float32 rate. A tensor-core matmul multiplies
+whole tiles of the device's mma_rows tokens (16 on Ampere, Ada and CDNA, 64 on Hopper
+and Blackwell: their instruction sets), so a step of fewer tokens, a decode step of a
+few sequences or a MoE expert's share of them, computes the tile's missing rows as
+zeros: padding_flops, 2 per weight per padded row (Matmul), at the matmul rate, added as
+the rest is. Small batches' weight-only int8 and int4 kernels multiply on the CUDA cores
+beside their dequantisation, untiled. The efficiencies are shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
 runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
 sees (0 by default: the launches are counted). The cache streams at a share of its own,
@@ -38,8 +45,12 @@ Far from the device's ridge one term dwarfs the other and the two bounds agree; 
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
 nearer bound: over the published measurements of docs/validation.md the sum's median
-error is 16%, the larger term's 25% (both with the same measured figures; no figure is
-set from them). The ridge point is the device's (at efficiency_bw); `bound` names the
+error is 9%, the larger term's 19% (both with the same measured figures; no figure is
+set from them). Of a single GEMM, the sum of an H100's figures gives 0.71 to 1.34 times
+the float8 GEMM times that DeepGEMM's README tables on an H800 (the same chip) at 64 and
+128 tokens, 0.84 to 1.10 times at 4,096 (https://github.com/deepseek-ai/DeepGEMM, its
+first release); CUTLASS-based kernels of the time took 1.4 to 2.7 times DeepGEMM's
+at 64 and 128. The ridge point is the device's (at efficiency_bw); `bound` names the
 larger term of the longer part.
 
 Whole-model counts reuse the one formula of each quantity: attention bytes and FLOPs from
@@ -51,8 +62,9 @@ kv keys (decode: q 1, kv S + 1; prefill of S tokens: q S, kv S) moves:
 - the weights it touches, once, with their scales where quantised: every part but the
   token embeddings (only the B*q rows looked up are read, unless the output head is tied
   to them: then the head reads the whole table) and the routed experts, of which a MoE
-  layer reads at most min(E, B*q*k) (each of the B*q tokens goes to k experts; the bound
-  is reached when no two tokens share one, the worst case, assumed here); quantised
+  layer reads those its B*q tokens, k experts each, are routed to: E * (1 - (1 -
+  k/E)^(B*q)) expected where the router picks them uniformly (experts_touched), k at
+  one token, all E from a few E/k tokens on; quantised
   weights keep the embeddings and the head in the activations' dtype;
 - the KV cache: every layer reads the keys its sliding window keeps (min(kv, W), the
   architecture's windows; full context on global layers) and writes the q new ones, in
@@ -283,6 +295,31 @@ def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
 
 
 @dataclass(frozen=True)
+class Matmul:
+    """Matmuls of a step that multiply `weights` weights (N*K, summed over layers) by the
+    activations of `tokens` tokens (M; a MoE expert's: the mean of its share, a fraction)."""
+
+    tokens: float
+    weights: int
+
+    def padding_flops(self, rows: int) -> float:
+        """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`:
+        2 per weight per padded row. A tensor-core instruction multiplies a tile of `rows`
+        rows whatever the tokens fill of it (tile quantization)."""
+        # a share computed in floats may land a hair above a whole number of tiles
+        padded = math.ceil(self.tokens / rows - 1e-9) * rows
+        return 2 * (padded - self.tokens) * self.weights
+
+
+def experts_touched(experts: int, k: int, tokens: int) -> float:
+    """The experts of a MoE layer that `tokens` tokens, each routed to `k` of `experts`,
+    send to, expected when the router picks them uniformly: one token misses an expert
+    with probability 1 - k/E, all of them with its power, so E * (1 - (1 - k/E)^tokens):
+    k at one token, within 5% of E from 3E/k tokens on."""
+    return experts * (1 - (1 - k / experts) ** tokens)
+
+
+@dataclass(frozen=True)
 class ModelCounts:
     """One step of a whole model on one tensor-parallel rank (see the module's notes)."""
 
@@ -308,10 +345,17 @@ class ModelCounts:
     matmul_dtype: str | None = None
     #: Operations that dequantise weight-only int8 or int4 weights, each weight once.
     dequant_ops: int = 0
+    #: The step's tensor-core matmuls, by the tokens each multiplies (tile padding).
+    matmuls: tuple[Matmul, ...] = ()
 
     @property
     def bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes + self.activation_bytes
+
+    def padding_flops(self, rows: int) -> float:
+        """FLOPs the tensor cores spend on the zero rows of the matmuls' last tiles, with
+        tiles of `rows` tokens (0 for 1: no tile)."""
+        return sum(m.padding_flops(rows) for m in self.matmuls)
 
 
 @dataclass(frozen=True)
@@ -496,13 +540,24 @@ def step_counts(
         table = (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
         table += parts["output head"]
     head = vocab_rows * d
+    dense_parts = ("mlp", "router", "state layers", "other")
+    # every token goes through the projections and the dense matmuls (MLA's projections
+    # are in "attention" too), the head through the last token of each sequence
+    matmuls = [Matmul(tokens, sum(parts.get(p, 0) for p in ("attention", *dense_parts)))]
     expert_flops, moe_kernels, expert_weights = 0, 0, 0
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
-        body += per_expert * min(traits.num_experts, tokens * traits.experts_per_token)
+        touched = experts_touched(traits.num_experts, traits.experts_per_token, tokens)
+        body += round(per_expert * touched)
         expert_weights = traits.experts_per_token * per_expert  # what one token goes through
         expert_flops = 2 * tokens * expert_weights
         moe_kernels = MOE_KERNELS * L
+        # each expert touched multiplies its share of the tokens' k routes
+        share = tokens * traits.experts_per_token / touched
+        matmuls.append(Matmul(share, round(per_expert * touched)))
+    if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
+        matmuls = []
+    matmuls.append(Matmul(batch, head))
 
     if spec.mla is not None:
         attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp)
@@ -517,7 +572,6 @@ def step_counts(
             tp,
             spec.windows or (None,) * spec.kv_layers,
         )
-    dense_parts = ("mlp", "router", "state layers", "other")
     dense = 2 * tokens * sum(parts.get(p, 0) for p in dense_parts)
     if spec.mla is not None:  # the MLA projections: 2 per weight per token
         dense += 2 * tokens * parts["attention"]
@@ -544,6 +598,7 @@ def step_counts(
         gather_bytes=batch * vocab_rows * tp * 4 if tp > 1 else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),
         dequant_ops=fmt.dequant_ops * body,
+        matmuls=tuple(matmuls),
     )
 
 
@@ -586,10 +641,13 @@ class ModelPrediction:
     launch_s: float = 0.0
     #: Dequantising weight-only int8 or int4 weights, at the device's float32 rate.
     dequant_s: float = 0.0
+    #: The tensor cores' work on the zero rows of the matmuls' last tiles.
+    padding_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        return self.roofline.time_s + self.allreduce_s + self.launch_s + self.dequant_s
+        parts = (self.allreduce_s, self.launch_s, self.dequant_s, self.padding_s)
+        return self.roofline.time_s + sum(parts)
 
     @property
     def tokens_per_s(self) -> float:
@@ -607,7 +665,8 @@ def predict_counts(
     """The time of a step of `counts` (one rank's) on `device`: its dense matmuls at the
     device's matmul rate for counts.matmul_dtype (default `dtype`), its attention core at
     the rate for `dtype`; each kernel pays the device's launch cost, each collective its
-    latency and its bytes over the bus bandwidth."""
+    latency and its bytes over the bus bandwidth; the zero rows that fill the matmuls'
+    last tiles of device.mma_rows tokens are computed at the matmul rate."""
     roof = predict(
         counts.bytes,
         counts.flops,
@@ -630,4 +689,8 @@ def predict_counts(
                 "gpu", device.name, "has no float32 rate to dequantise int8 or int4 weights at"
             )
         dequant = counts.dequant_ops / rate
-    return ModelPrediction(counts, roof, collectives, counts.kernels * device.launch_s, dequant)
+    padding = counts.padding_flops(device.mma_rows) / (
+        model.efficiency_flops * flops_for(device, counts.matmul_dtype or dtype)
+    )
+    launch = counts.kernels * device.launch_s
+    return ModelPrediction(counts, roof, collectives, launch, dequant, padding)

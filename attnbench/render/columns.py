@@ -4,19 +4,24 @@ Each list of `Column`s says which record fields a table shows, how a cell reads 
 and compact where a shorter form exists), which fields are settings of the sweep (they go
 to the title when every row shares them) and what to hide first in a narrow terminal
 (highest rank first). Every formatter shows None as "-".
+
+A study section declares its table's columns with its kind, as plain data (its
+experiment's COLUMNS, of records.ColumnSpec: header, field, unit), which
+`declared_columns` makes Columns of, with one formatter per unit; a section whose columns
+depend on its rows (kvmem, decode) has them made here (ROW_COLUMNS).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..measure.stats import MIN_SPREAD_SAMPLES
 from ..model.units import format_bytes
 from ..model.what_if import OWN_MARK, is_own
-from ..records import Status
+from ..records import ColumnSpec, Status
 from .table import Column, as_row
 
 NONE_TEXT = "-"
@@ -191,34 +196,6 @@ def _dtype(rank: int) -> Column:
 
 def _batch(rank: int) -> Column:
     return _setting_int("batch", "batch", rank, lambda v: f"batch {v:,}")
-
-
-# --- params: one attention layer per variant ------------------------------------------------
-
-PARAMS: list[Column] = [
-    _model(0),
-    _variant(0),
-    _d_model(10),
-    _heads(11),
-    _kv_heads(45),  # when it varies, the variant's name says it too
-    _head_dim(13),
-    Column(
-        "bias",
-        "bias",
-        fmt_yes_no,
-        rank=14,
-        kind="label",
-        setting=True,
-        title_text=lambda v: "bias" if v else "no bias",
-    ),
-    _count("q_proj", "q_params", 40),
-    _count("k_proj", "k_params", 40),
-    _count("v_proj", "v_params", 40),
-    _count("o_proj", "o_params", 40),
-    _count("total", "total_params", 1),
-    _count("module", "module_params", 30),
-    Column("vs MHA", "ratio_vs_mha", fmt_pct, rank=2),
-]
 
 
 # --- kvmem: KV-cache memory -----------------------------------------------------------------
@@ -571,22 +548,6 @@ MODELS: list[Column] = [
 ]
 
 
-FIT: list[Column] = [
-    _model(0),
-    Column("Variant", "variant", fmt_plain, rank=0, kind="label", cell=variant_cell, setting=True),
-    _label("Question", "question", 0),
-    Column("context", "seq_len", fmt_int, rank=1),
-    Column("batch", "batch", fmt_int, rank=1),
-    Column("GPUs", "gpus", fmt_int, rank=3, setting=True),
-    Column("tp", "tp", fmt_int, rank=3, setting=True),
-    _label("kv dtype", "kv_dtype", 4, setting=True),
-    _bytes("KV per sequence", "kv_bytes_per_sequence_per_gpu", 2),
-    _bytes("weights", "weights_bytes_per_gpu", 5),
-    _bytes("KV cache", "kv_bytes_per_gpu", 5),
-    _bytes("free", "free_bytes_per_gpu", 6),
-]
-
-
 def fmt_4sig(v: Any) -> str:
     """Four significant digits, never an exponent: 0.05384, 6.322, 222.6, 87,620 (times,
     and intensities)."""
@@ -602,29 +563,57 @@ def fmt_rate(v: Any) -> str:
     return f"{v:,.0f}" if abs(v) >= 10 else f"{v:.2g}"
 
 
-#: A study's predict section: one row per point.
-PREDICT: list[Column] = [
-    Column("Model", "model", fmt_plain, rank=0, kind="label", setting=True),
-    Column("GPU", "gpu", fmt_plain, rank=0, kind="label", setting=True),
-    Column("tp", "tp", fmt_int, rank=2, setting=True),
-    Column("batch", "batch", fmt_int, rank=1, setting=True),
-    Column("context", "seq_len", fmt_int, rank=1, setting=True),
-    _variant(1),
-    Column("kv heads", "num_kv_heads", fmt_int, rank=1, setting=True),
-    Column("layer step ms", "layer_step_ms", fmt_4sig, rank=1),
-    Column("TTFT ms", "ttft_ms", fmt_4sig, rank=0),
-    Column("TPOT ms", "tpot_ms", fmt_4sig, rank=0),
-    Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
-    Column("Bound", "step_bound", fmt_plain, rank=1, kind="label"),
-]
+# --- the columns a section declares (records.ColumnSpec) ----------------------------------
 
-SECTION_COLUMNS: dict[str, list[Column]] = {
-    "params": PARAMS,
-    "fit": FIT,
-    "predict": PREDICT,
-    "model_parts": WHOLE_MODEL,
-    "layer_kinds": LAYER_KINDS,
+#: The table column of each unit (records.UNITS), but for what a declaration gives it
+#: (declared_columns): its header, field, rank and title; an aligned one's cells read in
+#: the decimals its rows need.
+UNIT_COLUMNS: dict[str, Column] = {
+    "label": Column("", "", fmt_plain, kind="label"),
+    "variant": Column("", "", fmt_plain, kind="label", cell=variant_cell),
+    "flag": Column("", "", fmt_yes_no, kind="label"),
+    "int": Column("", "", fmt_int),
+    "count": Column("", "", fmt_int, compact=fmt_si, group=COUNTS),
+    "bytes": Column("", "", format_bytes),
+    "pct": Column("", "", fmt_pct),
+    "rate": Column("", "", fmt_rate),
+    "aligned": Column("", "", fmt_4sig),
 }
+
+
+def title_text(declared: ColumnSpec) -> Callable[[Any], str] | None:
+    """How the title names a declared setting that every row shares (ColumnSpec.title)."""
+    title = declared.title
+    if title is None:
+        return None
+    if declared.unit == "flag":
+        return lambda v: title if v else f"no {title}"
+    return title.format
+
+
+def declared_columns(
+    declared: Sequence[ColumnSpec], rows: Sequence[Mapping[str, Any]]
+) -> list[Column]:
+    """The table columns of a section's declared ones, each read by its unit's formatter,
+    the aligned ones in one format for `rows` (aligned_columns)."""
+    columns = [
+        replace(
+            UNIT_COLUMNS[d.unit],
+            header=d.header,
+            field=d.field,
+            rank=d.rank,
+            setting=d.setting,
+            title_text=title_text(d),
+        )
+        for d in declared
+    ]
+    aligned = {d.field for d in declared if d.unit == "aligned"}
+    return aligned_columns(columns, [as_row(r) for r in rows], aligned)
+
+
+#: The record sets written beside a section's records whose columns are the same for any
+#: rows: params' whole-model parts.
+BESIDE_COLUMNS: dict[str, list[Column]] = {"model_parts": WHOLE_MODEL}
 
 
 #: The sections whose columns depend on their rows (the providers, kinds and measures
@@ -642,10 +631,6 @@ ALIGNED = (
     "intensity",
     "measured_ms",
     "predicted_ms",
-    "layer_prefill_ms",
-    "layer_step_ms",
-    "ttft_ms",
-    "tpot_ms",
 )
 #: Significant digits the smallest number of an aligned column keeps, and the most
 #: decimals any column has.
@@ -666,25 +651,34 @@ def _fixed(decimals: int):
     return lambda v: NONE_TEXT if v is None else f"{v:,.{decimals}f}"
 
 
-def aligned_columns(columns: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> list[Column]:
-    """`columns` with each ALIGNED one in one format for `rows`: the same decimals down
+def aligned_columns(
+    columns: Sequence[Column], rows: Sequence[Mapping[str, Any]], fields: Collection[str] = ALIGNED
+) -> list[Column]:
+    """`columns` with each of `fields` in one format for `rows`: the same decimals down
     the column, enough for its smallest number (decimals_for), so that 0.2305, 21.23 and
     2,857 read 0.231, 21.232 and 2,857.109, not in three forms."""
     return [
         replace(c, fmt=_fixed(decimals_for([r.get(c.field) for r in rows])), compact=None)
-        if c.field in ALIGNED
+        if c.field in fields
         else c
         for c in columns
     ]
 
 
 def columns_for(section: str, rows: Sequence[Mapping[str, Any]]) -> list[Column]:
-    """The columns of a study section's table (ROW_COLUMNS: made for its rows), each
-    ALIGNED one in one format for `rows`."""
+    """The columns of a study section's table, or of a record set written beside one:
+    made for its rows (ROW_COLUMNS), else the same for any rows (BESIDE_COLUMNS), else
+    those its section kind declares (study.sections.SectionKind.columns), in one format
+    for `rows` where aligned."""
     if section in ROW_COLUMNS:
         return ROW_COLUMNS[section](rows)
-    try:
-        return aligned_columns(SECTION_COLUMNS[section], rows)
-    except KeyError:
-        known = ", ".join(dict.fromkeys([*ROW_COLUMNS, *SECTION_COLUMNS]))
-        raise KeyError(f"no table columns for section {section!r}; known: {known}") from None
+    if section in BESIDE_COLUMNS:
+        return list(BESIDE_COLUMNS[section])
+    from ..study.sections import KINDS  # here: `--help` loads this module, not the kinds
+
+    declared = KINDS[section].columns if section in KINDS else ()
+    if not declared:
+        named = [n for n, kind in KINDS.items() if kind.columns]
+        known = ", ".join(dict.fromkeys([*ROW_COLUMNS, *BESIDE_COLUMNS, *named]))
+        raise KeyError(f"no table columns for section {section!r}; known: {known}")
+    return declared_columns(declared, rows)

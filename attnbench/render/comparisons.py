@@ -5,7 +5,10 @@ Each comparison is a ratio taken within each round of points sampled in turn
 finding states that interval, never a ratio of two medians, and only when the comparison
 is resolved (`judge`):
 
-- its interval is within ±RESOLVED_WIDTH of its median (the larger side);
+- its interval is within ±RESOLVED_WIDTH of its median (the larger side), or, for a
+  ratio far from even, within EFFECT_SHARE of how far it is from even (`allowed_width`:
+  an effect three times its uncertainty): "7.4x (5.5-9.5x)" says which step is faster
+  and by about how much as surely as "1.05x (1.00-1.10x)" does;
 - it was taken over MIN_SPREAD_SAMPLES rounds or more (over fewer, the bootstrap interval
   says little: over one round it has no width at all);
 - the host's speed held during the run: the copy-peak probes taken before and after the
@@ -41,6 +44,9 @@ from .selection import busy, ok_records, one_provider, series_label
 #: comparison: the rule that flags a timing noisy (p25 to p75 within 10% of the median),
 #: applied to the comparison itself.
 RESOLVED_WIDTH = 0.10
+#: The share of a ratio's distance from even (1 - 1/m for a ratio m or 1/m, m > 1) its
+#: interval may span and still resolve it: 1.6x within ±12.5%, 7x within ±29%.
+EFFECT_SHARE = 1 / 3
 #: Probes of one peak further apart than this (the largest over the smallest, less 1) say
 #: the host's speed moved during the run.
 HOST_MOVED = 0.20
@@ -111,12 +117,28 @@ class Judged:
     spread: float | None
     moved: float | None
     held: float | None = None  # the share of the time its process ran, when busy
+    median: float = 1.0
+
+    @property
+    def allowed(self) -> float:
+        """The widest interval that resolves this comparison (allowed_width)."""
+        return allowed_width(self.median)
 
     @property
     def resolved(self) -> bool:
         enough = self.rounds is not None and self.rounds >= MIN_SPREAD_SAMPLES
         steady = self.moved is None and self.held is None
-        return self.width <= RESOLVED_WIDTH and enough and steady
+        return self.width <= self.allowed and enough and steady
+
+
+def allowed_width(ratio: float) -> float:
+    """The widest 95% interval (its larger side, relative to the median) that resolves a
+    comparison of median `ratio`: RESOLVED_WIDTH, or EFFECT_SHARE of the ratio's distance
+    from even where that is wider."""
+    if not ratio > 0:
+        return RESOLVED_WIDTH
+    far = max(ratio, 1 / ratio)
+    return max(RESOLVED_WIDTH, EFFECT_SHARE * (1 - 1 / far))
 
 
 #: What the points of one group share: records alike in these were sampled in the same
@@ -170,6 +192,7 @@ def judge(
         max(spreads, default=None),
         host_moved(environment),
         held(record, other),
+        median,
     )
 
 
@@ -204,16 +227,25 @@ def paired(a: Mapping, b: Mapping) -> dict | None:
     }
 
 
+def _percents(*shares: float) -> list[str]:
+    """Shares as whole percents, or to a tenth where whole ones would read alike
+    ('±10.4% wide (over ±10.0%)', never '±10% wide (over ±10%)')."""
+    whole = [f"{s:.0%}" for s in shares]
+    return whole if len(set(whole)) == len(whole) else [f"{s:.1%}" for s in shares]
+
+
 def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
     """Why comparisons are not resolved, from the evidence of each: 'its 95% interval is
     ±28% wide (over ±10%), the steps compared spread up to 2.9x from p25 to p75, and the
     host's speed moved 1.8x during the run (copy peak 11.6, then 6.5 GB/s)'."""
     one = len(judged) == 1
     parts = []
-    widest = max(j.width for j in judged)
-    if widest > RESOLVED_WIDTH:
+    wide = [j for j in judged if j.width > j.allowed]
+    if wide:
+        widest = max(wide, key=lambda j: j.width - j.allowed)
         what = "its 95% interval is" if one else "their 95% intervals are up to"
-        parts.append(f"{what} ±{widest:.0%} wide (over ±{RESOLVED_WIDTH:.0%})")
+        width, allowed = _percents(widest.width, widest.allowed)
+        parts.append(f"{what} ±{width} wide (over ±{allowed})")
     rounds = [j.rounds or 0 for j in judged]
     if min(rounds) < MIN_SPREAD_SAMPLES:
         span = f"{min(rounds)}" if len(set(rounds)) == 1 else f"{min(rounds)} to {max(rounds)}"
@@ -241,6 +273,7 @@ def judge_pair(comparison: Mapping, a: Mapping, b: Mapping, environment: Mapping
         max(spreads, default=None),
         host_moved(environment),
         held(a, b),
+        median,
     )
 
 

@@ -16,9 +16,17 @@ from typing import Any
 from ..errors import FieldError, UsageError, spelled
 from ..experiments.whole_model import PART_RECORDS
 from ..model.files import read_user_file
-from ..records import Kind, failed, field_kinds, gated_timing
+from ..records import (
+    Kind,
+    csv_fields,
+    failed,
+    field_kinds,
+    gated_timing,
+    key_fields,
+    signed_fields,
+)
 from .output import SCHEMA_VERSION
-from .sections import KINDS, command_of, record_type
+from .sections import KINDS, RECORD_TYPES, command_of, record_type
 
 #: The commands whose JSON holds records, and the section each single command writes.
 COMMAND_SECTIONS = {command_of(name): name for name in KINDS}
@@ -196,6 +204,7 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
     kinds = kinds_of(section)
     rtype = record_type(section)
     types = declared_types(rtype)
+    signed = signed_fields(rtype) if rtype else set()
     timings = gated_timing(rtype).values() if rtype else []
     samples = {stats["samples"] for stats in timings if "samples" in stats}
     for i, rec in enumerate(records):
@@ -209,7 +218,7 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
                 for j, v in enumerate(value or ()):
                     _check_metric(where, f"{name}[{j}]", v)
             elif kinds.get(name) in METRICS:
-                _check_metric(where, name, value)
+                _check_metric(where, name, value, signed=name in signed)
             elif name in types:
                 _check_type(where, name, value, types[name])
     _check_keys(path, section, records, [k for k, kind in kinds.items() if kind is Kind.KEY])
@@ -220,8 +229,9 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
 METRICS = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
 
 
-def _check_metric(where: str, name: str, value: Any) -> None:
-    """A size, a count or a time: null, or a finite number >= 0."""
+def _check_metric(where: str, name: str, value: Any, signed: bool = False) -> None:
+    """A size, a count or a time: null, or a finite number >= 0 (any finite number for a
+    `signed` one)."""
     if value is None:
         return
     if not is_number(value):
@@ -229,7 +239,7 @@ def _check_metric(where: str, name: str, value: Any) -> None:
             raise UsageError(f"{where}: {name}: {value} is not a finite number")
         raise UsageError(f"{where}: {name}: expected a number, got {spelled(value)}")
     _check_finite(where, name, value)
-    if value < 0:
+    if value < 0 and not signed:
         raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time is >= 0")
 
 
@@ -308,19 +318,20 @@ def _csv_document(path: Path, text: str) -> Document:
 
 
 def _csv_section(path: Path, fields: list[str]) -> str:
-    """A CSV has no `command` field: tell the section from a column only it writes."""
-    for column, section in (
-        ("step_ms_median", "decode"),
-        ("kv_bytes", "kvmem"),
-        ("total_params", "params"),
-        ("free_bytes_per_gpu", "fit"),
-        ("part", PARTS_SECTION),
-    ):
-        if column in fields:
-            return section
-    raise UsageError(
-        f"{path}: not an attnbench CSV (no step_ms_median, kv_bytes or total_params column)"
-    )
+    """A CSV has no `command` field: its section is the record set (RECORD_TYPES) whose
+    key columns it has, all of them, and whose columns it shares the most of."""
+    header = set(fields)
+    shared = {
+        name: len(header & set(csv_fields(rtype)))
+        for name, rtype in RECORD_TYPES.items()
+        if set(key_fields(rtype)) <= header
+    }
+    if not shared or not max(shared.values()):
+        known = ", ".join(RECORD_TYPES)
+        raise UsageError(
+            f"{path}: not an attnbench CSV: its header has the columns of none of {known}"
+        )
+    return max(shared, key=shared.__getitem__)
 
 
 def _text_cell(text: str | None) -> str | None:

@@ -9,15 +9,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CombinationError, FieldError, MissingFields, Problems, UsageError
 from ..experiments.context import Context
-from ..measure.devices import resolve_device
+from ..measure.devices import check_device_name, resolve_device
 from ..model.capacity import MAX_SEQUENCES, positive_int
-from .estimate import peak_seconds, point_seconds
 from .limits import MAX_POINTS
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
@@ -30,6 +27,9 @@ from .sweep import (
     load_config,
     resolve,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 #: The study `attnbench run` runs without a config file (shipped as package data).
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
@@ -46,9 +46,17 @@ class Task:
     point: Any
 
 
+def needs_peaks(task: Task) -> bool:
+    """Whether a task is held against the peaks the run measures: a timed section's, or
+    one whose kind wants them (SectionKind.wants_peaks)."""
+    kind = KINDS[task.section]
+    return kind.timed or (kind.wants_peaks is not None and kind.wants_peaks(task.point))
+
+
 @dataclass
 class Plan:
-    """A resolved, validated study: its sections, their points in run order, devices."""
+    """A resolved, validated study: its sections, their points in run order, and the
+    devices of the sections that use one (resolved: torch), by section."""
 
     config: StudyConfig
     sections: dict[str, Section]
@@ -62,11 +70,27 @@ class Plan:
     @property
     def device(self) -> torch.device:
         """The device the environment is recorded for: a timed section's, else that of one
-        that measures on its device (SectionKind.measures), else the CPU."""
+        that measures on its device (SectionKind.measures), else the CPU (asked for where
+        the run uses torch all the same: see uses_torch)."""
         measuring = [name for name in self.devices if KINDS[name].measures]
         for name in sorted(measuring, key=lambda name: not KINDS[name].timed):
             return self.devices[name]
+        import torch
+
         return torch.device("cpu")
+
+    @property
+    def uses_torch(self) -> bool:
+        """Whether the run's results depend on torch: it measures on the device of a
+        section that measures on it, or this machine's peaks for a point held against them
+        (predict on this machine), or a section counts its points on torch modules
+        (params). A run that only computes its points (kvmem without measuring, fit,
+        predict on a named GPU) runs without torch, and records its environment so."""
+        if any(KINDS[name].measures for name in self.devices):
+            return True
+        if any(KINDS[name].counts_on_torch for name in self.sections):
+            return True
+        return any(needs_peaks(task) for task in self.tasks)
 
     @property
     def threads(self) -> int | None:
@@ -86,23 +110,27 @@ class Plan:
         """What the points of `section` run with; no device for a section whose options
         measure nothing (SectionKind.on_device). Only timed sections get the peaks, and
         what their pre-pass counted, and those that want the peaks (predict) get them
-        with the run's device and the `environment` the run recorded."""
+        with the run's device, where it measured them, and the `environment` the run
+        recorded."""
         kind = KINDS[section]
         device = self.devices.get(section)
-        if kind.on_device is not None and not kind.on_device(self.options[section]):
-            device = None
         if kind.wants_peaks is not None:  # the peaks of the run's device, where measured
-            return Context(self.device, peak_gbps, peak_tflops or {}, environment=environment or {})
+            measured_on = self.device if peak_gbps is not None else None
+            return Context(measured_on, peak_gbps, peak_tflops or {}, environment=environment or {})
         if not kind.timed:
             return Context(device)
         return Context(device, peak_gbps, peak_tflops or {}, counts or {})
 
     def estimate(self, task: Task) -> float:
         """A rough time for one task, in seconds."""
+        from .estimate import point_seconds  # decode's estimates: torch
+
         options = self.options.get(task.section)
         return point_seconds(task.point, self.devices.get(task.section), options)
 
     def estimate_total(self, tasks: Sequence[Task]) -> float:
+        from .estimate import peak_seconds
+
         timed = any(KINDS[t.section].timed for t in tasks)
         return (peak_seconds(self.device) if timed else 0.0) + sum(map(self.estimate, tasks))
 
@@ -265,10 +293,12 @@ def plan_sections(
         kind = KINDS[name]
         try:
             if "device" in sec.options:
-                devices[name] = resolve_device(sec.options["device"])
+                if kind.on_device is None or kind.on_device(sec.options):
+                    devices[name] = resolve_device(sec.options["device"])
+                else:  # a device left unused: its name is checked, not whether it is here
+                    check_device_name(sec.options["device"])
             if kind.options is not None:
-                device = devices.get(name, torch.device("cpu"))
-                options[name] = kind.options(sec.options, device)
+                options[name] = kind.options(sec.options, devices.get(name))
             if kind.check_section is not None:
                 kind.check_section(sec.values, options.get(name), set(sec.origins))
             points = sec.points(options.get(name))

@@ -13,6 +13,10 @@ is made before them and kept in the document and a CSV of its own. The k-th reco
 section is its k-th point, which is how a resumed run knows what is left (a group
 recorded in part runs again whole); a resumed study must resolve to the same
 configuration, whose hash the store keeps.
+
+torch is imported where something is measured (the peaks, a point's allocation or time,
+the threads set), not with the runner: a study that only computes its points (kvmem
+without measuring, fit, predict on a named GPU) runs without it, a second sooner.
 """
 
 from __future__ import annotations
@@ -24,21 +28,27 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FieldError, UsageError
 from ..experiments.context import Context
-from ..measure import timing
-from ..measure.devices import torch_dtype
 from ..measure.environment import cache_bytes, collect_environment
-from ..measure.memory import is_oom
 from ..records import as_dict
 from .output import Written, add_beside, document_header, write_outputs
-from .plan import DEFAULT_CONFIG, Plan, Task, first_difference, plan_command, plan_study
+from .plan import (
+    DEFAULT_CONFIG,
+    Plan,
+    Task,
+    first_difference,
+    needs_peaks,
+    plan_command,
+    plan_study,
+)
 from .sections import KINDS, RECORD_TYPES, SectionKind, command_of
 from .stores import RESULTS_FILE, STOP_SIGNALS, DirectoryStore, MemoryStore
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [  # planning and storing live beside the runner; these are its public face
     "DEFAULT_CONFIG",
@@ -162,7 +172,7 @@ def run_study(
         pending = [t for t in plan.tasks if t.index >= len(sections[t.section]["records"])]
         env = doc["environment"]
         timed = [t for t in pending if needs_peaks(t)]
-        probes = _Probes(env, plan.device, timed, probe_peak, probe_flops)
+        probes = _Probes(env, plan, timed, probe_peak, probe_flops)
         if timed:
             probes.probe(first=env.get("peak_gbps") is None)
             store.save(doc)
@@ -204,13 +214,6 @@ def run_study(
     )
 
 
-def needs_peaks(task: Task) -> bool:
-    """Whether a task is held against the peaks the run measures: a timed section's, or
-    one whose kind wants them (SectionKind.wants_peaks)."""
-    kind = KINDS[task.section]
-    return kind.timed or (kind.wants_peaks is not None and kind.wants_peaks(task.point))
-
-
 class _Probes:
     """The peaks a run's timed points are held against, probed into its environment:
     `peak_gbps` (the copy bandwidth) and `peak_tflops` ({dtype: matmul TFLOPS}) from the
@@ -224,17 +227,20 @@ class _Probes:
     def __init__(
         self,
         env: dict,
-        device: torch.device,
+        plan: Plan,
         timed: Sequence[Task],
         probe_peak: Callable | None,
         probe_flops: Callable | None,
     ) -> None:
-        self.env, self.device = env, device
+        self.env, self.plan = env, plan
         self.dtypes = sorted({t.point.dtype for t in timed})
         self.probe_peak, self.probe_flops = probe_peak, probe_flops
 
     def probe(self, first: bool = False) -> None:
-        env, device = self.env, self.device
+        from ..measure import timing
+        from ..modules.dtypes import torch_dtype
+
+        env, device = self.env, self.plan.device
         quick = {} if first else {"repeats": timing.REPROBE_REPEATS}
         gbps = (self.probe_peak or partial(timing.measure_peak_gbps, **quick))(device)
         flops = self.probe_flops or partial(timing.measure_peak_tflops, **quick)
@@ -316,6 +322,8 @@ def _failing_as_records(
     except Exception as exc:
         if kind.failed is None:
             raise
+        from ..measure.memory import is_oom  # torch's errors: only once a point failed
+
         if is_oom(exc):
             return [kind.failed(t.point, "oom", context) for t in tasks]
         if kind.keeps_going:
@@ -350,7 +358,7 @@ def _new_document(plan: Plan, store: Store, command: str) -> dict:
             str(getattr(store, "out_dir", "")),
             "already holds results; resume them, or choose another directory",
         )
-    environment = collect_environment(plan.device)
+    environment = collect_environment(plan.device if plan.uses_torch else None)
     sections = {
         name: {"config": sec.to_dict(), "records": []} for name, sec in plan.sections.items()
     }
@@ -405,9 +413,13 @@ def config_difference(doc: dict, plan: Plan) -> str:
 @contextmanager
 def _threads(count: int | None) -> Iterator[None]:
     """torch's intra-op threads set to `count` (when given) inside, and restored after."""
+    if not count:
+        yield
+        return
+    import torch
+
     before = torch.get_num_threads()
-    if count:
-        torch.set_num_threads(count)
+    torch.set_num_threads(count)
     try:
         yield
     finally:

@@ -1,26 +1,27 @@
-"""The kinds of section a study can hold, and what the runner needs to know of each."""
+"""The kinds of section a study can hold, and what the runner needs to know of each.
+
+A kind is built from its experiment module when its section is first used (KINDS): the
+modules of decode and params import torch, a second of start-up that a command which
+only computes (kvmem without measuring, fit, predict) does without."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import torch
-
-from ..experiments import (
-    decode,
-    fit,
-    instructions,
-    interleave,
-    kvmem,
-    params,
-    predict,
-    whole_model,
-)
+from ..experiments.kvmem import KIND_RECORDS, LayerKindRecord
+from ..experiments.whole_model import PART_RECORDS, ModelPartRecord
 from ..model.shapes import shape_label, variant_label
 from ..model.what_if import OWN_MARK, is_own
+from ..records import ColumnSpec
 from .schema import DEFAULT_MAX_TIME_S
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..experiments.decode import DecodeOptions, DecodePoint
+    from ..experiments.kvmem import KvmemOptions, KvmemPoint
 
 
 class Experiment(Protocol):
@@ -41,17 +42,21 @@ class Experiment(Protocol):
     def link(self, points: list, options: Any) -> list: ...
 
 
-def decode_options(options: Mapping[str, Any], device: torch.device) -> decode.DecodeOptions:
+def decode_options(options: Mapping[str, Any], device: torch.device | None) -> DecodeOptions:
     """A decode section's resolved scalar options, typed: `max_time` unset is the
     schema's default for `device`."""
-    given = {name: options[name] for name in decode.DecodeOptions.__dataclass_fields__}
+    from ..experiments.decode import DecodeOptions
+
+    given = {name: options[name] for name in DecodeOptions.__dataclass_fields__}
     if given["max_time"] is None:
-        given["max_time"] = DEFAULT_MAX_TIME_S[device.type]
-    return decode.DecodeOptions(**given)
+        given["max_time"] = DEFAULT_MAX_TIME_S[device.type if device is not None else "cpu"]
+    return DecodeOptions(**given)
 
 
-def kvmem_options(options: Mapping[str, Any], device: torch.device) -> kvmem.KvmemOptions:
-    return kvmem.KvmemOptions(measure=options["measure"])
+def kvmem_options(options: Mapping[str, Any], device: torch.device | None) -> KvmemOptions:
+    from ..experiments.kvmem import KvmemOptions
+
+    return KvmemOptions(measure=options["measure"])
 
 
 def point_name(point: Any) -> str:
@@ -68,12 +73,12 @@ def point_name(point: Any) -> str:
     return f"{point.model} {variant}{own}"
 
 
-def describe_kvmem(point: kvmem.KvmemPoint) -> str:
+def describe_kvmem(point: KvmemPoint) -> str:
     """'llama-2-7b batch 1 context 4096 float16'."""
     return f"{point_name(point)} batch {point.batch} context {point.seq_len} {point.dtype}"
 
 
-def describe_decode(point: decode.DecodePoint) -> str:
+def describe_decode(point: DecodePoint) -> str:
     """'d512 h8/8 attnbench float32 batch 1 context 64 gen 4 cache graph', with
     'sequences 8q1s1k' for a batch spec and 'block 16' for a paged cache."""
     gen = f" gen {point.gen_len}" if point.gen_len else ""
@@ -102,20 +107,25 @@ class SectionKind:
     `pre_pass(points, options, device)` measures what is measured for all the points at
     once before any runs (decode: instruction counts, in one valgrind process), which each
     point finds in its context's `counts`. `options(resolved, device)` types a section's
-    resolved scalar options, once per section: every `options` above is that object.
+    resolved scalar options, once per section, with its device (None where it uses none):
+    every `options` above is that object.
     `beside` makes, by name, the record sets the section writes beside its points'
     records, each from the section's models (params: the whole-model parts).
     `wants_peaks(point)` says whether a point of a section that is not timed needs the
     peaks measured all the same (predict: on this machine). `whole_model`: the section
     counts its models whole (a type without formulas is counted by transformers).
-    `on_device(options)` says whether a section's points, with its typed options, use its
-    device at all (kvmem: only when it measures); `measures`: the section allocates or
-    times on its device, which the run's environment is then recorded for (a timed
-    section's first). `describe(point)` names a point in one line (a progress line);
-    `command` is the command that runs the section alone (None: the section's name);
-    `title` says what the section holds (its table's title in a report; None: its name);
-    `providers`: its points are timed per provider, whose steps are set side by side
-    (render.providers)."""
+    `on_device(resolved)` says whether a section's points, with its resolved scalar
+    options, use its device at all (kvmem: only when it measures); a device is resolved
+    (which needs torch) only for a section that uses it. `measures`: the section allocates
+    or times on its device, which the run's environment is then recorded for (a timed
+    section's first); `counts_on_torch`: its points are counted on torch modules (params:
+    built on the meta device), so that its results depend on torch, whose facts the run's
+    environment then records as a measuring run's does. `describe(point)` names a point in
+    one line (a progress line); `title` says what the section holds (its table's title in
+    a report; None: its name); `providers`: its points are timed per provider, whose steps
+    are set side by side (render.providers). `columns`: its table's columns
+    (records.ColumnSpec), which render.columns makes; none for a section whose columns
+    depend on its rows (kvmem, decode: render.columns.ROW_COLUMNS)."""
 
     name: str
     point: type
@@ -130,22 +140,24 @@ class SectionKind:
     run_group: Callable[[list, Any, int, Callable], list] | None = None
     check_section: Callable[[dict, Any, set], None] | None = None
     pre_pass: Callable[[list, Any, torch.device], dict] | None = None
-    options: Callable[[Mapping[str, Any], torch.device], Any] | None = None
+    options: Callable[[Mapping[str, Any], torch.device | None], Any] | None = None
     beside: Mapping[str, Callable[[Sequence], list]] = field(default_factory=dict)
     wants_peaks: Callable[[Any], bool] | None = None
-    on_device: Callable[[Any], bool] | None = None
+    on_device: Callable[[Mapping[str, Any]], bool] | None = None
     describe: Callable[[Any], str] = point_name
     title: str | None = None
-    command: str | None = None
     providers: bool = False
     timed: bool = False
     measures: bool = False
     keeps_going: bool = False
     whole_model: bool = False
+    counts_on_torch: bool = False
+    columns: Sequence[ColumnSpec] = ()
 
     @classmethod
     def of(cls, name: str, experiment: Experiment, **more: Any) -> SectionKind:
-        """The kind of section that runs `experiment` (a module of experiments/)."""
+        """The kind of section that runs `experiment` (a module of experiments/), with
+        its table's COLUMNS where it declares them."""
         point, record = more.pop("point"), more.pop("record")
         return cls(
             name,
@@ -155,12 +167,15 @@ class SectionKind:
             experiment.check,
             order=experiment.order,
             link=experiment.link,
+            columns=getattr(experiment, "COLUMNS", ()),
             **more,
         )
 
 
-KINDS: dict[str, SectionKind] = {
-    "params": SectionKind.of(
+def _params() -> SectionKind:
+    from ..experiments import params  # a module built on the meta device: torch
+
+    return SectionKind.of(
         "params",
         params,
         point=params.ParamsPoint,
@@ -168,8 +183,14 @@ KINDS: dict[str, SectionKind] = {
         beside=params.BESIDE,
         title="Attention parameters per layer",
         whole_model=True,
-    ),
-    "kvmem": SectionKind.of(
+        counts_on_torch=True,
+    )
+
+
+def _kvmem() -> SectionKind:
+    from ..experiments import kvmem
+
+    return SectionKind.of(
         "kvmem",
         kvmem,
         point=kvmem.KvmemPoint,
@@ -181,8 +202,13 @@ KINDS: dict[str, SectionKind] = {
         describe=describe_kvmem,
         title="KV-cache memory (K and V)",
         measures=True,
-    ),
-    "decode": SectionKind.of(
+    )
+
+
+def _decode() -> SectionKind:
+    from ..experiments import decode, instructions, interleave  # timing: torch
+
+    return SectionKind.of(
         "decode",
         decode,
         point=decode.DecodePoint,
@@ -196,33 +222,92 @@ KINDS: dict[str, SectionKind] = {
         pre_pass=instructions.section_counts,
         describe=describe_decode,
         title="Decode speed",
-        command="decode-speed",
         providers=True,
         timed=True,
         measures=True,
         keeps_going=True,
-    ),
-    "fit": SectionKind.of(
+    )
+
+
+def _fit() -> SectionKind:
+    from ..experiments import fit
+
+    return SectionKind.of(
         "fit", fit, point=fit.FitPoint, record=fit.FitRecord, title="What fits", whole_model=True
-    ),
-    "predict": SectionKind.of(
+    )
+
+
+def _predict() -> SectionKind:
+    from ..experiments import predict
+
+    return SectionKind.of(
         "predict",
         predict,
         point=predict.PredictPoint,
         record=predict.PredictRecord,
         wants_peaks=predict.wants_peaks,
         whole_model=True,
-    ),
-}
+    )
 
 
-#: Every record type by the name of the records it holds: the sections', and the
-#: whole-model part records `params` writes beside its own.
-RECORD_TYPES: dict[str, type] = {
-    **{name: kind.record for name, kind in KINDS.items()},
-    "model_parts": whole_model.ModelPartRecord,
-    kvmem.KIND_RECORDS: kvmem.LayerKindRecord,
-}
+T = TypeVar("T")
+
+
+class Registry(MutableMapping[str, T]):
+    """Values by name, each made by its builder when it is first looked up, then kept:
+    the names are known at once (iterating, `in`), and what a value's builder imports is
+    imported only for the values looked up. A value can be replaced (tests do)."""
+
+    def __init__(self, builders: Mapping[str, Callable[[], T]]) -> None:
+        self._builders = dict(builders)
+        self._built: dict[str, T] = {}
+
+    def __getitem__(self, name: str) -> T:
+        if name not in self._built:
+            self._built[name] = self._builders[name]()
+        return self._built[name]
+
+    def __setitem__(self, name: str, value: T) -> None:
+        self._builders[name] = lambda: value
+        self._built[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._builders[name]
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._builders
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
+#: Every kind of section by name, each built (its experiment module imported) when its
+#: section is first looked up.
+KINDS: Registry[SectionKind] = Registry(
+    {"params": _params, "kvmem": _kvmem, "decode": _decode, "fit": _fit, "predict": _predict}
+)
+#: The command that runs a section alone, where it is not the section's name: known
+#: before any kind is built, since a results file names the command that wrote it.
+COMMANDS = {"decode": "decode-speed"}
+
+
+def _record_of(section: str) -> Callable[[], type]:
+    return lambda: KINDS[section].record
+
+
+#: Every record type by the name of the records it holds: the sections', and the sets
+#: written beside them (the whole-model parts of `params`, the layer kinds of `kvmem`).
+RECORD_TYPES: Registry[type] = Registry(
+    {
+        **{name: _record_of(name) for name in KINDS},
+        PART_RECORDS: lambda: ModelPartRecord,
+        KIND_RECORDS: lambda: LayerKindRecord,
+    }
+)
 
 
 def describe_task(task: Any) -> str:
@@ -233,7 +318,7 @@ def describe_task(task: Any) -> str:
 
 def command_of(section: str) -> str:
     """The command that runs a section alone: 'decode-speed' for decode."""
-    return KINDS[section].command or section
+    return COMMANDS.get(section, section)
 
 
 def title_of(section: str) -> str:

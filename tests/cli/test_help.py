@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.main import get_command
 
 import attnbench.cli.common as common
-from attnbench.cli import SHORT_HELP, SHORT_HELP_MAX, app
+from attnbench.cli import COMMAND_MODULES, SHORT_HELP, SHORT_HELP_MAX, app
 from attnbench.study.schema import FIELDS, fields_for
 from tests.helpers import runner
 
@@ -42,6 +42,18 @@ def test_every_command_has_a_whole_one_line_description():
     for name, line in SHORT_HELP.items():
         assert len(line) <= SHORT_HELP_MAX, name
         assert not line.endswith((".", "...")), name
+
+
+def test_the_command_list_is_in_the_order_its_modules_give():
+    """Each command module (cli/*_cmd.py, found by cli/__init__.py) says where its commands
+    come (ORDER, one of its own): the main job first, the groups last."""
+    orders = [module.ORDER for module in COMMAND_MODULES]
+    assert len(set(orders)) == len(orders)
+    listing = help_of().split("Commands:\n")[1].splitlines()
+    assert [line.split()[0] for line in listing] == [
+        *("run", "plot", "report", "merge", "params", "kvmem", "decode-speed", "compare"),
+        *("fit", "predict", "models", "env", "selfcheck", "ab", "baseline", "history"),
+    ]
 
 
 @pytest.mark.parametrize("group", [(), ("history",), ("baseline",)])

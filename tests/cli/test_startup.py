@@ -1,6 +1,7 @@
-"""Start-up: `attnbench --help` and every command's help load neither torch nor
-matplotlib (seconds of start-up on a small machine); the commands that measure nothing
-load neither matplotlib nor torch's compiler. Each check runs in a fresh interpreter,
+"""Start-up: `attnbench --help` and every command's help load neither torch, matplotlib
+nor numpy (seconds of start-up on a small machine); the commands that measure nothing
+load neither matplotlib nor torch's compiler, and those that only compute from formulas
+load none of them. Each check runs in a fresh interpreter,
 whose sys.modules says what was loaded."""
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ HEAVY = ("torch", "matplotlib")
 
 
 def loaded_after(code: str) -> list[str]:
-    """The HEAVY modules, and torch's compiler, in sys.modules after `code` ran in a new
+    """The HEAVY modules, numpy and torch's compiler, in sys.modules after `code` ran in a new
     interpreter (a command's SystemExit is its normal end)."""
     script = (
         "import json, sys\n"
         f"try:\n    {code}\nexcept SystemExit:\n    pass\n"
-        "names = ('torch', 'matplotlib', 'torch._dynamo')\n"
+        "names = ('torch', 'matplotlib', 'numpy', 'torch._dynamo')\n"
         "print(json.dumps([n for n in names if n in sys.modules]))\n"
     )
     out = subprocess.run(
@@ -55,8 +56,8 @@ def test_every_commands_help_loads_neither_torch_nor_matplotlib():
 def test_the_planning_commands_load_neither_matplotlib_nor_torchs_compiler(tmp_path):
     """kvmem without measuring, params of a whole model (a skeleton on the meta device),
     fit and predict on a named GPU compute only: no plots, no compiled kernels (torch's
-    compiler is a second of start-up; torch itself is loaded by the study's runner). One
-    interpreter runs them all in turn, each writing its JSON."""
+    compiler is a second of start-up; torch itself only params loads, to count on its
+    modules). One interpreter runs them all in turn, each writing its JSON."""
     runs = {
         "kvmem": ["--model", "llama-3-8b", "--seq-len", "8192", "--no-measure"],
         "params": ["--model", "llama-3-8b"],
@@ -69,6 +70,27 @@ def test_the_planning_commands_load_neither_matplotlib_nor_torchs_compiler(tmp_p
         lines.append(f"try:\n        {run_cli(*words)}\n    except SystemExit:\n        pass")
     loaded = loaded_after("\n    ".join(lines))
     assert "matplotlib" not in loaded and "torch._dynamo" not in loaded
+    assert all((tmp_path / f"{name}.json").exists() for name in runs)
+
+
+def test_the_commands_that_only_compute_load_no_torch(tmp_path):
+    """kvmem without measuring, fit and predict on a named GPU compute their points from
+    formulas: planning them, running them, recording their environment, printing their
+    tables and writing their CSV and JSON load no torch (a second of start-up on a small
+    machine). params is not among them: it counts every layer on a module built on the
+    meta device. One interpreter runs each in turn, printing its tables, then writing."""
+    runs = {
+        "kvmem": ["--model", "llama-3-8b", "--seq-len", "8192", "--no-measure"],
+        "fit": ["--model", "llama-3-8b", "--seq-len", "8192", "--gpu", "h100-sxm"],
+        "predict": ["--model", "llama-3-8b", "--seq-len", "8192", "--gpu", "h100-sxm"],
+    }
+    lines = []
+    ends = "except SystemExit as end:\n        assert not end.code, end.code"
+    for name, args in runs.items():
+        files = ["--csv", str(tmp_path / f"{name}.csv"), "--json", str(tmp_path / f"{name}.json")]
+        for words in ([name, *args], [name, *args, *files, "--quiet"]):
+            lines.append(f"try:\n        {run_cli(*words)}\n    {ends}")
+    assert loaded_after("\n    ".join(lines)) == []
     assert all((tmp_path / f"{name}.json").exists() for name in runs)
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+import attnbench.experiments.target as target_module
 from attnbench.cli import app
 from attnbench.errors import FieldError
 from attnbench.experiments.context import Context
@@ -86,9 +87,11 @@ def test_a_model_s_decode_step_is_the_roofline_of_its_counts():
     assert record.peak_gbps == 2970 and record.peak_tflops == pytest.approx(794.5)
     assert "nvidia" in record.peaks_source and "BabelStream" in record.device_figures
     assert record.perf_model == DEFAULT_MODEL.describe()
-    # 13.5 GB of weights and 4.3 GB of cache at 2.97 TB/s, and 32 layers' launches
+    # 13.5 GB of weights and 4.3 GB of cache at 2.97 TB/s, 32 layers' launches, and the
+    # tensor cores' 63 zero rows of each 64-row tile: 2 * 63 * 6.7e9 FLOPs, 1.1 ms
     assert record.launch_ms == pytest.approx(expected.launch_s * 1e3)
-    assert 6.0 < record.tpot_ms < 7.0
+    assert expected.padding_s == pytest.approx(2 * 63 * 6.7e9 / 794.5e12, rel=0.02)
+    assert 7.0 < record.tpot_ms < 8.0
     assert record.weights is None  # in dtype
 
 
@@ -112,6 +115,17 @@ def test_a_layer_shape_has_no_model_rows():
     assert record.tpot_ms is None and record.ttft_ms is None
     assert record.layer_step_bytes == cached_step_bytes(SHAPE, 1, 8192, "float16")
     assert record.tokens_per_s == pytest.approx(1e3 / record.layer_step_ms)
+
+
+def test_a_named_gpu_is_resolved_once_for_a_points_check_and_its_run(monkeypatch):
+    looked_up = []
+    monkeypatch.setattr(
+        target_module, "device_spec", lambda name: looked_up.append(name) or DEVICES[name]
+    )
+    here = point()
+    check(here)
+    run(here)
+    assert looked_up == ["h100-sxm"]
 
 
 def test_this_machine_is_predicted_on_the_peaks_the_run_measured():

@@ -15,6 +15,7 @@ import re
 from unittest import mock
 
 import pytest
+import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -344,9 +345,9 @@ device_names = st.one_of(
 @given(device_names)
 def test_a_device_is_auto_cpu_cuda_or_cuda_ascii_digits(name):
     with (
-        mock.patch.object(devices.torch.cuda, "is_available", return_value=True),
-        mock.patch.object(devices.torch.cuda, "device_count", return_value=2),
-        mock.patch.object(devices.torch.cuda, "current_device", return_value=0),
+        mock.patch.object(torch.cuda, "is_available", return_value=True),
+        mock.patch.object(torch.cuda, "device_count", return_value=2),
+        mock.patch.object(torch.cuda, "current_device", return_value=0),
     ):
         try:
             device = devices.resolve_device(name)

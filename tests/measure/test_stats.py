@@ -76,7 +76,7 @@ def test_samples_over_layouts_split_into_equal_consecutive_chunks():
 
 
 def test_the_interval_over_layouts_widens_with_their_spread_and_shrinks_with_more():
-    """Layouts whose medians differ widen the interval by t(L - 1) s sqrt(2 / L) on the
+    """Layouts whose medians differ widen the interval by t(L - 1) s sqrt(1 + 1/L) on the
     log scale, beyond what the pooled rounds' bootstrap would say; agreeing layouts leave
     it at sqrt(2) x the bootstrap's width; one layout is the bootstrap interval itself."""
     rng = np.random.default_rng(0)
@@ -86,7 +86,7 @@ def test_the_interval_over_layouts_widens_with_their_spread_and_shrinks_with_mor
     apart = [v * shifts[i // 10] for i, v in enumerate(rounds)]
     lo, hi = next_run_interval(apart, 4)
     logs = np.log([median(apart[i : i + 10]) for i in range(0, 40, 10)])
-    half = 3.182 * logs.std(ddof=1) * math.sqrt(2 / 4)
+    half = 3.182 * logs.std(ddof=1) * math.sqrt(1 + 1 / 4)
     assert (lo, hi) == pytest.approx(
         (median(apart) * math.exp(-half), median(apart) * math.exp(half))
     )

@@ -32,7 +32,7 @@ def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
     assert {"float32", "bfloat16", "float16"} <= set(spec.dense_flops)
     assert all(value >= 1e13 for value in spec.dense_flops.values())  # FLOP/s, not TFLOPS
     assert spec.sources and all(url.startswith("https://") for url in spec.sources)
-    for source in (spec.bandwidth_source, spec.flops_source, spec.launch_source):
+    for source in (spec.bandwidth_source, spec.flops_source, spec.launch_source, spec.mma_source):
         assert "https://" in source
     if spec.collectives is not None:
         assert spec.collectives.bus_bandwidth < spec.memory_bandwidth
@@ -148,3 +148,13 @@ def test_a_dtype_without_a_peak_names_both():
     assert "float8_e4m3fn" in str(err.value) and "a100-80gb" in str(err.value)
     with pytest.raises(FieldError, match="int4"):
         flops_for(DEVICES["h100-sxm"], "int4")
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_each_device_pads_matmuls_to_its_tensor_core_tile(spec: DeviceSpec):
+    """Hopper's and Blackwell's full-rate instructions multiply 64 rows at a time (wgmma,
+    tcgen05.mma), Ampere's, Ada's (mma.sync) and CDNA's (MFMA) 16."""
+    generation = "64" if spec.name.startswith(("h100", "h200", "b200")) else "16"
+    assert str(spec.mma_rows) == generation
+    assert ("wgmma" if generation == "64" and spec.name != "b200" else "") in spec.mma_source
+    assert f"padded to multiples of {spec.mma_rows}" in spec.figures()

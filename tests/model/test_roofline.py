@@ -18,11 +18,13 @@ from attnbench.model.roofline import (
     DEFAULT_MODEL,
     LAYER_KERNELS,
     STEP_KERNELS,
+    Matmul,
     PerfModel,
     allgather_s,
     allreduce_s,
     attention_counts,
     decode_counts,
+    experts_touched,
     predict,
     predict_counts,
     prefill_counts,
@@ -198,9 +200,11 @@ def test_moe_reads_the_experts_its_tokens_touch():
     assert decode_counts(spec, 1, 1, "bfloat16").weight_bytes == 2 * (
         active_params(spec) - looked_up
     )
-    # 64 sequences send 128 tokens to 8 experts: every expert is read
+    # 64 sequences send 128 routes to 8 experts: each is missed with probability (3/4)^64
     many = decode_counts(spec, 64, 1, "bfloat16").weight_bytes
-    assert many == 2 * (total_params(spec) - (32000 - 64) * 4096)
+    per_expert = 3 * 4096 * 14336 * 32  # every layer's
+    missed = round(8 * per_expert * 0.75**64)
+    assert many == 2 * (total_params(spec) - (32000 - 64) * 4096 - missed)
 
 
 def test_sliding_windows_bound_the_cache_read():
@@ -324,3 +328,72 @@ def test_dequantising_needs_the_devices_float32_rate():
     with pytest.raises(FieldError, match="no float32 rate") as error:
         predict_counts(int4, no_float32, "bfloat16")
     assert (error.value.field, error.value.value) == ("gpu", "round")
+
+
+#: DEVICE with tensor cores that multiply tiles of 16 rows (A100's mma.sync).
+TILED = replace(DEVICE, mma_rows=16, mma_source="a test tile")
+
+
+def test_a_matmul_pads_its_tokens_to_whole_tiles():
+    # 100 tokens in tiles of 64: 128 rows computed, 28 of them zeros, 2 FLOPs a weight each
+    assert Matmul(100, 1000).padding_flops(64) == 2 * 28 * 1000
+    assert Matmul(128, 1000).padding_flops(64) == 0
+    assert Matmul(1, 1000).padding_flops(16) == 2 * 15 * 1000
+    assert Matmul(0.5, 1000).padding_flops(16) == 2 * 15.5 * 1000  # a MoE expert's mean share
+    assert Matmul(7, 1000).padding_flops(1) == 0  # no tile: a CPU
+
+
+def test_a_decode_step_at_batch_1_computes_its_tiles_zero_rows():
+    spec = get_preset("llama-2-7b")
+    counts = decode_counts(spec, 1, 128, "bfloat16")
+    # q, k, v, o (4 d^2) and gate, up, down (3 d I) per layer, and the head over one token
+    weights = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008) + 32000 * 4096
+    assert counts.padding_flops(16) == 2 * 15 * weights
+    pred = predict_counts(counts, TILED, "bfloat16")
+    assert pred.padding_s == pytest.approx(2 * 15 * weights / 1e14)  # 2.0 ms at 100 TFLOP/s
+    assert pred.time_s == pytest.approx(
+        predict_counts(counts, DEVICE, "bfloat16").time_s + pred.padding_s
+    )
+    # a prefill of 128 tokens fills its tiles; one of 100 pads the body to 112 and the head
+    assert prefill_counts(spec, 1, 128, "bfloat16").padding_flops(16) == 2 * 15 * 32000 * 4096
+    assert (
+        prefill_counts(spec, 1, 100, "bfloat16").padding_flops(16)
+        == 2 * 12 * (weights - 32000 * 4096) + 2 * 15 * 32000 * 4096
+    )
+    # at batch 64, 64 rows: no padding of tiles of 16
+    assert decode_counts(spec, 64, 128, "bfloat16").padding_flops(16) == 0
+
+
+def test_weight_only_kernels_are_not_padded_the_head_is():
+    spec = get_preset("llama-2-7b")
+    int4 = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("int4"))
+    # small batches' weight-only kernels multiply on the CUDA cores; the head is bfloat16
+    assert int4.padding_flops(16) == 2 * 15 * 32000 * 4096
+    fp8 = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("float8_e4m3fn"))
+    assert fp8.padding_flops(16) == decode_counts(spec, 1, 128, "bfloat16").padding_flops(16)
+    # float8 matmuls pad at the float8 rate
+    pred = predict_counts(fp8, TILED, "bfloat16")
+    assert pred.padding_s == pytest.approx(fp8.padding_flops(16) / 2e14)
+
+
+def test_expected_experts_touched_under_uniform_routing():
+    assert experts_touched(8, 2, 1) == 2  # one token: its k experts
+    assert experts_touched(8, 2, 2) == pytest.approx(8 * (1 - 0.75**2))  # 3.5, not 4
+    assert experts_touched(8, 2, 64) == pytest.approx(8)
+    assert experts_touched(256, 8, 1) == pytest.approx(8)
+
+
+def test_moe_experts_pad_their_share_of_the_tokens():
+    spec = get_preset("mixtral-8x7b")
+    per_expert = 3 * 4096 * 14336 * 32  # every layer's
+    # q and o (d^2 each), k and v (d * 8 heads * 128 each), and the router, per layer
+    tokens_go_through = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 8 * 4096)
+    head = 32000 * 4096
+    # one token goes to 2 experts: each multiplies 1 row of a 16-row tile
+    one = decode_counts(spec, 1, 1, "bfloat16")
+    assert one.padding_flops(16) == 2 * 15 * (tokens_go_through + head + 2 * per_expert)
+    # 2 tokens: 3.5 experts expected, each with 4 / 3.5 rows of a tile
+    two = decode_counts(spec, 2, 1, "bfloat16")
+    touched = 8 * (1 - 0.75**2)
+    experts = Matmul(4 / touched, round(per_expert * touched)).padding_flops(16)
+    assert two.padding_flops(16) == pytest.approx(2 * 14 * (tokens_go_through + head) + experts)

@@ -15,7 +15,8 @@ from attnbench.experiments import decode as decode_mod
 from attnbench.measure.timing import CpuShare
 from attnbench.model.units import binary_unit, format_bytes
 from attnbench.render import plots, report, selection
-from attnbench.render.columns import PARAMS, kvmem_columns
+from attnbench.render.columns import columns_for, kvmem_columns
+from attnbench.render.comparisons import RESOLVED_WIDTH, allowed_width
 from attnbench.render.table import markdown_table
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
 from tests.helpers import runner
@@ -187,7 +188,8 @@ def test_binary_units():
 
 
 def test_markdown_table_drops_empty_columns_and_escapes():
-    table = markdown_table([{"variant": "a|b", "d_model": 4096, "model": None}], PARAMS)
+    params = columns_for("params", [])
+    table = markdown_table([{"variant": "a|b", "d_model": 4096, "model": None}], params)
     header, rule, row = table.splitlines()
     assert header == "| Variant | d_model |" and rule == "|---|---:|"
     assert row == "| a\\|b | 4,096 |"
@@ -440,7 +442,7 @@ def test_a_comparison_is_stated_only_when_resolved(saved):
     ratio: the finding says it is not resolved, and why."""
     doc = settled(copy.deepcopy(saved["doc"]))
     interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 3.0, 2.9, 3.1)
-    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 1.4, 2.6)
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 1.3, 0.91, 1.69)
     cached(doc, "attnbench", "GQA-2", 8).update(step_ms_p25=1.0, step_ms_p75=2.5)
     found = report.findings(doc)
     assert (
@@ -452,7 +454,7 @@ def test_a_comparison_is_stated_only_when_resolved(saved):
         "±30% wide (over ±10%) and the steps compared spread up to 2.5x from p25 to "
         "p75."
     ) in found
-    assert not any("GQA-2 2.00x" in f for f in found)
+    assert not any("GQA-2 1.30x" in f for f in found)
     # a narrow interval over a few rounds says little: over one round it has no width
     for r in doc["sections"]["decode"]["records"]:
         if r["prompt_len"] == 8 and r["mode"] == "cache" and r["variant"] != "MQA":
@@ -464,6 +466,25 @@ def test_a_comparison_is_stated_only_when_resolved(saved):
         "were sampled over only 4 rounds (11 needed) and the steps compared "
         "spread up to 2.5x from p25 to p75."
     )
+
+
+def test_a_ratio_far_from_even_resolves_with_an_interval_as_wide_as_its_effect_allows(saved):
+    """7x is resolved within ±29% (a third of 1 - 1/7): it says which step is faster and
+    by about how much; the same ratio over ±30% is not, and the finding says what width
+    it would need, to a tenth of a percent where whole percents would read alike."""
+    doc = settled(copy.deepcopy(saved["doc"]))
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 7.0, 5.8, 8.4)
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 1.9, 2.1)
+    line = next(f for f in report.findings(doc) if f.startswith("Cached step"))
+    assert line.startswith("Cached step over MQA's at 8 tokens: MHA 7.00x (95% interval 5.80-8.4")
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 7.0, 5.0, 9.1)
+    line = next(f for f in report.findings(doc) if f.startswith("Cached step of MHA"))
+    assert "not resolved, its 95% interval is ±30% wide (over ±29%)" in line
+    interval(cached(doc, "attnbench", "MHA", 8), "x_of_narrowest", 1.2, 1.1, 1.3248)
+    line = next(f for f in report.findings(doc) if f.startswith("Cached step of MHA"))
+    assert "not resolved, its 95% interval is ±10.4% wide (over ±10.0%)" in line
+    assert allowed_width(7.0) == allowed_width(1 / 7.0) == pytest.approx(6 / 7 / 3)
+    assert allowed_width(1.2) == RESOLVED_WIDTH
 
 
 def test_a_speed_up_below_one_is_written_slower(saved):

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
+from attnbench.experiments.context import Context, grid_order, no_links
+from attnbench.records import UNITS, ColumnSpec, as_dict, exact, info, key
 from attnbench.render.columns import (
     KVMEM,
     MODELS,
-    PARAMS,
-    SECTION_COLUMNS,
+    UNIT_COLUMNS,
     VS_BASELINE,
     WHOLE_MODEL,
     columns_for,
@@ -30,6 +33,7 @@ from attnbench.render.columns import (
     kvmem_columns,
 )
 from attnbench.render.providers import ProviderCell, providers_table
+from attnbench.render.report import render_report
 from attnbench.render.table import (
     Column,
     TableView,
@@ -40,8 +44,11 @@ from attnbench.render.table import (
     table_width,
     terminal_width,
 )
+from attnbench.study.sections import KINDS, SectionKind
 
 HINT = "--wide, or --csv"  # what the CLI passes
+#: The params section's table, as its kind declares it.
+PARAMS = columns_for("params", [])
 
 
 # --- rows, computed by hand ---------------------------------------------------------------
@@ -930,7 +937,7 @@ def test_terminal_width(monkeypatch):
 def test_section_columns(section):
     made = columns_for(section, [])
     assert [(c.header, c.field) for c in made] == [
-        (c.header, c.field) for c in SECTION_COLUMNS[section]
+        (c.header, c.field) for c in KINDS[section].columns
     ]
     with pytest.raises(KeyError):
         columns_for("nope", [])
@@ -1060,3 +1067,98 @@ def test_decode_status_says_noisy_and_stays_at_80_columns():
     statuses = [line.split("│")[-2].strip() for line in text.splitlines() if line[0] == "│"]
     assert statuses.count("noisy") == 2 and statuses.count("ok") == len(rows) - 2
     assert view.notes == ["noisy: under 11 samples, too few to judge the spread (attnbench, 1 row)"]
+
+
+# --- a new section's columns, declared with it ---------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToyPoint:
+    model: str
+    batch: int
+
+
+@dataclass(kw_only=True)
+class ToyRecord:
+    model: str = key()
+    batch: int = key()
+    weight_bytes: int = exact()
+    step_ms: float = info()
+    tokens_per_s: float = info()
+
+
+def run_toy(point: ToyPoint, context: Context | None = None) -> ToyRecord:
+    step_ms = 0.2 + 0.05 * point.batch
+    return ToyRecord(
+        model=point.model,
+        batch=point.batch,
+        weight_bytes=point.batch * 2**30,
+        step_ms=step_ms,
+        tokens_per_s=point.batch / step_ms * 1e3,
+    )
+
+
+#: A new section's experiment, as a module of experiments/ would give it, with its
+#: table's columns: no edit of render/ makes its tables.
+TOY = SimpleNamespace(
+    check=lambda point: None,
+    run=run_toy,
+    order=grid_order,
+    link=no_links,
+    COLUMNS=(
+        ColumnSpec("Model", "model", "label", 0, setting=True, title="{}"),
+        ColumnSpec("batch", "batch", "int", 1),
+        ColumnSpec("weights", "weight_bytes", "bytes", 2),
+        ColumnSpec("step ms", "step_ms", "aligned", 1),
+        ColumnSpec("tok/s", "tokens_per_s", "rate", 3),
+    ),
+)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """The toy section, registered as a new section's line in KINDS registers it."""
+    kind = SectionKind.of("toy", TOY, point=ToyPoint, record=ToyRecord, title="Toy steps")
+    monkeypatch.setitem(KINDS, "toy", kind)
+    return kind
+
+
+def toy_rows() -> list[dict]:
+    return [as_dict(run_toy(ToyPoint(model="toy-1b", batch=b))) for b in (1, 2, 40)]
+
+
+def test_a_new_sections_table_reads_as_its_columns_declare(toy):
+    assert toy.columns == TOY.COLUMNS
+    rows = toy_rows()
+    columns = columns_for("toy", rows)
+    assert [(c.header, c.field) for c in columns] == [(c.header, c.field) for c in TOY.COLUMNS]
+    view = build_table("Toy steps", rows, columns, 80, hint=HINT)
+    assert view.shared == ["toy-1b"]  # the model every row shares, named as declared
+    markdown = markdown_table(rows, columns).splitlines()
+    assert markdown[0] == "| Model | batch | weights | step ms | tok/s |"
+    # the step in one format down the column (aligned), the rate in whole numbers
+    assert markdown[2:] == [
+        "| toy-1b | 1 | 1.00 GiB | 0.250 | 4,000 |",
+        "| toy-1b | 2 | 2.00 GiB | 0.300 | 6,667 |",
+        "| toy-1b | 40 | 40.00 GiB | 2.200 | 18,182 |",
+    ]
+
+
+def test_the_report_holds_a_new_sections_table(toy):
+    rows = toy_rows()
+    doc = {
+        "config": {"source": "toy.yaml", "file_text": "toy: {}"},
+        "environment": {},
+        "created": "2026-01-01T00:00:00+00:00",
+        "attnbench_version": "0",
+        "sections": {"toy": {"records": rows}},
+    }
+    report = render_report(doc, []).splitlines()
+    at = report.index("## Toy steps")
+    assert report[at + 2 : at + 7] == markdown_table(rows, columns_for("toy", rows)).splitlines()
+
+
+def test_every_unit_has_its_column_and_no_other_is_declared():
+    assert set(UNIT_COLUMNS) == set(UNITS)
+    with pytest.raises(ValueError, match="unit must be one of"):
+        ColumnSpec("step", "step_ms", "seconds")

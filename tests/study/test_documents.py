@@ -862,3 +862,41 @@ def test_a_results_file_is_read_by_the_one_loader_of_user_files(tmp_path):
         os.mkfifo(fifo)
         outcome = in_thread(lambda: load_document(fifo), fifo=fifo)
         assert str(outcome["error"]) == f"{fifo}: not a regular file (a device, pipe or socket)"
+
+
+def test_a_fit_whose_weights_exceed_the_memory_reads_back(tmp_path):
+    """fit's free memory is a balance: below 0 where the weights and the reserve exceed
+    the GPU's memory; its results document loads all the same (and the report is written
+    from it), while a negative size elsewhere is still refused."""
+    sweep = tmp_path / "fit.yaml"
+    sweep.write_text("fit:\n  models: [mixtral-8x7b]\n  gpu: h100-sxm\n  seq_len: 4096\n")
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["run", str(sweep), "--out", str(out), "-q"]).exit_code == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["sections"]["fit"]["records"][0]["free_bytes_per_gpu"] < 0
+    assert load_document(out / "results.json").sections["fit"][0]["free_bytes_per_gpu"] < 0
+    doc["sections"]["fit"]["records"][0]["weights_bytes_per_gpu"] = -1
+    (out / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match="weights_bytes_per_gpu: -1 is negative"):
+        load_document(out / "results.json")
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "sections"),
+    [
+        ("predict", ["--gpu", "h100-sxm,a100-80gb"], {"p.csv": "predict"}),
+        ("fit", ["--gpu", "h100-sxm"], {"p.csv": "fit"}),
+        ("kvmem", ["--no-measure"], {"p.csv": "kvmem"}),
+        ("params", [], {"p.csv": "params", "p.model_parts.csv": "model_parts"}),
+    ],
+)
+def test_every_sections_csv_reads_back_as_its_section(tmp_path, command, args, sections):
+    """A CSV names no section: each is told by its columns, whichever section wrote it
+    (predict's too, which no column list named)."""
+    words = [command, "--model", "llama-3-8b", *args, "--csv", str(tmp_path / "p.csv"), "-q"]
+    words += ["--seq-len", "4096"] * (command != "params")
+    assert runner.invoke(app, words).exit_code == 0
+    for name, section in sections.items():
+        doc = load_document(tmp_path / name)
+        assert doc.command == section and list(doc.sections) == [section]
+        assert doc.sections[section]

@@ -170,9 +170,10 @@ def test_not_quiet_says_where_files_went(tmp_path):
 
 
 def test_json_layout(tmp_path):
+    """A measured run's: its environment holds the torch it measured with."""
     path = tmp_path / "k.json"
     before = datetime.now(timezone.utc).replace(microsecond=0)
-    invoke_ok([*KVMEM_ARGS, "--no-measure", "--json", path, "-q"])
+    invoke_ok([*KVMEM_ARGS, "--json", path, "-q"])
     after = datetime.now(timezone.utc)
     doc = json.loads(path.read_text())
     for key in TOP_KEYS:
@@ -195,6 +196,18 @@ def test_json_layout(tmp_path):
     assert len(doc["records"]) == 3 * 2 * 2  # kv heads x seq_len x batch
     # exact byte counts are JSON integers, not floats
     assert all(isinstance(r["kv_bytes"], int) for r in doc["records"])
+
+
+def test_a_run_that_measures_nothing_records_torch_by_its_package(tmp_path):
+    """Its points computed, it loads no torch (tests/cli/test_startup.py): torch's version
+    is its installed package's, and its threads and CUDA build, which only a loaded torch
+    tells, are None."""
+    path = tmp_path / "k.json"
+    invoke_ok([*KVMEM_ARGS, "--no-measure", "--json", path, "-q"])
+    env = json.loads(path.read_text())["environment"]
+    assert list(env) == ENV_KEYS
+    assert env["torch_version"] == torch.__version__
+    assert (env["num_threads"], env["cuda_version"], env["device"]) == (None, None, "cpu")
 
 
 def test_json_config_records_the_flags(tmp_path):

@@ -74,3 +74,21 @@ def test_a_combination_from_a_sweep_file_names_the_file(tmp_path):
     (error,) = caught.value.errors
     assert isinstance(error, CombinationError) and error.source == str(path)
     assert str(error).startswith(f"{path}: invalid combination prefill_memory=True prefill=False")
+
+
+def test_a_section_resolves_its_device_only_where_it_uses_it(monkeypatch):
+    """kvmem without measuring uses no device: its name is checked, but not whether it is
+    here (resolving it needs torch, a second of start-up), and its points run on none."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    shape = {"d_model": [64], "num_heads": [4], "num_kv_heads": [1]}
+    computed = planning.plan_command("kvmem", None, {**shape, "measure": False, "device": "cuda"})
+    assert computed.devices == {} and computed.context("kvmem").device is None
+    assert not computed.uses_torch
+    with pytest.raises(Problems, match="unknown device"):
+        planning.plan_command("kvmem", None, {**shape, "measure": False, "device": "gpu"})
+    with pytest.raises(Problems, match="CUDA is not available"):
+        planning.plan_command("kvmem", None, {**shape, "measure": True, "device": "cuda"})
+    measured = planning.plan_command("kvmem", None, {**shape, "measure": True, "device": "auto"})
+    assert measured.devices == {"kvmem": torch.device("cpu")} and measured.uses_torch

@@ -148,7 +148,7 @@ def test_the_checks_read_every_import_of_the_real_package():
         for imported in imports_of(name, path, modules)
     }
     assert ("attnbench.modules.attention", "attnbench.model.shapes") in seen  # ..model.shapes
-    assert ("attnbench.modules.hf_attention", "attnbench.modules.providers") in seen  # .providers
+    assert ("attnbench.modules.hf_attention", "attnbench.modules.workload") in seen  # .workload
     assert ("attnbench.__main__", "attnbench.cli") in seen  # inside main()
     assert any(t.startswith("torch") for i, t in seen if i.startswith("attnbench.modules."))
 

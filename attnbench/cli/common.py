@@ -35,6 +35,7 @@ from ..render.table import (
 )
 from ..study.output import Written, writable, writable_target
 from ..study.schema import ALIASES, fields_for
+from ..study.sections import command_of
 from .flags import describe_error, flag_of, parse_flags
 from .options import field_flag
 
@@ -128,11 +129,11 @@ def handles_errors(fn: Callable) -> Callable:
 
 def section_command(
     app: typer.Typer,
-    name: str,
     section: str,
     before: Sequence[str] = (),
 ) -> Callable[[Callable], Callable]:
-    """Register `fn(overrides, **flags)` as command `name`, with a flag per field of
+    """Register `fn(overrides, **flags)` as the command that runs `section` alone
+    (study.sections.command_of: 'decode-speed' for decode), with a flag per field of
     `section` (see options.field_flag) after fn's own flags named in `before`
     and before the rest of them (fn's parameters after `overrides`, declared as every
     flag is: cli/options.py); `overrides` holds the parsed field values, None where a flag
@@ -159,7 +160,7 @@ def section_command(
         hidden = [field_flag(section, new, old) for old, new in aliases.items()]
         params = [*first, *generated, *hidden, *rest]
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        app.command(name)(handles_errors(command))
+        app.command(command_of(section))(handles_errors(command))
         return fn
 
     return decorate

@@ -36,7 +36,7 @@ ORDER = 40
 SHORT_HELP = {"decode-speed": "Prefill and decode-step latency, with and without the cache"}
 
 
-@section_command(app, "decode-speed", "decode", before=("config", "model", "hf_config"))
+@section_command(app, "decode", before=("config", "model", "hf_config"))
 def decode_speed_command(
     overrides,
     config: ConfigOpt = None,

@@ -106,7 +106,7 @@ def show_answers(plan, records: list[FitRecord], wide: bool) -> None:
                 console.print(f"note: {line}", markup=False)
 
 
-@section_command(app, "fit", "fit", before=("model", "hf_config", "config"))
+@section_command(app, "fit", before=("model", "hf_config", "config"))
 def fit_command(
     overrides,
     model: ModelOpt = None,

@@ -20,7 +20,7 @@ ORDER = 30
 SHORT_HELP = {"kvmem": "KV-cache bytes per token, per layer and per model, measured"}
 
 
-@section_command(app, "kvmem", "kvmem", before=("config", "model", "hf_config"))
+@section_command(app, "kvmem", before=("config", "model", "hf_config"))
 def kvmem_command(
     overrides,
     config: ConfigOpt = None,

@@ -36,7 +36,7 @@ def present_parts(rows: list[ModelPartRecord]) -> list[ModelPartRecord]:
     return [r for r in rows if r.params or r.meta_params]
 
 
-@section_command(app, "params", "params", before=("config", "model", "hf_config"))
+@section_command(app, "params", before=("config", "model", "hf_config"))
 def params_command(
     overrides,
     config: ConfigOpt = None,

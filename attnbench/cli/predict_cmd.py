@@ -51,7 +51,7 @@ ORDER = 70
 SHORT_HELP = {"predict": "Prefill and decode times on a named GPU, from a roofline"}
 
 
-@section_command(app, "predict", "predict", before=("model", "hf_config", "config"))
+@section_command(app, "predict", before=("model", "hf_config", "config"))
 def predict_command(
     overrides,
     model: ModelOpt = None,

@@ -46,17 +46,10 @@ from ..model.shapes import AttentionShape
 from ..modules.attention import GroupedQueryAttention
 from ..modules.dtypes import torch_dtype
 from ..modules.kv_cache import KVCache
-from ..modules.providers import (
-    PROVIDERS,
-    DecodeInputs,
-    Unsupported,
-    Workload,
-    check_output,
-    reference_step,
-    refusals,
-)
+from ..modules.providers import PROVIDERS, check_output, reference_step
 from ..modules.ragged import RaggedInputs
 from ..modules.ragged import reference_step as ragged_reference
+from ..modules.workload import DecodeInputs, Unsupported, Workload, refusals
 from ..records import Status, count, exact, flattened, info, key, ratio, timing
 from . import serving
 from .context import Context, Counted

@@ -30,7 +30,8 @@ from torch.utils.benchmark import Timer
 from ..measure.devices import free_memory_bytes
 from ..measure.memory import skip_status
 from ..modules.dtypes import torch_dtype
-from ..modules.providers import PROVIDERS, Unsupported, Workload
+from ..modules.providers import PROVIDERS
+from ..modules.workload import Unsupported, Workload
 from .context import Counted
 from .decode import (
     SEED,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from ..modules.attention import folded_decode, sdpa_causal
-from ..modules.providers import DecodeInputs
+from ..modules.workload import DecodeInputs
 
 
 def step_kernels(inputs: DecodeInputs) -> dict[str, Callable[[], object]]:

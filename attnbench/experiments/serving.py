@@ -22,8 +22,9 @@ from ..model.capacity import KvFormat, PagingReport, paging_report, token_layout
 from ..model.dtypes import dtype_bytes
 from ..modules.attention import GroupedQueryAttention
 from ..modules.paged_cache import PagedKVCache, decode_step
-from ..modules.providers import PROVIDERS, DecodeInputs, Unsupported, Workload
+from ..modules.providers import PROVIDERS
 from ..modules.ragged import RaggedInputs, ragged_inputs, ragged_step
+from ..modules.workload import DecodeInputs, Unsupported, Workload
 
 if TYPE_CHECKING:
     from .decode import DecodePoint

@@ -23,8 +23,9 @@ from ..measure.stats import Measurement
 from ..measure.timing import Sampling, Timer
 from ..model.capacity import kv_heads_per_rank
 from ..modules.attention import GroupedQueryAttention
-from ..modules.providers import PROVIDERS, DecodeInputs, reference_step
+from ..modules.providers import PROVIDERS, reference_step
 from ..modules.tensor_parallel import all_reduce_call, shard_layer
+from ..modules.workload import DecodeInputs
 
 #: Providers whose calls are the layer's own, so that o_proj's all-reduce is in them.
 TP_PROVIDERS = tuple(name for name, p in PROVIDERS.items() if p.splits_heads)

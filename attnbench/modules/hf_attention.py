@@ -13,7 +13,7 @@ import inspect
 
 import torch
 
-from .providers import DecodeInputs, Workload, in_turn
+from .workload import DecodeInputs, Workload, in_turn
 
 #: The oldest transformers checked whose LlamaAttention takes the cache as `cache=` and
 #: whose StaticCache keeps its length in a tensor (what a fixed-context step resets).

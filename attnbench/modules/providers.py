@@ -15,9 +15,8 @@ point says why (`Unsupported`); that is a row of the results, never an error.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -27,58 +26,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import flash_attn_provider
 from .attention import (
     BACKEND_ATTENTION,
-    TORCH_PATH,
     CausalAttention,
     DecodeAttention,
-    GroupedQueryAttention,
     grouped_reference,
 )
-from .kv_cache import KVCache
 from .paged_cache import prepare_flex, prepare_gather
-
-Call = Callable[[], object]
+from .workload import Call, DecodeInputs, Workload, in_turn
 
 #: Largest error allowed against the reference, relative to the reference's largest value
 #: (plus the same absolute amount), per dtype: what the dtype's rounding of a few
 #: accumulations in different orders costs.
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 3e-2}
-
-
-class Unsupported(Exception):
-    """A provider cannot run this point; the message says why."""
-
-
-@dataclass
-class DecodeInputs:
-    """What every provider of a point gets: the layer whose weights all of them use, the
-    inputs x (batch, context_len + max(gen_len, 1), d_model) and, for cached points, the
-    filled cache of as many tokens."""
-
-    layer: GroupedQueryAttention
-    x: torch.Tensor
-    cache: KVCache | None
-    context_len: int
-    gen_len: int
-
-    @property
-    def cached(self) -> bool:
-        return self.cache is not None
-
-
-@dataclass
-class Workload:
-    """A provider's calls for one point, each checked once. `step` is one decode step at
-    the fixed context (cached) or the causal forward over context + 1 tokens keeping the
-    last row (no cache); `prefill` fills the cache with the prompt's K/V; `generation`
-    decodes gen_len tokens from the context. Each `*_setup` runs untimed before its call."""
-
-    step: Call
-    step_setup: Call | None = None
-    prefill: Call | None = None
-    prefill_setup: Call | None = None
-    generation: Call | None = None
-    generation_setup: Call | None = None
-    projection_path: str = TORCH_PATH
 
 
 #: Bytes the explicit reference holds per attention score at its peak, counted on the CPU
@@ -154,18 +112,6 @@ def layer_workload(decode: DecodeAttention, causal: CausalAttention) -> Callable
         )
 
     return prepare
-
-
-def in_turn(calls: list[Call]) -> Call:
-    """One call running `calls` in order (a whole generation)."""
-
-    def run() -> object:
-        out = None
-        for call in calls:
-            out = call()
-        return out
-
-    return run
 
 
 def gqa_sdpa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -319,19 +265,6 @@ PROVIDERS: dict[str, Provider] = {
         ),
     )
 }
-
-
-@contextmanager
-def refusals() -> Iterator[list[str]]:
-    """Collect the warnings a kernel gives when it refuses inputs (torch explains a
-    refusal in warnings before it raises), instead of printing them."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        reasons: list[str] = []
-        try:
-            yield reasons
-        finally:
-            reasons.extend(str(w.message) for w in caught)
 
 
 def reference_step(inputs: DecodeInputs) -> torch.Tensor:

@@ -35,7 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..model.shapes import check_int
 from .attention import GroupedQueryAttention, naive_attention
-from .providers import Unsupported, refusals
+from .workload import Unsupported, refusals
 
 #: Attention over a ragged batch: packed queries (total_q, Hq, D) -> (total_q, Hq, D).
 RaggedAttention = Callable[[torch.Tensor], torch.Tensor]

@@ -11,7 +11,8 @@ from torch.nn.attention import SDPBackend
 from attnbench.modules import ragged
 from attnbench.modules.attention import GroupedQueryAttention
 from attnbench.modules.kv_cache import KVCache
-from attnbench.modules.providers import Unsupported, check_output
+from attnbench.modules.providers import check_output
+from attnbench.modules.workload import Unsupported
 
 D_MODEL, HEADS = 32, 4
 #: (num_kv_heads, label) over 4 query heads.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..history.series import ANY_ENVIRONMENT, Change, Series, by_environment
 from ..records import Kind
 from ..study.output import named
+from .selection import legend_label
 from .table import markdown_code, markdown_text
 
 if TYPE_CHECKING:
@@ -166,9 +167,8 @@ def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure
         varying = _varying(members)
         for s in members[:MAX_LINES]:
             xs = [where[v.commit.sha] for v in s.values]
-            line = ax.plot(
-                xs, [v.median for v in s.values], marker="o", ms=4, label=s.label(varying) or metric
-            )[0]
+            label = legend_label(s.label(varying) or metric)
+            line = ax.plot(xs, [v.median for v in s.values], marker="o", ms=4, label=label)[0]
             ax.fill_between(
                 xs,
                 [v.p25 for v in s.values],

@@ -23,7 +23,15 @@ from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
 from ..model.units import binary_unit
 from ..study.output import named
 from .comparisons import judge
-from .selection import context, ok_records, one_provider, providers_of, series, unsteady
+from .selection import (
+    context,
+    legend_label,
+    ok_records,
+    one_provider,
+    providers_of,
+    series,
+    unsteady,
+)
 
 
 class PlainLogFormatter(LogFormatter):
@@ -122,7 +130,7 @@ def _decode_lines(
                 marker="o",
                 color=f"C{color}",
                 capsize=3,
-                label=text,
+                label=legend_label(text),
             )
             hollow = [(x, v) for x, v, r in zip(xs, ys, line, strict=True) if unsure and unsure(r)]
             if hollow:
@@ -324,7 +332,7 @@ def decode_providers(doc: dict) -> Figure | None:
                 capsize=3,
                 linewidth=2.5 if base else 1.5,
                 zorder=3 if base else 2,
-                label=f"{name} (baseline)" if base else name,
+                label=legend_label(f"{name} (baseline)" if base else name),
             )
         _scale(ax, "x", [r["prompt_len"] for r in records])
         _scale(ax, "y", values)
@@ -366,7 +374,9 @@ def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> 
         kinds = rows[0].get("layer_kinds")
         if kinds and ("," in kinds or rows[0].get("state_layers")):
             label = f"{label}\n{kinds}"
-        (line,) = ax.plot(xs, [cache(r) / divisor for r in rows], marker="o", label=label)
+        (line,) = ax.plot(
+            xs, [cache(r) / divisor for r in rows], marker="o", label=legend_label(label)
+        )
         if any(r.get("state_bytes") for r in rows):
             states = [(r.get("state_bytes") or 0) / divisor for r in rows]
             ax.plot(xs, states, linestyle="--", color=line.get_color(), label="its state alone")

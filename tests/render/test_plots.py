@@ -169,6 +169,17 @@ def test_plots_name_device_units_and_scales(saved):
     assert [t.get_text() for t in heads.get_xticklabels()] == ["1\nMQA", "2\nGQA-2", "4\nMHA"]
 
 
+def test_a_name_that_starts_with_an_underscore_keeps_its_legend_entry(saved):
+    """matplotlib leaves a label that starts with '_' out of a legend: a model named so
+    (after its file, say) is still named there, behind a zero-width space."""
+    doc = copy.deepcopy(saved["doc"])
+    for record in doc["sections"]["kvmem"]["records"]:
+        record["model"] = "_tiny"
+    memory = plots.kv_memory_vs_context(doc).axes[0]
+    labels = [t.get_text() for t in memory.get_legend().get_texts()]
+    assert labels and all(label.startswith("\u200b_tiny") for label in labels)
+
+
 def test_plots_skip_what_the_study_lacks(saved, tmp_path):
     doc = copy.deepcopy(saved["doc"])
     del doc["sections"]["decode"]

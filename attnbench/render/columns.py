@@ -682,3 +682,10 @@ def columns_for(section: str, rows: Sequence[Mapping[str, Any]]) -> list[Column]
         known = ", ".join(dict.fromkeys([*ROW_COLUMNS, *BESIDE_COLUMNS, *named]))
         raise KeyError(f"no table columns for section {section!r}; known: {known}")
     return declared_columns(declared, rows)
+
+
+def legend_label(name: str) -> str:
+    """A line's label as the legend shows it: matplotlib leaves out of its legend a label
+    that starts with '_' (its mark of an unlabelled artist), which a model's or a file's
+    name may; such a label starts with a zero-width space instead, which shows nothing."""
+    return f"\u200b{name}" if name.startswith("_") else name

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..history.series import ANY_ENVIRONMENT, Change, Series, by_environment
 from ..records import Kind
 from ..study.output import named
-from .selection import legend_label
+from .columns import legend_label
 from .table import markdown_code, markdown_text
 
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
 from ..model.units import binary_unit
 from ..study.output import named
+from .columns import legend_label
 from .comparisons import judge
 from .selection import (
     context,
-    legend_label,
     ok_records,
     one_provider,
     providers_of,

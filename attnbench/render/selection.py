@@ -153,10 +153,3 @@ def one_provider(records: Sequence[dict]) -> list[dict]:
     if len(names) < 2:
         return list(records)
     return [r for r in records if r.get("provider") == names[0]]
-
-
-def legend_label(name: str) -> str:
-    """A line's label as the legend shows it: matplotlib leaves out of its legend a label
-    that starts with '_' (its mark of an unlabelled artist), which a model's or a file's
-    name may; such a label starts with a zero-width space instead, which shows nothing."""
-    return f"\u200b{name}" if name.startswith("_") else name

@@ -13,7 +13,8 @@ Nothing changes between the runs, so the report shows what a user can rely on:
   the baseline): every `regressed` is a false alarm;
 - a planted 20% slowdown of one variant's cached step in the later run of each pair of
   consecutive runs (its samples scaled by 1.2, and with them every comparison it is part
-  of): how many pairs the gate catches, per variant.
+  of): how many pairs the gate fails, per variant, as `attnbench compare` exits (1 on any
+  regressed metric) and on a comparison alone.
 
 Each run records the host's load as it started and each row its cpu_share and memory
 layouts. The runs' decode rows are kept, trimmed to their keys, timings, ratios and comparisons
@@ -138,9 +139,12 @@ def slowed(run: dict, variant: str, factor: float) -> dict:
     return run
 
 
-def caught(base: dict, cur: dict) -> bool:
-    """The gate fails the pair on a comparison: some comparison regressed."""
+def caught(base: dict, cur: dict, on_comparison: bool = False) -> bool:
+    """The gate fails the pair, as `attnbench compare` exits 1; or, `on_comparison`, some
+    comparison regressed."""
     result = compare_documents(parse_document(base, "base"), parse_document(cur, "head"))
+    if not on_comparison:
+        return result.exit_code() == 1
     return any(f.metric in COMPARISONS and f.verdict is Verdict.REGRESSED for f in result.findings)
 
 
@@ -316,15 +320,18 @@ def gate_lines(runs: list[dict]) -> list[str]:
     pairs = list(zip(runs, runs[1:] + runs[:1], strict=True)) if len(runs) > 2 else []
     if pairs:
         variants = list(dict.fromkeys(r["variant"] for r in rows(runs[0])))
-        found = {v: sum(caught(a, slowed(b, v, PLANTED)) for a, b in pairs) for v in variants}
-        false = sum(caught(a, b) for a, b in pairs)
-        planted = ", ".join(f"{v} {n} of {len(pairs)}" for v, n in found.items())
-        lines += [
-            "",
-            f"Pairs of consecutive runs (and the last with the first): {len(pairs)}. Failed "
-            f"by the gate on a comparison as they are: {false}; with one variant's cached "
-            f"step {PLANTED:g}x slower in the later run: {planted}.",
-        ]
+        lines += ["", f"Pairs of consecutive runs (and the last with the first): {len(pairs)}."]
+        for on_comparison, how in ((False, "by the gate (exit 1)"), (True, "on a comparison")):
+            false = sum(caught(a, b, on_comparison) for a, b in pairs)
+            found = {
+                v: sum(caught(a, slowed(b, v, PLANTED), on_comparison) for a, b in pairs)
+                for v in variants
+            }
+            planted = ", ".join(f"{v} {n} of {len(pairs)}" for v, n in found.items())
+            lines.append(
+                f"Failed {how} as they are: {false}; with one variant's cached step "
+                f"{PLANTED:g}x slower in the later run: {planted}."
+            )
     return lines
 
 

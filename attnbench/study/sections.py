@@ -256,7 +256,8 @@ T = TypeVar("T")
 class Registry(MutableMapping[str, T]):
     """Values by name, each made by its builder when it is first looked up, then kept:
     the names are known at once (iterating, `in`), and what a value's builder imports is
-    imported only for the values looked up. A value can be replaced (tests do)."""
+    imported only for the values looked up. A value is registered, or replaced, by name,
+    as in a dict: a section kind of one's own joins KINDS so."""
 
     def __init__(self, builders: Mapping[str, Callable[[], T]]) -> None:
         self._builders = dict(builders)

@@ -60,8 +60,14 @@ def _field(
 ) -> Any:
     if (of is not None or role is not None) and role not in ROLES:
         raise ValueError(f"a statistic's role is one of {', '.join(ROLES)}, not {role!r}")
-    metadata = {"kind": kind, "csv": csv, "of": of, "against": against, "role": role}
-    metadata["signed"] = signed
+    metadata = {
+        "kind": kind,
+        "csv": csv,
+        "of": of,
+        "against": against,
+        "role": role,
+        "signed": signed,
+    }
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata, **kw)

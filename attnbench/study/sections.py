@@ -6,6 +6,7 @@ only computes (kvmem without measuring, fit, predict) does without."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -296,19 +297,26 @@ KINDS: Registry[SectionKind] = Registry(
 COMMANDS = {"decode": "decode-speed"}
 
 
-def _record_of(section: str) -> Callable[[], type]:
-    return lambda: KINDS[section].record
+#: The record sets a section writes beside its points' records, by name: the whole-model
+#: parts of `params`, the layer kinds of `kvmem`.
+BESIDE_RECORDS: dict[str, type] = {PART_RECORDS: ModelPartRecord, KIND_RECORDS: LayerKindRecord}
 
 
-#: Every record type by the name of the records it holds: the sections', and the sets
-#: written beside them (the whole-model parts of `params`, the layer kinds of `kvmem`).
-RECORD_TYPES: Registry[type] = Registry(
-    {
-        **{name: _record_of(name) for name in KINDS},
-        PART_RECORDS: lambda: ModelPartRecord,
-        KIND_RECORDS: lambda: LayerKindRecord,
-    }
-)
+class _RecordTypes(Mapping[str, type]):
+    """Every record type by the name of the records it holds: each section kind's (its
+    kind built when asked), then BESIDE_RECORDS; a kind registered in KINDS joins it."""
+
+    def __getitem__(self, name: str) -> type:
+        return KINDS[name].record if name in KINDS else BESIDE_RECORDS[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(KINDS, BESIDE_RECORDS)
+
+    def __len__(self) -> int:
+        return len(KINDS) + len(BESIDE_RECORDS)
+
+
+RECORD_TYPES: Mapping[str, type] = _RecordTypes()
 
 
 def describe_task(task: Any) -> str:
@@ -344,5 +352,5 @@ def record_sets(document: Mapping[str, Any]) -> dict[str, tuple[list, type]]:
     of its name: the sections' records, then the sets written beside them (the
     whole-model parts of `params`)."""
     sets = {name: (s["records"], KINDS[name].record) for name, s in document["sections"].items()}
-    beside = (n for n in RECORD_TYPES if n not in KINDS and document.get(n))
-    return {**sets, **{name: (document[name], RECORD_TYPES[name]) for name in beside}}
+    beside = {n: (document[n], rtype) for n, rtype in BESIDE_RECORDS.items() if document.get(n)}
+    return {**sets, **beside}

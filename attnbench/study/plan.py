@@ -297,6 +297,12 @@ def plan_sections(
                     devices[name] = resolve_device(sec.options["device"])
                 else:  # a device left unused: its name is checked, not whether it is here
                     check_device_name(sec.options["device"])
+                    if sec.origins.get("device") == FROM_FLAGS:  # a file's may serve a flag's mode
+                        raise FieldError(
+                            "device",
+                            sec.options["device"],
+                            f"has no effect: the {name} section uses no device with its options",
+                        )
             if kind.options is not None:
                 options[name] = kind.options(sec.options, devices.get(name))
             if kind.check_section is not None:

@@ -337,7 +337,7 @@ def test_no_measure_never_measures():
     plan = plan_command(
         "kvmem",
         None,
-        {"d_model": [64], "num_heads": [4], "seq_len": [8], "device": "cpu", "measure": False},
+        {"d_model": [64], "num_heads": [4], "seq_len": [8], "measure": False},
     )
     result = run_study(plan, execute=lambda task, ctx: kvmem.run(task.point, ctx, boom))
     (rec,) = result.records["kvmem"]

@@ -60,6 +60,8 @@ KVMEM_ARGS = [
     "--device",
     "cpu",
 ]
+#: KVMEM_ARGS computed, not measured: on no device.
+COMPUTED_ARGS = [*KVMEM_ARGS[:-2], "--no-measure"]
 PARAMS_ARGS = ["params", "--d-model", "128", "--heads", "8", "--kv-heads", "8,4,1"]
 
 
@@ -203,7 +205,7 @@ def test_a_run_that_measures_nothing_records_torch_by_its_package(tmp_path):
     is its installed package's, and its threads and CUDA build, which only a loaded torch
     tells, are None."""
     path = tmp_path / "k.json"
-    invoke_ok([*KVMEM_ARGS, "--no-measure", "--json", path, "-q"])
+    invoke_ok([*COMPUTED_ARGS, "--json", path, "-q"])
     env = json.loads(path.read_text())["environment"]
     assert list(env) == ENV_KEYS
     assert env["torch_version"] == torch.__version__
@@ -212,7 +214,7 @@ def test_a_run_that_measures_nothing_records_torch_by_its_package(tmp_path):
 
 def test_json_config_records_the_flags(tmp_path):
     path = tmp_path / "k.json"
-    invoke_ok([*KVMEM_ARGS, "--no-measure", "--json", path, "-q"])
+    invoke_ok([*COMPUTED_ARGS, "--json", path, "-q"])
     config = json.loads(path.read_text())["config"]
     assert config["batch"] == [1, 3]
     assert config["seq_len"] == [8, 32]
@@ -231,7 +233,7 @@ def test_json_written_atomically(tmp_path):
     "args",
     [
         [*KVMEM_ARGS, "--measure"],
-        [*KVMEM_ARGS, "--no-measure"],
+        COMPUTED_ARGS,
         PARAMS_ARGS,
         ["kvmem", "--model", "falcon-7b", "--seq-len", "1024,4096", "--no-measure"],
     ],

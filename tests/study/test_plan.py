@@ -76,16 +76,25 @@ def test_a_combination_from_a_sweep_file_names_the_file(tmp_path):
     assert str(error).startswith(f"{path}: invalid combination prefill_memory=True prefill=False")
 
 
-def test_a_section_resolves_its_device_only_where_it_uses_it(monkeypatch):
-    """kvmem without measuring uses no device: its name is checked, but not whether it is
-    here (resolving it needs torch, a second of start-up), and its points run on none."""
+def test_a_section_resolves_its_device_only_where_it_uses_it(monkeypatch, tmp_path):
+    """kvmem without measuring uses no device: a device a sweep file gives is checked by
+    name, but not whether it is here (resolving it needs torch, a second of start-up), and
+    its points run on none; a --device flag then has no effect, which is an error (a
+    file's device may serve the mode a flag picks: --measure)."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     shape = {"d_model": [64], "num_heads": [4], "num_kv_heads": [1]}
-    computed = planning.plan_command("kvmem", None, {**shape, "measure": False, "device": "cuda"})
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("sweep: {device: cuda}\nkvmem: {d_model: 64, num_heads: 4, measure: false}\n")
+    computed = planning.plan_command("kvmem", str(sweep), {})
     assert computed.devices == {} and computed.context("kvmem").device is None
     assert not computed.uses_torch
+    with pytest.raises(Problems, match="device: cuda: has no effect: the kvmem section uses no"):
+        planning.plan_command("kvmem", None, {**shape, "measure": False, "device": "cuda"})
+    own = tmp_path / "own.yaml"
+    own.write_text("kvmem: {d_model: 64, num_heads: 4, measure: false, device: cuda}\n")
+    assert planning.plan_command("kvmem", str(own), {}).devices == {}
     with pytest.raises(Problems, match="unknown device"):
         planning.plan_command("kvmem", None, {**shape, "measure": False, "device": "gpu"})
     with pytest.raises(Problems, match="CUDA is not available"):

@@ -107,17 +107,17 @@ def spread(record: Mapping) -> float | None:
 @dataclass(frozen=True)
 class Judged:
     """A comparison judged: whether it is resolved, and the evidence: the relative width
-    of its interval, its rounds, how far the steps it compares spread (p75 over p25, the
-    wider of the two), how far the host's copy-peak probes moved (None: they held), and
-    the share of the sampling time its process ran for, when another process held the CPU
-    for more than its due (None: it did not)."""
+    of its interval around its `median`, its rounds, how far the steps it compares spread
+    (p75 over p25, the wider of the two), how far the host's copy-peak probes moved (None:
+    they held), and the share of the sampling time its process ran for, when another
+    process held the CPU for more than its due (None: it did not)."""
 
+    median: float
     width: float
     rounds: int | None
     spread: float | None
     moved: float | None
-    held: float | None = None  # the share of the time its process ran, when busy
-    median: float = 1.0
+    held: float | None
 
     @property
     def allowed(self) -> float:
@@ -187,12 +187,12 @@ def judge(
     spreads = [s for s in (spread(record), other and spread(other)) if s is not None]
     rounds = record.get("step_repeats")
     return Judged(
+        median,
         relative_half_width(median, lo, hi),
         rounds if known(rounds) else None,
         max(spreads, default=None),
         host_moved(environment),
         held(record, other),
-        median,
     )
 
 
@@ -265,15 +265,14 @@ def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
 def judge_pair(comparison: Mapping, a: Mapping, b: Mapping, environment: Mapping | None) -> Judged:
     """The evidence of a paired comparison (`paired`) of a's step over b's."""
     median, lo, hi = (comparison[f"x_{s}"] for s in ("median", "ci_lo", "ci_hi"))
-    width = max(median - lo, hi - median) / median
     spreads = [s for s in (spread(a), spread(b)) if s is not None]
     return Judged(
-        width,
+        median,
+        relative_half_width(median, lo, hi),
         comparison["step_repeats"],
         max(spreads, default=None),
         host_moved(environment),
         held(a, b),
-        median,
     )
 
 

@@ -13,7 +13,9 @@ from ..gate.baseline import default_baseline_path, save_baseline, save_exact_bas
 from ..gate.rules import Thresholds
 from ..render.gate import Spelling, print_table, report_text, summary_line
 from ..render.table import plain_console, terminal_width
+from ..study.documents import Document, load_document
 from ..study.schema import parse_number
+from ..study.sections import KINDS
 from .common import check_writable, console, fail, handles_errors
 from .group import app
 from .options import (
@@ -42,7 +44,6 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..gate.compare import Comparison
-    from ..study.documents import Document
 
 #: Where this module's commands come in `attnbench --help`, and each one's line there
 #: (cli/__init__.py).
@@ -127,8 +128,6 @@ def _check_inputs(
 def _documents(baseline: str, current: str | None, history: str | None) -> tuple[Document, ...]:
     """The baseline and current documents: two files, or (--history) one file and the
     baseline its history gives."""
-    from ..study.documents import load_document
-
     if history is None:
         return load_document(baseline), load_document(current)  # type: ignore[arg-type]
     head = load_document(baseline)
@@ -167,7 +166,7 @@ def compare_command(
     counts the unchanged findings (--all lists them). Exit 0: no regression; 1: a
     regression; 2: bad input; 3: timings from different environments (see
     --allow-env-mismatch)."""
-    from ..gate.compare import compare_documents  # numpy, the record types: torch
+    from ..gate.compare import compare_documents  # numpy
 
     check_format(fmt)
     _check_inputs(history, current, show_all, only_changed)
@@ -207,8 +206,6 @@ def baseline_save_command(
     dest = Path(to) if to else default_baseline_path(results)
     check_writable({"to": str(dest)}, {})  # over the results file itself is harmless
     replaced = " (replaced the previous baseline)" if dest.exists() else ""
-    from ..study.sections import KINDS  # the record types: torch
-
     path, doc = save_baseline(results, dest)
     counts = []
     for name, records in doc.sections.items():

@@ -20,6 +20,7 @@ from ..render.history import (
     series_rows,
 )
 from ..render.table import Column
+from ..study.documents import load_document
 from .common import check_writable, console, handles_errors, show_table
 from .group import app
 from .options import (
@@ -73,8 +74,6 @@ def add_command(
     """Store runs (results.json of run, or --json of decode-speed and the other commands)
     with their commit: the one each file's environment names, else HEAD. Adding the same
     results again changes nothing."""
-    from ..study.documents import load_document  # the record types: torch
-
     check_name("commit", commit)
     check_name("branch", branch)
     date = parse_date(date) if date is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..experiments.kvmem import KIND_RECORDS
 from ..render.columns import kvmem_columns, layer_kind_columns
 from .common import (
     console,
@@ -35,8 +36,6 @@ def kvmem_command(
     allocating the real cache, which must equal the formula exactly. A hybrid model's
     state layers (Mamba, linear attention) keep a fixed-size state beside it: shown per
     layer kind, and in the total."""
-    from ..experiments.kvmem import KIND_RECORDS  # allocates caches: torch
-
     outputs = {"csv": csv, "json": json}
     plan, result, written = run_section("kvmem", config, overrides, model, hf_config, outputs)
     if not quiet:

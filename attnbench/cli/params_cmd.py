@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..experiments.whole_model import PART_RECORDS
 from ..model.model_params import COUNT_HINT, has_whole_model, whole_model_source
 from ..model.what_if import is_what_if
 from ..records import as_dict
@@ -51,8 +52,6 @@ def params_command(
     module built on the meta device (a mismatch is a bug and fails). With a model, also
     its whole-model count per part it has (column `counted`: on a skeleton of the model
     built on the meta device)."""
-    from ..experiments.whole_model import PART_RECORDS  # a skeleton on the meta device: torch
-
     outputs = {"csv": csv, "json": json}
     plan, result, written = run_section("params", config, overrides, model, hf_config, outputs)
     records = result.records["params"]

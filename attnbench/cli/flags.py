@@ -42,7 +42,7 @@ def flag_of(field: str) -> str:
 
 def describe_error(error: UsageError) -> str:
     """The error's message, with the fields set by flags named by their flags."""
-    from ..study.plan import TooManyPoints  # the planner loads torch
+    from ..study.plan import TooManyPoints  # the planner: 18 ms that `--help` does without
 
     if isinstance(error, Problems):
         return "\n".join(error.lines(describe_error))

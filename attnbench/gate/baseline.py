@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import FieldError, UsageError
+from ..study.documents import Document, load_document
 from ..study.output import write_json_atomic
-
-if TYPE_CHECKING:
-    from ..study.documents import Document
 
 BASELINE_DIR = Path("results/baselines")
 #: The baseline CI gates every change against: the default study's exact metrics on CPU.
@@ -26,8 +23,6 @@ def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[
     file there. Only JSON will do: a CSV lacks the raw samples and the environment. The
     validation is compare's own (study.documents.load_document): a baseline is a file
     compare accepts."""
-    from ..study.documents import load_document  # the record types: torch
-
     doc = load_document(results)
     if doc.raw is None:
         raise UsageError(f"{results}: save the JSON a command wrote; a CSV has no samples")

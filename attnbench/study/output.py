@@ -218,7 +218,7 @@ def write_outputs(
     CSV beside the main one (`out.csv` -> `out.<name>.csv`). When a file cannot be written
     (a full disk), the records are kept in a file in the temporary folder, named in the
     failure, so the work done is not lost."""
-    from .sections import RECORD_TYPES  # the record types: torch
+    from .sections import BESIDE_RECORDS  # the kinds of record, above the files they fill
 
     beside = {name: rows for name, rows in (beside or {}).items() if rows}
     doc = json_document(command, records, config, environment)
@@ -232,7 +232,7 @@ def write_outputs(
             for name, rows in beside.items():
                 path = Path(csv_path)
                 side = str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
-                write_csv(side, rows, RECORD_TYPES[name])
+                write_csv(side, rows, BESIDE_RECORDS[name])
                 written.paths.append(side)
         if json_path:
             field_name = "json"

@@ -578,7 +578,7 @@ def unknown_kinds(cfg: dict, kind: str) -> str | None:
     layers of other kinds (HYBRID_FIELDS); None when every layer attends."""
     listed = cfg.get("layer_types")
     if isinstance(listed, list):
-        others = [t for t in listed if t not in ATTENTION_TYPES]
+        others = [t for t in listed if not (isinstance(t, str) and t in ATTENTION_TYPES)]
         if others:
             return (
                 f"model_type {kind!r} declares layers of type {brief(others[0])} (field "

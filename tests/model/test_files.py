@@ -610,6 +610,16 @@ def test_layer_types_must_be_strings(tmp_path):
     expect_error_lines(params(write_json(tmp_path, cfg)), "'layer_types' must list 4")
 
 
+def test_a_layer_type_that_is_no_string_is_an_error_without_the_heads_too(tmp_path):
+    """A listed layer type that is a list (unhashable) is a layer of no attention kind,
+    in one line, however little of the config there is to tell it by."""
+    cfg = {k: v for k, v in LLAMA.items() if k != "num_attention_heads"}
+    result = invoke(*params(write_json(tmp_path, {**cfg, "layer_types": [[]]})))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and "has no attention layer" in line
+
+
 def test_the_cli_reports_config_json_problems_as_a_user_sees_them(tmp_path):
     """No traceback and one short line whatever the value: huge, long, multi-line, nested."""
     for value in (10**400, "x" * 10_000, "a\nb", [[[1]]] * 1000, ""):

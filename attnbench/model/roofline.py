@@ -135,6 +135,11 @@ from .weights import WeightFormat, weight_format
 #: The most a calibrated efficiency may be: above 1 a measured peak may sit under the
 #: datasheet's (boost clocks), far above it the peaks given do not match the device.
 MAX_EFFICIENCY = 1.5
+#: The least a calibrated efficiency may be. A calibration fitted against another
+#: device's peaks (a CPU's runs against an H100's) holds shares of 1e-5 and less; under a
+#: billionth no device runs, and far under it a step's time and the ridge stop being
+#: numbers (an efficiency of 1e-308 makes them infinite).
+MIN_EFFICIENCY = 1e-9
 #: FLOPs per element of a state layer's recurrent state, per token: the decay and the
 #: rank-one update of the state (2), and the read-out against it (2).
 STATE_FLOPS = 4
@@ -173,6 +178,9 @@ class PerfModel:
                 continue
             if not is_number(value) or not 0 < value <= MAX_EFFICIENCY:
                 raise FieldError(name, value, f"must be a number in (0, {MAX_EFFICIENCY}]")
+            if value < MIN_EFFICIENCY:
+                reason = f"is below {MIN_EFFICIENCY:g}, a billionth of the peaks"
+                raise FieldError(name, value, reason)
         if not is_number(self.overhead_s) or not 0 <= self.overhead_s < math.inf:
             raise FieldError("overhead_s", self.overhead_s, "must be a number >= 0 (seconds)")
 

@@ -321,3 +321,19 @@ def test_a_layer_shape_takes_a_cache_dtype_of_its_own():
     int8 = run(point(**shape, dtype="bfloat16", kv_dtype="int8"))
     assert int8.kv_dtype == "int8" and int8.layer_step_kv_bytes < half.layer_step_kv_bytes
     assert int8.layer_step_ms < half.layer_step_ms
+
+
+def test_cli_an_efficiency_too_small_to_predict_with(tmp_path):
+    """A share of the peaks under a billionth is refused in one line: far under it a
+    step's time would be no number (1e-308: infinite) and could not be written."""
+    path = tmp_path / "cal.json"
+    doc = {"efficiency_bw": 1.1e-308, "efficiency_flops": 1.0, "overhead_s": 0}
+    path.write_text(json.dumps(doc))
+    args = ("--model", "llama-2-7b", "--seq-len", "64", "--calibration", str(path))
+    result = predict_cli(*args, "--json", str(tmp_path / "o.json"))
+    assert result.exit_code == 2
+    assert (
+        result.stderr
+        == f"error: {path}: efficiency_bw 1.1e-308: is below 1e-09, a billionth of the peaks\n"
+    )
+    assert not (tmp_path / "o.json").exists()

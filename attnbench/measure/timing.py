@@ -45,17 +45,18 @@ TimedCall = tuple[Callable[[], object], Callable[[], object] | None]
 
 
 #: A sample interleaved with others is preceded by untimed calls when it spans less than
-#: this many times `min_sample_ms` (see Timer.block_of).
+#: this many times `min_sample_ms`; a unit's first call, by calls spanning that long
+#: (see Timer.block_of).
 WARM_BELOW = 4
 
 
 @dataclass(frozen=True)
 class Block:
-    """One sample's calls: `number` consecutive calls timed together, after as many
-    untimed ones when `warm`."""
+    """One sample's calls: `number` consecutive calls timed together, after `warm`
+    untimed ones."""
 
     number: int = 1
-    warm: bool = False
+    warm: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class Timer:
     ) -> list[list[list[float]]]:
         """`rounds` rounds of one sample of each call of each unit, a sample being the mean
         time in milliseconds of its block's `number` consecutive calls after the call's
-        set-up (and, for a `warm` block, as many untimed calls): the samples of each call of
+        set-up (after its block's `warm` untimed calls): the samples of each call of
         each unit. Within a round the units come in a new order drawn from `order` (when
         given), and the calls of a unit one after the other, inside its context. On CUDA
         every sample is bracketed by events, read after one synchronize at the end, so the
@@ -154,7 +155,7 @@ class Timer:
                     ):
                         if block.warm:
                             _run(setup)
-                            for _ in range(block.number):
+                            for _ in range(block.warm):
                                 call()
                         _run(setup)
                         taken.append(self._one_sample(call, block.number))
@@ -198,22 +199,30 @@ class Timer:
         sampling: Sampling,
         setup: Callable[[], object] | None,
         interleaved: bool = False,
+        switched: bool = False,
     ) -> Block:
         """How one sample of `call` is taken. Its calls: enough to span `min_sample_ms`
         (from the fastest of PROBES calls), or one where something must happen between
         calls (a set-up, an L2 flush); the count `sampling` fixes, if any. `interleaved`
         with other calls, a call finds the caches holding what ran before it, and the
         first calls after a switch are slower than the rest: a sample spanning under
-        WARM_BELOW x `min_sample_ms` is then preceded by as many untimed calls, so that it
-        times the calls' steady state whatever their number (a long call pays its own
-        start; a flushed L2 is cold on purpose)."""
+        WARM_BELOW x `min_sample_ms` is then preceded by as many untimed calls. The first
+        call of a unit sampled in turn with other units (`switched`: it finds their
+        buffers in the caches, not its own) is preceded by untimed calls spanning at least
+        WARM_BELOW x `min_sample_ms`, since the caches refill for milliseconds, not for a
+        count of calls: a step the probe puts near a block's threshold is then timed
+        alike in blocks of 2 calls or 3. A long call pays its own start; a flushed L2 is
+        cold on purpose."""
         if sampling.calls_per_sample is not None:
             return Block(sampling.calls_per_sample)
         if sampling.min_sample_ms <= 0 or setup is not None or self._flush_buffer is not None:
             return Block(1)
-        probe = min(self.time_blocks(call, PROBES, 1))  # the fastest: a stall is no cost
-        number = max(1, min(math.ceil(sampling.min_sample_ms / max(probe, 1e-6)), MAX_BLOCK))
-        return Block(number, interleaved and number * probe < WARM_BELOW * sampling.min_sample_ms)
+        probe = max(min(self.time_blocks(call, PROBES, 1)), 1e-6)  # the fastest: no stall
+        number = max(1, min(math.ceil(sampling.min_sample_ms / probe), MAX_BLOCK))
+        span = WARM_BELOW * sampling.min_sample_ms
+        if not interleaved or number * probe >= span:
+            return Block(number)
+        return Block(number, min(math.ceil(span / probe), MAX_BLOCK) if switched else number)
 
     def sample(
         self,
@@ -365,13 +374,17 @@ class _Rounds:
         (the later layouts keep them, so that every sample spans as many calls)."""
         timer, sampling = self.timer, self.sampling
         interleaved = sum(len(unit.calls) for unit in units) > 1
+        switching = len(units) > 1
         for unit in units:
             with unit.entered():
                 for call, setup in unit.calls:
                     timer.time_blocks(call, sampling.warmup, 1, setup)
                 if not self.layouts:
                     self.blocks.append(
-                        [timer.block_of(c, sampling, s, interleaved) for c, s in unit.calls]
+                        [
+                            timer.block_of(c, sampling, s, interleaved, switching and not i)
+                            for i, (c, s) in enumerate(unit.calls)
+                        ]
                     )
         if not self.layouts:
             self.samples = [[[] for _ in unit.calls] for unit in units]

@@ -79,7 +79,7 @@ def _step_seconds(step_s: float, beside: int, sampling: Sampling) -> float:
     of it and of each of `beside` reference calls (that together cost about a step) per
     round: a fixed count of rounds, or adaptively the time budget, unless one layout
     takes longer."""
-    round_s = _sample_seconds(step_s, sampling)
+    round_s = _sample_seconds(step_s, sampling, switched=True)
     if beside:
         round_s += beside * _sample_seconds(step_s / beside, sampling)
     least, rounds, _ = layout_plan(sampling)
@@ -89,12 +89,16 @@ def _step_seconds(step_s: float, beside: int, sampling: Sampling) -> float:
     return max(sampling.max_time_s, layout_s)
 
 
-def _sample_seconds(call_s: float, sampling: Sampling) -> float:
+def _sample_seconds(call_s: float, sampling: Sampling, switched: bool = False) -> float:
     """One sample of calls of `call_s` sampled in turn: at least min_sample_ms, after as
-    many untimed calls when under WARM_BELOW x that (measure.timing.Timer.block_of)."""
+    many untimed calls when under WARM_BELOW x that, or for a unit's first call
+    (`switched`) after untimed calls spanning WARM_BELOW x that (Timer.block_of)."""
     least = sampling.min_sample_ms / 1e3
+    span = WARM_BELOW * least
     sample_s = max(call_s, least)
-    return 2 * sample_s if sample_s < WARM_BELOW * least else sample_s
+    if sample_s >= span:
+        return sample_s
+    return sample_s + (span if switched else sample_s)
 
 
 def _measurement_seconds(call_s: float, sampling: Sampling) -> float:

@@ -21,7 +21,7 @@ from attnbench.measure.stats import (
     median,
     median_interval,
 )
-from attnbench.measure.timing import PROBES, Sampling, Timer, Unit, layout_plan
+from attnbench.measure.timing import PROBES, Block, Sampling, Timer, Unit, layout_plan
 
 CPU = torch.device("cpu")
 
@@ -151,8 +151,14 @@ def test_units_take_turns_in_a_new_order_each_round_their_calls_together():
     assert again == kept  # the order is seeded: the same every run
 
 
-def test_a_short_sample_beside_others_starts_after_as_many_untimed_calls():
+def test_a_short_sample_beside_others_starts_after_its_blocks_untimed_calls(monkeypatch):
     counts = {"short": 0, "other": 0}
+    blocks: list[Block] = []
+    sized = Timer.block_of
+
+    def spied(self: Timer, *args, **kwargs) -> Block:
+        blocks.append(sized(self, *args, **kwargs))
+        return blocks[-1]
 
     def short() -> None:
         counts["short"] += 1
@@ -161,14 +167,41 @@ def test_a_short_sample_beside_others_starts_after_as_many_untimed_calls():
         counts["other"] += 1
         time.sleep(0.002)  # far beyond min_sample_ms: one call a sample, not warmed
 
+    monkeypatch.setattr(Timer, "block_of", spied)
     sampling = Sampling(warmup=0, repeats=5, min_sample_ms=0.2)
     units = [Unit([(short, None)]), Unit([(other, None)])]
     (s,), (o,) = Timer(torch.device("cpu")).sample_units(units, sampling)
     assert s.calls_per_sample > 1 and o.calls_per_sample == 1
-    assert counts == {"short": PROBES + 5 * 2 * s.calls_per_sample, "other": PROBES + 5}
+    assert blocks[0].warm > s.calls_per_sample and blocks[1] == Block(1)
+    assert counts == {
+        "short": PROBES + 5 * (blocks[0].warm + s.calls_per_sample),
+        "other": PROBES + 5,
+    }
     counts["short"] = 0
     (alone,) = Timer(torch.device("cpu")).sample_interleaved([(short, None)], sampling)
     assert counts["short"] == PROBES + 5 * alone.calls_per_sample  # alone: nothing to warm
+
+
+@pytest.mark.parametrize(
+    ("probe_ms", "number", "warm"),
+    [(1.01, 2, 8), (0.99, 3, 9), (0.3, 7, 27), (3.0, 1, 3), (9.0, 1, 0)],
+)
+def test_a_units_first_call_is_warmed_for_a_span_of_time_not_a_count(
+    monkeypatch, probe_ms: float, number: int, warm: int
+):
+    """A step near a block's threshold (2 calls of 1.01 ms, 3 of 0.99 ms, for 2 ms a
+    sample) is warmed after a switch from another unit for the same span of time,
+    WARM_BELOW x 2 ms, not for as many calls as it times: counted, its first calls after
+    the switch weighed 15% more in blocks of 2 than of 3. A later call of the unit finds
+    the unit's own buffers and is warmed by count; alone, nothing is warmed."""
+    timer = Timer(torch.device("cpu"))
+    monkeypatch.setattr(timer, "time_blocks", lambda *args, **kwargs: [probe_ms] * PROBES)
+    sampling = Sampling(min_sample_ms=2.0)
+    switched = timer.block_of(lambda: None, sampling, None, interleaved=True, switched=True)
+    assert switched == Block(number, warm)
+    counted = Block(number, number if warm else 0)
+    assert timer.block_of(lambda: None, sampling, None, interleaved=True) == counted
+    assert timer.block_of(lambda: None, sampling, None) == Block(number)
 
 
 def test_sampling_in_turn_stops_on_the_width_it_is_given():

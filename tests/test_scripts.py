@@ -139,3 +139,22 @@ def test_aa_runs_weighs_the_spread_between_runs_against_the_layouts(monkeypatch)
     apart = [run(shift, [1.0, 1.001, 0.999, 1.0]) for shift in (0.8, 1.0, 1.25)]
     assert aa_runs.spread_ratios(alike)[0] < 1
     assert aa_runs.spread_ratios(apart)[0] > 50
+
+
+def test_host_drift_keeps_whole_windows_and_reports_their_spread(monkeypatch):
+    host_drift = _load("host_drift", monkeypatch)
+    # two steps sampled in turn for 12.5 s: the first doubles after 5 s, the second holds
+    rounds = [[t / 2, 1.0 if t < 10 else 2.0, 0.5] for t in range(26)]
+    assert host_drift.window_medians(rounds, lambda r: r[1], 5) == [1.0, 2.0]  # 10-12.5 s: cut
+    assert len(host_drift.window_medians(rounds, lambda r: r[1], 1)) == 12
+    doc = {
+        "rounds": rounds,
+        "points": ["MHA at 4,096", "MQA at 4,096"],
+        "kv_heads": [8, 1],
+        "blocks": [1, 3],
+        "load": 0.5,
+        "environment": {"cpu_model": "a CPU", "torch_version": "2"},
+    }
+    lines = host_drift.report(doc)
+    assert "| MHA at 4,096: over the narrowest | 5 s | 2 | 2 to 4 | 2.000 |" in lines
+    assert "| MQA at 4,096: step | 5 s | 2 | 0.5 to 0.5 | 1.000 |" in lines

@@ -168,12 +168,12 @@ FIELDS: dict[str, Field] = {
         (*_CACHE, "predict"),
         "Cached tokens, comma-separated (fit: the largest batch at this context).",
         maximum=MAX_TOKENS,
-        default={"kvmem": 2048},
+        default={"kvmem": 2048, "predict": 2048},
         flag_help={
             "kvmem": "Cached tokens, comma-separated (default 2048).",
             "fit": "Contexts, comma-separated: the largest batch that fits at each.",
             "predict": "Contexts, comma-separated: a prefill of S tokens (time to first "
-            "token) and a decode step with S cached (time per output token).",
+            "token) and a decode step with S cached (time per output token); default 2048.",
         },
     ),
     "dtype": Field(

@@ -208,7 +208,6 @@ def test_cli_whole_models_on_named_gpus_with_their_sources(tmp_path):
     [
         (["--gpu", "h100"], "--gpu h100: unknown value"),
         (["--gpu", "this", "--seq-len", "64", "--tp", "2"], "--tp 2: needs a named GPU"),
-        (["--gpu", "h100-sxm"], "--seq-len: give the context"),
         (["--gpu", "h100-sxm", "--seq-len", "64", "--tp", "3"], "--tp 3: does not divide"),
     ],
 )
@@ -217,6 +216,14 @@ def test_cli_bad_input_is_one_line(args, message):
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {message}"), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_cli_without_a_context_predicts_at_kvmem_s_default(tmp_path):
+    out = tmp_path / "p.json"
+    result = predict_cli("--model", "llama-2-7b", "--gpu", "a100-80gb", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    (record,) = json.loads(out.read_text())["records"]
+    assert record["seq_len"] == 2048 and "context 2,048" in result.output
 
 
 def test_cli_a_negative_efficiency_in_a_calibration_file(tmp_path):

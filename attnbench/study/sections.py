@@ -230,6 +230,13 @@ def _decode() -> SectionKind:
     )
 
 
+def describe_predict(point: Any) -> str:
+    """'llama-2-7b on h100-sxm tp 1 batch 1 context 2048 float16 weights int8'."""
+    weights = f" weights {point.weights_dtype}" if point.weights_dtype else ""
+    where = f"on {point.gpu} tp {point.tp} batch {point.batch} context {point.seq_len}"
+    return f"{point_name(point)} {where} {point.dtype}{weights}"
+
+
 def _fit() -> SectionKind:
     from ..experiments import fit
 
@@ -247,6 +254,7 @@ def _predict() -> SectionKind:
         point=predict.PredictPoint,
         record=predict.PredictRecord,
         wants_peaks=predict.wants_peaks,
+        describe=describe_predict,
         whole_model=True,
     )
 

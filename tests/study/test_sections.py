@@ -5,6 +5,7 @@ sets written beside them."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 from attnbench.experiments import decode, fit, kvmem, params, predict
 from attnbench.records import Status
@@ -70,6 +71,13 @@ def test_a_section_kind_names_its_points_and_says_what_it_holds():
     task = Task("decode", 0, point)
     assert describe_task(task) == f"decode {KINDS['decode'].describe(point)}"
     assert describe_task(task).startswith("decode d64 h4/1 attnbench float32 batch 1 context 8")
+    predicted = predict.PredictPoint(
+        gpu="h100-sxm", batch=1, dtype="float16", d_model=64, num_heads=4, num_kv_heads=1
+    )
+    predicted = replace(predicted, seq_len=2048, weights_dtype="int8")
+    assert describe_task(Task("predict", 0, predicted)) == (
+        "predict d64 h4/1 on h100-sxm tp 1 batch 1 context 2048 float16 weights int8"
+    )
     assert [command_of(n) for n in ("params", "decode")] == ["params", "decode-speed"]
     assert [title_of(n) for n in ("kvmem", "predict")] == ["KV-cache memory (K and V)", "predict"]
     assert [n for n in KINDS if sets_providers_side_by_side(n)] == ["decode"]

@@ -237,11 +237,30 @@ def describe_predict(point: Any) -> str:
     return f"{point_name(point)} {where} {point.dtype}{weights}"
 
 
+def describe_fit(point: Any) -> str:
+    """'llama-3-70b on 8 x h100-sxm tp 8 context 8192 tpot 50ms', or with the memory
+    given: 'on 8 x 80GiB'; 'batch 64' where it asks for the longest context."""
+    device = point.memory or point.gpu
+    on = f" on {point.gpus} x {device}" if point.gpus else f" on {device}" if device else ""
+    tp = f" tp {point.tp}" if point.tp else ""
+    asked = f"context {point.seq_len}" if point.seq_len is not None else f"batch {point.batch}"
+    targets = "".join(
+        f" {name} {getattr(point, name)}" for name in ("tpot", "ttft") if getattr(point, name)
+    )
+    return f"{point_name(point)}{on}{tp} {asked}{targets}"
+
+
 def _fit() -> SectionKind:
     from ..experiments import fit
 
     return SectionKind.of(
-        "fit", fit, point=fit.FitPoint, record=fit.FitRecord, title="What fits", whole_model=True
+        "fit",
+        fit,
+        point=fit.FitPoint,
+        record=fit.FitRecord,
+        describe=describe_fit,
+        title="What fits",
+        whole_model=True,
     )
 
 

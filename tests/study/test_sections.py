@@ -78,6 +78,11 @@ def test_a_section_kind_names_its_points_and_says_what_it_holds():
     assert describe_task(Task("predict", 0, predicted)) == (
         "predict d64 h4/1 on h100-sxm tp 1 batch 1 context 2048 float16 weights int8"
     )
+    asked = fit.FitPoint(model="llama-3-70b", reserve="5%", scale_dtype="float32")
+    on_gpus = replace(asked, gpu="h100-sxm", gpus=8, seq_len=8192, tpot="50ms")
+    assert KINDS["fit"].describe(on_gpus) == "llama-3-70b on 8 x h100-sxm context 8192 tpot 50ms"
+    in_memory = replace(asked, memory="80GiB", tp=4, batch=64)
+    assert KINDS["fit"].describe(in_memory) == "llama-3-70b on 80GiB tp 4 batch 64"
     assert [command_of(n) for n in ("params", "decode")] == ["params", "decode-speed"]
     assert [title_of(n) for n in ("kvmem", "predict")] == ["KV-cache memory (K and V)", "predict"]
     assert [n for n in KINDS if sets_providers_side_by_side(n)] == ["decode"]

@@ -44,6 +44,8 @@ def compared_points(config: Path) -> tuple[list, object, torch.device, int | Non
     (widest variant first), with the section's options, device and threads."""
     plan = plan_study(config, names=["decode"])
     points = [t.point for t in plan.tasks if t.section == "decode" and t.point.cached]
+    if not points:
+        raise SystemExit(f"{config}: its decode section times no cached step")
     longest = max(p.prompt_len for p in points)
     provider = points[0].provider
     chosen = [p for p in points if p.prompt_len == longest and p.provider == provider]
@@ -53,6 +55,7 @@ def compared_points(config: Path) -> tuple[list, object, torch.device, int | Non
 
 def sample(config: Path, seconds: float) -> dict:
     """Every round's samples (ms) of the compared steps, with the seconds it started at."""
+    load = os.getloadavg()[0]
     points, options, device, threads = compared_points(config)
     if threads:
         torch.set_num_threads(threads)
@@ -79,7 +82,7 @@ def sample(config: Path, seconds: float) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": str(config),
         "seconds": seconds,
-        "load": os.getloadavg()[0],
+        "load": load,
         "environment": collect_environment(device),
         "points": [f"{r.point.shape.variant} at {r.point.prompt_len:,}" for r in ready],
         "kv_heads": [r.point.num_kv_heads for r in ready],

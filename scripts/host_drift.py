@@ -65,14 +65,13 @@ def sample(config: Path, seconds: float) -> dict:
     if failed:
         raise SystemExit(f"a compared point did not build: {failed[0]}")
     timer, sampling = Timer(device), options.sampling(device)
-    units, blocks = [], []
+    units = []
     with torch.inference_mode():
         for r in ready:
             with PROVIDERS[r.point.provider].running():
                 step = timed_step(r.work, r.point, device)
-                timer.time_blocks(step, sampling.warmup, 1, r.work.step_setup)
-                blocks.append([timer.block_of(step, sampling, r.work.step_setup, True, True)])
             units.append(Unit([(step, r.work.step_setup)], PROVIDERS[r.point.provider].running))
+        blocks = timer.warm_up(units, sampling)  # as the study's rounds take them
         order, rounds = random.Random(0), []
         start = time.perf_counter()
         while (at := time.perf_counter() - start) < seconds:

@@ -224,6 +224,29 @@ class Timer:
             return Block(number)
         return Block(number, min(math.ceil(span / probe), MAX_BLOCK) if switched else number)
 
+    def warm_up(
+        self, units: Sequence[Unit], sampling: Sampling, sized: bool = True
+    ) -> list[list[Block]]:
+        """Every call of `units` warmed up (`sampling.warmup` calls, inside its unit's
+        context) and, when `sized`, its block sized right after (block_of) as units sampled
+        in turn take them: interleaved when there is more than one call in all, a unit's
+        first call `switched` when there is more than one unit. The blocks ([] unsized)."""
+        interleaved = sum(len(unit.calls) for unit in units) > 1
+        switching = len(units) > 1
+        blocks = []
+        for unit in units:
+            with unit.entered():
+                for call, setup in unit.calls:
+                    self.time_blocks(call, sampling.warmup, 1, setup)
+                if sized:
+                    blocks.append(
+                        [
+                            self.block_of(c, sampling, s, interleaved, switching and not i)
+                            for i, (c, s) in enumerate(unit.calls)
+                        ]
+                    )
+        return blocks
+
     def sample(
         self,
         call: Callable[[], object],
@@ -372,21 +395,10 @@ class _Rounds:
     def start(self, units: Sequence[Unit]) -> Sequence[Unit]:
         """A layout's units warmed up; the first layout's also sizes every call's block
         (the later layouts keep them, so that every sample spans as many calls)."""
-        timer, sampling = self.timer, self.sampling
-        interleaved = sum(len(unit.calls) for unit in units) > 1
-        switching = len(units) > 1
-        for unit in units:
-            with unit.entered():
-                for call, setup in unit.calls:
-                    timer.time_blocks(call, sampling.warmup, 1, setup)
-                if not self.layouts:
-                    self.blocks.append(
-                        [
-                            timer.block_of(c, sampling, s, interleaved, switching and not i)
-                            for i, (c, s) in enumerate(unit.calls)
-                        ]
-                    )
-        if not self.layouts:
+        first = not self.layouts
+        blocks = self.timer.warm_up(units, self.sampling, sized=first)
+        if first:
+            self.blocks = blocks
             self.samples = [[[] for _ in unit.calls] for unit in units]
         return units
 

@@ -241,7 +241,8 @@ def describe_fit(point: Any) -> str:
     """'llama-3-70b on 8 x h100-sxm tp 8 context 8192 tpot 50ms', or with the memory
     given: 'on 8 x 80GiB'; 'batch 64' where it asks for the longest context."""
     device = point.memory or point.gpu
-    on = f" on {point.gpus} x {device}" if point.gpus else f" on {device}" if device else ""
+    count = f"{point.gpus} x " if point.gpus else ""
+    on = f" on {count}{device}" if device else ""
     tp = f" tp {point.tp}" if point.tp else ""
     asked = f"context {point.seq_len}" if point.seq_len is not None else f"batch {point.batch}"
     targets = "".join(

@@ -62,6 +62,7 @@ KEPT = (
     *(f"{stem}_{s}" for stem in RATIOS for s in STATS),
 )
 DEFAULT_CONFIG = Path("attnbench/configs/default.yaml")
+DEFAULT_OUT = Path("results/bench/aa-runs-cpu.json")
 #: The planted slowdown of one variant's cached step.
 PLANTED = 1.2
 
@@ -344,15 +345,21 @@ def busy_neighbour() -> subprocess.Popen:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--runs", type=int, help="how many runs (default 10)")
+    parser.add_argument("--config", type=Path, help=f"the study (default {DEFAULT_CONFIG})")
     parser.add_argument("--busy", action="store_true", help="one busy core beside the runs")
-    parser.add_argument("--out", type=Path, default=Path("results/bench/aa-runs-cpu.json"))
+    parser.add_argument("--out", type=Path, help=f"where to keep the runs (default {DEFAULT_OUT})")
     parser.add_argument("--report", type=Path, help="report the runs of a saved file again")
     args = parser.parse_args()
     if args.report is not None:
+        given = [f"--{f}" for f in ("runs", "config", "out") if getattr(args, f) is not None]
+        given += ["--busy"] if args.busy else []
+        if given:
+            parser.error(f"{given[0]} has no effect with --report, which runs nothing")
         print("\n".join(report(json.loads(args.report.read_text()))))
         return
+    args.runs = 10 if args.runs is None else args.runs
+    args.config, args.out = args.config or DEFAULT_CONFIG, args.out or DEFAULT_OUT
     neighbour = busy_neighbour() if args.busy else None
     try:
         with tempfile.TemporaryDirectory() as tmp:

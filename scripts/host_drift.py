@@ -140,15 +140,21 @@ def as_json(doc: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=240.0)
-    parser.add_argument("--config", type=Path, default=Path("attnbench/configs/default.yaml"))
-    parser.add_argument("--out", type=Path, default=None, help="write the rounds here (JSON)")
-    parser.add_argument("--report", type=Path, default=None, help="report a file written before")
+    parser.add_argument("--seconds", type=float, help="how long to sample (default 240)")
+    parser.add_argument("--config", type=Path, help="the study (default: the default study)")
+    parser.add_argument("--out", type=Path, help="write the rounds here (JSON)")
+    parser.add_argument("--report", type=Path, help="report a file written before")
     args = parser.parse_args()
     if args.report is not None:
+        given = [f"--{f}" for f in ("seconds", "config", "out") if getattr(args, f) is not None]
+        if given:
+            parser.error(f"{given[0]} has no effect with --report, which samples nothing")
         doc = json.loads(args.report.read_text())
     else:
-        doc = sample(args.config, args.seconds)
+        seconds = 240.0 if args.seconds is None else args.seconds
+        if not seconds >= 2 * WINDOWS_S[0]:
+            parser.error(f"--seconds {seconds:g}: at least {2 * WINDOWS_S[0]} (two windows)")
+        doc = sample(args.config or Path("attnbench/configs/default.yaml"), seconds)
         if args.out is not None:
             args.out.write_text(as_json(doc))
     print("\n".join(report(doc)))

@@ -158,3 +158,22 @@ def test_host_drift_keeps_whole_windows_and_reports_their_spread(monkeypatch):
     lines = host_drift.report(doc)
     assert "| MHA at 4,096: over the narrowest | 5 s | 2 | 2 to 4 | 2.000 |" in lines
     assert "| MQA at 4,096: step | 5 s | 2 | 0.5 to 0.5 | 1.000 |" in lines
+
+
+@pytest.mark.parametrize(
+    "name,flags",
+    [
+        ("aa_runs", ["--runs", "3"]),
+        ("aa_runs", ["--busy"]),
+        ("host_drift", ["--seconds", "5"]),
+        ("host_drift", ["--out", "x.json"]),
+    ],
+)
+def test_a_flag_that_measures_is_refused_beside_report(name, flags, monkeypatch, capsys):
+    script = _load(name, monkeypatch)
+    argv = [f"{name}.py", "--report", "results/bench/aa-runs-cpu.json", *flags]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_:
+        script.main()
+    assert exit_.value.code == 2
+    assert f"{flags[0]} has no effect with --report" in capsys.readouterr().err

@@ -86,6 +86,8 @@ def predict_command(
         phases = phase_rows(rows)
         show_table("Predicted", phases, aligned_columns(PHASE_COLUMNS, phases), wide)
         print_items([*batch_prefill_note(rows), *source_lines(rows)])
+        if plan.sections["predict"].origins.get("seq_len") is None:  # the schema's default
+            print_items([f"context {rows[0]['seq_len']:,} tokens, the default: --seq-len sets it"])
         model_notes(plan.sections["predict"].models, [r["seq_len"] for r in rows])
     show_written(written, quiet)
 

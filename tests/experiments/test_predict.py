@@ -224,6 +224,9 @@ def test_cli_without_a_context_predicts_at_kvmem_s_default(tmp_path):
     assert result.exit_code == 0, result.output
     (record,) = json.loads(out.read_text())["records"]
     assert record["seq_len"] == 2048 and "context 2,048" in result.output
+    assert "context 2,048 tokens, the default: --seq-len sets it" in result.output
+    given = predict_cli("--model", "llama-2-7b", "--gpu", "a100-80gb", "--seq-len", "2048")
+    assert "the default: --seq-len" not in given.output
 
 
 def test_cli_a_negative_efficiency_in_a_calibration_file(tmp_path):

@@ -160,6 +160,8 @@ FORCE_HELP = (
 ForceOpt = flag(bool, "--force", help=FORCE_HELP)
 #: The sweep file of a study, given as an argument.
 ConfigArg = argument(str | None, "Sweep file (default: the packaged default study).")
+#: The same file as a flag, as every other command takes it.
+RunConfigOpt = flag(str | None, "--config", help="The sweep file, as CONFIG.", metavar="PATH")
 
 # compare and baseline.
 BaselineArg = argument(

@@ -42,6 +42,7 @@ from .options import (
     QuietOpt,
     ResultsArg,
     ResumeOpt,
+    RunConfigOpt,
     RunOutOpt,
     ShardOpt,
 )
@@ -205,6 +206,7 @@ def _refuse_share(out_dir: Path) -> None:
 @handles_errors
 def run_command(
     config: ConfigArg = None,
+    config_flag: RunConfigOpt = None,
     out: RunOutOpt = None,
     resume: ResumeOpt = False,
     force: ForceOpt = False,
@@ -226,6 +228,7 @@ def run_command(
     from ..study.plan import check_one_rank_per_point
     from ..study.shards import parse_shard, shard_plan
 
+    config = _sweep_file(config, config_flag)
     launch = torchrun_launch()
     plan = _plan(config, device, _max_points(max_points), launch)
     check_one_rank_per_point(plan, config, _tensor_parallel)
@@ -251,6 +254,13 @@ def run_command(
             _write_merged(merge([out_dir]), out_dir, quiet, ["attnbench merge", str(out_dir)])
     if any(r.get("status") != "oom" for _, r in incomplete(result.document)):
         raise typer.Exit(1)  # a point failed for another reason than memory: a bug to see
+
+
+def _sweep_file(argument: str | None, flag: str | None) -> str | None:
+    """The sweep file, given as CONFIG or as --config (once)."""
+    if argument is not None and flag is not None:
+        raise UsageError(f"CONFIG {argument} and --config {flag}: give the sweep file once")
+    return argument if flag is None else flag
 
 
 def _plan(config: str | None, device: str | None, max_points: int, launch: Launch | None) -> Plan:

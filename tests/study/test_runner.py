@@ -632,6 +632,18 @@ def test_bad_input_is_one_line(args, message):
     assert "Traceback" not in result.output and result.stdout == ""
 
 
+def test_the_sweep_file_may_come_as_config_as_for_every_other_command(tiny_study):
+    as_argument = run(tiny_study, "--dry-run")
+    as_flag = run("--config", tiny_study, "--dry-run")
+    assert as_flag.exit_code == 0, as_flag.output
+    assert as_flag.stdout == as_argument.stdout
+    both = run(tiny_study, "--config", tiny_study, "--dry-run")
+    assert both.exit_code == 2
+    assert both.stderr.splitlines() == [
+        f"error: CONFIG {tiny_study} and --config {tiny_study}: give the sweep file once"
+    ]
+
+
 def test_a_bad_device_is_reported_once():
     result = run("--device", "tpu", "--dry-run")
     assert result.exit_code == 2

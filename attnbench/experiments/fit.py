@@ -172,14 +172,30 @@ class FitPlan:
         if weights > memory:
             raise CapacityError(
                 f"weights alone do not fit: {format_bytes(weights)} ({weights:,} bytes of "
-                f"{self.weights.describe()}) {where} > {format_bytes(memory)} ({memory:,} bytes)"
+                f"{self.weights.describe()}) {where} > {format_bytes(memory)} ({memory:,} "
+                f"bytes){self._tp_hint()}"
             )
         if weights + reserve >= memory:
             raise CapacityError(
                 f"no room for a KV cache: weights {format_bytes(weights)} + reserve "
                 f"{format_bytes(reserve)} {where} leave nothing of {format_bytes(memory)}"
+                f"{self._tp_hint()}"
             )
         return memory - weights - reserve
+
+    def _tp_hint(self) -> str:
+        """Where weights leave no room: the smallest larger tp (a multiple of this one that
+        splits the heads) that leaves some, as '; tp N would leave room ...'; '' when none
+        does. A GPU count given apart from tp (replicas) must then be a multiple of N."""
+        for tp in range(2 * self.tp, self.spec.num_heads + 1, self.tp):
+            if self.spec.num_heads % tp:
+                continue
+            weights = weight_bytes_per_rank(self.spec, self.weights, tp)
+            if weights + self.reserve_bytes < self.memory_bytes:
+                gpus = f"; gpus a multiple of {tp}" if self.gpus != self.tp else ""
+                weights_text = f"{format_bytes(weights)} of weights a GPU{gpus}"
+                return f"; tp {tp} would leave room for a KV cache ({weights_text})"
+        return ""
 
 
 @dataclass(kw_only=True)
@@ -404,6 +420,8 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
     size = memory_of(point, device)
     tp = positive_int("tp", point.tp) if point.tp is not None else None
     gpus = positive_int("gpus", point.gpus) if point.gpus is not None else None
+    if tp is None and gpus is not None:
+        _check_tp_of_gpus(spec, gpus)
     tp = tp or gpus or 1
     return FitPlan(
         spec=spec,
@@ -419,6 +437,17 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),
         layer_pattern=point.layer_pattern,
     )
+
+
+def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:
+    """Without tp, the GPUs are one tensor-parallel group: FieldError naming gpus (what
+    the user gave) when that split does not fit the heads."""
+    try:
+        model_layout(spec, KvFormat(spec.dtype), gpus)
+    except FieldError as exc:
+        raise FieldError(
+            "gpus", gpus, f"split one model over them (tp, not given): {exc.reason}; give tp"
+        ) from None
 
 
 @dataclass(frozen=True)

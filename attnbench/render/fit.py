@@ -84,19 +84,22 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     return table
 
 
+def sequences(count: int) -> str:
+    """'1 sequence', '54 sequences'."""
+    return f"{count:,} sequence{'' if count == 1 else 's'}"
+
+
 def answer_line(record: FitRecord) -> str:
     """The answer in one sentence; a longest context past the positions the model
     declares (max_position_embeddings) says so (fit_cmd notes a context asked for past
     them, as kvmem does)."""
     per_replica = (
-        f"; {record.batch_per_replica:,} sequences on each of {record.replicas} replicas"
+        f"; {sequences(record.batch_per_replica)} on each of {record.replicas} replicas"
         if record.replicas > 1
         else ""
     )
     if record.question == "largest_batch":
-        return (
-            f"Largest batch at {record.seq_len:,} tokens: {record.batch:,} sequences{per_replica}"
-        )
+        return f"Largest batch at {record.seq_len:,} tokens: {sequences(record.batch)}{per_replica}"
     head = f"Longest context at batch {record.batch:,}"
     if record.context_unbounded:
         return (
@@ -142,7 +145,7 @@ def latency_answer(record: FitRecord, label: str = "") -> str:
     if record.status == OK:
         more = record.memory_batch is not None and record.memory_batch > record.batch
         memory = f", where memory alone allows {record.memory_batch:,}" if more else ""
-        return f"Largest batch within the targets{where}: {record.batch:,} sequences{memory}"
+        return f"Largest batch within the targets{where}: {sequences(record.batch)}{memory}"
     if fmt_status(record.status) == TOO_SLOW:
         return f"No batch meets the targets{where}: {record.status}"
     return f"Nothing fits{where}: {record.status}"

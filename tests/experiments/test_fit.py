@@ -145,6 +145,21 @@ def test_impossible_requests():
         largest_batch(plan(memory=WEIGHTS + 16 * 2**20 - 1), 1024)
 
 
+def test_weights_that_do_not_fit_name_the_smallest_tp_that_would_leave_room():
+    # ROUND at tp 2 keeps half its attention and MLP, all of its norms and a half of the
+    # embeddings and the head a rank: 27,272,192 parameters less 8,388,608 + 4,194,304 +
+    # 1,048,576 = 13,640,704, 27,281,408 bytes. 8 heads: tp 3 is skipped.
+    half = 27_281_408
+    with pytest.raises(CapacityError, match=r"; tp 2 would leave room .*\(26\.02 MiB of w"):
+        largest_batch(plan(memory=half + 1), 1024)
+    with pytest.raises(CapacityError, match=r"; tp 4 would leave room"):
+        largest_batch(plan(memory=half), 1024)
+    with pytest.raises(CapacityError, match=r"; tp 4 would leave room .*; gpus a multiple of 4\)"):
+        largest_batch(plan(memory=half, gpus=2), 1024)
+    with pytest.raises(CapacityError, match=r"do not fit: [^;]*$"):  # not even at 8 heads
+        largest_batch(plan(memory=2**20), 1024)
+
+
 def test_mla_cache_is_replicated_per_gpu():
     spec = PRESETS["deepseek-v3"]
     p = plan(spec, memory=141 * GiB, gpus=8, tp=8, kv="bfloat16", weights_dtype="float8_e4m3fn")
@@ -216,6 +231,7 @@ def test_cli_weights_do_not_fit_exit_1():
     )
     assert result.exit_code == 1
     assert "weights alone do not fit" in result.output and "131.42 GiB" in result.output
+    assert "; tp 2 would leave room for a KV cache (65.71 GiB of weights a GPU)" in result.output
 
 
 @pytest.mark.parametrize(
@@ -242,6 +258,11 @@ def test_cli_weights_do_not_fit_exit_1():
             "--reserve 120%: a percentage must be in [0, 100)",
         ),
         (["--memory", "80GiB", "--seq-len", "0"], "--seq-len 0: must be >= 1"),
+        (
+            ["--memory", "80GiB", "--seq-len", "1", "--gpus", "3"],
+            "--gpus 3: split one model over them (tp, not given): does not divide the 32 "
+            "query heads; give tp",
+        ),
     ],
 )
 def test_cli_bad_flags_exit_2(args, message):

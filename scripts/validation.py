@@ -40,6 +40,7 @@ from attnbench.model.generation import Generation, generation, serving_itl_s
 from attnbench.model.hf_config import load_hf_config
 from attnbench.model.presets import get_preset
 from attnbench.model.weights import WeightFormat
+from attnbench.modules.hf_fallback import with_whole_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "docs" / "validation" / "measurements.yaml"
@@ -75,8 +76,8 @@ def _is_rate(metric: str) -> bool:
 
 
 def _model(name: str):
-    if name.endswith(".json"):
-        return load_hf_config(ROOT / name)
+    if name.endswith(".json"):  # whole-model counts from transformers where attnbench has none
+        return with_whole_model(load_hf_config(ROOT / name))
     return get_preset(name)
 
 

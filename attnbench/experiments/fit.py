@@ -192,7 +192,9 @@ class FitPlan:
                 continue
             weights = weight_bytes_per_rank(self.spec, self.weights, tp)
             if weights + self.reserve_bytes < self.memory_bytes:
-                gpus = f"; gpus a multiple of {tp}" if self.gpus != self.tp else ""
+                gpus = (
+                    f"; gpus a multiple of {tp}" if self.gpus != self.tp and self.gpus % tp else ""
+                )
                 weights_text = f"{format_bytes(weights)} of weights a GPU{gpus}"
                 return f"; tp {tp} would leave room for a KV cache ({weights_text})"
         return ""

@@ -120,6 +120,13 @@ def step_traits(spec: ModelSpec) -> StepTraits:
         experts = (moe.num_experts, moe.experts_per_token) if moe else (0, 0)
         return StepTraits(body.vocab_size, body.tied_embeddings, body.position_embeddings, *experts)
     counted = require_counted(spec)
+    routed = dict(counted.parts).get("experts")
+    if routed and not (counted.num_experts and counted.experts_per_token):
+        raise UsageError(
+            f"{spec.name}: transformers builds it with routed experts, but its config gives "
+            "their count or the experts a token goes to in no field attnbench reads: the "
+            "experts a step reads cannot be counted"
+        )
     return StepTraits(
         counted.vocab_size,
         counted.tied_embeddings,

@@ -40,7 +40,17 @@ from ..model.model_params import COUNT_HINT
 #: few enough that transformers builds it in seconds (a layer takes some milliseconds).
 MAX_BUILT_LAYERS = 1024
 #: The fields that give the experts each token goes to, one name or another by type.
-PER_TOKEN_KEYS = ("num_experts_per_tok", "moe_k", "moe_topk", "top_k", "moe_top_k")
+PER_TOKEN_KEYS = (
+    "num_experts_per_tok",
+    "num_experts_per_token",
+    "moe_k",
+    "moe_topk",
+    "top_k",
+    "moe_top_k",
+)
+#: The fields that count the routed experts, one name or another by type (ERNIE-4.5's and
+#: Aria's moe_num_experts besides the formulas' own).
+COUNT_KEYS = (*EXPERT_KEYS, "moe_num_experts")
 
 
 def transformers_installed() -> bool:
@@ -119,7 +129,7 @@ def with_whole_model(spec: ModelSpec) -> ModelSpec:
     except UsageError as exc:  # transformers does not build it: the attention alone
         return replace(spec, uncounted=str(exc).removeprefix(f"{path}: "))
     text = language_model(cfg, path) if isinstance(cfg.get("text_config"), dict) else cfg
-    experts = _first(text, EXPERT_KEYS, "ffn_config", "moe_num_experts")
+    experts = _first(text, COUNT_KEYS, "ffn_config", "moe_num_experts")
     per_token = _first(text, PER_TOKEN_KEYS, "ffn_config", "moe_top_k")
     source = f"transformers {count.transformers_version} ({count.model_class} on the meta device)"
     counted = CountedModel(

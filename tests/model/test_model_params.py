@@ -8,11 +8,12 @@ import pytest
 from attnbench.cli import app
 from attnbench.errors import FieldError, UsageError
 from attnbench.experiments.whole_model import whole_model_records
-from attnbench.model.architecture import ModelBody, ModelSpec
+from attnbench.model.architecture import CountedModel, ModelBody, ModelSpec
 from attnbench.model.hf_config import spec_from_hf_config
 from attnbench.model.model_params import (
     active_params,
     part_params,
+    step_traits,
     total_params,
     weight_bytes_per_rank,
 )
@@ -352,3 +353,25 @@ def test_records_and_cli_table():
     assert "Counted by attnbench's formulas" in result.output
     assert all(r.source.startswith("attnbench's formulas") for r in records)
     assert "7,615,616,512" in result.output
+
+
+def _counted_spec(num_experts, experts_per_token) -> ModelSpec:
+    counted = CountedModel(
+        parts=(("embeddings", 6400), ("attention", 16384), ("experts", 24576)),
+        source="test",
+        vocab_size=100,
+        tied_embeddings=True,
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+    )
+    return ModelSpec("moe", 2, 64, 4, 2, 16, "bfloat16", "test", counted=counted)
+
+
+def test_counted_experts_without_their_count_or_top_k_refuse_a_step():
+    # Routed experts that transformers builds but whose count or top-k the config gives
+    # under no field read: a step's expert bytes would be counted as none, or divided by 0.
+    for num_experts, per_token in ((None, 2), (4, None)):
+        with pytest.raises(UsageError, match="moe: transformers builds it with routed experts"):
+            step_traits(_counted_spec(num_experts, per_token))
+    assert step_traits(_counted_spec(4, 2)).experts_per_token == 2
+    assert active_params(_counted_spec(4, 2)) == 6400 + 16384 + 24576 // 4 * 2

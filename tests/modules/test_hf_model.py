@@ -6,6 +6,7 @@ Every config is small (hidden 64, 2 to 4 layers, 4 experts, vocabulary 100).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -254,3 +255,20 @@ def test_without_transformers_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` fails
     with pytest.raises(UsageError, match=r"^m\.json: .*pip install attnbench\[hf\]"):
         transformers_parts(cfg("llama", vocab_size=102), "m.json")
+
+
+def test_the_routed_experts_a_step_reads_come_from_each_type_s_own_fields(tmp_path):
+    """ERNIE-4.5's moe_num_experts and moe_k (a type attnbench has no formulas of) are
+    read, not taken as a dense model's none; so is Kimi-Linear's num_experts_per_token."""
+    from attnbench.model.hf_config import load_hf_config
+    from attnbench.model.model_params import step_traits
+    from attnbench.modules.hf_fallback import PER_TOKEN_KEYS, _first, with_whole_model
+
+    path = tmp_path / "config.json"
+    experts = {"moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32}
+    path.write_text(json.dumps({**BASE, "model_type": "ernie4_5_moe", **experts}))
+    spec = with_whole_model(load_hf_config(path))
+    assert spec.body is None and spec.counted is not None
+    traits = step_traits(spec)
+    assert (traits.num_experts, traits.experts_per_token) == (4, 2)
+    assert _first({"num_experts_per_token": 8}, PER_TOKEN_KEYS, "ffn_config", "moe_top_k") == 8

@@ -221,12 +221,46 @@ def _unknown_kinds(cfg: dict, kind: str, where: str) -> str | None:
     declares other kinds (hf_layers.unknown_kinds), or a model type attnbench does not
     know sets a sliding window without saying which layers slide (its configuration
     class has a rule of its own: OLMo-3 windows three layers of four)."""
-    why = unknown_kinds(cfg, kind)
+    why = unknown_kinds(cfg, kind) or _per_layer_shapes(cfg) or _shared_caches(cfg, where)
     if why is not None or _windows_known(cfg, kind, where):
         return why
     return (
         f"model_type {kind!r} sets 'sliding_window' without 'layer_types': which of its "
         "layers slide is its configuration class's rule, which attnbench does not know"
+    )
+
+
+#: The fields of a layer's attention that attnbench reads once for every layer.
+SHAPE_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads", "sliding_window")
+
+
+def _per_layer_shapes(cfg: dict) -> str | None:
+    """Why layers whose attention `per_layer_config` shapes on its own (Gemma-4's global
+    layers: head_dim 512 beside 256) cannot be sized: attnbench gives every layer one
+    shape. None when it shapes none."""
+    listed = cfg.get("per_layer_config")
+    if not isinstance(listed, dict):
+        return None
+    layers = [k for k, v in listed.items() if isinstance(v, dict) and set(v) & set(SHAPE_FIELDS)]
+    if not layers:
+        return None
+    fields = sorted({f for k in layers for f in listed[k] if f in SHAPE_FIELDS})
+    return (
+        f"field 'per_layer_config' gives layers {', '.join(map(str, layers))} their own "
+        f"{' and '.join(fields)}, which attnbench cannot size (it gives every layer one shape)"
+    )
+
+
+def _shared_caches(cfg: dict, where: str) -> str | None:
+    """Why a config whose last layers reuse earlier layers' K and V (Gemma-3n's
+    num_kv_shared_layers) cannot be sized: attnbench caches every attention layer's own.
+    None when none is shared."""
+    shared = int_field(cfg, "num_kv_shared_layers", where, 0, maximum=MAX_LAYERS)
+    if not shared:
+        return None
+    return (
+        f"field 'num_kv_shared_layers' ({shared}) has its last layers reuse earlier layers' "
+        "K and V, which attnbench does not model (it caches every attention layer's own)"
     )
 
 

@@ -533,3 +533,40 @@ def test_a_config_of_an_unknown_type_or_without_a_name_says_so(tmp_path, monkeyp
     assert (spec.num_kv_heads, spec.d_model) == (known.num_kv_heads, known.d_model)
     monkeypatch.setattr(hf_config, "transformers_types", lambda: None)
     assert "(transformers is not installed)" in hf_config.load_hf_config(path).note
+
+
+GEMMA4_LIKE = {
+    "model_type": "gemma4_text",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_hidden_layers": 4,
+    "sliding_window": 32,
+    "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+}
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        (
+            {"per_layer_config": {"03": {"head_dim": 32}}},
+            "field 'per_layer_config' gives layers 03 their own head_dim, which attnbench "
+            "cannot size",
+        ),
+        (
+            {"num_kv_shared_layers": 2},
+            "field 'num_kv_shared_layers' (2) has its last layers reuse earlier layers' K and V",
+        ),
+    ],
+)
+def test_layers_shaped_or_cached_apart_are_refused_not_sized_as_the_others(extra, reason):
+    # Gemma-4's global layers take head_dim 512 beside 256; Gemma-3n's last layers hold no
+    # cache of their own. Sized as the others, the KV cache would be -38% and +75% off.
+    spec = spec_from_hf_config({**GEMMA4_LIKE, **extra}, "m", "m.json")
+    assert spec.unknown_kinds is not None and spec.unknown_kinds.startswith(reason)
+    with pytest.raises(UsageError, match="its KV cache and state are not counted"):
+        spec.require_kinds()
+    plain = spec_from_hf_config({**GEMMA4_LIKE, "per_layer_config": {"03": {}}}, "m", "m.json")
+    assert plain.unknown_kinds is None

@@ -185,10 +185,13 @@ class FitPlan:
 
     def _tp_hint(self) -> str:
         """Where weights leave no room: the smallest larger tp (a multiple of this one that
-        splits the heads) that leaves some, as '; tp N would leave room ...'; '' when none
-        does. A GPU count given apart from tp (replicas) must then be a multiple of N."""
+        splits the query and KV heads as model_layout allows) that leaves some, as '; tp N
+        would leave room ...'; '' when none does. A GPU count given apart from tp
+        (replicas) must then be a multiple of N."""
         for tp in range(2 * self.tp, self.spec.num_heads + 1, self.tp):
-            if self.spec.num_heads % tp:
+            try:
+                model_layout(self.spec, self.kv, tp)
+            except FieldError:
                 continue
             weights = weight_bytes_per_rank(self.spec, self.weights, tp)
             if weights + self.reserve_bytes < self.memory_bytes:

@@ -13,6 +13,7 @@ from attnbench.errors import FieldError
 from attnbench.experiments.fit import CapacityError, FitPlan, largest_batch, longest_context
 from attnbench.model.architecture import ModelBody, ModelSpec
 from attnbench.model.capacity import KvFormat, layer_windows
+from attnbench.model.model_params import weight_bytes_per_rank
 from attnbench.model.presets import PRESETS
 from attnbench.model.units import parse_memory, parse_share
 from attnbench.model.weights import WeightFormat
@@ -158,6 +159,17 @@ def test_weights_that_do_not_fit_name_the_smallest_tp_that_would_leave_room():
         largest_batch(plan(memory=half, gpus=2), 1024)
     with pytest.raises(CapacityError, match=r"do not fit: [^;]*$"):  # not even at 8 heads
         largest_batch(plan(memory=2**20), 1024)
+
+
+def test_the_tp_hint_skips_a_tp_the_kv_heads_cannot_take():
+    # 12 query heads, 4 KV heads: tp 3 splits the queries but not the KV heads (nor does
+    # it replicate them). Where tp 2 leaves no room, the next tp that can is 4.
+    spec = ModelSpec(
+        "twelve", 4, 768, 12, 4, 64, "float16", "test", body=ModelBody(1024, 768, gated_mlp=False)
+    )
+    at = {tp: weight_bytes_per_rank(spec, WeightFormat("float16"), tp) for tp in (2, 4)}
+    with pytest.raises(CapacityError, match=r"; tp 4 would leave room"):
+        largest_batch(plan(spec, memory=at[2] - 1), 64)
 
 
 def test_mla_cache_is_replicated_per_gpu():

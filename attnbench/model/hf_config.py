@@ -862,14 +862,19 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     return data
 
 
-def transformers_types() -> frozenset[str] | None:
-    """The model types transformers ships a package of (transformers/models/<type>), found
-    without importing it (seconds); None when it is not installed."""
+def transformers_knows(kind: str) -> bool | None:
+    """Whether transformers has a configuration class of model type `kind`; None when it
+    is not installed. A type with a package of its own (transformers/models/<type>) is
+    found without importing transformers; any other (a multimodal model's '<type>_text',
+    'xlm-roberta') is looked up in its table of types, which takes a second or two."""
     spec = importlib.util.find_spec("transformers")
     if spec is None or spec.origin is None:
         return None
-    models = Path(spec.origin).parent / "models"
-    return frozenset(p.name for p in models.iterdir() if p.is_dir()) if models.is_dir() else None
+    if (Path(spec.origin).parent / "models" / kind).is_dir():
+        return True
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    return kind in CONFIG_MAPPING_NAMES
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -888,10 +893,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     notes = [spec.note] if spec.note else []
     inner = language_model(cfg, str(path)) if isinstance(cfg.get("text_config"), dict) else cfg
     kind = str_field(inner, "model_type", str(path)) or ""
-    known = transformers_types()
-    if kind not in BODY_MODEL_TYPES and kind not in HYBRIDS and kind not in (known or ()):
+    known = kind in BODY_MODEL_TYPES or kind in HYBRIDS or bool(kind) and transformers_knows(kind)
+    if not known:
         what = f"model_type {kind!r}" if kind else "a config without a model_type"
-        by = "nor transformers" if known is not None else "(transformers is not installed)"
+        by = "nor transformers" if known is False else "(transformers is not installed)"
         notes.append(
             f"{what}: known neither to attnbench's formulas {by}; its attention is read "
             "from the common fields (hidden_size, num_attention_heads, "

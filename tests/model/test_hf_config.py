@@ -531,8 +531,17 @@ def test_a_config_of_an_unknown_type_or_without_a_name_says_so(tmp_path, monkeyp
     )
     assert spec.note.endswith("; named after its folder: the config has no _name_or_path")
     assert (spec.num_kv_heads, spec.d_model) == (known.num_kv_heads, known.d_model)
-    monkeypatch.setattr(hf_config, "transformers_types", lambda: None)
+    monkeypatch.setattr(hf_config, "transformers_knows", lambda kind: None)
     assert "(transformers is not installed)" in hf_config.load_hf_config(path).note
+
+
+def test_a_type_transformers_knows_without_a_package_of_its_own_is_known(tmp_path):
+    """A multimodal model's text type (gemma4_text) has no transformers/models/<type>
+    folder: it is looked up in transformers' table of types, not called unknown."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**GEMMA4_LIKE, "_name_or_path": "g"}))
+    assert load_hf_config(path).note is None
 
 
 GEMMA4_LIKE = {

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -859,6 +860,24 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
         raise UsageError(f"{where}: invalid JSON: {str(exc).splitlines()[0]}") from None
     if json_depth(data) > max_depth:
         raise too_deep
+    return special_floats(data)
+
+
+#: How transformers writes the floats JSON has no literal for: {"__float__": "Infinity"}.
+FLOAT_TAGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def special_floats(data: Any) -> Any:
+    """`data` with each float transformers tagged when it wrote the config (Mamba-2's
+    time_step_limit [0.0, {"__float__": "Infinity"}]) read back as the float, as its
+    from_json_file reads it: its configuration class refuses the tag itself."""
+    if isinstance(data, dict):
+        tag = data.get("__float__")
+        if len(data) == 1 and isinstance(tag, str) and tag in FLOAT_TAGS:
+            return FLOAT_TAGS[tag]
+        return {key: special_floats(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [special_floats(value) for value in data]
     return data
 
 

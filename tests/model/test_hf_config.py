@@ -579,3 +579,18 @@ def test_layers_shaped_or_cached_apart_are_refused_not_sized_as_the_others(extra
         spec.require_kinds()
     plain = spec_from_hf_config({**GEMMA4_LIKE, "per_layer_config": {"03": {}}}, "m", "m.json")
     assert plain.unknown_kinds is None
+
+
+def test_floats_transformers_tags_are_read_back_as_its_from_json_file_reads_them():
+    """Mamba-2's time_step_limit, written by transformers as [0.0, {"__float__":
+    "Infinity"}]: its configuration class refuses the tag, so the whole model was lost."""
+    import math
+
+    from attnbench.model.hf_config import parse_json
+
+    text = (
+        '{"a": [0.0, {"__float__": "Infinity"}], "b": {"__float__": [1]}, "c": {"__float__": "x"}}'
+    )
+    data = parse_json(text, "c.json")
+    assert data["a"] == [0.0, math.inf]
+    assert data["b"] == {"__float__": [1]} and data["c"] == {"__float__": "x"}

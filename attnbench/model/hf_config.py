@@ -341,7 +341,9 @@ def _windows(
     layer has one: what transformers' StaticCache keeps per layer. A sliding layer keeps
     its window; a chunked one (Llama-4) one chunk, `attention_chunk_size`. A hybrid's
     layers are its plan's, of which the attending ones are listed."""
-    window = int_field(cfg, "sliding_window", where, None, maximum=MAX_TOKENS)
+    # 0 is no window (Qwen2-MoE writes it with use_sliding_window false), refused below
+    # where layers slide
+    window = int_field(cfg, "sliding_window", where, None, minimum=0, maximum=MAX_TOKENS) or None
     chunk_default = CHUNK_SIZE if kind in CHUNKED_TYPES else None
     if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None:
         chunk_default = None  # null turns chunking off (Llama4TextConfig)
@@ -353,6 +355,8 @@ def _windows(
         types = _layer_types(cfg, num_layers, kind, where, window, chunk)
     if types is None:
         return None
+    if cfg.get("sliding_window") == 0 and "sliding_attention" in types:
+        raise UsageError(f"{where}: field 'sliding_window' is 0, but layers slide")
     bounded = tuple(sizes.get(t) for t in types)
     return bounded if any(b is not None for b in bounded) else None
 

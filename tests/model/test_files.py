@@ -528,9 +528,9 @@ INT_FIELDS = [
             "vocab_size",
             "intermediate_size",
             "max_position_embeddings",
-            "sliding_window",
         )
     ),
+    (LLAMA, "sliding_window", 0),  # 0: no window
     *(
         ({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 10}, f, 1)
         for f in ("n_embd", "n_head", "n_layer", "n_positions", "n_inner")

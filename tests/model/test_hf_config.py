@@ -594,3 +594,13 @@ def test_floats_transformers_tags_are_read_back_as_its_from_json_file_reads_them
     data = parse_json(text, "c.json")
     assert data["a"] == [0.0, math.inf]
     assert data["b"] == {"__float__": [1]} and data["c"] == {"__float__": "x"}
+
+
+def test_a_window_of_0_is_none_and_refused_only_where_layers_slide():
+    """Qwen2-MoE's default config writes sliding_window 0 with use_sliding_window false,
+    which transformers builds: no window. Layers listed as sliding with it are refused."""
+    off = {**GEMMA4_LIKE, "model_type": "qwen2_moe", "sliding_window": 0}
+    off["layer_types"] = ["full_attention"] * 4
+    assert spec_from_hf_config(off, "m", "m.json").windows is None
+    with pytest.raises(UsageError, match="field 'sliding_window' is 0, but layers slide"):
+        spec_from_hf_config({**GEMMA4_LIKE, "sliding_window": 0}, "m", "m.json")

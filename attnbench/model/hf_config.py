@@ -296,12 +296,15 @@ MULTIMODAL_NOTE = "the language model of a multimodal config: its vision tower i
 
 def language_model(cfg: dict, where: str) -> dict:
     """The language model of a multimodal config (Gemma-3, Llama-4, ...): its
-    `text_config`, with the top level's dtype where it names none, and model_type
+    `text_config`, with the top level's dtype where it names none, the top level's
+    tie_word_embeddings where it gives one (it ties the whole model's head), and model_type
     '<type>_text' where it names none (as Gemma3Config and Llama4Config default it)."""
     text = dict(cfg["text_config"])
     for key in ("torch_dtype", "dtype"):
         if text.get(key) is None and cfg.get(key) is not None:
             text[key] = cfg[key]
+    if cfg.get("tie_word_embeddings") is not None:  # the whole model's head: the top level's
+        text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     if text.get("model_type") is None:
         top = str_field(cfg, "model_type", where)
         text["model_type"] = f"{top}_text" if top else None

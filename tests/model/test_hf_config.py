@@ -604,3 +604,20 @@ def test_a_window_of_0_is_none_and_refused_only_where_layers_slide():
     assert spec_from_hf_config(off, "m", "m.json").windows is None
     with pytest.raises(UsageError, match="field 'sliding_window' is 0, but layers slide"):
         spec_from_hf_config({**GEMMA4_LIKE, "sliding_window": 0}, "m", "m.json")
+
+
+def test_a_multimodal_config_ties_the_head_as_its_top_level_says():
+    """transformers ties the whole model's head by the top level's tie_word_embeddings
+    (MOSS's is true where its text_config says false): the head counted once."""
+    text = {
+        **GEMMA4_LIKE,
+        "model_type": "qwen3",
+        "vocab_size": 1000,
+        "intermediate_size": 96,
+        "tie_word_embeddings": False,
+    }
+    del text["layer_types"], text["sliding_window"]
+    top = {"model_type": "multimodal", "text_config": text}
+    untied = spec_from_hf_config(top, "m", "m.json")
+    tied = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
+    assert (untied.body.tied_embeddings, tied.body.tied_embeddings) == (False, True)

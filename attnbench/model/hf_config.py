@@ -281,12 +281,20 @@ def _windows_known(cfg: dict, kind: str, where: str) -> bool:
 ZAMBA_TYPES = ("zamba", "zamba2")
 
 
+#: Model types whose head_dim is another field, with transformers' default of it: JetMoE's
+#: K and V heads are kv_channels wide.
+HEAD_DIM_FIELD = {"jetmoe": ("kv_channels", 128)}
+
+
 def _head_dim(cfg: dict, kind: str, d_model: int, num_heads: int, where: str) -> int | None:
-    """head_dim (Zamba's attention_head_dim where head_dim is left out); the model type's
-    default where it has one (None: d_model / heads)."""
+    """head_dim (Zamba's attention_head_dim, JetMoE's kv_channels where head_dim is left
+    out); the model type's default where it has one (None: d_model / heads)."""
     if kind in ZAMBA_TYPES and cfg.get("head_dim") is None:
         default = 2 * d_model // num_heads
         return int_field(cfg, "attention_head_dim", where, default, maximum=MAX_HEADS)
+    if kind in HEAD_DIM_FIELD and cfg.get("head_dim") is None:
+        field, default = HEAD_DIM_FIELD[kind]
+        return int_field(cfg, field, where, default, maximum=MAX_HEADS)
     return int_field(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=MAX_HEADS)
 
 

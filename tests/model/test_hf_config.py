@@ -621,3 +621,12 @@ def test_a_multimodal_config_ties_the_head_as_its_top_level_says():
     untied = spec_from_hf_config(top, "m", "m.json")
     tied = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
     assert (untied.body.tied_embeddings, tied.body.tied_embeddings) == (False, True)
+
+
+def test_jetmoe_s_heads_are_kv_channels_wide():
+    """JetMoE's K and V heads are kv_channels (128 by default) wide, not hidden / heads:
+    its cache would have been counted at half."""
+    cfg = {"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32}
+    cfg |= {"num_key_value_heads": 16, "num_hidden_layers": 12}
+    assert spec_from_hf_config(cfg, "m", "m.json").head_dim == 128
+    assert spec_from_hf_config({**cfg, "kv_channels": 64}, "m", "m.json").head_dim == 64

@@ -164,7 +164,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         given = _given(cfg, _ALIASES["num_layers"], where, MAX_LAYERS)
         dims = Dims(d_model, num_heads, given[1] if given else None)
         plan = hybrid_plan(cfg, kind, dims, where)
-    num_layers = plan.num_layers if plan is not None else _one_of(cfg, "num_layers", where)
+    num_layers = plan.num_layers if plan is not None else _attention_layers(cfg, kind, where)
     num_kv_heads = _kv_heads(cfg, num_heads, kind, where)
     head_dim = _head_dim(cfg, kind, d_model, num_heads, where)
     # transformers loads a config without a dtype in float32
@@ -204,6 +204,21 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         chunked=kind in CHUNKED_TYPES,
         unknown_kinds=None if plan is not None else _unknown_kinds(cfg, kind, where),
     )
+
+
+#: Model types whose every decoder layer holds more than one attention block, each with a
+#: cache of its own: LongCat-Flash's two MLA blocks (transformers' num_hidden_layers is
+#: 2 * num_layers, derived, never written).
+BLOCKS_PER_LAYER = {"longcat_flash": 2}
+
+
+def _attention_layers(cfg: dict, kind: str, where: str) -> int:
+    """The attention layers: the decoder layers, times their blocks where a layer holds
+    several (BLOCKS_PER_LAYER)."""
+    blocks = BLOCKS_PER_LAYER.get(kind, 1)
+    if blocks > 1 and cfg.get("num_layers") is not None:
+        return blocks * int_field(cfg, "num_layers", where, maximum=MAX_LAYERS // blocks)
+    return _one_of(cfg, "num_layers", where)
 
 
 def _refuse_without_attention(cfg: dict, kind: str, where: str) -> None:

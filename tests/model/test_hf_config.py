@@ -630,3 +630,13 @@ def test_jetmoe_s_heads_are_kv_channels_wide():
     cfg |= {"num_key_value_heads": 16, "num_hidden_layers": 12}
     assert spec_from_hf_config(cfg, "m", "m.json").head_dim == 128
     assert spec_from_hf_config({**cfg, "kv_channels": 64}, "m", "m.json").head_dim == 64
+
+
+def test_longcat_flash_caches_two_attention_blocks_a_layer():
+    """LongCat-Flash's decoder layers each hold two MLA blocks, each with its cache
+    (transformers' num_hidden_layers = 2 * num_layers): 28 layers cache as 56."""
+    cfg = {"model_type": "longcat_flash", "hidden_size": 64, "num_attention_heads": 4}
+    cfg |= {"num_layers": 28, "kv_lora_rank": 16, "qk_rope_head_dim": 8}
+    cfg |= {"qk_nope_head_dim": 16, "v_head_dim": 16, "q_lora_rank": 32}
+    spec = spec_from_hf_config(cfg, "m", "m.json")
+    assert spec.num_layers == 56 and spec.mla is not None

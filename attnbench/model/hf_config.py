@@ -155,6 +155,11 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if isinstance(cfg.get("text_config"), dict):
         cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
     kind = str_field(cfg, "model_type", where) or ""
+    if cfg.get("is_encoder_decoder") is True:
+        raise UsageError(
+            f"{where}: model_type {kind!r} is an encoder-decoder (field 'is_encoder_decoder'): "
+            "attnbench sizes decoder-only models, and the language model of a multimodal one"
+        )
     d_model = _one_of(cfg, "d_model", where)
     if _given(cfg, _ALIASES["num_heads"], where, _MAXIMUM["num_heads"]) is None:
         _refuse_without_attention(cfg, kind, where)
@@ -181,6 +186,11 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         # set head_dim to qk_rope_head_dim (64), which would give a model's config.json
         # other ratios to MHA than its preset.
         head_dim = mla.v_head_dim
+    if head_dim is None and d_model % num_heads:
+        raise UsageError(
+            f"{where}: the width ({d_model}) is no multiple of the attention heads "
+            f"({num_heads}), and the config gives no 'head_dim'"
+        )
     try:
         shape = AttentionShape(d_model, num_heads, num_kv_heads, head_dim)
     except ValueError as exc:

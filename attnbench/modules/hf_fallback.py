@@ -73,7 +73,10 @@ def with_layer_types(spec: ModelSpec) -> ModelSpec:
     text = isinstance(cfg.get("text_config"), dict)
     listed = {**cfg["text_config"], "layer_types": derived} if text else None
     cfg = {**cfg, "text_config": listed} if text else {**cfg, "layer_types": derived}
-    known = replace(spec_from_hf_config(cfg, spec.name, path), config_path=path)
+    try:  # transformers' list may not fit the file's own fields (Dory: 36 for 72 layers)
+        known = replace(spec_from_hf_config(cfg, spec.name, path), config_path=path)
+    except UsageError:
+        return spec
     if known.unknown_kinds is not None:
         return spec
     source = "layer types as transformers' configuration class derives them"

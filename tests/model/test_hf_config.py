@@ -640,3 +640,48 @@ def test_longcat_flash_caches_two_attention_blocks_a_layer():
     cfg |= {"qk_nope_head_dim": 16, "v_head_dim": 16, "q_lora_rank": 32}
     spec = spec_from_hf_config(cfg, "m", "m.json")
     assert spec.num_layers == 56 and spec.mla is not None
+
+
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        (
+            {"model_type": "bart", "is_encoder_decoder": True, "d_model": 64},
+            "model_type 'bart' is an encoder-decoder (field 'is_encoder_decoder'): attnbench "
+            "sizes decoder-only models",
+        ),
+        (
+            {"model_type": "glm4_moe", "hidden_size": 4096, "num_attention_heads": 96},
+            "the width (4096) is no multiple of the attention heads (96), and the config gives "
+            "no 'head_dim'",
+        ),
+    ],
+)
+def test_refusals_of_a_config_say_why_in_its_own_terms(cfg, message):
+    """An encoder-decoder used to be told a field was missing; a width the heads do not
+    divide was named by attnbench's own names (num_heads, d_model), not the config's."""
+    with pytest.raises(UsageError) as info:
+        spec_from_hf_config({**cfg, "num_hidden_layers": 2}, "m", "m.json")
+    assert str(info.value).startswith(f"m.json: {message}")
+    assert "\n" not in str(info.value)
+
+
+def test_layer_types_transformers_derives_that_do_not_fit_the_file_leave_it_unknown(
+    tmp_path, monkeypatch
+):
+    """Dory's configuration class derives 36 layer types for the file's 72 layers: the
+    file's layers stay unknown (a refusal of what cannot be sized), not an error blaming
+    the file's own layer_types."""
+    import attnbench.modules.hf_fallback as hf_fallback
+
+    cfg = {**GEMMA4_LIKE, "model_type": "mystery", "_name_or_path": "m"}
+    del cfg["layer_types"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    assert spec.unknown_kinds is not None  # a window, and no rule of its type known
+    monkeypatch.setattr(hf_fallback, "transformers_installed", lambda: True)
+    monkeypatch.setattr(hf_fallback, "derived_layer_types", lambda cfg: ["full_attention"] * 2)
+    assert hf_fallback.with_layer_types(spec) is spec
+    monkeypatch.setattr(hf_fallback, "derived_layer_types", lambda cfg: ["full_attention"] * 4)
+    assert hf_fallback.with_layer_types(spec).unknown_kinds is None

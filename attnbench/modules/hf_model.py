@@ -105,7 +105,9 @@ def _count(cfg_json: str) -> TransformersCount:
     for attribute in ("language_model", "text_model"):  # as multimodal models name it
         if language is None:
             language = getattr(model.base_model, attribute, None)
-    if head is None or (language is None and auto is not transformers.AutoModelForCausalLM):
+    # A type of the image-text mapping may build a causal LM itself (Mistral-4)
+    causal = auto is transformers.AutoModelForCausalLM or name.endswith("ForCausalLM")
+    if head is None or (language is None and not causal):
         raise UsageError(f"transformers builds {name} of {model_type!r}: not a causal LM")
     stored, note = _stored(model), None
     if language is not None:  # a ForConditionalGeneration model: its vision tower left out

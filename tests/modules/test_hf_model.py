@@ -272,3 +272,13 @@ def test_the_routed_experts_a_step_reads_come_from_each_type_s_own_fields(tmp_pa
     traits = step_traits(spec)
     assert (traits.num_experts, traits.experts_per_token) == (4, 2)
     assert _first({"num_experts_per_token": 8}, PER_TOKEN_KEYS, "ffn_config", "moe_top_k") == 8
+
+
+def test_a_causal_lm_of_the_image_text_mapping_is_counted():
+    """Mistral-4 is in transformers' image-text-to-text mapping alone, which builds
+    Mistral4ForCausalLM: a causal LM, counted, not refused as one."""
+    config = transformers.AutoConfig.for_model("mistral4").to_dict()
+    mla = {"kv_lora_rank": 16, "q_lora_rank": 32, "qk_head_dim": 24, "qk_nope_head_dim": 16}
+    small = {**BASE, **EXPERTS, **mla, "qk_rope_head_dim": 8, "v_head_dim": 16}
+    count = transformers_parts({**config, **small, "n_routed_experts": 4}, "config.json")
+    assert count.model_class == "Mistral4ForCausalLM" and count.parts["experts"] > 0

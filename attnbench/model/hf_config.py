@@ -281,7 +281,7 @@ def _shared_caches(cfg: dict, where: str) -> str | None:
     """Why a config whose last layers reuse earlier layers' K and V (Gemma-3n's
     num_kv_shared_layers) cannot be sized: attnbench caches every attention layer's own.
     None when none is shared."""
-    shared = int_field(cfg, "num_kv_shared_layers", where, 0, maximum=MAX_LAYERS)
+    shared = int_field(cfg, "num_kv_shared_layers", where, 0, minimum=0, maximum=MAX_LAYERS)
     if not shared:
         return None
     return (
@@ -952,7 +952,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     notes = [spec.note] if spec.note else []
     inner = language_model(cfg, str(path)) if isinstance(cfg.get("text_config"), dict) else cfg
     kind = str_field(inner, "model_type", str(path)) or ""
-    known = kind in BODY_MODEL_TYPES or kind in HYBRIDS or bool(kind) and transformers_knows(kind)
+    # True, False, or None when transformers is not installed
+    known = kind in BODY_MODEL_TYPES or kind in HYBRIDS or (bool(kind) and transformers_knows(kind))
     if not known:
         what = f"model_type {kind!r}" if kind else "a config without a model_type"
         by = "nor transformers" if known is False else "(transformers is not installed)"

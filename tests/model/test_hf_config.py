@@ -577,8 +577,8 @@ def test_layers_shaped_or_cached_apart_are_refused_not_sized_as_the_others(extra
     assert spec.unknown_kinds is not None and spec.unknown_kinds.startswith(reason)
     with pytest.raises(UsageError, match="its KV cache and state are not counted"):
         spec.require_kinds()
-    plain = spec_from_hf_config({**GEMMA4_LIKE, "per_layer_config": {"03": {}}}, "m", "m.json")
-    assert plain.unknown_kinds is None
+    plain = {**GEMMA4_LIKE, "per_layer_config": {"03": {}}, "num_kv_shared_layers": 0}
+    assert spec_from_hf_config(plain, "m", "m.json").unknown_kinds is None
 
 
 def test_floats_transformers_tags_are_read_back_as_its_from_json_file_reads_them():

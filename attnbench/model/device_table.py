@@ -262,10 +262,23 @@ def _device(
     )
 
 
-def _pcie(per_direction_gbs: float, link: str) -> Collectives:
-    """Collectives over PCIe, where no nccl-tests figure was found: the slot's rate per
-    direction as the bus bandwidth, and NCCL's latency model for PCIe."""
-    return _nccl(per_direction_gbs, f"not measured: {link} at its rate per direction", "PCIe")
+_NCCL_TOPO = (
+    "https://github.com/NVIDIA/nccl/blob/b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2/src/graph/topo.cc"
+)
+#: A PCIe lane's rate as NCCL's topology takes it (kvDictPciGen, in 100 Mb/s), by
+#: generation: 16 GT/s for Gen4, 32 GT/s for Gen5, less their encoding.
+_PCIE_LANE_RATE = {4: 120, 5: 240}
+
+
+def _pcie(generation: int, link: str) -> Collectives:
+    """Collectives over PCIe, where no nccl-tests figure was found: the x16 link's
+    bandwidth as NCCL's topology models it (ncclTopoAddPci: lanes x a lane's rate / 80, in
+    GB/s: 24 for Gen4, 48 for Gen5) as the bus bandwidth, and NCCL's latency model for
+    PCIe."""
+    rate = _PCIE_LANE_RATE[generation]
+    gbs = 16 * rate / 80
+    how = f"16 lanes x {rate} (100 Mb/s a lane) / 80 = {gbs:g} GB/s ({_NCCL_TOPO})"
+    return _nccl(gbs, f"not measured: {link} as NCCL's topology models it, {how}", "PCIe")
 
 
 # Dense TFLOPS of the H100 SXM5 in the Hopper whitepaper (its datasheet rounds the figures
@@ -355,7 +368,7 @@ _TABLE = (
             f"cuda-stream triad, H100 PCIe: {_STREAM_H100_PCIE}",
         ),
         {"share": _HOPPER_GEMM},
-        _pcie(64, "PCIe Gen5 x16"),
+        _pcie(5, "PCIe Gen5 x16"),
         mma=_WGMMA,
     ),
     _device(
@@ -369,7 +382,7 @@ _TABLE = (
         (_NVIDIA_DATASHEET,),
         _HBM3_HOPPER,
         {"share": _HOPPER_GEMM},
-        _pcie(64, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
+        _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
         mma=_WGMMA,
     ),
     _device(
@@ -402,7 +415,7 @@ _TABLE = (
         (_H200_DATASHEET,),
         _HBM3E,
         {"share": _HOPPER_GEMM},
-        _pcie(64, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
+        _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
         mma=_WGMMA,
     ),
     _device(
@@ -447,7 +460,7 @@ _TABLE = (
         (_A100_DATASHEET,),
         _HBM2E_A100,
         _A100_PCIE_GEMM,
-        _pcie(32, "PCIe Gen4 x16"),
+        _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
     _device(
@@ -461,7 +474,7 @@ _TABLE = (
         (_A100_DATASHEET,),
         _HBM2E_A100,
         _A100_PCIE_GEMM,
-        _pcie(32, "PCIe Gen4 x16"),
+        _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
     # The L40S datasheet gives dense | sparse; it has no NVLink.
@@ -483,7 +496,7 @@ _TABLE = (
         (_L40S_DATASHEET,),
         _GDDR6_ADA,
         {"share": _HOPPER_GEMM},
-        _pcie(32, "PCIe Gen4 x16"),
+        _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
     _device(
@@ -500,7 +513,7 @@ _TABLE = (
             f"gpu-stream triad, L40: {_STREAM_L40}",
         ),
         {"share": _HOPPER_GEMM},
-        _pcie(32, "PCIe Gen4 x16"),
+        _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
     # The L4 datasheet gives the tensor-core figures with sparsity only: halved here.
@@ -522,7 +535,7 @@ _TABLE = (
         (_L4_DATASHEET,),
         _GDDR6_ADA,
         {"share": _HOPPER_GEMM},
-        _pcie(32, "PCIe Gen4 x16"),
+        _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
     # The Ada whitepaper's GeForce RTX 4090 figures with FP32 accumulation (the GeForce
@@ -545,7 +558,7 @@ _TABLE = (
         (_ADA_WHITEPAPER,),
         _GDDR6_ADA,
         {"share": _HOPPER_GEMM},
-        _pcie(32, "PCIe Gen4 x16"),
+        _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
     _device(

@@ -209,6 +209,11 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
                 "split evenly",
                 markup=False,
             )
+        if spec.unknown_kinds is not None:  # params counts it; kvmem, predict and fit refuse
+            console.print(
+                f"note: {spec.name}: {spec.unknown_kinds}; its cache is not counted",
+                markup=False,
+            )
         if any(s is not None and s.recurrent_dtype for s in spec.layer_states):
             console.print(
                 f"note: {spec.name}: the state layers' recurrent state is counted in float32, "

@@ -685,3 +685,17 @@ def test_layer_types_transformers_derives_that_do_not_fit_the_file_leave_it_unkn
     assert hf_fallback.with_layer_types(spec) is spec
     monkeypatch.setattr(hf_fallback, "derived_layer_types", lambda cfg: ["full_attention"] * 4)
     assert hf_fallback.with_layer_types(spec).unknown_kinds is None
+
+
+def test_params_of_a_config_whose_cache_is_refused_says_so(tmp_path):
+    """params counts what it can of such a config; its note says its cache is not counted
+    and why, where kvmem refuses it."""
+    path = tmp_path / "config.json"
+    cfg = {**GEMMA4_LIKE, "model_type": "mystery", "_name_or_path": "g", "vocab_size": 100}
+    path.write_text(json.dumps({**cfg, "num_kv_shared_layers": 2}))
+    result = runner.invoke(app, ["params", "--hf-config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "note: g: field 'num_kv_shared_layers' (2) has its last layers reuse" in result.stdout
+    assert "; its cache is not counted" in result.stdout
+    refused = runner.invoke(app, ["kvmem", "--hf-config", str(path)])
+    assert refused.exit_code == 2 and "num_kv_shared_layers" in refused.stderr

@@ -434,7 +434,8 @@ def _probe_for(
 
 
 def _replay(blank: Any, calls: list[_Call], tokens: int) -> dict[str, torch.Tensor]:
-    """Make the recorded cache writes again on a copy of the blank layer, ``tokens`` long."""
+    """Make the recorded cache writes again on a copy of the blank layer, ``tokens`` long:
+    the tensors it then holds, but its 0-d bookkeeping."""
     if blank is None or not calls:
         return {}
     layer = copy.deepcopy(blank)
@@ -444,10 +445,12 @@ def _replay(blank: Any, calls: list[_Call], tokens: int) -> dict[str, torch.Tens
             for shape, dtype in call.tensors
         ]
         getattr(layer, call.method)(*tensors, *call.args, **call.kwargs)
+    # a 0-d tensor is bookkeeping, not cache: transformers 5.25's hybrid layers keep a
+    # token count (cumulative_length_linear, int64) beside their keys and values
     return {
         name: value
         for name, value in vars(layer).items()
-        if isinstance(value, torch.Tensor) and not name.startswith("_")
+        if isinstance(value, torch.Tensor) and not name.startswith("_") and value.dim() > 0
     }
 
 

@@ -1,8 +1,8 @@
 # Two entry points: `make bench` (the default study) and `make test` (the test suite but
 # its integration tests, on two workers). Both create .venv when it is missing and install
-# the project into it. `make test-integration` runs the tests left out (other processes:
-# torchrun ranks, the CLI, concurrent writers; statistical sweeps). `make docs` builds the
-# documentation site into site/.
+# the project into it, at the versions of constraints.txt. `make test-integration` runs
+# the tests left out (other processes: torchrun ranks, the CLI, concurrent writers;
+# statistical sweeps). `make docs` builds the documentation site into site/.
 PYTHON ?= python3
 VENV ?= .venv
 # The torch build to install when the venv has none. Override for another build, e.g.
@@ -15,10 +15,10 @@ TEST_WORKERS ?= 2
 
 .PHONY: bench test test-integration test-slow fuzz lint docs setup clean calibration
 
-$(BIN)/attnbench: pyproject.toml
+$(BIN)/attnbench: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[dev,hf,docs]"
+	$(BIN)/pip install -q -e ".[dev,hf,docs]" -c constraints.txt
 	touch $@
 
 setup: $(BIN)/attnbench

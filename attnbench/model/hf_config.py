@@ -301,25 +301,22 @@ def _windows_known(cfg: dict, kind: str, where: str) -> bool:
     return kind in known or "sliding_window_pattern" in cfg
 
 
-#: Model types whose attention's head_dim is attention_head_dim, 2 * d_model / heads by
-#: default: Zamba's shared block attends over the hidden state and the embeddings, joined.
-ZAMBA_TYPES = ("zamba", "zamba2")
-
-
-#: Model types whose head_dim is another field, with transformers' default of it: JetMoE's
-#: K and V heads are kv_channels wide.
-HEAD_DIM_FIELD = {"jetmoe": ("kv_channels", 128)}
+#: Model types whose head_dim is another field, with transformers' default of it from the
+#: width and the heads: Zamba's attention_head_dim, 2 * d_model / heads (its shared block
+#: attends over the hidden state and the embeddings, joined); JetMoE's K and V heads,
+#: kv_channels wide, 128.
+HEAD_DIM_FIELD: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    **dict.fromkeys(("zamba", "zamba2"), ("attention_head_dim", lambda d, heads: 2 * d // heads)),
+    "jetmoe": ("kv_channels", lambda d, heads: 128),
+}
 
 
 def _head_dim(cfg: dict, kind: str, d_model: int, num_heads: int, where: str) -> int | None:
-    """head_dim (Zamba's attention_head_dim, JetMoE's kv_channels where head_dim is left
-    out); the model type's default where it has one (None: d_model / heads)."""
-    if kind in ZAMBA_TYPES and cfg.get("head_dim") is None:
-        default = 2 * d_model // num_heads
-        return int_field(cfg, "attention_head_dim", where, default, maximum=MAX_HEADS)
+    """head_dim (HEAD_DIM_FIELD's field where head_dim is left out); the model type's
+    default where it has one (None: d_model / heads)."""
     if kind in HEAD_DIM_FIELD and cfg.get("head_dim") is None:
         field, default = HEAD_DIM_FIELD[kind]
-        return int_field(cfg, field, where, default, maximum=MAX_HEADS)
+        return int_field(cfg, field, where, default(d_model, num_heads), maximum=MAX_HEADS)
     return int_field(cfg, "head_dim", where, HEAD_DIM_BY_DEFAULT.get(kind), maximum=MAX_HEADS)
 
 
@@ -379,7 +376,8 @@ def _windows(
     layers are its plan's, of which the attending ones are listed."""
     # 0 is no window (Qwen2-MoE writes it with use_sliding_window false), refused below
     # where layers slide
-    window = int_field(cfg, "sliding_window", where, None, minimum=0, maximum=MAX_TOKENS) or None
+    given = int_field(cfg, "sliding_window", where, None, minimum=0, maximum=MAX_TOKENS)
+    window = given or None
     chunk_default = CHUNK_SIZE if kind in CHUNKED_TYPES else None
     if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None:
         chunk_default = None  # null turns chunking off (Llama4TextConfig)
@@ -391,7 +389,7 @@ def _windows(
         types = _layer_types(cfg, num_layers, kind, where, window, chunk)
     if types is None:
         return None
-    if cfg.get("sliding_window") == 0 and "sliding_attention" in types:
+    if given == 0 and "sliding_attention" in types:
         raise UsageError(f"{where}: field 'sliding_window' is 0, but layers slide")
     bounded = tuple(sizes.get(t) for t in types)
     return bounded if any(b is not None for b in bounded) else None

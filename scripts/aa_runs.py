@@ -48,6 +48,7 @@ from attnbench.gate.compare import Verdict, compare_documents
 from attnbench.measure.stats import layout_chunks, median
 from attnbench.records import Kind, field_kinds
 from attnbench.study.documents import parse_document
+from attnbench.study.plan import DEFAULT_CONFIG as STUDY_CONFIG
 
 #: The comparisons of points sampled in turn, and the in-run ratio to the step's kernels.
 COMPARISONS = ("x_of_narrowest_median", "x_of_no_cache_median", "x_of_baseline_median")
@@ -61,7 +62,7 @@ KEPT = (
     *("status", "layouts", "step_ci_pct", "cpu_share"),
     *(f"{stem}_{s}" for stem in RATIOS for s in STATS),
 )
-DEFAULT_CONFIG = Path("attnbench/configs/default.yaml")
+DEFAULT_CONFIG = STUDY_CONFIG
 DEFAULT_OUT = Path("results/bench/aa-runs-cpu.json")
 #: The planted slowdown of one variant's cached step.
 PLANTED = 1.2
@@ -343,6 +344,20 @@ def busy_neighbour() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
+def refuse_beside_report(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, why: str
+) -> None:
+    """Exit with parser's usage error if a flag other than --report was given beside it:
+    reporting a saved file takes none of them."""
+    given = [
+        "--" + name.replace("_", "-")
+        for name, value in vars(args).items()
+        if name != "report" and value not in (None, False)
+    ]
+    if given:
+        parser.error(f"{given[0]} has no effect with --report, which {why}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, help="how many runs (default 10)")
@@ -352,10 +367,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="report the runs of a saved file again")
     args = parser.parse_args()
     if args.report is not None:
-        given = [f"--{f}" for f in ("runs", "config", "out") if getattr(args, f) is not None]
-        given += ["--busy"] if args.busy else []
-        if given:
-            parser.error(f"{given[0]} has no effect with --report, which runs nothing")
+        refuse_beside_report(parser, args, "runs nothing")
         print("\n".join(report(json.loads(args.report.read_text()))))
         return
     args.runs = 10 if args.runs is None else args.runs

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from aa_runs import refuse_beside_report
 
 from attnbench.experiments.context import Context
 from attnbench.experiments.decode import Ready, prepare, timed_step
@@ -34,7 +35,7 @@ from attnbench.measure.environment import collect_environment
 from attnbench.measure.stats import median
 from attnbench.measure.timing import Timer, Unit
 from attnbench.modules.providers import PROVIDERS
-from attnbench.study.plan import plan_study
+from attnbench.study.plan import DEFAULT_CONFIG, plan_study
 
 WINDOWS_S = (1, 5, 30)
 
@@ -146,15 +147,13 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="report a file written before")
     args = parser.parse_args()
     if args.report is not None:
-        given = [f"--{f}" for f in ("seconds", "config", "out") if getattr(args, f) is not None]
-        if given:
-            parser.error(f"{given[0]} has no effect with --report, which samples nothing")
+        refuse_beside_report(parser, args, "samples nothing")
         doc = json.loads(args.report.read_text())
     else:
         seconds = 240.0 if args.seconds is None else args.seconds
         if not seconds >= 2 * WINDOWS_S[0]:
             parser.error(f"--seconds {seconds:g}: at least {2 * WINDOWS_S[0]} (two windows)")
-        doc = sample(args.config or Path("attnbench/configs/default.yaml"), seconds)
+        doc = sample(args.config or DEFAULT_CONFIG, seconds)
         if args.out is not None:
             args.out.write_text(as_json(doc))
     print("\n".join(report(doc)))

@@ -24,6 +24,7 @@ from planting import QUERY_COPY_LINE, QUERY_LINE, ROOT, git, planted_commit
 
 from attnbench.ab.sides import default_cache_dir, revision_side
 from attnbench.gate.compare import Thresholds, Verdict, judge_count
+from attnbench.study.plan import DEFAULT_CONFIG
 
 #: The stricter count threshold the report also judges at.
 STRICT = Thresholds(count=0.005)
@@ -115,7 +116,7 @@ def report(saved: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--config", default="attnbench/configs/default.yaml")
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--out", type=Path, default=ROOT / "results/bench/instructions-cpu.json")
     parser.add_argument("--report", type=Path, help="print the report of a saved file")
     args = parser.parse_args()

@@ -177,3 +177,22 @@ def test_a_flag_that_measures_is_refused_beside_report(name, flags, monkeypatch,
         script.main()
     assert exit_.value.code == 2
     assert f"{flags[0]} has no effect with --report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "refused"),
+    [
+        ("aa_runs", ["--report", "x.json", "--busy"], "--busy"),
+        ("aa_runs", ["--runs", "3", "--report", "x.json"], "--runs"),
+        ("host_drift", ["--report", "x.json", "--seconds", "9"], "--seconds"),
+    ],
+)
+def test_reporting_a_saved_file_refuses_the_flags_that_would_run(
+    name, argv, refused, monkeypatch, capsys
+):
+    script = _load(name, monkeypatch)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        script.main()
+    assert exit_.value.code == 2
+    assert f"error: {refused} has no effect with --report" in capsys.readouterr().err

@@ -130,8 +130,15 @@ def spelled(value: Any, show: Callable[[Any], str] = brief) -> str:
 
 
 def closest(name: str, choices: Iterable[str]) -> str:
-    """' (did you mean X?)' for the closest of `choices`, or '' when nothing is close."""
-    match = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
+    """' (did you mean X?)' for the closest of `choices`, or '' when nothing is close: the
+    choices `name` begins, in any case, when there are any ('h100': h100-sxm, h100-pcie
+    and h100-nvl), else the nearest spelling."""
+    choices = list(choices)
+    word = str(name).strip().lower()
+    starting = [c for c in choices if word and c.lower().startswith(word)]
+    if len(starting) > 1:
+        return f" (did you mean {', '.join(map(repr, starting[:-1]))} or {starting[-1]!r}?)"
+    match = starting or difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 

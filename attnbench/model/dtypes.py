@@ -48,13 +48,17 @@ QUANTIZED_KV_DTYPES: tuple[str, ...] = tuple(n for n, d in DTYPES.items() if d.q
 #: dtypes a quantisation scale may use.
 SCALE_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 
-#: Other spellings found in config.json files.
+#: Other spellings found in config.json files and serving engines' flags (vLLM's
+#: kv-cache-dtype fp8 is e4m3).
 ALIASES = {
     "fp32": "float32",
     "fp16": "float16",
     "bf16": "bfloat16",
     "half": "float16",
     "float": "float32",
+    "fp8": "float8_e4m3fn",
+    "fp8_e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2",
 }
 
 

@@ -122,9 +122,22 @@ def iqr_cell(
         samples = row.get(count)
         if isinstance(samples, int) and samples < MIN_SPREAD_SAMPLES:
             return TOO_FEW
-        return f"±{100 * (high - low) / 2 / mid:.1f}%"
+        return spread_text((high - low) / 2 / mid)
 
     return cell
+
+
+#: The largest relative spread written as a number: a wider one (an interval of a
+#: comparison that did not settle, quartiles of a stalled step) reads as over it.
+MAX_SHOWN_SPREAD = 10.0
+
+
+def spread_text(share: float, digits: int = 1) -> str:
+    """A spread around a median, relative to it: '±4.2%', or 'over ±1,000%' beyond
+    MAX_SHOWN_SPREAD, where the digits would say nothing more."""
+    if share > MAX_SHOWN_SPREAD:
+        return f"over ±{MAX_SHOWN_SPREAD:,.0%}"
+    return f"±{share:.{digits}%}"
 
 
 # --- column helpers ------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from ..measure.stats import (
 )
 from ..measure.timing import drift
 from ..records import key_fields
-from .columns import join_words, known
+from .columns import join_words, known, spread_text
 from .selection import busy, ok_records, one_provider, series_label
 
 #: The widest 95% interval (its larger side, relative to the median) of a resolved
@@ -228,10 +228,10 @@ def paired(a: Mapping, b: Mapping) -> dict | None:
 
 
 def _percents(*shares: float) -> list[str]:
-    """Shares as whole percents, or to a tenth where whole ones would read alike
-    ('±10.4% wide (over ±10.0%)', never '±10% wide (over ±10%)')."""
-    whole = [f"{s:.0%}" for s in shares]
-    return whole if len(set(whole)) == len(whole) else [f"{s:.1%}" for s in shares]
+    """Spreads (spread_text) as whole percents, or to a tenth where whole ones would read
+    alike ('±10.4% wide (over ±10.0%)', never '±10% wide (over ±10%)')."""
+    whole = [spread_text(s, 0) for s in shares]
+    return whole if len(set(whole)) == len(whole) else [spread_text(s) for s in shares]
 
 
 def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
@@ -245,7 +245,7 @@ def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
         widest = max(wide, key=lambda j: j.width - j.allowed)
         what = "its 95% interval is" if one else "their 95% intervals are up to"
         width, allowed = _percents(widest.width, widest.allowed)
-        parts.append(f"{what} ±{width} wide (over ±{allowed})")
+        parts.append(f"{what} {width} wide (over {allowed})")
     rounds = [j.rounds or 0 for j in judged]
     if min(rounds) < MIN_SPREAD_SAMPLES:
         span = f"{min(rounds)}" if len(set(rounds)) == 1 else f"{min(rounds)} to {max(rounds)}"
@@ -472,9 +472,8 @@ def sampling_findings(records: Sequence[dict], target: float | None) -> list[str
     if widest is not None:
         reached = "within" if target is not None and widest[0] <= target else "against"
         goal = f", {reached} a target of ±{target:.1%}" if target is not None else ""
-        found.append(
-            f"The widest 95% interval of a comparison is ±{widest[0]:.1%} ({widest[1]}){goal}."
-        )
+        width = spread_text(widest[0])
+        found.append(f"The widest 95% interval of a comparison is {width} ({widest[1]}){goal}.")
     if few:
         found.append(
             f"{few} comparison{'s' * (few != 1)} {'was' if few == 1 else 'were'} sampled over "

@@ -214,8 +214,32 @@ def _ratio_figure(
         unsure_label=UNRESOLVED_LABEL,
     )
     _scale(ax, "x", [r["prompt_len"] for r in records])
-    _scale(ax, "y", [1.0, *(r[spread[1]] for r in records)])
+    shown = _bar_span([1.0, *(r[value] for r in records)], records, spread)
+    _scale(ax, "y", shown)
+    ax.set_ylim(shown[0] / BAR_MARGIN, shown[1] * BAR_MARGIN)
     return fig
+
+
+#: How far beyond the medians' span an interval bar widens the y axis, as a factor: an
+#: unresolved comparison's interval can span decades (it is marked unresolved), and would
+#: flatten every line; its bar is cut at the axis instead.
+BAR_REACH = 3.0
+#: The room left above and below what is shown, as a factor.
+BAR_MARGIN = 1.1
+
+
+def _bar_span(
+    medians: Sequence[float], records: Sequence[dict], spread: tuple[str, str]
+) -> tuple[float, float]:
+    """The y range a ratio plot shows: its medians, and their intervals up to BAR_REACH
+    times beyond them."""
+    low, high = min(medians), max(medians)
+    lows = [r[spread[0]] for r in records if r[spread[0]] is not None and r[spread[0]] > 0]
+    highs = [r[spread[1]] for r in records if r[spread[1]] is not None]
+    return (
+        max(min([low, *lows]), low / BAR_REACH),
+        min(max([high, *highs]), high * BAR_REACH),
+    )
 
 
 def decode_speedup(doc: dict) -> Figure | None:

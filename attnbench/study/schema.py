@@ -16,7 +16,7 @@ from typing import Any
 
 from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES
 from ..model.devices import DEVICES, THIS_DEVICE
-from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES
+from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES, canonical_dtype
 from ..model.limits import (
     MAX_GEN_LEN,
     MAX_GPUS,
@@ -544,15 +544,21 @@ VALUE_ALIASES = {
 
 def canonical_value(name: str, value: Any) -> Any:
     """`value` of field `name` under its current name (sdpa -> attnbench; MQA -> mqa;
-    sliding_window none -> 0)."""
+    sliding_window none -> 0; H100-SXM -> h100-sxm; bf16 -> bfloat16)."""
     if not isinstance(value, str):
         return value
     word = value.strip().lower()
     if word in NUMBER_WORDS.get(name, {}):
         return NUMBER_WORDS[name][word]
-    if name in FIELDS and word in FIELDS[name].words:
+    spec = FIELDS.get(name)
+    if spec is not None and word in spec.words:
         return word
-    return VALUE_ALIASES.get(name, {}).get(value, value)
+    value = VALUE_ALIASES.get(name, {}).get(value, value)
+    if spec is None or not spec.choices or value in spec.choices:
+        return value
+    if (dtype := canonical_dtype(word)) in spec.choices:
+        return dtype
+    return next((c for c in spec.choices if c.lower() == word), value)
 
 
 def fields_for(section: str) -> list[str]:

@@ -715,6 +715,17 @@ def test_plots_draw_noisy_and_unresolved_points_hollow(saved):
     assert not any("hollow" in t.get_text() for t in latency.get_legend().get_texts())
 
 
+def test_an_unresolved_interval_spanning_decades_is_cut_at_the_axis(saved):
+    """The medians keep the plot: a bar of 1e-4 to 1e6 would flatten every line."""
+    doc = settled(copy.deepcopy(saved["doc"]))
+    interval(cached(doc, "attnbench", "GQA-2", 8), "x_of_narrowest", 2.0, 1e-4, 1e6)
+    medians = [r["x_of_narrowest_median"] for r in plots._ratio_records(doc, "x_of_narrowest")]
+    reach = plots.BAR_REACH * plots.BAR_MARGIN
+    low, high = plots.decode_variants(doc).axes[0].get_ylim()
+    assert min(1, *medians) / reach <= low < 1  # the 1x line and every median shown
+    assert max(medians) < high <= max(medians) * reach
+
+
 def heads_rows(contexts=(8,), measured: bool = False) -> list[dict]:
     """Two families of KV-head counts (8 and 32 query heads) at each context."""
     return [

@@ -31,6 +31,7 @@ from attnbench.render.columns import (
     format_bytes,
     iqr_cell,
     kvmem_columns,
+    spread_text,
 )
 from attnbench.render.providers import ProviderCell, providers_table
 from attnbench.render.report import render_report
@@ -1162,3 +1163,11 @@ def test_every_unit_has_its_column_and_no_other_is_declared():
     assert set(UNIT_COLUMNS) == set(UNITS)
     with pytest.raises(ValueError, match="unit must be one of"):
         ColumnSpec("step", "step_ms", "seconds")
+
+
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [(0.042, "±4.2%"), (9.99, "±999.0%"), (10.5, "over ±1,000%"), (260010.66, "over ±1,000%")],
+)
+def test_a_spread_past_ten_times_its_median_reads_as_over_it(share, text):
+    assert spread_text(share) == text

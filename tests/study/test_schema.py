@@ -41,8 +41,8 @@ from attnbench.study.plan import (
     plan_study,
     point_count,
 )
-from attnbench.study.schema import FIELDS, above_maximum, max_threads
-from attnbench.study.sweep import Section, load_config, resolve
+from attnbench.study.schema import FIELDS, above_maximum, canonical_value, max_threads
+from attnbench.study.sweep import Section, check_value, load_config, resolve
 from tests.experiments.options import decode_point, with_options
 from tests.helpers import runner
 
@@ -469,3 +469,22 @@ def test_a_command_keeps_the_default_limit(tmp_path, monkeypatch):
 def test_the_count_is_the_number_of_points_built(section, overrides, models):
     sec = resolve(load_config(None), section, overrides, models)
     assert point_count(sec) == len(sec.points()) > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "given", "value"),
+    [
+        ("gpu", "H100-SXM", "h100-sxm"),
+        ("gpu", " MI300X", "mi300x"),
+        ("dtype", "bf16", "bfloat16"),
+        ("dtype", "FP16", "float16"),
+        ("kv_dtype", "fp8", "float8_e4m3fn"),
+        ("kv_dtype", "FP8_E5M2", "float8_e5m2"),
+        ("weights_dtype", "fp8", "float8_e4m3fn"),
+        ("dtype", "fp8", "fp8"),  # not a choice of an activations' dtype: refused as given
+        ("gpu", "h100", "h100"),
+    ],
+)
+def test_a_value_is_read_in_any_case_and_under_its_common_spellings(name, given, value):
+    assert canonical_value(name, given) == value
+    assert (check_value(name, given) is None) == (value != given)

@@ -286,6 +286,10 @@ LOAD_ERRORS = {
         "kvmem:\n  dtype: float61\n",
         ["float61", "did you mean 'float16'", "float32", "bfloat16"],
     ),
+    "a GPU's family, not its name": (
+        "predict:\n  gpu: h100\n",
+        ["'h100'", "did you mean 'h100-sxm', 'h100-pcie' or 'h100-nvl'?"],
+    ),
     "unknown dtype in a list": (
         "sweep:\n  dtype: [float32, bfloat61]\n",
         ["bfloat61", "did you mean 'bfloat16'"],

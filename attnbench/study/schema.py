@@ -102,10 +102,15 @@ class Field:
         return re.sub(r"\{(\w+)\}", lambda m: name_of(m.group(1)), text)
 
     def help_text(self, section: str | None = None, name_of: Callable[[str], str] = str) -> str:
-        """The flag's help in `section`'s command (flag_text), with the largest value when
-        there is one: 'Tokens (at most 1,000).', 'Heads (default 1; at most 10).'; for
-        the threads, what bounds it: '(at most 8 here: 4 per CPU)'."""
+        """The flag's help in `section`'s command (flag_text), with its default where the
+        help gives none and the largest value when there is one: 'Tokens (at most
+        1,000).', 'Heads (default 1; at most 10).'; for the threads, what bounds it: '(at
+        most 8 here: 4 per CPU)'."""
         text = self.flag_text(section, name_of)
+        default = self.default_for(section) if section else None
+        if default is not None and "default" not in text.lower():  # a help that gives none
+            shown = ("on" if default else "off") if isinstance(default, bool) else default
+            text = f"{text.rstrip('.')} (default {shown})."
         if self.upper is None:
             return text
         upper = f"{self.upper:g}" if isinstance(self.upper, float) else f"{self.upper:,}"
@@ -246,7 +251,7 @@ FIELDS: dict[str, Field] = {
     "scale_dtype": Field(
         str,
         _CACHE,
-        f"Scales' dtype ({DEFAULT_SCALE_DTYPE}).",
+        "Scales' dtype.",
         choices=SCALE_DTYPES,
         default=DEFAULT_SCALE_DTYPE,
     ),

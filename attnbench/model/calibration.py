@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FieldError, UsageError, closest, show_value
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
-from .files import read_user_file, shown_path
+from .files import not_text, read_user_file, shown_path
 from .roofline import (
     DEFAULT_MODEL,
     MAX_EFFICIENCY,
@@ -423,6 +423,8 @@ def _read(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, An
             raise FieldError("calibration", where, reason) from None
         except (ValueError, RecursionError):  # an integer of thousands of digits, nesting
             raise FieldError("calibration", where, "not valid JSON") from None
+        if bad := not_text(doc):
+            raise FieldError("calibration", where, bad)
     if not isinstance(doc, Mapping):
         raise FieldError(
             "calibration",

@@ -106,3 +106,36 @@ def format_size(n: int) -> str:
     if unit == "B":
         return f"{n} bytes"
     return f"{n / divisor:.0f} {unit}" if n % divisor == 0 else f"{n / divisor:.1f} {unit}"
+
+
+def not_text(data: object) -> str | None:
+    """Why JSON `data` cannot be written out: a string in it holds a lone surrogate escape
+    ("\\ud800"), which JSON parsers accept and UTF-8 refuses; None when none does.
+    Checked as a file is read, so that a later write (a table, a CSV, a report) cannot
+    fail half-way through a file it has opened."""
+    where = _surrogate_at(data, "")
+    if where is None:
+        return None
+    return f"{where} holds a lone surrogate escape, which no UTF-8 text can hold"
+
+
+def _surrogate_at(data: object, where: str) -> str | None:
+    """The path ('records[0].variant') of the first string in `data` that UTF-8 refuses."""
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "a value"
+        return None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if _surrogate_at(key, "a key"):
+                return f"a key of {where}" if where else "a key"
+            if bad := _surrogate_at(value, f"{where}.{key}" if where else str(key)):
+                return bad
+        return None
+    if isinstance(data, list):
+        return next(
+            (bad for i, v in enumerate(data) if (bad := _surrogate_at(v, f"{where}[{i}]"))), None
+        )
+    return None

@@ -71,7 +71,7 @@ from .config_fields import (
     layer_indices,
     str_field,
 )
-from .files import read_user_file
+from .files import not_text, read_user_file
 from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
 from .hf_layers import layer_plan as hybrid_plan
 from .limits import (
@@ -898,6 +898,8 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
         raise UsageError(f"{where}: invalid JSON: {str(exc).splitlines()[0]}") from None
     if json_depth(data) > max_depth:
         raise too_deep
+    if bad := not_text(data):
+        raise UsageError(f"{where}: {bad}")
     return special_floats(data)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import FieldError, UsageError, spelled
 from ..experiments.whole_model import PART_RECORDS
-from ..model.files import read_user_file
+from ..model.files import not_text, read_user_file
 from ..records import (
     Kind,
     csv_fields,
@@ -95,6 +95,8 @@ def _json_document(path: Path, text: str) -> Document:
         raise UsageError(f"{path}: JSON nested too deeply") from None
     except ValueError as exc:  # an integer of thousands of digits
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if bad := not_text(doc):
+        raise UsageError(f"{path}: {bad}")
     return parse_document(doc, path)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.errors import FieldError, UsageError
-from attnbench.model.files import read_user_file
+from attnbench.model.files import not_text, read_user_file
 from attnbench.model.hf_config import (
     BODY_TRAITS,
     GPT2_POSITIONS,
@@ -628,3 +628,29 @@ def test_the_cli_reports_config_json_problems_as_a_user_sees_them(tmp_path):
         assert result.exit_code == 2 and "Traceback" not in result.output
         (line,) = result.output.strip().splitlines()
         assert line.startswith(f"error: {path}: field 'hidden_size' must be") and len(line) < 300
+
+
+def test_a_lone_surrogate_escape_is_found_where_it_stands():
+    data = json.loads('{"records": [{"variant": "ok"}, {"variant": "\\ud800"}], "n": 1}')
+    assert not_text(data).startswith("records[1].variant holds a lone surrogate escape")
+    assert not_text(json.loads('{"sections": {"\\udc80": 1}}')).startswith("a key of sections")
+    assert not_text({"a": ["x", 1.5, None, {"b": "é"}]}) is None
+
+
+def test_a_lone_surrogate_is_refused_before_any_output_is_touched(tmp_path):
+    """JSON takes "\\ud800", UTF-8 does not: a config, results or calibration file holding
+    one is refused as it is read, and the output already there stays as it was."""
+    config = {"model_type": "llama", "_name_or_path": "\ud800x", "hidden_size": 256}
+    config |= {"num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 100}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))  # ensure_ascii: the escape, as a file holds it
+    kept = tmp_path / "kept.csv"
+    kept.write_text("KEEP\n")
+    result = invoke("kvmem", "--hf-config", str(path), "--seq-len", "64", "--csv", str(kept))
+    assert result.exit_code == 2, result.output
+    assert "_name_or_path holds a lone surrogate escape" in result.output
+    assert "Traceback" not in result.output and kept.read_text() == "KEEP\n"
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps({"source": "\udc80"}))
+    result = invoke("predict", "--model", "llama-2-7b", "--calibration", str(calibration))
+    assert result.exit_code == 2 and "source holds a lone surrogate" in result.output

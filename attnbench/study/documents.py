@@ -303,7 +303,17 @@ def is_number(value: Any) -> bool:
 
 
 def _csv_document(path: Path, text: str) -> Document:
-    reader = csv.DictReader(io.StringIO(text))
+    """A CSV that attnbench wrote, or a spreadsheet saved it again (a byte-order mark
+    first, as Excel writes one)."""
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))
+    try:
+        return _csv_records(path, reader)
+    except csv.Error as exc:  # a cell over the csv module's field limit (128 KiB), say
+        reason = f"not a CSV attnbench reads ({exc})"
+        raise UsageError(f"{path}: line {reader.line_num}: {reason}") from None
+
+
+def _csv_records(path: Path, reader: csv.DictReader) -> Document:
     fields = reader.fieldnames or []
     section = _csv_section(path, fields)
     text_fields = {

@@ -428,6 +428,20 @@ def test_csv_results_are_validated_too(kvmem_doc, tmp_path):
     )
 
 
+def test_a_csv_saved_by_a_spreadsheet_reads_and_one_past_the_cell_limit_is_refused(
+    kvmem_doc, tmp_path
+):
+    path = tmp_path / "k.csv"
+    assert cli(*KVMEM_ARGS, "--csv", path, "-q").exit_code == 0
+    text = path.read_text()
+    bom = _write(tmp_path / "bom.csv", "\ufeff" + text)  # as Excel saves a CSV
+    assert load_document(bom).sections["kvmem"] == load_document(path).sections["kvmem"]
+    lines = text.splitlines()
+    huge = _write(tmp_path / "huge.csv", "\n".join([lines[0], "M" * 200_000 + lines[1]]) + "\n")
+    error = one_error(cli("compare", path, huge))
+    assert "huge.csv: line" in error and "field larger than field limit" in error
+
+
 @pytest.fixture(scope="module")
 def run_doc(tmp_path_factory) -> dict:
     """A tiny study's results document: params, kvmem (not measured) and decode."""

@@ -13,7 +13,7 @@ import inspect
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,9 +186,11 @@ def run_section(
 ) -> tuple[Plan, RunResult, Written]:
     """A command's one-section study: the outputs checked, then planned, run and (unless
     not `write`) written by the library (study.runner.run_command)."""
+    from ..study.plan import section_inputs
     from ..study.runner import run_command
 
-    check_writable(outputs, {"config": config, "hf_config": hf_config})
+    inputs = section_inputs(config, section, overrides)
+    check_writable(outputs, {"config": config, "hf_config": hf_config, **inputs})
     refs = model_refs(model, hf_config)
     csv_path, json_path = (outputs.get("csv"), outputs.get("json")) if write else (None, None)
     return run_command(section, config, overrides, refs, csv_path, json_path)
@@ -250,14 +252,22 @@ def show_table(
     print_view(console, view)
 
 
-def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]) -> None:
+def check_writable(
+    outputs: dict[str, str | None], inputs: Mapping[str, str | Sequence[str] | None]
+) -> None:
     """Fail before anything runs when an output cannot be written: a directory, a special
     file, a read-only file, a folder that is not a writable directory, one of the
     command's own `inputs`, or the same file as another output; or when an input's name
-    can name no file (too long). Both map a field (csv, config...) to the path given for it;
-    errors name the field's flag."""
+    can name no file (too long). Both map a field (csv, config...) to the path given for it
+    (an input, to its paths: "models", the config.json files a sweep file lists); errors
+    name the field's flag."""
     given = [(field, path) for field, path in outputs.items() if path]
-    reads = [(field, path) for field, path in inputs.items() if path]
+    reads = [
+        (field, path)
+        for field, paths in inputs.items()
+        for path in ([paths] if isinstance(paths, str) else paths or ())
+        if path
+    ]
     for field, path in reads:
         problem = bad_name(path)
         if problem:
@@ -267,10 +277,12 @@ def check_writable(outputs: dict[str, str | None], inputs: dict[str, str | None]
         same_input = next((f for f, other in reads if same_file(path, other)), None)
         earlier = next((f for f, other in given[:i] if same_file(path, other)), None)
         if reason is None and same_input is not None:
-            reason = (
-                f"is the {flag_of(same_input)} file, an input of this command; write "
-                "the output elsewhere"
+            what = (
+                "a model config.json the sweep file lists"
+                if same_input == "models"
+                else (f"the {flag_of(same_input)} file")
             )
+            reason = f"is {what}, an input of this command; write the output elsewhere"
         elif reason is None and earlier is not None:
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"
         if reason is not None:

@@ -24,6 +24,7 @@ from .sweep import (
     MODEL_FIELDS,
     Section,
     StudyConfig,
+    file_path,
     load_config,
     resolve,
 )
@@ -431,6 +432,27 @@ def measured_run_target(
 
     section = resolve(load_config(config_path), "predict", overrides)
     return one_gpu(section.values.get("gpu")), section.options.get("calibration")
+
+
+def section_inputs(
+    config_path: str | Path | None, section: str, overrides: dict[str, Any]
+) -> dict[str, list[str]]:
+    """The files `section` reads beside its sweep file, by what names them: "models", the
+    config.json files the sweep file lists (a section's own list, else the file's), and
+    "calibration", the flag's or the file's. A file that fails to load here fails the
+    same way when the study is planned."""
+    config = load_config(config_path)
+    body = config.sections.get(section) or {}
+    refs = body.get("models", config.sections.get("models")) or []
+    models = [
+        str(file_path(r, config.base_dir))
+        for r in refs
+        if isinstance(r, str) and (r.endswith(".json") or "/" in r)
+    ]
+    calibration = None
+    if "calibration" in fields_for(section):
+        calibration = resolve(config, section, overrides).options.get("calibration")
+    return {"models": models, "calibration": [calibration] if calibration else []}
 
 
 def check_one_rank_per_point(plan: Plan, source: str | None, command: Callable[[int], str]) -> None:

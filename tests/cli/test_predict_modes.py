@@ -157,3 +157,32 @@ def test_a_sweep_files_gpu_reaches_calibrate_and_check(tmp_path):
     study.write_text("predict:\n  gpu: a100-80gb\n")
     result = predict("--check", run, "--config", study, "--calibration", to)
     one_error(result, f"--calibration {to}: was fitted against h100-sxm's peaks, not a100-80gb's")
+
+
+def test_no_output_writes_over_a_file_the_sweep_names_or_the_calibration(tmp_path):
+    """The model config.json a sweep file lists and the calibration, by flag or by file,
+    are inputs too: --json or --csv over one of them is refused, and it stays whole."""
+    path = results(tmp_path)
+    calibration = tmp_path / "cal.json"
+    assert predict("--calibrate", path, "--to", calibration).exit_code == 0
+    model = tmp_path / "m.json"
+    model.write_text(
+        json.dumps(
+            {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8}
+            | {"num_hidden_layers": 2, "vocab_size": 100, "intermediate_size": 64}
+        )
+    )
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("models: [m.json]\npredict: {seq_len: 64, calibration: cal.json}\n")
+    before = {p: p.read_text() for p in (model, calibration)}
+    one_error(
+        predict("--config", sweep, "--json", model),
+        f"--json {model}: is a model config.json the sweep file lists, an input",
+    )
+    one_error(
+        predict("--config", sweep, "--csv", calibration),
+        f"--csv {calibration}: is the --calibration file, an input of this command",
+    )
+    flags = ("--model", "llama-2-7b", "--seq-len", "64", "--calibration", calibration)
+    one_error(predict(*flags, "--json", calibration), f"--json {calibration}: is the")
+    assert {p: p.read_text() for p in (model, calibration)} == before

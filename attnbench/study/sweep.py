@@ -216,8 +216,9 @@ def _typed(name: str, value: Any) -> Any:
 
 
 def _problems(lines: list[str]) -> Problems:
-    """One error per line, the first MAX_PROBLEM_LINES of them shown."""
-    return Problems([UsageError(line) for line in lines], MAX_PROBLEM_LINES)
+    """One error per line, each once (a YAML alias repeats a value and its problem), the
+    first MAX_PROBLEM_LINES of them shown."""
+    return Problems([UsageError(line) for line in dict.fromkeys(lines)], MAX_PROBLEM_LINES)
 
 
 def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:

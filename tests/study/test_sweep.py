@@ -795,3 +795,11 @@ def test_a_layer_pattern_longer_than_the_layers_is_refused(args, message):
         )
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith(f"error: {message}"), result.stderr
+
+
+def test_a_value_an_alias_repeats_is_refused_once(tmp_path):
+    text = "defaults: {d_model: 64, num_heads: 4}\nsweep:\n  batch: &a [1, 2]\n"
+    path = write_yaml(tmp_path, text + "  seq_len: [*a, *a]\n")
+    result = runner.invoke(app, ["kvmem", "--config", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.count("error:") == 1 and "sweep.seq_len" in result.stderr

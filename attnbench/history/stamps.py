@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import FieldError, typed
+from ..errors import FieldError, UsageError, spelled, typed
 from .store import Commit
 
 if TYPE_CHECKING:
@@ -73,6 +73,13 @@ def stamps_of(
     head = current_commit()
     stamps = []
     for path, document in zip(paths, documents, strict=True):
+        named = (document.environment or {}).get("git_commit")
+        if (
+            commit is None
+            and named not in (None, "")
+            and (problem := name_problem("commit", named))
+        ):
+            raise UsageError(f"{path}: environment.git_commit {spelled(named)}: {problem}")
         stamp = stamp_of(document, head, commit, branch, date)
         if stamp is None:
             reason = f"not in a git checkout: name the commit measured ({path} names none)"
@@ -98,13 +105,19 @@ def parse_date(text: str) -> str:
         ) from None
 
 
+def name_problem(field: str, text: object) -> str | None:
+    """Why `text` names no commit or branch (`field`): one word, never empty; None when
+    it does."""
+    if not isinstance(text, str):
+        return f"expected a {field} as a string, got {spelled(text)}"
+    if text.isprintable() and text and " " not in text:
+        return None
+    if not text.strip():
+        return f"empty; name the {field}"
+    return f"a {field} is one word, without spaces or control characters"
+
+
 def check_name(field: str, text: str | None) -> None:
-    """A commit or a branch (`field`) is named by one word, never empty."""
-    if text is None or (text.isprintable() and text and " " not in text):
-        return
-    reason = (
-        f"empty; name the {field}"
-        if not text.strip()
-        else (f"a {field} is one word, without spaces or control characters")
-    )
-    raise FieldError(field, typed(text), reason)
+    """A commit or a branch (`field`) given by its flag is named by one word."""
+    if text is not None and (problem := name_problem(field, text)):
+        raise FieldError(field, typed(text), problem)

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from attnbench.errors import FieldError
+from attnbench.errors import FieldError, UsageError
 from attnbench.history import stamps
 from attnbench.history.stamps import check_name, current_commit, parse_date, stamp_of, stamps_of
 from attnbench.history.store import Commit
@@ -120,3 +120,18 @@ def test_a_name_that_is_not_one_word_is_refused(text, reason):
     with pytest.raises(FieldError) as caught:
         check_name("commit", text)
     assert caught.value.field == "commit" and caught.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("named", "problem"),
+    [
+        ("a b\nc", "'a b\\nc': a commit is one word, without spaces or control characters"),
+        (5, "5: expected a commit as a string, got 5"),
+    ],
+)
+def test_a_files_commit_is_checked_as_the_flag_is(monkeypatch, named, problem):
+    monkeypatch.setattr(stamps, "current_commit", lambda: HEAD)
+    with pytest.raises(UsageError) as caught:
+        stamps_of(["a.json"], [document(named)])
+    assert str(caught.value) == f"a.json: environment.git_commit {problem}"
+    assert stamps_of(["a.json"], [document(named)], commit="c" * 40)[0].sha == "c" * 40

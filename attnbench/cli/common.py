@@ -22,7 +22,7 @@ import typer
 from rich.text import Text
 
 from ..errors import FieldError, UsageError
-from ..model.files import bad_name, shown_path
+from ..model.files import bad_name, refuse_empty, shown_path
 from ..records import as_dict
 from ..render.columns import join_words
 from ..render.table import (
@@ -261,13 +261,14 @@ def check_writable(
     can name no file (too long). Both map a field (csv, config...) to the path given for it
     (an input, to its paths: "models", the config.json files a sweep file lists); errors
     name the field's flag."""
-    given = [(field, path) for field, path in outputs.items() if path]
     reads = [
         (field, path)
         for field, paths in inputs.items()
         for path in ([paths] if isinstance(paths, str) else paths or ())
-        if path
     ]
+    for field, path in [*outputs.items(), *reads]:
+        refuse_empty(field, path)
+    given = [(field, path) for field, path in outputs.items() if path]
     for field, path in reads:
         problem = bad_name(path)
         if problem:

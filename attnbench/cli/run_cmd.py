@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import FieldError, UsageError, one_line
-from ..model.files import bad_name, shown_path
+from ..model.files import bad_name, refuse_empty, shown_path
 from ..study.limits import MAX_POINTS, MAX_SHARDS
 from ..study.output import keep_records, kept_text
 from ..study.saved import unsaved
@@ -227,6 +227,7 @@ def run_command(
     from ..study.merge import merge, resumed_share_plan
     from ..study.plan import check_one_rank_per_point
     from ..study.shards import parse_shard, shard_plan
+    from ..study.stores import check_resumable
 
     config = _sweep_file(config, config_flag)
     launch = torchrun_launch()
@@ -240,10 +241,13 @@ def run_command(
         _dry_run(plan, workers)
         return
     _check_run_flags(nproc, resume, out, shard)
+    refuse_empty("out", out)
     out_dir = Path(out) if out else timestamped_dir()
     check_out_dir(out_dir, force, config)
     _refuse_share(out_dir)
     share = parse_shard(shard) if shard is not None else None
+    if resume and share is None:  # before the directory is made
+        check_resumable(out_dir)
     if share is not None:
         plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
     result = _run(plan, out_dir, share, resume, quiet, launch is not None, (config, device))

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import FieldError, brief
+from ..errors import FieldError, brief, typed
 from .units import binary_unit
 
 #: The longest name most file systems take for one file (NAME_MAX, in bytes).
@@ -21,6 +21,13 @@ def _encoded(text: str) -> bytes | None:
         return os.fsencode(text)
     except UnicodeEncodeError:
         return None
+
+
+def refuse_empty(field: str, path: str | Path | None) -> None:
+    """A name given empty ('--csv ""', a name the shell lost) is refused, not read as the
+    option left out, nor as the current folder (Path("") is ".")."""
+    if path == "":
+        raise FieldError(field, typed(""), "empty; give a file's name")
 
 
 def bad_name(path: str | Path) -> str | None:

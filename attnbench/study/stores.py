@@ -56,6 +56,12 @@ class MemoryStore:
 LOCK_FILE = ".attnbench.lock"
 
 
+def check_resumable(out_dir: Path) -> None:
+    """A study can be resumed in `out_dir`: it holds its results.json."""
+    if not (out_dir / RESULTS_FILE).is_file():
+        raise FieldError("out", str(out_dir), f"no {RESULTS_FILE} there to resume")
+
+
 @dataclass
 class DirectoryStore:
     """results.json (rewritten atomically after each point) and one CSV per section
@@ -80,8 +86,7 @@ class DirectoryStore:
         return self.path.exists()
 
     def load(self) -> dict:
-        if not self.path.is_file():
-            raise FieldError("out", str(self.out_dir), f"no {RESULTS_FILE} there to resume")
+        check_resumable(self.out_dir)
         return load_results(self.path)
 
     def save(self, document: dict) -> None:

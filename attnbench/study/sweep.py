@@ -38,7 +38,7 @@ from ..errors import (
     spelled,
 )
 from ..model.architecture import ModelSpec
-from ..model.files import read_user_file
+from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
 from ..model.what_if import kv_heads_count, what_if_specs
@@ -163,6 +163,7 @@ def load_config(path: str | Path | None) -> StudyConfig:
     """Read and validate a sweep file; None gives an empty config."""
     if path is None:
         return StudyConfig()
+    refuse_empty("config", path)
     path = Path(path)
     text = read_user_file(path, "config", limit=MAX_SWEEP_FILE_BYTES)
     try:
@@ -414,6 +415,7 @@ def check_calibration(sec: Section, base_dir: Path) -> None:
     path = sec.options.get("calibration")
     if path is None:
         return
+    refuse_empty("calibration", path)
     readers = CALIBRATED.get(sec.name, ())
     if readers and all(sec.options.get(name) is None for name in readers):
         reason = f"times the targets {' and '.join(readers)} only: give one, or leave it out"

@@ -654,3 +654,20 @@ def test_a_lone_surrogate_is_refused_before_any_output_is_touched(tmp_path):
     calibration.write_text(json.dumps({"source": "\udc80"}))
     result = invoke("predict", "--model", "llama-2-7b", "--calibration", str(calibration))
     assert result.exit_code == 2 and "source holds a lone surrogate" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("kvmem", "--model", "llama-2-7b", "--csv", ""),
+        ("kvmem", "--hf-config", ""),
+        ("kvmem", "--config", ""),
+        ("predict", "--model", "llama-2-7b", "--calibration", ""),
+        ("compare", "a.json", "b.json", "--output", ""),
+    ],
+)
+def test_a_file_name_given_empty_is_refused_not_read_as_left_out(args):
+    result = invoke(*args)
+    flag = args[args.index("") - 1]
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {flag} '': empty; give a file's name\n"

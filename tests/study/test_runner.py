@@ -465,6 +465,9 @@ def test_out_with_results_needs_resume(tmp_path):
     assert "error: --resume: give the results directory to finish with --out" in result.stderr
     result = run(config, "--out", tmp_path / "empty", "--resume")
     assert result.exit_code == 2 and "no results.json there to resume" in result.stderr
+    assert not (tmp_path / "empty").exists()  # refused before the directory is made
+    result = run(config, "--out", "")
+    assert result.exit_code == 2 and "error: --out '': empty; give a file's name" in result.stderr
 
 
 PARAMS_KVMEM = """\

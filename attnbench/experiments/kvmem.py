@@ -139,7 +139,7 @@ def check(point: KvmemPoint) -> None:
     ...), without sizing or measuring it."""
     if point.spec is not None:
         point.spec.require_kinds()
-    _layout(point, point.tp)
+    _ = _layout(point, point.tp).bytes  # its scale groups checked against its vectors
     _windows(point)
     if point.page_size is not None:
         positive_int("page_size", point.page_size)

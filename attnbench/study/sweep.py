@@ -278,6 +278,8 @@ class Section:
         model = getattr(point, "model", None)
         if origin is None and model is not None and error.field in MODEL_FIELDS:
             return error.located(f"{model}: {error.field} {value}")
+        if origin is None and self.source != FLAGS_SOURCE:  # a field the file left out
+            return error.located(f"{self.name} ({self.source})")
         return error
 
     def points(self, typed: Any = None) -> list:

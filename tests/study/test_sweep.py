@@ -803,3 +803,26 @@ def test_a_value_an_alias_repeats_is_refused_once(tmp_path):
     result = runner.invoke(app, ["kvmem", "--config", str(path)])
     assert result.exit_code == 2
     assert result.stderr.count("error:") == 1 and "sweep.seq_len" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "defaults: {d_model: 64, num_heads: 4}\n"
+            "kvmem: {seq_len: 64, kv_dtype: int4, kv_scale_group: 1000000000}\n",
+            "error: kvmem.kv_scale_group: 1000000000 (study.yaml): exceeds the 16 elements",
+        ),
+        (
+            "models: [llama-2-7b]\nfit: {gpu: h100-sxm}\n",
+            "error: fit (study.yaml): give either seq_len (for the largest batch) or batch",
+        ),
+    ],
+)
+def test_a_study_is_refused_when_planned_in_the_files_terms(tmp_path, monkeypatch, text, error):
+    """Not when its points run, and not by a flag `run` does not have."""
+    monkeypatch.chdir(tmp_path)
+    write_yaml(tmp_path, text)
+    result = runner.invoke(app, ["run", "study.yaml", "--dry-run"])
+    assert result.exit_code == 2 and result.stderr.startswith(error), result.output
+    assert "--" not in result.stderr

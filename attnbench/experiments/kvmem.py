@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import FieldError
 from ..measure.devices import free_memory_bytes
 from ..model.architecture import ModelSpec
 from ..model.capacity import (
@@ -143,6 +144,16 @@ def check(point: KvmemPoint) -> None:
     _windows(point)
     if point.page_size is not None:
         positive_int("page_size", point.page_size)
+
+
+def check_section(values: Mapping[str, list], options: object, given: set[str]) -> None:
+    """seq_lens gives a batch and its lengths: a batch or seq_len given beside it would be
+    replaced without a word."""
+    replaced = sorted(given & {"batch", "seq_len"}) if values.get("seq_lens") else []
+    if replaced:
+        name = replaced[0]
+        listed = ",".join(map(str, values[name]))
+        raise FieldError(name, listed, "is set by seq_lens (its lengths): give one or the other")
 
 
 def _format(point: KvmemPoint) -> KvFormat:

@@ -201,6 +201,7 @@ def _kvmem() -> SectionKind:
         on_device=kvmem.on_device,
         beside=kvmem.BESIDE,
         describe=describe_kvmem,
+        check_section=kvmem.check_section,
         title="KV-cache memory (K and V)",
         measures=True,
     )

@@ -411,6 +411,10 @@ def test_unknown_device_exits_2():
         (["--d-model", "60", "--heads", "8"], "num_heads 8 does not divide d_model 60"),
         (["--d-model", "60", "--heads", "8"], "invalid combination --d-model 60 --heads 8"),
         (["--heads", "4"], "give --d-model and --heads or --model"),
+        (
+            ["--d-model", "64", "--heads", "4", "--seq-lens", "8x512", "--batch", "2"],
+            "--batch 2: is set by seq_lens (its lengths): give one or the other",
+        ),
         ([], "nothing to run"),
     ],
 )

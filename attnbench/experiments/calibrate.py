@@ -52,25 +52,31 @@ def one_gpu(gpus: Sequence[str] | None) -> str:
 
 
 def calibrate_results(
-    doc: Mapping[str, Any], gpu: str, name: str, min_time_s: float = 0.0
+    doc: Mapping[str, Any], gpu: str | None, name: str, min_time_s: float = 0.0
 ) -> tuple[Calibration, CheckReport]:
     """The calibration of a results document (`name`: its file) against `gpu`'s peaks
-    (THIS_DEVICE: the ones the run measured), and its check on its own samples."""
-    calibration = calibrate_run(doc, _named(gpu), name, min_time_s)
+    (THIS_DEVICE or None: the ones the run measured), and its check on its own samples."""
+    calibration = calibrate_run(doc, _named(gpu or THIS_DEVICE), name, min_time_s)
     return calibration, check_run(doc, calibration, None, min_time_s, name)
 
 
 def check_results(
     doc: Mapping[str, Any],
     calibration: str | None,
-    gpu: str,
+    gpu: str | None,
     name: str,
     min_time_s: float = 0.0,
 ) -> CheckReport:
     """A calibration file's model (None: the defaults) checked against every timed sample
-    of a results document (`name`: its file), on `gpu`'s peaks (see check_run)."""
+    of a results document (`name`: its file), on `gpu`'s peaks (see check_run); `gpu`
+    None: the calibration's, else the run's. THIS_DEVICE asked for is the run's own
+    peaks, which a calibration fitted against a named GPU's cannot be checked on."""
     loaded = load_calibration(calibration) if calibration else None
-    return check_run(doc, loaded, _named(gpu), min_time_s, name)
+    fitted = loaded.device if loaded is not None else None
+    if gpu is not None and is_this(gpu) and fitted is not None and not is_this(fitted.name):
+        reason = f"was fitted against {fitted.name}'s peaks, not {THIS_DEVICE}'s"
+        raise FieldError("calibration", calibration, reason)
+    return check_run(doc, loaded, _named(gpu or THIS_DEVICE), min_time_s, name)
 
 
 def _named(gpu: str) -> DeviceSpec | None:

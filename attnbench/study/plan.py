@@ -424,14 +424,15 @@ def plan_command(
 
 def measured_run_target(
     config_path: str | Path | None, overrides: dict[str, Any]
-) -> tuple[str, str | None]:
+) -> tuple[str | None, str | None]:
     """The GPU and the calibration file a measured run is calibrated or checked with
-    (predict's modes on a run): the flags over the sweep file's predict section (one GPU; by
-    default THIS_DEVICE, the peaks the run measured). No point is planned."""
+    (predict's modes on a run): the flags over the sweep file's predict section (one GPU;
+    None when neither names one). No point is planned."""
     from ..experiments.calibrate import one_gpu
 
     section = resolve(load_config(config_path), "predict", overrides)
-    return one_gpu(section.values.get("gpu")), section.options.get("calibration")
+    gpu = one_gpu(section.values.get("gpu")) if "gpu" in section.origins else None
+    return gpu, section.options.get("calibration")
 
 
 def section_inputs(

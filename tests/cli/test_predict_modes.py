@@ -111,6 +111,9 @@ def test_check_with_another_gpu_than_the_calibration_is_refused(tmp_path):
     )
     result = predict("--check", results(tmp_path), "--gpu", "a100-80gb", "--calibration", cal)
     one_error(result, f"--calibration {cal}: was fitted against h100-sxm's peaks, not a100-80gb's")
+    result = predict("--check", results(tmp_path), "--gpu", "this", "--calibration", cal)
+    one_error(result, f"--calibration {cal}: was fitted against h100-sxm's peaks, not this's")
+    assert predict("--check", results(tmp_path), "--calibration", cal).exit_code == 0
 
 
 def test_a_bad_run_is_one_line_naming_file_record_and_field(tmp_path):

@@ -273,6 +273,10 @@ def _check_keys(path: Path, section: str, records: list[dict], keys: list[str]) 
     repeated whole is the same row twice (two models with one layer shape give the same
     per-layer params row), not a conflict; compare matches it once."""
     present = [k for k in keys if any(k in rec for rec in records)]
+    if records and keys and not present:  # nothing to match a row on: not our records
+        raise UsageError(
+            f"{path}: {section} records: none has a key field ({', '.join(keys[:3])}, ...)"
+        )
     seen: dict[tuple, int] = {}
     for i, rec in enumerate(records):
         where = f"{path}: {section} record {i}"

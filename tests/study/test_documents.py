@@ -428,6 +428,15 @@ def test_csv_results_are_validated_too(kvmem_doc, tmp_path):
     )
 
 
+def test_records_with_no_key_field_are_refused_by_their_file(kvmem_doc, tmp_path):
+    """Not matched on nothing, which blamed the other file of a comparison."""
+    empty = _write(tmp_path / "empty.json", {**kvmem_doc, "records": [{}]})
+    good = _write(tmp_path / "good.json", kvmem_doc)
+    for pair in ((good, empty), (empty, good)):
+        error = one_error(cli("compare", *pair))
+        assert error.startswith(f"error: {empty}: kvmem records: none has a key field")
+
+
 def test_a_csv_saved_by_a_spreadsheet_reads_and_one_past_the_cell_limit_is_refused(
     kvmem_doc, tmp_path
 ):

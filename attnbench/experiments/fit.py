@@ -404,7 +404,8 @@ def memory_of(point: FitPoint, device: DeviceSpec | None = None) -> MemorySize:
     if point.memory is not None:
         return parse_memory(point.memory, "memory")
     if device is None:
-        raise FieldError("memory", None, "give the memory of each GPU, e.g. 80GiB")
+        reason = "give the memory of each GPU, e.g. 80GiB, or a GPU by its name, e.g. h100-sxm"
+        raise FieldError("memory", None, reason)
     return MemorySize(device.memory_bytes, f"{device.memory_bytes / 10**9:g}GB", decimal=True)
 
 

@@ -94,7 +94,7 @@ class DeviceSpec:
 
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
-        flops = ", ".join(f"{d} {v / _T:,.0f}" for d, v in self.dense_flops.items())
+        flops = ", ".join(f"{d} {_tflops(v)}" for d, v in self.dense_flops.items())
         parts = [
             f"memory {self.memory_bandwidth / _G:,.0f} GB/s ({self.bandwidth_source})",
             f"matmul TFLOPS {flops} ({self.flops_source})",
@@ -107,3 +107,9 @@ class DeviceSpec:
         if self.collectives is not None:
             parts.append(self.collectives.describe())
         return "; ".join(parts)
+
+
+def _tflops(flops: float) -> str:
+    """TFLOP/s to the unit from 10 (1,403), to three figures below it (a CPU's 0.279)."""
+    tera = flops / _T
+    return f"{tera:,.0f}" if tera >= 10 else f"{tera:.3g}"

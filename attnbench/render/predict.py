@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model.calibration import CheckRow
+from ..model.devices import THIS_DEVICE
 from ..model.roofline import STATE_FLOPS
 from ..model.units import format_bytes
 from .columns import (
@@ -20,11 +21,17 @@ from .columns import (
 )
 from .table import Column
 
+
+def gpu_name(gpu: object) -> str:
+    """A GPU as a prediction names it: THIS_DEVICE is this machine, its peaks measured."""
+    return "this machine" if gpu == THIS_DEVICE else fmt_plain(gpu)
+
+
 #: The table of `predict`: one row per point, part and phase (phase_rows).
 PHASE_COLUMNS: list[Column] = [
     Column("Model", "name", fmt_plain, rank=0, kind="label", setting=True),
     Column("Variant", "variant", fmt_plain, rank=0, kind="label", setting=True, cell=variant_cell),
-    Column("GPU", "gpu", fmt_plain, rank=0, kind="label", setting=True),
+    Column("GPU", "gpu", gpu_name, rank=0, kind="label", setting=True),
     Column("tp", "tp", fmt_int, rank=2, setting=True),
     Column("batch", "batch", fmt_int, rank=1, setting=True),
     Column("context", "seq_len", fmt_int, rank=1, setting=True),
@@ -36,7 +43,7 @@ PHASE_COLUMNS: list[Column] = [
     Column("bytes", "bytes", format_bytes, rank=1),
     Column("FLOPs", "flops", fmt_si, rank=1),
     Column("FLOP/B", "intensity", fmt_4sig, rank=2),
-    Column("ridge", "ridge", fmt_4sig, rank=3, setting=True),
+    Column("ridge FLOP/B", "ridge", fmt_4sig, rank=3, setting=True),
     Column("Bound", "bound", fmt_plain, rank=0, kind="label"),
     Column("tokens/s", "tokens_per_s", fmt_rate, rank=0),
 ]
@@ -127,8 +134,9 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     the counts."""
     lines = []
     for gpu, r in {r["gpu"]: r for r in records}.items():
-        lines.append(f"{gpu} ({r['device_title']}): {r['device_figures']}")
-        lines.append(f"{gpu}'s datasheets: {r['peaks_source']}")
+        lines.append(f"{gpu_name(gpu)} ({r['device_title']}): {r['device_figures']}")
+        if gpu != THIS_DEVICE:  # this machine's figures are its probes', given above
+            lines.append(f"{gpu}'s datasheets: {r['peaks_source']}")
     for r in {(r["gpu"], r["tp"]): r for r in records if r.get("allreduce_ms")}.values():
         lines.append(
             f"{r['gpu']}, tp {r['tp']}: the model's collectives (2 all-reduces a layer, the "

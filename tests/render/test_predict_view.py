@@ -12,6 +12,7 @@ from attnbench.render.predict import (
     PHASE_COLUMNS,
     REQUEST_TTFT,
     batch_prefill_note,
+    gpu_name,
     phase_rows,
     source_lines,
 )
@@ -76,3 +77,14 @@ def test_dequantising_weight_only_weights_is_stated(tmp_path):
     assert int4["dequant_ms"] > 0 and full["dequant_ms"] is None
     (line,) = [x for x in source_lines([int4, full]) if "dequantising" in x]
     assert f"{int4['dequant_ms']:.3g} ms of each decode step" in line
+
+
+def test_this_machine_is_named_so_with_its_probes_as_its_only_source(tmp_path):
+    out = tmp_path / "p.json"
+    args = ["predict", "--model", "llama-2-7b", "--seq-len", "64", "--json", str(out), "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    records = json.loads(out.read_text())["records"]
+    lines = source_lines(records)
+    assert lines[0].startswith("this machine (") and "matmul TFLOPS float16 0." in lines[0]
+    assert not any("datasheets" in line for line in lines)  # it has none: its probes
+    assert gpu_name("this") == "this machine" and gpu_name("h100-sxm") == "h100-sxm"

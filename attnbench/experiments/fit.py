@@ -73,6 +73,11 @@ MEMORY_BOUND, LATENCY_BOUND = "memory", "latency"
 TOO_SLOW = "too slow"
 
 
+#: The quantised weights a fit of 16-bit weights that leave no room suggests (the format
+#: most large models are served in on GPUs that compute in it).
+FP8_WEIGHTS = "float8_e4m3fn"
+
+
 class CapacityError(Exception):
     """The request cannot fit; the message gives the numbers. Exit code 1."""
 
@@ -186,21 +191,34 @@ class FitPlan:
     def _tp_hint(self) -> str:
         """Where weights leave no room: the smallest larger tp (a multiple of this one that
         splits the query and KV heads as model_layout allows) that leaves some, as '; tp N
-        would leave room ...'; '' when none does. A GPU count given apart from tp
-        (replicas) must then be a multiple of N."""
-        for tp in range(2 * self.tp, self.spec.num_heads + 1, self.tp):
+        would leave room ...', and for 16- or 32-bit weights the smallest tp (this one or
+        larger) at which float8 weights would; '' when none does. A GPU count given apart
+        from tp (replicas) must then be a multiple of N."""
+        found = self._smallest_tp(self.weights, 2 * self.tp)
+        hint = ""
+        if found is not None:
+            tp, weights = found
+            gpus = f"; gpus a multiple of {tp}" if self.gpus != self.tp and self.gpus % tp else ""
+            weights_text = f"{format_bytes(weights)} of weights a GPU{gpus}"
+            hint = f"; tp {tp} would leave room for a KV cache ({weights_text})"
+        if not self.weights.quantized:
+            fp8 = self._smallest_tp(WeightFormat.of(FP8_WEIGHTS), self.tp)
+            if fp8 is not None and (found is None or fp8[0] < found[0]):
+                hint += f"{' or' if hint else ';'} {FP8_WEIGHTS} weights at tp {fp8[0]}"
+        return hint
+
+    def _smallest_tp(self, weights: WeightFormat, first: int) -> tuple[int, int] | None:
+        """The smallest tp from `first` on, a multiple of this one that model_layout
+        allows, at which `weights` leave room, with their bytes a GPU; None if none does."""
+        for tp in range(first, self.spec.num_heads + 1, self.tp):
             try:
                 model_layout(self.spec, self.kv, tp)
             except FieldError:
                 continue
-            weights = weight_bytes_per_rank(self.spec, self.weights, tp)
-            if weights + self.reserve_bytes < self.memory_bytes:
-                gpus = (
-                    f"; gpus a multiple of {tp}" if self.gpus != self.tp and self.gpus % tp else ""
-                )
-                weights_text = f"{format_bytes(weights)} of weights a GPU{gpus}"
-                return f"; tp {tp} would leave room for a KV cache ({weights_text})"
-        return ""
+            weights_bytes = weight_bytes_per_rank(self.spec, weights, tp)
+            if weights_bytes + self.reserve_bytes < self.memory_bytes:
+                return tp, weights_bytes
+        return None
 
 
 @dataclass(kw_only=True)

@@ -243,7 +243,13 @@ def test_cli_weights_do_not_fit_exit_1():
     )
     assert result.exit_code == 1
     assert "weights alone do not fit" in result.output and "131.42 GiB" in result.output
-    assert "; tp 2 would leave room for a KV cache (65.71 GiB of weights a GPU)" in result.output
+    assert (
+        "; tp 2 would leave room for a KV cache (65.71 GiB of weights a GPU) or float8_e4m3fn "
+        "weights at tp 1" in result.output
+    )
+    quantised = ["--weights-dtype", "int4", "--memory", "20GiB"]
+    result = runner.invoke(app, ["fit", "--model", "llama-3-70b", "--seq-len", "8192", *quantised])
+    assert "; tp 4 would leave room" in result.output and "float8" not in result.output
 
 
 @pytest.mark.parametrize(
@@ -291,7 +297,11 @@ MISSING = [
         "give either seq_len (for the largest batch) or batch (for the longest context), "
         "exactly one",
     ),
-    (["--seq-len", "8192"], "--memory", "give the memory of each GPU, e.g. 80GiB"),
+    (
+        ["--seq-len", "8192"],
+        "--memory",
+        "give the memory of each GPU, e.g. 80GiB, or a GPU by its name, e.g. h100-sxm",
+    ),
 ]
 
 

@@ -74,9 +74,23 @@ class OneLineErrors(TyperGroup):
             if message is None or not isinstance(code, int):
                 raise
             text = message()
-            print(text if "\n" in text else f"error: {text}", file=sys.stderr)  # help: as is
+            if "\n" not in text:  # help, printed as is
+                text = f"error: {text}{_pointer(exc)}"
+            print(text, file=sys.stderr)
             sys.exit(code)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _pointer(exc: Exception) -> str:
+    """Where a parser error of a command line points the user: the commands there for an
+    unknown one (the parser suggests a near miss itself), else that command's --help."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return ""
+    names = list(getattr(ctx.command, "commands", {}))
+    if names and str(getattr(exc, "message", "")).startswith("No such command"):
+        return f" Commands: {', '.join(names)}."
+    return f" (see {ctx.command_path} --help)"
 
 
 app = typer.Typer(

@@ -24,7 +24,7 @@ def _encoded(text: str) -> bytes | None:
 
 
 def refuse_empty(field: str, path: str | Path | None) -> None:
-    """A name given empty ('--csv ""', a name the shell lost) is refused, not read as the
+    """A name given empty (a variable the shell found unset) is refused, not read as the
     option left out, nor as the current folder (Path("") is ".")."""
     if path == "":
         raise FieldError(field, typed(""), "empty; give a file's name")

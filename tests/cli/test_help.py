@@ -203,3 +203,29 @@ def test_listed_items_wrap_with_a_hanging_indent_on_a_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")
     common.print_items([finding])
     assert piped.getvalue().splitlines()[1:] == lines[:3]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["hisotry"], "error: No such command 'hisotry'. Did you mean 'history'? Commands: run,"),
+        (["info"], "error: No such command 'info'. Commands: run, plot, report, merge,"),
+        (
+            ["compare"],
+            "error: Missing argument 'BASELINE'. (see python -m attnbench compare --help)",
+        ),
+        (
+            ["kvmem", "--bogus"],
+            "error: No such option: --bogus (see python -m attnbench kvmem --help",
+        ),
+    ],
+)
+def test_a_parser_error_points_to_the_commands_or_the_commands_help(args, error):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "attnbench", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(error) and len(done.stderr.splitlines()) == 1, done.stderr

@@ -40,11 +40,22 @@ def plain_help(command: Any) -> None:
         if isinstance(param, TyperArgument):
             param.__class__ = PlainArgument
             param.metavar = param.metavar or (param.name or "").upper()
-        elif isinstance(param, TyperOption) and not param.is_flag and param.metavar is None:
-            named = NAMED_METAVARS.get(param.name or "")
-            param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
+        elif isinstance(param, TyperOption) and not param.is_flag:
+            if param.metavar is None:
+                named = NAMED_METAVARS.get(param.name or "")
+                param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
+            _default_in_help(param)
     for sub in getattr(command, "commands", {}).values():
         plain_help(sub)
+
+
+def _default_in_help(option: TyperOption) -> None:
+    """An option's default in its help's own words, '(default 5).', as every generated
+    flag states it, instead of the parser's '[default: 5]' after it."""
+    help = option.help or ""
+    if option.show_default and option.default is not None and "default" not in help:
+        option.help = f"{help.rstrip('.')} (default {option.default})."
+    option.show_default = False
 
 
 class OneLineErrors(TyperGroup):

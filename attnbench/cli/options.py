@@ -34,6 +34,17 @@ def argument(kind: Any, help: str, metavar: str | None = None) -> Any:
 METAVARS = {int: "INT", float: "NUM"}
 
 
+#: What a field's flag takes, where its name says more than its type's TEXT.
+FIELD_METAVARS = {
+    "calibration": "PATH",
+    "device": "DEVICE",
+    "memory": "SIZE",
+    "reserve": "SIZE",
+    "tpot": "TIME",
+    "ttft": "TIME",
+}
+
+
 def field_flag(section: str, name: str, alias: str | None = None) -> inspect.Parameter:
     """The flag of field `name` in `section`'s command, with the field's help for that
     section, as a keyword parameter (None when not given); with `alias`, a hidden flag
@@ -43,7 +54,8 @@ def field_flag(section: str, name: str, alias: str | None = None) -> inspect.Par
     if spec.type is bool:
         kind = flag(bool | None, f"{names}/--no-{names[2:]}", help=help)
     else:
-        metavar = METAVARS.get(spec.type, "TEXT") + (",..." if spec.axis else "")
+        named = FIELD_METAVARS.get(name) or METAVARS.get(spec.type, "TEXT")
+        metavar = named + (",..." if spec.axis else "")
         kind = flag(str | None, names, help=help, metavar=metavar, hidden=alias is not None)
     return inspect.Parameter(
         alias or name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind
@@ -136,21 +148,29 @@ def percent(fraction: float) -> str:
 TIME_THRESHOLD = percent(GATE.time)
 MEM_THRESHOLD = percent(GATE.mem)
 COUNT_THRESHOLD = percent(GATE.count)
-TIME_HELP = f"Smallest timing change that counts, e.g. {TIME_THRESHOLD}."
-MEM_HELP = f"Measured-memory change that counts (at least {GATE.mem_floor_bytes / 2**20:g} MiB)."
-COUNT_HELP = "Instruction-count change that counts, either way (counts are near-exact)."
+TIME_HELP = f"Smallest timing change that counts (default {TIME_THRESHOLD})."
+MEM_HELP = (
+    f"Measured-memory change that counts, and at least {GATE.mem_floor_bytes / 2**20:g} MiB "
+    f"(default {MEM_THRESHOLD})."
+)
+COUNT_HELP = (
+    "Instruction-count change that counts, either way (counts are near-exact; default "
+    f"{COUNT_THRESHOLD})."
+)
 
-TimeThresholdOpt = flag(str, "--time-threshold", metavar="PERCENT", help=TIME_HELP)
-MemThresholdOpt = flag(str, "--mem-threshold", metavar="PERCENT", help=MEM_HELP)
-CountThresholdOpt = flag(str, "--count-threshold", metavar="PERCENT", help=COUNT_HELP)
+#: A flag whose help states its default itself, as every generated flag's does.
+_OWN_DEFAULT = {"metavar": "PERCENT", "show_default": False}
+TimeThresholdOpt = flag(str, "--time-threshold", help=TIME_HELP, **_OWN_DEFAULT)
+MemThresholdOpt = flag(str, "--mem-threshold", help=MEM_HELP, **_OWN_DEFAULT)
+CountThresholdOpt = flag(str, "--count-threshold", help=COUNT_HELP, **_OWN_DEFAULT)
 
 #: The baseline CI gates every change against (`attnbench baseline exact`), as typed.
 EXACT_BASELINE = str(baseline.EXACT_BASELINE)
 
 #: The formats of a comparison's report (compare, ab).
 FORMATS = ("table", "markdown", "json")
-FORMAT_HELP = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}."
-FormatOpt = flag(str, "--format", metavar="FORMAT", help=FORMAT_HELP)
+FORMAT_HELP = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]} (default {FORMATS[0]})."
+FormatOpt = flag(str, "--format", metavar="FORMAT", help=FORMAT_HELP, show_default=False)
 OutputOpt = flag(str | None, "--output", metavar="PATH", help="Write the report here.")
 
 FORCE_HELP = (

@@ -229,3 +229,10 @@ def test_a_parser_error_points_to_the_commands_or_the_commands_help(args, error)
     )
     assert done.returncode == 2
     assert done.stderr.startswith(error) and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("command", ["compare", "ab", "selfcheck", "history show"])
+def test_every_default_is_stated_in_the_helps_own_words(command):
+    result = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    assert "[default:" not in result.output and "(default " in result.output

@@ -130,19 +130,34 @@ def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     KV heads must split evenly or be replicated evenly."""
     positive_int("tp", tp)
     if num_heads % tp:
-        raise FieldError("tp", tp, f"does not divide the {num_heads} query heads")
-    if tp <= num_kv_heads:
-        if num_kv_heads % tp:
-            raise FieldError("tp", tp, f"does not divide the {num_kv_heads} KV heads")
-        return num_kv_heads // tp
-    if tp % num_kv_heads:
-        raise FieldError(
-            "tp",
-            tp,
-            f"is not a multiple of the {num_kv_heads} KV heads, so they cannot be "
-            "replicated evenly",
-        )
-    return 1
+        reason = f"does not divide the {num_heads} query heads"
+    elif tp <= num_kv_heads:
+        if not num_kv_heads % tp:
+            return num_kv_heads // tp
+        reason = f"does not divide the {num_kv_heads} KV heads"
+    elif tp % num_kv_heads:
+        reason = f"is not a multiple of the {num_kv_heads} KV heads, so they cannot be replicated"
+    else:
+        return 1
+    raise FieldError(
+        "tp", tp, f"{reason}; tp may be {_or_list(tensor_parallel_sizes(num_heads, num_kv_heads))}"
+    )
+
+
+def tensor_parallel_sizes(num_heads: int, num_kv_heads: int) -> list[int]:
+    """Every tp that splits `num_heads` query heads evenly and `num_kv_heads` KV heads
+    evenly or replicates them evenly (kv_heads_per_rank)."""
+    return [
+        tp
+        for tp in range(1, num_heads + 1)
+        if not num_heads % tp and (not num_kv_heads % tp or not tp % num_kv_heads)
+    ]
+
+
+def _or_list(values: list[int]) -> str:
+    """'1, 2, 4 or 8'."""
+    shown = [f"{v:,}" for v in values]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
 
 
 def token_layout(

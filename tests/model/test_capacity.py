@@ -26,6 +26,7 @@ from attnbench.model.capacity import (
     layer_windows,
     paging_report,
     parse_seq_lens,
+    tensor_parallel_sizes,
     token_layout,
 )
 from attnbench.model.dtypes import KV_DTYPES, QUANTIZED_KV_DTYPES, packed_bytes
@@ -518,3 +519,12 @@ def test_seq_lens_stay_one_batch():
     # 1 layer, 2 KV heads of 32 in float16: 256 bytes per token
     assert rec.used_bytes == (24 + 5 + 17) * 256
     assert rec.contiguous_bytes == rec.kv_bytes == 3 * 24 * 256
+
+
+def test_a_tp_the_heads_refuse_names_those_they_take():
+    assert tensor_parallel_sizes(64, 8) == [1, 2, 4, 8, 16, 32, 64]
+    assert tensor_parallel_sizes(12, 4) == [1, 2, 4, 12]  # 3 and 6 split no 4 KV heads
+    with pytest.raises(
+        FieldError, match=r"does not divide the 4 KV heads; tp may be 1, 2, 4 or 12"
+    ):
+        kv_heads_per_rank(12, 4, 3)

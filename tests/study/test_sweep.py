@@ -370,7 +370,10 @@ def test_a_file_value_is_named_by_section_field_and_file(tmp_path):
     result = runner.invoke(app, ["kvmem", "--config", str(path), "--no-measure"])
     assert result.exit_code == 2
     (line,) = error_lines(result.output)
-    assert line == f"error: kvmem.tp: 3 ({path}): does not divide the 8 query heads"
+    assert (
+        line
+        == f"error: kvmem.tp: 3 ({path}): does not divide the 8 query heads; tp may be 1, 2, 4 or 8"
+    )
 
 
 def test_a_flag_value_is_named_by_its_flag(tmp_path):
@@ -378,7 +381,7 @@ def test_a_flag_value_is_named_by_its_flag(tmp_path):
     result = runner.invoke(app, ["kvmem", "--config", str(path), "--tp", "3", "--no-measure"])
     assert result.exit_code == 2
     (line,) = error_lines(result.output)
-    assert line == "error: --tp 3: does not divide the 8 query heads"
+    assert line == "error: --tp 3: does not divide the 8 query heads; tp may be 1, 2, 4 or 8"
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import FieldError
+from ..errors import FieldError, typed
 
 if TYPE_CHECKING:
     import torch
@@ -27,9 +27,10 @@ DEVICE_NAME = re.compile(r"auto|cpu|cuda(?::([0-9]+))?")
 def check_device_name(name: str | None) -> re.Match:
     """`name` ('auto' when None) read as a device's name, without asking torch whether
     the device is there: FieldError for a name of no device."""
-    found = DEVICE_NAME.fullmatch((name or "auto").strip().lower())
+    found = DEVICE_NAME.fullmatch(("auto" if name is None else name).strip().lower())
     if found is None:
-        raise FieldError("device", name, "unknown device; use auto, cpu, cuda or cuda:<index>")
+        reason = "unknown device; use auto, cpu, cuda or cuda:<index>"
+        raise FieldError("device", typed(name), reason)
     return found
 
 

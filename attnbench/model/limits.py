@@ -17,3 +17,4 @@ MAX_GEN_LEN = 1_000_000  # decode steps run one by one
 MAX_REPEATS = 10_000  # warmup, repeats, min_repeats
 MAX_TIME_LIMIT_S = 3600.0  # max_time
 MAX_GPUS = 1_000_000  # tp, gpus
+MAX_MEMORY_BYTES = 2**60  # a GPU's memory: 1 EiB, a million times today's largest

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import FieldError
+from .limits import MAX_MEMORY_BYTES
 
 BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 #: Binary units from bytes up, as shown.
@@ -56,6 +57,8 @@ def parse_memory(text: str, field: str) -> MemorySize:
         raise FieldError(field, text, "not a whole number of bytes")
     if value <= 0:
         raise FieldError(field, text, "must be more than 0 bytes")
+    if value > MAX_MEMORY_BYTES:
+        raise FieldError(field, text, f"must be at most 1 EiB ({MAX_MEMORY_BYTES:,} bytes)")
     return MemorySize(int(value), str(text), unit in DECIMAL_UNITS)
 
 

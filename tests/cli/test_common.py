@@ -51,9 +51,12 @@ def test_a_status_line_is_never_wrapped(tmp_path, command):
 # --- values in other scripts' digits ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("device", ["cuda:²", "cuda:٣", "cuda:", "cuda:-1", "cuda:0x1", "gpu"])
+@pytest.mark.parametrize(
+    "device", ["cuda:²", "cuda:٣", "cuda:", "cuda:-1", "cuda:0x1", "gpu", "''"]
+)
 def test_a_device_other_than_auto_cpu_cuda_or_cuda_digits_is_named(device):
-    args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", "--device", device]
+    given = "" if device == "''" else device  # an empty name is not auto; shown quoted
+    args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", "--device", given]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert (

@@ -190,7 +190,8 @@ def test_memory_sizes_parse_exactly():
     assert parse_share("4GiB", "reserve", GiB) == 4 * GiB
     assert parse_share("0", "reserve", GiB) == 0
     assert parse_share("12.5%", "reserve", 1000) == 125
-    for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB", "80", "4096"):
+    assert parse_memory("1048576TiB", "memory").bytes == 2**60  # 1 EiB: the most
+    for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB", "80", "4096", "1048577TiB"):
         with pytest.raises(FieldError) as error:
             parse_memory(bad, "memory")
         assert (error.value.field, error.value.value) == ("memory", bad)

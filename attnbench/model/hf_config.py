@@ -155,7 +155,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if isinstance(cfg.get("text_config"), dict):
         cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
     kind = str_field(cfg, "model_type", where) or ""
-    if cfg.get("is_encoder_decoder") is True:
+    if bool_field(cfg, "is_encoder_decoder", where, False):
         raise UsageError(
             f"{where}: model_type {kind!r} is an encoder-decoder (field 'is_encoder_decoder'): "
             "attnbench sizes decoder-only models, and the language model of a multimodal one"

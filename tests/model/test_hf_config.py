@@ -651,6 +651,10 @@ def test_longcat_flash_caches_two_attention_blocks_a_layer():
             "sizes decoder-only models",
         ),
         (
+            {"model_type": "llama", "is_encoder_decoder": "yes", "hidden_size": 64},
+            "field 'is_encoder_decoder' must be true or false, got 'yes'",
+        ),
+        (
             {"model_type": "glm4_moe", "hidden_size": 4096, "num_attention_heads": 96},
             "the width (4096) is no multiple of the attention heads (96), and the config gives "
             "no 'head_dim'",

@@ -39,9 +39,10 @@ class Shard:
 def parse_shard(text: str) -> Shard:
     """'i/N' (0 <= i < N) as a Shard; FieldError naming the value otherwise."""
     index, sep, count = str(text).strip().partition("/")
-    if not sep or not index.strip().isdigit() or not count.strip().isdigit():
+    digits = [part.strip() for part in (index, count)]
+    if not sep or not all(d.isascii() and d.isdigit() for d in digits):  # not other scripts'
         raise FieldError("shard", text, "expected i/N, e.g. 0/4 (share i of N, from 0)")
-    shard = Shard(int(index), int(count))
+    shard = Shard(int(digits[0]), int(digits[1]))
     if not 1 <= shard.count <= MAX_SHARDS:
         raise FieldError("shard", text, f"N must be between 1 and {MAX_SHARDS:,}")
     if shard.index >= shard.count:

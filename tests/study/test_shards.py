@@ -30,6 +30,7 @@ def test_a_shard_is_i_of_n(text, shard):
         ("2", "expected i/N"),
         ("a/2", "expected i/N"),
         ("-1/2", "expected i/N"),
+        ("١/٢", "expected i/N"),  # Arabic-Indic digits, as every integer flag refuses
         ("2/2", "i must be below N (0 to 1)"),
         ("0/0", "N must be between 1 and"),
     ],

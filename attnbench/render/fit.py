@@ -183,7 +183,7 @@ LATENCY: list[Column] = [
     Column("TPOT ms", "tpot_ms", fmt_4sig, rank=1),
     Column("tok/s/GPU", "tokens_per_s_per_gpu", fmt_rate, rank=2),
     Column("TTFT ms", "ttft_ms", fmt_4sig, rank=2),
-    Column("bound", "bound", fmt_plain, rank=1, kind="label"),
+    Column("set by", "bound", fmt_plain, rank=1, kind="label"),
     Column("Status", "status", fmt_plain, rank=3, kind="status", compact=short_status),
 ]
 

@@ -45,7 +45,7 @@ def test_one_row_per_tp_within_80_columns_and_exit_1_when_one_does_not_fit(tmp_p
     table = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
     assert table and max(len(line) for line in table) <= 80
     header = next(line for line in table if line.startswith("┃"))
-    for column in ("tp", "batch", "fits", "TPOT ms", "tok/s/GPU", "TTFT ms", "bound"):
+    for column in ("tp", "batch", "fits", "TPOT ms", "tok/s/GPU", "TTFT ms", "set by"):
         assert column in header
     records = {r["tp"]: r for r in json.loads(out.read_text())["records"]}
     shown = rows(result.stdout)

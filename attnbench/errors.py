@@ -94,7 +94,7 @@ class Problems(UsageError):
 def _show(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value))
-    return str(value)
+    return typed(value) if isinstance(value, str) else str(value)  # '' and ' x' quoted
 
 
 def show_value(value: Any) -> str:

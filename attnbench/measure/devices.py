@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import FieldError, typed
+from ..errors import FieldError
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +30,7 @@ def check_device_name(name: str | None) -> re.Match:
     found = DEVICE_NAME.fullmatch(("auto" if name is None else name).strip().lower())
     if found is None:
         reason = "unknown device; use auto, cpu, cuda or cuda:<index>"
-        raise FieldError("device", typed(name), reason)
+        raise FieldError("device", name, reason)
     return found
 
 

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import FieldError, brief, typed
+from ..errors import FieldError, brief
 from .units import binary_unit
 
 #: The longest name most file systems take for one file (NAME_MAX, in bytes).
@@ -27,7 +27,7 @@ def refuse_empty(field: str, path: str | Path | None) -> None:
     """A name given empty (a variable the shell found unset) is refused, not read as the
     option left out, nor as the current folder (Path("") is ".")."""
     if path == "":
-        raise FieldError(field, typed(""), "empty; give a file's name")
+        raise FieldError(field, "", "empty; give a file's name")
 
 
 def bad_name(path: str | Path) -> str | None:

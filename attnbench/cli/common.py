@@ -170,8 +170,10 @@ def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
     """--model / --hf-config as a list of model references (None when neither is given)."""
     if model and hf_config:
         raise UsageError("--model and --hf-config: give one or the other, not both")
+    from ..study.sweep import is_model_file  # the config readers: not for --help
+
     if hf_config:
-        return [hf_config if hf_config.endswith(".json") or "/" in hf_config else f"./{hf_config}"]
+        return [hf_config if is_model_file(hf_config) else f"./{hf_config}"]
     return [model] if model else None
 
 
@@ -278,11 +280,9 @@ def check_writable(
         same_input = next((f for f, other in reads if same_file(path, other)), None)
         earlier = next((f for f, other in given[:i] if same_file(path, other)), None)
         if reason is None and same_input is not None:
-            what = (
-                "a model config.json the sweep file lists"
-                if same_input == "models"
-                else (f"the {flag_of(same_input)} file")
-            )
+            what = f"the {flag_of(same_input)} file"
+            if same_input == "models":
+                what = "a model config.json the sweep file lists"
             reason = f"is {what}, an input of this command; write the output elsewhere"
         elif reason is None and earlier is not None:
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"

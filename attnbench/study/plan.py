@@ -25,6 +25,7 @@ from .sweep import (
     Section,
     StudyConfig,
     file_path,
+    is_model_file,
     load_config,
     resolve,
 )
@@ -446,9 +447,7 @@ def section_inputs(
     body = config.sections.get(section) or {}
     refs = body.get("models", config.sections.get("models")) or []
     models = [
-        str(file_path(r, config.base_dir))
-        for r in refs
-        if isinstance(r, str) and (r.endswith(".json") or "/" in r)
+        str(file_path(r, config.base_dir)) for r in refs if isinstance(r, str) and is_model_file(r)
     ]
     calibration = None
     if "calibration" in fields_for(section):

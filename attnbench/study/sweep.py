@@ -225,9 +225,14 @@ def _problems(lines: list[str]) -> Problems:
 def load_model(ref: str, base_dir: Path = Path(".")) -> ModelSpec:
     """A preset name (case-insensitive), or a path to a Hugging Face config.json (see
     file_path)."""
-    if ref.endswith(".json") or "/" in ref:
+    if is_model_file(ref):
         return load_hf_config(file_path(ref, base_dir))
     return get_preset(ref)
+
+
+def is_model_file(ref: str) -> bool:
+    """A model reference names a config.json (a path), not a preset."""
+    return ref.endswith(".json") or "/" in ref
 
 
 def file_path(ref: str, base_dir: Path) -> Path:

@@ -157,6 +157,9 @@ class PredictRecord:
     #: The model's decode step: dequantising its weight-only int8 or int4 weights (ms),
     #: included in tpot_ms; None where the weights need none.
     dequant_ms: float | None = info()
+    #: The model's decode step: the rows its matmuls compute as zeros to fill whole
+    #: tensor-core tiles (ms), included in tpot_ms; None where there are none.
+    padding_ms: float | None = info()
     #: The device's figures that set the times, each with its source.
     device_figures: str = info("")
 
@@ -277,7 +280,8 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         **_memory(point, device),
         weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
-        dequant_ms=_dequant_ms(found.get("step")),
+        dequant_ms=_part_ms(found.get("step"), "dequant_s"),
+        padding_ms=_part_ms(found.get("step"), "padding_s"),
         request_ttft_ms=_ms(found.get("request", found.get("prefill"))),
         device_figures=device.figures(),
     )
@@ -287,10 +291,11 @@ def _ms(found: ModelPrediction | None) -> float | None:
     return None if found is None else found.time_s * 1e3
 
 
-def _dequant_ms(step: ModelPrediction | None) -> float | None:
-    """The decode step's dequantisation in ms; None for a layer shape or weights that
-    need none."""
-    return step.dequant_s * 1e3 if step is not None and step.dequant_s else None
+def _part_ms(step: ModelPrediction | None, part: str) -> float | None:
+    """One part of the decode step's time (its dequantisation, its tiles' padding) in ms;
+    None for a layer shape or a step without it."""
+    seconds = getattr(step, part) if step is not None else 0.0
+    return seconds * 1e3 if seconds else None
 
 
 def memory_needed(point: PredictPoint) -> int | None:

@@ -153,10 +153,16 @@ def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for int8, "
             "5 for int4, at the device's float32 rate)"
         )
+    for r in {(r["gpu"], r["batch"]): r for r in records if r.get("padding_ms")}.values():
+        lines.append(
+            f"{r['gpu']}: the rows its tensor cores compute as zeros, to fill whole tiles, "
+            f"take {r['padding_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
+        )
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
             "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "
-            f"attention core, + launches + collectives + overhead, with {text}"
+            "attention core, + launches + collectives + dequantisation + tile padding + "
+            f"overhead, with {text}"
         )
     for r in {r["weights"]: r for r in records if r.get("weights")}.values():
         lines.append(

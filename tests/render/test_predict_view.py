@@ -88,3 +88,18 @@ def test_this_machine_is_named_so_with_its_probes_as_its_only_source(tmp_path):
     assert lines[0].startswith("this machine (") and "matmul TFLOPS float16 0." in lines[0]
     assert not any("datasheets" in line for line in lines)  # it has none: its probes
     assert gpu_name("this") == "this machine" and gpu_name("h100-sxm") == "h100-sxm"
+
+
+def test_the_tiles_padding_is_named_among_the_parts_of_a_step(tmp_path):
+    """A decode step of one sequence on Hopper fills 64-row tiles: 63 rows of zeros a
+    matmul, a part of the step named beside the launches and the collectives."""
+    out = tmp_path / "p.json"
+    args = ["predict", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--seq-len", "64"]
+    assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
+    (record,) = json.loads(out.read_text())["records"]
+    assert 0 < record["padding_ms"] < record["tpot_ms"]
+    assert any("compute as zeros" in line for line in source_lines([record]))
+    args[4] = "a100-80gb"  # 16-row tiles: padding too, less of it
+    assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
+    (ampere,) = json.loads(out.read_text())["records"]
+    assert 0 < ampere["padding_ms"] < record["padding_ms"]

@@ -776,3 +776,14 @@ def test_a_series_names_its_cache_and_its_sequences():
     assert field_text("block_size", None) == "contiguous cache"
     assert field_text("block_size", 16) == "blocks of 16"
     assert field_text("batch_spec", "8q1s1k") == "sequences 8q1s1k"
+
+
+def test_a_bandwidth_over_the_peak_is_explained_on_the_plot(saved):
+    doc = settled(copy.deepcopy(saved["doc"]))
+    title = plots.decode_bandwidth(doc).axes[0].get_title()
+    records = doc["sections"]["decode"]["records"]
+    over = any((r.get("pct_of_peak_bw") or 0) > 100 for r in records)
+    assert ("over 100%: a step whose bytes a cache holds" in title) == over
+    cached(doc, "attnbench", "MHA", 8)["pct_of_peak_bw"] = 150.0
+    title = plots.decode_bandwidth(doc).axes[0].get_title()
+    assert "over 100%: a step whose bytes a cache holds reads them faster" in title

@@ -186,16 +186,20 @@ def run_section(
     outputs: dict[str, str | None],
     write: bool = True,
 ) -> tuple[Plan, RunResult, Written]:
-    """A command's one-section study: the outputs checked, then planned, run and (unless
-    not `write`) written by the library (study.runner.run_command)."""
+    """A command's one-section study: the outputs checked against the flags' inputs, then
+    planned, checked against every file the plan reads (study.plan.section_inputs), run
+    and (unless not `write`) written by the library (study.runner.run_command)."""
     from ..study.plan import section_inputs
     from ..study.runner import run_command
 
-    inputs = section_inputs(config, section, overrides)
-    check_writable(outputs, {"config": config, "hf_config": hf_config, **inputs})
+    check_writable(outputs, {"config": config, "hf_config": hf_config})
     refs = model_refs(model, hf_config)
     csv_path, json_path = (outputs.get("csv"), outputs.get("json")) if write else (None, None)
-    return run_command(section, config, overrides, refs, csv_path, json_path)
+
+    def reads(plan: Plan) -> None:  # the files the plan found (a sweep file names them)
+        check_writable(outputs, section_inputs(plan, section))
+
+    return run_command(section, config, overrides, refs, csv_path, json_path, check=reads)
 
 
 def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:

@@ -24,8 +24,6 @@ from .sweep import (
     MODEL_FIELDS,
     Section,
     StudyConfig,
-    file_path,
-    is_model_file,
     load_config,
     resolve,
 )
@@ -436,23 +434,15 @@ def measured_run_target(
     return gpu, section.options.get("calibration")
 
 
-def section_inputs(
-    config_path: str | Path | None, section: str, overrides: dict[str, Any]
-) -> dict[str, list[str]]:
-    """The files `section` reads beside its sweep file, by what names them: "models", the
-    config.json files the sweep file lists (a section's own list, else the file's), and
-    "calibration", the flag's or the file's. A file that fails to load here fails the
-    same way when the study is planned."""
-    config = load_config(config_path)
-    body = config.sections.get(section) or {}
-    refs = body.get("models", config.sections.get("models")) or []
-    models = [
-        str(file_path(r, config.base_dir)) for r in refs if isinstance(r, str) and is_model_file(r)
-    ]
-    calibration = None
-    if "calibration" in fields_for(section):
-        calibration = resolve(config, section, overrides).options.get("calibration")
-    return {"models": models, "calibration": [calibration] if calibration else []}
+def section_inputs(plan: Plan, section: str) -> dict[str, list[str]]:
+    """The files `section` of a planned study reads beside its sweep file, by what names
+    them: "models", its models' config.json files, and "calibration", its calibration's."""
+    sec = plan.sections[section]
+    calibration = sec.options.get("calibration")
+    return {
+        "models": [m.config_path for m in sec.models if m.config_path],
+        "calibration": [calibration] if calibration else [],
+    }
 
 
 def check_one_rank_per_point(plan: Plan, source: str | None, command: Callable[[int], str]) -> None:

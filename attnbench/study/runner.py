@@ -80,12 +80,15 @@ def run_command(
     models: list[str] | None,
     csv_path: str | None = None,
     json_path: str | None = None,
+    check: Callable[[Plan], None] | None = None,
     **run_options: Any,
 ) -> tuple[Plan, RunResult, Written]:
     """A command's one-section study: its flags (`overrides`, `models`) over an optional
-    sweep file planned and checked, run through the runner, and its records written to
-    `csv_path` and `json_path` (see write_section)."""
+    sweep file planned and checked (and by `check`, before anything runs), run through the
+    runner, and its records written to `csv_path` and `json_path` (see write_section)."""
     plan = plan_command(section, config_path, overrides, models)
+    if check is not None:
+        check(plan)
     result = run_study(plan, command=command_of(section), **run_options)
     return plan, result, write_section(section, plan, result, csv_path, json_path)
 

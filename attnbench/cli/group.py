@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
+from ..study.schema import with_default
 from .options import VersionOpt
 
 #: An option's value in the help when no metavar names it: by the option's name, else by
@@ -51,10 +52,9 @@ def plain_help(command: Any) -> None:
 
 def _default_in_help(option: TyperOption) -> None:
     """An option's default in its help's own words, '(default 5).', as every generated
-    flag states it, instead of the parser's '[default: 5]' after it."""
-    help = option.help or ""
-    if option.show_default and option.default is not None and "default" not in help:
-        option.help = f"{help.rstrip('.')} (default {option.default})."
+    flag states it (schema.with_default), instead of the parser's '[default: 5]' after it."""
+    if option.show_default and option.default is not None:
+        option.help = with_default(option.help or "", option.default)
     option.show_default = False
 
 

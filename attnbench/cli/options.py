@@ -148,29 +148,22 @@ def percent(fraction: float) -> str:
 TIME_THRESHOLD = percent(GATE.time)
 MEM_THRESHOLD = percent(GATE.mem)
 COUNT_THRESHOLD = percent(GATE.count)
-TIME_HELP = f"Smallest timing change that counts (default {TIME_THRESHOLD})."
-MEM_HELP = (
-    f"Measured-memory change that counts, and at least {GATE.mem_floor_bytes / 2**20:g} MiB "
-    f"(default {MEM_THRESHOLD})."
-)
-COUNT_HELP = (
-    "Instruction-count change that counts, either way (counts are near-exact; default "
-    f"{COUNT_THRESHOLD})."
-)
+# Each flag's default is stated in its help by cli.group.plain_help, as typer holds it.
+TIME_HELP = "Smallest timing change that counts."
+MEM_HELP = f"Measured-memory change that counts, and at least {GATE.mem_floor_bytes / 2**20:g} MiB."
+COUNT_HELP = "Instruction-count change that counts, either way; counts are near-exact."
 
-#: A flag whose help states its default itself, as every generated flag's does.
-_OWN_DEFAULT = {"metavar": "PERCENT", "show_default": False}
-TimeThresholdOpt = flag(str, "--time-threshold", help=TIME_HELP, **_OWN_DEFAULT)
-MemThresholdOpt = flag(str, "--mem-threshold", help=MEM_HELP, **_OWN_DEFAULT)
-CountThresholdOpt = flag(str, "--count-threshold", help=COUNT_HELP, **_OWN_DEFAULT)
+TimeThresholdOpt = flag(str, "--time-threshold", metavar="PERCENT", help=TIME_HELP)
+MemThresholdOpt = flag(str, "--mem-threshold", metavar="PERCENT", help=MEM_HELP)
+CountThresholdOpt = flag(str, "--count-threshold", metavar="PERCENT", help=COUNT_HELP)
 
 #: The baseline CI gates every change against (`attnbench baseline exact`), as typed.
 EXACT_BASELINE = str(baseline.EXACT_BASELINE)
 
 #: The formats of a comparison's report (compare, ab).
 FORMATS = ("table", "markdown", "json")
-FORMAT_HELP = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]} (default {FORMATS[0]})."
-FormatOpt = flag(str, "--format", metavar="FORMAT", help=FORMAT_HELP, show_default=False)
+FORMAT_HELP = f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}."
+FormatOpt = flag(str, "--format", metavar="FORMAT", help=FORMAT_HELP)
 OutputOpt = flag(str | None, "--output", metavar="PATH", help="Write the report here.")
 
 FORCE_HELP = (

@@ -108,9 +108,10 @@ class Field:
         most 8 here: 4 per CPU)'."""
         text = self.flag_text(section, name_of)
         default = self.default_for(section) if section else None
-        if default is not None and "default" not in text.lower():  # a help that gives none
-            shown = ("on" if default else "off") if isinstance(default, bool) else default
-            text = f"{text.rstrip('.')} (default {shown})."
+        if isinstance(default, bool):
+            text = with_default(text, "on" if default else "off")
+        elif default is not None:
+            text = with_default(text, default)
         if self.upper is None:
             return text
         upper = f"{self.upper:g}" if isinstance(self.upper, float) else f"{self.upper:,}"
@@ -564,6 +565,14 @@ def canonical_value(name: str, value: Any) -> Any:
     if (dtype := canonical_dtype(word)) in spec.choices:
         return dtype
     return next((c for c in spec.choices if c.lower() == word), value)
+
+
+def with_default(help: str, default: Any) -> str:
+    """`help` with '(default X).' where it states no default of its own: how every flag
+    states its default, a field's (Field.help_text) and any other (cli.group)."""
+    if "default" in help.lower():
+        return help
+    return f"{help.rstrip('.')} (default {default})."
 
 
 def fields_for(section: str) -> list[str]:

@@ -423,7 +423,7 @@ def _read(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, An
             raise FieldError("calibration", where, reason) from None
         except (ValueError, RecursionError):  # an integer of thousands of digits, nesting
             raise FieldError("calibration", where, "not valid JSON") from None
-        if bad := not_text(doc):
+        if bad := not_text(doc, text):
             raise FieldError("calibration", where, bad)
     if not isinstance(doc, Mapping):
         raise FieldError(

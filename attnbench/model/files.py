@@ -4,6 +4,7 @@ most a given size, so a device, a FIFO or a huge file can neither block nor exha
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -115,11 +116,20 @@ def format_size(n: int) -> str:
     return f"{n / divisor:.0f} {unit}" if n % divisor == 0 else f"{n / divisor:.1f} {unit}"
 
 
-def not_text(data: object) -> str | None:
-    """Why JSON `data` cannot be written out: a string in it holds a lone surrogate escape
-    ("\\ud800"), which JSON parsers accept and UTF-8 refuses; None when none does.
-    Checked as a file is read, so that a later write (a table, a CSV, a report) cannot
-    fail half-way through a file it has opened."""
+#: A JSON escape of a UTF-16 surrogate, \ud800 to \udfff: the only way a lone one gets
+#: into text decoded from UTF-8.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def not_text(data: object, text: str) -> str | None:
+    """Why JSON `data`, parsed from `text`, cannot be written out: a string in it holds a
+    lone surrogate escape ("\\ud800"), which JSON parsers accept and UTF-8 refuses; None
+    when none does. Checked as a file is read, so that a later write (a table, a CSV, a
+    report) cannot fail half-way through a file it has opened. `data` is walked only
+    where `text` escapes a surrogate at all (a pair stands for one character and is no
+    fault): a results file's walk takes longer than its parse."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
     where = _surrogate_at(data, "")
     if where is None:
         return None

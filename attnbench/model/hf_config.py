@@ -898,7 +898,7 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
         raise UsageError(f"{where}: invalid JSON: {str(exc).splitlines()[0]}") from None
     if json_depth(data) > max_depth:
         raise too_deep
-    if bad := not_text(data):
+    if bad := not_text(data, text):
         raise UsageError(f"{where}: {bad}")
     return special_floats(data)
 

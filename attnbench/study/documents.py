@@ -95,7 +95,7 @@ def _json_document(path: Path, text: str) -> Document:
         raise UsageError(f"{path}: JSON nested too deeply") from None
     except ValueError as exc:  # an integer of thousands of digits
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
-    if bad := not_text(doc):
+    if bad := not_text(doc, text):
         raise UsageError(f"{path}: {bad}")
     return parse_document(doc, path)
 

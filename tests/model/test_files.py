@@ -630,11 +630,17 @@ def test_the_cli_reports_config_json_problems_as_a_user_sees_them(tmp_path):
         assert line.startswith(f"error: {path}: field 'hidden_size' must be") and len(line) < 300
 
 
+def read_back(text: str) -> str | None:
+    return not_text(json.loads(text), text)
+
+
 def test_a_lone_surrogate_escape_is_found_where_it_stands():
-    data = json.loads('{"records": [{"variant": "ok"}, {"variant": "\\ud800"}], "n": 1}')
-    assert not_text(data).startswith("records[1].variant holds a lone surrogate escape")
-    assert not_text(json.loads('{"sections": {"\\udc80": 1}}')).startswith("a key of sections")
-    assert not_text({"a": ["x", 1.5, None, {"b": "é"}]}) is None
+    text = '{"records": [{"variant": "ok"}, {"variant": "\\ud800"}], "n": 1}'
+    assert read_back(text).startswith("records[1].variant holds a lone surrogate escape")
+    assert read_back('{"sections": {"\\udc80": 1}}').startswith("a key of sections")
+    assert read_back('{"a": ["x", 1.5, null, {"b": "\\u00e9"}]}') is None
+    assert read_back('{"a": "\\ud83d\\ude00"}') is None  # a pair: one character, an emoji
+    assert read_back('{"a": "\\\\ud800"}') is None  # an escaped backslash, then text
 
 
 def test_a_lone_surrogate_is_refused_before_any_output_is_touched(tmp_path):

@@ -232,14 +232,29 @@ def _attention_layers(cfg: dict, kind: str, where: str) -> int:
 
 
 def _refuse_without_attention(cfg: dict, kind: str, where: str) -> None:
-    """A UsageError for a config without attention heads that declares layers of other
-    kinds (a Mamba model): there is no attention cache to size."""
+    """The UsageError for a config that gives its attention heads under none of the names
+    attnbench reads: one that declares layers of other kinds (a Mamba model) has no
+    attention cache to size; another names the fields it does give that count heads
+    (XGLM's attention_heads, GPT-Neo's num_heads), which attnbench does not read, as what
+    they count is the model type's own (xLSTM's num_heads are its mLSTM cells')."""
     if unknown_kinds(cfg, kind) is not None:
         raise UsageError(
             f"{where}: model_type {kind!r} has no attention layer (no attention heads, and "
             "layers of other kinds): attnbench sizes the caches of models that attend, with "
             f"the states of the hybrid types it reads ({', '.join(sorted(HYBRIDS))})"
         )
+    names = " or ".join(repr(k) for k in _ALIASES["num_heads"])
+    other = [
+        repr(k)
+        for k, v in cfg.items()
+        if "heads" in k.lower() and k not in KV_HEAD_KEYS and type(v) is int
+    ]
+    why = (
+        f"it gives {' and '.join(other)}, which attnbench does not read for this type"
+        if other
+        else "without attention heads it has no KV cache that attnbench can size"
+    )
+    raise UsageError(f"{where}: missing field {names}: for model_type {kind!r}, {why}")
 
 
 def _unknown_kinds(cfg: dict, kind: str, where: str) -> str | None:

@@ -677,3 +677,18 @@ def test_a_file_name_given_empty_is_refused_not_read_as_left_out(args):
     flag = args[args.index("") - 1]
     assert result.exit_code == 2, result.output
     assert result.stderr == f"error: {flag} '': empty; give a file's name\n"
+
+
+def test_a_config_without_attention_heads_says_what_it_gives_instead(tmp_path):
+    """XGLM counts its heads in attention_heads and xLSTM its cells' in num_heads, names
+    attnbench does not read: the refusal names them; a config with no field of heads at
+    all (RWKV) is refused as having no KV cache to size."""
+    cfg = {k: v for k, v in LLAMA.items() if k != "num_attention_heads"}
+    for extra, said in (
+        ({"attention_heads": 16}, "it gives 'attention_heads', which attnbench does not read"),
+        ({"num_heads": 8, "tie_heads": True}, "it gives 'num_heads', which"),
+        ({}, "without attention heads it has no KV cache"),
+    ):
+        (line,) = expect_error_lines(params(write_json(tmp_path, {**cfg, **extra})), said)
+        assert "missing field 'num_attention_heads' or 'n_head' or 'n_heads'" in line
+        assert "tie_heads" not in line

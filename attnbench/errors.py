@@ -93,7 +93,9 @@ class Problems(UsageError):
 
 def _show(value: Any) -> str:
     if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value))
+        return ",".join(map(_show, value))
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))  # a flag's 0 is parsed as 0.0: shown as typed
     return typed(value) if isinstance(value, str) else str(value)  # '' and ' x' quoted
 
 

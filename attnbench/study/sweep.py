@@ -79,7 +79,7 @@ def check_value(name: str, value: Any) -> str | None:
             words = f" or {' or '.join(spec.words)}" if spec.words else ""
             return f"expected an integer{words}, got {spelled(value)}"
         if spec.minimum is not None and value < spec.minimum:
-            return f"must be >= {spec.minimum}, got {value}"
+            return f"must be >= {spec.minimum}"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is float:
@@ -88,7 +88,7 @@ def check_value(name: str, value: Any) -> str | None:
         if isinstance(value, float) and not math.isfinite(value):  # an int is never inf
             return "must be a finite number"
         if value <= 0:
-            return f"must be a number above 0, got {value}"
+            return "must be a number above 0"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is bool:

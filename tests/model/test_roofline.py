@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from attnbench.errors import FieldError
+from attnbench.errors import FieldError, show_value
 from attnbench.model.capacity import KvFormat, cache_bytes, kv_cache_bytes, token_layout
 from attnbench.model.devices import Collectives, DeviceSpec
 from attnbench.model.formulas import attention_core_flops
@@ -68,7 +68,7 @@ def test_perf_model_refuses_a_bad_field_by_name(field, value):
     with pytest.raises(FieldError) as err:
         replace(DEFAULT_MODEL, **{field: value})
     assert err.value.field == field
-    assert str(err.value).startswith(f"{field}: {value}: ")
+    assert str(err.value).startswith(f"{field}: {show_value(value)}: ")
 
 
 def test_memory_bound_step():

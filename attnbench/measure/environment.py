@@ -18,6 +18,24 @@ if TYPE_CHECKING:
     import torch
 
 
+#: The type of each field an environment records (collect_environment, and the peaks
+#: and cache size a study adds: study.runner): "str", "int" or "float" (a number >= 0),
+#: "floats" a list of them, "by dtype" an object of numbers (or of lists: "floats by
+#: dtype") keyed by dtype. A results file's environment is checked against it.
+FIELD_TYPES = {
+    **dict.fromkeys(
+        ("attnbench_version", "python_version", "torch_version", "platform", "cpu_model"),
+        "str",
+    ),
+    **dict.fromkeys(("device", "device_name", "cuda_version", "git_commit"), "str"),
+    **dict.fromkeys(("num_threads", "cudnn_version", "gpu_memory_bytes", "cache_bytes"), "int"),
+    "peak_gbps": "float",
+    "peak_gbps_probes": "floats",
+    "peak_tflops": "by dtype",
+    "peak_tflops_probes": "floats by dtype",
+}
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, else platform.processor()."""
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import FieldError, UsageError, spelled
 from ..experiments.whole_model import PART_RECORDS
+from ..measure.environment import FIELD_TYPES
 from ..model.files import not_text, read_user_file
 from ..records import (
     Kind,
@@ -118,6 +119,7 @@ def parse_document(doc: Any, path: str | Path) -> Document:
             f"{path}: environment: expected an object (the machine the results "
             f"were measured on), got {spelled(environment)}"
         )
+    check_environment(environment, f"{path}: environment")
     per_record: dict[str, list[dict]] = {}
     if command == "run":
         _check_run_header(path, doc)
@@ -131,6 +133,28 @@ def parse_document(doc: Any, path: str | Path) -> Document:
     return Document(str(path), command, sections, environment, doc, per_record)
 
 
+def check_environment(environment: dict, where: str) -> None:
+    """UsageError naming the first field of `environment` that is not of its type
+    (measure.environment.FIELD_TYPES): a field attnbench does not record is let be."""
+    for name, value in environment.items():
+        kind = FIELD_TYPES.get(name)
+        if kind is None or value is None:
+            continue
+        if kind in ("str", "int"):
+            _check_type(where, name, value, [kind])
+        if kind == "str":
+            continue
+        by_dtype = kind.endswith("by dtype")
+        if by_dtype and not isinstance(value, dict):
+            raise UsageError(
+                f"{where}: {name}: expected an object keyed by dtype, got {spelled(value)}"
+            )
+        entries = {f"{name}.{k}": v for k, v in value.items()} if by_dtype else {name: value}
+        check = _check_numbers if kind.startswith("floats") else _check_metric
+        for at, item in entries.items():
+            check(where, at, item)
+
+
 def _record_environments(path: Path, doc: dict, sections: dict) -> dict[str, list[dict]]:
     """A merged study's environment of each record: `environment_of` in each section, the
     index of the share's environment in `environments`."""
@@ -139,6 +163,8 @@ def _record_environments(path: Path, doc: dict, sections: dict) -> dict[str, lis
         return {}
     if not isinstance(shares, list) or not all(isinstance(e, dict) for e in shares):
         raise UsageError(f"{path}: environments: expected a list of objects")
+    for i, share in enumerate(shares):
+        check_environment(share, f"{path}: environments[{i}]")
     found = {}
     for name in sections:
         which = doc["sections"][name].get("environment_of")
@@ -215,10 +241,7 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
             raise UsageError(f"{where}: expected an object")
         for name, value in rec.items():
             if name in samples:
-                if value is not None and not isinstance(value, list):
-                    raise UsageError(f"{where}: {name}: expected a list of numbers")
-                for j, v in enumerate(value or ()):
-                    _check_metric(where, f"{name}[{j}]", v)
+                _check_numbers(where, name, value)
             elif kinds.get(name) in METRICS:
                 _check_metric(where, name, value, signed=name in signed)
             elif name in types:
@@ -243,6 +266,14 @@ def _check_metric(where: str, name: str, value: Any, signed: bool = False) -> No
     _check_finite(where, name, value)
     if value < 0 and not signed:
         raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time is >= 0")
+
+
+def _check_numbers(where: str, name: str, value: Any) -> None:
+    """Null, or a list of sizes, counts or times (_check_metric)."""
+    if value is not None and not isinstance(value, list):
+        raise UsageError(f"{where}: {name}: expected a list of numbers, got {spelled(value)}")
+    for j, v in enumerate(value or ()):
+        _check_metric(where, f"{name}[{j}]", v)
 
 
 def _check_finite(where: str, name: str, value: int | float) -> None:

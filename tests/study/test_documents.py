@@ -477,6 +477,37 @@ def test_plot_and_report_refuse_a_run_without_environment(run_doc, tmp_path, com
     assert f"{path}: environment: expected an object" in line
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("num_threads", "two", "num_threads: expected an integer or null, got 'two'"),
+        ("cpu_model", 5, "cpu_model: expected text or null, got 5"),
+        ("peak_gbps", "fast", "peak_gbps: expected a number, got 'fast'"),
+        ("cache_bytes", -1, "cache_bytes: -1 is negative"),
+        ("peak_gbps_probes", [1.0, "a"], "peak_gbps_probes[1]: expected a number, got 'a'"),
+        ("peak_tflops", 5, "peak_tflops: expected an object keyed by dtype, got 5"),
+        ("peak_tflops", {"float32": "x"}, "peak_tflops.float32: expected a number"),
+        ("peak_tflops_probes", {"float32": 1}, "peak_tflops_probes.float32: expected a list"),
+    ],
+)
+def test_a_results_file_s_environment_is_checked_field_by_field(
+    run_doc, tmp_path, field, value, message
+):
+    """What the gate matches environments on and the report reads the peaks from: a field
+    of the wrong type is refused by name (it was taken as another machine, or read as
+    no peak), in a merged study's share environments too; a field attnbench does not
+    record is let be."""
+    doc = copy.deepcopy(run_doc)
+    doc["environment"]["made_by"] = ["someone"]
+    assert load_document(_write(tmp_path / "fine.json", doc)).environment["made_by"]
+    doc["environment"][field] = value
+    path = _write(tmp_path / RESULTS_FILE, doc)
+    assert f"{path}: environment: {message}" in one_error(cli("compare", path, path))
+    merged = {**copy.deepcopy(run_doc), "environments": [doc["environment"]]}
+    with pytest.raises(UsageError, match=re.escape(f"environments[0]: {message}")):
+        load_document(_write(tmp_path / "merged.json", merged))
+
+
 def test_a_run_s_model_parts_are_validated_as_a_command_s(run_doc, tmp_path):
     doc = copy.deepcopy(run_doc)
     part = {"model": "m", "num_kv_heads": 1, "variant": "MQA", "part": "total"}

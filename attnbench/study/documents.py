@@ -226,7 +226,8 @@ def declared_types(rtype: type | None) -> dict[str, list[str]]:
 
 def _check_records(path: Path, section: str, records: Any) -> list[dict]:
     """Records as dicts: metrics finite numbers >= 0 or null, keys and infos of their
-    declared types, the same key fields in every record, no two with the same keys."""
+    declared types (integers >= 0: sizes and counts), the same key fields in every
+    record, no two with the same keys."""
     if not isinstance(records, list):
         raise UsageError(f"{path}: {section}: records: expected a list")
     kinds = kinds_of(section)
@@ -246,6 +247,8 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
                 _check_metric(where, name, value, signed=name in signed)
             elif name in types:
                 _check_type(where, name, value, types[name])
+                if types[name] == ["int"]:  # every integer a record declares counts
+                    _check_metric(where, name, value)
     _check_keys(path, section, records, [k for k, kind in kinds.items() if kind is Kind.KEY])
     return records
 

@@ -508,6 +508,15 @@ def test_a_results_file_s_environment_is_checked_field_by_field(
         load_document(_write(tmp_path / "merged.json", merged))
 
 
+@pytest.mark.parametrize("field", ["step_repeats", "layouts", "prompt_len"])
+def test_a_record_s_integers_are_sizes_and_counts(run_doc, tmp_path, field):
+    """An integer a record declares, key or info, is never negative."""
+    doc = copy.deepcopy(run_doc)
+    doc["sections"]["decode"]["records"][0][field] = -1
+    path = _write(tmp_path / RESULTS_FILE, doc)
+    assert f"decode record 0: {field}: -1 is negative" in one_error(cli("compare", path, path))
+
+
 def test_a_run_s_model_parts_are_validated_as_a_command_s(run_doc, tmp_path):
     doc = copy.deepcopy(run_doc)
     part = {"model": "m", "num_kv_heads": 1, "variant": "MQA", "part": "total"}

@@ -27,7 +27,7 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FieldError, UsageError, closest, show_value
+from ..errors import FieldError, UsageError, closest, spelled
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
 from .files import not_text, read_user_file, shown_path
 from .roofline import (
@@ -383,11 +383,11 @@ def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibratio
         raise UsageError(f"{where}: unknown field {unknown[0]!r}{closest(unknown[0], known)}")
     missing = [k for k, required in MODEL_FIELDS.items() if required and k not in doc]
     if missing:
-        raise UsageError(f"{where}: missing field {missing[0]}")
+        raise UsageError(f"{where}: missing field {missing[0]!r}")
     try:
         return parse_calibration(doc, where)
     except FieldError as exc:  # a field of the file, not a flag: say which file
-        raise exc.located(f"{where}: {exc.field} {show_value(exc.value)}") from None
+        raise exc.located(f"{where}: {exc.field} {spelled(exc.value)}") from None
 
 
 def parse_calibration(doc: Mapping[str, Any], where: str) -> Calibration:

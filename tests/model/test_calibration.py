@@ -223,26 +223,29 @@ def test_a_file_without_source_says_where_it_came_from():
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
+    ("field", "value", "shown"),
     [
-        ("efficiency_bw", -0.5),
-        ("efficiency_kv", -0.2),
-        ("efficiency_flops", "fast"),
-        ("overhead_s", -1),
-        ("source", 3),
+        ("efficiency_bw", -0.5, "-0.5"),
+        ("efficiency_kv", -0.2, "-0.2"),
+        ("efficiency_flops", "fast", "'fast'"),
+        ("overhead_s", -1, "-1"),
+        ("source", 3, "3"),
+        ("efficiency_bw", None, "null"),
+        ("source", True, "true"),
     ],
 )
-def test_a_bad_field_of_a_calibration_file_is_named(field, value):
+def test_a_bad_field_of_a_calibration_file_is_named(field, value, shown):
+    """Named with its value as the file spells it: text quoted, null and true as JSON's."""
     with pytest.raises(FieldError) as err:
         load_calibration({**model_dict(TRUE), field: value})
     assert err.value.field == field
-    assert str(err.value).startswith(f"calibration: {field} {value}: ")
+    assert str(err.value).startswith(f"calibration: {field} {shown}: ")
     assert "\n" not in str(err.value)
 
 
 def test_a_missing_or_unknown_field_is_refused(tmp_path):
     doc = model_dict(TRUE)
-    with pytest.raises(UsageError, match="missing field overhead_s"):
+    with pytest.raises(UsageError, match="missing field 'overhead_s'"):
         load_calibration({k: v for k, v in doc.items() if k != "overhead_s"})
     with pytest.raises(UsageError, match="did you mean 'efficiency_bw'"):
         load_calibration({**doc, "efficiency_bws": 0.5})

@@ -214,7 +214,7 @@ def run_command(command: str, cwd: Path, in_fork: bool = False) -> list[str]:
 
         return lines_of(*forked(attnbench, cwd))
     if args[0] == "python" and in_fork:
-        return lines_of(*forked(lambda: run_script(args[1], args[2:]), ROOT))
+        return script_lines(command, *forked(lambda: run_script(args[1], args[2:]), ROOT))
     if args[0] == "python":
         args, cwd = [sys.executable, *args[1:]], ROOT
     elif args[0] == "torchrun":  # ranks of one machine
@@ -226,7 +226,17 @@ def run_command(command: str, cwd: Path, in_fork: bool = False) -> list[str]:
     done = subprocess.run(
         args, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
+    if args[0] == sys.executable:
+        return script_lines(command, done.stdout, done.returncode)
     return lines_of(done.stdout, done.returncode)
+
+
+def script_lines(command: str, printed: str, code: int) -> list[str]:
+    """What a script of this repository prints for a page, which it writes only when the
+    script succeeds: a page shows an attnbench command's failure, never a generator's."""
+    if code:
+        raise SystemExit(f"docs_examples.py: `{command}` failed (exit code {code}): {printed}")
+    return lines_of(printed, code)
 
 
 def lines_of(printed: str, code: int) -> list[str]:

@@ -198,6 +198,13 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                       "samples (too few to judge the spread), or cpu_share under 0.8"),
         "status": ("", "`ok`, or `noisy` with or without a reason (timed, see noisy), or "
                        "why the row holds no measurement (see below)"),
+        "layouts": ("", "the memory layouts its samples span, each sampled for as many "
+                        "rounds: a fresh allocation of the group's weights, inputs and "
+                        "caches, or, over copies, a run of rounds over copies allocated "
+                        "once"),
+        "copies": ("", "the copies of its weights and cache its step rotates over, a call "
+                       "on each in turn, so that it reads them from memory "
+                       "(`--cold-cache`); 1: timed on one"),
         "cpu_share": ("", "the share of the sampling's wall time this process ran on the "
                           "CPU (one thread on the CPU; empty otherwise): under 0.8, another "
                           "process held the CPU and the row is noisy"),
@@ -327,6 +334,12 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                             "is made either way; empty for a layer shape or `this`"),
         "weights": ("", "quantised weights, as `int4 in groups of 128`; empty: in dtype"),
         "launch_ms": ("ms", "of the model's decode step, its kernels' launches"),
+        "request_ttft_ms": ("ms", "the time to first token of one request prefilled alone, "
+                                  "as `fit --ttft` counts it: ttft_ms at batch 1"),
+        "dequant_ms": ("ms", "of the model's decode step, dequantising its weight-only int8 "
+                             "or int4 weights; empty where none"),
+        "padding_ms": ("ms", "of the model's decode step, the rows its matmuls compute as "
+                             "zeros to fill whole tensor-core tiles; empty where none"),
         "device_figures": ("", "the device's measured figures, each with its source"),
     },
 }

@@ -94,6 +94,7 @@ class DecodeOptions:
     prefill: bool
     prefill_memory: bool
     flush_l2: bool
+    cold_cache: bool
     baseline_provider: str
     reference: str
     instructions: bool
@@ -289,9 +290,13 @@ class DecodeRecord:
     # step over another point's, round by round, with a bootstrap 95% interval.
     sampling: str | None = info()
     sampling_group: int | None = info()
-    #: The memory layouts its samples span: each a fresh allocation of the points' weights,
-    #: inputs and caches, sampled for as many rounds (experiments.interleave).
+    #: The memory layouts its samples span, each sampled for as many rounds: a fresh
+    #: allocation of the points' weights, inputs and caches; over copies, one run of
+    #: rounds over copies allocated once (experiments.interleave).
     layouts: int | None = info()
+    #: The copies of its weights and cache its step rotates over, a call on each in turn,
+    #: so that it reads them from memory (experiments.interleave.copies_for).
+    copies: int | None = info()
     #: The share of the sampling's wall time this process ran on the CPU (one thread on
     #: the CPU; None otherwise): under BUSY_CPU_SHARE, another process held the CPU.
     cpu_share: float | None = info()
@@ -438,6 +443,7 @@ class Timings:
     x_of_reference: Measurement | None = None  # the step over its reference, per round
     reference: str | None = None  # what x_of_reference is taken against
     prefill_peak: PeakMemory | None = None  # the bytes one prefill call allocates at most
+    copies: int = 1  # of the step's buffers, rotated over (timing.rotating)
 
 
 #: Times a call: Timer.sample, or a replacement with its signature (measure.lockstep).
@@ -726,14 +732,9 @@ def prepared(
     """The provider's workload for the point, its step checked against `reference`.
     Raises Unsupported when the provider refuses the point (a kernel that cannot take the
     shape, dtype or device) and WrongOutput, saying by how much, when it disagrees."""
-    provider = PROVIDERS[point.provider]
     try:
         with refusals() as reasons:
-            work = (
-                serving.workload(point, inputs)
-                if serving.is_serving(point)
-                else provider.prepare(inputs)
-            )
+            work = workload_of(point, inputs)
             if work.step_setup is not None:
                 work.step_setup()
             out = work.step()
@@ -747,6 +748,13 @@ def prepared(
     if wrong is not None:
         raise WrongOutput(wrong)
     return work
+
+
+def workload_of(point: DecodePoint, inputs: DecodeInputs | RaggedInputs) -> Workload:
+    """The point's provider's workload on `inputs`, unchecked (see `prepared`)."""
+    if serving.is_serving(point):
+        return serving.workload(point, inputs)
+    return PROVIDERS[point.provider].prepare(inputs)
 
 
 def _first_reason(warned: list[str], exc: BaseException) -> str:
@@ -768,6 +776,19 @@ class Ready:
     work: Workload
     against: list[TimedCall]
     counted: Counted | str | None = None
+    inputs: DecodeInputs | RaggedInputs | None = None
+
+    def on_copy(self) -> tuple[Workload, list[TimedCall]]:
+        """The workload and what its step is timed against, on a copy of the inputs
+        (DecodeInputs.copied): the same values in other memory, checked once already,
+        its step run once, untimed, as the checked one was."""
+        inputs = self.inputs.copied()  # type: ignore[union-attr]
+        with PROVIDERS[self.point.provider].running():
+            work = workload_of(self.point, inputs)
+            if work.step_setup is not None:
+                work.step_setup()
+            work.step()
+        return work, reference_calls(self.point, inputs, self.point.options.reference)
 
     def finish(self, timings: Timings, context: Context) -> DecodeRecord:
         """The record with its measured columns."""
@@ -816,7 +837,7 @@ def prepare(
             rec.status = status
             return rec
         against = [] if ranks else reference_calls(point, inputs, options.reference)
-    return Ready(point, rec, work, against, counted)  # type: ignore[arg-type]
+    return Ready(point, rec, work, against, counted, inputs)  # type: ignore[arg-type]
 
 
 def run(
@@ -937,7 +958,7 @@ def fill_timings(rec: DecodeRecord, point: DecodePoint, timings: Timings, contex
     summarise(rec, "step_ms_median", steps)
     rec.step_repeats, rec.step_stop = len(steps.samples_ms), steps.stop_reason
     rec.step_calls_per_sample = steps.calls_per_sample
-    rec.layouts = steps.layouts
+    rec.layouts, rec.copies = steps.layouts, timings.copies
     rec.step_ci_pct = 100 * steps.ci_rel
     rec.noisy = steps.noisy or not steps.spread_known or steps.modes is not None
     rec.status = step_status(steps)

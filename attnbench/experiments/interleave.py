@@ -29,15 +29,17 @@ tensor-parallel run (its ranks time in lockstep). Its record says which (`sampli
 from __future__ import annotations
 
 import gc
+import math
 import random
 from collections.abc import Callable, Sequence
 
 import torch
 
 from ..measure.devices import free_memory_bytes
+from ..measure.environment import cache_bytes
 from ..measure.memory import is_oom
 from ..measure.stats import Measurement, in_run_ratio, next_run_interval, relative_half_width
-from ..measure.timing import CpuShare, Timer, Unit
+from ..measure.timing import CpuShare, Timer, Unit, rotating
 from ..modules.providers import PROVIDERS
 from .context import Context
 from .decode import (
@@ -162,7 +164,7 @@ def rebuilt(ready: Sequence[Ready], layout: int, context: Context) -> torch.Tens
     which the layout keeps."""
     device = context.device if context.device is not None else torch.device("cpu")
     for r in ready:
-        r.work, r.against = None, []  # type: ignore[assignment]
+        r.work, r.against, r.inputs = None, [], None  # type: ignore[assignment]
     if device.type == "cuda":  # the device's memory is what the group was sized by
         gc.collect()  # sampling pauses the collector: what cycles held goes now
         torch.cuda.empty_cache()  # and no cached block is handed back as it was
@@ -172,8 +174,40 @@ def rebuilt(ready: Sequence[Ready], layout: int, context: Context) -> torch.Tens
         fresh = prepare(r.point, context)
         if not isinstance(fresh, Ready):
             raise RuntimeError(f"memory layout {layout + 1}: {fresh.status}")
-        r.work, r.against = fresh.work, fresh.against
+        r.work, r.against, r.inputs = fresh.work, fresh.against, fresh.inputs
     return pad
+
+
+#: A group's steps read their buffers from memory when, between two calls on one copy,
+#: the group's other calls have read ROTATE_OVER times the CPU's last-level cache (as an
+#: L2 flush writes twice the L2). A group that needs more than MAX_COPIES copies for it
+#: is too small to leave the cache at the cost of building them, and is timed on one.
+ROTATE_OVER, MAX_COPIES = 1, 64
+
+
+def copies_for(
+    ready: Sequence[Ready],
+    device: torch.device,
+    free_bytes: Callable[[torch.device], int] | None = None,
+    cache: Callable[[torch.device], int | None] | None = None,
+) -> int:
+    """How many copies of its points' buffers a group's steps rotate over
+    (measure.timing.rotating), so that each reads its weights and cache from memory, as
+    a step of a whole model does, whose layers far exceed the CPU's last-level cache:
+    enough that the copies of the group's weights and caches (DecodeInputs.copied_bytes)
+    hold ROTATE_OVER times that cache, all read between two calls on one copy. One,
+    timed in whatever of it the cache holds, without `cold_cache`, on a GPU (whose L2
+    `flush_l2` empties), where the cache's size is unknown, where one copy holds enough,
+    and where the copies would number over MAX_COPIES or fill over half the free memory."""
+    options: DecodeOptions = ready[0].point.options
+    cold = options.cold_cache and device.type == "cpu"
+    size = (cache or cache_bytes)(device) if cold else None
+    held = sum(r.inputs.copied_bytes() for r in ready)  # type: ignore[union-attr]
+    if not size or not held:
+        return 1
+    need = math.ceil(ROTATE_OVER * size / held)
+    free = (free_bytes or free_memory_bytes)(device)
+    return need if need <= MAX_COPIES and need * held <= free // 2 else 1
 
 
 def time_together(
@@ -183,24 +217,34 @@ def time_together(
     link: Callable[[Sequence[DecodePoint], DecodeOptions], list[Pair]],
 ) -> list[Timings]:
     """Each point's timings: its prefill and its generations alone, its step (with its
-    reference calls) round-robin with the other points' steps, over several memory
-    layouts (measure.timing.Timer.sample_layouts, `rebuilt`), until the comparisons
-    `link` names among them are as narrow as asked."""
+    reference calls) round-robin with the other points' steps, each call on the next of
+    its copies (`copies_for`), over several memory layouts
+    (measure.timing.Timer.sample_layouts, `rebuilt`), until the comparisons `link` names
+    among them are as narrow as asked."""
     options: DecodeOptions = ready[0].point.options  # one section's: the same for all
     timer = Timer(device, flush_l2=options.flush_l2)
     pairs = link([r.point for r in ready], options)
+    copies = copies_for(ready, device)
     kept: list[torch.Tensor] = []
+    over_copies: list[Unit] = []
 
     def units(layout: int) -> list[Unit]:
+        if over_copies:  # copies are layouts already, allocated once for the group
+            return over_copies
         if layout:
             with torch.inference_mode(False):  # built as the first layout was (decode.prepare)
                 kept[:] = [rebuilt(ready, layout, context)]
         made = []
         for r in ready:
+            sets = [(r.work, r.against), *(r.on_copy() for _ in range(copies - 1))]
             with PROVIDERS[r.point.provider].running():
-                step = timed_step(r.work, r.point, device)
-            calls = [(step, r.work.step_setup), *r.against]
-            made.append(Unit(calls, PROVIDERS[r.point.provider].running))
+                steps = [(timed_step(work, r.point, device), work.step_setup) for work, _ in sets]
+            # what a step is timed against runs right after it: on a copy half a turn away
+            half = copies // 2
+            against = [rotating([c[i] for _, c in sets], half) for i in range(len(r.against))]
+            made.append(Unit([rotating(steps), *against], PROVIDERS[r.point.provider].running))
+        if copies > 1:
+            over_copies[:] = made
         return made
 
     def widest(measured: list[list[Measurement]]) -> float:
@@ -223,6 +267,8 @@ def time_together(
             step_timings(m, pre, options.reference)
             for m, pre in zip(measured, prefills, strict=True)
         ]
+        for t in timings:
+            t.copies = copies
         for r, t in zip(ready, timings, strict=True):
             with PROVIDERS[r.point.provider].running():
                 t.generation = time_generation(timer, r.work, r.point, Timer.sample)

@@ -112,6 +112,7 @@ def check_options(warmup: int, repeats: int, prefill: bool = True) -> decode.Dec
         prefill=prefill,
         prefill_memory=False,
         flush_l2=False,
+        cold_cache=False,
         baseline_provider="attnbench",
         reference="kernels",
         instructions=False,

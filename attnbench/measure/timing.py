@@ -44,6 +44,24 @@ PROBES = 3
 TimedCall = tuple[Callable[[], object], Callable[[], object] | None]
 
 
+def rotating(copies: Sequence[TimedCall], start: int = 0) -> TimedCall:
+    """One (call, setup) over copies of a call, each on buffers of its own: every call
+    runs the next copy (after its set-up, where it has one: each sample is then one call,
+    see Timer.block_of), from copy `start` on, so that a copy is touched again only after
+    all the others. The one call itself when there is one copy."""
+    if len(copies) == 1:
+        return copies[0]
+    at = [start % len(copies)]
+
+    def advance() -> int:
+        at[0] = (at[0] + 1) % len(copies)
+        return at[0]
+
+    if copies[0][1] is None:
+        return (lambda: copies[advance()][0]()), None
+    return (lambda: copies[at[0]][0]()), (lambda: copies[advance()][1]())  # type: ignore[misc]
+
+
 #: A sample interleaved with others is preceded by untimed calls when it spans less than
 #: this many times `min_sample_ms`; a unit's first call, by calls spanning that long
 #: (see Timer.block_of).
@@ -355,20 +373,22 @@ class _Rounds:
         width: Callable[[list[list[Measurement]]], float],
     ) -> list[list[Measurement]]:
         least, rounds, most = layout_plan(self.sampling)
-        started = time.perf_counter()
-        units = self.start(build(0))
+        units = self.start(build, 0)
         if not units:
             return []
         if most == 1:
             return self.one_layout(units, width)
+        spent = 0.0  # sampling: what max_time_s bounds, without building and warming up
         while True:
+            started = time.perf_counter()
             self.more(units, rounds)
+            spent += time.perf_counter() - started
             self.layouts += 1
-            stop = self.stop(width, time.perf_counter() - started, least, most)
+            stop = self.stop(width, spent, least, most)
             if stop is not None:
                 return self.measured(stop)
             del units  # the previous layout's buffers go before the next one's come
-            units = self.start(build(self.layouts))
+            units = self.start(build, self.layouts)
 
     def stop(
         self,
@@ -378,8 +398,8 @@ class _Rounds:
         most: int,
     ) -> str | None:
         """Why to take no further layout, or None: a fixed count is taken; `least` layouts
-        are and the interval is narrow enough; the next layout (at the mean cost of those
-        taken, its allocation and warm-up included) would not fit the time left, even
+        are and the interval is narrow enough; the next layout's rounds (at the mean time
+        of those taken: `spent` is the time sampled) would not fit the time left, even
         short of `least`; or the most layouts or samples are taken."""
         sampling = self.sampling
         if sampling.repeats is not None:
@@ -392,9 +412,11 @@ class _Rounds:
             return MOST_SAMPLES
         return None
 
-    def start(self, units: Sequence[Unit]) -> Sequence[Unit]:
-        """A layout's units warmed up; the first layout's also sizes every call's block
-        (the later layouts keep them, so that every sample spans as many calls)."""
+    def start(self, build: Callable[[int], Sequence[Unit]], layout: int) -> Sequence[Unit]:
+        """Layout `layout`'s units, built and warmed up; the first layout's also sizes
+        every call's block (the later layouts keep them, so that every sample spans as
+        many calls)."""
+        units = build(layout)
         first = not self.layouts
         blocks = self.timer.warm_up(units, self.sampling, sized=first)
         if first:

@@ -8,6 +8,7 @@ what chunked prefill and decode over a cache need (for Lq == Lk it is the usual 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -287,6 +288,12 @@ class GroupedQueryAttention(nn.Module):
     @property
     def variant(self) -> str:
         return self.shape.variant
+
+    def copied(self) -> GroupedQueryAttention:
+        """A copy with weights of its own, in new memory; its weights are packed for it
+        when it first runs (their packed copies, oneDNN's opaque tensors, are not
+        copied)."""
+        return copy.deepcopy(self, memo={id(self._packed): {}})
 
     @property
     def projection_path(self) -> str:

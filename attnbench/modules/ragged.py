@@ -27,7 +27,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..model.shapes import check_int
 from .attention import GroupedQueryAttention, naive_attention
-from .workload import Unsupported, refusals
+from .workload import Unsupported, refusals, tensor_bytes
 
 #: Attention over a ragged batch: packed queries (total_q, Hq, D) -> (total_q, Hq, D).
 RaggedAttention = Callable[[torch.Tensor], torch.Tensor]
@@ -54,6 +54,20 @@ class RaggedInputs:
     x: torch.Tensor
     k_cache: torch.Tensor
     v_cache: torch.Tensor
+
+    def copied(self) -> RaggedInputs:
+        """The same inputs in memory of their own: the layer's weights and the caches
+        copied; the packed new tokens shared."""
+        return replace(
+            self,
+            layer=self.layer.copied(),
+            k_cache=self.k_cache.clone(),
+            v_cache=self.v_cache.clone(),
+        )
+
+    def copied_bytes(self) -> int:
+        """The bytes `copied` copies: the layer's weights and the caches."""
+        return tensor_bytes([*self.layer.parameters(), self.k_cache, self.v_cache])
 
     @property
     def q_starts(self) -> list[int]:

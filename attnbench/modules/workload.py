@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -36,6 +37,20 @@ class DecodeInputs:
     @property
     def cached(self) -> bool:
         return self.cache is not None
+
+    def copied(self) -> DecodeInputs:
+        """The same inputs in memory of their own: the layer's weights and the cache
+        copied; x shared, since a step reads only the slices its workload copies of it."""
+        return replace(self, layer=self.layer.copied(), cache=copy.deepcopy(self.cache))
+
+    def copied_bytes(self) -> int:
+        """The bytes `copied` copies: the layer's weights and the cache."""
+        cache = [] if self.cache is None else [self.cache.k, self.cache.v]
+        return tensor_bytes([*self.layer.parameters(), *cache])
+
+
+def tensor_bytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @dataclass

@@ -513,6 +513,16 @@ FIELDS: dict[str, Field] = {
         axis=False,
         default=False,
     ),
+    "cold_cache": Field(
+        bool,
+        ("decode",),
+        "On the CPU, time the points sampled in turn over copies of their weights and "
+        "caches, each call on the next, so that a step reads them from memory as a whole "
+        "model's layers do, not from the CPU's last-level cache (where that cache's size "
+        "is known and memory holds the copies; each record says how many: `copies`).",
+        axis=False,
+        default=True,
+    ),
 }
 
 

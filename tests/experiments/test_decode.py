@@ -104,6 +104,7 @@ DECODE_COLUMNS = [
     "sampling",
     "sampling_group",
     "layouts",
+    "copies",
     "cpu_share",
     "narrowest_variant",
     "x_of_narrowest_median",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 
 import pytest
@@ -24,6 +25,7 @@ from attnbench.experiments.decode import (
 )
 from attnbench.measure import timing
 from attnbench.measure.stats import Measurement, bootstrap_interval, median, next_run_interval
+from attnbench.modules.workload import DecodeInputs
 from attnbench.study.runner import DirectoryStore, plan_command, run_study
 from attnbench.study.sections import KINDS
 from tests.experiments.options import decode_options, decode_point
@@ -296,3 +298,67 @@ def test_a_step_whose_layouts_fall_into_two_modes_names_both():
     )
     assert decode.timed({"status": status})
     assert decode.step_status(Measurement([0.466] * 20 + [0.887] * 5, layouts=5)) == OK
+
+
+def test_a_group_s_steps_rotate_over_copies_that_outgrow_the_cpu_s_cache(monkeypatch):
+    """With a last-level cache of 64 KiB and a group whose copies hold 28 KiB (MHA's and
+    MQA's weights and caches of 5 tokens), three copies of each point's buffers are built
+    once, each call of a step and of its kernels runs on the next copy, and the records
+    say how many; each copy's weights and cache are its own."""
+    made = []
+    real = DecodeInputs.copied
+
+    def copied(inputs):
+        made.append(copy := real(inputs))
+        return copy
+
+    built = []
+    real_prepare = interleave.prepare
+
+    def prepare(point, context, *args):
+        built.append(point)
+        return real_prepare(point, context, *args)
+
+    monkeypatch.setattr(DecodeInputs, "copied", copied)
+    monkeypatch.setattr(interleave, "prepare", prepare)
+    monkeypatch.setattr(interleave, "cache_bytes", lambda device: 64 << 10)
+    rows = records_of(mode="cache", reference="kernels", repeats=20)
+    # float32 weights (q and o 32 x 32; k and v 32 x 8 per KV head) and caches of 5 tokens
+    mha = (2 * 32 * 32 + 2 * 32 * 32) * 4 + 2 * 4 * 5 * 8 * 4
+    mqa = (2 * 32 * 32 + 2 * 32 * 8) * 4 + 2 * 1 * 5 * 8 * 4
+    held = mha + mqa
+    copies = math.ceil(interleave.ROTATE_OVER * (64 << 10) / held)
+    assert 1 < copies <= interleave.MAX_COPIES and all(r.copies == copies for r in rows)
+    # the copies are the group's layouts: allocated once, its 20 rounds split into 4 runs
+    assert [r.layouts for r in rows] == [4, 4] and len(made) == 2 * (copies - 1)
+    assert len(built) == 2  # each point built for the first layout only (decode.prepare)
+    first, second = made[:2]
+    assert first.layer.q_proj.weight.data_ptr() != second.layer.q_proj.weight.data_ptr()
+    assert torch.equal(first.layer.q_proj.weight, second.layer.q_proj.weight)
+    assert first.cache.k.data_ptr() != second.cache.k.data_ptr()
+    assert all(decode.timed(r) for r in rows)
+    off = records_of(mode="cache", cold_cache=False)
+    assert [r.copies for r in off] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("cache", "free", "cold", "device", "copies"),
+    [
+        (1 << 20, 1 << 40, True, "cpu", 8),  # 128 KiB a round: 8 copies read 1 MiB
+        (1 << 20, 1 << 40, False, "cpu", 1),  # cold_cache off
+        (None, 1 << 40, True, "cpu", 1),  # the cache's size unknown
+        (64 << 10, 1 << 40, True, "cpu", 1),  # one copy reads more than the cache
+        (1 << 30, 1 << 40, True, "cpu", 1),  # over MAX_COPIES: too little to leave it
+        (1 << 20, 1, True, "cpu", 1),  # the copies would fill over half the free memory
+        (1 << 20, 1 << 40, True, "meta", 1),  # a GPU flushes its L2 instead
+    ],
+)
+def test_the_copies_a_group_rotates_over(cache, free, cold, device, copies):
+    options = decode_options({"cold_cache": cold})
+    held = type("Inputs", (), {"copied_bytes": lambda self: 64 << 10})()
+    ready = [
+        decode.Ready(point(options=options), failed(point(), OK), None, [], inputs=held)  # type: ignore[arg-type]
+        for _ in range(2)
+    ]
+    found = interleave.copies_for(ready, torch.device(device), lambda d: free, lambda d: cache)
+    assert found == copies

@@ -270,19 +270,46 @@ def test_each_layout_is_built_afresh_after_the_last_is_dropped_and_sampled_in_tu
 
 
 def test_layouts_stop_before_one_that_would_not_fit_the_time_left(monkeypatch):
-    """Each layout takes 0.1 s of a 0.45 s budget (a clock that moves as layouts are
-    built): the fifth would end past it, at the mean cost of the four taken."""
+    """Each layout's 5 rounds take 0.1 s of a 0.45 s budget (a clock that moves as calls
+    run): the fifth would end past it, at the mean time of the four taken. Building a
+    layout (a second each here) is not sampling, and takes none of the budget."""
     clock = [0.0]
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
 
+    def call() -> None:
+        clock[0] += 0.02
+
     def build(layout: int) -> list[Unit]:
-        clock[0] += 0.1
-        return [Unit([(lambda: None, None)])]
+        clock[0] += 1.0
+        return [Unit([(call, None)])]
 
     sampling = Sampling(min_repeats=5, layouts=2, max_layouts=100, max_time_s=0.45)
     done = Timer(CPU).sample_layouts(build, sampling, width=lambda measured: 1.0)
     assert (done[0][0].stop_reason, done[0][0].layouts) == (OUT_OF_TIME, 4)
-    assert clock[0] <= 0.45
+    assert clock[0] == pytest.approx(4 * 1.0 + 4 * 0.1)
     clock[0] = 0.0
-    short = replace(sampling, max_time_s=0.15)  # the first layout alone is most of it
+    short = replace(sampling, max_time_s=0.15)  # the first layout's rounds are most of it
     assert Timer(CPU).sample_layouts(build, short, width=lambda m: 1.0)[0][0].layouts == 1
+
+
+def test_a_rotating_call_runs_each_copy_in_turn():
+    """Every call runs the next copy; with set-ups, the set-up moves on and prepares the
+    copy the call then runs; `start` begins part of the way round. One copy is itself."""
+    ran: list[str] = []
+    plain = [(lambda i=i: ran.append(f"call {i}"), None) for i in range(3)]
+    call, setup = timing.rotating(plain)
+    assert setup is None
+    for _ in range(4):
+        call()
+    assert ran == ["call 1", "call 2", "call 0", "call 1"]
+    ran.clear()
+    prepared = [
+        (lambda i=i: ran.append(f"call {i}"), lambda i=i: ran.append(f"setup {i}"))
+        for i in range(2)
+    ]
+    call, setup = timing.rotating(prepared, start=1)
+    for _ in range(2):
+        setup()
+        call()
+    assert ran == ["setup 0", "call 0", "setup 1", "call 1"]
+    assert timing.rotating(plain[:1]) is plain[0]

@@ -424,9 +424,7 @@ class Comparison:
     def sorted_findings(self, only_changed: bool = False) -> list[Finding]:
         """By severity, then by the size of the change (largest first)."""
         shown = [f for f in self.findings if not (only_changed and f.verdict is Verdict.UNCHANGED)]
-        return sorted(
-            shown, key=lambda f: (SEVERITY[f.verdict], -abs(math.log(f.ratio)) if f.ratio else 0.0)
-        )
+        return sorted(shown, key=lambda f: (SEVERITY[f.verdict], -_change(f.ratio)))
 
     def to_dict(self, only_changed: bool = False) -> dict:
         return {
@@ -450,6 +448,15 @@ class Comparison:
                 for f in self.sorted_findings(only_changed)
             ],
         }
+
+
+def _change(ratio: float | None) -> float:
+    """How far a finding's ratio (current over baseline) is from even, to list the largest
+    first: its log's size; no size without one, and the most where the value went to 0 or
+    changed sign (a signed field: free memory that is now short)."""
+    if not ratio:
+        return 0.0 if ratio is None else math.inf
+    return abs(math.log(ratio)) if ratio > 0 else math.inf
 
 
 def environment_differences(base: dict | None, cur: dict | None) -> list[EnvDifference]:

@@ -1550,3 +1550,18 @@ def test_a_timing_sampled_while_another_process_held_the_cpu_convicts_nothing(tm
     held = timed(0.5)
     assert {f.verdict for f in held} == {Verdict.INCONCLUSIVE}
     assert all(f.reason.endswith("another process held the CPU (50%)") for f in held)
+
+
+def test_a_signed_field_that_changes_sign_is_listed_first_as_regressed(tmp_path):
+    """Free memory a GPU had, and now lacks (a negative free_bytes_per_gpu: the model no
+    longer fits), is the largest change of all, whichever way it went."""
+    base = tmp_path / "base.json"
+    args = ["fit", "--model", "llama-3-8b", "--memory", "80GiB", "--seq-len", "1024"]
+    assert runner.invoke(app, [*args, "--json", str(base), "-q"]).exit_code == 0
+    doc = json.loads(base.read_text())
+    doc["records"][0].update(free_bytes_per_gpu=-1000, batch=0)
+    for first, second in ((base, "cur.json"), ("cur.json", base)):
+        (tmp_path / "cur.json").write_text(json.dumps(doc))
+        result = runner.invoke(app, ["compare", str(tmp_path / first), str(tmp_path / second)])
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert "regressed" in result.output and "free_bytes_per_gpu" in result.output

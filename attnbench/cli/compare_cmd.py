@@ -170,7 +170,8 @@ def compare_command(
 
     check_format(fmt)
     _check_inputs(history, current, show_all, only_changed)
-    check_writable({"output": output}, {"baseline": baseline, "current": current})
+    inputs = {"baseline": baseline, "current": current, "history": history}
+    check_writable({"output": output}, inputs)
     thresholds = Thresholds(
         time=parse_percent("--time-threshold", time_threshold),
         mem=parse_percent("--mem-threshold", mem_threshold),

@@ -25,13 +25,14 @@ def _git(*args: str) -> str | None:
 
 def current_commit() -> Commit | None:
     """HEAD of the git checkout here: its sha, branch (None when detached) and commit
-    date (ISO 8601, git's %cI); None outside a checkout."""
+    date (ISO 8601, git's %cI, in UTC: see parse_date); None outside a checkout."""
     sha = _git("rev-parse", "HEAD")
     if sha is None:
         return None
     ref = _git("symbolic-ref", "-q", "HEAD")  # none when detached
     branch = ref.removeprefix("refs/heads/") if ref else None
-    return Commit(sha, branch, _git("-c", "format.pretty=%cI", "show", "-s"))
+    date = _git("-c", "format.pretty=%cI", "show", "-s")
+    return Commit(sha, branch, parse_date(date) if date else None)
 
 
 def _text(value: object) -> str | None:
@@ -56,7 +57,9 @@ def stamp_of(
     if sha is None:
         return None
     known = head if head is not None and head.sha == sha else Commit(sha)
-    created = _text((document.raw or {}).get("created"))
+    created = _text((document.raw or {}).get("created"))  # checked as the file was read
+    if created is not None:
+        created = parse_date(created)
     return Commit(sha, branch or known.branch, date or created or known.date)
 
 
@@ -90,13 +93,17 @@ def stamps_of(
 
 def parse_date(text: str) -> str:
     """An ISO 8601 date, or date and time, in its extended form ('20261005' ->
-    '2026-10-05'): the series are ordered by these dates as text."""
+    '2026-10-05'), a time with an offset in UTC ('2024-01-01T10:00:00+09:00' ->
+    '2024-01-01T01:00:00+00:00'): the series are ordered by these dates as text."""
     try:
         return datetime.date.fromisoformat(text).isoformat()
     except ValueError:
         pass
     try:
-        return datetime.datetime.fromisoformat(text).isoformat()
+        moment = datetime.datetime.fromisoformat(text)
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(datetime.timezone.utc)
+        return moment.isoformat()
     except ValueError:
         raise FieldError(
             "date",

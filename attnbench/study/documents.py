@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime
 import io
 import json
 import math
@@ -120,6 +121,7 @@ def parse_document(doc: Any, path: str | Path) -> Document:
             f"were measured on), got {spelled(environment)}"
         )
     check_environment(environment, f"{path}: environment")
+    _check_created(path, doc.get("created"))
     per_record: dict[str, list[dict]] = {}
     if command == "run":
         _check_run_header(path, doc)
@@ -178,6 +180,19 @@ def _record_environments(path: Path, doc: dict, sections: dict) -> dict[str, lis
             )
         found[name] = [shares[i] for i in which]
     return found
+
+
+def _check_created(path: Path, created: Any) -> None:
+    """When the file was written: null, or an ISO 8601 date and time (what a history
+    files the run under, when no date is given)."""
+    if created is None:
+        return
+    try:
+        datetime.datetime.fromisoformat(created)
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"{path}: created: expected an ISO 8601 date and time, got {spelled(created)}"
+        ) from None
 
 
 def _check_run_header(path: Path, doc: dict) -> None:

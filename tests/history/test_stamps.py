@@ -74,9 +74,9 @@ def test_head_is_read_from_the_checkout_here(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-10-05T12:00:00+02:00")
     git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
     sha = git(tmp_path, "rev-parse", "HEAD")
-    assert current_commit() == Commit(sha, "feature/x", "2026-10-05T12:00:00+02:00")
+    assert current_commit() == Commit(sha, "feature/x", "2026-10-05T10:00:00+00:00")
     git(tmp_path, "checkout", "-q", "--detach")
-    assert current_commit() == Commit(sha, None, "2026-10-05T12:00:00+02:00")
+    assert current_commit() == Commit(sha, None, "2026-10-05T10:00:00+00:00")
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,8 @@ def test_head_is_read_from_the_checkout_here(tmp_path, monkeypatch):
         ("2026-10-05", "2026-10-05"),
         ("20261005", "2026-10-05"),
         ("20261005T1200Z", "2026-10-05T12:00:00+00:00"),
-        ("2026-10-05T12:00:00+02:00", "2026-10-05T12:00:00+02:00"),
+        ("2026-10-05T12:00:00+02:00", "2026-10-05T10:00:00+00:00"),  # ordered as text: UTC
+        ("2026-10-05T12:00:00", "2026-10-05T12:00:00"),
     ],
 )
 def test_a_date_is_read_in_the_extended_iso_form(text, iso):

@@ -517,6 +517,25 @@ def test_a_record_s_integers_are_sizes_and_counts(run_doc, tmp_path, field):
     assert f"decode record 0: {field}: -1 is negative" in one_error(cli("compare", path, path))
 
 
+@pytest.mark.parametrize("created", [[2024], {"at": 1}, 10**22, "not a date", "2024-13-45"])
+def test_a_results_file_s_date_is_an_iso_date(run_doc, tmp_path, created):
+    """What a history files a run under when no date is given: a list or a huge integer
+    crashed the database, text that is no date was filed and ordered as one."""
+    doc = {**copy.deepcopy(run_doc), "created": created}
+    path = _write(tmp_path / RESULTS_FILE, doc)
+    line = one_error(cli("history", "add", path, "--db", str(tmp_path / "h.db"), "--commit", "c1"))
+    assert f"{path}: created: expected an ISO 8601 date and time" in line
+
+
+def test_compare_does_not_write_over_the_history_it_reads(run_doc, tmp_path):
+    path, db = _write(tmp_path / "r.json", run_doc), str(tmp_path / "h.db")
+    assert cli("history", "add", path, "--db", db, "--commit", "c1").exit_code == 0
+    before = Path(db).read_bytes()
+    line = one_error(cli("compare", path, "--history", db, "--output", db))
+    assert "--output" in line and "input" in line
+    assert Path(db).read_bytes() == before
+
+
 def test_a_run_s_model_parts_are_validated_as_a_command_s(run_doc, tmp_path):
     doc = copy.deepcopy(run_doc)
     part = {"model": "m", "num_kv_heads": 1, "variant": "MQA", "part": "total"}

@@ -41,7 +41,7 @@ from ..model.architecture import ModelSpec
 from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
-from ..model.what_if import kv_heads_count, what_if_specs
+from ..model.what_if import KV_HEAD_WORDS, kv_heads_count, what_if_specs
 from ..modules.hf_fallback import with_layer_types, with_whole_model
 from .schema import (
     ALIASES,
@@ -287,6 +287,35 @@ class Section:
             return error.located(f"{self.name} ({self.source})")
         return error
 
+    def _given_once(self, name: str, values: list, meant: list | None = None) -> None:
+        """FieldError, where the user set `name`, when two of its values are one (`meant`:
+        what each is, 4 KV heads for 'mha' beside 4 query heads): they would make two
+        points of the same keys, which the results' readers refuse after the run."""
+        seen: dict = {}
+        for value, key in zip(values, meant or values, strict=True):
+            if key not in seen:
+                seen[key] = value
+                continue
+            earlier = seen[key]
+            why = (
+                f"{show_value(value)} is given twice"
+                if earlier == value
+                else f"{show_value(earlier)} and {show_value(value)} are both "
+                f"{key} KV head{'s' * (key != 1)} here"
+            )
+            raise self.locate(FieldError(name, values, why))
+
+    def _given_once_each(self, names: list[str]) -> None:
+        """Every axis of `names` with each of its values once (`_given_once`), KV heads
+        as counts for every count of query heads ('mha' is 4 KV heads beside 4)."""
+        for name in names:
+            self._given_once(name, self.values[name])
+        if "num_kv_heads" in names:
+            kv = self.values["num_kv_heads"]
+            for heads in self.values["num_heads"]:
+                counts = [KV_HEAD_WORDS[v](heads) if isinstance(v, str) else v for v in kv]
+                self._given_once("num_kv_heads", kv, counts)
+
     def points(self, typed: Any = None) -> list:
         """Every grid point as a typed point: synthetic shapes first, then models (whose
         shape fields, and dtype unless one is given, come from the model). A kind whose
@@ -310,10 +339,9 @@ class Section:
         if "options" in wanted:
             options["options"] = typed
         points = []
+        shape_axes = [n for n in (*SHAPE_FIELDS, "num_layers") if n in self.values and n in wanted]
+        self._given_once_each([*axes, *shape_axes] if self.has_shape else axes)
         if self.has_shape:
-            shape_axes = [
-                n for n in (*SHAPE_FIELDS, "num_layers") if n in self.values and n in wanted
-            ]
             for combo in itertools.product(*(self.values[a] for a in shape_axes)):
                 shape = dict(zip(shape_axes, combo, strict=True))
                 kv_heads = shape.get("num_kv_heads", "mha")

@@ -829,3 +829,29 @@ def test_a_study_is_refused_when_planned_in_the_files_terms(tmp_path, monkeypatc
     result = runner.invoke(app, ["run", "study.yaml", "--dry-run"])
     assert result.exit_code == 2 and result.stderr.startswith(error), result.output
     assert "--" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["decode-speed", "--kv-heads", "4,mha"], "--kv-heads 4,mha: 4 and mha are both 4 KV"),
+        (["decode-speed", "--mode", "cache,cache"], "--mode cache,cache: cache is given twice"),
+        (["decode-speed", "--prompt-len", "8,8"], "--prompt-len 8,8: 8 is given twice"),
+        (["kvmem", "--kv-heads", "mqa,1"], "--kv-heads mqa,1: mqa and 1 are both 1 KV head here"),
+    ],
+)
+def test_a_value_given_twice_on_an_axis_is_refused_before_anything_runs(args, message):
+    """Two equal values on an axis make two points with the same keys, which the results
+    readers refuse as a duplicate row after the run: refused when planned."""
+    shape = ["--d-model", "64", "--heads", "4"]
+    result = runner.invoke(app, [*args, *shape])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: {message}"), line
+
+
+def test_a_value_given_twice_in_a_sweep_file_is_refused_by_its_field(tmp_path):
+    path = write_yaml(tmp_path, "decode: {d_model: 64, num_heads: 4, mode: [cache, cache]}")
+    result = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 2
+    assert "decode.mode: cache,cache (" in result.stderr and "cache is given twice" in result.stderr

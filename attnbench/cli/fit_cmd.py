@@ -120,7 +120,7 @@ def fit_command(
     """The largest batch at a context length (--seq-len), or the longest context at a batch
     size (--batch), that fits beside the weights and a reserve; with --gpu and --tpot (or
     --ttft), the largest batch whose predicted times also meet the targets. Exits 1 when
-    nothing fits or no batch meets them."""
+    any point does not fit or meets no target, after showing and writing every point."""
     from ..study.runner import write_section
 
     outputs = {"csv": csv, "json": json}

@@ -217,7 +217,8 @@ def run_command(
     nproc: NprocOpt = None,
     shard: ShardOpt = None,
 ) -> None:
-    """Run every section of a sweep file (params, kvmem, decode), keeping each point on
+    """Run the sections of a sweep file (params, kvmem, decode, fit, predict; params,
+    kvmem and decode when it names none), keeping each point on
     disk as it finishes; then write plots and report.md. Ctrl-C (or SIGTERM, SIGHUP)
     stops after the current point, or the decode points sampled with it (exit 130);
     --resume finishes the rest. Under torchrun every rank runs its share (on its own GPU)

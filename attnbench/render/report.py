@@ -134,8 +134,9 @@ def _largest_caches(records: Sequence[dict]) -> list[str]:
     longest = max(r["seq_len"] for r in presets)
     batch = min(r["batch"] for r in presets if r["seq_len"] == longest)
     rows = [r for r in presets if r["seq_len"] == longest and r["batch"] == batch]
-    shared = [f for f in ("num_layers", "dtype") if len({r.get(f) for r in rows}) == 1]
-    own = [f for f in ("num_layers", "dtype") if f not in shared]
+    rows = [{**r, "kv_dtype": r.get("kv_dtype") or r.get("dtype")} for r in rows]  # the cache's
+    shared = [f for f in ("num_layers", "kv_dtype") if len({r.get(f) for r in rows}) == 1]
+    own = [f for f in ("num_layers", "kv_dtype") if f not in shared]
     setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0].get(f)) for f in shared)])
     parts = [
         f"{_bytes(r['kv_bytes'])}{_state(r)} for "

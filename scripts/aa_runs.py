@@ -371,7 +371,7 @@ def main() -> None:
         print("\n".join(report(json.loads(args.report.read_text()))))
         return
     args.runs = 10 if args.runs is None else args.runs
-    args.config, args.out = args.config or DEFAULT_CONFIG, args.out or DEFAULT_OUT
+    args.config, args.out = as_given(args.config or DEFAULT_CONFIG), args.out or DEFAULT_OUT
     neighbour = busy_neighbour() if args.busy else None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -384,6 +384,16 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(saved, separators=(",", ":")) + "\n")
     print("\n".join(report(saved)))
+
+
+def as_given(path: Path) -> Path:
+    """`path` relative to the working directory when it lies under it (the packaged
+    study, from the repository's root): the runs and the saved file name it as a user
+    of the repository would, not by this machine's absolute path."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ providers and modes at one shape, batch and context) are therefore built togethe
 sampled round-robin: every round takes one block of each point's step (and of what the
 step is timed against), in a new seeded order each round. Rounds in one process share
 where its buffers landed, which the next run's do not, so the group is sampled over
-several memory layouts, one after another, each built afresh (`rebuilt`). Each
+several memory layouts, one after another, each built afresh (`rebuilt`); on the CPU,
+over copies of its buffers that outgrow the last-level cache (`copies_for`), each call
+on the next, allocated once and split into layouts' runs of rounds. Each
 comparison is then the ratio of two steps within each round; its value is the median
 over the rounds of every layout and its interval the one the next run's median falls
 in (stats.next_run_interval), the layouts' spread included:

@@ -378,13 +378,11 @@ class _Rounds:
             return []
         if most == 1:
             return self.one_layout(units, width)
-        spent = 0.0  # sampling: what max_time_s bounds, without building and warming up
+        started = time.perf_counter()  # the first layout built: its copies are not sampling
         while True:
-            started = time.perf_counter()
             self.more(units, rounds)
-            spent += time.perf_counter() - started
             self.layouts += 1
-            stop = self.stop(width, spent, least, most)
+            stop = self.stop(width, time.perf_counter() - started, least, most)
             if stop is not None:
                 return self.measured(stop)
             del units  # the previous layout's buffers go before the next one's come
@@ -398,9 +396,10 @@ class _Rounds:
         most: int,
     ) -> str | None:
         """Why to take no further layout, or None: a fixed count is taken; `least` layouts
-        are and the interval is narrow enough; the next layout's rounds (at the mean time
-        of those taken: `spent` is the time sampled) would not fit the time left, even
-        short of `least`; or the most layouts or samples are taken."""
+        are and the interval is narrow enough; the next layout (at the mean cost of those
+        taken, its allocation and warm-up included; `spent` is the time since the first
+        was built) would not fit the time left, even short of `least`; or the most layouts
+        or samples are taken."""
         sampling = self.sampling
         if sampling.repeats is not None:
             return FIXED if self.layouts >= most else None

@@ -270,9 +270,10 @@ def test_each_layout_is_built_afresh_after_the_last_is_dropped_and_sampled_in_tu
 
 
 def test_layouts_stop_before_one_that_would_not_fit_the_time_left(monkeypatch):
-    """Each layout's 5 rounds take 0.1 s of a 0.45 s budget (a clock that moves as calls
-    run): the fifth would end past it, at the mean time of the four taken. Building a
-    layout (a second each here) is not sampling, and takes none of the budget."""
+    """A layout's 5 rounds take 0.1 s and building a later one 0.05 s, of a 0.45 s budget
+    (a clock that moves as calls run and layouts are built): the fourth would end past
+    it, at the mean cost of the three taken. The first layout's building (its copies: a
+    second here) is not counted."""
     clock = [0.0]
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
 
@@ -280,13 +281,13 @@ def test_layouts_stop_before_one_that_would_not_fit_the_time_left(monkeypatch):
         clock[0] += 0.02
 
     def build(layout: int) -> list[Unit]:
-        clock[0] += 1.0
+        clock[0] += 0.05 if layout else 1.0
         return [Unit([(call, None)])]
 
     sampling = Sampling(min_repeats=5, layouts=2, max_layouts=100, max_time_s=0.45)
     done = Timer(CPU).sample_layouts(build, sampling, width=lambda measured: 1.0)
-    assert (done[0][0].stop_reason, done[0][0].layouts) == (OUT_OF_TIME, 4)
-    assert clock[0] == pytest.approx(4 * 1.0 + 4 * 0.1)
+    assert (done[0][0].stop_reason, done[0][0].layouts) == (OUT_OF_TIME, 3)
+    assert clock[0] == pytest.approx(1.0 + 0.1 + 2 * 0.15)
     clock[0] = 0.0
     short = replace(sampling, max_time_s=0.15)  # the first layout's rounds are most of it
     assert Timer(CPU).sample_layouts(build, short, width=lambda m: 1.0)[0][0].layouts == 1

@@ -75,6 +75,8 @@ TIMED = "# ran on"
 TRACEBACK = "Traceback (most recent call last):"
 MARKDOWN = re.compile(r"^<!-- (timed )?output: (.+) -->$")
 MARKDOWN_END = "<!-- end output -->"
+#: The last line of a command's output when it exits with another code than 0 (lines_of).
+EXIT_CODE = re.compile(r"^\(exit code \d+\)$")
 #: The one line per point a command prints off a terminal while it runs.
 PROGRESS = re.compile(r"^\[\d+/\d+\] ")
 #: Plots of the default study the pages show, from the run whose summary they show.
@@ -214,7 +216,7 @@ def run_command(command: str, cwd: Path, in_fork: bool = False) -> list[str]:
 
         return lines_of(*forked(attnbench, cwd))
     if args[0] == "python" and in_fork:
-        return script_lines(command, *forked(lambda: run_script(args[1], args[2:]), ROOT))
+        return lines_of(*forked(lambda: run_script(args[1], args[2:]), ROOT))
     if args[0] == "python":
         args, cwd = [sys.executable, *args[1:]], ROOT
     elif args[0] == "torchrun":  # ranks of one machine
@@ -226,17 +228,7 @@ def run_command(command: str, cwd: Path, in_fork: bool = False) -> list[str]:
     done = subprocess.run(
         args, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    if args[0] == sys.executable:
-        return script_lines(command, done.stdout, done.returncode)
     return lines_of(done.stdout, done.returncode)
-
-
-def script_lines(command: str, printed: str, code: int) -> list[str]:
-    """What a script of this repository prints for a page, which it writes only when the
-    script succeeds: a page shows an attnbench command's failure, never a generator's."""
-    if code:
-        raise SystemExit(f"docs_examples.py: `{command}` failed (exit code {code}): {printed}")
-    return lines_of(printed, code)
 
 
 def lines_of(printed: str, code: int) -> list[str]:
@@ -289,7 +281,11 @@ class Example:
         outputs = []
         for command in self.commands:
             say(f"{self.page.relative_to(ROOT)}: $ {command}")
-            outputs.append(run_command(command, cwd, in_fork=not self.timed))
+            printed = run_command(command, cwd, in_fork=not self.timed)
+            if self.kind == "markdown" and printed and EXIT_CODE.match(printed[-1]):
+                # a session may show a command failing; a Markdown output is a generator's
+                raise SystemExit(f"docs_examples.py: `{command}` failed: {' '.join(printed)}")
+            outputs.append(printed)
         if self.timed:  # the plots of the default study, from the run the pages show
             for name in PLOTS:
                 if (cwd / STUDY / name).is_file():

@@ -66,6 +66,20 @@ def by_key(records) -> dict:
     return {(r.num_kv_heads, r.provider, r.mode): r for r in records}
 
 
+def counted(monkeypatch, owner, name: str, keep: str = "first") -> list:
+    """`owner.name` wrapped to keep, call by call, its first argument or its result."""
+    real = getattr(owner, name)
+    kept: list = []
+
+    def wrapper(first, *args):
+        result = real(first, *args)
+        kept.append(result if keep == "result" else first)
+        return result
+
+    monkeypatch.setattr(owner, name, wrapper)
+    return kept
+
+
 def per_round(of, over) -> list[float]:
     return [a / b for a, b in zip(of.samples_ms, over.samples_ms, strict=True)]
 
@@ -273,14 +287,7 @@ def test_resume_refuses_records_of_another_version(tmp_path):
 def test_a_group_is_sampled_over_fresh_memory_layouts_its_intervals_over_them(monkeypatch):
     """20 rounds: 4 layouts of 5, each point built (and checked) anew for each; the
     records say so, and each comparison's interval is the one over the layouts."""
-    built = []
-    real = interleave.prepare
-
-    def prepare(point, context, *args):
-        built.append(point)
-        return real(point, context, *args)
-
-    monkeypatch.setattr(interleave, "prepare", prepare)
+    built = counted(monkeypatch, interleave, "prepare")
     rows = by_key(records_of(repeats=20))
     assert len(built) == 4 * 4 and all(r.layouts == 4 for r in rows.values())
     mha, mqa = rows[4, "attnbench", "cache"], rows[1, "attnbench", "cache"]
@@ -305,22 +312,8 @@ def test_a_group_s_steps_rotate_over_copies_that_outgrow_the_cpu_s_cache(monkeyp
     MQA's weights and caches of 5 tokens), three copies of each point's buffers are built
     once, each call of a step and of its kernels runs on the next copy, and the records
     say how many; each copy's weights and cache are its own."""
-    made = []
-    real = DecodeInputs.copied
-
-    def copied(inputs):
-        made.append(copy := real(inputs))
-        return copy
-
-    built = []
-    real_prepare = interleave.prepare
-
-    def prepare(point, context, *args):
-        built.append(point)
-        return real_prepare(point, context, *args)
-
-    monkeypatch.setattr(DecodeInputs, "copied", copied)
-    monkeypatch.setattr(interleave, "prepare", prepare)
+    made = counted(monkeypatch, DecodeInputs, "copied", keep="result")
+    built = counted(monkeypatch, interleave, "prepare")
     monkeypatch.setattr(interleave, "cache_bytes", lambda device: 64 << 10)
     rows = records_of(mode="cache", reference="kernels", repeats=20)
     # float32 weights (q and o 32 x 32; k and v 32 x 8 per KV head) and caches of 5 tokens

@@ -17,10 +17,16 @@ from .architecture import ModelSpec
 KV_HEAD_WORDS = {"mha": lambda heads: heads, "mqa": lambda heads: 1}
 
 
+def kv_heads_meant(value: int | str, num_heads: int) -> int:
+    """`value` (an integer, 'mha' or 'mqa') as a count of KV heads for `num_heads` query
+    heads, unchecked (see kv_heads_count)."""
+    return KV_HEAD_WORDS[value](num_heads) if isinstance(value, str) else value
+
+
 def kv_heads_count(value: int | str, num_heads: int, model: str | None = None) -> int:
     """`value` (an integer, 'mha' or 'mqa') as a count of KV heads for `num_heads` query
     heads; FieldError when it does not divide them (naming `model` when there is one)."""
-    count = KV_HEAD_WORDS[value](num_heads) if isinstance(value, str) else value
+    count = kv_heads_meant(value, num_heads)
     if num_heads % count:
         whose = f"{model}'s" if model else "the"
         raise FieldError(

@@ -41,7 +41,7 @@ from ..model.architecture import ModelSpec
 from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
-from ..model.what_if import KV_HEAD_WORDS, kv_heads_count, what_if_specs
+from ..model.what_if import kv_heads_count, kv_heads_meant, what_if_specs
 from ..modules.hf_fallback import with_layer_types, with_whole_model
 from .schema import (
     ALIASES,
@@ -313,8 +313,7 @@ class Section:
         if "num_kv_heads" in names:
             kv = self.values["num_kv_heads"]
             for heads in self.values["num_heads"]:
-                counts = [KV_HEAD_WORDS[v](heads) if isinstance(v, str) else v for v in kv]
-                self._given_once("num_kv_heads", kv, counts)
+                self._given_once("num_kv_heads", kv, [kv_heads_meant(v, heads) for v in kv])
 
     def points(self, typed: Any = None) -> list:
         """Every grid point as a typed point: synthetic shapes first, then models (whose

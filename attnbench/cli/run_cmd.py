@@ -45,6 +45,7 @@ from .options import (
     RunConfigOpt,
     RunOutOpt,
     ShardOpt,
+    flag,
 )
 
 if TYPE_CHECKING:
@@ -63,6 +64,15 @@ SHORT_HELP = {
     "merge": "Put the shares of a sharded study back together",
 }
 
+#: --force of the commands that write a study's files into a directory of its results
+#: (merge, plot, report): there may be another study's results there too.
+RewriteForceOpt = flag(
+    bool,
+    "--force",
+    help="Write into --out even when it holds another study's results, or files that "
+    "are not a study's (those of the same names as this study's are replaced).",
+)
+
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
 #: SIGHUP, which stop a study as Ctrl-C does.
 EXIT_INTERRUPTED = 130
@@ -72,8 +82,20 @@ def _about(seconds: float) -> str:
     return f"about {seconds:.0f} s" if seconds >= 1 else "under a second"
 
 
-def _dry_run(plan: Plan, nproc: int) -> None:
-    """The points and their estimates; with several workers, each one's share."""
+def _dry_share(shard: str | None, nproc: str | None) -> Shard | None:
+    """The share --shard names for a dry run, checked as a run checks it."""
+    from ..study.shards import parse_shard
+
+    if shard is None:
+        return None
+    if nproc is not None:
+        raise FieldError("nproc", nproc, "shares the whole study: give it without --shard")
+    return parse_shard(shard)
+
+
+def _dry_run(plan: Plan, nproc: int, share: Shard | None = None) -> None:
+    """The points and their estimates (of `share` alone, when given); with several
+    workers, each one's share."""
     from ..study.sections import describe_task
     from ..study.shards import share_loads
 
@@ -84,9 +106,10 @@ def _dry_run(plan: Plan, nproc: int) -> None:
         )
         where = devices or "no device needed"
         total = plan.estimate_total(plan.tasks)
+        of = f" of share {share}" if share else ""
+        points = f"{len(plan.tasks):,} point{'s' * (len(plan.tasks) != 1)}"
         console.print(
-            f"{len(plan.tasks):,} points ({where}), {_about(total)} (a rough "
-            "estimate); nothing was run.",
+            f"{points}{of} ({where}), {_about(total)} (a rough estimate); nothing was run.",
             markup=False,
         )
         return
@@ -186,6 +209,37 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
         )
 
 
+def _check_run_dir(out_dir: Path, force: bool, sweep: str | None, resume: bool) -> None:
+    """check_out_dir for a run; resuming, a results.json there that cannot be read is
+    refused for what is wrong with it (truncated, say), not as a file of another kind:
+    unread, it makes the study's own files look like another kind too."""
+    from ..study.documents import load_results
+    from ..study.stores import RESULTS_FILE
+
+    try:
+        check_out_dir(out_dir, force, sweep)
+    except FieldError:
+        if resume and (out_dir / RESULTS_FILE).is_file():
+            load_results(out_dir / RESULTS_FILE)
+        raise
+
+
+def _refuse_other_study(out_dir: Path, doc: dict, force: bool) -> None:
+    """Unless `force`, refuse to write the files of study `doc` (merged, or re-rendered)
+    into `out_dir` when it holds another study's results.json (study.runner.other_study),
+    as `run` refuses to start a study there: they would no longer agree with it."""
+    from ..study.runner import other_study
+
+    difference = None if force else other_study(out_dir, doc)
+    if difference is not None:
+        raise FieldError(
+            "out",
+            shown_path(out_dir),
+            f"holds the results of another study ({difference}), whose files these "
+            "would replace: give another directory, or --force",
+        )
+
+
 def _refuse_share(out_dir: Path) -> None:
     """A share's directory is written by that share alone: a whole study (run or merged)
     there would replace it, and no merge of the study would take it any more."""
@@ -239,12 +293,13 @@ def run_command(
         quiet = quiet or launch.rank > 0  # one rank reports
     workers = _nproc(nproc)
     if dry_run:
-        _dry_run(plan, workers)
+        share = _dry_share(shard, nproc)
+        _dry_run(shard_plan(plan, share) if share else plan, workers, share)
         return
     _check_run_flags(nproc, resume, out, shard)
     refuse_empty("out", out)
     out_dir = Path(out) if out else timestamped_dir()
-    check_out_dir(out_dir, force, config)
+    _check_run_dir(out_dir, force, config, resume)
     _refuse_share(out_dir)
     share = parse_shard(shard) if shard is not None else None
     if resume and share is None:  # before the directory is made
@@ -406,6 +461,7 @@ def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) ->
     out_dir = Path(out) if out else Path(results).parent
     if not same_file(out_dir, Path(results).parent):
         check_out_dir(out_dir, force)
+        _refuse_other_study(out_dir, doc, force)
     try:
         written = write(doc, out_dir)
     except OSError as exc:
@@ -418,7 +474,10 @@ def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) ->
 @app.command("plot")
 @handles_errors
 def plot_command(
-    results: ResultsArg, out: BesideOutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
+    results: ResultsArg,
+    out: BesideOutOpt = None,
+    quiet: QuietOpt = False,
+    force: RewriteForceOpt = False,
 ) -> None:
     """Re-draw a study's plots from its results.json; nothing is re-run."""
     from ..render.plots import render_plots
@@ -429,7 +488,10 @@ def plot_command(
 @app.command("report")
 @handles_errors
 def report_command(
-    results: ResultsArg, out: BesideOutOpt = None, quiet: QuietOpt = False, force: ForceOpt = False
+    results: ResultsArg,
+    out: BesideOutOpt = None,
+    quiet: QuietOpt = False,
+    force: RewriteForceOpt = False,
 ) -> None:
     """Re-write a study's report.md from its results.json (showing the plots found beside
     it); nothing is re-run."""
@@ -444,7 +506,7 @@ def merge_command(
     dirs: DirsArg,
     out: MergeOutOpt = None,
     quiet: QuietOpt = False,
-    force: ForceOpt = False,
+    force: RewriteForceOpt = False,
 ) -> None:
     """Put the shares of a study (run with --shard i/N) back together: results.json, the
     CSVs, plots and report.md, in the study's point order. Exits 1 when some points are in
@@ -464,6 +526,7 @@ def merge_command(
         )
     check_out_dir(out_dir, force)
     _refuse_share(out_dir)
+    _refuse_other_study(out_dir, merged.document, force)
     again = ["attnbench merge", *dirs] + (["--out", out] if out else [])
     _write_merged(merged, out_dir, quiet, again)
 

@@ -28,12 +28,14 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FieldError, UsageError
 from ..experiments.context import Context
 from ..measure.environment import cache_bytes, collect_environment
 from ..records import as_dict
+from .documents import load_results
 from .output import Written, add_beside, document_header, write_outputs
 from .plan import (
     DEFAULT_CONFIG,
@@ -380,10 +382,11 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
     of (that group runs again whole), and with each CSV rebuilt from it when their rows
     disagree (a row appended just before a crash, or a CSV edited or lost)."""
     doc = store.load()
-    if doc["config"].get("resolved_sha256") != plan.resolved_sha256:
+    if not same_study(doc, plan.resolved_sha256):
+        difference = config_difference(doc, plan.section_configs())
         raise UsageError(
             f"resume: {getattr(store, 'path', 'the results')} was recorded with a "
-            f"different configuration ({config_difference(doc, plan)}); resume it "
+            f"different configuration ({difference}); resume it "
             "with the same configuration, or choose another directory"
         )
     if isinstance(store, DirectoryStore):  # before any is written: each takes rows as it is
@@ -407,10 +410,32 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
     return doc
 
 
-def config_difference(doc: dict, plan: Plan) -> str:
-    """The first difference between a saved study's configuration and `plan`'s, in words."""
+def config_difference(doc: dict, configs: dict[str, dict]) -> str:
+    """The first difference between a saved study's configuration and `configs` (each
+    section's), in words."""
     saved = {name: s.get("config", {}) for name, s in doc["sections"].items()}
-    return first_difference(saved, plan.section_configs(), "here")
+    return first_difference(saved, configs, "here")
+
+
+def same_study(doc: dict, resolved_sha256: str | None) -> bool:
+    """`doc` (a study's results) was recorded with the configuration hashed
+    `resolved_sha256`: what makes two results the same study, to resume, to merge into or
+    to re-render into (other_study)."""
+    return resolved_sha256 is not None and doc["config"].get("resolved_sha256") == resolved_sha256
+
+
+def other_study(out_dir: Path, doc: dict) -> str | None:
+    """How the study whose results.json `out_dir` holds differs from study `doc` (merged
+    from its shares, or re-rendered), when it is another one (see same_study): writing
+    `doc`'s files there would replace that study's, which would no longer agree with its
+    results. None when `out_dir` holds no results.json, or `doc`'s study's."""
+    saved = DirectoryStore(out_dir).path
+    if not saved.is_file():
+        return None
+    there = load_results(saved)
+    if same_study(there, doc["config"].get("resolved_sha256")):
+        return None
+    return config_difference(there, {n: s.get("config", {}) for n, s in doc["sections"].items()})
 
 
 @contextmanager

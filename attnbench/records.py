@@ -188,6 +188,38 @@ def ratio_against(record_type: type) -> dict[str, str]:
     }
 
 
+def intervals(record_type: type) -> dict[str, tuple[str, str]]:
+    """Each gated field that holds a 95% interval, and the info fields of its bounds: a
+    comparison's `<stem>_ci_lo` and `<stem>_ci_hi` beside its `<stem>_median`."""
+    names = {f.name for f in dataclasses.fields(record_type)}
+    found = {}
+    for median in gated_timing(record_type):
+        stem = median.removesuffix("_median")
+        bounds = (f"{stem}_ci_lo", f"{stem}_ci_hi")
+        if set(bounds) <= names:
+            found[median] = bounds
+    return found
+
+
+def bounds(record_type: type) -> list[tuple[str, str, str]]:
+    """The statistics that hold a gated field's median between them, as (lower, median,
+    upper): its quartiles, and its 95% interval where it has one."""
+    quartiles = [
+        (stats["p25"], median, stats["p75"])
+        for median, stats in gated_timing(record_type).items()
+        if "p25" in stats and "p75" in stats
+    ]
+    return quartiles + [(lo, median, hi) for median, (lo, hi) in intervals(record_type).items()]
+
+
+def positive_fields(record_type: type) -> set[str]:
+    """The fields that are ratios of two times, and so above 0: the `ratio` fields (their
+    statistics and samples too) and the bounds of their intervals."""
+    ratios = {f.name for f in dataclasses.fields(record_type) if f.metadata["kind"] is Kind.RATIO}
+    spans = intervals(record_type)
+    return ratios | {b for median in ratios & spans.keys() for b in spans[median]}
+
+
 def csv_fields(record_type: type) -> list[str]:
     """The fields a CSV row holds: all but the raw samples."""
     return [f.name for f in dataclasses.fields(record_type) if f.metadata["csv"]]

@@ -74,6 +74,8 @@ def add_command(
     """Store runs (results.json of run, or --json of decode-speed and the other commands)
     with their commit: the one each file's environment names, else HEAD. Adding the same
     results again changes nothing."""
+    from ..gate.compare import check_measurements  # numpy
+
     check_name("commit", commit)
     check_name("branch", branch)
     date = parse_date(date) if date is not None else None
@@ -83,6 +85,7 @@ def add_command(
             "and the history files timings by environment; add the "
             "JSON the command writes with --json"
         )
+        check_measurements(document)  # what compare --history would refuse to read back
     stamps = stamps_of(results, documents, commit, branch, date)
     history = open_history(db, create=True)
     try:

@@ -288,16 +288,24 @@ def _decode_findings(
     return found
 
 
+#: What a paged row's finding states: the comparison, its interval, the blocks and their
+#: empty share (a contiguous row, block_size null, has none of them).
+PAGED_FIELDS = (
+    "x_of_contiguous_median",
+    "x_of_contiguous_ci_lo",
+    "x_of_contiguous_ci_hi",
+    "block_size",
+    "kv_waste_pct",
+)
+
+
 def paged_findings(records: Sequence[dict]) -> list[str]:
     """Per variant and provider, its step over a paged cache against its step over the
     contiguous one, sampled in the same rounds (x_of_contiguous): the median ratio and its
     bootstrap 95% interval at each block size, and the share of the blocks left empty."""
     rows: dict[tuple, list[dict]] = {}
-    for r in records:
-        if r.get("x_of_contiguous_median") is not None:
-            rows.setdefault((r["variant"], r["provider"], r["batch"], r["prompt_len"]), []).append(
-                r
-            )
+    for r in ok_records(records, *PAGED_FIELDS):
+        rows.setdefault((r["variant"], r["provider"], r["batch"], r["prompt_len"]), []).append(r)
     found = []
     for (variant, provider, batch, length), paged in rows.items():
         parts = [

@@ -20,14 +20,18 @@ from ..measure.environment import FIELD_TYPES
 from ..model.files import not_text, read_user_file
 from ..records import (
     Kind,
+    bounds,
     csv_fields,
     failed,
     field_kinds,
     gated_timing,
     key_fields,
+    positive_fields,
+    ratio_against,
     signed_fields,
 )
 from .output import SCHEMA_VERSION
+from .schema import parse_number
 from .sections import KINDS, RECORD_TYPES, command_of, record_type
 
 #: The commands whose JSON holds records, and the section each single command writes.
@@ -77,9 +81,10 @@ def load_document(path: str | Path) -> Document:
     """Read and validate a JSON or CSV results file written by a command: the one reader
     of result files (compare, baseline save, plot, report and resume all come here).
 
-    Every record is checked against its record type: exact, memory and timing metrics are
-    finite numbers >= 0 (or null), keys and infos have their declared types, every record
-    of a section has the same key fields, and no two records share their key values."""
+    Every record is checked against its record type: its numbers are finite and >= 0 (or
+    null; a ratio > 0), keys and infos have their declared types, statistics lie on their
+    side of their median, a ratio names what it was taken against, every record of a
+    section has the same key fields, and no two records share their key values."""
     p = Path(path)
     try:
         text = read_user_file(p, "results", MAX_RESULTS_BYTES)
@@ -228,53 +233,119 @@ _TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 
+def _type_names(f: dataclasses.Field) -> list[str]:
+    """A field's declared type as the names of its alternatives: 'int | None'."""
+    return [t.strip() for t in str(f.type).split("|")]
+
+
 def declared_types(rtype: type | None) -> dict[str, list[str]]:
     """Each field's declared scalar types ('int | None' -> ['int']); fields of another
     type (lists) are left out."""
     types = {}
     for f in dataclasses.fields(rtype) if rtype else ():
-        names = [t.strip() for t in str(f.type).split("|") if t.strip() != "None"]
+        names = [t for t in _type_names(f) if t != "None"]
         if names and all(t in _TYPES for t in names):
             types[f.name] = names
     return types
 
 
+@dataclass(frozen=True)
+class _Declared:
+    """What a section's record type declares that the reader checks beyond each value's
+    type: the fields that may be below 0 (`signed`) and those that are above it
+    (`positive`, ratios), the raw samples' fields, the statistics on either side of a
+    median (records.bounds), the info field naming what a ratio was taken against
+    (records.ratio_against), and the key fields a record cannot be made without, whose
+    type has no None (the rows are told apart, drawn and matched by them)."""
+
+    signed: set[str] = field(default_factory=set)
+    positive: set[str] = field(default_factory=set)
+    samples: set[str] = field(default_factory=set)
+    bounds: list[tuple[str, str, str]] = field(default_factory=list)
+    against: dict[str, str] = field(default_factory=dict)
+    required: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rtype: type | None) -> _Declared:
+        if rtype is None:
+            return cls()
+        timings = gated_timing(rtype).values()
+        return cls(
+            signed=signed_fields(rtype),
+            positive=positive_fields(rtype),
+            samples={stats["samples"] for stats in timings if "samples" in stats},
+            bounds=bounds(rtype),
+            against=ratio_against(rtype),
+            required=[
+                f.name
+                for f in dataclasses.fields(rtype)
+                if f.metadata["kind"] is Kind.KEY
+                and f.default is dataclasses.MISSING
+                and "None" not in _type_names(f)
+            ],
+        )
+
+
 def _check_records(path: Path, section: str, records: Any) -> list[dict]:
     """Records as dicts: metrics finite numbers >= 0 or null, keys and infos of their
-    declared types (integers >= 0: sizes and counts), the same key fields in every
-    record, no two with the same keys."""
+    declared types (numbers >= 0: sizes, counts, times and rates), ratios > 0, the same
+    key fields in every record, no two with the same keys."""
     if not isinstance(records, list):
         raise UsageError(f"{path}: {section}: records: expected a list")
     kinds = kinds_of(section)
     rtype = record_type(section)
     types = declared_types(rtype)
-    signed = signed_fields(rtype) if rtype else set()
-    timings = gated_timing(rtype).values() if rtype else []
-    samples = {stats["samples"] for stats in timings if "samples" in stats}
+    declared = _Declared.of(rtype)
     for i, rec in enumerate(records):
         where = f"{path}: {section} record {i}"
         if not isinstance(rec, dict):
             raise UsageError(f"{where}: expected an object")
         for name, value in rec.items():
-            if name in samples:
-                _check_numbers(where, name, value)
+            positive = name in declared.positive
+            if name in declared.samples:
+                _check_numbers(where, name, value, positive)
             elif kinds.get(name) in METRICS:
-                _check_metric(where, name, value, signed=name in signed)
+                _check_metric(where, name, value, name in declared.signed, positive)
             elif name in types:
                 _check_type(where, name, value, types[name])
-                if types[name] == ["int"]:  # every integer a record declares counts
-                    _check_metric(where, name, value)
+                if is_number(value):  # every number a record declares is a size or a rate
+                    _check_metric(where, name, value, positive=positive)
+        _check_related(where, rec, declared)
     _check_keys(path, section, records, [k for k, kind in kinds.items() if kind is Kind.KEY])
     return records
+
+
+def _check_related(where: str, rec: dict, declared: _Declared) -> None:
+    """A record's values against each other: a key field its type says is never null is
+    not; a median's quartiles and interval lie on their sides of it; a ratio names what
+    it was taken against, where its type declares a field for it."""
+    for name in declared.required:
+        if name in rec and rec[name] is None:
+            raise UsageError(f"{where}: key field {name} is null; every row has one")
+    for lower, median, upper in declared.bounds:
+        for low, high in ((lower, median), (median, upper), (lower, upper)):
+            a, b = rec.get(low), rec.get(high)
+            if is_number(a) and is_number(b) and a > b:
+                raise UsageError(
+                    f"{where}: {low}: {a} is above {high} ({b}); a median's quartiles "
+                    "and interval lie on either side of it"
+                )
+    for name, against in declared.against.items():
+        if rec.get(name) is not None and rec.get(against) is None:
+            raise UsageError(
+                f"{where}: {name}: {rec[name]} is taken against {against}, which is null"
+            )
 
 
 #: The kinds of field that are measured or computed sizes, counts, times and ratios.
 METRICS = (Kind.EXACT, Kind.MEMORY, Kind.TIMING, Kind.RATIO, Kind.COUNT)
 
 
-def _check_metric(where: str, name: str, value: Any, signed: bool = False) -> None:
-    """A size, a count or a time: null, or a finite number >= 0 (any finite number for a
-    `signed` one)."""
+def _check_metric(
+    where: str, name: str, value: Any, signed: bool = False, positive: bool = False
+) -> None:
+    """A size, a count, a time or a rate: null, or a finite number >= 0 (any finite number
+    for a `signed` one; above 0 for a `positive` one, a ratio of two times)."""
     if value is None:
         return
     if not is_number(value):
@@ -283,15 +354,19 @@ def _check_metric(where: str, name: str, value: Any, signed: bool = False) -> No
         raise UsageError(f"{where}: {name}: expected a number, got {spelled(value)}")
     _check_finite(where, name, value)
     if value < 0 and not signed:
-        raise UsageError(f"{where}: {name}: {value} is negative; a size, a count or a time is >= 0")
+        raise UsageError(
+            f"{where}: {name}: {value} is negative; a size, a count, a time or a rate is >= 0"
+        )
+    if value == 0 and positive:
+        raise UsageError(f"{where}: {name}: {value} is no ratio of two times, which is > 0")
 
 
-def _check_numbers(where: str, name: str, value: Any) -> None:
-    """Null, or a list of sizes, counts or times (_check_metric)."""
+def _check_numbers(where: str, name: str, value: Any, positive: bool = False) -> None:
+    """Null, or a list of sizes, counts, times or ratios (_check_metric)."""
     if value is not None and not isinstance(value, list):
         raise UsageError(f"{where}: {name}: expected a list of numbers, got {spelled(value)}")
     for j, v in enumerate(value or ()):
-        _check_metric(where, f"{name}[{j}]", v)
+        _check_metric(where, f"{name}[{j}]", v, positive=positive)
 
 
 def _check_finite(where: str, name: str, value: int | float) -> None:
@@ -368,6 +443,8 @@ def _csv_document(path: Path, text: str) -> Document:
 
 def _csv_records(path: Path, reader: csv.DictReader) -> Document:
     fields = reader.fieldnames or []
+    if twice := next((f for i, f in enumerate(fields) if f in fields[:i]), None):
+        raise UsageError(f"{path}: line 1: the header names column {spelled(twice)} twice")
     section = _csv_section(path, fields)
     text_fields = {
         name for name, types in declared_types(record_type(section)).items() if types == ["str"]
@@ -376,6 +453,12 @@ def _csv_records(path: Path, reader: csv.DictReader) -> Document:
     for line, row in enumerate(reader, start=2):
         if None in row:
             raise UsageError(f"{path}: line {line}: more cells than the header has columns")
+        if None in row.values():  # DictReader's value for a cell the row ends before
+            cells = sum(v is not None for v in row.values())
+            raise UsageError(
+                f"{path}: line {line}: {cells} cells, fewer than the header's "
+                f"{len(fields)} columns (a file cut short?)"
+            )
         records.append({k: _text_cell(v) if k in text_fields else _cell(v) for k, v in row.items()})
     return Document(
         str(path), section, {section: _check_records(path, section, records)}, None, None
@@ -399,26 +482,27 @@ def _csv_section(path: Path, fields: list[str]) -> str:
     return max(shared, key=shared.__getitem__)
 
 
-def _text_cell(text: str | None) -> str | None:
+def _text_cell(text: str) -> str | None:
     """A cell of a text field ('7' stays '7'): '' -> None."""
-    return None if text is None or text == "" else text
+    return None if text == "" else text
 
 
-def _cell(text: str | None) -> Any:
-    """A CSV cell as the value the JSON would hold: '' -> None, '4096' -> 4096, 'True'."""
-    if text is None or text == "":
+def _cell(text: str) -> Any:
+    """A CSV cell as the value the JSON would hold: '' -> None, '4096' -> 4096, 'True'.
+    A number is written as a flag's value is (schema.parse_number: ASCII digits, no digit
+    separators), and alone in its cell; any other cell stays text, which a number field
+    refuses by its type."""
+    if text == "":
         return None
     if text in ("True", "False"):
         return text == "True"
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
+    if text != text.strip():  # ' 16384'
         return text
-    return value if math.isfinite(value) else text
+    for kind in (int, float):
+        value = parse_number(text, kind)
+        if value is not None and math.isfinite(value):
+            return value
+    return text
 
 
 def load_results(path: str | Path) -> dict:

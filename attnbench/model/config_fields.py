@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UsageError, brief
+from ..errors import UsageError, brief, spelled
 from .limits import MAX_WIDTH
 
 #: Marks a field that has no default: a config.json must give it.
@@ -68,6 +68,15 @@ def str_field(cfg: dict, key: str, where: str) -> str | None:
     value = cfg.get(key)
     if value is not None and not isinstance(value, str):
         raise UsageError(f"{where}: field {key!r} must be a string, got {brief(value)}")
+    return value
+
+
+def object_field(cfg: dict, key: str, where: str) -> dict | None:
+    """cfg[key], a sub-config (attn_config, linear_attn_config), as an object; None when it is
+    absent or null."""
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise UsageError(f"{where}: field {key!r}: expected an object, got {spelled(value)}")
     return value
 
 

@@ -45,8 +45,10 @@ means something), booleans are booleans, strings are strings. A field left out (
 takes transformers' default for the model type where it has one (tie_word_embeddings,
 GPT-2's n_positions and n_inner, intermediate_size, head_dim, biases, the experts), and is
 a "missing field" error where it has none. num_key_value_heads left out means one KV head
-per query head, whatever the class's default. The file itself is bounded: at most
-MAX_CONFIG_BYTES, nested at most MAX_DEPTH deep.
+per query head, whatever the class's default. The dtype is `dtype`'s, else `torch_dtype`'s
+(its older name); the two naming different dtypes are an error, as are other fields of one
+quantity that disagree. The file itself is bounded: at most MAX_CONFIG_BYTES, nested at
+most MAX_DEPTH deep, each object giving each key once.
 """
 
 from __future__ import annotations
@@ -54,12 +56,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, brief
+from ..errors import UsageError, brief, spelled, typed
 from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
 from ..model.capacity import PATTERN_LETTERS, pattern_bounded
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
@@ -69,9 +72,10 @@ from .config_fields import (
     bool_field,
     int_field,
     layer_indices,
+    object_field,
     str_field,
 )
-from .files import not_text, read_user_file
+from .files import not_text, read_user_file, shown_path
 from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
 from .hf_layers import layer_plan as hybrid_plan
 from .limits import (
@@ -138,8 +142,8 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     if multi_query and not bool_field(cfg, "new_decoder_architecture", where, False):
         return 1
     given = _given(cfg, KV_HEAD_KEYS, where, MAX_HEADS, "KV-head ")
-    nested = cfg.get("attn_config")  # DBRX: attn_config.kv_n_heads
-    if given is None and isinstance(nested, dict):
+    nested = object_field(cfg, "attn_config", where)  # DBRX: attn_config.kv_n_heads
+    if given is None and nested is not None:
         given = _given(nested, ("kv_n_heads",), f"{where}: attn_config", MAX_HEADS, "KV-head ")
     return num_heads if given is None else given[1]
 
@@ -152,7 +156,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise UsageError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
     note = None
-    if isinstance(cfg.get("text_config"), dict):
+    if has_text_config(cfg, where):
         cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
     kind = str_field(cfg, "model_type", where) or ""
     if bool_field(cfg, "is_encoder_decoder", where, False):
@@ -172,14 +176,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     num_layers = plan.num_layers if plan is not None else _attention_layers(cfg, kind, where)
     num_kv_heads = _kv_heads(cfg, num_heads, kind, where)
     head_dim = _head_dim(cfg, kind, d_model, num_heads, where)
-    # transformers loads a config without a dtype in float32
-    raw_dtype = str_field(cfg, "torch_dtype", where) or str_field(cfg, "dtype", where) or "float32"
-    dtype = canonical_dtype(raw_dtype)
-    if dtype not in MODEL_DTYPES:
-        raise UsageError(
-            f"{where}: field 'torch_dtype' is {brief(raw_dtype)}; expected one of "
-            f"{', '.join(MODEL_DTYPES)}"
-        )
+    dtype = _dtype(cfg, where)
     mla = _mla(cfg, kind, where)
     if mla is not None:
         # Heads of v_head_dim, as in the presets: DeepSeek configs written by transformers
@@ -214,6 +211,31 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         chunked=kind in CHUNKED_TYPES,
         unknown_kinds=None if plan is not None else _unknown_kinds(cfg, kind, where),
     )
+
+
+#: The fields that name the model's dtype: transformers reads `dtype`, and `torch_dtype`
+#: (its older name) where `dtype` is left out.
+DTYPE_KEYS = ("dtype", "torch_dtype")
+
+
+def _dtype_given(cfg: dict, where: str) -> tuple[str, str] | None:
+    """(field, value) of the dtype the config names, `dtype` before `torch_dtype`; None
+    when it names none. The two naming different dtypes are an error."""
+    found = {k: v for k in DTYPE_KEYS if (v := str_field(cfg, k, where)) is not None}
+    if len({canonical_dtype(v) or v for v in found.values()}) > 1:
+        raise UsageError(f"{where}: contradictory dtype fields {found}")
+    return next(iter(found.items()), None)
+
+
+def _dtype(cfg: dict, where: str) -> str:
+    """The model's dtype: float32 when the config names none, as transformers loads it."""
+    field, raw = _dtype_given(cfg, where) or ("dtype", "float32")
+    dtype = canonical_dtype(raw)
+    if dtype not in MODEL_DTYPES:
+        raise UsageError(
+            f"{where}: field {field!r} is {brief(raw)}; expected one of {', '.join(MODEL_DTYPES)}"
+        )
+    return dtype
 
 
 #: Model types whose every decoder layer holds more than one attention block, each with a
@@ -262,7 +284,7 @@ def _unknown_kinds(cfg: dict, kind: str, where: str) -> str | None:
     declares other kinds (hf_layers.unknown_kinds), or a model type attnbench does not
     know sets a sliding window without saying which layers slide (its configuration
     class has a rule of its own: OLMo-3 windows three layers of four)."""
-    why = unknown_kinds(cfg, kind) or _per_layer_shapes(cfg) or _shared_caches(cfg, where)
+    why = unknown_kinds(cfg, kind) or _per_layer_shapes(cfg, where) or _shared_caches(cfg, where)
     if why is not None or _windows_known(cfg, kind, where):
         return why
     return (
@@ -275,13 +297,11 @@ def _unknown_kinds(cfg: dict, kind: str, where: str) -> str | None:
 SHAPE_FIELDS = ("head_dim", "num_key_value_heads", "num_attention_heads", "sliding_window")
 
 
-def _per_layer_shapes(cfg: dict) -> str | None:
+def _per_layer_shapes(cfg: dict, where: str) -> str | None:
     """Why layers whose attention `per_layer_config` shapes on its own (Gemma-4's global
     layers: head_dim 512 beside 256) cannot be sized: attnbench gives every layer one
     shape. None when it shapes none."""
-    listed = cfg.get("per_layer_config")
-    if not isinstance(listed, dict):
-        return None
+    listed = object_field(cfg, "per_layer_config", where) or {}
     layers = [k for k, v in listed.items() if isinstance(v, dict) and set(v) & set(SHAPE_FIELDS)]
     if not layers:
         return None
@@ -339,15 +359,27 @@ def _head_dim(cfg: dict, kind: str, d_model: int, num_heads: int, where: str) ->
 MULTIMODAL_NOTE = "the language model of a multimodal config: its vision tower is not counted"
 
 
+def has_text_config(cfg: dict, where: str) -> bool:
+    """Whether `cfg` is a multimodal config, its language model the object `text_config`.
+    A text_config that is no object is an error, null included: a configuration class
+    would build its default language model, which attnbench does not know."""
+    if "text_config" not in cfg:
+        return False
+    text = cfg["text_config"]
+    if not isinstance(text, dict):
+        raise UsageError(f"{where}: field 'text_config': expected an object, got {spelled(text)}")
+    return True
+
+
 def language_model(cfg: dict, where: str) -> dict:
     """The language model of a multimodal config (Gemma-3, Llama-4, ...): its
     `text_config`, with the top level's dtype where it names none, the top level's
     tie_word_embeddings where it gives one (it ties the whole model's head), and model_type
     '<type>_text' where it names none (as Gemma3Config and Llama4Config default it)."""
     text = dict(cfg["text_config"])
-    for key in ("torch_dtype", "dtype"):
-        if text.get(key) is None and cfg.get(key) is not None:
-            text[key] = cfg[key]
+    top_dtype = _dtype_given(cfg, where)
+    if top_dtype is not None and all(text.get(k) is None for k in DTYPE_KEYS):
+        text[top_dtype[0]] = top_dtype[1]
     if cfg.get("tie_word_embeddings") is not None:  # the whole model's head: the top level's
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     if text.get("model_type") is None:
@@ -904,7 +936,7 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     before it takes any memory to speak of."""
     too_deep = UsageError(f"{where}: JSON nested deeper than {max_depth} levels")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, where))
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
@@ -916,6 +948,16 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     if bad := not_text(data, text):
         raise UsageError(f"{where}: {bad}")
     return special_floats(data)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], where: str) -> dict:
+    """One JSON object's pairs as a dict; a key given twice is an error (json.loads would
+    keep its last value, silently)."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        twice = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise UsageError(f"{where}: duplicate key {brief(twice)}")
+    return found
 
 
 #: How transformers writes the floats JSON has no literal for: {"__float__": "Infinity"}.
@@ -954,19 +996,21 @@ def transformers_knows(kind: str) -> bool | None:
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read config.json at `path`; every problem is a UsageError naming the file and field.
     The model is named by `_name_or_path`, else by the file's stem (its folder's name for
-    a file called config.json). Its note says so when it is named after its file, and
-    when its model_type is none attnbench has formulas for (read from the common fields,
-    which nothing of the type's own checks)."""
+    a file called config.json), quoted (errors.typed) where it would not print as one
+    line of plain text. Its note says so when it is named after its file, and when its
+    model_type is none attnbench has formulas for (read from the common fields, which
+    nothing of the type's own checks)."""
     path = Path(path)
     text = read_user_file(path, "hf_config", limit=MAX_CONFIG_BYTES)
-    cfg = parse_json(text, str(path))
-    name = str_field(cfg, "_name_or_path", str(path)) if isinstance(cfg, dict) else None
+    where = str(shown_path(path))
+    cfg = parse_json(text, where)
+    name = str_field(cfg, "_name_or_path", where) if isinstance(cfg, dict) else None
     # A model's own folder holds config.json; a folder of configs names each by its file.
     fallback = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-    spec = spec_from_hf_config(cfg, name or fallback, str(path))
+    spec = spec_from_hf_config(cfg, typed(name or fallback), where)
     notes = [spec.note] if spec.note else []
-    inner = language_model(cfg, str(path)) if isinstance(cfg.get("text_config"), dict) else cfg
-    kind = str_field(inner, "model_type", str(path)) or ""
+    inner = language_model(cfg, where) if has_text_config(cfg, where) else cfg
+    kind = str_field(inner, "model_type", where) or ""
     # True, False, or None when transformers is not installed
     known = kind in BODY_MODEL_TYPES or kind in HYBRIDS or (bool(kind) and transformers_knows(kind))
     if not known:

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import UsageError, brief
 from .architecture import StateSpec
-from .config_fields import REQUIRED, int_field, layer_indices, number_field
+from .config_fields import REQUIRED, int_field, layer_indices, number_field, object_field
 
 #: The layer types of transformers' configs that cache K and V ("attention": legacy).
 ATTENTION_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "attention"}
@@ -247,8 +247,7 @@ def kimi_delta_state(cfg: dict, where: str) -> StateSpec:
     head_dim channels, short_conv_kernel_size columns) in the model's dtype, and a head_dim
     x head_dim matrix per head in float32; linear_attn_config's values over the top-level
     linear_* fields, as KimiLinearConfig reads them."""
-    nested = cfg.get("linear_attn_config")
-    nested = nested if isinstance(nested, dict) else {}
+    nested = object_field(cfg, "linear_attn_config", where) or {}
     heads = _int(nested, "num_heads", where, _int(cfg, "linear_num_heads", where, 32))
     head_dim = _int(nested, "head_dim", where, _int(cfg, "linear_head_dim", where, 128))
     kernel = _int(
@@ -509,8 +508,8 @@ def _kimi_linear(cfg: dict, dims: Dims, where: str) -> LayerPlan:
     layers = dims.layers(where)
     known = ATTENTION_TYPES | {"linear_attention"}
     types = listed_types(cfg, "layer_types", layers, where, known)
-    nested = cfg.get("linear_attn_config")
-    if types is None and isinstance(nested, dict) and "full_attn_layers" in nested:
+    nested = object_field(cfg, "linear_attn_config", where) or {}
+    if types is None and "full_attn_layers" in nested:
         full = {i - 1 for i in layer_indices(nested, "full_attn_layers", layers + 1, where) or ()}
         types = _types([i in full for i in range(layers)])
     if types is None:  # KimiLinearConfig: every 4th layer from the 5th

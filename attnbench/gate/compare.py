@@ -416,10 +416,11 @@ class Comparison:
 
     def exit_code(self) -> int:
         """1 on a failure (it outranks 3: exact metrics gate whatever the environment),
-        3 when timings were left incomparable, else 0."""
+        3 when timings were left incomparable by the environments (or counters), else 0."""
         if self.failures():
             return 1
-        return 3 if any(f.verdict is Verdict.INCOMPARABLE for f in self.findings) else 0
+        left = (f.verdict is Verdict.INCOMPARABLE and f.gating for f in self.findings)
+        return 3 if any(left) else 0
 
     def sorted_findings(self, only_changed: bool = False) -> list[Finding]:
         """By severity, then by the size of the change (largest first)."""
@@ -663,6 +664,9 @@ def compare_rows(
             judgement = judge_memory(b, c, th)
         elif mismatch and not allow_env_mismatch:
             judgement = _incomparable(mismatch, ratio_of(c, b), against.values())
+            # a ratio to another reference (a sweep that added a narrower variant) is no
+            # other environment: shown, but it neither gates nor makes the exit 3
+            gating = env_mismatch.fields != [] or measured_with == COUNTED_WITH
         else:
             if kind is Kind.COUNT:
                 judgement = judge_count(b, c, th)

@@ -777,6 +777,28 @@ def test_a_comparison_gates_as_a_ratio_against_the_variant_it_names(tmp_path):
     assert "references differ (narrowest_variant)" in found[0].reason
 
 
+def test_a_ratio_to_another_reference_neither_gates_nor_blames_the_environment(tmp_path):
+    """A sweep that added a narrower variant: its comparisons are shown as incomparable,
+    and the gate passes on the rest (exit 3 says the environments differ: they do not)."""
+    base = document("decode-speed", with_comparison(decode_records()))
+    other = document("decode-speed", with_comparison(decode_records(), 1.3, "GQA-2"))
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "c.json", other)),
+    )
+    found = [f for f in result.findings if f.metric == "x_of_narrowest_median"]
+    assert found and not any(f.gating for f in found)
+    assert result.exit_code() == 0
+    moved = document(
+        "decode-speed", with_comparison(decode_records()), {**ENV, "torch_version": "9"}
+    )
+    result = compare_documents(
+        load_document(write(tmp_path, "b.json", base)),
+        load_document(write(tmp_path, "m.json", moved)),
+    )
+    assert result.exit_code() == 3
+
+
 @pytest.mark.parametrize(
     ("factor", "verdict"),
     [(1.0095, Verdict.UNCHANGED), (1.0105, Verdict.REGRESSED), (0.989, Verdict.IMPROVED)],
@@ -881,6 +903,7 @@ def test_files_without_a_common_row_are_mismatched(tmp_path):
         (["--format", "xml"], "--format"),
         (["--time-threshold", "١٠%"], "--time-threshold"),
         (["--count-threshold", "1_0"], "--count-threshold"),
+        (["--time-threshold", "1e400%"], "--time-threshold 1e400%: must be a finite percentage"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(tmp_path, flags, message):
@@ -1415,6 +1438,8 @@ def test_a_timing_no_run_measures_is_refused_naming_file_record_and_field(
 ):
     cur = decode_records()
     cur[2][field] = value
+    if field == "step_ms_median":  # the quartiles with it: the reader orders them first
+        cur[2].update(step_ms_p25=value, step_ms_p75=value)
     for base, head, name in (
         (decode_records(), cur, "cur.json"),
         (cur, decode_records(), "base.json"),

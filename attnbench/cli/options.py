@@ -318,7 +318,8 @@ CommitOpt = flag(
     str | None,
     "--commit",
     metavar="REV",
-    help="The commit measured (default: the file's git_commit, else HEAD of the current checkout).",
+    help="The commit measured, a revision of the checkout here (HEAD~3, a tag) filed as its sha "
+    "(default: the file's git_commit, else HEAD of the current checkout).",
 )
 BranchOpt = flag(
     str | None,

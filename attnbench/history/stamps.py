@@ -4,6 +4,7 @@ here; its branch and date, each given or read from the file or from git."""
 from __future__ import annotations
 
 import datetime
+import re
 import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -74,6 +75,8 @@ def stamps_of(
     filed under (stamp_of), HEAD's read once; FieldError when one names none and no
     checkout is here."""
     head = current_commit()
+    if commit is not None:
+        commit = resolved(commit)
     stamps = []
     for path, document in zip(paths, documents, strict=True):
         named = (document.environment or {}).get("git_commit")
@@ -89,6 +92,25 @@ def stamps_of(
             raise FieldError("commit", None, reason)
         stamps.append(stamp)
     return stamps
+
+
+#: What makes a name a git revision rather than a commit's own name: HEAD, ancestry
+#: (HEAD~3, v1^2) and reflogs (@{1}).
+_REVISION = re.compile(r"[~^]|@\{|^HEAD$")
+
+
+def resolved(commit: str) -> str:
+    """A commit given by name as the commit it names: a revision the checkout here resolves
+    (HEAD~3, a branch, a tag, a short sha) as its full sha, else the text itself, a
+    commit named from elsewhere (another checkout's sha, a label); FieldError for a
+    revision that resolves to nothing here, rather than filing runs under 'HEAD~3'."""
+    sha = None if commit.startswith("-") else _git("rev-parse", f"{commit}^{{commit}}")
+    if sha:
+        return sha
+    if _REVISION.search(commit):
+        reason = "names no commit of a git checkout here; give the commit's sha"
+        raise FieldError("commit", commit, reason)
+    return commit
 
 
 def parse_date(text: str) -> str:

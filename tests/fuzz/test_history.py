@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -195,12 +197,24 @@ stamps = st.one_of(
             "notadate",
             "2026-10-05T12:00:00+01:00",
             "main",
+            "HEAD~1",
+            "HEAD~99999",
+            "a~b",
             "a b",
             "\t",
             *MARKUP,
         ]
     ),
 )
+
+
+def _git_resolves(revision: str) -> bool:
+    done = subprocess.run(
+        ["git", "rev-parse", "--verify", "-q", f"{revision}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0 and not revision.startswith("-")
 
 
 @given(st.sampled_from(["--date", "--commit", "--branch"]), stamps)
@@ -212,6 +226,8 @@ def test_add_takes_a_date_commit_or_branch_or_names_it(world, flag, value):
         valid = _iso(value)
     else:
         valid = bool(value) and value.isprintable() and " " not in value
+        if flag == "--commit" and valid and re.search(r"[~^]|@\{|^HEAD$", value):
+            valid = _git_resolves(value)  # a revision names a commit of this checkout
     assert (result.exit_code == 0) == valid, result.output
     if not valid:
         assert result.stderr.startswith(f"error: {flag} "), result.stderr

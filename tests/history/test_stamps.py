@@ -79,6 +79,25 @@ def test_head_is_read_from_the_checkout_here(tmp_path, monkeypatch):
     assert current_commit() == Commit(sha, None, "2026-10-05T10:00:00+00:00")
 
 
+def test_a_revision_given_is_filed_as_the_commit_it_names(tmp_path, monkeypatch):
+    """--commit HEAD~1 files the run under that commit's sha, not under 'HEAD~1'; a
+    name the checkout does not know is kept (a sha from elsewhere, a label), unless it
+    is a revision, which names nothing without its checkout."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FieldError, match="HEAD~1: names no commit"):
+        stamps.resolved("HEAD~1")  # not a checkout
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "one")
+    first = git(tmp_path, "rev-parse", "HEAD")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "two")
+    assert stamps.resolved("HEAD~1") == stamps.resolved(first[:8]) == first
+    assert stamps.resolved("main") == git(tmp_path, "rev-parse", "HEAD")
+    assert stamps.resolved("c1") == "c1" and stamps.resolved("f" * 40) == "f" * 40
+    with pytest.raises(FieldError, match="HEAD~5"):
+        stamps.resolved("HEAD~5")
+
+
 @pytest.mark.parametrize(
     ("text", "iso"),
     [

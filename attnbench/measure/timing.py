@@ -398,14 +398,15 @@ class _Rounds:
         """Why to take no further layout, or None: a fixed count is taken; `least` layouts
         are and the interval is narrow enough; the next layout (at the mean cost of those
         taken, its allocation and warm-up included; `spent` is the time since the first
-        was built) would not fit the time left, even short of `least`; or the most layouts
-        or samples are taken."""
+        was built) would not fit the time left, even short of `least` (not short of
+        min_repeats rounds); or the most layouts or samples are taken."""
         sampling = self.sampling
         if sampling.repeats is not None:
             return FIXED if self.layouts >= most else None
         if self.layouts >= least and width(self.measured(FIXED)) <= sampling.target_rel_ci:
             return CONVERGED
-        if spent * (self.layouts + 1) / self.layouts > sampling.max_time_s:
+        short = len(self.samples[0][0]) < sampling.min_repeats  # a floor under the time
+        if not short and spent * (self.layouts + 1) / self.layouts > sampling.max_time_s:
             return OUT_OF_TIME
         if self.layouts >= most or len(self.samples[0][0]) >= sampling.max_repeats:
             return MOST_SAMPLES

@@ -442,10 +442,13 @@ FIELDS: dict[str, Field] = {
     "min_repeats": Field(
         int,
         ("decode",),
-        f"Adaptive sampling: timed calls at the least (default {DEFAULT_MIN_REPEATS}).",
+        f"Adaptive sampling: timed calls at the least, max_time or not (default "
+        f"{DEFAULT_MIN_REPEATS}).",
         axis=False,
         maximum=MAX_REPEATS,
         default=DEFAULT_MIN_REPEATS,
+        flag_help=f"Adaptive sampling: timed calls at the least, {{max_time}} or not (default "
+        f"{DEFAULT_MIN_REPEATS}).",
     ),
     "max_time": Field(
         float,

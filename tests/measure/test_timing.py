@@ -291,6 +291,10 @@ def test_layouts_stop_before_one_that_would_not_fit_the_time_left(monkeypatch):
     clock[0] = 0.0
     short = replace(sampling, max_time_s=0.15)  # the first layout's rounds are most of it
     assert Timer(CPU).sample_layouts(build, short, width=lambda m: 1.0)[0][0].layouts == 1
+    clock[0] = 0.0
+    floor = replace(short, min_repeats=12)  # 6 rounds a layout: the floor wants 2
+    done = Timer(CPU).sample_layouts(build, floor, width=lambda m: 1.0)[0][0]
+    assert (done.layouts, len(done.samples_ms), done.stop_reason) == (2, 12, OUT_OF_TIME)
 
 
 def test_a_rotating_call_runs_each_copy_in_turn():

@@ -81,7 +81,7 @@ def parse_percent(flag: str, text: str) -> float:
     if value is None:
         raise UsageError(f"{flag}: expected a percentage such as 10% or 10, got {text!r}")
     if not math.isfinite(value) or value < 0:
-        raise UsageError(f"{flag}: expected a percentage >= 0, got {text!r}")
+        raise UsageError(f"{flag} {text}: must be a finite percentage >= 0")
     return value / 100
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FieldError, UsageError
-from ..model.calibration import CheckReport, calibration_dict, report_dict
+from ..model.calibration import CheckReport, calibration_dict, floor_text, report_dict
 from ..model.units import parse_duration
 from ..render.columns import aligned_columns
 from ..render.predict import (
@@ -195,7 +195,7 @@ def _show_check(report: CheckReport, title: str, wide: bool) -> None:
     rows = check_rows(report.rows)
     show_table(title, rows, aligned_columns(CHECK_COLUMNS, rows), wide=wide, hint=None)
     worst = report.worst
-    floor = f" of {report.min_time_s * 1e3:g} ms or more" if report.min_time_s else ""
+    floor = floor_text(report.min_time_s)
     print_items(
         [
             f"median |error| {report.median_abs_error:.1%} over {len(report.rows)} "

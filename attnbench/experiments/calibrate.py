@@ -19,7 +19,6 @@ from typing import Any
 
 from ..errors import FieldError, UsageError, brief, show_value, spelled
 from ..model.calibration import (
-    MIN_TIME_S,
     PREFILL,
     STEP,
     Calibration,
@@ -28,6 +27,7 @@ from ..model.calibration import (
     calibrate,
     calibration_dict,
     check,
+    floor_text,
     load_calibration,
     parse_calibration,
     usable,
@@ -262,9 +262,8 @@ def check_run(
     `device` other than the calibration's is refused, as a prediction refuses it."""
     samples = usable(samples_from_results(doc, name=name), min_time_s)
     if not samples:
-        floor = max(min_time_s, MIN_TIME_S)
         raise UsageError(
-            f"{name}: no timed decode samples of {floor * 1e3:g} ms or more to check against"
+            f"{name}: no timed decode samples{floor_text(min_time_s)} to check against"
         )
     if calibration is not None and calibration.device is not None and device is not None:
         calibration.model_for(device, calibration.path)

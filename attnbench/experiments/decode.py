@@ -593,6 +593,8 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         listed = ", ".join(map(str, contexts))
         reason = f"is below every context ({listed}): no point would run"
         raise FieldError("no_cache_max_prompt_len", longest, reason)
+    for spec in values.get("batch_spec") or []:  # a bad spec is named before what it sets
+        serving.batch_of(spec)
     check_serving(values, options, given)
     replaced = sorted(given & {"batch", "prompt_len"}) if values.get("batch_spec") else []
     if replaced:

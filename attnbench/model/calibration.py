@@ -37,6 +37,7 @@ from .roofline import (
     is_number,
     predict,
 )
+from .units import format_duration
 
 if TYPE_CHECKING:
     import numpy as np
@@ -97,6 +98,11 @@ def usable(samples: Sequence[Sample], min_time_s: float) -> list[Sample]:
     return [s for s in samples if s.time_s >= floor]
 
 
+def floor_text(min_time_s: float) -> str:
+    """' of 1 s or more' for a floor a user set (min_time), '' for none."""
+    return f" of {format_duration(min_time_s)} or more" if min_time_s > MIN_TIME_S else ""
+
+
 def calibrate(
     samples: Sequence[Sample],
     bandwidth: float,
@@ -112,8 +118,8 @@ def calibrate(
     kept = usable([s for s in samples if not s.paged], min_time_s)
     if len(kept) < MIN_SAMPLES:
         raise UsageError(
-            f"{source}: calibration needs at least {MIN_SAMPLES} timed samples of "
-            f"{max(min_time_s, MIN_TIME_S) * 1e6:g} us or more, got {len(kept)}"
+            f"{source}: calibration needs at least {MIN_SAMPLES} timed samples"
+            f"{floor_text(min_time_s)}, got {len(kept)}"
         )
     peaks = np.array([_peak(peak_flops_by_dtype, s) for s in kept])
     t = np.array([s.time_s for s in kept])

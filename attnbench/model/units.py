@@ -97,8 +97,14 @@ def format_bytes(n: int | float | None) -> str:
 #: Seconds per unit of a duration.
 TIME_UNITS = {"us": Fraction(1, 10**6), "ms": Fraction(1, 10**3), "s": Fraction(1)}
 TIME_HINT = "expected a time with its unit: 50ms, 0.05s, 2s"
-#: A duration: ASCII digits, an optional fraction, then its unit (a space between allowed).
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*(us|ms|s)\s*$")
+#: The durations a flag takes besides 0: a nanosecond to a million seconds (11 days),
+#: beyond any step, target or floor a command works with.
+MIN_DURATION_S, MAX_DURATION_S = 1e-9, 1e6
+#: A duration: ASCII digits, an optional fraction and exponent, then its unit (a space
+#: between allowed).
+_DURATION = re.compile(
+    r"^\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(us|ms|s)\s*$"
+)
 
 
 def duration_seconds(text: str, field: str, zero: bool = False) -> Fraction:
@@ -110,10 +116,22 @@ def duration_seconds(text: str, field: str, zero: bool = False) -> Fraction:
     if match is None:
         raise FieldError(field, text, TIME_HINT)
     number, unit = match.groups()
+    approx = float(number) * TIME_UNITS[unit]  # inf for a huge exponent: no huge Fraction
+    if approx != 0 and not MIN_DURATION_S <= approx <= MAX_DURATION_S:
+        raise FieldError(field, text, f"must be from {MIN_DURATION_S:g} s to {MAX_DURATION_S:g} s")
     seconds = Fraction(number) * TIME_UNITS[unit]
     if seconds == 0 and not zero:
         raise FieldError(field, text, "must be a time above 0")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A duration in the largest unit that keeps it at 1 or more: 1.0 -> '1 s',
+    0.002 -> '2 ms', 1e-6 -> '1 us' (as the time flags are written)."""
+    for unit in ("s", "ms"):
+        if seconds >= TIME_UNITS[unit]:
+            return f"{seconds / TIME_UNITS[unit]:g} {unit}"
+    return f"{seconds / TIME_UNITS['us']:g} us"
 
 
 def parse_duration(text: str, field: str, zero: bool = False) -> float:

@@ -38,6 +38,7 @@ from ..errors import (
     spelled,
 )
 from ..model.architecture import ModelSpec
+from ..model.capacity import parse_seq_lens
 from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
 from ..model.presets import get_preset
@@ -131,6 +132,12 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
         if section in SECTIONS and section not in spec.sections:
             problems.append(f"{where}: {name!r} does not apply to {section}")
             continue
+        if name == "seq_lens" and isinstance(value, str):  # the flag's forms: 8x512, ...
+            try:
+                value = parse_seq_lens(value)
+            except FieldError as exc:
+                problems.append(f"{section}.{name}: {exc.value} ({source}): {exc.reason}")
+                continue
         values = value if isinstance(value, list) else [value]
         if isinstance(value, list):
             if section == "defaults" or not spec.axis:
@@ -202,6 +209,8 @@ def _current_names(body: Any) -> Any:
     renamed = {}
     for name, value in body.items():
         name = ALIASES.get(name, name)
+        if name == "seq_lens" and isinstance(value, str):
+            value = parse_seq_lens(value)
         if isinstance(value, list):
             renamed[name] = [_typed(name, v) for v in value]
         else:

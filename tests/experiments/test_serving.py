@@ -189,6 +189,7 @@ def test_link_compares_each_paged_step_with_its_contiguous_one():
         (["--batch-spec", "8q1x"], "--batch-spec 8q1x: expected"),
         (["--batch-spec", "q4s2"], "--batch-spec q4s2:"),
         (["--batch-spec", "8q1s1k", "--batch", "2"], "--batch 2: is set by the batch spec"),
+        (["--batch-spec", "", "--prompt-len", "8"], "--batch-spec '': empty"),  # named first
         (["--block-size", "0"], "--block-size 0: must be >= 1"),
         (["--block-size", "16", "--gen-len", "4"], "--gen-len 4: is not timed with a paged cache"),
     ],

@@ -100,11 +100,15 @@ def test_records_that_are_no_samples_are_not_checked():
 def test_a_step_of_zero_is_no_sample_and_never_divides():
     """The floor MIN_TIME_S applies whatever floor is asked for (0 by default)."""
     doc = run_doc(record(step_ms_median=0.0), record(step_ms_median=0.0, prompt_len=64))
-    with pytest.raises(UsageError, match=r"run.json: no timed decode samples of 0.001 ms"):
+    with pytest.raises(UsageError, match=r"run.json: no timed decode samples to check against"):
         check_run(doc, None, None, 0.0, "run.json")
+    with pytest.raises(UsageError, match=r"run.json: no timed decode samples of 2 ms or more"):
+        check_run(doc, None, None, 0.002, "run.json")
     samples = [Sample(10**9, 10**9, t, "float32", STEP) for t in (0.0, 1e-300, 1e-9)]
-    with pytest.raises(UsageError, match="got 0"):
+    with pytest.raises(UsageError, match="needs at least 4 timed samples, got 0"):
         calibrate(samples, 1e12, {"float32": 1e14}, 0.0)
+    with pytest.raises(UsageError, match="timed samples of 1 s or more, got 0"):
+        calibrate(samples, 1e12, {"float32": 1e14}, 1.0)
     report = check_run(run_doc(record(), record(step_ms_median=0.0, prompt_len=64)), None, None)
     assert len(report.rows) == 1 and report.median_abs_error >= 0
     assert MIN_TIME_S == 1e-6

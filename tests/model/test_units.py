@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 
 from attnbench.errors import FieldError
-from attnbench.model.units import TIME_HINT, duration_seconds, parse_duration
+from attnbench.model.units import TIME_HINT, duration_seconds, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -34,12 +34,32 @@ def test_one_time_in_two_units_is_one_value_exactly():
     assert float(duration_seconds("0.05s", "tpot") * 1000) == 50.0
 
 
-@pytest.mark.parametrize("bad", ["50", "-50ms", "ms", "", "50 m", "50min", "1e3ms", "50MS", "5.ms"])
+@pytest.mark.parametrize("bad", ["50", "-50ms", "ms", "", "50 m", "50min", "1e3", "50MS", "5.ms"])
 def test_a_time_without_its_unit_is_refused(bad):
     with pytest.raises(FieldError) as error:
         parse_duration(bad, "ttft")
     assert (error.value.field, error.value.value, error.value.reason) == ("ttft", bad, TIME_HINT)
     assert TIME_HINT == "expected a time with its unit: 50ms, 0.05s, 2s"
+
+
+def test_a_time_may_have_an_exponent_and_must_be_in_range():
+    """'1e3ms' is a second, as numeric flags take exponents; a time beyond a nanosecond to
+    a million seconds is refused as out of range (not as a time without its unit), before
+    an exponent of a billion digits becomes a Fraction."""
+    assert duration_seconds("1e3ms", "tpot") == 1 and parse_duration("5E-2s", "t") == 0.05
+    for bad in ("1e-30s", "0.0001us", "1e9s", "1e99999999999s"):
+        with pytest.raises(FieldError, match=r"must be from 1e-09 s to 1e\+06 s"):
+            parse_duration(bad, "tpot")
+
+
+def test_a_duration_is_shown_in_the_largest_unit_it_fills():
+    assert [format_duration(s) for s in (2.0, 1.0, 0.002, 1e-6, 2.5e-5)] == [
+        "2 s",
+        "1 s",
+        "2 ms",
+        "1 us",
+        "25 us",
+    ]
 
 
 @pytest.mark.parametrize("zero", ["0ms", "0s", "0.0us", " 0 ms"])

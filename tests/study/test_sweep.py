@@ -726,6 +726,15 @@ def test_a_boolean_is_never_a_number(tmp_path, text):
         load_config(path)
 
 
+def test_a_batchs_lengths_take_the_flags_forms_in_a_file(tmp_path):
+    """kvmem.seq_lens as its help gives it: '8x512', 'linspace:...', '100,50'."""
+    path = write_yaml(tmp_path, 'kvmem:\n  seq_lens: "2x512,linspace:1:3:3,7"\n')
+    assert load_config(path).sections["kvmem"]["seq_lens"] == [512, 512, 1, 2, 3, 7]
+    bad = write_yaml(tmp_path, 'kvmem:\n  seq_lens: "8y512"\n')
+    with pytest.raises(UsageError, match=r"kvmem\.seq_lens: 8y512 \(.*\): expected N, CxN"):
+        load_config(bad)
+
+
 def test_a_float_too_large_for_a_float_field_is_named(tmp_path):
     path = write_yaml(tmp_path, f"decode:\n  max_time: 1{'0' * 400}\n  target_rel_ci: 1e400\n")
     with pytest.raises(UsageError) as raised:

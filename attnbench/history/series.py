@@ -71,7 +71,8 @@ def parse_where(text: str | None) -> dict[str, set[str]]:
     """'variant=MHA,variant=MQA,prompt_len=2048' as {key: the values it may have, as
     text}: a key given twice matches either value."""
     where: dict[str, set[str]] = {}
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+    parts = [p.strip() for p in text.split(",")] if text and text.strip() else []
+    for part in parts:  # an empty pair ('a=1,,b=2') is refused, as an axis' empty value is
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise FieldError(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.cli import app
+from attnbench.errors import FieldError
 from attnbench.history import stamps
 from attnbench.history.series import parse_where
 from attnbench.history.store import (
@@ -665,6 +666,10 @@ def test_a_key_given_twice_in_where_matches_either_value(kv_history):
     only = series("variant=MQA")
     assert "where variant=MQA" in only and "variant=MHA" not in only
     assert parse_where("variant=MHA, variant=MQA,tp=2") == {"variant": {"MHA", "MQA"}, "tp": {"2"}}
+    assert parse_where(None) == parse_where("") == parse_where(" ") == {}
+    for bad in ("variant=MHA,,tp=2", "variant=MHA,", ",tp=2", "variant"):
+        with pytest.raises(FieldError, match="expected key=value pairs"):
+            parse_where(bad)
 
 
 def test_where_text_that_looks_like_markup_is_shown_as_typed(tmp_path, kvmem_run):

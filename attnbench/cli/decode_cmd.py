@@ -120,6 +120,16 @@ def show_results(rows: list[dict], env: dict, wide: bool) -> None:
     provider) and, with several providers, their cached steps side by side."""
     peak = f"peak copy bandwidth {env['peak_gbps']:.1f} GB/s"
     show_table(f"Decode on {env['device_name']}, {peak}", rows, decode_columns(rows), wide)
+    models = ", ".join(dict.fromkeys(r["model"] for r in rows if r.get("model")))
+    if models:  # a row of a model reads like the model's: it is one layer of it
+        print_items(
+            [
+                f"each row times one attention layer of {models} (projections, cache and "
+                "attention), not the whole model, and tok/s is that layer's; a whole "
+                "model's step: attnbench predict"
+            ],
+            bullet="note: ",
+        )
     show_providers(rows, env, wide)
 
 

@@ -621,3 +621,20 @@ def test_a_step_read_faster_than_its_own_kernels_is_noisy():
     busy = _record(status=decode.BUSY, reference="kernels", x_of_reference_median=0.5)
     decode.below_kernels(busy)
     assert busy.status == decode.BUSY and busy.noisy  # the first reason stands
+
+
+def test_a_models_rows_say_they_time_one_layer_of_it(tmp_path):
+    """A row of a named model reads like the model's own speed: a note says it is one
+    attention layer of it. Rows of a bare shape need no such note."""
+    config = tmp_path / "tiny-llama.json"
+    dims = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2}
+    config.write_text(
+        json.dumps({"model_type": "llama", **dims, "num_hidden_layers": 2, "intermediate_size": 64})
+    )
+    quick = ["--prompt-len", "8", "--mode", "cache", "--no-prefill", "--repeats", "2"]
+    quick += ["--warmup", "0", "--reference", "none", "--device", "cpu"]
+    result = runner.invoke(app, ["decode-speed", "--hf-config", str(config), *quick])
+    assert result.exit_code == 0, result.output
+    assert "one attention layer of tiny-llama" in " ".join(result.stdout.split())
+    bare = runner.invoke(app, ["decode-speed", *TINY, *quick])
+    assert bare.exit_code == 0 and "attention layer of" not in bare.stdout

@@ -30,7 +30,14 @@ from ..errors import CombinationError, FieldError
 from ..measure.devices import free_memory_bytes
 from ..measure.memory import is_oom, skip_status
 from ..measure.peak_memory import PeakMemory, peak_bytes_during
-from ..measure.stats import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES, Measurement, in_run_ratio, median
+from ..measure.stats import (
+    BUSY_CPU_SHARE,
+    MIN_SPREAD_SAMPLES,
+    NOISY_IQR_FRACTION,
+    Measurement,
+    in_run_ratio,
+    median,
+)
 from ..measure.timing import CpuShare, Sampling, TimedCall, Timer
 from ..model.capacity import kv_cache_bytes
 from ..model.dtypes import dtype_bytes
@@ -68,6 +75,12 @@ FEW_SAMPLES = f"{NOISY}: under {MIN_SPREAD_SAMPLES} samples, too few to judge th
 #: The status of a point sampled while this process had the CPU for less than
 #: BUSY_CPU_SHARE of the time (measure.timing.CpuShare): timed, but on a busy host.
 BUSY = f"{NOISY}: sampled while another process held the CPU"
+#: The status of a point whose samples spread wide: the rule in the table's terms too
+#: (its ±IQR column shows half of p25 to p75).
+WIDE = (
+    f"{NOISY}: p25 to p75 over {NOISY_IQR_FRACTION:.0%} of the median "
+    f"(±IQR over ±{NOISY_IQR_FRACTION / 2:.0%})"
+)
 #: How a point's step was sampled: in turn with the others of its context
 #: (experiments.interleave), or alone.
 INTERLEAVED, ALONE = "interleaved", "alone"
@@ -1013,14 +1026,14 @@ def below_kernels(rec: DecodeRecord) -> None:
 def step_status(steps: Measurement) -> str:
     """A timed point's status: FEW_SAMPLES when its step has too few samples to judge
     their spread, `bimodal` when its memory layouts fell into two modes (both named: a
-    median between them would describe neither), NOISY when p25 to p75 spans more than
+    median between them would describe neither), WIDE when p25 to p75 spans more than
     NOISY_IQR_FRACTION of the median, OK otherwise."""
     if not steps.spread_known:
         return FEW_SAMPLES
     modes = steps.modes
     if modes is not None:
         return bimodal(*modes)
-    return NOISY if steps.noisy else OK
+    return WIDE if steps.noisy else OK
 
 
 def bimodal(low: Sequence[float], high: Sequence[float]) -> str:

@@ -331,12 +331,13 @@ def test_status_tells_a_steady_step_from_a_noisy_one_and_from_too_few_samples():
     steady = Measurement([10.0 + 0.01 * i for i in range(11)])
     assert (steady.spread_known, decode.step_status(steady)) == (True, decode.OK)
     loud = Measurement([10.0, 8.0, 12.0, 9.0, 11.0] * 3)
-    assert decode.step_status(loud) == decode.NOISY
+    assert decode.step_status(loud) == decode.WIDE
+    assert decode.WIDE == "noisy: p25 to p75 over 10% of the median (±IQR over ±5%)"
     stalled = Measurement([40.0] * 10)  # ten samples of one 40 ms stall: IQR 0
     assert not stalled.noisy and not stalled.spread_known
     assert decode.step_status(stalled) == decode.FEW_SAMPLES
     assert decode.FEW_SAMPLES == "noisy: under 11 samples, too few to judge the spread"
-    timed = (decode.OK, decode.NOISY, decode.FEW_SAMPLES, decode.BUSY, decode.bimodal([1], [2]))
+    timed = (decode.OK, decode.WIDE, decode.FEW_SAMPLES, decode.BUSY, decode.bimodal([1], [2]))
     assert all(decode.timed({"status": s}) for s in timed)
     assert not decode.timed({"status": "oom"}) and not decode.timed({"status": "wrong: x"})
     rec = decode.run(

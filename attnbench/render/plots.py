@@ -2,9 +2,10 @@
 
 Figures are drawn on matplotlib's Agg canvas without pyplot, so nothing needs a display
 and no global state changes; text is drawn as written (`literal_text`), never as
-mathtext. Every plot names its device, dtype and batch (or puts what
-varies in the legend), labels its axes with units, and switches an axis to a log scale
-when its values span a decade or more. Memory is shown in binary units.
+mathtext. Every plot names its device, dtype (a KV-memory plot: the cache's) and batch
+(or puts what varies in the legend), in a subtitle wrapped to the figure's width, labels
+its axes with units, and switches an axis to a log scale when its values span a decade or
+more. Memory is shown in binary units.
 """
 
 from __future__ import annotations
@@ -64,11 +65,21 @@ def literal_text():
     return rc_context({"text.parse_math": False})
 
 
+#: Characters per line of a subtitle: what fits over the axes of _figure's 8-inch figure
+#: at 9 points, with a legend beside them or not (about 6.5 pixels a character at 100 dpi).
+SUBTITLE_WIDTH = 90
+
+
+def _wrapped(text: str, width: int) -> str:
+    """Each line of `text` wrapped to `width` characters."""
+    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+
+
 def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     fig.suptitle(title, fontsize=13, fontweight="bold")
-    ax.set_title(subtitle, fontsize=9)
+    ax.set_title(_wrapped(subtitle, SUBTITLE_WIDTH), fontsize=9)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="major", alpha=0.3)
@@ -410,6 +421,11 @@ def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> 
     _scale(ax, "y", [cache(r) / divisor for r in records])
 
 
+#: The settings of a cache's format that a KV-memory plot names: its bytes are the KV
+#: dtype's (and its scales'), not the model dtype's.
+KV_FORMAT = ("kv_dtype", "scale_dtype")
+
+
 def kv_context(records: Sequence[dict], environment: dict, fields: Sequence[str]) -> str:
     """The subtitle of a KV-memory plot, two lines: the settings every line shares, then
     where the bytes come from. They are the formula's, the same on any machine, so a
@@ -445,7 +461,7 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
     ]
     lines = series(longest, "num_kv_heads", exclude=("model",), named=False)
     contexts = {r["seq_len"] for r in longest}
-    fields = ("num_layers", "num_heads", "head_dim", "dtype", "batch", "seq_len")
+    fields = ("num_layers", "num_heads", "head_dim", *KV_FORMAT, "batch", "seq_len")
     subtitle = kv_context(longest, doc["environment"], fields)
     if len({r["seq_len"] for rows in shapes for r in rows}) > len(contexts):
         which = "the longest" if len(contexts) == 1 else "each shape's longest"
@@ -460,24 +476,22 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
     _memory_lines(ax, lines, "num_kv_heads")
     heads = sorted({r["num_kv_heads"] for r in longest})
     _scale(ax, "x", heads)
-    ax.set_xticklabels([_heads_tick(h, longest) for h in heads])
+    ax.set_xticklabels(_heads_ticks(heads, longest))
     ax.legend(fontsize=8)
     return fig
 
 
-def _heads_tick(heads: int, records: Sequence[dict]) -> str:
-    """A tick at `heads` KV heads: the number over the variants it is, by the lines'
-    query heads: 8 KV heads is MHA with 8 query heads and GQA-8 with 32, 'MHA/GQA-8'."""
-    by_heads = sorted(
-        {
-            (r.get("num_heads") or 0, r.get("variant"))
-            for r in records
-            if r["num_kv_heads"] == heads
-        },
-        key=lambda hv: (hv[0], str(hv[1])),
-    )
-    names = list(dict.fromkeys(v for _, v in by_heads if v is not None))
-    return f"{heads}\n{'/'.join(names)}" if names else str(heads)
+def _heads_ticks(heads: Sequence[int], records: Sequence[dict]) -> list[str]:
+    """Ticks at `heads` KV heads, each over the variant it is (8 over GQA-8); counts alone
+    where the lines call a count differently (8 KV heads is MHA with 8 query heads and
+    GQA-8 with 32), which the x axis's label explains."""
+    names = [
+        {r["variant"] for r in records if r["num_kv_heads"] == h and r.get("variant")}
+        for h in heads
+    ]
+    if any(len(n) > 1 for n in names):
+        return [str(h) for h in heads]
+    return ["\n".join([str(h), *n]) for h, n in zip(heads, names, strict=True)]
 
 
 def kv_memory_vs_context(doc: dict) -> Figure | None:
@@ -495,7 +509,7 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
     records = [r for _, rows in lines for r in rows]
     fig, ax = _figure(
         "KV-cache memory vs context length" + (" for the model presets" if presets else ""),
-        kv_context(records, doc["environment"], ("num_layers", "dtype", "batch")),
+        kv_context(records, doc["environment"], ("num_layers", *KV_FORMAT, "batch")),
         "Context length (tokens cached)",
         "",
     )

@@ -11,7 +11,7 @@ from typing import Any
 from ..measure.stats import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES
 from ..records import Kind, failed, field_kinds
 from ..study.sections import KINDS
-from .columns import known
+from .columns import join_words, known
 
 #: The baseline provider when the records do not name one.
 DEFAULT_BASELINE = "attnbench"
@@ -32,7 +32,11 @@ FIELD_NAMES = {
     "gen_len": "gen",
     "dtype": "",
     "batch_spec": "sequences",
+    "kv_dtype": "KV",
+    "scale_dtype": "scales",
 }
+#: Settings a model preset fixes: a line named by its model does not repeat them.
+MODEL_FIXED = frozenset({"d_model", "num_heads", "head_dim", "num_layers"})
 #: Settings not named when every record has this value: no generations, no CUDA graphs.
 UNSAID = {"gen_len": 0, "cuda_graph": False}
 
@@ -82,8 +86,8 @@ def series(
     records: Sequence[dict], x: str, exclude: Sequence[str] = (), named: bool = True
 ) -> list[tuple[str, list[dict]]]:
     """Records grouped into lines, one per configuration (x and `exclude` aside), sorted by
-    x, each labelled by its variant or model (unless not `named`, for lines across
-    variants) plus whatever else varies between lines."""
+    x, each labelled by its variant or model, or (not `named`: lines across variants) by
+    its models where every point has one, plus whatever else varies between lines."""
     keys = [f for f in setting_fields(records) if f != x and f not in exclude]
     groups: dict[tuple, list[dict]] = {}
     for r in records:
@@ -93,24 +97,43 @@ def series(
         for i, f in enumerate(keys)
         if len({k[i] for k in groups}) > 1 and f not in ("model", "variant", "num_kv_heads", "mode")
     ]
-    return [
-        (series_label(rows[0], varying, named), sorted(rows, key=lambda r: r[x]))
-        for rows in groups.values()
-    ]
+    lines = [sorted(rows, key=lambda r: r[x]) for rows in groups.values()]
+    return [(_line_label(rows, varying, named), rows) for rows in lines]
+
+
+def _line_label(rows: Sequence[dict], extra: Sequence[str], named: bool) -> str:
+    """A line's series_label; a line across variants (not `named`) of model presets is
+    named by them, in the order of its points: 'llama-3-8b and llama-2-7b, KV int8'."""
+    models = list(dict.fromkeys(r.get("model") for r in rows))
+    if named or None in models:
+        return series_label(rows[0], extra, named)
+    return _joined([join_words(models)], rows[0], extra, by_model=True)
 
 
 def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) -> str:
     """'MHA', 'llama-3-8b (GQA-8)', or 'GQA-2, batch 4' when batch tells lines apart."""
     model, variant = record.get("model"), record.get("variant")
     name = [f"{model} ({variant})" if model else str(variant)] if named else []
-    return ", ".join([*name, *(field_text(f, record[f]) for f in extra)]) or "all"
+    return _joined(name, record, extra, by_model=named and bool(model))
+
+
+def _joined(name: list[str], record: dict, extra: Sequence[str], by_model: bool) -> str:
+    """`name`, then the settings `extra` that the record sets (less those its model fixes,
+    where a model names the line), or 'all' when that says nothing."""
+    fields = [f for f in extra if not (by_model and f in MODEL_FIXED)]
+    texts = [field_text(f, record[f]) for f in fields]
+    return ", ".join([*name, *(t for t in texts if t)]) or "all"
 
 
 def field_text(field: str, value) -> str:
+    """How a setting reads in a label: 'context 4,096', 'KV int8'; '' for an option left
+    unset (None), which would read 'scale_dtype None'."""
     if field == "cuda_graph":
         return "CUDA graphs" if value else "eager"
     if field == "block_size":
         return "contiguous cache" if value is None else f"blocks of {value:,}"
+    if value is None:
+        return ""
     name = FIELD_NAMES.get(field, field)
     text = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
     return f"{name} {text}".strip()

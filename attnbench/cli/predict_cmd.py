@@ -13,13 +13,16 @@ from ..render.columns import aligned_columns
 from ..render.predict import (
     CHECK_COLUMNS,
     PHASE_COLUMNS,
+    References,
     batch_prefill_note,
     check_rows,
+    device_sources,
     phase_rows,
-    source_lines,
+    source_notes,
 )
 from ..study.output import write_json_atomic
 from .common import (
+    BULLET,
     check_writable,
     console,
     model_notes,
@@ -85,11 +88,32 @@ def predict_command(
         rows = result.section_records("predict")
         phases = phase_rows(rows)
         show_table("Predicted", phases, aligned_columns(PHASE_COLUMNS, phases), wide)
-        print_items([*batch_prefill_note(rows), *source_lines(rows)])
+        references = References()
+        print_items(batch_prefill_note(rows))
+        for device, figures in device_sources(rows, references):
+            print_items([device])
+            print_items(figures, bullet=FIGURE_BULLET)
+        print_items([references.cite(note) for note in source_notes(rows)])
         if plan.sections["predict"].origins.get("seq_len") is None:  # the schema's default
             print_items([f"context {rows[0]['seq_len']:,} tokens, the default: --seq-len sets it"])
         model_notes(plan.sections["predict"].models, [r["seq_len"] for r in rows])
+        _print_references(references)
     show_written(written, quiet)
+
+
+#: How a device's figure starts, under the device's item.
+FIGURE_BULLET = " " * len(BULLET) + "- "
+
+
+def _print_references(references: References) -> None:
+    """The URLs the sources cite, one a line after 'sources:', each whole: printed as soft
+    wrap, the terminal folds a long one, never rich, so that it stays one URL to click or
+    copy."""
+    lines = references.lines()
+    if lines:
+        console.print("sources:", markup=False, highlight=False)
+    for line in lines:
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 #: The flags --calibrate and --check take besides their own: the GPU whose peaks to use,
@@ -196,12 +220,15 @@ def _show_check(report: CheckReport, title: str, wide: bool) -> None:
     show_table(title, rows, aligned_columns(CHECK_COLUMNS, rows), wide=wide, hint=None)
     worst = report.worst
     floor = floor_text(report.min_time_s)
+    references = References()
+    sources = ", ".join(references.cite(source) for source in report.device.sources)
+    peaks = f"{report.device.memory_bandwidth / 1e9:,.1f} GB/s; {sources}"
     print_items(
         [
             f"median |error| {report.median_abs_error:.1%} over {len(report.rows)} "
             f"samples{floor}; worst {worst.rel_error:+.1%} ({worst.sample.label})",
-            f"peaks: {report.device.title}: "
-            f"{report.device.memory_bandwidth / 1e9:,.1f} GB/s; {'; '.join(report.device.sources)}",
+            f"peaks: {report.device.title}: {peaks}",
             f"model: {report.model.describe()}",
         ]
     )
+    _print_references(references)

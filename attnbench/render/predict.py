@@ -4,6 +4,7 @@ check of a calibration against a measured run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,16 +128,74 @@ def batch_prefill_note(records: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def source_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Where every number comes from, once per device and per model of the predictions:
-    the device's measured figures with their sources and its datasheets, the efficiencies
-    and overhead and whether they are defaults or calibrated, the weights' format, and
-    the counts."""
-    lines = []
+#: A URL in a source, with what joins it to its text: ': URL' after a description, or
+#: '(URL' (and ')' where the parentheses hold it alone). It runs to a space, a semicolon
+#: or a parenthesis (no source's URL holds one), less a closing full stop or comma.
+_CITED_URL = re.compile(r"(: | ?\()?(https?://[^\s;()]*[^\s;().,])(\))?")
+
+
+class References:
+    """The URLs that sources cite, each numbered once, in the order first cited. A text
+    cites a URL as '[n]', so that its lines wrap between words; the URLs are listed at the
+    end, one a line (`lines`), each whole, to be clicked or copied."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def cite(self, text: str) -> str:
+        """`text` with each URL as its number: 'triad, ND H100 v5: URL' reads 'triad, ND
+        H100 v5 [1]', 'reaches (URL)' reads 'reaches [2]'."""
+        return _CITED_URL.sub(self._citation, text)
+
+    def _citation(self, match: re.Match[str]) -> str:
+        before, url, after = match.groups()
+        number = f"[{self._numbers.setdefault(url, len(self._numbers) + 1)}]"
+        if before is None:
+            return number + (after or "")
+        if before.strip() == "(" and after:  # the parentheses held the URL alone
+            return f" {number}"
+        return before.replace(": ", " ") + number + (after or "")
+
+    def lines(self) -> list[str]:
+        """'[n] URL', one per URL cited, in the order of their numbers, the numbers
+        aligned on the right (' [9]', '[10]') so that the URLs start in one column."""
+        width = len(f"[{len(self._numbers)}]")
+        return [f"[{n}]".rjust(width) + f" {url}" for url, n in self._numbers.items()]
+
+
+def _figures(text: str) -> list[str]:
+    """A device's figures (DeviceSpec.figures), one each: `text` split at each '; '
+    outside parentheses, since a figure's source, in them, may hold '; ' of its own."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and text.startswith("; ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    return [*parts, text[start:]]
+
+
+def device_sources(
+    records: Sequence[Mapping[str, Any]], references: References
+) -> list[tuple[str, list[str]]]:
+    """Each device of the predictions once, as its name and its figures, each figure with
+    its source and, for a named GPU, its datasheets; their URLs cited in `references`."""
+    devices = []
     for gpu, r in {r["gpu"]: r for r in records}.items():
-        lines.append(f"{gpu_name(gpu)} ({r['device_title']}): {r['device_figures']}")
+        figures = [references.cite(figure) for figure in _figures(r["device_figures"])]
         if gpu != THIS_DEVICE:  # this machine's figures are its probes', given above
-            lines.append(f"{gpu}'s datasheets: {r['peaks_source']}")
+            sheets = [references.cite(s) for s in r["peaks_source"].split("; ")]
+            figures.append(f"datasheets {', '.join(sheets)}")
+        devices.append((f"{gpu_name(gpu)} ({r['device_title']}):", figures))
+    return devices
+
+
+def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where the rest of the numbers come from: the parts of a step beyond its bytes and
+    FLOPs (collectives, launches, dequantisation, tile padding), the efficiencies and
+    overhead and whether they are defaults or calibrated, the weights' format, and the
+    counts."""
+    lines = []
     for r in {(r["gpu"], r["tp"]): r for r in records if r.get("allreduce_ms")}.values():
         lines.append(
             f"{r['gpu']}, tp {r['tp']}: the model's collectives (2 all-reduces a layer, the "

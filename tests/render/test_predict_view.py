@@ -11,10 +11,12 @@ from attnbench.render.predict import (
     BATCH_PREFILL,
     PHASE_COLUMNS,
     REQUEST_TTFT,
+    References,
     batch_prefill_note,
+    device_sources,
     gpu_name,
     phase_rows,
-    source_lines,
+    source_notes,
 )
 from tests.helpers import runner
 
@@ -75,7 +77,7 @@ def test_dequantising_weight_only_weights_is_stated(tmp_path):
     assert result.exit_code == 0, result.output
     int4, full = json.loads(out.read_text())["records"]
     assert int4["dequant_ms"] > 0 and full["dequant_ms"] is None
-    (line,) = [x for x in source_lines([int4, full]) if "dequantising" in x]
+    (line,) = [x for x in source_notes([int4, full]) if "dequantising" in x]
     assert f"{int4['dequant_ms']:.3g} ms of each decode step" in line
 
 
@@ -84,9 +86,11 @@ def test_this_machine_is_named_so_with_its_probes_as_its_only_source(tmp_path):
     args = ["predict", "--model", "llama-2-7b", "--seq-len", "64", "--json", str(out), "-q"]
     assert runner.invoke(app, args).exit_code == 0
     records = json.loads(out.read_text())["records"]
-    lines = source_lines(records)
-    assert lines[0].startswith("this machine (") and "matmul TFLOPS float16 0." in lines[0]
-    assert not any("datasheets" in line for line in lines)  # it has none: its probes
+    references = References()
+    ((device, figures),) = device_sources(records, references)
+    assert device.startswith("this machine (") and "matmul TFLOPS float16 0." in figures[1]
+    assert not any("datasheets" in line for line in figures)  # it has none: its probes
+    assert references.lines() == []  # its probes cite nothing
     assert gpu_name("this") == "this machine" and gpu_name("h100-sxm") == "h100-sxm"
 
 
@@ -98,7 +102,7 @@ def test_the_tiles_padding_is_named_among_the_parts_of_a_step(tmp_path):
     assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
     (record,) = json.loads(out.read_text())["records"]
     assert 0 < record["padding_ms"] < record["tpot_ms"]
-    assert any("compute as zeros" in line for line in source_lines([record]))
+    assert any("compute as zeros" in line for line in source_notes([record]))
     args[4] = "a100-80gb"  # 16-row tiles: padding too, less of it
     assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
     (ampere,) = json.loads(out.read_text())["records"]

@@ -334,7 +334,7 @@ class DecodeRecord:
     kv_allocated_bytes: int | None = exact(None)
     kv_used_bytes: int | None = exact(None)
     kv_waste_pct: float | None = info()
-    x_of_contiguous: Sampled = comparison()
+    x_of_contiguous: Sampled = comparison(against="block_size")  # paged: a block size
     #: The peak bytes allocated during one prefill call (option prefill_memory), how they
     #: were counted, and the bytes of the whole score matrix, B * Hq * S * S elements.
     prefill_peak_bytes: int | None = info()

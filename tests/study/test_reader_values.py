@@ -86,6 +86,11 @@ BAD = [
         "decode record 1: x_of_narrowest_median: ",
         "is taken against narrowest_variant, which is null",
     ),
+    (
+        _decode(x_of_contiguous_median=1.0),  # a contiguous row: no paged step to compare
+        "decode record 1: x_of_contiguous_median: ",
+        "is taken against block_size, which is null",
+    ),
     (_kvmem(seq_len=None), "kvmem record 0: key field seq_len is null", ""),
     (_decode(tokens_per_s=-5), "decode record 1: tokens_per_s: -5 is negative", ""),
     (_decode(achieved_gbps=-1), "achieved_gbps: -1 is negative", ""),
@@ -119,7 +124,7 @@ def test_the_reader_refuses_what_a_plot_or_report_cannot_draw(study, tmp_path, e
 
 
 @pytest.mark.parametrize("command", ["plot", "report"])
-@pytest.mark.parametrize(("edit", "where", "why"), BAD[:8])
+@pytest.mark.parametrize(("edit", "where", "why"), BAD[:9])
 def test_plot_and_report_exit_2_on_one_line(study, tmp_path, command, edit, where, why):
     path = _bad_copy(study, tmp_path, edit)
     result = runner.invoke(app, [command, str(path), "-q"])

@@ -92,15 +92,25 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+#: Flags of one command that another command names otherwise: the tokens cached (a
+#: prompt's, or a context's).
+SAME_QUANTITY = {"--prompt-len": "--seq-len", "--seq-len": "--prompt-len"}
+
+
 def _pointer(exc: Exception) -> str:
     """Where a parser error of a command line points the user: the commands there for an
-    unknown one (the parser suggests a near miss itself), else that command's --help."""
+    unknown one (the parser suggests a near miss itself), the command's own flag for a
+    quantity another command names otherwise, else that command's --help."""
     ctx = getattr(exc, "ctx", None)
     if ctx is None:
         return ""
     names = list(getattr(ctx.command, "commands", {}))
     if names and str(getattr(exc, "message", "")).startswith("No such command"):
         return f" Commands: {', '.join(names)}."
+    other = SAME_QUANTITY.get(getattr(exc, "option_name", None) or "")
+    flags = {flag for param in ctx.command.params for flag in getattr(param, "opts", ())}
+    if other in flags:
+        return f"; {ctx.command_path} takes {other} for it (see --help)"
     return f" (see {ctx.command_path} --help)"
 
 

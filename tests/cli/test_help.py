@@ -218,6 +218,10 @@ def test_listed_items_wrap_with_a_hanging_indent_on_a_terminal(monkeypatch):
             ["kvmem", "--bogus"],
             "error: No such option: --bogus (see python -m attnbench kvmem --help",
         ),
+        (
+            ["predict", "--prompt-len", "8"],
+            "error: No such option: --prompt-len; python -m attnbench predict takes --seq-len",
+        ),
     ],
 )
 def test_a_parser_error_points_to_the_commands_or_the_commands_help(args, error):

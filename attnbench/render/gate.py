@@ -98,10 +98,11 @@ def _varying(findings: list[Finding]) -> set[tuple[str, str]]:
 
 
 def _label(f: Finding, varying: set[tuple[str, str]]) -> str:
-    """A row named by its varying config fields (`variant` always, and bare)."""
+    """A row named by its varying config fields (`variant` always, and bare; a field a
+    row leaves out, as '-')."""
     named = "variant" in f.config  # the variant names the KV heads
     parts = [
-        str(v) if k == "variant" else f"{k}={v}"
+        str(v) if k == "variant" else f"{k}={'-' if v is None else v}"
         for k, v in f.config.items()
         if k == "variant" or ((f.section, k) in varying and not (named and k == "num_kv_heads"))
     ]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from attnbench.gate.compare import compare_documents
+from attnbench.gate.compare import Finding, Verdict, compare_documents
 from attnbench.render.gate import (
     Spelling,
+    _label,
     print_table,
     render_markdown,
     report_text,
@@ -89,3 +90,12 @@ def test_a_file_against_itself_passes_and_its_table_lists_nothing(tmp_path):
     text = out.export_text()
     assert "Verdict" not in text  # no changed finding: no table
     assert text.splitlines()[-1] == summary_line(result)
+
+
+def test_a_row_that_leaves_a_field_out_names_it_with_a_dash():
+    """A field that varies over the rows and that one row leaves out (a bare shape's
+    model, beside named models' rows) reads 'model=-', not 'model=None'."""
+    config = {"model": None, "variant": "MHA", "seq_len": 1024}
+    row = Finding("kvmem", config, None, None, None, None, Verdict.NEW, "row not in baseline")
+    varying = {("kvmem", "model"), ("kvmem", "seq_len")}
+    assert _label(row, varying) == "model=- MHA seq_len=1024"

@@ -91,10 +91,10 @@ def host_moved(environment: Mapping | None) -> float | None:
 
 
 def moved_text(environment: Mapping) -> str:
-    """'the host's speed moved 1.8x during the run (copy peak 11.6, then 6.5 GB/s)'."""
+    """'the host's copy peak moved 1.8x during the run (11.6, then 6.5 GB/s)'."""
     moved = host_moved(environment)
     readings = ", then ".join(f"{v:.1f}" for v in environment["peak_gbps_probes"])
-    return f"the host's speed moved {moved:.1f}x during the run (copy peak {readings} GB/s)"
+    return f"the host's copy peak moved {moved:.1f}x during the run ({readings} GB/s)"
 
 
 def spread(record: Mapping) -> float | None:
@@ -237,7 +237,7 @@ def _percents(*shares: float) -> list[str]:
 def why_not(judged: Sequence[Judged], environment: Mapping | None) -> str:
     """Why comparisons are not resolved, from the evidence of each: 'its 95% interval is
     ±28% wide (over ±10%), the steps compared spread up to 2.9x from p25 to p75, and the
-    host's speed moved 1.8x during the run (copy peak 11.6, then 6.5 GB/s)'."""
+    host's copy peak moved 1.8x during the run (11.6, then 6.5 GB/s)'."""
     one = len(judged) == 1
     parts = []
     wide = [j for j in judged if j.width > j.allowed]

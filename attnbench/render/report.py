@@ -193,8 +193,8 @@ def _step_times(name: str, cached: dict, uncached: dict, lo: int, hi: int) -> st
     noisy = [mode[c] for mode, c in steps if not steady(mode[c])]
     if len(noisy) == len(steps):
         return (
-            f"{name}: decode step times not stated, all {len(steps)} steps are noisy "
-            f"({_noise(noisy)})."
+            f"{name}: decode step times at contexts {lo:,} and {hi:,} not stated, all "
+            f"{len(steps)} steps there are noisy ({_noise(noisy)})."
         )
 
     def times(mode: dict) -> str:
@@ -248,7 +248,7 @@ def host_findings(environment: dict) -> list[str]:
         moved = drift(probes)
         if moved is not None and moved > 1 + HOST_MOVED:
             readings = ", then ".join(f"{v:.3g}" for v in probes)
-            matmul.append(f"the {dtype} matmul peak {readings} TFLOPS")
+            matmul.append(f"the {dtype} matmul peak {readings} TFLOPS, {moved:.2g}x")
     also = f" ({join_words(matmul)})" if matmul else ""
     return [
         f"{found[0].upper()}{found[1:]}{also}, more than {HOST_MOVED:.0%} apart: the "

@@ -524,7 +524,7 @@ def test_the_host_moving_during_the_run_is_said_and_leaves_comparisons_unresolve
         peak_tflops_probes={"float32": [1e-4, 1.01e-4]},
     )
     found = report.findings(doc)
-    moved = "the host's speed moved 2.5x during the run (copy peak 10.0, then 4.0 GB/s)"
+    moved = "the host's copy peak moved 2.5x during the run (10.0, then 4.0 GB/s)"
     assert found[0] == (
         f"T{moved[1:]}, more than 20% apart: the run's timings hold for "
         "neither moment, and its comparisons are not resolved."
@@ -592,8 +592,8 @@ def test_noisy_step_times_are_not_stated(saved):
         r["step_repeats"] = 3
     line = next(f for f in report.findings(doc) if f.startswith("MHA:"))
     assert line == (
-        "MHA: decode step times not stated, all 4 steps are noisy (too few "
-        "samples (under 11) to judge the spread)."
+        "MHA: decode step times at contexts 4 and 8 not stated, all 4 steps there are noisy "
+        "(too few samples (under 11) to judge the spread)."
     )
 
 

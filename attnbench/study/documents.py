@@ -509,8 +509,10 @@ def load_results(path: str | Path) -> dict:
     """A results.json written by `attnbench run`, validated; UsageError otherwise."""
     document = load_document(path)
     if document.command != "run" or document.raw is None:
+        section = ", ".join(document.sections)
         raise UsageError(
-            f"{path}: written by `attnbench {document.command}`, not by `attnbench run`"
+            f"{path}: written by `attnbench {document.command}`, not by `attnbench run`: "
+            f"a study runs its flags as a sweep file's {section} section"
         )
     return document.raw
 

@@ -551,12 +551,13 @@ WHOLE_MODEL_COUNTED: list[Column] = [c for c in WHOLE_MODEL if c.field != "meta_
 MODELS: list[Column] = [
     _label("Name", "name", 0),
     Column("layers", "num_layers", fmt_int, rank=3),
-    Column("d_model", "d_model", fmt_int, rank=5),
+    Column("d_model", "d_model", fmt_int, rank=6),
     Column("heads", "num_heads", fmt_int, rank=4),
     Column("kv heads", "num_kv_heads", fmt_int, rank=2),
-    Column("head_dim", "head_dim", fmt_int, rank=7),
+    # the KV cache's width: not always d_model over the heads (Gemma-2's 256 for 224)
+    Column("head_dim", "head_dim", fmt_int, rank=5),
     _variant(1),
-    _label("dtype", "dtype", 6),
+    _label("dtype", "dtype", 7),
     Column("Source", "source", fmt_plain, rank=90, kind="text"),
 ]
 

@@ -45,3 +45,12 @@ SMALL_CONFIG = {
     "bos_token_id": None,
     "eos_token_id": None,
 }
+
+
+def one_error(result: click.testing.Result, code: int = 2) -> str:
+    """The single `error:` line of a refused command (exit `code`, no traceback)."""
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.cli import app
-from tests.helpers import runner
+from tests.helpers import one_error, runner
 
 STUDY = """
 defaults: {d_model: 64, num_heads: 4}
@@ -24,15 +24,6 @@ OTHER = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 1]}\n
 
 def cli(*args: object):
     return runner.invoke(app, [*map(str, args)], env={"COLUMNS": "250"})
-
-
-def one_error(result) -> str:
-    """The single `error:` line of a command that exited 2."""
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture

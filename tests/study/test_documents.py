@@ -35,7 +35,7 @@ from attnbench.study.documents import MAX_RESULTS_BYTES, load_document
 from attnbench.study.output import write_json_atomic
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
 from attnbench.study.stores import LOCK_FILE
-from tests.helpers import runner
+from tests.helpers import one_error, runner
 from tests.model.test_files import in_thread, memory_guard, sparse_file
 
 PARAMS_STUDY = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 2, 1]}\n"
@@ -49,15 +49,6 @@ def enospc() -> OSError:
 
 def cli(*args):
     return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "250"})
-
-
-def one_error(result, code: int = 2) -> str:
-    """The single `error:` line of a failed command."""
-    assert result.exit_code == code, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture

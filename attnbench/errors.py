@@ -22,18 +22,28 @@ class UsageError(Exception):
 
 class FieldError(UsageError):
     """One input field has a bad value: `reason` says why, without naming where it came
-    from; `located` (set by the layer that knows) prefixes what the user wrote."""
+    from; `located` (set by the layer that knows) prefixes what the user wrote. A reason
+    that names other fields writes each of `mentions` as '{name}', which the message
+    spells by its field name and the command line by its flag (`reason_with`)."""
 
-    def __init__(self, field: str, value: Any, reason: str) -> None:
+    def __init__(self, field: str, value: Any, reason: str, mentions: tuple[str, ...] = ()) -> None:
         self.field = field
         self.value = value
         self.reason = reason
+        self.mentions = mentions
         self.location: str | None = None
         super().__init__(self._message())
 
+    def reason_with(self, name_of: Callable[[str], str] = str) -> str:
+        """The reason, each field it mentions spelled by `name_of`."""
+        text = self.reason
+        for name in self.mentions:
+            text = text.replace(f"{{{name}}}", name_of(name))
+        return text
+
     def _message(self) -> str:
         where = self.location or f"{self.field}: {_show(self.value)}"
-        return f"{where}: {self.reason}"
+        return f"{where}: {self.reason_with()}"
 
     def located(self, location: str) -> FieldError:
         """This error, reported at `location` (what the user typed, e.g. a flag and value)."""

@@ -48,7 +48,7 @@ def describe_error(error: UsageError) -> str:
         return "\n".join(error.lines(describe_error))
     if isinstance(error, FieldError) and error.location is None:
         value = "" if error.value is None else f" {show_value(error.value)}"
-        return f"{flag_of(error.field)}{value}: {error.reason}"
+        return f"{flag_of(error.field)}{value}: {error.reason_with(flag_of)}"
     if isinstance(error, MissingFields) and error.source is None:
         return error.render(flag_of)
     if isinstance(error, TooManyPoints):

@@ -438,8 +438,9 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         raise FieldError(
             "seq_len",
             point.seq_len,
-            "give either seq_len (for the largest batch) or batch (for the longest "
+            "give either {seq_len} (for the largest batch) or {batch} (for the longest "
             "context), exactly one",
+            mentions=("seq_len", "batch"),
         )
     size = memory_of(point, device)
     tp = positive_int("tp", point.tp) if point.tp is not None else None

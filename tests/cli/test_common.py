@@ -113,3 +113,13 @@ def test_a_results_file_of_schema_version_true_is_refused(tmp_path):
     result = runner.invoke(app, ["compare", str(src), str(src)])
     assert result.exit_code == 2
     assert result.stderr == f"error: {src}: schema_version true is not supported (expected 1)\n"
+
+
+def test_a_reason_names_the_fields_it_mentions_as_the_user_gave_them():
+    """In a file's terms by field name, on the command line by flag; braces the reason
+    does not list as mentions stay as written."""
+    from attnbench.cli.flags import describe_error
+
+    error = FieldError("seq_len", 1, "give {seq_len} or {batch}, not {x}", ("seq_len", "batch"))
+    assert str(error) == "seq_len: 1: give seq_len or batch, not {x}"
+    assert describe_error(error) == "--seq-len 1: give --seq-len or --batch, not {x}"

@@ -258,8 +258,8 @@ def test_cli_weights_do_not_fit_exit_1():
     [
         (
             ["--memory", "80GiB", "--seq-len", "1", "--batch", "1"],
-            "--seq-len 1: give either seq_len (for the largest batch) or batch (for the longest "
-            "context), exactly one",
+            "--seq-len 1: give either --seq-len (for the largest batch) or --batch (for the "
+            "longest context), exactly one",
         ),
         (["--memory", "80XB", "--seq-len", "1"], "--memory 80XB: unknown unit 'XB'"),
         (["--memory", "80", "--seq-len", "1"], "--memory 80: no unit; write 80GiB, 80GB or 80B"),
@@ -295,7 +295,7 @@ MISSING = [
     (
         ["--memory", "80GiB"],
         "--seq-len",
-        "give either seq_len (for the largest batch) or batch (for the longest context), "
+        "give either --seq-len (for the largest batch) or --batch (for the longest context), "
         "exactly one",
     ),
     (

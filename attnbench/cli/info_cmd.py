@@ -47,8 +47,10 @@ def env_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
 @app.command("selfcheck")
 @handles_errors
 def selfcheck_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
-    """Check on a device that every backend matches a float64 reference, that cached decode
-    equals a full pass, and that a real KV cache has the analytic size. Exit 1 on failure."""
+    """Check on a device that attnbench's attention (its sdpa and naive kernels) matches a
+    float64 reference and its cached decode a full pass, that every provider's step
+    matches the reference, and that a real KV cache has the analytic size. Exit 1 on
+    failure."""
     from ..experiments.selfcheck import run_checks
     from ..measure.devices import resolve_device
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 import typer
@@ -36,12 +37,14 @@ def models_command(
 @app.command("env")
 @handles_errors
 def env_command(device: DeviceOpt = DEFAULT_DEVICE) -> None:
-    """Print the environment recorded with every result."""
+    """Print the environment recorded with every result (as its JSON spells the values:
+    null where the device has none)."""
     from ..measure.devices import resolve_device
     from ..measure.environment import collect_environment
 
     for key, value in collect_environment(resolve_device(device)).items():
-        console.print(f"{key}: {value}", highlight=False)
+        shown = value if isinstance(value, str) else json.dumps(value)
+        console.print(f"{key}: {shown}", highlight=False, markup=False)
 
 
 @app.command("selfcheck")

@@ -14,10 +14,11 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TextIO
 
 from .. import __version__
 from ..errors import FieldError
@@ -82,13 +83,14 @@ def write_csv(path: str | Path, records: Iterable, record_type: type | None = No
     """Write records as CSV (None becomes an empty cell); raw samples stay in the JSON."""
     rows = [as_dict(r) for r in records]
     try:
-        target = writable_target(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("w", newline="", encoding="utf-8") as fh:
-            fields = _header(rows, record_type)
+        fields = _header(rows, record_type)
+
+        def write(fh: TextIO) -> None:
             writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
+
+        replace_with(writable_target(path), write)  # a full disk leaves the old file whole
     except OSError as exc:
         raise named(exc, path) from None
 
@@ -167,6 +169,16 @@ def write_json_atomic(path: str | Path, document: dict) -> None:
 
 
 def replace_with_json(target: Path, document: dict) -> None:
+    def write(fh: TextIO) -> None:
+        json.dump(document, fh, indent=2, allow_nan=False)
+        fh.write("\n")
+
+    replace_with(target, write)
+
+
+def replace_with(target: Path, write: Callable[[TextIO], None]) -> None:
+    """`target` replaced by what `write` writes (text), through a temporary file beside
+    it renamed over it, keeping its mode and owner (see write_json_atomic)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         before: os.stat_result | None = target.stat()
@@ -174,7 +186,7 @@ def replace_with_json(target: Path, document: dict) -> None:
         before = None
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             if before is None:
                 umask = os.umask(0)
                 os.umask(umask)
@@ -184,8 +196,7 @@ def replace_with_json(target: Path, document: dict) -> None:
                 if (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
                     with contextlib.suppress(PermissionError):  # only root gives files away
                         os.fchown(fd, before.st_uid, before.st_gid)
-            json.dump(document, fh, indent=2, allow_nan=False)
-            fh.write("\n")
+            write(fh)
             fh.flush()
             os.fsync(fd)
         os.replace(tmp, target)
@@ -256,7 +267,7 @@ def keep_records(command: str, document: dict) -> Path | None:
         try:
             fd, name = tempfile.mkstemp(prefix=f"attnbench-{command}-", suffix=".json", dir=folder)
             try:
-                with os.fdopen(fd, "w") as fh:
+                with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
                     json.dump(document, fh, indent=2, allow_nan=False, default=str)
                     fh.write("\n")
             except BaseException:

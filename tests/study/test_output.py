@@ -455,3 +455,23 @@ def test_a_terminal_size_that_is_no_number_is_ignored(columns):
     result = runner.invoke(app, PARAMS_ARGS, env={"COLUMNS": columns, "LINES": columns})
     assert result.exit_code == 0, (result.output, result.exception)
     assert "GQA-4" in result.stdout
+
+
+def test_a_csv_write_that_fails_keeps_the_file_it_was_to_replace(tmp_path, monkeypatch):
+    """A full disk mid-write: the previous CSV stays whole, and no temporary file stays."""
+    import errno
+
+    from attnbench.study import output
+
+    path = tmp_path / "p.csv"
+    path.write_text("variant,total_params\nMHA,1\n")
+
+    def full_disk(self, rows):
+        self.writerow(next(iter(rows)))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(output.csv.DictWriter, "writerows", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        output.write_csv(path, [{"variant": "MQA", "total_params": 2}] * 3)
+    assert path.read_text() == "variant,total_params\nMHA,1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["p.csv"]

@@ -3,14 +3,19 @@ where a metric changed."""
 
 from __future__ import annotations
 
+import functools
+import json
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from ..errors import FieldError, typed
 from ..history.series import all_changes, by_environment, find_changes, find_series
 from ..history.stamps import check_name, parse_date, stamps_of
-from ..history.store import Commit, HistoryBackend, open_history
+from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
 from ..model.files import shown_path
 from ..render.history import (
     changes_markdown,
@@ -61,8 +66,24 @@ app.add_typer(history_app, name="history")
 PICTURES = ("png", "svg", "pdf")
 
 
+def database_errors(fn: Callable) -> Callable:
+    """A history command whose database fails under it (a damaged file, a table gone, a
+    file the system will not let it write) as one error naming --db, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (sqlite3.Error, json.JSONDecodeError) as exc:
+            db = shown_path(str(kwargs.get("db") or DEFAULT_DB))
+            raise FieldError("db", db, f"cannot use it: {exc}") from None
+
+    return wrapper
+
+
 @history_app.command("add")
 @handles_errors
+@database_errors
 def add_command(
     results: ResultsFilesArg,
     db: DbOpt = None,
@@ -129,6 +150,7 @@ SHOW_COLUMNS = [
 
 @history_app.command("show")
 @handles_errors
+@database_errors
 def show_command(
     db: DbOpt = None,
     metric: MetricOpt = "step_ms_median",
@@ -145,6 +167,7 @@ def show_command(
 
 @history_app.command("plot")
 @handles_errors
+@database_errors
 def plot_command(
     out: PictureOpt,
     db: DbOpt = None,
@@ -154,7 +177,7 @@ def plot_command(
 ) -> None:
     """Draw a metric over commits: each series' median with its p25..p75 band, and its
     change points marked. Series of several environments get one panel each."""
-    path = _picture(out)
+    path = _picture(out, db)
     series = find_series(db, metric, where)
     changes = all_changes(series)
     try:
@@ -165,15 +188,16 @@ def plot_command(
         console.print(f"wrote {typed(out)}", markup=False)
 
 
-def _picture(out: str) -> Path:
+def _picture(out: str, db: str | None) -> Path:
     """--out checked before anything is drawn: its extension names a format plot writes
-    (no extension is refused, not guessed), and the file can be written there."""
+    (no extension is refused, not guessed), and the file can be written there, and is not
+    the history `db` it draws (history.svg, say)."""
     path = Path(out)
     extension = path.suffix.lower().removeprefix(".")
     if extension not in PICTURES:
         what = f"unknown picture format .{extension}" if extension else "no extension"
         raise FieldError("out", shown_path(out), f"{what}; end the name in .png, .svg or .pdf")
-    check_writable({"out": out}, {})
+    check_writable({"out": out}, {"db": str(db or DEFAULT_DB)})
     return path
 
 
@@ -191,6 +215,7 @@ CHANGE_COLUMNS = [
 
 @history_app.command("changes")
 @handles_errors
+@database_errors
 def changes_command(
     db: DbOpt = None,
     metric: MetricsOpt = [],  # noqa: B006  (typer copies it)

@@ -722,3 +722,22 @@ def test_a_prediction_at_the_largest_shapes_fits_the_database(tmp_path):
     [point] = history.points("layer_prefill_flops")
     assert point.value == float(flops)
     history.close()
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_damaged_history_is_one_error_naming_db(tmp_path, kv_history, reader, monkeypatch):
+    """A table gone from the file (a damaged or hand-edited database): every reader says so
+    in one line naming --db, where SQLite's error was a traceback."""
+    monkeypatch.chdir(tmp_path)
+    with sqlite3.connect(kv_history) as db:
+        db.execute("DROP TABLE metrics")
+    db.close()
+    one_error(run_cli(*reader, str(kv_history)), f"--db {kv_history}: cannot use it", "metrics")
+
+
+def test_history_plot_never_draws_over_its_database(tmp_path, kv_history):
+    picture = tmp_path / "h.svg"
+    picture.write_bytes(kv_history.read_bytes())
+    result = run_cli("history", "plot", "--db", str(picture), "--out", str(picture))
+    one_error(result, f"--out {picture}: is the --db file")
+    assert picture.read_bytes() == kv_history.read_bytes()

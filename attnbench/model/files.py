@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from ..errors import FieldError, brief
+from ..errors import FieldError, UsageError, brief
 from .units import binary_unit
 
 #: The longest name most file systems take for one file (NAME_MAX, in bytes).
@@ -156,3 +158,13 @@ def _surrogate_at(data: object, where: str) -> str | None:
             (bad for i, v in enumerate(data) if (bad := _surrogate_at(v, f"{where}[{i}]"))), None
         )
     return None
+
+
+def unique_keys(pairs: list[tuple[str, Any]], where: str) -> dict:
+    """One JSON object's pairs as a dict (json.loads' object_pairs_hook); a key given
+    twice is an error naming `where`, where json.loads would keep its last value."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        twice = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise UsageError(f"{where}: duplicate key {brief(twice)}")
+    return found

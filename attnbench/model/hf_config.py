@@ -56,7 +56,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -75,7 +74,7 @@ from .config_fields import (
     object_field,
     str_field,
 )
-from .files import not_text, read_user_file, shown_path
+from .files import not_text, read_user_file, shown_path, unique_keys
 from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
 from .hf_layers import layer_plan as hybrid_plan
 from .limits import (
@@ -936,7 +935,7 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     before it takes any memory to speak of."""
     too_deep = UsageError(f"{where}: JSON nested deeper than {max_depth} levels")
     try:
-        data = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, where))
+        data = json.loads(text, object_pairs_hook=lambda pairs: unique_keys(pairs, where))
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
@@ -948,16 +947,6 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     if bad := not_text(data, text):
         raise UsageError(f"{where}: {bad}")
     return special_floats(data)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]], where: str) -> dict:
-    """One JSON object's pairs as a dict; a key given twice is an error (json.loads would
-    keep its last value, silently)."""
-    found = dict(pairs)
-    if len(found) < len(pairs):
-        twice = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-        raise UsageError(f"{where}: duplicate key {brief(twice)}")
-    return found
 
 
 #: How transformers writes the floats JSON has no literal for: {"__float__": "Infinity"}.

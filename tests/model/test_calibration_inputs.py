@@ -233,3 +233,11 @@ def test_counts_up_to_the_largest_are_taken(tmp_path):
     path = Path(tmp_path / "cal.json")
     path.write_text(json.dumps(model_dict(DEFAULT_MODEL)))
     assert load_calibration(path).path == str(path)
+
+
+def test_a_calibration_file_giving_a_key_twice_is_refused(tmp_path):
+    """As a config.json is: json.loads would keep the last value, silently."""
+    path = tmp_path / "cal.json"
+    path.write_text('{"efficiency_bw": 0.9, "efficiency_flops": 1, "efficiency_bw": 0.5}')
+    with pytest.raises(UsageError, match=r"cal.json: duplicate key 'efficiency_bw'"):
+        load_calibration(path)

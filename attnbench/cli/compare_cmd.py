@@ -62,14 +62,15 @@ SPELLING = Spelling(show_all="--all", other_formats="--format markdown or json")
 def history_baseline_of(db: str, head: Document) -> Document:
     """The baseline `head` is gated against from the history at `db` (history.baseline)."""
     from ..history.baseline import history_baseline
-    from ..history.store import open_history
+    from ..history.store import database_failures, open_history
 
     try:
         store = open_history(db)
     except FieldError as exc:  # the database is given as --history here
         raise FieldError("history", exc.value, exc.reason) from None
     try:
-        return history_baseline(store, head, db)
+        with database_failures("history", db):
+            return history_baseline(store, head, db)
     finally:
         store.close()
 

@@ -4,8 +4,6 @@ where a metric changed."""
 from __future__ import annotations
 
 import functools
-import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,13 @@ import typer
 from ..errors import FieldError, typed
 from ..history.series import all_changes, by_environment, find_changes, find_series
 from ..history.stamps import check_name, parse_date, stamps_of
-from ..history.store import DEFAULT_DB, Commit, HistoryBackend, open_history
+from ..history.store import (
+    DEFAULT_DB,
+    Commit,
+    HistoryBackend,
+    database_failures,
+    open_history,
+)
 from ..model.files import shown_path
 from ..render.history import (
     changes_markdown,
@@ -72,11 +76,8 @@ def database_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with database_failures("db", kwargs.get("db")):
             return fn(*args, **kwargs)
-        except (sqlite3.Error, json.JSONDecodeError) as exc:
-            db = shown_path(str(kwargs.get("db") or DEFAULT_DB))
-            raise FieldError("db", db, f"cannot use it: {exc}") from None
 
     return wrapper
 

@@ -421,5 +421,17 @@ def open_history(db: str | Path | None = None, create: bool = False) -> HistoryB
     return SqliteHistory(text, create)
 
 
+@contextmanager
+def database_failures(field: str, db: str | Path | None) -> Iterator[None]:
+    """A history that fails under a command once open (a damaged file, a table gone, a
+    file the system will not let it write) as one FieldError naming `field`, the input
+    that gave `db` (DEFAULT_DB when None), not SQLite's own exception."""
+    try:
+        yield
+    except (sqlite3.Error, json.JSONDecodeError) as exc:
+        shown = shown_path(str(db if db is not None else DEFAULT_DB))
+        raise FieldError(field, shown, f"cannot use it: {exc}") from None
+
+
 def _why(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or str(exc)

@@ -741,3 +741,17 @@ def test_history_plot_never_draws_over_its_database(tmp_path, kv_history):
     result = run_cli("history", "plot", "--db", str(picture), "--out", str(picture))
     one_error(result, f"--out {picture}: is the --db file")
     assert picture.read_bytes() == kv_history.read_bytes()
+
+
+def test_compare_against_a_damaged_history_is_one_error_naming_history(
+    tmp_path, kv_history, kvmem_run
+):
+    """Pages overwritten in the middle of the file: SQLite finds the image malformed while
+    compare reads the baseline from it, and compare says so naming --history."""
+    damaged = bytearray(kv_history.read_bytes())
+    for page in range(4096, len(damaged), 4096):
+        damaged[page + 8 : page + 72] = b"\xff" * 64
+    kv_history.write_bytes(bytes(damaged))
+    current = write(tmp_path / "cur.json", kvmem_run)
+    result = run_cli("compare", current, "--history", str(kv_history))
+    one_error(result, f"--history {kv_history}: cannot use it", "malformed")

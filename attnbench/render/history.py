@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from ..history.series import ANY_ENVIRONMENT, Change, Series, by_environment
 from ..records import Kind
-from ..study.output import named
 from .columns import legend_label
 from .table import markdown_code, markdown_text
 
@@ -139,16 +138,10 @@ def plot_series(series: Sequence[Series], changes: Sequence[Change], out: Path) 
     """Each series' median per commit with its p25..p75 band, change points marked with
     a dashed line and their size; one panel per environment. Writes `out` (its folder
     made if need be), in the format its extension names; every text drawn as written."""
-    from .plots import literal_text  # matplotlib
+    from .plots import literal_text, write_figure  # matplotlib
 
     with literal_text():
-        fig = _trend_figure(series, changes)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(out, dpi=120, format=out.suffix.lower().lstrip("."))
-        except OSError as exc:
-            out.unlink(missing_ok=True)
-            raise named(exc, out) from None
+        write_figure(_trend_figure(series, changes), out)
     return out
 
 

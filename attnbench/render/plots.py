@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
 from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
 from ..model.units import binary_unit
-from ..study.output import named
+from ..study.output import named, replace_with, writable_target
 from .columns import legend_label
 from .comparisons import judge
 from .selection import (
@@ -546,10 +546,18 @@ def render_plots(doc: dict, out_dir: str | Path) -> list[Path]:
             fig = make(doc)
             if fig is None:
                 continue
-            try:
-                fig.savefig(out / name, dpi=120)
-            except OSError as exc:  # no half-written image is left behind
-                (out / name).unlink(missing_ok=True)
-                raise named(exc, out / name) from None
+            write_figure(fig, out / name)
         written.append(out / name)
     return written
+
+
+def write_figure(fig: Figure, out: Path) -> None:
+    """Save `fig` to `out` at 120 dpi, in the format its extension names, atomically: a
+    failure midway (a full disk, a drawing error, Ctrl-C) leaves the file there whole.
+    An OSError names `out`."""
+    fmt = out.suffix.lower().lstrip(".")
+    try:
+        target = writable_target(out)
+        replace_with(target, lambda fh: fig.savefig(fh, dpi=120, format=fmt), binary=True)
+    except OSError as exc:
+        raise named(exc, out) from None

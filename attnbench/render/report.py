@@ -14,7 +14,7 @@ from ..measure.timing import drift
 from ..model.units import format_bytes
 from ..records import Status
 from ..study.documents import incomplete
-from ..study.output import named
+from ..study.output import named, replace_with, writable_target
 from ..study.sections import sets_providers_side_by_side, title_of
 from .columns import columns_for, join_words, known
 from .comparisons import (
@@ -719,9 +719,9 @@ def write_report(doc: dict, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = [name for name in PLOTS if (out / name).is_file()]
     path = out / "report.md"
-    try:
-        path.write_text(render_report(doc, plots))
-    except OSError as exc:  # no half-written report is left behind
-        path.unlink(missing_ok=True)
+    text = render_report(doc, plots)
+    try:  # a failure midway (a full disk, Ctrl-C) leaves the report there whole
+        replace_with(writable_target(path), lambda fh: fh.write(text))
+    except OSError as exc:
         raise named(exc, path) from None
     return path

@@ -1,8 +1,9 @@
 """Records out: CSV and JSON files written from the same records.
 
 A CSV holds every field its record type declares for CSV (all but raw samples), in UTF-8
-with commas; the JSON holds the records whole. JSON is written atomically, and only over a
-regular file.
+with commas; the JSON holds the records whole. Every file is written atomically (a
+temporary file renamed over it: replace_with, which the report and the plots use too), and
+only over a regular file; a CSV row appended as a point finishes is the exception.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import IO, Any, TextIO
 
 from .. import __version__
 from ..errors import FieldError
@@ -176,9 +177,11 @@ def replace_with_json(target: Path, document: dict) -> None:
     replace_with(target, write)
 
 
-def replace_with(target: Path, write: Callable[[TextIO], None]) -> None:
-    """`target` replaced by what `write` writes (text), through a temporary file beside
-    it renamed over it, keeping its mode and owner (see write_json_atomic)."""
+def replace_with(target: Path, write: Callable[[IO[Any]], None], binary: bool = False) -> None:
+    """`target` replaced by what `write` writes (text in UTF-8, or bytes when `binary`: a
+    picture), through a temporary file beside it renamed over it, keeping its mode and
+    owner (see write_json_atomic). Whatever `write` raises (a full disk, a drawing error,
+    Ctrl-C) leaves `target` as it was, and no temporary file."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         before: os.stat_result | None = target.stat()
@@ -186,7 +189,8 @@ def replace_with(target: Path, write: Callable[[TextIO], None]) -> None:
         before = None
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+        fh = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="", encoding="utf-8")
+        with fh:
             if before is None:
                 umask = os.umask(0)
                 os.umask(umask)
@@ -241,8 +245,7 @@ def write_outputs(
             write_csv(csv_path, records, record_type)
             written.paths.append(csv_path)
             for name, rows in beside.items():
-                path = Path(csv_path)
-                side = str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
+                side = beside_csv_path(csv_path, name)
                 write_csv(side, rows, BESIDE_RECORDS[name])
                 written.paths.append(side)
         if json_path:
@@ -257,6 +260,12 @@ def write_outputs(
             f"cannot write: {exc.strerror}{kept_text(kept)}",
         )
     return written
+
+
+def beside_csv_path(csv_path: str, name: str) -> str:
+    """Where the record set `name` goes beside a command's CSV: out.csv -> out.<name>.csv."""
+    path = Path(csv_path)
+    return str(path.with_name(f"{path.stem}.{name}{path.suffix or '.csv'}"))
 
 
 def keep_records(command: str, document: dict) -> Path | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import signal
 import sys
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from ..render.table import (
     print_view,
     terminal_width,
 )
-from ..study.output import Written, writable, writable_target
+from ..study.output import Written, beside_csv_path, writable, writable_target
 from ..study.schema import ALIASES, fields_for
 from ..study.sections import command_of
 from .flags import describe_error, flag_of, parse_flags
@@ -104,6 +105,17 @@ def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
         )
         for line in lines or [bullet.rstrip()]:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+#: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
+#: SIGHUP, which stop a run as Ctrl-C does.
+EXIT_INTERRUPTED = 130
+
+
+def stop_notice(signum: int) -> None:
+    """Said on the first Ctrl-C (or SIGTERM, SIGHUP): the run stops after these points."""
+    again = "Ctrl-C" if signum == signal.SIGINT else f"{signal.Signals(signum).name} or Ctrl-C"
+    err_console.print(f"stopping after the current points ({again} again to stop now)")
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

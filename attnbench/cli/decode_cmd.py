@@ -3,13 +3,17 @@ every provider asked for; under torchrun with --tp T, one layer split over T ran
 
 from __future__ import annotations
 
+import threading
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
+
+import typer
 
 from ..errors import FieldError
 from ..records import as_dict, failed
 from ..render.columns import decode_columns
 from .common import (
+    EXIT_INTERRUPTED,
     check_writable,
     console,
     err_console,
@@ -20,6 +24,7 @@ from .common import (
     section_command,
     show_table,
     show_written,
+    stop_notice,
 )
 from .group import app
 from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt, WideOpt
@@ -27,6 +32,7 @@ from .options import ConfigOpt, CsvOpt, HfConfigOpt, JsonOpt, ModelOpt, QuietOpt
 if TYPE_CHECKING:
     from ..experiments.decode import DecodeRecord
     from ..study.distributed import Launch
+    from ..study.output import Written
     from ..study.runner import Plan, Task
 
 
@@ -50,7 +56,8 @@ def decode_speed_command(
     """Prefill and per-token decode latency of one attention layer, with the KV cache and
     without it, against the memory bandwidth measured on the same device. Under torchrun,
     --tp T splits the layer over the T ranks: each step is the slowest rank's, with the
-    all-reduce of the output timed alone beside it."""
+    all-reduce of the output timed alone beside it. Ctrl-C stops it after the current
+    points: those that finished are shown and written (exit 130)."""
     from ..study.distributed import process_group, torchrun_launch
     from ..study.runner import plan_command, run_study, write_section
     from ..study.sections import describe_decode
@@ -73,25 +80,72 @@ def decode_speed_command(
     ):
         err_console.print("warning: half precision on the CPU runs, but slowly")
 
+    # The first Ctrl-C (or SIGTERM, SIGHUP) stops the run after the current group of
+    # points, whose finished rows are then shown and written; a second one stops at once.
+    # Not under torchrun: every rank would stop after a group of its own, and the others
+    # would wait for it in their collectives.
+    stop = threading.Event()
+
     def progress(tasks: list[Task]):
-        return progress_iter(tasks, lambda t: describe_decode(t.point), quiet, weight=plan.estimate)
+        if stop.is_set():  # stopped before the first point (probing the peaks)
+            return
+        yield from progress_iter(
+            tasks, lambda t: describe_decode(t.point), quiet, weight=plan.estimate
+        )
 
     ranks = process_group(plan.device) if launch is not None else nullcontext()
     with ranks:
-        result = run_study(plan, command="decode-speed", progress=progress)
+        result = run_study(
+            plan,
+            command="decode-speed",
+            stop=stop,
+            on_interrupt=stop_notice if launch is None else None,
+            progress=progress,
+        )
     records = result.records["decode"]
+    if result.interrupted and not records:  # no file replaced by an empty one
+        raise interrupted(0, result.total, "no file written" if csv or json else "")
     env = result.environment
     if not quiet:
         show_results(result.section_records("decode"), env, wide)
-    show_written(write_section("decode", plan, result, csv, json), quiet)
+    written = write_section("decode", plan, result, csv, json)
+    if result.interrupted and written.failure is not None:  # first; then what failed
+        interrupted(len(records), result.total, _holding(quiet, written))
+    show_written(written, quiet)
     warn_wrong(records)
     broken = [r for r in records if failed(as_dict(r))]
     if broken:
-        raise fail(
+        failure = fail(
             f"{len(broken)} of {len(records)} points did not complete: "
             + "; ".join(sorted({r.status for r in broken})),
             code=1,
         )
+        if not result.interrupted:
+            raise failure
+    if result.interrupted:
+        raise interrupted(len(records), result.total, _holding(quiet, written))
+
+
+def interrupted(finished: int, total: int, held: str) -> typer.Exit:
+    """Say on stderr how many points of a run stopped by Ctrl-C finished, and what holds
+    their rows (`held`); the exit to raise (130, as after any Ctrl-C)."""
+    where = f"; {held}" if held else ""
+    err_console.print(
+        f"interrupted: {finished} of {total} points finished{where}",
+        markup=False,
+        soft_wrap=True,
+    )
+    return typer.Exit(EXIT_INTERRUPTED)
+
+
+def _holding(quiet: bool, written: Written) -> str:
+    """'the table and the files hold those': what shows or keeps the finished rows."""
+    shown = ["the table"] if not quiet else []
+    shown += ["the files" if len(written.paths) > 1 else "the file"] if written.paths else []
+    if not shown:
+        return ""
+    plural = len(shown) > 1 or shown == ["the files"]
+    return f"{' and '.join(shown)} {'hold' if plural else 'holds'} those"
 
 
 def check_tensor_parallel(plan: Plan, launch: Launch | None) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import stat
 from collections.abc import Generator, Sequence
 from pathlib import Path
@@ -20,12 +19,14 @@ from ..study.output import keep_records, kept_text
 from ..study.saved import unsaved
 from ..study.schema import INT_TEXT
 from .common import (
+    EXIT_INTERRUPTED,
     console,
     err_console,
     handles_errors,
     print_items,
     progress_iter,
     same_file,
+    stop_notice,
     timestamped_dir,
 )
 from .group import app
@@ -72,10 +73,6 @@ RewriteForceOpt = flag(
     help="Write into --out even when it holds another study's results, or files that "
     "are not a study's (those of the same names as this study's are replaced).",
 )
-
-#: Exit status after Ctrl-C (128 + SIGINT), as shells report it; also after SIGTERM or
-#: SIGHUP, which stop a study as Ctrl-C does.
-EXIT_INTERRUPTED = 130
 
 
 def _about(seconds: float) -> str:
@@ -361,12 +358,6 @@ def _check_run_flags(nproc: str | None, resume: bool, out: str | None, shard: st
         )
 
 
-def _notice(signum: int) -> None:
-    """Said on the first Ctrl-C (or SIGTERM, SIGHUP): the study stops after these points."""
-    again = "Ctrl-C" if signum == signal.SIGINT else f"{signal.Signals(signum).name} or Ctrl-C"
-    err_console.print(f"stopping after the current points ({again} again to stop now)")
-
-
 def _run(
     plan: Plan,
     out_dir: Path,
@@ -391,7 +382,9 @@ def _run(
         resume = False  # a share that never started: resuming the study starts it
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
-            result = run_study(plan, store, resume=resume, on_interrupt=_notice, progress=progress)
+            result = run_study(
+                plan, store, resume=resume, on_interrupt=stop_notice, progress=progress
+            )
             if note:  # once the study is under way: bad input stays one line
                 err_console.print(f"note: {note}", soft_wrap=True, markup=False)
             if result.interrupted:  # stopped after a point: the way out of a Ctrl-C

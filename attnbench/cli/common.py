@@ -203,13 +203,17 @@ def run_section(
     and (unless not `write`) written by the library (study.runner.run_command)."""
     from ..study.plan import section_inputs
     from ..study.runner import run_command
+    from ..study.sections import KINDS
 
     check_writable(outputs, {"config": config, "hf_config": hf_config})
     refs = model_refs(model, hf_config)
     csv_path, json_path = (outputs.get("csv"), outputs.get("json")) if write else (None, None)
 
     def reads(plan: Plan) -> None:  # the files the plan found (a sweep file names them)
-        check_writable(outputs, section_inputs(plan, section))
+        inputs = {"config": config, "hf_config": hf_config, **section_inputs(plan, section)}
+        check_writable(outputs, inputs)
+        if plan.sections[section].models:  # what the sets beside the records come from
+            check_beside(csv_path, json_path, KINDS[section].beside, inputs)
 
     return run_command(section, config, overrides, refs, csv_path, json_path, check=reads)
 
@@ -279,11 +283,7 @@ def check_writable(
     can name no file (too long). Both map a field (csv, config...) to the path given for it
     (an input, to its paths: "models", the config.json files a sweep file lists); errors
     name the field's flag."""
-    reads = [
-        (field, path)
-        for field, paths in inputs.items()
-        for path in ([paths] if isinstance(paths, str) else paths or ())
-    ]
+    reads = [(field, path) for field, paths in inputs.items() for path in as_paths(paths)]
     for field, path in [*outputs.items(), *reads]:
         refuse_empty(field, path)
     given = [(field, path) for field, path in outputs.items() if path]
@@ -296,14 +296,45 @@ def check_writable(
         same_input = next((f for f, other in reads if same_file(path, other)), None)
         earlier = next((f for f, other in given[:i] if same_file(path, other)), None)
         if reason is None and same_input is not None:
-            what = f"the {flag_of(same_input)} file"
-            if same_input == "models":
-                what = "a model config.json the sweep file lists"
-            reason = f"is {what}, an input of this command; write the output elsewhere"
+            reason = f"is {_what_reads(same_input)}, an input of this command; write the "
+            reason += "output elsewhere"
         elif reason is None and earlier is not None:
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"
         if reason is not None:
             raise FieldError(field, shown_path(path), reason)
+
+
+def _what_reads(field: str) -> str:
+    """The input a field names, as an error says it: 'the --config file'."""
+    if field == "models":
+        return "a model config.json the sweep file lists"
+    return f"the {flag_of(field)} file"
+
+
+def check_beside(
+    csv: str | None,
+    json: str | None,
+    names: Iterable[str],
+    inputs: Mapping[str, str | Sequence[str] | None],
+) -> None:
+    """The CSVs a command writes beside its --csv (out.csv -> out.<name>.csv, one for each
+    of `names`) are outputs too: FieldError naming --csv when one cannot be written, or
+    is one of the command's `inputs` (by field) or its --json output."""
+    for side in (beside_csv_path(csv, name) for name in names) if csv else ():
+        reason = _unwritable_reason(Path(side))
+        reads = (f for f, paths in inputs.items() for p in as_paths(paths) if same_file(side, p))
+        if reason is None and (field := next(reads, None)):
+            reason = f"is {_what_reads(field)}, an input of this command"
+        elif reason is None and json and same_file(side, json):
+            reason = "is also the --json output"
+        if reason is not None:  # 'is a directory', 'cannot write in ...'
+            joined = f", which {reason}" if reason.startswith("is ") else f": {reason}"
+            raise FieldError("csv", shown_path(csv), f"writes {side} beside it{joined}")
+
+
+def as_paths(paths: str | Sequence[str] | None) -> Sequence[str]:
+    """An input's paths: one, several (the config.json files a sweep file lists), or none."""
+    return [paths] if isinstance(paths, str) else paths or ()
 
 
 def timestamped_dir(prefix: str = "") -> Path:

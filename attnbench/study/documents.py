@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import FieldError, UsageError, spelled
 from ..experiments.whole_model import PART_RECORDS
 from ..measure.environment import FIELD_TYPES
-from ..model.files import not_text, read_user_file
+from ..model.files import json_int, not_text, read_user_file
 from ..records import (
     Kind,
     bounds,
@@ -95,12 +95,12 @@ def load_document(path: str | Path) -> Document:
 
 def _json_document(path: Path, text: str) -> Document:
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_int=json_int)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise UsageError(f"{path}: JSON nested too deeply") from None
-    except ValueError as exc:  # an integer of thousands of digits
+    except ValueError as exc:  # an integer of too many digits (json_int)
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if bad := not_text(doc, text):
         raise UsageError(f"{path}: {bad}")

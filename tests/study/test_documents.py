@@ -35,7 +35,7 @@ from attnbench.study.documents import MAX_RESULTS_BYTES, load_document
 from attnbench.study.output import write_json_atomic
 from attnbench.study.runner import RESULTS_FILE, DirectoryStore, plan_study, run_study
 from attnbench.study.stores import LOCK_FILE
-from tests.helpers import one_error, runner
+from tests.helpers import SMALL_CONFIG, one_error, runner
 from tests.model.test_files import in_thread, memory_guard, sparse_file
 
 PARAMS_STUDY = "defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 2, 1]}\n"
@@ -142,6 +142,42 @@ def test_outputs_are_checked_before_any_work(study, monkeypatch, command, output
     assert not (study.parent / "o.json").exists()
 
 
+@pytest.mark.usefixtures("nothing_runs")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["params", "--hf-config", "o.model_parts.csv", "--csv", "o.csv"],
+            "--csv o.csv: writes o.model_parts.csv beside it, which is the --hf-config file, "
+            "an input of this command",
+        ),
+        (
+            ["params", "--model", "llama-2-7b", "--csv", "o.csv", "--json", "o.model_parts.csv"],
+            "writes o.model_parts.csv beside it, which is also the --json output",
+        ),
+        (
+            ["kvmem", "--model", "llama-3-8b", "--csv", "o.csv", "--no-measure"],
+            "writes o.layer_kinds.csv beside it, which is a directory, not a file to write",
+        ),
+    ],
+    ids=["input", "json", "directory"],
+)
+def test_the_csvs_written_beside_the_csv_are_checked_before_any_work(
+    tmp_path, monkeypatch, args, message
+):
+    """A command that writes record sets beside its CSV (params: a model's parts, kvmem:
+    its layer kinds) checks those files as it checks --csv itself: none may be an input,
+    another output or unwritable, and nothing is written when one is."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "o.model_parts.csv"
+    config.write_text(json.dumps(SMALL_CONFIG | {"model_type": "llama"}))
+    (tmp_path / "o.layer_kinds.csv").mkdir()
+    line = one_error(cli(*args))
+    assert message in line
+    assert json.loads(config.read_text())["hidden_size"] == 64
+    assert not (tmp_path / "o.csv").exists()
+
+
 def test_an_output_file_the_process_cannot_write_is_refused(tmp_path, monkeypatch):
     """os.access decides for a user that is not root (root passes it on any file)."""
     path = tmp_path / "o.json"
@@ -232,17 +268,6 @@ def test_run_on_a_full_disk_names_the_file_and_keeps_the_records(
     assert len(json.loads(kept.read_text())["sections"]["params"]["records"]) == 2
     assert len(load_document(out / RESULTS_FILE).sections["params"]) == 1
     assert not (out / LOCK_FILE).exists()
-
-
-def test_a_report_that_cannot_be_written_is_named(tmp_path, monkeypatch):
-    def full(self, *args, **kwargs):
-        raise enospc()
-
-    doc = run_study(plan_study(_write(tmp_path / "s.yaml", PARAMS_STUDY))).document
-    monkeypatch.setattr(Path, "write_text", full)
-    with pytest.raises(OSError) as caught:
-        report.write_report(doc, tmp_path)
-    assert caught.value.filename == str(tmp_path / "report.md")
 
 
 # ------------------------------------------------------------------ 3. atomic replace

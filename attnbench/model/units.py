@@ -40,10 +40,11 @@ class MemorySize:
         )
 
 
-def parse_memory(text: str, field: str) -> MemorySize:
+def parse_memory(text: str, field: str, zero: bool = False) -> MemorySize:
     """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096B': exact, a whole number of bytes;
     anything else is a FieldError for `field`, a number without a unit too ('80' is far
-    more often 80 GB with the unit forgotten than 80 bytes)."""
+    more often 80 GB with the unit forgotten than 80 bytes). A size of 0 is refused,
+    unless `zero` allows it (a reserve), in any unit."""
     match = _SIZE.match(str(text))
     if match is None:
         raise FieldError(field, text, f"bad size; write a number and a unit, {UNITS_HINT}")
@@ -55,7 +56,7 @@ def parse_memory(text: str, field: str) -> MemorySize:
     value = Fraction(number) * _UNITS[unit]
     if value.denominator != 1:
         raise FieldError(field, text, "not a whole number of bytes")
-    if value <= 0:
+    if value == 0 and not zero:
         raise FieldError(field, text, "must be more than 0 bytes")
     if value > MAX_MEMORY_BYTES:
         raise FieldError(field, text, f"must be at most 1 EiB ({MAX_MEMORY_BYTES:,} bytes)")
@@ -63,7 +64,8 @@ def parse_memory(text: str, field: str) -> MemorySize:
 
 
 def parse_share(text: str, field: str, of: int) -> int:
-    """'10%' of `of` bytes (rounded down), or a size ('4GiB'); 0 is allowed."""
+    """'10%' of `of` bytes (rounded down), or a size ('4GiB'); 0 is allowed, bare or in
+    any unit ('0', '0GiB')."""
     stripped = str(text).strip()
     if stripped.endswith("%"):
         number = stripped[:-1].strip()
@@ -73,9 +75,9 @@ def parse_share(text: str, field: str, of: int) -> int:
         if not 0 <= pct < 100:
             raise FieldError(field, text, "a percentage must be in [0, 100)")
         return int(of * pct / 100)
-    if stripped in ("0", "0B"):
+    if stripped == "0":
         return 0
-    return parse_memory(stripped, field).bytes
+    return parse_memory(stripped, field, zero=True).bytes
 
 
 def binary_unit(largest: float) -> tuple[float, str]:

@@ -188,14 +188,15 @@ def test_memory_sizes_parse_exactly():
     assert parse_memory("1.5TiB", "memory").bytes == 3 * 2**39
     assert parse_memory("4096B", "memory").bytes == 4096
     assert parse_share("4GiB", "reserve", GiB) == 4 * GiB
-    assert parse_share("0", "reserve", GiB) == 0
+    for zero in ("0", "0B", "0GiB", "0.0 GB", "0%"):  # no reserve, in any unit
+        assert parse_share(zero, "reserve", GiB) == 0
     assert parse_share("12.5%", "reserve", 1000) == 125
     assert parse_memory("1048576TiB", "memory").bytes == 2**60  # 1 EiB: the most
     for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB", "80", "4096", "1048577TiB"):
         with pytest.raises(FieldError) as error:
             parse_memory(bad, "memory")
         assert (error.value.field, error.value.value) == ("memory", bad)
-    for bad in ("100%", "x%"):
+    for bad in ("100%", "x%", "0.5B", "-0GiB"):
         with pytest.raises(FieldError) as error:
             parse_share(bad, "reserve", GiB)
         assert (error.value.field, error.value.value) == ("reserve", bad)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FieldError, UsageError, closest, spelled
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
-from .files import not_text, read_user_file, shown_path, unique_keys
+from .files import json_int, not_text, read_user_file, shown_path, unique_keys
 from .roofline import (
     DEFAULT_MODEL,
     MAX_EFFICIENCY,
@@ -423,12 +423,16 @@ def _read(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, An
         where = str(shown_path(path_or_dict))
         text = read_user_file(Path(path_or_dict), "calibration", MAX_CALIBRATION_BYTES)
         try:
-            doc = json.loads(text, object_pairs_hook=lambda pairs: unique_keys(pairs, where))
+            doc = json.loads(
+                text, object_pairs_hook=lambda pairs: unique_keys(pairs, where), parse_int=json_int
+            )
         except json.JSONDecodeError as exc:
             reason = f"not valid JSON ({exc.msg} at line {exc.lineno})"
             raise FieldError("calibration", where, reason) from None
-        except (ValueError, RecursionError):  # an integer of thousands of digits, nesting
-            raise FieldError("calibration", where, "not valid JSON") from None
+        except RecursionError:
+            raise FieldError("calibration", where, "JSON nested too deeply") from None
+        except ValueError as exc:  # an integer of too many digits (json_int)
+            raise FieldError("calibration", where, f"not valid JSON ({exc})") from None
         if bad := not_text(doc, text):
             raise FieldError("calibration", where, bad)
     if not isinstance(doc, Mapping):

@@ -160,6 +160,21 @@ def _surrogate_at(data: object, where: str) -> str | None:
     return None
 
 
+#: The most digits an integer of a JSON file may have: as many as Python converts by
+#: default (sys.get_int_max_str_digits), far beyond any count attnbench reads, which the
+#: fields' own checks then refuse by name.
+MAX_INT_DIGITS = 4300
+
+
+def json_int(text: str) -> int:
+    """A JSON integer (json.loads' parse_int); one of more than MAX_INT_DIGITS digits is a
+    ValueError that says so, where Python's would advise raising its conversion limit."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits:,} digits: {MAX_INT_DIGITS:,} at most")
+    return int(text)
+
+
 def unique_keys(pairs: list[tuple[str, Any]], where: str) -> dict:
     """One JSON object's pairs as a dict (json.loads' object_pairs_hook); a key given
     twice is an error naming `where`, where json.loads would keep its last value."""

@@ -74,7 +74,7 @@ from .config_fields import (
     object_field,
     str_field,
 )
-from .files import not_text, read_user_file, shown_path, unique_keys
+from .files import json_int, not_text, read_user_file, shown_path, unique_keys
 from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
 from .hf_layers import layer_plan as hybrid_plan
 from .limits import (
@@ -935,13 +935,15 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     before it takes any memory to speak of."""
     too_deep = UsageError(f"{where}: JSON nested deeper than {max_depth} levels")
     try:
-        data = json.loads(text, object_pairs_hook=lambda pairs: unique_keys(pairs, where))
+        data = json.loads(
+            text, object_pairs_hook=lambda pairs: unique_keys(pairs, where), parse_int=json_int
+        )
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
         raise too_deep from None
-    except ValueError as exc:  # an integer of more digits than Python converts, say
-        raise UsageError(f"{where}: invalid JSON: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:  # an integer of too many digits (json_int)
+        raise UsageError(f"{where}: invalid JSON: {exc}") from None
     if json_depth(data) > max_depth:
         raise too_deep
     if bad := not_text(data, text):

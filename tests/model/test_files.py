@@ -357,8 +357,17 @@ def test_deeply_nested_yaml_is_one_line(tmp_path, text):
 
 
 def test_an_integer_of_too_many_digits_is_one_line(tmp_path):
+    """A config.json, a calibration or a results file with an integer of thousands of digits
+    is refused in one line that says so, not with Python's advice on its conversion limit."""
     digits = "1" * 5000
-    expect_error_lines(params(write_json(tmp_path, f'{{"hidden_size": {digits}}}')), "JSON")
+    huge = write_json(tmp_path, f'{{"hidden_size": {digits}}}')
+    for args in (
+        params(huge),
+        ["predict", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--calibration", str(huge)],
+        ["compare", str(huge), str(huge)],
+    ):
+        (line,) = expect_error_lines(args, "an integer of 5,000 digits: 4,300 at most")
+        assert "set_int_max_str_digits" not in line
     expect_error_lines(kvmem(write_yaml(tmp_path, f"defaults: {{d_model: {digits}}}\n")))
 
 

@@ -453,8 +453,8 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         memory_bytes=size.bytes,
         gpus=gpus or tp,
         tp=tp,
-        weights=WeightFormat.of(point.weights_dtype or spec.dtype, point.weights_group),
-        kv=KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype),
+        weights=_weights(point, spec),
+        kv=_kv(point, spec),
         windows=layer_windows(
             spec.kv_layers, spec.windows, point.sliding_window, point.layer_pattern
         ),
@@ -462,6 +462,25 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),
         layer_pattern=point.layer_pattern,
     )
+
+
+def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
+    """The weights: weights_dtype (default: the model's) with its scale groups."""
+    return WeightFormat.of(point.weights_dtype or spec.dtype, point.weights_group)
+
+
+def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:
+    """The cache: kv_dtype (default: the model's) with its scale groups."""
+    return KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype)
+
+
+def scaled(point: FitPoint) -> frozenset[str]:
+    """The formats of the point that carry scales: its weights' and its cache's, each
+    where quantised (a point that is checked already: it has its model)."""
+    spec = point.spec
+    assert spec is not None
+    formats = {"weights": _weights(point, spec), "kv": _kv(point, spec)}
+    return frozenset(name for name, fmt in formats.items() if fmt.quantized)
 
 
 def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:

@@ -156,6 +156,11 @@ def check_section(values: Mapping[str, list], options: object, given: set[str]) 
         raise FieldError(name, listed, "is set by seq_lens (its lengths): give one or the other")
 
 
+def scaled(point: KvmemPoint) -> frozenset[str]:
+    """The formats of the point that carry scales: its cache's, where quantised."""
+    return frozenset({"kv"}) if _format(point).quantized else frozenset()
+
+
 def _format(point: KvmemPoint) -> KvFormat:
     """The cache's format: kv_dtype (default: dtype) with its scale groups."""
     return KvFormat(point.kv_dtype or point.dtype, point.kv_scale_group, point.scale_dtype)

@@ -192,6 +192,11 @@ def target_of(point: PredictPoint, context: Context | None) -> Target:
     return target(point.gpu, point.calibration, peaks)
 
 
+def scaled(point: PredictPoint) -> frozenset[str]:
+    """The formats of the point that carry scales: its weights', where quantised."""
+    return frozenset({"weights"}) if point.weights.quantized else frozenset()
+
+
 def check(point: PredictPoint) -> None:
     """Raise for a point that cannot be predicted, before anything runs: an unknown GPU,
     a calibration file that cannot be read, a shape tp does not split, an MLA model."""

@@ -15,6 +15,8 @@ from ..errors import CombinationError, FieldError, MissingFields, Problems, Usag
 from ..experiments.context import Context
 from ..measure.devices import check_device_name, resolve_device
 from ..model.capacity import MAX_SEQUENCES, positive_int
+from ..model.dtypes import QUANTIZED_KV_DTYPES
+from ..model.weights import WEIGHT_AND_ACTIVATION, WEIGHT_ONLY
 from .limits import MAX_POINTS
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
@@ -316,7 +318,10 @@ def plan_sections(
             continue
         if not points:
             problems.append(_nothing_to_run(sec))
-        problems.extend(_check_points(kind, sec, points))
+        found = _check_points(kind, sec, points)
+        if not found and kind.scaled is not None:
+            found = _unused_groups(kind.scaled, sec, points)
+        problems.extend(found)
         ordered = kind.order(points, options.get(name)) if kind.order else points
         if points and not ordered:
             problems.append(_all_left_out(sec, len(points)))
@@ -365,6 +370,33 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
             continue
         found.setdefault(str(error), error)
     return list(found.values())
+
+
+#: The scale-group options: the format each sizes, the dtype option that quantises it,
+#: and the dtypes that do.
+SCALE_GROUPS = {
+    "weights_group": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
+    "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
+}
+
+
+def _unused_groups(
+    scaled: Callable[[Any], frozenset[str]], sec: Section, points: list
+) -> list[UsageError]:
+    """A scale group given (by a flag, or in the section itself: one shared by the file's
+    sections may serve another) for a format that no point quantises: it would change
+    nothing."""
+    quantised = frozenset().union(*(scaled(p) for p in points))
+    errors: list[UsageError] = []
+    for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
+        if sec.origins.get(name) in (FROM_FLAGS, sec.name) and fmt not in quantised:
+            given = sec.values.get(name, sec.options.get(name))
+            listed = ",".join(map(str, given)) if isinstance(given, list) else given
+            subject = "the cache is" if fmt == "kv" else "the weights are"
+            choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
+            reason = f"has no effect: {subject} not quantised (set {{{dtype_field}}} to {choices})"
+            errors.append(sec.locate(FieldError(name, listed, reason, (dtype_field,))))
+    return errors
 
 
 def _combination(sec: Section, point: Any, reason: str) -> UsageError:

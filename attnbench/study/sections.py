@@ -126,7 +126,9 @@ class SectionKind:
     a report; None: its name); `providers`: its points are timed per provider, whose steps
     are set side by side (render.providers). `columns`: its table's columns
     (records.ColumnSpec), which render.columns makes; none for a section whose columns
-    depend on its rows (kvmem, decode: render.columns.ROW_COLUMNS)."""
+    depend on its rows (kvmem, decode: render.columns.ROW_COLUMNS). `scaled(point)` names
+    the formats of a point that carry scales ("weights", "kv"): a scale group given for a
+    format that no point of the section quantises has no effect, and is refused."""
 
     name: str
     point: type
@@ -154,6 +156,7 @@ class SectionKind:
     whole_model: bool = False
     counts_on_torch: bool = False
     columns: Sequence[ColumnSpec] = ()
+    scaled: Callable[[Any], frozenset[str]] | None = None
 
     @classmethod
     def of(cls, name: str, experiment: Experiment, **more: Any) -> SectionKind:
@@ -169,6 +172,7 @@ class SectionKind:
             order=experiment.order,
             link=experiment.link,
             columns=getattr(experiment, "COLUMNS", ()),
+            scaled=getattr(experiment, "scaled", None),
             **more,
         )
 

@@ -6,9 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from attnbench.cli import app
 from attnbench.errors import CombinationError, FieldError, Problems
 from attnbench.study import plan as planning
 from attnbench.study.plan import check_one_rank_per_point, plan_study
+from tests.helpers import one_error, runner
 
 DECODE = """\
 decode:
@@ -101,3 +103,38 @@ def test_a_section_resolves_its_device_only_where_it_uses_it(monkeypatch, tmp_pa
         planning.plan_command("kvmem", None, {**shape, "measure": True, "device": "cuda"})
     measured = planning.plan_command("kvmem", None, {**shape, "measure": True, "device": "auto"})
     assert measured.devices == {"kvmem": torch.device("cpu")} and measured.uses_torch
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "named"),
+    [
+        ("kvmem", ["--kv-scale-group", "32"], "--kv-scale-group 32: has no effect: the cache"),
+        ("kvmem", ["--kv-dtype", "float16,bfloat16", "--kv-scale-group", "32"], "the cache"),
+        ("predict", ["--gpu", "h100-sxm", "--weights-group", "64"], "--weights-group 64"),
+        ("fit", ["--gpu", "h100-sxm", "--seq-len", "4096", "--weights-group", "64"], "weights"),
+        ("fit", ["--gpu", "h100-sxm", "--seq-len", "4096", "--kv-scale-group", "8"], "cache"),
+    ],
+)
+def test_a_scale_group_for_a_format_left_unquantised_is_refused(command, flags, named):
+    """A scale group sizes the scales of quantised weights or caches: where no point of the
+    sweep quantises them it would change nothing, and is refused as a flag without effect."""
+    line = one_error(runner.invoke(app, [command, "--model", "llama-2-7b", *flags]))
+    assert named in line and "not quantised" in line
+
+
+def test_a_scale_group_serves_the_quantised_points_of_a_sweep(tmp_path):
+    """One quantised dtype of a sweep takes the group; a group the file shares among its
+    sections may serve another, and is not refused where it has no effect."""
+    mixed = {"kv_dtype": ["float16", "int8"], "kv_scale_group": [32]}
+    planned = planning.plan_command("kvmem", None, mixed, ["llama-2-7b"])
+    assert [t.point.kv_scale_group for t in planned.tasks] == [32, 32]
+    shared = tmp_path / "study.yaml"
+    shared.write_text(
+        "sweep: {kv_scale_group: 32}\nkvmem: {models: [llama-2-7b]}\n"
+        "fit: {models: [llama-2-7b], kv_dtype: int8, seq_len: 4096, gpu: h100-sxm}\n"
+    )
+    assert planning.plan_command("kvmem", str(shared), {}).tasks
+    own = tmp_path / "own.yaml"
+    own.write_text("kvmem: {models: [llama-2-7b], kv_scale_group: 32}\n")
+    with pytest.raises(Problems, match=r"kvmem.kv_scale_group: 32 \(.*own.yaml\): has no effect"):
+        planning.plan_command("kvmem", str(own), {})

@@ -97,9 +97,14 @@ class WeightFormat:
         values = packed_bytes(params, self.dtype)
         if not self.quantized:
             return values
-        group = self.group or (DEFAULT_INT4_GROUP if self.dtype == "int4" else row)
+        default = min(DEFAULT_INT4_GROUP, row) if self.dtype == "int4" else row
+        group = self.group or default
+        if group > row:
+            reason = f"exceeds the {row} inputs of a weight row (a scale group lies within one row)"
+            raise FieldError("weights_group", group, reason)
         per_group = 2 if self.dtype == "int4" else 1  # int4: a scale and a zero point
-        return values + ceil_div(params, group) * per_group * SCALE_BITS // 8
+        groups = ceil_div(params, row) * ceil_div(row, group)  # a row's last group may be short
+        return values + groups * per_group * SCALE_BITS // 8
 
     def describe(self) -> str:
         if not self.quantized:

@@ -188,8 +188,9 @@ def test_parts_per_rank_by_hand():
     # tp 4 > 2 KV heads: each rank keeps one KV head; ceil(10 / 4) = 3 rows, ceil(6 / 4) = 2.
     assert sum(part_params(TINY, 4).values()) == 24 + (16 + 16 + 16 + 16) + 48 + 24 + 24
     # int4 halves all but the embeddings and the head (24 + 24, kept in float16), with a
-    # 16-bit scale and zero point per group of 128 weights: ceil(136 / 128) = 2 groups
-    assert weight_bytes_per_rank(TINY, "int4", 4) == 136 // 2 + 2 * 4 + 48 * 2
+    # 16-bit scale and zero point per group: rows of 8 inputs, shorter than the default 128,
+    # are a group each, 136 / 8 = 17 of them
+    assert weight_bytes_per_rank(TINY, "int4", 4) == 136 // 2 + 17 * 4 + 48 * 2
     assert weight_bytes_per_rank(TINY, "float16", 4) == 184 * 2
     with pytest.raises(FieldError, match="does not divide the 4 query heads") as info:
         part_params(TINY, 3)

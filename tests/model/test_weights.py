@@ -15,15 +15,27 @@ def test_sixteen_bit_weights_are_their_values():
 
 
 def test_int4_keeps_a_scale_and_a_zero_point_per_group():
-    # 1,024 weights: 512 bytes of values; 8 groups of 128, each 2 + 2 bytes
-    assert WeightFormat("int4").bytes(1024, 4096) == 512 + 8 * 4
-    assert WeightFormat("int4", 32).bytes(1024, 4096) == 512 + 32 * 4
-    assert WeightFormat("int4", 1000).bytes(1024, 4096) == 512 + 2 * 4  # a part group
+    # 2 rows of 4,096 weights: 4,096 bytes of values; groups of 128, 32 a row, 2 + 2 bytes each
+    assert WeightFormat("int4").bytes(2 * 4096, 4096) == 4096 + 2 * 32 * 4
+    assert WeightFormat("int4", 32).bytes(2 * 4096, 4096) == 4096 + 2 * 128 * 4
+    # groups of 1,000 cover a row of 4,096 in 5, the last one short: none spans two rows
+    assert WeightFormat("int4", 1000).bytes(2 * 4096, 4096) == 4096 + 2 * 5 * 4
+    # a row shorter than the default group is one group
+    assert WeightFormat("int4").bytes(4 * 64, 64) == 128 + 4 * 1 * 4
 
 
 def test_int8_and_float8_keep_a_scale_per_row_by_default():
     assert WeightFormat("int8").bytes(4096 * 10, 4096) == 4096 * 10 + 10 * 2
-    assert WeightFormat("float8_e4m3fn", 64).bytes(128, 4096) == 128 + 2 * 2
+    assert WeightFormat("float8_e4m3fn", 64).bytes(4096, 4096) == 4096 + 64 * 2
+
+
+def test_a_scale_group_longer_than_a_row_is_refused():
+    """A group lies within one row: a group of more inputs than a row has would count
+    fewer scales than one per row."""
+    assert WeightFormat("int8", 4096).bytes(4096 * 3, 4096) == 4096 * 3 + 3 * 2
+    with pytest.raises(FieldError, match="exceeds the 4096 inputs of a weight row") as error:
+        WeightFormat("int8", 16384).bytes(4096 * 3, 4096)
+    assert (error.value.field, error.value.value) == ("weights_group", 16384)
 
 
 def test_the_matmuls_run_in_the_activations_dtype_but_for_float8():

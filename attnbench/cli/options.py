@@ -228,7 +228,9 @@ HeadDirOpt = flag(
     metavar="DIR",
     help="A source tree to gate, as it is on disk (default: this working tree).",
 )
-RoundsOpt = flag(int, "--rounds", help="Rounds of ABBA visits of each point (two pairs each).")
+RoundsOpt = flag(
+    int, "--rounds", help="Rounds of ABBA visits of each point (two pairs each; at most 10,000)."
+)
 VisitTimeOpt = flag(
     float, "--visit-time", metavar="S", help="Seconds of sampling per visit at the most."
 )

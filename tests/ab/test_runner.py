@@ -31,7 +31,7 @@ from attnbench.errors import FieldError, UsageError
 from attnbench.gate.compare import Thresholds, Verdict
 from attnbench.gate.paired import EVIDENCE, judge_paired, median_ratio_interval
 from tests.experiments.options import decode_point
-from tests.helpers import runner
+from tests.helpers import one_error, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_STUDY = "decode:\n  d_model: 64\n  num_heads: 2\n  prompt_len: 16\n  mode: cache\n"
@@ -342,6 +342,27 @@ def test_a_bad_base_exits_2_with_one_line(scratch_repo, tmp_path, monkeypatch):
     assert over.exit_code == 2
     assert f"--json {study}: is the STUDY.yaml file, an input of this command" in over.output
     assert study.read_text() == TINY_STUDY
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--cache-dir", "afile"], "--cache-dir afile: is a file, not a directory"),
+        (["--cache-dir", "afile/x"], "--cache-dir afile/x: lies under afile, a file, not a"),
+        (["--rounds", "10001"], "--rounds 10001: must be at most 10,000"),
+    ],
+)
+def test_a_cache_dir_that_is_a_file_and_endless_rounds_are_refused_first(
+    tmp_path, monkeypatch, flags, message
+):
+    """Before any side is checked out: a cache folder that cannot be one, and a number of
+    rounds that would sample for years."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    study = tmp_path / "tiny.yaml"
+    study.write_text(TINY_STUDY)
+    line = one_error(runner.invoke(app, ["ab", "--base", "HEAD", str(study), *flags]))
+    assert line.startswith(f"error: {message}")
 
 
 def test_ab_refuses_a_study_without_decode_points(tmp_path):

@@ -116,7 +116,8 @@ def duration_seconds(text: str, field: str, zero: bool = False) -> Fraction:
     refused as such, unless `zero` allows it (a floor, where 0 keeps everything)."""
     match = _DURATION.match(str(text))
     if match is None:
-        raise FieldError(field, text, TIME_HINT)
+        negative = str(text).strip().startswith("-") and _DURATION.match(str(text).strip()[1:])
+        raise FieldError(field, text, "must be a time above 0" if negative else TIME_HINT)
     number, unit = match.groups()
     approx = float(number) * TIME_UNITS[unit]  # inf for a huge exponent: no huge Fraction
     if approx != 0 and not MIN_DURATION_S <= approx <= MAX_DURATION_S:

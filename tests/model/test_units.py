@@ -34,12 +34,19 @@ def test_one_time_in_two_units_is_one_value_exactly():
     assert float(duration_seconds("0.05s", "tpot") * 1000) == 50.0
 
 
-@pytest.mark.parametrize("bad", ["50", "-50ms", "ms", "", "50 m", "50min", "1e3", "50MS", "5.ms"])
+@pytest.mark.parametrize("bad", ["50", "-50", "ms", "", "50 m", "50min", "1e3", "50MS", "5.ms"])
 def test_a_time_without_its_unit_is_refused(bad):
     with pytest.raises(FieldError) as error:
         parse_duration(bad, "ttft")
     assert (error.value.field, error.value.value, error.value.reason) == ("ttft", bad, TIME_HINT)
     assert TIME_HINT == "expected a time with its unit: 50ms, 0.05s, 2s"
+
+
+@pytest.mark.parametrize("bad", ["-50ms", " -0.5 s", "-1e3us"])
+def test_a_negative_time_is_refused_as_one(bad):
+    with pytest.raises(FieldError) as error:
+        parse_duration(bad, "tpot")
+    assert (error.value.value, error.value.reason) == (bad, "must be a time above 0")
 
 
 def test_a_time_may_have_an_exponent_and_must_be_in_range():

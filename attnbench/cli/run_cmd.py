@@ -140,7 +140,9 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
             show_providers(section["records"], doc["environment"])
     console.print("Findings:", style="bold")
     print_items(findings(doc))
-    files = [f"{name}.csv" for name in record_sets(doc)] + [RESULTS_FILE]
+    # a set without records has no CSV (a section no share has run yet, when merged)
+    files = [f"{name}.csv" for name, (records, _) in record_sets(doc).items() if records]
+    files.append(RESULTS_FILE)
     drawn = f"{len(plots)} plot" + "s" * (len(plots) != 1)
     console.print(f"Wrote {', '.join(files)}, {drawn} and {report.name} in {out}/", markup=False)
 
@@ -540,7 +542,10 @@ def _write_merged(merged: Merged, out_dir: Path, quiet: bool, again: list[str]) 
             if not quiet:
                 points = sum(len(s["records"]) for s in merged.document["sections"].values())
                 console.print(
-                    f"Merged shares {', '.join(merged.shards)}: {points} points.", markup=False
+                    f"Merged shares {', '.join(merged.shards)}: {points} point"
+                    + "s" * (points != 1)
+                    + ".",
+                    markup=False,
                 )
             _finish(merged.document, out_dir, quiet)
     except OSError as exc:

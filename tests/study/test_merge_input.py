@@ -129,6 +129,24 @@ def test_a_share_stopped_part_way_still_merges_as_incomplete(shares, tmp_path):
     assert "incomplete: 1 kvmem point(s) are in no share yet" in result.stderr
 
 
+def test_a_merge_names_only_the_files_it_wrote(tmp_path, monkeypatch):
+    """A section no share has run yet has no CSV: the summary lists the files there are."""
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
+    study = tmp_path / "two.yaml"
+    study.write_text(
+        "params: {d_model: 4096, num_heads: 32, num_kv_heads: 8}\n"
+        "kvmem: {d_model: 4096, num_heads: 32, num_kv_heads: 8, measure: false}\n"
+    )
+    out = tmp_path / "out"
+    assert cli("run", study, "--out", out, "--shard", "0/2").exit_code == 0
+    result = runner.invoke(app, ["merge", str(out)], env={"COLUMNS": "250"})  # not quiet
+    assert result.exit_code == 1 and "Merged shares 0/2: 1 point." in result.output
+    (wrote,) = [line for line in result.output.splitlines() if line.startswith("Wrote ")]
+    named = wrote.removeprefix("Wrote ").split(", ")
+    assert [n for n in named if n.endswith((".csv", ".json"))] == ["params.csv", "results.json"]
+    assert not (out / "kvmem.csv").exists()
+
+
 def test_resuming_a_share_checks_its_shard_block(shares, tmp_path):
     study = edited(shares, tmp_path, setter("shard", "indices", "params", value=None))
     sweep = shares.parent / "study.yaml"

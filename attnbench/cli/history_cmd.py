@@ -161,7 +161,7 @@ def show_command(
     """A metric over commits: one table per environment, a row per series and commit."""
     for members in by_environment(find_series(db, metric, where)).values():
         title = f"{metric} over commits · {environment_label(members[0])}"
-        if where and len(members) == 1:
+        if where:  # what every series shares, which their labels leave out
             title += f" · where {where}"
         show_table(title, series_rows(members), SHOW_COLUMNS, wide, hint=None)
 

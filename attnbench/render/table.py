@@ -468,9 +468,11 @@ def wrap_title(title: str, parts: Sequence[str], width: int) -> str:
         more = end if i < len(parts) - 1 else ""
         if lines and cell_len(lines[-1] + TITLE_SEPARATOR + part + more) <= width:
             lines[-1] += TITLE_SEPARATOR + part
-        elif lines:
+        elif lines and cell_len(lines[-1] + end) <= width:
             lines[-1] += end
             lines.append(part)
+        elif lines:  # a line as wide as the page: the separator opens the next one
+            lines.append(TITLE_SEPARATOR.lstrip() + part)
         else:
             lines.append(part)
     return "\n".join(lines)

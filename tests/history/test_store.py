@@ -304,6 +304,16 @@ def test_show_and_plot_follow_a_series(stepped_history, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_show_names_the_filter_of_several_series(stepped_history):
+    """Series picked by --where keep only the keys that tell them apart: the title says
+    what they share."""
+    db, _ = stepped_history
+    shown = run_cli("history", "show", "--db", str(db), "--where", "variant=MQA")
+    assert shown.exit_code == 0, shown.output
+    title = " ".join(shown.output.split("┏")[0].split())
+    assert "· where variant=MQA ·" in title, title
+
+
 def test_compare_history_gates_against_the_recent_runs_of_the_environment(
     stepped_history, tmp_path, decode_run
 ):

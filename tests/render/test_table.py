@@ -44,6 +44,7 @@ from attnbench.render.table import (
     print_view,
     table_width,
     terminal_width,
+    wrap_title,
 )
 from attnbench.study.sections import KINDS, SectionKind
 
@@ -1171,3 +1172,13 @@ def test_every_unit_has_its_column_and_no_other_is_declared():
 )
 def test_a_spread_past_ten_times_its_median_reads_as_over_it(share, text):
     assert spread_text(share) == text
+
+
+def test_a_title_breaks_between_its_parts_and_never_leaves_a_separator_alone():
+    """A part as wide as the page cannot take the ' ·' that joins it to the next: the next
+    line opens with it, where rich would have put it on a line of its own."""
+    assert wrap_title("metric · a", ["b"], 12) == "metric · a ·\nb"
+    wide = "x" * 20
+    lines = wrap_title(f"metric · {wide}", ["branch main"], 20).splitlines()
+    assert lines == ["metric ·", wide, "· branch main"]
+    assert all(len(line) <= 20 for line in lines)

@@ -253,7 +253,13 @@ KVMEM: list[Column] = [
     _batch(5),
     _setting_int("context", "seq_len", 3, lambda v: f"context {v:,}"),
     _dtype(16),
-    _bytes("per token", "bytes_per_token", 10),
+    _bytes(
+        "per token",
+        "bytes_per_token",
+        10,
+        setting=True,  # the same at every context and batch: said once, in the title
+        title_text=lambda v: f"{format_bytes(v)} per token",
+    ),
     _bytes("per layer", "kv_bytes_per_layer", 30),
     _bytes("whole model", "kv_bytes", 1),
     _bytes("measured", "measured_bytes", 20),
@@ -305,7 +311,7 @@ KVMEM_OPTIONS: list[tuple[Callable[[Mapping[str, Any]], bool], list[Column]]] = 
     (
         _uses_kv_dtype,
         [
-            _label("kv dtype", "kv_dtype", 15, setting=True, title_text=lambda v: f"kv cache {v}"),
+            _label("kv dtype", "kv_dtype", 5, setting=True, title_text=lambda v: f"kv cache {v}"),
             _bytes("scales", "scale_bytes", 27),
         ],
     ),
@@ -324,7 +330,7 @@ KVMEM_OPTIONS: list[tuple[Callable[[Mapping[str, Any]], bool], list[Column]]] = 
         lambda r: (r.get("tp") or 1) > 1,
         [
             _setting_int("tp", "tp", 16, lambda v: f"tp {v:,}"),
-            _bytes("per GPU", "kv_bytes_per_gpu", 15),
+            _bytes("per GPU", "kv_bytes_per_gpu", 9),
             _bytes("all GPUs", "kv_bytes_all_gpus", 31),
         ],
     ),

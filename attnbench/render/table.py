@@ -240,6 +240,14 @@ class _Layout:
         return self.column.kind != "status" or all(c.strip() == OK for c in self.full)
 
     @property
+    def same_on_every_row(self) -> bool:
+        """A column of numbers that reads the same in every row of several: it tells less
+        than any that tells them apart, and goes before them. (A label that does, such as
+        the provider that is fastest in every row, is the answer: it stays at its rank.)"""
+        same = len(self.full) > 1 and len(set(self.full)) == 1
+        return same and self.column.kind == "number"
+
+    @property
     def width(self) -> int:
         return self.short_width if self.compact else self.fit_width
 
@@ -355,10 +363,11 @@ def _layout(column: Column, index: int, rows: Sequence[Mapping[str, Any]], wide:
 
 def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     """Compact, then hide, columns until the table fits `width`; return the hidden ones.
-    Columns to keep and statuses (but a column of 'ok' alone) are never hidden: at its
-    rank, a text column to keep folds onto more lines instead. Compact forms that hiding
-    made unnecessary are switched back to the full text, and text columns take the room
-    still left, to fold onto fewer lines."""
+    Columns of numbers that read the same in every row go first, then the others from the
+    highest rank down. Columns to keep and statuses (but a column of 'ok' alone) are never
+    hidden: at its rank, a text column to keep folds onto more lines instead. Compact forms
+    that hiding made unnecessary are switched back to the full text, and text columns take
+    the room still left, to fold onto fewer lines."""
 
     def total() -> int:
         return table_width([lay.width for lay in layouts])
@@ -381,7 +390,9 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     # a text column to keep takes its turn at its rank: it folds onto more lines, as far as
     # the fit needs but never inside a word, instead of going
     turns = [lay for lay in layouts if lay.hideable or lay.column.kind == "text"]
-    for lay in sorted(turns, key=lambda lay: (-lay.column.rank, -lay.index)):
+    for lay in sorted(
+        turns, key=lambda lay: (not lay.same_on_every_row, -lay.column.rank, -lay.index)
+    ):
         if total() <= width or len(layouts) == 1:
             break
         if not lay.hideable:

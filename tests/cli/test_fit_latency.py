@@ -104,7 +104,7 @@ HINT = "expected a time with its unit: 50ms, 0.05s, 2s"
             "--gpu this: fit needs a named GPU (h100-sxm, ",
         ),
         (["--gpu", "h100-sxm", "--tpot", "50"], f"--tpot 50: {HINT}"),
-        (["--gpu", "h100-sxm", "--tpot", "-50ms"], f"--tpot -50ms: {HINT}"),
+        (["--gpu", "h100-sxm", "--tpot", "-50ms"], "--tpot -50ms: must be a time above 0"),
         (["--gpu", "h100-sxm", "--ttft", "0s"], "--ttft 0s: must be a time above 0"),
         (
             ["--memory", "80GB", "--tpot", "50ms"],

@@ -152,7 +152,7 @@ def test_the_binary_search_finds_the_last_batch_that_meets_the_target():
         ({"memory": "80GB", "tpot": "50ms"}, "tpot", "needs gpu"),
         ({"memory": "80GB", "ttft": "2s"}, "ttft", "needs gpu"),
         ({"gpu": "h100-sxm", "tpot": "50"}, "tpot", "expected a time with its unit"),
-        ({"gpu": "h100-sxm", "ttft": "-2s"}, "ttft", "expected a time with its unit"),
+        ({"gpu": "h100-sxm", "ttft": "-2s"}, "ttft", "must be a time above 0"),
         (
             {"gpu": "h100-sxm", "tpot": "50ms", "seq_len": None, "batch": 8},
             "tpot",

@@ -1,6 +1,8 @@
 """Predicted prefill and decode times on a device: one attention layer as decode-speed
-times it, and a whole model (its MLP or experts, embeddings and head) where a model is
-given, from the roofline of model/roofline.py.
+times it (an MLA model's: one of its MLA layers, as its whole model's rows count each),
+and a whole model (its MLP or experts, embeddings and head) where a model is given, from
+the roofline of model/roofline.py. Quantised weights (`weights_dtype`) are the layer's
+projections' as much as the model's: a layer shape's projections can be quantised too.
 
 Each point is predicted on a named GPU, from its measured figures (model/devices.py), or
 on THIS_DEVICE, from the peaks the run measures before its points; with the stated
@@ -29,6 +31,7 @@ from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
     layer_counts,
+    mla_layer_counts,
     predict_counts,
     step_counts,
 )
@@ -199,21 +202,15 @@ def scaled(point: PredictPoint) -> frozenset[str]:
 
 def check(point: PredictPoint) -> None:
     """Raise for a point that cannot be predicted, before anything runs: an unknown GPU,
-    a calibration file that cannot be read, a shape tp does not split, an MLA model."""
+    a calibration file that cannot be read, a shape tp does not split, weights whose
+    matmuls the GPU has no rate for, a scale group longer than a weight row."""
     if point.seq_len is None:
         raise FieldError("seq_len", None, "give the context to predict at, e.g. 8192")
     if point.spec is not None:
         point.spec.require_kinds()
-    elif point.weights_dtype is not None or point.weights_group is not None:
-        field = "weights_dtype" if point.weights_dtype is not None else "weights_group"
-        raise FieldError(
-            field,
-            getattr(point, field),
-            "needs a whole model: a layer shape has no MLP, embeddings or head to quantise",
-        )
     if not is_this(point.gpu):
         device = point.named_target.device
-        if point.spec is not None and point.weights.dtype != point.dtype:
+        if point.weights.dtype != point.dtype:
             try:
                 flops_for(device, point.weights.matmul_dtype(point.dtype))
             except FieldError as exc:
@@ -226,19 +223,29 @@ def check(point: PredictPoint) -> None:
 
 
 def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
-    """The counts of the layer's and the model's prefill and decode step."""
-    s, b, tp, dtype = point.seq_len, point.batch, point.tp, point.dtype
+    """The counts of the layer's and the model's prefill and decode step. The layer is the
+    model's own attention layer (an MLA model's: one MLA layer, as the model's rows count
+    each), or the layer shape's; its projections' weights in the point's format, as the
+    model's are."""
+    s, b, tp, dtype, kv = point.seq_len, point.batch, point.tp, point.dtype, point.kv_dtype
     assert s is not None  # check() refuses a point without
-    counts = {
-        "layer_prefill": layer_counts(point.shape, b, s, s, dtype, point.kv_dtype, tp),
-        "layer_step": layer_counts(point.shape, b, 1, s + 1, dtype, point.kv_dtype, tp),
-    }
+    weights = point.weights
+    if point.spec is not None and point.spec.mla is not None:
+        spec = point.spec
+        counts = {
+            "layer_prefill": mla_layer_counts(spec, b, s, s, dtype, kv, tp, weights),
+            "layer_step": mla_layer_counts(spec, b, 1, s + 1, dtype, kv, tp, weights),
+        }
+    else:
+        counts = {
+            "layer_prefill": layer_counts(point.shape, b, s, s, dtype, kv, tp, weights),
+            "layer_step": layer_counts(point.shape, b, 1, s + 1, dtype, kv, tp, weights),
+        }
     if point.spec is not None:
-        weights = point.weights
-        counts["prefill"] = step_counts(point.spec, b, s, s, dtype, point.kv_dtype, tp, weights)
-        counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, point.kv_dtype, tp, weights)
+        counts["prefill"] = step_counts(point.spec, b, s, s, dtype, kv, tp, weights)
+        counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, kv, tp, weights)
         if b > 1:  # one request's prompt prefilled alone
-            counts["request"] = step_counts(point.spec, 1, s, s, dtype, point.kv_dtype, tp, weights)
+            counts["request"] = step_counts(point.spec, 1, s, s, dtype, kv, tp, weights)
     return counts
 
 

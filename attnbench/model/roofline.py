@@ -90,6 +90,12 @@ its projections 2 per parameter.
 A model counted by transformers (a type without formulas here) is its parts as counted:
 "state layers" and "other" timed as dense matmuls, 2 FLOPs per parameter a token uses.
 
+One attention layer's step (layer_counts; an MLA model's layer, mla_layer_counts: its
+share of the model's attention part and mla_counts of one layer) is counted as a model's
+layers are: its projections' weights in the step's weight format, with their scales,
+dequantisation and float8 inputs (_attention_layer), its cache and its activations; no
+MLP, embeddings or head, and no tile padding (as decode-speed counts a layer).
+
 Tensor parallelism adds two all-reduces per layer (after the attention's output
 projection and after the MLP's down projection) of the B*q tokens' hidden states, B*q*d
 elements each, and the all-gather of the last tokens' logits from the vocabulary-split
@@ -123,10 +129,10 @@ from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
 from .formulas import (
     attention_core_flops,
+    attention_params,
     forward_flops,
     step_traffic_bytes,
     visible_pairs,
-    weight_bytes,
 )
 from .model_params import has_whole_model, part_params, require_body, step_traits
 from .shapes import AttentionShape
@@ -430,24 +436,79 @@ def layer_counts(
     dtype: str,
     kv_dtype: str | None = None,
     tp: int = 1,
+    weights: str | WeightFormat | None = None,
 ) -> ModelCounts:
     """One attention layer's step on one of `tp` ranks (its projections' weights, its
     cache, its activations; one all-reduce of its output under tensor parallelism): the
     layer decode-speed times. A decode step at context S is q_len 1, kv_len S + 1; a
-    prefill of S tokens q_len S, kv_len S."""
+    prefill of S tokens q_len S, kv_len S. Its projections' weights are in `weights`
+    (default `dtype`), as a whole model's are (_attention_layer)."""
     check_dtype(dtype, "dtype", MODEL_DTYPES)
     attention = attention_counts(shape, batch, q_len, kv_len, dtype, kv_dtype, tp)
+    rank = rank_shape(shape, tp)
+    # the projections' FLOPs are in forward_flops, with the core's
+    return _attention_layer(
+        attention, attention_params(rank), 0, shape, batch, q_len, dtype, tp, weights
+    )
+
+
+def mla_layer_counts(
+    spec: ModelSpec,
+    batch: int,
+    q_len: int,
+    kv_len: int,
+    dtype: str,
+    kv_dtype: str | None = None,
+    tp: int = 1,
+    weights: str | WeightFormat | None = None,
+) -> ModelCounts:
+    """One MLA layer of `spec` (DeepSeek-V2/V3) on one of `tp` ranks, as step_counts counts
+    each of the model's: its projections' weights (one layer's share of the model's
+    attention part: the down-projections replicated, the up-projections and the output
+    split by heads), its latent cache read and written and its attention (mla_counts of
+    one layer), 2 FLOPs per projection weight per token; in `weights` (default `dtype`)."""
+    check_dtype(dtype, "dtype", MODEL_DTYPES)
+    attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp, layers=1)
+    params = ceil_div(part_params(spec, tp)["attention"], spec.num_layers)
+    shape = spec.attention_shape()
+    return _attention_layer(
+        attention, params, 2 * batch * q_len * params, shape, batch, q_len, dtype, tp, weights
+    )
+
+
+def _attention_layer(
+    attention: AttentionCounts,
+    params: int,
+    projection_flops: int,
+    shape: AttentionShape,
+    batch: int,
+    q_len: int,
+    dtype: str,
+    tp: int,
+    weights: str | WeightFormat | None,
+) -> ModelCounts:
+    """One attention layer's step from its attention's counts and its `params` projection
+    weights (on this rank), stored in `weights` as step_counts stores a model's: packed
+    with their scales, their matmuls at the format's rate, weight-only ones dequantised
+    once, float8 ones fed inputs quantised first; `projection_flops` beside the
+    attention's FLOPs (0 where those hold them)."""
+    fmt = weight_format(weights or dtype)
+    tokens, d = batch * q_len, shape.d_model
+    inputs = _attention_inputs(d, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
     return ModelCounts(
-        weight_bytes=weight_bytes(rank_shape(shape, tp), dtype),
+        weight_bytes=fmt.bytes(params, d),
         kv_bytes=attention.kv_bytes,
-        activation_bytes=attention.activation_bytes,
-        flops=attention.flops,
+        activation_bytes=attention.activation_bytes
+        + tokens * fmt.activation_quant_bytes(dtype) * inputs,
+        flops=attention.flops + projection_flops,
         attention_flops=attention.core_flops,
-        allreduce_bytes=batch * q_len * shape.d_model * dtype_bytes(dtype),
+        allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=1 if tp > 1 else 0,
         layers=1,
         batch=batch,
         kernels=ATTENTION_KERNELS,
+        matmul_dtype=fmt.matmul_dtype(dtype),
+        dequant_ops=fmt.dequant_ops * params,
     )
 
 
@@ -459,10 +520,11 @@ def mla_counts(
     dtype: str,
     kv_dtype: str | None = None,
     tp: int = 1,
+    layers: int | None = None,
 ) -> AttentionCounts:
-    """One step of every MLA layer of `spec` (DeepSeek-V2/V3) on one of `tp` ranks, weights
-    aside. Each rank keeps the whole latent cache (kv_lora_rank + qk_rope_head_dim per
-    token) and reads it once per layer; its query heads are split.
+    """One step of every MLA layer of `spec` (DeepSeek-V2/V3), or of `layers` of them, on
+    one of `tp` ranks, weights aside. Each rank keeps the whole latent cache (kv_lora_rank
+    + qk_rope_head_dim per token) and reads it once per layer; its query heads are split.
 
     A decode step (q_len 1) runs the absorbed form, as FlashMLA and vLLM do: the keys are
     the latents themselves, so each query head scores every cached latent (2*(r + rope)
@@ -475,7 +537,8 @@ def mla_counts(
     assert mla is not None
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
         positive_int(field, value)
-    heads, L, r = spec.num_heads // tp, spec.num_layers, mla.kv_lora_rank
+    heads, r = spec.num_heads // tp, mla.kv_lora_rank
+    L = spec.num_layers if layers is None else layers
     layout = model_layout(spec, KvFormat(kv_dtype or dtype), tp)
     kv = L * (
         cache_bytes(layout, {None: 1}, {kv_len: batch}).total
@@ -511,9 +574,16 @@ def _matmul_inputs(spec: ModelSpec, parts: Mapping[str, int], expert_weights: in
     layer's q, k, v projection reads d and its output projection the attention's output
     (q_dim / tp); each layer's MLP reads d, and its down projection I / tp (the MLP's
     weights over 3d, gated); the routed experts a token goes to, the same."""
-    d, q_dim = spec.d_model, spec.num_heads * spec.head_dim // tp
-    attention = spec.kv_layers * (d + q_dim)
+    d = spec.d_model
+    attention = spec.kv_layers * _attention_inputs(d, spec.num_heads, spec.head_dim, tp)
     return attention + spec.num_layers * d + (parts["mlp"] + expert_weights) // (3 * d)
+
+
+def _attention_inputs(d: int, heads: int, head_dim: int, tp: int) -> int:
+    """Elements one token feeds one attention layer's matmuls on one of `tp` ranks: its q,
+    k and v projections read d, its output projection the attention's output, heads *
+    head_dim / tp."""
+    return d + heads * head_dim // tp
 
 
 def step_counts(

@@ -223,11 +223,24 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             "attention core, + launches + collectives + dequantisation + tile padding + "
             f"overhead, with {text}"
         )
-    for r in {r["weights"]: r for r in records if r.get("weights")}.values():
-        lines.append(
-            f"weights: {r['weights']} (scales counted; the embeddings and the output head "
-            f"stay {r['dtype']}); matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of "
+    quantised = [r for r in records if r.get("weights")]
+    for r in {(r["weights"], bool(r.get("model"))): r for r in quantised}.values():
+        rate = (
+            f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of "
             f"{'float8' if r['weights'].startswith('float8') else r['dtype']}"
+        )
+        if r.get("model"):
+            kept = f"the embeddings and the output head stay {r['dtype']}"
+            lines.append(f"weights: {r['weights']} (scales counted; {kept}); {rate}")
+            continue
+        # a layer shape: its projections, their dequantisation in the layer's times
+        dequant = (
+            ", dequantised on the CUDA cores at the device's float32 rate"
+            if r["weights"].startswith("int")
+            else ""
+        )
+        lines.append(
+            f"weights: {r['weights']}, the layer's projections (scales counted{dequant}); {rate}"
         )
     for r in records:
         if r.get("fits_memory") is False:

@@ -39,6 +39,17 @@ is that noise, and timings are judged against it: their threshold widens to the 
 move (`Mismatch.rule`). In-run ratios and counts keep their threshold: a ratio's two
 timings shared the load, and a count does not see it. In a merged study (study.merge)
 each row is held to the environment of the share that ran it.
+
+A run also probes its peaks after its timed points (`peak_gbps_probes`,
+`peak_tflops_probes`: the probe before them, then the one after). When one run's probes
+read further apart than the time threshold (measure.timing.drift, the one measure of it
+the run's own summary and predict use too), the host's speed moved during that run: its
+timings hold for neither moment, so the gate cannot say they moved by less than the
+threshold. Such a move is the load as well and gets the rule of a move between the runs
+(the timings' threshold widens to it); and no timing of such a run is `unchanged`: what
+the widened threshold leaves unchanged is `inconclusive` (`Mismatch.unsettle`). A run
+that probed once (an older file) is compared as before. Exact metrics, memory, in-run
+ratios and counts are not affected.
 """
 
 from __future__ import annotations
@@ -358,25 +369,118 @@ class EnvDifference:
     drift: float = 0.0
 
 
+#: The probes of a run's peaks (study.runner): the copy bandwidth's readings (GB/s), and
+#: the matmul throughput's by dtype ({dtype: [TFLOPS, ...]}), before and after its timed
+#: points. The first reading of each is the peak the run names (PEAK_FIELDS).
+PROBE_FIELDS = {"peak_gbps_probes": "GB/s", "peak_tflops_probes": "TFLOPS"}
+
+
+@dataclass(frozen=True)
+class RunDrift:
+    """How far one run's own probes of a peak read apart during the run: `run`
+    ('baseline' or 'current'), the probes' `field` (PROBE_FIELDS) and `dtype` (a matmul
+    peak's), the `probes` in the order taken, and `drift`, the largest over the smallest
+    less 1 (measure.timing.drift: 1.0 for probes 2x apart), as EnvDifference.drift."""
+
+    run: str
+    field: str
+    dtype: str | None
+    probes: tuple[float, ...]
+    drift: float
+
+    def text(self) -> str:
+        """'the current run's copy peak moved 2.03x during the run (14.0, then 6.9 GB/s)'."""
+        peak = "copy peak" if self.dtype is None else f"{self.dtype} matmul peak"
+        readings = ", then ".join(f"{v:.4g}" for v in self.probes)
+        return (
+            f"the {self.run} run's {peak} moved {1 + self.drift:.2f}x during the run "
+            f"({readings} {PROBE_FIELDS[self.field]})"
+        )
+
+
+def run_drifts(environment: dict | None, run: str) -> list[RunDrift]:
+    """How far each peak `run`'s environment probed moved during the run, largest first:
+    by measure.timing.drift, the rule the run's own summary (render.comparisons) and the
+    calibration hold its probes to; none for a peak probed once (a file older than the
+    probes, or a run stopped before its second probe) or not at all."""
+    from ..measure.timing import drift  # torch: loaded by then (the records' types)
+
+    found = []
+    env = environment or {}
+    readings = [("peak_gbps_probes", None, env.get("peak_gbps_probes"))]
+    by_dtype = env.get("peak_tflops_probes")
+    if isinstance(by_dtype, dict):
+        readings += [("peak_tflops_probes", dtype, v) for dtype, v in by_dtype.items()]
+    for name, dtype, probes in readings:
+        if not isinstance(probes, list):
+            continue
+        kept = tuple(v for v in probes if is_number(v))
+        moved = drift(kept)
+        if moved is not None:
+            found.append(RunDrift(run, name, dtype, kept, moved - 1))
+    return sorted(found, key=lambda d: -d.drift)
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """How the environments of two measurements differ: the identity fields that differ
-    (`fields`: timings, in-run ratios and counts do not gate across them), and the
-    largest move of a peak both measured (`drift`, 0.2 for 1.2x): the machine's load."""
+    (`fields`: timings, in-run ratios and counts do not gate across them), the largest
+    move of a peak both measured (`drift`, 0.2 for 1.2x): the machine's load, and how far
+    each run's own probes moved during it (`during`, RunDrift): the load too."""
 
     fields: list[str] = field(default_factory=list)
     drift: float = 0.0
+    during: tuple[RunDrift, ...] = ()
 
     @classmethod
-    def of(cls, diffs: list[EnvDifference]) -> Mismatch:
-        return cls([d.field for d in diffs if d.gating], max((d.drift for d in diffs), default=0.0))
+    def of(cls, diffs: list[EnvDifference], during: Iterable[RunDrift] = ()) -> Mismatch:
+        return cls(
+            [d.field for d in diffs if d.gating],
+            max((d.drift for d in diffs), default=0.0),
+            tuple(during),
+        )
+
+    @classmethod
+    def between(cls, base: dict | None, cur: dict | None) -> Mismatch:
+        """How two runs' environments differ, and how each run's probes moved during it;
+        a baseline that is the current run's own environment (the history's) moved as the
+        current run did, and is not counted twice."""
+        during = [] if base is cur else run_drifts(base, "baseline")
+        return cls.of(environment_differences(base, cur), [*during, *run_drifts(cur, "current")])
+
+    def moved_during(self, th: Thresholds) -> list[RunDrift]:
+        """The runs' probes that moved during their run by more than the time threshold,
+        largest first: those runs' timings hold at no threshold as narrow."""
+        return sorted((d for d in self.during if d.drift > th.time), key=lambda d: -d.drift)
 
     def rule(self, kind: Kind, th: Thresholds) -> Thresholds:
         """The thresholds a timing or an in-run ratio is judged with: a timing's threshold
         at least the drift (a change the machine's load made in both runs alike is no
-        evidence of the code), a ratio's as it is (its two sides shared the load)."""
+        evidence of the code), and at least how far a run's probes moved during it, a
+        ratio's as it is (its two sides shared the load)."""
         th = timing_rule(kind, th)
-        return replace(th, time=max(th.time, self.drift)) if kind is Kind.TIMING else th
+        if kind is not Kind.TIMING:
+            return th
+        moved = max((d.drift for d in self.during), default=0.0)
+        return replace(th, time=max(th.time, self.drift, moved))
+
+    def unsettle(self, judgement: Judgement, th: Thresholds) -> Judgement:
+        """A timing's `unchanged` verdict, `inconclusive` when a run's probes moved during
+        it by more than the time threshold (`th`, the one asked for): the run's timings
+        hold for neither moment, so no change within the threshold is shown. A regression
+        or an improvement beyond the widened threshold (`rule`) keeps its verdict."""
+        moved = self.moved_during(th)
+        if judgement.verdict is not Verdict.UNCHANGED or not moved:
+            return judgement
+        ratio = judgement.ratio
+        effect = judgement.reason
+        if ratio is not None and not effect.startswith(times(ratio)):  # under the floor
+            effect = f"{times(ratio)} ({effect})"
+        elif ratio is not None:
+            effect = times(ratio)
+        why = " and ".join(d.text() for d in moved)
+        reason = f"{effect}, {NOT_RESOLVED}: {why}, beyond {_threshold(th)}"
+        return replace(judgement, verdict=Verdict.INCONCLUSIVE, reason=reason)
 
 
 @dataclass
@@ -388,6 +492,8 @@ class Comparison:
     findings: list[Finding] = field(default_factory=list)
     env_differences: list[EnvDifference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: How far each run's own probes moved during it (RunDrift), largest first.
+    run_drifts: list[RunDrift] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Findings per verdict, most severe first, verdicts with none left out."""
@@ -404,6 +510,20 @@ class Comparison:
     def drift(self) -> float:
         """The largest move of a peak both runs measured (0.2 for 1.2x)."""
         return Mismatch.of(self.env_differences).drift
+
+    def mismatch(self) -> Mismatch:
+        """How the two files' environments differ, their runs' own moves included."""
+        return Mismatch.of(self.env_differences, self.run_drifts)
+
+    def moved_during(self) -> list[RunDrift]:
+        """The runs' probes that moved during their run by more than the time threshold:
+        those runs' timings are at best inconclusive (Mismatch.unsettle)."""
+        return self.mismatch().moved_during(self.thresholds)
+
+    def timing_threshold(self) -> float:
+        """The threshold the timings are held to: the time threshold, widened to the
+        peaks' move between the runs and during each (Mismatch.rule); 0.1 for 1.1x."""
+        return self.mismatch().rule(Kind.TIMING, self.thresholds).time
 
     def geomean_timing_ratio(self) -> float | None:
         ratios = self.timing_ratios()
@@ -441,6 +561,7 @@ class Comparison:
                 "timings": len(self.timing_ratios()),
                 "geomean_timing_ratio": self.geomean_timing_ratio(),
                 "peak_drift": self.drift(),
+                "peak_drift_during_runs": [asdict(d) for d in self.moved_during()],
             },
             "environment_differences": [asdict(d) for d in self.env_differences],
             "notes": self.notes,
@@ -515,8 +636,9 @@ def compare_documents(
             for s in doc.sections
             if s not in shared
         ]
+    env_mismatch = Mismatch.between(base.environment, cur.environment)
     result.env_differences = environment_differences(base.environment, cur.environment)
-    env_mismatch = Mismatch.of(result.env_differences)
+    result.run_drifts = list(env_mismatch.during)
     if base.environment is None or cur.environment is None:
         result.notes.append("no environment recorded (CSV input): timings gate unchecked")
     matched = 0
@@ -572,8 +694,8 @@ def _values(name: str, value: Any) -> list[tuple[str, Any]]:
 
 def _row_mismatch(base: dict | None, cur: dict | None) -> Mismatch:
     """How the environments two rows were measured in differ (a merged study's rows each
-    carry their share's)."""
-    return Mismatch.of(environment_differences(base, cur))
+    carry their share's), and how each share's probes moved during its run."""
+    return Mismatch.between(base, cur)
 
 
 def match_rows(
@@ -678,6 +800,8 @@ def compare_rows(
                     env_mismatch.rule(kind, th),
                 )
                 judgement = _held(judgement, base, cur)
+                if kind is Kind.TIMING:  # a ratio's two sides shared the run's moves
+                    judgement = env_mismatch.unsettle(judgement, th)
             if mismatch:
                 judgement, gating = _ungated(judgement), False
         findings.append(

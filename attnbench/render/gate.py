@@ -154,23 +154,31 @@ def _changes(diffs: list[EnvDifference]) -> str:
 
 
 def _context_lines(result: Comparison) -> list[str]:
-    """The machines' differences, the peaks that moved (noise: the threshold it sets on
-    timings) and the notes, one line each."""
+    """The machines' differences, the peaks that moved between the runs and during a run
+    by more than the threshold (noise: the threshold it sets on timings, and a run's
+    timings that are then never unchanged) and the notes, one line each."""
     lines = []
     diffs = [d for d in result.env_differences if d.gating]
     if diffs:
         lines.append(f"Environments differ ({_changes(diffs)}): timings do not gate.")
     moved = [d for d in result.env_differences if d.drift]
-    if moved:
-        drift, threshold = result.drift(), result.thresholds.time
+    during = result.moved_during()
+    if moved or during:
+        held_to, threshold = result.timing_threshold(), result.thresholds.time
         held = (
-            f"timings are held to a {1 + drift:.2f}x threshold, not {1 + threshold:.2f}x"
-            if drift > threshold
+            f"timings are held to a {1 + held_to:.2f}x threshold, not {1 + threshold:.2f}x"
+            if held_to > threshold
             else f"within the {1 + threshold:.2f}x timing threshold"
         )
+        between = f"{_changes(moved)}; {1 + result.drift():.2f}x" if moved else ""
+        if during:
+            between += " between the runs; " if moved else ""
+            between += "; ".join(d.text() for d in during)
+            runs = list(dict.fromkeys(d.run for d in during))
+            whose = f"the {runs[0]} run's" if len(runs) == 1 else "both runs'"
+            held += f", and none is unchanged: {whose} timings hold for neither moment"
         lines.append(
-            f"Measured peaks moved ({_changes(moved)}; {1 + drift:.2f}x): the machine's "
-            f"load, not another machine; {held}."
+            f"Measured peaks moved ({between}): the machine's load, not another machine; {held}."
         )
     return lines + [f"Note: {note}." for note in result.notes]
 

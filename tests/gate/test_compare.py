@@ -860,6 +860,159 @@ def test_a_matmul_peak_that_moved_widens_the_timing_threshold():
     assert rule(Kind.RATIO, Thresholds()).time == 0.10
 
 
+def probed(gbps: Sequence[float], tflops: Sequence[float] = (700.0, 700.0), **env) -> dict:
+    """ENV with the probes a run takes before and after its timed points (study.runner):
+    the copy peak's `gbps` and the float16 matmul peak's `tflops`, the first of each also
+    the peak the run names."""
+    return {
+        **ENV,
+        "peak_gbps": gbps[0],
+        "peak_gbps_probes": list(gbps),
+        "peak_tflops": {"float16": tflops[0]},
+        "peak_tflops_probes": {"float16": list(tflops)},
+        **env,
+    }
+
+
+def timing_verdicts(tmp_path, base: dict, cur: dict, **kw) -> set[Verdict]:
+    return {v for metric in TIMINGS for v in verdicts(tmp_path, base, cur, metric, **kw)}
+
+
+def test_a_run_whose_probes_moved_during_it_calls_no_timing_unchanged(tmp_path):
+    """The audit's case: peaks 1.03x apart between the runs, the current run's copy probes
+    2.03x apart during it (its own summary: its timings hold for neither moment). Its
+    timings, the same code's, are inconclusive, not unchanged, and the line says why;
+    exact metrics, in-run ratios and counts gate as ever; a slowdown beyond the move
+    still regresses (the threshold widens to it, as to a move between the runs)."""
+    base = document("decode-speed", with_ratios(decode_records(seed=1)), probed([14.5, 14.3]))
+    moved = probed([14.02, 6.9])
+    same = document("decode-speed", with_ratios(decode_records(seed=2)), moved)
+    assert timing_verdicts(tmp_path, base, same) == {Verdict.INCONCLUSIVE}
+    for metric in ("bytes_per_step", "flops_per_step", "x_of_reference_median"):
+        assert set(verdicts(tmp_path, base, same, metric)) == {Verdict.UNCHANGED}, metric
+    assert set(verdicts(tmp_path, base, same, "instructions_per_step")) == {Verdict.UNCHANGED}
+    result = compare(tmp_path, base, same)
+    assert result.exit_code == 0, result.output
+    line = " ".join(result.stdout.split())  # the table's reasons fold; the line does not
+    assert (
+        "Measured peaks moved (peak_gbps 14.5 -> 14.02; 1.03x between the runs; the current "
+        "run's copy peak moved 2.03x during the run (14.02, then 6.9 GB/s)): the machine's "
+        "load, not another machine; timings are held to a 2.03x threshold, not 1.10x, and "
+        "none is unchanged: the current run's timings hold for neither moment." in line
+    ), line
+    assert "unchanged; geometric-mean" in line  # the exact metrics, ratios and counts
+    report = json.loads(compare(tmp_path, base, same, "--format", "json").stdout)
+    steps = [r for r in report["rows"] if r["metric"] in TIMINGS]
+    assert steps and {r["verdict"] for r in steps} == {"inconclusive"}
+    assert all(
+        "not resolved: the current run's copy peak moved 2.03x" in r["reason"] for r in steps
+    )
+    (during,) = report["summary"]["peak_drift_during_runs"]
+    assert (during["run"], during["field"], during["probes"]) == (
+        "current",
+        "peak_gbps_probes",
+        [14.02, 6.9],
+    )
+    assert during["drift"] == pytest.approx(14.02 / 6.9 - 1)
+    wrong = copy.deepcopy(same)
+    wrong["records"][0]["bytes_per_step"] += 1  # an exact metric gates whatever moved
+    assert compare(tmp_path, base, wrong).exit_code == 1
+    slower = document("decode-speed", slowed(decode_records(seed=2), 1.5), moved)
+    assert timing_verdicts(tmp_path, base, slower) == {Verdict.INCONCLUSIVE}
+    assert compare(tmp_path, base, slower).exit_code == 0  # within the 2.03x move
+    far = document("decode-speed", slowed(decode_records(seed=2), 3.0), moved)
+    assert Verdict.REGRESSED in timing_verdicts(tmp_path, base, far)
+    assert compare(tmp_path, base, far).exit_code == 1
+
+
+def test_either_runs_move_during_it_counts_the_matmul_peaks_too(tmp_path):
+    """A baseline whose matmul probes moved 1.5x during it: the same verdicts, named for
+    the baseline run and its float16 peak; both runs moving are both named. A threshold
+    wider than the move leaves the timings unchanged."""
+    base = document("decode-speed", decode_records(seed=1), probed([30.0, 29.5], [700, 466.67]))
+    cur = document("decode-speed", decode_records(seed=2), probed([30.0, 29.0]))
+    assert timing_verdicts(tmp_path, base, cur) == {Verdict.INCONCLUSIVE}
+    line = " ".join(compare(tmp_path, base, cur).stdout.split())
+    assert (
+        "Measured peaks moved (the baseline run's float16 matmul peak moved 1.50x during the "
+        "run (700, then 466.7 TFLOPS)): the machine's load, not another machine; timings are "
+        "held to a 1.50x threshold, not 1.10x, and none is unchanged: the baseline run's "
+        "timings hold for neither moment." in line
+    ), line
+    both = document("decode-speed", decode_records(seed=2), probed([30.0, 15.0]))
+    line = " ".join(compare(tmp_path, base, both).stdout.split())
+    assert "the current run's copy peak moved 2.00x during the run (30, then 15 GB/s); " in line
+    assert "the baseline run's float16 matmul peak moved 1.50x" in line
+    assert "both runs' timings hold for neither moment" in line
+    wide = Thresholds(time=0.6)
+    assert timing_verdicts(tmp_path, base, cur, thresholds=wide) == {Verdict.UNCHANGED}
+    assert compare(tmp_path, base, cur, "--time-threshold", "60%").stdout.count("moved") == 0
+
+
+def test_a_run_whose_probes_held_compares_as_one_that_probed_once(tmp_path):
+    """Probes 1.05x apart during a run, within the 1.10x threshold: the verdicts and the
+    report are those of the same runs without their probes (files older than them)."""
+    base, cur = probed([30.0, 29.5]), probed([28.0, 26.7])
+    reports = []
+    for strip in (False, True):
+        envs = [
+            {k: v for k, v in env.items() if not (strip and k.endswith("_probes"))}
+            for env in (base, cur)
+        ]
+        b = document("decode-speed", decode_records(seed=1), envs[0])
+        c = document("decode-speed", decode_records(seed=2), envs[1])
+        assert timing_verdicts(tmp_path, b, c) == {Verdict.UNCHANGED}
+        result = compare(tmp_path, b, c)
+        assert result.exit_code == 0 and "during the run" not in result.stdout
+        report = json.loads(compare(tmp_path, b, c, "--format", "json").stdout)
+        assert report["summary"]["peak_drift_during_runs"] == []
+        reports.append((result.stdout, report["rows"], report["summary"]))
+    assert reports[0] == reports[1]
+    assert "Measured peaks moved (peak_gbps 30 -> 28; 1.07x)" in reports[0][0]
+
+
+def test_a_file_without_probes_beside_one_that_moved_is_judged_by_the_one_that_did(tmp_path):
+    """An older baseline (no probes) against a current run whose probes moved: the
+    current run's move counts, the baseline has none to count; two older files compare
+    as before."""
+    old = {k: v for k, v in probed([30.0]).items() if not k.endswith("_probes")}
+    base = document("decode-speed", decode_records(seed=1), old)
+    cur = document("decode-speed", decode_records(seed=2), probed([30.0, 20.0]))
+    assert timing_verdicts(tmp_path, base, cur) == {Verdict.INCONCLUSIVE}
+    assert "the current run's copy peak moved 1.50x" in " ".join(
+        compare(tmp_path, base, cur).stdout.split()
+    )
+    again = document("decode-speed", decode_records(seed=2), old)
+    assert timing_verdicts(tmp_path, base, again) == {Verdict.UNCHANGED}
+
+
+def test_a_runs_move_is_measured_by_the_projects_one_rule():
+    """run_drifts reads the probes as measure.timing.drift does (the run's own summary and
+    its calibration): the largest over the smallest; a peak probed once, or with no
+    readable probe, has no move. A baseline that is the current run's own environment
+    (compare --history) moved once, as the current run."""
+    from attnbench.gate.compare import run_drifts
+    from attnbench.measure.timing import drift
+
+    env = probed([14.02, 13.0, 6.9], [700.0, 690.0])
+    found = run_drifts(env, "current")
+    assert [(d.field, d.dtype) for d in found] == [
+        ("peak_gbps_probes", None),
+        ("peak_tflops_probes", "float16"),
+    ]
+    assert found[0].drift == pytest.approx(drift([14.02, 13.0, 6.9]) - 1)
+    assert found[1].drift == pytest.approx(drift([700.0, 690.0]) - 1)
+    for probes in ([14.0], [], None, "14, 7", [14.0, None], [0.0, 14.0]):
+        assert run_drifts({**ENV, "peak_gbps_probes": probes}, "current") == []
+    assert run_drifts(None, "current") == []
+    mismatch = Mismatch.between(env, env)
+    assert {d.run for d in mismatch.during} == {"current"} and len(mismatch.during) == 2
+    assert {d.run for d in Mismatch.between(env, dict(env)).during} == {"baseline", "current"}
+    rule = mismatch.rule
+    assert rule(Kind.TIMING, Thresholds()).time == pytest.approx(14.02 / 6.9 - 1)
+    assert rule(Kind.RATIO, Thresholds()).time == 0.10
+
+
 # --- bad input -----------------------------------------------------------------------------
 
 

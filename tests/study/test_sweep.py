@@ -864,3 +864,17 @@ def test_a_value_given_twice_in_a_sweep_file_is_refused_by_its_field(tmp_path):
     result = runner.invoke(app, ["run", str(path), "--dry-run"])
     assert result.exit_code == 2
     assert "decode.mode: cache,cache (" in result.stderr and "cache is given twice" in result.stderr
+
+
+def test_the_layout_example_of_the_sweep_files_page_plans(tmp_path):
+    """The page's first block is the one a reader copies: with its config.json in place,
+    every section of it plans (a run --dry-run's check), none refused."""
+    from attnbench.study.plan import plan_study
+
+    page = (ROOT / "docs" / "sweep-files.md").read_text()
+    block = page.split("## Layout", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "path" / "to" / "config.json"  # GPT-J: 16 heads, as tp 8 needs
+    config.parent.mkdir(parents=True)
+    config.write_text((ROOT / "docs" / "validation" / "models" / "gpt-j-6b.json").read_text())
+    plan = plan_study(write_yaml(tmp_path, block), "cpu")
+    assert set(plan.sections) == {"params", "kvmem", "decode", "fit"}

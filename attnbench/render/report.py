@@ -138,14 +138,26 @@ def _largest_caches(records: Sequence[dict]) -> list[str]:
     shared = [f for f in ("num_layers", "kv_dtype") if len({r.get(f) for r in rows}) == 1]
     own = [f for f in ("num_layers", "kv_dtype") if f not in shared]
     setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0].get(f)) for f in shared)])
-    parts = [
-        f"{_bytes(r['kv_bytes'])}{_state(r)} for "
-        + ", ".join([series_label(r), *(_setting(f, r.get(f)) for f in own)])
-        for r in rows
-    ]
+    parts = [f"{_bytes(r['kv_bytes'])}{_state(r)} for {_cache_label(r, own)}" for r in rows]
     return [
         f"At {longest:,} tokens of context ({setting}), the KV cache takes {join_words(parts)}."
     ]
+
+
+def _cache_label(record: dict, own: Sequence[str]) -> str:
+    """'llama-2-7b (MHA, 32 layers, float16)': the model, then in one parenthesis its
+    variant, the settings of its own (`own`) and a sliding window that caps its cache;
+    'GQA-2' for a layer shape that has none of these."""
+    window = record.get("sliding_window")
+    windowed, layers = record.get("windowed_layers") or 0, record.get("num_layers")
+    inside = [_setting(f, record.get(f)) for f in own]
+    if window and windowed:
+        where = "" if windowed == layers else f" in {windowed:,} of its {layers:,} layers"
+        inside.append(f"a {window:,}-token sliding window{where}")
+    model, variant = record.get("model"), str(record.get("variant"))
+    if model:
+        return f"{model} ({', '.join([variant, *inside])})"
+    return f"{variant} ({', '.join(inside)})" if inside else variant
 
 
 def _setting(field: str, value) -> str:

@@ -1,7 +1,9 @@
 """A real performance history, end to end: a scratch branch of commits in a throwaway
 clone of this repository, one of them planting a slowdown (an extra copy of K and V in
 every decode step), a decode-speed run measured at each commit with that commit's code,
-every run added to a history database, then `history changes` and `history plot`.
+every run added to a history database, then `history changes` and `history plot`: the
+runs measure each commit's code, the changes are listed and drawn by this checkout's (its
+uncommitted edits too, so that a change to the plot shows in history-trend.png at once).
 
     .venv/bin/python scripts/history_demo.py [--commits 12] [--planted 7] [--out docs/]
 
@@ -53,10 +55,12 @@ def git(clone: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def attnbench(clone: Path, *args: str) -> str:
-    """attnbench from the clone's own code, in the clone (so HEAD is its commit)."""
-    env = {**os.environ, "PYTHONPATH": str(clone), "COLUMNS": "100", "NO_COLOR": "1"}
-    done = subprocess.run([*ATTNBENCH, *args], cwd=clone, env=env, capture_output=True, text=True)
+def attnbench(clone: Path, *args: str, code: Path | None = None) -> str:
+    """attnbench from the clone's own code, in the clone (so HEAD is its commit); or from
+    `code`'s, in `code` (`python -m` finds attnbench in its working directory first)."""
+    where = code or clone
+    env = {**os.environ, "PYTHONPATH": str(where), "COLUMNS": "100", "NO_COLOR": "1"}
+    done = subprocess.run([*ATTNBENCH, *args], cwd=where, env=env, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"attnbench {' '.join(args)} failed:\n{done.stderr}")
     return done.stdout
@@ -90,12 +94,11 @@ def main() -> None:
             planted = " (planted slowdown)" if number == args.planted else ""
             sha = git(clone, "rev-parse", "--short=10", "HEAD")
             print(f"commit {number}: {sha}{planted}", flush=True)
-        print(
-            attnbench(clone, "history", "changes", "--db", str(db), "--metric", "step_ms_median"),
-            end="",
-        )
-        out = args.out / "history-trend.png"
-        attnbench(clone, "history", "plot", "--db", str(db), "--out", str(out), "--quiet")
+        changes = ["history", "changes", "--db", str(db), "--metric", "step_ms_median"]
+        print(attnbench(clone, *changes, code=ROOT), end="")
+        out = (args.out / "history-trend.png").resolve()
+        plot = ["history", "plot", "--db", str(db), "--out", str(out), "--quiet"]
+        attnbench(clone, *plot, code=ROOT)
         print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 

@@ -12,6 +12,7 @@ from .columns import legend_label
 from .table import markdown_code, markdown_text
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 #: Series drawn in one panel at the most (the rest are named in a note).
@@ -174,24 +175,14 @@ def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure
         for c in changes:
             if any(c.series is s for s in members[:MAX_LINES]):
                 at.setdefault(c.commit.sha, []).append(c.change_pct)
-        for sha, sizes in at.items():
-            x = where[sha] - 0.5  # between the commit and the one before
-            size = f"{sizes[0]:+.1f}%"
-            if len(sizes) > 1:
-                size = f"{min(sizes):+.1f}%..{max(sizes):+.1f}% ({len(sizes)} series)"
-            ax.axvline(x, color="crimson", linestyle="--", linewidth=1)
-            ax.annotate(
-                f"{size} at {sha[:7]}",
-                (x, 1),
-                xycoords=("data", "axes fraction"),
-                xytext=(3, -12),
-                textcoords="offset points",
-                fontsize=8,
-                color="crimson",
-            )
+        marks = [(where[sha] - 0.5, sizes, sha) for sha, sizes in at.items()]  # between commits
+        rows = _annotate_changes(ax, marks, len(commits))
         more = len(members) - MAX_LINES
         note = f" ({more} more series not drawn)" if more > 0 else ""
-        ax.set_title(environment_label(members[0]) + note, fontsize=9)
+        # the changes' texts in rows of their own between the title and the axes
+        ax.set_title(
+            environment_label(members[0]) + note, fontsize=9, pad=6 + ANNOTATION_ROW * rows
+        )
         ax.set_xticks(
             range(len(commits)), [sha[:7] for sha in commits], rotation=45, fontsize=8, ha="right"
         )
@@ -199,5 +190,57 @@ def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure
         ax.set_ylabel("ms" if members[0].kind == Kind.TIMING.value else metric)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # on no line
     return fig
+
+
+#: The height of a row of change texts over a panel, in points.
+ANNOTATION_ROW = 12
+#: The share of a panel's commits one character of a change's text spans, about (8-point
+#: text over a panel of the 9-inch figure, its legend beside it): a text that would
+#: overlap an earlier one goes a row higher.
+CHAR_SHARE = 0.012
+
+
+def _annotate_changes(
+    ax: Axes, changes: Sequence[tuple[float, list[float], str]], commits: int
+) -> int:
+    """Mark each change (x between commits, its sizes in percent, its commit) on a panel
+    of `commits` commits: a dashed line across the panel, and its size in a text above
+    the panel, where no line of data crosses it, beside the dashed line's top (to its
+    left in the right half of the panel), a row higher where it would overlap an earlier
+    text. Returns the rows of texts drawn."""
+    rows: list[list[tuple[float, float]]] = []  # per row, the spans its texts take
+    for x, sizes, sha in sorted(changes):
+        size = f"{sizes[0]:+.1f}%"
+        if len(sizes) > 1:
+            size = f"{min(sizes):+.1f}%..{max(sizes):+.1f}% ({len(sizes)} series)"
+        text = f"{size} at {sha[:7]}"
+        width = len(text) * CHAR_SHARE * commits
+        left = x > (commits - 1) / 2
+        span = (x - width, x) if left else (x, x + width)
+        row = next(
+            (
+                i
+                for i, taken in enumerate(rows)
+                if all(span[1] < a or b < span[0] for a, b in taken)
+            ),
+            len(rows),
+        )
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(span)
+        ax.axvline(x, color="crimson", linestyle="--", linewidth=1)
+        ax.annotate(
+            text,
+            (x, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3 if left else 3, 3 + ANNOTATION_ROW * row),
+            textcoords="offset points",
+            ha="right" if left else "left",
+            va="bottom",
+            fontsize=8,
+            color="crimson",
+            annotation_clip=False,
+        )
+    return len(rows)

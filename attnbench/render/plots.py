@@ -5,7 +5,9 @@ and no global state changes; text is drawn as written (`literal_text`), never as
 mathtext. Every plot names its device, dtype (a KV-memory plot: the cache's) and batch
 (or puts what varies in the legend), in a subtitle wrapped to the figure's width, labels
 its axes with units, and switches an axis to a log scale when its values span a decade or
-more. Memory is shown in binary units.
+more. Memory is shown in binary units. Series differ by colour and marker (series_style),
+lines with identical points are drawn once and named by each, and a legend of series goes
+beside the axes, where it hides no line.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from ..measure.stats import MIN_SPREAD_SAMPLES, NOISY_IQR_FRACTION
 from ..model.units import binary_unit
 from ..study.output import named, replace_with, writable_target
 from .columns import legend_label
-from .comparisons import judge
+from .comparisons import RESOLVED_WIDTH, judge
 from .selection import (
     context,
+    joint_label,
+    merge_identical,
     ok_records,
     one_provider,
     providers_of,
+    same_points,
     series,
     unsteady,
 )
@@ -71,8 +76,32 @@ SUBTITLE_WIDTH = 90
 
 
 def _wrapped(text: str, width: int) -> str:
-    """Each line of `text` wrapped to `width` characters."""
-    return "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+    """Each line of `text` wrapped to `width` characters, evenly (_balanced)."""
+    return "\n".join(_balanced(line, width) for line in text.splitlines())
+
+
+def _balanced(line: str, width: int) -> str:
+    """`line` in as few lines of up to `width` characters as it needs, of even lengths:
+    the narrowest wrap into that many lines, so that no word or two is left alone on
+    the last. Lines break after a comma where the items between commas fit ('provider
+    attnbench' stays whole), at a space otherwise, never at a name's hyphens."""
+    items = line.split(", ")
+    whole = len(items) > 1 and max(map(len, items)) <= width
+    if whole:  # no break inside an item: its spaces are no whitespace to textwrap
+        line = ", ".join(item.replace(" ", NO_BREAK) for item in items)
+    fill = textwrap.TextWrapper(width, break_long_words=False, break_on_hyphens=False)
+    count = len(fill.wrap(line))
+    if count > 1:
+        while fill.width > 1:
+            fill.width -= 1
+            if len(fill.wrap(line)) != count:
+                fill.width += 1
+                break
+    return fill.fill(line).replace(NO_BREAK, " ")
+
+
+#: Stands for a space no line may break at, while _balanced wraps a line.
+NO_BREAK = "\u00a0"
 
 
 def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
@@ -86,10 +115,56 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure
     return fig, ax
 
 
+#: Markers of successive series, with the colours C0 to C9: seven markers against ten
+#: colours, so that no two of the first 70 series share both, and lines drawn one over
+#: the other (or nearly) still show each one's markers.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def series_style(index: int) -> dict:
+    """The colour and marker of a plot's series number `index` (from 0)."""
+    return {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
+
+
+#: Characters per line of a legend entry: a legend beside the axes leaves them room.
+LEGEND_WIDTH = 48
+
+
+def _legend_text(label: str) -> str:
+    """A series' label as its legend entry shows it: each line wrapped to LEGEND_WIDTH
+    (before ' = ' where lines drawn as one are named together), safe to show
+    (legend_label)."""
+    lines = []
+    for line in label.splitlines():
+        if len(line) > LEGEND_WIDTH and " = " in line:
+            first, *rest = line.split(" = ")
+            lines.extend([first, *(f"= {part}" for part in rest)])
+        else:
+            lines.append(line)
+    return legend_label("\n".join(_balanced(line, LEGEND_WIDTH) for line in lines))
+
+
+def _legend_beside(ax: Axes, handles=None, labels=None, **options) -> None:
+    """The legend of `ax` beside it, at its top right, where it hides no line."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    ax.legend(
+        handles,
+        labels,
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        handlelength=3,
+        title_fontsize=8,
+        **options,
+    )
+
+
 #: The x axis of every decode plot.
 CONTEXT_LABEL = "Context (tokens cached)"
-#: The settings a decode plot's subtitle names when every line shares them.
-DECODE_SHARED = ("dtype", "batch", "gen_len", "cuda_graph")
+#: The settings a decode plot's subtitle names when every line shares them: the layer
+#: (its query heads; its KV heads tell the lines apart), the dtype, the batch.
+DECODE_SHARED = ("d_model", "num_heads", "dtype", "batch", "gen_len", "cuda_graph")
 
 
 #: How a plot marks a point it cannot vouch for: hollow.
@@ -100,7 +175,11 @@ NOISY_LABEL = (
     f"hollow: noisy (p25 to p75 over {NOISY_IQR_FRACTION:.0%} of the median, under "
     f"{MIN_SPREAD_SAMPLES} samples, or sampled while another process held the CPU)"
 )
-UNRESOLVED_LABEL = "hollow: not resolved (see the findings)"
+UNRESOLVED_LABEL = (
+    f"hollow: too uncertain to call (95% interval over ±{RESOLVED_WIDTH:.0%}, or over a "
+    f"third of the ratio's gap to 1x where that is wider; under {MIN_SPREAD_SAMPLES} rounds; "
+    "or the host's speed moved, or another process held the CPU)"
+)
 #: The legend's title where the bars are a step's p25 to p75.
 BARS_IQR = "bars: p25 to p75"
 
@@ -115,16 +194,34 @@ def _decode_lines(
     unsure: Callable[[dict], bool] | None = None,
     unsure_label: str = NOISY_LABEL,
 ) -> None:
-    """One line per configuration and mode (solid with the cache, dashed without), with
-    `spread` (low, high fields) as error bars; the points `unsure` says are not to be
-    relied on (noisy, not resolved) hollow, with `unsure_label` in the legend; the legend
-    goes beside the axes."""
+    """One line per configuration and mode (solid with the cache, dashed without), in the
+    configuration's series_style, with `spread` (low, high fields) as error bars; the
+    points `unsure` says are not to be relied on (noisy, not resolved) hollow, with
+    `unsure_label` in the legend; lines of one mode with identical points drawn as one,
+    under a joint label; the legend beside the axes."""
+    configs = series(records, "prompt_len", exclude=("mode",))
+
+    def hollow(r: dict) -> bool:
+        return bool(unsure and unsure(r))
+
+    def points(rows: list[dict]) -> tuple:
+        return tuple(
+            (r["prompt_len"], r[y], *(r[f] for f in spread or ()), hollow(r)) for r in rows
+        )
+
+    drawn: dict[tuple[int, str], str] = {}  # (configuration, mode) -> its line's label
+    for mode in modes:
+        lines = [(label, [r for r in rows if r["mode"] == mode]) for label, rows in configs]
+        for group in same_points(lines, points):
+            if lines[group[0]][1]:
+                drawn[group[0], mode] = joint_label([lines[i][0] for i in group])
     marked = False
-    for color, (label, rows) in enumerate(series(records, "prompt_len", exclude=("mode",))):
+    for index, (_, rows) in enumerate(configs):
+        style = series_style(index)
         for mode in modes:
-            line = [r for r in rows if r["mode"] == mode]
-            if not line:
+            if (index, mode) not in drawn:
                 continue
+            line = [r for r in rows if r["mode"] == mode]
             xs, ys = [r["prompt_len"] for r in line], [r[y] for r in line]
             errors = None
             if spread:
@@ -132,37 +229,28 @@ def _decode_lines(
                     [v - r[spread[0]] for v, r in zip(ys, line, strict=True)],
                     [r[spread[1]] - v for v, r in zip(ys, line, strict=True)],
                 ]
+            label = drawn[index, mode]
             text = label if len(modes) == 1 else f"{label}, {mode.replace('_', ' ')}"
             ax.errorbar(
                 xs,
                 ys,
                 yerr=errors,
                 linestyle="-" if mode == "cache" else "--",
-                marker="o",
-                color=f"C{color}",
                 capsize=3,
-                label=legend_label(text),
+                label=_legend_text(text),
+                **style,
             )
-            hollow = [(x, v) for x, v, r in zip(xs, ys, line, strict=True) if unsure and unsure(r)]
-            if hollow:
-                style = {"linestyle": "none", "marker": "o", "color": f"C{color}", "zorder": 3}
-                ax.plot(*zip(*hollow, strict=True), **style, **HOLLOW)
+            unsure_points = [(x, v) for x, v, r in zip(xs, ys, line, strict=True) if hollow(r)]
+            if unsure_points:
+                over = {"linestyle": "none", **style, "zorder": 3}
+                ax.plot(*zip(*unsure_points, strict=True), **over, **HOLLOW)
                 marked = True
     handles, labels = ax.get_legend_handles_labels()
     if marked:  # last in the legend, after the lines
         text = textwrap.fill(unsure_label, LEGEND_TITLE_WIDTH)
         (key,) = ax.plot([], [], linestyle="none", marker="o", color="grey", **HOLLOW)
         handles, labels = [*handles, key], [*labels, text]
-    ax.legend(
-        handles,
-        labels,
-        fontsize=8,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        handlelength=3,
-        title=legend_title,
-        title_fontsize=8,
-    )
+    _legend_beside(ax, handles, labels, title=legend_title)
 
 
 def _unresolved(stem: str, doc: dict) -> Callable[[dict], bool]:
@@ -178,7 +266,8 @@ def decode_latency(doc: dict) -> Figure | None:
         return None
     fig, ax = _figure(
         "Decode step latency, with and without the KV cache",
-        context(records, doc["environment"], ("provider", *DECODE_SHARED)),
+        context(records, doc["environment"], ("provider", *DECODE_SHARED))
+        + _uncached_cut(doc, records),
         CONTEXT_LABEL,
         "Time per decode step, median (ms)",
     )
@@ -187,6 +276,17 @@ def decode_latency(doc: dict) -> Figure | None:
     _scale(ax, "x", [r["prompt_len"] for r in records])
     _scale(ax, "y", [r["step_ms_p25"] for r in records] + [r["step_ms_p75"] for r in records])
     return fig
+
+
+def _uncached_cut(doc: dict, records: Sequence[dict]) -> str:
+    """A subtitle's line saying why the dashed (no cache) lines stop short of the cached
+    ones, when the study's no_cache_max_prompt_len cut them: '' otherwise."""
+    longest = doc["sections"].get("decode", {}).get("config", {}).get("no_cache_max_prompt_len")
+    cached = [r["prompt_len"] for r in records if r["mode"] == "cache"]
+    uncached = [r["prompt_len"] for r in records if r["mode"] == "no_cache"]
+    if longest is None or not cached or not uncached or max(cached) <= longest:
+        return ""
+    return f"\nno cache (dashed) only up to {longest:,} tokens: the study's no_cache_max_prompt_len"
 
 
 def _ratio_records(doc: dict, stem: str) -> list[dict]:
@@ -307,6 +407,7 @@ def decode_bandwidth(doc: dict) -> Figure | None:
         return None
     peak = max(r["peak_gbps"] for r in records)
     subtitle = context(records, doc["environment"], ("provider", *DECODE_SHARED))
+    subtitle += _uncached_cut(doc, records)
     over = any(r["pct_of_peak_bw"] > 100 for r in records)
     cached = "\nover 100%: a step whose bytes a cache holds reads them faster than memory" * over
     fig, ax = _figure(
@@ -365,8 +466,7 @@ def decode_providers(doc: dict) -> Figure | None:
                 xs,
                 ys,
                 yerr=errors,
-                marker="o",
-                color=f"C{color}",
+                **series_style(color),
                 capsize=3,
                 linewidth=2.5 if base else 1.5,
                 zorder=3 if base else 2,
@@ -388,37 +488,46 @@ def decode_providers(doc: dict) -> Figure | None:
         [labels[i] for i in order],
         loc="outside right upper",
         fontsize=8,
-        title=textwrap.fill(where, LEGEND_TITLE_WIDTH) + "\nbars: p25 to p75",
+        title=_balanced(where, LEGEND_TITLE_WIDTH) + "\nbars: p25 to p75",
         title_fontsize=8,
     )
     return fig
 
 
 def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> None:
-    """KV-cache bytes over field `x`, a line per series, in a binary unit that suits
-    them, the y axis scaled to them. A model whose layers are not all alike has its layer
-    kinds in its label; a hybrid's line is its K/V and its state together, its state
-    alone (fixed whatever the context) dashed beneath it."""
+    """KV-cache bytes over field `x`, a line per series in its series_style, in a binary
+    unit that suits them, the y axis scaled to them, the legend beside the axes. Series
+    whose points are identical are one line, named by each (merge_identical). A model
+    whose layers are not all alike has its layer kinds in its label; a hybrid's line is
+    its K/V and its state together, its state alone (fixed whatever the context) dashed
+    beneath it."""
     records = [r for _, rows in lines for r in rows]
     hybrid = any(r.get("state_bytes") for r in records)
 
     def cache(r: dict) -> int:
         return r.get("total_bytes") or r["kv_bytes"] if hybrid else r["kv_bytes"]
 
+    def kinds(rows: list[dict]) -> str | None:
+        named = rows[0].get("layer_kinds")
+        return named if named and ("," in named or rows[0].get("state_layers")) else None
+
+    def points(rows: list[dict]) -> tuple:
+        return kinds(rows), tuple((r[x], cache(r), r.get("state_bytes") or 0) for r in rows)
+
     divisor, unit = binary_unit(max(cache(r) for r in records))
     ax.set_ylabel(f"KV cache + state ({unit})" if hybrid else f"KV cache, K and V ({unit})")
-    for label, rows in lines:
+    for index, (label, rows) in enumerate(merge_identical(lines, points)):
         xs = [r[x] for r in rows]
-        kinds = rows[0].get("layer_kinds")
-        if kinds and ("," in kinds or rows[0].get("state_layers")):
-            label = f"{label}\n{kinds}"
-        (line,) = ax.plot(
-            xs, [cache(r) / divisor for r in rows], marker="o", label=legend_label(label)
-        )
+        if kinds(rows):
+            label = f"{label}\n{kinds(rows)}"
+        style = series_style(index)
+        ys = [cache(r) / divisor for r in rows]
+        ax.plot(xs, ys, **style, label=_legend_text(label))
         if any(r.get("state_bytes") for r in rows):
             states = [(r.get("state_bytes") or 0) / divisor for r in rows]
-            ax.plot(xs, states, linestyle="--", color=line.get_color(), label="its state alone")
+            ax.plot(xs, states, linestyle="--", color=style["color"], label="its state alone")
     _scale(ax, "y", [cache(r) / divisor for r in records])
+    _legend_beside(ax)
 
 
 #: The settings of a cache's format that a KV-memory plot names: its bytes are the KV
@@ -477,7 +586,6 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
     heads = sorted({r["num_kv_heads"] for r in longest})
     _scale(ax, "x", heads)
     ax.set_xticklabels(_heads_ticks(heads, longest))
-    ax.legend(fontsize=8)
     return fig
 
 
@@ -516,7 +624,6 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
     _memory_lines(ax, lines, "seq_len")
     _scale(ax, "x", [r["seq_len"] for r in records])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-    ax.legend(fontsize=8)
     return fig
 
 

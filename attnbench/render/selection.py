@@ -5,7 +5,7 @@ render.plots draws, render.comparisons and render.providers judge and tabulate."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..measure.stats import BUSY_CPU_SHARE, MIN_SPREAD_SAMPLES
@@ -103,11 +103,47 @@ def series(
 
 def _line_label(rows: Sequence[dict], extra: Sequence[str], named: bool) -> str:
     """A line's series_label; a line across variants (not `named`) of model presets is
-    named by them, in the order of its points: 'llama-3-8b and llama-2-7b, KV int8'."""
+    named by them, in the order of its points, and by the shape they share where shapes
+    tell lines apart, as a line of no preset is: 'llama-3-8b and llama-2-7b, query heads
+    32, head_dim 128'."""
     models = list(dict.fromkeys(r.get("model") for r in rows))
     if named or None in models:
         return series_label(rows[0], extra, named)
-    return _joined([join_words(models)], rows[0], extra, by_model=True)
+    return _joined([join_words(models)], rows[0], extra, by_model=False)
+
+
+def same_points(
+    lines: Sequence[tuple[str, list[dict]]], points: Callable[[list[dict]], Hashable]
+) -> list[list[int]]:
+    """The lines (their indices) whose `points` are identical, grouped, each group in the
+    order of its first line: lines a plot would draw one on top of the other."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, (_, rows) in enumerate(lines):
+        groups.setdefault(points(rows), []).append(i)
+    return list(groups.values())
+
+
+def merge_identical(
+    lines: Sequence[tuple[str, list[dict]]], points: Callable[[list[dict]], Hashable]
+) -> list[tuple[str, list[dict]]]:
+    """`lines` with those whose `points` are identical drawn as one, under a joint_label:
+    a line hidden under another would leave its legend entry naming nothing to be seen."""
+    return [
+        (joint_label([lines[i][0] for i in group]), lines[group[0]][1])
+        for group in same_points(lines, points)
+    ]
+
+
+def joint_label(labels: Sequence[str]) -> str:
+    """One label for lines whose points are identical: their own words joined by ' = ',
+    then the words they all share, once: 'llama-3-8b (GQA-8) = mixtral-8x7b (GQA-8),
+    bfloat16, KV bfloat16'."""
+    if len(labels) == 1:
+        return labels[0]
+    parts = [label.split(", ") for label in labels]
+    shared = [p for p in parts[0][1:] if all(p in q[1:] for q in parts[1:])]
+    own = [", ".join(q[:1] + [p for p in q[1:] if p not in shared]) for q in parts]
+    return ", ".join([" = ".join(own), *shared])
 
 
 def series_label(record: dict, extra: Sequence[str] = (), named: bool = True) -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from attnbench.history.series import ANY_ENVIRONMENT, Series
-from attnbench.history.store import environment_id
+from attnbench.history.series import ANY_ENVIRONMENT, Change, CommitValue, Series
+from attnbench.history.store import Commit, environment_id
 from attnbench.render.history import environment_label
 
 
@@ -26,3 +26,47 @@ def test_an_environment_not_recorded_is_not_labelled_with_nones():
 def test_an_exact_metrics_series_is_of_every_environment():
     series = Series("kv_bytes", "exact", "kvmem", ANY_ENVIRONMENT, {}, {})
     assert environment_label(series) == "every environment (an exact metric)"
+
+
+def stepped(n: int = 12, at: tuple[int, ...] = (6,)) -> tuple[list, list]:
+    """Two series over `n` commits (MHA's steps 4x slower from commit `at[0]` on, MQA's
+    1.2x), with a change of each at every commit of `at`: the demo's history
+    (scripts/history_demo.py)."""
+    env = {"device_name": "Some CPU", "torch_version": "2.4.0", "num_threads": 1}
+    commits = [Commit(f"{i:02d}abcdef0123", "main", f"2026-01-{i + 1:02d}") for i in range(n)]
+    drawn = []
+    for keys, base, jump in (({"variant": "MHA"}, 8.4, 4.1), ({"variant": "MQA"}, 1.65, 1.2)):
+        s = Series("step_ms_median", "timing", "decode", "0123456789", env, keys)
+        for i, c in enumerate(commits):
+            m = base * (jump if i >= at[0] else 1)
+            s.values.append(CommitValue(c, m, m * 0.98, m * 1.02, 3))
+        drawn.append(s)
+    changes = [
+        Change(s, commits[i], s.values[i - 1].median, s.values[i].median, 1.0)
+        for s in drawn
+        for i in at
+    ]
+    return drawn, changes
+
+
+def test_the_trend_plots_change_texts_and_legend_lie_where_no_line_does():
+    """A change's size is written above the panel (a line of data would strike it through
+    inside), each text clear of the others; the legend is beside the panel (inside, it
+    would cover the first commits)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnbench.render.history import _trend_figure
+
+    fig = _trend_figure(*stepped(at=(6, 7, 9)))
+    fig.draw(FigureCanvasAgg(fig).get_renderer())
+    (ax,) = fig.axes
+    panel = ax.get_window_extent()
+    texts = [t.get_window_extent() for t in ax.texts]
+    assert [t.get_text() for t in ax.texts] == [
+        f"+1.0%..+1.0% (2 series) at {i:02d}abcde" for i in (6, 7, 9)
+    ]
+    assert all(box.y0 >= panel.y1 for box in texts)  # above the data
+    assert all(box.y1 <= ax.title.get_window_extent().y0 for box in texts)  # under the title
+    assert not any(a.overlaps(b) for i, a in enumerate(texts) for b in texts[i + 1 :])
+    assert ax.get_legend().get_window_extent().x0 > panel.x1
+    assert ax.get_legend().get_window_extent().x1 <= fig.bbox.x1

@@ -281,14 +281,18 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                               "cached (it attends S + 1 keys)"),
         "kv_dtype": ("", "the cache's dtype"),
         "tp": ("ranks", "tensor-parallel ranks: the counts and times are one rank's"),
-        "layer_prefill_ms": ("ms", "one attention layer's prefill of the batch's prompts"),
-        "layer_prefill_bytes": (BYTES, "its bytes: weights, the prompt's K/V written and "
-                                       "read back, activations"),
+        "layer_prefill_ms": ("ms", "one attention layer's prefill of the batch's prompts (a "
+                                   "model's own layer: an MLA model's, one MLA layer)"),
+        "layer_prefill_bytes": (BYTES, "its bytes: projection weights (in weights_dtype), the "
+                                       "prompt's K/V (MLA: latents) written and read back, "
+                                       "activations"),
         "layer_prefill_flops": ("FLOPs", "its FLOPs: projections, QK^T and PV (causal)"),
         "layer_prefill_intensity": ("FLOP/byte", "FLOPs / bytes"),
         "layer_prefill_bound": ("", "`memory` or `compute`: the term that sets the time"),
-        "layer_step_ms": ("ms", "one attention layer's decode step, as decode-speed times it"),
-        "layer_step_bytes": (BYTES, "its bytes (bytes_per_step of decode-speed)"),
+        "layer_step_ms": ("ms", "one attention layer's decode step (a layer shape's: as "
+                                "decode-speed times it)"),
+        "layer_step_bytes": (BYTES, "its bytes (a 16-bit layer shape's: bytes_per_step of "
+                                    "decode-speed)"),
         "layer_step_kv_bytes": (BYTES, "of them, the KV cache read and written"),
         "layer_step_flops": ("FLOPs", "its FLOPs (flops_per_step of decode-speed)"),
         "layer_step_intensity": ("FLOP/byte", "FLOPs / bytes"),

@@ -44,8 +44,9 @@ Every field read is checked: integers are integers in range (positive, or >= 0 w
 means something), booleans are booleans, strings are strings. A field left out (or null)
 takes transformers' default for the model type where it has one (tie_word_embeddings,
 GPT-2's n_positions and n_inner, intermediate_size, head_dim, biases, the experts), and is
-a "missing field" error where it has none. num_key_value_heads left out means one KV head
-per query head, whatever the class's default. The dtype is `dtype`'s, else `torch_dtype`'s
+a "missing field" error where it has none: num_key_value_heads left out is the class's
+default (8 for Mistral, 4 for Gemma-2, 32 for Qwen2: KV_HEADS_BY_DEFAULT), one KV head per
+query head for a class whose default is None (Llama). The dtype is `dtype`'s, else `torch_dtype`'s
 (its older name); the two naming different dtypes are an error, as are other fields of one
 quantity that disagree. The file itself is bounded: at most MAX_CONFIG_BYTES, nested at
 most MAX_DEPTH deep, each object giving each key once.
@@ -125,6 +126,35 @@ def _one_of(cfg: dict, field: str, where: str) -> int:
 KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 #: transformers' default for multi_query, for model types whose attention reads it.
 MULTI_QUERY_BY_DEFAULT = {"falcon": True}
+#: transformers' default num_key_value_heads of the model types read here whose
+#: configuration class gives a number, not None (which means one KV head per query head):
+#: a config.json that leaves the field out (or null) gets it, whatever its heads, as
+#: transformers builds it (its configuration classes, release 5.24).
+KV_HEADS_BY_DEFAULT = {
+    **dict.fromkeys(("qwen3_5_moe_text", "qwen3_next", "glm4", "starcoder2"), 2),
+    **dict.fromkeys(("gemma2", "gemma3_text", "qwen3_5_text", "qwen3_moe", "smollm3"), 4),
+    **dict.fromkeys(
+        (
+            "bamba",
+            "falcon_h1",
+            "glm4_moe",
+            "gpt_oss",
+            "jamba",
+            "lfm2",
+            "lfm2_moe",
+            "llama4_text",
+            "minimax",
+            "mistral",
+            "mixtral",
+            "nemotron_h",
+            "phimoe",
+        ),
+        8,
+    ),
+    **dict.fromkeys(("gemma", "qwen2_moe", "zamba"), 16),
+    **dict.fromkeys(("exaone4", "kimi_linear", "qwen2", "qwen3"), 32),
+    "deepseek_v3": 128,
+}
 #: transformers' default head_dim, for model types where it is not d_model / heads.
 HEAD_DIM_BY_DEFAULT = {
     **dict.fromkeys(("gemma", "gemma2", "gemma3_text"), 256),
@@ -144,7 +174,9 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     nested = object_field(cfg, "attn_config", where)  # DBRX: attn_config.kv_n_heads
     if given is None and nested is not None:
         given = _given(nested, ("kv_n_heads",), f"{where}: attn_config", MAX_HEADS, "KV-head ")
-    return num_heads if given is None else given[1]
+    if given is None:  # the class's default: a number for some types, else one per head
+        return KV_HEADS_BY_DEFAULT.get(kind, num_heads)
+    return given[1]
 
 
 def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:

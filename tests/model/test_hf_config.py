@@ -82,6 +82,31 @@ def test_missing_num_key_value_heads_means_mha(tmp_path):
     assert spec.dtype == "float16"
 
 
+@pytest.mark.parametrize(("kind", "kv_heads"), [("mistral", 8), ("gemma2", 4), ("qwen2", 32)])
+def test_missing_num_key_value_heads_is_the_class_default(tmp_path, kind, kv_heads):
+    """As transformers builds it: Mistral's configuration class gives 8 KV heads to a
+    config.json that leaves the field out, whatever its heads (Llama's gives None: MHA)."""
+    cfg = {k: v for k, v in LLAMA3_8B.items() if k != "num_key_value_heads"}
+    spec = load_hf_config(write_config(tmp_path, {**cfg, "model_type": kind}))
+    assert spec.num_kv_heads == kv_heads
+
+
+def test_the_kv_head_defaults_are_transformers(tmp_path):
+    """Every default of the table, read from the configuration class of its type."""
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from attnbench.model.hf_config import HYBRIDS, KV_HEADS_BY_DEFAULT
+
+    for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
+        fields = dataclasses.fields(CONFIG_MAPPING[kind])
+        default = {f.name: f.default for f in fields}.get("num_key_value_heads")
+        number = default if isinstance(default, int) else None
+        assert KV_HEADS_BY_DEFAULT.get(kind) == number, kind
+
+
 def test_null_num_key_value_heads_means_mha(tmp_path):
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "num_key_value_heads": None}))
     assert spec.num_kv_heads == 32
@@ -259,6 +284,7 @@ TIED_BY_DEFAULT = {
 TINY_BODY = {
     "hidden_size": 64,
     "num_attention_heads": 4,
+    "num_key_value_heads": 2,  # given: some types' defaults (Mistral's 8) exceed 4 heads
     "num_hidden_layers": 2,
     "vocab_size": 100,
     "intermediate_size": 128,
@@ -487,6 +513,7 @@ def test_a_sliding_window_pattern_of_letters_repeats_over_the_layers():
         "model_type": "exaone4",
         "hidden_size": 64,
         "num_attention_heads": 4,
+        "num_key_value_heads": 2,
         "num_hidden_layers": 8,
         "sliding_window": 16,
     }

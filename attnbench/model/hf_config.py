@@ -1044,7 +1044,30 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             "from the common fields (hidden_size, num_attention_heads, "
             "num_key_value_heads, head_dim), unchecked"
         )
+    if quantised := _quantisation(cfg, where):
+        notes.append(quantised)
     if not name:
         where = "folder" if path.stem == "config" and path.parent.name else "file"
         notes.append(f"named after its {where}: the config has no _name_or_path")
     return replace(spec, config_path=str(path), note="; ".join(notes) or None)
+
+
+def _quantisation(cfg: dict, where: str) -> str | None:
+    """What a quantised checkpoint's config says of its weights, which attnbench does not
+    read (its formats differ in their scales, and some quantise the experts alone): the
+    note that the weights are counted in the model's dtype unless --weights-dtype says
+    otherwise ('quantization_config: awq, 4 bits, groups of 128 ...'); None for a config
+    without one."""
+    quant = object_field(cfg, "quantization_config", where)
+    if quant is None:
+        return None
+    method, bits = quant.get("quant_method"), quant.get("bits")
+    group = quant.get("group_size") or quant.get("q_group_size")
+    said = [str(method) if isinstance(method, str) else "a method it does not name"]
+    said += [f"{bits} bits"] if isinstance(bits, int) and not isinstance(bits, bool) else []
+    said += [f"groups of {group:,}"] if isinstance(group, int) and group > 0 else []
+    return (
+        f"quantization_config ({', '.join(said)}) not read: the weights are counted in the "
+        "model's dtype (fit's and predict's --weights-dtype and --weights-group count them "
+        "as the checkpoint stores them)"
+    )

@@ -730,3 +730,14 @@ def test_params_of_a_config_whose_cache_is_refused_says_so(tmp_path):
     assert "; its cache is not counted" in result.stdout
     refused = runner.invoke(app, ["kvmem", "--hf-config", str(path)])
     assert refused.exit_code == 2 and "num_kv_shared_layers" in refused.stderr
+
+
+def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(tmp_path):
+    """quantization_config is not read (AWQ, GPTQ, FP8 and MXFP4 store their scales each
+    its own way): the note says so, and which flags count the weights as stored."""
+    quant = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
+    assert "quantization_config (awq, 4 bits, groups of 128) not read" in spec.note
+    assert "--weights-dtype" in spec.note
+    plain = load_hf_config(write_config(tmp_path, LLAMA3_8B, "plain"))
+    assert "quantization_config" not in (plain.note or "")

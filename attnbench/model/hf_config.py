@@ -492,12 +492,14 @@ def _layer_types(
             "chunked_attention" if rope_free else "full_attention"
             for rope_free in _no_rope_layers(cfg, num_layers, where)
         ]
-    # Qwen configs switch windows on with use_sliding_window (default false); others don't.
-    if window is None or not bool_field(
-        cfg, "use_sliding_window", where, not kind.startswith("qwen")
-    ):
+    # Qwen's and SmolLM3's configs switch windows on with use_sliding_window (default
+    # false), each type by its own rule of which layers; others don't have the switch.
+    switched = kind.startswith("qwen") or kind in SWITCHED_WINDOWS
+    if window is None or not bool_field(cfg, "use_sliding_window", where, not switched):
         return None
-    if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+    if switched:
+        windowed = _switched_windows(cfg, num_layers, kind, where)
+    elif cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
         first = int_field(cfg, "max_window_layers", where, minimum=0, maximum=MAX_LAYERS)
         windowed = [i >= first for i in range(num_layers)]
     elif "sliding_window_pattern" in cfg or kind in PATTERN_DEFAULT:
@@ -507,6 +509,30 @@ def _layer_types(
     else:
         windowed = [True] * num_layers
     return ["sliding_attention" if w else "full_attention" for w in windowed]
+
+
+#: Model types besides Qwen's whose config switches windows on with use_sliding_window.
+SWITCHED_WINDOWS = ("smollm3",)
+#: Qwen2's and Qwen3's default max_window_layers: the layers from it on slide.
+MAX_WINDOW_LAYERS = 28
+
+
+def _switched_windows(cfg: dict, num_layers: int, kind: str, where: str) -> list[bool]:
+    """Which layers slide once use_sliding_window is on, by the rule of each type's
+    configuration class (transformers 5.24): Qwen3-MoE all of them (it has no
+    max_window_layers); Qwen2-MoE the even layers below max_window_layers; SmolLM3 the
+    layers without RoPE (no_rope_layers, else all but every no_rope_layer_interval-th
+    keep it); Qwen2, Qwen3 and the other Qwen types those from max_window_layers on."""
+    if kind == "qwen3_moe":
+        return [True] * num_layers
+    if kind == "smollm3":
+        return [not rope for rope in _no_rope_layers(cfg, num_layers, where)]
+    first = int_field(
+        cfg, "max_window_layers", where, MAX_WINDOW_LAYERS, minimum=0, maximum=MAX_LAYERS
+    )
+    if kind == "qwen2_moe":
+        return [i % 2 == 0 and i < first for i in range(num_layers)]
+    return [i >= first for i in range(num_layers)]
 
 
 def _per_layer(listed: Any, num_layers: int, ok: Callable[[Any], bool]) -> bool:

@@ -741,3 +741,22 @@ def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(
     assert "--weights-dtype" in spec.note
     plain = load_hf_config(write_config(tmp_path, LLAMA3_8B, "plain"))
     assert "quantization_config" not in (plain.note or "")
+
+
+@pytest.mark.parametrize(
+    ("kind", "more", "sliding"),
+    [
+        ("qwen2", {}, {28, 29}),  # max_window_layers' default 28: the layers from it on
+        ("qwen3", {"max_window_layers": 26}, {26, 27, 28, 29}),
+        ("qwen2_moe", {"max_window_layers": 5}, {0, 2, 4}),  # even layers below it
+        ("qwen3_moe", {"max_window_layers": 5}, set(range(30))),  # every layer: no such field
+        ("smollm3", {}, {3, 7, 11, 15, 19, 23, 27}),  # those without RoPE: every 4th
+    ],
+)
+def test_switched_windows_slide_the_layers_each_type_names(kind, more, sliding):
+    """use_sliding_window on: which layers slide is each configuration class's own rule
+    (transformers 5.24), not Qwen2's for every type."""
+    cfg = {**TINY_BODY, "model_type": kind, "num_hidden_layers": 30, "sliding_window": 16}
+    spec = spec_from_hf_config({**cfg, **more, "use_sliding_window": True}, "m", "m")
+    assert {i for i, w in enumerate(spec.windows or ()) if w == 16} == sliding
+    assert spec_from_hf_config({**cfg, **more}, "m", "m").windows is None  # off by default

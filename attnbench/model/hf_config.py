@@ -453,8 +453,9 @@ def _windows(
     its window; a chunked one (Llama-4) one chunk, `attention_chunk_size`. A hybrid's
     layers are its plan's, of which the attending ones are listed."""
     # 0 is no window (Qwen2-MoE writes it with use_sliding_window false), refused below
-    # where layers slide
-    given = int_field(cfg, "sliding_window", where, None, minimum=0, maximum=MAX_TOKENS)
+    # where layers slide; left out, the type's default; null, none
+    default = SLIDING_WINDOW_BY_DEFAULT.get(kind) if "sliding_window" not in cfg else None
+    given = int_field(cfg, "sliding_window", where, default, minimum=0, maximum=MAX_TOKENS)
     window = given or None
     chunk_default = CHUNK_SIZE if kind in CHUNKED_TYPES else None
     if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None:
@@ -511,6 +512,16 @@ def _layer_types(
     return ["sliding_attention" if w else "full_attention" for w in windowed]
 
 
+#: transformers' default sliding_window of the model types read here whose configuration
+#: class has one (release 5.24): a config.json that leaves the field out gets it (Qwen's
+#: types only once use_sliding_window is on); one that gives null has no window.
+SLIDING_WINDOW_BY_DEFAULT = {
+    **dict.fromkeys(
+        ("cohere2", "exaone4", "gemma2", "gemma3_text", "mistral", "qwen2", "qwen2_moe"), 4096
+    ),
+    **dict.fromkeys(("qwen3", "qwen3_moe"), 4096),
+    "gpt_oss": 128,
+}
 #: Model types besides Qwen's whose config switches windows on with use_sliding_window.
 SWITCHED_WINDOWS = ("smollm3",)
 #: Qwen2's and Qwen3's default max_window_layers: the layers from it on slide.

@@ -760,3 +760,27 @@ def test_switched_windows_slide_the_layers_each_type_names(kind, more, sliding):
     spec = spec_from_hf_config({**cfg, **more, "use_sliding_window": True}, "m", "m")
     assert {i for i, w in enumerate(spec.windows or ()) if w == 16} == sliding
     assert spec_from_hf_config({**cfg, **more}, "m", "m").windows is None  # off by default
+
+
+def test_a_window_left_out_is_the_class_default_and_null_is_none():
+    """As transformers builds it: Mistral's class windows at 4,096 a config.json that leaves
+    sliding_window out, and not one that gives null; gpt-oss's alternate layers at 128."""
+    cfg = {**TINY_BODY, "num_hidden_layers": 4}
+    assert spec_from_hf_config({**cfg, "model_type": "mistral"}, "m", "m").windows == (4096,) * 4
+    null = {**cfg, "model_type": "mistral", "sliding_window": None}
+    assert spec_from_hf_config(null, "m", "m").windows is None
+    gpt_oss = spec_from_hf_config({**cfg, "model_type": "gpt_oss"}, "m", "m")
+    assert gpt_oss.windows == (128, None, 128, None)
+
+
+def test_the_window_defaults_are_transformers():
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from attnbench.model.hf_config import HYBRIDS, SLIDING_WINDOW_BY_DEFAULT
+
+    for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
+        fields = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}
+        assert SLIDING_WINDOW_BY_DEFAULT.get(kind) == fields.get("sliding_window"), kind

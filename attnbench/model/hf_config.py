@@ -171,9 +171,14 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     if multi_query and not bool_field(cfg, "new_decoder_architecture", where, False):
         return 1
     given = _given(cfg, KV_HEAD_KEYS, where, MAX_HEADS, "KV-head ")
-    nested = object_field(cfg, "attn_config", where)  # DBRX: attn_config.kv_n_heads
+    # DBRX's attn_config.kv_n_heads (transformers' MPT, whose attn_config may carry one
+    # too, builds MHA whatever it says)
+    nested = object_field(cfg, "attn_config", where) if kind == "dbrx" else None
     if given is None and nested is not None:
         given = _given(nested, ("kv_n_heads",), f"{where}: attn_config", MAX_HEADS, "KV-head ")
+    # ChatGLM's groups (its own code, not transformers'): with multi_query_attention on
+    if given is None and bool_field(cfg, "multi_query_attention", where, False):
+        given = _given(cfg, ("multi_query_group_num",), where, MAX_HEADS, "KV-head ")
     if given is None:  # the class's default: a number for some types, else one per head
         return KV_HEADS_BY_DEFAULT.get(kind, num_heads)
     return given[1]

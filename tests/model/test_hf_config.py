@@ -784,3 +784,19 @@ def test_the_window_defaults_are_transformers():
     for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
         fields = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}
         assert SLIDING_WINDOW_BY_DEFAULT.get(kind) == fields.get("sliding_window"), kind
+
+
+def test_attn_config_kv_heads_are_dbrx_s_and_chatglm_groups_its_own():
+    """transformers' MPT builds MHA whatever its attn_config says of KV heads (DBRX reads
+    them); ChatGLM's multi_query_group_num counts its KV heads when multi_query_attention
+    is on (its own code: 2 groups for ChatGLM3-6B)."""
+    base = {**TINY_BODY, "num_attention_heads": 8}
+    base.pop("num_key_value_heads")
+    nested = {"attn_config": {"kv_n_heads": 2}}
+    assert spec_from_hf_config({**base, **nested, "model_type": "mpt"}, "m", "m").num_kv_heads == 8
+    dbrx = spec_from_hf_config({**base, **nested, "model_type": "dbrx"}, "m", "m")
+    assert dbrx.num_kv_heads == 2
+    glm = {**base, "model_type": "chatglm", "multi_query_group_num": 2}
+    assert spec_from_hf_config(glm, "m", "m").num_kv_heads == 8  # off: MHA
+    on = spec_from_hf_config({**glm, "multi_query_attention": True}, "m", "m")
+    assert on.num_kv_heads == 2

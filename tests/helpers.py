@@ -54,3 +54,25 @@ def one_error(result: click.testing.Result, code: int = 2) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return lines[0]
+
+
+def predict_point(name: str, **given):
+    """A predict point of preset `name` on an H100 SXM, batch 1, context 2,048, in the
+    model's dtype; `given` fields replace these."""
+    from attnbench.experiments.predict import PredictPoint
+    from attnbench.model.presets import get_preset
+
+    spec = get_preset(name)
+    fields = {
+        "gpu": "h100-sxm",
+        "batch": 1,
+        "seq_len": 2048,
+        "dtype": spec.dtype,
+        "d_model": spec.d_model,
+        "num_heads": spec.num_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "model": spec.name,
+        "spec": spec,
+    }
+    return PredictPoint(**{**fields, **given})

@@ -33,7 +33,7 @@ from attnbench.model.roofline import (
     predict_counts,
 )
 from attnbench.model.shapes import AttentionShape
-from tests.helpers import runner
+from tests.helpers import predict_point, runner
 
 SHAPE = AttentionShape(4096, 32, 8, 128)
 
@@ -58,20 +58,8 @@ def test_a_layer_under_tensor_parallelism_is_one_rank_s_share():
 
 
 def point(**given) -> PredictPoint:
-    spec = get_preset("llama-2-7b")
-    fields = {
-        "gpu": "h100-sxm",
-        "batch": 1,
-        "seq_len": 8192,
-        "dtype": "float16",
-        "d_model": spec.d_model,
-        "num_heads": spec.num_heads,
-        "num_kv_heads": spec.num_kv_heads,
-        "head_dim": spec.head_dim,
-        "model": spec.name,
-        "spec": spec,
-    }
-    return PredictPoint(**{**fields, **given})
+    """llama-2-7b at context 8,192 in float16 (predict_point's, with these)."""
+    return predict_point("llama-2-7b", **{"seq_len": 8192, "dtype": "float16", **given})
 
 
 def test_a_model_s_decode_step_is_the_roofline_of_its_counts():

@@ -12,25 +12,7 @@ from attnbench.cli import app
 from attnbench.errors import FieldError
 from attnbench.experiments.predict import PredictPoint, check, run
 from attnbench.model.devices import DEVICES, flops_for
-from attnbench.model.presets import get_preset
-from tests.helpers import runner
-
-
-def model_point(name: str, **given) -> PredictPoint:
-    spec = get_preset(name)
-    fields = {
-        "gpu": "h100-sxm",
-        "batch": 1,
-        "seq_len": 2048,
-        "dtype": spec.dtype,
-        "d_model": spec.d_model,
-        "num_heads": spec.num_heads,
-        "num_kv_heads": spec.num_kv_heads,
-        "head_dim": spec.head_dim,
-        "model": spec.name,
-        "spec": spec,
-    }
-    return PredictPoint(**{**fields, **given})
+from tests.helpers import predict_point, runner
 
 
 def shape_point(**given) -> PredictPoint:
@@ -42,7 +24,7 @@ def shape_point(**given) -> PredictPoint:
 def test_an_mla_model_s_layer_rows_are_one_of_its_mla_layers():
     """`predict --model deepseek-v3 --gpu h200 --tp 8`: the layer decode row read 128.05
     MiB, a 128-head layer's 16 heads a rank with a per-head cache."""
-    record = run(model_point("deepseek-v3", gpu="h200", tp=8))
+    record = run(predict_point("deepseek-v3", gpu="h200", tp=8))
     assert record.variant == "MLA"
     # the latent, (512 + 64) * 2 bytes a token on every rank: 2,049 read, 1 written
     assert record.layer_step_kv_bytes == 2050 * 1152 == 2_361_600
@@ -65,8 +47,8 @@ def test_an_mla_model_s_layer_rows_are_one_of_its_mla_layers():
 def test_a_model_s_layer_rows_are_in_its_weights_format():
     """`predict --model llama-2-7b --gpu h100-sxm --weights-dtype int8`: the layer decode
     row was 160.06 MiB (128 MiB of float16 projections) whatever the weights."""
-    full = run(model_point("llama-2-7b"))
-    int8 = run(model_point("llama-2-7b", weights_dtype="int8"))
+    full = run(predict_point("llama-2-7b"))
+    int8 = run(predict_point("llama-2-7b", weights_dtype="int8"))
     # 4 * 4096 * 4096 weights: 2 bytes each, or 1 and a 16-bit scale a row of 4096
     params = 4 * 4096 * 4096
     assert full.layer_step_bytes - int8.layer_step_bytes == 2 * params - (params + 4 * 4096 * 2)
@@ -76,8 +58,8 @@ def test_a_model_s_layer_rows_are_in_its_weights_format():
 
 
 def test_a_model_s_float8_layer_prefill_runs_at_the_float8_rate():
-    full = run(model_point("llama-2-7b"))
-    fp8 = run(model_point("llama-2-7b", weights_dtype="float8_e4m3fn"))
+    full = run(predict_point("llama-2-7b"))
+    fp8 = run(predict_point("llama-2-7b", weights_dtype="float8_e4m3fn"))
     device = DEVICES["h100-sxm"]
     # the prefill's projections, 2 * 2048 tokens * 4 * 4096^2 weights: compute-bound, at
     # float8's rate (1,403 TFLOP/s) where float16's (794.5) timed them

@@ -46,7 +46,9 @@ takes transformers' default for the model type where it has one (tie_word_embedd
 GPT-2's n_positions and n_inner, intermediate_size, head_dim, biases, the experts), and is
 a "missing field" error where it has none: num_key_value_heads left out is the class's
 default (8 for Mistral, 4 for Gemma-2, 32 for Qwen2: KV_HEADS_BY_DEFAULT), one KV head per
-query head for a class whose default is None (Llama). The dtype is `dtype`'s, else `torch_dtype`'s
+query head for a class whose default is None (Llama); num_attention_heads left out is the
+class's too (HEADS_BY_DEFAULT, with a note), unless the config counts heads under another
+name (XGLM's attention_heads), which is refused. The dtype is `dtype`'s, else `torch_dtype`'s
 (its older name); the two naming different dtypes are an error, as are other fields of one
 quantity that disagree. The file itself is bounded: at most MAX_CONFIG_BYTES, nested at
 most MAX_DEPTH deep, each object giving each key once.
@@ -126,6 +128,59 @@ def _one_of(cfg: dict, field: str, where: str) -> int:
 KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 #: transformers' default for multi_query, for model types whose attention reads it.
 MULTI_QUERY_BY_DEFAULT = {"falcon": True}
+#: transformers' default num_attention_heads of the model types read here (release 5.24):
+#: a config.json that leaves the field out gets it, as Gemma-3's hub configs leave their
+#: text_config's 8 heads to Gemma3TextConfig.
+HEADS_BY_DEFAULT = {
+    **dict.fromkeys(("gemma2", "gemma3_text"), 8),
+    **dict.fromkeys(
+        (
+            "gemma",
+            "qwen2_moe",
+            "qwen3_5_moe_text",
+            "qwen3_5_text",
+            "qwen3_next",
+            "smollm3",
+            "zamba",
+        ),
+        16,
+    ),
+    "starcoder2": 24,
+    "olmo_hybrid": 30,
+    **dict.fromkeys(
+        (
+            "bamba",
+            "deepseek_v2",
+            "exaone4",
+            "falcon_h1",
+            "glm4",
+            "granite",
+            "granitemoehybrid",
+            "jamba",
+            "kimi_linear",
+            "lfm2",
+            "lfm2_moe",
+            "llama",
+            "minimax",
+            "mistral",
+            "mixtral",
+            "nemotron_h",
+            "olmo2",
+            "phi3",
+            "phimoe",
+            "qwen2",
+            "qwen3",
+            "qwen3_moe",
+            "zamba2",
+        ),
+        32,
+    ),
+    "llama4_text": 40,
+    **dict.fromkeys(("cohere", "cohere2", "gpt_oss"), 64),
+    "falcon": 71,
+    "glm4_moe": 96,
+    "deepseek_v3": 128,
+}
 #: transformers' default num_key_value_heads of the model types read here whose
 #: configuration class gives a number, not None (which means one KV head per query head):
 #: a config.json that leaves the field out (or null) gets it, whatever its heads, as
@@ -201,9 +256,14 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
             "attnbench sizes decoder-only models, and the language model of a multimodal one"
         )
     d_model = _one_of(cfg, "d_model", where)
-    if _given(cfg, _ALIASES["num_heads"], where, _MAXIMUM["num_heads"]) is None:
+    heads = _given(cfg, _ALIASES["num_heads"], where, _MAXIMUM["num_heads"])
+    if heads is None and (kind not in HEADS_BY_DEFAULT or _other_heads(cfg)):
         _refuse_without_attention(cfg, kind, where)
-    num_heads = _one_of(cfg, "num_heads", where)
+    if heads is None:  # transformers' default for the type, said in a note
+        defaulted = f"num_attention_heads left out: {kind}'s default in transformers, "
+        defaulted += f"{HEADS_BY_DEFAULT[kind]}"
+        note = f"{note}; {defaulted}" if note else defaulted
+    num_heads = heads[1] if heads is not None else HEADS_BY_DEFAULT[kind]
     plan = None
     if kind in HYBRIDS:
         given = _given(cfg, _ALIASES["num_layers"], where, MAX_LAYERS)
@@ -289,6 +349,16 @@ def _attention_layers(cfg: dict, kind: str, where: str) -> int:
     return _one_of(cfg, "num_layers", where)
 
 
+def _other_heads(cfg: dict) -> list[str]:
+    """The fields of a config that count heads under names attnbench does not read for
+    its heads (XGLM's attention_heads, xLSTM's num_heads)."""
+    return [
+        k
+        for k, v in cfg.items()
+        if "heads" in k.lower() and k not in KV_HEAD_KEYS and type(v) is int
+    ]
+
+
 def _refuse_without_attention(cfg: dict, kind: str, where: str) -> None:
     """The UsageError for a config that gives its attention heads under none of the names
     attnbench reads: one that declares layers of other kinds (a Mamba model) has no
@@ -302,11 +372,7 @@ def _refuse_without_attention(cfg: dict, kind: str, where: str) -> None:
             f"the states of the hybrid types it reads ({', '.join(sorted(HYBRIDS))})"
         )
     names = " or ".join(repr(k) for k in _ALIASES["num_heads"])
-    other = [
-        repr(k)
-        for k, v in cfg.items()
-        if "heads" in k.lower() and k not in KV_HEAD_KEYS and type(v) is int
-    ]
+    other = [repr(k) for k in _other_heads(cfg)]
     why = (
         f"it gives {' and '.join(other)}, which attnbench does not read for this type"
         if other

@@ -623,6 +623,7 @@ def test_a_layer_type_that_is_no_string_is_an_error_without_the_heads_too(tmp_pa
     """A listed layer type that is a list (unhashable) is a layer of no attention kind,
     in one line, however little of the config there is to tell it by."""
     cfg = {k: v for k, v in LLAMA.items() if k != "num_attention_heads"}
+    cfg["model_type"] = "rwkv"  # a type without a default of its heads
     result = invoke(*params(write_json(tmp_path, {**cfg, "layer_types": [[]]})))
     assert result.exit_code == 2 and "Traceback" not in result.output
     (line,) = result.output.strip().splitlines()
@@ -696,7 +697,7 @@ def test_a_config_without_attention_heads_says_what_it_gives_instead(tmp_path):
     for extra, said in (
         ({"attention_heads": 16}, "it gives 'attention_heads', which attnbench does not read"),
         ({"num_heads": 8, "tie_heads": True}, "it gives 'num_heads', which"),
-        ({}, "without attention heads it has no KV cache"),
+        ({"model_type": "rwkv"}, "without attention heads it has no KV cache"),
     ):
         (line,) = expect_error_lines(params(write_json(tmp_path, {**cfg, **extra})), said)
         assert "missing field 'num_attention_heads' or 'n_head' or 'n_heads'" in line

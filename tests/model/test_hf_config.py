@@ -358,8 +358,13 @@ def test_missing_hidden_size_is_named(tmp_path):
 
 
 def test_missing_num_heads_is_named(tmp_path):
+    """Refused for a type without a default of its heads; a type with one (Llama's 32, as
+    transformers builds it) takes it, and says so."""
     cfg = {k: v for k, v in LLAMA3_8B.items() if k != "num_attention_heads"}
-    expect_usage_error(write_config(tmp_path, cfg), "missing", "num_attention_heads")
+    unknown = write_config(tmp_path, {**cfg, "model_type": "rwkv"}, "rwkv")
+    expect_usage_error(unknown, "missing", "num_attention_heads")
+    spec = load_hf_config(write_config(tmp_path, cfg))
+    assert spec.num_heads == 32 and "num_attention_heads left out: llama's default" in spec.note
 
 
 def test_missing_num_layers_is_named(tmp_path):
@@ -800,3 +805,30 @@ def test_attn_config_kv_heads_are_dbrx_s_and_chatglm_groups_its_own():
     assert spec_from_hf_config(glm, "m", "m").num_kv_heads == 8  # off: MHA
     on = spec_from_hf_config({**glm, "multi_query_attention": True}, "m", "m")
     assert on.num_kv_heads == 2
+
+
+def test_heads_left_out_are_the_class_default_as_gemma_3_hub_configs_leave_them():
+    """Gemma-3-4B-it's text_config gives no heads, KV heads nor head_dim: Gemma3TextConfig's
+    8, 4 and 256, as transformers builds it (it was refused as a model without attention)."""
+    text = {
+        "model_type": "gemma3_text",
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 34,
+        "sliding_window": 1024,
+    }
+    spec = spec_from_hf_config({"model_type": "gemma3", "text_config": text}, "g", "g")
+    assert (spec.num_heads, spec.num_kv_heads, spec.head_dim) == (8, 4, 256)
+
+
+def test_the_head_defaults_are_transformers():
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from attnbench.model.hf_config import HEADS_BY_DEFAULT, HYBRIDS
+
+    for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
+        fields = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}
+        assert HEADS_BY_DEFAULT.get(kind) == fields.get("num_attention_heads"), kind

@@ -288,6 +288,9 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         shape = AttentionShape(d_model, num_heads, num_kv_heads, head_dim)
     except ValueError as exc:
         raise UsageError(f"{where}: {exc}") from None
+    if kind in UNWINDOWED and cfg.get("sliding_window") and not cfg.get("layer_types"):
+        ignored = f"sliding_window not read: {kind}'s transformers code attends to every token"
+        note = f"{note}; {ignored}" if note else ignored
     return ModelSpec(
         name=name,
         num_layers=num_layers,
@@ -567,7 +570,9 @@ def _layer_types(
     # Qwen's and SmolLM3's configs switch windows on with use_sliding_window (default
     # false), each type by its own rule of which layers; others don't have the switch.
     switched = kind.startswith("qwen") or kind in SWITCHED_WINDOWS
-    if window is None or not bool_field(cfg, "use_sliding_window", where, not switched):
+    if window is None or kind in UNWINDOWED:
+        return None
+    if not bool_field(cfg, "use_sliding_window", where, not switched):
         return None
     if switched:
         windowed = _switched_windows(cfg, num_layers, kind, where)
@@ -593,6 +598,22 @@ SLIDING_WINDOW_BY_DEFAULT = {
     **dict.fromkeys(("qwen3", "qwen3_moe"), 4096),
     "gpt_oss": 128,
 }
+#: Model types read here whose transformers modeling code never reads sliding_window (its
+#: attention masks every earlier token in): a sliding_window a config.json gives one of
+#: them bounds nothing, and is noted as not read (release 5.24).
+UNWINDOWED = (
+    "cohere",
+    "deepseek_v2",
+    "deepseek_v3",
+    "falcon",
+    "gemma",
+    "glm4",
+    "glm4_moe",
+    "gpt2",
+    "granite",
+    "llama",
+    "olmo2",
+)
 #: Model types besides Qwen's whose config switches windows on with use_sliding_window.
 SWITCHED_WINDOWS = ("smollm3",)
 #: Qwen2's and Qwen3's default max_window_layers: the layers from it on slide.

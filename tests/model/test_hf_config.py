@@ -832,3 +832,14 @@ def test_the_head_defaults_are_transformers():
     for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
         fields = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}
         assert HEADS_BY_DEFAULT.get(kind) == fields.get("num_attention_heads"), kind
+
+
+def test_a_sliding_window_on_a_type_whose_code_never_reads_it_bounds_nothing():
+    """transformers' Llama attends to every token whatever sliding_window says: the cache
+    is the whole context's, and a note says the field is not read."""
+    spec = spec_from_hf_config({**TINY_BODY, "model_type": "llama", "sliding_window": 16}, "m", "m")
+    assert spec.windows is None and "sliding_window not read" in spec.note
+    mistral = spec_from_hf_config(
+        {**TINY_BODY, "model_type": "mistral", "sliding_window": 16}, "m", "m"
+    )
+    assert mistral.windows == (16, 16)

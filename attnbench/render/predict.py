@@ -296,12 +296,29 @@ def check_rows(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
     ]
 
 
+def _stated(record: Mapping[str, Any]) -> bool:
+    """Whether a record holds what its finding states (a results file edited by hand may
+    leave out what the reader lets it: such a row has no finding)."""
+    time = (
+        record.get("tpot_ms") if record.get("tpot_ms") is not None else record.get("layer_step_ms")
+    )
+    bound = record.get("step_bound") or record.get("layer_step_bound")
+    model, rate = record.get("perf_model"), record.get("tokens_per_s")
+    keys = all(isinstance(record.get(k), int) for k in ("batch", "seq_len", "tp"))
+    return (
+        keys
+        and isinstance(model, str)
+        and isinstance(rate, (int, float))
+        and (isinstance(time, (int, float)) and isinstance(bound, str))
+    )
+
+
 def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """One sentence per predicted point and its GPUs: 'llama-3-8b at batch 1, context
     8,192 (predicted, defaults): 158 tokens/s on h100-sxm (TPOT 6.32 ms, memory-bound),
     98 on a100-80gb (10.2 ms, memory-bound).'"""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for r in records:
+    for r in filter(_stated, records):
         weights = r.get("weights")
         what = (point_label(r), r["batch"], r["seq_len"], r["tp"], r["perf_model"], weights)
         groups.setdefault(what, []).append(r)
@@ -313,7 +330,7 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
         on = [
             f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ("
             f"{'TPOT' if r.get('tpot_ms') is not None else 'layer step'} "
-            f"{r.get('tpot_ms') or r['layer_step_ms']:.3g} ms, "
+            f"{r['tpot_ms'] if r.get('tpot_ms') is not None else r['layer_step_ms']:.3g} ms, "
             f"{r.get('step_bound') or r['layer_step_bound']}-bound"
             f"{'; does not fit in its memory' if r.get('fits_memory') is False else ''})"
             for r in rows

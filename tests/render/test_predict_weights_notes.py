@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from attnbench.cli import app
 from attnbench.render.predict import source_notes
 from tests.helpers import runner
@@ -34,3 +36,39 @@ def test_a_layer_shape_s_weights_are_its_projections_a_model_s_keep_its_head(tmp
         "weights: float8_e4m3fn per channel (scales counted; the embeddings and the output "
         "head stay float16); matmuls at the 1,403 TFLOP/s of float8",
     ]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: r.pop("perf_model"),
+        lambda r: r.update(perf_model=None),
+        lambda r: r.pop("tokens_per_s"),
+        lambda r: r.update(layer_step_ms=None, tpot_ms=None),
+        lambda r: (r.pop("layer_step_bound"), r.pop("step_bound", None)),
+    ],
+)
+def test_a_predict_finding_leaves_out_a_row_edited_without_what_it_states(edit):
+    """The results reader lets a hand-edited file leave out these fields: report must
+    not crash on it (it did: KeyError, TypeError), the row just has no finding."""
+    from attnbench.render.predict import predict_findings
+
+    row = {
+        "model": None,
+        "variant": "MHA",
+        "d_model": 64,
+        "num_heads": 4,
+        "num_kv_heads": 4,
+        "gpu": "h100-sxm",
+        "batch": 1,
+        "seq_len": 64,
+        "tp": 1,
+        "perf_model": "efficiency_bw 1 (defaults)",
+        "tokens_per_s": 1000.0,
+        "layer_step_ms": 0.01,
+        "layer_step_bound": "memory",
+    }
+    assert len(predict_findings([row])) == 1
+    edited = dict(row)
+    edit(edited)
+    assert predict_findings([edited]) == []

@@ -96,3 +96,20 @@ def test_the_commands_that_only_compute_load_no_torch(tmp_path):
 
 def test_the_schema_names_every_provider_in_order():
     assert tuple(PROVIDERS) == PROVIDER_NAMES
+
+
+def test_an_ascii_terminal_gets_question_marks_not_a_traceback():
+    """Under the C locale without UTF-8 mode, standard output is ASCII: a title's '·'
+    printed as '?' (it stopped the command with UnicodeEncodeError after its work)."""
+    import os
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "100"}
+    done = subprocess.run(
+        [sys.executable, "-m", "attnbench", "params", "--d-model", "64", "--heads", "4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Attention parameters per layer ? d_model 64" in done.stdout

@@ -197,7 +197,9 @@ def load_config(path: str | Path | None) -> StudyConfig:
             validate_section(section, body, problems, str(path))
     if problems:
         raise _problems(problems)
-    sections = {k: _current_names(v) for k, v in data.items() if v is not None}
+    # a section named with nothing under it runs with its defaults, as `fit: {}` does
+    named = {k: {} for k, v in data.items() if v is None and k in SECTIONS}
+    sections = {k: _current_names(v) for k, v in {**data, **named}.items() if v is not None}
     return StudyConfig(sections, str(path), path.parent, text)
 
 

@@ -878,3 +878,13 @@ def test_the_layout_example_of_the_sweep_files_page_plans(tmp_path):
     config.write_text((ROOT / "docs" / "validation" / "models" / "gpt-j-6b.json").read_text())
     plan = plan_study(write_yaml(tmp_path, block), "cpu")
     assert set(plan.sections) == {"params", "kvmem", "decode", "fit"}
+
+
+def test_a_section_named_with_nothing_under_it_runs_with_its_defaults(tmp_path):
+    """`kvmem:` and nothing under it (every key commented out) is `kvmem: {}`: it runs, where
+    it was dropped without a word."""
+    from attnbench.study.plan import plan_study
+
+    path = write_yaml(tmp_path, "defaults: {d_model: 64, num_heads: 4}\nparams: {}\nkvmem:\n")
+    assert load_config(path).sections["kvmem"] == {}
+    assert set(plan_study(path, "cpu").sections) == {"params", "kvmem"}

@@ -372,11 +372,12 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
     return list(found.values())
 
 
-#: The scale-group options: the format each sizes, the dtype option that quantises it,
-#: and the dtypes that do.
+#: The options of quantised formats' scales (their groups, their dtype): the format each
+#: sets, the dtype option that quantises it, and the dtypes that do.
 SCALE_GROUPS = {
     "weights_group": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
+    "scale_dtype": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
 }
 
 

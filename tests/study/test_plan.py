@@ -113,6 +113,7 @@ def test_a_section_resolves_its_device_only_where_it_uses_it(monkeypatch, tmp_pa
         ("predict", ["--gpu", "h100-sxm", "--weights-group", "64"], "--weights-group 64"),
         ("fit", ["--gpu", "h100-sxm", "--seq-len", "4096", "--weights-group", "64"], "weights"),
         ("fit", ["--gpu", "h100-sxm", "--seq-len", "4096", "--kv-scale-group", "8"], "cache"),
+        ("kvmem", ["--scale-dtype", "float32"], "--scale-dtype float32: has no effect"),
     ],
 )
 def test_a_scale_group_for_a_format_left_unquantised_is_refused(command, flags, named):

@@ -1,7 +1,9 @@
 """A baseline built from the history, for compare's history mode: the head run is gated
 against the recent runs of its own environment, not against one earlier run.
 
-The baseline's rows are those of the most recent run of the environment; each gated
+The run gated is left out of its own baseline when the history holds it already (added
+before it was gated: a run compared with itself passes whatever it holds). The baseline's
+rows are those of the most recent other run of the environment; each gated
 timing gets the raw samples of the last `recent` runs that measured it, pooled, so the
 gate's bootstrap sees the run-to-run spread the history has recorded as well as the
 within-run noise. Everything else (exact metrics, statuses) is the latest run's. The
@@ -40,9 +42,17 @@ def history_baseline(
         "so no run of the history compares with it; gate the JSON results the command writes"
     )
     env_id = environment_id(current.environment)
+    own = history.run_of(current)  # gated against itself, a run would pass whatever it holds
     runs = [
-        r for r in history.runs() if r.environment_id == env_id and r.command == current.command
+        r
+        for r in history.runs()
+        if r.environment_id == env_id and r.command == current.command and r.id != own
     ][-recent:]
+    if not runs and own is not None:
+        raise UsageError(
+            f"{label}: holds this run (run {own}) and no other of its environment and "
+            "command: a run is gated against the runs before it; gate it before adding it"
+        )
     if not runs:
         raise UsageError(
             f"{label}: no run of this environment ({env_id}) and command "

@@ -141,6 +141,10 @@ class HistoryBackend(Protocol):
 
     def runs(self) -> list[RunInfo]: ...
 
+    def run_of(self, document: Document) -> int | None:
+        """The id of the run stored from these very results (by content hash), or None."""
+        ...
+
     def run_records(self, run_id: int) -> list[tuple[str, dict]]: ...
 
     def points(self, metric: str) -> list[StoredPoint]: ...
@@ -330,6 +334,11 @@ class SqliteHistory:
     def runs(self) -> list[RunInfo]:
         rows = self.db.execute(f"SELECT {_RUN_COLUMNS} FROM runs u ORDER BY {_ORDER}").fetchall()
         return [_run_info(row) for row in rows]
+
+    def run_of(self, document: Document) -> int | None:
+        digest = content_hash(document)
+        found = self.db.execute("SELECT id FROM runs WHERE content_hash = ?", (digest,)).fetchone()
+        return found[0] if found else None
 
     def points(self, metric: str) -> list[StoredPoint]:
         rows = self.db.execute(

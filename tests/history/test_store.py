@@ -329,6 +329,30 @@ def test_compare_history_gates_against_the_recent_runs_of_the_environment(
     assert result.exit_code == 2 and "no run of this environment" in result.output
 
 
+def test_a_run_added_before_it_is_gated_is_left_out_of_its_own_baseline(tmp_path):
+    """Add, then gate: the run compared with itself would pass whatever it holds. A params
+    run with 1,000 parameters more than the one before still regresses once added, and a
+    history of that run alone is refused."""
+    before, after = tmp_path / "p1.json", tmp_path / "p2.json"
+    args = ["params", "--d-model", "64", "--heads", "4", "--kv-heads", "4,2", "-q"]
+    assert run_cli(*args, "--json", str(before)).exit_code == 0
+    doc = json.loads(before.read_text())
+    doc["records"][1]["k_params"] += 1000
+    doc["records"][1]["total_params"] += 1000
+    after.write_text(json.dumps(doc))
+    db = tmp_path / "h.sqlite"
+    for path, sha in ((before, "a" * 40), (after, "b" * 40)):
+        assert run_cli("history", "add", str(path), "--db", str(db), "--commit", sha).exit_code == 0
+    assert run_cli("compare", str(after), "--history", str(db)).exit_code == 1
+    alone = tmp_path / "alone.sqlite"
+    assert (
+        run_cli("history", "add", str(after), "--db", str(alone), "--commit", "b" * 40).exit_code
+        == 0
+    )
+    result = run_cli("compare", str(after), "--history", str(alone))
+    assert result.exit_code == 2 and "holds this run (run 1) and no other" in result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -152,3 +152,17 @@ def test_resuming_a_share_checks_its_shard_block(shares, tmp_path):
     sweep = shares.parent / "study.yaml"
     line = one_error(cli("run", sweep, "--out", study, "--shard", "0/2", "--resume"))
     assert line.startswith(f"error: {study / 'shards' / '0-of-2' / 'results.json'}: shard.indices")
+
+
+def test_shares_of_other_counts_that_measured_one_point_twice_are_refused(tmp_path, monkeypatch):
+    """0/2 and 0/3 run apart both hold point 0: which timing would the study keep? (the
+    first directory's, without a word). Shares a resume split anew never overlap."""
+    monkeypatch.setattr("attnbench.render.plots.render_plots", lambda doc, out: [])
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY)
+    for share in ("0/2", "0/3"):
+        out = tmp_path / share.replace("/", "-")
+        assert cli("run", study, "--out", out, "--shard", share).exit_code == 0
+    first, second = tmp_path / "0-2" / "shards" / "0-of-2", tmp_path / "0-3" / "shards" / "0-of-3"
+    line = one_error(cli("merge", first, second, "--out", tmp_path / "m"))
+    assert "point 0 is also in share 0/2" in line

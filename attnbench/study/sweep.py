@@ -424,9 +424,16 @@ def resolve(
         elif value is not None:
             values[name] = value if isinstance(value, list) else [value]
     loaded = []
+    named: dict[str, str] = {}  # each model's identity, and the reference that gave it
     for ref in model_refs:
         try:
-            loaded.append(load_model(ref, config.base_dir))
+            spec = load_model(ref, config.base_dir)
+            same = spec.config_path and os.path.realpath(spec.config_path)
+            earlier = named.setdefault(same or f"preset {spec.name}", ref)
+            if earlier != ref or model_refs.count(ref) > 1:
+                reason = f"is {earlier} again: give each model once (its points would run twice)"
+                raise FieldError("models", ref, reason)
+            loaded.append(spec)
         except FieldError as exc:
             if model_origin != FROM_FLAGS:
                 exc.located(f"{model_origin}: {ref} ({config.source})")

@@ -888,3 +888,24 @@ def test_a_section_named_with_nothing_under_it_runs_with_its_defaults(tmp_path):
     path = write_yaml(tmp_path, "defaults: {d_model: 64, num_heads: 4}\nparams: {}\nkvmem:\n")
     assert load_config(path).sections["kvmem"] == {}
     assert set(plan_study(path, "cpu").sections) == {"params", "kvmem"}
+
+
+@pytest.mark.parametrize(
+    ("models", "again"),
+    [
+        ("[llama-3-8b, LLAMA-3-8B]", "models: LLAMA-3-8B"),
+        ("[llama-3-8b, llama-3-8b]", "models: llama-3-8b"),
+        ("[cfg.json, ./cfg.json]", "models: ./cfg.json"),
+    ],
+)
+def test_a_model_given_twice_is_refused(tmp_path, models, again):
+    """Presets by any case, config.json files by any path: one model twice ran its points
+    twice, and the study's own results were then refused by every reader."""
+    from attnbench.study.plan import plan_study
+    from tests.helpers import SMALL_CONFIG
+
+    (tmp_path / "cfg.json").write_text(json.dumps(SMALL_CONFIG | {"model_type": "llama"}))
+    path = write_yaml(tmp_path, f"models: {models}\nkvmem: {{measure: false}}\n")
+    with pytest.raises(UsageError, match="again: give each model once") as caught:
+        plan_study(path, "cpu")
+    assert again in str(caught.value)

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from ..errors import brief
+from ..model.files import json_int
 from .schema import FLOAT_TEXT, INT_TEXT
 
 #: Deepest nesting of mappings and sequences a file may have (a sweep file needs 3).
@@ -83,7 +84,12 @@ class BoundedSafeLoader(yaml.SafeLoader):
 
 
 def _decimal_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    return int(loader.construct_scalar(node))
+    """An integer, at most as many digits as a JSON file's (files.json_int); the line of
+    one longer is named, where Python would advise raising its conversion limit."""
+    try:
+        return json_int(loader.construct_scalar(node))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (line {node.start_mark.line + 1})") from None
 
 
 # Numbers are read as the flags read them (schema.INT_TEXT, FLOAT_TEXT): YAML 1.1 wants a

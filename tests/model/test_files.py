@@ -368,7 +368,9 @@ def test_an_integer_of_too_many_digits_is_one_line(tmp_path):
     ):
         (line,) = expect_error_lines(args, "an integer of 5,000 digits: 4,300 at most")
         assert "set_int_max_str_digits" not in line
-    expect_error_lines(kvmem(write_yaml(tmp_path, f"defaults: {{d_model: {digits}}}\n")))
+    yaml_file = write_yaml(tmp_path, f"defaults: {{d_model: {digits}}}\n")
+    (line,) = expect_error_lines(kvmem(yaml_file), "an integer of 5,000 digits: 4,300 at most")
+    assert "(line 1)" in line and "set_int_max_str_digits" not in line
 
 
 # ------------------------------------------------------- 5. config.json, field by field

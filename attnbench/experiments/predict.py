@@ -209,17 +209,22 @@ def check(point: PredictPoint) -> None:
     if point.spec is not None:
         point.spec.require_kinds()
     if not is_this(point.gpu):
-        device = point.named_target.device
-        if point.weights.dtype != point.dtype:
-            try:
-                flops_for(device, point.weights.matmul_dtype(point.dtype))
-            except FieldError as exc:
-                raise FieldError("weights_dtype", point.weights.dtype, exc.reason) from None
+        check_weights_rate(point, point.named_target.device)
     elif point.calibration is not None:
         load_calibration(point.calibration)  # this machine's peaks are measured later
     if point.tp > 1 and is_this(point.gpu):
         raise FieldError("tp", point.tp, f"needs a named GPU (its interconnect), not {THIS_DEVICE}")
     _counts(point)
+
+
+def check_weights_rate(point: PredictPoint, device: DeviceSpec) -> None:
+    """FieldError naming weights_dtype when `device` has no rate for the matmuls of the
+    point's weights (float8 on a GPU without float8 tensor cores, or this machine)."""
+    if point.weights.dtype != point.dtype:
+        try:
+            flops_for(device, point.weights.matmul_dtype(point.dtype))
+        except FieldError as exc:
+            raise FieldError("weights_dtype", point.weights.dtype, exc.reason) from None
 
 
 def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
@@ -253,6 +258,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
     """The point's predictions on its device (see the module's notes)."""
     found_on = target_of(point, context)
     device, model = found_on.device, found_on.model
+    check_weights_rate(point, device)  # this machine's rates are known only now
     found = {
         name: predict_counts(counts, device, point.dtype, point.tp, model)
         for name, counts in _counts(point).items()

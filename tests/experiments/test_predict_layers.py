@@ -110,3 +110,14 @@ def test_cli_a_layer_shape_with_quantised_weights(tmp_path):
     alone = runner.invoke(app, [*args, "--weights-group", "64"])
     assert alone.exit_code == 2
     assert alone.stderr.startswith("error: --weights-group 64: has no effect"), alone.stderr
+
+
+def test_float8_weights_on_this_machine_name_the_weights_flag():
+    """This machine's rates are known once measured: a float8 rate it lacks is blamed on
+    --weights-dtype, as a named GPU's is, not on --dtype (bfloat16, which it has)."""
+    result = runner.invoke(
+        app,
+        ["predict", "--model", "llama-3-8b", "--gpu", "this", "--weights-dtype", "float8_e4m3fn"],
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --weights-dtype float8_e4m3fn: this has no float8")

@@ -1184,7 +1184,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
 def _quantisation(cfg: dict, where: str) -> str | None:
     """What a quantised checkpoint's config says of its weights, which attnbench does not
     read (its formats differ in their scales, and some quantise the experts alone): the
-    note that the weights are counted in the model's dtype unless --weights-dtype says
+    note that the weights are counted in the model's dtype unless weights_dtype says
     otherwise ('quantization_config: awq, 4 bits, groups of 128 ...'); None for a config
     without one."""
     quant = object_field(cfg, "quantization_config", where)
@@ -1197,6 +1197,6 @@ def _quantisation(cfg: dict, where: str) -> str | None:
     said += [f"groups of {group:,}"] if isinstance(group, int) and group > 0 else []
     return (
         f"quantization_config ({', '.join(said)}) not read: the weights are counted in the "
-        "model's dtype (fit's and predict's --weights-dtype and --weights-group count them "
-        "as the checkpoint stores them)"
+        "model's dtype (fit's and predict's weights_dtype and weights_group count them as "
+        "the checkpoint stores them)"
     )

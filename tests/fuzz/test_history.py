@@ -61,7 +61,12 @@ def world(tmp_path_factory) -> dict[str, Path]:
     )
     assert made.exit_code == 0
     history = root / "history.sqlite"
-    invoke(["history", "add", str(kv), "--db", str(history), "--commit", "a" * 40], "add", {0})
+    # an earlier run of the same points, and this one: compare gates it against the other
+    earlier = root / "kv-earlier.json"
+    doc = json.loads(kv.read_text())
+    earlier.write_text(json.dumps({**doc, "created": "2020-01-01T00:00:00+00:00"}))
+    for path, sha in ((earlier, "b" * 40), (kv, "a" * 40)):
+        invoke(["history", "add", str(path), "--db", str(history), "--commit", sha], "add", {0})
     foreign = root / "foreign.sqlite"
     con = sqlite3.connect(foreign)
     con.execute("CREATE TABLE notes (text TEXT)")
@@ -258,11 +263,12 @@ def test_plot_writes_the_picture_named_or_one_error(tmp_path_factory, world, ste
         assert result.stderr.startswith("error: --out "), result.stderr
 
 
-def test_the_history_fixture_holds_one_run(world):
-    """The properties above lean on it: one kvmem run, MHA and MQA."""
+def test_the_history_fixture_holds_two_runs_of_the_same_points(world):
+    """The properties above lean on it: two kvmem runs, each of MHA and MQA (compare gates
+    the later against the earlier)."""
     con = sqlite3.connect(world["history"])
     try:
         keys = [json.loads(k) for (k,) in con.execute("SELECT keys FROM records")]
     finally:
         con.close()
-    assert sorted(k["variant"] for k in keys) == ["MHA", "MQA"]
+    assert sorted(k["variant"] for k in keys) == ["MHA", "MHA", "MQA", "MQA"]

@@ -786,6 +786,7 @@ def test_compare_against_a_damaged_history_is_one_error_naming_history(
     for page in range(4096, len(damaged), 4096):
         damaged[page + 8 : page + 72] = b"\xff" * 64
     kv_history.write_bytes(bytes(damaged))
-    current = write(tmp_path / "cur.json", kvmem_run)
+    # another run than the one stored (which is left out of its own baseline)
+    current = write(tmp_path / "cur.json", {**kvmem_run, "created": "2020-01-01T00:00:00+00:00"})
     result = run_cli("compare", current, "--history", str(kv_history))
     one_error(result, f"--history {kv_history}: cannot use it", "malformed")

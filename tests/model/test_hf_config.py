@@ -743,7 +743,7 @@ def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(
     quant = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
     assert "quantization_config (awq, 4 bits, groups of 128) not read" in spec.note
-    assert "--weights-dtype" in spec.note
+    assert "weights_dtype and weights_group" in spec.note
     plain = load_hf_config(write_config(tmp_path, LLAMA3_8B, "plain"))
     assert "quantization_config" not in (plain.note or "")
 

@@ -91,22 +91,6 @@ def test_missing_num_key_value_heads_is_the_class_default(tmp_path, kind, kv_hea
     assert spec.num_kv_heads == kv_heads
 
 
-def test_the_kv_head_defaults_are_transformers(tmp_path):
-    """Every default of the table, read from the configuration class of its type."""
-    pytest.importorskip("transformers")
-    import dataclasses
-
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from attnbench.model.hf_config import HYBRIDS, KV_HEADS_BY_DEFAULT
-
-    for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
-        fields = dataclasses.fields(CONFIG_MAPPING[kind])
-        default = {f.name: f.default for f in fields}.get("num_key_value_heads")
-        number = default if isinstance(default, int) else None
-        assert KV_HEADS_BY_DEFAULT.get(kind) == number, kind
-
-
 def test_null_num_key_value_heads_means_mha(tmp_path):
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "num_key_value_heads": None}))
     assert spec.num_kv_heads == 32
@@ -778,19 +762,6 @@ def test_a_window_left_out_is_the_class_default_and_null_is_none():
     assert gpt_oss.windows == (128, None, 128, None)
 
 
-def test_the_window_defaults_are_transformers():
-    pytest.importorskip("transformers")
-    import dataclasses
-
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from attnbench.model.hf_config import HYBRIDS, SLIDING_WINDOW_BY_DEFAULT
-
-    for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
-        fields = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}
-        assert SLIDING_WINDOW_BY_DEFAULT.get(kind) == fields.get("sliding_window"), kind
-
-
 def test_attn_config_kv_heads_are_dbrx_s_and_chatglm_groups_its_own():
     """transformers' MPT builds MHA whatever its attn_config says of KV heads (DBRX reads
     them); ChatGLM's multi_query_group_num counts its KV heads when multi_query_attention
@@ -821,19 +792,6 @@ def test_heads_left_out_are_the_class_default_as_gemma_3_hub_configs_leave_them(
     assert (spec.num_heads, spec.num_kv_heads, spec.head_dim) == (8, 4, 256)
 
 
-def test_the_head_defaults_are_transformers():
-    pytest.importorskip("transformers")
-    import dataclasses
-
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from attnbench.model.hf_config import HEADS_BY_DEFAULT, HYBRIDS
-
-    for kind in sorted({*BODY_MODEL_TYPES, *HYBRIDS} & set(CONFIG_MAPPING)):
-        fields = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}
-        assert HEADS_BY_DEFAULT.get(kind) == fields.get("num_attention_heads"), kind
-
-
 def test_a_sliding_window_on_a_type_whose_code_never_reads_it_bounds_nothing():
     """transformers' Llama attends to every token whatever sliding_window says: the cache
     is the whole context's, and a note says the field is not read."""
@@ -843,3 +801,27 @@ def test_a_sliding_window_on_a_type_whose_code_never_reads_it_bounds_nothing():
         {**TINY_BODY, "model_type": "mistral", "sliding_window": 16}, "m", "m"
     )
     assert mistral.windows == (16, 16)
+
+
+@pytest.mark.parametrize(
+    ("table", "field"),
+    [
+        ("HEADS_BY_DEFAULT", "num_attention_heads"),
+        ("KV_HEADS_BY_DEFAULT", "num_key_value_heads"),
+        ("SLIDING_WINDOW_BY_DEFAULT", "sliding_window"),
+    ],
+)
+def test_the_defaults_of_the_types_are_transformers(table, field):
+    """Every default of the tables, read from the configuration class of its type: the
+    types whose class gives a number have it, the others none (None: MHA, no window)."""
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from attnbench.model import hf_config
+
+    defaults = getattr(hf_config, table)
+    for kind in sorted({*BODY_MODEL_TYPES, *hf_config.HYBRIDS} & set(CONFIG_MAPPING)):
+        given = {f.name: f.default for f in dataclasses.fields(CONFIG_MAPPING[kind])}.get(field)
+        assert defaults.get(kind) == (given if isinstance(given, int) else None), kind

@@ -114,24 +114,35 @@ def add_command(
         for path, document, stamp in zip(results, documents, stamps, strict=True):
             run_id, new = history.add(document, stamp)
             if not quiet:
-                console.print(f"{path}: {_added(history, run_id, new, stamp)}", markup=False)
+                said = _added(history, run_id, new, stamp, {"date": date, "branch": branch})
+                console.print(f"{path}: {said}", markup=False)
     finally:
         history.close()
 
 
-def _added(history: HistoryBackend, run_id: int, new: bool, stamp: Commit) -> str:
+def _added(
+    history: HistoryBackend, run_id: int, new: bool, stamp: Commit, given: dict[str, object]
+) -> str:
     """What adding a run did: 'added as run 3, commit 0123456789', or that it was there
-    already, maybe under another commit."""
+    already, maybe under another commit, and keeps the date and branch it was stored with
+    where `given` (the --date and --branch of this add) names others."""
     if new:
         return f"added as run {run_id}, commit {stamp.sha[:10]}"
-    stored = next(r.commit for r in history.runs() if r.id == run_id).sha
+    kept = next(r.commit for r in history.runs() if r.id == run_id)
+    stored = kept.sha
     if stored == stamp.sha:
-        return f"already there (run {run_id}), commit {stored[:10]}"
-    width = 10 if stored[:10] != stamp.sha[:10] else None
-    return (
-        f"already there (run {run_id}), stored under commit "
-        f"{stored[:width]}, not {stamp.sha[:width]}"
-    )
+        said = f"already there (run {run_id}), commit {stored[:10]}"
+    else:
+        width = 10 if stored[:10] != stamp.sha[:10] else None
+        said = (
+            f"already there (run {run_id}), stored under commit "
+            f"{stored[:width]}, not {stamp.sha[:width]}"
+        )
+    # the date and branch it keeps, where this add was given others: nothing is changed
+    for what, was, now in (("date", kept.date, stamp.date), ("branch", kept.branch, stamp.branch)):
+        if given[what] is not None and was != now:
+            said += f"; its {what} stays {was or 'none'}, not {now}"
+    return said
 
 
 def _cell(value: object) -> str:

@@ -790,3 +790,18 @@ def test_compare_against_a_damaged_history_is_one_error_naming_history(
     current = write(tmp_path / "cur.json", {**kvmem_run, "created": "2020-01-01T00:00:00+00:00"})
     result = run_cli("compare", current, "--history", str(kv_history))
     one_error(result, f"--history {kv_history}: cannot use it", "malformed")
+
+
+def test_adding_a_stored_run_again_says_it_keeps_its_date_and_branch(tmp_path, kvmem_run):
+    """The same results added again change nothing: a --date or --branch given then is
+    said to be kept as stored, where it was dropped without a word."""
+    db, path = tmp_path / "h.sqlite", write(tmp_path / "kv.json", kvmem_run)
+    first = ["history", "add", str(path), "--db", str(db), "--commit", "a" * 40]
+    assert run_cli(*first, "--date", "2024-01-01").exit_code == 0
+    again = run_cli(*first, "--date", "2025-06-01", "--branch", "other")
+    assert again.exit_code == 0
+    said = " ".join(again.output.split())
+    assert "already there (run 1)" in said
+    assert "its date stays 2024-01-01" in said and "its branch stays none, not other" in said
+    plain = " ".join(run_cli(*first).output.split())
+    assert "stays" not in plain

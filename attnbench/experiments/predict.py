@@ -18,7 +18,7 @@ attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 from ..errors import FieldError
@@ -236,16 +236,13 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
     assert s is not None  # check() refuses a point without
     weights = point.weights
     if point.spec is not None and point.spec.mla is not None:
-        spec = point.spec
-        counts = {
-            "layer_prefill": mla_layer_counts(spec, b, s, s, dtype, kv, tp, weights),
-            "layer_step": mla_layer_counts(spec, b, 1, s + 1, dtype, kv, tp, weights),
-        }
+        layer = partial(mla_layer_counts, point.spec)
     else:
-        counts = {
-            "layer_prefill": layer_counts(point.shape, b, s, s, dtype, kv, tp, weights),
-            "layer_step": layer_counts(point.shape, b, 1, s + 1, dtype, kv, tp, weights),
-        }
+        layer = partial(layer_counts, point.shape)
+    counts = {
+        "layer_prefill": layer(b, s, s, dtype, kv, tp, weights),
+        "layer_step": layer(b, 1, s + 1, dtype, kv, tp, weights),
+    }
     if point.spec is not None:
         counts["prefill"] = step_counts(point.spec, b, s, s, dtype, kv, tp, weights)
         counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, kv, tp, weights)

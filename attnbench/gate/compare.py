@@ -421,6 +421,13 @@ def run_drifts(environment: dict | None, run: str) -> list[RunDrift]:
     return sorted(found, key=lambda d: -d.drift)
 
 
+def runs_drifts(base: dict | None, cur: dict | None) -> list[RunDrift]:
+    """How each of two runs' probes moved during it (run_drifts); a baseline that is the
+    current run's own environment (the history's) moved as the current run did, and is
+    not counted twice."""
+    return [*([] if base is cur else run_drifts(base, "baseline")), *run_drifts(cur, "current")]
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """How the environments of two measurements differ: the identity fields that differ
@@ -442,11 +449,9 @@ class Mismatch:
 
     @classmethod
     def between(cls, base: dict | None, cur: dict | None) -> Mismatch:
-        """How two runs' environments differ, and how each run's probes moved during it;
-        a baseline that is the current run's own environment (the history's) moved as the
-        current run did, and is not counted twice."""
-        during = [] if base is cur else run_drifts(base, "baseline")
-        return cls.of(environment_differences(base, cur), [*during, *run_drifts(cur, "current")])
+        """How two runs' environments differ, and how each run's probes moved during it
+        (runs_drifts)."""
+        return cls.of(environment_differences(base, cur), runs_drifts(base, cur))
 
     def moved_during(self, th: Thresholds) -> list[RunDrift]:
         """The runs' probes that moved during their run by more than the time threshold,
@@ -636,9 +641,9 @@ def compare_documents(
             for s in doc.sections
             if s not in shared
         ]
-    env_mismatch = Mismatch.between(base.environment, cur.environment)
     result.env_differences = environment_differences(base.environment, cur.environment)
-    result.run_drifts = list(env_mismatch.during)
+    result.run_drifts = runs_drifts(base.environment, cur.environment)
+    env_mismatch = result.mismatch()
     if base.environment is None or cur.environment is None:
         result.notes.append("no environment recorded (CSV input): timings gate unchecked")
     matched = 0

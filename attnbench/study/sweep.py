@@ -429,10 +429,13 @@ def resolve(
         try:
             spec = load_model(ref, config.base_dir)
             same = spec.config_path and os.path.realpath(spec.config_path)
-            earlier = named.setdefault(same or f"preset {spec.name}", ref)
-            if earlier != ref or model_refs.count(ref) > 1:
-                reason = f"is {earlier} again: give each model once (its points would run twice)"
+            identity = same or f"preset {spec.name}"
+            if identity in named:
+                reason = (
+                    f"is {named[identity]} again: give each model once (its points would run twice)"
+                )
                 raise FieldError("models", ref, reason)
+            named[identity] = ref
             loaded.append(spec)
         except FieldError as exc:
             if model_origin != FROM_FLAGS:

@@ -7,6 +7,7 @@ import os
 import re
 import stat
 from collections.abc import Generator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,9 +91,12 @@ def _dry_share(shard: str | None, nproc: str | None) -> Shard | None:
     return parse_shard(shard)
 
 
-def _dry_run(plan: Plan, nproc: int, share: Shard | None = None) -> None:
+def _dry_run(
+    plan: Plan, nproc: int, share: Shard | None = None, resumed_of: int | None = None
+) -> None:
     """The points and their estimates (of `share` alone, when given); with several
-    workers, each one's share."""
+    workers, each one's share. Resuming, `resumed_of` is the number of points of the
+    study (or share) that `plan`'s are left of."""
     from ..study.sections import describe_task
     from ..study.shards import share_loads
 
@@ -105,6 +109,8 @@ def _dry_run(plan: Plan, nproc: int, share: Shard | None = None) -> None:
         total = plan.estimate_total(plan.tasks)
         of = f" of share {share}" if share else ""
         points = f"{len(plan.tasks):,} point{'s' * (len(plan.tasks) != 1)}"
+        if resumed_of is not None:
+            points += f" left of {resumed_of:,}"
         console.print(
             f"{points}{of} ({where}), {_about(total)} (a rough estimate); nothing was run.",
             markup=False,
@@ -112,11 +118,15 @@ def _dry_run(plan: Plan, nproc: int, share: Shard | None = None) -> None:
         return
     shared = share_loads(plan, nproc)
     for rank, (share, load) in enumerate(zip(shared.shares, shared.loads, strict=True)):
-        console.print(f"rank {rank}: {len(share)} points, {_about(load)}", markup=False)
+        console.print(
+            f"rank {rank}: {len(share)} point{'s' * (len(share) != 1)}, {_about(load)}",
+            markup=False,
+        )
     ratio = shared.balance
     balance = "nothing to run" if ratio is None else f"the slowest rank {ratio:.2f}x the mean"
+    left = "" if resumed_of is None else f" left of {resumed_of:,}"
     console.print(
-        f"{len(plan.tasks):,} points on {nproc} ranks ({devices or 'no device needed'}): "
+        f"{len(plan.tasks):,} points{left} on {nproc} ranks ({devices or 'no device needed'}): "
         f"{_about(shared.slowest)} of wall time against {_about(shared.total)} on one, "
         f"{balance} (rough estimates); nothing was run.",
         markup=False,
@@ -278,10 +288,10 @@ def run_command(
     and rank 0 merges them."""
     from ..study.distributed import process_group, torchrun_launch, wait_for_all
     from ..study.documents import incomplete
-    from ..study.merge import merge, resumed_share_plan
+    from ..study.merge import merge
     from ..study.plan import check_one_rank_per_point
+    from ..study.runner import pending_tasks
     from ..study.shards import parse_shard, shard_plan
-    from ..study.stores import check_resumable
 
     config = _sweep_file(config, config_flag)
     launch = torchrun_launch()
@@ -293,19 +303,21 @@ def run_command(
     workers = _nproc(nproc)
     if dry_run:
         share = _dry_share(shard, nproc)
-        _dry_run(shard_plan(plan, share) if share else plan, workers, share)
+        if out is None:
+            _check_run_flags(None, resume, out, None)  # --resume needs --out
+            _dry_run(shard_plan(plan, share) if share else plan, workers, share)
+            return
+        refuse_empty("out", out)
+        plan, store, resume = _prepared(plan, Path(out), share, resume, force, config)
+        left = replace(plan, tasks=pending_tasks(plan, store, resume))
+        _dry_run(left, workers, share, len(plan.tasks) if resume else None)
         return
     _check_run_flags(nproc, resume, out, shard)
     refuse_empty("out", out)
-    out_dir = Path(out) if out else timestamped_dir()
-    _check_run_dir(out_dir, force, config, resume)
-    _refuse_share(out_dir)
     share = parse_shard(shard) if shard is not None else None
-    if resume and share is None:  # before the directory is made
-        check_resumable(out_dir)
-    if share is not None:
-        plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
-    result = _run(plan, out_dir, share, resume, quiet, launch is not None, (config, device))
+    out_dir = Path(out) if out else timestamped_dir()
+    plan, store, resume = _prepared(plan, out_dir, share, resume, force, config)
+    result = _run(plan, store, out_dir, share, resume, quiet, launch is not None, (config, device))
     if launch is not None:
         with process_group(plan.device):
             wait_for_all()  # every share is on disk
@@ -360,8 +372,30 @@ def _check_run_flags(nproc: str | None, resume: bool, out: str | None, shard: st
         )
 
 
+def _prepared(
+    plan: Plan, out_dir: Path, share: Shard | None, resume: bool, force: bool, sweep: str | None
+) -> tuple[Plan, DirectoryStore, bool]:
+    """`plan` (or `share` of it) to run into `out_dir`, whose files are checked before any
+    is written; the store it writes; whether it resumes (a share that never started is
+    started, not resumed)."""
+    from ..study.merge import resumed_share_plan
+    from ..study.runner import DirectoryStore
+    from ..study.shards import shard_dir, shard_plan
+    from ..study.stores import check_resumable
+
+    _check_run_dir(out_dir, force, sweep, resume)
+    _refuse_share(out_dir)
+    if resume and share is None:  # before the directory is made
+        check_resumable(out_dir)
+    if share is not None:
+        plan = resumed_share_plan(plan, share, out_dir) if resume else shard_plan(plan, share)
+    store = DirectoryStore(shard_dir(out_dir, share) if share else out_dir)
+    return plan, store, resume and (share is None or store.exists())
+
+
 def _run(
     plan: Plan,
+    store: DirectoryStore,
     out_dir: Path,
     share: Shard | None,
     resume: bool,
@@ -372,16 +406,12 @@ def _run(
     """Run the study (or `share` of it) into `out_dir`, one writer at a time, then say so
     and write its plots and report. Interrupted, say how to finish it (`given`: the sweep
     file and --device to resume with)."""
-    from ..study.runner import DirectoryStore, run_study
+    from ..study.runner import run_study
     from ..study.sections import describe_task
-    from ..study.shards import shard_dir
 
     def progress(tasks: Sequence[Task]) -> Generator[Task, None, None]:
         return progress_iter(tasks, describe_task, quiet, weight=plan.estimate)
 
-    store = DirectoryStore(shard_dir(out_dir, share) if share else out_dir)
-    if share is not None and resume and not store.exists():
-        resume = False  # a share that never started: resuming the study starts it
     try:
         with store.locked() as note:  # one writer per directory, for the whole run
             result = run_study(

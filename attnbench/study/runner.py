@@ -192,7 +192,10 @@ def run_study(
                     peaks = (env.get("peak_gbps"), env.get("peak_tflops"))
                     context = plan.context(task.section, *peaks, counts.get(task.section), env)
                     number, members = groups[task.section, task.index]
-                    kept = _execute(kind, members, number, context, execute)
+                    try:
+                        kept = _execute(kind, members, number, context, execute)
+                    except FieldError as exc:  # a value that only a point could check
+                        raise plan.sections[task.section].locate(exc, task.point) from None
                     done.update(
                         ((t.section, t.index), r) for t, r in zip(members, kept, strict=True)
                     )
@@ -356,13 +359,9 @@ def _beside(plan: Plan, doc: dict, store: Store) -> dict[str, list]:
 
 
 def _new_document(plan: Plan, store: Store, command: str) -> dict:
-    """A new document with the environment, no records yet."""
-    if store.exists():
-        raise FieldError(
-            "out",
-            str(getattr(store, "out_dir", "")),
-            "already holds results; resume them, or choose another directory",
-        )
+    """A new document with the environment, no records yet. A study there that recorded
+    nothing (refused at its first point, say) is replaced: nothing of it would be lost."""
+    _refuse_stored(store)
     environment = collect_environment(plan.device if plan.uses_torch else None)
     sections = {
         name: {"config": sec.to_dict(), "records": []} for name, sec in plan.sections.items()
@@ -376,11 +375,31 @@ def _new_document(plan: Plan, store: Store, command: str) -> dict:
     return doc
 
 
-def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
-    """The stored document, checked against `plan` (its records too: fields of another
-    version of attnbench are refused), without the records of a group it holds only part
-    of (that group runs again whole), and with each CSV rebuilt from it when their rows
-    disagree (a row appended just before a crash, or a CSV edited or lost)."""
+def pending_tasks(plan: Plan, store: Store, resume: bool) -> list[Task]:
+    """The tasks run_study would run with `store`, which is checked as it checks it, and
+    nothing written: what a dry run lists. Resuming, a group the stored study holds only
+    part of is listed whole, as it runs again whole."""
+    if not resume:
+        _refuse_stored(store)
+        return list(plan.tasks)
+    doc = _stored_study(plan, store)
+    groups = _groups(plan, grouped=True)
+    kept = {name: _kept(name, len(s["records"]), groups) for name, s in doc["sections"].items()}
+    return [t for t in plan.tasks if t.index >= kept.get(t.section, 0)]
+
+
+def _refuse_stored(store: Store) -> None:
+    """Refuse to start a study over one stored with records (see _recorded_nothing)."""
+    if store.exists() and not _recorded_nothing(store):
+        raise FieldError(
+            "out",
+            str(getattr(store, "out_dir", "")),
+            "already holds results; resume them, or choose another directory",
+        )
+
+
+def _stored_study(plan: Plan, store: Store) -> dict:
+    """The document stored in `store`, refused when it is another study's."""
     doc = store.load()
     if not same_study(doc, plan.resolved_sha256):
         difference = config_difference(doc, plan.section_configs())
@@ -389,6 +408,32 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
             f"different configuration ({difference}); resume it "
             "with the same configuration, or choose another directory"
         )
+    return doc
+
+
+def _kept(section: str, recorded: int, groups: Groups) -> int:
+    """How many of a section's `recorded` records a resumed study keeps: those before a
+    group it recorded only part of, which runs again whole."""
+    cut = groups.get((section, recorded))
+    return cut[1][0].index if cut is not None and cut[1][0].index < recorded else recorded
+
+
+def _recorded_nothing(store: Store) -> bool:
+    """The study in `store` holds no record in any section (a file that cannot be read
+    as a study's results is not that)."""
+    try:
+        doc = store.load()
+    except UsageError:
+        return False
+    return not any(section["records"] for section in doc["sections"].values())
+
+
+def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
+    """The stored document, checked against `plan` (its records too: fields of another
+    version of attnbench are refused), without the records of a group it holds only part
+    of (that group runs again whole), and with each CSV rebuilt from it when their rows
+    disagree (a row appended just before a crash, or a CSV edited or lost)."""
+    doc = _stored_study(plan, store)
     if isinstance(store, DirectoryStore):  # before any is written: each takes rows as it is
         for name in doc["sections"]:
             store.check_csv(name, KINDS[name].record)
@@ -400,9 +445,9 @@ def _resumed_document(plan: Plan, store: Store, groups: Groups) -> dict:
         except TypeError:
             reason = f"resume: the {name} records come from another version of attnbench"
             raise UsageError(reason) from None
-        cut = groups.get((name, len(kept)))
-        if cut is not None and cut[1][0].index < len(kept):
-            del kept[cut[1][0].index :]
+        keep = _kept(name, len(kept), groups)
+        if keep < len(kept):
+            del kept[keep:]
             store.save(doc)
             store.rewrite(name, kept, KINDS[name].record)
         elif not isinstance(store, DirectoryStore) or not store.agrees(name, kept):

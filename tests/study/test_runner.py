@@ -469,6 +469,54 @@ def test_out_with_results_needs_resume(tmp_path):
     assert result.exit_code == 2 and "error: --out '': empty; give a file's name" in result.stderr
 
 
+@pytest.mark.usefixtures("no_plots")
+def test_a_point_refused_on_this_machine_is_named_by_its_key_and_blocks_no_retry(tmp_path):
+    """`gpu: [this]` is checked at the point (its peaks are this machine's): the error
+    names the file's key, and the study it left, with no record, is no results to keep."""
+    out = tmp_path / "study"
+    config = tmp_path / "p.yaml"
+    config.write_text(
+        "predict: {models: [llama-3-8b], gpu: [this], weights_dtype: float8_e4m3fn}\n"
+    )
+    result = run(config, "--out", out, "-q")
+    assert result.exit_code == 2
+    assert f"error: predict.weights_dtype: float8_e4m3fn ({config}): " in result.stderr
+    assert "--weights-dtype" not in result.stderr
+    config.write_text("predict: {models: [llama-3-8b], gpu: [this]}\n")
+    assert run(config, "--out", out, "--dry-run").exit_code == 0
+    assert run(config, "--out", out, "-q").exit_code == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert len(doc["sections"]["predict"]["records"]) == 1
+
+
+@pytest.mark.usefixtures("no_plots")
+def test_a_dry_run_checks_out_resume_and_force_as_the_run_does(tmp_path):
+    out = tmp_path / "study"
+    config = tmp_path / "s.yaml"
+    config.write_text(PARAMS_KVMEM)
+    assert run(config, "--out", out, "-q").exit_code == 0
+    result = run(config, "--out", out, "--dry-run")
+    assert result.exit_code == 2 and "already holds results; resume them" in result.stderr
+    assert "0 points left of 5" in run(config, "--out", out, "--dry-run", "--resume").stdout
+    doc = json.loads((out / "results.json").read_text())
+    del doc["sections"]["kvmem"]["records"][1:]
+    (out / "results.json").write_text(json.dumps(doc))
+    listed = run(config, "--out", out, "--dry-run", "--resume").stdout
+    assert "1 point left of 5" in listed and "params" not in listed
+    result = run(config, "--dry-run", "--resume")
+    assert result.exit_code == 2 and "--resume: give the results directory" in result.stderr
+    result = run(config, "--out", tmp_path / "new", "--dry-run", "--resume")
+    assert result.exit_code == 2 and "no results.json there to resume" in result.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    result = run(config, "--out", other, "--dry-run")
+    assert result.exit_code == 2 and "holds files that are not a study's" in result.stderr
+    assert run(config, "--out", other, "--dry-run", "--force").exit_code == 0
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]  # nothing written
+    assert not (tmp_path / "new").exists()
+
+
 PARAMS_KVMEM = """\
 defaults: {d_model: 64, num_heads: 4}
 params: {num_kv_heads: [4, 2, 1]}

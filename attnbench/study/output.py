@@ -45,7 +45,7 @@ def writable_target(path: str | Path) -> Path:
     path = Path(path)
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
-        st = target.stat()
+        st = path.stat()  # through the link: /dev/stdout's leads to a pipe realpath can't name
     except FileNotFoundError:
         return target
     except OSError as exc:

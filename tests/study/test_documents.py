@@ -311,6 +311,22 @@ def test_atomic_json_never_replaces_what_is_not_a_regular_file(tmp_path):
     assert read_only.read_text() == "keep"
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="no /proc/self/fd here")
+def test_a_pipe_behind_a_magic_link_is_refused_as_not_a_regular_file():
+    """/dev/stdout into a pipe: /proc's link names a pipe, which realpath cannot find."""
+    read, write = os.pipe()
+    try:
+        path = f"/proc/self/fd/{write}"
+        assert not os.path.exists(os.path.realpath(path))
+        with pytest.raises(OSError) as caught:
+            write_json_atomic(path, {"a": 1})
+        assert caught.value.strerror.startswith("not a regular file")
+        assert caught.value.filename == path
+    finally:
+        os.close(read)
+        os.close(write)
+
+
 # ------------------------------------------------------------------ 4-7. result files
 
 

@@ -4,10 +4,12 @@ and errors of every command in one form."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any
 
+import click
 import typer
-from typer.core import TyperArgument, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ..study.schema import with_default
 from .options import VersionOpt
@@ -32,6 +34,23 @@ class PlainArgument(TyperArgument):
         return None
 
 
+class OnceEach(TyperCommand):
+    """A command that refuses an option given twice (`--d-model 64 --d-model 128`), where
+    the parser would keep the last value and drop the first without a word. A flag
+    (`-q`) may repeat, and an option that collects its values (multiple) is not one."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        given = Counter(
+            p for p in order if isinstance(p, TyperOption) and not (p.is_flag or p.multiple)
+        )
+        for option, times in given.items():
+            if times > 1:
+                name = max(option.opts, key=len)
+                raise click.UsageError(f"{name} given {times} times; give it once", ctx)
+        return super().parse_args(ctx, args)
+
+
 def plain_help(command: Any) -> None:
     """Every option and argument of `command` and its subcommands named alike: an option's
     value by its metavar, else by what its name says (NAMED_METAVARS) or its type (TEXT,
@@ -46,6 +65,8 @@ def plain_help(command: Any) -> None:
                 named = NAMED_METAVARS.get(param.name or "")
                 param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
             _default_in_help(param)
+    if type(command) is TyperCommand:
+        command.__class__ = OnceEach
     for sub in getattr(command, "commands", {}).values():
         plain_help(sub)
 

@@ -123,3 +123,23 @@ def test_a_reason_names_the_fields_it_mentions_as_the_user_gave_them():
     error = FieldError("seq_len", 1, "give {seq_len} or {batch}, not {x}", ("seq_len", "batch"))
     assert str(error) == "seq_len: 1: give seq_len or batch, not {x}"
     assert describe_error(error) == "--seq-len 1: give --seq-len or --batch, not {x}"
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["params", "--d-model", "64", "--d-model=128", "--heads", "4"], "--d-model"),
+        (["predict", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--gpu", "h200"], "--gpu"),
+        (["run", "--config", "a.yaml", "--config", "b.yaml", "--dry-run"], "--config"),
+        (["history", "show", "--db", "a.sqlite", "--db", "b.sqlite"], "--db"),
+    ],
+)
+def test_an_option_given_twice_is_refused_not_dropped(args, flag):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {flag} given 2 times; give it once (see ")
+
+
+def test_a_flag_may_repeat():
+    result = runner.invoke(app, ["params", "--d-model", "64", "--heads", "4", "-q", "-q"])
+    assert result.exit_code == 0, result.output

@@ -446,6 +446,7 @@ def resolve(
     if problems:
         raise Problems(problems)
     check_calibration(resolved, config.base_dir)
+    check_gpu_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
@@ -481,6 +482,25 @@ def check_calibration(sec: Section, base_dir: Path) -> None:
         load_calibration(path)
     except FieldError as exc:
         raise sec.locate(exc) from None
+
+
+def check_gpu_use(sec: Section) -> None:
+    """A fit's GPU named beside its memory, with no target to time: the memory given
+    replaces the GPU's, and only the targets use its peaks, so it would change nothing but
+    a label. Refused where the section itself sets both (a flag, or the section's keys): a
+    GPU the file sets for all its sections may serve another."""
+    own = (FROM_FLAGS, sec.name)
+    if sec.name != "fit" or not all(sec.origins.get(n) in own for n in ("gpu", "memory")):
+        return
+    if any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
+        return
+    gpus = sec.values.get("gpu", sec.options.get("gpu"))
+    listed = ",".join(gpus) if isinstance(gpus, list) else gpus
+    reason = (
+        "has no effect beside {memory}, which replaces its memory: only {tpot} and {ttft} "
+        "use its peaks"
+    )
+    raise sec.locate(FieldError("gpu", listed, reason, ("memory", "tpot", "ttft")))
 
 
 def long_patterns(sec: Section) -> list[FieldError]:

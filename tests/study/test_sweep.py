@@ -783,6 +783,22 @@ def test_fit_refuses_a_calibration_nothing_reads(tmp_path):
     assert result.stderr.startswith(f"error: --calibration {bad}: not valid JSON")
 
 
+def test_fit_refuses_a_gpu_beside_memory_with_no_target(tmp_path):
+    """Its memory replaced and its peaks timing no target, the GPU would be a label."""
+    args = ["fit", "--model", "llama-2-7b", "--seq-len", "1024", "--memory", "24GiB"]
+    result = runner.invoke(app, [*args, "--gpu", "h100-sxm"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --gpu h100-sxm: has no effect beside --memory, which replaces its memory: "
+        "only --tpot and --ttft use its peaks\n"
+    )
+    assert runner.invoke(app, [*args, "--gpu", "h100-sxm", "--tpot", "50ms"]).exit_code == 0
+    fit = "fit: {models: [llama-2-7b], memory: 24GiB, seq_len: 1024}"
+    shared = write_yaml(tmp_path, f"defaults: {{gpu: h100-sxm}}\n{fit}\n")
+    result = runner.invoke(app, ["run", str(shared), "--dry-run"])  # its GPU may serve another
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -447,6 +447,7 @@ def resolve(
         raise Problems(problems)
     check_calibration(resolved, config.base_dir)
     check_gpu_use(resolved)
+    check_window_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
@@ -501,6 +502,23 @@ def check_gpu_use(sec: Section) -> None:
         "use its peaks"
     )
     raise sec.locate(FieldError("gpu", listed, reason, ("memory", "tpot", "ttft")))
+
+
+def check_window_use(sec: Section) -> None:
+    """A sliding window beside layer patterns that all lay out global layers alone (G):
+    no layer would keep it, so it would change nothing."""
+    windows = [w for w in _listed(sec, "sliding_window") if w]
+    patterns = _listed(sec, "layer_pattern")
+    if windows and patterns and not any("L" in str(p).upper() for p in patterns):
+        reason = f"has no effect: {{layer_pattern}} {','.join(patterns)} has no L layer to bound"
+        listed = ",".join(map(str, windows))
+        raise sec.locate(FieldError("sliding_window", listed, reason, ("layer_pattern",)))
+
+
+def _listed(sec: Section, name: str) -> list:
+    """The values a section gives a field: its axis's, or its one option's (none: [])."""
+    given = sec.values.get(name, sec.options.get(name))
+    return [] if given is None else given if isinstance(given, list) else [given]
 
 
 def long_patterns(sec: Section) -> list[FieldError]:

@@ -60,3 +60,14 @@ def test_a_pattern_without_a_window_names_the_field():
     result = runner.invoke(app, ["kvmem", "--model", "llama-3-8b", "--layer-pattern", "LG"])
     assert result.exit_code == 2
     assert "--layer-pattern LG: needs sliding_window" in result.output
+
+
+def test_a_window_beside_patterns_of_global_layers_alone_is_refused():
+    args = ["kvmem", "--model", "llama-3-8b", "--no-measure", "--sliding-window", "4096"]
+    result = runner.invoke(app, [*args, "--layer-pattern", "GG"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --sliding-window 4096: has no effect: --layer-pattern GG has no L layer "
+        "to bound\n"
+    )
+    assert runner.invoke(app, [*args, "--layer-pattern", "GG,LG", "-q"]).exit_code == 0

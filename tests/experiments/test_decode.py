@@ -51,6 +51,18 @@ TINY = [
     "1",
 ]
 
+def tiny_with(args: list[str]) -> list[str]:
+    """TINY's flags with those of `args` in place of its own (an option is given once);
+    a flag of `args` without a value (--no-prefill) is kept as it is."""
+    given: dict[str, list[str]] = {}
+    for tokens in (TINY, args):
+        for i, token in enumerate(tokens):
+            if token.startswith("--"):
+                value = tokens[i + 1 : i + 2]
+                given[token] = value if value and not value[0].startswith("--") else []
+    return [token for flag, value in given.items() for token in (flag, *value)]
+
+
 DECODE_COLUMNS = [
     "variant",
     "provider",
@@ -562,7 +574,7 @@ def test_table_fits_the_width_or_shows_every_column(columns, flags, hidden):
 def test_bad_flags_exit_2_with_one_line(args, needle):
     if args == ["--device", "cuda"] and torch.cuda.is_available():
         pytest.skip("CUDA is present")
-    result = runner.invoke(app, ["decode-speed", *TINY, *args])
+    result = runner.invoke(app, ["decode-speed", *tiny_with(args)])
     assert result.exit_code == 2
     assert "Traceback" not in result.output and result.stdout == ""
     (line,) = result.stderr.splitlines()
@@ -637,5 +649,5 @@ def test_a_models_rows_say_they_time_one_layer_of_it(tmp_path):
     result = runner.invoke(app, ["decode-speed", "--hf-config", str(config), *quick])
     assert result.exit_code == 0, result.output
     assert "one attention layer of tiny-llama" in " ".join(result.stdout.split())
-    bare = runner.invoke(app, ["decode-speed", *TINY, *quick])
+    bare = runner.invoke(app, ["decode-speed", *tiny_with(quick)])
     assert bare.exit_code == 0 and "attention layer of" not in bare.stdout

@@ -51,6 +51,7 @@ TINY = [
     "1",
 ]
 
+
 def tiny_with(args: list[str]) -> list[str]:
     """TINY's flags with those of `args` in place of its own (an option is given once);
     a flag of `args` without a value (--no-prefill) is kept as it is."""

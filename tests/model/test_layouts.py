@@ -67,7 +67,6 @@ def test_a_window_beside_patterns_of_global_layers_alone_is_refused():
     result = runner.invoke(app, [*args, "--layer-pattern", "GG"])
     assert result.exit_code == 2
     assert result.stderr == (
-        "error: --sliding-window 4096: has no effect: --layer-pattern GG has no L layer "
-        "to bound\n"
+        "error: --sliding-window 4096: has no effect: --layer-pattern GG has no L layer to bound\n"
     )
     assert runner.invoke(app, [*args, "--layer-pattern", "GG,LG", "-q"]).exit_code == 0

@@ -43,7 +43,9 @@ COMMON: dict[str, tuple[str, str]] = {
     "num_heads": ("", "query heads Hq"),
     "num_kv_heads": ("", "KV heads Hkv"),
     "head_dim": ("", "head dimension D"),
-    "bias": ("", "projections with bias"),
+    "bias": ("", "q, k and v projections with bias"),
+    "biases": ("", "which projections carry a bias, in words: `no bias`, `bias` (all four), "
+                   "`q/k/v bias` (Qwen2's)"),
     "batch": ("sequences", "batch size B"),
     "dtype": ("", "the model's dtype: weights, activations, and the cache unless kv_dtype "
                   "says otherwise"),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from ..errors import ModelMismatchError
+from ..errors import FieldError, ModelMismatchError
 from ..model.architecture import ModelSpec
 from ..model.formulas import attention_params, projection_params
 from ..model.shapes import AttentionShape
@@ -17,7 +17,9 @@ from .context import Context, grid_order, no_links
 
 @dataclass(frozen=True, kw_only=True)
 class ParamsPoint:
-    """One layer shape; `model` names the preset or config.json it came from, if any."""
+    """One layer shape; `model` names the preset or config.json it came from, if any, and
+    `spec` is that model: a layer of it has the model's own biases, whatever `bias` says
+    (check refuses a `bias` that contradicts them)."""
 
     d_model: int
     num_heads: int
@@ -27,11 +29,20 @@ class ParamsPoint:
     model: str | None = None
     #: The model's own KV heads, when this point is one of a what-if set (model/what_if.py).
     published_kv_heads: int | None = None
+    spec: ModelSpec | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def model_biases(self) -> tuple[bool, bool] | None:
+        """(q/k/v, o) biases of the model's layers; None without a model whose body
+        attnbench knows (a count by transformers does not say them)."""
+        body = None if self.spec is None else self.spec.body
+        return None if body is None else (body.qkv_bias, body.o_bias)
 
     @property
     def shape(self) -> AttentionShape:
+        qkv, o = self.model_biases or (self.bias, None)
         return AttentionShape(
-            self.d_model, self.num_heads, self.num_kv_heads, self.head_dim, self.bias
+            self.d_model, self.num_heads, self.num_kv_heads, self.head_dim, qkv, o
         )
 
 
@@ -43,6 +54,8 @@ class ParamsRecord:
     num_kv_heads: int = key()
     head_dim: int = key()
     bias: bool = key()
+    #: Which projections carry a bias (AttentionShape.biases): 'q/k/v bias' for Qwen2's.
+    biases: str | None = info(None)
     q_params: int = exact()
     k_params: int = exact()
     v_params: int = exact()
@@ -63,7 +76,7 @@ COLUMNS = (
     # when it varies, the variant's name says it too
     ColumnSpec("kv heads", "num_kv_heads", "int", 45, setting=True, title="{:,} kv heads"),
     ColumnSpec("head_dim", "head_dim", "int", 13, setting=True, title="head_dim {:,}"),
-    ColumnSpec("bias", "bias", "flag", 14, setting=True, title="bias"),
+    ColumnSpec("bias", "biases", "label", 14, setting=True, title="{}"),
     ColumnSpec("q_proj", "q_params", "count", 40),
     ColumnSpec("k_proj", "k_params", "count", 40),
     ColumnSpec("v_proj", "v_params", "count", 40),
@@ -75,21 +88,35 @@ COLUMNS = (
 
 
 def count_module_params(shape: AttentionShape) -> int:
-    """Parameters of a GroupedQueryAttention built on the `meta` device (no memory used)."""
+    """Parameters of a GroupedQueryAttention built on the `meta` device (no memory used),
+    without the biases the shape does not have (Qwen2's o_proj)."""
     module = GroupedQueryAttention(
         shape.d_model,
         shape.num_heads,
         shape.num_kv_heads,
         head_dim=shape.head_dim,
-        bias=shape.bias,
+        bias=shape.bias or shape.out_bias,
         device="meta",
     )
+    biased = {"q_proj": shape.bias, "k_proj": shape.bias, "v_proj": shape.bias}
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        if not biased.get(name, shape.out_bias):  # a model's layer without this bias
+            getattr(module, name).register_parameter("bias", None)
     return sum(p.numel() for p in module.parameters())
 
 
 def check(point: ParamsPoint) -> None:
-    """Raise for a point that cannot run (the shape is validated on construction)."""
-    point.shape  # noqa: B018
+    """Raise for a point that cannot run (the shape is validated on construction), and
+    for a `bias` on a model whose projections have none: a model's layer has its own."""
+    shape = point.shape
+    if point.bias and point.model_biases is not None and not (shape.bias and shape.out_bias):
+        raise FieldError(
+            "bias",
+            True,
+            f"{point.model}'s projections have {shape.biases}: a model's layer is counted "
+            "with its own biases, and {bias} sets those of a shape given by its width and heads",
+            mentions=("bias",),
+        )
 
 
 def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
@@ -101,9 +128,7 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
         raise ModelMismatchError(
             f"{shape}: the formula gives {total} parameters but the module has {counted}"
         )
-    mha = AttentionShape(
-        shape.d_model, shape.num_heads, shape.num_heads, shape.head_dim, shape.bias
-    )
+    mha = replace(shape, num_kv_heads=shape.num_heads)
     return ParamsRecord(
         variant=shape.variant,
         d_model=shape.d_model,
@@ -111,6 +136,7 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
         num_kv_heads=shape.num_kv_heads,
         head_dim=shape.head_dim,  # type: ignore[arg-type]
         bias=shape.bias,
+        biases=shape.biases,
         **projection_params(shape),
         total_params=total,
         module_params=counted,

@@ -205,6 +205,31 @@ class CountedModel:
 
 
 @dataclass(frozen=True)
+class CountFix:
+    """Where transformers' count of a model type (CountedModel) is not the model as its
+    config gives it, which its part names or its build get wrong.
+
+    `experts`: the routed experts' parameters, every layer's, which the count holds in
+    its part `experts_in` ("mlp" where no module name says experts: JetMoE's MLP). In
+    the "experts" part, whatever the count holds beyond them must be `unbuilt`, what
+    transformers allocates that the model does not hold (LongCat-Flash's identity experts'
+    gate_up slices, which its forward never reads and its checkpoints do not store), and
+    is dropped. `attention_experts`: routed parameters the count keeps in "attention"
+    (JetMoE's attention experts, a token's query and output projections). `num_experts`
+    and `experts_per_token` route both. `reread`: parameters per part a step reads again
+    beyond the one copy held (Zamba2's shared transformer block, run at each of its
+    hybrid layers): time counts them at every use, memory once."""
+
+    experts: int = 0
+    experts_in: str = "experts"
+    unbuilt: int = 0
+    attention_experts: int = 0
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    reread: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A model: its attention layers and their count, plus (where known) per-layer sliding
     windows (None entries are global layers), MLA, the rest of the network and its context.
@@ -240,6 +265,8 @@ class ModelSpec:
     #: from the config.json at `config_path` (None for a preset).
     counted: CountedModel | None = None
     config_path: str | None = None
+    #: Corrections to `counted` for a model type transformers miscounts (CountFix).
+    count_fix: CountFix | None = None
     #: Why transformers did not count the whole model (not installed, or it does not
     #: build the model type); None when it did, or was not asked.
     uncounted: str | None = None

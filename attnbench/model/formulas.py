@@ -35,7 +35,7 @@ def projection_params(shape: AttentionShape) -> dict[str, int]:
         "q_params": d * shape.q_dim + bias * shape.q_dim,
         "k_params": d * shape.kv_dim + bias * shape.kv_dim,
         "v_params": d * shape.kv_dim + bias * shape.kv_dim,
-        "o_params": shape.q_dim * d + bias * d,
+        "o_params": shape.q_dim * d + int(shape.out_bias) * d,
     }
 
 

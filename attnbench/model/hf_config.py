@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, brief, spelled, typed
-from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
+from ..model.architecture import CountFix, MlaSpec, ModelBody, ModelSpec, MoeSpec
 from ..model.capacity import PATTERN_LETTERS, pattern_bounded
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
@@ -309,7 +309,61 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         states=None if plan is None or plan.state is None else plan.states,
         chunked=kind in CHUNKED_TYPES,
         unknown_kinds=None if plan is not None else _unknown_kinds(cfg, kind, where),
+        count_fix=_count_fix(cfg, kind, shape, plan, where),
     )
+
+
+def _count_fix(
+    cfg: dict, kind: str, shape: AttentionShape, plan: LayerPlan | None, where: str
+) -> CountFix | None:
+    """What transformers' count of `kind` gets wrong (CountFix), from the config's fields
+    with its configuration class's defaults; None for a type it counts right.
+
+    - LongCat-Flash: zero_expert_num identity experts beside the n_routed_experts, which
+      hold no weights, though transformers (5.24) allocates a gate_up slice for each; a
+      token's moe_topk routes may go to them (its experts read: at most moe_topk).
+    - JetMoE: num_local_experts in the MLP (gate_up and down of intermediate_size each,
+      named input_linear and output_linear) and in the attention (a query and an output
+      projection of its K and V heads' width each), num_experts_per_tok of each a token.
+    - Zamba2: num_mem_blocks shared transformer blocks (attention over the hidden state
+      and the embeddings, joined: 2 * d_model wide; a gated MLP; two norms), run in turn
+      at each hybrid layer: read again at each use beyond the first of each block."""
+    d = shape.d_model
+    if kind == "longcat_flash":
+        layers = int_field(cfg, "num_layers", where, 28, maximum=MAX_LAYERS)
+        routed = int_field(cfg, "n_routed_experts", where, 512, maximum=MAX_EXPERTS)
+        zero = int_field(cfg, "zero_expert_num", where, 0, minimum=0, maximum=MAX_EXPERTS)
+        width = int_field(cfg, "expert_ffn_hidden_size", where, 2048, maximum=MAX_WIDTH)
+        return CountFix(
+            experts=layers * routed * 3 * width * d,
+            unbuilt=layers * zero * 2 * width * d,
+            num_experts=routed,
+            experts_per_token=int_field(cfg, "moe_topk", where, 12, maximum=routed + zero),
+        )
+    if kind == "jetmoe":
+        layers = int_field(cfg, "num_hidden_layers", where, 12, maximum=MAX_LAYERS)
+        experts = int_field(cfg, "num_local_experts", where, 8, maximum=MAX_EXPERTS)
+        width = int_field(cfg, "intermediate_size", where, 5632, maximum=MAX_WIDTH)
+        return CountFix(
+            experts=layers * experts * 3 * width * d,
+            experts_in="mlp",
+            attention_experts=layers * experts * 2 * shape.kv_dim * d,
+            num_experts=experts,
+            experts_per_token=int_field(cfg, "num_experts_per_tok", where, 2, maximum=experts),
+        )
+    if kind == "zamba2" and plan is not None:
+        uses = plan.types.count("hybrid")
+        blocks = min(int_field(cfg, "num_mem_blocks", where, 1, maximum=MAX_LAYERS), uses)
+        width = int_field(cfg, "intermediate_size", where, 4 * d, maximum=MAX_WIDTH)
+        bias = bool_field(cfg, "add_bias_linear", where, False)
+        joined = 2 * d  # attention_hidden_size
+        block = {
+            "attention": joined * (shape.q_dim + 2 * shape.kv_dim) + shape.q_dim * d,
+            "mlp": 3 * width * d + bias * (2 * width + d),
+            "norms": joined + d,
+        }
+        return CountFix(reread=tuple((part, (uses - blocks) * n) for part, n in block.items()))
+    return None
 
 
 #: The fields that name the model's dtype: transformers reads `dtype`, and `torch_dtype`

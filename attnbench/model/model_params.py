@@ -40,7 +40,7 @@ their detail (a bias or norm inside a part split with it), and the same at tp 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from ..model.architecture import CountedModel, ModelBody, ModelSpec
@@ -119,8 +119,12 @@ def step_traits(spec: ModelSpec) -> StepTraits:
         body, moe = spec.body, spec.body.moe
         experts = (moe.num_experts, moe.experts_per_token) if moe else (0, 0)
         return StepTraits(body.vocab_size, body.tied_embeddings, body.position_embeddings, *experts)
-    counted = require_counted(spec)
-    routed = dict(counted.parts).get("experts")
+    counted, fix = require_counted(spec), spec.count_fix
+    routed = counted_parts(spec)["experts"]
+    if fix is not None and fix.num_experts and fix.experts_per_token:
+        counted = replace(
+            counted, num_experts=fix.num_experts, experts_per_token=fix.experts_per_token
+        )
     if routed and not (counted.num_experts and counted.experts_per_token):
         raise UsageError(
             f"{spec.name}: transformers builds it with routed experts, but its config gives "
@@ -182,14 +186,34 @@ def _mlp(d: int, inter: int, bias: bool, tp: int, gated: bool) -> int:
     return total
 
 
+def counted_parts(spec: ModelSpec) -> dict[str, int]:
+    """The parts of a model counted by transformers, corrected where its count is not the
+    model (ModelSpec.count_fix): the routed experts moved to "experts", and what
+    transformers allocates that the model does not hold dropped. A count that does not
+    hold what the fix expects is refused, not given wrong."""
+    counted = {part: dict(require_counted(spec).parts).get(part, 0) for part in COUNTED_PARTS}
+    fix = spec.count_fix
+    if fix is None or not fix.experts:
+        return counted
+    rest = counted[fix.experts_in] - fix.experts
+    if fix.experts_in == "experts" and rest in (0, fix.unbuilt):
+        rest = 0  # the unbuilt experts, or none where transformers builds the model's alone
+    if rest < 0 or (fix.experts_in == "experts" and rest):
+        raise UsageError(
+            f"{spec.name}: transformers counts {counted[fix.experts_in]:,} parameters in its "
+            f"{fix.experts_in}, not the {fix.experts:,} of the routed experts its config "
+            "gives: attnbench cannot tell which it holds"
+        )
+    counted[fix.experts_in] = rest
+    counted["experts"] += fix.experts
+    return counted
+
+
 def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
     """Parameters of each part on one of `tp` tensor-parallel ranks (tp=1: the whole model)."""
     if spec.body is None and spec.counted is not None:
-        counted = dict(spec.counted.parts)
-        return {
-            part: ceil_div(counted.get(part, 0), tp if part in SPLIT_PARTS else 1)
-            for part in COUNTED_PARTS
-        }
+        counted = counted_parts(spec)
+        return {part: ceil_div(n, tp if part in SPLIT_PARTS else 1) for part, n in counted.items()}
     body = require_body(spec)
     d, L, moe = spec.d_model, spec.num_layers, body.moe
     vocab = ceil_div(body.vocab_size, tp)
@@ -211,17 +235,36 @@ def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
     return parts
 
 
+def step_parts(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
+    """The parameters per part a step reads and computes with on one of `tp` ranks: each
+    part's (part_params), and again at every further use of a block the model shares among
+    its layers (CountFix.reread): memory holds it once, a step runs it at each use."""
+    parts = part_params(spec, tp)
+    if spec.body is None and spec.count_fix is not None:
+        for part, n in spec.count_fix.reread:
+            parts[part] += ceil_div(n, tp if part in SPLIT_PARTS else 1)
+    return parts
+
+
+def routed_attention(spec: ModelSpec, tp: int = 1) -> int:
+    """Routed parameters a count keeps in "attention" on one of `tp` ranks (JetMoE's
+    attention experts, CountFix.attention_experts), routed as the experts are."""
+    fix = spec.count_fix if spec.body is None else None
+    return 0 if fix is None else ceil_div(fix.attention_experts, tp)
+
+
 def total_params(spec: ModelSpec) -> int:
     return sum(part_params(spec).values())
 
 
 def active_params(spec: ModelSpec) -> int:
-    """Parameters one token uses: all but the routed experts it is not sent to."""
+    """Parameters one token uses: all but the routed experts it is not sent to (in the
+    attention too: JetMoE's)."""
     traits = step_traits(spec)
     if not traits.num_experts:
         return total_params(spec)
-    experts = part_params(spec)["experts"]
-    return total_params(spec) - experts // traits.num_experts * (
+    routed = part_params(spec)["experts"] + routed_attention(spec)
+    return total_params(spec) - routed // traits.num_experts * (
         traits.num_experts - traits.experts_per_token
     )
 

@@ -88,7 +88,9 @@ element of its recurrent state per token (decay and rank-one update, and the rea
 its projections 2 per parameter.
 
 A model counted by transformers (a type without formulas here) is its parts as counted:
-"state layers" and "other" timed as dense matmuls, 2 FLOPs per parameter a token uses.
+"state layers" and "other" timed as dense matmuls, 2 FLOPs per parameter a token uses;
+routed attention experts (JetMoE's) read as the experts are; a block shared by several
+layers (Zamba2's) read and computed at each use (model_params.step_parts).
 
 One attention layer's step (layer_counts; an MLA model's layer, mla_layer_counts: its
 share of the model's attention part and mla_counts of one layer) is counted as a model's
@@ -134,7 +136,14 @@ from .formulas import (
     step_traffic_bytes,
     visible_pairs,
 )
-from .model_params import has_whole_model, part_params, require_body, step_traits
+from .model_params import (
+    has_whole_model,
+    part_params,
+    require_body,
+    routed_attention,
+    step_parts,
+    step_traits,
+)
 from .shapes import AttentionShape
 from .weights import WeightFormat, weight_format
 
@@ -606,12 +615,14 @@ def step_counts(
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
         positive_int(field, value)
     fmt = weight_format(weights or dtype)
-    parts, traits = part_params(spec, tp), step_traits(spec)
+    parts, traits = step_parts(spec, tp), step_traits(spec)
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
+    routed_attn = routed_attention(spec, tp)  # read as the experts are
     vocab_rows = ceil_div(traits.vocab_size, tp)  # this rank's vocabulary
 
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
     body = sum(parts.values()) - parts["embeddings"] - parts["experts"] - parts["output head"]
+    body -= routed_attn
     if traits.tied_embeddings:
         table = parts["embeddings"]
     else:
@@ -626,7 +637,7 @@ def step_counts(
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
         touched = experts_touched(traits.num_experts, traits.experts_per_token, tokens)
-        body += round(per_expert * touched)
+        body += round((per_expert + routed_attn / traits.num_experts) * touched)
         expert_weights = traits.experts_per_token * per_expert  # what one token goes through
         expert_flops = 2 * tokens * expert_weights
         moe_kernels = MOE_KERNELS * L

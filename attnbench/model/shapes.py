@@ -30,13 +30,15 @@ def shape_label(d_model: int, num_heads: int, num_kv_heads: int) -> str:
 
 @dataclass(frozen=True)
 class AttentionShape:
-    """The hyper-parameters of one attention layer; validated on construction."""
+    """The hyper-parameters of one attention layer; validated on construction. `bias`:
+    biases on q, k and v, and on o unless `o_bias` says otherwise (Qwen2: q, k, v only)."""
 
     d_model: int
     num_heads: int
     num_kv_heads: int
     head_dim: int | None = None
     bias: bool = False
+    o_bias: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("d_model", "num_heads", "num_kv_heads"):
@@ -63,6 +65,19 @@ class AttentionShape:
     @property
     def variant(self) -> str:
         return variant_label(self.num_heads, self.num_kv_heads)
+
+    @property
+    def out_bias(self) -> bool:
+        """Whether o_proj has a bias."""
+        return self.bias if self.o_bias is None else self.o_bias
+
+    @property
+    def biases(self) -> str:
+        """Which projections carry a bias, as a table says it: 'bias' (all four), 'no
+        bias', 'q/k/v bias', 'o bias'."""
+        if self.bias == self.out_bias:
+            return "bias" if self.bias else "no bias"
+        return "q/k/v bias" if self.bias else "o bias"
 
     @property
     def q_dim(self) -> int:

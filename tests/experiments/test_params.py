@@ -33,6 +33,7 @@ COLUMNS = [
     "num_kv_heads",
     "head_dim",
     "bias",
+    "biases",
     "q_params",
     "k_params",
     "v_params",
@@ -150,7 +151,8 @@ def test_cli_params_csv_and_json(tmp_path):
         assert list(rec) == COLUMNS
         assert row["variant"] == rec["variant"]
         assert row["bias"] == str(rec["bias"]) == "False"
-        for col in COLUMNS[1:5] + COLUMNS[6:12]:
+        assert row["biases"] == rec["biases"] == "no bias"
+        for col in COLUMNS[1:5] + COLUMNS[7:13]:
             assert int(row[col]) == rec[col], col
         assert float(row["ratio_vs_mha"]) == rec["ratio_vs_mha"]
     assert [r["variant"] for r in records] == ["MHA", "GQA-8", "GQA-4", "MQA"]
@@ -241,3 +243,50 @@ def test_cli_params_usage_errors(args, words):
     assert lines[0].startswith("error: ")
     for word in words:
         assert word in lines[0], lines[0]
+
+
+def test_a_models_layer_has_the_models_biases() -> None:
+    """Qwen2's q, k and v carry biases, its o none; GPT-3's all four: a model's layer is
+    counted with them, whatever the bias setting of synthetic shapes says."""
+    from attnbench.errors import FieldError
+    from attnbench.experiments.params import check
+    from attnbench.model.presets import get_preset
+
+    qwen, gpt3 = get_preset("qwen2.5-7b"), get_preset("gpt3-175b")
+    fields = {"d_model": 3584, "num_heads": 28, "num_kv_heads": 4, "head_dim": 128}
+    record = run(ParamsPoint(**fields, model=qwen.name, spec=qwen))
+    assert record.biases == "q/k/v bias"
+    assert record.q_params == 3584 * 3584 + 3584
+    assert record.o_params == 3584 * 3584  # no bias on o
+    assert record.module_params == record.total_params
+    gpt = {"d_model": 12288, "num_heads": 96, "num_kv_heads": 96, "head_dim": 128}
+    assert run(ParamsPoint(**gpt, model=gpt3.name, spec=gpt3)).biases == "bias"
+    check(ParamsPoint(**gpt, bias=True, model=gpt3.name, spec=gpt3))
+    with pytest.raises(FieldError, match="q/k/v bias"):
+        check(ParamsPoint(**fields, bias=True, model=qwen.name, spec=qwen))
+
+
+def test_params_shows_a_models_biases() -> None:
+    result = runner.invoke(app, ["params", "--model", "qwen2.5-7b"])
+    assert result.exit_code == 0, result.output
+    assert "q/k/v bias" in result.output
+    refused = runner.invoke(app, ["params", "--model", "llama-3-8b", "--bias"])
+    assert refused.exit_code == 2
+    assert "llama-3-8b's projections have no bias" in refused.output
+
+
+def test_params_of_a_config_shows_its_biases(tmp_path) -> None:
+    config = {
+        "model_type": "qwen2",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = runner.invoke(app, ["params", "--hf-config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "q/k/v bias" in result.output

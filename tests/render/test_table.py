@@ -75,6 +75,7 @@ def params_rows() -> list[dict]:
                 num_kv_heads=kv,
                 head_dim=HEAD_DIM,
                 bias=False,
+                biases="no bias",
                 q_params=q,
                 k_params=k,
                 v_params=v,

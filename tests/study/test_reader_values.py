@@ -161,7 +161,7 @@ def test_a_csv_cut_short_is_refused_naming_the_line(params_csv, tmp_path):
     lines = params_csv.splitlines()
     cut = "\n".join([*lines[:3], lines[3][: len(lines[3]) // 2]]) + "\n"
     line = _compare_csv(tmp_path, params_csv, cut)
-    assert "line 4: " in line and "fewer than the header's 14 columns" in line
+    assert "line 4: " in line and "fewer than the header's 15 columns" in line
 
 
 @pytest.mark.parametrize("number", ["1_6384", "\uff11\uff16\uff13\uff18\uff14", " 16384", "16384 "])

@@ -614,12 +614,36 @@ def check_section(values: Mapping[str, list], options: DecodeOptions, given: set
         name = replaced[0]
         listed = ",".join(map(str, values[name]))
         raise FieldError(name, listed, "is set by the batch spec: give one or the other")
+    check_unused(values, options, given)
     swept = values.get("provider", [])
     baseline = options.baseline_provider
     if "baseline_provider" in given and baseline not in swept:
         raise FieldError(
             "baseline_provider", baseline, f"is not among the providers swept ({', '.join(swept)})"
         )
+
+
+#: The options that say when adaptive sampling stops: a fixed number of repeats replaces them.
+ADAPTIVE = ("min_repeats", "max_time", "target_rel_ci")
+
+
+def check_unused(values: Mapping[str, list], options: DecodeOptions, given: set[str]) -> None:
+    """Refuse options given (`given`) that nothing would read: adaptive sampling's beside a
+    fixed number of repeats; a no-cache cut where no point runs without the cache; a
+    reference that is the one provider timed."""
+    if options.repeats is not None:
+        for name in ADAPTIVE:
+            if name in given:
+                reason = "has no effect beside {repeats}, which fixes the samples a point takes"
+                raise FieldError(name, getattr(options, name), reason, ("repeats",))
+    if "no_cache_max_prompt_len" in given and "no_cache" not in values.get("mode", ["cache"]):
+        reason = "has no effect: no point runs without the cache ({mode} has no no_cache)"
+        raise FieldError(
+            "no_cache_max_prompt_len", options.no_cache_max_prompt_len, reason, ("mode",)
+        )
+    if "reference" in given and values.get("provider") == [options.reference]:
+        reason = "is the provider timed: give another to check its outputs against, or none"
+        raise FieldError("reference", options.reference, reason)
 
 
 def check_serving(values: Mapping[str, list], options: DecodeOptions, given: set[str]) -> None:

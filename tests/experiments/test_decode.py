@@ -652,3 +652,25 @@ def test_a_models_rows_say_they_time_one_layer_of_it(tmp_path):
     assert "one attention layer of tiny-llama" in " ".join(result.stdout.split())
     bare = runner.invoke(app, ["decode-speed", *tiny_with(quick)])
     assert bare.exit_code == 0 and "attention layer of" not in bare.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--repeats", "3", "--max-time", "0.2"], "--max-time 0.2: has no effect beside --repeats"),
+        (["--repeats", "3", "--min-repeats", "9"], "--min-repeats 9: has no effect beside"),
+        (["--repeats", "3", "--target-rel-ci", "0.1"], "--target-rel-ci 0.1: has no effect"),
+        (
+            ["--mode", "cache", "--no-cache-max-prompt-len", "8"],
+            "--no-cache-max-prompt-len 8: has no effect: no point runs without the cache",
+        ),
+        (
+            ["--provider", "attnbench", "--reference", "attnbench"],
+            "--reference attnbench: is the provider timed",
+        ),
+    ],
+)
+def test_options_nothing_would_read_are_refused(args, message):
+    result = runner.invoke(app, ["decode-speed", *tiny_with(args)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {message}"), result.stderr

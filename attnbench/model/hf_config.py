@@ -327,7 +327,8 @@ def _count_fix(
       projection of its K and V heads' width each), num_experts_per_tok of each a token.
     - Zamba2: num_mem_blocks shared transformer blocks (attention over the hidden state
       and the embeddings, joined: 2 * d_model wide; a gated MLP; two norms), run in turn
-      at each hybrid layer: read again at each use beyond the first of each block."""
+      at each hybrid layer: read again at each use beyond the first of each block. Zamba:
+      one such block (attention_hidden_size wide, no biases), at every hybrid layer."""
     d = shape.d_model
     if kind == "longcat_flash":
         layers = int_field(cfg, "num_layers", where, 28, maximum=MAX_LAYERS)
@@ -351,12 +352,20 @@ def _count_fix(
             num_experts=experts,
             experts_per_token=int_field(cfg, "num_experts_per_tok", where, 2, maximum=experts),
         )
-    if kind == "zamba2" and plan is not None:
+    if kind in ("zamba", "zamba2") and plan is not None:
         uses = plan.types.count("hybrid")
-        blocks = min(int_field(cfg, "num_mem_blocks", where, 1, maximum=MAX_LAYERS), uses)
-        width = int_field(cfg, "intermediate_size", where, 4 * d, maximum=MAX_WIDTH)
-        bias = bool_field(cfg, "add_bias_linear", where, False)
-        joined = 2 * d  # attention_hidden_size
+        v2 = kind == "zamba2"  # Zamba: one block, no biases, its own joined width
+        blocks = int_field(cfg, "num_mem_blocks", where, 1, maximum=MAX_LAYERS) if v2 else 1
+        blocks = min(blocks, uses)
+        width = int_field(
+            cfg, "intermediate_size", where, 4 * d if v2 else 14848, maximum=MAX_WIDTH
+        )
+        bias = v2 and bool_field(cfg, "add_bias_linear", where, False)
+        joined = (
+            2 * d
+            if v2
+            else int_field(cfg, "attention_hidden_size", where, 2 * d, maximum=MAX_WIDTH)
+        )
         block = {
             "attention": joined * (shape.q_dim + 2 * shape.kv_dim) + shape.q_dim * d,
             "mlp": 3 * width * d + bias * (2 * width + d),

@@ -662,8 +662,15 @@ def step_counts(
             spec.windows or (None,) * spec.kv_layers,
         )
     dense = 2 * tokens * sum(parts.get(p, 0) for p in dense_parts)
+    projections = attention.flops - attention.core_flops  # the shape's (MLA: expansions)
     if spec.mla is not None:  # the MLA projections: 2 per weight per token
-        dense += 2 * tokens * parts["attention"]
+        projections += 2 * tokens * parts["attention"]
+    elif spec.body is None:
+        # a model counted by transformers, whose layer shape need not say its projections
+        # (Zamba2's shared block projects the hidden state and the embeddings joined, at
+        # each use): 2 per weight per token, routed ones (JetMoE's) for a token's share
+        routed = routed_attn * traits.experts_per_token // max(traits.num_experts, 1)
+        projections = 2 * tokens * (parts["attention"] - routed_attn + routed)
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
@@ -675,7 +682,12 @@ def step_counts(
         + tokens
         * fmt.activation_quant_bytes(dtype)
         * _matmul_inputs(spec, parts, expert_weights, tp),
-        flops=attention.flops + dense + expert_flops + 2 * batch * head + state_flops,
+        flops=attention.core_flops
+        + projections
+        + dense
+        + expert_flops
+        + 2 * batch * head
+        + state_flops,
         attention_flops=attention.core_flops + state_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,

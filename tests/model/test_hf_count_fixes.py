@@ -21,6 +21,7 @@ from attnbench.model.model_params import (
     step_traits,
     total_params,
 )
+from attnbench.model.roofline import decode_counts
 
 LONGCAT = {
     "model_type": "longcat_flash",
@@ -64,6 +65,20 @@ ZAMBA2 = {
     "mamba_headdim": 32,
     "mamba_d_state": 8,
     "num_mem_blocks": 2,
+    "vocab_size": 100,
+}
+
+
+ZAMBA = {
+    "model_type": "zamba",
+    "hidden_size": 64,
+    "num_hidden_layers": 7,
+    "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "n_mamba_heads": 2,
+    "intermediate_size": 96,
+    "mamba_d_state": 8,
     "vocab_size": 100,
 }
 
@@ -155,3 +170,18 @@ def test_zamba2_shared_blocks_are_read_at_each_use(tmp_path) -> None:
     shared = _sum(built, r"shared_transformer\.(?!.*adapter)")
     assert sum(step_parts(spec).values()) == total_params(spec) + shared
     assert sum(step_parts(spec, tp=2).values()) > sum(part_params(spec, tp=2).values())
+    # the shared attention projects the hidden state and the embeddings joined (twice
+    # the width of the layer shape), at each use: a token's matmuls are 2 FLOPs a weight
+    # of every use, the head's included
+    parts = step_parts(spec)
+    used = sum(parts[p] for p in ("attention", "mlp", "router", "state layers", "other"))
+    step = decode_counts(spec, 1, 8, "float32")
+    assert step.flops - step.attention_flops == 2 * used + 2 * 100 * 64
+
+
+def test_zamba_shares_one_block_among_its_hybrid_layers(tmp_path) -> None:
+    built = _built(ZAMBA)
+    spec = _loaded(ZAMBA, tmp_path)
+    assert total_params(spec) == sum(built.values())
+    shared = _sum(built, r"shared_transf\.")  # held once, run at each of 4 hybrid layers
+    assert shared and sum(step_parts(spec).values()) == total_params(spec) + 3 * shared

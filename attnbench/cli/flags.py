@@ -47,8 +47,11 @@ def describe_error(error: UsageError) -> str:
     if isinstance(error, Problems):
         return "\n".join(error.lines(describe_error))
     if isinstance(error, FieldError) and error.location is None:
-        value = "" if error.value is None else f" {show_value(error.value)}"
-        return f"{flag_of(error.field)}{value}: {error.reason_with(flag_of)}"
+        if error.value is None:
+            given = flag_of(error.field)
+        else:  # a switch as typed: --bias, --no-prefill
+            given = _typed_flag(error.field, error.value)
+        return f"{given}: {error.reason_with(flag_of)}"
     if isinstance(error, MissingFields) and error.source is None:
         return error.render(flag_of)
     if isinstance(error, TooManyPoints):

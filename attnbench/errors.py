@@ -8,6 +8,7 @@ typed: the flag and its value, or `kvmem.tp: 3 (study.yaml)`.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
 from collections.abc import Callable, Iterable
@@ -135,10 +136,26 @@ def typed(text: str) -> str:
     return text if text and text.strip() == text and text.isprintable() else repr(text)
 
 
-def spelled(value: Any, show: Callable[[Any], str] = brief) -> str:
+def spelled(value: Any, show: Callable[[Any], str] = brief, width: int = 60) -> str:
     """`value` for a message as JSON and YAML spell it: null, true and false, not Python's
-    None, True and False; any other value as `show` gives it."""
-    return json.dumps(value) if value is None or isinstance(value, bool) else show(value)
+    None, True and False, also inside a list or an object (["a", null]); a date YAML read
+    from an unquoted 2001-12-14 as it was written; any other value as `show` gives it."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, (list, dict)):
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=_as_written)
+        except (TypeError, ValueError):  # an int too long to write, a key of another kind
+            return show(value)
+        return text if len(text) <= width else text[: width - 3] + "..."
+    return show(value)
+
+
+def _as_written(value: Any) -> str:
+    """A value JSON has no form for, as YAML's text gave it (a date), else as Python's."""
+    return value.isoformat() if isinstance(value, (datetime.date, datetime.time)) else repr(value)
 
 
 def closest(name: str, choices: Iterable[str]) -> str:

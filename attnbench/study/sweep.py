@@ -18,6 +18,7 @@ the key as the file spells it.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import os
@@ -68,6 +69,12 @@ MAX_SWEEP_FILE_BYTES = 1 << 20
 MAX_PROBLEM_LINES = 20
 
 
+def _got(value: Any) -> str:
+    """What a value of the wrong type is, for a message: an unquoted 2001-12-14 is a date
+    to YAML, else the value as YAML spells it."""
+    return "a date" if isinstance(value, (datetime.date, datetime.time)) else spelled(value)
+
+
 def check_value(name: str, value: Any) -> str | None:
     """Why one scalar value does not fit field `name` (its type, range or choices), or
     None when it does: what flags and sweep files are both checked by."""
@@ -78,14 +85,14 @@ def check_value(name: str, value: Any) -> str | None:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             words = f" or {' or '.join(spec.words)}" if spec.words else ""
-            return f"expected an integer{words}, got {spelled(value)}"
+            return f"expected an integer{words}, got {_got(value)}"
         if spec.minimum is not None and value < spec.minimum:
             return f"must be >= {spec.minimum}"
         if too_large := above_maximum(name, value):
             return too_large
     elif spec.type is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"expected a number, got {spelled(value)}"
+            return f"expected a number, got {_got(value)}"
         if isinstance(value, float) and not math.isfinite(value):  # an int is never inf
             return "must be a finite number"
         if value <= 0:
@@ -94,9 +101,9 @@ def check_value(name: str, value: Any) -> str | None:
             return too_large
     elif spec.type is bool:
         if not isinstance(value, bool):
-            return f"expected true or false, got {spelled(value)}"
+            return f"expected true or false, got {_got(value)}"
     elif not isinstance(value, str):
-        return f"expected a string, got {spelled(value)}: {spec.help}"  # the help shows the form
+        return f"expected a string, got {_got(value)}: {spec.help}"  # the help shows the form
     if spec.choices and value not in spec.choices:
         kind = "dtype" if "dtype" in name else "value"
         return (
@@ -108,7 +115,7 @@ def check_value(name: str, value: Any) -> str | None:
 
 def _check_models(value: Any, where: str, problems: list[str]) -> None:
     if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
-        problems.append(f"{where}: expected a list of names or paths, got {brief(value)}")
+        problems.append(f"{where}: expected a list of names or paths, got {spelled(value)}")
 
 
 def validate_section(section: str, body: Any, problems: list[str], source: str) -> None:
@@ -126,7 +133,8 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
             continue
         name = ALIASES.get(name, name)
         if name not in FIELDS:
-            problems.append(f"{where}: unknown key {brief(name)}{closest(str(name), FIELDS)}")
+            near = closest(name, FIELDS) if isinstance(name, str) else ""
+            problems.append(f"{where}: unknown key {spelled(name)}{near}")
             continue
         spec = FIELDS[name]
         if section in SECTIONS and section not in spec.sections:
@@ -189,7 +197,8 @@ def load_config(path: str | Path | None) -> StudyConfig:
     for section, body in data.items():
         if section not in FILE_KEYS:
             problems.append(
-                f"{path}: unknown key {brief(section)}{closest(str(section), FILE_KEYS)}"
+                f"{path}: unknown key {spelled(section)}"
+                f"{closest(section, FILE_KEYS) if isinstance(section, str) else ''}"
             )
         elif section == "models":
             _check_models(body, f"{path}: models", problems)

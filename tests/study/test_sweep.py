@@ -925,3 +925,24 @@ def test_a_model_given_twice_is_refused(tmp_path, models, again):
     with pytest.raises(UsageError, match="again: give each model once") as caught:
         plan_study(path, "cpu")
     assert again in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "defaults: {d_model: 2001-12-14, num_heads: 4}\nparams: {}\n",
+            "study.yaml): expected an integer, got a date",
+        ),
+        ("defaults: {null: 3, d_model: 64, num_heads: 4}\nparams: {}\n", "unknown key null\n"),
+        ("models: [null]\nparams: {}\n", "models: expected a list of names or paths, got [null]"),
+        ("2001-01-01: {}\n", "unknown key 2001-01-01\n"),
+    ],
+)
+def test_yaml_values_are_spelled_as_yaml_writes_them(tmp_path, text, message):
+    """null, not None; [null], not [None]; a date as it was written, not datetime.date."""
+    study = write_yaml(tmp_path, text)
+    result = runner.invoke(app, ["run", str(study), "--dry-run"])
+    assert result.exit_code == 2
+    assert message in result.stderr and "None" not in result.stderr, result.stderr
+    assert "datetime" not in result.stderr and "(2001, 12" not in result.stderr

@@ -357,8 +357,9 @@ def _unwritable_reason(p: Path) -> str | None:
     if problem:
         return problem
     try:
-        if p.exists():  # what is there: the writer's own checks
-            writable_target(p)
+        # what is there: the writer's own checks (a link too: a loop, or one to no file
+        # yet, which writes its target's folder)
+        if (p.is_symlink() or p.exists()) and writable_target(p).exists():
             return None
         folder = Path(os.path.realpath(p)).parent  # a symlink to no file yet writes its target
         while not folder.exists() and folder != folder.parent:

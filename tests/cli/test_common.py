@@ -143,3 +143,14 @@ def test_an_option_given_twice_is_refused_not_dropped(args, flag):
 def test_a_flag_may_repeat():
     result = runner.invoke(app, ["params", "--d-model", "64", "--heads", "4", "-q", "-q"])
     assert result.exit_code == 0, result.output
+
+
+def test_an_output_through_a_symlink_loop_is_refused_before_the_work(tmp_path):
+    """Refused by the outputs' check, not by the write after the work (which keeps the
+    records elsewhere and says so)."""
+    loop = tmp_path / "a.json"
+    loop.symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(loop)
+    result = runner.invoke(app, ["params", "--d-model", "64", "--heads", "4", "--json", str(loop)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: --json {loop}: Too many levels of symbolic links\n"

@@ -65,6 +65,7 @@ import numpy as np
 
 from ..errors import UsageError, brief
 from ..measure.stats import BUSY_CPU_SHARE, Measurement, bootstrap_bounds, bootstrap_medians
+from ..model.units import ratio_text
 from ..records import SAMPLED, Kind, Status, gated_timing, ratio_against
 from ..study.documents import Document, hashable, is_number, kinds_of
 from ..study.output import SCHEMA_VERSION
@@ -388,12 +389,14 @@ class RunDrift:
     probes: tuple[float, ...]
     drift: float
 
-    def text(self) -> str:
-        """'the current run's copy peak moved 2.03x during the run (14.0, then 6.9 GB/s)'."""
+    def text(self, threshold: float | None = None) -> str:
+        """'the current run's copy peak moved 2.03x during the run (14.0, then 6.9 GB/s)',
+        its ratio told apart from a `threshold` ratio it is held against (ratio_text)."""
         peak = "copy peak" if self.dtype is None else f"{self.dtype} matmul peak"
         readings = ", then ".join(f"{v:.4g}" for v in self.probes)
         return (
-            f"the {self.run} run's {peak} moved {1 + self.drift:.2f}x during the run "
+            f"the {self.run} run's {peak} moved {ratio_text(1 + self.drift, threshold)} "
+            "during the run "
             f"({readings} {PROBE_FIELDS[self.field]})"
         )
 
@@ -483,7 +486,7 @@ class Mismatch:
             effect = f"{times(ratio)} ({effect})"
         elif ratio is not None:
             effect = times(ratio)
-        why = " and ".join(d.text() for d in moved)
+        why = " and ".join(d.text(1 + th.time) for d in moved)
         reason = f"{effect}, {NOT_RESOLVED}: {why}, beyond {_threshold(th)}"
         return replace(judgement, verdict=Verdict.INCONCLUSIVE, reason=reason)
 

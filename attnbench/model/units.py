@@ -140,3 +140,13 @@ def format_duration(seconds: float) -> str:
 def parse_duration(text: str, field: str, zero: bool = False) -> float:
     """A duration with its unit in seconds: '50ms' -> 0.05 (see duration_seconds)."""
     return float(duration_seconds(text, field, zero))
+
+
+def ratio_text(value: float, other: float | None = None) -> str:
+    """'1.25x': two decimals, or up to four where two would read as `other` does though
+    the two differ (a peak that moved 1.1009x, beyond a 1.10x threshold)."""
+    for digits in (2, 3, 4):
+        text = f"{value:.{digits}f}x"
+        if other is None or value == other or text != f"{other:.{digits}f}x":
+            break
+    return text

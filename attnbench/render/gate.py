@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..model.units import format_bytes
+from ..model.units import format_bytes, ratio_text
 from ..records import SAMPLED, Kind
 from .columns import known
 from .table import Column, build_table, markdown_text, print_view
@@ -166,14 +166,15 @@ def _context_lines(result: Comparison) -> list[str]:
     if moved or during:
         held_to, threshold = result.timing_threshold(), result.thresholds.time
         held = (
-            f"timings are held to a {1 + held_to:.2f}x threshold, not {1 + threshold:.2f}x"
+            f"timings are held to a {ratio_text(1 + held_to, 1 + threshold)} threshold, "
+            f"not {1 + threshold:.2f}x"
             if held_to > threshold
             else f"within the {1 + threshold:.2f}x timing threshold"
         )
         between = f"{_changes(moved)}; {1 + result.drift():.2f}x" if moved else ""
         if during:
             between += " between the runs; " if moved else ""
-            between += "; ".join(d.text() for d in during)
+            between += "; ".join(d.text(1 + threshold) for d in during)
             runs = list(dict.fromkeys(d.run for d in during))
             whose = f"the {runs[0]} run's" if len(runs) == 1 else "both runs'"
             held += f", and none is unchanged: {whose} timings hold for neither moment"

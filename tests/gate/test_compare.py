@@ -986,6 +986,18 @@ def test_a_file_without_probes_beside_one_that_moved_is_judged_by_the_one_that_d
     assert timing_verdicts(tmp_path, base, again) == {Verdict.UNCHANGED}
 
 
+def test_a_move_beyond_the_threshold_never_reads_as_the_threshold():
+    """A copy peak that moved 1.1009x is beyond a 1.10x threshold: said as 1.101x."""
+    from attnbench.gate.compare import run_drifts
+    from attnbench.model.units import ratio_text
+
+    moved = run_drifts(probed([13.43, 12.2]), "current")[0]  # the largest first
+    assert "moved 1.101x during the run" in moved.text(1.10)
+    assert "moved 1.10x during the run" in moved.text()
+    assert ratio_text(1.25, 1.10) == "1.25x" and ratio_text(1.1, 1.1) == "1.10x"
+    assert ratio_text(1.10001, 1.1) == "1.1000x"  # four decimals at most
+
+
 def test_a_runs_move_is_measured_by_the_projects_one_rule():
     """run_drifts reads the probes as measure.timing.drift does (the run's own summary and
     its calibration): the largest over the smallest; a peak probed once, or with no

@@ -27,7 +27,7 @@ from pathlib import Path
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
-from ..errors import FieldError, UsageError, closest, spelled
+from ..errors import FieldError, UsageError, closest, spelled, typed
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
 from .files import json_int, not_text, read_user_file, shown_path, unique_keys
 from .roofline import (
@@ -400,6 +400,8 @@ def parse_calibration(doc: Mapping[str, Any], where: str) -> Calibration:
     source = doc.get("source", f"loaded from {where}")
     if not isinstance(source, str):
         raise FieldError("source", source, "must be text")
+    if not source.isprintable():  # shown in notes: a line break or an escape, quoted
+        source = typed(source)
     overhead = doc["overhead_s"]
     if is_number(overhead) and overhead > MAX_OVERHEAD_S:
         raise FieldError("overhead_s", overhead, f"must be at most {MAX_OVERHEAD_S:g} s per layer")

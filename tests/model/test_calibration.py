@@ -222,6 +222,15 @@ def test_a_file_without_source_says_where_it_came_from():
     assert load_calibration(doc).model.source == "loaded from calibration"
 
 
+def test_a_source_with_a_line_break_or_an_escape_is_shown_quoted():
+    """The source is shown in predict's notes: the file cannot write a line of its own
+    (a fake 'error:') or colour the terminal."""
+    source = "x\x1b[31mred\nerror: a line the file wrote"
+    shown = load_calibration({**model_dict(TRUE), "source": source}).model.source
+    assert shown == repr(source) and shown.isprintable()
+    assert load_calibration(model_dict(TRUE)).model.source == TRUE.source
+
+
 @pytest.mark.parametrize(
     ("field", "value", "shown"),
     [

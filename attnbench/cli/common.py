@@ -23,7 +23,7 @@ import typer
 from rich.text import Text
 
 from ..errors import FieldError, UsageError
-from ..model.files import bad_name, refuse_empty, shown_path
+from ..model.files import bad_name, dangling_folder, refuse_empty, shown_path
 from ..records import as_dict
 from ..render.columns import join_words
 from ..render.table import (
@@ -180,6 +180,9 @@ def section_command(
 
 def model_refs(model: str | None, hf_config: str | None) -> list[str] | None:
     """--model / --hf-config as a list of model references (None when neither is given)."""
+    if model is not None and not model.strip():  # a variable the shell found unset
+        reason = "empty; give a preset's name (attnbench models) or a config.json"
+        raise FieldError("model", model, reason)
     if model and hf_config:
         raise UsageError("--model and --hf-config: give one or the other, not both")
     from ..study.sweep import is_model_file  # the config readers: not for --help
@@ -353,7 +356,7 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 def _unwritable_reason(p: Path) -> str | None:
     """Why a file cannot be written at `p` (what is there, or the folder it would go in),
     or None."""
-    problem = bad_name(p)  # before a folder on the way to it is made
+    problem = bad_name(p) or dangling_folder(p)  # before a folder on the way is made
     if problem:
         return problem
     try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import FieldError, UsageError, one_line
-from ..model.files import bad_name, refuse_empty, shown_path
+from ..model.files import bad_name, dangling_folder, refuse_empty, shown_path
 from ..study.limits import MAX_POINTS, MAX_SHARDS
 from ..study.output import keep_records, kept_text
 from ..study.saved import unsaved
@@ -195,8 +195,8 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
     from ..study.stores import foreign_files, listed
 
     shown = shown_path(out_dir)
-    problem = bad_name(out_dir)  # before a folder on the way to it is made
-    if problem:
+    problem = bad_name(out_dir) or dangling_folder(out_dir, itself=True)
+    if problem:  # before a folder on the way to it is made
         raise FieldError("out", shown, f"cannot use it: {problem}")
     try:
         if not stat.S_ISDIR(os.stat(out_dir).st_mode):

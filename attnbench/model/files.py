@@ -33,6 +33,17 @@ def refuse_empty(field: str, path: str | Path | None) -> None:
         raise FieldError(field, "", "empty; give a file's name")
 
 
+def dangling_folder(path: str | Path, itself: bool = False) -> str | None:
+    """Why no folder can be made on the way to `path` (or, `itself`, at it): one of them
+    is a symlink to nothing, which a folder cannot be made over ("File exists"); None
+    when none is."""
+    path = Path(path)
+    for folder in [path, *path.parents][0 if itself else 1 :]:
+        if folder.is_symlink() and not folder.exists():
+            return f"{folder} is a symlink to nothing ({os.readlink(folder)})"
+    return None
+
+
 def bad_name(path: str | Path) -> str | None:
     """Why the system would refuse `path` as a file's name, perhaps only once the folders
     before it are made: a part longer than any file's name can be (ENAMETOOLONG), or a

@@ -154,3 +154,26 @@ def test_an_output_through_a_symlink_loop_is_refused_before_the_work(tmp_path):
     result = runner.invoke(app, ["params", "--d-model", "64", "--heads", "4", "--json", str(loop)])
     assert result.exit_code == 2
     assert result.stderr == f"error: --json {loop}: Too many levels of symbolic links\n"
+
+
+def test_an_output_under_a_symlink_to_nothing_is_refused_naming_it(tmp_path):
+    """A folder cannot be made over a dangling symlink: the system says only 'File
+    exists'."""
+    link = tmp_path / "gone"
+    link.symlink_to(tmp_path / "nowhere")
+    why = f"{link} is a symlink to nothing ({tmp_path / 'nowhere'})"
+    args = ["params", "--d-model", "64", "--heads", "4", "--json", str(link / "p.json")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and result.stderr == f"error: --json {link / 'p.json'}: {why}\n"
+    study = tmp_path / "s.yaml"
+    study.write_text("defaults: {d_model: 64, num_heads: 4}\nparams: {}\n")
+    for out in (link, link / "study"):
+        result = runner.invoke(app, ["run", str(study), "--out", str(out), "-q"])
+        assert result.exit_code == 2
+        assert result.stderr == f"error: --out {out}: cannot use it: {why}\n"
+
+
+def test_an_empty_model_is_named_empty():
+    result = runner.invoke(app, ["params", "--model", ""])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --model '': empty; give a preset's name")

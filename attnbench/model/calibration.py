@@ -383,6 +383,11 @@ def load_calibration(path_or_dict: str | Path | Mapping[str, Any]) -> Calibratio
     a missing or unknown field. A file of the model alone (no gpu) has no device: its
     efficiencies apply to any."""
     doc, where = _read(path_or_dict)
+    if "schema_version" in doc and ("records" in doc or "sections" in doc):
+        raise UsageError(
+            f"{where}: a results file, not a calibration file: a calibration is fitted "
+            "from the timed steps of one"
+        )
     known = (*MODEL_FIELDS, *DEVICE_FIELDS)
     unknown = [k for k in doc if k not in known]
     if unknown:

@@ -114,6 +114,8 @@ def parse_document(doc: Any, path: str | Path) -> Document:
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: expected a JSON object written by attnbench")
     version = doc.get("schema_version")
+    if version is None and "efficiency_bw" in doc:  # what predict's calibration writes
+        raise UsageError(f"{path}: a calibration file of the performance model, not results")
     if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 in Python
         raise UsageError(f"{path}: schema_version {spelled(version)} is not supported (expected 1)")
     command = doc.get("command")

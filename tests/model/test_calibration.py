@@ -282,3 +282,10 @@ def test_calibration_finds_the_parts_of_steps_whose_attention_is_compute_bound()
     assert fit.efficiency_kv == pytest.approx(0.3)
     assert fit.efficiency_flops == pytest.approx(0.6)
     assert fit.overhead_s == pytest.approx(5e-6)
+
+
+def test_a_results_file_given_as_a_calibration_says_so(tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"schema_version": 1, "command": "predict", "records": []}))
+    with pytest.raises(UsageError, match="a results file, not a calibration file"):
+        load_calibration(results)

@@ -1014,3 +1014,14 @@ def test_every_sections_csv_reads_back_as_its_section(tmp_path, command, args, s
         doc = load_document(tmp_path / name)
         assert doc.command == section and list(doc.sections) == [section]
         assert doc.sections[section]
+
+
+def test_a_calibration_file_given_as_results_says_so(tmp_path):
+    calibration = tmp_path / "cal.json"
+    fields = {"efficiency_bw": 0.8, "efficiency_flops": 0.7, "overhead_s": 0.0}
+    calibration.write_text(json.dumps(fields))
+    result = runner.invoke(app, ["compare", str(calibration), str(calibration)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {calibration}: a calibration file of the performance model, not results\n"
+    )

@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import FieldError
+from ..errors import FieldError, brief
 from ..gate.rules import GATING_ENV_FIELDS
 from ..model.files import shown_path
 from ..records import Kind, gated_timing
@@ -353,10 +353,10 @@ class SqliteHistory:
             StoredPoint(
                 _run_info(row[:width]),
                 row[width],
-                json.loads(row[width + 1]),
+                _stored_json(row[width + 1], dict),
                 row[width + 2],
                 row[width + 3],
-                json.loads(row[width + 4]) if row[width + 4] else None,
+                _stored_json(row[width + 4], list) if row[width + 4] else None,
             )
             for row in rows
         ]
@@ -375,9 +375,9 @@ class SqliteHistory:
                 metrics = self.db.execute(
                     "SELECT name, value FROM metrics WHERE record_id = ?", (record_id,)
                 ).fetchall()
-                found.append((section, {**json.loads(keys), **dict(metrics)}))
+                found.append((section, {**_stored_json(keys, dict), **dict(metrics)}))
             else:
-                found.append((section, json.loads(whole)))
+                found.append((section, _stored_json(whole, dict)))
         return found
 
     def metric_kinds(self) -> dict[str, str]:
@@ -402,10 +402,23 @@ def _real(value: int | float | None) -> float | None:
     return None if value is None else float(value)
 
 
+def _stored_json(text: Any, kind: type) -> Any:
+    """A JSON value the history stored, of `kind`; a damaged file's (a NULL where SQLite
+    kept a page of other bytes, text that is not that JSON) is a DatabaseError, which
+    database_failures reports as the file's, never a traceback."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        value = None
+    if not isinstance(value, kind):
+        raise sqlite3.DatabaseError(f"a stored value is damaged: {brief(text)}")
+    return value
+
+
 def _run_info(row: Sequence) -> RunInfo:
     run_id, sha, branch, committed, created, env_id, env, command = row
     return RunInfo(
-        run_id, Commit(sha, branch, committed), created, env_id, json.loads(env), command
+        run_id, Commit(sha, branch, committed), created, env_id, _stored_json(env, dict), command
     )
 
 

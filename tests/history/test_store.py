@@ -792,6 +792,20 @@ def test_compare_against_a_damaged_history_is_one_error_naming_history(
     one_error(result, f"--history {kv_history}: cannot use it", "malformed")
 
 
+@pytest.mark.parametrize("value", ["not json", "[1, 2]", None])
+def test_a_damaged_stored_value_is_one_error_naming_history(tmp_path, kv_history, kvmem_run, value):
+    """A value the file holds that is not the JSON the history wrote (a page of other
+    bytes): one error, where json.loads failed with a TypeError traceback on a NULL."""
+    with sqlite3.connect(kv_history) as db:
+        db.execute("UPDATE records SET record = ?", (value,))
+        if value is None:  # a record kept as its keys and metrics (schema 1)
+            db.execute("UPDATE records SET keys = 'x'")
+    db.close()
+    current = write(tmp_path / "cur.json", {**kvmem_run, "created": "2020-01-01T00:00:00+00:00"})
+    result = run_cli("compare", current, "--history", str(kv_history))
+    one_error(result, f"--history {kv_history}: cannot use it", "a stored value is damaged")
+
+
 def test_adding_a_stored_run_again_says_it_keeps_its_date_and_branch(tmp_path, kvmem_run):
     """The same results added again change nothing: a --date or --branch given then is
     said to be kept as stored, where it was dropped without a word."""

@@ -3,17 +3,35 @@ while the libraries are still loading."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 
 
 def main() -> None:
     replace_unencodable()
+    signal.signal(signal.SIGINT, interrupt_outside_torch_import)
     try:
         from .cli import main as cli_main
     except KeyboardInterrupt:
         print("error: interrupted before anything ran", file=sys.stderr)
         sys.exit(130)
     cli_main()
+
+
+def interrupt_outside_torch_import(signum: int, frame: object) -> None:
+    """Ctrl-C as Python answers it (KeyboardInterrupt), but not while torch is being
+    imported: its C code imports numpy and takes any error there as numpy missing, so a
+    Ctrl-C at that moment would leave numpy half-loaded and the command going on, to fail
+    later with a traceback. It is sent again a moment later, once torch is loaded."""
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        again.daemon = True  # a command done by then exits as it would have
+        again.start()
+        return
+    raise KeyboardInterrupt
 
 
 def replace_unencodable() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -76,4 +77,8 @@ _list_commands()
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # while the commands are built, before any of them runs
+        print("error: interrupted before anything ran", file=sys.stderr)
+        sys.exit(130)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -111,6 +113,26 @@ class OneLineErrors(TyperGroup):
             print(text, file=sys.stderr)
             sys.exit(code)
         sys.exit(code if isinstance(code, int) else 0)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _interrupt_said():  # the parser loads its libraries: a Ctrl-C may come then
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _interrupt_said():
+            return super().invoke(ctx)
+
+
+@contextmanager
+def _interrupt_said() -> Iterator[None]:
+    """A Ctrl-C that no command answered itself (one before a study's first point, or
+    while a plot is drawn, or while the flags are parsed) said on one line: the parser
+    would turn it into a silent exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        raise typer.Exit(130) from None
 
 
 #: Flags of one command that another command names otherwise: the tokens cached (a

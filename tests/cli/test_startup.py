@@ -113,3 +113,48 @@ def test_an_ascii_terminal_gets_question_marks_not_a_traceback():
     )
     assert done.returncode == 0, done.stderr
     assert "Attention parameters per layer ? d_model 64" in done.stdout
+
+
+def test_ctrl_c_while_torch_loads_comes_once_it_has_loaded(monkeypatch):
+    """torch's C code takes an error while it imports numpy as numpy missing: a Ctrl-C
+    then would leave numpy half-loaded and the command going on. It is sent again."""
+    import threading
+    import types
+
+    import pytest
+
+    from attnbench.__main__ import interrupt_outside_torch_import
+
+    started = []
+
+    class Timer:
+        def __init__(self, delay, function, args):
+            started.append((delay, function, args))
+            self.daemon = False
+
+        def start(self):
+            started.append("started")
+
+    monkeypatch.setattr(threading, "Timer", Timer)
+    loading = types.ModuleType("torch")
+    loading.__spec__ = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, "torch", loading)
+    interrupt_outside_torch_import(2, None)  # deferred, not raised
+    assert started[-1] == "started" and started[0][2][1] == 2
+    loading.__spec__._initializing = False
+    with pytest.raises(KeyboardInterrupt):
+        interrupt_outside_torch_import(2, None)
+
+
+def test_a_ctrl_c_no_command_answers_is_said_on_one_line(monkeypatch):
+    """The parser turns a KeyboardInterrupt into a silent exit 130."""
+    from attnbench.cli import app, params_cmd
+    from tests.helpers import runner
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(params_cmd, "run_section", interrupted)
+    result = runner.invoke(app, ["params", "--d-model", "64", "--heads", "4"])
+    assert result.exit_code == 130
+    assert result.stderr == "error: interrupted\n"

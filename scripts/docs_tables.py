@@ -126,6 +126,9 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "total_bytes": (BYTES, "kv_bytes + state_bytes"),
         "layer_kinds": ("", "how many layers of each kind, as the model declares them"),
         "state_bytes_per_gpu": (BYTES, "one rank's share of state_bytes"),
+        "max_positions": ("tokens", "the positions the model declares "
+                                    "(max_position_embeddings); a longer seq_len is computed "
+                                    "all the same; empty without a model"),
     },
     "decode": {
         "provider": ("", "the implementation timed (see Providers)"),

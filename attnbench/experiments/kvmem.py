@@ -119,6 +119,9 @@ class KvmemRecord:
     #: How many layers of each kind ("12 full attention, 36 gated deltanet").
     layer_kinds: str | None = info()
     state_bytes_per_gpu: int = exact(0)
+    #: The positions the model declares (max_position_embeddings): a longer context is
+    #: computed all the same. None without a model, or one that declares none.
+    max_positions: int | None = info(None)
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ def run(
         paged_waste_pct=paging.paged_waste_pct if paging else None,
         contiguous_waste_pct=paging.contiguous_waste_pct if paging else None,
         measured_paged_bytes=measured_paged,
+        max_positions=spec.max_position_embeddings if spec is not None else None,
     )
 
 

@@ -375,9 +375,13 @@ def fmt_tflops(v: Any) -> str:
     return NONE_TEXT if v is None else format(v, ".3f" if abs(v) < 10 else ".1f")
 
 
-def join_words(items: Sequence[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+def join_words(items: Sequence[str], apart: bool = False) -> str:
+    """'a', 'a and b', 'a, b and c'; `apart`, 'a (x, y); b (z) and c' where an item holds
+    a comma of its own, so that long items stay told apart."""
+    if len(items) == 1:
+        return items[0]
+    comma = "; " if apart and any("," in item for item in items) else ", "
+    return comma.join(items[:-1]) + " and " + items[-1]
 
 
 def fmt_x2(v: Any) -> str:

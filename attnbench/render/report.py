@@ -140,13 +140,15 @@ def _largest_caches(records: Sequence[dict]) -> list[str]:
     setting = ", ".join([f"batch {batch}", *(_setting(f, rows[0].get(f)) for f in shared)])
     parts = [f"{_bytes(r['kv_bytes'])}{_state(r)} for {_cache_label(r, own)}" for r in rows]
     return [
-        f"At {longest:,} tokens of context ({setting}), the KV cache takes {join_words(parts)}."
+        f"At {longest:,} tokens of context ({setting}), the KV cache takes "
+        f"{join_words(parts, apart=True)}."
     ]
 
 
 def _cache_label(record: dict, own: Sequence[str]) -> str:
     """'llama-2-7b (MHA, 32 layers, float16)': the model, then in one parenthesis its
-    variant, the settings of its own (`own`) and a sliding window that caps its cache;
+    variant, the settings of its own (`own`), a sliding window that caps its cache and a
+    context past the positions it declares;
     'GQA-2' for a layer shape that has none of these."""
     window = record.get("sliding_window")
     windowed, layers = record.get("windowed_layers") or 0, record.get("num_layers")
@@ -154,6 +156,9 @@ def _cache_label(record: dict, own: Sequence[str]) -> str:
     if window and windowed:
         where = "" if windowed == layers else f" in {windowed:,} of its {layers:,} layers"
         inside.append(f"a {window:,}-token sliding window{where}")
+    positions = record.get("max_positions")
+    if positions and record.get("seq_len", 0) > positions:
+        inside.append(f"past its {positions:,} positions")
     model, variant = record.get("model"), str(record.get("variant"))
     if model:
         return f"{model} ({', '.join([variant, *inside])})"

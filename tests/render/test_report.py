@@ -65,13 +65,14 @@ def test_no_growth_to_extrapolate_gives_no_finding(peaks):
 
 
 def test_the_largest_caches_give_each_model_its_settings_in_one_parenthesis():
-    """Models of different layers and dtypes: each one's own in its parenthesis, so that
-    the commas between the models read as a list; a sliding window that caps a cache is
-    said where it does."""
+    """Models of different layers and dtypes: each one's own in its parenthesis, and
+    semicolons between the models, so that they read as a list; a sliding window that
+    caps a cache is said where it does, and a context past the model's positions."""
     from attnbench.render.report import _largest_caches
 
-    def row(model, variant, layers, dtype, gib, window=None, windowed=0):
+    def row(model, variant, layers, dtype, gib, window=None, windowed=0, positions=None):
         return {
+            "max_positions": positions,
             "model": model,
             "variant": variant,
             "num_layers": layers,
@@ -85,14 +86,15 @@ def test_the_largest_caches_give_each_model_its_settings_in_one_parenthesis():
         }
 
     rows = [
-        row("llama-2-7b", "MHA", 32, "float16", 16),
+        row("llama-2-7b", "MHA", 32, "float16", 16, positions=4096),
         row("mistral-7b", "GQA-8", 32, "bfloat16", 0.5, 4096, 32),
         row("gemma-2-9b", "GQA-8", 42, "bfloat16", 7, 4096, 21),
     ]
     (line,) = _largest_caches(rows)
     assert line == (
         "At 32,768 tokens of context (batch 1), the KV cache takes 16.00 GiB for llama-2-7b "
-        "(MHA, 32 layers, float16), 512.00 MiB for mistral-7b (GQA-8, 32 layers, bfloat16, "
-        "a 4,096-token sliding window) and 7.00 GiB for gemma-2-9b (GQA-8, 42 layers, "
+        "(MHA, 32 layers, float16, past its 4,096 positions); 512.00 MiB for mistral-7b "
+        "(GQA-8, 32 layers, bfloat16, a 4,096-token sliding window) and 7.00 GiB for "
+        "gemma-2-9b (GQA-8, 42 layers, "
         "bfloat16, a 4,096-token sliding window in 21 of its 42 layers)."
     )

@@ -104,7 +104,9 @@ def resolved(commit: str) -> str:
     (HEAD~3, a branch, a tag, a short sha) as its full sha, else the text itself, a
     commit named from elsewhere (another checkout's sha, a label); FieldError for a
     revision that resolves to nothing here, rather than filing runs under 'HEAD~3'."""
-    sha = None if commit.startswith("-") else _git("rev-parse", f"{commit}^{{commit}}")
+    # --verify: one object's name or nothing (plain rev-parse echoes what it cannot parse)
+    verify = ("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    sha = None if commit.startswith("-") else _git(*verify)
     if sha:
         return sha
     if _REVISION.search(commit):

@@ -96,6 +96,8 @@ def test_a_revision_given_is_filed_as_the_commit_it_names(tmp_path, monkeypatch)
     assert stamps.resolved("c1") == "c1" and stamps.resolved("f" * 40) == "f" * 40
     with pytest.raises(FieldError, match="HEAD~5"):
         stamps.resolved("HEAD~5")
+    with pytest.raises(FieldError, match=r"\[\^: names no commit"):
+        stamps.resolved("[^")  # plain rev-parse echoes it back, as if it were a sha
 
 
 @pytest.mark.parametrize(

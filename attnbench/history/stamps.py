@@ -104,9 +104,9 @@ def resolved(commit: str) -> str:
     (HEAD~3, a branch, a tag, a short sha) as its full sha, else the text itself, a
     commit named from elsewhere (another checkout's sha, a label); FieldError for a
     revision that resolves to nothing here, rather than filing runs under 'HEAD~3'."""
-    # --verify: one object's name or nothing (plain rev-parse echoes what it cannot parse)
-    verify = ("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
-    sha = None if commit.startswith("-") else _git(*verify)
+    found = None if commit.startswith("-") else _git("rev-parse", f"{commit}^{{commit}}")
+    # a commit's sha, not what rev-parse echoes of an argument it cannot parse ('[^')
+    sha = found if found and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", found) else None
     if sha:
         return sha
     if _REVISION.search(commit):

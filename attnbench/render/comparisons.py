@@ -125,10 +125,16 @@ class Judged:
         return allowed_width(self.median)
 
     @property
-    def resolved(self) -> bool:
+    def ordered(self) -> bool:
+        """Its interval may order the two steps: taken over enough rounds, on a host that
+        held its speed. Which step is faster then asks only that the interval leave out
+        1x; how much faster asks `resolved` too."""
         enough = self.rounds is not None and self.rounds >= MIN_SPREAD_SAMPLES
-        steady = self.moved is None and self.held is None
-        return self.width <= self.allowed and enough and steady
+        return enough and self.moved is None and self.held is None
+
+    @property
+    def resolved(self) -> bool:
+        return self.width <= self.allowed and self.ordered
 
 
 def allowed_width(ratio: float) -> float:
@@ -280,8 +286,9 @@ def judge_pair(comparison: Mapping, a: Mapping, b: Mapping, environment: Mapping
 class Fastest:
     """The fastest step of rows alike but in their provider: `best` (the least median),
     each other row `against` it with their paired comparison (None: not sampled in
-    turn), and whether `best` beat every one of them by a resolved comparison, its whole
-    interval under 1x (`resolved`). Only a resolved one is named fastest."""
+    turn), and whether `best` beat every one of them, the whole interval of an ordered
+    comparison (Judged.ordered) under 1x (`resolved`): which step is fastest, not by how
+    much, which a wide interval still leaves open. Only a resolved one is named fastest."""
 
     best: Mapping
     against: list[tuple[Mapping, dict | None]]
@@ -293,7 +300,7 @@ def fastest(rows: Sequence[Mapping], environment: Mapping | None) -> Fastest:
     best = min(rows, key=lambda r: r["step_ms_median"])
     against = [(r, paired(best, r)) for r in rows if r is not best]
     resolved = all(
-        p is not None and judge_pair(p, best, r, environment).resolved and p["x_ci_hi"] < 1
+        p is not None and judge_pair(p, best, r, environment).ordered and p["x_ci_hi"] < 1
         for r, p in against
     )
     return Fastest(best, against, resolved)
@@ -308,13 +315,13 @@ def not_fastest(found: Fastest, environment: Mapping | None) -> str:
     if apart:
         return f"{best['provider']} was not sampled in turn with {join_words(apart)}"
     judged = [judge_pair(p, best, r, environment) for r, p in found.against if p]
-    if all(j.resolved for j in judged):
+    if all(j.ordered for j in judged):
         tied = [r["provider"] for r, p in found.against if p and p["x_ci_hi"] >= 1]
         return (
             f"{best['provider']} and {join_words(tied)} are as fast within the 95% "
             "interval of their comparison"
         )
-    return why_not([j for j in judged if not j.resolved], environment)
+    return why_not([j for j in judged if not j.ordered], environment)
 
 
 def unresolved_evidence(found: Fastest, environment: Mapping | None) -> list[Judged] | None:
@@ -324,7 +331,7 @@ def unresolved_evidence(found: Fastest, environment: Mapping | None) -> list[Jud
     if any(p is None for _, p in found.against):
         return None
     judged = [judge_pair(p, found.best, r, environment) for r, p in found.against if p]
-    weak = [j for j in judged if not j.resolved]
+    weak = [j for j in judged if not j.ordered]
     return weak or None
 
 

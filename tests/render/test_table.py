@@ -757,6 +757,32 @@ def test_providers_table_names_no_fastest_where_nothing_is_resolved():
     assert {row["fastest"] for row in resolved.rows} == {"sdpa-flash"} and not resolved.notes
 
 
+def test_the_fastest_needs_its_lead_not_its_size_resolved():
+    """A slower step whose rounds spread over two modes (memory layouts) leaves the size
+    of the lead open, a wide interval, but not who leads: its whole interval under 1x,
+    the fastest is named."""
+    rows = sampled_in_turn(decode_rows(PROVIDERS))
+    for r in rows:
+        if r["provider"] == "naive" and r["samples_ms"]:
+            base = r["step_ms_median"]
+            r["samples_ms"] = [base * (0.5 if i % 2 else 4) for i in range(len(r["samples_ms"]))]
+    side = providers_table(rows)
+    assert {row["fastest"] for row in side.rows} == {"sdpa-flash"} and not side.notes
+    tied = sampled_in_turn(decode_rows(PROVIDERS))
+    for r in tied:  # naive's rounds now as fast as sdpa-flash's, half of them
+        if r["provider"] == "naive" and r["samples_ms"]:
+            fast = next(
+                x["step_ms_median"]
+                for x in tied
+                if x["provider"] == "sdpa-flash"
+                and x["prompt_len"] == r["prompt_len"]
+                and x["variant"] == r["variant"]
+                and x["mode"] == r["mode"]
+            )
+            r["samples_ms"] = [fast * (0.9 if i % 2 else 4) for i in range(len(r["samples_ms"]))]
+    assert "not resolved" in {row["fastest"] for row in providers_table(tied).rows}
+
+
 def test_providers_table_needs_two_providers():
     assert providers_table(decode_rows()).rows == []
     no_cache = [r for r in decode_rows(PROVIDERS) if r["mode"] == "no_cache"]

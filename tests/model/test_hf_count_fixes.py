@@ -54,32 +54,29 @@ JETMOE = {
     "num_experts_per_tok": 2,
     "vocab_size": 100,
 }
-ZAMBA2 = {
-    "model_type": "zamba2",
+#: What the two Zamba configurations share: 7 layers, 4 of them hybrid (a shared block).
+ZAMBA_LAYERS = {
     "hidden_size": 64,
     "num_hidden_layers": 7,
     "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid"],
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
+    "vocab_size": 100,
+}
+ZAMBA2 = {
+    **ZAMBA_LAYERS,
+    "model_type": "zamba2",
     "n_mamba_heads": 4,
     "mamba_headdim": 32,
     "mamba_d_state": 8,
     "num_mem_blocks": 2,
-    "vocab_size": 100,
 }
-
-
 ZAMBA = {
+    **ZAMBA_LAYERS,
     "model_type": "zamba",
-    "hidden_size": 64,
-    "num_hidden_layers": 7,
-    "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid"],
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
     "n_mamba_heads": 2,
     "intermediate_size": 96,
     "mamba_d_state": 8,
-    "vocab_size": 100,
 }
 
 

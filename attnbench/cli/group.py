@@ -67,10 +67,16 @@ def plain_help(command: Any) -> None:
                 named = NAMED_METAVARS.get(param.name or "")
                 param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
             _default_in_help(param)
+    for sub in getattr(command, "commands", {}).values():
+        plain_help(sub)
+
+
+def once_each(command: Any) -> None:
+    """Every command under `command` refusing an option given twice (OnceEach)."""
     if type(command) is TyperCommand:
         command.__class__ = OnceEach
     for sub in getattr(command, "commands", {}).values():
-        plain_help(sub)
+        once_each(sub)
 
 
 def _default_in_help(option: TyperOption) -> None:
@@ -83,8 +89,10 @@ def _default_in_help(option: TyperOption) -> None:
 
 class OneLineErrors(TyperGroup):
     """The command group, with the parser's own errors (an unknown option, a missing
-    value) printed as one `error:` line and exit code 2, like every other bad input,
-    instead of a usage block; and every command's help in one form (`plain_help`)."""
+    value, an option given twice: `once_each`) printed as one `error:` line and exit code
+    2, like every other bad input, instead of a usage block; a Ctrl-C no command answers
+    as one line too (`_interrupt_said`); and every command's help in one form
+    (`plain_help`)."""
 
     def main(
         self,
@@ -95,6 +103,7 @@ class OneLineErrors(TyperGroup):
         **extra: Any,
     ) -> Any:
         plain_help(self)
+        once_each(self)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
         try:

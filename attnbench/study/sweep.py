@@ -504,8 +504,7 @@ def check_gpu_use(sec: Section) -> None:
         return
     if any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
         return
-    gpus = sec.values.get("gpu", sec.options.get("gpu"))
-    listed = ",".join(gpus) if isinstance(gpus, list) else gpus
+    listed = ",".join(map(str, _listed(sec, "gpu")))
     reason = (
         "has no effect beside {memory}, which replaces its memory: only {tpot} and {ttft} "
         "use its peaks"

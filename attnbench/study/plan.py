@@ -305,6 +305,7 @@ def plan_sections(
                             sec.options["device"],
                             f"has no effect: the {name} section uses no device with its options",
                         )
+            _check_cuda_only(kind, sec, devices.get(name))
             if kind.options is not None:
                 options[name] = kind.options(sec.options, devices.get(name))
             if kind.check_section is not None:
@@ -330,6 +331,18 @@ def plan_sections(
         unique = {str(p): p for p in problems}  # one line for a value every section shares
         raise Problems(list(unique.values()), MAX_PROBLEMS)
     return Plan(config, sections, devices, tasks, options=options)
+
+
+def _check_cuda_only(kind: SectionKind, sec: Section, device: torch.device | None) -> None:
+    """A switch that acts on a CUDA device alone (SectionKind.cuda_only), set by a flag
+    for a section on another device: it would change nothing but a row's status."""
+    if device is None or device.type == "cuda":
+        return
+    for name in kind.cuda_only:
+        given = sec.values.get(name, sec.options.get(name))
+        on = True in given if isinstance(given, list) else bool(given)
+        if on and sec.origins.get(name) == FROM_FLAGS:
+            raise FieldError(name, True, f"has no effect on {device}: it needs a CUDA device")
 
 
 def _nothing_to_run(sec: Section) -> UsageError:

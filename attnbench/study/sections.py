@@ -128,7 +128,10 @@ class SectionKind:
     (records.ColumnSpec), which render.columns makes; none for a section whose columns
     depend on its rows (kvmem, decode: render.columns.ROW_COLUMNS). `scaled(point)` names
     the formats of a point that carry scales ("weights", "kv"): a scale group given for a
-    format that no point of the section quantises has no effect, and is refused."""
+    format that no point of the section quantises has no effect, and is refused.
+    `cuda_only`: switches that act on a CUDA device alone (decode: CUDA graphs, the L2
+    flush), refused when a flag sets them for a section on another device (a sweep file's
+    may serve a run on a GPU)."""
 
     name: str
     point: type
@@ -154,6 +157,7 @@ class SectionKind:
     measures: bool = False
     keeps_going: bool = False
     whole_model: bool = False
+    cuda_only: tuple[str, ...] = ()
     counts_on_torch: bool = False
     columns: Sequence[ColumnSpec] = ()
     scaled: Callable[[Any], frozenset[str]] | None = None
@@ -221,6 +225,7 @@ def _decode() -> SectionKind:
         record=decode.DecodeRecord,
         failed=decode.failed,
         options=decode_options,
+        cuda_only=("cuda_graph", "flush_l2"),
         groups=interleave.sampling_groups,
         run_group=interleave.run_group,
         together=decode.context_of,

@@ -674,3 +674,16 @@ def test_options_nothing_would_read_are_refused(args, message):
     result = runner.invoke(app, ["decode-speed", *tiny_with(args)])
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {message}"), result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--cuda-graph", "--flush-l2"])
+def test_a_cuda_switch_from_a_flag_on_the_cpu_is_refused(flag, tmp_path):
+    """From the command line it would change nothing but a row's status; a sweep file's
+    may serve a run on a GPU, and is kept (its points say 'unsupported')."""
+    result = runner.invoke(app, ["decode-speed", *tiny_with(["--device", "cpu"]), flag])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {flag}: has no effect on cpu: it needs a CUDA device\n"
+    study = tmp_path / "s.yaml"
+    key = flag[2:].replace("-", "_")
+    study.write_text(f"defaults: {{d_model: 32, num_heads: 4}}\ndecode: {{{key}: true}}\n")
+    assert runner.invoke(app, ["run", str(study), "--dry-run", "--device", "cpu"]).exit_code == 0

@@ -115,16 +115,25 @@ def show_value(value: Any) -> str:
     return _show(value)
 
 
-def brief(value: Any, width: int = 60) -> str:
+#: The most characters a value takes in a one-line message (brief, spelled).
+BRIEF_WIDTH = 60
+
+
+def brief(value: Any, width: int = BRIEF_WIDTH) -> str:
     """repr(value) for a one-line message, cut to `width` characters."""
     try:
         text = repr(value)
     except ValueError:  # an int too long to convert to text
         text = "a number of thousands of digits"
+    return _cut(text, width)
+
+
+def _cut(text: str, width: int) -> str:
+    """`text`, or its first `width` - 3 characters and '...' when it is longer."""
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def one_line(text: str, width: int = 60) -> str:
+def one_line(text: str, width: int = BRIEF_WIDTH) -> str:
     """`text` as typed when it is short and on one line, else quoted and cut (brief)."""
     return text if len(text) <= width and text.isprintable() else brief(text, width)
 
@@ -136,7 +145,7 @@ def typed(text: str) -> str:
     return text if text and text.strip() == text and text.isprintable() else repr(text)
 
 
-def spelled(value: Any, show: Callable[[Any], str] = brief, width: int = 60) -> str:
+def spelled(value: Any, show: Callable[[Any], str] = brief) -> str:
     """`value` for a message as JSON and YAML spell it: null, true and false, not Python's
     None, True and False, also inside a list or an object (["a", null]); a date YAML read
     from an unquoted 2001-12-14 as it was written; any other value as `show` gives it."""
@@ -149,7 +158,7 @@ def spelled(value: Any, show: Callable[[Any], str] = brief, width: int = 60) -> 
             text = json.dumps(value, ensure_ascii=False, default=_as_written)
         except (TypeError, ValueError):  # an int too long to write, a key of another kind
             return show(value)
-        return text if len(text) <= width else text[: width - 3] + "..."
+        return _cut(text, BRIEF_WIDTH)
     return show(value)
 
 

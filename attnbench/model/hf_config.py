@@ -656,9 +656,19 @@ def _layer_types(
 #: types only once use_sliding_window is on); one that gives null has no window.
 SLIDING_WINDOW_BY_DEFAULT = {
     **dict.fromkeys(
-        ("cohere2", "exaone4", "gemma2", "gemma3_text", "mistral", "qwen2", "qwen2_moe"), 4096
+        (
+            "cohere2",
+            "exaone4",
+            "gemma2",
+            "gemma3_text",
+            "mistral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+        ),
+        4096,
     ),
-    **dict.fromkeys(("qwen3", "qwen3_moe"), 4096),
     "gpt_oss": 128,
 }
 #: Model types read here whose transformers modeling code never reads sliding_window (its

@@ -339,9 +339,7 @@ def _check_cuda_only(kind: SectionKind, sec: Section, device: torch.device | Non
     if device is None or device.type == "cuda":
         return
     for name in kind.cuda_only:
-        given = sec.values.get(name, sec.options.get(name))
-        on = True in given if isinstance(given, list) else bool(given)
-        if on and sec.origins.get(name) == FROM_FLAGS:
+        if True in sec.listed(name) and sec.origins.get(name) == FROM_FLAGS:
             raise FieldError(name, True, f"has no effect on {device}: it needs a CUDA device")
 
 
@@ -403,9 +401,8 @@ def _unused_groups(
     quantised = frozenset().union(*(scaled(p) for p in points))
     errors: list[UsageError] = []
     for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
-        if sec.origins.get(name) in (FROM_FLAGS, sec.name) and fmt not in quantised:
-            given = sec.values.get(name, sec.options.get(name))
-            listed = ",".join(map(str, given)) if isinstance(given, list) else given
+        if sec.sets_itself(name) and fmt not in quantised:
+            listed = ",".join(map(str, sec.listed(name)))
             subject = "the cache is" if fmt == "kv" else "the weights are"
             choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
             reason = f"has no effect: {subject} not quantised (set {{{dtype_field}}} to {choices})"

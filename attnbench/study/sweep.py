@@ -290,6 +290,17 @@ class Section:
     def has_shape(self) -> bool:
         return "d_model" in self.values and "num_heads" in self.values
 
+    def listed(self, name: str) -> list:
+        """The values the section gives field `name`: its axis's, or its one option's
+        (none: [])."""
+        given = self.values.get(name, self.options.get(name))
+        return [] if given is None else given if isinstance(given, list) else [given]
+
+    def sets_itself(self, name: str) -> bool:
+        """Whether a flag or the section's own keys set field `name`: not a value a sweep
+        file sets for all its sections, which may serve another."""
+        return self.origins.get(name) in (FROM_FLAGS, self.name)
+
     def locate(self, error: FieldError, point: Any = None) -> FieldError:
         """`error` placed where the user set the field: `kvmem.tp: 3 (study.yaml)` for a
         file; values from flags are left for the CLI to name by their flag, and values a
@@ -499,12 +510,11 @@ def check_gpu_use(sec: Section) -> None:
     replaces the GPU's, and only the targets use its peaks, so it would change nothing but
     a label. Refused where the section itself sets both (a flag, or the section's keys): a
     GPU the file sets for all its sections may serve another."""
-    own = (FROM_FLAGS, sec.name)
-    if sec.name != "fit" or not all(sec.origins.get(n) in own for n in ("gpu", "memory")):
+    if sec.name != "fit" or not (sec.sets_itself("gpu") and sec.sets_itself("memory")):
         return
     if any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
         return
-    listed = ",".join(map(str, _listed(sec, "gpu")))
+    listed = ",".join(map(str, sec.listed("gpu")))
     reason = (
         "has no effect beside {memory}, which replaces its memory: only {tpot} and {ttft} "
         "use its peaks"
@@ -515,18 +525,12 @@ def check_gpu_use(sec: Section) -> None:
 def check_window_use(sec: Section) -> None:
     """A sliding window beside layer patterns that all lay out global layers alone (G):
     no layer would keep it, so it would change nothing."""
-    windows = [w for w in _listed(sec, "sliding_window") if w]
-    patterns = _listed(sec, "layer_pattern")
+    windows = [w for w in sec.listed("sliding_window") if w]
+    patterns = sec.listed("layer_pattern")
     if windows and patterns and not any("L" in str(p).upper() for p in patterns):
         reason = f"has no effect: {{layer_pattern}} {','.join(patterns)} has no L layer to bound"
         listed = ",".join(map(str, windows))
         raise sec.locate(FieldError("sliding_window", listed, reason, ("layer_pattern",)))
-
-
-def _listed(sec: Section, name: str) -> list:
-    """The values a section gives a field: its axis's, or its one option's (none: [])."""
-    given = sec.values.get(name, sec.options.get(name))
-    return [] if given is None else given if isinstance(given, list) else [given]
 
 
 def long_patterns(sec: Section) -> list[FieldError]:

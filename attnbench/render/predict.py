@@ -296,13 +296,19 @@ def check_rows(rows: Sequence[CheckRow]) -> list[dict[str, Any]]:
     ]
 
 
+def _step(record: Mapping[str, Any]) -> tuple[str, Any, Any]:
+    """What a finding states of a record's step: ('TPOT', its ms, its bound) for a model,
+    ('layer step', ...) for a layer shape."""
+    bound = record.get("step_bound") or record.get("layer_step_bound")
+    if record.get("tpot_ms") is not None:
+        return "TPOT", record["tpot_ms"], bound
+    return "layer step", record.get("layer_step_ms"), bound
+
+
 def _stated(record: Mapping[str, Any]) -> bool:
     """Whether a record holds what its finding states (a results file edited by hand may
     leave out what the reader lets it: such a row has no finding)."""
-    time = (
-        record.get("tpot_ms") if record.get("tpot_ms") is not None else record.get("layer_step_ms")
-    )
-    bound = record.get("step_bound") or record.get("layer_step_bound")
+    _, time, bound = _step(record)
     model, rate = record.get("perf_model"), record.get("tokens_per_s")
     keys = all(isinstance(record.get(k), int) for k in ("batch", "seq_len", "tp"))
     return (
@@ -328,12 +334,11 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
         split += f", {weights} weights" if weights else ""
         source = "defaults" if model.endswith("(defaults)") else "calibrated"
         on = [
-            f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ("
-            f"{'TPOT' if r.get('tpot_ms') is not None else 'layer step'} "
-            f"{r['tpot_ms'] if r.get('tpot_ms') is not None else r['layer_step_ms']:.3g} ms, "
-            f"{r.get('step_bound') or r['layer_step_bound']}-bound"
+            f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ({what} {ms:.3g} ms, "
+            f"{bound}-bound"
             f"{'; does not fit in its memory' if r.get('fits_memory') is False else ''})"
             for r in rows
+            for what, ms, bound in [_step(r)]
         ]
         found.append(
             f"{name} at batch {batch:,}, context {seq_len:,}{split} (predicted, {source}): "

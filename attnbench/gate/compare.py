@@ -491,6 +491,11 @@ class Mismatch:
         return replace(judgement, verdict=Verdict.INCONCLUSIVE, reason=reason)
 
 
+#: The kinds of metric measured on a machine that do not gate across two machines (a
+#: timing, an in-run ratio, a count of instructions); exact counts and allocations do.
+MACHINE_BOUND = (Kind.TIMING, Kind.RATIO, Kind.COUNT)
+
+
 @dataclass
 class Comparison:
     baseline: str
@@ -514,6 +519,11 @@ class Comparison:
             for f in self.findings
             if f.kind is Kind.TIMING and f.ratio and f.verdict is not Verdict.INCOMPARABLE
         ]
+
+    def machine_bound(self) -> bool:
+        """Whether a finding is of a metric that two machines leave incomparable: where
+        none is, how the environments differ changes no verdict."""
+        return any(f.kind in MACHINE_BOUND for f in self.findings)
 
     def drift(self) -> float:
         """The largest move of a peak both runs measured (0.2 for 1.2x)."""

@@ -154,12 +154,13 @@ def _changes(diffs: list[EnvDifference]) -> str:
 
 
 def _context_lines(result: Comparison) -> list[str]:
-    """The machines' differences, the peaks that moved between the runs and during a run
-    by more than the threshold (noise: the threshold it sets on timings, and a run's
-    timings that are then never unchanged) and the notes, one line each."""
+    """The machines' differences where a metric measured on them is compared, the peaks
+    that moved between the runs and during a run by more than the threshold (noise: the
+    threshold it sets on timings, and a run's timings that are then never unchanged) and
+    the notes, one line each."""
     lines = []
     diffs = [d for d in result.env_differences if d.gating]
-    if diffs:
+    if diffs and result.machine_bound():
         lines.append(f"Environments differ ({_changes(diffs)}): timings do not gate.")
     moved = [d for d in result.env_differences if d.drift]
     during = result.moved_during()

@@ -1278,6 +1278,20 @@ def test_markdown_reports_the_timing_geomean_and_environment(tmp_path):
     assert "Environments differ (num_threads 8 -> 4): timings do not gate." in result.stdout
 
 
+def test_exact_counts_alone_say_nothing_of_the_machines(tmp_path):
+    """Exact counts gate across machines: how the two differ would change no verdict, so
+    the report (which the docs show, run on whichever machine builds them) leaves it out."""
+    base = document("params", params_records())
+    other = document("params", params_records(), {**ENV, "num_threads": 4})
+    for fmt in ("table", "markdown"):
+        result = compare(tmp_path, base, other, "--format", fmt)
+        assert result.exit_code == 0, result.output
+        assert "Environments differ" not in result.stdout
+    timed = document("decode-speed", decode_records(), {**ENV, "num_threads": 4})
+    result = compare(tmp_path, document("decode-speed", decode_records()), timed)
+    assert "Environments differ (num_threads 8 -> 4)" in result.stdout
+
+
 def test_json_report(tmp_path):
     base = document("decode-speed", decode_records())
     out = tmp_path / "report" / "gate.json"
@@ -1491,6 +1505,7 @@ def test_only_inputs_are_key_fields():
         "part",  # model_parts: the name of a part of the model
         "kind",  # layer_kinds: the name of a kind of layer of the model
         "weights",  # predict: weights_dtype and weights_group in words
+        "vocab",  # fit, predict: vocab_layout where it is replicated
     }
     inputs = set(FIELDS) | derived_from_inputs
     for name, record in RECORD_TYPES.items():

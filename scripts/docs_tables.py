@@ -245,6 +245,7 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "tp": ("ranks", "tensor-parallel ranks of one replica"),
         "replicas": ("", "gpus / tp"),
         "weights_dtype": ("", "the weights' dtype"),
+        "vocab": ("", "`replicated` where every rank holds the whole vocabulary; empty: split"),
         "kv_dtype": ("", "the cache's dtype"),
         "page_size": ("tokens", "tokens per block of a paged cache"),
         "sliding_window": ("tokens", "window of the windowed layers"),
@@ -342,6 +343,7 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "fits_memory": ("", "whether that fits in the named GPU's memory; the prediction "
                             "is made either way; empty for a layer shape or `this`"),
         "weights": ("", "quantised weights, as `int4 in groups of 128`; empty: in dtype"),
+        "vocab": ("", "`replicated` where every rank holds the whole vocabulary; empty: split"),
         "launch_ms": ("ms", "of the model's decode step, its kernels' launches"),
         "request_ttft_ms": ("ms", "the time to first token of one request prefilled alone, "
                                   "as `fit --ttft` counts it: ttft_ms at batch 1"),

@@ -97,7 +97,7 @@ def predict_entry(entry: dict[str, Any]) -> float:
     spec = _model(entry["model"])
     weights = DTYPES.get(entry["weights"], entry["weights"])
     dtype = weights if weights in ("float16", "bfloat16") else spec.dtype
-    fmt = WeightFormat(weights, entry.get("group_size")) if weights != dtype else None
+    fmt = WeightFormat.of(weights, entry.get("group_size"), entry.get("vocab", "split"))
     kv = entry.get("kv_dtype")
     batch, output = int(entry["batch"]), int(entry.get("output") or 1)
 

@@ -60,7 +60,7 @@ from ..model.roofline import (
     prefill_counts,
 )
 from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memory, parse_share
-from ..model.weights import WeightFormat
+from ..model.weights import WeightFormat, vocab_key
 from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
 from .target import is_this, perf_model, target_device
@@ -99,6 +99,7 @@ class FitPoint:
     tp: int | None = None
     weights_dtype: str | None = None
     weights_group: int | None = None
+    vocab_layout: str = "split"
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
@@ -202,7 +203,8 @@ class FitPlan:
             weights_text = f"{format_bytes(weights)} of weights a GPU{gpus}"
             hint = f"; tp {tp} would leave room for a KV cache ({weights_text})"
         if not self.weights.quantized:
-            fp8 = self._smallest_tp(WeightFormat.of(FP8_WEIGHTS), self.tp)
+            fp8_weights = replace(self.weights, dtype=FP8_WEIGHTS, group=None)
+            fp8 = self._smallest_tp(fp8_weights, self.tp)
             if fp8 is not None and (found is None or fp8[0] < found[0]):
                 hint += f"{' or' if hint else ';'} {FP8_WEIGHTS} weights at tp {fp8[0]}"
         return hint
@@ -238,6 +240,9 @@ class FitRecord:
     tp: int = key()
     replicas: int = exact()
     weights_dtype: str = key()
+    #: "replicated" where every tensor-parallel rank holds the whole vocabulary; None:
+    #: split over them.
+    vocab: str | None = key(None)
     kv_dtype: str = key()
     page_size: int | None = key()
     layer_pattern: str | None = key(None)
@@ -325,6 +330,7 @@ def _record(
         tp=plan.tp,
         replicas=plan.replicas,
         weights_dtype=plan.weights.dtype,
+        vocab=vocab_key(plan.weights),
         kv_dtype=plan.kv.dtype,
         page_size=plan.page_size,
         layer_pattern=plan.layer_pattern,
@@ -465,8 +471,10 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 
 
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
-    """The weights: weights_dtype (default: the model's) with its scale groups."""
-    return WeightFormat.of(point.weights_dtype or spec.dtype, point.weights_group)
+    """The weights: weights_dtype (default: the model's) with its scale groups, the
+    vocabulary laid out over the ranks as vocab_layout says."""
+    dtype = point.weights_dtype or spec.dtype
+    return WeightFormat.of(dtype, point.weights_group, point.vocab_layout)
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:

@@ -36,7 +36,7 @@ from ..model.roofline import (
     step_counts,
 )
 from ..model.shapes import AttentionShape
-from ..model.weights import WeightFormat
+from ..model.weights import WeightFormat, vocab_key
 from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
 from .target import Target, is_this, run_peaks, target
@@ -61,6 +61,7 @@ class PredictPoint:
     published_kv_heads: int | None = None
     weights_dtype: str | None = None
     weights_group: int | None = None
+    vocab_layout: str = "split"
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -69,8 +70,10 @@ class PredictPoint:
 
     @property
     def weights(self) -> WeightFormat:
-        """The model's weights: weights_dtype (default: dtype) with its scale groups."""
-        return WeightFormat.of(self.weights_dtype or self.dtype, self.weights_group)
+        """The model's weights: weights_dtype (default: dtype) with its scale groups, the
+        vocabulary laid out over the ranks as vocab_layout says."""
+        dtype = self.weights_dtype or self.dtype
+        return WeightFormat.of(dtype, self.weights_group, self.vocab_layout)
 
     @cached_property
     def named_target(self) -> Target:
@@ -151,6 +154,9 @@ class PredictRecord:
     fits_memory: bool | None = info()
     #: The weights' format where it is not dtype ("int4, groups of 128"); None: dtype.
     weights: str | None = key(None)
+    #: "replicated" where every tensor-parallel rank holds the whole vocabulary; None:
+    #: split over them.
+    vocab: str | None = key(None)
     #: The model's step: its kernels' launches (ms), included in tpot_ms and ttft_ms.
     launch_ms: float | None = info()
     #: The time to first token of one request whose prompt is prefilled alone, as fit's
@@ -294,6 +300,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         published_kv_heads=point.published_kv_heads,
         **_memory(point, device),
         weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
+        vocab=vocab_key(point.weights),
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),

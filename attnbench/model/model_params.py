@@ -64,6 +64,8 @@ PARTS: tuple[str, ...] = (
 COUNTED_PARTS: tuple[str, ...] = (*PARTS, "state layers", "other")
 #: The parts split over tensor-parallel ranks in a counted model (the rest replicated).
 SPLIT_PARTS = ("embeddings", "attention", "mlp", "experts", "output head", "state layers")
+#: Of them, those split whatever the vocabulary's layout (WeightFormat.replicated_vocab).
+SPLIT_BUT_VOCAB = tuple(p for p in SPLIT_PARTS if p not in ("embeddings", "output head"))
 #: How to have a model type attnbench has no formulas for counted whole.
 COUNT_HINT = "install attnbench[hf] (transformers) to count the whole model"
 
@@ -209,14 +211,17 @@ def counted_parts(spec: ModelSpec) -> dict[str, int]:
     return counted
 
 
-def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
-    """Parameters of each part on one of `tp` tensor-parallel ranks (tp=1: the whole model)."""
+def part_params(spec: ModelSpec, tp: int = 1, replicated_vocab: bool = False) -> dict[str, int]:
+    """Parameters of each part on one of `tp` tensor-parallel ranks (tp=1: the whole model),
+    the vocabulary (embeddings and output head) split over them or, `replicated_vocab`,
+    whole on each."""
+    split = SPLIT_PARTS if not replicated_vocab else SPLIT_BUT_VOCAB
     if spec.body is None and spec.counted is not None:
         counted = counted_parts(spec)
-        return {part: ceil_div(n, tp if part in SPLIT_PARTS else 1) for part, n in counted.items()}
+        return {part: ceil_div(n, tp if part in split else 1) for part, n in counted.items()}
     body = require_body(spec)
     d, L, moe = spec.d_model, spec.num_layers, body.moe
-    vocab = ceil_div(body.vocab_size, tp)
+    vocab = ceil_div(body.vocab_size, 1 if replicated_vocab else tp)
     norm = d * (2 if body.norm_bias else 1)
     moe_layers = 0 if moe is None else moe.moe_layers(L)
     parts = dict.fromkeys(PARTS, 0)
@@ -235,11 +240,11 @@ def part_params(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
     return parts
 
 
-def step_parts(spec: ModelSpec, tp: int = 1) -> dict[str, int]:
+def step_parts(spec: ModelSpec, tp: int = 1, replicated_vocab: bool = False) -> dict[str, int]:
     """The parameters per part a step reads and computes with on one of `tp` ranks: each
     part's (part_params), and again at every further use of a block the model shares among
     its layers (CountFix.reread): memory holds it once, a step runs it at each use."""
-    parts = part_params(spec, tp)
+    parts = part_params(spec, tp, replicated_vocab)
     if spec.body is None and spec.count_fix is not None:
         for part, n in spec.count_fix.reread:
             parts[part] += ceil_div(n, tp if part in SPLIT_PARTS else 1)
@@ -276,7 +281,7 @@ def weight_bytes_per_rank(
     weights with their scales). Quantised weights keep the embeddings and the output head
     in `dtype` (default: the model's), as GPTQ, AWQ and float8 checkpoints do."""
     fmt = weight_format(weights)
-    parts = part_params(spec, tp)
+    parts = part_params(spec, tp, fmt.replicated_vocab)
     if not fmt.quantized:
         return packed_bytes(sum(parts.values()), fmt.dtype)
     kept = parts["embeddings"] + parts["output head"]

@@ -101,9 +101,11 @@ MLP, embeddings or head, and no tile padding (as decode-speed counts a layer).
 Tensor parallelism adds two all-reduces per layer (after the attention's output
 projection and after the MLP's down projection) of the B*q tokens' hidden states, B*q*d
 elements each, and the all-gather of the last tokens' logits from the vocabulary-split
-head (B * vocab float32 values), each timed as nccl-tests measures it on the device: the
-latency of a small message plus its bytes over the bus bandwidth (2*(tp-1)/tp of them for
-an all-reduce, (tp-1)/tp for an all-gather), not overlapped with the compute.
+head (B * vocab float32 values; none where each rank holds the whole vocabulary and
+computes every logit: WeightFormat.replicated_vocab), each timed as nccl-tests measures
+it on the device: the latency of a small message plus its bytes over the bus bandwidth
+(2*(tp-1)/tp of them for an all-reduce, (tp-1)/tp for an all-gather), not overlapped
+with the compute.
 """
 
 from __future__ import annotations
@@ -615,10 +617,11 @@ def step_counts(
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
         positive_int(field, value)
     fmt = weight_format(weights or dtype)
-    parts, traits = step_parts(spec, tp), step_traits(spec)
+    parts, traits = step_parts(spec, tp, fmt.replicated_vocab), step_traits(spec)
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
     routed_attn = routed_attention(spec, tp)  # read as the experts are
-    vocab_rows = ceil_div(traits.vocab_size, tp)  # this rank's vocabulary
+    split_vocab = tp > 1 and not fmt.replicated_vocab
+    vocab_rows = ceil_div(traits.vocab_size, tp if split_vocab else 1)  # this rank's
 
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
     body = sum(parts.values()) - parts["embeddings"] - parts["experts"] - parts["output head"]
@@ -696,7 +699,7 @@ def step_counts(
         state_bytes=state,
         kernels=L * LAYER_KERNELS + moe_kernels + STEP_KERNELS,
         # each rank's logits of the last token of every sequence, in float32
-        gather_bytes=batch * vocab_rows * tp * 4 if tp > 1 else 0,
+        gather_bytes=batch * vocab_rows * tp * 4 if split_vocab else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),
         dequant_ops=fmt.dequant_ops * body,
         matmuls=tuple(matmuls),

@@ -13,6 +13,12 @@ and the dtype its matmuls run in, which sets their peak.
 - float8 (e4m3 or e5m2) weights go with float8 activations (W8A8-FP8, the way 70B models
   are served on Hopper): one scale per output channel, and the matmuls run at the
   device's float8 peak, so a device without float8 tensor cores has no peak for them.
+
+Under tensor parallelism the vocabulary (the token embeddings and the output head) is
+split over the ranks, each computing its share of the logits, which are then gathered
+(vLLM, TensorRT-LLM, SGLang), or replicated: each rank holds the whole vocabulary and
+computes every logit itself, with nothing to gather (gpt-fast shards only the attention
+and the MLP).
 """
 
 from __future__ import annotations
@@ -39,15 +45,19 @@ WEIGHT_AND_ACTIVATION = ("float8_e4m3fn", "float8_e5m2")
 DEFAULT_INT4_GROUP = 128
 #: Bits of one scale, and of one int4 zero point.
 SCALE_BITS = 16
+#: How tensor-parallel ranks hold the vocabulary: split over them, or whole on each.
+VOCAB_LAYOUTS = ("split", "replicated")
 
 
 @dataclass(frozen=True)
 class WeightFormat:
     """Weights in `dtype`; for quantised ones, one scale per `group` input elements of a
-    row (None: the dtype's default, see the module's notes)."""
+    row (None: the dtype's default, see the module's notes); the vocabulary split over
+    tensor-parallel ranks or, `replicated_vocab`, whole on each."""
 
     dtype: str
     group: int | None = None
+    replicated_vocab: bool = False
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "weights_dtype", WEIGHT_DTYPES)
@@ -59,11 +69,14 @@ class WeightFormat:
                 )
 
     @classmethod
-    def of(cls, dtype: str, group: int | None = None) -> WeightFormat:
+    def of(cls, dtype: str, group: int | None = None, vocab: str = "split") -> WeightFormat:
         """Weights in `dtype`, with `group` where they are quantised (a sweep of several
-        weights dtypes gives its group to the quantised ones only)."""
+        weights dtypes gives its group to the quantised ones only), the vocabulary laid
+        out as `vocab` says (one of VOCAB_LAYOUTS)."""
+        if vocab not in VOCAB_LAYOUTS:
+            raise FieldError("vocab_layout", vocab, f"choose from {', '.join(VOCAB_LAYOUTS)}")
         quantized = dtype in WEIGHT_ONLY or dtype in WEIGHT_AND_ACTIVATION
-        return cls(dtype, group if quantized else None)
+        return cls(dtype, group if quantized else None, vocab == "replicated")
 
     @property
     def quantized(self) -> bool:
@@ -112,6 +125,12 @@ class WeightFormat:
         if self.dtype == "int4":
             return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}"
         return f"{self.dtype} {'in groups of ' + str(self.group) if self.group else 'per channel'}"
+
+
+def vocab_key(weights: WeightFormat) -> str | None:
+    """A record's `vocab`: "replicated" where each rank holds the whole vocabulary, None
+    where it is split (the default, as in records made before the field)."""
+    return "replicated" if weights.replicated_vocab else None
 
 
 def weight_format(weights: str | WeightFormat) -> WeightFormat:

@@ -64,10 +64,11 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
             f" ({record.windowed_layers} of {record.num_layers} layers keep "
             f"{record.sliding_window:,})"
         )
+    share = f"1/{record.tp} of the model"
+    if record.vocab:  # replicated
+        share = f"1/{record.tp} of the layers, the whole vocabulary"
     notes = {
-        "weights": f"{record.weights_dtype}, 1/{record.tp} of the model"
-        if record.tp > 1
-        else record.weights_dtype,
+        "weights": f"{record.weights_dtype}, {share}" if record.tp > 1 else record.weights_dtype,
         "KV cache": f"{record.kv_dtype}, {seqs} x {tokens}",
         "state": f"{seqs} x {format_bytes(record.state_bytes_per_sequence_per_gpu)}, "
         "whatever the context",

@@ -39,6 +39,7 @@ PHASE_COLUMNS: list[Column] = [
     Column("dtype", "dtype", fmt_plain, rank=2, kind="label", setting=True),
     Column("kv dtype", "kv_dtype", fmt_plain, rank=1, kind="label", setting=True),
     Column("weights", "weights", fmt_plain, rank=1, kind="label", setting=True),
+    Column("vocab", "vocab", fmt_plain, rank=2, kind="label", setting=True),
     Column("Step", "step", fmt_plain, rank=0, kind="label"),
     Column("ms", "time_ms", fmt_4sig, rank=0),
     Column("bytes", "bytes", format_bytes, rank=1),
@@ -79,6 +80,8 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     model's; tokens/s on the model's decode row (the batch's tokens per step), or on the
     layer's where there is no model."""
     rows = []
+    # the vocabulary's layout is named where some point replicates it
+    split = "split" if any(r.get("vocab") for r in records) else None
     for r in records:
         for step, prefix, time_field in PHASES:
             if r.get(time_field) is None or (prefix == "request" and r["batch"] == 1):
@@ -99,6 +102,7 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "dtype": r["dtype"],
                     "kv_dtype": r["kv_dtype"],
                     "weights": r.get("weights") or r["dtype"],
+                    "vocab": r.get("vocab") or split,
                     "step": step,
                     "time_ms": r[time_field],
                     "bytes": r.get(f"{prefix}_bytes"),
@@ -196,11 +200,13 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     overhead and whether they are defaults or calibrated, the weights' format, and the
     counts."""
     lines = []
-    for r in {(r["gpu"], r["tp"]): r for r in records if r.get("allreduce_ms")}.values():
+    with_collectives = [r for r in records if r.get("allreduce_ms")]
+    for r in {(r["gpu"], r["tp"], r.get("vocab")): r for r in with_collectives}.values():
+        collectives = "2 all-reduces a layer" + ("" if r.get("vocab") else ", the logits' gather")
+        replicated = ", each rank holding the whole vocabulary" if r.get("vocab") else ""
         lines.append(
-            f"{r['gpu']}, tp {r['tp']}: the model's collectives (2 all-reduces a layer, the "
-            f"logits' gather) take {r['allreduce_ms']:.3g} ms of each decode step at batch "
-            f"{r['batch']:,}"
+            f"{r['gpu']}, tp {r['tp']}{replicated}: the model's collectives ({collectives}) "
+            f"take {r['allreduce_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
     for r in {r["gpu"]: r for r in records if r.get("launch_ms")}.values():
         lines.append(

@@ -27,7 +27,7 @@ from ..model.limits import (
     MAX_TOKENS,
     MAX_WIDTH,
 )
-from ..model.weights import WEIGHT_DTYPES
+from ..model.weights import VOCAB_LAYOUTS, WEIGHT_DTYPES
 from ..model.what_if import KV_HEAD_WORDS
 from ..modules.provider_names import PROVIDER_ALIASES
 from ..modules.provider_names import PROVIDER_NAMES as PROVIDERS
@@ -323,6 +323,15 @@ FIELDS: dict[str, Field] = {
         "for int4, one scale per output channel for int8 and float8); 16- and 32-bit "
         "weights of the same sweep have none.",
         maximum=MAX_TOKENS,
+    ),
+    "vocab_layout": Field(
+        str,
+        ("fit", "predict"),
+        "How tensor-parallel ranks hold the vocabulary (the embeddings and the output "
+        "head): split over them, each rank's logits then gathered (vLLM, TensorRT-LLM), "
+        "or replicated, each rank holding it whole and computing every logit (gpt-fast).",
+        choices=VOCAB_LAYOUTS,
+        default="split",
     ),
     "reserve": Field(
         str,

@@ -468,6 +468,7 @@ def resolve(
     check_calibration(resolved, config.base_dir)
     check_gpu_use(resolved)
     check_window_use(resolved)
+    check_vocab_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
@@ -531,6 +532,20 @@ def check_window_use(sec: Section) -> None:
         reason = f"has no effect: {{layer_pattern}} {','.join(patterns)} has no L layer to bound"
         listed = ",".join(map(str, windows))
         raise sec.locate(FieldError("sliding_window", listed, reason, ("layer_pattern",)))
+
+
+def check_vocab_use(sec: Section) -> None:
+    """A replicated vocabulary where every point runs on one rank (fit's tp defaults to
+    its GPUs): a single rank holds the whole vocabulary either way, so it would change
+    nothing."""
+    if "replicated" not in sec.listed("vocab_layout") or not sec.sets_itself("vocab_layout"):
+        return
+    ranks = sec.listed("tp") + (sec.listed("gpus") if sec.name == "fit" else [])
+    if any(int(r) > 1 for r in ranks):
+        return
+    reason = "has no effect at {tp} 1: a single rank holds the whole vocabulary either way"
+    listed = ",".join(map(str, sec.listed("vocab_layout")))
+    raise sec.locate(FieldError("vocab_layout", listed, reason, ("tp",)))
 
 
 def long_patterns(sec: Section) -> list[FieldError]:

@@ -4,6 +4,7 @@ not fit), memory sizes, and the command line's answers and exit codes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,35 @@ def test_weights_that_do_not_fit_name_the_smallest_tp_that_would_leave_room():
         largest_batch(plan(memory=half, gpus=2), 1024)
     with pytest.raises(CapacityError, match=r"do not fit: [^;]*$"):  # not even at 8 heads
         largest_batch(plan(memory=2**20), 1024)
+
+
+def test_a_replicated_vocabulary_is_held_whole_by_each_rank():
+    # ROUND at tp 2 (27,281,408 bytes, above), with the other half of its embeddings and
+    # of its head, 1,024 x 1,024 each, on every rank: 2 * 524,288 * 2 bytes more.
+    p = plan(tp=2, gpus=2)
+    replicated = replace(p, weights=WeightFormat.of("float16", vocab="replicated"))
+    assert replicated.weights_bytes == 27_281_408 + 2_097_152
+    # the hint's larger tp keeps the layout: at tp 4 a rank holds 1/4 of the layers
+    with pytest.raises(CapacityError, match=r"; tp 4 would leave room .*\(16\.02 MiB of w"):
+        largest_batch(replace(replicated, memory_bytes=27_281_408 + 2_097_152), 1024)
+
+
+def test_cli_names_a_replicated_vocabulary(tmp_path):
+    out = tmp_path / "fit.json"
+    args = ["fit", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--gpus", "8"]
+    result = runner.invoke(app, [*args, "--seq-len", "8192", "--json", str(out)])
+    split = json.loads(out.read_text())["records"][0]
+    result = runner.invoke(
+        app, [*args, "--seq-len", "8192", "--vocab-layout", "replicated", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    replicated = json.loads(out.read_text())["records"][0]
+    head = 128256 * 8192 * 2
+    assert (replicated["vocab"], split["vocab"]) == ("replicated", None)
+    assert replicated["weights_bytes_per_gpu"] - split["weights_bytes_per_gpu"] == 2 * (
+        head - head // 8
+    )
+    assert "1/8 of the layers, the whole vocabulary" in result.output
 
 
 def test_the_tp_hint_skips_a_tp_the_kv_heads_cannot_take():

@@ -191,6 +191,28 @@ def test_cli_whole_models_on_named_gpus_with_their_sources(tmp_path):
     assert "resources.nvidia.com" in result.output
 
 
+def test_cli_a_replicated_vocabulary_beside_a_split_one(tmp_path):
+    """Each rank of gpt-fast's tensor parallelism reads the whole head and gathers no
+    logits: the table names each layout, and the collectives' note drops the gather."""
+    out = tmp_path / "p.json"
+    args = ["--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--tp", "8", "--seq-len", "8"]
+    result = predict_cli(*args, "--vocab-layout", "replicated,split", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    replicated, split = json.loads(out.read_text())["records"]
+    assert (replicated["vocab"], split["vocab"]) == ("replicated", None)
+    head = 128256 * 4096 * 2
+    assert replicated["step_weight_bytes"] - split["step_weight_bytes"] == head - head // 8
+    assert replicated["tpot_ms"] > split["tpot_ms"]
+    assert replicated["allreduce_ms"] < split["allreduce_ms"]
+    lines = result.output.splitlines()
+    notes = [line for line in lines if "the model's collectives" in line]
+    assert len(notes) == 2
+    assert "each rank holding the whole vocabulary" in notes[0]
+    assert "gather" not in notes[0] and "the logits' gather" in notes[1]
+    assert any(line.startswith("│ replicated") for line in lines)
+    assert any(line.startswith("│ split") for line in lines)
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

@@ -17,7 +17,7 @@ from attnbench.model.model_params import (
     total_params,
     weight_bytes_per_rank,
 )
-from attnbench.model.presets import PRESETS
+from attnbench.model.presets import PRESETS, get_preset
 from attnbench.modules.skeleton import meta_part_params
 from tests.helpers import runner
 
@@ -376,3 +376,15 @@ def test_counted_experts_without_their_count_or_top_k_refuse_a_step():
             step_traits(_counted_spec(num_experts, per_token))
     assert step_traits(_counted_spec(4, 2)).experts_per_token == 2
     assert active_params(_counted_spec(4, 2)) == 6400 + 16384 + 24576 // 4 * 2
+
+
+def test_a_replicated_vocabulary_stays_whole_on_each_rank():
+    # a model counted by transformers, and one of attnbench's formulas
+    counted = _counted_spec(4, 2)
+    split, whole = part_params(counted, 2), part_params(counted, 2, replicated_vocab=True)
+    assert (split["embeddings"], whole["embeddings"]) == (3200, 6400)
+    assert split["attention"] == whole["attention"] == 8192
+    llama = get_preset("llama-2-7b")
+    split, whole = part_params(llama, 4), part_params(llama, 4, replicated_vocab=True)
+    assert whole["output head"] == whole["embeddings"] == 4 * split["output head"] == 32000 * 4096
+    assert whole["mlp"] == split["mlp"]

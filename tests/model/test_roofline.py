@@ -12,7 +12,7 @@ from attnbench.errors import FieldError, show_value
 from attnbench.model.capacity import KvFormat, cache_bytes, kv_cache_bytes, token_layout
 from attnbench.model.devices import Collectives, DeviceSpec
 from attnbench.model.formulas import attention_core_flops
-from attnbench.model.model_params import active_params, total_params
+from attnbench.model.model_params import active_params, total_params, weight_bytes_per_rank
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
     DEFAULT_MODEL,
@@ -241,6 +241,29 @@ def test_tensor_parallel_splits_the_weights_and_adds_allreduces():
     gather = 7 / 8 * eight.gather_bytes / 1e11 + 20e-6
     assert pred.allreduce_s == pytest.approx(160 * per + gather)
     assert pred.time_s == pytest.approx(pred.roofline.time_s + pred.allreduce_s + pred.launch_s)
+
+
+def test_a_replicated_vocabulary_is_read_whole_on_each_rank_with_no_gather():
+    spec = get_preset("llama-3-70b")  # an untied head of 128,256 x 8,192
+    split = decode_counts(spec, 8, 4096, "bfloat16", tp=8)
+    whole = WeightFormat.of("bfloat16", vocab="replicated")
+    replicated = decode_counts(spec, 8, 4096, "bfloat16", tp=8, weights=whole)
+    head = 128256 * 8192
+    assert replicated.weight_bytes - split.weight_bytes == 2 * (head - head // 8)
+    assert replicated.flops - split.flops == 2 * 8 * (head - head // 8)  # 8 last tokens
+    assert (replicated.gather_bytes, split.gather_bytes > 0) == (0, True)
+    assert replicated.allreduces == split.allreduces
+    # the memory of a rank holds the whole table and head; the layers stay split
+    assert weight_bytes_per_rank(spec, whole, 8) - weight_bytes_per_rank(spec, "bfloat16", 8) == (
+        2 * 2 * (head - head // 8)
+    )
+    one = decode_counts(spec, 8, 4096, "bfloat16", weights=whole)  # one rank: no difference
+    assert one == decode_counts(spec, 8, 4096, "bfloat16")
+
+
+def test_a_vocabulary_layout_is_one_of_two():
+    with pytest.raises(FieldError, match="vocab_layout.*choose from split, replicated"):
+        WeightFormat.of("bfloat16", vocab="sharded")
 
 
 def test_weight_only_quantisation_reads_packed_weights_and_their_scales():

@@ -799,6 +799,25 @@ def test_fit_refuses_a_gpu_beside_memory_with_no_target(tmp_path):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.parametrize("command", ["predict", "fit"])
+def test_a_replicated_vocabulary_on_one_rank_is_refused(tmp_path, command):
+    """One rank holds the whole vocabulary either way: the layout would change nothing."""
+    args = [command, "--model", "llama-2-7b", "--gpu", "h100-sxm", "--seq-len", "1024"]
+    result = runner.invoke(app, [*args, "--vocab-layout", "replicated"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --vocab-layout replicated: has no effect at --tp 1: a single rank holds the "
+        "whole vocabulary either way\n"
+    )
+    ranks = ["--tp", "1,2"] if command == "predict" else ["--gpus", "2"]
+    result = runner.invoke(app, [*args, "--vocab-layout", "replicated", *ranks])
+    assert result.exit_code == 0, result.output
+    section = f"{command}: {{models: [llama-2-7b], gpu: h100-sxm, seq_len: 1024}}"
+    shared = write_yaml(tmp_path, f"defaults: {{vocab_layout: replicated}}\n{section}\n")
+    result = runner.invoke(app, ["run", str(shared), "--dry-run"])  # it may serve another
+    assert result.exit_code == 0, result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -245,6 +245,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "tp": ("ranks", "tensor-parallel ranks of one replica"),
         "replicas": ("", "gpus / tp"),
         "weights_dtype": ("", "the weights' dtype"),
+        "weights": ("", "quantised weights, as `int4 in groups of 128, the head too`; empty: "
+                    "16- or 32-bit weights"),
         "vocab": ("", "`replicated` where every rank holds the whole vocabulary; empty: split"),
         "kv_dtype": ("", "the cache's dtype"),
         "page_size": ("tokens", "tokens per block of a paged cache"),

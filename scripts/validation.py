@@ -97,7 +97,8 @@ def predict_entry(entry: dict[str, Any]) -> float:
     spec = _model(entry["model"])
     weights = DTYPES.get(entry["weights"], entry["weights"])
     dtype = weights if weights in ("float16", "bfloat16") else spec.dtype
-    fmt = WeightFormat.of(weights, entry.get("group_size"), entry.get("vocab", "split"))
+    vocab, head = entry.get("vocab", "split"), entry.get("quantize_head", False)
+    fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head)
     kv = entry.get("kv_dtype")
     batch, output = int(entry["batch"]), int(entry.get("output") or 1)
 

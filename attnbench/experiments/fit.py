@@ -100,6 +100,7 @@ class FitPoint:
     weights_dtype: str | None = None
     weights_group: int | None = None
     vocab_layout: str = "split"
+    quantize_head: bool = False
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
@@ -240,6 +241,9 @@ class FitRecord:
     tp: int = key()
     replicas: int = exact()
     weights_dtype: str = key()
+    #: Quantised weights' format in words ("int4 in groups of 128, the head too"); None:
+    #: 16- or 32-bit weights.
+    weights: str | None = key(None)
     #: "replicated" where every tensor-parallel rank holds the whole vocabulary; None:
     #: split over them.
     vocab: str | None = key(None)
@@ -330,6 +334,7 @@ def _record(
         tp=plan.tp,
         replicas=plan.replicas,
         weights_dtype=plan.weights.dtype,
+        weights=plan.weights.describe() if plan.weights.quantized else None,
         vocab=vocab_key(plan.weights),
         kv_dtype=plan.kv.dtype,
         page_size=plan.page_size,
@@ -471,10 +476,11 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 
 
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
-    """The weights: weights_dtype (default: the model's) with its scale groups, the
-    vocabulary laid out over the ranks as vocab_layout says."""
+    """The weights: weights_dtype (default: the model's) with its scale groups, the head
+    quantised too where quantize_head says so, the vocabulary laid out over the ranks as
+    vocab_layout says."""
     dtype = point.weights_dtype or spec.dtype
-    return WeightFormat.of(dtype, point.weights_group, point.vocab_layout)
+    return WeightFormat.of(dtype, point.weights_group, point.vocab_layout, point.quantize_head)
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:

@@ -62,6 +62,7 @@ class PredictPoint:
     weights_dtype: str | None = None
     weights_group: int | None = None
     vocab_layout: str = "split"
+    quantize_head: bool = False
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -71,9 +72,10 @@ class PredictPoint:
     @property
     def weights(self) -> WeightFormat:
         """The model's weights: weights_dtype (default: dtype) with its scale groups, the
-        vocabulary laid out over the ranks as vocab_layout says."""
+        head quantised too where quantize_head says so, the vocabulary laid out over the
+        ranks as vocab_layout says."""
         dtype = self.weights_dtype or self.dtype
-        return WeightFormat.of(dtype, self.weights_group, self.vocab_layout)
+        return WeightFormat.of(dtype, self.weights_group, self.vocab_layout, self.quantize_head)
 
     @cached_property
     def named_target(self) -> Target:

@@ -278,12 +278,13 @@ def weight_bytes_per_rank(
     spec: ModelSpec, weights: str | WeightFormat, tp: int = 1, dtype: str | None = None
 ) -> int:
     """Bytes of one rank's weights in `weights` (a dtype, or a WeightFormat: quantised
-    weights with their scales). Quantised weights keep the embeddings and the output head
-    in `dtype` (default: the model's), as GPTQ, AWQ and float8 checkpoints do."""
+    weights with their scales). Quantised weights keep the embeddings, and the output head
+    unless fmt.quantized_head, in `dtype` (default: the model's), as GPTQ, AWQ and float8
+    checkpoints do."""
     fmt = weight_format(weights)
     parts = part_params(spec, tp, fmt.replicated_vocab)
     if not fmt.quantized:
         return packed_bytes(sum(parts.values()), fmt.dtype)
-    kept = parts["embeddings"] + parts["output head"]
+    kept = parts["embeddings"] + (0 if fmt.quantized_head else parts["output head"])
     rest = fmt.bytes(sum(parts.values()) - kept, spec.d_model)
     return rest + packed_bytes(kept, dtype or spec.dtype)

@@ -65,7 +65,8 @@ kv keys (decode: q 1, kv S + 1; prefill of S tokens: q S, kv S) moves:
   layer reads those its B*q tokens, k experts each, are routed to: E * (1 - (1 -
   k/E)^(B*q)) expected where the router picks them uniformly (experts_touched), k at
   one token, all E from a few E/k tokens on; quantised
-  weights keep the embeddings and the head in the activations' dtype;
+  weights keep the embeddings and the head in the activations' dtype, but a head
+  quantised with them (WeightFormat.quantized_head), read and dequantised as they are;
 - the KV cache: every layer reads the keys its sliding window keeps (min(kv, W), the
   architecture's windows; full context on global layers) and writes the q new ones, in
   the KV dtype with its scales; an MLA layer its latents (mla_counts);
@@ -630,8 +631,13 @@ def step_counts(
         table = parts["embeddings"]
     else:
         table = (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
-        table += parts["output head"]
+        if fmt.quantized_head:  # read with the rest, in the weights' format
+            body += parts["output head"]
+        else:
+            table += parts["output head"]
     head = vocab_rows * d
+    # a weight-only head, like the layers' weights, multiplies on the CUDA cores
+    head_on_cuda_cores = fmt.dequant_ops and fmt.quantized_head and not traits.tied_embeddings
     dense_parts = ("mlp", "router", "state layers", "other")
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
@@ -649,7 +655,8 @@ def step_counts(
         matmuls.append(Matmul(share, round(per_expert * touched)))
     if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
         matmuls = []
-    matmuls.append(Matmul(batch, head))
+    if not head_on_cuda_cores:
+        matmuls.append(Matmul(batch, head))
 
     if spec.mla is not None:
         attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp)

@@ -14,6 +14,11 @@ and the dtype its matmuls run in, which sets their peak.
   are served on Hopper): one scale per output channel, and the matmuls run at the
   device's float8 peak, so a device without float8 tensor cores has no peak for them.
 
+Quantised weights leave the embeddings and the output head in the activations' dtype, as
+GPTQ, AWQ and float8 checkpoints keep them, unless `quantized_head`: the head is quantised
+with the rest, as gpt-fast's and torchao's quantisers replace every linear layer (a head
+tied to the embeddings stays in their dtype: the lookup reads the table).
+
 Under tensor parallelism the vocabulary (the token embeddings and the output head) is
 split over the ranks, each computing its share of the logits, which are then gathered
 (vLLM, TensorRT-LLM, SGLang), or replicated: each rank holds the whole vocabulary and
@@ -52,12 +57,14 @@ VOCAB_LAYOUTS = ("split", "replicated")
 @dataclass(frozen=True)
 class WeightFormat:
     """Weights in `dtype`; for quantised ones, one scale per `group` input elements of a
-    row (None: the dtype's default, see the module's notes); the vocabulary split over
+    row (None: the dtype's default, see the module's notes); the output head kept in the
+    activations' dtype or, `quantized_head`, quantised too; the vocabulary split over
     tensor-parallel ranks or, `replicated_vocab`, whole on each."""
 
     dtype: str
     group: int | None = None
     replicated_vocab: bool = False
+    quantized_head: bool = False
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "weights_dtype", WEIGHT_DTYPES)
@@ -67,16 +74,28 @@ class WeightFormat:
                 raise FieldError(
                     "weights_group", self.group, f"{self.dtype} weights have no scales"
                 )
+        if self.quantized_head and not self.quantized:
+            raise FieldError(
+                "quantize_head", True, f"{self.dtype} weights are not quantised: nor is the head"
+            )
 
     @classmethod
-    def of(cls, dtype: str, group: int | None = None, vocab: str = "split") -> WeightFormat:
-        """Weights in `dtype`, with `group` where they are quantised (a sweep of several
-        weights dtypes gives its group to the quantised ones only), the vocabulary laid
-        out as `vocab` says (one of VOCAB_LAYOUTS)."""
+    def of(
+        cls,
+        dtype: str,
+        group: int | None = None,
+        vocab: str = "split",
+        quantize_head: bool = False,
+    ) -> WeightFormat:
+        """Weights in `dtype`, with `group` and the head quantised too (`quantize_head`)
+        where they are quantised (a sweep of several weights dtypes gives them to the
+        quantised ones only), the vocabulary laid out as `vocab` says (VOCAB_LAYOUTS)."""
         if vocab not in VOCAB_LAYOUTS:
             raise FieldError("vocab_layout", vocab, f"choose from {', '.join(VOCAB_LAYOUTS)}")
         quantized = dtype in WEIGHT_ONLY or dtype in WEIGHT_AND_ACTIVATION
-        return cls(dtype, group if quantized else None, vocab == "replicated")
+        return cls(
+            dtype, group if quantized else None, vocab == "replicated", quantize_head and quantized
+        )
 
     @property
     def quantized(self) -> bool:
@@ -122,9 +141,11 @@ class WeightFormat:
     def describe(self) -> str:
         if not self.quantized:
             return self.dtype
+        head = ", the head too" if self.quantized_head else ""
         if self.dtype == "int4":
-            return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}"
-        return f"{self.dtype} {'in groups of ' + str(self.group) if self.group else 'per channel'}"
+            return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}{head}"
+        scales = f"in groups of {self.group}" if self.group else "per channel"
+        return f"{self.dtype} {scales}{head}"
 
 
 def vocab_key(weights: WeightFormat) -> str | None:

@@ -67,8 +67,9 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     share = f"1/{record.tp} of the model"
     if record.vocab:  # replicated
         share = f"1/{record.tp} of the layers, the whole vocabulary"
+    weights = record.weights or record.weights_dtype
     notes = {
-        "weights": f"{record.weights_dtype}, {share}" if record.tp > 1 else record.weights_dtype,
+        "weights": f"{weights}, {share}" if record.tp > 1 else weights,
         "KV cache": f"{record.kv_dtype}, {seqs} x {tokens}",
         "state": f"{seqs} x {format_bytes(record.state_bytes_per_sequence_per_gpu)}, "
         "whatever the context",

@@ -383,10 +383,11 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
     return list(found.values())
 
 
-#: The options of quantised formats' scales (their groups, their dtype): the format each
-#: sets, the dtype option that quantises it, and the dtypes that do.
+#: The options of quantised formats (their scales' groups and dtype, the weights' head):
+#: the format each sets, the dtype option that quantises it, and the dtypes that do.
 SCALE_GROUPS = {
     "weights_group": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
+    "quantize_head": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
     "scale_dtype": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
 }
@@ -401,8 +402,9 @@ def _unused_groups(
     quantised = frozenset().union(*(scaled(p) for p in points))
     errors: list[UsageError] = []
     for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
-        if sec.sets_itself(name) and fmt not in quantised:
-            listed = ",".join(map(str, sec.listed(name)))
+        if sec.sets_itself(name) and any(sec.listed(name)) and fmt not in quantised:
+            values = sec.listed(name)
+            listed = values[0] if len(values) == 1 else ",".join(map(str, values))
             subject = "the cache is" if fmt == "kv" else "the weights are"
             choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
             reason = f"has no effect: {subject} not quantised (set {{{dtype_field}}} to {choices})"

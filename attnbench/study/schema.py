@@ -324,6 +324,14 @@ FIELDS: dict[str, Field] = {
         "weights of the same sweep have none.",
         maximum=MAX_TOKENS,
     ),
+    "quantize_head": Field(
+        bool,
+        ("fit", "predict"),
+        "Quantised weights: the output head quantised with them, as gpt-fast's and "
+        "torchao's quantisers do (default: kept in the model's dtype, as GPTQ, AWQ and "
+        "float8 checkpoints keep it; a head tied to the embeddings stays so).",
+        default=False,
+    ),
     "vocab_layout": Field(
         str,
         ("fit", "predict"),

@@ -308,7 +308,7 @@ class Section:
         if error.location is not None:
             return error
         origin = self.origins.get(error.field)
-        value = show_value(error.value)
+        value = spelled(error.value) if isinstance(error.value, bool) else show_value(error.value)
         if origin is not None and origin != FROM_FLAGS:
             return error.located(f"{origin}.{error.field}: {value} ({self.source})")
         model = getattr(point, "model", None)

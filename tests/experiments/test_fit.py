@@ -191,6 +191,26 @@ def test_cli_names_a_replicated_vocabulary(tmp_path):
     assert "1/8 of the layers, the whole vocabulary" in result.output
 
 
+def test_cli_a_quantised_head_is_a_key_of_the_answer(tmp_path):
+    out = tmp_path / "fit.json"
+    args = ["fit", "--model", "llama-3-8b", "--gpu", "a100-80gb", "--seq-len", "8192"]
+    found = {}
+    for extra in ([], ["--quantize-head"]):
+        result = runner.invoke(app, [*args, "--weights-dtype", "int4", *extra, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        found[bool(extra)] = json.loads(out.read_text())["records"][0]
+    kept, quantised = found[False], found[True]
+    assert (kept["weights"], quantised["weights"]) == (
+        "int4 in groups of 128",
+        "int4 in groups of 128, the head too",
+    )
+    head = 128256 * 4096  # 2 bytes a weight, or half a byte and 4 bytes a group of 128
+    assert kept["weights_bytes_per_gpu"] - quantised["weights_bytes_per_gpu"] == (
+        2 * head - (head // 2 + head // 128 * 4)
+    )
+    assert "int4 in groups of 128, the head too" in result.output
+
+
 def test_the_tp_hint_skips_a_tp_the_kv_heads_cannot_take():
     # 12 query heads, 4 KV heads: tp 3 splits the queries but not the KV heads (nor does
     # it replicate them). Where tp 2 leaves no room, the next tp that can is 4.

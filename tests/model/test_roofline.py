@@ -261,6 +261,38 @@ def test_a_replicated_vocabulary_is_read_whole_on_each_rank_with_no_gather():
     assert one == decode_counts(spec, 8, 4096, "bfloat16")
 
 
+def test_a_quantised_head_is_read_and_dequantised_with_the_rest():
+    spec = get_preset("llama-2-7b")
+    kept = decode_counts(spec, 1, 100, "bfloat16", weights=WeightFormat("int4", 32))
+    with_head = WeightFormat("int4", 32, quantized_head=True)
+    quantised = decode_counts(spec, 1, 100, "bfloat16", weights=with_head)
+    head = 32000 * 4096
+    # the head's 2 bytes a weight become half a byte, and a scale and zero point per 32
+    assert kept.weight_bytes - quantised.weight_bytes == 2 * head - (head // 2 + head // 32 * 4)
+    assert quantised.dequant_ops - kept.dequant_ops == 5 * head
+    assert quantised.flops == kept.flops
+    # a weight-only head multiplies on the CUDA cores, as the layers' weights do: no tiles
+    assert [m.weights for m in kept.matmuls] == [head] and quantised.matmuls == ()
+    float8 = WeightFormat("float8_e4m3fn", quantized_head=True)
+    fp8 = decode_counts(spec, 1, 100, "bfloat16", weights=float8)
+    fp8_kept = decode_counts(spec, 1, 100, "bfloat16", weights="float8_e4m3fn")
+    assert fp8_kept.weight_bytes - fp8.weight_bytes == head - 32000 * 2  # a scale a row
+    tied = get_preset("gemma-7b")  # its head is the embeddings: the lookup reads them
+    int8 = decode_counts(tied, 1, 100, "bfloat16", weights="int8")
+    head_too = WeightFormat("int8", quantized_head=True)
+    assert decode_counts(tied, 1, 100, "bfloat16", weights=head_too) == int8
+    assert weight_bytes_per_rank(tied, head_too) == weight_bytes_per_rank(tied, "int8")
+
+
+def test_only_quantised_weights_quantise_their_head():
+    with pytest.raises(FieldError, match="quantize_head.*bfloat16 weights are not quantised"):
+        WeightFormat("bfloat16", quantized_head=True)
+    assert not WeightFormat.of("bfloat16", quantize_head=True).quantized_head  # a sweep's
+    assert WeightFormat.of("int4", 64, quantize_head=True).describe() == (
+        "int4 in groups of 64, the head too"
+    )
+
+
 def test_a_vocabulary_layout_is_one_of_two():
     with pytest.raises(FieldError, match="vocab_layout.*choose from split, replicated"):
         WeightFormat.of("bfloat16", vocab="sharded")

@@ -637,7 +637,7 @@ def step_counts(
             table += parts["output head"]
     head = vocab_rows * d
     # a weight-only head, like the layers' weights, multiplies on the CUDA cores
-    head_on_cuda_cores = fmt.dequant_ops and fmt.quantized_head and not traits.tied_embeddings
+    head_on_cuda_cores = bool(fmt.dequant_ops) and fmt.quantized_head and not traits.tied_embeddings
     dense_parts = ("mlp", "router", "state layers", "other")
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from .device_types import Collectives, DeviceSpec, Figure
+from .device_types import Collectives, DeviceSpec, Figure, Protocol
 
 _T = 1e12  # tera
 _G = 1e9  # giga
@@ -114,6 +114,23 @@ _SGLANG_ALLREDUCE = "https://github.com/sgl-project/sglang/pull/2904"
 _NCCL_LL_BASE_S = 6.6e-6
 _NCCL_LL_STEP_S = {"NVLink": 0.6e-6, "PCIe": 1.0e-6}
 _ENGINE_CHECK = f"one-shot all-reduces of engines on 8x H100: {_SGLANG_ALLREDUCE}"
+#: NCCL's ring protocols as its cost model times them (tuning.cc: baseLat, hwLat, and the
+#: refinements of each protocol's bus bandwidth): LL sends a quarter of the bandwidth, at
+#: most llMaxBws' 87.7 GB/s (Ampere and Hopper, one node), LL128 0.92 of it, Simple all of
+#: it at a higher latency. LL128 is enabled over NVLink only. A collective takes the
+#: fastest, as NCCL picks it; the all-gather's LL share (a third) is taken as the
+#: all-reduce's, and the per-channel caps, which need the channels' count, are left out.
+_NCCL_PROTOCOLS = {
+    "NVLink": (
+        Protocol("LL", _NCCL_LL_BASE_S, 0.6e-6, 1 / 4, 87.7 * _G),
+        Protocol("LL128", 14.0e-6, 1.9e-6, 0.92),
+        Protocol("Simple", 8.4e-6, 3.4e-6, 1.0),
+    ),
+    "PCIe": (
+        Protocol("LL", _NCCL_LL_BASE_S, 1.0e-6, 1 / 4, 87.7 * _G),
+        Protocol("Simple", 8.4e-6, 5.7e-6, 1.0),
+    ),
+}
 
 
 _PTX = "https://docs.nvidia.com/cuda/parallel-thread-execution/index.html"
@@ -143,16 +160,17 @@ _MFMA = Figure(
 
 
 def _nccl(busbw_gbs: float, busbw_source: str, link: str = "NVLink") -> Collectives:
-    """Collectives with NCCL's latency model over `link` and a measured bus bandwidth
-    (GB/s)."""
+    """Collectives with NCCL's cost model over `link` (its ring protocols, the fastest
+    taken) and a measured bus bandwidth (GB/s)."""
     step = _NCCL_LL_STEP_S[link]
     return Collectives(
         _NCCL_LL_BASE_S,
         busbw_gbs * _G,
-        f"latency: NCCL's cost model for its low-latency ring over {link}, "
-        f"{_NCCL_LL_BASE_S * 1e6:.3g} us + {step * 1e6:.2g} us a step ({_NCCL_TUNING}; "
+        f"latency: NCCL's cost model for its ring protocols over {link}, the low-latency "
+        f"one's {_NCCL_LL_BASE_S * 1e6:.3g} us + {step * 1e6:.2g} us a step ({_NCCL_TUNING}; "
         f"checked against {_ENGINE_CHECK}); bus bandwidth: {busbw_source}",
         step,
+        _NCCL_PROTOCOLS[link],
     )
 
 

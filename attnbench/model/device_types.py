@@ -30,29 +30,74 @@ class Figure:
 
 
 @dataclass(frozen=True)
+class Protocol:
+    """One of a collective library's protocols, as its cost model times it: a base latency,
+    a latency per ring step, and a share of the bus bandwidth (NCCL's low-latency LL moves
+    half its bytes as flags and sends a quarter of the bandwidth, LL128 0.92 of it, Simple
+    all of it), at most `max_bandwidth` (bytes/s; None: no cap)."""
+
+    name: str
+    base_s: float
+    step_s: float
+    share: float
+    max_bandwidth: float | None = None
+
+    def time_s(self, bytes_on_bus: float, steps: int, bus_bandwidth: float) -> float:
+        """The time of a collective that moves `bytes_on_bus` (the bytes over the bus
+        bandwidth's busbw, as nccl-tests counts them) in `steps` ring steps."""
+        bandwidth = self.share * bus_bandwidth
+        if self.max_bandwidth is not None:
+            bandwidth = min(bandwidth, self.max_bandwidth)
+        return self.base_s + steps * self.step_s + bytes_on_bus / bandwidth
+
+
+@dataclass(frozen=True)
 class Collectives:
     """A collective among a node's GPUs: a fixed latency, a latency per step of the ring
     (an all-reduce over n ranks takes 2*(n-1) steps, an all-gather n-1), and the bus
     bandwidth of large messages as nccl-tests measures it (busbw: algbw * 2*(n-1)/n, the
     same figure whatever n). A `step_s` of 0 is a measured small-message time that does
-    not grow with n."""
+    not grow with n. Where the library's cost model has `protocols`, a collective takes
+    the fastest of them, as the library picks it (the latency is then its low-latency
+    protocol's, the first)."""
 
     latency_s: float
     bus_bandwidth: float
     source: str
     step_s: float = 0.0
+    protocols: tuple[Protocol, ...] = ()
 
     def latency(self, steps: int) -> float:
         """The latency of a collective of `steps` ring steps."""
         return self.latency_s + steps * self.step_s
 
+    def time_s(self, bytes_on_bus: float, steps: int) -> float:
+        """The time of a collective that moves `bytes_on_bus` in `steps` ring steps: the
+        fastest protocol's, or the latency plus the bytes at the bus bandwidth."""
+        if not self.protocols:
+            return self.latency(steps) + bytes_on_bus / self.bus_bandwidth
+        return min(p.time_s(bytes_on_bus, steps, self.bus_bandwidth) for p in self.protocols)
+
     def describe(self) -> str:
         """The latency and bandwidth in words, with their source."""
         steps = f" + {self.step_s * 1e6:.3g} us a ring step" if self.step_s else ""
+        chosen = ""
+        if self.protocols:
+            named = ", ".join(
+                f"{p.name} {p.base_s * 1e6:.3g} us + {p.step_s * 1e6:.2g} us a step at "
+                f"{p.share:.3g}x{_capped(p)}"
+                for p in self.protocols
+            )
+            chosen = f"; the fastest of {named}"
         return (
             f"all-reduce {self.latency_s * 1e6:.3g} us{steps} + bytes at "
-            f"{self.bus_bandwidth / _G:,.0f} GB/s bus bandwidth ({self.source})"
+            f"{self.bus_bandwidth / _G:,.0f} GB/s bus bandwidth{chosen} ({self.source})"
         )
+
+
+def _capped(protocol: Protocol) -> str:
+    cap = protocol.max_bandwidth
+    return "" if cap is None else f" (at most {cap / _G:.3g} GB/s)"
 
 
 @dataclass(frozen=True)

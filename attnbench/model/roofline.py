@@ -103,10 +103,11 @@ Tensor parallelism adds two all-reduces per layer (after the attention's output
 projection and after the MLP's down projection) of the B*q tokens' hidden states, B*q*d
 elements each, and the all-gather of the last tokens' logits from the vocabulary-split
 head (B * vocab float32 values; none where each rank holds the whole vocabulary and
-computes every logit: WeightFormat.replicated_vocab), each timed as nccl-tests measures
-it on the device: the latency of a small message plus its bytes over the bus bandwidth
-(2*(tp-1)/tp of them for an all-reduce, (tp-1)/tp for an all-gather), not overlapped
-with the compute.
+computes every logit: WeightFormat.replicated_vocab), each timed as the collective
+library's cost model times it (device_types.Collectives): a protocol's latency plus its
+bytes over its share of the bus bandwidth nccl-tests measures (2*(tp-1)/tp of them for an
+all-reduce, (tp-1)/tp for an all-gather), the fastest protocol taken, not overlapped with
+the compute.
 """
 
 from __future__ import annotations
@@ -298,9 +299,9 @@ def tokens_per_s(tokens: int, time_s: float) -> float:
 
 
 def allreduce_s(bytes: int, tp: int, device: DeviceSpec) -> float:
-    """Time of one all-reduce of `bytes` over `tp` ranks of `device`, as nccl-tests models
-    it: busbw = algbw * 2*(tp-1)/tp, so 2*(tp-1)/tp * bytes / busbw, plus the latency of
-    its 2*(tp-1) ring steps; 0 at tp 1."""
+    """Time of one all-reduce of `bytes` over `tp` ranks of `device`: nccl-tests' busbw =
+    algbw * 2*(tp-1)/tp, so 2*(tp-1)/tp * bytes over the bus bandwidth (a protocol's share
+    of it), plus the latency of its 2*(tp-1) ring steps; 0 at tp 1."""
     return _collective_s(bytes, tp, device, 2 * (tp - 1))
 
 
@@ -317,7 +318,7 @@ def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
     collectives = device.collectives
     if collectives is None:
         raise FieldError("tp", tp, f"needs a device with an interconnect, not {device.name}")
-    return steps / tp * bytes / collectives.bus_bandwidth + collectives.latency(steps)
+    return collectives.time_s(steps / tp * bytes, steps)
 
 
 @dataclass(frozen=True)

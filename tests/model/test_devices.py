@@ -102,6 +102,37 @@ def test_measured_figures_as_their_sources_state_them():
     assert DEVICES["mi250x"].collectives is None  # no interconnect figure found
 
 
+def test_an_nccl_collective_takes_its_fastest_ring_protocol():
+    """NCCL's cost model (tuning.cc) times each ring protocol by its own latency and share
+    of the bandwidth and picks the fastest: LL for a decode step's few kilobytes, Simple
+    (or LL128) for a prefill's megabytes, which LL's latency with Simple's bandwidth would
+    make faster than any protocol is."""
+    a100 = DEVICES["a100-80gb"].collectives
+    busbw, steps = 231.58e9, 14  # an all-reduce over 8 ranks
+    small, large = 7 / 4 * 16384, 7 / 4 * 2048 * 8192 * 2  # 8 ranks' busbw bytes
+
+    def ring(base_us, step_us, bandwidth, bytes):
+        return (base_us + steps * step_us) * 1e-6 + bytes / bandwidth
+
+    ll = ring(6.6, 0.6, min(87.7e9, busbw / 4), small)
+    assert a100.time_s(small, steps) == pytest.approx(ll)
+    simple = ring(8.4, 3.4, busbw, large)
+    ll128 = ring(14.0, 1.9, 0.92 * busbw, large)
+    assert a100.time_s(large, steps) == pytest.approx(min(simple, ll128))
+    assert a100.time_s(large, steps) > a100.latency(steps) + large / busbw
+    # over PCIe NCCL enables no LL128: LL or Simple, at PCIe's step latencies
+    l40s = DEVICES["l40s"].collectives
+    assert [p.name for p in l40s.protocols] == ["LL", "Simple"]
+    pcie = l40s.bus_bandwidth
+    assert l40s.time_s(large, steps) == pytest.approx((8.4 + 14 * 5.7) * 1e-6 + large / pcie)
+    assert "the fastest of LL 6.6 us + 0.6 us a step at 0.25x (at most 87.7 GB/s)" in (
+        a100.describe()
+    )
+    # a cost model of one protocol: its latency and the bus bandwidth
+    mi300x = DEVICES["mi300x"].collectives
+    assert mi300x.time_s(large, steps) == mi300x.latency(steps) + large / mi300x.bus_bandwidth
+
+
 def test_the_ridge_point_of_an_h100_in_bfloat16():
     h100 = DEVICES["h100-sxm"]
     assert h100.datasheet_flops["bfloat16"] / h100.datasheet_bandwidth == pytest.approx(295, abs=1)

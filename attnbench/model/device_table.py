@@ -112,7 +112,6 @@ _SGLANG_ALLREDUCE = "https://github.com/sgl-project/sglang/pull/2904"
 #: A100, 27 us on 8x H100, in the sources below); engines' own one-shot all-reduces,
 #: measured on 8x H100, take 5.7-9.3 us at 4 KiB and 7.8-11.8 us at 32 KiB.
 _NCCL_LL_BASE_S = 6.6e-6
-_NCCL_LL_STEP_S = {"NVLink": 0.6e-6, "PCIe": 1.0e-6}
 _ENGINE_CHECK = f"one-shot all-reduces of engines on 8x H100: {_SGLANG_ALLREDUCE}"
 #: NCCL's ring protocols as its cost model times them (tuning.cc: baseLat, hwLat, and the
 #: refinements of each protocol's bus bandwidth): LL sends a quarter of the bandwidth, at
@@ -162,15 +161,15 @@ _MFMA = Figure(
 def _nccl(busbw_gbs: float, busbw_source: str, link: str = "NVLink") -> Collectives:
     """Collectives with NCCL's cost model over `link` (its ring protocols, the fastest
     taken) and a measured bus bandwidth (GB/s)."""
-    step = _NCCL_LL_STEP_S[link]
+    protocols = _NCCL_PROTOCOLS[link]
+    low_latency = protocols[0]
     return Collectives(
-        _NCCL_LL_BASE_S,
+        low_latency.base_s,
         busbw_gbs * _G,
-        f"latency: NCCL's cost model for its ring protocols over {link}, the low-latency "
-        f"one's {_NCCL_LL_BASE_S * 1e6:.3g} us + {step * 1e6:.2g} us a step ({_NCCL_TUNING}; "
-        f"checked against {_ENGINE_CHECK}); bus bandwidth: {busbw_source}",
-        step,
-        _NCCL_PROTOCOLS[link],
+        f"protocols: NCCL's cost model of its rings over {link} ({_NCCL_TUNING}; the "
+        f"low-latency one checked against {_ENGINE_CHECK}); bus bandwidth: {busbw_source}",
+        low_latency.step_s,
+        protocols,
     )
 
 

@@ -32,9 +32,9 @@ class Figure:
 @dataclass(frozen=True)
 class Protocol:
     """One of a collective library's protocols, as its cost model times it: a base latency,
-    a latency per ring step, and a share of the bus bandwidth (NCCL's low-latency LL moves
-    half its bytes as flags and sends a quarter of the bandwidth, LL128 0.92 of it, Simple
-    all of it), at most `max_bandwidth` (bytes/s; None: no cap)."""
+    a latency per ring step, and a share of the bus bandwidth (NCCL's model gives its
+    low-latency LL a quarter of it for an all-reduce, LL128 0.92, Simple all of it), at
+    most `max_bandwidth` (bytes/s; None: no cap)."""
 
     name: str
     base_s: float
@@ -80,19 +80,17 @@ class Collectives:
 
     def describe(self) -> str:
         """The latency and bandwidth in words, with their source."""
-        steps = f" + {self.step_s * 1e6:.3g} us a ring step" if self.step_s else ""
-        chosen = ""
+        bandwidth = f"{self.bus_bandwidth / _G:,.0f} GB/s bus bandwidth"
         if self.protocols:
             named = ", ".join(
-                f"{p.name} {p.base_s * 1e6:.3g} us + {p.step_s * 1e6:.2g} us a step at "
+                f"{p.name} {p.base_s * 1e6:.3g} us + {p.step_s * 1e6:.2g} us a step + bytes at "
                 f"{p.share:.3g}x{_capped(p)}"
                 for p in self.protocols
             )
-            chosen = f"; the fastest of {named}"
-        return (
-            f"all-reduce {self.latency_s * 1e6:.3g} us{steps} + bytes at "
-            f"{self.bus_bandwidth / _G:,.0f} GB/s bus bandwidth{chosen} ({self.source})"
-        )
+            return f"all-reduce: the fastest of {named} the {bandwidth} ({self.source})"
+        steps = f" + {self.step_s * 1e6:.3g} us a ring step" if self.step_s else ""
+        latency = f"{self.latency_s * 1e6:.3g} us{steps}"
+        return f"all-reduce {latency} + bytes at {bandwidth} ({self.source})"
 
 
 def _capped(protocol: Protocol) -> str:

@@ -125,7 +125,7 @@ def test_an_nccl_collective_takes_its_fastest_ring_protocol():
     assert [p.name for p in l40s.protocols] == ["LL", "Simple"]
     pcie = l40s.bus_bandwidth
     assert l40s.time_s(large, steps) == pytest.approx((8.4 + 14 * 5.7) * 1e-6 + large / pcie)
-    assert "the fastest of LL 6.6 us + 0.6 us a step at 0.25x (at most 87.7 GB/s)" in (
+    assert "the fastest of LL 6.6 us + 0.6 us a step + bytes at 0.25x (at most 87.7 GB/s)" in (
         a100.describe()
     )
     # a cost model of one protocol: its latency and the bus bandwidth

@@ -42,6 +42,7 @@ from ..model.architecture import ModelSpec
 from ..model.capacity import parse_seq_lens
 from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
+from ..model.model_params import step_traits
 from ..model.presets import get_preset
 from ..model.what_if import kv_heads_count, kv_heads_meant, what_if_specs
 from ..modules.hf_fallback import with_layer_types, with_whole_model
@@ -469,6 +470,7 @@ def resolve(
     check_gpu_use(resolved)
     check_window_use(resolved)
     check_vocab_use(resolved)
+    check_head_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
@@ -546,6 +548,31 @@ def check_vocab_use(sec: Section) -> None:
     reason = "has no effect at {tp} 1: a single rank holds the whole vocabulary either way"
     listed = ",".join(map(str, sec.listed("vocab_layout")))
     raise sec.locate(FieldError("vocab_layout", listed, reason, ("tp",)))
+
+
+def check_head_use(sec: Section) -> None:
+    """A quantised head where no model of the section has a head of its own to quantise:
+    a layer shape has none, and a head tied to the embeddings stays in their dtype (the
+    lookup reads the table), so it would change nothing. A model whose traits cannot be
+    read is taken to have one (its points say why they cannot be counted)."""
+    if not (sec.sets_itself("quantize_head") and any(sec.listed("quantize_head"))):
+        return
+    if any(not _tied_head(spec) for spec in sec.models):
+        return
+    if sec.models:
+        names = ", ".join(spec.name for spec in sec.models)
+        ties = "ties its output head" if len(sec.models) == 1 else "tie their output heads"
+        reason = f"has no effect: {names} {ties} to the embeddings"
+    else:
+        reason = "has no effect: a layer shape has no output head, only a model has one"
+    raise sec.locate(FieldError("quantize_head", True, reason))
+
+
+def _tied_head(spec: ModelSpec) -> bool:
+    try:
+        return step_traits(spec).tied_embeddings
+    except UsageError:
+        return False
 
 
 def long_patterns(sec: Section) -> list[FieldError]:

@@ -819,6 +819,27 @@ def test_a_quantised_head_without_quantised_weights_is_refused(tmp_path, command
     assert runner.invoke(app, ["run", str(path), "--dry-run"]).exit_code == 0
 
 
+def test_a_quantised_head_where_no_model_has_its_own_head_is_refused(tmp_path):
+    """A head tied to the embeddings stays in their dtype, and a layer shape has none."""
+    args = ["predict", "--gpu", "h100-sxm", "--seq-len", "64", "--weights-dtype", "int4"]
+    result = runner.invoke(app, [*args, "--model", "gemma-7b", "--quantize-head"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --quantize-head: has no effect: gemma-7b ties its output head to the embeddings\n"
+    )
+    result = runner.invoke(app, [*args, "--d-model", "64", "--heads", "4", "--quantize-head"])
+    assert result.exit_code == 2
+    assert "a layer shape has no output head, only a model has one" in result.stderr
+    text = "predict: {{models: [gemma-7b, {}], gpu: h100-sxm, seq_len: 64, weights_dtype: int4, "
+    found = {}
+    for other in ("gemma-2-9b", "llama-2-7b"):
+        path = write_yaml(tmp_path, text.format(other) + "quantize_head: true}\n")
+        found[other] = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert found["gemma-2-9b"].exit_code == 2
+    assert "gemma-7b, gemma-2-9b tie their output heads" in found["gemma-2-9b"].stderr
+    assert found["llama-2-7b"].exit_code == 0, found["llama-2-7b"].output  # one is enough
+
+
 @pytest.mark.parametrize("command", ["predict", "fit"])
 def test_a_replicated_vocabulary_on_one_rank_is_refused(tmp_path, command):
     """One rank holds the whole vocabulary either way: the layout would change nothing."""

@@ -403,12 +403,10 @@ def _unused_groups(
     errors: list[UsageError] = []
     for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
         if sec.sets_itself(name) and any(sec.listed(name)) and fmt not in quantised:
-            values = sec.listed(name)
-            listed = values[0] if len(values) == 1 else ",".join(map(str, values))
             subject = "the cache is" if fmt == "kv" else "the weights are"
             choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
             reason = f"has no effect: {subject} not quantised (set {{{dtype_field}}} to {choices})"
-            errors.append(sec.locate(FieldError(name, listed, reason, (dtype_field,))))
+            errors.append(sec.locate(FieldError(name, sec.shown(name), reason, (dtype_field,))))
     return errors
 
 

@@ -297,6 +297,12 @@ class Section:
         given = self.values.get(name, self.options.get(name))
         return [] if given is None else given if isinstance(given, list) else [given]
 
+    def shown(self, name: str) -> Any:
+        """The values the section gives field `name` as an error names them: its one value
+        itself (a switch stays a switch), else all of them joined by commas."""
+        values = self.listed(name)
+        return values[0] if len(values) == 1 else ",".join(map(str, values))
+
     def sets_itself(self, name: str) -> bool:
         """Whether a flag or the section's own keys set field `name`: not a value a sweep
         file sets for all its sections, which may serve another."""
@@ -517,12 +523,11 @@ def check_gpu_use(sec: Section) -> None:
         return
     if any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
         return
-    listed = ",".join(map(str, sec.listed("gpu")))
     reason = (
         "has no effect beside {memory}, which replaces its memory: only {tpot} and {ttft} "
         "use its peaks"
     )
-    raise sec.locate(FieldError("gpu", listed, reason, ("memory", "tpot", "ttft")))
+    raise sec.locate(FieldError("gpu", sec.shown("gpu"), reason, ("memory", "tpot", "ttft")))
 
 
 def check_window_use(sec: Section) -> None:
@@ -546,8 +551,7 @@ def check_vocab_use(sec: Section) -> None:
     if any(int(r) > 1 for r in ranks):
         return
     reason = "has no effect at {tp} 1: a single rank holds the whole vocabulary either way"
-    listed = ",".join(map(str, sec.listed("vocab_layout")))
-    raise sec.locate(FieldError("vocab_layout", listed, reason, ("tp",)))
+    raise sec.locate(FieldError("vocab_layout", sec.shown("vocab_layout"), reason, ("tp",)))
 
 
 def check_head_use(sec: Section) -> None:

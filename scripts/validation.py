@@ -7,13 +7,16 @@ degree. None of them sets a parameter of the model: the devices' figures come fr
 microbenchmarks (docs/devices.md). For each row this script predicts the same figure as a
 user would, with the default performance model:
 
-- decode_tokens_per_s_per_sequence, tpot_ms: the decode step of the batch at the
+- decode_tokens_per_s_per_sequence, tpot_ms, decode_tokens_per_s (the batch's tokens per
+  second of decoding, the prefill left out): the decode step of the batch at the
   generation's mean context (model.generation); for a figure measured under continuous
   batching (`batching: continuous`, `batch` requests in flight), that step plus the share
   of each token of the prefills of the other requests (model.generation.serving_itl_s);
 - ttft_ms, prefill_ms: the prefill of the batch's prompts;
 - throughput_tokens_per_s: the batch's output tokens over its whole generation (prefill
-  and decode steps), over all the GPUs of its tensor-parallel group.
+  and decode steps), over all the GPUs of its tensor-parallel group;
+- latency_ms: the batch's whole generation, its prefill and its decode steps (vLLM's
+  benchmark_latency times one call that generates every sequence's output).
 
 The error is the predicted time over the measured time, minus 1, whatever the metric (a
 rate is the inverse of a time): negative when the prediction is faster than the
@@ -72,7 +75,11 @@ class Row:
 
 
 def _is_rate(metric: str) -> bool:
-    return metric in ("decode_tokens_per_s_per_sequence", "throughput_tokens_per_s")
+    return metric in (
+        "decode_tokens_per_s_per_sequence",
+        "decode_tokens_per_s",
+        "throughput_tokens_per_s",
+    )
 
 
 def _model(name: str):
@@ -87,7 +94,7 @@ def _prompt(entry: dict[str, Any]) -> int:
     moves at batch 1."""
     if "prompt" in entry:
         return int(entry["prompt"])
-    if entry["metric"] in ("decode_tokens_per_s_per_sequence", "tpot_ms"):
+    if entry["metric"] in ("decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "tpot_ms"):
         return 1
     raise ValueError(f"{entry['id']}: no prompt length")
 
@@ -122,12 +129,16 @@ def predict_entry(entry: dict[str, Any]) -> float:
     metric = entry["metric"]
     if metric == "decode_tokens_per_s_per_sequence":
         return 1 / tpot_s
+    if metric == "decode_tokens_per_s":
+        return batch / tpot_s
     if metric == "tpot_ms":
         return tpot_s * 1e3
     if metric in ("ttft_ms", "prefill_ms"):
         return found.ttft_s * 1e3
     if metric == "throughput_tokens_per_s":
         return found.output_tokens_per_s
+    if metric == "latency_ms":
+        return found.total_s * 1e3
     raise ValueError(f"{entry['id']}: unknown metric {metric!r}")
 
 
@@ -138,10 +149,12 @@ def rows() -> list[Row]:
 
 METRIC_TITLES = {
     "decode_tokens_per_s_per_sequence": "tok/s per sequence",
+    "decode_tokens_per_s": "decode tok/s",
     "tpot_ms": "TPOT ms",
     "ttft_ms": "TTFT ms",
     "prefill_ms": "prefill ms",
     "throughput_tokens_per_s": "output tok/s",
+    "latency_ms": "latency ms",
 }
 
 

@@ -90,6 +90,30 @@ def test_a_validation_row_s_error_is_in_time_whatever_the_metric(monkeypatch):
     assert rate.error == pytest.approx(-0.2) and time.error == pytest.approx(-0.2)
 
 
+def test_a_batch_s_latency_and_decode_rate_are_its_generation_and_its_step(monkeypatch):
+    """latency_ms is the batch's prefill and every further step; decode_tokens_per_s the
+    batch's tokens per second of one step, its prefill left out."""
+    validation = _load("validation", monkeypatch)
+    entry = {"model": "llama-3-8b", "gpu": "h100-sxm", "weights": "bfloat16", "tp": 1}
+    entry |= {"batch": 8, "prompt": 32, "output": 128, "id": "x"}
+    found = validation.generation(
+        validation.get_preset("llama-3-8b"),
+        validation.device_spec("h100-sxm"),
+        8,
+        32,
+        128,
+        "bfloat16",
+        None,
+        1,
+        validation.WeightFormat.of("bfloat16", None, "split", False),
+    )
+    latency = validation.predict_entry(entry | {"metric": "latency_ms"})
+    rate = validation.predict_entry(entry | {"metric": "decode_tokens_per_s"})
+    assert latency == pytest.approx((found.ttft_s + 127 * found.tpot_s) * 1e3)
+    assert rate == pytest.approx(8 / found.tpot_s)
+    assert validation.Row(entry | {"metric": "decode_tokens_per_s", "value": rate}, rate).error == 0
+
+
 def test_aa_runs_checks_each_stated_interval_against_the_next_run(monkeypatch):
     """A step's interval is its median -+ step_ci_pct, a comparison's its ci_lo..ci_hi;
     each is held against the next run: does it hold its value, do the two overlap."""

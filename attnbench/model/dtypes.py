@@ -49,7 +49,7 @@ QUANTIZED_KV_DTYPES: tuple[str, ...] = tuple(n for n, d in DTYPES.items() if d.q
 SCALE_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 
 #: Other spellings found in config.json files and serving engines' flags (vLLM's
-#: kv-cache-dtype fp8 is e4m3).
+#: kv-cache-dtype fp8 is e4m3, as is float8 in their quantisers).
 ALIASES = {
     "fp32": "float32",
     "fp16": "float16",
@@ -57,6 +57,7 @@ ALIASES = {
     "half": "float16",
     "float": "float32",
     "fp8": "float8_e4m3fn",
+    "float8": "float8_e4m3fn",
     "fp8_e4m3": "float8_e4m3fn",
     "fp8_e5m2": "float8_e5m2",
 }

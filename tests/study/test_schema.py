@@ -481,6 +481,7 @@ def test_the_count_is_the_number_of_points_built(section, overrides, models):
         ("kv_dtype", "fp8", "float8_e4m3fn"),
         ("kv_dtype", "FP8_E5M2", "float8_e5m2"),
         ("weights_dtype", "fp8", "float8_e4m3fn"),
+        ("weights_dtype", "Float8", "float8_e4m3fn"),  # as vLLM's and torchao's float8
         ("dtype", "fp8", "fp8"),  # not a choice of an activations' dtype: refused as given
         ("gpu", "h100", "h100"),
     ],

@@ -74,12 +74,13 @@ class Row:
         return 1 / ratio - 1 if _is_rate(self.entry["metric"]) else ratio - 1
 
 
+#: Metrics of one decode step; and the metrics that are rates, not times.
+STEP_METRICS = ("decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "tpot_ms")
+RATES = ("decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "throughput_tokens_per_s")
+
+
 def _is_rate(metric: str) -> bool:
-    return metric in (
-        "decode_tokens_per_s_per_sequence",
-        "decode_tokens_per_s",
-        "throughput_tokens_per_s",
-    )
+    return metric in RATES
 
 
 def _model(name: str):
@@ -94,7 +95,7 @@ def _prompt(entry: dict[str, Any]) -> int:
     moves at batch 1."""
     if "prompt" in entry:
         return int(entry["prompt"])
-    if entry["metric"] in ("decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "tpot_ms"):
+    if entry["metric"] in STEP_METRICS:
         return 1
     raise ValueError(f"{entry['id']}: no prompt length")
 

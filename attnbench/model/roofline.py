@@ -115,7 +115,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import FieldError
 from .architecture import ModelSpec
@@ -168,13 +168,23 @@ STATE_FLOPS = 4
 #: attention, the output projection, the fused residual-add RMSNorm, the fused gate/up
 #: matmul, SiLU-and-multiply, the down projection. A state layer launches as many (its
 #: norm, projections, convolution, scan and gate); a MoE layer's router and top-k and
-#: its experts' sorting add MOE_KERNELS. Fusing compilers launch fewer.
+#: its experts' sorting add MOE_KERNELS, its shared experts their gated MLP's
+#: SHARED_EXPERT_KERNELS (gate/up, activation, down: vLLM's DeepseekV2MLP). Fusing
+#: compilers launch fewer.
 LAYER_KERNELS = 10
 MOE_KERNELS = 3
+SHARED_EXPERT_KERNELS = 3
 #: Kernels once per step: the embedding lookup, the final norm, the output head, sampling.
 STEP_KERNELS = 4
 #: Of LAYER_KERNELS, the attention's (norm, QKV, rotary, cache write, attention, output).
 ATTENTION_KERNELS = 6
+#: An MLA layer's attention, counted from vLLM's MultiHeadLatentAttentionWrapper and its
+#: absorbed decode: the norm, the latent's down-projection and the queries' projection,
+#: the latent's norm, rotary embedding, the queries' absorption into the latent and the
+#: values' up-projection (two batched matmuls), the cache write, attention, the output
+#: projection. Low-rank queries (DeepSeek-V2 and V3) launch one more: their
+#: down-projection fused with the latent's, their norm, their up-projection.
+MLA_KERNELS = 10
 
 
 @dataclass(frozen=True)
@@ -441,6 +451,29 @@ def attention_counts(
     return AttentionCounts(kv, activations, flops, core)
 
 
+def attention_kernels(spec: ModelSpec) -> int:
+    """Kernels one layer's attention of `spec` launches: ATTENTION_KERNELS, or an MLA
+    layer's MLA_KERNELS (one more with low-rank queries)."""
+    if spec.mla is None:
+        return ATTENTION_KERNELS
+    return MLA_KERNELS + (1 if spec.mla.q_lora_rank else 0)
+
+
+def step_kernels(spec: ModelSpec, routed: bool) -> int:
+    """Kernels one step of `spec` launches: LAYER_KERNELS a layer (its attention's as
+    attention_kernels counts them); in each layer with `routed` experts MOE_KERNELS more,
+    and SHARED_EXPERT_KERNELS more where shared experts sit beside them; STEP_KERNELS once.
+    A model counted by transformers, whose layers' experts attnbench does not know,
+    takes MOE_KERNELS in every layer and no shared experts."""
+    L = spec.num_layers
+    per_layer = LAYER_KERNELS - ATTENTION_KERNELS + attention_kernels(spec)
+    moe = spec.body.moe if spec.body is not None else None
+    moe_layers = moe.moe_layers(L) if moe is not None else L
+    shared = SHARED_EXPERT_KERNELS if moe is not None and moe.shared_width else 0
+    extra = (MOE_KERNELS + shared) * moe_layers if routed else 0
+    return L * per_layer + extra + STEP_KERNELS
+
+
 def layer_counts(
     shape: AttentionShape,
     batch: int,
@@ -484,9 +517,10 @@ def mla_layer_counts(
     attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp, layers=1)
     params = ceil_div(part_params(spec, tp)["attention"], spec.num_layers)
     shape = spec.attention_shape()
-    return _attention_layer(
+    layer = _attention_layer(
         attention, params, 2 * batch * q_len * params, shape, batch, q_len, dtype, tp, weights
     )
+    return replace(layer, kernels=attention_kernels(spec))
 
 
 def _attention_layer(
@@ -643,14 +677,13 @@ def step_counts(
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
     matmuls = [Matmul(tokens, sum(parts.get(p, 0) for p in ("attention", *dense_parts)))]
-    expert_flops, moe_kernels, expert_weights = 0, 0, 0
+    expert_flops, expert_weights = 0, 0
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
         touched = experts_touched(traits.num_experts, traits.experts_per_token, tokens)
         body += round((per_expert + routed_attn / traits.num_experts) * touched)
         expert_weights = traits.experts_per_token * per_expert  # what one token goes through
         expert_flops = 2 * tokens * expert_weights
-        moe_kernels = MOE_KERNELS * L
         # each expert touched multiplies its share of the tokens' k routes
         share = tokens * traits.experts_per_token / touched
         matmuls.append(Matmul(share, round(per_expert * touched)))
@@ -705,7 +738,7 @@ def step_counts(
         layers=L,
         batch=batch,
         state_bytes=state,
-        kernels=L * LAYER_KERNELS + moe_kernels + STEP_KERNELS,
+        kernels=step_kernels(spec, bool(traits.num_experts and parts["experts"])),
         # each rank's logits of the last token of every sequence, in float32
         gather_bytes=batch * vocab_rows * tp * 4 if split_vocab else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),

@@ -25,6 +25,7 @@ from attnbench.model.roofline import (
     attention_counts,
     decode_counts,
     experts_touched,
+    mla_layer_counts,
     predict,
     predict_counts,
     prefill_counts,
@@ -144,6 +145,31 @@ def test_decode_of_llama_2_7b_on_a_device_is_memory_bound():
     assert pred.launch_s == pytest.approx(launches)
     assert pred.time_s == pytest.approx(expected)
     assert pred.tokens_per_s == pytest.approx(1 / expected)
+
+
+@pytest.mark.parametrize(
+    ("preset", "per_layer", "moe_layers", "per_moe_layer"),
+    [
+        # 32 layers of 10 kernels, each a MoE layer: routing (3), no shared experts
+        ("mixtral-8x7b", 10, 32, 3),
+        # MLA with low-rank queries: 11 attention kernels, not 6; 58 MoE layers after 3
+        # dense ones, each with routing (3) and a shared expert's MLP (3)
+        ("deepseek-v3", 10 - 6 + 11, 58, 3 + 3),
+        # MLA without low-rank queries (10); 26 MoE layers after 1 dense one, 2 shared
+        ("deepseek-v2-lite", 10 - 6 + 10, 26, 3 + 3),
+    ],
+)
+def test_a_step_launches_each_layers_kernels(preset, per_layer, moe_layers, per_moe_layer):
+    spec = get_preset(preset)
+    counts = decode_counts(spec, 1, 1024, "bfloat16")
+    layers = spec.num_layers * per_layer
+    assert counts.kernels == layers + moe_layers * per_moe_layer + STEP_KERNELS
+
+
+def test_an_mla_layer_without_low_rank_queries_launches_one_kernel_less():
+    """DeepSeek-V2-Lite projects its queries whole: 10 kernels, where V3's take 11."""
+    lite = mla_layer_counts(get_preset("deepseek-v2-lite"), 1, 1, 1025, "bfloat16")
+    assert lite.kernels == 10
 
 
 def test_a_prefill_moves_its_tokens_activations_through_every_kernel():

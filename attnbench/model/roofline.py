@@ -459,7 +459,7 @@ def attention_kernels(spec: ModelSpec) -> int:
     return MLA_KERNELS + (1 if spec.mla.q_lora_rank else 0)
 
 
-def step_kernels(spec: ModelSpec, routed: bool) -> int:
+def launched_kernels(spec: ModelSpec, routed: bool) -> int:
     """Kernels one step of `spec` launches: LAYER_KERNELS a layer (its attention's as
     attention_kernels counts them); in each layer with `routed` experts MOE_KERNELS more,
     and SHARED_EXPERT_KERNELS more where shared experts sit beside them; STEP_KERNELS once.
@@ -738,7 +738,7 @@ def step_counts(
         layers=L,
         batch=batch,
         state_bytes=state,
-        kernels=step_kernels(spec, bool(traits.num_experts and parts["experts"])),
+        kernels=launched_kernels(spec, bool(traits.num_experts and parts["experts"])),
         # each rank's logits of the last token of every sequence, in float32
         gather_bytes=batch * vocab_rows * tp * 4 if split_vocab else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),

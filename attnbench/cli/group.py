@@ -3,6 +3,7 @@ and errors of every command in one form."""
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -118,7 +119,10 @@ class OneLineErrors(TyperGroup):
                 raise
             text = message()
             if "\n" not in text:  # help, printed as is
-                text = f"error: {text}{_pointer(exc)}"
+                pointer = _pointer(exc)
+                if pointer.startswith("; "):  # the command's own flag, not the parser's guess
+                    text = re.sub(r" \(Possible options: [^)]*\)$", "", text)
+                text = f"error: {text}{pointer}"
             print(text, file=sys.stderr)
             sys.exit(code)
         sys.exit(code if isinstance(code, int) else 0)

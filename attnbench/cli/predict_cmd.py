@@ -17,6 +17,7 @@ from ..render.predict import (
     batch_prefill_note,
     check_rows,
     device_sources,
+    generation_note,
     phase_rows,
     source_notes,
 )
@@ -89,7 +90,7 @@ def predict_command(
         phases = phase_rows(rows)
         show_table("Predicted", phases, aligned_columns(PHASE_COLUMNS, phases), wide)
         references = References()
-        print_items(batch_prefill_note(rows))
+        print_items(batch_prefill_note(rows) + generation_note(rows))
         for device, figures in device_sources(rows, references):
             print_items([device])
             print_items(figures, bullet=FIGURE_BULLET)

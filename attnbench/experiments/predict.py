@@ -12,7 +12,10 @@ or what this machine measures at the time.
 
 The time to first token is the prefill of `batch` prompts of seq_len tokens; the time
 per output token is the decode step of `batch` sequences with seq_len tokens cached (each
-attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step.
+attends seq_len + 1 keys). tokens/s is the batch's: batch tokens per decode step. With
+`output_len`, a model's whole generation too (model/generation.py): the prefill, then
+output_len - 1 decode steps at the mean context; and the time between a request's tokens
+when `batch` requests are kept in flight (serving_itl_s).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
 from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
+from ..model.generation import generation, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     ModelCounts,
@@ -63,6 +67,7 @@ class PredictPoint:
     weights_group: int | None = None
     vocab_layout: str = "split"
     quantize_head: bool = False
+    output_len: int | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -171,6 +176,20 @@ class PredictRecord:
     #: The model's decode step: the rows its matmuls compute as zeros to fill whole
     #: tensor-core tiles (ms), included in tpot_ms; None where there are none.
     padding_ms: float | None = info()
+    #: Tokens each request generates after its prompt (None: no generation predicted).
+    output_len: int | None = key(None)
+    #: The batch's whole generation (ms): its prefill, then output_len - 1 decode steps
+    #: at the mean context, seq_len + output_len / 2.
+    generation_ms: float | None = info()
+    #: A decode step at the generation's mean context (ms).
+    generation_tpot_ms: float | None = info()
+    #: The batch's output tokens per second of its whole generation.
+    output_tokens_per_s: float | None = info()
+    #: The time between a request's tokens (ms) when `batch` requests are kept in
+    #: flight, each replaced by a new one as it ends: the step at the mean context plus
+    #: the others' prefills, each counted whole (an upper bound where an engine chunks
+    #: them into the steps).
+    serving_itl_ms: float | None = info()
     #: The device's figures that set the times, each with its source.
     device_figures: str = info("")
 
@@ -182,12 +201,14 @@ COLUMNS = (
     ColumnSpec("tp", "tp", "int", 2, setting=True),
     ColumnSpec("batch", "batch", "int", 1, setting=True),
     ColumnSpec("context", "seq_len", "int", 1, setting=True),
+    ColumnSpec("output", "output_len", "int", 1, setting=True),
     ColumnSpec("Variant", "variant", "variant", 1),
     ColumnSpec("kv heads", "num_kv_heads", "int", 1, setting=True),
     ColumnSpec("layer step ms", "layer_step_ms", "aligned", 1),
     ColumnSpec("TTFT ms", "ttft_ms", "aligned", 0),
     ColumnSpec("TPOT ms", "tpot_ms", "aligned", 0),
     ColumnSpec("tokens/s", "tokens_per_s", "rate", 0),
+    ColumnSpec("ITL in flight ms", "serving_itl_ms", "aligned", 1),
     ColumnSpec("Bound", "step_bound", "label", 1),
 )
 
@@ -222,6 +243,9 @@ def check(point: PredictPoint) -> None:
         load_calibration(point.calibration)  # this machine's peaks are measured later
     if point.tp > 1 and is_this(point.gpu):
         raise FieldError("tp", point.tp, f"needs a named GPU (its interconnect), not {THIS_DEVICE}")
+    if point.output_len is not None and point.spec is None:
+        reason = "needs a model: a layer shape has no whole generation"
+        raise FieldError("output_len", point.output_len, reason)
     _counts(point)
 
 
@@ -307,8 +331,40 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),
         request_ttft_ms=_ms(found.get("request", found.get("prefill"))),
+        **_generation(point, found, found_on),
         device_figures=device.figures(),
     )
+
+
+def _generation(
+    point: PredictPoint, found: dict[str, ModelPrediction], on: Target
+) -> dict[str, Any]:
+    """A model's whole generation of output_len tokens after its prompts, and the time
+    between a request's tokens with the batch kept in flight (none without output_len)."""
+    if point.output_len is None or point.spec is None:
+        return {}
+    assert point.seq_len is not None  # check() refuses a point without
+    whole = generation(
+        point.spec,
+        on.device,
+        point.batch,
+        point.seq_len,
+        point.output_len,
+        point.dtype,
+        point.kv_dtype,
+        point.tp,
+        point.weights,
+        on.model,
+    )
+    one_prompt = found.get("request", found["prefill"])
+    itl = serving_itl_s(whole.tpot_s, one_prompt.time_s, point.batch, point.output_len)
+    return {
+        "output_len": point.output_len,
+        "generation_ms": whole.total_s * 1e3,
+        "generation_tpot_ms": whole.tpot_s * 1e3,
+        "output_tokens_per_s": whole.output_tokens_per_s,
+        "serving_itl_ms": itl * 1e3,
+    }
 
 
 def _ms(found: ModelPrediction | None) -> float | None:
@@ -323,16 +379,17 @@ def _part_ms(step: ModelPrediction | None, part: str) -> float | None:
 
 
 def memory_needed(point: PredictPoint) -> int | None:
-    """A model's weights on one of tp ranks, and the cache of its batch at seq_len there
-    (each attention layer keeps its window; each state layer its state), in bytes; None
-    for a layer shape."""
+    """A model's weights on one of tp ranks, and the cache of its batch at seq_len there,
+    or at the end of its generation with output_len (each attention layer keeps its
+    window; each state layer its state), in bytes; None for a layer shape."""
     spec = point.spec
     if spec is None or point.seq_len is None:
         return None
     fmt = KvFormat(point.kv_dtype or point.dtype)
     layout = model_layout(spec, fmt, point.tp)
     windows = spec.windows or (None,) * spec.kv_layers
-    cache = cache_bytes(layout, windows, {point.seq_len: point.batch}).total
+    tokens = point.seq_len + (point.output_len or 0)
+    cache = cache_bytes(layout, windows, {tokens: point.batch}).total
     cache += state_bytes(spec.layer_states, point.dtype, point.batch, point.tp)
     return weight_bytes_per_rank(spec, point.weights, point.tp) + cache
 

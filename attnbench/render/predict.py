@@ -36,6 +36,7 @@ PHASE_COLUMNS: list[Column] = [
     Column("tp", "tp", fmt_int, rank=2, setting=True),
     Column("batch", "batch", fmt_int, rank=1, setting=True),
     Column("context", "seq_len", fmt_int, rank=1, setting=True),
+    Column("output", "output_len", fmt_int, rank=1, setting=True),
     Column("dtype", "dtype", fmt_plain, rank=2, kind="label", setting=True),
     Column("kv dtype", "kv_dtype", fmt_plain, rank=1, kind="label", setting=True),
     Column("weights", "weights", fmt_plain, rank=1, kind="label", setting=True),
@@ -62,6 +63,8 @@ PHASES = (
     ("model TTFT", "prefill", "ttft_ms"),
     (REQUEST_TTFT, "request", "request_ttft_ms"),
     ("model TPOT", "step", "tpot_ms"),
+    ("generation", "generation", "generation_ms"),
+    ("serving ITL", "serving", "serving_itl_ms"),
 )
 #: The model's prefill row of a batch of several prompts: the prefill of them all, which is
 #: no request's time to first token alone (batch_prefill_note says what it is).
@@ -86,9 +89,12 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for step, prefix, time_field in PHASES:
             if r.get(time_field) is None or (prefix == "request" and r["batch"] == 1):
                 continue  # at batch 1, the model TTFT row is the request's
-            decode = prefix == "step" or (prefix == "layer_step" and r.get("tpot_ms") is None)
+            decode = prefix in ("step", "serving") or (
+                prefix == "layer_step" and r.get("tpot_ms") is None
+            )
             if prefix == "prefill" and r["batch"] > 1:
                 step = BATCH_PREFILL
+            rate = r["batch"] / (r[time_field] * 1e-3) if decode else None
             rows.append(
                 {
                     "name": point_label(r),
@@ -99,6 +105,7 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "tp": r["tp"],
                     "batch": r["batch"],
                     "seq_len": r["seq_len"],
+                    "output_len": r.get("output_len"),
                     "dtype": r["dtype"],
                     "kv_dtype": r["kv_dtype"],
                     "weights": r.get("weights") or r["dtype"],
@@ -110,10 +117,32 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "intensity": r.get(f"{prefix}_intensity"),
                     "ridge": r["ridge_flops_per_byte"],
                     "bound": r.get(f"{prefix}_bound"),
-                    "tokens_per_s": r["batch"] / (r[time_field] * 1e-3) if decode else None,
+                    "tokens_per_s": r["output_tokens_per_s"] if prefix == "generation" else rate,
                 }
             )
     return rows
+
+
+def generation_note(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the generation and serving ITL rows are, once, with each point's step at
+    its generation's mean context."""
+    whole = [r for r in records if r.get("generation_ms") is not None]
+    if not whole:
+        return []
+    steps = "; ".join(
+        dict.fromkeys(
+            f"{r['generation_tpot_ms']:.4g} ms at {r['seq_len'] + r['output_len'] // 2:,}"
+            for r in whole
+        )
+    )
+    return [
+        "generation: the batch's prefill, then a decode step per further output token, "
+        f"each at the mean context, context + output / 2 (a step there: {steps}); "
+        "tokens/s: its output tokens over the whole. serving ITL: the time between a "
+        "request's tokens with batch requests kept in flight, each replaced by a new one "
+        "as it ends: that step, plus the others' prefills counted whole (an upper bound "
+        "where an engine chunks them into its steps)"
+    ]
 
 
 def batch_prefill_note(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -251,10 +280,11 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     for r in records:
         if r.get("fits_memory") is False:
             needed = format_bytes(r["memory_bytes_needed_per_gpu"])
+            context = r["seq_len"] + (r.get("output_len") or 0)
             lines.append(
                 f"{point_label(r)} does not fit on {r['gpu']}: {needed} of weights and KV "
                 f"cache per GPU at tp {r['tp']}, batch {r['batch']:,}, context "
-                f"{r['seq_len']:,} (see fit); predicted all the same"
+                f"{context:,} (see fit); predicted all the same"
             )
     lines.append(
         "bytes and FLOPs: attnbench's counts (weights per rank, KV cache read and "
@@ -331,17 +361,20 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     98 on a100-80gb (10.2 ms, memory-bound).'"""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in filter(_stated, records):
-        weights = r.get("weights")
-        what = (point_label(r), r["batch"], r["seq_len"], r["tp"], r["perf_model"], weights)
+        settings = (r["tp"], r.get("weights"), r.get("vocab"), r.get("output_len"))
+        what = (point_label(r), r["batch"], r["seq_len"], r["perf_model"], settings)
         groups.setdefault(what, []).append(r)
     found = []
-    for (name, batch, seq_len, tp, model, weights), rows in groups.items():
-        split = f", tp {tp}" if tp > 1 else ""
+    for (name, batch, seq_len, model, (tp, weights, vocab, output)), rows in groups.items():
+        split = f", {output:,} tokens out" if output else ""
+        split += f", tp {tp}" if tp > 1 else ""
         split += f", {weights} weights" if weights else ""
+        split += f", the vocabulary {vocab}" if vocab else ""
         source = "defaults" if model.endswith("(defaults)") else "calibrated"
         on = [
             f"{fmt_rate(r['tokens_per_s'])} tokens/s on {r['gpu']} ({what} {ms:.3g} ms, "
             f"{bound}-bound"
+            f"{_generation_text(r)}"
             f"{'; does not fit in its memory' if r.get('fits_memory') is False else ''})"
             for r in rows
             for what, ms, bound in [_step(r)]
@@ -352,3 +385,12 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
             + "."
         )
     return found
+
+
+def _generation_text(record: Mapping[str, Any]) -> str:
+    """'; the whole generation 8.0 s, 7.83 ms between tokens in flight' where the record
+    predicts one; '' otherwise."""
+    whole, itl = record.get("generation_ms"), record.get("serving_itl_ms")
+    if not (isinstance(whole, (int, float)) and isinstance(itl, (int, float))):
+        return ""  # none predicted, or a hand-edited file's row without them
+    return f"; the whole generation {whole / 1e3:.3g} s, {itl:.3g} ms between tokens in flight"

@@ -182,6 +182,16 @@ FIELDS: dict[str, Field] = {
             "token) and a decode step with S cached (time per output token); default 2048.",
         },
     ),
+    "output_len": Field(
+        int,
+        ("predict",),
+        "Tokens each request generates after its prompt of seq_len tokens, comma-separated: "
+        "the whole generation (the prefill, then a decode step per further token, each "
+        "at the mean context, seq_len + output_len / 2) and, with batch requests kept in "
+        "flight, the time between a request's tokens (default: the step at seq_len "
+        "alone). Needs a model.",
+        maximum=MAX_TOKENS,
+    ),
     "dtype": Field(
         str,
         ("kvmem", "decode", "predict"),

@@ -97,6 +97,38 @@ def test_quantised_weights_shrink_the_step_and_are_stated():
     assert error.value.field == "weights_dtype"
 
 
+def test_a_generation_is_its_prefill_then_its_steps_at_the_mean_context():
+    """8 prompts of 1,024 tokens, 512 out: the prefill of all 8, then 511 steps each at
+    1,024 + 256 cached; kept in flight, each token also waits for 7 replacements'
+    prompts (one prefilled alone) over a request's 511 steps."""
+    record = run(point(batch=8, seq_len=1024, output_len=512))
+    spec, device = get_preset("llama-2-7b"), DEVICES["h100-sxm"]
+    step = predict_counts(decode_counts(spec, 8, 1280, "float16"), device, "float16").time_s
+    assert record.generation_tpot_ms == pytest.approx(step * 1e3)
+    assert record.generation_ms == pytest.approx(record.ttft_ms + 511 * step * 1e3)
+    assert record.output_tokens_per_s == pytest.approx(8 * 512 / (record.generation_ms / 1e3))
+    itl = step * 1e3 + 7 * record.request_ttft_ms / 511
+    assert record.serving_itl_ms == pytest.approx(itl)
+    assert record.output_len == 512
+    # the step at the context given stands as it was; the cache is held to the end
+    alone = run(point(batch=8, seq_len=1024))
+    assert record.tpot_ms == alone.tpot_ms and alone.generation_ms is None
+    cache = kv_cache_bytes(32, 8, 512, 32, 128, "float16")
+    assert record.memory_bytes_needed_per_gpu - alone.memory_bytes_needed_per_gpu == cache
+
+
+def test_one_request_in_flight_waits_for_no_other_prompt():
+    record = run(point(seq_len=1024, output_len=512))
+    assert record.serving_itl_ms == pytest.approx(record.generation_tpot_ms)
+
+
+def test_a_layer_shape_has_no_whole_generation():
+    spec = dict(d_model=4096, num_heads=32, num_kv_heads=8, head_dim=128, model=None, spec=None)
+    with pytest.raises(FieldError, match="needs a model") as error:
+        check(point(output_len=128, **spec))
+    assert error.value.field == "output_len"
+
+
 def test_a_layer_shape_has_no_model_rows():
     spec = dict(d_model=4096, num_heads=32, num_kv_heads=8, head_dim=128, model=None, spec=None)
     record = run(point(**spec))
@@ -226,6 +258,22 @@ def test_cli_bad_input_is_one_line(args, message):
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: {message}"), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_cli_a_generation_beside_the_step_alone(tmp_path):
+    """Two output lengths: a row each for the generation and the serving ITL, the finding
+    of each point said apart."""
+    out = tmp_path / "p.json"
+    args = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "4", "--seq-len", "512"]
+    result = predict_cli(*args, "--output-len", "128,1024", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    short, long = json.loads(out.read_text())["records"]
+    assert (short["output_len"], long["output_len"]) == (128, 1024)
+    assert short["generation_tpot_ms"] < long["generation_tpot_ms"]  # 576 cached, 1,024
+    assert short["serving_itl_ms"] > long["serving_itl_ms"]  # prefills over fewer steps
+    rows = [line for line in result.output.splitlines() if "│ generation" in line]
+    assert len(rows) == 2 and "serving ITL" in result.output
+    assert "each at the mean context, context + output / 2" in result.output
 
 
 def test_cli_without_a_context_predicts_at_kvmem_s_default(tmp_path):

@@ -72,3 +72,34 @@ def test_a_predict_finding_leaves_out_a_row_edited_without_what_it_states(edit):
     edited = dict(row)
     edit(edited)
     assert predict_findings([edited]) == []
+
+
+def test_points_apart_only_in_their_output_or_vocabulary_are_found_apart():
+    """Each finding names what sets its point apart: two output lengths, or a replicated
+    vocabulary beside a split one, are two findings, not one line said twice."""
+    from attnbench.render.predict import predict_findings
+
+    row = {
+        "model": "llama-2-7b",
+        "variant": "MHA",
+        "gpu": "h100-sxm",
+        "batch": 4,
+        "seq_len": 512,
+        "tp": 2,
+        "perf_model": "efficiency_bw 1 (defaults)",
+        "tokens_per_s": 500.0,
+        "tpot_ms": 8.0,
+        "step_bound": "memory",
+    }
+    outputs = [
+        {**row, "output_len": n, "generation_ms": 900.0, "serving_itl_ms": 9.0} for n in (64, 128)
+    ]
+    found = predict_findings(outputs)
+    assert len(found) == 2
+    assert "64 tokens out" in found[0] and "128 tokens out" in found[1]
+    assert "the whole generation 0.9 s, 9 ms between tokens in flight" in found[0]
+    vocabularies = predict_findings([row, {**row, "vocab": "replicated"}])
+    assert len(vocabularies) == 2 and "the vocabulary replicated" in vocabularies[1]
+    no_itl = {**outputs[0]}
+    del no_itl["serving_itl_ms"]  # a hand-edited file's row
+    assert "whole generation" not in predict_findings([no_itl])[0]

@@ -181,14 +181,14 @@ class PredictRecord:
     #: The batch's whole generation (ms): its prefill, then output_len - 1 decode steps
     #: at the mean context, seq_len + output_len / 2.
     generation_ms: float | None = info()
-    #: A decode step at the generation's mean context (ms).
+    #: A decode step at the generation's mean context (ms); None at output_len 1.
     generation_tpot_ms: float | None = info()
     #: The batch's output tokens per second of its whole generation.
     output_tokens_per_s: float | None = info()
     #: The time between a request's tokens (ms) when `batch` requests are kept in
     #: flight, each replaced by a new one as it ends: the step at the mean context plus
     #: the others' prefills, each counted whole (an upper bound where an engine chunks
-    #: them into the steps).
+    #: them into the steps). None at output_len 1, which has no token after the first.
     serving_itl_ms: float | None = info()
     #: The device's figures that set the times, each with its source.
     device_figures: str = info("")
@@ -356,15 +356,16 @@ def _generation(
         point.weights,
         on.model,
     )
-    one_prompt = found.get("request", found["prefill"])
-    itl = serving_itl_s(whole.tpot_s, one_prompt.time_s, point.batch, point.output_len)
-    return {
+    fields = {
         "output_len": point.output_len,
         "generation_ms": whole.total_s * 1e3,
-        "generation_tpot_ms": whole.tpot_s * 1e3,
         "output_tokens_per_s": whole.output_tokens_per_s,
-        "serving_itl_ms": itl * 1e3,
     }
+    if point.output_len == 1:  # the first token alone: no step, nothing between tokens
+        return fields
+    one_prompt = found.get("request", found["prefill"])
+    itl = serving_itl_s(whole.tpot_s, one_prompt.time_s, point.batch, point.output_len)
+    return {**fields, "generation_tpot_ms": whole.tpot_s * 1e3, "serving_itl_ms": itl * 1e3}
 
 
 def _ms(found: ModelPrediction | None) -> float | None:

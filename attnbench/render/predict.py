@@ -133,11 +133,13 @@ def generation_note(records: Sequence[Mapping[str, Any]]) -> list[str]:
         dict.fromkeys(
             f"{r['generation_tpot_ms']:.4g} ms at {r['seq_len'] + r['output_len'] // 2:,}"
             for r in whole
+            if r.get("generation_tpot_ms") is not None
         )
     )
+    there = f" (a step there: {steps})" if steps else ""
     return [
         "generation: the batch's prefill, then a decode step per further output token, "
-        f"each at the mean context, context + output / 2 (a step there: {steps}); "
+        f"each at the mean context, context + output / 2{there}; "
         "tokens/s: its output tokens over the whole. serving ITL: the time between a "
         "request's tokens with batch requests kept in flight, each replaced by a new one "
         "as it ends: that step, plus the others' prefills counted whole (an upper bound "
@@ -389,8 +391,12 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _generation_text(record: Mapping[str, Any]) -> str:
     """'; the whole generation 8.0 s, 7.83 ms between tokens in flight' where the record
-    predicts one; '' otherwise."""
+    predicts them (a one-token generation has no time between tokens); '' where it
+    predicts none, or a hand-edited file's row leaves them out."""
     whole, itl = record.get("generation_ms"), record.get("serving_itl_ms")
-    if not (isinstance(whole, (int, float)) and isinstance(itl, (int, float))):
-        return ""  # none predicted, or a hand-edited file's row without them
-    return f"; the whole generation {whole / 1e3:.3g} s, {itl:.3g} ms between tokens in flight"
+    said = []
+    if isinstance(whole, (int, float)):
+        said.append(f"the whole generation {whole / 1e3:.3g} s")
+    if isinstance(itl, (int, float)):
+        said.append(f"{itl:.3g} ms between tokens in flight")
+    return f"; {', '.join(said)}" if said else ""

@@ -122,6 +122,12 @@ def test_one_request_in_flight_waits_for_no_other_prompt():
     assert record.serving_itl_ms == pytest.approx(record.generation_tpot_ms)
 
 
+def test_a_one_token_generation_is_its_prefill_with_nothing_between_tokens():
+    record = run(point(batch=4, seq_len=1024, output_len=1))
+    assert record.generation_ms == pytest.approx(record.ttft_ms)
+    assert record.serving_itl_ms is None and record.generation_tpot_ms is None
+
+
 def test_a_layer_shape_has_no_whole_generation():
     spec = dict(d_model=4096, num_heads=32, num_kv_heads=8, head_dim=128, model=None, spec=None)
     with pytest.raises(FieldError, match="needs a model") as error:

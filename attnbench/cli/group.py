@@ -3,7 +3,6 @@ and errors of every command in one form."""
 
 from __future__ import annotations
 
-import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -120,8 +119,8 @@ class OneLineErrors(TyperGroup):
             text = message()
             if "\n" not in text:  # help, printed as is
                 pointer = _pointer(exc)
-                if pointer.startswith("; "):  # the command's own flag, not the parser's guess
-                    text = re.sub(r" \(Possible options: [^)]*\)$", "", text)
+                if pointer.startswith("; "):  # the command's own flag, not the parser's guesses
+                    text = getattr(exc, "message", text)
                 text = f"error: {text}{pointer}"
             print(text, file=sys.stderr)
             sys.exit(code)

@@ -115,7 +115,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import FieldError
 from .architecture import ModelSpec
@@ -493,8 +493,9 @@ def layer_counts(
     attention = attention_counts(shape, batch, q_len, kv_len, dtype, kv_dtype, tp)
     rank = rank_shape(shape, tp)
     # the projections' FLOPs are in forward_flops, with the core's
+    params = attention_params(rank)
     return _attention_layer(
-        attention, attention_params(rank), 0, shape, batch, q_len, dtype, tp, weights
+        attention, params, 0, shape, batch, q_len, dtype, tp, weights, ATTENTION_KERNELS
     )
 
 
@@ -517,10 +518,11 @@ def mla_layer_counts(
     attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp, layers=1)
     params = ceil_div(part_params(spec, tp)["attention"], spec.num_layers)
     shape = spec.attention_shape()
-    layer = _attention_layer(
-        attention, params, 2 * batch * q_len * params, shape, batch, q_len, dtype, tp, weights
+    flops = 2 * batch * q_len * params
+    kernels = attention_kernels(spec)
+    return _attention_layer(
+        attention, params, flops, shape, batch, q_len, dtype, tp, weights, kernels
     )
-    return replace(layer, kernels=attention_kernels(spec))
 
 
 def _attention_layer(
@@ -533,12 +535,13 @@ def _attention_layer(
     dtype: str,
     tp: int,
     weights: str | WeightFormat | None,
+    kernels: int,
 ) -> ModelCounts:
     """One attention layer's step from its attention's counts and its `params` projection
     weights (on this rank), stored in `weights` as step_counts stores a model's: packed
     with their scales, their matmuls at the format's rate, weight-only ones dequantised
     once, float8 ones fed inputs quantised first; `projection_flops` beside the
-    attention's FLOPs (0 where those hold them)."""
+    attention's FLOPs (0 where those hold them); `kernels` launched (attention_kernels)."""
     fmt = weight_format(weights or dtype)
     tokens, d = batch * q_len, shape.d_model
     inputs = _attention_inputs(d, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
@@ -553,7 +556,7 @@ def _attention_layer(
         allreduces=1 if tp > 1 else 0,
         layers=1,
         batch=batch,
-        kernels=ATTENTION_KERNELS,
+        kernels=kernels,
         matmul_dtype=fmt.matmul_dtype(dtype),
         dequant_ops=fmt.dequant_ops * params,
     )

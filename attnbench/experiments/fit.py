@@ -101,6 +101,7 @@ class FitPoint:
     weights_group: int | None = None
     vocab_layout: str = "split"
     quantize_head: bool = False
+    keep_attention: bool = False
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
@@ -477,10 +478,12 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
     """The weights: weights_dtype (default: the model's) with its scale groups, the head
-    quantised too where quantize_head says so, the vocabulary laid out over the ranks as
-    vocab_layout says."""
+    quantised too where quantize_head says so, the attention kept where keep_attention
+    says so, the vocabulary laid out over the ranks as vocab_layout says."""
     dtype = point.weights_dtype or spec.dtype
-    return WeightFormat.of(dtype, point.weights_group, point.vocab_layout, point.quantize_head)
+    return WeightFormat.of(
+        dtype, point.weights_group, point.vocab_layout, point.quantize_head, point.keep_attention
+    )
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:

@@ -67,6 +67,7 @@ class PredictPoint:
     weights_group: int | None = None
     vocab_layout: str = "split"
     quantize_head: bool = False
+    keep_attention: bool = False
     output_len: int | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
@@ -77,10 +78,13 @@ class PredictPoint:
     @property
     def weights(self) -> WeightFormat:
         """The model's weights: weights_dtype (default: dtype) with its scale groups, the
-        head quantised too where quantize_head says so, the vocabulary laid out over the
-        ranks as vocab_layout says."""
+        head quantised too where quantize_head says so, the attention kept where
+        keep_attention says so, the vocabulary laid out over the ranks as vocab_layout
+        says."""
         dtype = self.weights_dtype or self.dtype
-        return WeightFormat.of(dtype, self.weights_group, self.vocab_layout, self.quantize_head)
+        return WeightFormat.of(
+            dtype, self.weights_group, self.vocab_layout, self.quantize_head, self.keep_attention
+        )
 
     @cached_property
     def named_target(self) -> Target:

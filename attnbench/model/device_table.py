@@ -68,6 +68,9 @@ _MI300X_DATASHEET = (
     "amd-instinct-mi300x-data-sheet.pdf"
 )
 _ACCELERATORS = "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md"
+#: HGX B200's figures for eight GPUs, with sparsity (float4: 144 PFLOPS, 9,000 TFLOPS dense a
+#: GPU; float8: 72 PFLOPS, 4,500).
+_HGX = "https://www.nvidia.com/en-us/data-center/hgx/"
 
 # The microbenchmarks.
 _AZURE = "https://github.com/Azure/AI-benchmarking-guide/blob/"
@@ -590,10 +593,11 @@ _TABLE = (
             "float16": 2250,
             "float8": 4500,
             "int8": 4500,
+            "float4": 9000,
         },
         "NVLink 5",
         1800 / 2,
-        (_ACCELERATORS,),
+        (_ACCELERATORS, _HGX),
         _HBM3E,
         {
             "bfloat16": Figure(1745.0, f"maximum achievable matmul FLOPS: {_MAMF}"),

@@ -13,8 +13,17 @@ from dataclasses import dataclass
 
 #: The names of the FLOP/s figures, as attnbench spells dtypes; "tfloat32" is float32
 #: matmuls on tensor cores (TF32, which torch leaves off by default) and "float8" both
-#: float8 formats (e4m3 and e5m2 share one peak).
-PEAK_DTYPES: tuple[str, ...] = ("float32", "tfloat32", "bfloat16", "float16", "float8", "int8")
+#: float8 formats (e4m3 and e5m2 share one peak); "float4" is the 4-bit floats' peak of
+#: Blackwell's tensor cores (nvfp4 weights times nvfp4 activations).
+PEAK_DTYPES: tuple[str, ...] = (
+    "float32",
+    "tfloat32",
+    "bfloat16",
+    "float16",
+    "float8",
+    "int8",
+    "float4",
+)
 
 _T = 1e12  # tera
 _G = 1e9  # giga

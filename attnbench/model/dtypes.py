@@ -31,6 +31,10 @@ DTYPES: dict[str, DType] = {
         DType("float8_e5m2", 8, "float8_e5m2", quantized=True),
         DType("int8", 8, "int8", quantized=True),
         DType("int4", 4, "uint8", quantized=True),
+        # Block-scaled 4-bit floats (e2m1) for weights, two to a byte: MXFP4 (OCP
+        # microscaling) and NVFP4 (NVIDIA's); their scales are weights.py's.
+        DType("mxfp4", 4, "uint8"),
+        DType("nvfp4", 4, "uint8"),
     )
 }
 

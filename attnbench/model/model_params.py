@@ -280,11 +280,12 @@ def weight_bytes_per_rank(
     """Bytes of one rank's weights in `weights` (a dtype, or a WeightFormat: quantised
     weights with their scales). Quantised weights keep the embeddings, and the output head
     unless fmt.quantized_head, in `dtype` (default: the model's), as GPTQ, AWQ and float8
-    checkpoints do."""
+    checkpoints do, and the attention too where fmt.kept_attention."""
     fmt = weight_format(weights)
     parts = part_params(spec, tp, fmt.replicated_vocab)
     if not fmt.quantized:
         return packed_bytes(sum(parts.values()), fmt.dtype)
     kept = parts["embeddings"] + (0 if fmt.quantized_head else parts["output head"])
+    kept += parts["attention"] if fmt.kept_attention else 0
     rest = fmt.bytes(sum(parts.values()) - kept, spec.d_model)
     return rest + packed_bytes(kept, dtype or spec.dtype)

@@ -66,15 +66,18 @@ kv keys (decode: q 1, kv S + 1; prefill of S tokens: q S, kv S) moves:
   k/E)^(B*q)) expected where the router picks them uniformly (experts_touched), k at
   one token, all E from a few E/k tokens on; quantised
   weights keep the embeddings and the head in the activations' dtype, but a head
-  quantised with them (WeightFormat.quantized_head), read and dequantised as they are;
+  quantised with them (WeightFormat.quantized_head), read and dequantised as they are,
+  and the attention's projections too where WeightFormat.kept_attention (their matmuls
+  then at the activations' rate, as the attention core's);
 - the KV cache: every layer reads the keys its sliding window keeps (min(kv, W), the
   architecture's windows; full context on global layers) and writes the q new ones, in
   the KV dtype with its scales; an MLA layer its latents (mla_counts);
 - the activations: the attention's (formulas.step_traffic_bytes), and those the layer's
   other kernels read and write, each token's through every kernel once (mlp_activations):
   small beside the weights at a decode step of a few sequences, as large as them in a
-  prefill of a few thousand tokens; with float8 weights, each matmul's input quantised
-  first, read in the activations' dtype and written in float8 (_matmul_inputs);
+  prefill of a few thousand tokens; with float8 (nvfp4) weights, each quantised matmul's
+  input quantised first, read in the activations' dtype and written in float8 (in 4 bits
+  and a scale per 16) (_matmul_inputs);
 - a hybrid model's state (Mamba, linear attention): every state layer reads each
   sequence's state and writes it back, 2 * its bytes per step (capacity.state_bytes), as
   part of the cache.
@@ -365,7 +368,8 @@ class ModelCounts:
     kv_bytes: int
     activation_bytes: int
     flops: int
-    #: Of the FLOPs, the attention core's (QK^T and PV).
+    #: Of the FLOPs, those at the activations' rate: the attention core's (QK^T and PV),
+    #: and the attention's projections where quantised weights keep them (kept_attention).
     attention_flops: int
     #: Bytes of each all-reduce, and how many the step makes (0 at tp 1).
     allreduce_bytes: int
@@ -543,13 +547,15 @@ def _attention_layer(
     once, float8 ones fed inputs quantised first; `projection_flops` beside the
     attention's FLOPs (0 where those hold them); `kernels` launched (attention_kernels)."""
     fmt = weight_format(weights or dtype)
+    if fmt.kept_attention:  # a layer's projections are its attention's: kept as they are
+        fmt = weight_format(dtype)
     tokens, d = batch * q_len, shape.d_model
     inputs = _attention_inputs(d, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
     return ModelCounts(
         weight_bytes=fmt.bytes(params, d),
         kv_bytes=attention.kv_bytes,
         activation_bytes=attention.activation_bytes
-        + tokens * fmt.activation_quant_bytes(dtype) * inputs,
+        + round(tokens * fmt.activation_quant_bytes(dtype) * inputs),
         flops=attention.flops + projection_flops,
         attention_flops=attention.core_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
@@ -619,14 +625,23 @@ def mlp_activations(parts: Mapping[str, int], expert_weights: int, layers: int, 
     return 2 * parts["norms"] + 2 * layers * d + 2 * (parts["mlp"] + expert_weights) // d
 
 
-def _matmul_inputs(spec: ModelSpec, parts: Mapping[str, int], expert_weights: int, tp: int) -> int:
+def _matmul_inputs(
+    spec: ModelSpec,
+    parts: Mapping[str, int],
+    expert_weights: int,
+    tp: int,
+    attention: bool = True,
+) -> int:
     """Elements one token feeds the dense matmuls of a step on one rank: each attention
     layer's q, k, v projection reads d and its output projection the attention's output
-    (q_dim / tp); each layer's MLP reads d, and its down projection I / tp (the MLP's
-    weights over 3d, gated); the routed experts a token goes to, the same."""
+    (q_dim / tp), unless not `attention`; each layer's MLP reads d, and its down
+    projection I / tp (the MLP's weights over 3d, gated); the routed experts a token goes
+    to, the same."""
     d = spec.d_model
-    attention = spec.kv_layers * _attention_inputs(d, spec.num_heads, spec.head_dim, tp)
-    return attention + spec.num_layers * d + (parts["mlp"] + expert_weights) // (3 * d)
+    inputs = spec.num_layers * d + (parts["mlp"] + expert_weights) // (3 * d)
+    if attention:
+        inputs += spec.kv_layers * _attention_inputs(d, spec.num_heads, spec.head_dim, tp)
+    return inputs
 
 
 def _attention_inputs(d: int, heads: int, head_dim: int, tp: int) -> int:
@@ -665,6 +680,9 @@ def step_counts(
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
     body = sum(parts.values()) - parts["embeddings"] - parts["experts"] - parts["output head"]
     body -= routed_attn
+    # the attention's projections kept in `dtype` beside quantised weights
+    kept = parts["attention"] - routed_attn if fmt.kept_attention else 0
+    body -= kept
     if traits.tied_embeddings:
         table = parts["embeddings"]
     else:
@@ -691,7 +709,7 @@ def step_counts(
         share = tokens * traits.experts_per_token / touched
         matmuls.append(Matmul(share, round(per_expert * touched)))
     if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
-        matmuls = []
+        matmuls = [Matmul(tokens, kept)] if kept else []
     if not head_on_cuda_cores:
         matmuls.append(Matmul(batch, head))
 
@@ -722,20 +740,22 @@ def step_counts(
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(
-        weight_bytes=fmt.bytes(body, d) + packed_bytes(table, dtype),
+        weight_bytes=fmt.bytes(body, d) + packed_bytes(table + kept, dtype),
         kv_bytes=attention.kv_bytes + state,
         activation_bytes=attention.activation_bytes
         + tokens * mlp_activations(parts, expert_weights, L, d) * dtype_bytes(dtype)
-        + tokens
-        * fmt.activation_quant_bytes(dtype)
-        * _matmul_inputs(spec, parts, expert_weights, tp),
+        + round(
+            tokens
+            * fmt.activation_quant_bytes(dtype)
+            * _matmul_inputs(spec, parts, expert_weights, tp, not kept)
+        ),
         flops=attention.core_flops
         + projections
         + dense
         + expert_flops
         + 2 * batch * head
         + state_flops,
-        attention_flops=attention.core_flops + state_flops,
+        attention_flops=attention.core_flops + state_flops + (projections if kept else 0),
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,
         layers=L,

@@ -13,11 +13,20 @@ and the dtype its matmuls run in, which sets their peak.
 - float8 (e4m3 or e5m2) weights go with float8 activations (W8A8-FP8, the way 70B models
   are served on Hopper): one scale per output channel, and the matmuls run at the
   device's float8 peak, so a device without float8 tensor cores has no peak for them.
+- 4-bit floats (e2m1) scaled in blocks, whose format fixes the block: mxfp4 (OCP
+  microscaling, an 8-bit power-of-two scale per 32 inputs) is weight-only, dequantised in
+  the kernel as Hopper's and CDNA3's MXFP4 kernels run it (gpt-oss); nvfp4 (an 8-bit float8
+  scale per 16 inputs) goes with nvfp4 activations (W4A4) at the device's float4 peak,
+  which Blackwell's tensor cores have and Hopper's have not. NVFP4's one float32 scale per
+  tensor (4 bytes a matrix) is left out.
 
 Quantised weights leave the embeddings and the output head in the activations' dtype, as
 GPTQ, AWQ and float8 checkpoints keep them, unless `quantized_head`: the head is quantised
 with the rest, as gpt-fast's and torchao's quantisers replace every linear layer (a head
-tied to the embeddings stays in their dtype: the lookup reads the table).
+tied to the embeddings stays in their dtype: the lookup reads the table). With
+`kept_attention` the attention's projections stay in the activations' dtype too, their
+matmuls at its rate, as the 4-bit checkpoints of mixtures of experts keep them (gpt-oss's
+MXFP4 quantises its experts alone, NVIDIA's DeepSeek-R1-FP4 its MLPs and experts).
 
 Under tensor parallelism the vocabulary (the token embeddings and the output head) is
 split over the ranks, each computing its share of the logits, which are then gathered
@@ -41,15 +50,22 @@ WEIGHT_DTYPES: tuple[str, ...] = (
     "int4",
     "float8_e4m3fn",
     "float8_e5m2",
+    "mxfp4",
+    "nvfp4",
 )
 #: Weight-only quantisation: the matmuls run in the activations' dtype.
-WEIGHT_ONLY = ("int8", "int4")
+WEIGHT_ONLY = ("int8", "int4", "mxfp4")
 #: Quantised weights whose matmuls run in their own dtype, with the activations quantised too.
-WEIGHT_AND_ACTIVATION = ("float8_e4m3fn", "float8_e5m2")
+WEIGHT_AND_ACTIVATION = ("float8_e4m3fn", "float8_e5m2", "nvfp4")
 #: The scale group of int4 weights when none is given (GPTQ's and AWQ's usual 128).
 DEFAULT_INT4_GROUP = 128
-#: Bits of one scale, and of one int4 zero point.
+#: The inputs one scale covers in the block-scaled 4-bit formats, fixed by each format.
+BLOCKS = {"mxfp4": 32, "nvfp4": 16}
+#: Bits of one scale (and of one int4 zero point): 16, or the block formats' 8.
 SCALE_BITS = 16
+BLOCK_SCALE_BITS = 8
+#: The peak a W4A4 matmul runs at (nvfp4 activations times nvfp4 weights).
+FLOAT4_PEAK = "float4"
 #: How tensor-parallel ranks hold the vocabulary: split over them, or whole on each.
 VOCAB_LAYOUTS = ("split", "replicated")
 
@@ -65,6 +81,7 @@ class WeightFormat:
     group: int | None = None
     replicated_vocab: bool = False
     quantized_head: bool = False
+    kept_attention: bool = False
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "weights_dtype", WEIGHT_DTYPES)
@@ -74,9 +91,19 @@ class WeightFormat:
                 raise FieldError(
                     "weights_group", self.group, f"{self.dtype} weights have no scales"
                 )
+            block = BLOCKS.get(self.dtype, self.group)
+            if self.group != block:
+                reason = f"{self.dtype} scales blocks of {block} inputs: its format fixes them"
+                raise FieldError("weights_group", self.group, reason)
         if self.quantized_head and not self.quantized:
             raise FieldError(
                 "quantize_head", True, f"{self.dtype} weights are not quantised: nor is the head"
+            )
+        if self.kept_attention and not self.quantized:
+            raise FieldError(
+                "keep_attention",
+                True,
+                f"{self.dtype} weights are not quantised: the attention is kept as they are",
             )
 
     @classmethod
@@ -86,15 +113,21 @@ class WeightFormat:
         group: int | None = None,
         vocab: str = "split",
         quantize_head: bool = False,
+        keep_attention: bool = False,
     ) -> WeightFormat:
-        """Weights in `dtype`, with `group` and the head quantised too (`quantize_head`)
-        where they are quantised (a sweep of several weights dtypes gives them to the
-        quantised ones only), the vocabulary laid out as `vocab` says (VOCAB_LAYOUTS)."""
+        """Weights in `dtype`, with `group`, the head quantised too (`quantize_head`) and
+        the attention kept (`keep_attention`) where they are quantised (a sweep of several
+        weights dtypes gives them to the quantised ones only), the vocabulary laid out as
+        `vocab` says (VOCAB_LAYOUTS)."""
         if vocab not in VOCAB_LAYOUTS:
             raise FieldError("vocab_layout", vocab, f"choose from {', '.join(VOCAB_LAYOUTS)}")
         quantized = dtype in WEIGHT_ONLY or dtype in WEIGHT_AND_ACTIVATION
         return cls(
-            dtype, group if quantized else None, vocab == "replicated", quantize_head and quantized
+            dtype,
+            group if quantized else None,
+            vocab == "replicated",
+            quantize_head and quantized,
+            keep_attention and quantized,
         )
 
     @property
@@ -106,21 +139,28 @@ class WeightFormat:
         """Operations on the CUDA cores (not the tensor cores) that turn one stored weight
         into the activations' dtype inside a weight-only kernel: int8, a conversion and a
         multiply by its scale (2); int4, a shift and a mask to unpack it, a conversion,
-        the zero point's subtraction and the scale's multiply (5); none for weights
+        the zero point's subtraction and the scale's multiply (5); mxfp4, a shift and a
+        mask, the 4-bit float's conversion and the scale's multiply (4); none for weights
         stored in a dtype the tensor cores take."""
-        return {"int8": 2, "int4": 5}.get(self.dtype, 0)
+        return {"int8": 2, "int4": 5, "mxfp4": 4}.get(self.dtype, 0)
 
-    def activation_quant_bytes(self, activations: str) -> int:
-        """Bytes that quantising one activation element before a matmul moves: for float8
-        weights (W8A8), the element read in the activations' dtype and written in float8;
+    def activation_quant_bytes(self, activations: str) -> float:
+        """Bytes that quantising one activation element before a matmul moves: for
+        float8 weights (W8A8), the element read in the activations' dtype and written in
+        float8; for nvfp4 (W4A4), written in 4 bits with an 8-bit scale per block of 16;
         none otherwise."""
         if self.dtype not in WEIGHT_AND_ACTIVATION:
             return 0
+        if self.dtype in BLOCKS:
+            return dtype_bytes(activations) + 0.5 + BLOCK_SCALE_BITS / 8 / BLOCKS[self.dtype]
         return dtype_bytes(activations) + 1
 
     def matmul_dtype(self, activations: str) -> str:
-        """The dtype the matmuls run in: the weights' for float8 (W8A8), else the
-        activations' (weight-only quantisation dequantises in the kernel)."""
+        """The dtype (peak) the matmuls run in: the weights' for float8 (W8A8), float4 for
+        nvfp4 (W4A4), else the activations' (weight-only quantisation dequantises in the
+        kernel)."""
+        if self.dtype == "nvfp4":
+            return FLOAT4_PEAK
         return self.dtype if self.dtype in WEIGHT_AND_ACTIVATION else activations
 
     def bytes(self, params: int, row: int) -> int:
@@ -129,21 +169,32 @@ class WeightFormat:
         values = packed_bytes(params, self.dtype)
         if not self.quantized:
             return values
-        default = min(DEFAULT_INT4_GROUP, row) if self.dtype == "int4" else row
-        group = self.group or default
+        group = self.group or self.default_group(row)
         if group > row:
             reason = f"exceeds the {row} inputs of a weight row (a scale group lies within one row)"
             raise FieldError("weights_group", group, reason)
-        per_group = 2 if self.dtype == "int4" else 1  # int4: a scale and a zero point
         groups = ceil_div(params, row) * ceil_div(row, group)  # a row's last group may be short
+        if self.dtype in BLOCKS:
+            return values + groups * BLOCK_SCALE_BITS // 8
+        per_group = 2 if self.dtype == "int4" else 1  # int4: a scale and a zero point
         return values + groups * per_group * SCALE_BITS // 8
+
+    def default_group(self, row: int) -> int:
+        """The scale group when none is given: a block format's block, int4's 128 (at most
+        a row), else a whole row (one scale per output channel)."""
+        if self.dtype in BLOCKS:
+            return BLOCKS[self.dtype]
+        return min(DEFAULT_INT4_GROUP, row) if self.dtype == "int4" else row
 
     def describe(self) -> str:
         if not self.quantized:
             return self.dtype
         head = ", the head too" if self.quantized_head else ""
+        head += ", the attention kept" if self.kept_attention else ""
         if self.dtype == "int4":
             return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}{head}"
+        if self.dtype in BLOCKS:
+            return f"{self.dtype} in blocks of {BLOCKS[self.dtype]}{head}"
         scales = f"in groups of {self.group}" if self.group else "per channel"
         return f"{self.dtype} {scales}{head}"
 

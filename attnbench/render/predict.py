@@ -247,7 +247,7 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"{r['gpu']}: dequantising the {r['weights']} weights on the CUDA cores takes "
             f"{r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for int8, "
-            "5 for int4, at the device's float32 rate)"
+            "5 for int4, 4 for mxfp4, at the device's float32 rate)"
         )
     for r in {(r["gpu"], r["batch"]): r for r in records if r.get("padding_ms")}.values():
         lines.append(

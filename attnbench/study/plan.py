@@ -388,6 +388,7 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
 SCALE_GROUPS = {
     "weights_group": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
     "quantize_head": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
+    "keep_attention": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
     "scale_dtype": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
 }

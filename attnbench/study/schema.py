@@ -321,17 +321,19 @@ FIELDS: dict[str, Field] = {
     "weights_dtype": Field(
         str,
         ("fit", "predict"),
-        "Weights' dtype (default: the model's): int8 and int4 are weight-only (the "
+        "Weights' dtype (default: the model's): int8, int4 and mxfp4 are weight-only (the "
         "matmuls run in dtype), float8_e4m3fn and float8_e5m2 quantise the activations too "
-        "(the matmuls run at the GPU's float8 peak).",
+        "(the matmuls run at the GPU's float8 peak), nvfp4 as well (at its float4 peak: "
+        "Blackwell's).",
         choices=WEIGHT_DTYPES,
     ),
     "weights_group": Field(
         int,
         ("fit", "predict"),
         "Quantised weights (int8, int4, float8): input elements per scale (default: 128 "
-        "for int4, one scale per output channel for int8 and float8); 16- and 32-bit "
-        "weights of the same sweep have none.",
+        "for int4, one scale per output channel for int8 and float8; mxfp4's 32 and "
+        "nvfp4's 16 are their formats'); 16- and 32-bit weights of the same sweep have "
+        "none.",
         maximum=MAX_TOKENS,
     ),
     "quantize_head": Field(
@@ -340,6 +342,14 @@ FIELDS: dict[str, Field] = {
         "Quantised weights: the output head quantised with them, as gpt-fast's and "
         "torchao's quantisers do (default: kept in the model's dtype, as GPTQ, AWQ and "
         "float8 checkpoints keep it; a head tied to the embeddings stays so).",
+        default=False,
+    ),
+    "keep_attention": Field(
+        bool,
+        ("fit", "predict"),
+        "Quantised weights: the attention's projections kept in the model's dtype, their "
+        "matmuls at its rate, as the 4-bit checkpoints of mixtures of experts keep them "
+        "(gpt-oss's MXFP4, NVIDIA's DeepSeek-R1-FP4) (default: quantised with the rest).",
         default=False,
     ),
     "vocab_layout": Field(

@@ -213,6 +213,38 @@ def test_float8_weights_quantise_each_matmuls_input_first():
     assert int8.activation_bytes == plain.activation_bytes  # weight-only: inputs as they are
 
 
+def test_nvfp4_weights_quantise_each_matmuls_input_to_four_bits_and_a_scale():
+    spec, tokens = get_preset("llama-2-7b"), 2048
+    d, inner, layers = 4096, 11008, 32
+    plain = prefill_counts(spec, 1, tokens, "bfloat16")
+    fp4 = prefill_counts(spec, 1, tokens, "bfloat16", weights=WeightFormat("nvfp4"))
+    inputs = layers * (d + d + d + inner)
+    assert fp4.activation_bytes - plain.activation_bytes == round(tokens * inputs * 2.5625)
+    assert fp4.matmul_dtype == "float4"
+    with pytest.raises(FieldError, match="no float4 peak"):
+        predict_counts(fp4, DEVICE, "bfloat16")
+
+
+def test_kept_attention_stays_in_16_bits_with_its_matmuls_at_their_rate():
+    """gpt-oss's and DeepSeek-R1-FP4's checkpoints quantise the MLP and the experts, not
+    the attention's projections: those are read in bfloat16, multiplied at its rate, and
+    fed no quantised inputs."""
+    spec, tokens = get_preset("llama-2-7b"), 2048
+    d, layers = 4096, 32
+    attention = layers * 4 * d * d  # q, k, v, o of MHA
+    fp4 = WeightFormat("nvfp4")
+    kept = WeightFormat("nvfp4", kept_attention=True)
+    quantised = prefill_counts(spec, 1, tokens, "bfloat16", weights=fp4)
+    counts = prefill_counts(spec, 1, tokens, "bfloat16", weights=kept)
+    # 2 bytes a weight where nvfp4 stores half a byte and a byte of scale per 16
+    more = attention * 2 - attention * 9 // 16
+    assert counts.weight_bytes - quantised.weight_bytes == more
+    assert weight_bytes_per_rank(spec, kept) - weight_bytes_per_rank(spec, fp4) == more
+    assert counts.attention_flops - quantised.attention_flops == 2 * tokens * attention
+    # the q/k/v and o projections' inputs (d each) are not quantised: 2 + 0.5 + 1/16 bytes
+    assert quantised.activation_bytes - counts.activation_bytes == tokens * 2.5625 * layers * 2 * d
+
+
 def test_prefill_is_compute_bound():
     spec = get_preset("llama-2-7b")
     counts = prefill_counts(spec, 1, 4096, "bfloat16")

@@ -44,6 +44,26 @@ def test_the_matmuls_run_in_the_activations_dtype_but_for_float8():
     assert WeightFormat("float8_e5m2").matmul_dtype("bfloat16") == "float8_e5m2"
 
 
+def test_four_bit_floats_keep_an_8_bit_scale_per_block_their_format_fixes():
+    # 2 rows of 4,096: 4,096 bytes of values; mxfp4 a byte per 32 inputs, nvfp4 per 16
+    assert WeightFormat("mxfp4").bytes(2 * 4096, 4096) == 4096 + 2 * 128
+    assert WeightFormat("nvfp4").bytes(2 * 4096, 4096) == 4096 + 2 * 256
+    assert WeightFormat("mxfp4", 32) == WeightFormat.of("mxfp4", 32)
+    with pytest.raises(FieldError, match="mxfp4 scales blocks of 32 inputs") as error:
+        WeightFormat("mxfp4", 128)
+    assert (error.value.field, error.value.value) == ("weights_group", 128)
+    assert WeightFormat("nvfp4").describe() == "nvfp4 in blocks of 16"
+
+
+def test_mxfp4_is_weight_only_and_nvfp4_runs_at_the_float4_peak():
+    mxfp4, nvfp4 = WeightFormat("mxfp4"), WeightFormat("nvfp4")
+    assert (mxfp4.matmul_dtype("bfloat16"), mxfp4.dequant_ops) == ("bfloat16", 4)
+    assert mxfp4.activation_quant_bytes("bfloat16") == 0
+    assert (nvfp4.matmul_dtype("bfloat16"), nvfp4.dequant_ops) == ("float4", 0)
+    # a bfloat16 input read, written in 4 bits with a byte of scale per 16
+    assert nvfp4.activation_quant_bytes("bfloat16") == 2 + 0.5 + 1 / 16
+
+
 def test_a_sweep_s_group_goes_to_its_quantised_weights_only():
     assert WeightFormat.of("bfloat16", 32) == WeightFormat("bfloat16")
     assert WeightFormat.of("int4", 32) == WeightFormat("int4", 32)

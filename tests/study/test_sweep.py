@@ -800,16 +800,18 @@ def test_fit_refuses_a_gpu_beside_memory_with_no_target(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["predict", "fit"])
-def test_a_quantised_head_without_quantised_weights_is_refused(tmp_path, command):
-    """Weights in 16 bits quantise no head: the switch would change nothing."""
+@pytest.mark.parametrize("flag", ["--quantize-head", "--keep-attention"])
+def test_a_quantised_head_without_quantised_weights_is_refused(tmp_path, command, flag):
+    """Weights in 16 bits quantise no head, and keep their attention as they are: the
+    switch would change nothing."""
     args = [command, "--model", "llama-2-7b", "--gpu", "h100-sxm", "--seq-len", "1024"]
-    result = runner.invoke(app, [*args, "--quantize-head"])
+    result = runner.invoke(app, [*args, flag])
     assert result.exit_code == 2
     assert result.stderr == (
-        "error: --quantize-head: has no effect: the weights are not quantised (set "
-        "--weights-dtype to int8, int4, float8_e4m3fn or float8_e5m2)\n"
+        f"error: {flag}: has no effect: the weights are not quantised (set "
+        "--weights-dtype to int8, int4, mxfp4, float8_e4m3fn, float8_e5m2 or nvfp4)\n"
     )
-    assert runner.invoke(app, [*args, "--quantize-head", "--weights-dtype", "int4"]).exit_code == 0
+    assert runner.invoke(app, [*args, flag, "--weights-dtype", "int4"]).exit_code == 0
     section = f"{command}: {{models: [llama-2-7b], gpu: h100-sxm, seq_len: 1024, quantize_head: "
     path = write_yaml(tmp_path, section + "true}\n")
     result = runner.invoke(app, ["run", str(path), "--dry-run"])

@@ -106,7 +106,8 @@ def predict_entry(entry: dict[str, Any]) -> float:
     weights = DTYPES.get(entry["weights"], entry["weights"])
     dtype = weights if weights in ("float16", "bfloat16") else spec.dtype
     vocab, head = entry.get("vocab", "split"), entry.get("quantize_head", False)
-    fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head)
+    kept = entry.get("keep_attention", False)
+    fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept)
     kv = entry.get("kv_dtype")
     batch, output = int(entry["batch"]), int(entry.get("output") or 1)
 
@@ -213,6 +214,7 @@ def table(found: list[Row]) -> str:
         n = sources.setdefault(e["source"], len(sources) + 1)
         model = Path(e["model"]).stem if e["model"].endswith(".json") else e["model"]
         weights = e["weights"] + (f" g{e['group_size']}" if e.get("group_size") else "")
+        weights += ", attention kept" if e.get("keep_attention") else ""
         lines.append(
             f"| [{e['id']}]({e['source']}) [{n}] | {e['framework']} | `{e['gpu']}` | {model} | "
             f"{weights} | {e.get('kv_dtype', '-')} | {e['tp']} | {e['batch']:,} | "

@@ -245,7 +245,7 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     for r in {(r["gpu"], r["weights"]): r for r in records if r.get("dequant_ms")}.values():
         lines.append(
-            f"{r['gpu']}: dequantising the {r['weights']} weights on the CUDA cores takes "
+            f"{r['gpu']}: dequantising the weights ({r['weights']}) on the CUDA cores takes "
             f"{r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for int8, "
             "5 for int4, 4 for mxfp4, at the device's float32 rate)"
         )
@@ -370,7 +370,7 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     for (name, batch, seq_len, model, (tp, weights, vocab, output)), rows in groups.items():
         split = f", {output:,} tokens out" if output else ""
         split += f", tp {tp}" if tp > 1 else ""
-        split += f", {weights} weights" if weights else ""
+        split += f", weights {weights}" if weights else ""
         split += f", the vocabulary {vocab}" if vocab else ""
         source = "defaults" if model.endswith("(defaults)") else "calibrated"
         on = [

@@ -477,6 +477,7 @@ def resolve(
     check_window_use(resolved)
     check_vocab_use(resolved)
     check_head_use(resolved)
+    check_kept_attention_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
@@ -570,6 +571,20 @@ def check_head_use(sec: Section) -> None:
     else:
         reason = "has no effect: a layer shape has no output head, only a model has one"
     raise sec.locate(FieldError("quantize_head", True, reason))
+
+
+def check_kept_attention_use(sec: Section) -> None:
+    """Attention kept beside quantised weights where the section has no model: a layer
+    shape's weights are its attention's alone, so keeping them would leave nothing
+    quantised and the weights' dtype would change nothing."""
+    if not (sec.sets_itself("keep_attention") and any(sec.listed("keep_attention"))):
+        return
+    if sec.models:
+        return
+    reason = (
+        "has no effect: a layer shape's weights are all its attention's, only a model has others"
+    )
+    raise sec.locate(FieldError("keep_attention", True, reason))
 
 
 def _tied_head(spec: ModelSpec) -> bool:

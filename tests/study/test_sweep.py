@@ -799,6 +799,19 @@ def test_fit_refuses_a_gpu_beside_memory_with_no_target(tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_kept_attention_on_a_layer_shape_is_refused():
+    """A layer shape's weights are its attention's: kept, nothing would be quantised."""
+    args = ["predict", "--d-model", "4096", "--heads", "32", "--gpu", "h100-sxm"]
+    result = runner.invoke(app, [*args, "--weights-dtype", "int4", "--keep-attention"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --keep-attention: has no effect: a layer shape's weights are all its "
+        "attention's, only a model has others\n"
+    )
+    model = ["predict", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--weights-dtype", "int4"]
+    assert runner.invoke(app, [*model, "--keep-attention"]).exit_code == 0
+
+
 @pytest.mark.parametrize("command", ["predict", "fit"])
 @pytest.mark.parametrize("flag", ["--quantize-head", "--keep-attention"])
 def test_a_quantised_head_without_quantised_weights_is_refused(tmp_path, command, flag):

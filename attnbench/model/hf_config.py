@@ -1268,8 +1268,42 @@ def _quantisation(cfg: dict, where: str) -> str | None:
     said = [str(method) if isinstance(method, str) else "a method it does not name"]
     said += [f"{bits} bits"] if isinstance(bits, int) and not isinstance(bits, bool) else []
     said += [f"groups of {group:,}"] if isinstance(group, int) and group > 0 else []
+    settings = _stored_as(quant, method, bits, group)
+    how = (
+        f" (fit and predict count them as the checkpoint stores them with {settings})"
+        if settings
+        else " (fit's and predict's weights_dtype and weights_group count them as the "
+        "checkpoint stores them)"
+    )
     return (
         f"quantization_config ({', '.join(said)}) not read: the weights are counted in the "
-        "model's dtype (fit's and predict's weights_dtype and weights_group count them as "
-        "the checkpoint stores them)"
+        f"model's dtype{how}"
     )
+
+
+#: Spellings of the quantisation methods whose weights one of WEIGHT_DTYPES stores as the
+#: checkpoint does, where the method says no bits (an integer method says its bits).
+_METHOD_DTYPES = {"mxfp4": "mxfp4", "fp8": "float8_e4m3fn", "nvfp4": "nvfp4"}
+
+
+def _stored_as(quant: dict, method: object, bits: object, group: object) -> str | None:
+    """The weights settings that count a checkpoint's weights as stored, where its
+    quantization_config says them: a 4-bit float or float8 method (ModelOpt's in its
+    quant_algo), or AWQ's and GPTQ's integers with their group; keep_attention too where
+    the modules it leaves unconverted are the attention's (gpt-oss's, NVIDIA's FP4
+    checkpoints'). None where it cannot tell."""
+    name = str(quant.get("quant_algo") or method or "").lower()
+    dtype = _METHOD_DTYPES.get(name)
+    if dtype is None and name in ("awq", "gptq") and bits in (4, 8):
+        dtype = f"int{bits}"
+        if isinstance(group, int) and group > 0 and bits == 4:
+            dtype += f" and weights_group {group}"
+    if dtype is None:
+        return None
+    skipped = [
+        str(m)
+        for key in ("modules_to_not_convert", "exclude_modules", "ignore", "ignored_layers")
+        for m in quant.get(key) or ()
+    ]
+    kept = any("attn" in m for m in skipped)
+    return f"weights_dtype {dtype}{' and keep_attention' if kept else ''}"

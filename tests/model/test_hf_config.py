@@ -727,9 +727,41 @@ def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(
     quant = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
     assert "quantization_config (awq, 4 bits, groups of 128) not read" in spec.note
-    assert "weights_dtype and weights_group" in spec.note
+    assert (
+        "(fit and predict count them as the checkpoint stores them with weights_dtype int4 and "
+        "weights_group 128)"
+    ) in spec.note
     plain = load_hf_config(write_config(tmp_path, LLAMA3_8B, "plain"))
     assert "quantization_config" not in (plain.note or "")
+    unknown = {"quant_method": "compressed-tensors"}
+    spec = load_hf_config(
+        write_config(tmp_path, {**LLAMA3_8B, "quantization_config": unknown}, "u")
+    )
+    assert "weights_dtype and weights_group count them as the checkpoint stores them" in spec.note
+
+
+@pytest.mark.parametrize(
+    ("quant", "settings"),
+    [
+        # gpt-oss's: the experts alone in MXFP4
+        (
+            {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]},
+            "weights_dtype mxfp4 and keep_attention",
+        ),
+        # ModelOpt's NVFP4 (NVIDIA's DeepSeek-R1-FP4), its attention excluded
+        (
+            {"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]},
+            "weights_dtype nvfp4",
+        ),
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "weights_dtype float8_e4m3fn"),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "weights_dtype int8"),
+    ],
+)
+def test_a_quantised_checkpoint_names_the_settings_that_count_it_as_stored(
+    tmp_path, quant, settings
+):
+    spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
+    assert f"count them as the checkpoint stores them with {settings})" in spec.note
 
 
 @pytest.mark.parametrize(

@@ -35,18 +35,21 @@ def device_spec(name: str) -> DeviceSpec:
     return spec
 
 
+def peak_name(dtype: str) -> str:
+    """The name of the peak a matmul in `dtype` runs at ("float8_e4m3fn" -> "float8")."""
+    name = canonical_dtype(dtype) or str(dtype)
+    return _PEAK_NAME.get(name, name)
+
+
 def flops_for(device: DeviceSpec, dtype: str) -> float:
     """The dense matmul FLOP/s `device` reaches in `dtype` (measured: see device_types).
     float32 is the plain FP32 rate, torch's default (TF32 off): ask for "tfloat32" for the
     tensor-core one."""
-    name = canonical_dtype(dtype) or str(dtype)
-    peak = device.dense_flops.get(_PEAK_NAME.get(name, name))
+    peak = device.dense_flops.get(peak_name(dtype))
     if peak is None:
         known = ", ".join(device.dense_flops)
         raise FieldError(
-            "dtype",
-            dtype,
-            f"{device.name} has no {_PEAK_NAME.get(name, name)} peak; it has: {known}",
+            "dtype", dtype, f"{device.name} has no {peak_name(dtype)} peak; it has: {known}"
         )
     return peak
 

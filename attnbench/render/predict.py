@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model.calibration import CheckRow
-from ..model.devices import THIS_DEVICE
+from ..model.devices import THIS_DEVICE, peak_name
 from ..model.roofline import STATE_FLOPS
 from ..model.units import format_bytes
+from ..model.weights import WeightFormat
 from .columns import (
     fmt_4sig,
     fmt_int,
@@ -262,10 +263,9 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     quantised = [r for r in records if r.get("weights")]
     for r in {(r["weights"], bool(r.get("model"))): r for r in quantised}.values():
-        rate = (
-            f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of "
-            f"{'float8' if r['weights'].startswith('float8') else r['dtype']}"
-        )
+        stored = WeightFormat(r["weights"].split()[0])  # "int4 in groups of 128" -> int4
+        peak = peak_name(stored.matmul_dtype(r["dtype"]))
+        rate = f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of {peak}"
         if r.get("model"):
             kept = f"the embeddings and the output head stay {r['dtype']}"
             lines.append(f"weights: {r['weights']} (scales counted; {kept}); {rate}")

@@ -38,6 +38,21 @@ def test_a_layer_shape_s_weights_are_its_projections_a_model_s_keep_its_head(tmp
     ]
 
 
+def test_nvfp4_weights_name_the_float4_peak_they_run_at(tmp_path):
+    out = tmp_path / "b200.json"
+    args = ["predict", "--gpu", "b200", "--model", "llama-3-8b", "-q", "--json", str(out)]
+    result = runner.invoke(app, [*args, "--weights-dtype", "nvfp4,mxfp4"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(out.read_text())["records"]
+    lines = [line for line in source_notes(found) if line.startswith("weights:")]
+    assert lines == [
+        "weights: nvfp4 in blocks of 16 (scales counted; the embeddings and the output head "
+        "stay bfloat16); matmuls at the 6,980 TFLOP/s of float4",
+        "weights: mxfp4 in blocks of 32 (scales counted; the embeddings and the output head "
+        "stay bfloat16); matmuls at the 1,745 TFLOP/s of bfloat16",
+    ]
+
+
 @pytest.mark.parametrize(
     "edit",
     [

@@ -587,15 +587,16 @@ def _calibrated(path: str | None, device: DeviceSpec) -> PerfModel:
 
 
 @contextmanager
-def _roofline_errors(targets: Targets) -> Iterator[None]:
+def _roofline_errors(targets: Targets, weights: str) -> Iterator[None]:
     """The roofline's refusals as errors of the fit's own fields: a dtype the device has
-    no matmul rate for is the weights_dtype's; a model it cannot time the target's."""
+    no matmul rate for is that of the `weights` dtype; a model it cannot time the
+    target's."""
     try:
         yield
     except FieldError as exc:
         if exc.field != "dtype":
             raise
-        raise FieldError("weights_dtype", exc.value, exc.reason) from None
+        raise FieldError("weights_dtype", weights, exc.reason) from None
     except UsageError as exc:
         raise FieldError(*targets.named, str(exc)) from None
 
@@ -607,7 +608,7 @@ def _predict(
     of the plan's tp ranks: the weights' dtype for the step, the cache's for the cache,
     and the plan's layer windows, so the step reads the cache the plan holds."""
     spec = replace(plan.spec, windows=plan.windows)
-    with _roofline_errors(targets):
+    with _roofline_errors(targets, plan.weights.dtype):
         step = counts(spec, batch, seq_len, plan.dtype, plan.kv.dtype, plan.tp, plan.weights)
         return predict_counts(step, targets.device, plan.dtype, plan.tp, targets.model)
 

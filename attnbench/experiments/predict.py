@@ -255,7 +255,8 @@ def check(point: PredictPoint) -> None:
 
 def check_weights_rate(point: PredictPoint, device: DeviceSpec) -> None:
     """FieldError naming weights_dtype when `device` has no rate for the matmuls of the
-    point's weights (float8 on a GPU without float8 tensor cores, or this machine)."""
+    point's weights (float8 on a GPU without float8 tensor cores, nvfp4 on one without
+    float4's, or this machine)."""
     if point.weights.dtype != point.dtype:
         try:
             flops_for(device, point.weights.matmul_dtype(point.dtype))

@@ -1294,16 +1294,18 @@ def _stored_as(quant: dict, method: object, bits: object, group: object) -> str 
     checkpoints'). None where it cannot tell."""
     name = str(quant.get("quant_algo") or method or "").lower()
     dtype = _METHOD_DTYPES.get(name)
-    if dtype is None and name in ("awq", "gptq") and bits in (4, 8):
+    whole = isinstance(bits, int) and not isinstance(bits, bool)
+    if dtype is None and name in ("awq", "gptq") and whole and bits in (4, 8):
         dtype = f"int{bits}"
-        if isinstance(group, int) and group > 0 and bits == 4:
+        if isinstance(group, int) and not isinstance(group, bool) and group > 0:
             dtype += f" and weights_group {group}"
     if dtype is None:
         return None
-    skipped = [
-        str(m)
-        for key in ("modules_to_not_convert", "exclude_modules", "ignore", "ignored_layers")
-        for m in quant.get(key) or ()
-    ]
+    skipped: list[str] = []
+    for key in ("modules_to_not_convert", "exclude_modules", "ignore", "ignored_layers"):
+        listed = quant.get(key)
+        listed = [listed] if isinstance(listed, str) else listed
+        if isinstance(listed, list):
+            skipped += [str(m) for m in listed]
     kept = any("attn" in m for m in skipped)
     return f"weights_dtype {dtype}{' and keep_attention' if kept else ''}"

@@ -286,6 +286,7 @@ def weight_bytes_per_rank(
     if not fmt.quantized:
         return packed_bytes(sum(parts.values()), fmt.dtype)
     kept = parts["embeddings"] + (0 if fmt.quantized_head else parts["output head"])
-    kept += parts["attention"] if fmt.kept_attention else 0
+    # kept attention: its projections, not its routed experts (JetMoE's), which stay quantised
+    kept += parts["attention"] - routed_attention(spec, tp) if fmt.kept_attention else 0
     rest = fmt.bytes(sum(parts.values()) - kept, spec.d_model)
     return rest + packed_bytes(kept, dtype or spec.dtype)

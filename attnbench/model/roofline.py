@@ -17,19 +17,21 @@ the attention core (QK^T, softmax, PV), which reads the KV cache:
 
 `bandwidth` and the rates are what the device reaches in published microbenchmarks (a
 streaming kernel, a large GEMM: model/device_types.py), not its datasheet's peaks; the
-matmul rate is that of the weights' dtype where they are float8 (W8A8), else of the
-activations' dtype (weight-only int8 and int4 dequantise into it), the attention core's
-that of the activations. Each kernel pays the device's launch cost, the gap between
-kernels a captured graph replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the
-collectives are below. Weight-only int8 and int4 weights are turned into the activations'
-dtype on the CUDA cores, not the tensor cores, each once per step (WeightFormat.
-dequant_ops per weight), at the device's float32 rate. A tensor-core matmul multiplies
+matmul rate is that of the weights' format where they quantise the activations too
+(float8's, nvfp4's float4: WeightFormat.matmul_dtype), else of the activations' dtype
+(weight-only int8, int4 and mxfp4 dequantise into it), the attention core's that of the
+activations, as is that of an attention kept in their dtype beside quantised weights.
+Each kernel pays the device's launch cost, the gap between kernels a captured graph
+replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the collectives are below.
+Weight-only weights are turned into the activations' dtype on the CUDA cores, not the
+tensor cores, each once per step (WeightFormat.dequant_ops per weight), at the device's
+float32 rate. A tensor-core matmul multiplies
 whole tiles of the device's mma_rows tokens (16 on Ampere, Ada and CDNA, 64 on Hopper
 and Blackwell: their instruction sets), so a step of fewer tokens, a decode step of a
 few sequences or a MoE expert's share of them, computes the tile's missing rows as
-zeros: padding_flops, 2 per weight per padded row (Matmul), at the matmul rate, added as
-the rest is. Small batches' weight-only int8 and int4 kernels multiply on the CUDA cores
-beside their dequantisation, untiled. The efficiencies are shares of
+zeros: padding_flops, 2 per weight per padded row (Matmul), at its matmul's rate, added
+as the rest is. Small batches' weight-only kernels multiply on the CUDA cores beside
+their dequantisation, untiled. The efficiencies are shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
 runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
 sees (0 by default: the launches are counted). The cache streams at a share of its own,
@@ -337,10 +339,12 @@ def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
 @dataclass(frozen=True)
 class Matmul:
     """Matmuls of a step that multiply `weights` weights (N*K, summed over layers) by the
-    activations of `tokens` tokens (M; a MoE expert's: the mean of its share, a fraction)."""
+    activations of `tokens` tokens (M; a MoE expert's: the mean of its share, a fraction),
+    at the rate of `dtype` (None: the step's matmul dtype)."""
 
     tokens: float
     weights: int
+    dtype: str | None = None
 
     def padding_flops(self, rows: int) -> float:
         """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`:
@@ -382,9 +386,10 @@ class ModelCounts:
     kernels: int = LAYER_KERNELS
     #: The logits every rank gathers from a vocabulary-split head (0 at tp 1).
     gather_bytes: int = 0
-    #: The dtype of the dense matmuls (float8 weights: float8), None: the step's dtype.
+    #: The dtype of the dense matmuls (float8 weights: float8; nvfp4: float4), None: the
+    #: step's dtype.
     matmul_dtype: str | None = None
-    #: Operations that dequantise weight-only int8 or int4 weights, each weight once.
+    #: Operations that dequantise weight-only weights (int8, int4, mxfp4), each once.
     dequant_ops: int = 0
     #: The step's tensor-core matmuls, by the tokens each multiplies (tile padding).
     matmuls: tuple[Matmul, ...] = ()
@@ -393,10 +398,11 @@ class ModelCounts:
     def bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes + self.activation_bytes
 
-    def padding_flops(self, rows: int) -> float:
-        """FLOPs the tensor cores spend on the zero rows of the matmuls' last tiles, with
-        tiles of `rows` tokens (0 for 1: no tile)."""
-        return sum(m.padding_flops(rows) for m in self.matmuls)
+    def padding_flops(self, rows: int, dtype: str | None = None) -> float:
+        """FLOPs the tensor cores spend on the zero rows of the last tiles of the matmuls
+        at the rate of `dtype` (None: those at the step's matmul dtype), with tiles of
+        `rows` tokens (0 for 1: no tile)."""
+        return sum(m.padding_flops(rows) for m in self.matmuls if m.dtype == dtype)
 
 
 @dataclass(frozen=True)
@@ -544,7 +550,8 @@ def _attention_layer(
     """One attention layer's step from its attention's counts and its `params` projection
     weights (on this rank), stored in `weights` as step_counts stores a model's: packed
     with their scales, their matmuls at the format's rate, weight-only ones dequantised
-    once, float8 ones fed inputs quantised first; `projection_flops` beside the
+    once, float8 and nvfp4 ones fed inputs quantised first, all kept in `dtype` where the
+    format keeps the attention; `projection_flops` beside the
     attention's FLOPs (0 where those hold them); `kernels` launched (attention_kernels)."""
     fmt = weight_format(weights or dtype)
     if fmt.kept_attention:  # a layer's projections are its attention's: kept as they are
@@ -697,7 +704,8 @@ def step_counts(
     dense_parts = ("mlp", "router", "state layers", "other")
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
-    matmuls = [Matmul(tokens, sum(parts.get(p, 0) for p in ("attention", *dense_parts)))]
+    projected = sum(parts.get(p, 0) for p in ("attention", *dense_parts)) - kept
+    matmuls = [Matmul(tokens, projected)] + ([Matmul(tokens, kept, dtype)] if kept else [])
     expert_flops, expert_weights = 0, 0
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
@@ -709,7 +717,7 @@ def step_counts(
         share = tokens * traits.experts_per_token / touched
         matmuls.append(Matmul(share, round(per_expert * touched)))
     if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
-        matmuls = [Matmul(tokens, kept)] if kept else []
+        matmuls = [m for m in matmuls if m.dtype]  # but those kept in dtype
     if not head_on_cuda_cores:
         matmuls.append(Matmul(batch, head))
 
@@ -728,6 +736,7 @@ def step_counts(
         )
     dense = 2 * tokens * sum(parts.get(p, 0) for p in dense_parts)
     projections = attention.flops - attention.core_flops  # the shape's (MLA: expansions)
+    routed = 0  # of them, the routed projections' (JetMoE's attention experts)
     if spec.mla is not None:  # the MLA projections: 2 per weight per token
         projections += 2 * tokens * parts["attention"]
     elif spec.body is None:
@@ -755,7 +764,10 @@ def step_counts(
         + expert_flops
         + 2 * batch * head
         + state_flops,
-        attention_flops=attention.core_flops + state_flops + (projections if kept else 0),
+        # kept projections at the activations' rate; routed ones stay quantised
+        attention_flops=attention.core_flops
+        + state_flops
+        + (projections - 2 * tokens * routed if kept else 0),
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,
         layers=L,
@@ -807,7 +819,7 @@ class ModelPrediction:
     roofline: Roofline
     allreduce_s: float
     launch_s: float = 0.0
-    #: Dequantising weight-only int8 or int4 weights, at the device's float32 rate.
+    #: Dequantising weight-only weights (int8, int4, mxfp4), at the device's float32 rate.
     dequant_s: float = 0.0
     #: The tensor cores' work on the zero rows of the matmuls' last tiles.
     padding_s: float = 0.0
@@ -854,11 +866,14 @@ def predict_counts(
         rate = device.dense_flops.get("float32")
         if not rate:  # a run of this machine that measured no float32 matmul
             raise FieldError(
-                "gpu", device.name, "has no float32 rate to dequantise int8 or int4 weights at"
+                "gpu", device.name, "has no float32 rate to dequantise weight-only weights at"
             )
         dequant = counts.dequant_ops / rate
-    padding = counts.padding_flops(device.mma_rows) / (
-        model.efficiency_flops * flops_for(device, counts.matmul_dtype or dtype)
+    rates = {m.dtype for m in counts.matmuls}  # the step's (None), and any kept in dtype
+    padding = sum(
+        counts.padding_flops(device.mma_rows, d)
+        / (model.efficiency_flops * flops_for(device, d or counts.matmul_dtype or dtype))
+        for d in rates
     )
     launch = counts.kernels * device.launch_s
     return ModelPrediction(counts, roof, collectives, launch, dequant, padding)

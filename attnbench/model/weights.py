@@ -117,14 +117,14 @@ class WeightFormat:
     ) -> WeightFormat:
         """Weights in `dtype`, with `group`, the head quantised too (`quantize_head`) and
         the attention kept (`keep_attention`) where they are quantised (a sweep of several
-        weights dtypes gives them to the quantised ones only), the vocabulary laid out as
-        `vocab` says (VOCAB_LAYOUTS)."""
+        weights dtypes gives them to the quantised ones only, and the group to those whose
+        format does not fix it), the vocabulary laid out as `vocab` says (VOCAB_LAYOUTS)."""
         if vocab not in VOCAB_LAYOUTS:
             raise FieldError("vocab_layout", vocab, f"choose from {', '.join(VOCAB_LAYOUTS)}")
         quantized = dtype in WEIGHT_ONLY or dtype in WEIGHT_AND_ACTIVATION
         return cls(
             dtype,
-            group if quantized else None,
+            group if quantized and dtype not in BLOCKS else None,
             vocab == "replicated",
             quantize_head and quantized,
             keep_attention and quantized,
@@ -180,10 +180,10 @@ class WeightFormat:
         return values + groups * per_group * SCALE_BITS // 8
 
     def default_group(self, row: int) -> int:
-        """The scale group when none is given: a block format's block, int4's 128 (at most
-        a row), else a whole row (one scale per output channel)."""
+        """The scale group when none is given: a block format's block or int4's 128 (at
+        most a row), else a whole row (one scale per output channel)."""
         if self.dtype in BLOCKS:
-            return BLOCKS[self.dtype]
+            return min(BLOCKS[self.dtype], row)
         return min(DEFAULT_INT4_GROUP, row) if self.dtype == "int4" else row
 
     def describe(self) -> str:

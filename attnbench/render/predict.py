@@ -268,12 +268,14 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         rate = f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of {peak}"
         if r.get("model"):
             kept = f"the embeddings and the output head stay {r['dtype']}"
+            if "the attention kept" in r["weights"]:
+                kept += ", as do the attention's projections, at its rate"
             lines.append(f"weights: {r['weights']} (scales counted; {kept}); {rate}")
             continue
         # a layer shape: its projections, their dequantisation in the layer's times
         dequant = (
             ", dequantised on the CUDA cores at the device's float32 rate"
-            if r["weights"].startswith("int")
+            if stored.dequant_ops
             else ""
         )
         lines.append(

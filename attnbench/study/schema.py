@@ -331,9 +331,9 @@ FIELDS: dict[str, Field] = {
         int,
         ("fit", "predict"),
         "Quantised weights (int8, int4, float8): input elements per scale (default: 128 "
-        "for int4, one scale per output channel for int8 and float8; mxfp4's 32 and "
-        "nvfp4's 16 are their formats'); 16- and 32-bit weights of the same sweep have "
-        "none.",
+        "for int4, one scale per output channel for int8 and float8); mxfp4 and nvfp4 "
+        "scale the blocks their formats fix (32 and 16 inputs), and 16- and 32-bit weights "
+        "of the same sweep have none.",
         maximum=MAX_TOKENS,
     ),
     "quantize_head": Field(

@@ -733,6 +733,10 @@ def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(
     ) in spec.note
     plain = load_hf_config(write_config(tmp_path, LLAMA3_8B, "plain"))
     assert "quantization_config" not in (plain.note or "")
+    for bits in (4.0, True):  # not a whole number of bits: no settings guessed from it
+        odd = {"quant_method": "gptq", "bits": bits}
+        spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": odd}))
+        assert "weights_dtype and weights_group count them" in spec.note
     unknown = {"quant_method": "compressed-tensors"}
     spec = load_hf_config(
         write_config(tmp_path, {**LLAMA3_8B, "quantization_config": unknown}, "u")
@@ -750,11 +754,25 @@ def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(
         ),
         # ModelOpt's NVFP4 (NVIDIA's DeepSeek-R1-FP4), its attention excluded
         (
-            {"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head"]},
-            "weights_dtype nvfp4",
+            {
+                "quant_method": "modelopt",
+                "quant_algo": "NVFP4",
+                "exclude_modules": ["lm_head", "model.layers.0.self_attn*"],
+            },
+            "weights_dtype nvfp4 and keep_attention",
         ),
+        ({"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}, "weights_dtype nvfp4"),
         ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "weights_dtype float8_e4m3fn"),
-        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "weights_dtype int8"),
+        (
+            {"quant_method": "gptq", "bits": 8, "group_size": 128},
+            "weights_dtype int8 and weights_group 128",
+        ),
+        # a list spelled as one string, or not a list at all: read as it can be, no crash
+        (
+            {"quant_method": "mxfp4", "modules_to_not_convert": "model.layers.*.self_attn"},
+            "weights_dtype mxfp4 and keep_attention",
+        ),
+        ({"quant_method": "mxfp4", "ignored_layers": 5, "ignore": True}, "weights_dtype mxfp4"),
     ],
 )
 def test_a_quantised_checkpoint_names_the_settings_that_count_it_as_stored(

@@ -245,6 +245,23 @@ def test_kept_attention_stays_in_16_bits_with_its_matmuls_at_their_rate():
     assert quantised.activation_bytes - counts.activation_bytes == tokens * 2.5625 * layers * 2 * d
 
 
+def test_kept_attention_pads_its_tiles_at_the_activations_rate():
+    """A decode step of one sequence pads each matmul to a tile of DEVICE's rows: the kept
+    projections' zeros at bfloat16's rate, the quantised weights' at float8's."""
+    spec = get_preset("llama-2-7b")
+    device = replace(DEVICE, mma_rows=16)
+    kept = WeightFormat("float8_e4m3fn", kept_attention=True)
+    counts = decode_counts(spec, 1, 128, "bfloat16", weights=kept)
+    attention, rest = 32 * 4 * 4096 * 4096, 32 * 3 * 4096 * 11008
+    head = 32000 * 4096
+    assert counts.padding_flops(16, "bfloat16") == 2 * 15 * attention
+    assert counts.padding_flops(16) == 2 * 15 * (rest + head)
+    pred = predict_counts(counts, device, "bfloat16")
+    assert pred.padding_s == pytest.approx(
+        2 * 15 * attention / 1e14 + 2 * 15 * (rest + head) / 2e14
+    )
+
+
 def test_prefill_is_compute_bound():
     spec = get_preset("llama-2-7b")
     counts = prefill_counts(spec, 1, 4096, "bfloat16")

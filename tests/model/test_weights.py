@@ -48,11 +48,14 @@ def test_four_bit_floats_keep_an_8_bit_scale_per_block_their_format_fixes():
     # 2 rows of 4,096: 4,096 bytes of values; mxfp4 a byte per 32 inputs, nvfp4 per 16
     assert WeightFormat("mxfp4").bytes(2 * 4096, 4096) == 4096 + 2 * 128
     assert WeightFormat("nvfp4").bytes(2 * 4096, 4096) == 4096 + 2 * 256
-    assert WeightFormat("mxfp4", 32) == WeightFormat.of("mxfp4", 32)
+    assert WeightFormat("mxfp4", 32).bytes(2 * 4096, 4096) == 4096 + 2 * 128
     with pytest.raises(FieldError, match="mxfp4 scales blocks of 32 inputs") as error:
         WeightFormat("mxfp4", 128)
     assert (error.value.field, error.value.value) == ("weights_group", 128)
     assert WeightFormat("nvfp4").describe() == "nvfp4 in blocks of 16"
+    # a row shorter than the block is one block (as int4's default group is at most a row)
+    assert WeightFormat("mxfp4").bytes(4 * 16, 16) == 32 + 4
+    assert WeightFormat.of("mxfp4", 64) == WeightFormat("mxfp4")  # a sweep's group is int4's
 
 
 def test_mxfp4_is_weight_only_and_nvfp4_runs_at_the_float4_peak():

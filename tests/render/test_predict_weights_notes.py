@@ -38,6 +38,21 @@ def test_a_layer_shape_s_weights_are_its_projections_a_model_s_keep_its_head(tmp
     ]
 
 
+def test_kept_attention_and_mxfp4_s_dequantisation_are_said(tmp_path):
+    weights = ("--weights-dtype", "mxfp4", "--keep-attention")
+    model = records(tmp_path, "--model", "llama-3-8b", *weights)
+    shape = records(tmp_path, "--d-model", "4096", "--heads", "32", "--weights-dtype", "mxfp4")
+    lines = [line for line in source_notes([*shape, *model]) if line.startswith("weights:")]
+    assert lines == [
+        "weights: mxfp4 in blocks of 32, the layer's projections (scales counted, dequantised "
+        "on the CUDA cores at the device's float32 rate); matmuls at the 794.5 TFLOP/s of "
+        "bfloat16",
+        "weights: mxfp4 in blocks of 32, the attention kept (scales counted; the embeddings and "
+        "the output head stay bfloat16, as do the attention's projections, at its rate); "
+        "matmuls at the 794.5 TFLOP/s of bfloat16",
+    ]
+
+
 def test_nvfp4_weights_name_the_float4_peak_they_run_at(tmp_path):
     out = tmp_path / "b200.json"
     args = ["predict", "--gpu", "b200", "--model", "llama-3-8b", "-q", "--json", str(out)]

@@ -799,6 +799,28 @@ def test_fit_refuses_a_gpu_beside_memory_with_no_target(tmp_path):
     assert result.exit_code == 0, result.output
 
 
+def test_a_weights_group_goes_to_the_formats_that_take_one():
+    """mxfp4 and nvfp4 scale the blocks their formats fix: a group beside them alone would
+    change nothing; beside int4 in the same sweep it is int4's."""
+    args = ["predict", "--model", "llama-3-8b", "--gpu", "b200", "--weights-group", "64"]
+    result = runner.invoke(app, [*args, "--weights-dtype", "mxfp4,nvfp4"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --weights-group 64: has no effect: mxfp4 and nvfp4 scale the blocks their "
+        "formats fix (set --weights-dtype to int8, int4, float8_e4m3fn or float8_e5m2)\n"
+    )
+    assert runner.invoke(app, [*args, "--weights-dtype", "int4,mxfp4"]).exit_code == 0
+
+
+def test_fit_names_the_weights_dtype_a_gpu_has_no_peak_for():
+    """nvfp4 runs at the float4 peak, which an H100 lacks: the error names the dtype
+    given, not the peak's name."""
+    args = ["fit", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--seq-len", "4096"]
+    result = runner.invoke(app, [*args, "--weights-dtype", "nvfp4", "--tpot", "50ms"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --weights-dtype nvfp4: h100-sxm has no float4 peak")
+
+
 def test_kept_attention_on_a_layer_shape_is_refused():
     """A layer shape's weights are its attention's: kept, nothing would be quantised."""
     args = ["predict", "--d-model", "4096", "--heads", "32", "--gpu", "h100-sxm"]

@@ -20,12 +20,16 @@ def records(tmp_path, *args: str) -> list[dict]:
     return json.loads(out.read_text())["records"]
 
 
+def weights_notes(tmp_path, model: str, shape_weights: tuple, model_weights: tuple) -> list:
+    """The weights lines of the notes of a layer shape's records and a model's."""
+    shape = records(tmp_path, "--d-model", "4096", "--heads", "32", *shape_weights)
+    found = records(tmp_path, "--model", model, *model_weights)
+    return [line for line in source_notes([*shape, *found]) if line.startswith("weights:")]
+
+
 def test_a_layer_shape_s_weights_are_its_projections_a_model_s_keep_its_head(tmp_path):
     weights = ("--weights-dtype", "int8,float8_e4m3fn")
-    shape = records(tmp_path, "--d-model", "4096", "--heads", "32", *weights)
-    model = records(tmp_path, "--model", "llama-2-7b", *weights)
-    lines = [line for line in source_notes([*shape, *model]) if line.startswith("weights:")]
-    assert lines == [
+    assert weights_notes(tmp_path, "llama-2-7b", weights, weights) == [
         "weights: int8 per channel, the layer's projections (scales counted, dequantised on "
         "the CUDA cores at the device's float32 rate); matmuls at the 794.5 TFLOP/s of "
         "bfloat16",
@@ -39,11 +43,8 @@ def test_a_layer_shape_s_weights_are_its_projections_a_model_s_keep_its_head(tmp
 
 
 def test_kept_attention_and_mxfp4_s_dequantisation_are_said(tmp_path):
-    weights = ("--weights-dtype", "mxfp4", "--keep-attention")
-    model = records(tmp_path, "--model", "llama-3-8b", *weights)
-    shape = records(tmp_path, "--d-model", "4096", "--heads", "32", "--weights-dtype", "mxfp4")
-    lines = [line for line in source_notes([*shape, *model]) if line.startswith("weights:")]
-    assert lines == [
+    mxfp4 = ("--weights-dtype", "mxfp4")
+    assert weights_notes(tmp_path, "llama-3-8b", mxfp4, (*mxfp4, "--keep-attention")) == [
         "weights: mxfp4 in blocks of 32, the layer's projections (scales counted, dequantised "
         "on the CUDA cores at the device's float32 rate); matmuls at the 794.5 TFLOP/s of "
         "bfloat16",

@@ -20,7 +20,8 @@ streaming kernel, a large GEMM: model/device_types.py), not its datasheet's peak
 matmul rate is that of the weights' format where they quantise the activations too
 (float8's, nvfp4's float4: WeightFormat.matmul_dtype), else of the activations' dtype
 (weight-only int8, int4 and mxfp4 dequantise into it), the attention core's that of the
-activations, as is that of an attention kept in their dtype beside quantised weights.
+activations, as is that of a head or an attention kept in their dtype beside quantised
+weights.
 Each kernel pays the device's launch cost, the gap between kernels a captured graph
 replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the collectives are below.
 Weight-only weights are turned into the activations' dtype on the CUDA cores, not the
@@ -373,7 +374,8 @@ class ModelCounts:
     activation_bytes: int
     flops: int
     #: Of the FLOPs, those at the activations' rate: the attention core's (QK^T and PV),
-    #: and the attention's projections where quantised weights keep them (kept_attention).
+    #: and beside quantised weights the output head's where it stays in the activations'
+    #: dtype, and the attention's projections where they are kept (kept_attention).
     attention_flops: int
     #: Bytes of each all-reduce, and how many the step makes (0 at tp 1).
     allreduce_bytes: int
@@ -705,7 +707,7 @@ def step_counts(
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
     projected = sum(parts.get(p, 0) for p in ("attention", *dense_parts)) - kept
-    matmuls = [Matmul(tokens, projected)] + ([Matmul(tokens, kept, dtype)] if kept else [])
+    matmuls = [Matmul(tokens, projected)]
     expert_flops, expert_weights = 0, 0
     if traits.num_experts and parts["experts"]:
         per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
@@ -717,9 +719,15 @@ def step_counts(
         share = tokens * traits.experts_per_token / touched
         matmuls.append(Matmul(share, round(per_expert * touched)))
     if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
-        matmuls = [m for m in matmuls if m.dtype]  # but those kept in dtype
+        matmuls = []
+    # what stays in `dtype` beside quantised weights multiplies at its rate: a kept
+    # attention, and the head unless quantised too (weight-only: the step's rate anyway)
+    head_kept = fmt.quantized and (not fmt.quantized_head or traits.tied_embeddings)
+    own_rate = None if fmt.dequant_ops else dtype
+    if kept:
+        matmuls.append(Matmul(tokens, kept, own_rate))
     if not head_on_cuda_cores:
-        matmuls.append(Matmul(batch, head))
+        matmuls.append(Matmul(batch, head, own_rate if head_kept else None))
 
     if spec.mla is not None:
         attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp)
@@ -767,7 +775,8 @@ def step_counts(
         # kept projections at the activations' rate; routed ones stay quantised
         attention_flops=attention.core_flops
         + state_flops
-        + (projections - 2 * tokens * routed if kept else 0),
+        + (projections - 2 * tokens * routed if kept else 0)
+        + (2 * batch * head if head_kept else 0),
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=2 * L if tp > 1 else 0,
         layers=L,

@@ -247,19 +247,24 @@ def test_kept_attention_stays_in_16_bits_with_its_matmuls_at_their_rate():
 
 def test_kept_attention_pads_its_tiles_at_the_activations_rate():
     """A decode step of one sequence pads each matmul to a tile of DEVICE's rows: the kept
-    projections' zeros at bfloat16's rate, the quantised weights' at float8's."""
+    projections' and the head's zeros at bfloat16's rate, the quantised weights' at
+    float8's."""
     spec = get_preset("llama-2-7b")
     device = replace(DEVICE, mma_rows=16)
     kept = WeightFormat("float8_e4m3fn", kept_attention=True)
     counts = decode_counts(spec, 1, 128, "bfloat16", weights=kept)
     attention, rest = 32 * 4 * 4096 * 4096, 32 * 3 * 4096 * 11008
     head = 32000 * 4096
-    assert counts.padding_flops(16, "bfloat16") == 2 * 15 * attention
-    assert counts.padding_flops(16) == 2 * 15 * (rest + head)
+    assert counts.padding_flops(16, "bfloat16") == 2 * 15 * (attention + head)
+    assert counts.padding_flops(16) == 2 * 15 * rest
     pred = predict_counts(counts, device, "bfloat16")
     assert pred.padding_s == pytest.approx(
-        2 * 15 * attention / 1e14 + 2 * 15 * (rest + head) / 2e14
+        2 * 15 * (attention + head) / 1e14 + 2 * 15 * rest / 2e14
     )
+    # the head's FLOPs, like the kept projections', at the activations' rate
+    fp8 = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("float8_e4m3fn"))
+    bf16 = decode_counts(spec, 1, 128, "bfloat16")
+    assert fp8.attention_flops - bf16.attention_flops == 2 * head
 
 
 def test_prefill_is_compute_bound():
@@ -500,10 +505,14 @@ def test_weight_only_kernels_are_not_padded_the_head_is():
     # small batches' weight-only kernels multiply on the CUDA cores; the head is bfloat16
     assert int4.padding_flops(16) == 2 * 15 * 32000 * 4096
     fp8 = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("float8_e4m3fn"))
-    assert fp8.padding_flops(16) == decode_counts(spec, 1, 128, "bfloat16").padding_flops(16)
-    # float8 matmuls pad at the float8 rate
+    head = 2 * 15 * 32000 * 4096  # the head stays bfloat16
+    assert fp8.padding_flops(16) + fp8.padding_flops(16, "bfloat16") == (
+        decode_counts(spec, 1, 128, "bfloat16").padding_flops(16)
+    )
+    assert fp8.padding_flops(16, "bfloat16") == head
+    # float8 matmuls pad at the float8 rate, the bfloat16 head at bfloat16's
     pred = predict_counts(fp8, TILED, "bfloat16")
-    assert pred.padding_s == pytest.approx(fp8.padding_flops(16) / 2e14)
+    assert pred.padding_s == pytest.approx(fp8.padding_flops(16) / 2e14 + head / 1e14)
 
 
 def test_expected_experts_touched_under_uniform_routing():

@@ -493,11 +493,17 @@ def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:
 
 def scaled(point: FitPoint) -> frozenset[str]:
     """The formats of the point that carry scales: its weights' and its cache's, each
-    where quantised (a point that is checked already: it has its model)."""
+    where quantised, and "weights group" where a scale group may be set on the weights
+    (a point that is checked already: it has its model)."""
     spec = point.spec
     assert spec is not None
-    formats = {"weights": _weights(point, spec), "kv": _kv(point, spec)}
-    return frozenset(name for name, fmt in formats.items() if fmt.quantized)
+    weights = _weights(point, spec)
+    named = {
+        "weights": weights.quantized,
+        "weights group": weights.takes_group,
+        "kv": _kv(point, spec).quantized,
+    }
+    return frozenset(name for name, carries in named.items() if carries)
 
 
 def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:

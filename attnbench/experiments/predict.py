@@ -229,8 +229,11 @@ def target_of(point: PredictPoint, context: Context | None) -> Target:
 
 
 def scaled(point: PredictPoint) -> frozenset[str]:
-    """The formats of the point that carry scales: its weights', where quantised."""
-    return frozenset({"weights"}) if point.weights.quantized else frozenset()
+    """The formats of the point that carry scales: its weights', where quantised, and
+    "weights group" where a scale group may be set on them."""
+    weights = point.weights
+    named = {"weights": weights.quantized, "weights group": weights.takes_group}
+    return frozenset(name for name, carries in named.items() if carries)
 
 
 def check(point: PredictPoint) -> None:

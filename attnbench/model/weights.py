@@ -61,9 +61,14 @@ WEIGHT_AND_ACTIVATION = ("float8_e4m3fn", "float8_e5m2", "nvfp4")
 DEFAULT_INT4_GROUP = 128
 #: The inputs one scale covers in the block-scaled 4-bit formats, fixed by each format.
 BLOCKS = {"mxfp4": 32, "nvfp4": 16}
+#: Quantised weights, and of them those whose scale group a weights_group sets.
+QUANTIZED = (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)
+GROUPED = tuple(d for d in QUANTIZED if d not in BLOCKS)
 #: Bits of one scale (and of one int4 zero point): 16, or the block formats' 8.
 SCALE_BITS = 16
 BLOCK_SCALE_BITS = 8
+#: How describe() says the attention is kept (a record's weights, as reports read them).
+KEPT_ATTENTION = ", the attention kept"
 #: The peak a W4A4 matmul runs at (nvfp4 activations times nvfp4 weights).
 FLOAT4_PEAK = "float4"
 #: How tensor-parallel ranks hold the vocabulary: split over them, or whole on each.
@@ -121,10 +126,10 @@ class WeightFormat:
         format does not fix it), the vocabulary laid out as `vocab` says (VOCAB_LAYOUTS)."""
         if vocab not in VOCAB_LAYOUTS:
             raise FieldError("vocab_layout", vocab, f"choose from {', '.join(VOCAB_LAYOUTS)}")
-        quantized = dtype in WEIGHT_ONLY or dtype in WEIGHT_AND_ACTIVATION
+        quantized = dtype in QUANTIZED
         return cls(
             dtype,
-            group if quantized and dtype not in BLOCKS else None,
+            group if dtype in GROUPED else None,
             vocab == "replicated",
             quantize_head and quantized,
             keep_attention and quantized,
@@ -132,7 +137,13 @@ class WeightFormat:
 
     @property
     def quantized(self) -> bool:
-        return self.dtype in WEIGHT_ONLY or self.dtype in WEIGHT_AND_ACTIVATION
+        return self.dtype in QUANTIZED
+
+    @property
+    def takes_group(self) -> bool:
+        """A scale group may be set: quantised weights, but for a block format's fixed
+        blocks."""
+        return self.dtype in GROUPED
 
     @property
     def dequant_ops(self) -> int:
@@ -190,7 +201,7 @@ class WeightFormat:
         if not self.quantized:
             return self.dtype
         head = ", the head too" if self.quantized_head else ""
-        head += ", the attention kept" if self.kept_attention else ""
+        head += KEPT_ATTENTION if self.kept_attention else ""
         if self.dtype == "int4":
             return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}{head}"
         if self.dtype in BLOCKS:

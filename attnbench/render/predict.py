@@ -12,7 +12,7 @@ from ..model.calibration import CheckRow
 from ..model.devices import THIS_DEVICE, peak_name
 from ..model.roofline import STATE_FLOPS
 from ..model.units import format_bytes
-from ..model.weights import WeightFormat
+from ..model.weights import KEPT_ATTENTION, WeightFormat
 from .columns import (
     fmt_4sig,
     fmt_int,
@@ -268,7 +268,7 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         rate = f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of {peak}"
         if r.get("model"):
             kept = f"the embeddings and the output head stay {r['dtype']}"
-            if "the attention kept" in r["weights"]:
+            if KEPT_ATTENTION in r["weights"]:
                 kept += ", as do the attention's projections, at its rate"
             lines.append(f"weights: {r['weights']} (scales counted; {kept}); {rate}")
             continue

@@ -16,7 +16,7 @@ from ..experiments.context import Context
 from ..measure.devices import check_device_name, resolve_device
 from ..model.capacity import MAX_SEQUENCES, positive_int
 from ..model.dtypes import QUANTIZED_KV_DTYPES
-from ..model.weights import BLOCKS, WEIGHT_AND_ACTIVATION, WEIGHT_ONLY
+from ..model.weights import BLOCKS, GROUPED, QUANTIZED
 from .limits import MAX_POINTS
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
@@ -383,14 +383,14 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
     return list(found.values())
 
 
-#: Quantised weights whose scale group a weights_group sets (a block format fixes its own).
-SCALE_GROUPED = tuple(d for d in (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION) if d not in BLOCKS)
 #: The options of quantised formats (their scales' groups and dtype, the weights' head):
-#: the format each sets, the dtype option that quantises it, and the dtypes that do.
+#: the format each sets (as the kinds' scaled name them: "weights group", the weights of
+#: a format whose group may be set), the dtype option that quantises it, and the dtypes
+#: that do.
 SCALE_GROUPS = {
-    "weights_group": ("weights", "weights_dtype", SCALE_GROUPED),
-    "quantize_head": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
-    "keep_attention": ("weights", "weights_dtype", (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)),
+    "weights_group": ("weights group", "weights_dtype", GROUPED),
+    "quantize_head": ("weights", "weights_dtype", QUANTIZED),
+    "keep_attention": ("weights", "weights_dtype", QUANTIZED),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
     "scale_dtype": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
 }
@@ -403,24 +403,18 @@ def _unused_groups(
     sections may serve another) for a format that no point quantises: it would change
     nothing."""
     quantised = frozenset().union(*(scaled(p) for p in points))
-    # weights in a block format (mxfp4, nvfp4) are quantised, but fix their own group
-    grouped = any(getattr(p, "weights_dtype", None) in SCALE_GROUPED for p in points)
     errors: list[UsageError] = []
     for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
-        if not (sec.sets_itself(name) and any(sec.listed(name))):
+        if not (sec.sets_itself(name) and any(sec.listed(name))) or fmt in quantised:
             continue
         choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
-        if fmt not in quantised:
-            subject = "the cache is" if fmt == "kv" else "the weights are"
-            reason = f"has no effect: {subject} not quantised (set {{{dtype_field}}} to {choices})"
-        elif name == "weights_group" and not grouped:
+        if fmt == "weights group" and "weights" in quantised:  # in block formats alone
             blocks = " and ".join(BLOCKS)
-            reason = (
-                f"has no effect: {blocks} scale the blocks their formats fix (set "
-                f"{{{dtype_field}}} to {choices})"
-            )
+            reason = f"has no effect: {blocks} scale the blocks their formats fix"
         else:
-            continue
+            subject = "the cache is" if fmt == "kv" else "the weights are"
+            reason = f"has no effect: {subject} not quantised"
+        reason += f" (set {{{dtype_field}}} to {choices})"
         errors.append(sec.locate(FieldError(name, sec.shown(name), reason, (dtype_field,))))
     return errors
 

@@ -65,10 +65,21 @@ def plain_help(command: Any) -> None:
         elif isinstance(param, TyperOption) and not param.is_flag:
             if param.metavar is None:
                 named = NAMED_METAVARS.get(param.name or "")
-                param.metavar = named or METAVARS.get(param.bare_type(), "TEXT")
+                param.metavar = named or METAVARS.get(_value_type(param), "TEXT")
             _default_in_help(param)
     for sub in getattr(command, "commands", {}).values():
         plain_help(sub)
+
+
+def _value_type(option: TyperOption) -> str:
+    """The Python type an option's value is read as ('int', 'float', 'str'): typer 0.29
+    says it (bare_type); earlier typers keep click's parameter type, named 'integer',
+    'float' or 'text'."""
+    bare = getattr(option, "bare_type", None)
+    if callable(bare):
+        return bare()
+    kind = getattr(getattr(option, "type", None), "name", "")
+    return {"integer": "int", "float": "float"}.get(kind, "str")
 
 
 def once_each(command: Any) -> None:

@@ -1,8 +1,11 @@
 """Measured memory: allocate a cache for real and count what it holds, byte for byte.
 
 On the CPU the count is the tensors' storage. On CUDA the caching allocator's own count
-(torch.cuda.memory_allocated) must grow by each tensor's size rounded to its 512-byte
-blocks too, so an allocation the tensors do not show cannot hide.
+of the bytes asked of it (memory_stats' requested_bytes) must grow by the tensors' storage
+too, so an allocation the tensors do not show cannot hide. Its memory_allocated would not
+do: it counts blocks, rounded to 512 bytes, and a block cut from a 20 MiB segment keeps
+the segment's tail when less than 1 MiB would be left (a 4,096,000-byte tensor can hold
+4,587,520 bytes).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..model.capacity import SeqLens, TokenLayout, ceil_div
+from ..model.capacity import SeqLens, TokenLayout
 from ..model.units import format_bytes
 from ..modules.dtypes import torch_dtype
 from ..modules.kv_cache import KVCache
@@ -27,9 +30,9 @@ def skip_status(needed: int, free: int) -> str | None:
     return f"skipped: needs {format_bytes(needed)}, {format_bytes(free)} free"
 
 
-def _allocator_bytes(nbytes: int) -> int:
-    """What the CUDA caching allocator reserves for one tensor: a multiple of 512 bytes."""
-    return ceil_div(nbytes, 512) * 512
+def requested_bytes(device: torch.device) -> int:
+    """The bytes the tensors alive on `device` asked the CUDA caching allocator for."""
+    return torch.cuda.memory_stats(device)["requested_bytes.all.current"]
 
 
 def measure_allocation(
@@ -47,16 +50,15 @@ def measure_allocation(
     on_cuda = device.type == "cuda"
     if on_cuda:
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
+        before = requested_bytes(device)
     tensors = allocate()
     sizes = [t.untyped_storage().nbytes() for t in tensors]
     measured = sum(sizes)
     status = "ok"
     if on_cuda:
-        delta = torch.cuda.memory_allocated(device) - before
-        rounded = sum(_allocator_bytes(n) for n in sizes)
-        if delta != rounded:
-            status = f"allocator delta {delta} != rounded storage {rounded}"
+        delta = requested_bytes(device) - before
+        if delta != measured:
+            status = f"allocator's requested bytes grew by {delta}, the storage is {measured}"
     del tensors
     if on_cuda:
         torch.cuda.empty_cache()

@@ -240,3 +240,16 @@ def test_every_default_is_stated_in_the_helps_own_words(command):
     result = runner.invoke(app, [*command.split(), "--help"], env={"COLUMNS": "100"})
     assert result.exit_code == 0
     assert "[default:" not in result.output and "(default " in result.output
+
+
+def test_an_option_s_value_type_is_read_from_typer_or_from_click():
+    """typer 0.29 says an option's Python type (bare_type); an earlier typer, as a GPU
+    machine's image carries, keeps click's parameter type: both name INT and NUM alike."""
+    from types import SimpleNamespace
+
+    from attnbench.cli.group import _value_type
+
+    assert _value_type(SimpleNamespace(bare_type=lambda: "float")) == "float"
+    for click_name, python in (("integer", "int"), ("float", "float"), ("text", "str")):
+        assert _value_type(SimpleNamespace(type=SimpleNamespace(name=click_name))) == python
+    assert _value_type(SimpleNamespace()) == "str"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -220,3 +221,104 @@ def test_reporting_a_saved_file_refuses_the_flags_that_would_run(
         script.main()
     assert exit_.value.code == 2
     assert f"error: {refused} has no effect with --report" in capsys.readouterr().err
+
+
+def test_the_gpu_page_is_what_the_last_gpu_run_measured(monkeypatch, capsys):
+    """docs/gpu.md's tables are written from results/gpu/: a run committed without them,
+    or tables edited by hand, fail here."""
+    gpu_tables = _load("gpu_tables", monkeypatch)
+    assert gpu_tables.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def _tiny_decoder(model_step, weights: str = "bfloat16"):
+    """A two-layer, narrow Qwen2.5 (q/k/v biases, GQA-4) on the CPU."""
+    from dataclasses import replace
+
+    from attnbench.model.presets import get_preset
+
+    spec = get_preset("qwen2.5-7b")
+    small = replace(
+        spec,
+        num_layers=2,
+        d_model=256,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=32,
+        body=replace(spec.body, vocab_size=500, intermediate_size=512),
+    )
+    return model_step.Decoder(small, 1, 32, torch.device("cpu"), weights)
+
+
+def test_the_model_step_s_cached_decode_is_its_full_pass(monkeypatch):
+    """The decoder timed on the GPU computes what it claims: a prefill then one cached
+    step gives the last token the logits of one pass over the whole prompt."""
+    model_step = _load("model_step", monkeypatch)
+    decoder = _tiny_decoder(model_step)
+    tokens = torch.randint(0, 500, (1, 9))
+    whole = decoder.forward(tokens, 0).float()
+    decoder.forward(tokens[:, :8], 0)
+    stepped = decoder.forward(tokens[:, 8:], 8).float()
+    assert torch.allclose(stepped, whole, rtol=0.02, atol=0.02)
+    assert not torch.allclose(decoder.forward(tokens[:, 7:8], 8).float(), whole, atol=0.02)
+
+
+def test_the_model_step_s_float8_matmul_is_the_bfloat16_one_within_its_rounding(monkeypatch):
+    model_step = _load("model_step", monkeypatch)
+    weight = torch.randn(64, 128, dtype=torch.bfloat16) / 128**0.5
+    bias = torch.randn(64, dtype=torch.bfloat16)
+    x = torch.randn(3, 5, 128, dtype=torch.bfloat16)
+    exact = torch.nn.functional.linear(x, weight, bias).float()
+    found = model_step.Float8Linear(weight, bias)(x).float()
+    assert found.shape == exact.shape
+    assert ((found - exact).norm() / exact.norm()).item() < 0.06
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("llama-3-8b", None),
+        ("qwen2.5-7b", None),
+        ("mistral-7b", "sliding-window layers"),
+        ("falcon-7b", "a layer other than Llama's"),
+        ("mixtral-8x7b", "not a dense decoder"),
+        ("deepseek-v3", "not a dense decoder"),
+    ],
+)
+def test_the_model_step_builds_llama_s_layers_only(name, why, monkeypatch):
+    from attnbench.model.presets import get_preset
+
+    model_step = _load("model_step", monkeypatch)
+    found = model_step.supported(get_preset(name))
+    assert (found is None) if why is None else found.startswith(why)
+
+
+@pytest.mark.parametrize("weights", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize(("phase", "field"), [("decode", "tpot_ms"), ("prefill", "ttft_ms")])
+def test_the_model_step_predicts_what_predict_prints(phase, field, weights, monkeypatch):
+    from attnbench.experiments import predict
+    from attnbench.model.presets import get_preset
+
+    from .helpers import predict_point
+
+    model_step = _load("model_step", monkeypatch)
+    point = predict_point(
+        "llama-3-8b", gpu="h200", batch=16, seq_len=512, dtype="bfloat16", weights_dtype=weights
+    )
+    printed = getattr(predict.run(point), field)
+    found = model_step.predicted_ms(get_preset("llama-3-8b"), "h200", phase, 16, 512, weights)
+    assert found == pytest.approx(printed, rel=1e-12)
+
+
+def test_the_device_microbenchmarks_count_stream_s_bytes(monkeypatch):
+    """Copy moves two arrays and the triad three, a = b + 0.4 c; a rate's quartiles come
+    from the times' opposite quartiles."""
+    device_params = _load("device_params", monkeypatch)
+    a, b, c = torch.zeros(8), torch.arange(8.0), torch.ones(8)
+    kernels = device_params.stream_kernels(a, b, c)
+    assert {name: moved for name, (_, moved) in kernels.items()} == {"copy": 2, "triad": 3}
+    kernels["triad"][0]()
+    assert torch.equal(a, b + 0.4)
+    kernels["copy"][0]()
+    assert torch.equal(a, b)
+    rate = device_params.summary(device_params.Measurement.of_samples([1.0, 2.0, 4.0]), 1e-3)
+    assert rate["median"] == pytest.approx(0.5) and rate["p25"] < rate["median"] < rate["p75"]

@@ -1,0 +1,177 @@
+"""docs/gpu.md's tables of the last GPU check: the roofline's figures as
+scripts/device_params.py measured them, beside the ones attnbench's device table takes
+for that GPU, and whole-model steps as scripts/model_step.py timed them, beside
+`attnbench predict`'s figures. Read from results/gpu/ (scripts/gpu_check.sh writes it).
+
+    python scripts/gpu_tables.py           # rewrite the tables in docs/gpu.md
+    python scripts/gpu_tables.py --check   # exit 1, with a diff, if the page differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from attnbench.model.devices import device_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results" / "gpu"
+PAGE = ROOT / "docs" / "gpu.md"
+BEGIN = "<!-- gpu-tables: begin (scripts/gpu_tables.py writes this part) -->"
+END = "<!-- gpu-tables: end -->"
+#: The table's name of each dtype device_params.py times (float32 runs with TF32 allowed).
+TABLE_DTYPES = {
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float32": "tfloat32",
+    "float8_e4m3fn": "float8",
+}
+
+
+def _read(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _rate(r: dict, digits: int = 0) -> str:
+    return f"{r['median']:,.{digits}f} ({r['p25']:,.{digits}f} to {r['p75']:,.{digits}f})"
+
+
+def figures_table(params: dict, gpu: str) -> list[str]:
+    """The measured figures beside the device table's."""
+    spec = device_spec(gpu)
+    biggest = max(r["array_bytes"] for r in params["bandwidth"])
+    lines = [
+        f"| Figure | Measured: median (p25 to p75) | `{gpu}` in attnbench's table |",
+        "| --- | ---: | ---: |",
+    ]
+    for r in params["bandwidth"]:
+        if r["array_bytes"] == biggest:
+            table = f"{spec.memory_bandwidth / 1e9:,.0f}" if r["kernel"] == "triad" else "-"
+            gib = r["array_bytes"] / (1 << 30)
+            lines.append(
+                f"| {r['kernel']}, {gib:g} GiB arrays (GB/s) | {_rate(r['gbps'])} | {table} |"
+            )
+    for dtype, name in TABLE_DTYPES.items():
+        rows = [r for r in params["matmul"] if r["dtype"] == dtype and "tflops" in r]
+        if not rows:
+            continue
+        best = max(rows, key=lambda r: r["tflops"]["median"])
+        shape = "x".join(str(n) for n in best["shape"])
+        table = spec.dense_flops.get(name)
+        table_text = f"{table / 1e12:,.1f}" if table else "-"
+        lines.append(
+            f"| {name} matmul, best of {len(rows)} shapes ({shape}; TFLOPS) | "
+            f"{_rate(best['tflops'], 1)} | {table_text} |"
+        )
+    launch, cost = params["launch"], params["kernel_cost"]
+    lines += [
+        f"| a kernel's gap in a graph's replay, empty kernels (us) | "
+        f"{launch['graph_gap_us']:.2f} | {spec.launch_s * 1e6:.2f} |",
+        f"| a one-row matmul's fixed cost, fitted over {len(cost['rows'])} widths (us) | "
+        f"{cost['fixed_us']:.2f}, plus its bytes at {cost['gbps']:,.0f} GB/s | - |",
+        f"| an eager launch (us) | {launch['eager_us']:.2f} | - |",
+    ]
+    return lines
+
+
+def weight_stream_table(params: dict) -> list[str]:
+    rows = params["weight_stream"]
+    shapes = sorted({(r["k"], r["n"]) for r in rows})
+    lines = [
+        "| Rows | " + " | ".join(f"{k:,} x {n:,} weights (GB/s)" for k, n in shapes) + " |",
+        "| ---: |" + " ---: |" * len(shapes),
+    ]
+    for m in sorted({r["rows"] for r in rows}):
+        found = {(r["k"], r["n"]): r["gbps"]["median"] for r in rows if r["rows"] == m}
+        lines.append(f"| {m} | " + " | ".join(f"{found[s]:,.0f}" for s in shapes) + " |")
+    return lines
+
+
+def steps_table(steps: dict) -> list[str]:
+    lines = [
+        "| Model | Weights | Step | Batch | Context | Measured ms (p25 to p75) | "
+        "Predicted ms | Error | Kernels a decode step |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in steps["rows"]:
+        kernels = r["decode_step_kernels"]
+        kernels_text = f"{kernels:,} (model: {r['predicted_step_kernels']})"
+        if not isinstance(kernels, int) or r["phase"] != "decode":
+            kernels_text = "-"
+        lines.append(
+            f"| {r['model']} | {r['weights']} | {r['phase']} | {r['batch']} | {r['context']:,} | "
+            f"{r['measured_ms']:.3f} ({r['p25_ms']:.3f} to {r['p75_ms']:.3f}) | "
+            f"{r['predicted_ms']:.3f} | {r['error']:+.1%} | {kernels_text} |"
+        )
+    return lines
+
+
+def summary(steps: dict) -> list[str]:
+    """A line per weights' dtype: the median |error| and the range."""
+    lines = []
+    for weights in dict.fromkeys(r["weights"] for r in steps["rows"]):
+        errors = [r["error"] for r in steps["rows"] if r["weights"] == weights]
+        median = statistics.median(abs(e) for e in errors)
+        lines.append(
+            f"- {weights}: {len(errors)} points, median |error| {median:.1%}, "
+            f"from {min(errors):+.0%} to {max(errors):+.0%}."
+        )
+    return lines
+
+
+def block() -> str:
+    params, steps = _read("device-params.json"), _read("model-step.json")
+    env = params["environment"]
+    header, values = (RESULTS / "nvidia-smi.txt").read_text().splitlines()[-2:]
+    smi = dict(zip(header.split(", "), values.split(", "), strict=True))
+    lines = [
+        BEGIN,
+        "",
+        f"On one {env['device_name']} (driver {smi['driver_version']}, power limit "
+        f"{smi['power.limit [W]']}), torch {env['torch_version']}, CUDA {env['cuda_version']}:",
+        "",
+        *figures_table(params, steps["gpu"]),
+        "",
+        "Decode-step matmuls: bfloat16 inputs of a few rows times a layer's weights, the rate "
+        "at which they read the weights:",
+        "",
+        *weight_stream_table(params),
+        "",
+        f"Whole-model steps, each replayed from a CUDA graph, beside `attnbench predict --gpu "
+        f"{steps['gpu']}` with its stated defaults:",
+        "",
+        *steps_table(steps),
+        "",
+        *summary(steps),
+        "",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def page() -> str:
+    text = PAGE.read_text()
+    head, rest = text.split(BEGIN, 1)
+    return head + block() + rest.split(END, 1)[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page differs")
+    args = parser.parse_args(argv)
+    new, old = page(), PAGE.read_text()
+    if args.check:
+        if new != old:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True)))
+            return 1
+        return 0
+    PAGE.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from attnbench.model.devices import device_spec
+from attnbench.model.formulas import matmul_flops
+from attnbench.model.roofline import Matmul, predict
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "gpu"
@@ -78,16 +80,31 @@ def figures_table(params: dict, gpu: str) -> list[str]:
     return lines
 
 
-def weight_stream_table(params: dict) -> list[str]:
-    rows = params["weight_stream"]
-    shapes = sorted({(r["k"], r["n"]) for r in rows})
+def matmul_model_us(gpu: str, rows: int, k: int, n: int) -> float:
+    """attnbench's roofline of one bfloat16 matmul of `rows` rows by k x n weights on
+    `gpu`, in us: its bytes' time plus its FLOPs' time (the model adds them) plus the
+    zero rows that fill its last tensor-core tile."""
+    spec = device_spec(gpu)
+    rate = spec.dense_flops["bfloat16"]
+    moved = (k * n + rows * k + rows * n) * 2
+    roof = predict(moved, matmul_flops(rows, n, k), spec.memory_bandwidth, rate)
+    padding = Matmul(rows, k * n).padding_flops(spec.mma_rows) / rate
+    return (roof.time_s + padding) * 1e6
+
+
+def weight_stream_table(params: dict, gpu: str) -> list[str]:
     lines = [
-        "| Rows | " + " | ".join(f"{k:,} x {n:,} weights (GB/s)" for k, n in shapes) + " |",
-        "| ---: |" + " ---: |" * len(shapes),
+        "| Rows | Weights | Read at (GB/s) | Measured us | The model's us | Error |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
     ]
-    for m in sorted({r["rows"] for r in rows}):
-        found = {(r["k"], r["n"]): r["gbps"]["median"] for r in rows if r["rows"] == m}
-        lines.append(f"| {m} | " + " | ".join(f"{found[s]:,.0f}" for s in shapes) + " |")
+    for r in sorted(params["weight_stream"], key=lambda r: (r["k"] * r["n"], r["rows"])):
+        m, k, n = r["rows"], r["k"], r["n"]
+        measured = (k * n + m * k + m * n) * 2 / (r["gbps"]["median"] * 1e9) * 1e6
+        model = matmul_model_us(gpu, m, k, n)
+        lines.append(
+            f"| {m} | {k:,} x {n:,} | {r['gbps']['median']:,.0f} | {measured:.1f} | "
+            f"{model:.1f} | {model / measured - 1:+.0%} |"
+        )
     return lines
 
 
@@ -137,9 +154,10 @@ def block() -> str:
         *figures_table(params, steps["gpu"]),
         "",
         "Decode-step matmuls: bfloat16 inputs of a few rows times a layer's weights, the rate "
-        "at which they read the weights:",
+        "at which they read the weights, and attnbench's roofline of each alone (its launch "
+        "left out):",
         "",
-        *weight_stream_table(params),
+        *weight_stream_table(params, steps["gpu"]),
         "",
         f"Whole-model steps, each replayed from a CUDA graph, beside `attnbench predict --gpu "
         f"{steps['gpu']}` with its stated defaults:",

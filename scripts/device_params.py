@@ -126,7 +126,7 @@ def matmul(timer: Timer, device: torch.device, shapes, samples: int) -> list[dic
                 rate = summary(timed(timer, call, samples, 3), flops / 1e12)
             except (RuntimeError, TypeError) as error:  # an op this GPU or build lacks
                 rows.append({"dtype": name, "shape": [m, k, n], "unsupported": str(error)[:200]})
-                print(f"  {name:13} {m}x{k}x{n}: unsupported ({str(error)[:80]})")
+                print(f"  {name:13} {m}x{k}x{n}: unsupported ({str(error)[:30]})")
                 continue
             rows.append({"dtype": name, "shape": [m, k, n], "path": path, "tflops": rate})
             print(f"  {name:13} {m}x{k}x{n}: {rate['median']:7.1f} TFLOPS")

@@ -279,10 +279,10 @@ def run(
                     "error": predicted / m.median_ms - 1,
                 }
                 rows.append(row)
+                short = "fp8" if weights == "float8_e4m3fn" else "bf16"
                 print(
-                    f"  {name:12} {weights:13} {phase:7} batch {batch:3} context {context:5}: "
-                    f"{m.median_ms:8.3f} ms measured, {predicted:8.3f} predicted "
-                    f"({row['error']:+.0%})"
+                    f"  {name:10} {short:4} {phase:7} b{batch:<3} s{context:<5}: "
+                    f"{m.median_ms:8.3f} ms, predicted {predicted:8.3f} ({row['error']:+.0%})"
                 )
             del decoder
             if device.type == "cuda":
@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     points = (("decode", 1, 16), ("prefill", 1, 16)) if args.small else POINTS
     environment = collect_environment(device)
     print(f"== whole-model steps on {environment.get('device_name')}, predicted for {args.gpu}")
+    print("  (b: batch, s: context; measured, then predicted and its error)")
     specs = [get_preset(name) for name in args.models.split(",")]
     if args.small:  # a check of the script itself, on the CPU
         specs = [replace(spec, num_layers=2) for spec in specs]
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             "float8_e4m3fn",
         )
     except (RuntimeError, TypeError) as error:  # a torch without float8 matmuls here
-        print(f"  float8: not run ({str(error)[:160]})")
+        print(f"  float8: not run ({str(error)[:60]})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         document = {"environment": environment, "gpu": args.gpu, "rows": rows}

@@ -7,10 +7,13 @@ The model is a preset's decoder as gpt-fast writes one, with random weights in b
 token embeddings; per layer an RMSNorm, one fused q/k/v projection (with its bias where
 the preset has one), rotary positions, attention over a preallocated KV cache, the output
 projection, an RMSNorm, a fused gate and up projection, SiLU, the down projection; a final
-RMSNorm and the output head on each sequence's last token. A decode step feeds one token
-per sequence with `context` tokens cached; a prefill feeds `context` tokens. Each point's
-step is captured in its own graph (on the CPU, run eagerly, to check the script) and
-timed as a median over blocks of replays.
+RMSNorm and the output head on each sequence's last token. `--fp8-models` are timed with
+float8 weights too, each matmul's input quantised per tensor first (Float8Linear). A
+decode step feeds one token per sequence with `context` tokens cached; a prefill feeds
+`context` tokens. Each point's step is captured in its own graph (on the CPU, run
+eagerly, to check the script) and timed as a median over blocks of replays. Each row
+also counts the kernels one eager decode step of its model and batch runs (torch's
+profiler), beside the count the model takes (launched_kernels).
 
     PYTHONPATH=. python3 scripts/model_step.py --gpu h200 --json results/gpu/model-step.json
 """

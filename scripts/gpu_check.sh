@@ -4,8 +4,9 @@
 # beside `attnbench predict`'s figures for the same GPU, the CUDA self-checks and tests,
 # every provider side by side in bfloat16, CUDA-graph against eager steps, serving batches
 # (ragged and mixed, a paged cache, the prefill's peak memory from the CUDA allocator),
-# the performance model calibrated on one sweep and checked against another, and a TP=1
-# tensor-parallel smoke run over NCCL.
+# the performance model calibrated on one sweep and checked against another, and a
+# tensor-parallel decode over NCCL on every GPU of the machine (TP=1 on one), after the
+# all-reduce's latency and bus bandwidth by message size where there are several.
 # Writes results/gpu/, its log included (log.txt).
 # Installs nothing: runs from the checkout with the machine's own python3 and its
 # preinstalled torch, typer, rich, pandas and pyyaml (hf rows are `unsupported` without
@@ -95,9 +96,17 @@ step 10 $PY -m attnbench predict --check "$OUT/calibration-check.json" \
 echo "== the same sweep predicted for $GPU with the stated defaults"
 step 10 $PY -m attnbench predict --check "$OUT/calibration-check.json" --gpu "$GPU" \
   > >(tee "$OUT/predict-check.txt")
-echo "== tensor-parallel decode, TP=1 over NCCL (a node of N GPUs: --nproc-per-node N --tp N)"
-step 40 $PY -m torch.distributed.run --standalone --nproc-per-node 1 -m attnbench \
-  decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 --tp 1 \
-  --json "$OUT/tp1.json"
+ngpu=0
+[ "$DEVICE" = cpu ] || ngpu=$($PY -c "import torch; print(torch.cuda.device_count())" || echo 0)
+tp=$(( ngpu > 1 ? ngpu : 1 ))
+if [ "$tp" -gt 1 ]; then
+  echo "== all-reduce over $tp GPUs: latency and bus bandwidth by message size"
+  step 120 $PY -m torch.distributed.run --standalone --nproc-per-node "$tp" \
+    scripts/allreduce_bench.py --json "$OUT/allreduce.json"
+fi
+echo "== tensor-parallel decode over NCCL, TP=$tp (every GPU of the machine)"
+step 60 $PY -m torch.distributed.run --standalone --nproc-per-node "$tp" -m attnbench \
+  decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 --tp "$tp" \
+  --json "$OUT/tp$tp.json"
 for f in "${failed[@]}"; do echo "failed: $f"; done
 exit $status

@@ -322,3 +322,9 @@ def test_the_device_microbenchmarks_count_stream_s_bytes(monkeypatch):
     assert torch.equal(a, b)
     rate = device_params.summary(device_params.Measurement.of_samples([1.0, 2.0, 4.0]), 1e-3)
     assert rate["median"] == pytest.approx(0.5) and rate["p25"] < rate["median"] < rate["p75"]
+
+
+def test_the_allreduce_bus_bandwidth_is_nccl_tests(monkeypatch):
+    """An all-reduce over n ranks moves 2 (n - 1) / n of its data over each rank's links."""
+    allreduce_bench = _load("allreduce_bench", monkeypatch)
+    assert [allreduce_bench.bus_factor(n) for n in (2, 4, 8)] == [1.0, 1.5, 1.75]

@@ -316,3 +316,29 @@ def test_torchrun_decode_speed_tp2_times_the_split_layer(tmp_path):
     }
     cached = {r["num_kv_heads"]: r["kv_bytes_per_gpu"] for r in records if r["mode"] == "cache"}
     assert cached == per_gpu == {4: 2 * 24 * 2 * 16 * 4, 2: 24 * 2 * 16 * 4, 1: 24 * 2 * 16 * 4}
+
+
+@pytest.mark.integration
+def test_the_allreduce_benchmark_times_every_size_on_the_slowest_rank(tmp_path):
+    """scripts/allreduce_bench.py under torchrun, two gloo ranks: a row per message size,
+    its time the median of the slowest rank's samples, and the bus bandwidth of two ranks
+    the algorithm bandwidth (2 (n - 1) / n = 1)."""
+    out = tmp_path / "allreduce.json"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "allreduce_bench.py"
+    env = {**os.environ, "PYTHONPATH": str(script.parents[1])}
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        + [str(script), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    document = json.loads(out.read_text())
+    assert document["ranks"] == 2
+    assert [r["bytes"] for r in document["rows"]] == [4096, 65536, 1048576]
+    for row in document["rows"]:
+        assert row["time_us"] > 0 and len(row["samples_ms"]) == 15
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_us"] / 1e3)

@@ -127,6 +127,51 @@ def steps_table(steps: dict) -> list[str]:
     return lines
 
 
+def _timed(record: dict) -> bool:
+    return record.get("step_ms_median") is not None
+
+
+def providers_table(records: list[dict]) -> list[str]:
+    """One layer's cached decode step by provider: ms, and the share of the measured copy
+    bandwidth its bytes move at; * marks a row the run called noisy."""
+    providers = list(dict.fromkeys(r["provider"] for r in records if _timed(r)))
+    lines = [
+        "| Variant | Context | " + " | ".join(providers) + " |",
+        "| --- | ---: |" + " ---: |" * len(providers),
+    ]
+    points = dict.fromkeys((r["variant"], r["prompt_len"]) for r in records)
+    for variant, context in points:
+        found = {
+            r["provider"]: r
+            for r in records
+            if (r["variant"], r["prompt_len"]) == (variant, context) and _timed(r)
+        }
+        cells = []
+        for provider in providers:
+            r = found.get(provider)
+            mark = "*" if r and r["noisy"] else ""
+            cells.append(
+                f"{r['step_ms_median']:.3f}{mark} ({r['pct_of_peak_bw']:.0f}%)" if r else "-"
+            )
+        lines.append(f"| {variant} | {context:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def graphs_table(records: list[dict]) -> list[str]:
+    """Each point's step launched kernel by kernel and replayed from a CUDA graph."""
+    lines = [
+        "| Variant | Context | Eager ms | Graph ms | Graph over eager |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    steps = {(r["variant"], r["prompt_len"], r["cuda_graph"]): r["step_ms_median"] for r in records}
+    for variant, context in dict.fromkeys((r["variant"], r["prompt_len"]) for r in records):
+        eager, graph = steps[variant, context, False], steps[variant, context, True]
+        lines.append(
+            f"| {variant} | {context:,} | {eager:.3f} | {graph:.3f} | {graph / eager:.2f}x |"
+        )
+    return lines
+
+
 def summary(steps: dict) -> list[str]:
     """A line per weights' dtype: the median |error| and the range."""
     lines = []
@@ -142,6 +187,8 @@ def summary(steps: dict) -> list[str]:
 
 def block() -> str:
     params, steps = _read("device-params.json"), _read("model-step.json")
+    providers, graphs = _read("providers.json"), _read("graphs.json")
+    layer = providers["records"][0]
     env = params["environment"]
     header, values = (RESULTS / "nvidia-smi.txt").read_text().splitlines()[-2:]
     smi = dict(zip(header.split(", "), values.split(", "), strict=True))
@@ -165,6 +212,18 @@ def block() -> str:
         *steps_table(steps),
         "",
         *summary(steps),
+        "",
+        f"One layer's cached decode step by provider (d_model {layer['d_model']:,}, "
+        f"{layer['num_heads']} heads, batch {layer['batch']}, {layer['dtype']}): ms, and in "
+        "brackets the share of the run's copy bandwidth its bytes move at; * marks a row "
+        "the run called noisy (`results/gpu/providers.csv` says why):",
+        "",
+        *providers_table(providers["records"]),
+        "",
+        f"The same layer at batch {graphs['records'][0]['batch']}, launched kernel by "
+        "kernel and replayed from a CUDA graph (`configs/cuda-graphs.yaml`):",
+        "",
+        *graphs_table(graphs["records"]),
         "",
         END,
     ]

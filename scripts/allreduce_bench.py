@@ -1,6 +1,6 @@
-"""All-reduce latency and bus bandwidth over this node's GPUs, measured as nccl-tests
-measures them, for the figures the roofline takes for a GPU's interconnect
-(model/device_table.py: NCCL's latency model, nccl-tests' bus bandwidth).
+"""All-reduce latency and bus bandwidth over this node's GPUs, on the slowest rank, for
+the figures the roofline takes for a GPU's interconnect (model/device_table.py: NCCL's
+latency model, nccl-tests' bus bandwidth).
 
 Run under torchrun, one rank a GPU (gloo on CPUs, to check the script):
 
@@ -33,7 +33,7 @@ from attnbench.measure.timing import Timer
 from attnbench.study.distributed import process_group, torchrun_launch
 
 KIB = 1 << 10
-SIZES = [KIB << k for k in range(0, 19, 2)]  # 4 KiB .. 256 MiB, by fours
+SIZES = [KIB << k for k in range(2, 19, 2)]  # 4 KiB .. 256 MiB, by fours
 CPU_SIZES = [4 * KIB, 64 * KIB, 1024 * KIB]
 #: All-reduces in a timed block, and samples of each.
 BLOCK, SAMPLES = 10, 15

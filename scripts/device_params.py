@@ -10,9 +10,8 @@ between kernels replayed from a CUDA graph.
   reaches, as the maximum achievable matmul FLOPS tables take it;
 - decode matmuls: bfloat16 inputs of 1 to 128 rows times a layer's weights, the rate at
   which they read the weights;
-- a memory-bound kernel's fixed cost: graphs of one-row matmuls by weight matrices of six
-  widths, the time of a kernel fitted against the bytes it reads: a fixed cost per kernel
-  and a bandwidth;
+- one-row matmuls: graphs of them by weight matrices of six widths, the time of one and
+  the rate it moves its bytes at (what it costs beside them: docs/gpu.md's tables);
 - launch: graphs of N and 10N one-element additions, each replayed whole; the gap a kernel
   adds is the difference over the 9N kernels more, and what is left of the short graph
   the replay's own cost. Eager launches of the same kernels are timed too.
@@ -29,7 +28,6 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -47,7 +45,7 @@ CPU_SHAPES = ((256, 256, 256), (512, 512, 512))
 #: multiplied by them.
 WEIGHT_SHAPES, CPU_WEIGHT_SHAPES = ((4096, 14336), (8192, 28672)), ((1024, 4096),)
 STEP_ROWS = (1, 8, 32, 128)
-#: The widths of the weight matrices (by 4,096 inputs) of the kernel-cost fit, and how many
+#: The widths of the weight matrices (by 4,096 inputs) of the one-row matmuls, and how many
 #: matmuls, each with its own weights, one timed call runs.
 COST_WIDTHS, CPU_COST_WIDTHS, COUNT = (1024, 2048, 4096, 8192, 14336, 28672), (256, 1024), 16
 
@@ -121,12 +119,14 @@ def matmul(timer: Timer, device: torch.device, shapes, samples: int) -> list[dic
                 call, path = (lambda a=a, b=b: torch.mm(a, b)), "torch.mm"
             if call is None:
                 rows.append({"dtype": name, "shape": [m, k, n], "unsupported": "no _scaled_mm"})
+                del source
                 continue
             try:
                 rate = summary(timed(timer, call, samples, 3), flops / 1e12)
             except (RuntimeError, TypeError) as error:  # an op this GPU or build lacks
                 rows.append({"dtype": name, "shape": [m, k, n], "unsupported": str(error)[:200]})
                 print(f"  {name:13} {m}x{k}x{n}: unsupported ({str(error)[:30]})")
+                del source, call
                 continue
             rows.append({"dtype": name, "shape": [m, k, n], "path": path, "tflops": rate})
             print(f"  {name:13} {m}x{k}x{n}: {rate['median']:7.1f} TFLOPS")
@@ -151,10 +151,9 @@ def weight_stream(timer: Timer, device: torch.device, shapes, rows, samples: int
 
 
 def kernel_cost(timer: Timer, device: torch.device, k: int, widths, samples: int) -> dict:
-    """What one memory-bound kernel costs besides its bytes: a graph (eagerly on the CPU)
-    of COUNT bfloat16 matmuls of one row by a k x n weight matrix, each its own, for each
-    width n; the time of a kernel against the bytes it reads, fitted by least squares, is
-    a fixed cost (the intercept) plus the bytes over a bandwidth (the slope)."""
+    """What one-row matmuls cost beside their bytes: a graph (eagerly on the CPU) of COUNT
+    bfloat16 matmuls of one row by a k x n weight matrix, each its own, for each width n:
+    the time of one, and the rate at which it moves its bytes."""
     rows = []
     x = torch.randn(1, k, device=device).to(torch.bfloat16)
     for n in widths:
@@ -172,12 +171,9 @@ def kernel_cost(timer: Timer, device: torch.device, k: int, widths, samples: int
         rows.append(
             {"k": k, "n": n, "bytes": moved, "kernel_us": kernel_us, "samples_ms": m.samples_ms}
         )
-        print(f"  1 x {k} by {k} x {n:5}: {kernel_us:7.2f} us a kernel, {moved / 1e6:6.1f} MB")
+        print(f"  1 x {k} by {k} x {n:5}: {kernel_us:7.2f} us, {moved / kernel_us / 1e3:5.0f} GB/s")
         del weights
-    slope, intercept = np.polyfit([r["bytes"] for r in rows], [r["kernel_us"] for r in rows], 1)
-    fit = {"fixed_us": float(intercept), "gbps": float(1e-3 / slope), "rows": rows}
-    print(f"  fit: {fit['fixed_us']:.2f} us a kernel plus its bytes at {fit['gbps']:.0f} GB/s")
-    return fit
+    return {"rows": rows}
 
 
 def launch(timer: Timer, device: torch.device, kernels: int, samples: int) -> dict:
@@ -230,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     print("== decode matmuls: weights read")
     weights = WEIGHT_SHAPES if cuda else CPU_WEIGHT_SHAPES
     result["weight_stream"] = weight_stream(timer, device, weights, STEP_ROWS, args.samples)
-    print("== a memory-bound kernel's fixed cost")
+    print("== one-row matmuls by width")
     k, widths = (4096, COST_WIDTHS) if cuda else (1024, CPU_COST_WIDTHS)
     result["kernel_cost"] = kernel_cost(timer, device, k, widths, args.samples)
     print("== launch")

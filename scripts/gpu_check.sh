@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check, within 8 minutes on one GPU: the device's roofline figures measured
+# GPU check (4.5 minutes on an H200; its steps' time limits add up to 12 minutes on one
+# GPU, 14 on several): the device's roofline figures measured
 # (bandwidth, matmul rates, the gap between graph-replayed kernels), whole-model steps
 # beside `attnbench predict`'s figures for the same GPU, the CUDA self-checks and tests,
 # every provider side by side in bfloat16, CUDA-graph against eager steps, serving batches
@@ -44,7 +45,7 @@ echo "== the roofline's figures, measured"
 step 70 $PY scripts/device_params.py --device "$DEVICE" --json "$OUT/device-params.json"
 echo "== whole-model steps, measured and predicted for $GPU"
 small=(); [ "$DEVICE" = cpu ] && small=(--small --fp8-models "")
-step 150 $PY scripts/model_step.py --device "$DEVICE" --gpu "$GPU" "${small[@]}" \
+step 150 $PY scripts/model_step.py --device "$DEVICE" --gpu "$GPU" ${small[@]+"${small[@]}"} \
   --json "$OUT/model-step.json"
 
 echo "== self-checks on CUDA"

@@ -18,14 +18,18 @@ from pathlib import Path
 
 from attnbench.model.devices import device_spec
 from attnbench.model.formulas import matmul_flops
-from attnbench.model.roofline import Matmul, predict
+from attnbench.model.roofline import DEFAULT_MODEL, Matmul, predict
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "gpu"
 PAGE = ROOT / "docs" / "gpu.md"
+COUNT_NOTE = "each of 16 in a CUDA graph with its own weights, by the width of those weights"
 BEGIN = "<!-- gpu-tables: begin (scripts/gpu_tables.py writes this part) -->"
 END = "<!-- gpu-tables: end -->"
 #: The table's name of each dtype device_params.py times (float32 runs with TF32 allowed).
+#: A 70B model's MLP matmul over a prefill of 8,192 tokens (M, K, N): what a long prefill
+#: sustains, beside the best shape's burst.
+LAYER = [8192, 8192, 28672]
 TABLE_DTYPES = {
     "bfloat16": "bfloat16",
     "float16": "float16",
@@ -69,41 +73,72 @@ def figures_table(params: dict, gpu: str) -> list[str]:
             f"| {name} matmul, best of {len(rows)} shapes ({shape}; TFLOPS) | "
             f"{_rate(best['tflops'], 1)} | {table_text} |"
         )
-    launch, cost = params["launch"], params["kernel_cost"]
+    layer = [r for r in params["matmul"] if r["dtype"] == "bfloat16" and r["shape"] == LAYER]
+    if layer:
+        table = spec.dense_flops["bfloat16"] / 1e12
+        lines.append(
+            f"| bfloat16 matmul, {'x'.join(map(str, LAYER))} (a 70B layer's prefill; TFLOPS) | "
+            f"{_rate(layer[0]['tflops'], 1)} | {table:,.1f} |"
+        )
+    launch = params["launch"]
     lines += [
         f"| a kernel's gap in a graph's replay, empty kernels (us) | "
         f"{launch['graph_gap_us']:.2f} | {spec.launch_s * 1e6:.2f} |",
-        f"| a one-row matmul's fixed cost, fitted over {len(cost['rows'])} widths (us) | "
-        f"{cost['fixed_us']:.2f}, plus its bytes at {cost['gbps']:,.0f} GB/s | - |",
         f"| an eager launch (us) | {launch['eager_us']:.2f} | - |",
     ]
     return lines
 
 
-def matmul_model_us(gpu: str, rows: int, k: int, n: int) -> float:
+def matmul_model_us(gpu: str, rows: int, k: int, n: int) -> tuple[float, float, float]:
     """attnbench's roofline of one bfloat16 matmul of `rows` rows by k x n weights on
-    `gpu`, in us: its bytes' time plus its FLOPs' time (the model adds them) plus the
-    zero rows that fill its last tensor-core tile."""
+    `gpu`, in us: its bytes' time, its FLOPs' time and the time of the zero rows that fill
+    its last tensor-core tile, which the model adds."""
     spec = device_spec(gpu)
-    rate = spec.dense_flops["bfloat16"]
-    moved = (k * n + rows * k + rows * n) * 2
-    roof = predict(moved, matmul_flops(rows, n, k), spec.memory_bandwidth, rate)
+    rate = DEFAULT_MODEL.efficiency_flops * spec.dense_flops["bfloat16"]
+    moved, flops = (k * n + rows * k + rows * n) * 2, matmul_flops(rows, n, k)
+    both = predict(moved, flops, spec.memory_bandwidth, spec.dense_flops["bfloat16"]).time_s
     padding = Matmul(rows, k * n).padding_flops(spec.mma_rows) / rate
-    return (roof.time_s + padding) * 1e6
+    return (both - flops / rate) * 1e6, flops / rate * 1e6, padding * 1e6
 
 
 def weight_stream_table(params: dict, gpu: str) -> list[str]:
     lines = [
-        "| Rows | Weights | Read at (GB/s) | Measured us | The model's us | Error |",
+        "| Rows | Weights | Moved at (GB/s) | Measured us | Model: bytes + FLOPs + padding "
+        "= us | Error |",
         "| ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in sorted(params["weight_stream"], key=lambda r: (r["k"] * r["n"], r["rows"])):
         m, k, n = r["rows"], r["k"], r["n"]
         measured = (k * n + m * k + m * n) * 2 / (r["gbps"]["median"] * 1e9) * 1e6
-        model = matmul_model_us(gpu, m, k, n)
+        parts = matmul_model_us(gpu, m, k, n)
+        model = sum(parts)
         lines.append(
             f"| {m} | {k:,} x {n:,} | {r['gbps']['median']:,.0f} | {measured:.1f} | "
-            f"{model:.1f} | {model / measured - 1:+.0%} |"
+            + " + ".join(f"{p:.1f}" for p in parts)
+            + f" = {model:.1f} | {model / measured - 1:+.0%} |"
+        )
+    return lines
+
+
+def one_row_table(params: dict) -> list[str]:
+    """One-row matmuls by width: their time, their rate, and their time beyond their bytes
+    at the run's copy rate (of its largest arrays)."""
+    biggest = max(r["array_bytes"] for r in params["bandwidth"])
+    copy = next(
+        r["gbps"]["median"]
+        for r in params["bandwidth"]
+        if r["kernel"] == "copy" and r["array_bytes"] == biggest
+    )
+    lines = [
+        f"| Weights | MB | us a matmul | GB/s | us beyond its bytes at {copy:,.0f} GB/s (copy) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in params["kernel_cost"]["rows"]:
+        rate = r["bytes"] / r["kernel_us"] / 1e3
+        beyond = r["kernel_us"] - r["bytes"] / copy / 1e3
+        lines.append(
+            f"| {r['k']:,} x {r['n']:,} | {r['bytes'] / 1e6:.1f} | {r['kernel_us']:.2f} | "
+            f"{rate:,.0f} | {beyond:+.1f} |"
         )
     return lines
 
@@ -111,7 +146,7 @@ def weight_stream_table(params: dict, gpu: str) -> list[str]:
 def steps_table(steps: dict) -> list[str]:
     lines = [
         "| Model | Weights | Step | Batch | Context | Measured ms (p25 to p75) | "
-        "Predicted ms | Error | Kernels a decode step |",
+        "Predicted ms | Error | Kernels a decode step (17 keys) |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in steps["rows"]:
@@ -201,10 +236,14 @@ def block() -> str:
         *figures_table(params, steps["gpu"]),
         "",
         "Decode-step matmuls: bfloat16 inputs of a few rows times a layer's weights, the rate "
-        "at which they read the weights, and attnbench's roofline of each alone (its launch "
-        "left out):",
+        "at which they move their bytes (the weights', but for 4% at most), and attnbench's "
+        "roofline of each alone, its launch left out:",
         "",
         *weight_stream_table(params, steps["gpu"]),
+        "",
+        f"One-row bfloat16 matmuls, {COUNT_NOTE}:",
+        "",
+        *one_row_table(params),
         "",
         f"Whole-model steps, each replayed from a CUDA graph, beside `attnbench predict --gpu "
         f"{steps['gpu']}` with its stated defaults:",

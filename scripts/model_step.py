@@ -167,6 +167,8 @@ class Decoder:
         s = self.spec
         heads, kv, hd = s.num_heads, s.num_kv_heads, s.head_dim
         b, t = tokens.shape
+        if t > 1 and start:
+            raise ValueError(f"a prefill starts at position 0 (attends its own tokens): {start}")
         end = start + t
         x = F.embedding(tokens, self.embed)
         for i, w in enumerate(self.layers):
@@ -202,17 +204,22 @@ def predicted_ms(
     return found.time_s * 1e3
 
 
+#: The cached tokens of the decode step whose kernels are counted.
+COUNTED_AT = 16
+
+
 def kernels_per_step(decoder: Decoder, device: torch.device) -> int | str:
-    """The kernels (and copies) one eager decode step runs on the GPU, as torch's profiler
-    counts them; on the CPU, or where the profiler fails, why not."""
+    """The kernels (and copies) one eager decode step with COUNTED_AT tokens cached runs
+    on the GPU, as torch's profiler counts them (a longer context may take other
+    attention kernels); on the CPU, or where the profiler fails, why not."""
     if device.type != "cuda":
         return "not counted on the CPU"
     tokens = torch.zeros(decoder.batch, 1, dtype=torch.long, device=device)
-    decoder.forward(tokens, 16)
+    decoder.forward(tokens, COUNTED_AT)
     torch.cuda.synchronize(device)
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            decoder.forward(tokens, 16)
+            decoder.forward(tokens, COUNTED_AT)
             torch.cuda.synchronize(device)
         return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
     except Exception as error:  # the count is extra: a profiler that fails loses it alone
@@ -255,8 +262,10 @@ def run(
             mine = [p for p in points if p[1] == batch]
             max_len = max(c for _, _, c in mine) + 1
             if memory is not None and kv_token * batch * max_len > CACHE_SHARE * memory:
-                mine = [p for p in mine if kv_token * batch * (p[2] + 1) <= CACHE_SHARE * memory]
-                max_len = max((c for _, _, c in mine), default=0) + 1
+                fits = [p for p in mine if kv_token * batch * (p[2] + 1) <= CACHE_SHARE * memory]
+                for p in set(mine) - set(fits):
+                    print(f"  {name} b{batch} s{p[2]}: left out, its cache over half the memory")
+                mine, max_len = fits, max((c for _, _, c in fits), default=0) + 1
             if not mine:
                 continue
             decoder = Decoder(spec, batch, max_len, device, weights)

@@ -262,6 +262,22 @@ def test_the_model_step_s_cached_decode_is_its_full_pass(monkeypatch):
     assert not torch.allclose(decoder.forward(tokens[:, 7:8], 8).float(), whole, atol=0.02)
 
 
+def test_the_model_step_s_float8_decoder_is_its_bfloat16_one_within_its_rounding(monkeypatch):
+    """The float8 decoder (Float8Linear in every layer, q/k/v's bias included) gives the
+    logits the same weights give in bfloat16, within float8's rounding; a prefill that
+    does not start at position 0 is refused (it attends its own tokens only)."""
+    model_step = _load("model_step", monkeypatch)
+    torch.manual_seed(0)
+    plain = _tiny_decoder(model_step)
+    torch.manual_seed(0)
+    quantised = _tiny_decoder(model_step, "float8_e4m3fn")
+    tokens = torch.randint(0, 500, (1, 9))
+    exact, found = plain.forward(tokens, 0).float(), quantised.forward(tokens, 0).float()
+    assert 0 < ((found - exact).norm() / exact.norm()).item() < 0.15
+    with pytest.raises(ValueError, match="a prefill starts at position 0"):
+        plain.forward(tokens[:, :4], 2)
+
+
 def test_the_model_step_s_float8_matmul_is_the_bfloat16_one_within_its_rounding(monkeypatch):
     model_step = _load("model_step", monkeypatch)
     weight = torch.randn(64, 128, dtype=torch.bfloat16) / 128**0.5

@@ -30,9 +30,11 @@ def skip_status(needed: int, free: int) -> str | None:
     return f"skipped: needs {format_bytes(needed)}, {format_bytes(free)} free"
 
 
-def requested_bytes(device: torch.device) -> int:
-    """The bytes the tensors alive on `device` asked the CUDA caching allocator for."""
-    return torch.cuda.memory_stats(device)["requested_bytes.all.current"]
+def requested_bytes(device: torch.device) -> int | None:
+    """The bytes the tensors alive on `device` asked the CUDA caching allocator for; None
+    under an allocator that keeps no such count (PYTORCH_CUDA_ALLOC_CONF's
+    backend:cudaMallocAsync), whose cache is then checked by its storage alone."""
+    return torch.cuda.memory_stats(device).get("requested_bytes.all.current")
 
 
 def measure_allocation(
@@ -56,8 +58,9 @@ def measure_allocation(
     measured = sum(sizes)
     status = "ok"
     if on_cuda:
-        delta = requested_bytes(device) - before
-        if delta != measured:
+        after = requested_bytes(device)
+        delta = None if after is None or before is None else after - before
+        if delta is not None and delta != measured:
             status = f"allocator's requested bytes grew by {delta}, the storage is {measured}"
     del tensors
     if on_cuda:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from dataclasses import replace
@@ -341,4 +342,5 @@ def test_the_allreduce_benchmark_times_every_size_on_the_slowest_rank(tmp_path):
     for row in document["rows"]:
         assert row["time_us"] > 0 and len(row["samples_ms"]) == 15
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])
-        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_us"] / 1e3)
+        # the slowest rank's samples: the median of the maxima over the ranks
+        assert row["time_us"] == pytest.approx(1e3 * statistics.median(row["samples_ms"]))

@@ -344,3 +344,38 @@ def test_the_allreduce_bus_bandwidth_is_nccl_tests(monkeypatch):
     """An all-reduce over n ranks moves 2 (n - 1) / n of its data over each rank's links."""
     allreduce_bench = _load("allreduce_bench", monkeypatch)
     assert [allreduce_bench.bus_factor(n) for n in (2, 4, 8)] == [1.0, 1.5, 1.75]
+
+
+def test_the_device_microbenchmarks_run_end_to_end_on_the_cpu(monkeypatch):
+    """Each measurement of device_params.py, at tiny sizes: a row per size, shape, dtype
+    and width, every rate positive (float8 is timed on CUDA only)."""
+    device_params = _load("device_params", monkeypatch)
+    cpu, timer = torch.device("cpu"), device_params.Timer(torch.device("cpu"))
+    streams = device_params.bandwidth(timer, cpu, [1 << 16], 2)
+    assert [r["kernel"] for r in streams] == ["copy", "triad"]
+    matmuls = device_params.matmul(timer, cpu, ((16, 32, 48),), 2)
+    assert [r["dtype"] for r in matmuls] == ["bfloat16", "float16", "float32"]
+    reads = device_params.weight_stream(timer, cpu, ((64, 128),), (1, 4), 2)
+    cost = device_params.kernel_cost(timer, cpu, 64, (32, 64), 2)
+    assert [r["n"] for r in cost["rows"]] == [32, 64]
+    assert cost["rows"][0]["bytes"] == (32 * 64 + 64 + 32) * 2
+    launch = device_params.launch(timer, cpu, 3, 2)
+    assert launch["kernels"] == [3, 30] and "graph_gap_us" not in launch
+    rates = [r["gbps"]["median"] for r in streams + reads] + [launch["eager_us"]]
+    assert all(rate > 0 for rate in rates + [r["tflops"]["median"] for r in matmuls])
+
+
+def test_the_model_step_times_each_point_beside_its_prediction(monkeypatch):
+    model_step = _load("model_step", monkeypatch)
+    spec = _tiny_decoder(model_step).spec
+    points = (("decode", 2, 8), ("prefill", 1, 8))
+    rows = model_step.run([spec], "h200", torch.device("cpu"), 2, points)
+    assert [(r["phase"], r["batch"], r["context"]) for r in rows] == [
+        ("prefill", 1, 8),
+        ("decode", 2, 8),
+    ]
+    for row in rows:
+        assert row["measured_ms"] > 0 and row["graph"] is False
+        assert row["decode_step_kernels"] == "not counted on the CPU"
+        assert row["predicted_step_kernels"] == 2 * 10 + 4
+        assert row["error"] == pytest.approx(row["predicted_ms"] / row["measured_ms"] - 1)

@@ -24,12 +24,13 @@ import os
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from attnbench.experiments.decode import capture_graph
 from attnbench.measure.environment import collect_environment
+from attnbench.measure.lockstep import lockstep_sample
 from attnbench.measure.stats import median
-from attnbench.measure.timing import Timer
+from attnbench.measure.timing import Sampling, Timer
+from attnbench.modules.tensor_parallel import all_reduce_call
 from attnbench.study.distributed import process_group, torchrun_launch
 
 KIB = 1 << 10
@@ -46,24 +47,17 @@ def bus_factor(ranks: int) -> float:
 
 
 def time_size(nbytes: int, device: torch.device, graph: bool) -> list[float]:
-    """This rank's samples (ms per all-reduce) of blocks of BLOCK all-reduces of `nbytes`."""
-    tensor = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device)
+    """The slowest rank's samples (ms per all-reduce) of blocks of BLOCK all-reduces of
+    `nbytes`, timed in lockstep (measure.lockstep)."""
+    reduce = all_reduce_call(torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device))
 
     def block() -> None:
         for _ in range(BLOCK):
-            dist.all_reduce(tensor)
+            reduce()
 
     call = capture_graph(block, None, device) if graph else block
-    call()
-    dist.barrier()
-    return [ms / BLOCK for ms in Timer(device).time_blocks(call, SAMPLES)]
-
-
-def slowest(samples: list[float], device: torch.device) -> list[float]:
-    """Each sample's time on the slowest rank."""
-    found = torch.tensor(samples, dtype=torch.float64, device=device)
-    dist.all_reduce(found, op=dist.ReduceOp.MAX)
-    return found.tolist()
+    timed = lockstep_sample(Timer(device), call, Sampling(warmup=1, repeats=SAMPLES))
+    return [ms / BLOCK for ms in timed.samples_ms]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         n = launch.world_size
         for nbytes in SIZES if cuda else CPU_SIZES:
             for graph in (False, True) if cuda else (False,):
-                samples = slowest(time_size(nbytes, device, graph), device)
+                samples = time_size(nbytes, device, graph)
                 ms = median(samples)
                 algbw = nbytes / (ms * 1e-3) / 1e9
                 row = {

@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from attnbench.model.devices import device_spec
+from attnbench.model.devices import device_spec, peak_name
 from attnbench.model.formulas import matmul_flops
 from attnbench.model.roofline import DEFAULT_MODEL, Matmul, predict
 
@@ -26,16 +26,11 @@ PAGE = ROOT / "docs" / "gpu.md"
 COUNT_NOTE = "each of 16 in a CUDA graph with its own weights, by the width of those weights"
 BEGIN = "<!-- gpu-tables: begin (scripts/gpu_tables.py writes this part) -->"
 END = "<!-- gpu-tables: end -->"
-#: The table's name of each dtype device_params.py times (float32 runs with TF32 allowed).
 #: A 70B model's MLP matmul over a prefill of 8,192 tokens (M, K, N): what a long prefill
 #: sustains, beside the best shape's burst.
 LAYER = [8192, 8192, 28672]
-TABLE_DTYPES = {
-    "bfloat16": "bfloat16",
-    "float16": "float16",
-    "float32": "tfloat32",
-    "float8_e4m3fn": "float8",
-}
+#: The dtypes device_params.py times; float32 with TF32 allowed, so at the "tfloat32" peak.
+TIMED_DTYPES = ("bfloat16", "float16", "float32", "float8_e4m3fn")
 
 
 def _read(name: str) -> dict:
@@ -61,7 +56,8 @@ def figures_table(params: dict, gpu: str) -> list[str]:
             lines.append(
                 f"| {r['kernel']}, {gib:g} GiB arrays (GB/s) | {_rate(r['gbps'])} | {table} |"
             )
-    for dtype, name in TABLE_DTYPES.items():
+    for dtype in TIMED_DTYPES:
+        name = "tfloat32" if dtype == "float32" else peak_name(dtype)
         rows = [r for r in params["matmul"] if r["dtype"] == dtype and "tflops" in r]
         if not rows:
             continue

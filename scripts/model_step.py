@@ -37,13 +37,9 @@ from attnbench.measure.stats import Measurement
 from attnbench.measure.timing import Timer
 from attnbench.model.architecture import ModelSpec
 from attnbench.model.devices import device_spec
+from attnbench.model.generation import generation
 from attnbench.model.presets import get_preset
-from attnbench.model.roofline import (
-    decode_counts,
-    launched_kernels,
-    predict_counts,
-    prefill_counts,
-)
+from attnbench.model.roofline import launched_kernels
 from attnbench.modules.attention import folded_decode
 
 DTYPE = "bfloat16"
@@ -197,11 +193,9 @@ def predicted_ms(
     spec: ModelSpec, gpu: str, phase: str, batch: int, context: int, weights: str
 ) -> float:
     """What `attnbench predict --gpu GPU --weights-dtype WEIGHTS` says of the point, with
-    the stated defaults."""
-    counts = decode_counts if phase == "decode" else prefill_counts
-    step = counts(spec, batch, context, DTYPE, weights=weights)
-    found = predict_counts(step, device_spec(gpu), DTYPE)
-    return found.time_s * 1e3
+    the stated defaults: the prefill of `context` tokens, or the step after it."""
+    found = generation(spec, device_spec(gpu), batch, context, 1, DTYPE, weights=weights)
+    return (found.tpot_s if phase == "decode" else found.ttft_s) * 1e3
 
 
 #: The cached tokens of the decode step whose kernels are counted.

@@ -21,7 +21,6 @@ DEVICE=${DEVICE:-cuda}
 GPU=${GPU:-h200}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
-status=0
 failed=()
 # step SECONDS CMD...: run CMD under a time limit; a failure is named at the end
 step() {
@@ -29,7 +28,7 @@ step() {
   timeout "$limit" "$@"
   local rc=$?
   if [ "$rc" -ne 0 ]; then
-    status=1; failed+=("exit $rc: ${*:1:6}")
+    failed+=("exit $rc: ${*:1:6}")
     echo "!! exit $rc"
   fi
 }
@@ -110,4 +109,4 @@ step 60 $PY -m torch.distributed.run --standalone --nproc-per-node "$tp" -m attn
   decode-speed "${shape[@]}" --batch 8 --prompt-len 8192 --tp "$tp" \
   --json "$OUT/tp$tp.json"
 for f in "${failed[@]}"; do echo "failed: $f"; done
-exit $status
+exit $(( ${#failed[@]} > 0 ))

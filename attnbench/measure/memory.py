@@ -54,8 +54,7 @@ def measure_allocation(
         torch.cuda.synchronize(device)
         before = requested_bytes(device)
     tensors = allocate()
-    sizes = [t.untyped_storage().nbytes() for t in tensors]
-    measured = sum(sizes)
+    measured = sum(t.untyped_storage().nbytes() for t in tensors)
     status = "ok"
     if on_cuda:
         after = requested_bytes(device)

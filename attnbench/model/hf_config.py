@@ -62,7 +62,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import UsageError, brief, spelled, typed
 from ..model.architecture import CountFix, MlaSpec, ModelBody, ModelSpec, MoeSpec
@@ -1264,9 +1264,10 @@ def _quantisation(cfg: dict, where: str) -> str | None:
     if quant is None:
         return None
     method, bits = quant.get("quant_method"), quant.get("bits")
+    bits = bits if _whole(bits) else None
     group = quant.get("group_size") or quant.get("q_group_size")
     said = [str(method) if isinstance(method, str) else "a method it does not name"]
-    said += [f"{bits} bits"] if isinstance(bits, int) and not isinstance(bits, bool) else []
+    said += [f"{bits} bits"] if bits is not None else []
     said += [f"groups of {group:,}"] if isinstance(group, int) and group > 0 else []
     settings = _stored_as(quant, method, bits, group)
     how = (
@@ -1286,7 +1287,12 @@ def _quantisation(cfg: dict, where: str) -> str | None:
 _METHOD_DTYPES = {"mxfp4": "mxfp4", "fp8": "float8_e4m3fn", "nvfp4": "nvfp4"}
 
 
-def _stored_as(quant: dict, method: object, bits: object, group: object) -> str | None:
+def _whole(value: object) -> TypeGuard[int]:
+    """A whole number as JSON gives one (an int, not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _stored_as(quant: dict, method: object, bits: int | None, group: object) -> str | None:
     """The weights settings that count a checkpoint's weights as stored, where its
     quantization_config says them: a 4-bit float or float8 method (ModelOpt's in its
     quant_algo), or AWQ's and GPTQ's integers with their group; keep_attention too where
@@ -1294,10 +1300,9 @@ def _stored_as(quant: dict, method: object, bits: object, group: object) -> str 
     checkpoints'). None where it cannot tell."""
     name = str(quant.get("quant_algo") or method or "").lower()
     dtype = _METHOD_DTYPES.get(name)
-    whole = isinstance(bits, int) and not isinstance(bits, bool)
-    if dtype is None and name in ("awq", "gptq") and whole and bits in (4, 8):
+    if dtype is None and name in ("awq", "gptq") and bits in (4, 8):
         dtype = f"int{bits}"
-        if isinstance(group, int) and not isinstance(group, bool) and group > 0:
+        if _whole(group) and group > 0:
             dtype += f" and weights_group {group}"
     if dtype is None:
         return None

@@ -424,6 +424,11 @@ def shown(value: Any) -> str:
     return str(value)
 
 
+def _names(word: str, text: str) -> bool:
+    """Whether `text` names `word` as a word of its own (bfloat16 does not name float16)."""
+    return re.search(rf"(?<![\w.]){re.escape(word)}(?![\w])", text) is not None
+
+
 def schema_table() -> str:
     """Every field a sweep file (and the flags) can set."""
     rows = []
@@ -441,7 +446,7 @@ def schema_table() -> str:
             low = f"from {spec.minimum:,}" if spec.type is int else "above 0"
             high = f"{spec.upper:g}" if spec.type is float else f"{spec.upper:,}"
             meaning += f" {low.capitalize()} to {high}."
-        elif spec.choices and not all(c in spec.help for c in spec.choices):
+        elif spec.choices and not all(_names(choice, spec.help) for choice in spec.choices):
             meaning += f" One of {', '.join(spec.choices)}."
         kind = TYPE_NAMES[spec.type] + (", or a list" if spec.axis else "")
         rows.append([name_cell(name, ", ".join(spec.sections)), kind, default, meaning])

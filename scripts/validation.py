@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from attnbench.model.devices import device_spec
+from attnbench.model.dtypes import served_dtype
 from attnbench.model.generation import Generation, generation, serving_itl_s
 from attnbench.model.hf_config import load_hf_config
 from attnbench.model.presets import get_preset
@@ -104,7 +105,7 @@ def predict_entry(entry: dict[str, Any]) -> float:
     """attnbench's prediction of one published figure, in the figure's own unit."""
     spec = _model(entry["model"])
     weights = DTYPES.get(entry["weights"], entry["weights"])
-    dtype = weights if weights in ("float16", "bfloat16") else spec.dtype
+    dtype = weights if weights in ("float16", "bfloat16") else served_dtype(spec.dtype)
     vocab, head = entry.get("vocab", "split"), entry.get("quantize_head", False)
     kept = entry.get("keep_attention", False)
     fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept)

@@ -23,6 +23,7 @@ import typer
 from rich.text import Text
 
 from ..errors import FieldError, UsageError
+from ..model.dtypes import served_dtype
 from ..model.files import bad_name, dangling_folder, refuse_empty, shown_path
 from ..records import as_dict
 from ..render.columns import join_words
@@ -256,6 +257,21 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
             console.print(
                 f"note: {spec.name}: {what} past its {limit:,} positions "
                 "(max_position_embeddings); computed all the same",
+                markup=False,
+            )
+
+
+def served_notes(models: Sequence, done: str, flags: Sequence[str]) -> None:
+    """A note for each model whose checkpoint is stored in a dtype no engine serves it in
+    (float32): `done` ('predicted on the named GPUs') in the dtype engines load it in, and
+    the `flags` that keep its own."""
+    for spec in {spec.name: spec for spec in models}.values():
+        served = served_dtype(spec.dtype)
+        if served != spec.dtype:
+            keep = " ".join(f"{flag} {spec.dtype}" for flag in flags)
+            console.print(
+                f"note: {spec.name}: its checkpoint is {spec.dtype}; {done} in {served}, as "
+                f"serving engines load it (vLLM's --dtype auto); {keep} keeps {spec.dtype}",
                 markup=False,
             )
 

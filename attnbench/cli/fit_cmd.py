@@ -26,6 +26,7 @@ from .common import (
     model_notes,
     run_section,
     section_command,
+    served_notes,
     show_table,
     show_written,
 )
@@ -134,7 +135,10 @@ def fit_command(
         else:
             show_answers(plan, records, wide)
         asked = [r.seq_len for r in records if r.question == "largest_batch" and r.seq_len]
-        model_notes(plan.sections["fit"].models, asked)
+        section = plan.sections["fit"]
+        model_notes(section.models, asked)
+        if not all(section.origins.get(name) for name in ("weights_dtype", "kv_dtype")):
+            served_notes(section.models, "planned", ["--weights-dtype", "--kv-dtype"])
     show_written(write_section("fit", plan, result, csv, json), quiet)  # once all is shown
     if any(r.status != OK for r in records):
         raise typer.Exit(CapacityError.exit_code)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FieldError, UsageError
+from ..experiments.target import is_this
 from ..model.calibration import CheckReport, calibration_dict, floor_text, report_dict
 from ..model.units import parse_duration
 from ..render.columns import aligned_columns
@@ -30,6 +31,7 @@ from .common import (
     print_items,
     run_section,
     section_command,
+    served_notes,
     show_table,
     show_written,
 )
@@ -97,7 +99,10 @@ def predict_command(
         print_items([references.cite(note) for note in source_notes(rows)])
         if plan.sections["predict"].origins.get("seq_len") is None:  # the schema's default
             print_items([f"context {rows[0]['seq_len']:,} tokens, the default: --seq-len sets it"])
-        model_notes(plan.sections["predict"].models, [r["seq_len"] for r in rows])
+        section = plan.sections["predict"]
+        model_notes(section.models, [r["seq_len"] for r in rows])
+        if section.origins.get("dtype") is None and any(not is_this(r["gpu"]) for r in rows):
+            served_notes(section.models, "predicted on the named GPUs", ["--dtype"])
         _print_references(references)
     show_written(written, quiet)
 

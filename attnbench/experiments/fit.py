@@ -50,6 +50,7 @@ from ..model.capacity import (
     window_summary,
 )
 from ..model.devices import DEVICES, DeviceSpec
+from ..model.dtypes import served_dtype
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     ModelCounts,
@@ -87,7 +88,8 @@ class CapacityError(Exception):
 @dataclass(frozen=True, kw_only=True)
 class FitPoint:
     """One question: `seq_len` asks for the largest batch, `batch` for the longest context.
-    `gpus` defaults to `tp`, `tp` to `gpus` (else 1); the dtypes to the model's."""
+    `gpus` defaults to `tp`, `tp` to `gpus` (else 1); the dtypes to the one the model is
+    served in (model.dtypes.served_dtype: a float32 checkpoint's bfloat16)."""
 
     model: str
     reserve: str
@@ -158,14 +160,15 @@ class FitPlan:
     @property
     def dtype(self) -> str:
         """The activations' dtype: the weights' where they are 16 or 32 bits, else the
-        model's (quantised weights are dequantised into it, or float8 matmuls write it)."""
-        return self.spec.dtype if self.weights.quantized else self.weights.dtype
+        one the model is served in (quantised weights are dequantised into it, or float8
+        matmuls write it)."""
+        return served_dtype(self.spec.dtype) if self.weights.quantized else self.weights.dtype
 
     @property
     def state_bytes(self) -> int:
         """The state one sequence keeps in the state layers on one GPU (0: none), in the
-        model's dtype where transformers keeps it in the model's."""
-        return state_bytes(self.spec.layer_states, self.spec.dtype, 1, self.tp)
+        dtype the model is served in where transformers keeps it in the model's."""
+        return state_bytes(self.spec.layer_states, served_dtype(self.spec.dtype), 1, self.tp)
 
     def sequence_bytes(self, seq_len: int) -> int:
         """Cache bytes one sequence of `seq_len` tokens takes on one GPU: its K and V, and
@@ -477,18 +480,22 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 
 
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
-    """The weights: weights_dtype (default: the model's) with its scale groups, the head
-    quantised too where quantize_head says so, the attention kept where keep_attention
-    says so, the vocabulary laid out over the ranks as vocab_layout says."""
-    dtype = point.weights_dtype or spec.dtype
+    """The weights: weights_dtype (default: the dtype the model is served in, a float32
+    checkpoint's bfloat16: served_dtype) with its scale groups, the head quantised too
+    where quantize_head says so, the attention kept where keep_attention says so, the
+    vocabulary laid out over the ranks as vocab_layout says."""
+    dtype = point.weights_dtype or served_dtype(spec.dtype)
     return WeightFormat.of(
         dtype, point.weights_group, point.vocab_layout, point.quantize_head, point.keep_attention
     )
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:
-    """The cache: kv_dtype (default: the model's) with its scale groups."""
-    return KvFormat(point.kv_dtype or spec.dtype, point.kv_scale_group, point.scale_dtype)
+    """The cache: kv_dtype (default: the dtype the model is served in) with its scale
+    groups."""
+    return KvFormat(
+        point.kv_dtype or served_dtype(spec.dtype), point.kv_scale_group, point.scale_dtype
+    )
 
 
 def scaled(point: FitPoint) -> frozenset[str]:

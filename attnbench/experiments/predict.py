@@ -20,6 +20,7 @@ when `batch` requests are kept in flight (serving_itl_s).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -29,6 +30,7 @@ from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
 from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
+from ..model.dtypes import served_dtype
 from ..model.generation import generation, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
@@ -215,6 +217,13 @@ COLUMNS = (
     ColumnSpec("ITL in flight ms", "serving_itl_ms", "aligned", 1),
     ColumnSpec("Bound", "step_bound", "label", 1),
 )
+
+
+def model_dtype(dtype: str, point: Mapping[str, Any]) -> str:
+    """The dtype a model stored in `dtype` is predicted in where the point sets none: on a
+    named GPU, the one a serving engine loads it in (a float32 checkpoint in bfloat16:
+    model.dtypes.served_dtype); on THIS_DEVICE, as stored, as it runs here."""
+    return dtype if is_this(point.get("gpu")) else served_dtype(dtype)
 
 
 def target_of(point: PredictPoint, context: Context | None) -> Target:

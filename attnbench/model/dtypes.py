@@ -67,6 +67,22 @@ ALIASES = {
 }
 
 
+#: Where serving engines load a float32 checkpoint in 16 bits: vLLM's `--dtype auto`
+#: takes the platform's first dtype, bfloat16 on GPUs that have it
+#: (`_resolve_auto_dtype`, "Downcast for float32 models"); no engine serves in float32.
+SERVED_DTYPE_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/0052a5b818980ce8a0477706aaf9f75bd5af72cd/"
+    "vllm/config/model.py"
+)
+
+
+def served_dtype(dtype: str) -> str:
+    """The dtype a serving engine runs a checkpoint stored in `dtype` in: a float32
+    checkpoint in bfloat16 (SERVED_DTYPE_SOURCE; float16, which older engines took, has
+    the same matmul rate on every GPU of the table), any other as stored."""
+    return "bfloat16" if dtype == "float32" else dtype
+
+
 def canonical_dtype(name: str) -> str | None:
     """'torch.bfloat16', 'bf16' -> 'bfloat16'; None for a name no table knows."""
     text = str(name).removeprefix("torch.")

@@ -200,7 +200,9 @@ FIELDS: dict[str, Field] = {
         choices=MODEL_DTYPES,
         default={"kvmem": "float16", "decode": "float32", "predict": "bfloat16"},
         flag_help={
-            "predict": "float32, float16 or bfloat16 (default: the model's, else bfloat16).",
+            "predict": "float32, float16 or bfloat16 (default: the model's, as a serving "
+            "engine loads it on a named GPU: a float32 checkpoint in bfloat16; else "
+            "bfloat16).",
             "kvmem": "float32, float16 or bfloat16 (default: the model's, else float16).",
             "decode": "float32, float16 or bfloat16 (default: the model's, else float32).",
         },
@@ -250,7 +252,8 @@ FIELDS: dict[str, Field] = {
         choices=KV_DTYPES,
         flag_help={
             "kvmem": f"Cache dtypes: {', '.join(KV_DTYPES)} (default: {{dtype}}, or the model's).",
-            "fit": f"Cache dtypes: {', '.join(KV_DTYPES)} (default: the model's).",
+            "fit": f"Cache dtypes: {', '.join(KV_DTYPES)} (default: the model's, a float32 "
+            "checkpoint's bfloat16, as serving engines load it).",
         },
     ),
     "kv_scale_group": Field(
@@ -321,7 +324,9 @@ FIELDS: dict[str, Field] = {
     "weights_dtype": Field(
         str,
         ("fit", "predict"),
-        "Weights' dtype (default: the model's): int8, int4 and mxfp4 are weight-only (the "
+        "Weights' dtype (default: the model's as it runs, a float32 checkpoint's in "
+        "bfloat16 on a GPU, as serving engines load it): int8, int4 and mxfp4 are "
+        "weight-only (the "
         "matmuls run in dtype), float8_e4m3fn and float8_e5m2 quantise the activations too "
         "(the matmuls run at the GPU's float8 peak), nvfp4 as well (at its float4 peak: "
         "Blackwell's).",

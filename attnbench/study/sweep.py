@@ -355,7 +355,8 @@ class Section:
 
     def points(self, typed: Any = None) -> list:
         """Every grid point as a typed point: synthetic shapes first, then models (whose
-        shape fields, and dtype unless one is given, come from the model). A kind whose
+        shape fields, and dtype unless one is given, come from the model: the dtype it
+        runs in at the point, where its kind says, SectionKind.model_dtype). A kind whose
         points carry their options gets `typed`, the section's typed options."""
         kind = KINDS[self.name]
         wanted = set(kind.point.__dataclass_fields__)
@@ -400,7 +401,8 @@ class Section:
             for r in rest:
                 point = {**shape, **r, **options}
                 if "dtype" in wanted and self.origins.get("dtype") is None:
-                    point["dtype"] = model.dtype
+                    dtype = model.dtype
+                    point["dtype"] = kind.model_dtype(dtype, point) if kind.model_dtype else dtype
                 points.append(kind.point(**point))
         return points
 

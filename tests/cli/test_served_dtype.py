@@ -1,0 +1,99 @@
+"""A checkpoint stored in float32 (OLMo-2's, Gemma-2's config.json) is served in 16 bits:
+`predict` on a named GPU and `fit` take bfloat16 for it unless a flag keeps float32, and
+say so; `predict` on this machine keeps the model's own dtype, as it runs here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnbench.cli import app
+from attnbench.experiments.predict import model_dtype
+from attnbench.model.dtypes import served_dtype
+from tests.helpers import runner
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 4,
+    "intermediate_size": 1024,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+}
+NOTE = "its checkpoint is float32;"
+
+
+def config(tmp_path, dtype: str):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA, "torch_dtype": dtype}))
+    return path
+
+
+def invoke(*args):
+    result = runner.invoke(app, list(map(str, args)), env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def records(path):
+    return json.loads(path.read_text())["records"]
+
+
+def test_served_dtype_changes_float32_alone():
+    assert served_dtype("float32") == "bfloat16"
+    assert [served_dtype(d) for d in ("float16", "bfloat16")] == ["float16", "bfloat16"]
+
+
+@pytest.mark.parametrize(("gpu", "dtype"), [("h100-sxm", "bfloat16"), ("this", "float32")])
+def test_predict_serves_a_float32_model_on_a_named_gpu_only(gpu, dtype):
+    assert model_dtype("float32", {"gpu": gpu}) == dtype
+    assert model_dtype("float16", {"gpu": gpu}) == "float16"
+
+
+def test_predict_on_a_named_gpu_says_it_predicts_bfloat16(tmp_path):
+    out = tmp_path / "p.json"
+    result = invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", config(tmp_path, "float32"), "--json", out
+    )
+    (row,) = records(out)
+    assert (row["dtype"], row["kv_dtype"]) == ("bfloat16", "bfloat16")
+    notes = [line for line in result.stdout.splitlines() if NOTE in line]
+    assert len(notes) == 1
+    assert "predicted on the named GPUs in bfloat16" in notes[0]
+    assert notes[0].endswith("--dtype float32 keeps float32")
+
+
+def test_predict_keeps_a_dtype_given_and_a_16_bit_checkpoint(tmp_path):
+    out = tmp_path / "p.json"
+    path = config(tmp_path, "float32")
+    result = invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", path, "--dtype", "float32", "--json", out
+    )
+    assert records(out)[0]["dtype"] == "float32"
+    assert NOTE not in result.stdout
+    result = invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", config(tmp_path, "float16"), "--json", out
+    )
+    assert records(out)[0]["dtype"] == "float16"
+    assert "its checkpoint is" not in result.stdout
+
+
+def test_fit_plans_a_float32_model_in_bfloat16_unless_told(tmp_path):
+    path = config(tmp_path, "float32")
+    served, kept = tmp_path / "served.json", tmp_path / "kept.json"
+    args = ["fit", "--gpu", "h100-sxm", "--hf-config", path, "--seq-len", "4096"]
+    result = invoke(*args, "--json", served)
+    (row,) = records(served)
+    assert (row["weights_dtype"], row["kv_dtype"]) == ("bfloat16", "bfloat16")
+    assert any(
+        NOTE in line and "planned in bfloat16" in line for line in result.stdout.splitlines()
+    )
+    result = invoke(*args, "--weights-dtype", "float32", "--kv-dtype", "float32", "--json", kept)
+    (whole,) = records(kept)
+    assert (whole["weights_dtype"], whole["kv_dtype"]) == ("float32", "float32")
+    assert whole["weights_bytes_per_gpu"] == 2 * row["weights_bytes_per_gpu"]
+    assert whole["kv_bytes_per_sequence_per_gpu"] == 2 * row["kv_bytes_per_sequence_per_gpu"]
+    assert NOTE not in result.stdout

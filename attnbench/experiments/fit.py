@@ -480,10 +480,18 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 
 
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
-    """The weights: weights_dtype (default: the dtype the model is served in, a float32
+    """The weights: weights_dtype (default: as a quantised checkpoint stores them,
+    ModelSpec.stored_weights, else the dtype the model is served in, a float32
     checkpoint's bfloat16: served_dtype) with its scale groups, the head quantised too
     where quantize_head says so, the attention kept where keep_attention says so, the
     vocabulary laid out over the ranks as vocab_layout says."""
+    stored = spec.stored_weights if point.weights_dtype is None else None
+    if stored is not None:
+        group, kept = (
+            point.weights_group or stored.group,
+            point.keep_attention or stored.keep_attention,
+        )
+        return WeightFormat.of(stored.dtype, group, point.vocab_layout, point.quantize_head, kept)
     dtype = point.weights_dtype or served_dtype(spec.dtype)
     return WeightFormat.of(
         dtype, point.weights_group, point.vocab_layout, point.quantize_head, point.keep_attention
@@ -600,16 +608,16 @@ def _calibrated(path: str | None, device: DeviceSpec) -> PerfModel:
 
 
 @contextmanager
-def _roofline_errors(targets: Targets, weights: str) -> Iterator[None]:
+def _roofline_errors(targets: Targets, weights: str, hint: str) -> Iterator[None]:
     """The roofline's refusals as errors of the fit's own fields: a dtype the device has
-    no matmul rate for is that of the `weights` dtype; a model it cannot time the
-    target's."""
+    no matmul rate for is that of the `weights` dtype (with `hint`, where the checkpoint
+    stores them so: ModelSpec.stored_hint); a model it cannot time the target's."""
     try:
         yield
     except FieldError as exc:
         if exc.field != "dtype":
             raise
-        raise FieldError("weights_dtype", weights, exc.reason) from None
+        raise FieldError("weights_dtype", weights, exc.reason + hint) from None
     except UsageError as exc:
         raise FieldError(*targets.named, str(exc)) from None
 
@@ -621,7 +629,9 @@ def _predict(
     of the plan's tp ranks: the weights' dtype for the step, the cache's for the cache,
     and the plan's layer windows, so the step reads the cache the plan holds."""
     spec = replace(plan.spec, windows=plan.windows)
-    with _roofline_errors(targets, plan.weights.dtype):
+    with _roofline_errors(
+        targets, plan.weights.dtype, spec.stored_hint(plan.weights.dtype, plan.dtype)
+    ):
         step = counts(spec, batch, seq_len, plan.dtype, plan.kv.dtype, plan.tp, plan.weights)
         return predict_counts(step, targets.device, plan.dtype, plan.tp, targets.model)
 

@@ -219,11 +219,23 @@ COLUMNS = (
 )
 
 
-def model_dtype(dtype: str, point: Mapping[str, Any]) -> str:
-    """The dtype a model stored in `dtype` is predicted in where the point sets none: on a
-    named GPU, the one a serving engine loads it in (a float32 checkpoint in bfloat16:
-    model.dtypes.served_dtype); on THIS_DEVICE, as stored, as it runs here."""
-    return dtype if is_this(point.get("gpu")) else served_dtype(dtype)
+def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
+    """What a model gives the fields of a point that sets none of them: on a named GPU, a
+    serving engine's load of its checkpoint, the dtype (a float32 checkpoint in bfloat16:
+    model.dtypes.served_dtype) and, unless the point sets weights_dtype, the weights as a
+    quantised checkpoint stores them (ModelSpec.stored_weights); on THIS_DEVICE, its
+    dtype, as it runs here."""
+    if is_this(point.get("gpu")):
+        return {"dtype": spec.dtype}
+    found: dict[str, Any] = {"dtype": served_dtype(spec.dtype)}
+    stored = spec.stored_weights
+    if stored is not None and point.get("weights_dtype") is None:
+        found.update(
+            weights_dtype=stored.dtype,
+            weights_group=stored.group,
+            keep_attention=stored.keep_attention,
+        )
+    return found
 
 
 def target_of(point: PredictPoint, context: Context | None) -> Target:
@@ -273,7 +285,9 @@ def check_weights_rate(point: PredictPoint, device: DeviceSpec) -> None:
         try:
             flops_for(device, point.weights.matmul_dtype(point.dtype))
         except FieldError as exc:
-            raise FieldError("weights_dtype", point.weights.dtype, exc.reason) from None
+            dtype = point.weights.dtype
+            hint = point.spec.stored_hint(dtype, point.dtype) if point.spec is not None else ""
+            raise FieldError("weights_dtype", dtype, exc.reason + hint) from None
 
 
 def _counts(point: PredictPoint) -> dict[str, ModelCounts]:

@@ -205,6 +205,25 @@ class CountedModel:
 
 
 @dataclass(frozen=True)
+class StoredWeights:
+    """How a quantised checkpoint stores its weights, as its config's quantization_config
+    says, in the terms of fit's and predict's weights settings: a weights dtype, its scale
+    group (None: the format's default) and whether the attention's projections stay in
+    the model's dtype. Those commands count the weights so where no setting is given."""
+
+    dtype: str
+    group: int | None = None
+    keep_attention: bool = False
+
+    def settings(self) -> str:
+        """'weights_dtype int4 and weights_group 128'."""
+        said = [f"weights_dtype {self.dtype}"]
+        said += [f"weights_group {self.group}"] if self.group is not None else []
+        said += ["keep_attention"] if self.keep_attention else []
+        return " and ".join(said)
+
+
+@dataclass(frozen=True)
 class CountFix:
     """Where transformers' count of a model type (CountedModel) is not the model as its
     config gives it, which its part names or its build get wrong.
@@ -273,6 +292,9 @@ class ModelSpec:
     #: Why the layers' kinds are not known (a model type attnbench does not read as a
     #: hybrid whose config declares layers other than attention): its cache is refused.
     unknown_kinds: str | None = None
+    #: The weights as a quantised checkpoint stores them (its quantization_config), where
+    #: attnbench reads it; None: stored in `dtype`, or a format it cannot tell.
+    stored_weights: StoredWeights | None = None
 
     def __post_init__(self) -> None:
         for name in ("attends", "states"):
@@ -281,6 +303,18 @@ class ModelSpec:
                 raise ValueError(f"{len(per_layer)} entries of {name} for {self.num_layers} layers")
         if self.windows is not None and len(self.windows) != self.kv_layers:
             raise ValueError(f"{len(self.windows)} windows for {self.kv_layers} attention layers")
+
+    def stored_hint(self, weights_dtype: str, dtype: str) -> str:
+        """What an error about `weights_dtype` adds where it is how the checkpoint stores
+        its weights (stored_weights), which the user may not have asked for: that it is,
+        and the setting that counts them unquantised in `dtype`; '' otherwise."""
+        stored = self.stored_weights
+        if stored is None or stored.dtype != weights_dtype:
+            return ""
+        return (
+            f" (the checkpoint's, its quantization_config; weights_dtype {dtype} counts "
+            "the weights unquantised)"
+        )
 
     def require_kinds(self) -> None:
         """A UsageError when the layers' kinds are not known: what is cached is not."""

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..errors import UsageError, brief, spelled, typed
-from ..model.architecture import CountFix, MlaSpec, ModelBody, ModelSpec, MoeSpec
+from ..model.architecture import CountFix, MlaSpec, ModelBody, ModelSpec, MoeSpec, StoredWeights
 from ..model.capacity import PATTERN_LETTERS, pattern_bounded
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
@@ -1246,20 +1246,23 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             "from the common fields (hidden_size, num_attention_heads, "
             "num_key_value_heads, head_dim), unchecked"
         )
+    stored = None
     if quantised := _quantisation(cfg, where):
-        notes.append(quantised)
+        said, stored = quantised
+        notes.append(said)
     if not name:
         where = "folder" if path.stem == "config" and path.parent.name else "file"
         notes.append(f"named after its {where}: the config has no _name_or_path")
-    return replace(spec, config_path=str(path), note="; ".join(notes) or None)
+    note = "; ".join(notes) or None
+    return replace(spec, config_path=str(path), note=note, stored_weights=stored)
 
 
-def _quantisation(cfg: dict, where: str) -> str | None:
-    """What a quantised checkpoint's config says of its weights, which attnbench does not
-    read (its formats differ in their scales, and some quantise the experts alone): the
-    note that the weights are counted in the model's dtype unless weights_dtype says
-    otherwise ('quantization_config: awq, 4 bits, groups of 128 ...'); None for a config
-    without one."""
+def _quantisation(cfg: dict, where: str) -> tuple[str, StoredWeights | None] | None:
+    """What a quantised checkpoint's config says of its weights: the note that says it
+    ('quantization_config (awq, 4 bits, groups of 128): ...') and the weights as stored,
+    in fit's and predict's terms, where attnbench can tell them (None where it cannot:
+    its formats differ in their scales, and some quantise the experts alone; the note then
+    says the weights are counted in the model's dtype). None for a config without one."""
     quant = object_field(cfg, "quantization_config", where)
     if quant is None:
         return None
@@ -1268,17 +1271,20 @@ def _quantisation(cfg: dict, where: str) -> str | None:
     group = quant.get("group_size") or quant.get("q_group_size")
     said = [str(method) if isinstance(method, str) else "a method it does not name"]
     said += [f"{bits} bits"] if bits is not None else []
-    said += [f"groups of {group:,}"] if isinstance(group, int) and group > 0 else []
-    settings = _stored_as(quant, method, bits, group)
-    how = (
-        f" (fit and predict count them as the checkpoint stores them with {settings})"
-        if settings
-        else " (fit's and predict's weights_dtype and weights_group count them as the "
-        "checkpoint stores them)"
-    )
+    said += [f"groups of {group:,}"] if _whole(group) and group > 0 else []
+    stored = _stored_as(quant, method, bits, group)
+    if stored is None:
+        return (
+            f"quantization_config ({', '.join(said)}) not read: the weights are counted in "
+            "the model's dtype (fit's and predict's weights_dtype and weights_group count "
+            "them as the checkpoint stores them)",
+            None,
+        )
     return (
-        f"quantization_config ({', '.join(said)}) not read: the weights are counted in the "
-        f"model's dtype{how}"
+        f"quantization_config ({', '.join(said)}): fit, and predict on a named GPU, count "
+        f"the weights as the checkpoint stores them, {stored.settings()} (weights_dtype "
+        "sets others); params counts them in the model's dtype",
+        stored,
     )
 
 
@@ -1292,18 +1298,22 @@ def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _stored_as(quant: dict, method: object, bits: int | None, group: object) -> str | None:
-    """The weights settings that count a checkpoint's weights as stored, where its
-    quantization_config says them: a 4-bit float or float8 method (ModelOpt's in its
-    quant_algo), or AWQ's and GPTQ's integers with their group; keep_attention too where
+def _stored_as(
+    quant: dict, method: object, bits: int | None, group: object
+) -> StoredWeights | None:
+    """The weights as a checkpoint stores them, where its quantization_config says so: a
+    4-bit float or float8 method (ModelOpt's in its quant_algo), AWQ's and GPTQ's integers
+    with their group, or compressed-tensors' scheme (_compressed); keep_attention too where
     the modules it leaves unconverted are the attention's (gpt-oss's, NVIDIA's FP4
     checkpoints'). None where it cannot tell."""
     name = str(quant.get("quant_algo") or method or "").lower()
     dtype = _METHOD_DTYPES.get(name)
+    scale_group = None
     if dtype is None and name in ("awq", "gptq") and bits in (4, 8):
         dtype = f"int{bits}"
-        if _whole(group) and group > 0:
-            dtype += f" and weights_group {group}"
+        scale_group = group if _whole(group) and group > 0 else None
+    if dtype is None and name == "compressed-tensors":
+        dtype, scale_group = _compressed(quant)
     if dtype is None:
         return None
     skipped: list[str] = []
@@ -1312,5 +1322,32 @@ def _stored_as(quant: dict, method: object, bits: int | None, group: object) -> 
         listed = [listed] if isinstance(listed, str) else listed
         if isinstance(listed, list):
             skipped += [str(m) for m in listed]
-    kept = any("attn" in m for m in skipped)
-    return f"weights_dtype {dtype}{' and keep_attention' if kept else ''}"
+    return StoredWeights(dtype, scale_group, any("attn" in m for m in skipped))
+
+
+def _compressed(quant: dict) -> tuple[str | None, int | None]:
+    """The weights' dtype and scale group of a compressed-tensors checkpoint (llm-compressor's
+    schemes), where every group of its config_groups quantises alike: float8 weights and
+    activations (FP8, FP8_DYNAMIC), or 4- or 8-bit integer weights alone, in groups or per
+    channel (W4A16, W8A16). (None, None) for any other scheme (W8A8 integers, whose
+    activations attnbench does not quantise) or one it cannot read."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None, None
+    schemes = set()
+    for scheme in groups.values():
+        weights = scheme.get("weights") if isinstance(scheme, dict) else None
+        if not isinstance(weights, dict):
+            return None, None
+        inputs = scheme.get("input_activations")
+        bits, kind, strategy = weights.get("num_bits"), weights.get("type"), weights.get("strategy")
+        group = weights.get("group_size") if strategy == "group" else None
+        schemes.add((bits, kind, group if _whole(group) and group > 0 else None, bool(inputs)))
+    if len(schemes) != 1:
+        return None, None
+    ((bits, kind, group, inputs),) = schemes
+    if (bits, kind) == (8, "float"):
+        return ("float8_e4m3fn", None) if inputs else (None, None)
+    if kind == "int" and bits in (4, 8) and not inputs:
+        return f"int{bits}", group
+    return None, None

@@ -129,8 +129,9 @@ class SectionKind:
     depend on its rows (kvmem, decode: render.columns.ROW_COLUMNS). `scaled(point)` names
     the formats of a point that carry scales ("weights", "kv"): a scale group given for a
     format that no point of the section quantises has no effect, and is refused.
-    `model_dtype(dtype, point)`: the dtype a model stored in `dtype` runs in at a point
-    that does not set one (None: as stored; predict: on a named GPU, as engines serve it).
+    `model_defaults(spec, point)`: the values a model gives the fields of a point that
+    sets none of them (None: its dtype; predict: on a named GPU, the dtype and weights
+    an engine serves its checkpoint in).
     `cuda_only`: switches that act on a CUDA device alone (decode: CUDA graphs, the L2
     flush), refused when a flag sets them for a section on another device (a sweep file's
     may serve a run on a GPU)."""
@@ -163,7 +164,7 @@ class SectionKind:
     counts_on_torch: bool = False
     columns: Sequence[ColumnSpec] = ()
     scaled: Callable[[Any], frozenset[str]] | None = None
-    model_dtype: Callable[[str, Mapping[str, Any]], str] | None = None
+    model_defaults: Callable[[Any, Mapping[str, Any]], Mapping[str, Any]] | None = None
 
     @classmethod
     def of(cls, name: str, experiment: Experiment, **more: Any) -> SectionKind:
@@ -287,7 +288,7 @@ def _predict() -> SectionKind:
         point=predict.PredictPoint,
         record=predict.PredictRecord,
         wants_peaks=predict.wants_peaks,
-        model_dtype=predict.model_dtype,
+        model_defaults=predict.model_defaults,
         describe=describe_predict,
         whole_model=True,
     )

@@ -355,9 +355,10 @@ class Section:
 
     def points(self, typed: Any = None) -> list:
         """Every grid point as a typed point: synthetic shapes first, then models (whose
-        shape fields, and dtype unless one is given, come from the model: the dtype it
-        runs in at the point, where its kind says, SectionKind.model_dtype). A kind whose
-        points carry their options gets `typed`, the section's typed options."""
+        shape fields, and dtype unless one is given, come from the model; where its kind
+        says, the dtype and weights it runs in at the point: SectionKind.model_defaults).
+        A kind whose points carry their options gets `typed`, the section's typed
+        options."""
         kind = KINDS[self.name]
         wanted = set(kind.point.__dataclass_fields__)
         seq_lens = self.values.get("seq_lens")
@@ -400,9 +401,10 @@ class Section:
             shape = {k: v for k, v in shape.items() if k in wanted}
             for r in rest:
                 point = {**shape, **r, **options}
-                if "dtype" in wanted and self.origins.get("dtype") is None:
-                    dtype = model.dtype
-                    point["dtype"] = kind.model_dtype(dtype, point) if kind.model_dtype else dtype
+                given = kind.model_defaults(model, point) if kind.model_defaults else None
+                for name, value in (given or {"dtype": model.dtype}).items():
+                    if name in wanted and self.origins.get(name) is None:
+                        point[name] = value
                 points.append(kind.point(**point))
         return points
 

@@ -11,6 +11,7 @@ import pytest
 
 from attnbench.cli import app
 from attnbench.errors import UsageError
+from attnbench.model.architecture import StoredWeights
 from attnbench.model.capacity import layer_tokens
 from attnbench.model.hf_config import BODY_MODEL_TYPES, load_hf_config, spec_from_hf_config
 from attnbench.model.presets import get_preset
@@ -721,36 +722,59 @@ def test_params_of_a_config_whose_cache_is_refused_says_so(tmp_path):
     assert refused.exit_code == 2 and "num_kv_shared_layers" in refused.stderr
 
 
-def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(tmp_path):
-    """quantization_config is not read (AWQ, GPTQ, FP8 and MXFP4 store their scales each
-    its own way): the note says so, and which flags count the weights as stored."""
+def test_a_quantised_checkpoint_is_counted_as_stored_where_its_format_is_read(tmp_path):
+    """quantization_config, where attnbench reads its format, sets how fit and predict
+    count the weights (stored_weights), and the note says so; a format it cannot read
+    (AWQ, GPTQ, FP8 and MXFP4 store their scales each its own way) leaves them in the
+    model's dtype, the note naming the settings that count them."""
     quant = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
-    assert "quantization_config (awq, 4 bits, groups of 128) not read" in spec.note
+    assert spec.stored_weights == StoredWeights("int4", 128)
     assert (
-        "(fit and predict count them as the checkpoint stores them with weights_dtype int4 and "
-        "weights_group 128)"
+        "quantization_config (awq, 4 bits, groups of 128): fit, and predict on a named GPU, "
+        "count the weights as the checkpoint stores them, weights_dtype int4 and "
+        "weights_group 128 (weights_dtype sets others); params counts them in the model's dtype"
     ) in spec.note
     plain = load_hf_config(write_config(tmp_path, LLAMA3_8B, "plain"))
-    assert "quantization_config" not in (plain.note or "")
-    for bits in (4.0, True):  # not a whole number of bits: no settings guessed from it
-        odd = {"quant_method": "gptq", "bits": bits}
-        spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": odd}))
-        assert "weights_dtype and weights_group count them" in spec.note
-    unknown = {"quant_method": "compressed-tensors"}
-    spec = load_hf_config(
-        write_config(tmp_path, {**LLAMA3_8B, "quantization_config": unknown}, "u")
-    )
-    assert "weights_dtype and weights_group count them as the checkpoint stores them" in spec.note
+    assert "quantization_config" not in (plain.note or "") and plain.stored_weights is None
+    unread = [
+        {"quant_method": "gptq", "bits": 4.0},  # not a whole number of bits: no guess
+        {"quant_method": "gptq", "bits": True},
+        {"quant_method": "compressed-tensors"},  # no config_groups
+        {"quant_method": "bitsandbytes", "load_in_4bit": True},
+    ]
+    for i, odd in enumerate(unread):
+        spec = load_hf_config(
+            write_config(tmp_path, {**LLAMA3_8B, "quantization_config": odd}, f"u{i}")
+        )
+        assert spec.stored_weights is None
+        assert "not read: the weights are counted in the model's dtype" in spec.note
+        assert "weights_dtype and weights_group count them as the checkpoint" in spec.note
+
+
+def _scheme(weights: dict, inputs: dict | None = None) -> dict:
+    """A compressed-tensors quantization_config of one group over the linear layers."""
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": inputs}
+    return {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": group},
+        "ignore": ["lm_head"],
+    }
+
+
+_FP8_WEIGHTS = {"num_bits": 8, "type": "float", "strategy": "channel"}
+_FP8_TOKENS = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}
+_INT4_GROUPS = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}
+_INT8_CHANNELS = {"num_bits": 8, "type": "int", "strategy": "channel"}
 
 
 @pytest.mark.parametrize(
-    ("quant", "settings"),
+    ("quant", "stored"),
     [
         # gpt-oss's: the experts alone in MXFP4
         (
             {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]},
-            "weights_dtype mxfp4 and keep_attention",
+            StoredWeights("mxfp4", keep_attention=True),
         ),
         # ModelOpt's NVFP4 (NVIDIA's DeepSeek-R1-FP4), its attention excluded
         (
@@ -759,27 +783,44 @@ def test_a_quantised_checkpoint_says_its_weights_are_counted_in_the_model_dtype(
                 "quant_algo": "NVFP4",
                 "exclude_modules": ["lm_head", "model.layers.0.self_attn*"],
             },
-            "weights_dtype nvfp4 and keep_attention",
+            StoredWeights("nvfp4", keep_attention=True),
         ),
-        ({"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}, "weights_dtype nvfp4"),
-        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "weights_dtype float8_e4m3fn"),
+        ({"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}, StoredWeights("nvfp4")),
         (
-            {"quant_method": "gptq", "bits": 8, "group_size": 128},
-            "weights_dtype int8 and weights_group 128",
+            {"quant_method": "fp8", "weight_block_size": [128, 128]},
+            StoredWeights("float8_e4m3fn"),
         ),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, StoredWeights("int8", 128)),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -1}, StoredWeights("int4")),
         # a list spelled as one string, or not a list at all: read as it can be, no crash
         (
             {"quant_method": "mxfp4", "modules_to_not_convert": "model.layers.*.self_attn"},
-            "weights_dtype mxfp4 and keep_attention",
+            StoredWeights("mxfp4", keep_attention=True),
         ),
-        ({"quant_method": "mxfp4", "ignored_layers": 5, "ignore": True}, "weights_dtype mxfp4"),
+        ({"quant_method": "mxfp4", "ignored_layers": 5, "ignore": True}, StoredWeights("mxfp4")),
+        # compressed-tensors (llm-compressor): FP8_DYNAMIC, W4A16, W8A16
+        (_scheme(_FP8_WEIGHTS, _FP8_TOKENS), StoredWeights("float8_e4m3fn")),
+        (_scheme(_INT4_GROUPS), StoredWeights("int4", 128)),
+        (_scheme(_INT8_CHANNELS), StoredWeights("int8")),
+        # W8A8 integers (activations quantised too) and float8 weights alone: not expressed
+        (_scheme(_INT8_CHANNELS, {**_INT8_CHANNELS, "strategy": "token"}), None),
+        (_scheme(_FP8_WEIGHTS), None),
+        # groups that quantise differently, or a group that is not an object: not read
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"a": {"weights": _INT4_GROUPS}, "b": {"weights": _INT8_CHANNELS}},
+            },
+            None,
+        ),
+        ({"quant_method": "compressed-tensors", "config_groups": {"a": 4}}, None),
     ],
 )
-def test_a_quantised_checkpoint_names_the_settings_that_count_it_as_stored(
-    tmp_path, quant, settings
-):
+def test_a_quantised_checkpoint_format_is_read_as_stored(tmp_path, quant, stored):
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
-    assert f"count them as the checkpoint stores them with {settings})" in spec.note
+    assert spec.stored_weights == stored
+    if stored is not None:
+        assert f"as the checkpoint stores them, {stored.settings()} (" in spec.note
 
 
 @pytest.mark.parametrize(

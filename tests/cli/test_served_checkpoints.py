@@ -1,0 +1,147 @@
+"""A checkpoint is predicted and planned as an engine serves it: one stored in float32
+(OLMo-2's, Gemma-2's config.json) in bfloat16, a quantised one's weights as its
+quantization_config stores them, by `predict` on a named GPU and by `fit`, unless a flag
+says otherwise, and each says so; `predict` on this machine keeps the model's own dtype,
+as it runs here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from attnbench.cli import app
+from attnbench.experiments.predict import model_defaults
+from attnbench.model.architecture import StoredWeights
+from attnbench.model.dtypes import served_dtype
+from attnbench.model.presets import get_preset
+from tests.helpers import one_error, runner
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 4,
+    "intermediate_size": 1024,
+    "vocab_size": 1000,
+    "max_position_embeddings": 4096,
+}
+NOTE = "its checkpoint is float32;"
+
+
+def config(tmp_path, dtype: str, **more):
+    path = tmp_path / f"{dtype}-{len(more)}.json"
+    path.write_text(json.dumps({**LLAMA, "torch_dtype": dtype, **more}))
+    return path
+
+
+def invoke(*args):
+    result = runner.invoke(app, list(map(str, args)), env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def records(path):
+    return json.loads(path.read_text())["records"]
+
+
+def test_served_dtype_changes_float32_alone():
+    assert served_dtype("float32") == "bfloat16"
+    assert [served_dtype(d) for d in ("float16", "bfloat16")] == ["float16", "bfloat16"]
+
+
+@pytest.mark.parametrize(("gpu", "dtype"), [("h100-sxm", "bfloat16"), ("this", "float32")])
+def test_predict_serves_a_float32_model_on_a_named_gpu_only(gpu, dtype):
+    spec = get_preset("llama-2-7b")
+    assert model_defaults(replace(spec, dtype="float32"), {"gpu": gpu}) == {"dtype": dtype}
+    assert model_defaults(spec, {"gpu": gpu}) == {"dtype": "float16"}
+
+
+def test_predict_takes_the_stored_weights_on_a_named_gpu_unless_weights_are_given():
+    stored = StoredWeights("int4", 64, keep_attention=True)
+    spec = replace(get_preset("llama-2-7b"), stored_weights=stored)
+    weights = {"weights_dtype": "int4", "weights_group": 64, "keep_attention": True}
+    assert model_defaults(spec, {"gpu": "h100-sxm"}) == {"dtype": "float16", **weights}
+    given = {"gpu": "h100-sxm", "weights_dtype": "int8"}
+    assert model_defaults(spec, given) == {"dtype": "float16"}
+    assert model_defaults(spec, {"gpu": "this"}) == {"dtype": "float16"}
+
+
+def test_predict_on_a_named_gpu_says_it_predicts_bfloat16(tmp_path):
+    out = tmp_path / "p.json"
+    result = invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", config(tmp_path, "float32"), "--json", out
+    )
+    (row,) = records(out)
+    assert (row["dtype"], row["kv_dtype"]) == ("bfloat16", "bfloat16")
+    notes = [line for line in result.stdout.splitlines() if NOTE in line]
+    assert len(notes) == 1
+    assert "predicted on the named GPUs in bfloat16" in notes[0]
+    assert notes[0].endswith("--dtype float32 keeps float32")
+
+
+def test_predict_keeps_a_dtype_given_and_a_16_bit_checkpoint(tmp_path):
+    out = tmp_path / "p.json"
+    path = config(tmp_path, "float32")
+    result = invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", path, "--dtype", "float32", "--json", out
+    )
+    assert records(out)[0]["dtype"] == "float32"
+    assert NOTE not in result.stdout
+    result = invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", config(tmp_path, "float16"), "--json", out
+    )
+    assert records(out)[0]["dtype"] == "float16"
+    assert "its checkpoint is" not in result.stdout
+
+
+def test_fit_plans_a_float32_model_in_bfloat16_unless_told(tmp_path):
+    path = config(tmp_path, "float32")
+    served, kept = tmp_path / "served.json", tmp_path / "kept.json"
+    args = ["fit", "--gpu", "h100-sxm", "--hf-config", path, "--seq-len", "4096"]
+    result = invoke(*args, "--json", served)
+    (row,) = records(served)
+    assert (row["weights_dtype"], row["kv_dtype"]) == ("bfloat16", "bfloat16")
+    assert any(
+        NOTE in line and "planned in bfloat16" in line for line in result.stdout.splitlines()
+    )
+    result = invoke(*args, "--weights-dtype", "float32", "--kv-dtype", "float32", "--json", kept)
+    (whole,) = records(kept)
+    assert (whole["weights_dtype"], whole["kv_dtype"]) == ("float32", "float32")
+    assert whole["weights_bytes_per_gpu"] == 2 * row["weights_bytes_per_gpu"]
+    assert whole["kv_bytes_per_sequence_per_gpu"] == 2 * row["kv_bytes_per_sequence_per_gpu"]
+    assert NOTE not in result.stdout
+
+
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def test_predict_and_fit_count_a_quantised_checkpoint_as_stored(tmp_path):
+    path = config(tmp_path, "float16", quantization_config=AWQ)
+    out = tmp_path / "p.json"
+    result = invoke("predict", "--gpu", "h100-sxm", "--hf-config", path, "--json", out)
+    (row,) = records(out)
+    assert (row["dtype"], row["weights"]) == ("float16", "int4 in groups of 128")
+    assert "count the weights as the checkpoint stores them, weights_dtype int4" in result.stdout
+    args = ["--gpu", "h100-sxm", "--hf-config", path, "--weights-dtype", "float16"]
+    invoke("predict", *args, "--json", out)
+    assert records(out)[0]["weights"] is None  # in dtype: the checkpoint's group not applied
+    fitted = tmp_path / "f.json"
+    invoke("fit", "--gpu", "h100-sxm", "--hf-config", path, "--seq-len", "4096", "--json", fitted)
+    (plan,) = records(fitted)
+    assert (plan["weights_dtype"], plan["weights"]) == ("int4", "int4 in groups of 128")
+
+
+def test_a_checkpoint_format_the_gpu_cannot_multiply_is_refused_saying_whose(tmp_path):
+    path = config(tmp_path, "bfloat16", quantization_config=FP8)
+    for command in (["predict"], ["fit", "--seq-len", "4096", "--tpot", "50ms"]):
+        result = runner.invoke(app, [*command, "--gpu", "a100-80gb", "--hf-config", str(path)])
+        line = one_error(result)
+        assert line.startswith("error: --weights-dtype float8_e4m3fn: a100-80gb has no float8")
+        assert line.endswith(
+            "(the checkpoint's, its quantization_config; weights_dtype bfloat16 counts the "
+            "weights unquantised)"
+        )

@@ -83,6 +83,16 @@ def test_the_validation_page_is_what_the_model_predicts_now(monkeypatch, capsys)
     assert validation.main(["--check"]) == 0, capsys.readouterr().out
 
 
+def test_every_validation_row_outside_the_close_band_says_why(monkeypatch):
+    """The page promises a reason wherever a prediction misses by more than CLOSE: a row
+    that a change of the model moves outside it must bring one."""
+    validation = _load("validation", monkeypatch)
+    rows = validation.rows()
+    misses = [r.entry for r in rows if abs(r.error) > validation.CLOSE]
+    assert misses  # the check is not empty
+    assert [e["id"] for e in misses if not e.get("why")] == []
+
+
 def test_a_validation_row_s_error_is_in_time_whatever_the_metric(monkeypatch):
     validation = _load("validation", monkeypatch)
     rate = validation.Row({"metric": "decode_tokens_per_s_per_sequence", "value": 100}, 125.0)

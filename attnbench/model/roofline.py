@@ -23,7 +23,8 @@ matmul rate is that of the weights' format where they quantise the activations t
 activations, as is that of a head or an attention kept in their dtype beside quantised
 weights.
 Each kernel pays the device's launch cost, the gap between kernels a captured graph
-replays (LAYER_KERNELS per layer, STEP_KERNELS per step); the collectives are below.
+replays (LAYER_KERNELS per layer, STEP_KERNELS per step, and QUANTISE_KERNELS before each
+matmul whose input a float8 or nvfp4 format quantises); the collectives are below.
 Weight-only weights are turned into the activations' dtype on the CUDA cores, not the
 tensor cores, each once per step (WeightFormat.dequant_ops per weight), at the device's
 float32 rate. A tensor-core matmul multiplies
@@ -47,14 +48,16 @@ classic roofline takes the larger of the two, the bound of one that overlaps the
 Far from the device's ridge one term dwarfs the other and the two bounds agree; near it
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
-nearer bound: over the published measurements of docs/validation.md the sum's median
-error is 9%, the larger term's 19% (both with the same measured figures; no figure is
-set from them). Of a single GEMM, the sum of an H100's figures gives 0.71 to 1.34 times
-the float8 GEMM times that DeepGEMM's README tables on an H800 (the same chip) at 64 and
-128 tokens, 0.84 to 1.10 times at 4,096 (https://github.com/deepseek-ai/DeepGEMM, its
-first release); CUTLASS-based kernels of the time took 1.4 to 2.7 times DeepGEMM's
-at 64 and 128. The ridge point is the device's (at efficiency_bw); `bound` names the
-larger term of the longer part.
+nearer bound: over the 680 published measurements of docs/validation.md the sum's
+median error is 12.5% (516 within 25%), the larger term's 17.9% (430) (both with the same
+measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
+other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
+GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
+DeepGEMM's README tables on an H800 (the same chip) at 64 and 128 tokens, 0.84 to 1.10
+times at 4,096 (https://github.com/deepseek-ai/DeepGEMM, its first release);
+CUTLASS-based kernels of the time took 1.4 to 2.7 times DeepGEMM's at 64 and 128. The
+ridge point is the device's (at efficiency_bw); `bound` names the larger term of the
+longer part.
 
 Whole-model counts reuse the one formula of each quantity: attention bytes and FLOPs from
 formulas.py, parameters per part and per rank from model_params.py, KV-cache bytes (dtype,
@@ -184,6 +187,12 @@ SHARED_EXPERT_KERNELS = 3
 STEP_KERNELS = 4
 #: Of LAYER_KERNELS, the attention's (norm, QKV, rotary, cache write, attention, output).
 ATTENTION_KERNELS = 6
+#: Kernels a matmul adds whose weights' format quantises its input too (float8, nvfp4):
+#: the input's quantisation, launched before it (vLLM's apply_fp8_linear runs
+#: scaled_fp8_quant, then cutlass_scaled_mm:
+#: https://github.com/vllm-project/vllm/blob/0039d4bdd8b569a09663acc7dd3fbef7cbb718ee/vllm/model_executor/layers/quantization/utils/w8a8_utils.py;
+#: its fused MoE quantises the input of each of its two grouped matmuls so).
+QUANTISE_KERNELS = 1
 #: An MLA layer's attention, counted from vLLM's MultiHeadLatentAttentionWrapper and its
 #: absorbed decode: the norm, the latent's down-projection and the queries' projection,
 #: the latent's norm, rotary embedding, the queries' absorption into the latent and the
@@ -486,6 +495,27 @@ def launched_kernels(spec: ModelSpec, routed: bool) -> int:
     return L * per_layer + extra + STEP_KERNELS
 
 
+def quantising_kernels(spec: ModelSpec, routed: bool, attention: bool) -> int:
+    """Kernels one step of `spec` launches to quantise the inputs of its matmuls, where
+    the weights' format quantises them (QUANTISE_KERNELS each): per layer, the MLP's two
+    (gate/up, down) or, in a layer of `routed` experts, theirs, and two more for shared
+    experts beside them; and, unless not `attention` (kept in the model's dtype), each
+    attention layer's projections: QKV and output, and an MLA layer's latent and query
+    down-projection, output, and with low-rank queries their up-projection."""
+    L = spec.num_layers
+    moe = spec.body.moe if spec.body is not None else None
+    shared = 2 * moe.moe_layers(L) if routed and moe is not None and moe.shared_width else 0
+    projections = quantised_projections(spec) * spec.kv_layers if attention else 0
+    return QUANTISE_KERNELS * (2 * L + shared + projections)
+
+
+def quantised_projections(spec: ModelSpec | None) -> int:
+    """Matmuls of one attention layer whose inputs a quantising format quantises: QKV and
+    the output projection; an MLA layer's latent (and query) down-projection and output,
+    and with low-rank queries their up-projection. A layer shape (None): two."""
+    return 2 + (1 if spec is not None and spec.mla is not None and spec.mla.q_lora_rank else 0)
+
+
 def layer_counts(
     shape: AttentionShape,
     batch: int,
@@ -506,9 +536,8 @@ def layer_counts(
     rank = rank_shape(shape, tp)
     # the projections' FLOPs are in forward_flops, with the core's
     params = attention_params(rank)
-    return _attention_layer(
-        attention, params, 0, shape, batch, q_len, dtype, tp, weights, ATTENTION_KERNELS
-    )
+    kernels = ATTENTION_KERNELS, quantised_projections(None)
+    return _attention_layer(attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels)
 
 
 def mla_layer_counts(
@@ -531,7 +560,7 @@ def mla_layer_counts(
     params = ceil_div(part_params(spec, tp)["attention"], spec.num_layers)
     shape = spec.attention_shape()
     flops = 2 * batch * q_len * params
-    kernels = attention_kernels(spec)
+    kernels = attention_kernels(spec), quantised_projections(spec)
     return _attention_layer(
         attention, params, flops, shape, batch, q_len, dtype, tp, weights, kernels
     )
@@ -547,17 +576,22 @@ def _attention_layer(
     dtype: str,
     tp: int,
     weights: str | WeightFormat | None,
-    kernels: int,
+    kernels: tuple[int, int],
 ) -> ModelCounts:
     """One attention layer's step from its attention's counts and its `params` projection
     weights (on this rank), stored in `weights` as step_counts stores a model's: packed
     with their scales, their matmuls at the format's rate, weight-only ones dequantised
     once, float8 and nvfp4 ones fed inputs quantised first, all kept in `dtype` where the
     format keeps the attention; `projection_flops` beside the
-    attention's FLOPs (0 where those hold them); `kernels` launched (attention_kernels)."""
+    attention's FLOPs (0 where those hold them); `kernels`: those its attention launches
+    (attention_kernels) and its projections whose inputs a quantising format quantises,
+    QUANTISE_KERNELS more each (quantised_projections)."""
     fmt = weight_format(weights or dtype)
     if fmt.kept_attention:  # a layer's projections are its attention's: kept as they are
         fmt = weight_format(dtype)
+    launched, quantised = kernels
+    if fmt.activation_quant_bytes(dtype) > 0:
+        launched += QUANTISE_KERNELS * quantised
     tokens, d = batch * q_len, shape.d_model
     inputs = _attention_inputs(d, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
     return ModelCounts(
@@ -571,7 +605,7 @@ def _attention_layer(
         allreduces=1 if tp > 1 else 0,
         layers=1,
         batch=batch,
-        kernels=kernels,
+        kernels=launched,
         matmul_dtype=fmt.matmul_dtype(dtype),
         dequant_ops=fmt.dequant_ops * params,
     )
@@ -754,6 +788,8 @@ def step_counts(
         routed = routed_attn * traits.experts_per_token // max(traits.num_experts, 1)
         projections = 2 * tokens * (parts["attention"] - routed_attn + routed)
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
+    routed_experts = bool(traits.num_experts and parts["experts"])
+    quantising = fmt.activation_quant_bytes(dtype) > 0
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(
@@ -782,7 +818,8 @@ def step_counts(
         layers=L,
         batch=batch,
         state_bytes=state,
-        kernels=launched_kernels(spec, bool(traits.num_experts and parts["experts"])),
+        kernels=launched_kernels(spec, routed_experts)
+        + (quantising_kernels(spec, routed_experts, not kept) if quantising else 0),
         # each rank's logits of the last token of every sequence, in float32
         gather_bytes=batch * vocab_rows * tp * 4 if split_vocab else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),

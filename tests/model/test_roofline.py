@@ -17,6 +17,7 @@ from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
     DEFAULT_MODEL,
     LAYER_KERNELS,
+    QUANTISE_KERNELS,
     STEP_KERNELS,
     Matmul,
     PerfModel,
@@ -164,6 +165,30 @@ def test_a_step_launches_each_layers_kernels(preset, per_layer, moe_layers, per_
     counts = decode_counts(spec, 1, 1024, "bfloat16")
     layers = spec.num_layers * per_layer
     assert counts.kernels == layers + moe_layers * per_moe_layer + STEP_KERNELS
+
+
+@pytest.mark.parametrize(
+    ("preset", "weights", "quantised"),
+    [
+        # 32 layers: QKV's and the output's inputs, the MLP's two (gate/up, down)
+        ("llama-3-8b", "float8_e4m3fn", 32 * (2 + 2)),
+        ("llama-3-8b", WeightFormat.of("float8_e4m3fn", keep_attention=True), 32 * 2),
+        # nvfp4 quantises its inputs as float8 does
+        ("mixtral-8x7b", "nvfp4", 32 * (2 + 2)),
+        # MLA with low-rank queries: 3 a layer; each of 61 layers' MLP or routed experts 2,
+        # the shared experts beside the routed ones of 58 layers 2 more
+        ("deepseek-v3", "float8_e4m3fn", 61 * (3 + 2) + 58 * 2),
+        # weight-only formats quantise no input
+        ("llama-3-8b", "int4", 0),
+    ],
+)
+def test_a_format_that_quantises_inputs_launches_a_kernel_before_each_matmul(
+    preset, weights, quantised
+):
+    spec = get_preset(preset)
+    plain = decode_counts(spec, 1, 1024, "bfloat16")
+    counts = decode_counts(spec, 1, 1024, "bfloat16", weights=weights)
+    assert counts.kernels - plain.kernels == quantised * QUANTISE_KERNELS
 
 
 def test_an_mla_layer_without_low_rank_queries_launches_one_kernel_less():

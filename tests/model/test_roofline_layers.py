@@ -12,6 +12,7 @@ from attnbench.model.model_params import part_params
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
     ATTENTION_KERNELS,
+    QUANTISE_KERNELS,
     layer_counts,
     mla_counts,
     mla_layer_counts,
@@ -149,7 +150,9 @@ def test_a_layer_s_float8_projections_run_at_the_float8_rate():
     bw = device.memory_bandwidth
     dense = (fp8.bytes - fp8.kv_bytes) / bw + (fp8.flops - fp8.attention_flops) / f8
     core = fp8.kv_bytes / bw + fp8.attention_flops / f16  # the core stays in float16
-    expected = dense + core + ATTENTION_KERNELS * device.launch_s
+    # and a kernel quantising the input of each of its two projections' matmuls
+    assert fp8.kernels == full.kernels + 2 * QUANTISE_KERNELS
+    expected = dense + core + (ATTENTION_KERNELS + 2 * QUANTISE_KERNELS) * device.launch_s
     found = predict_counts(fp8, device, "float16")
     assert found.time_s == pytest.approx(expected)
     assert found.time_s < predict_counts(full, device, "float16").time_s

@@ -31,10 +31,11 @@ answer); ttft does not depend on the batch: it is met by every batch or by none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from ..errors import FieldError, UsageError
 from ..model.architecture import ModelSpec
@@ -480,22 +481,29 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 
 
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
-    """The weights: weights_dtype (default: as a quantised checkpoint stores them,
-    ModelSpec.stored_weights, else the dtype the model is served in, a float32
-    checkpoint's bfloat16: served_dtype) with its scale groups, the head quantised too
+    """The weights: weights_dtype (default: the dtype the model is served in, a float32
+    checkpoint's bfloat16: served_dtype; a quantised checkpoint's are set as it stores
+    them, model_defaults) with its scale groups, the head quantised too
     where quantize_head says so, the attention kept where keep_attention says so, the
     vocabulary laid out over the ranks as vocab_layout says."""
-    stored = spec.stored_weights if point.weights_dtype is None else None
-    if stored is not None:
-        group, kept = (
-            point.weights_group or stored.group,
-            point.keep_attention or stored.keep_attention,
-        )
-        return WeightFormat.of(stored.dtype, group, point.vocab_layout, point.quantize_head, kept)
     dtype = point.weights_dtype or served_dtype(spec.dtype)
     return WeightFormat.of(
         dtype, point.weights_group, point.vocab_layout, point.quantize_head, point.keep_attention
     )
+
+
+def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
+    """What a model gives the fields of a point that sets none of them: unless the point
+    sets weights_dtype, the weights as a quantised checkpoint stores them
+    (ModelSpec.stored_weights), as an engine serves them."""
+    stored = spec.stored_weights
+    if stored is None or point.get("weights_dtype") is not None:
+        return {}
+    return {
+        "weights_dtype": stored.dtype,
+        "weights_group": stored.group,
+        "keep_attention": stored.keep_attention,
+    }
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:

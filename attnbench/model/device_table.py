@@ -60,6 +60,16 @@ _A100_DATASHEET = (
 _L40S_DATASHEET = "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
 _L40_DATASHEET = "https://www.nvidia.com/en-us/data-center/l40/"
 _L4_DATASHEET = "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
+_RTX6000_ADA_DATASHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/design-visualization/rtx-6000/"
+    "proviz-rtx-6000-ada-datasheet.pdf"
+)
+_A10_DATASHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf"
+)
+#: AWS's A10G (EC2 G5) has no datasheet of its own: AWS states its 24 GiB and nothing of
+#: its rates.
+_AWS_G5 = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/accelerated-computing-instances.html"
 _ADA_WHITEPAPER = (
     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
 )
@@ -93,6 +103,10 @@ _STREAM_H100_PCIE = (
 )
 _STREAM_A100_40 = _GPU_BENCHES + "a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-stream/a100_40.txt"
 _STREAM_L40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-stream/l40.txt"
+_STREAM_A40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-stream/a40.txt"
+#: A PyTorch matmul sweep (square sizes to 10,240) on a device that reports itself as an
+#: "NVIDIA A10G" (its notes' host line is the template's, naming an A100).
+_A10G_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/126"
 _MAMF = _ACCELERATORS + "#maximum-achievable-matmul-flops-comparison-table"
 _NETWORK = (
     "https://github.com/stas00/ml-engineering/blob/0cc3de50b2dd083c34d848a1dcb5bfe65fe3dace/"
@@ -225,6 +239,7 @@ _GDDR6_ADA = _share(
     "an L40, triad 803 of 864 GB/s,",
     _STREAM_L40,
 )
+_GDDR6_AMPERE = _share(663, 696, "an A40 (GA102), gpu-stream triad 663 of 696 GB/s,", _STREAM_A40)
 _HBM3E = _share(4150, 4800, "an H200, triad 4,150 of 4,800 GB/s,", _AZURE_H200)
 _HBM_CDNA = _share(4090, 5300, "an MI300X, triad 4,090 of 5,300 GB/s,", _AZURE_MI300X)
 _HOPPER_GEMM = _share(794.5, 989.4, "an H100 SXM, 794.5 of 989.4 TFLOPS in bfloat16,", _MAMF)
@@ -533,6 +548,61 @@ _TABLE = (
             f"gpu-stream triad, L40: {_STREAM_L40}",
         ),
         {"share": _HOPPER_GEMM},
+        _pcie(4, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
+    ),
+    # The RTX 6000 Ada is the AD102 of the L40 and L40S (142 SMs) at a 2,505 MHz boost.
+    # Its datasheet gives 48 GB at 960 GB/s, 91.1 TFLOPS in FP32 and one tensor figure,
+    # 1,457 TFLOPS in FP8 with sparsity: the L40S's (1,466 at 2,520 MHz), not the L40's
+    # (724), so its dense rates are taken as the L40S datasheet gives them, halves of
+    # that figure down the dtypes: 728.5 in FP8 and INT8, 364.25 in BF16 and FP16 (FP32
+    # accumulation at full rate, as on the L40S; the L40 and GeForce cards run it at half).
+    _device(
+        "rtx-6000-ada",
+        "NVIDIA RTX 6000 Ada Generation 48GB",
+        48,
+        960,
+        {
+            "float32": 91.1,
+            "tfloat32": 1457 / 8,
+            "bfloat16": 1457 / 4,
+            "float16": 1457 / 4,
+            "float8": 1457 / 2,
+            "int8": 1457 / 2,
+        },
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_RTX6000_ADA_DATASHEET, _L40S_DATASHEET),
+        _GDDR6_ADA,
+        {"share": _HOPPER_GEMM},
+        _pcie(4, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
+    ),
+    # AWS's A10G: the A10's datasheet for its memory (24 GB at 600 GB/s, the same GDDR6),
+    # its rates measured: the A10G's tensor cores reach about half the A10's datasheet
+    # rates (125 TFLOPS dense in bfloat16).
+    _device(
+        "a10g",
+        "NVIDIA A10G 24GB (AWS G5)",
+        24,
+        600,
+        {
+            "float32": 31.2,
+            "tfloat32": 62.5,
+            "bfloat16": 125,
+            "float16": 125,
+            "int8": 250,
+        },
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_A10_DATASHEET, _AWS_G5),
+        _GDDR6_AMPERE,
+        {
+            "bfloat16": Figure(69.47, f"PyTorch matmul 10240^3, A10G: {_A10G_MATMUL}"),
+            "float16": Figure(69.47, f"PyTorch matmul 10240^3, A10G: {_A10G_MATMUL}"),
+            "tfloat32": Figure(34.71, f"PyTorch matmul 10240^3, A10G: {_A10G_MATMUL}"),
+            "float32": Figure(23.37, f"PyTorch matmul 4096^3, A10G: {_A10G_MATMUL}"),
+        },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),

@@ -130,8 +130,8 @@ class SectionKind:
     the formats of a point that carry scales ("weights", "kv"): a scale group given for a
     format that no point of the section quantises has no effect, and is refused.
     `model_defaults(spec, point)`: the values a model gives the fields of a point that
-    sets none of them (None: its dtype; predict: on a named GPU, the dtype and weights
-    an engine serves its checkpoint in).
+    sets none of them (None: its dtype; predict on a named GPU and fit: the dtype and
+    weights an engine serves its checkpoint in).
     `cuda_only`: switches that act on a CUDA device alone (decode: CUDA graphs, the L2
     flush), refused when a flag sets them for a section on another device (a sweep file's
     may serve a run on a GPU)."""
@@ -274,6 +274,7 @@ def _fit() -> SectionKind:
         point=fit.FitPoint,
         record=fit.FitRecord,
         describe=describe_fit,
+        model_defaults=fit.model_defaults,
         title="What fits",
         whole_model=True,
     )

@@ -401,8 +401,9 @@ class Section:
             shape = {k: v for k, v in shape.items() if k in wanted}
             for r in rest:
                 point = {**shape, **r, **options}
-                given = kind.model_defaults(model, point) if kind.model_defaults else None
-                for name, value in (given or {"dtype": model.dtype}).items():
+                own = {"dtype": model.dtype}
+                given = kind.model_defaults(model, point) if kind.model_defaults else own
+                for name, value in given.items():
                     if name in wanted and self.origins.get(name) is None:
                         point[name] = value
                 points.append(kind.point(**point))

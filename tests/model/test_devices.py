@@ -102,6 +102,22 @@ def test_measured_figures_as_their_sources_state_them():
     assert DEVICES["mi250x"].collectives is None  # no interconnect figure found
 
 
+def test_the_a10g_and_the_rtx_6000_ada_as_their_sources_give_them():
+    """The A10G's rates are measured (half the A10 datasheet's tensor rates), its memory
+    the A10's; the RTX 6000 Ada's dense rates are halves of its datasheet's one tensor
+    figure, 1,457 TFLOPS in float8 with sparsity, as the L40S's are of its own."""
+    a10g = DEVICES["a10g"]
+    assert (a10g.memory_bytes, a10g.datasheet_bandwidth) == (24 * 10**9, 600e9)
+    assert flops_for(a10g, "bfloat16") == 69.47e12 and flops_for(a10g, "float32") == 23.37e12
+    assert flops_for(a10g, "int8") == pytest.approx(250e12 * 69.47 / 125)  # bfloat16's share
+    assert a10g.memory_bandwidth == pytest.approx(600e9 * 663 / 696)  # an A40's share
+    ada = DEVICES["rtx-6000-ada"]
+    assert ada.datasheet_flops["float8"] == pytest.approx(728.5e12)
+    assert ada.datasheet_flops["bfloat16"] == pytest.approx(364.25e12)
+    assert ada.datasheet_bandwidth == 960e9 and ada.memory_bytes == 48 * 10**9
+    assert (a10g.mma_rows, ada.mma_rows) == (16, 16)
+
+
 def test_an_nccl_collective_takes_its_fastest_ring_protocol():
     """NCCL's cost model (tuning.cc) times each ring protocol by its own latency and share
     of the bandwidth and picks the fastest: LL for a decode step's few kilobytes, Simple

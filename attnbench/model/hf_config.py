@@ -1328,9 +1328,10 @@ def _stored_as(
 def _compressed(quant: dict) -> tuple[str | None, int | None]:
     """The weights' dtype and scale group of a compressed-tensors checkpoint (llm-compressor's
     schemes), where every group of its config_groups quantises alike: float8 weights and
-    activations (FP8, FP8_DYNAMIC), or 4- or 8-bit integer weights alone, in groups or per
-    channel (W4A16, W8A16). (None, None) for any other scheme (W8A8 integers, whose
-    activations attnbench does not quantise) or one it cannot read."""
+    activations (FP8, FP8_DYNAMIC), 4-bit floats in NVFP4's blocks of 16 with their
+    activations or MXFP4's of 32 alone, or 4- or 8-bit integer weights alone, in groups or
+    per channel (W4A16, W8A16). (None, None) for any other scheme (W8A8 integers, whose
+    activations attnbench does not quantise; NVFP4A16) or one it cannot read."""
     groups = quant.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         return None, None
@@ -1341,13 +1342,16 @@ def _compressed(quant: dict) -> tuple[str | None, int | None]:
             return None, None
         inputs = scheme.get("input_activations")
         bits, kind, strategy = weights.get("num_bits"), weights.get("type"), weights.get("strategy")
-        group = weights.get("group_size") if strategy == "group" else None
+        group = weights.get("group_size") if strategy in ("group", "tensor_group") else None
         schemes.add((bits, kind, group if _whole(group) and group > 0 else None, bool(inputs)))
     if len(schemes) != 1:
         return None, None
     ((bits, kind, group, inputs),) = schemes
     if (bits, kind) == (8, "float"):
         return ("float8_e4m3fn", None) if inputs else (None, None)
+    if (bits, kind) == (4, "float"):  # NVFP4 (blocks of 16, inputs too); MXFP4A16's 32
+        fp4 = {(16, True): "nvfp4", (32, False): "mxfp4"}.get((group, inputs))
+        return fp4, None
     if kind == "int" and bits in (4, 8) and not inputs:
         return f"int{bits}", group
     return None, None

@@ -802,6 +802,18 @@ _INT8_CHANNELS = {"num_bits": 8, "type": "int", "strategy": "channel"}
         (_scheme(_FP8_WEIGHTS, _FP8_TOKENS), StoredWeights("float8_e4m3fn")),
         (_scheme(_INT4_GROUPS), StoredWeights("int4", 128)),
         (_scheme(_INT8_CHANNELS), StoredWeights("int8")),
+        # NVFP4 (llm-compressor: blocks of 16, activations too), MXFP4 weights alone
+        (
+            _scheme(
+                {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+                {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+            ),
+            StoredWeights("nvfp4"),
+        ),
+        (
+            _scheme({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}),
+            StoredWeights("mxfp4"),
+        ),
         # W8A8 integers (activations quantised too) and float8 weights alone: not expressed
         (_scheme(_INT8_CHANNELS, {**_INT8_CHANNELS, "strategy": "token"}), None),
         (_scheme(_FP8_WEIGHTS), None),

@@ -324,10 +324,10 @@ FIELDS: dict[str, Field] = {
     "weights_dtype": Field(
         str,
         ("fit", "predict"),
-        "Weights' dtype (default: the model's as it runs, a float32 checkpoint's in "
-        "bfloat16 on a GPU, as serving engines load it): int8, int4 and mxfp4 are "
-        "weight-only (the "
-        "matmuls run in dtype), float8_e4m3fn and float8_e5m2 quantise the activations too "
+        "Weights' dtype (default: as serving engines load the checkpoint on a GPU, in the "
+        "format its quantization_config gives, else in the model's dtype, a float32 "
+        "checkpoint's in bfloat16): int8, int4 and mxfp4 are weight-only (the matmuls run "
+        "in dtype), float8_e4m3fn and float8_e5m2 quantise the activations too "
         "(the matmuls run at the GPU's float8 peak), nvfp4 as well (at its float4 peak: "
         "Blackwell's).",
         choices=WEIGHT_DTYPES,

@@ -145,3 +145,23 @@ def test_a_checkpoint_format_the_gpu_cannot_multiply_is_refused_saying_whose(tmp
             "(the checkpoint's, its quantization_config; weights_dtype bfloat16 counts the "
             "weights unquantised)"
         )
+
+
+def test_a_flag_overrides_each_setting_the_checkpoint_gives(tmp_path):
+    """gpt-oss's MXFP4 keeps the attention's projections: counted so by default, and
+    --no-keep-attention or --weights-group set their own."""
+    mxfp4 = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
+    path = config(tmp_path, "bfloat16", quantization_config=mxfp4)
+    out = tmp_path / "f.json"
+    args = ["fit", "--gpu", "h100-sxm", "--hf-config", path, "--seq-len", "4096"]
+    invoke(*args, "--json", out)
+    kept = records(out)[0]
+    assert kept["weights"] == "mxfp4 in blocks of 32, the attention kept"
+    invoke(*args, "--no-keep-attention", "--json", out)
+    assert records(out)[0]["weights"] == "mxfp4 in blocks of 32"
+    assert records(out)[0]["weights_bytes_per_gpu"] < kept["weights_bytes_per_gpu"]
+    awq = config(tmp_path, "float16", quantization_config=AWQ)
+    invoke(
+        "predict", "--gpu", "h100-sxm", "--hf-config", awq, "--weights-group", "64", "--json", out
+    )
+    assert records(out)[0]["weights"] == "int4 in groups of 64"

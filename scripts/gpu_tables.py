@@ -16,8 +16,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from model_step import predicted  # the scripts' shared prediction of a timed point
+
 from attnbench.model.devices import device_spec, peak_name
 from attnbench.model.formulas import matmul_flops
+from attnbench.model.presets import get_preset
 from attnbench.model.roofline import DEFAULT_MODEL, Matmul, predict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,21 +142,31 @@ def one_row_table(params: dict) -> list[str]:
     return lines
 
 
-def steps_table(steps: dict) -> list[str]:
+def predicted_steps(steps: dict) -> list[tuple[dict, float, int]]:
+    """Each timed step with what attnbench predicts of it now (model_step.predicted: the
+    model of this tree, not the run's): (the run's row, predicted ms, kernels counted)."""
+    found = []
+    for r in steps["rows"]:
+        point = (r["phase"], r["batch"], r["context"], r["weights"])
+        found.append((r, *predicted(get_preset(r["model"]), steps["gpu"], *point)))
+    return found
+
+
+def steps_table(rows: list[tuple[dict, float, int]]) -> list[str]:
     lines = [
         "| Model | Weights | Step | Batch | Context | Measured ms (p25 to p75) | "
         "Predicted ms | Error | Kernels a decode step (17 keys) |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in steps["rows"]:
+    for r, ms, model_kernels in rows:
         kernels = r["decode_step_kernels"]
-        kernels_text = f"{kernels:,} (model: {r['predicted_step_kernels']})"
+        kernels_text = f"{kernels:,} (model: {model_kernels})"
         if not isinstance(kernels, int) or r["phase"] != "decode":
             kernels_text = "-"
         lines.append(
             f"| {r['model']} | {r['weights']} | {r['phase']} | {r['batch']} | {r['context']:,} | "
             f"{r['measured_ms']:.3f} ({r['p25_ms']:.3f} to {r['p75_ms']:.3f}) | "
-            f"{r['predicted_ms']:.3f} | {r['error']:+.1%} | {kernels_text} |"
+            f"{ms:.3f} | {ms / r['measured_ms'] - 1:+.1%} | {kernels_text} |"
         )
     return lines
 
@@ -203,11 +216,11 @@ def graphs_table(records: list[dict]) -> list[str]:
     return lines
 
 
-def summary(steps: dict) -> list[str]:
+def summary(rows: list[tuple[dict, float, int]]) -> list[str]:
     """A line per weights' dtype: the median |error| and the range."""
     lines = []
-    for weights in dict.fromkeys(r["weights"] for r in steps["rows"]):
-        errors = [r["error"] for r in steps["rows"] if r["weights"] == weights]
+    for weights in dict.fromkeys(r["weights"] for r, _, _ in rows):
+        errors = [ms / r["measured_ms"] - 1 for r, ms, _ in rows if r["weights"] == weights]
         median = statistics.median(abs(e) for e in errors)
         lines.append(
             f"- {weights}: {len(errors)} points, median |error| {median:.1%}, "
@@ -218,6 +231,7 @@ def summary(steps: dict) -> list[str]:
 
 def block() -> str:
     params, steps = _read("device-params.json"), _read("model-step.json")
+    predicted_rows = predicted_steps(steps)
     providers, graphs = _read("providers.json"), _read("graphs.json")
     layer = providers["records"][0]
     env = params["environment"]
@@ -241,12 +255,13 @@ def block() -> str:
         "",
         *one_row_table(params),
         "",
-        f"Whole-model steps, each replayed from a CUDA graph, beside `attnbench predict --gpu "
-        f"{steps['gpu']}` with its stated defaults:",
+        f"Whole-model steps, each replayed from a CUDA graph, beside what `attnbench predict "
+        f"--gpu {steps['gpu']}` says of them with its stated defaults (the model of this "
+        "tree, recomputed from the run's points):",
         "",
-        *steps_table(steps),
+        *steps_table(predicted_rows),
         "",
-        *summary(steps),
+        *summary(predicted_rows),
         "",
         f"One layer's cached decode step by provider (d_model {layer['d_model']:,}, "
         f"{layer['num_heads']} heads, batch {layer['batch']}, {layer['dtype']}): ms, and in "

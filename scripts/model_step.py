@@ -13,7 +13,7 @@ decode step feeds one token per sequence with `context` tokens cached; a prefill
 `context` tokens. Each point's step is captured in its own graph (on the CPU, run
 eagerly, to check the script) and timed as a median over blocks of replays. Each row
 also counts the kernels one eager decode step of its model and batch runs (torch's
-profiler), beside the count the model takes (launched_kernels).
+profiler), beside the count the model takes (roofline.decode_counts).
 
     PYTHONPATH=. python3 scripts/model_step.py --gpu h200 --json results/gpu/model-step.json
 """
@@ -39,7 +39,7 @@ from attnbench.model.architecture import ModelSpec
 from attnbench.model.devices import device_spec
 from attnbench.model.generation import generation
 from attnbench.model.presets import get_preset
-from attnbench.model.roofline import launched_kernels
+from attnbench.model.roofline import decode_counts
 from attnbench.modules.attention import folded_decode
 
 DTYPE = "bfloat16"
@@ -189,13 +189,15 @@ class Decoder:
         return F.linear(last, self.head)
 
 
-def predicted_ms(
+def predicted(
     spec: ModelSpec, gpu: str, phase: str, batch: int, context: int, weights: str
-) -> float:
+) -> tuple[float, int]:
     """What `attnbench predict --gpu GPU --weights-dtype WEIGHTS` says of the point, with
-    the stated defaults: the prefill of `context` tokens, or the step after it."""
+    the stated defaults: the ms of the prefill of `context` tokens, or of the step after
+    it; and the kernels the model counts for that decode step."""
     found = generation(spec, device_spec(gpu), batch, context, 1, DTYPE, weights=weights)
-    return (found.tpot_s if phase == "decode" else found.ttft_s) * 1e3
+    ms = (found.tpot_s if phase == "decode" else found.ttft_s) * 1e3
+    return ms, decode_counts(spec, batch, context, DTYPE, weights=weights).kernels
 
 
 #: The cached tokens of the decode step whose kernels are counted.
@@ -266,7 +268,7 @@ def run(
             kernels = kernels_per_step(decoder, device)
             for phase, _, context in mine:
                 m = time_point(decoder, phase, context, device, samples)
-                predicted = predicted_ms(spec, gpu, phase, batch, context, weights)
+                predicted_ms, model_kernels = predicted(spec, gpu, phase, batch, context, weights)
                 row = {
                     "model": name,
                     "weights": weights,
@@ -280,15 +282,15 @@ def run(
                     "samples_ms": m.samples_ms,
                     "graph": device.type == "cuda",
                     "decode_step_kernels": kernels,
-                    "predicted_step_kernels": launched_kernels(spec, False),
-                    "predicted_ms": predicted,
-                    "error": predicted / m.median_ms - 1,
+                    "predicted_step_kernels": model_kernels,
+                    "predicted_ms": predicted_ms,
+                    "error": predicted_ms / m.median_ms - 1,
                 }
                 rows.append(row)
                 short = "fp8" if weights == "float8_e4m3fn" else "bf16"
                 print(
                     f"  {name:10} {short:4} {phase:7} b{batch:<3} s{context:<5}: "
-                    f"{m.median_ms:8.3f} ms, predicted {predicted:8.3f} ({row['error']:+.0%})"
+                    f"{m.median_ms:8.3f} ms, predicted {predicted_ms:8.3f} ({row['error']:+.0%})"
                 )
             del decoder
             if device.type == "cuda":

@@ -331,8 +331,12 @@ def test_the_model_step_predicts_what_predict_prints(phase, field, weights, monk
         "llama-3-8b", gpu="h200", batch=16, seq_len=512, dtype="bfloat16", weights_dtype=weights
     )
     printed = getattr(predict.run(point), field)
-    found = model_step.predicted_ms(get_preset("llama-3-8b"), "h200", phase, 16, 512, weights)
+    spec = get_preset("llama-3-8b")
+    found, kernels = model_step.predicted(spec, "h200", phase, 16, 512, weights)
     assert found == pytest.approx(printed, rel=1e-12)
+    # the decode step's kernels as the model counts them: 32 layers of 10, 4 a step, and
+    # with float8 a quantising kernel before each of a layer's 4 matmuls
+    assert kernels == 32 * 10 + 4 + (32 * 4 if weights == "float8_e4m3fn" else 0)
 
 
 def test_the_device_microbenchmarks_count_stream_s_bytes(monkeypatch):

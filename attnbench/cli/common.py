@@ -261,19 +261,23 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
             )
 
 
-def served_notes(models: Sequence, done: str, flags: Sequence[str]) -> None:
+def served_notes(models: Sequence, done: str, fields: Sequence[str]) -> None:
     """A note for each model whose checkpoint is stored in a dtype no engine serves it in
     (float32): `done` ('predicted on the named GPUs') in the dtype engines load it in, and
-    the `flags` that keep its own."""
+    the flags of `fields` that keep its own (weights_dtype none where the checkpoint's
+    quantisation sets the weights)."""
     for spec in {spec.name: spec for spec in models}.values():
         served = served_dtype(spec.dtype)
-        if served != spec.dtype:
-            keep = " ".join(f"{flag} {spec.dtype}" for flag in flags)
-            console.print(
-                f"note: {spec.name}: its checkpoint is {spec.dtype}; {done} in {served}, as "
-                f"serving engines load it (vLLM's --dtype auto); {keep} keeps {spec.dtype}",
-                markup=False,
-            )
+        if served == spec.dtype:
+            continue
+        kept = [f for f in fields if not (f == "weights_dtype" and spec.stored_weights)]
+        keep = " ".join(f"{flag_of(f)} {spec.dtype}" for f in kept)
+        console.print(
+            f"note: {spec.name}: its checkpoint is {spec.dtype}; {done} in {served}, as "
+            "serving engines load it (vLLM's --dtype auto)"
+            + (f"; {keep} keeps {spec.dtype}" if keep else ""),
+            markup=False,
+        )
 
 
 def show_table(

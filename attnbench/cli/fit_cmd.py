@@ -137,8 +137,9 @@ def fit_command(
         asked = [r.seq_len for r in records if r.question == "largest_batch" and r.seq_len]
         section = plan.sections["fit"]
         model_notes(section.models, asked)
-        if not all(section.origins.get(name) for name in ("weights_dtype", "kv_dtype")):
-            served_notes(section.models, "planned", ["--weights-dtype", "--kv-dtype"])
+        unset = [name for name in ("weights_dtype", "kv_dtype") if not section.origins.get(name)]
+        if unset:
+            served_notes(section.models, "planned", unset)
     show_written(write_section("fit", plan, result, csv, json), quiet)  # once all is shown
     if any(r.status != OK for r in records):
         raise typer.Exit(CapacityError.exit_code)

@@ -102,7 +102,7 @@ def predict_command(
         section = plan.sections["predict"]
         model_notes(section.models, [r["seq_len"] for r in rows])
         if section.origins.get("dtype") is None and any(not is_this(r["gpu"]) for r in rows):
-            served_notes(section.models, "predicted on the named GPUs", ["--dtype"])
+            served_notes(section.models, "predicted on the named GPUs", ["dtype"])
         _print_references(references)
     show_written(written, quiet)
 

@@ -65,7 +65,7 @@ from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memo
 from ..model.weights import WeightFormat, vocab_key
 from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
-from .target import is_this, perf_model, target_device
+from .target import is_this, perf_model, served_weights, target_device
 
 #: The status of an answer; any other says why nothing fits.
 OK = "ok"
@@ -494,9 +494,9 @@ def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
 
 def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
     """What a model gives the fields of a point that sets none of them: unless the point
-    sets weights_dtype, the weights as a quantised checkpoint stores them
-    (ModelSpec.stored_weights), as an engine serves them."""
-    stored = spec.stored_weights
+    sets weights_dtype, the weights as a quantised checkpoint stores them, as an engine
+    serves them on the point's GPU (target.served_weights)."""
+    stored = served_weights(spec, point.get("gpu"))
     if stored is None or point.get("weights_dtype") is not None:
         return {}
     return {

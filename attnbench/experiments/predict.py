@@ -30,7 +30,7 @@ from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
 from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
-from ..model.dtypes import served_dtype
+from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
@@ -45,7 +45,7 @@ from ..model.shapes import AttentionShape
 from ..model.weights import WeightFormat, vocab_key
 from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
-from .target import Target, is_this, run_peaks, target
+from .target import Target, is_this, run_peaks, served_weights, target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,15 +221,17 @@ COLUMNS = (
 
 def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
     """What a model gives the fields of a point that sets none of them: on a named GPU, a
-    serving engine's load of its checkpoint, the dtype (a float32 checkpoint in bfloat16:
-    model.dtypes.served_dtype) and, unless the point sets weights_dtype, the weights as a
-    quantised checkpoint stores them (ModelSpec.stored_weights); on THIS_DEVICE, its
-    dtype, as it runs here."""
+    serving engine's load of its checkpoint, the dtype (the weights' where the point sets
+    them in 16 or 32 bits, else a float32 checkpoint's in bfloat16: served_dtype) and,
+    unless the point sets weights_dtype, the weights as a quantised checkpoint stores
+    them, as the GPU runs them (target.served_weights); on THIS_DEVICE, its dtype, as it
+    runs here."""
     if is_this(point.get("gpu")):
         return {"dtype": spec.dtype}
-    found: dict[str, Any] = {"dtype": served_dtype(spec.dtype)}
-    stored = spec.stored_weights
-    if stored is not None and point.get("weights_dtype") is None:
+    given = point.get("weights_dtype")
+    found: dict[str, Any] = {"dtype": given if given in MODEL_DTYPES else served_dtype(spec.dtype)}
+    stored = served_weights(spec, point.get("gpu"))
+    if stored is not None and given is None:
         found.update(
             weights_dtype=stored.dtype,
             weights_group=stored.group,

@@ -10,12 +10,13 @@ efficiencies are shares of the peaks of the device it was fitted against.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import FieldError, UsageError, brief
+from ..model.architecture import ModelSpec, StoredWeights
 from ..model.calibration import MEASURED_PEAKS, PEAK_RANGE, load_calibration
-from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
+from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device, peak_name
 from ..model.roofline import DEFAULT_MODEL, PerfModel
 
 #: The readings of each probe a run keeps beside its first peaks: a point is predicted on
@@ -92,3 +93,28 @@ def target(
     """The device `gpu` names (see target_device) and the model of `calibration` on it."""
     device = target_device(gpu, environment, source)
     return Target(device, perf_model(calibration, device))
+
+
+#: vLLM runs a float8 checkpoint on a GPU without float8 tensor cores as weight-only
+#: W8A16 (FP8 Marlin): its 8-bit weights dequantised in the kernel, the matmuls in the
+#: activations' dtype.
+W8A16_SOURCE = "https://docs.vllm.ai/en/stable/features/quantization/fp8/"
+FLOAT8_WEIGHTS = ("float8_e4m3fn", "float8_e5m2")
+
+
+def served_weights(spec: ModelSpec, gpu: str | None) -> StoredWeights | None:
+    """A quantised checkpoint's weights as an engine serves them on `gpu`: as stored
+    (ModelSpec.stored_weights), but float8 weights on a GPU without a float8 rate as
+    8-bit weight-only ones, int8's bytes and dequantisation (W8A16_SOURCE). None for a
+    checkpoint stored unquantised; as stored where `gpu` is none or not a named GPU (its
+    check says why)."""
+    stored = spec.stored_weights
+    if stored is None or stored.dtype not in FLOAT8_WEIGHTS or gpu is None:
+        return stored
+    try:
+        device = device_spec(gpu)
+    except FieldError:
+        return stored
+    return (
+        stored if peak_name(stored.dtype) in device.dense_flops else replace(stored, dtype="int8")
+    )

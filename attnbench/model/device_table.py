@@ -67,8 +67,8 @@ _RTX6000_ADA_DATASHEET = (
 _A10_DATASHEET = (
     "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf"
 )
-#: AWS's A10G (EC2 G5) has no datasheet of its own: AWS states its 24 GiB and nothing of
-#: its rates.
+#: AWS's A10G (EC2 G5) has no datasheet of its own: AWS states its memory (24 GiB; the
+#: table keeps the A10 datasheet's 24 GB) and nothing of its rates.
 _AWS_G5 = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/accelerated-computing-instances.html"
 _ADA_WHITEPAPER = (
     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"

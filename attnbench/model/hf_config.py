@@ -1280,10 +1280,21 @@ def _quantisation(cfg: dict, where: str) -> tuple[str, StoredWeights | None] | N
             "them as the checkpoint stores them)",
             None,
         )
+    ungrouped = (
+        ", its scales per channel counted as int4's default groups of 128 (a scale per "
+        "128 weights more)"
+        if stored.dtype == "int4" and stored.group is None
+        else ""
+    )
+    if stored.dtype.startswith("float8"):  # experiments.target.served_weights
+        ungrouped = (
+            ", on a GPU without float8 as 8-bit weights alone (int8's bytes and "
+            "dequantisation, as vLLM's FP8 Marlin runs them)"
+        )
     return (
         f"quantization_config ({', '.join(said)}): fit, and predict on a named GPU, count "
-        f"the weights as the checkpoint stores them, {stored.settings()} (weights_dtype "
-        "sets others); params counts them in the model's dtype",
+        f"the weights as the checkpoint stores them, {stored.settings()}{ungrouped} "
+        "(weights_dtype sets others); params counts them in the model's dtype",
         stored,
     )
 
@@ -1322,7 +1333,13 @@ def _stored_as(
         listed = [listed] if isinstance(listed, str) else listed
         if isinstance(listed, list):
             skipped += [str(m) for m in listed]
-    return StoredWeights(dtype, scale_group, any("attn" in m for m in skipped))
+    kept = any("attn" in m and not any(v in m for v in _VISION) for m in skipped)
+    return StoredWeights(dtype, scale_group, kept)
+
+
+#: Module names of a multimodal checkpoint's vision tower, whose attention a quantiser may
+#: leave unconverted while it converts the language model's.
+_VISION = ("vision", "visual")
 
 
 def _compressed(quant: dict) -> tuple[str | None, int | None]:

@@ -495,25 +495,30 @@ def launched_kernels(spec: ModelSpec, routed: bool) -> int:
     return L * per_layer + extra + STEP_KERNELS
 
 
-def quantising_kernels(spec: ModelSpec, routed: bool, attention: bool) -> int:
+def quantising_kernels(spec: ModelSpec, routed: bool, attention: bool, head: bool) -> int:
     """Kernels one step of `spec` launches to quantise the inputs of its matmuls, where
     the weights' format quantises them (QUANTISE_KERNELS each): per layer, the MLP's two
     (gate/up, down) or, in a layer of `routed` experts, theirs, and two more for shared
-    experts beside them; and, unless not `attention` (kept in the model's dtype), each
-    attention layer's projections: QKV and output, and an MLA layer's latent and query
-    down-projection, output, and with low-rank queries their up-projection."""
+    experts beside them; unless not `attention` (kept in the model's dtype), each
+    attention layer's projections (quantised_projections); and the output head's input
+    where `head` is quantised with the rest. As launched_kernels, every layer counts as a
+    transformer layer: a state layer's projections are counted as an MLP's, and a model
+    counted by transformers has no shared experts."""
     L = spec.num_layers
     moe = spec.body.moe if spec.body is not None else None
     shared = 2 * moe.moe_layers(L) if routed and moe is not None and moe.shared_width else 0
     projections = quantised_projections(spec) * spec.kv_layers if attention else 0
-    return QUANTISE_KERNELS * (2 * L + shared + projections)
+    return QUANTISE_KERNELS * (2 * L + shared + projections + (1 if head else 0))
 
 
 def quantised_projections(spec: ModelSpec | None) -> int:
     """Matmuls of one attention layer whose inputs a quantising format quantises: QKV and
-    the output projection; an MLA layer's latent (and query) down-projection and output,
-    and with low-rank queries their up-projection. A layer shape (None): two."""
-    return 2 + (1 if spec is not None and spec.mla is not None and spec.mla.q_lora_rank else 0)
+    the output projection; an MLA layer's three, its down-projections (with low-rank
+    queries, the latent's and the queries' fused; without, the queries' projection and
+    the latent's apart), the queries' up-projection where they are low-rank, and the
+    output (the absorbed matmuls run in the activations' dtype). A layer shape (None):
+    two."""
+    return 3 if spec is not None and spec.mla is not None else 2
 
 
 def layer_counts(
@@ -790,6 +795,7 @@ def step_counts(
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
     routed_experts = bool(traits.num_experts and parts["experts"])
     quantising = fmt.activation_quant_bytes(dtype) > 0
+    head_quantised = fmt.quantized_head and not traits.tied_embeddings
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(
@@ -819,7 +825,7 @@ def step_counts(
         batch=batch,
         state_bytes=state,
         kernels=launched_kernels(spec, routed_experts)
-        + (quantising_kernels(spec, routed_experts, not kept) if quantising else 0),
+        + (quantising_kernels(spec, routed_experts, not kept, head_quantised) if quantising else 0),
         # each rank's logits of the last token of every sequence, in float32
         gather_bytes=batch * vocab_rows * tp * 4 if split_vocab else 0,
         matmul_dtype=fmt.matmul_dtype(dtype),

@@ -401,8 +401,10 @@ class Section:
             shape = {k: v for k, v in shape.items() if k in wanted}
             for r in rest:
                 point = {**shape, **r, **options}
-                own = {"dtype": model.dtype}
-                given = kind.model_defaults(model, point) if kind.model_defaults else own
+                if kind.model_defaults:
+                    given = kind.model_defaults(model, point)
+                else:
+                    given = {"dtype": model.dtype}
                 for name, value in given.items():
                     if name in wanted and self.origins.get(name) is None:
                         point[name] = value

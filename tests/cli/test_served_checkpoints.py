@@ -136,15 +136,42 @@ def test_predict_and_fit_count_a_quantised_checkpoint_as_stored(tmp_path):
 
 
 def test_a_checkpoint_format_the_gpu_cannot_multiply_is_refused_saying_whose(tmp_path):
-    path = config(tmp_path, "bfloat16", quantization_config=FP8)
+    nvfp4 = {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}
+    path = config(tmp_path, "bfloat16", quantization_config=nvfp4)
     for command in (["predict"], ["fit", "--seq-len", "4096", "--tpot", "50ms"]):
-        result = runner.invoke(app, [*command, "--gpu", "a100-80gb", "--hf-config", str(path)])
+        result = runner.invoke(app, [*command, "--gpu", "h100-sxm", "--hf-config", str(path)])
         line = one_error(result)
-        assert line.startswith("error: --weights-dtype float8_e4m3fn: a100-80gb has no float8")
+        assert line.startswith("error: --weights-dtype nvfp4: h100-sxm has no float4")
         assert line.endswith(
             "(the checkpoint's, its quantization_config; weights_dtype bfloat16 counts the "
             "weights unquantised)"
         )
+
+
+def test_float8_weights_run_weight_only_on_a_gpu_without_float8(tmp_path):
+    """vLLM's FP8 Marlin: a float8 checkpoint on an A100 reads its 8-bit weights and
+    dequantises them, as int8 weights; beside it an H100 multiplies them in float8."""
+    path = config(tmp_path, "bfloat16", quantization_config=FP8)
+    out = tmp_path / "p.json"
+    result = invoke("predict", "--gpu", "h100-sxm,a100-80gb", "--hf-config", path, "--json", out)
+    weights = {row["gpu"]: row["weights"] for row in records(out)}
+    assert weights == {"h100-sxm": "float8_e4m3fn per channel", "a100-80gb": "int8 per channel"}
+    assert "on a GPU without float8 as 8-bit weights alone" in result.stdout
+    fitted = tmp_path / "f.json"
+    invoke(
+        "fit",
+        "--gpu",
+        "a100-80gb",
+        "--hf-config",
+        path,
+        "--seq-len",
+        "4096",
+        "--tpot",
+        "50ms",
+        "--json",
+        fitted,
+    )
+    assert records(fitted)[0]["weights_dtype"] == "int8"
 
 
 def test_a_flag_overrides_each_setting_the_checkpoint_gives(tmp_path):

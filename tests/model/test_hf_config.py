@@ -792,6 +792,11 @@ _INT8_CHANNELS = {"num_bits": 8, "type": "int", "strategy": "channel"}
         ),
         ({"quant_method": "gptq", "bits": 8, "group_size": 128}, StoredWeights("int8", 128)),
         ({"quant_method": "gptq", "bits": 4, "group_size": -1}, StoredWeights("int4")),
+        # a vision tower's attention left unconverted keeps the language model's quantised
+        (
+            {"quant_method": "fp8", "ignored_layers": ["vision_model.blocks.0.attn.qkv"]},
+            StoredWeights("float8_e4m3fn"),
+        ),
         # a list spelled as one string, or not a list at all: read as it can be, no crash
         (
             {"quant_method": "mxfp4", "modules_to_not_convert": "model.layers.*.self_attn"},
@@ -832,7 +837,12 @@ def test_a_quantised_checkpoint_format_is_read_as_stored(tmp_path, quant, stored
     spec = load_hf_config(write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant}))
     assert spec.stored_weights == stored
     if stored is not None:
-        assert f"as the checkpoint stores them, {stored.settings()} (" in spec.note
+        assert f"as the checkpoint stores them, {stored.settings()}" in spec.note
+        # int4 scaled per channel is counted in int4's default groups, and says so
+        per_channel = stored.dtype == "int4" and stored.group is None
+        assert ("its scales per channel counted as int4's default groups" in spec.note) == (
+            per_channel
+        )
 
 
 @pytest.mark.parametrize(

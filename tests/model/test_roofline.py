@@ -175,9 +175,13 @@ def test_a_step_launches_each_layers_kernels(preset, per_layer, moe_layers, per_
         ("llama-3-8b", WeightFormat.of("float8_e4m3fn", keep_attention=True), 32 * 2),
         # nvfp4 quantises its inputs as float8 does
         ("mixtral-8x7b", "nvfp4", 32 * (2 + 2)),
-        # MLA with low-rank queries: 3 a layer; each of 61 layers' MLP or routed experts 2,
-        # the shared experts beside the routed ones of 58 layers 2 more
+        # MLA: 3 a layer; each of 61 layers' MLP or routed experts 2, the shared experts
+        # beside the routed ones of 58 layers 2 more
         ("deepseek-v3", "float8_e4m3fn", 61 * (3 + 2) + 58 * 2),
+        # MLA without low-rank queries: its queries' and latent's projections apart, 3 too
+        ("deepseek-v2-lite", "float8_e4m3fn", 27 * (3 + 2) + 26 * 2),
+        # a head quantised with the rest quantises its input too
+        ("llama-3-8b", WeightFormat.of("float8_e4m3fn", quantize_head=True), 32 * 4 + 1),
         # weight-only formats quantise no input
         ("llama-3-8b", "int4", 0),
     ],

@@ -31,11 +31,10 @@ answer); ttft does not depend on the batch: it is met by every batch or by none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
 
 from ..errors import FieldError, UsageError
 from ..model.architecture import ModelSpec
@@ -65,7 +64,7 @@ from ..model.units import MemorySize, duration_seconds, format_bytes, parse_memo
 from ..model.weights import WeightFormat, vocab_key
 from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
-from .target import is_this, perf_model, served_weights, target_device
+from .target import is_this, perf_model, target_device
 
 #: The status of an answer; any other says why nothing fits.
 OK = "ok"
@@ -483,27 +482,13 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
 def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
     """The weights: weights_dtype (default: the dtype the model is served in, a float32
     checkpoint's bfloat16: served_dtype; a quantised checkpoint's are set as it stores
-    them, model_defaults) with its scale groups, the head quantised too
+    them, target.checkpoint_weights) with its scale groups, the head quantised too
     where quantize_head says so, the attention kept where keep_attention says so, the
     vocabulary laid out over the ranks as vocab_layout says."""
     dtype = point.weights_dtype or served_dtype(spec.dtype)
     return WeightFormat.of(
         dtype, point.weights_group, point.vocab_layout, point.quantize_head, point.keep_attention
     )
-
-
-def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
-    """What a model gives the fields of a point that sets none of them: unless the point
-    sets weights_dtype, the weights as a quantised checkpoint stores them, as an engine
-    serves them on the point's GPU (target.served_weights)."""
-    stored = served_weights(spec, point.get("gpu"))
-    if stored is None or point.get("weights_dtype") is not None:
-        return {}
-    return {
-        "weights_dtype": stored.dtype,
-        "weights_group": stored.group,
-        "keep_attention": stored.keep_attention,
-    }
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:
@@ -520,13 +505,8 @@ def scaled(point: FitPoint) -> frozenset[str]:
     (a point that is checked already: it has its model)."""
     spec = point.spec
     assert spec is not None
-    weights = _weights(point, spec)
-    named = {
-        "weights": weights.quantized,
-        "weights group": weights.takes_group,
-        "kv": _kv(point, spec).quantized,
-    }
-    return frozenset(name for name, carries in named.items() if carries)
+    kv = frozenset({"kv"}) if _kv(point, spec).quantized else frozenset()
+    return _weights(point, spec).scaled() | kv
 
 
 def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:

@@ -45,7 +45,7 @@ from ..model.shapes import AttentionShape
 from ..model.weights import WeightFormat, vocab_key
 from ..records import ColumnSpec, exact, info, key
 from .context import Context, grid_order, no_links
-from .target import Target, is_this, run_peaks, served_weights, target
+from .target import Target, checkpoint_weights, is_this, run_peaks, target
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,20 +224,13 @@ def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
     serving engine's load of its checkpoint, the dtype (the weights' where the point sets
     them in 16 or 32 bits, else a float32 checkpoint's in bfloat16: served_dtype) and,
     unless the point sets weights_dtype, the weights as a quantised checkpoint stores
-    them, as the GPU runs them (target.served_weights); on THIS_DEVICE, its dtype, as it
-    runs here."""
+    them, as the GPU runs them (target.checkpoint_weights); on THIS_DEVICE, its dtype, as
+    it runs here."""
     if is_this(point.get("gpu")):
         return {"dtype": spec.dtype}
     given = point.get("weights_dtype")
-    found: dict[str, Any] = {"dtype": given if given in MODEL_DTYPES else served_dtype(spec.dtype)}
-    stored = served_weights(spec, point.get("gpu"))
-    if stored is not None and given is None:
-        found.update(
-            weights_dtype=stored.dtype,
-            weights_group=stored.group,
-            keep_attention=stored.keep_attention,
-        )
-    return found
+    dtype = given if given in MODEL_DTYPES else served_dtype(spec.dtype)
+    return {"dtype": dtype, **checkpoint_weights(spec, point)}
 
 
 def target_of(point: PredictPoint, context: Context | None) -> Target:
@@ -254,9 +247,7 @@ def target_of(point: PredictPoint, context: Context | None) -> Target:
 def scaled(point: PredictPoint) -> frozenset[str]:
     """The formats of the point that carry scales: its weights', where quantised, and
     "weights group" where a scale group may be set on them."""
-    weights = point.weights
-    named = {"weights": weights.quantized, "weights group": weights.takes_group}
-    return frozenset(name for name, carries in named.items() if carries)
+    return point.weights.scaled()
 
 
 def check(point: PredictPoint) -> None:

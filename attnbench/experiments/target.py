@@ -18,6 +18,7 @@ from ..model.architecture import ModelSpec, StoredWeights
 from ..model.calibration import MEASURED_PEAKS, PEAK_RANGE, load_calibration
 from ..model.devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device, peak_name
 from ..model.roofline import DEFAULT_MODEL, PerfModel
+from ..model.weights import FLOAT8_WEIGHTS
 
 #: The readings of each probe a run keeps beside its first peaks: a point is predicted on
 #: the peaks its run measured before it, not on the mean of every probe.
@@ -99,7 +100,6 @@ def target(
 #: W8A16 (FP8 Marlin): its 8-bit weights dequantised in the kernel, the matmuls in the
 #: activations' dtype.
 W8A16_SOURCE = "https://docs.vllm.ai/en/stable/features/quantization/fp8/"
-FLOAT8_WEIGHTS = ("float8_e4m3fn", "float8_e5m2")
 
 
 def served_weights(spec: ModelSpec, gpu: str | None) -> StoredWeights | None:
@@ -118,3 +118,18 @@ def served_weights(spec: ModelSpec, gpu: str | None) -> StoredWeights | None:
     return (
         stored if peak_name(stored.dtype) in device.dense_flops else replace(stored, dtype="int8")
     )
+
+
+def checkpoint_weights(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights fields a quantised checkpoint gives a point that sets no weights_dtype:
+    as it stores them, as the point's GPU serves them (served_weights); none for a
+    checkpoint stored unquantised or a point that sets its weights. fit's model defaults,
+    and part of predict's."""
+    stored = served_weights(spec, point.get("gpu"))
+    if stored is None or point.get("weights_dtype") is not None:
+        return {}
+    return {
+        "weights_dtype": stored.dtype,
+        "weights_group": stored.group,
+        "keep_attention": stored.keep_attention,
+    }

@@ -69,6 +69,7 @@ from ..model.architecture import CountFix, MlaSpec, ModelBody, ModelSpec, MoeSpe
 from ..model.capacity import PATTERN_LETTERS, pattern_bounded
 from ..model.dtypes import MODEL_DTYPES, canonical_dtype
 from ..model.shapes import AttentionShape
+from ..model.weights import FLOAT8_WEIGHTS
 from .config_fields import (
     REQUIRED,
     bool_field,
@@ -1286,7 +1287,7 @@ def _quantisation(cfg: dict, where: str) -> tuple[str, StoredWeights | None] | N
         if stored.dtype == "int4" and stored.group is None
         else ""
     )
-    if stored.dtype.startswith("float8"):  # experiments.target.served_weights
+    if stored.dtype in FLOAT8_WEIGHTS:  # experiments.target.served_weights
         ungrouped = (
             ", on a GPU without float8 as 8-bit weights alone (int8's bytes and "
             "dequantisation, as vLLM's FP8 Marlin runs them)"

@@ -740,8 +740,10 @@ def step_counts(
         else:
             table += parts["output head"]
     head = vocab_rows * d
-    # a weight-only head, like the layers' weights, multiplies on the CUDA cores
-    head_on_cuda_cores = bool(fmt.dequant_ops) and fmt.quantized_head and not traits.tied_embeddings
+    # the head quantised with the rest (a head tied to the embeddings stays in `dtype`);
+    # weight-only, like the layers' weights, it multiplies on the CUDA cores
+    head_quantised = fmt.quantized_head and not traits.tied_embeddings
+    head_on_cuda_cores = bool(fmt.dequant_ops) and head_quantised
     dense_parts = ("mlp", "router", "state layers", "other")
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
@@ -761,7 +763,7 @@ def step_counts(
         matmuls = []
     # what stays in `dtype` beside quantised weights multiplies at its rate: a kept
     # attention, and the head unless quantised too (weight-only: the step's rate anyway)
-    head_kept = fmt.quantized and (not fmt.quantized_head or traits.tied_embeddings)
+    head_kept = fmt.quantized and not head_quantised
     own_rate = None if fmt.dequant_ops else dtype
     if kept:
         matmuls.append(Matmul(tokens, kept, own_rate))
@@ -795,7 +797,6 @@ def step_counts(
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
     routed_experts = bool(traits.num_experts and parts["experts"])
     quantising = fmt.activation_quant_bytes(dtype) > 0
-    head_quantised = fmt.quantized_head and not traits.tied_embeddings
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(

@@ -63,6 +63,8 @@ DEFAULT_INT4_GROUP = 128
 BLOCKS = {"mxfp4": 32, "nvfp4": 16}
 #: Quantised weights, and of them those whose scale group a weights_group sets.
 QUANTIZED = (*WEIGHT_ONLY, *WEIGHT_AND_ACTIVATION)
+#: The float8 formats (weights and activations), which need a GPU's float8 rate.
+FLOAT8_WEIGHTS = tuple(d for d in WEIGHT_AND_ACTIVATION if d.startswith("float8"))
 GROUPED = tuple(d for d in QUANTIZED if d not in BLOCKS)
 #: Bits of one scale (and of one int4 zero point): 16, or the block formats' 8.
 SCALE_BITS = 16
@@ -144,6 +146,12 @@ class WeightFormat:
         """A scale group may be set: quantised weights, but for a block format's fixed
         blocks."""
         return self.dtype in GROUPED
+
+    def scaled(self) -> frozenset[str]:
+        """What of these weights carries scales, as the sections' scaled() name it:
+        "weights" where quantised, and "weights group" where a scale group may be set."""
+        named = {"weights": self.quantized, "weights group": self.takes_group}
+        return frozenset(name for name, carries in named.items() if carries)
 
     @property
     def dequant_ops(self) -> int:

@@ -266,7 +266,7 @@ def describe_fit(point: Any) -> str:
 
 
 def _fit() -> SectionKind:
-    from ..experiments import fit
+    from ..experiments import fit, target
 
     return SectionKind.of(
         "fit",
@@ -274,7 +274,7 @@ def _fit() -> SectionKind:
         point=fit.FitPoint,
         record=fit.FitRecord,
         describe=describe_fit,
-        model_defaults=fit.model_defaults,
+        model_defaults=target.checkpoint_weights,
         title="What fits",
         whole_model=True,
     )

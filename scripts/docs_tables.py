@@ -243,6 +243,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "memory_bytes_per_gpu": (BYTES, "memory of one GPU"),
         "gpus": ("GPUs", "GPUs in all"),
         "tp": ("ranks", "tensor-parallel ranks of one replica"),
+        "ep": ("ranks", "ranks of the tp the routed experts are split whole over, a step "
+                        "timed on the busiest; empty: each expert split over all tp"),
         "replicas": ("", "gpus / tp"),
         "weights_dtype": ("", "the weights' dtype"),
         "weights": ("", "quantised weights, as `int4 in groups of 128, the head too`; empty: "
@@ -347,6 +349,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                             "is made either way; empty for a layer shape or `this`"),
         "weights": ("", "quantised weights, as `int4 in groups of 128`; empty: in dtype"),
         "vocab": ("", "`replicated` where every rank holds the whole vocabulary; empty: split"),
+        "ep": ("ranks", "ranks of the tp the routed experts are split whole over, the step "
+                        "timed on the busiest; empty: each expert split over all tp"),
         "launch_ms": ("ms", "of the model's decode step, its kernels' launches"),
         "request_ttft_ms": ("ms", "the time to first token of one request prefilled alone, "
                                   "as `fit --ttft` counts it: ttft_ms at batch 1"),

@@ -123,6 +123,7 @@ def predict_entry(entry: dict[str, Any]) -> float:
             DTYPES.get(kv, kv) if kv else None,
             int(entry["tp"]),
             fmt,
+            ep=int(entry.get("ep", 1)),
         )
 
     found = run(batch)
@@ -176,10 +177,11 @@ def _summary(found: list[Row]) -> str:
 
 
 def _groups(found: list[Row]) -> list[str]:
-    """Median |error| and the share within CLOSE by tensor-parallel degree, batch, prompt
-    length and weights."""
+    """Median |error| and the share within CLOSE by tensor-parallel degree, experts split
+    over ranks, batch, prompt length and weights."""
     keys = (
         lambda e: f"TP {e['tp']}",
+        lambda e: f"EP {e['ep']}" if e.get("ep", 1) > 1 else None,
         lambda e: "batch 1" if int(e["batch"]) == 1 else "batch > 1",
         lambda e: e["weights"],
         lambda e: METRIC_TITLES[e["metric"]],
@@ -188,7 +190,8 @@ def _groups(found: list[Row]) -> list[str]:
     for key in keys:
         groups: dict[str, list[float]] = {}
         for r in found:
-            groups.setdefault(key(r.entry), []).append(abs(r.error))
+            if (group := key(r.entry)) is not None:
+                groups.setdefault(group, []).append(abs(r.error))
         for group, errors in sorted(groups.items()):
             close = sum(e <= CLOSE for e in errors)
             lines.append(
@@ -216,9 +219,10 @@ def table(found: list[Row]) -> str:
         model = Path(e["model"]).stem if e["model"].endswith(".json") else e["model"]
         weights = e["weights"] + (f" g{e['group_size']}" if e.get("group_size") else "")
         weights += ", attention kept" if e.get("keep_attention") else ""
+        tp = f"{e['tp']}, EP {e['ep']}" if e.get("ep", 1) > 1 else e["tp"]
         lines.append(
             f"| [{e['id']}]({e['source']}) [{n}] | {e['framework']} | `{e['gpu']}` | {model} | "
-            f"{weights} | {e.get('kv_dtype', '-')} | {e['tp']} | {e['batch']:,} | "
+            f"{weights} | {e.get('kv_dtype', '-')} | {tp} | {e['batch']:,} | "
             f"{e.get('prompt', '-')} | {e.get('output', '-')} | {METRIC_TITLES[e['metric']]} | "
             f"{_number(r.measured)} | {_number(r.predicted)} | {r.error:+.1%} | "
             f"{e.get('why', '') if abs(r.error) > CLOSE else ''} |"

@@ -51,6 +51,7 @@ from ..model.capacity import (
 )
 from ..model.devices import DEVICES, DeviceSpec
 from ..model.dtypes import served_dtype
+from ..model.expert_parallel import check_model_ep
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     ModelCounts,
@@ -99,6 +100,7 @@ class FitPoint:
     batch: int | None = None
     gpus: int | None = None
     tp: int | None = None
+    ep: int = 1
     weights_dtype: str | None = None
     weights_group: int | None = None
     vocab_layout: str = "split"
@@ -138,11 +140,14 @@ class FitPlan:
     page_size: int | None
     reserve_bytes: int
     layer_pattern: str | None = None
+    #: Ranks of the tp the routed experts are split whole over (model/expert_parallel.py).
+    ep: int = 1
 
     def __post_init__(self) -> None:
         if self.gpus % self.tp:
             raise FieldError("gpus", self.gpus, f"not a multiple of tp {self.tp}")
         self.layout  # noqa: B018  (tp must split the heads)
+        check_model_ep(self.spec, self.ep, self.tp)
 
     @property
     def replicas(self) -> int:
@@ -243,6 +248,9 @@ class FitRecord:
     num_layers: int = key()
     gpus: int = key()
     tp: int = key()
+    #: Ranks of the tp the routed experts are split whole over, the step timed on the
+    #: busiest; None: each expert split over all tp.
+    ep: int | None = key(None)
     replicas: int = exact()
     weights_dtype: str = key()
     #: Quantised weights' format in words ("int4 in groups of 128, the head too"); None:
@@ -304,6 +312,7 @@ COLUMNS = (
     ColumnSpec("batch", "batch", "int", 1),
     ColumnSpec("GPUs", "gpus", "int", 3, setting=True),
     ColumnSpec("tp", "tp", "int", 3, setting=True),
+    ColumnSpec("ep", "ep", "int", 3, setting=True),
     ColumnSpec("kv dtype", "kv_dtype", "label", 4, setting=True),
     ColumnSpec("KV per sequence", "kv_bytes_per_sequence_per_gpu", "bytes", 2),
     ColumnSpec("weights", "weights_bytes_per_gpu", "bytes", 5),
@@ -336,6 +345,7 @@ def _record(
         num_layers=plan.spec.num_layers,
         gpus=plan.gpus,
         tp=plan.tp,
+        ep=plan.ep if plan.ep > 1 else None,
         replicas=plan.replicas,
         weights_dtype=plan.weights.dtype,
         weights=plan.weights.describe() if plan.weights.quantized else None,
@@ -476,6 +486,7 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         page_size=point.page_size,
         reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),
         layer_pattern=point.layer_pattern,
+        ep=point.ep,
     )
 
 
@@ -620,7 +631,9 @@ def _predict(
     with _roofline_errors(
         targets, plan.weights.dtype, spec.stored_hint(plan.weights.dtype, plan.dtype)
     ):
-        step = counts(spec, batch, seq_len, plan.dtype, plan.kv.dtype, plan.tp, plan.weights)
+        step = counts(
+            spec, batch, seq_len, plan.dtype, plan.kv.dtype, plan.tp, plan.weights, plan.ep
+        )
         return predict_counts(step, targets.device, plan.dtype, plan.tp, targets.model)
 
 

@@ -61,6 +61,7 @@ class PredictPoint:
     seq_len: int | None = None
     head_dim: int | None = None
     tp: int = 1
+    ep: int = 1
     kv_dtype: str | None = None
     calibration: str | None = None
     model: str | None = None
@@ -170,6 +171,9 @@ class PredictRecord:
     #: "replicated" where every tensor-parallel rank holds the whole vocabulary; None:
     #: split over them.
     vocab: str | None = key(None)
+    #: Ranks of the tp over which the routed experts are split whole (expert
+    #: parallelism), the step timed on the busiest; None: each expert split over all tp.
+    ep: int | None = key(None)
     #: The model's step: its kernels' launches (ms), included in tpot_ms and ttft_ms.
     launch_ms: float | None = info()
     #: The time to first token of one request whose prompt is prefilled alone, as fit's
@@ -205,6 +209,7 @@ COLUMNS = (
     ColumnSpec("Model", "model", "label", 0, setting=True),
     ColumnSpec("GPU", "gpu", "label", 0, setting=True),
     ColumnSpec("tp", "tp", "int", 2, setting=True),
+    ColumnSpec("ep", "ep", "int", 2, setting=True),
     ColumnSpec("batch", "batch", "int", 1, setting=True),
     ColumnSpec("context", "seq_len", "int", 1, setting=True),
     ColumnSpec("output", "output_len", "int", 1, setting=True),
@@ -300,10 +305,15 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
         "layer_step": layer(b, 1, s + 1, dtype, kv, tp, weights),
     }
     if point.spec is not None:
-        counts["prefill"] = step_counts(point.spec, b, s, s, dtype, kv, tp, weights)
-        counts["step"] = step_counts(point.spec, b, 1, s + 1, dtype, kv, tp, weights)
+        whole = partial(
+            step_counts, point.spec, dtype=dtype, kv_dtype=kv, tp=tp, weights=weights, ep=point.ep
+        )
+        counts["prefill"] = whole(b, s, s)
+        counts["step"] = whole(b, 1, s + 1)
         if b > 1:  # one request's prompt prefilled alone
-            counts["request"] = step_counts(point.spec, 1, s, s, dtype, kv, tp, weights)
+            counts["request"] = whole(1, s, s)
+    elif point.ep > 1:
+        raise FieldError("ep", point.ep, "needs a model: a layer shape has no experts")
     return counts
 
 
@@ -351,6 +361,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         **_memory(point, device),
         weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
         vocab=vocab_key(point.weights),
+        ep=point.ep if point.ep > 1 else None,
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),
@@ -379,6 +390,7 @@ def _generation(
         point.tp,
         point.weights,
         on.model,
+        point.ep,
     )
     fields = {
         "output_len": point.output_len,

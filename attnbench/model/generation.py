@@ -70,13 +70,14 @@ def generation(
     tp: int = 1,
     weights: str | WeightFormat | None = None,
     model: PerfModel = DEFAULT_MODEL,
+    ep: int = 1,
 ) -> Generation:
     """The generation of `batch` sequences on one of `tp` ranks of `device` (see the
-    module's notes): activations in `dtype`, weights in `weights`, the cache in
-    `kv_dtype`."""
-    prefill = prefill_counts(spec, batch, prompt_len, dtype, kv_dtype, tp, weights)
+    module's notes), the routed experts split whole over `ep` of them: activations in
+    `dtype`, weights in `weights`, the cache in `kv_dtype`."""
+    prefill = prefill_counts(spec, batch, prompt_len, dtype, kv_dtype, tp, weights, ep)
     context = prompt_len + output_len // 2
-    step = decode_counts(spec, batch, context, dtype, kv_dtype, tp, weights)
+    step = decode_counts(spec, batch, context, dtype, kv_dtype, tp, weights, ep)
     return Generation(
         batch,
         prompt_len,

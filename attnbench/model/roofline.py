@@ -48,8 +48,8 @@ classic roofline takes the larger of the two, the bound of one that overlaps the
 Far from the device's ridge one term dwarfs the other and the two bounds agree; near it
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
-nearer bound: over the 680 published measurements of docs/validation.md the sum's
-median error is 12.5% (516 within 25%), the larger term's 17.9% (430) (both with the same
+nearer bound: over the 771 published measurements of docs/validation.md the sum's
+median error is 12.7% (591 within 25%), the larger term's 16.9% (513) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -116,7 +116,11 @@ computes every logit: WeightFormat.replicated_vocab), each timed as the collecti
 library's cost model times it (device_types.Collectives): a protocol's latency plus its
 bytes over its share of the bus bandwidth nccl-tests measures (2*(tp-1)/tp of them for an
 all-reduce, (tp-1)/tp for an all-gather), the fastest protocol taken, not overlapped with
-the compute.
+the compute. Expert parallelism (ep of the tp ranks holding the routed experts whole,
+model/expert_parallel.py) changes only the experts' part: a step is counted on the rank
+the router sends the most, its experts touched and its routes each the expected largest
+of ep ranks', each expert's weights there ep/tp of it; its tile padding keeps each
+touched expert's mean share of the routes; the all-reduces are the same.
 """
 
 from __future__ import annotations
@@ -142,6 +146,7 @@ from .capacity import (
 )
 from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
+from .expert_parallel import busiest, check_model_ep
 from .formulas import (
     attention_core_flops,
     attention_params,
@@ -708,11 +713,13 @@ def step_counts(
     kv_dtype: str | None = None,
     tp: int = 1,
     weights: str | WeightFormat | None = None,
+    ep: int = 1,
 ) -> ModelCounts:
     """Counts of one step of `batch` sequences each feeding `q_len` new tokens that attend
     `kv_len` keys (the new ones included), activations in `dtype`, weights in `weights`
     (default: `dtype`; quantised weights keep the embeddings and the output head in
-    `dtype`), the cache in `kv_dtype` (default: `dtype`), on one of `tp` ranks."""
+    `dtype`), the cache in `kv_dtype` (default: `dtype`), on the busiest of `tp` ranks,
+    the routed experts split whole over `ep` of them (model/expert_parallel.py)."""
     if not has_whole_model(spec):
         require_body(spec)  # raises: the whole model is not known
     check_dtype(dtype, "dtype", MODEL_DTYPES)
@@ -720,6 +727,7 @@ def step_counts(
         positive_int(field, value)
     fmt = weight_format(weights or dtype)
     parts, traits = step_parts(spec, tp, fmt.replicated_vocab), step_traits(spec)
+    check_model_ep(spec, ep, tp)
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
     routed_attn = routed_attention(spec, tp)  # read as the experts are
     split_vocab = tp > 1 and not fmt.replicated_vocab
@@ -751,13 +759,19 @@ def step_counts(
     matmuls = [Matmul(tokens, projected)]
     expert_flops, expert_weights = 0, 0
     if traits.num_experts and parts["experts"]:
-        per_expert = parts["experts"] // traits.num_experts  # over every MoE layer
-        touched = experts_touched(traits.num_experts, traits.experts_per_token, tokens)
-        body += round((per_expert + routed_attn / traits.num_experts) * touched)
-        expert_weights = traits.experts_per_token * per_expert  # what one token goes through
-        expert_flops = 2 * tokens * expert_weights
+        experts, k = traits.num_experts, traits.experts_per_token
+        # this rank's part of one expert over every MoE layer: 1/tp of it, ep/tp split whole
+        per_expert = parts["experts"] // experts * ep
+        touched = experts_touched(experts, k, tokens)
         # each expert touched multiplies its share of the tokens' k routes
-        share = tokens * traits.experts_per_token / touched
+        share, routes = tokens * k / touched, tokens * k
+        if ep > 1:  # the busiest rank's experts touched and routes
+            touched = busiest(experts // ep, touched / experts, ep)
+            routes = busiest(routes, 1 / ep, ep)
+        body += round((per_expert + routed_attn * ep / experts) * touched)
+        # what one token goes through on this rank (ep > 1: on the busiest, its routes' mean)
+        expert_weights = round(routes / tokens * per_expert)
+        expert_flops = 2 * tokens * expert_weights
         matmuls.append(Matmul(share, round(per_expert * touched)))
     if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
         matmuls = []
@@ -843,10 +857,11 @@ def decode_counts(
     kv_dtype: str | None = None,
     tp: int = 1,
     weights: str | WeightFormat | None = None,
+    ep: int = 1,
 ) -> ModelCounts:
     """One decode step with `context_len` tokens cached: each sequence feeds one token and
     attends context_len + 1 keys (the time per output token)."""
-    return step_counts(spec, batch, 1, context_len + 1, dtype, kv_dtype, tp, weights)
+    return step_counts(spec, batch, 1, context_len + 1, dtype, kv_dtype, tp, weights, ep)
 
 
 def prefill_counts(
@@ -857,9 +872,10 @@ def prefill_counts(
     kv_dtype: str | None = None,
     tp: int = 1,
     weights: str | WeightFormat | None = None,
+    ep: int = 1,
 ) -> ModelCounts:
     """The prefill of a prompt of `prompt_len` tokens (the time to the first token)."""
-    return step_counts(spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp, weights)
+    return step_counts(spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp, weights, ep)
 
 
 @dataclass(frozen=True)

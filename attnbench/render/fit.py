@@ -123,6 +123,7 @@ LABELS = (
     ("gpus", lambda v: f"{v:,} GPUs"),
     ("memory_bytes_per_gpu", lambda v: f"{format_bytes(v)} each"),
     ("tp", lambda v: f"tp {v}"),
+    ("ep", lambda v: f"ep {v or 1}"),
     ("weights_dtype", lambda v: f"{v} weights"),
     ("kv_dtype", lambda v: f"{v} KV cache"),
     ("page_size", lambda v: "no pages" if v is None else f"pages of {v:,} tokens"),
@@ -180,6 +181,8 @@ LATENCY: list[Column] = [
         "context", "seq_len", fmt_int, rank=0, setting=True, title_text=lambda v: f"{v:,} tokens"
     ),
     Column("tp", "tp", fmt_int, rank=0),
+    # experts split whole over ranks: None (each expert over all tp) reads 1 beside them
+    Column("ep", "ep", lambda v: fmt_int(v or 1), rank=0, setting=True),
     Column("batch", "batch", fmt_int, rank=0),
     Column("fits", "memory_batch", fmt_int, rank=1),
     Column("TPOT ms", "tpot_ms", fmt_4sig, rank=1),

@@ -29,12 +29,18 @@ def gpu_name(gpu: object) -> str:
     return "this machine" if gpu == THIS_DEVICE else fmt_plain(gpu)
 
 
+def _ep(record: Mapping[str, Any]) -> str:
+    """', ep 8' where the record's experts are split whole over ranks, else ''."""
+    return f", ep {record['ep']}" if record.get("ep") else ""
+
+
 #: The table of `predict`: one row per point, part and phase (phase_rows).
 PHASE_COLUMNS: list[Column] = [
     Column("Model", "name", fmt_plain, rank=0, kind="label", setting=True),
     Column("Variant", "variant", fmt_plain, rank=0, kind="label", setting=True, cell=variant_cell),
     Column("GPU", "gpu", gpu_name, rank=0, kind="label", setting=True),
     Column("tp", "tp", fmt_int, rank=2, setting=True),
+    Column("ep", "ep", fmt_int, rank=1, setting=True),
     Column("batch", "batch", fmt_int, rank=1, setting=True),
     Column("context", "seq_len", fmt_int, rank=1, setting=True),
     Column("output", "output_len", fmt_int, rank=1, setting=True),
@@ -86,6 +92,8 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     # the vocabulary's layout is named where some point replicates it
     split = "split" if any(r.get("vocab") for r in records) else None
+    # and the experts' ranks where some point splits them whole
+    expert_parallel = any(r.get("ep") for r in records)
     for r in records:
         for step, prefix, time_field in PHASES:
             if r.get(time_field) is None or (prefix == "request" and r["batch"] == 1):
@@ -104,6 +112,7 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "published_kv_heads": r.get("published_kv_heads"),
                     "gpu": r["gpu"],
                     "tp": r["tp"],
+                    "ep": r.get("ep") or (1 if expert_parallel else None),
                     "batch": r["batch"],
                     "seq_len": r["seq_len"],
                     "output_len": r.get("output_len"),
@@ -244,16 +253,19 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"{r['gpu']}: the model's kernel launches take {r['launch_ms']:.3g} ms of each step"
         )
-    for r in {(r["gpu"], r["weights"]): r for r in records if r.get("dequant_ms")}.values():
+    # the busiest rank's experts are more of them where they are split whole (ep)
+    dequantised = (r for r in records if r.get("dequant_ms"))
+    for r in {(r["gpu"], r["weights"], r.get("ep")): r for r in dequantised}.values():
         lines.append(
-            f"{r['gpu']}: dequantising the weights ({r['weights']}) on the CUDA cores takes "
-            f"{r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for int8, "
-            "5 for int4, 4 for mxfp4, at the device's float32 rate)"
+            f"{r['gpu']}{_ep(r)}: dequantising the weights ({r['weights']}) on the CUDA cores "
+            f"takes {r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for "
+            "int8, 5 for int4, 4 for mxfp4, at the device's float32 rate)"
         )
-    for r in {(r["gpu"], r["batch"]): r for r in records if r.get("padding_ms")}.values():
+    padded = (r for r in records if r.get("padding_ms"))
+    for r in {(r["gpu"], r["batch"], r.get("ep")): r for r in padded}.values():
         lines.append(
-            f"{r['gpu']}: the rows its tensor cores compute as zeros, to fill whole tiles, "
-            f"take {r['padding_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
+            f"{r['gpu']}{_ep(r)}: the rows its tensor cores compute as zeros, to fill whole "
+            f"tiles, take {r['padding_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
@@ -365,13 +377,14 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     98 on a100-80gb (10.2 ms, memory-bound).'"""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in filter(_stated, records):
-        settings = (r["tp"], r.get("weights"), r.get("vocab"), r.get("output_len"))
+        settings = (r["tp"], r.get("ep"), r.get("weights"), r.get("vocab"), r.get("output_len"))
         what = (point_label(r), r["batch"], r["seq_len"], r["perf_model"], settings)
         groups.setdefault(what, []).append(r)
     found = []
-    for (name, batch, seq_len, model, (tp, weights, vocab, output)), rows in groups.items():
+    for (name, batch, seq_len, model, (tp, ep, weights, vocab, output)), rows in groups.items():
         split = f", {output:,} tokens out" if output else ""
         split += f", tp {tp}" if tp > 1 else ""
+        split += f", ep {ep}" if ep else ""
         split += f", weights {weights}" if weights else ""
         split += f", the vocabulary {vocab}" if vocab else ""
         source = "defaults" if model.endswith("(defaults)") else "calibrated"

@@ -304,6 +304,20 @@ FIELDS: dict[str, Field] = {
             "its all-reduces over the GPU's interconnect (default 1).",
         },
     ),
+    "ep": Field(
+        int,
+        ("predict", "fit"),
+        "Expert-parallel ranks, comma-separated: a mixture of experts' routed experts split "
+        "whole over ep of the tp ranks (SGLang's ep_size, vLLM's enable_expert_parallel at "
+        "tp ranks), the step timed on the rank the router sends the most (default 1: "
+        "each expert split over all tp).",
+        maximum=MAX_GPUS,
+        default=1,
+        flag_help="Expert-parallel ranks, comma-separated: a mixture of experts' routed "
+        "experts split whole over ep of the {tp} ranks (SGLang's ep_size; vLLM's "
+        "enable_expert_parallel, at {tp} ranks), a step timed on the rank the router "
+        "sends the most (default 1: each expert split over all {tp} ranks).",
+    ),
     # one batch's sequence lengths: a list that replaces batch and seq_len (not an axis)
     "seq_lens": Field(
         int,

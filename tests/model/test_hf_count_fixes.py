@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from attnbench.errors import UsageError
+from attnbench.errors import FieldError, UsageError
 from attnbench.model.architecture import CountedModel
 from attnbench.model.hf_config import load_hf_config, spec_from_hf_config
 from attnbench.model.model_params import (
@@ -157,6 +157,13 @@ def test_jetmoe_counts_its_experts_in_mlp_and_attention(tmp_path) -> None:
     assert (traits.num_experts, traits.experts_per_token) == (4, 2)
     # a token goes to 2 of the 4 experts of each kind
     assert active_params(spec) == sum(built.values()) - (mlp_experts + attention_experts) // 2
+
+
+def test_jetmoe_attention_experts_are_not_split_by_expert_parallelism(tmp_path) -> None:
+    spec = _loaded(JETMOE, tmp_path)
+    assert decode_counts(spec, 2, 8, "float32", None, 2).weight_bytes > 0
+    with pytest.raises(FieldError, match="not routed attention experts"):
+        decode_counts(spec, 2, 8, "float32", None, 2, ep=2)
 
 
 def test_zamba2_shared_blocks_are_read_at_each_use(tmp_path) -> None:

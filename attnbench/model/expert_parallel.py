@@ -1,0 +1,99 @@
+"""Expert parallelism: a mixture of experts' routed experts split whole over `ep` of the
+tensor-parallel ranks (SGLang's ep_size, vLLM's enable_expert_parallel), each expert's
+weights split over the tp / ep ranks of its group, where tensor parallelism alone splits
+every expert over all tp ranks.
+
+Over many tokens every rank holds and touches the same share of the experts either way;
+over a few, the router sends more of them to some ranks than to others, and a step waits
+for the busiest: its experts touched and its routes (tokens times their k experts) are
+the largest of ep ranks', expected. Each rank's count is taken as a binomial, independent
+of the others' (the router's uniform picks, as model/roofline.py's experts_touched takes
+them): a rank's E / ep experts, each touched with the same probability; the step's
+routes, each landing on a rank with probability 1 / ep. The largest of ep such counts has
+the expected value sum over m of 1 - F(m)^ep (F the binomial's distribution function).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+from ..errors import FieldError
+from .architecture import ModelSpec
+from .model_params import part_params, routed_attention, step_traits
+
+#: Standard deviations either side of the mean over which a binomial's distribution is
+#: summed; beyond them it is 0 or 1 to double precision.
+SPAN = 12
+#: From this standard deviation on, the largest of ep binomials is taken as the mean plus
+#: the standard deviation times the expected largest of ep standard normals: within a
+#: hundredth of a count of the exact sum there.
+NORMAL_FROM = 50.0
+
+
+def check_ep(ep: int, tp: int, experts: int) -> None:
+    """FieldError unless `ep` ranks can hold whole experts: ep divides tp (the experts'
+    groups are tensor-parallel ranks) and the model's `experts` routed experts (each rank
+    holds as many), and a model with routed experts at all where ep > 1."""
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise FieldError("ep", ep, "must be an integer >= 1")
+    if ep == 1:
+        return
+    if not experts:
+        raise FieldError("ep", ep, "needs a mixture of experts: the model has no routed experts")
+    if tp % ep:
+        reason = f"must divide {{tp}} ({tp}): the experts are split over tensor-parallel ranks"
+        raise FieldError("ep", ep, reason, ("tp",))
+    if experts % ep:
+        raise FieldError("ep", ep, f"must divide the model's {experts} routed experts")
+
+
+def check_model_ep(spec: ModelSpec, ep: int, tp: int) -> None:
+    """check_ep for `spec`'s routed experts, and FieldError where it routes attention
+    experts too (JetMoE's), which expert parallelism does not split here."""
+    experts = step_traits(spec).num_experts if part_params(spec)["experts"] else 0
+    check_ep(ep, tp, experts)
+    if ep > 1 and routed_attention(spec, tp):
+        raise FieldError("ep", ep, "splits the MLP's experts only, not routed attention experts")
+
+
+def busiest(count: int, p: float, ranks: int) -> float:
+    """The expected largest of `ranks` independent binomial counts of `count` trials of
+    probability `p` (for one rank: the mean, count * p)."""
+    if ranks == 1 or p <= 0 or count == 0:
+        return count * p
+    if p >= 1:
+        return float(count)
+    mean, sd = count * p, math.sqrt(count * p * (1 - p))
+    if sd >= NORMAL_FROM:
+        return min(float(count), mean + sd * normal_max(ranks))
+    low = max(0, math.floor(mean - SPAN * sd))
+    high = min(count, math.ceil(mean + SPAN * sd))
+    # the distribution function from `low` on (its mass below is under 1e-30)
+    log_q, log_odds = math.log1p(-p), math.log(p) - math.log1p(-p)
+    log_pmf = (
+        math.lgamma(count + 1)
+        - math.lgamma(low + 1)
+        - math.lgamma(count - low + 1)
+        + low * math.log(p)
+        + (count - low) * log_q
+    )
+    total, cdf = float(low), 0.0  # every m below `low` adds 1 - 0^ranks = 1
+    for m in range(low, high):
+        cdf = min(1.0, cdf + math.exp(log_pmf))
+        total += 1 - cdf**ranks
+        log_pmf += math.log((count - m) / (m + 1)) + log_odds
+    return total
+
+
+@cache
+def normal_max(ranks: int) -> float:
+    """The expected largest of `ranks` independent standard normal draws: the integral of
+    x * ranks * phi(x) * Phi(x)^(ranks - 1), summed on a grid of 1/1000."""
+    step, total = 1e-3, 0.0
+    for i in range(-10_000, 10_001):
+        x = i * step
+        phi = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        big_phi = 0.5 * math.erfc(-x / math.sqrt(2))
+        total += x * ranks * phi * big_phi ** (ranks - 1) * step
+    return total

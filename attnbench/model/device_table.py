@@ -81,6 +81,10 @@ _ACCELERATORS = "https://github.com/stas00/ml-engineering/blob/master/compute/ac
 #: HGX B200's figures for eight GPUs, with sparsity (float4: 144 PFLOPS, 9,000 TFLOPS dense a
 #: GPU; float8: 72 PFLOPS, 4,500).
 _HGX = "https://www.nvidia.com/en-us/data-center/hgx/"
+#: B200's memory as its driver reports it: a 7,680-bit bus at 3,996 MHz, double data rate,
+#: 7,672 GB/s, where tables of 2024 give 8,000 from an 8,192-bit bus (NVIDIA's Blackwell
+#: datasheet of 2025: 7.7 TB/s).
+_B200_BUS = "https://github.com/pytorch/ao/pull/4002"
 
 # The microbenchmarks.
 _AZURE = "https://github.com/Azure/AI-benchmarking-guide/blob/"
@@ -655,7 +659,7 @@ _TABLE = (
         "b200",
         "NVIDIA B200 180GB",
         180,
-        8000,
+        7672,
         {
             "float32": 80,
             "tfloat32": 1125,
@@ -667,7 +671,7 @@ _TABLE = (
         },
         "NVLink 5",
         1800 / 2,
-        (_ACCELERATORS, _HGX),
+        (_ACCELERATORS, _HGX, _B200_BUS),
         _HBM3E,
         {
             "bfloat16": Figure(1745.0, f"maximum achievable matmul FLOPS: {_MAMF}"),

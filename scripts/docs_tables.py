@@ -351,6 +351,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "vocab": ("", "`replicated` where every rank holds the whole vocabulary; empty: split"),
         "ep": ("ranks", "ranks of the tp the routed experts are split whole over, the step "
                         "timed on the busiest; empty: each expert split over all tp"),
+        "attention": ("", "`data-parallel` where each rank runs its own sequences' attention "
+                          "with the whole attention; empty: split over the tp ranks"),
         "launch_ms": ("ms", "of the model's decode step, its kernels' launches"),
         "request_ttft_ms": ("ms", "the time to first token of one request prefilled alone, "
                                   "as `fit --ttft` counts it: ttft_ms at batch 1"),
@@ -368,7 +370,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                                             "generation"),
         "serving_itl_ms": ("ms", "between a request's tokens with batch requests kept in "
                                  "flight: that step plus the others' prefills, counted "
-                                 "whole"),
+                                 "whole (data-parallel attention: one a rank, side by "
+                                 "side)"),
         "device_figures": ("", "the device's measured figures, each with its source"),
     },
 }

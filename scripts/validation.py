@@ -40,7 +40,12 @@ import yaml
 
 from attnbench.model.devices import device_spec
 from attnbench.model.dtypes import served_dtype
-from attnbench.model.generation import Generation, generation, serving_itl_s
+from attnbench.model.generation import (
+    Generation,
+    generation,
+    prefill_side_by_side,
+    serving_itl_s,
+)
 from attnbench.model.hf_config import load_hf_config
 from attnbench.model.presets import get_preset
 from attnbench.model.weights import WeightFormat
@@ -111,6 +116,7 @@ def predict_entry(entry: dict[str, Any]) -> float:
     fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept)
     kv = entry.get("kv_dtype")
     batch, output = int(entry["batch"]), int(entry.get("output") or 1)
+    tp, dp_attention = int(entry["tp"]), bool(entry.get("dp_attention", False))
 
     def run(sequences: int) -> Generation:
         return generation(
@@ -121,15 +127,17 @@ def predict_entry(entry: dict[str, Any]) -> float:
             output,
             dtype,
             DTYPES.get(kv, kv) if kv else None,
-            int(entry["tp"]),
+            tp,
             fmt,
             ep=int(entry.get("ep", 1)),
+            dp_attention=dp_attention,
         )
 
     found = run(batch)
     tpot_s = found.tpot_s
     if entry.get("batching") == "continuous" and batch > 1:
-        tpot_s = serving_itl_s(tpot_s, run(1).ttft_s, batch, output)
+        side = prefill_side_by_side(batch, tp, dp_attention)
+        tpot_s = serving_itl_s(tpot_s, run(side).ttft_s, batch, output, side)
     metric = entry["metric"]
     if metric == "decode_tokens_per_s_per_sequence":
         return 1 / tpot_s
@@ -182,6 +190,7 @@ def _groups(found: list[Row]) -> list[str]:
     keys = (
         lambda e: f"TP {e['tp']}",
         lambda e: f"EP {e['ep']}" if e.get("ep", 1) > 1 else None,
+        lambda e: "attention data-parallel" if e.get("dp_attention") else None,
         lambda e: "batch 1" if int(e["batch"]) == 1 else "batch > 1",
         lambda e: e["weights"],
         lambda e: METRIC_TITLES[e["metric"]],
@@ -219,7 +228,8 @@ def table(found: list[Row]) -> str:
         model = Path(e["model"]).stem if e["model"].endswith(".json") else e["model"]
         weights = e["weights"] + (f" g{e['group_size']}" if e.get("group_size") else "")
         weights += ", attention kept" if e.get("keep_attention") else ""
-        tp = f"{e['tp']}, EP {e['ep']}" if e.get("ep", 1) > 1 else e["tp"]
+        tp = f"{e['tp']}, EP {e['ep']}" if e.get("ep", 1) > 1 else str(e["tp"])
+        tp += ", attention DP" if e.get("dp_attention") else ""
         lines.append(
             f"| [{e['id']}]({e['source']}) [{n}] | {e['framework']} | `{e['gpu']}` | {model} | "
             f"{weights} | {e.get('kv_dtype', '-')} | {tp} | {e['batch']:,} | "

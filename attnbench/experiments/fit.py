@@ -51,8 +51,8 @@ from ..model.capacity import (
 )
 from ..model.devices import DEVICES, DeviceSpec
 from ..model.dtypes import served_dtype
-from ..model.expert_parallel import check_model_ep
 from ..model.model_params import weight_bytes_per_rank
+from ..model.parallelism import check_model_ep
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
@@ -140,7 +140,7 @@ class FitPlan:
     page_size: int | None
     reserve_bytes: int
     layer_pattern: str | None = None
-    #: Ranks of the tp the routed experts are split whole over (model/expert_parallel.py).
+    #: Ranks of the tp the routed experts are split whole over (model/parallelism.py).
     ep: int = 1
 
     def __post_init__(self) -> None:

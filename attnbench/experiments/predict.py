@@ -28,10 +28,10 @@ from typing import Any
 from ..errors import FieldError
 from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
-from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
+from ..model.capacity import KvFormat, cache_bytes, ceil_div, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
-from ..model.generation import generation, serving_itl_s
+from ..model.generation import generation, prefill_side_by_side, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
 from ..model.roofline import (
     ModelCounts,
@@ -62,6 +62,7 @@ class PredictPoint:
     head_dim: int | None = None
     tp: int = 1
     ep: int = 1
+    dp_attention: bool = False
     kv_dtype: str | None = None
     calibration: str | None = None
     model: str | None = None
@@ -174,6 +175,9 @@ class PredictRecord:
     #: Ranks of the tp over which the routed experts are split whole (expert
     #: parallelism), the step timed on the busiest; None: each expert split over all tp.
     ep: int | None = key(None)
+    #: "data-parallel" where each rank runs the attention of its own sequences with the
+    #: whole attention; None: the attention split over the tp ranks.
+    attention: str | None = key(None)
     #: The model's step: its kernels' launches (ms), included in tpot_ms and ttft_ms.
     launch_ms: float | None = info()
     #: The time to first token of one request whose prompt is prefilled alone, as fit's
@@ -198,7 +202,8 @@ class PredictRecord:
     #: The time between a request's tokens (ms) when `batch` requests are kept in
     #: flight, each replaced by a new one as it ends: the step at the mean context plus
     #: the others' prefills, each counted whole (an upper bound where an engine chunks
-    #: them into the steps). None at output_len 1, which has no token after the first.
+    #: them into the steps; data-parallel attention prefills them one a rank, side by
+    #: side). None at output_len 1, which has no token after the first.
     serving_itl_ms: float | None = info()
     #: The device's figures that set the times, each with its source.
     device_figures: str = info("")
@@ -210,6 +215,7 @@ COLUMNS = (
     ColumnSpec("GPU", "gpu", "label", 0, setting=True),
     ColumnSpec("tp", "tp", "int", 2, setting=True),
     ColumnSpec("ep", "ep", "int", 2, setting=True),
+    ColumnSpec("attention", "attention", "label", 2, setting=True),
     ColumnSpec("batch", "batch", "int", 1, setting=True),
     ColumnSpec("context", "seq_len", "int", 1, setting=True),
     ColumnSpec("output", "output_len", "int", 1, setting=True),
@@ -222,6 +228,15 @@ COLUMNS = (
     ColumnSpec("ITL in flight ms", "serving_itl_ms", "aligned", 1),
     ColumnSpec("Bound", "step_bound", "label", 1),
 )
+
+
+#: The record's `attention` where each rank runs that of its own sequences.
+DATA_PARALLEL = "data-parallel"
+
+
+def data_parallel(point: PredictPoint) -> bool:
+    """Whether the point's attention is data-parallel: asked, over more than one rank."""
+    return point.dp_attention and point.tp > 1
 
 
 def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
@@ -300,20 +315,34 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
         layer = partial(mla_layer_counts, point.spec)
     else:
         layer = partial(layer_counts, point.shape)
+    # data-parallel attention: a rank's layer attends its own sequences with every head
+    lb, ltp = (ceil_div(b, tp), 1) if data_parallel(point) else (b, tp)
     counts = {
-        "layer_prefill": layer(b, s, s, dtype, kv, tp, weights),
-        "layer_step": layer(b, 1, s + 1, dtype, kv, tp, weights),
+        "layer_prefill": layer(lb, s, s, dtype, kv, ltp, weights),
+        "layer_step": layer(lb, 1, s + 1, dtype, kv, ltp, weights),
     }
     if point.spec is not None:
         whole = partial(
-            step_counts, point.spec, dtype=dtype, kv_dtype=kv, tp=tp, weights=weights, ep=point.ep
+            step_counts,
+            point.spec,
+            dtype=dtype,
+            kv_dtype=kv,
+            tp=tp,
+            weights=weights,
+            ep=point.ep,
+            dp_attention=point.dp_attention,
         )
         counts["prefill"] = whole(b, s, s)
         counts["step"] = whole(b, 1, s + 1)
         if b > 1:  # one request's prompt prefilled alone
             counts["request"] = whole(1, s, s)
+        side = prefill_side_by_side(b, tp, data_parallel(point))
+        if side > 1:  # the other requests' prompts prefilled one a rank, side by side
+            counts["side_by_side"] = whole(side, s, s)
     elif point.ep > 1:
         raise FieldError("ep", point.ep, "needs a model: a layer shape has no experts")
+    elif point.dp_attention:
+        raise FieldError("dp_attention", True, "needs a model: a layer shape has no MLP")
     return counts
 
 
@@ -362,6 +391,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
         vocab=vocab_key(point.weights),
         ep=point.ep if point.ep > 1 else None,
+        attention=DATA_PARALLEL if data_parallel(point) else None,
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),
@@ -391,6 +421,7 @@ def _generation(
         point.weights,
         on.model,
         point.ep,
+        point.dp_attention,
     )
     fields = {
         "output_len": point.output_len,
@@ -399,8 +430,9 @@ def _generation(
     }
     if point.output_len == 1:  # the first token alone: no step, nothing between tokens
         return fields
-    one_prompt = found.get("request", found["prefill"])
-    itl = serving_itl_s(whole.tpot_s, one_prompt.time_s, point.batch, point.output_len)
+    side = prefill_side_by_side(point.batch, point.tp, data_parallel(point))
+    prompts = found.get("side_by_side", found.get("request", found["prefill"]))
+    itl = serving_itl_s(whole.tpot_s, prompts.time_s, point.batch, point.output_len, side)
     return {**fields, "generation_tpot_ms": whole.tpot_s * 1e3, "serving_itl_ms": itl * 1e3}
 
 
@@ -423,12 +455,15 @@ def memory_needed(point: PredictPoint) -> int | None:
     if spec is None or point.seq_len is None:
         return None
     fmt = KvFormat(point.kv_dtype or point.dtype)
-    layout = model_layout(spec, fmt, point.tp)
+    # data-parallel attention: each rank caches its own sequences, every head of them
+    dp = data_parallel(point)
+    attn_tp, batch = (1, ceil_div(point.batch, point.tp)) if dp else (point.tp, point.batch)
+    layout = model_layout(spec, fmt, attn_tp)
     windows = spec.windows or (None,) * spec.kv_layers
     tokens = point.seq_len + (point.output_len or 0)
-    cache = cache_bytes(layout, windows, {tokens: point.batch}).total
-    cache += state_bytes(spec.layer_states, point.dtype, point.batch, point.tp)
-    return weight_bytes_per_rank(spec, point.weights, point.tp) + cache
+    cache = cache_bytes(layout, windows, {tokens: batch}).total
+    cache += state_bytes(spec.layer_states, point.dtype, batch, attn_tp)
+    return weight_bytes_per_rank(spec, point.weights, point.tp, whole_attention=dp) + cache
 
 
 def _memory(point: PredictPoint, device: DeviceSpec) -> dict[str, Any]:

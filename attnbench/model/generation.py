@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .architecture import ModelSpec
+from .capacity import ceil_div
 from .devices import DeviceSpec
 from .roofline import (
     DEFAULT_MODEL,
@@ -71,13 +72,16 @@ def generation(
     weights: str | WeightFormat | None = None,
     model: PerfModel = DEFAULT_MODEL,
     ep: int = 1,
+    dp_attention: bool = False,
 ) -> Generation:
     """The generation of `batch` sequences on one of `tp` ranks of `device` (see the
-    module's notes), the routed experts split whole over `ep` of them: activations in
-    `dtype`, weights in `weights`, the cache in `kv_dtype`."""
-    prefill = prefill_counts(spec, batch, prompt_len, dtype, kv_dtype, tp, weights, ep)
+    module's notes), the routed experts split whole over `ep` of them, the attention
+    data-parallel over the ranks where `dp_attention`: activations in `dtype`, weights in
+    `weights`, the cache in `kv_dtype`."""
+    split = (tp, weights, ep, dp_attention)
+    prefill = prefill_counts(spec, batch, prompt_len, dtype, kv_dtype, *split)
     context = prompt_len + output_len // 2
-    step = decode_counts(spec, batch, context, dtype, kv_dtype, tp, weights, ep)
+    step = decode_counts(spec, batch, context, dtype, kv_dtype, *split)
     return Generation(
         batch,
         prompt_len,
@@ -87,7 +91,13 @@ def generation(
     )
 
 
-def serving_itl_s(step_s: float, prefill_s: float, concurrency: int, output_len: int) -> float:
+def serving_itl_s(
+    step_s: float,
+    prefill_s: float,
+    concurrency: int,
+    output_len: int,
+    side_by_side: int = 1,
+) -> float:
     """The mean time between a request's tokens when `concurrency` requests are kept in
     flight, each generating `output_len` tokens, and the engine batches them continuously
     (AIPerf's or vLLM's benchmarks at a fixed concurrency): a decode step of the whole
@@ -98,12 +108,25 @@ def serving_itl_s(step_s: float, prefill_s: float, concurrency: int, output_len:
 
         itl = step_s + (concurrency - 1) * prefill_s / (output_len - 1)
 
+    With data-parallel attention each rank prefills its own requests, the ranks side by
+    side in one pass: `prefill_s` is then the prefill of `side_by_side` prompts, one a
+    rank (prefill_side_by_side), and ceil((concurrency - 1) / side_by_side) of them
+    delay the tokens.
+
     An upper bound where the engine chunks a prefill into decode steps, which then share
     one read of the weights; at concurrency 1 it is the step alone."""
-    if concurrency < 1 or output_len < 1:
+    if concurrency < 1 or output_len < 1 or side_by_side < 1:
         raise ValueError(
-            f"concurrency and output_len must be >= 1, got {concurrency}, {output_len}"
+            f"concurrency, output_len and side_by_side must be >= 1, got {concurrency}, "
+            f"{output_len}, {side_by_side}"
         )
     if output_len == 1:
         return step_s
-    return step_s + (concurrency - 1) * prefill_s / (output_len - 1)
+    return step_s + ceil_div(concurrency - 1, side_by_side) * prefill_s / (output_len - 1)
+
+
+def prefill_side_by_side(concurrency: int, tp: int, dp_attention: bool) -> int:
+    """The prompts a serving engine prefills at once between its steps, one of each of
+    the other concurrency - 1 requests in flight: under data-parallel attention one a
+    rank, up to tp of them; else one."""
+    return max(1, min(tp, concurrency - 1)) if dp_attention and tp > 1 else 1

@@ -275,14 +275,21 @@ def active_params(spec: ModelSpec) -> int:
 
 
 def weight_bytes_per_rank(
-    spec: ModelSpec, weights: str | WeightFormat, tp: int = 1, dtype: str | None = None
+    spec: ModelSpec,
+    weights: str | WeightFormat,
+    tp: int = 1,
+    dtype: str | None = None,
+    whole_attention: bool = False,
 ) -> int:
     """Bytes of one rank's weights in `weights` (a dtype, or a WeightFormat: quantised
-    weights with their scales). Quantised weights keep the embeddings, and the output head
-    unless fmt.quantized_head, in `dtype` (default: the model's), as GPTQ, AWQ and float8
-    checkpoints do, and the attention too where fmt.kept_attention."""
+    weights with their scales), the attention's whole on every rank where
+    `whole_attention` (data-parallel attention). Quantised weights keep the embeddings,
+    and the output head unless fmt.quantized_head, in `dtype` (default: the model's), as
+    GPTQ, AWQ and float8 checkpoints do, and the attention too where fmt.kept_attention."""
     fmt = weight_format(weights)
     parts = part_params(spec, tp, fmt.replicated_vocab)
+    if whole_attention:
+        parts["attention"] = part_params(spec, 1)["attention"]
     if not fmt.quantized:
         return packed_bytes(sum(parts.values()), fmt.dtype)
     kept = parts["embeddings"] + (0 if fmt.quantized_head else parts["output head"])

@@ -48,8 +48,8 @@ classic roofline takes the larger of the two, the bound of one that overlaps the
 Far from the device's ridge one term dwarfs the other and the two bounds agree; near it
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
-nearer bound: over the 771 published measurements of docs/validation.md the sum's
-median error is 13.2% (586 within 25%), the larger term's 17.5% (509) (both with the same
+nearer bound: over the 786 published measurements of docs/validation.md the sum's
+median error is 13.2% (601 within 25%), the larger term's 17.1% (524) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -117,10 +117,15 @@ library's cost model times it (device_types.Collectives): a protocol's latency p
 bytes over its share of the bus bandwidth nccl-tests measures (2*(tp-1)/tp of them for an
 all-reduce, (tp-1)/tp for an all-gather), the fastest protocol taken, not overlapped with
 the compute. Expert parallelism (ep of the tp ranks holding the routed experts whole,
-model/expert_parallel.py) changes only the experts' part: a step is counted on the rank
+model/parallelism.py) changes only the experts' part: a step is counted on the rank
 the router sends the most, its experts touched and its routes each the expected largest
 of ep ranks', each expert's weights there ep/tp of it; its tile padding keeps each
-touched expert's mean share of the routes; the all-reduces are the same.
+touched expert's mean share of the routes; the all-reduces are the same. Data-parallel
+attention (dp_attention) runs each rank's own share of the batch, ceil(B / tp) sequences,
+through the whole attention (its weights, every head's cache and FLOPs: tp 1) and the
+rest of the layer through every rank's tokens: an all-gather before each layer's MLP and
+a reduce-scatter after it (allgather_s each, of the B*q tokens' hidden states) take the
+place of its two all-reduces.
 """
 
 from __future__ import annotations
@@ -146,7 +151,6 @@ from .capacity import (
 )
 from .devices import DeviceSpec, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
-from .expert_parallel import busiest, check_model_ep
 from .formulas import (
     attention_core_flops,
     attention_params,
@@ -162,6 +166,7 @@ from .model_params import (
     step_parts,
     step_traits,
 )
+from .parallelism import busiest, check_dp_attention, check_model_ep
 from .shapes import AttentionShape
 from .weights import WeightFormat, weight_format
 
@@ -402,6 +407,9 @@ class ModelCounts:
     kernels: int = LAYER_KERNELS
     #: The logits every rank gathers from a vocabulary-split head (0 at tp 1).
     gather_bytes: int = 0
+    #: All-gathers and reduce-scatters of the step's hidden states, allreduce_bytes each,
+    #: around the MLPs of a data-parallel attention (0 otherwise).
+    gathers: int = 0
     #: The dtype of the dense matmuls (float8 weights: float8; nvfp4: float4), None: the
     #: step's dtype.
     matmul_dtype: str | None = None
@@ -714,12 +722,14 @@ def step_counts(
     tp: int = 1,
     weights: str | WeightFormat | None = None,
     ep: int = 1,
+    dp_attention: bool = False,
 ) -> ModelCounts:
     """Counts of one step of `batch` sequences each feeding `q_len` new tokens that attend
     `kv_len` keys (the new ones included), activations in `dtype`, weights in `weights`
     (default: `dtype`; quantised weights keep the embeddings and the output head in
     `dtype`), the cache in `kv_dtype` (default: `dtype`), on the busiest of `tp` ranks,
-    the routed experts split whole over `ep` of them (model/expert_parallel.py)."""
+    the routed experts split whole over `ep` of them (model/parallelism.py), the
+    attention data-parallel over the ranks where `dp_attention` (see the module's notes)."""
     if not has_whole_model(spec):
         require_body(spec)  # raises: the whole model is not known
     check_dtype(dtype, "dtype", MODEL_DTYPES)
@@ -730,14 +740,22 @@ def step_counts(
     check_model_ep(spec, ep, tp)
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
     routed_attn = routed_attention(spec, tp)  # read as the experts are
+    # the attention's rank: data-parallel, its own sequences with the whole attention
+    dp_attention = dp_attention and tp > 1
+    if dp_attention:
+        check_dp_attention(spec)
+    attn_tp = 1 if dp_attention else tp
+    attn_batch = ceil_div(batch, tp) if dp_attention else batch
+    attn_tokens = attn_batch * q_len
+    attn_params = step_parts(spec, attn_tp)["attention"]
     split_vocab = tp > 1 and not fmt.replicated_vocab
     vocab_rows = ceil_div(traits.vocab_size, tp if split_vocab else 1)  # this rank's
 
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
     body = sum(parts.values()) - parts["embeddings"] - parts["experts"] - parts["output head"]
-    body -= routed_attn
+    body += attn_params - parts["attention"] - routed_attn
     # the attention's projections kept in `dtype` beside quantised weights
-    kept = parts["attention"] - routed_attn if fmt.kept_attention else 0
+    kept = attn_params - routed_attn if fmt.kept_attention else 0
     body -= kept
     if traits.tied_embeddings:
         table = parts["embeddings"]
@@ -755,8 +773,8 @@ def step_counts(
     dense_parts = ("mlp", "router", "state layers", "other")
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
-    projected = sum(parts.get(p, 0) for p in ("attention", *dense_parts)) - kept
-    matmuls = [Matmul(tokens, projected)]
+    dense_params = sum(parts.get(p, 0) for p in dense_parts)
+    matmuls = [Matmul(tokens, dense_params), Matmul(attn_tokens, attn_params - kept)]
     expert_flops, expert_weights = 0, 0
     if traits.num_experts and parts["experts"]:
         experts, k = traits.num_experts, traits.experts_per_token
@@ -780,37 +798,43 @@ def step_counts(
     head_kept = fmt.quantized and not head_quantised
     own_rate = None if fmt.dequant_ops else dtype
     if kept:
-        matmuls.append(Matmul(tokens, kept, own_rate))
+        matmuls.append(Matmul(attn_tokens, kept, own_rate))
     if not head_on_cuda_cores:
         matmuls.append(Matmul(batch, head, own_rate if head_kept else None))
 
     if spec.mla is not None:
-        attention = mla_counts(spec, batch, q_len, kv_len, dtype, kv_dtype, tp)
+        attention = mla_counts(spec, attn_batch, q_len, kv_len, dtype, kv_dtype, attn_tp)
     else:
         attention = attention_counts(
             AttentionShape(d, spec.num_heads, spec.num_kv_heads, spec.head_dim),
-            batch,
+            attn_batch,
             q_len,
             kv_len,
             dtype,
             kv_dtype,
-            tp,
+            attn_tp,
             spec.windows or (None,) * spec.kv_layers,
         )
-    dense = 2 * tokens * sum(parts.get(p, 0) for p in dense_parts)
+    dense = 2 * tokens * dense_params
     projections = attention.flops - attention.core_flops  # the shape's (MLA: expansions)
     routed = 0  # of them, the routed projections' (JetMoE's attention experts)
     if spec.mla is not None:  # the MLA projections: 2 per weight per token
-        projections += 2 * tokens * parts["attention"]
+        projections += 2 * attn_tokens * attn_params
     elif spec.body is None:
         # a model counted by transformers, whose layer shape need not say its projections
         # (Zamba2's shared block projects the hidden state and the embeddings joined, at
         # each use): 2 per weight per token, routed ones (JetMoE's) for a token's share
         routed = routed_attn * traits.experts_per_token // max(traits.num_experts, 1)
-        projections = 2 * tokens * (parts["attention"] - routed_attn + routed)
+        projections = 2 * attn_tokens * (attn_params - routed_attn + routed)
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
     routed_experts = bool(traits.num_experts and parts["experts"])
     quantising = fmt.activation_quant_bytes(dtype) > 0
+    # elements the quantised matmuls' inputs hold: each token's, the attention's for the
+    # rank's own tokens where it is data-parallel
+    inputs = tokens * _matmul_inputs(spec, parts, expert_weights, tp, not kept and not dp_attention)
+    if dp_attention and not kept:
+        own = _attention_inputs(d, spec.num_heads, spec.head_dim, 1)
+        inputs += attn_tokens * spec.kv_layers * own
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent
     return ModelCounts(
@@ -818,11 +842,7 @@ def step_counts(
         kv_bytes=attention.kv_bytes + state,
         activation_bytes=attention.activation_bytes
         + tokens * mlp_activations(parts, expert_weights, L, d) * dtype_bytes(dtype)
-        + round(
-            tokens
-            * fmt.activation_quant_bytes(dtype)
-            * _matmul_inputs(spec, parts, expert_weights, tp, not kept)
-        ),
+        + round(inputs * fmt.activation_quant_bytes(dtype)),
         flops=attention.core_flops
         + projections
         + dense
@@ -832,10 +852,13 @@ def step_counts(
         # kept projections at the activations' rate; routed ones stay quantised
         attention_flops=attention.core_flops
         + state_flops
-        + (projections - 2 * tokens * routed if kept else 0)
+        + (projections - 2 * attn_tokens * routed if kept else 0)
         + (2 * batch * head if head_kept else 0),
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
-        allreduces=2 * L if tp > 1 else 0,
+        allreduces=2 * L if tp > 1 and not dp_attention else 0,
+        # data-parallel attention: the tokens gathered before each layer's MLP or
+        # experts, and their outputs scattered back
+        gathers=2 * L if dp_attention else 0,
         layers=L,
         batch=batch,
         state_bytes=state,
@@ -858,10 +881,13 @@ def decode_counts(
     tp: int = 1,
     weights: str | WeightFormat | None = None,
     ep: int = 1,
+    dp_attention: bool = False,
 ) -> ModelCounts:
     """One decode step with `context_len` tokens cached: each sequence feeds one token and
     attends context_len + 1 keys (the time per output token)."""
-    return step_counts(spec, batch, 1, context_len + 1, dtype, kv_dtype, tp, weights, ep)
+    return step_counts(
+        spec, batch, 1, context_len + 1, dtype, kv_dtype, tp, weights, ep, dp_attention
+    )
 
 
 def prefill_counts(
@@ -873,9 +899,12 @@ def prefill_counts(
     tp: int = 1,
     weights: str | WeightFormat | None = None,
     ep: int = 1,
+    dp_attention: bool = False,
 ) -> ModelCounts:
     """The prefill of a prompt of `prompt_len` tokens (the time to the first token)."""
-    return step_counts(spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp, weights, ep)
+    return step_counts(
+        spec, batch, prompt_len, prompt_len, dtype, kv_dtype, tp, weights, ep, dp_attention
+    )
 
 
 @dataclass(frozen=True)
@@ -928,6 +957,7 @@ def predict_counts(
         core_peak_flops=flops_for(device, dtype),
     )
     collectives = counts.allreduces * allreduce_s(counts.allreduce_bytes, tp, device)
+    collectives += counts.gathers * allgather_s(counts.allreduce_bytes, tp, device)
     if counts.gather_bytes:
         collectives += allgather_s(counts.gather_bytes, tp, device)
     dequant = 0.0

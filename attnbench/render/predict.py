@@ -41,6 +41,7 @@ PHASE_COLUMNS: list[Column] = [
     Column("GPU", "gpu", gpu_name, rank=0, kind="label", setting=True),
     Column("tp", "tp", fmt_int, rank=2, setting=True),
     Column("ep", "ep", fmt_int, rank=1, setting=True),
+    Column("attention", "attention", fmt_plain, rank=1, kind="label", setting=True),
     Column("batch", "batch", fmt_int, rank=1, setting=True),
     Column("context", "seq_len", fmt_int, rank=1, setting=True),
     Column("output", "output_len", fmt_int, rank=1, setting=True),
@@ -92,8 +93,10 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     # the vocabulary's layout is named where some point replicates it
     split = "split" if any(r.get("vocab") for r in records) else None
-    # and the experts' ranks where some point splits them whole
+    # and the experts' ranks where some point splits them whole, and the attention's
+    # split where some point's is data-parallel
     expert_parallel = any(r.get("ep") for r in records)
+    split_attention = "split" if any(r.get("attention") for r in records) else None
     for r in records:
         for step, prefix, time_field in PHASES:
             if r.get(time_field) is None or (prefix == "request" and r["batch"] == 1):
@@ -113,6 +116,7 @@ def phase_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "gpu": r["gpu"],
                     "tp": r["tp"],
                     "ep": r.get("ep") or (1 if expert_parallel else None),
+                    "attention": r.get("attention") or split_attention,
                     "batch": r["batch"],
                     "seq_len": r["seq_len"],
                     "output_len": r.get("output_len"),
@@ -242,9 +246,12 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     counts."""
     lines = []
     with_collectives = [r for r in records if r.get("allreduce_ms")]
-    for r in {(r["gpu"], r["tp"], r.get("vocab")): r for r in with_collectives}.values():
-        collectives = "2 all-reduces a layer" + ("" if r.get("vocab") else ", the logits' gather")
+    split = {(r["gpu"], r["tp"], r.get("vocab"), r.get("attention")): r for r in with_collectives}
+    for r in split.values():
+        around = "an all-gather and a reduce-scatter" if r.get("attention") else "2 all-reduces"
+        collectives = around + " a layer" + ("" if r.get("vocab") else ", the logits' gather")
         replicated = ", each rank holding the whole vocabulary" if r.get("vocab") else ""
+        replicated += ", the attention data-parallel" if r.get("attention") else ""
         lines.append(
             f"{r['gpu']}, tp {r['tp']}{replicated}: the model's collectives ({collectives}) "
             f"take {r['allreduce_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
@@ -377,14 +384,17 @@ def predict_findings(records: Sequence[Mapping[str, Any]]) -> list[str]:
     98 on a100-80gb (10.2 ms, memory-bound).'"""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in filter(_stated, records):
-        settings = (r["tp"], r.get("ep"), r.get("weights"), r.get("vocab"), r.get("output_len"))
+        split = (r["tp"], r.get("ep"), r.get("attention"))
+        settings = (*split, r.get("weights"), r.get("vocab"), r.get("output_len"))
         what = (point_label(r), r["batch"], r["seq_len"], r["perf_model"], settings)
         groups.setdefault(what, []).append(r)
     found = []
-    for (name, batch, seq_len, model, (tp, ep, weights, vocab, output)), rows in groups.items():
+    for (name, batch, seq_len, model, settings), rows in groups.items():
+        tp, ep, attention, weights, vocab, output = settings
         split = f", {output:,} tokens out" if output else ""
         split += f", tp {tp}" if tp > 1 else ""
         split += f", ep {ep}" if ep else ""
+        split += f", the attention {attention}" if attention else ""
         split += f", weights {weights}" if weights else ""
         split += f", the vocabulary {vocab}" if vocab else ""
         source = "defaults" if model.endswith("(defaults)") else "calibrated"

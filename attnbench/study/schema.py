@@ -318,6 +318,23 @@ FIELDS: dict[str, Field] = {
         "enable_expert_parallel, at {tp} ranks), a step timed on the rank the router "
         "sends the most (default 1: each expert split over all {tp} ranks).",
     ),
+    "dp_attention": Field(
+        bool,
+        ("predict",),
+        "Data-parallel attention: each of the tp ranks runs the attention of its own "
+        "share of the batch's sequences with the whole attention's weights and caches "
+        "them whole, the MLPs and experts every rank's tokens, gathered before them and "
+        "scattered back (SGLang's enable_dp_attention, vLLM's data parallelism beside "
+        "expert parallelism, TensorRT-LLM's enable_attention_dp) (default: the attention "
+        "split over the tp ranks).",
+        default=False,
+        flag_help="Data-parallel attention: each of the {tp} ranks runs the attention of its "
+        "own share of the batch's sequences with the whole attention's weights and "
+        "caches them whole, the MLPs and experts every rank's tokens, gathered before "
+        "them and scattered back (SGLang's enable_dp_attention, vLLM's data parallelism "
+        "beside expert parallelism, TensorRT-LLM's enable_attention_dp) (default: the "
+        "attention split over the {tp} ranks).",
+    ),
     # one batch's sequence lengths: a list that replaces batch and seq_len (not an axis)
     "seq_lens": Field(
         int,

@@ -485,6 +485,7 @@ def resolve(
     check_vocab_use(resolved)
     check_head_use(resolved)
     check_kept_attention_use(resolved)
+    check_dp_attention_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
@@ -560,6 +561,17 @@ def check_vocab_use(sec: Section) -> None:
         return
     reason = "has no effect at {tp} 1: a single rank holds the whole vocabulary either way"
     raise sec.locate(FieldError("vocab_layout", sec.shown("vocab_layout"), reason, ("tp",)))
+
+
+def check_dp_attention_use(sec: Section) -> None:
+    """Data-parallel attention where every point runs on one rank: that rank runs every
+    sequence's attention either way, so it would change nothing."""
+    if not (sec.sets_itself("dp_attention") and any(sec.listed("dp_attention"))):
+        return
+    if any(int(r) > 1 for r in sec.listed("tp")):
+        return
+    reason = "has no effect at {tp} 1: a single rank runs every sequence's attention either way"
+    raise sec.locate(FieldError("dp_attention", True, reason, ("tp",)))
 
 
 def check_head_use(sec: Section) -> None:

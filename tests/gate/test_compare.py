@@ -1506,6 +1506,7 @@ def test_only_inputs_are_key_fields():
         "kind",  # layer_kinds: the name of a kind of layer of the model
         "weights",  # predict: weights_dtype and weights_group in words
         "vocab",  # fit, predict: vocab_layout where it is replicated
+        "attention",  # predict: dp_attention where it is data-parallel
     }
     inputs = set(FIELDS) | derived_from_inputs
     for name, record in RECORD_TYPES.items():

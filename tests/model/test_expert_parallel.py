@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnbench.errors import FieldError
-from attnbench.model.expert_parallel import busiest, check_ep, normal_max
+from attnbench.model.parallelism import busiest, check_ep, normal_max
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import decode_counts, experts_touched, prefill_counts
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnbench.model.devices import device_spec
-from attnbench.model.generation import generation, serving_itl_s
+from attnbench.model.generation import generation, prefill_side_by_side, serving_itl_s
 from attnbench.model.presets import get_preset
 
 
@@ -24,3 +24,15 @@ def test_serving_at_a_fixed_concurrency_adds_the_others_prefills():
     assert serving_itl_s(0.024, 0.36, 8, 1) == 0.024  # one token: no step after it
     with pytest.raises(ValueError, match="concurrency"):
         serving_itl_s(0.024, 0.36, 0, 500)
+
+
+def test_data_parallel_attention_prefills_the_others_side_by_side():
+    """Eight ranks each prefill their own requests in one pass: 63 others at 8 a pass
+    delay the tokens by 8 such passes, not 63 single prompts."""
+    assert prefill_side_by_side(64, 8, True) == 8
+    assert prefill_side_by_side(4, 8, True) == 3  # as many as there are others
+    assert prefill_side_by_side(64, 8, False) == prefill_side_by_side(64, 1, True) == 1
+    assert serving_itl_s(0.02, 0.8, 64, 1001, 8) == pytest.approx(0.02 + 8 * 0.8 / 1000)
+    assert serving_itl_s(0.02, 0.1, 64, 1001) == pytest.approx(0.02 + 63 * 0.1 / 1000)
+    with pytest.raises(ValueError, match="side_by_side"):
+        serving_itl_s(0.02, 0.1, 64, 1001, 0)

@@ -1,9 +1,11 @@
-"""`predict --ep`: a mixture of experts' experts split whole over ranks, from flags and a
-sweep file; what it cannot split is one line naming the field, exit 2."""
+"""`predict --ep` and `fit --ep` (a mixture of experts' experts split whole over ranks)
+and `predict --dp-attention` (each rank's own sequences' attention), from flags and sweep
+files; what they cannot split is one line naming the field, exit 2."""
 
 from __future__ import annotations
 
 import csv
+import json
 import re
 
 import pytest
@@ -75,3 +77,47 @@ def test_fit_under_a_latency_target_waits_for_the_busiest_rank(tmp_path):
 )
 def test_what_fit_cannot_split_is_one_line(args, message):
     one_error(fit("--gpu", "h200", "--seq-len", "4096", *args), message)
+
+
+def test_data_parallel_attention_pays_at_many_sequences_of_an_mla_model(tmp_path):
+    """Each rank caches its own sequences' latents, not every sequence's: at 256 the
+    step reads an eighth of the cache; at 1 it reads the whole attention's weights."""
+    study, out = tmp_path / "study.yaml", tmp_path / "p.csv"
+    study.write_text(
+        "models: [deepseek-v3]\npredict:\n  gpu: h200\n  tp: 8\n  ep: 8\n"
+        "  weights_dtype: float8_e4m3fn\n  dp_attention: [false, true]\n"
+        "  batch: [1, 256]\n  seq_len: 4096\n"
+    )
+    result = predict("--config", study, "--csv", out)
+    assert result.exit_code == 0, result.output
+    assert re.search(r"┃\s*attention\s*┃", result.stdout), result.stdout
+    rows = {(r["attention"], r["batch"]): float(r["tpot_ms"]) for r in csv.DictReader(out.open())}
+    assert rows[("data-parallel", "256")] < rows[("", "256")]
+    assert rows[("data-parallel", "1")] > rows[("", "1")]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "deepseek-v3"], "--dp-attention: has no effect at --tp 1"),
+        (["--d-model", "4096", "--heads", "32", "--tp", "2"], "--dp-attention: needs a model"),
+    ],
+)
+def test_what_dp_attention_cannot_split_is_one_line(args, message):
+    one_error(predict("--gpu", "h200", "--seq-len", "1024", "--dp-attention", *args), message)
+
+
+def test_data_parallel_attention_counts_the_others_prefills_side_by_side(tmp_path):
+    """The serving ITL adds ceil(63 / 8) prefills of 8 prompts, one a rank, between the
+    steps of 64 requests in flight, where the attention split over the ranks adds 63 of
+    one prompt."""
+    out = tmp_path / "p.json"
+    args = ["--gpu", "h200", "--model", "deepseek-v3", "--tp", "8", "--batch", "64"]
+    args += ["--seq-len", "4096", "--output-len", "1024", "--dp-attention", "--json", out]
+    result = predict(*args)
+    assert result.exit_code == 0, result.output
+    (record,) = json.loads(out.read_text())["records"]
+    step = record["generation_tpot_ms"]
+    added = record["serving_itl_ms"] - step
+    # 8 passes of 8 prompts: more than 8 single prompts' prefills, fewer than 63 of them
+    assert 8 * record["request_ttft_ms"] / 1023 < added < 63 * record["request_ttft_ms"] / 1023

@@ -1,4 +1,14 @@
-"""Expert parallelism: a mixture of experts' routed experts split whole over `ep` of the
+"""How a model's parts split over a node's ranks besides tensor parallelism, which splits
+every weight over all tp ranks.
+
+Data-parallel attention (SGLang's enable_dp_attention at as many ranks as tp, vLLM's data
+parallelism beside expert parallelism, TensorRT-LLM's enable_attention_dp): each rank
+runs the attention of its own sequences (a tp-th of the batch) with the whole attention's
+weights, and keeps their cache whole (every KV head, or the whole MLA latent); the MLPs
+and experts run on every rank's tokens, gathered before them and scattered back after
+(model/roofline.py counts the step).
+
+Expert parallelism: a mixture of experts' routed experts split whole over `ep` of the
 tensor-parallel ranks (SGLang's ep_size, vLLM's enable_expert_parallel), each expert's
 weights split over the tp / ep ranks of its group, where tensor parallelism alone splits
 every expert over all tp ranks.
@@ -55,6 +65,17 @@ def check_model_ep(spec: ModelSpec, ep: int, tp: int) -> None:
     check_ep(ep, tp, experts)
     if ep > 1 and routed_attention(spec, tp):
         raise FieldError("ep", ep, "splits the MLP's experts only, not routed attention experts")
+
+
+def check_dp_attention(spec: ModelSpec) -> None:
+    """FieldError for a model whose attention data-parallelism is not counted here: state
+    layers (a hybrid's), whose split the engines choose otherwise, and routed attention
+    experts (JetMoE's)."""
+    if any(s is not None for s in spec.layer_states):
+        reason = "is not modelled for a model with state layers (a hybrid's)"
+        raise FieldError("dp_attention", True, reason)
+    if routed_attention(spec):
+        raise FieldError("dp_attention", True, "is not modelled for routed attention experts")
 
 
 def busiest(count: int, p: float, ranks: int) -> float:

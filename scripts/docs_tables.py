@@ -245,6 +245,9 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "tp": ("ranks", "tensor-parallel ranks of one replica"),
         "ep": ("ranks", "ranks of the tp the routed experts are split whole over, a step "
                         "timed on the busiest; empty: each expert split over all tp"),
+        "attention": ("", "`data-parallel` where each rank runs and caches its own "
+                          "sequences' attention, the whole attention's weights on each; "
+                          "empty: split over the tp ranks"),
         "replicas": ("", "gpus / tp"),
         "weights_dtype": ("", "the weights' dtype"),
         "weights": ("", "quantised weights, as `int4 in groups of 128, the head too`; empty: "

@@ -58,7 +58,8 @@ def show_answer(record: FitRecord, point: FitPoint, label: str = "") -> None:
     console.print(
         f"{head}: {record.gpus} GPU(s) x "
         f"{format_bytes(record.memory_bytes_per_gpu)}, --tp {record.tp}, "
-        f"{record.replicas} replica(s); KV cache per sequence per GPU "
+        f"{record.replicas} replica(s){', --dp-attention' if record.attention else ''}; "
+        "KV cache per sequence per GPU "
         f"{format_bytes(record.kv_bytes_per_sequence_per_gpu)}{state_text(record)}",
         markup=False,
     )

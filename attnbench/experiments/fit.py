@@ -52,7 +52,7 @@ from ..model.capacity import (
 from ..model.devices import DEVICES, DeviceSpec
 from ..model.dtypes import served_dtype
 from ..model.model_params import weight_bytes_per_rank
-from ..model.parallelism import check_model_ep
+from ..model.parallelism import DATA_PARALLEL, check_dp_attention, check_model_ep
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
@@ -101,6 +101,7 @@ class FitPoint:
     gpus: int | None = None
     tp: int | None = None
     ep: int = 1
+    dp_attention: bool = False
     weights_dtype: str | None = None
     weights_group: int | None = None
     vocab_layout: str = "split"
@@ -142,12 +143,31 @@ class FitPlan:
     layer_pattern: str | None = None
     #: Ranks of the tp the routed experts are split whole over (model/parallelism.py).
     ep: int = 1
+    #: Each rank runs (and caches) its own sequences' attention, whole.
+    dp_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus % self.tp:
             raise FieldError("gpus", self.gpus, f"not a multiple of tp {self.tp}")
         self.layout  # noqa: B018  (tp must split the heads)
         check_model_ep(self.spec, self.ep, self.tp)
+        if self.data_parallel:
+            check_dp_attention(self.spec)
+
+    @property
+    def data_parallel(self) -> bool:
+        """Whether each rank runs its own sequences' attention (asked, over ranks)."""
+        return self.dp_attention and self.tp > 1
+
+    @property
+    def attention_tp(self) -> int:
+        """The ranks one sequence's attention, and its cache, is split over."""
+        return 1 if self.data_parallel else self.tp
+
+    def per_gpu(self, per_replica: int) -> int:
+        """The sequences of a replica's `per_replica` one GPU caches: each of them, or
+        under data-parallel attention its own share, the busiest's."""
+        return ceil_div(per_replica, self.tp) if self.data_parallel else per_replica
 
     @property
     def replicas(self) -> int:
@@ -155,12 +175,15 @@ class FitPlan:
 
     @property
     def layout(self) -> TokenLayout:
-        return model_layout(self.spec, self.kv, self.tp)
+        return model_layout(self.spec, self.kv, self.attention_tp)
 
     @property
     def weights_bytes(self) -> int:
-        """Weights on one GPU (one tensor-parallel rank), with their scales."""
-        return weight_bytes_per_rank(self.spec, self.weights, self.tp)
+        """Weights on one GPU (one tensor-parallel rank), with their scales; the whole
+        attention's under data-parallel attention."""
+        return weight_bytes_per_rank(
+            self.spec, self.weights, self.tp, whole_attention=self.data_parallel
+        )
 
     @property
     def dtype(self) -> str:
@@ -173,7 +196,8 @@ class FitPlan:
     def state_bytes(self) -> int:
         """The state one sequence keeps in the state layers on one GPU (0: none), in the
         dtype the model is served in where transformers keeps it in the model's."""
-        return state_bytes(self.spec.layer_states, served_dtype(self.spec.dtype), 1, self.tp)
+        served = served_dtype(self.spec.dtype)
+        return state_bytes(self.spec.layer_states, served, 1, self.attention_tp)
 
     def sequence_bytes(self, seq_len: int) -> int:
         """Cache bytes one sequence of `seq_len` tokens takes on one GPU: its K and V, and
@@ -227,7 +251,9 @@ class FitPlan:
                 model_layout(self.spec, self.kv, tp)
             except FieldError:
                 continue
-            weights_bytes = weight_bytes_per_rank(self.spec, weights, tp)
+            weights_bytes = weight_bytes_per_rank(
+                self.spec, weights, tp, whole_attention=self.dp_attention
+            )
             if weights_bytes + self.reserve_bytes < self.memory_bytes:
                 return tp, weights_bytes
         return None
@@ -251,6 +277,9 @@ class FitRecord:
     #: Ranks of the tp the routed experts are split whole over, the step timed on the
     #: busiest; None: each expert split over all tp.
     ep: int | None = key(None)
+    #: "data-parallel" where each rank runs and caches its own sequences' attention;
+    #: None: the attention split over the tp ranks.
+    attention: str | None = key(None)
     replicas: int = exact()
     weights_dtype: str = key()
     #: Quantised weights' format in words ("int4 in groups of 128, the head too"); None:
@@ -331,7 +360,8 @@ def _record(
     per_seq: int,
 ) -> FitRecord:
     state = plan.state_bytes if per_seq else 0
-    kv = per_replica * (per_seq - state)
+    per_gpu = plan.per_gpu(per_replica)
+    kv = per_gpu * (per_seq - state)
     window, windowed_layers = window_summary(plan.windows)
     spec = plan.spec
     return FitRecord(
@@ -346,6 +376,7 @@ def _record(
         gpus=plan.gpus,
         tp=plan.tp,
         ep=plan.ep if plan.ep > 1 else None,
+        attention=DATA_PARALLEL if plan.data_parallel else None,
         replicas=plan.replicas,
         weights_dtype=plan.weights.dtype,
         weights=plan.weights.describe() if plan.weights.quantized else None,
@@ -364,12 +395,12 @@ def _record(
         state_bytes_per_sequence_per_gpu=state,
         weights_bytes_per_gpu=plan.weights_bytes,
         kv_bytes_per_gpu=kv,
-        state_bytes_per_gpu=per_replica * state,
+        state_bytes_per_gpu=per_gpu * state,
         reserve_bytes_per_gpu=plan.reserve_bytes,
         free_bytes_per_gpu=plan.memory_bytes
         - plan.weights_bytes
         - plan.reserve_bytes
-        - per_replica * per_seq,
+        - per_gpu * per_seq,
     )
 
 
@@ -377,7 +408,8 @@ def largest_batch(plan: FitPlan, seq_len: int) -> FitRecord:
     """The most sequences of `seq_len` tokens that fit, over all replicas."""
     budget = plan.kv_budget()
     per_seq = plan.sequence_bytes(seq_len)
-    per_replica = budget // per_seq
+    # under data-parallel attention each of a replica's tp GPUs caches its own sequences
+    per_replica = budget // per_seq * (plan.tp if plan.data_parallel else 1)
     if per_replica == 0:
         raise CapacityError(
             f"not even one sequence fits: {seq_len:,} tokens need {format_bytes(per_seq)} of "
@@ -398,12 +430,13 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
     question = "longest_context"
 
     def fits(seq_len: int) -> bool:
-        return per_replica * plan.sequence_bytes(seq_len) <= budget
+        return plan.per_gpu(per_replica) * plan.sequence_bytes(seq_len) <= budget
 
     if not fits(1):
+        per_gpu = plan.per_gpu(per_replica)
         raise CapacityError(
             f"not even one token per sequence fits: {per_replica:,} sequences per replica "
-            f"need {format_bytes(per_replica * plan.sequence_bytes(1))} per GPU, "
+            f"need {format_bytes(per_gpu * plan.sequence_bytes(1))} per GPU, "
             f"{format_bytes(budget)} is left after weights and reserve"
         )
     if all(w is not None for w in plan.windows):  # no attention layer: the state alone
@@ -487,6 +520,7 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         reserve_bytes=parse_share(point.reserve, "reserve", size.bytes),
         layer_pattern=point.layer_pattern,
         ep=point.ep,
+        dp_attention=point.dp_attention,
     )
 
 
@@ -631,9 +665,8 @@ def _predict(
     with _roofline_errors(
         targets, plan.weights.dtype, spec.stored_hint(plan.weights.dtype, plan.dtype)
     ):
-        step = counts(
-            spec, batch, seq_len, plan.dtype, plan.kv.dtype, plan.tp, plan.weights, plan.ep
-        )
+        split = (plan.tp, plan.weights, plan.ep, plan.data_parallel)
+        step = counts(spec, batch, seq_len, plan.dtype, plan.kv.dtype, *split)
         return predict_counts(step, targets.device, plan.dtype, plan.tp, targets.model)
 
 

@@ -33,6 +33,7 @@ from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, prefill_side_by_side, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
+from ..model.parallelism import DATA_PARALLEL
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
@@ -228,10 +229,6 @@ COLUMNS = (
     ColumnSpec("ITL in flight ms", "serving_itl_ms", "aligned", 1),
     ColumnSpec("Bound", "step_bound", "label", 1),
 )
-
-
-#: The record's `attention` where each rank runs that of its own sequences.
-DATA_PARALLEL = "data-parallel"
 
 
 def data_parallel(point: PredictPoint) -> bool:

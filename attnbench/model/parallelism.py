@@ -67,6 +67,10 @@ def check_model_ep(spec: ModelSpec, ep: int, tp: int) -> None:
         raise FieldError("ep", ep, "splits the MLP's experts only, not routed attention experts")
 
 
+#: A record's `attention` where each rank runs that of its own sequences.
+DATA_PARALLEL = "data-parallel"
+
+
 def check_dp_attention(spec: ModelSpec) -> None:
     """FieldError for a model whose attention data-parallelism is not counted here: state
     layers (a hybrid's), whose split the engines choose otherwise, and routed attention

@@ -57,7 +57,10 @@ def state_text(record: FitRecord) -> str:
 def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     """Weights, KV cache, reserve and free memory of one GPU, exact and in binary units."""
     total = record.memory_bytes_per_gpu
-    seqs = f"{record.batch_per_replica:,} seq"
+    # data-parallel attention: a GPU caches its own share of the replica's sequences
+    own = record.attention and record.tp > 1
+    per_gpu = -(-record.batch_per_replica // record.tp) if own else record.batch_per_replica
+    seqs = f"{per_gpu:,} seq"
     tokens = "full windows" if record.context_unbounded else f"{record.seq_len:,} tokens"
     if record.windowed_layers:
         tokens += (
@@ -67,6 +70,8 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     share = f"1/{record.tp} of the model"
     if record.vocab:  # replicated
         share = f"1/{record.tp} of the layers, the whole vocabulary"
+    if own:
+        share = f"1/{record.tp} of the rest, the whole attention"
     weights = record.weights or record.weights_dtype
     notes = {
         "weights": f"{weights}, {share}" if record.tp > 1 else weights,
@@ -124,6 +129,7 @@ LABELS = (
     ("memory_bytes_per_gpu", lambda v: f"{format_bytes(v)} each"),
     ("tp", lambda v: f"tp {v}"),
     ("ep", lambda v: f"ep {v or 1}"),
+    ("attention", lambda v: f"the attention {v or 'split'}"),
     ("weights_dtype", lambda v: f"{v} weights"),
     ("kv_dtype", lambda v: f"{v} KV cache"),
     ("page_size", lambda v: "no pages" if v is None else f"pages of {v:,} tokens"),
@@ -183,6 +189,7 @@ LATENCY: list[Column] = [
     Column("tp", "tp", fmt_int, rank=0),
     # experts split whole over ranks: None (each expert over all tp) reads 1 beside them
     Column("ep", "ep", lambda v: fmt_int(v or 1), rank=0, setting=True),
+    Column("attention", "attention", lambda v: v or "split", rank=0, kind="label", setting=True),
     Column("batch", "batch", fmt_int, rank=0),
     Column("fits", "memory_batch", fmt_int, rank=1),
     Column("TPOT ms", "tpot_ms", fmt_4sig, rank=1),

@@ -320,7 +320,7 @@ FIELDS: dict[str, Field] = {
     ),
     "dp_attention": Field(
         bool,
-        ("predict",),
+        ("predict", "fit"),
         "Data-parallel attention: each of the tp ranks runs the attention of its own "
         "share of the batch's sequences with the whole attention's weights and caches "
         "them whole, the MLPs and experts every rank's tokens, gathered before them and "

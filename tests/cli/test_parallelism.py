@@ -121,3 +121,35 @@ def test_data_parallel_attention_counts_the_others_prefills_side_by_side(tmp_pat
     added = record["serving_itl_ms"] - step
     # 8 passes of 8 prompts: more than 8 single prompts' prefills, fewer than 63 of them
     assert 8 * record["request_ttft_ms"] / 1023 < added < 63 * record["request_ttft_ms"] / 1023
+
+
+def test_fit_with_data_parallel_attention_caches_each_ranks_own_sequences(tmp_path):
+    """DeepSeek-V3's latent is whole on every rank under tensor parallelism; under
+    data-parallel attention each of 8 GPUs caches its own sequences, beside the whole
+    attention's weights: a replica holds 8 times the sequences a GPU's budget holds."""
+    out = tmp_path / "f.csv"
+    common = ["--model", "deepseek-v3", "--gpu", "h200", "--gpus", "8", "--seq-len", "8192"]
+    common += ["--weights-dtype", "float8_e4m3fn"]
+    assert fit(*common, "--csv", out).exit_code == 0
+    split = next(csv.DictReader(out.open()))
+    result = fit(*common, "--dp-attention", "--csv", out)
+    assert result.exit_code == 0, result.output
+    own = next(csv.DictReader(out.open()))
+    assert own["attention"] == "data-parallel" and split["attention"] == ""
+    # a sequence's latent is whole on a GPU either way: on every GPU, or on its own
+    per_seq = int(own["kv_bytes_per_sequence_per_gpu"])
+    assert per_seq == int(split["kv_bytes_per_sequence_per_gpu"])
+    budget = int(own["kv_bytes_per_gpu"]) + int(own["free_bytes_per_gpu"])
+    assert int(own["batch"]) == 8 * (budget // per_seq)
+    assert int(own["weights_bytes_per_gpu"]) > int(split["weights_bytes_per_gpu"])
+    parts = ("weights", "kv", "reserve", "free")
+    assert sum(int(own[f"{p}_bytes_per_gpu"]) for p in parts) == 141_000_000_000
+    assert int(own["batch"]) > 5 * int(split["batch"])
+
+
+def test_fit_data_parallel_attention_at_one_gpu_is_one_line():
+    message = "--dp-attention: has no effect at --tp 1"
+    one_error(
+        fit("--gpu", "h200", "--model", "deepseek-v3", "--seq-len", "4096", "--dp-attention"),
+        message,
+    )

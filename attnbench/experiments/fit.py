@@ -52,7 +52,12 @@ from ..model.capacity import (
 from ..model.devices import DEVICES, DeviceSpec
 from ..model.dtypes import served_dtype
 from ..model.model_params import weight_bytes_per_rank
-from ..model.parallelism import DATA_PARALLEL, check_dp_attention, check_model_ep
+from ..model.parallelism import (
+    DATA_PARALLEL,
+    attention_split,
+    check_dp_attention,
+    check_model_ep,
+)
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
@@ -162,12 +167,12 @@ class FitPlan:
     @property
     def attention_tp(self) -> int:
         """The ranks one sequence's attention, and its cache, is split over."""
-        return 1 if self.data_parallel else self.tp
+        return attention_split(1, self.tp, self.dp_attention)[1]
 
     def per_gpu(self, per_replica: int) -> int:
         """The sequences of a replica's `per_replica` one GPU caches: each of them, or
         under data-parallel attention its own share, the busiest's."""
-        return ceil_div(per_replica, self.tp) if self.data_parallel else per_replica
+        return attention_split(per_replica, self.tp, self.dp_attention)[0]
 
     @property
     def replicas(self) -> int:
@@ -182,7 +187,7 @@ class FitPlan:
         """Weights on one GPU (one tensor-parallel rank), with their scales; the whole
         attention's under data-parallel attention."""
         return weight_bytes_per_rank(
-            self.spec, self.weights, self.tp, whole_attention=self.data_parallel
+            self.spec, self.weights, self.tp, dp_attention=self.data_parallel
         )
 
     @property
@@ -252,7 +257,7 @@ class FitPlan:
             except FieldError:
                 continue
             weights_bytes = weight_bytes_per_rank(
-                self.spec, weights, tp, whole_attention=self.dp_attention
+                self.spec, weights, tp, dp_attention=self.dp_attention
             )
             if weights_bytes + self.reserve_bytes < self.memory_bytes:
                 return tp, weights_bytes
@@ -342,6 +347,7 @@ COLUMNS = (
     ColumnSpec("GPUs", "gpus", "int", 3, setting=True),
     ColumnSpec("tp", "tp", "int", 3, setting=True),
     ColumnSpec("ep", "ep", "int", 3, setting=True),
+    ColumnSpec("attention", "attention", "label", 3, setting=True),
     ColumnSpec("kv dtype", "kv_dtype", "label", 4, setting=True),
     ColumnSpec("KV per sequence", "kv_bytes_per_sequence_per_gpu", "bytes", 2),
     ColumnSpec("weights", "weights_bytes_per_gpu", "bytes", 5),

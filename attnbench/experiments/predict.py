@@ -28,12 +28,12 @@ from typing import Any
 from ..errors import FieldError
 from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
-from ..model.capacity import KvFormat, cache_bytes, ceil_div, model_layout, state_bytes
+from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, prefill_side_by_side, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
-from ..model.parallelism import DATA_PARALLEL
+from ..model.parallelism import DATA_PARALLEL, attention_split
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
@@ -313,7 +313,7 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
     else:
         layer = partial(layer_counts, point.shape)
     # data-parallel attention: a rank's layer attends its own sequences with every head
-    lb, ltp = (ceil_div(b, tp), 1) if data_parallel(point) else (b, tp)
+    lb, ltp = attention_split(b, tp, point.dp_attention)
     counts = {
         "layer_prefill": layer(lb, s, s, dtype, kv, ltp, weights),
         "layer_step": layer(lb, 1, s + 1, dtype, kv, ltp, weights),
@@ -453,14 +453,14 @@ def memory_needed(point: PredictPoint) -> int | None:
         return None
     fmt = KvFormat(point.kv_dtype or point.dtype)
     # data-parallel attention: each rank caches its own sequences, every head of them
+    batch, attn_tp = attention_split(point.batch, point.tp, point.dp_attention)
     dp = data_parallel(point)
-    attn_tp, batch = (1, ceil_div(point.batch, point.tp)) if dp else (point.tp, point.batch)
     layout = model_layout(spec, fmt, attn_tp)
     windows = spec.windows or (None,) * spec.kv_layers
     tokens = point.seq_len + (point.output_len or 0)
     cache = cache_bytes(layout, windows, {tokens: batch}).total
     cache += state_bytes(spec.layer_states, point.dtype, batch, attn_tp)
-    return weight_bytes_per_rank(spec, point.weights, point.tp, whole_attention=dp) + cache
+    return weight_bytes_per_rank(spec, point.weights, point.tp, dp_attention=dp) + cache
 
 
 def _memory(point: PredictPoint, device: DeviceSpec) -> dict[str, Any]:

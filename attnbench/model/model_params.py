@@ -279,17 +279,20 @@ def weight_bytes_per_rank(
     weights: str | WeightFormat,
     tp: int = 1,
     dtype: str | None = None,
-    whole_attention: bool = False,
+    dp_attention: bool = False,
 ) -> int:
     """Bytes of one rank's weights in `weights` (a dtype, or a WeightFormat: quantised
-    weights with their scales), the attention's whole on every rank where
-    `whole_attention` (data-parallel attention). Quantised weights keep the embeddings,
+    weights with their scales); under data-parallel attention (`dp_attention`) the
+    attention and the token embeddings whole on every rank, each rank embedding and
+    attending its own tokens (SGLang's embeddings split over the attention's ranks
+    alone). Quantised weights keep the embeddings,
     and the output head unless fmt.quantized_head, in `dtype` (default: the model's), as
     GPTQ, AWQ and float8 checkpoints do, and the attention too where fmt.kept_attention."""
     fmt = weight_format(weights)
     parts = part_params(spec, tp, fmt.replicated_vocab)
-    if whole_attention:
-        parts["attention"] = part_params(spec, 1)["attention"]
+    if dp_attention and tp > 1:
+        whole = part_params(spec, 1, fmt.replicated_vocab)
+        parts["attention"], parts["embeddings"] = whole["attention"], whole["embeddings"]
     if not fmt.quantized:
         return packed_bytes(sum(parts.values()), fmt.dtype)
     kept = parts["embeddings"] + (0 if fmt.quantized_head else parts["output head"])

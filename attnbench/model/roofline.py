@@ -166,7 +166,7 @@ from .model_params import (
     step_parts,
     step_traits,
 )
-from .parallelism import busiest, check_dp_attention, check_model_ep
+from .parallelism import attention_split, busiest, check_dp_attention, check_model_ep
 from .shapes import AttentionShape
 from .weights import WeightFormat, weight_format
 
@@ -741,11 +741,10 @@ def step_counts(
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
     routed_attn = routed_attention(spec, tp)  # read as the experts are
     # the attention's rank: data-parallel, its own sequences with the whole attention
-    dp_attention = dp_attention and tp > 1
+    attn_batch, attn_tp = attention_split(batch, tp, dp_attention)
+    dp_attention = attn_tp < tp  # data-parallel over more than one rank
     if dp_attention:
         check_dp_attention(spec)
-    attn_tp = 1 if dp_attention else tp
-    attn_batch = ceil_div(batch, tp) if dp_attention else batch
     attn_tokens = attn_batch * q_len
     attn_params = step_parts(spec, attn_tp)["attention"]
     split_vocab = tp > 1 and not fmt.replicated_vocab
@@ -760,7 +759,10 @@ def step_counts(
     if traits.tied_embeddings:
         table = parts["embeddings"]
     else:
-        table = (min(tokens, vocab_rows) + (tokens if traits.position_embeddings else 0)) * d
+        # the rows looked up: a data-parallel attention's rank its own tokens' in a whole
+        # table
+        looked_up, rows = (attn_tokens, traits.vocab_size) if dp_attention else (tokens, vocab_rows)
+        table = (min(looked_up, rows) + (looked_up if traits.position_embeddings else 0)) * d
         if fmt.quantized_head:  # read with the rest, in the weights' format
             body += parts["output head"]
         else:
@@ -786,7 +788,7 @@ def step_counts(
         if ep > 1:  # the busiest rank's experts touched and routes
             touched = busiest(experts // ep, touched / experts, ep)
             routes = busiest(routes, 1 / ep, ep)
-        body += round((per_expert + routed_attn * ep / experts) * touched)
+        body += round((per_expert + routed_attn / experts) * touched)  # ep 1 where routed
         # what one token goes through on this rank (ep > 1: on the busiest, its routes' mean)
         expert_weights = round(routes / tokens * per_expert)
         expert_flops = 2 * tokens * expert_weights

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..experiments.fit import OK, TOO_SLOW, FitRecord
+from ..model.parallelism import attention_split
 from ..model.units import format_bytes
 from .columns import fmt_4sig, fmt_int, fmt_plain, fmt_rate, fmt_status, variant_cell
 from .table import Column
@@ -58,8 +59,8 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     """Weights, KV cache, reserve and free memory of one GPU, exact and in binary units."""
     total = record.memory_bytes_per_gpu
     # data-parallel attention: a GPU caches its own share of the replica's sequences
-    own = record.attention and record.tp > 1
-    per_gpu = -(-record.batch_per_replica // record.tp) if own else record.batch_per_replica
+    own = bool(record.attention)
+    per_gpu, _ = attention_split(record.batch_per_replica, record.tp, own)
     seqs = f"{per_gpu:,} seq"
     tokens = "full windows" if record.context_unbounded else f"{record.seq_len:,} tokens"
     if record.windowed_layers:
@@ -70,8 +71,9 @@ def breakdown_table(record: FitRecord, reserve_text: str) -> Table:
     share = f"1/{record.tp} of the model"
     if record.vocab:  # replicated
         share = f"1/{record.tp} of the layers, the whole vocabulary"
-    if own:
-        share = f"1/{record.tp} of the rest, the whole attention"
+    if own:  # data-parallel: the attention and the embeddings whole on every GPU
+        whole = "vocabulary" if record.vocab else "embeddings"
+        share = f"1/{record.tp} of the rest, the whole attention and {whole}"
     weights = record.weights or record.weights_dtype
     notes = {
         "weights": f"{weights}, {share}" if record.tp > 1 else weights,

@@ -29,9 +29,11 @@ def gpu_name(gpu: object) -> str:
     return "this machine" if gpu == THIS_DEVICE else fmt_plain(gpu)
 
 
-def _ep(record: Mapping[str, Any]) -> str:
-    """', ep 8' where the record's experts are split whole over ranks, else ''."""
-    return f", ep {record['ep']}" if record.get("ep") else ""
+def _split(record: Mapping[str, Any]) -> str:
+    """', ep 8, the attention data-parallel' as far as the record's experts are split
+    whole over ranks and its attention is data-parallel, else ''."""
+    ep = f", ep {record['ep']}" if record.get("ep") else ""
+    return ep + (f", the attention {record['attention']}" if record.get("attention") else "")
 
 
 #: The table of `predict`: one row per point, part and phase (phase_rows).
@@ -262,16 +264,17 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     # the busiest rank's experts are more of them where they are split whole (ep)
     dequantised = (r for r in records if r.get("dequant_ms"))
-    for r in {(r["gpu"], r["weights"], r.get("ep")): r for r in dequantised}.values():
+    splits = ("ep", "attention")
+    for r in {(r["gpu"], r["weights"], *map(r.get, splits)): r for r in dequantised}.values():
         lines.append(
-            f"{r['gpu']}{_ep(r)}: dequantising the weights ({r['weights']}) on the CUDA cores "
+            f"{r['gpu']}{_split(r)}: dequantising the weights ({r['weights']}) on the CUDA cores "
             f"takes {r['dequant_ms']:.3g} ms of each decode step (2 operations a weight for "
             "int8, 5 for int4, 4 for mxfp4, at the device's float32 rate)"
         )
     padded = (r for r in records if r.get("padding_ms"))
-    for r in {(r["gpu"], r["batch"], r.get("ep")): r for r in padded}.values():
+    for r in {(r["gpu"], r["batch"], *map(r.get, splits)): r for r in padded}.values():
         lines.append(
-            f"{r['gpu']}{_ep(r)}: the rows its tensor cores compute as zeros, to fill whole "
+            f"{r['gpu']}{_split(r)}: the rows its tensor cores compute as zeros, to fill whole "
             f"tiles, take {r['padding_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
     for text in dict.fromkeys(r["perf_model"] for r in records):

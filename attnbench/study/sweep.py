@@ -568,7 +568,8 @@ def check_dp_attention_use(sec: Section) -> None:
     sequence's attention either way, so it would change nothing."""
     if not (sec.sets_itself("dp_attention") and any(sec.listed("dp_attention"))):
         return
-    ranks = sec.listed("tp") + (sec.listed("gpus") if sec.name == "fit" else [])
+    # fit's tp defaults to its GPUs
+    ranks = sec.listed("tp") or (sec.listed("gpus") if sec.name == "fit" else [])
     if any(int(r) > 1 for r in ranks):
         return
     reason = "has no effect at {tp} 1: a single rank runs every sequence's attention either way"

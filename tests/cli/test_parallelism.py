@@ -147,9 +147,8 @@ def test_fit_with_data_parallel_attention_caches_each_ranks_own_sequences(tmp_pa
     assert int(own["batch"]) > 5 * int(split["batch"])
 
 
-def test_fit_data_parallel_attention_at_one_gpu_is_one_line():
+@pytest.mark.parametrize("gpus", [[], ["--gpus", "8", "--tp", "1"]])
+def test_fit_data_parallel_attention_at_one_rank_is_one_line(gpus):
     message = "--dp-attention: has no effect at --tp 1"
-    one_error(
-        fit("--gpu", "h200", "--model", "deepseek-v3", "--seq-len", "4096", "--dp-attention"),
-        message,
-    )
+    args = ["--gpu", "h200", "--model", "deepseek-v3", "--seq-len", "4096", *gpus]
+    one_error(fit(*args, "--dp-attention"), message)

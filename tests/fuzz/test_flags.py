@@ -121,6 +121,7 @@ FIT_FLAGS = [
     "--memory",
     "--gpus",
     "--tp",
+    "--ep",
     "--weights-dtype",
     "--kv-dtype",
     "--kv-scale-group",
@@ -134,7 +135,7 @@ FIT_FLAGS = [
     "--calibration",
 ]
 #: Named GPUs only: `this` measures the machine's peaks, seconds a call.
-PREDICT_FLAGS = [*SHAPE_FLAGS, "--batch", "--seq-len", "--dtype", "--kv-dtype", "--tp"]
+PREDICT_FLAGS = [*SHAPE_FLAGS, "--batch", "--seq-len", "--dtype", "--kv-dtype", "--tp", "--ep"]
 NAMED_GPUS = st.sampled_from(["h100-sxm", "a100-80gb,l4", "mi300x"])
 
 
@@ -157,7 +158,14 @@ def test_kvmem_flags(args, extra):
 @given(
     flag_args(FIT_FLAGS),
     st.sampled_from(["llama-3-70b", "mistral-7b", "deepseek-v3"]),
-    st.sampled_from([[], ["--gpu", "h100-sxm"], ["--gpu", "l4", "--tpot", "50ms"]]),
+    st.sampled_from(
+        [
+            [],
+            ["--gpu", "h100-sxm"],
+            ["--gpu", "l4", "--tpot", "50ms"],
+            ["--gpu", "h200", "--gpus", "8", "--dp-attention", "--tpot", "50ms"],
+        ]
+    ),
 )
 def test_fit_flags(args, model, gpu):
     invoke(["fit", "--model", model, *gpu, *args, "-q"], "fit")
@@ -165,7 +173,14 @@ def test_fit_flags(args, model, gpu):
 
 @given(
     flag_args(PREDICT_FLAGS),
-    st.sampled_from([[], ["--model", "mixtral-8x7b"], ["--model", "deepseek-v3"]]),
+    st.sampled_from(
+        [
+            [],
+            ["--model", "mixtral-8x7b"],
+            ["--model", "deepseek-v3"],
+            ["--model", "deepseek-v3", "--tp", "8", "--dp-attention"],
+        ]
+    ),
     NAMED_GPUS,
 )
 def test_predict_flags(args, extra, gpu):
@@ -185,6 +200,8 @@ FIELDS = [
     "dtype",
     "kv_dtype",
     "tp",
+    "ep",
+    "dp_attention",
     "page_size",
     "sliding_window",
     "seq_lens",

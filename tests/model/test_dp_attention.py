@@ -25,15 +25,17 @@ def test_one_rank_is_tensor_parallelism_alone():
 def test_each_rank_reads_the_whole_attention():
     spec = get_preset("deepseek-v3")
     whole, split = step_parts(spec, 1)["attention"], step_parts(spec, 8)["attention"]
-    # in bfloat16, 2 bytes a weight
+    # in bfloat16, 2 bytes a weight; a rank looks up its own token in the embeddings, not
+    # every rank's 8
     difference = (
         counts("deepseek-v3", 8, 8, True).weight_bytes
         - counts("deepseek-v3", 8, 8, False).weight_bytes
     )
-    assert difference == 2 * (whole - split)
-    # and holds them: memory counts them as a step reads them
-    dp_memory = weight_bytes_per_rank(spec, "bfloat16", 8, whole_attention=True)
-    assert dp_memory - weight_bytes_per_rank(spec, "bfloat16", 8) == 2 * (whole - split)
+    assert difference == 2 * (whole - split) + 2 * (1 - 8) * 7168
+    # and holds them, and the whole embeddings table
+    dp_memory = weight_bytes_per_rank(spec, "bfloat16", 8, dp_attention=True)
+    table = step_parts(spec, 1)["embeddings"] - step_parts(spec, 8)["embeddings"]
+    assert dp_memory - weight_bytes_per_rank(spec, "bfloat16", 8) == 2 * (whole - split + table)
 
 
 def test_mla_caches_a_ranks_own_sequences_only():

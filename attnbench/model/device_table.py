@@ -172,6 +172,28 @@ _WGMMA = Figure(
 _TCGEN05 = Figure(
     64, f"tcgen05.mma on one CTA, M 64 or 128 (Blackwell): {_PTX}#tcgen05-matrix-shape"
 )
+#: The fewest tokens the serving engines' fused MoE kernels tile one expert's into, where
+#: the tensor cores' shape would take more: each expert's tokens go to the next power of
+#: two from it up to the shape's rows. Hopper: Triton's fused MoE (vLLM's and SGLang's),
+#: blocks of M 16 at a few tokens an expert (SGLang's tuned DeepSeek-V3 configuration on
+#: the H200 from 1 to 512 tokens; vLLM's default up to as many tokens as experts);
+#: Blackwell: TensorRT-LLM's generated MoE kernels (FlashInfer's too), whose CTA tile is
+#: the next power of two of the tokens an expert, from 8.
+_HOPPER_EXPERTS = Figure(
+    16,
+    "Triton fused MoE, BLOCK_SIZE_M 16: https://github.com/sgl-project/sglang/blob/"
+    "a30914814bdd6a1c4f7e854b41eb3b8451bf8bab/python/sglang/srt/layers/moe/fused_moe_triton/"
+    "configs/triton_3_3_1/E=257,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,"
+    "block_shape=%5B128,%20128%5D.json, https://github.com/vllm-project/vllm/blob/"
+    "13cb3e44373beb1c8b9d2c017f565af6f7a1b601/vllm/model_executor/layers/fused_moe/fused_moe.py",
+)
+_BLACKWELL_EXPERTS = Figure(
+    8,
+    "TensorRT-LLM's calculate_tile_tokens_dim, from 8: https://github.com/NVIDIA/TensorRT-LLM/"
+    "blob/b35ac1b64368513d215c57d2ed01d62d910df8da/tensorrt_llm/_torch/custom_ops/"
+    "trtllm_gen_custom_ops.py",
+)
+_EXPERT_TILES = {_WGMMA: _HOPPER_EXPERTS, _TCGEN05: _BLACKWELL_EXPERTS}
 _MFMA = Figure(
     16,
     f"MFMA 16x16x16 (16-bit) and 16x16x32 (float8 on CDNA3), the smallest single-block "
@@ -298,6 +320,8 @@ def _device(
         launch_source=_LAUNCH.source,
         mma_rows=int(mma.value),
         mma_source=mma.source,
+        expert_rows=int(_EXPERT_TILES[mma].value) if mma in _EXPERT_TILES else 0,
+        expert_source=_EXPERT_TILES[mma].source if mma in _EXPERT_TILES else "",
     )
 
 

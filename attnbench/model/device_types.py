@@ -143,6 +143,12 @@ class DeviceSpec:
     #: tile (a CPU, or a machine whose matmul rate was measured as it ran).
     mma_rows: int = 1
     mma_source: str = ""
+    #: The fewest rows (tokens) of the tile a serving engine's grouped expert GEMM (a
+    #: mixture of experts' fused MoE kernel) gives one expert, where it is under
+    #: mma_rows: the kernel tiles each expert's tokens to the next power of two from it
+    #: up to mma_rows (expert_source); 0: mma_rows, as any matmul.
+    expert_rows: int = 0
+    expert_source: str = ""
 
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
@@ -155,6 +161,11 @@ class DeviceSpec:
         if self.mma_rows > 1:
             parts.append(
                 f"matmul tokens padded to multiples of {self.mma_rows} ({self.mma_source})"
+            )
+        if self.expert_rows:
+            parts.append(
+                f"a fused MoE kernel's tokens of an expert padded to the next power of two "
+                f"from {self.expert_rows} up to {self.mma_rows} ({self.expert_source})"
             )
         if self.collectives is not None:
             parts.append(self.collectives.describe())

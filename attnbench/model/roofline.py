@@ -32,8 +32,12 @@ whole tiles of the device's mma_rows tokens (16 on Ampere, Ada and CDNA, 64 on H
 and Blackwell: their instruction sets), so a step of fewer tokens, a decode step of a
 few sequences or a MoE expert's share of them, computes the tile's missing rows as
 zeros: padding_flops, 2 per weight per padded row (Matmul), at its matmul's rate, added
-as the rest is. Small batches' weight-only kernels multiply on the CUDA cores beside
-their dequantisation, untiled. The efficiencies are shares of
+as the rest is. A MoE layer's fused expert kernel tiles each expert's tokens as the
+engines' kernels pick their token tile, the next power of two of the tokens an expert
+from DeviceSpec.expert_rows (16 on Hopper: Triton's fused MoE; 8 on Blackwell:
+TensorRT-LLM's) up to the instruction's rows. Small batches' weight-only kernels
+multiply on the CUDA cores beside their dequantisation, untiled. The efficiencies are
+shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
 runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
 sees (0 by default: the launches are counted). The cache streams at a share of its own,
@@ -49,7 +53,7 @@ Far from the device's ridge one term dwarfs the other and the two bounds agree; 
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
 nearer bound: over the 786 published measurements of docs/validation.md the sum's
-median error is 13.2% (601 within 25%), the larger term's 17.1% (524) (both with the same
+median error is 10.9% (613 within 25%), the larger term's 15.7% (523) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -365,11 +369,19 @@ class Matmul:
     tokens: float
     weights: int
     dtype: str | None = None
+    #: A mixture of experts' grouped expert GEMM, whose kernel tiles each expert's tokens
+    #: (its `tokens`, a share) as DeviceSpec.expert_rows says.
+    grouped: bool = False
 
-    def padding_flops(self, rows: int) -> float:
+    def padding_flops(self, rows: int, expert_rows: int = 0) -> float:
         """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`:
         2 per weight per padded row. A tensor-core instruction multiplies a tile of `rows`
-        rows whatever the tokens fill of it (tile quantization)."""
+        rows whatever the tokens fill of it (tile quantization). A grouped expert GEMM,
+        where `expert_rows` is set, tiles each expert's tokens to the next power of two
+        of their whole count from `expert_rows` up to `rows`, as its kernel picks it."""
+        if self.grouped and expert_rows:
+            whole = 1 << max(int(self.tokens) - 1, 0).bit_length()  # the next power of two
+            rows = min(rows, max(expert_rows, whole))
         # a share computed in floats may land a hair above a whole number of tiles
         padded = math.ceil(self.tokens / rows - 1e-9) * rows
         return 2 * (padded - self.tokens) * self.weights
@@ -422,11 +434,12 @@ class ModelCounts:
     def bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes + self.activation_bytes
 
-    def padding_flops(self, rows: int, dtype: str | None = None) -> float:
+    def padding_flops(self, rows: int, dtype: str | None = None, expert_rows: int = 0) -> float:
         """FLOPs the tensor cores spend on the zero rows of the last tiles of the matmuls
         at the rate of `dtype` (None: those at the step's matmul dtype), with tiles of
-        `rows` tokens (0 for 1: no tile)."""
-        return sum(m.padding_flops(rows) for m in self.matmuls if m.dtype == dtype)
+        `rows` tokens (0 for 1: no tile), a grouped expert GEMM's from `expert_rows`
+        (Matmul.padding_flops)."""
+        return sum(m.padding_flops(rows, expert_rows) for m in self.matmuls if m.dtype == dtype)
 
 
 @dataclass(frozen=True)
@@ -792,7 +805,7 @@ def step_counts(
         # what one token goes through on this rank (ep > 1: on the busiest, its routes' mean)
         expert_weights = round(routes / tokens * per_expert)
         expert_flops = 2 * tokens * expert_weights
-        matmuls.append(Matmul(share, round(per_expert * touched)))
+        matmuls.append(Matmul(share, round(per_expert * touched), grouped=True))
     if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
         matmuls = []
     # what stays in `dtype` beside quantised weights multiplies at its rate: a kept
@@ -972,7 +985,7 @@ def predict_counts(
         dequant = counts.dequant_ops / rate
     rates = {m.dtype for m in counts.matmuls}  # the step's (None), and any kept in dtype
     padding = sum(
-        counts.padding_flops(device.mma_rows, d)
+        counts.padding_flops(device.mma_rows, d, device.expert_rows)
         / (model.efficiency_flops * flops_for(device, d or counts.matmul_dtype or dtype))
         for d in rates
     )

@@ -22,8 +22,16 @@ def test_the_required_devices_are_there_by_their_own_names():
 @pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
 def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
     for field in dataclasses.fields(spec):
-        if field.name not in ("collectives", "interconnect_bandwidth"):
+        # no collectives: no peers; no expert tile: the instruction's is as small
+        if field.name not in (
+            "collectives",
+            "interconnect_bandwidth",
+            "expert_rows",
+            "expert_source",
+        ):
             assert getattr(spec, field.name) not in (None, "", ()), field.name
+    if spec.expert_rows:
+        assert spec.expert_rows < spec.mma_rows and "https://" in spec.expert_source
     assert isinstance(spec.memory_bytes, int) and spec.memory_bytes >= 10**10
     assert spec.memory_bandwidth >= 1e11  # bytes/s, not GB/s
     assert 0 < spec.launch_s < 1e-4  # seconds, not microseconds

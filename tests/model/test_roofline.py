@@ -4,13 +4,14 @@ parameter and KV-cache formulas."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from attnbench.errors import FieldError, show_value
 from attnbench.model.capacity import KvFormat, cache_bytes, kv_cache_bytes, token_layout
-from attnbench.model.devices import Collectives, DeviceSpec
+from attnbench.model.devices import Collectives, DeviceSpec, device_spec
 from attnbench.model.formulas import attention_core_flops
 from attnbench.model.model_params import active_params, total_params, weight_bytes_per_rank
 from attnbench.model.presets import get_preset
@@ -565,3 +566,40 @@ def test_moe_experts_pad_their_share_of_the_tokens():
     touched = 8 * (1 - 0.75**2)
     experts = Matmul(4 / touched, round(per_expert * touched)).padding_flops(16)
     assert two.padding_flops(16) == pytest.approx(2 * 14 * (tokens_go_through + head) + experts)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expert_rows", "tile"),
+    [
+        (0.25, 8, 8),  # a token an expert or less: the smallest tile
+        (2.5, 16, 16),
+        (9.0, 8, 16),  # 9 tokens: the next power of two, 16
+        (33.0, 16, 64),  # 64: at most the instruction's rows
+        (100.0, 16, 64),  # more than a tile: whole tiles of 64
+    ],
+)
+def test_a_fused_moe_kernel_tiles_an_experts_tokens_to_the_next_power_of_two(
+    tokens, expert_rows, tile
+):
+    experts = Matmul(tokens, 1000, grouped=True)
+    padded = math.ceil(tokens / tile) * tile
+    assert experts.padding_flops(64, expert_rows) == pytest.approx(2 * (padded - tokens) * 1000)
+    # a dense matmul, or a device without an expert tile, pads to the instruction's rows
+    dense = Matmul(tokens, 1000)
+    assert dense.padding_flops(64, expert_rows) == experts.padding_flops(64, 0)
+    assert experts.padding_flops(64, 0) == pytest.approx(
+        2 * (math.ceil(tokens / 64) * 64 - tokens) * 1000
+    )
+
+
+def test_hopper_and_blackwell_tile_experts_smaller_than_their_instructions():
+    h200, b200, a100 = device_spec("h200"), device_spec("b200"), device_spec("a100-80gb")
+    assert (h200.mma_rows, h200.expert_rows) == (64, 16)
+    assert (b200.mma_rows, b200.expert_rows) == (64, 8)
+    assert (a100.mma_rows, a100.expert_rows) == (16, 0)  # its instruction is as small
+    step = decode_counts(get_preset("deepseek-v3"), 16, 2048, "bfloat16", None, 8, "float8_e4m3fn")
+    # 16 tokens x 8 routes over the 102 experts they touch: 1.25 tokens an expert, 16 rows a tile
+    experts = [m for m in step.matmuls if m.grouped]
+    share = 16 * 8 / experts_touched(256, 8, 16)
+    assert len(experts) == 1 and experts[0].tokens == pytest.approx(share)
+    assert step.padding_flops(64, None, 16) < step.padding_flops(64)

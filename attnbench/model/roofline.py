@@ -32,10 +32,11 @@ whole tiles of the device's mma_rows tokens (16 on Ampere, Ada and CDNA, 64 on H
 and Blackwell: their instruction sets), so a step of fewer tokens, a decode step of a
 few sequences or a MoE expert's share of them, computes the tile's missing rows as
 zeros: padding_flops, 2 per weight per padded row (Matmul), at its matmul's rate, added
-as the rest is. A MoE layer's fused expert kernel tiles each expert's tokens as the
-engines' kernels pick their token tile, the next power of two of the tokens an expert
-from DeviceSpec.expert_rows (16 on Hopper: Triton's fused MoE; 8 on Blackwell:
-TensorRT-LLM's) up to the instruction's rows. Small batches' weight-only kernels
+as the rest is. A MoE layer's fused expert kernel tiles each expert's tokens smaller,
+as the engines' MoE kernels do: the next power of two of the tokens an expert (the mean
+share of an expert touched) from DeviceSpec.expert_rows (16 on Hopper: the blocks of
+Triton's fused MoE; 8 on Blackwell: TensorRT-LLM's) up to the instruction's rows,
+whatever the engine on that device. Small batches' weight-only kernels
 multiply on the CUDA cores beside their dequantisation, untiled. The efficiencies are
 shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own

@@ -57,6 +57,7 @@ from ..model.parallelism import (
     attention_split,
     check_dp_attention,
     check_model_ep,
+    data_parallel,
 )
 from ..model.roofline import (
     ModelCounts,
@@ -162,7 +163,7 @@ class FitPlan:
     @property
     def data_parallel(self) -> bool:
         """Whether each rank runs its own sequences' attention (asked, over ranks)."""
-        return self.dp_attention and self.tp > 1
+        return data_parallel(self.tp, self.dp_attention)
 
     @property
     def attention_tp(self) -> int:

@@ -33,7 +33,7 @@ from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, prefill_side_by_side, serving_itl_s
 from ..model.model_params import weight_bytes_per_rank
-from ..model.parallelism import DATA_PARALLEL, attention_split
+from ..model.parallelism import DATA_PARALLEL, attention_split, data_parallel
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
@@ -231,11 +231,6 @@ COLUMNS = (
 )
 
 
-def data_parallel(point: PredictPoint) -> bool:
-    """Whether the point's attention is data-parallel: asked, over more than one rank."""
-    return point.dp_attention and point.tp > 1
-
-
 def model_defaults(spec: ModelSpec, point: Mapping[str, Any]) -> dict[str, Any]:
     """What a model gives the fields of a point that sets none of them: on a named GPU, a
     serving engine's load of its checkpoint, the dtype (the weights' where the point sets
@@ -333,7 +328,7 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
         counts["step"] = whole(b, 1, s + 1)
         if b > 1:  # one request's prompt prefilled alone
             counts["request"] = whole(1, s, s)
-        side = prefill_side_by_side(b, tp, data_parallel(point))
+        side = prefill_side_by_side(b, tp, point.dp_attention)
         if side > 1:  # the other requests' prompts prefilled one a rank, side by side
             counts["side_by_side"] = whole(side, s, s)
     elif point.ep > 1:
@@ -388,7 +383,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         weights=point.weights.describe() if point.weights.dtype != point.dtype else None,
         vocab=vocab_key(point.weights),
         ep=point.ep if point.ep > 1 else None,
-        attention=DATA_PARALLEL if data_parallel(point) else None,
+        attention=DATA_PARALLEL if data_parallel(point.tp, point.dp_attention) else None,
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),
@@ -427,7 +422,7 @@ def _generation(
     }
     if point.output_len == 1:  # the first token alone: no step, nothing between tokens
         return fields
-    side = prefill_side_by_side(point.batch, point.tp, data_parallel(point))
+    side = prefill_side_by_side(point.batch, point.tp, point.dp_attention)
     prompts = found.get("side_by_side", found.get("request", found["prefill"]))
     itl = serving_itl_s(whole.tpot_s, prompts.time_s, point.batch, point.output_len, side)
     return {**fields, "generation_tpot_ms": whole.tpot_s * 1e3, "serving_itl_ms": itl * 1e3}
@@ -454,12 +449,12 @@ def memory_needed(point: PredictPoint) -> int | None:
     fmt = KvFormat(point.kv_dtype or point.dtype)
     # data-parallel attention: each rank caches its own sequences, every head of them
     batch, attn_tp = attention_split(point.batch, point.tp, point.dp_attention)
-    dp = data_parallel(point)
     layout = model_layout(spec, fmt, attn_tp)
     windows = spec.windows or (None,) * spec.kv_layers
     tokens = point.seq_len + (point.output_len or 0)
     cache = cache_bytes(layout, windows, {tokens: batch}).total
     cache += state_bytes(spec.layer_states, point.dtype, batch, attn_tp)
+    dp = point.dp_attention
     return weight_bytes_per_rank(spec, point.weights, point.tp, dp_attention=dp) + cache
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .architecture import ModelSpec
 from .capacity import ceil_div
 from .devices import DeviceSpec
+from .parallelism import data_parallel
 from .roofline import (
     DEFAULT_MODEL,
     ModelPrediction,
@@ -129,4 +130,4 @@ def prefill_side_by_side(concurrency: int, tp: int, dp_attention: bool) -> int:
     """The prompts a serving engine prefills at once between its steps, one of each of
     the other concurrency - 1 requests in flight: under data-parallel attention one a
     rank, up to tp of them; else one."""
-    return max(1, min(tp, concurrency - 1)) if dp_attention and tp > 1 else 1
+    return max(1, min(tp, concurrency - 1)) if data_parallel(tp, dp_attention) else 1

@@ -63,6 +63,8 @@ def check_ep(ep: int, tp: int, experts: int) -> None:
 def check_model_ep(spec: ModelSpec, ep: int, tp: int) -> None:
     """check_ep for `spec`'s routed experts, and FieldError where it routes attention
     experts too (JetMoE's), which expert parallelism does not split here."""
+    if type(ep) is int and ep == 1:  # the default splits nothing: no need to count
+        return
     experts = step_traits(spec).num_experts if part_params(spec)["experts"] else 0
     check_ep(ep, tp, experts)
     if ep > 1 and routed_attention(spec, tp):
@@ -73,12 +75,18 @@ def check_model_ep(spec: ModelSpec, ep: int, tp: int) -> None:
 DATA_PARALLEL = "data-parallel"
 
 
+def data_parallel(tp: int, dp_attention: bool) -> bool:
+    """Whether the attention is data-parallel: asked, over more than one rank (one rank
+    runs every sequence's attention either way)."""
+    return dp_attention and tp > 1
+
+
 def attention_split(batch: int, tp: int, dp_attention: bool) -> tuple[int, int]:
     """The sequences one rank's attention runs and the ranks each one's attention (and
     cache) is split over: under data-parallel attention over more than one rank, the
     busiest rank's own share of `batch`, ceil(batch / tp), whole; else every sequence,
     split over the tp ranks."""
-    if dp_attention and tp > 1:
+    if data_parallel(tp, dp_attention):
         return ceil_div(batch, tp), 1
     return batch, tp
 

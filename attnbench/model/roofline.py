@@ -171,7 +171,13 @@ from .model_params import (
     step_parts,
     step_traits,
 )
-from .parallelism import attention_split, busiest, check_dp_attention, check_model_ep
+from .parallelism import (
+    attention_split,
+    busiest,
+    check_dp_attention,
+    check_model_ep,
+    data_parallel,
+)
 from .shapes import AttentionShape
 from .weights import WeightFormat, weight_format
 
@@ -755,12 +761,12 @@ def step_counts(
     tokens, L, d = batch * q_len, spec.num_layers, spec.d_model
     routed_attn = routed_attention(spec, tp)  # read as the experts are
     # the attention's rank: data-parallel, its own sequences with the whole attention
-    attn_batch, attn_tp = attention_split(batch, tp, dp_attention)
-    dp_attention = attn_tp < tp  # data-parallel over more than one rank
+    dp_attention = data_parallel(tp, dp_attention)
     if dp_attention:
         check_dp_attention(spec)
+    attn_batch, attn_tp = attention_split(batch, tp, dp_attention)
     attn_tokens = attn_batch * q_len
-    attn_params = step_parts(spec, attn_tp)["attention"]
+    attn_params = step_parts(spec, 1)["attention"] if dp_attention else parts["attention"]
     split_vocab = tp > 1 and not fmt.replicated_vocab
     vocab_rows = ceil_div(traits.vocab_size, tp if split_vocab else 1)  # this rank's
 
@@ -792,7 +798,8 @@ def step_counts(
     dense_params = sum(parts.get(p, 0) for p in dense_parts)
     matmuls = [Matmul(tokens, dense_params), Matmul(attn_tokens, attn_params - kept)]
     expert_flops, expert_weights = 0, 0
-    if traits.num_experts and parts["experts"]:
+    routed_experts = bool(traits.num_experts and parts["experts"])
+    if routed_experts:
         experts, k = traits.num_experts, traits.experts_per_token
         # this rank's part of one expert over every MoE layer: 1/tp of it, ep/tp split whole
         per_expert = parts["experts"] // experts * ep
@@ -843,7 +850,6 @@ def step_counts(
         routed = routed_attn * traits.experts_per_token // max(traits.num_experts, 1)
         projections = 2 * attn_tokens * (attn_params - routed_attn + routed)
     state = 2 * state_bytes(spec.layer_states, dtype, batch, tp)
-    routed_experts = bool(traits.num_experts and parts["experts"])
     quantising = fmt.activation_quant_bytes(dtype) > 0
     # elements the quantised matmuls' inputs hold: each token's, the attention's for the
     # rank's own tokens where it is data-parallel

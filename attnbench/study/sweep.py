@@ -556,11 +556,16 @@ def check_vocab_use(sec: Section) -> None:
     nothing."""
     if "replicated" not in sec.listed("vocab_layout") or not sec.sets_itself("vocab_layout"):
         return
-    ranks = sec.listed("tp") + (sec.listed("gpus") if sec.name == "fit" else [])
-    if any(int(r) > 1 for r in ranks):
+    if any(int(r) > 1 for r in _ranks(sec)):
         return
     reason = "has no effect at {tp} 1: a single rank holds the whole vocabulary either way"
     raise sec.locate(FieldError("vocab_layout", sec.shown("vocab_layout"), reason, ("tp",)))
+
+
+def _ranks(sec: Section) -> list:
+    """The tensor-parallel ranks the section's points run on: its tp values, else fit's
+    default, its GPUs."""
+    return sec.listed("tp") or (sec.listed("gpus") if sec.name == "fit" else [])
 
 
 def check_dp_attention_use(sec: Section) -> None:
@@ -568,9 +573,7 @@ def check_dp_attention_use(sec: Section) -> None:
     sequence's attention either way, so it would change nothing."""
     if not (sec.sets_itself("dp_attention") and any(sec.listed("dp_attention"))):
         return
-    # fit's tp defaults to its GPUs
-    ranks = sec.listed("tp") or (sec.listed("gpus") if sec.name == "fit" else [])
-    if any(int(r) > 1 for r in ranks):
+    if any(int(r) > 1 for r in _ranks(sec)):
         return
     reason = "has no effect at {tp} 1: a single rank runs every sequence's attention either way"
     raise sec.locate(FieldError("dp_attention", True, reason, ("tp",)))

@@ -152,3 +152,10 @@ def test_fit_data_parallel_attention_at_one_rank_is_one_line(gpus):
     message = "--dp-attention: has no effect at --tp 1"
     args = ["--gpu", "h200", "--model", "deepseek-v3", "--seq-len", "4096", *gpus]
     one_error(fit(*args, "--dp-attention"), message)
+
+
+def test_fit_replicated_vocabulary_at_one_rank_beside_more_gpus_is_one_line():
+    """As --dp-attention: eight replicas of one rank each hold the whole vocabulary."""
+    args = ["--memory", "80GB", "--model", "llama-3-8b", "--gpus", "8", "--tp", "1"]
+    message = "--vocab-layout replicated: has no effect at --tp 1"
+    one_error(fit(*args, "--vocab-layout", "replicated", "--seq-len", "1000"), message)

@@ -95,12 +95,22 @@ def _model(name: str):
     return get_preset(name)
 
 
+def _length(entry: dict[str, Any], field: str) -> int:
+    """A prompt's or an output's tokens: the stated length, or where the benchmark draws
+    each request's length uniformly from the integers in [int(ratio * length), length]
+    (`range_ratio`, vLLM's benchmark_serving.py's random dataset), the mean of that draw,
+    rounded."""
+    length = int(entry[field])
+    ratio = entry.get("range_ratio")
+    return length if ratio is None else round((int(length * ratio) + length) / 2)
+
+
 def _prompt(entry: dict[str, Any]) -> int:
     """The prompt's tokens; a per-token decode figure whose source gives none (a short
     prompt) is predicted at one token of context, a step whose time the context hardly
     moves at batch 1."""
     if "prompt" in entry:
-        return int(entry["prompt"])
+        return _length(entry, "prompt")
     if entry["metric"] in STEP_METRICS:
         return 1
     raise ValueError(f"{entry['id']}: no prompt length")
@@ -115,7 +125,7 @@ def predict_entry(entry: dict[str, Any]) -> float:
     kept = entry.get("keep_attention", False)
     fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept)
     kv = entry.get("kv_dtype")
-    batch, output = int(entry["batch"]), int(entry.get("output") or 1)
+    batch, output = int(entry["batch"]), _length(entry, "output") if entry.get("output") else 1
     tp, dp_attention = int(entry["tp"]), bool(entry.get("dp_attention", False))
 
     def run(sequences: int) -> Generation:
@@ -210,6 +220,14 @@ def _groups(found: list[Row]) -> list[str]:
     return lines
 
 
+def _drawn(entry: dict[str, Any], field: str) -> str:
+    """A length as the table shows it: the stated one, or the range a ratio draws from."""
+    if field not in entry:
+        return "-"
+    length, ratio = int(entry[field]), entry.get("range_ratio")
+    return str(length) if ratio is None else f"{int(length * ratio)}-{length}"
+
+
 def table(found: list[Row]) -> str:
     lines = [
         _summary(found),
@@ -233,7 +251,7 @@ def table(found: list[Row]) -> str:
         lines.append(
             f"| [{e['id']}]({e['source']}) [{n}] | {e['framework']} | `{e['gpu']}` | {model} | "
             f"{weights} | {e.get('kv_dtype', '-')} | {tp} | {e['batch']:,} | "
-            f"{e.get('prompt', '-')} | {e.get('output', '-')} | {METRIC_TITLES[e['metric']]} | "
+            f"{_drawn(e, 'prompt')} | {_drawn(e, 'output')} | {METRIC_TITLES[e['metric']]} | "
             f"{_number(r.measured)} | {_number(r.predicted)} | {r.error:+.1%} | "
             f"{e.get('why', '') if abs(r.error) > CLOSE else ''} |"
         )

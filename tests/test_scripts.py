@@ -93,6 +93,19 @@ def test_every_validation_row_outside_the_close_band_says_why(monkeypatch):
     assert [e["id"] for e in misses if not e.get("why")] == []
 
 
+def test_a_range_ratio_draws_each_request_s_lengths_and_the_row_takes_their_mean(monkeypatch):
+    """benchmark_serving.py's random dataset draws a length uniformly from the integers in
+    [int(ratio * length), length]: 819 to 1,024 at 0.8, a mean of 921.5; without a ratio
+    the stated length stands."""
+    validation = _load("validation", monkeypatch)
+    entry = {"prompt": 1024, "output": 8192}
+    assert validation._length(entry, "prompt") == 1024
+    ranged = entry | {"range_ratio": 0.8}
+    assert validation._length(ranged, "prompt") == round((819 + 1024) / 2) == 922
+    assert validation._length(ranged, "output") == round((6553 + 8192) / 2) == 7372
+    assert validation._length(ranged | {"range_ratio": 1}, "output") == 8192
+
+
 def test_a_validation_row_s_error_is_in_time_whatever_the_metric(monkeypatch):
     validation = _load("validation", monkeypatch)
     rate = validation.Row({"metric": "decode_tokens_per_s_per_sequence", "value": 100}, 125.0)

@@ -95,14 +95,24 @@ def _model(name: str):
     return get_preset(name)
 
 
-def _length(entry: dict[str, Any], field: str) -> int:
-    """A prompt's or an output's tokens: the stated length, or where the benchmark draws
-    each request's length uniformly from the integers in [int(ratio * length), length]
-    (`range_ratio`, vLLM's benchmark_serving.py's random dataset), the mean of that draw,
-    rounded."""
+def _bounds(entry: dict[str, Any], field: str) -> tuple[int, int]:
+    """The least and the most tokens of a prompt or an output: the stated length both, or
+    where the benchmark draws each request's length uniformly from the integers in
+    [int(ratio * length), length] (`range_ratio`: InferenceX's benchmark_serving.py,
+    sample_uniform), that range."""
     length = int(entry[field])
     ratio = entry.get("range_ratio")
-    return length if ratio is None else round((int(length * ratio) + length) / 2)
+    if ratio is None:
+        return length, length
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"{entry['id']}: range_ratio {ratio} is not in [0, 1]")
+    return int(length * ratio), length
+
+
+def _length(entry: dict[str, Any], field: str) -> int:
+    """A prompt's or an output's tokens as predicted: the mean of its bounds, floored."""
+    least, most = _bounds(entry, field)
+    return (least + most) // 2
 
 
 def _prompt(entry: dict[str, Any]) -> int:
@@ -222,10 +232,10 @@ def _groups(found: list[Row]) -> list[str]:
 
 def _drawn(entry: dict[str, Any], field: str) -> str:
     """A length as the table shows it: the stated one, or the range a ratio draws from."""
-    if field not in entry:
+    if entry.get(field) is None:
         return "-"
-    length, ratio = int(entry[field]), entry.get("range_ratio")
-    return str(length) if ratio is None else f"{int(length * ratio)}-{length}"
+    least, most = _bounds(entry, field)
+    return str(most) if least == most else f"{least}-{most}"
 
 
 def table(found: list[Row]) -> str:

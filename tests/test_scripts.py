@@ -94,16 +94,21 @@ def test_every_validation_row_outside_the_close_band_says_why(monkeypatch):
 
 
 def test_a_range_ratio_draws_each_request_s_lengths_and_the_row_takes_their_mean(monkeypatch):
-    """benchmark_serving.py's random dataset draws a length uniformly from the integers in
-    [int(ratio * length), length]: 819 to 1,024 at 0.8, a mean of 921.5; without a ratio
-    the stated length stands."""
+    """InferenceX's benchmark draws a length uniformly from the integers in
+    [int(ratio * length), length]: 819 to 1,024 at 0.8, predicted at their mean (floored)
+    and shown as the range; without a ratio the stated length stands."""
     validation = _load("validation", monkeypatch)
-    entry = {"prompt": 1024, "output": 8192}
+    entry = {"id": "x", "prompt": 1024, "output": 8192}
     assert validation._length(entry, "prompt") == 1024
+    assert validation._drawn(entry, "prompt") == "1024"
     ranged = entry | {"range_ratio": 0.8}
-    assert validation._length(ranged, "prompt") == round((819 + 1024) / 2) == 922
-    assert validation._length(ranged, "output") == round((6553 + 8192) / 2) == 7372
-    assert validation._length(ranged | {"range_ratio": 1}, "output") == 8192
+    assert validation._length(ranged, "prompt") == (819 + 1024) // 2 == 921
+    assert validation._length(ranged, "output") == (6553 + 8192) // 2 == 7372
+    assert validation._drawn(ranged, "output") == "6553-8192"
+    assert validation._drawn(ranged | {"range_ratio": 1}, "output") == "8192"
+    assert validation._drawn({"output": None}, "output") == "-"
+    with pytest.raises(ValueError, match="range_ratio 1.2"):
+        validation._length(entry | {"range_ratio": 1.2}, "prompt")
 
 
 def test_a_validation_row_s_error_is_in_time_whatever_the_metric(monkeypatch):

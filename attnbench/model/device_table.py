@@ -85,6 +85,20 @@ _HGX = "https://www.nvidia.com/en-us/data-center/hgx/"
 #: 7,672 GB/s, where tables of 2024 give 8,000 from an 8,192-bit bus (NVIDIA's Blackwell
 #: datasheet of 2025: 7.7 TB/s).
 _B200_BUS = "https://github.com/pytorch/ao/pull/4002"
+#: The B300 (Blackwell Ultra) in a roofline table of NVIDIA's own aiconfigurator (a fork's
+#: copy, the upstream file not found), from NVIDIA's Blackwell Ultra datasheet: dense 2,250
+#: TFLOPS in bfloat16, 4,500 in float8, 14,000 in float4, 153.5 in int8; 7.75 TB/s (62 TB/s
+#: over 8 GPUs); 275,040 MiB as nvidia-smi reports it (288 GB).
+_B300_DATASHEET = (
+    "https://resources.nvidia.com/en-us-blackwell-architecture/blackwell-ultra-datasheet"
+)
+_B300_ROOFLINE = (
+    "https://github.com/simone-chen/aiconfigurator/blob/"
+    "84ba8996240b8e7b2d95f2c194aaae6842008d9e/src/aiconfigurator/systems/b300_sxm.yaml"
+)
+#: HGX B300's figures a GPU (a page reproducing NVIDIA's table): 75 TFLOPS in float32,
+#: 1,125 in tfloat32 (dense).
+_B300_SPECS = "https://glennklockwood.com/garden/processors/B300"
 
 # The microbenchmarks.
 _AZURE = "https://github.com/Azure/AI-benchmarking-guide/blob/"
@@ -226,6 +240,7 @@ _NCCL_A100 = _nccl(
     231.58,
     f"nccl-tests all_reduce_perf, 8x A100 SXM4 80GB NVLink 3, 8G busbw 231.58: {_AZURE_A100}",
 )
+_NCCL_B200 = _nccl(838.97, f"all_reduce_bench, 8x B200, 16GiB busbw 838.97: {_NETWORK}")
 _RCCL_TUNING = (
     "https://github.com/ROCm/rccl/blob/9e22c79d8dccb80075967c2a03f1a921c253c867/src/graph/tuning.cc"
 )
@@ -269,6 +284,7 @@ _GDDR6_AMPERE = _share(663, 696, "an A40 (GA102), gpu-stream triad 663 of 696 GB
 _HBM3E = _share(4150, 4800, "an H200, triad 4,150 of 4,800 GB/s,", _AZURE_H200)
 _HBM_CDNA = _share(4090, 5300, "an MI300X, triad 4,090 of 5,300 GB/s,", _AZURE_MI300X)
 _HOPPER_GEMM = _share(794.5, 989.4, "an H100 SXM, 794.5 of 989.4 TFLOPS in bfloat16,", _MAMF)
+_BLACKWELL_GEMM = _share(1745.0, 2250, "a B200, 1,745.0 of 2,250 TFLOPS in bfloat16,", _MAMF)
 
 
 def _device(
@@ -701,7 +717,31 @@ _TABLE = (
             "bfloat16": Figure(1745.0, f"maximum achievable matmul FLOPS: {_MAMF}"),
             "float8": Figure(3432.5, f"maximum achievable matmul FLOPS: {_MAMF}"),
         },
-        _nccl(838.97, f"all_reduce_bench, 8x B200, 16GiB busbw 838.97: {_NETWORK}"),
+        _NCCL_B200,
+        mma=_TCGEN05,
+    ),
+    # The B300 (Blackwell Ultra) on the B200's NVLink 5 platform: its float4 rate up by half,
+    # its int8 cut to a thirtieth; nothing of it measured in a published microbenchmark.
+    _device(
+        "b300",
+        "NVIDIA B300 288GB",
+        288,
+        7750,
+        {
+            "float32": 75,
+            "tfloat32": 1125,
+            "bfloat16": 2250,
+            "float16": 2250,
+            "float8": 4500,
+            "int8": 153.5,
+            "float4": 14000,
+        },
+        "NVLink 5",
+        1800 / 2,
+        (_B300_DATASHEET, _B300_ROOFLINE, _B300_SPECS),
+        _HBM3E,
+        {"share": _BLACKWELL_GEMM},
+        replace(_NCCL_B200, source=f"not measured: as the B200's NVLink 5, {_NCCL_B200.source}"),
         mma=_TCGEN05,
     ),
     # Dense figures of the MI300X datasheet. Seven Infinity Fabric links of 128 GB/s (both

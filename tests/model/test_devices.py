@@ -110,6 +110,22 @@ def test_measured_figures_as_their_sources_state_them():
     assert DEVICES["mi250x"].collectives is None  # no interconnect figure found
 
 
+def test_the_b300_takes_its_datasheet_and_the_b200_s_measured_shares():
+    """Nothing of a B300 is measured in a published microbenchmark: its datasheet's figures
+    (288 GB, 7.75 TB/s, float4 up from the B200's 9,000 to 14,000 TFLOPS, int8 down to
+    153.5) at the shares an H200's triad and a B200's bfloat16 GEMM reach, on the B200's
+    NVLink 5 collectives."""
+    b300, b200 = DEVICES["b300"], DEVICES["b200"]
+    assert (b300.memory_bytes, b300.datasheet_bandwidth) == (288 * 10**9, 7.75e12)
+    assert b300.memory_bandwidth == pytest.approx(7750e9 * 4150 / 4800)
+    assert b300.datasheet_flops["float4"] == 14000e12 and b300.datasheet_flops["int8"] == 153.5e12
+    assert flops_for(b300, "bfloat16") == pytest.approx(flops_for(b200, "bfloat16"))
+    assert flops_for(b300, "float4") == pytest.approx(14000e12 * 1745.0 / 2250)
+    assert b300.collectives.bus_bandwidth == b200.collectives.bus_bandwidth
+    assert b300.collectives.source.startswith("not measured: as the B200's NVLink 5")
+    assert (b300.mma_rows, b300.expert_rows) == (b200.mma_rows, b200.expert_rows)
+
+
 def test_the_a10g_and_the_rtx_6000_ada_as_their_sources_give_them():
     """The A10G's rates are measured (half the A10 datasheet's tensor rates), its memory
     the A10's; the RTX 6000 Ada's dense rates are halves of its datasheet's one tensor
@@ -209,7 +225,8 @@ def test_a_dtype_without_a_peak_names_both():
 def test_each_device_pads_matmuls_to_its_tensor_core_tile(spec: DeviceSpec):
     """Hopper's and Blackwell's full-rate instructions multiply 64 rows at a time (wgmma,
     tcgen05.mma), Ampere's, Ada's (mma.sync) and CDNA's (MFMA) 16."""
-    generation = "64" if spec.name.startswith(("h100", "h200", "b200")) else "16"
+    blackwell = spec.name.startswith(("b200", "b300"))
+    generation = "64" if blackwell or spec.name.startswith(("h100", "h200")) else "16"
     assert str(spec.mma_rows) == generation
-    assert ("wgmma" if generation == "64" and spec.name != "b200" else "") in spec.mma_source
+    assert ("tcgen05" if blackwell else "wgmma" if generation == "64" else "") in spec.mma_source
     assert f"padded to multiples of {spec.mma_rows}" in spec.figures()

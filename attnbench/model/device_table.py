@@ -720,7 +720,7 @@ _TABLE = (
         _NCCL_B200,
         mma=_TCGEN05,
     ),
-    # The B300 (Blackwell Ultra) on the B200's NVLink 5 platform: its float4 rate up by half,
+    # The B300 (Blackwell Ultra) on the B200's NVLink 5 platform: its float4 rate up by 56%,
     # its int8 cut to a thirtieth; nothing of it measured in a published microbenchmark.
     _device(
         "b300",

@@ -13,7 +13,7 @@ decode step feeds one token per sequence with `context` tokens cached; a prefill
 `context` tokens. Each point's step is captured in its own graph (on the CPU, run
 eagerly, to check the script) and timed as a median over blocks of replays. Each row
 also counts the kernels one eager decode step of its model and batch runs (torch's
-profiler), beside the count the model takes (roofline.decode_counts).
+profiler), beside the count the model takes (its predicted decode step's).
 
     PYTHONPATH=. python3 scripts/model_step.py --gpu h200 --json results/gpu/model-step.json
 """
@@ -39,7 +39,6 @@ from attnbench.model.architecture import ModelSpec
 from attnbench.model.devices import device_spec
 from attnbench.model.generation import generation
 from attnbench.model.presets import get_preset
-from attnbench.model.roofline import decode_counts
 from attnbench.modules.attention import folded_decode
 
 DTYPE = "bfloat16"
@@ -197,7 +196,7 @@ def predicted(
     it; and the kernels the model counts for that decode step."""
     found = generation(spec, device_spec(gpu), batch, context, 1, DTYPE, weights=weights)
     ms = (found.tpot_s if phase == "decode" else found.ttft_s) * 1e3
-    return ms, decode_counts(spec, batch, context, DTYPE, weights=weights).kernels
+    return ms, found.step.counts.kernels  # the step after a 1-token output: at `context`
 
 
 #: The cached tokens of the decode step whose kernels are counted.

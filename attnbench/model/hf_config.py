@@ -1281,20 +1281,20 @@ def _quantisation(cfg: dict, where: str) -> tuple[str, StoredWeights | None] | N
             "them as the checkpoint stores them)",
             None,
         )
-    ungrouped = (
-        ", its scales per channel counted as int4's default groups of 128 (a scale per "
-        "128 weights more)"
-        if stored.dtype == "int4" and stored.group is None
-        else ""
-    )
-    if stored.dtype in FLOAT8_WEIGHTS:  # experiments.target.served_weights
-        ungrouped = (
+    caveat = ""  # how what is counted differs from what is stored
+    if stored.dtype == "int4" and stored.group is None:
+        caveat = (
+            ", its scales per channel counted as int4's default groups of 128 (a scale per "
+            "128 weights more)"
+        )
+    elif stored.dtype in FLOAT8_WEIGHTS:  # experiments.target.served_weights
+        caveat = (
             ", on a GPU without float8 as 8-bit weights alone (int8's bytes and "
             "dequantisation, as vLLM's FP8 Marlin runs them)"
         )
     return (
         f"quantization_config ({', '.join(said)}): fit, and predict on a named GPU, count "
-        f"the weights as the checkpoint stores them, {stored.settings()}{ungrouped} "
+        f"the weights as the checkpoint stores them, {stored.settings()}{caveat} "
         "(weights_dtype sets others); params counts them in the model's dtype",
         stored,
     )

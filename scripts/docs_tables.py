@@ -328,6 +328,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "step_bound": ("", "`memory` or `compute`"),
         "allreduce_ms": ("ms", "of the decode step, the tp collectives (2 all-reduces a "
                                "layer, the logits' all-gather)"),
+        "norm_allreduces": ("", "of those, the all-reduces of q and k norms that span the "
+                                "heads (one an attention layer; 0: none)"),
         "tokens_per_s": ("tokens/s", "batch / tpot_ms (a layer shape: / layer_step_ms)"),
         "ridge_flops_per_byte": ("FLOP/byte", "the device's ridge point: effective peak "
                                               "FLOP/s / effective bandwidth"),

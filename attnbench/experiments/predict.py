@@ -147,6 +147,9 @@ class PredictRecord:
     step_intensity: float | None = info()
     step_bound: str | None = info()
     allreduce_ms: float | None = info()
+    #: Of the step's collectives, the all-reduces of q and k norms that span the heads
+    #: (one an attention layer; 0: none).
+    norm_allreduces: int | None = info()
     #: The batch's tokens per second: the model's step where there is one, else the layer's.
     tokens_per_s: float = info()
     ridge_flops_per_byte: float = info()
@@ -489,6 +492,7 @@ def _model_phases(prefill: ModelPrediction | None, step: ModelPrediction | None)
         "step_kv_bytes": step.counts.kv_bytes,
         "step_state_bytes": step.counts.state_bytes,
         "allreduce_ms": step.allreduce_s * 1e3,
+        "norm_allreduces": step.counts.norm_allreduces,
     }
 
 

@@ -202,6 +202,9 @@ class CountedModel:
     tied_embeddings: bool
     num_experts: int | None = None
     experts_per_token: int | None = None
+    #: Its q and k norms each take their statistics across all the heads (one RMSNorm
+    #: of the query heads' Hq*D values, MiniMax-M2's), as ModelBody.qk_norm "full".
+    qk_norm_across_heads: bool = False
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,15 @@ class ModelSpec:
     def kv_layers(self) -> int:
         """The layers that cache K and V (or an MLA latent)."""
         return self.num_layers if self.attends is None else sum(self.attends)
+
+    @property
+    def qk_norm_across_heads(self) -> bool:
+        """Whether each attention layer's q and k norms take their statistics across all
+        the heads (QK_NORMS' "full"): under tensor parallelism a rank, holding some of the
+        heads, needs the others' sums of squares."""
+        if self.body is not None:
+            return self.body.qk_norm == "full"
+        return self.counted is not None and self.counted.qk_norm_across_heads
 
     @property
     def layer_states(self) -> tuple[StateSpec | None, ...]:

@@ -121,15 +121,21 @@ computes every logit: WeightFormat.replicated_vocab), each timed as the collecti
 library's cost model times it (device_types.Collectives): a protocol's latency plus its
 bytes over its share of the bus bandwidth nccl-tests measures (2*(tp-1)/tp of them for an
 all-reduce, (tp-1)/tp for an all-gather), the fastest protocol taken, not overlapped with
-the compute. Expert parallelism (ep of the tp ranks holding the routed experts whole,
-model/parallelism.py) changes only the experts' part: a step is counted on the rank
-the router sends the most, its experts touched and its routes each the expected largest
-of ep ranks', each expert's weights there ep/tp of it; its tile padding keeps each
-touched expert's mean share of the routes; the all-reduces are the same. Data-parallel
-attention (dp_attention) runs each rank's own share of the batch, ceil(B / tp) sequences,
-through the whole attention (its weights, every head's cache and FLOPs: tp 1) and the
-rest of the layer through every rank's tokens: an all-gather before each layer's MLP and
-a reduce-scatter after it (allgather_s each, of the B*q tokens' hidden states) take the
+the compute. Where the q and k norms take their statistics across all the heads
+(ModelSpec.qk_norm_across_heads: OLMo-2's, MiniMax-M2's), a rank holding some of them
+all-reduces each token's NORM_STATISTICS sums of squares in float32 in each attention
+layer, one all-reduce more, as vLLM's MiniMax code runs it (its OLMo-2 code gathers q and
+k whole instead: more bytes).
+
+Expert parallelism (ep of the tp ranks holding the routed experts whole,
+model/parallelism.py) changes only the experts' part: a step is counted on the rank the
+router sends the most, its experts touched and its routes each the expected largest of ep
+ranks', each expert's weights there ep/tp of it; its tile padding keeps each touched
+expert's mean share of the routes; the all-reduces are the same. Data-parallel attention
+(dp_attention) runs each rank's own share of the batch, ceil(B / tp) sequences, through
+the whole attention (its weights, every head's cache and FLOPs: tp 1) and the rest of the
+layer through every rank's tokens: an all-gather before each layer's MLP and a
+reduce-scatter after it (allgather_s each, of the B*q tokens' hidden states) take the
 place of its two all-reduces.
 """
 
@@ -192,6 +198,11 @@ MIN_EFFICIENCY = 1e-9
 #: FLOPs per element of a state layer's recurrent state, per token: the decay and the
 #: rank-one update of the state (2), and the read-out against it (2).
 STATE_FLOPS = 4
+
+#: The float32 values per token that the all-reduce of q and k norms spanning the heads
+#: sums across the ranks: the sums of squares of the token's query and of its key
+#: (vLLM's MiniMaxText01RMSNormTP.forward_qk, one all-reduce of both a layer).
+NORM_STATISTICS = 2
 
 #: Kernels one layer's decode or prefill step launches in a serving engine, counted from
 #: vLLM's Llama layer: RMSNorm, the fused QKV matmul, rotary embedding, the cache write,
@@ -429,6 +440,11 @@ class ModelCounts:
     #: All-gathers and reduce-scatters of the step's hidden states, allreduce_bytes each,
     #: around the MLPs of a data-parallel attention (0 otherwise).
     gathers: int = 0
+    #: All-reduces of the sums of squares of q and k norms that span the heads split over
+    #: the ranks (ModelSpec.qk_norm_across_heads), one an attention layer, of
+    #: NORM_STATISTICS float32 values a token each (0 otherwise).
+    norm_allreduces: int = 0
+    norm_allreduce_bytes: int = 0
     #: The dtype of the dense matmuls (float8 weights: float8; nvfp4: float4), None: the
     #: step's dtype.
     matmul_dtype: str | None = None
@@ -769,6 +785,7 @@ def step_counts(
     attn_params = step_parts(spec, 1)["attention"] if dp_attention else parts["attention"]
     split_vocab = tp > 1 and not fmt.replicated_vocab
     vocab_rows = ceil_div(traits.vocab_size, tp if split_vocab else 1)  # this rank's
+    split_norms = attn_tp > 1 and spec.qk_norm_across_heads
 
     # weights: embeddings as looked up (or whole, as the tied head), routed experts touched
     body = sum(parts.values()) - parts["embeddings"] - parts["experts"] - parts["output head"]
@@ -881,6 +898,8 @@ def step_counts(
         # data-parallel attention: the tokens gathered before each layer's MLP or
         # experts, and their outputs scattered back
         gathers=2 * L if dp_attention else 0,
+        norm_allreduces=spec.kv_layers if split_norms else 0,
+        norm_allreduce_bytes=tokens * NORM_STATISTICS * 4 if split_norms else 0,
         layers=L,
         batch=batch,
         state_bytes=state,
@@ -980,6 +999,7 @@ def predict_counts(
     )
     collectives = counts.allreduces * allreduce_s(counts.allreduce_bytes, tp, device)
     collectives += counts.gathers * allgather_s(counts.allreduce_bytes, tp, device)
+    collectives += counts.norm_allreduces * allreduce_s(counts.norm_allreduce_bytes, tp, device)
     if counts.gather_bytes:
         collectives += allgather_s(counts.gather_bytes, tp, device)
     dequant = 0.0

@@ -142,6 +142,7 @@ def with_whole_model(spec: ModelSpec) -> ModelSpec:
         tied_embeddings=count.tied_embeddings,
         num_experts=experts if count.parts.get("experts") else None,
         experts_per_token=per_token if count.parts.get("experts") else None,
+        qk_norm_across_heads=(count.q_norm_width or 0) > spec.head_dim,
     )
     return replace(spec, counted=counted)
 

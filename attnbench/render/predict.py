@@ -251,7 +251,10 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     split = {(r["gpu"], r["tp"], r.get("vocab"), r.get("attention")): r for r in with_collectives}
     for r in split.values():
         around = "an all-gather and a reduce-scatter" if r.get("attention") else "2 all-reduces"
-        collectives = around + " a layer" + ("" if r.get("vocab") else ", the logits' gather")
+        collectives = around + " a layer"
+        if r.get("norm_allreduces"):  # q and k norms that span the heads split over the ranks
+            collectives += ", 1 more in each attention layer for its q and k norms"
+        collectives += "" if r.get("vocab") else ", the logits' gather"
         replicated = ", each rank holding the whole vocabulary" if r.get("vocab") else ""
         replicated += ", the attention data-parallel" if r.get("attention") else ""
         lines.append(

@@ -353,6 +353,25 @@ def test_tensor_parallel_splits_the_weights_and_adds_allreduces():
     assert pred.time_s == pytest.approx(pred.roofline.time_s + pred.allreduce_s + pred.launch_s)
 
 
+def test_q_and_k_norms_across_the_heads_add_an_allreduce_of_their_statistics_a_layer():
+    """OLMo-2's (and MiniMax-M2's) norms take their statistics over all the heads: a rank
+    holding some of them all-reduces each token's two sums of squares in every layer."""
+    llama = get_preset("llama-3-8b")
+    full = replace(llama, body=replace(llama.body, qk_norm="full"))
+    per_head = replace(llama, body=replace(llama.body, qk_norm="head_dim"))
+    two = decode_counts(full, 8, 4096, "bfloat16", tp=2)
+    assert (two.norm_allreduces, two.norm_allreduce_bytes) == (32, 8 * 2 * 4)
+    assert two.allreduces == decode_counts(per_head, 8, 4096, "bfloat16", tp=2).allreduces
+    assert decode_counts(per_head, 8, 4096, "bfloat16", tp=2).norm_allreduces == 0
+    assert decode_counts(full, 8, 4096, "bfloat16").norm_allreduces == 0  # one rank
+    # a data-parallel attention holds every head on each rank
+    assert decode_counts(full, 8, 4096, "bfloat16", tp=2, dp_attention=True).norm_allreduces == 0
+    pred = predict_counts(two, DEVICE, "bfloat16", tp=2)
+    plain = predict_counts(replace(two, norm_allreduces=0), DEVICE, "bfloat16", tp=2)
+    per = 2 * 1 / 2 * 8 * 2 * 4 / 1e11 + 20e-6
+    assert pred.allreduce_s - plain.allreduce_s == pytest.approx(32 * per)
+
+
 def test_a_replicated_vocabulary_is_read_whole_on_each_rank_with_no_gather():
     spec = get_preset("llama-3-70b")  # an untied head of 128,256 x 8,192
     split = decode_counts(spec, 8, 4096, "bfloat16", tp=8)

@@ -274,6 +274,30 @@ def test_the_routed_experts_a_step_reads_come_from_each_type_s_own_fields(tmp_pa
     assert _first({"num_experts_per_token": 8}, PER_TOKEN_KEYS, "ffn_config", "moe_top_k") == 8
 
 
+@pytest.mark.parametrize(
+    ("model_type", "width", "across"),
+    [
+        ("olmoe", 64, True),  # one RMSNorm of all the query heads' values
+        ("minimax_m2", 64, True),
+        ("qwen3_moe", 16, False),  # one of head_dim, shared by the heads
+        ("cohere", None, False),  # weights of (heads, D): each head on its own
+        ("llama", None, False),
+    ],
+)
+def test_q_norms_that_span_the_heads_are_told_from_each_head_s_own(
+    tmp_path, model_type, width, across
+):
+    from attnbench.model.hf_config import load_hf_config
+    from attnbench.modules.hf_fallback import with_whole_model
+
+    extra = {"num_experts": 4, "num_local_experts": 4, **EXPERTS, "use_qk_norm": True}
+    config = {**transformers.AutoConfig.for_model(model_type).to_dict(), **BASE, **extra}
+    assert transformers_parts(config, "config.json").q_norm_width == width
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert with_whole_model(load_hf_config(path)).qk_norm_across_heads is across
+
+
 def test_a_causal_lm_of_the_image_text_mapping_is_counted():
     """Mistral-4 is in transformers' image-text-to-text mapping alone, which builds
     Mistral4ForCausalLM: a causal LM, counted, not refused as one."""

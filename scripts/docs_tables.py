@@ -327,7 +327,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "step_intensity": ("FLOP/byte", "FLOPs / bytes"),
         "step_bound": ("", "`memory` or `compute`"),
         "allreduce_ms": ("ms", "of the decode step, the tp collectives (2 all-reduces a "
-                               "layer, the logits' all-gather)"),
+                               "layer, 1 more an attention layer where q and k norms span "
+                               "the heads, the logits' all-gather)"),
         "norm_allreduces": ("", "of those, the all-reduces of q and k norms that span the "
                                 "heads (one an attention layer; 0: none)"),
         "tokens_per_s": ("tokens/s", "batch / tpot_ms (a layer shape: / layer_step_ms)"),

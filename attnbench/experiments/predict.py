@@ -308,8 +308,9 @@ def _counts(point: PredictPoint) -> dict[str, ModelCounts]:
     weights = point.weights
     if point.spec is not None and point.spec.mla is not None:
         layer = partial(mla_layer_counts, point.spec)
-    else:
-        layer = partial(layer_counts, point.shape)
+    else:  # q and k norms spanning the heads add their all-reduce to the model's layer
+        spans = point.spec is not None and point.spec.qk_norm_across_heads
+        layer = partial(layer_counts, point.shape, qk_norm_across_heads=spans)
     # data-parallel attention: a rank's layer attends its own sequences with every head
     lb, ltp = attention_split(b, tp, point.dp_attention)
     counts = {

@@ -122,10 +122,10 @@ library's cost model times it (device_types.Collectives): a protocol's latency p
 bytes over its share of the bus bandwidth nccl-tests measures (2*(tp-1)/tp of them for an
 all-reduce, (tp-1)/tp for an all-gather), the fastest protocol taken, not overlapped with
 the compute. Where the q and k norms take their statistics across all the heads
-(ModelSpec.qk_norm_across_heads: OLMo-2's, MiniMax-M2's), a rank holding some of them
-all-reduces each token's NORM_STATISTICS sums of squares in float32 in each attention
-layer, one all-reduce more, as vLLM's MiniMax code runs it (its OLMo-2 code gathers q and
-k whole instead: more bytes).
+(ModelSpec.qk_norm_across_heads: OLMo-2's, MiniMax-M2's), a rank holding some of the
+heads all-reduces each token's QK_NORM_STATISTICS sums of squares in float32 in each
+attention layer, one all-reduce more, as vLLM's MiniMax code runs it (its OLMo-2 and
+OLMoE code gathers q and k whole instead: more bytes, which the model does not count).
 
 Expert parallelism (ep of the tp ranks holding the routed experts whole,
 model/parallelism.py) changes only the experts' part: a step is counted on the rank the
@@ -144,7 +144,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import FieldError
 from .architecture import ModelSpec
@@ -202,7 +202,7 @@ STATE_FLOPS = 4
 #: The float32 values per token that the all-reduce of q and k norms spanning the heads
 #: sums across the ranks: the sums of squares of the token's query and of its key
 #: (vLLM's MiniMaxText01RMSNormTP.forward_qk, one all-reduce of both a layer).
-NORM_STATISTICS = 2
+QK_NORM_STATISTICS = 2
 
 #: Kernels one layer's decode or prefill step launches in a serving engine, counted from
 #: vLLM's Llama layer: RMSNorm, the fused QKV matmul, rotary embedding, the cache write,
@@ -442,7 +442,7 @@ class ModelCounts:
     gathers: int = 0
     #: All-reduces of the sums of squares of q and k norms that span the heads split over
     #: the ranks (ModelSpec.qk_norm_across_heads), one an attention layer, of
-    #: NORM_STATISTICS float32 values a token each (0 otherwise).
+    #: QK_NORM_STATISTICS float32 values a token each (0 otherwise).
     norm_allreduces: int = 0
     norm_allreduce_bytes: int = 0
     #: The dtype of the dense matmuls (float8 weights: float8; nvfp4: float4), None: the
@@ -579,19 +579,27 @@ def layer_counts(
     kv_dtype: str | None = None,
     tp: int = 1,
     weights: str | WeightFormat | None = None,
+    qk_norm_across_heads: bool = False,
 ) -> ModelCounts:
     """One attention layer's step on one of `tp` ranks (its projections' weights, its
-    cache, its activations; one all-reduce of its output under tensor parallelism): the
-    layer decode-speed times. A decode step at context S is q_len 1, kv_len S + 1; a
-    prefill of S tokens q_len S, kv_len S. Its projections' weights are in `weights`
-    (default `dtype`), as a whole model's are (_attention_layer)."""
+    cache, its activations; one all-reduce of its output under tensor parallelism, and
+    one of its q and k norms' statistics where they span the heads,
+    `qk_norm_across_heads`): the layer decode-speed times. A decode step at context S is
+    q_len 1, kv_len S + 1; a prefill of S tokens q_len S, kv_len S. Its projections'
+    weights are in `weights` (default `dtype`), as a whole model's are (_attention_layer)."""
     check_dtype(dtype, "dtype", MODEL_DTYPES)
     attention = attention_counts(shape, batch, q_len, kv_len, dtype, kv_dtype, tp)
     rank = rank_shape(shape, tp)
     # the projections' FLOPs are in forward_flops, with the core's
     params = attention_params(rank)
     kernels = ATTENTION_KERNELS, quantised_projections(None)
-    return _attention_layer(attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels)
+    layer = _attention_layer(attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels)
+    if tp > 1 and qk_norm_across_heads:
+        tokens = batch * q_len
+        return replace(
+            layer, norm_allreduces=1, norm_allreduce_bytes=tokens * QK_NORM_STATISTICS * 4
+        )
+    return layer
 
 
 def mla_layer_counts(
@@ -899,7 +907,7 @@ def step_counts(
         # experts, and their outputs scattered back
         gathers=2 * L if dp_attention else 0,
         norm_allreduces=spec.kv_layers if split_norms else 0,
-        norm_allreduce_bytes=tokens * NORM_STATISTICS * 4 if split_norms else 0,
+        norm_allreduce_bytes=attn_tokens * QK_NORM_STATISTICS * 4 if split_norms else 0,
         layers=L,
         batch=batch,
         state_bytes=state,

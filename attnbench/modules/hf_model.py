@@ -42,8 +42,8 @@ _MIXER = re.compile(r"self_attn|attention|mixer|conv|temporal_block|mlstm_layer"
 #: SSM's A_log, a convolution, the decay of a linear attention or recurrence (RWKV,
 #: lightning attention), an mLSTM's forget gate.
 _STATE_MARK = re.compile(r"A_log|conv(_?1d)?|time_decay|slope_rate|fgate_preact")
-#: A query's norm's weight (self_attn.q_norm.weight), as the model types that have one
-#: name it.
+#: A query's norm's weight (self_attn.q_norm.weight), as most model types with one name
+#: it (Persimmon's, Phi's and StableLM's q_layernorm are not read).
 _Q_NORM = re.compile(r"(^|\.)q_norm\.weight$")
 #: (part, pattern searched in "." + name): the first that matches places a tensor.
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -79,9 +79,9 @@ class TransformersCount:
     note: str | None  # what the count leaves out of the model built, or None
     vocab_size: int  # the output head's rows
     tied_embeddings: bool  # the head's weight is the embeddings' (counted there)
-    #: The values the first layer's q norm normalises together (its weight's, where it
-    #: has one of one dimension): head_dim where each head is normalised on its own, all
-    #: the query heads' where it spans them; None: no q norm with such a weight.
+    #: The values the language model's first q norm normalises together (its weight's,
+    #: where it has one of one dimension): head_dim where each head is normalised on its
+    #: own, all the query heads' where it spans them; None: no q norm with such a weight.
     q_norm_width: int | None = None
 
 
@@ -142,13 +142,14 @@ def _count(cfg_json: str) -> TransformersCount:
         note,
         vocab_size=head.weight.shape[0],
         tied_embeddings=tied,
-        q_norm_width=_q_norm_width(model),
+        q_norm_width=_q_norm_width(language or model),
     )
 
 
 def _q_norm_width(model: nn.Module) -> int | None:
-    """The elements of the first q norm's weight (a parameter named q_norm.weight), where
-    it has one dimension: a weight of (heads, D) normalises each head apart (Cohere's)."""
+    """The elements of the first q norm's weight (a parameter named q_norm.weight) of
+    `model` (a multimodal model's language model: not its vision tower's), where it has
+    one dimension: a weight of (heads, D) normalises each head apart (Cohere's)."""
     for name, p in model.named_parameters():
         if _Q_NORM.search(name) and p.dim() == 1:
             return p.numel()

@@ -248,7 +248,10 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     counts."""
     lines = []
     with_collectives = [r for r in records if r.get("allreduce_ms")]
-    split = {(r["gpu"], r["tp"], r.get("vocab"), r.get("attention")): r for r in with_collectives}
+    split = {
+        (r["gpu"], r["tp"], r.get("vocab"), r.get("attention"), bool(r.get("norm_allreduces"))): r
+        for r in with_collectives
+    }
     for r in split.values():
         around = "an all-gather and a reduce-scatter" if r.get("attention") else "2 all-reduces"
         collectives = around + " a layer"

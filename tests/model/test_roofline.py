@@ -27,6 +27,7 @@ from attnbench.model.roofline import (
     attention_counts,
     decode_counts,
     experts_touched,
+    layer_counts,
     mla_layer_counts,
     predict,
     predict_counts,
@@ -355,7 +356,8 @@ def test_tensor_parallel_splits_the_weights_and_adds_allreduces():
 
 def test_q_and_k_norms_across_the_heads_add_an_allreduce_of_their_statistics_a_layer():
     """OLMo-2's (and MiniMax-M2's) norms take their statistics over all the heads: a rank
-    holding some of them all-reduces each token's two sums of squares in every layer."""
+    holding some of them all-reduces each token's two sums of squares in every attention
+    layer."""
     llama = get_preset("llama-3-8b")
     full = replace(llama, body=replace(llama.body, qk_norm="full"))
     per_head = replace(llama, body=replace(llama.body, qk_norm="head_dim"))
@@ -368,8 +370,17 @@ def test_q_and_k_norms_across_the_heads_add_an_allreduce_of_their_statistics_a_l
     assert decode_counts(full, 8, 4096, "bfloat16", tp=2, dp_attention=True).norm_allreduces == 0
     pred = predict_counts(two, DEVICE, "bfloat16", tp=2)
     plain = predict_counts(replace(two, norm_allreduces=0), DEVICE, "bfloat16", tp=2)
+    # an all-reduce over 2 ranks: 2 * (2 - 1) / 2 of its 64 bytes over the test device's
+    # 100 GB/s of bus bandwidth, plus its 20 us of latency
     per = 2 * 1 / 2 * 8 * 2 * 4 / 1e11 + 20e-6
     assert pred.allreduce_s - plain.allreduce_s == pytest.approx(32 * per)
+    # the model's own attention layer, as predict's layer rows count it
+    shape = full.attention_shape()
+    layer = layer_counts(shape, 8, 1, 4097, "bfloat16", tp=2, qk_norm_across_heads=True)
+    assert (layer.norm_allreduces, layer.norm_allreduce_bytes) == (1, 8 * 2 * 4)
+    assert (
+        layer_counts(shape, 8, 1, 4097, "bfloat16", qk_norm_across_heads=True).norm_allreduces == 0
+    )
 
 
 def test_a_replicated_vocabulary_is_read_whole_on_each_rank_with_no_gather():

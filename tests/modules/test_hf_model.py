@@ -298,6 +298,46 @@ def test_q_norms_that_span_the_heads_are_told_from_each_head_s_own(
     assert with_whole_model(load_hf_config(path)).qk_norm_across_heads is across
 
 
+def test_a_vision_tower_s_q_norm_is_not_the_language_model_s(tmp_path):
+    """InternVL's vision tower may normalise its q across its heads; its language model
+    (ERNIE-4.5 here, without q norms) does not, and is what a step's all-reduces follow."""
+    from attnbench.model.hf_config import load_hf_config
+    from attnbench.modules.hf_fallback import with_whole_model
+
+    config = transformers.AutoConfig.for_model("internvl").to_dict()
+    vision = {"hidden_size": 32, "num_attention_heads": 2, "use_qk_norm": True}
+    vision |= {"num_hidden_layers": 1, "intermediate_size": 64}
+    text = {**transformers.AutoConfig.for_model("ernie4_5").to_dict(), **BASE}
+    config |= {"vision_config": {**config["vision_config"], **vision}, "text_config": text}
+    assert transformers_parts(config, "config.json").q_norm_width is None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert not with_whole_model(load_hf_config(path)).qk_norm_across_heads
+
+
+def test_a_hybrid_all_reduces_the_norms_of_its_attention_layers_alone(tmp_path):
+    """Qwen3-Next's q norm is a head's (not across the heads); were it across them, only
+    its attention layers would all-reduce their statistics, not its DeltaNet layers."""
+    from dataclasses import replace
+
+    from attnbench.model.hf_config import load_hf_config
+    from attnbench.model.roofline import decode_counts
+    from attnbench.modules.hf_fallback import with_whole_model
+
+    linear = {"linear_num_key_heads": 2, "linear_num_value_heads": 4}
+    linear |= {"linear_key_head_dim": 16, "linear_value_head_dim": 16}
+    config = {**transformers.AutoConfig.for_model("qwen3_next").to_dict(), **BASE, **EXPERTS}
+    config |= {"num_experts": 4, **linear, "layer_types": None}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = with_whole_model(load_hf_config(path))
+    assert spec.counted is not None and not spec.qk_norm_across_heads
+    assert decode_counts(spec, 4, 128, "bfloat16", tp=2).norm_allreduces == 0
+    across = replace(spec, counted=replace(spec.counted, qk_norm_across_heads=True))
+    assert decode_counts(across, 4, 128, "bfloat16", tp=2).norm_allreduces == spec.kv_layers
+    assert 0 < spec.kv_layers < spec.num_layers
+
+
 def test_a_causal_lm_of_the_image_text_mapping_is_counted():
     """Mistral-4 is in transformers' image-text-to-text mapping alone, which builds
     Mistral4ForCausalLM: a causal LM, counted, not refused as one."""

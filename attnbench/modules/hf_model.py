@@ -142,7 +142,7 @@ def _count(cfg_json: str) -> TransformersCount:
         note,
         vocab_size=head.weight.shape[0],
         tied_embeddings=tied,
-        q_norm_width=_q_norm_width(language or model),
+        q_norm_width=_q_norm_width(language if language is not None else model),
     )
 
 

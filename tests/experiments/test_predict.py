@@ -229,6 +229,23 @@ def test_cli_whole_models_on_named_gpus_with_their_sources(tmp_path):
     assert "resources.nvidia.com" in result.output
 
 
+def test_cli_q_and_k_norms_across_the_heads_add_their_all_reduce_to_layer_and_model(tmp_path):
+    """OLMo-2's q and k norms span the heads: at TP 2 each of its 32 layers, and the layer
+    rows with them, all-reduce the norms' statistics, and the collectives' note says so."""
+    out = tmp_path / "p.json"
+    config = "docs/architectures/olmo-2-7b.json"
+    args = ["--hf-config", config, "--gpu", "h100-sxm", "--tp", "2", "--seq-len", "512"]
+    result = predict_cli(*args, "--json", str(out), "--wide")
+    assert result.exit_code == 0, result.output
+    (record,) = json.loads(out.read_text())["records"]
+    assert record["norm_allreduces"] == 32
+    assert "1 more in each attention layer for its q and k norms" in " ".join(result.output.split())
+    shape = AttentionShape(4096, 32, 32, 128)
+    layer = layer_counts(shape, 1, 1, 513, "bfloat16", tp=2, qk_norm_across_heads=True)
+    expected = predict_counts(layer, DEVICES["h100-sxm"], "bfloat16", tp=2).time_s * 1e3
+    assert record["layer_step_ms"] == pytest.approx(expected)
+
+
 def test_cli_a_replicated_vocabulary_beside_a_split_one(tmp_path):
     """Each rank of gpt-fast's tensor parallelism reads the whole head and gathers no
     logits: the table names each layout, and the collectives' note drops the gather."""

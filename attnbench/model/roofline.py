@@ -355,6 +355,11 @@ def tokens_per_s(tokens: int, time_s: float) -> float:
     return tokens / time_s
 
 
+def norm_statistics_bytes(tokens: int) -> int:
+    """Bytes of one all-reduce of `tokens` tokens' q and k norm statistics, in float32."""
+    return tokens * QK_NORM_STATISTICS * dtype_bytes("float32")
+
+
 def allreduce_s(bytes: int, tp: int, device: DeviceSpec) -> float:
     """Time of one all-reduce of `bytes` over `tp` ranks of `device`: nccl-tests' busbw =
     algbw * 2*(tp-1)/tp, so 2*(tp-1)/tp * bytes over the bus bandwidth (a protocol's share
@@ -595,10 +600,8 @@ def layer_counts(
     kernels = ATTENTION_KERNELS, quantised_projections(None)
     layer = _attention_layer(attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels)
     if tp > 1 and qk_norm_across_heads:
-        tokens = batch * q_len
-        return replace(
-            layer, norm_allreduces=1, norm_allreduce_bytes=tokens * QK_NORM_STATISTICS * 4
-        )
+        statistics = norm_statistics_bytes(batch * q_len)
+        return replace(layer, norm_allreduces=1, norm_allreduce_bytes=statistics)
     return layer
 
 
@@ -907,7 +910,7 @@ def step_counts(
         # experts, and their outputs scattered back
         gathers=2 * L if dp_attention else 0,
         norm_allreduces=spec.kv_layers if split_norms else 0,
-        norm_allreduce_bytes=attn_tokens * QK_NORM_STATISTICS * 4 if split_norms else 0,
+        norm_allreduce_bytes=norm_statistics_bytes(attn_tokens) if split_norms else 0,
         layers=L,
         batch=batch,
         state_bytes=state,

@@ -99,6 +99,26 @@ _B300_ROOFLINE = (
 #: HGX B300's figures a GPU (a page reproducing NVIDIA's table): 75 TFLOPS in float32,
 #: 1,125 in tfloat32 (dense).
 _B300_SPECS = "https://glennklockwood.com/garden/processors/B300"
+#: The H800 and the H20, Hopper parts for the Chinese market: the H800 is the H100 SXM5 (the
+#: same GH100, 80 GB of HBM3) with its NVLink cut to 400 GB/s both ways (a DeepSeek engineer:
+#: "400GB/s is the bidirectional theoretical figure"); the H20's dense rates are 148 TFLOPS in
+#: bfloat16 and 296 in float8 (Ant Group's table beside the H800's 989 and 1,979), 74 in
+#: tfloat32 and 44 in float32, on 96 GB of HBM3 at 4.0 TB/s and NVLink at 900 GB/s.
+_H800_NVLINK = "https://github.com/deepseek-ai/DeepSeek-V3/issues/28"
+_H800_VS_H100 = (
+    "https://www.philisun.com/technical-analysis/"
+    "nvidia-h800-vs-h100-a-technical-deep-dive-into-politically-defined-ai-chips/"
+)
+_H20_RATES = "https://lmsys.org/blog/2025-09-26-sglang-ant-group/"
+_H20_SPECS = "https://zangshuxian.com/new/674733024499207168"
+_H20_MEMORY = "https://willitrunai.com/es/gpus/h20-96gb"
+#: The A800 is the A100 with its NVLink cut from 600 to 400 GB/s both ways, "core compute,
+#: memory, and Tensor Core capabilities ... left unchanged".
+_A800 = "https://aiwiki.ai/wiki/nvidia_a800"
+#: The GH200's Hopper GPU: the H100 SXM's rates, 96 GB of HBM3 at 4.0 TB/s (its first
+#: version; a later one has 141 GB of HBM3e), joined to its Grace CPU by NVLink-C2C, 900 GB/s
+#: both ways.
+_GH200_C2C = "https://datacrunch.io/blog/data-movement-in-the-nvidia-gh200-grace-hopper-superchip"
 
 # The microbenchmarks.
 _AZURE = "https://github.com/Azure/AI-benchmarking-guide/blob/"
@@ -126,6 +146,15 @@ _STREAM_A40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-strea
 #: "NVIDIA A10G" (its notes' host line is the template's, naming an A100).
 _A10G_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/126"
 _MAMF = _ACCELERATORS + "#maximum-achievable-matmul-flops-comparison-table"
+#: A PyTorch matmul sweep's table (torch.mm of squares to 10,240, the best size's TFLOPS):
+#: its A800 and H20 rows.
+_TORCH_MATMULS = (
+    "https://github.com/zzc0721/torch-performance-test-data/blob/"
+    "bbb8e247d5dc170e9a4a58062ede9bdbe6a17c21/database.md"
+)
+#: nccl-tests' all-reduce on one node of eight H800s: "the reported allreduce busBW is 215
+#: GB/s" (the message size not stated).
+_NCCL_H800_TEST = "https://github.com/NVIDIA/nccl/issues/1374"
 _NETWORK = (
     "https://github.com/stas00/ml-engineering/blob/0cc3de50b2dd083c34d848a1dcb5bfe65fe3dace/"
     "network/benchmarks/README.md"
@@ -241,6 +270,16 @@ _NCCL_A100 = _nccl(
     f"nccl-tests all_reduce_perf, 8x A100 SXM4 80GB NVLink 3, 8G busbw 231.58: {_AZURE_A100}",
 )
 _NCCL_B200 = _nccl(838.97, f"all_reduce_bench, 8x B200, 16GiB busbw 838.97: {_NETWORK}")
+_NCCL_H800 = _nccl(
+    215, f"nccl-tests all_reduce_perf, 8x H800 NVLink 4 at 400 GB/s, busbw 215: {_NCCL_H800_TEST}"
+)
+#: No all-reduce of A800s was found: the A100's measured bus bandwidth over NVLink 3 (231.58
+#: GB/s of its 300 a direction), at the A800's 200 a direction.
+_NCCL_A800 = _nccl(
+    231.58 * 200 / 300,
+    f"not measured: the A100 SXM4's 231.58 GB/s of NVLink 3's 300 a direction, at the A800's "
+    f"200 ({_AZURE_A100}; {_A800})",
+)
 _RCCL_TUNING = (
     "https://github.com/ROCm/rccl/blob/9e22c79d8dccb80075967c2a03f1a921c253c867/src/graph/tuning.cc"
 )
@@ -483,6 +522,73 @@ _TABLE = (
         _NCCL_H200,
         mma=_WGMMA,
     ),
+    # The H800: the H100 SXM5 (the same GH100, memory and clocks), its NVLink cut to 400 GB/s
+    # both ways.
+    _device(
+        "h800",
+        "NVIDIA H800 SXM5 80GB",
+        80,
+        3350,
+        _H100_SXM_TFLOPS,
+        "NVLink 4",
+        400 / 2,
+        (_NVIDIA_DATASHEET, _HOPPER_WHITEPAPER, _H800_VS_H100, _H800_NVLINK),
+        Figure(2970, f"BabelStream triad of the H100 SXM, the same memory: {_AZURE_H100}"),
+        {
+            dtype: replace(figure, source=f"as the H100 SXM, the same GH100: {figure.source}")
+            for dtype, figure in _H100_SXM.matmul.items()
+        },
+        _NCCL_H800,
+        mma=_WGMMA,
+    ),
+    # The H20: a Hopper with few tensor-core FLOP/s (148 TFLOPS dense in bfloat16) on HBM3.
+    _device(
+        "h20",
+        "NVIDIA H20 96GB",
+        96,
+        4000,
+        {
+            "float32": 44,
+            "tfloat32": 74,
+            "bfloat16": 148,
+            "float16": 148,
+            "float8": 296,
+            "int8": 296,
+        },
+        "NVLink 4",
+        900 / 2,
+        (_H20_RATES, _H20_SPECS, _H20_MEMORY),
+        _HBM3_HOPPER,
+        {
+            "bfloat16": Figure(141.86, f"torch.mm, H20 96GB: {_TORCH_MATMULS}"),
+            "float16": Figure(141.73, f"torch.mm, H20 96GB: {_TORCH_MATMULS}"),
+        },
+        replace(_NCCL_H100, source=f"not measured: as the H100's NVLink 4, {_NCCL_H100.source}"),
+        mma=_WGMMA,
+    ),
+    # The GH200's Hopper GPU, 96 GB version: a single GPU here (its peers are reached over
+    # the network or an NVLink switch system, not a node's NVSwitch): tensor parallelism is
+    # refused.
+    _device(
+        "gh200",
+        "NVIDIA GH200 96GB (its Hopper GPU)",
+        96,
+        4000,
+        _H100_SXM_TFLOPS,
+        "NVLink-C2C to its Grace CPU",
+        900 / 2,
+        (_ACCELERATORS, _GH200_C2C),
+        _HBM3_HOPPER,
+        {
+            "bfloat16": Figure(
+                828.6, f"maximum achievable matmul FLOPS, the 141 GB HBM3e version: {_MAMF}"
+            ),
+            "float8": Figure(
+                1535.0, f"maximum achievable matmul FLOPS, the 141 GB HBM3e version: {_MAMF}"
+            ),
+        },
+        mma=_WGMMA,
+    ),
     _device(
         "h200-nvl",
         "NVIDIA H200 NVL 141GB",
@@ -509,6 +615,24 @@ _TABLE = (
         _A100_SXM.bandwidth,
         _A100_SXM.matmul,
         _A100_SXM.collectives,
+        mma=_MMA_SYNC,
+    ),
+    # The A800: the A100 SXM4 80GB's GA100 and memory, its NVLink cut to 400 GB/s both ways.
+    _device(
+        "a800-80gb",
+        "NVIDIA A800 SXM4 80GB",
+        80,
+        2039,
+        _A100_TFLOPS,
+        "NVLink 3",
+        400 / 2,
+        (_A100_DATASHEET, _A800),
+        Figure(1700, f"BabelStream triad of the A100 SXM4 80GB, the same memory: {_AZURE_A100}"),
+        {
+            "bfloat16": Figure(266.48, f"torch.mm, A800 SXM4 80GB: {_TORCH_MATMULS}"),
+            "float16": Figure(266.04, f"torch.mm, A800 SXM4 80GB: {_TORCH_MATMULS}"),
+        },
+        _NCCL_A800,
         mma=_MMA_SYNC,
     ),
     _device(

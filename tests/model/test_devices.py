@@ -226,7 +226,39 @@ def test_each_device_pads_matmuls_to_its_tensor_core_tile(spec: DeviceSpec):
     """Hopper's and Blackwell's full-rate instructions multiply 64 rows at a time (wgmma,
     tcgen05.mma), Ampere's, Ada's (mma.sync) and CDNA's (MFMA) 16."""
     blackwell = spec.name.startswith(("b200", "b300"))
-    generation = "64" if blackwell or spec.name.startswith(("h100", "h200")) else "16"
+    hopper = spec.name.startswith(("h100", "h200", "h800", "h20", "gh200"))
+    generation = "64" if blackwell or hopper else "16"
     assert str(spec.mma_rows) == generation
     assert ("tcgen05" if blackwell else "wgmma" if generation == "64" else "") in spec.mma_source
     assert f"padded to multiples of {spec.mma_rows}" in spec.figures()
+
+
+def test_the_h800_h20_a800_and_gh200_as_their_sources_give_them():
+    """The H800 is the H100 SXM with NVLink at 400 GB/s both ways (its all-reduce measured:
+    215 GB/s); the H20 a Hopper of 148 dense bfloat16 TFLOPS (141.86 measured) on HBM3 at
+    4.0 TB/s; the A800 the A100 SXM4 80GB with the same NVLink cut; the GH200's GPU the H100's
+    rates on 96 GB of HBM3, with no peers here."""
+    h100, h800 = DEVICES["h100-sxm"], DEVICES["h800"]
+    assert h800.datasheet_flops == h100.datasheet_flops
+    assert h800.memory_bandwidth == h100.memory_bandwidth
+    assert flops_for(h800, "float8_e4m3fn") == flops_for(h100, "float8_e4m3fn")
+    assert h800.interconnect_bandwidth == 200e9 and h800.collectives.bus_bandwidth == 215e9
+    h20 = DEVICES["h20"]
+    assert (h20.memory_bytes, h20.datasheet_bandwidth) == (96 * 10**9, 4000e9)
+    assert h20.datasheet_flops["bfloat16"] == 148e12
+    assert flops_for(h20, "bfloat16") == pytest.approx(141.86e12)
+    assert flops_for(h20, "float8_e4m3fn") == pytest.approx(296e12 * 141.86 / 148)
+    assert h20.memory_bandwidth == pytest.approx(4000e9 * 2970 / 3350)  # an H100's share
+    assert (h20.mma_rows, h20.expert_rows) == (h100.mma_rows, h100.expert_rows)
+    a800, a100 = DEVICES["a800-80gb"], DEVICES["a100-80gb"]
+    assert a800.datasheet_flops == a100.datasheet_flops
+    assert (
+        flops_for(a800, "bfloat16") == pytest.approx(266.48e12) and "float8" not in a800.dense_flops
+    )
+    assert a800.collectives.bus_bandwidth == pytest.approx(a100.collectives.bus_bandwidth * 2 / 3)
+    assert a800.collectives.source.startswith("protocols:") and "not measured" in (
+        a800.collectives.source
+    )
+    gh200 = DEVICES["gh200"]
+    assert gh200.collectives is None
+    assert flops_for(gh200, "bfloat16") == pytest.approx(828.6e12)

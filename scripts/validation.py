@@ -82,7 +82,12 @@ class Row:
 
 #: Metrics of one decode step; and the metrics that are rates, not times.
 STEP_METRICS = ("decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "tpot_ms")
-RATES = ("decode_tokens_per_s_per_sequence", "decode_tokens_per_s", "throughput_tokens_per_s")
+RATES = (
+    "decode_tokens_per_s_per_sequence",
+    "decode_tokens_per_s",
+    "throughput_tokens_per_s",
+    "total_tokens_per_s",
+)
 
 
 def _is_rate(metric: str) -> bool:
@@ -133,7 +138,8 @@ def predict_entry(entry: dict[str, Any]) -> float:
     dtype = weights if weights in ("float16", "bfloat16") else served_dtype(spec.dtype)
     vocab, head = entry.get("vocab", "split"), entry.get("quantize_head", False)
     kept = entry.get("keep_attention", False)
-    fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept)
+    kernel = entry.get("weight_only_kernel", "cuda-cores")
+    fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept, kernel)
     kv = entry.get("kv_dtype")
     batch, output = int(entry["batch"]), _length(entry, "output") if entry.get("output") else 1
     tp, dp_attention = int(entry["tp"]), bool(entry.get("dp_attention", False))
@@ -169,6 +175,8 @@ def predict_entry(entry: dict[str, Any]) -> float:
         return found.ttft_s * 1e3
     if metric == "throughput_tokens_per_s":
         return found.output_tokens_per_s
+    if metric == "total_tokens_per_s":
+        return batch * (_prompt(entry) + output) / found.total_s
     if metric == "latency_ms":
         return found.total_s * 1e3
     raise ValueError(f"{entry['id']}: unknown metric {metric!r}")
@@ -186,6 +194,7 @@ METRIC_TITLES = {
     "ttft_ms": "TTFT ms",
     "prefill_ms": "prefill ms",
     "throughput_tokens_per_s": "output tok/s",
+    "total_tokens_per_s": "prompt+output tok/s",
     "latency_ms": "latency ms",
 }
 
@@ -256,6 +265,7 @@ def table(found: list[Row]) -> str:
         model = Path(e["model"]).stem if e["model"].endswith(".json") else e["model"]
         weights = e["weights"] + (f" g{e['group_size']}" if e.get("group_size") else "")
         weights += ", attention kept" if e.get("keep_attention") else ""
+        weights += ", tensor cores" if e.get("weight_only_kernel") == "tensor-cores" else ""
         tp = f"{e['tp']}, EP {e['ep']}" if e.get("ep", 1) > 1 else str(e["tp"])
         tp += ", attention DP" if e.get("dp_attention") else ""
         lines.append(

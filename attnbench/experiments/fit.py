@@ -113,6 +113,7 @@ class FitPoint:
     vocab_layout: str = "split"
     quantize_head: bool = False
     keep_attention: bool = False
+    weight_only_kernel: str = "cuda-cores"
     kv_dtype: str | None = None
     kv_scale_group: int | None = None
     sliding_window: int | None = None
@@ -535,11 +536,17 @@ def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
     """The weights: weights_dtype (default: the dtype the model is served in, a float32
     checkpoint's bfloat16: served_dtype; a quantised checkpoint's are set as it stores
     them, target.checkpoint_weights) with its scale groups, the head quantised too
-    where quantize_head says so, the attention kept where keep_attention says so, the
-    vocabulary laid out over the ranks as vocab_layout says."""
+    where quantize_head says so, the attention kept where keep_attention says so,
+    multiplied where weight_only_kernel says, the vocabulary laid out over the ranks as
+    vocab_layout says."""
     dtype = point.weights_dtype or served_dtype(spec.dtype)
     return WeightFormat.of(
-        dtype, point.weights_group, point.vocab_layout, point.quantize_head, point.keep_attention
+        dtype,
+        point.weights_group,
+        point.vocab_layout,
+        point.quantize_head,
+        point.keep_attention,
+        point.weight_only_kernel,
     )
 
 

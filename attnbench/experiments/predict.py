@@ -73,6 +73,7 @@ class PredictPoint:
     vocab_layout: str = "split"
     quantize_head: bool = False
     keep_attention: bool = False
+    weight_only_kernel: str = "cuda-cores"
     output_len: int | None = None
     spec: ModelSpec | None = field(default=None, compare=False, repr=False)
 
@@ -84,11 +85,16 @@ class PredictPoint:
     def weights(self) -> WeightFormat:
         """The model's weights: weights_dtype (default: dtype) with its scale groups, the
         head quantised too where quantize_head says so, the attention kept where
-        keep_attention says so, the vocabulary laid out over the ranks as vocab_layout
-        says."""
+        keep_attention says so, multiplied where weight_only_kernel says, the vocabulary
+        laid out over the ranks as vocab_layout says."""
         dtype = self.weights_dtype or self.dtype
         return WeightFormat.of(
-            dtype, self.weights_group, self.vocab_layout, self.quantize_head, self.keep_attention
+            dtype,
+            self.weights_group,
+            self.vocab_layout,
+            self.quantize_head,
+            self.keep_attention,
+            self.weight_only_kernel,
         )
 
     @cached_property

@@ -37,7 +37,9 @@ as the engines' MoE kernels do: the next power of two of the tokens an expert (t
 share of an expert touched) from DeviceSpec.expert_rows (16 on Hopper: the blocks of
 Triton's fused MoE; 8 on Blackwell: TensorRT-LLM's) up to the instruction's rows,
 whatever the engine on that device. Small batches' weight-only kernels
-multiply on the CUDA cores beside their dequantisation, untiled. The efficiencies are
+multiply on the CUDA cores beside their dequantisation, untiled, or where
+WeightFormat.tensor_core_kernel says so (Marlin's, in vLLM and SGLang) on the tensor
+cores in tiles of WEIGHT_ONLY_TILE tokens, whatever the device's instruction. The efficiencies are
 shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
 runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
@@ -53,8 +55,8 @@ classic roofline takes the larger of the two, the bound of one that overlaps the
 Far from the device's ridge one term dwarfs the other and the two bounds agree; near it
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
-nearer bound: over the 950 published measurements of docs/validation.md the sum's
-median error is 13.3% (660 within 25%), the larger term's 19.5% (554) (both with the same
+nearer bound: over the 1,070 published measurements of docs/validation.md the sum's
+median error is 14.5% (710 within 25%), the larger term's 20.8% (601) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -225,6 +227,11 @@ ATTENTION_KERNELS = 6
 #: https://github.com/vllm-project/vllm/blob/0039d4bdd8b569a09663acc7dd3fbef7cbb718ee/vllm/model_executor/layers/quantization/utils/w8a8_utils.py;
 #: its fused MoE quantises the input of each of its two grouped matmuls so).
 QUANTISE_KERNELS = 1
+#: The tokens of the tile a weight-only kernel on the tensor cores multiplies: Marlin's
+#: mma.sync m16n8k16, the activations its A operand ("thread_m_blocks, number of 16x16
+#: blocks in the m dimension (batchsize)", "batchsizes that are not multiples of 16":
+#: https://github.com/IST-DASLab/marlin/blob/0f102e119bddf2f03cff9f944d065b04952028fa/marlin/marlin_cuda_kernel.cu).
+WEIGHT_ONLY_TILE = 16
 #: An MLA layer's attention, counted from vLLM's MultiHeadLatentAttentionWrapper and its
 #: absorbed decode: the norm, the latent's down-projection and the queries' projection,
 #: the latent's norm, rotary embedding, the queries' absorption into the latent and the
@@ -395,13 +402,18 @@ class Matmul:
     #: A mixture of experts' grouped expert GEMM, whose kernel tiles each expert's tokens
     #: (its `tokens`, a share) as DeviceSpec.expert_rows says.
     grouped: bool = False
+    #: The rows of the kernel's own tile, whatever the device's instruction (0: the
+    #: device's): a weight-only kernel on the tensor cores, WEIGHT_ONLY_TILE.
+    tile: int = 0
 
     def padding_flops(self, rows: int, expert_rows: int = 0) -> float:
-        """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`:
-        2 per weight per padded row. A tensor-core instruction multiplies a tile of `rows`
-        rows whatever the tokens fill of it (tile quantization). A grouped expert GEMM,
-        where `expert_rows` is set, tiles each expert's tokens to the next power of two
-        of their whole count from `expert_rows` up to `rows`, as its kernel picks it."""
+        """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`
+        (the matmul's own `tile` where set): 2 per weight per padded row. A tensor-core
+        instruction multiplies a tile of `rows` rows whatever the tokens fill of it (tile
+        quantization). A grouped expert GEMM, where `expert_rows` is set, tiles each
+        expert's tokens to the next power of two of their whole count from `expert_rows`
+        up to `rows`, as its kernel picks it."""
+        rows = self.tile or rows
         if self.grouped and expert_rows:
             whole = 1 << max(int(self.tokens) - 1, 0).bit_length()  # the next power of two
             rows = min(rows, max(expert_rows, whole))
@@ -817,9 +829,9 @@ def step_counts(
             table += parts["output head"]
     head = vocab_rows * d
     # the head quantised with the rest (a head tied to the embeddings stays in `dtype`);
-    # weight-only, like the layers' weights, it multiplies on the CUDA cores
+    # weight-only, like the layers' weights, it multiplies where they do
     head_quantised = fmt.quantized_head and not traits.tied_embeddings
-    head_on_cuda_cores = bool(fmt.dequant_ops) and head_quantised
+    head_on_cuda_cores = bool(fmt.dequant_ops) and head_quantised and not fmt.tensor_core_kernel
     dense_parts = ("mlp", "router", "state layers", "other")
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
@@ -842,8 +854,10 @@ def step_counts(
         expert_weights = round(routes / tokens * per_expert)
         expert_flops = 2 * tokens * expert_weights
         matmuls.append(Matmul(share, round(per_expert * touched), grouped=True))
-    if fmt.dequant_ops:  # weight-only: small batches' kernels multiply on the CUDA cores
-        matmuls = []
+    # weight-only: on the CUDA cores, untiled, or on the tensor cores in the kernel's tiles
+    tile = WEIGHT_ONLY_TILE if fmt.tensor_core_kernel else 0
+    if fmt.dequant_ops:
+        matmuls = [replace(m, tile=tile) for m in matmuls] if tile else []
     # what stays in `dtype` beside quantised weights multiplies at its rate: a kept
     # attention, and the head unless quantised too (weight-only: the step's rate anyway)
     head_kept = fmt.quantized and not head_quantised
@@ -851,7 +865,8 @@ def step_counts(
     if kept:
         matmuls.append(Matmul(attn_tokens, kept, own_rate))
     if not head_on_cuda_cores:
-        matmuls.append(Matmul(batch, head, own_rate if head_kept else None))
+        head_tile = tile if head_quantised else 0
+        matmuls.append(Matmul(batch, head, own_rate if head_kept else None, tile=head_tile))
 
     if spec.mla is not None:
         attention = mla_counts(spec, attn_batch, q_len, kv_len, dtype, kv_dtype, attn_tp)

@@ -28,6 +28,13 @@ tied to the embeddings stays in their dtype: the lookup reads the table). With
 matmuls at its rate, as the 4-bit checkpoints of mixtures of experts keep them (gpt-oss's
 MXFP4 quantises its experts alone, NVIDIA's DeepSeek-R1-FP4 its MLPs and experts).
 
+A weight-only kernel multiplies at small batches on the CUDA cores (a GEMV that dequantises
+as it reads: gpt-fast's int8, MLC's, TensorRT-LLM's weight-only GEMV), untiled, by default;
+or, `weight_only_kernel` "tensor-cores", on the tensor cores as Marlin does (vLLM's and
+SGLang's GPTQ and AWQ kernels): dequantised into registers, then multiplied by mma.sync
+m16n8k16, whose M is the tokens, so a step of fewer tokens computes the rest of its 16
+rows as zeros (model/roofline.py, WEIGHT_ONLY_TILE).
+
 Under tensor parallelism the vocabulary (the token embeddings and the output head) is
 split over the ranks, each computing its share of the logits, which are then gathered
 (vLLM, TensorRT-LLM, SGLang), or replicated: each rank holds the whole vocabulary and
@@ -75,6 +82,11 @@ KEPT_ATTENTION = ", the attention kept"
 FLOAT4_PEAK = "float4"
 #: How tensor-parallel ranks hold the vocabulary: split over them, or whole on each.
 VOCAB_LAYOUTS = ("split", "replicated")
+#: Where a weight-only kernel multiplies: on the CUDA cores, untiled (the default), or on
+#: the tensor cores in tiles of tokens (Marlin's).
+WEIGHT_ONLY_KERNELS = ("cuda-cores", "tensor-cores")
+#: How describe() says a weight-only kernel multiplies on the tensor cores.
+ON_TENSOR_CORES = ", on the tensor cores"
 
 
 @dataclass(frozen=True)
@@ -82,13 +94,15 @@ class WeightFormat:
     """Weights in `dtype`; for quantised ones, one scale per `group` input elements of a
     row (None: the dtype's default, see the module's notes); the output head kept in the
     activations' dtype or, `quantized_head`, quantised too; the vocabulary split over
-    tensor-parallel ranks or, `replicated_vocab`, whole on each."""
+    tensor-parallel ranks or, `replicated_vocab`, whole on each; weight-only weights
+    multiplied on the CUDA cores or, `tensor_core_kernel`, on the tensor cores."""
 
     dtype: str
     group: int | None = None
     replicated_vocab: bool = False
     quantized_head: bool = False
     kept_attention: bool = False
+    tensor_core_kernel: bool = False
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "weights_dtype", WEIGHT_DTYPES)
@@ -112,6 +126,12 @@ class WeightFormat:
                 True,
                 f"{self.dtype} weights are not quantised: the attention is kept as they are",
             )
+        if self.tensor_core_kernel and self.dtype not in WEIGHT_ONLY:
+            raise FieldError(
+                "weight_only_kernel",
+                "tensor-cores",
+                f"{self.dtype} weights are not weight-only: their matmuls are the tensor cores'",
+            )
 
     @classmethod
     def of(
@@ -121,13 +141,19 @@ class WeightFormat:
         vocab: str = "split",
         quantize_head: bool = False,
         keep_attention: bool = False,
+        weight_only_kernel: str = "cuda-cores",
     ) -> WeightFormat:
         """Weights in `dtype`, with `group`, the head quantised too (`quantize_head`) and
-        the attention kept (`keep_attention`) where they are quantised (a sweep of several
-        weights dtypes gives them to the quantised ones only, and the group to those whose
-        format does not fix it), the vocabulary laid out as `vocab` says (VOCAB_LAYOUTS)."""
+        the attention kept (`keep_attention`) where they are quantised, multiplied where
+        `weight_only_kernel` says (WEIGHT_ONLY_KERNELS) where they are weight-only (a sweep
+        of several weights dtypes gives each option to the dtypes it applies to only, and
+        the group to those whose format does not fix it), the vocabulary laid out as
+        `vocab` says (VOCAB_LAYOUTS)."""
         if vocab not in VOCAB_LAYOUTS:
             raise FieldError("vocab_layout", vocab, f"choose from {', '.join(VOCAB_LAYOUTS)}")
+        if weight_only_kernel not in WEIGHT_ONLY_KERNELS:
+            reason = f"choose from {', '.join(WEIGHT_ONLY_KERNELS)}"
+            raise FieldError("weight_only_kernel", weight_only_kernel, reason)
         quantized = dtype in QUANTIZED
         return cls(
             dtype,
@@ -135,6 +161,7 @@ class WeightFormat:
             vocab == "replicated",
             quantize_head and quantized,
             keep_attention and quantized,
+            weight_only_kernel == "tensor-cores" and dtype in WEIGHT_ONLY,
         )
 
     @property
@@ -149,8 +176,13 @@ class WeightFormat:
 
     def scaled(self) -> frozenset[str]:
         """What of these weights carries scales, as the sections' scaled() name it:
-        "weights" where quantised, and "weights group" where a scale group may be set."""
-        named = {"weights": self.quantized, "weights group": self.takes_group}
+        "weights" where quantised, "weights group" where a scale group may be set, and
+        "weight-only weights" where a weight-only kernel multiplies them."""
+        named = {
+            "weights": self.quantized,
+            "weights group": self.takes_group,
+            "weight-only weights": self.dtype in WEIGHT_ONLY,
+        }
         return frozenset(name for name, carries in named.items() if carries)
 
     @property
@@ -210,6 +242,7 @@ class WeightFormat:
             return self.dtype
         head = ", the head too" if self.quantized_head else ""
         head += KEPT_ATTENTION if self.kept_attention else ""
+        head += ON_TENSOR_CORES if self.tensor_core_kernel else ""
         if self.dtype == "int4":
             return f"int4 in groups of {self.group or DEFAULT_INT4_GROUP}{head}"
         if self.dtype in BLOCKS:

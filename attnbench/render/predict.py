@@ -10,9 +10,9 @@ from typing import Any
 
 from ..model.calibration import CheckRow
 from ..model.devices import THIS_DEVICE, peak_name
-from ..model.roofline import STATE_FLOPS
+from ..model.roofline import STATE_FLOPS, WEIGHT_ONLY_TILE
 from ..model.units import format_bytes
-from ..model.weights import KEPT_ATTENTION, WeightFormat
+from ..model.weights import KEPT_ATTENTION, ON_TENSOR_CORES, WeightFormat
 from .columns import (
     fmt_4sig,
     fmt_int,
@@ -298,6 +298,11 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             kept = f"the embeddings and the output head stay {r['dtype']}"
             if KEPT_ATTENTION in r["weights"]:
                 kept += ", as do the attention's projections, at its rate"
+            if ON_TENSOR_CORES in r["weights"]:
+                kept += (
+                    f"; the weight-only kernel multiplies on the tensor cores in tiles of "
+                    f"{WEIGHT_ONLY_TILE} tokens, as Marlin's mma.sync m16n8k16 does"
+                )
             lines.append(f"weights: {r['weights']} (scales counted; {kept}); {rate}")
             continue
         # a layer shape: its projections, their dequantisation in the layer's times

@@ -16,7 +16,7 @@ from ..experiments.context import Context
 from ..measure.devices import check_device_name, resolve_device
 from ..model.capacity import MAX_SEQUENCES, positive_int
 from ..model.dtypes import QUANTIZED_KV_DTYPES
-from ..model.weights import BLOCKS, GROUPED, QUANTIZED
+from ..model.weights import BLOCKS, GROUPED, QUANTIZED, WEIGHT_ONLY, WEIGHT_ONLY_KERNELS
 from .limits import MAX_POINTS
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
@@ -391,6 +391,7 @@ SCALE_GROUPS = {
     "weights_group": ("weights group", "weights_dtype", GROUPED),
     "quantize_head": ("weights", "weights_dtype", QUANTIZED),
     "keep_attention": ("weights", "weights_dtype", QUANTIZED),
+    "weight_only_kernel": ("weight-only weights", "weights_dtype", WEIGHT_ONLY),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
     "scale_dtype": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
 }
@@ -405,12 +406,16 @@ def _unused_groups(
     quantised = frozenset().union(*(scaled(p) for p in points))
     errors: list[UsageError] = []
     for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
-        if not (sec.sets_itself(name) and any(sec.listed(name))) or fmt in quantised:
+        # a switch or group set, or a weight-only kernel other than the default
+        given = [v for v in sec.listed(name) if v and v != WEIGHT_ONLY_KERNELS[0]]
+        if not (sec.sets_itself(name) and given) or fmt in quantised:
             continue
         choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"
         if fmt == "weights group" and "weights" in quantised:  # in block formats alone
             blocks = " and ".join(BLOCKS)
             reason = f"has no effect: {blocks} scale the blocks their formats fix"
+        elif fmt == "weight-only weights":
+            reason = "has no effect: no weights are weight-only"
         else:
             subject = "the cache is" if fmt == "kv" else "the weights are"
             reason = f"has no effect: {subject} not quantised"

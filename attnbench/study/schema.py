@@ -27,7 +27,7 @@ from ..model.limits import (
     MAX_TOKENS,
     MAX_WIDTH,
 )
-from ..model.weights import VOCAB_LAYOUTS, WEIGHT_DTYPES
+from ..model.weights import VOCAB_LAYOUTS, WEIGHT_DTYPES, WEIGHT_ONLY_KERNELS
 from ..model.what_if import KV_HEAD_WORDS
 from ..modules.provider_names import PROVIDER_ALIASES
 from ..modules.provider_names import PROVIDER_NAMES as PROVIDERS
@@ -387,6 +387,16 @@ FIELDS: dict[str, Field] = {
         "matmuls at its rate, as the 4-bit checkpoints of mixtures of experts keep them "
         "(gpt-oss's MXFP4, NVIDIA's DeepSeek-R1-FP4) (default: quantised with the rest).",
         default=False,
+    ),
+    "weight_only_kernel": Field(
+        str,
+        ("fit", "predict"),
+        "Weight-only weights (int8, int4, mxfp4): where their kernel multiplies at small "
+        "batches: on the CUDA cores, untiled, as a GEMV that dequantises as it reads "
+        "(gpt-fast, MLC, TensorRT-LLM's weight-only GEMV), or on the tensor cores in tiles "
+        "of 16 tokens, as Marlin does (vLLM's and SGLang's GPTQ and AWQ kernels).",
+        choices=WEIGHT_ONLY_KERNELS,
+        default="cuda-cores",
     ),
     "vocab_layout": Field(
         str,

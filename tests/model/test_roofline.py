@@ -575,6 +575,49 @@ def test_weight_only_kernels_are_not_padded_the_head_is():
     assert pred.padding_s == pytest.approx(fp8.padding_flops(16) / 2e14 + head / 1e14)
 
 
+def test_weight_only_kernels_on_the_tensor_cores_pad_to_16_tokens_whatever_the_device():
+    """Marlin (vLLM's and SGLang's GPTQ and AWQ kernels) multiplies on the tensor cores with
+    mma.sync m16n8k16, the tokens its M: a step of one token computes 15 rows of zeros of
+    every weight, at the activations' rate, even on a device whose own tile is 64."""
+    spec = get_preset("llama-2-7b")
+    body = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    head = 32000 * 4096  # the head stays bfloat16, in the device's tiles
+    marlin = WeightFormat.of("int4", keep_attention=False, weight_only_kernel="tensor-cores")
+    gemv = decode_counts(spec, 1, 128, "bfloat16", weights=WeightFormat("int4"))
+    tiled = decode_counts(spec, 1, 128, "bfloat16", weights=marlin)
+    assert tiled.padding_flops(64) == 2 * 15 * body + 2 * 63 * head
+    assert gemv.padding_flops(64) == 2 * 63 * head
+    # the same bytes, dequantisation and FLOPs: only the zero rows differ
+    assert (tiled.bytes, tiled.dequant_ops, tiled.flops) == (
+        gemv.bytes,
+        gemv.dequant_ops,
+        gemv.flops,
+    )
+    pred, cores = (predict_counts(c, TILED, "bfloat16") for c in (tiled, gemv))
+    assert pred.padding_s - cores.padding_s == pytest.approx(2 * 15 * body / 1e14)
+    # 16 sequences fill the tile; 17 pad 15 rows again
+    assert decode_counts(spec, 16, 128, "bfloat16", weights=marlin).padding_flops(16) == 0
+    assert decode_counts(spec, 17, 128, "bfloat16", weights=marlin).padding_flops(16) == (
+        2 * 15 * (body + head)
+    )
+
+
+def test_a_weight_only_kernel_is_chosen_for_weight_only_weights_alone():
+    assert WeightFormat.of("int8", weight_only_kernel="tensor-cores").tensor_core_kernel
+    # a sweep's float8 and bfloat16 points keep their own tensor-core matmuls
+    assert not WeightFormat.of(
+        "float8_e4m3fn", weight_only_kernel="tensor-cores"
+    ).tensor_core_kernel
+    with pytest.raises(FieldError, match="not weight-only"):
+        WeightFormat("nvfp4", tensor_core_kernel=True)
+    with pytest.raises(FieldError) as err:
+        WeightFormat.of("int4", weight_only_kernel="tensor")
+    assert err.value.field == "weight_only_kernel" and "cuda-cores, tensor-cores" in str(err.value)
+    assert WeightFormat.of("int4", weight_only_kernel="tensor-cores").describe() == (
+        "int4 in groups of 128, on the tensor cores"
+    )
+
+
 def test_expected_experts_touched_under_uniform_routing():
     assert experts_touched(8, 2, 1) == 2  # one token: its k experts
     assert experts_touched(8, 2, 2) == pytest.approx(8 * (1 - 0.75**2))  # 3.5, not 4

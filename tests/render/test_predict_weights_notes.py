@@ -135,3 +135,30 @@ def test_points_apart_only_in_their_output_or_vocabulary_are_found_apart():
     del no_itl["serving_itl_ms"]  # one token out, or a hand-edited file's row
     (said,) = predict_findings([no_itl])
     assert "the whole generation 0.9 s)" in said and "between tokens" not in said
+
+
+def test_a_weight_only_kernel_on_the_tensor_cores_is_said_and_refused_without_one(tmp_path):
+    """--weight-only-kernel tensor-cores goes to the weight-only points of a sweep alone, is
+    said in their weights, and is refused where no point has weight-only weights."""
+    marlin = ("--weights-dtype", "int4,float8_e4m3fn", "--weight-only-kernel", "tensor-cores")
+    found = records(tmp_path, "--model", "llama-2-7b", *marlin)
+    assert [r["weights"] for r in found] == [
+        "int4 in groups of 128, on the tensor cores",
+        "float8_e4m3fn per channel",
+    ]
+    notes = [line for line in source_notes(found) if line.startswith("weights: int4")]
+    assert notes == [
+        "weights: int4 in groups of 128, on the tensor cores (scales counted; the embeddings "
+        "and the output head stay float16; the weight-only kernel multiplies on the tensor "
+        "cores in tiles of 16 tokens, as Marlin's mma.sync m16n8k16 does); matmuls at the "
+        "794.5 TFLOP/s of float16"
+    ]
+    gemv = records(tmp_path, "--model", "llama-2-7b", "--weights-dtype", "int4")[0]
+    assert found[0]["padding_ms"] > gemv["padding_ms"] and found[0]["tpot_ms"] > gemv["tpot_ms"]
+    args = ["predict", "--gpu", "h100-sxm", "--model", "llama-2-7b", "-q"]
+    result = runner.invoke(app, [*args, "--weight-only-kernel", "tensor-cores"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "error: --weight-only-kernel tensor-cores: has no effect: no weights are weight-only "
+        "(set --weights-dtype to int8, int4 or mxfp4)"
+    )

@@ -552,6 +552,9 @@ def measured_table() -> str:
                 _tflops(flops_for(d, "bfloat16")),
                 _tflops(d.dense_flops["float8"]) if "float8" in d.dense_flops else "none",
                 _links(d.flops_source),
+                f"{_tflops(d.attention_flops)} ({_links(d.attention_source)})"
+                if d.attention_flops
+                else "as bfloat16",
                 f"{c.latency_s * 1e6:.3g} us + {c.step_s * 1e6:.2g} us a step, "
                 f"{c.bus_bandwidth / 1e9:,.0f} GB/s ({_links(c.source)})"
                 if c
@@ -565,6 +568,7 @@ def measured_table() -> str:
         "bfloat16",
         "float8",
         "Matmul sources",
+        "Attention",
         "All-reduce: latency, bus bandwidth",
         "Launch",
     ]

@@ -152,6 +152,20 @@ _TORCH_MATMULS = (
     "https://github.com/zzc0721/torch-performance-test-data/blob/"
     "bbb8e247d5dc170e9a4a58062ede9bdbe6a17c21/database.md"
 )
+#: Attention kernels' forward pass, causal, bfloat16, head dim 128, 64 query and 8 KV heads,
+#: 8,192 tokens (cuDNN's attention benchmark, each backend's TFLOPS of the halved causal
+#: count): the fastest backend of each GPU, FlashAttention-2 on an A100 80GB PCIe (217; cuDNN
+#: 177), FlashAttention-4 on an H200 (675; cuDNN 655).
+_ATTENTION_RUNS = (
+    "https://github.com/NVIDIA/cudnn-frontend/blob/816ea4573a686de51cb494a1f349aba166bc58d2/"
+    "benchmark/attention_training/results/llama3.1/"
+)
+_A100_ATTENTION_RUN = _ATTENTION_RUNS + "a100/llama3.1_20260928_133751.csv"
+_H200_ATTENTION_RUN = _ATTENTION_RUNS + "h200/llama3.1_20260928_130009.csv"
+#: FlashAttention-3's benchmark on an H20, causal forward, head dim 128, 2,048 tokens: "Fav3:
+#: 0.319ms, 107.8 TFLOPS" (cuDNN the same); no longer run of it was found.
+_H20_ATTENTION_RUN = "https://github.com/Dao-AILab/flash-attention/issues/1310"
+_H20_ATTENTION = Figure(107.8, f"FlashAttention-3, causal, 2,048 tokens, H20: {_H20_ATTENTION_RUN}")
 #: nccl-tests' all-reduce on one node of eight H800s: "the reported allreduce busBW is 215
 #: GB/s" (the message size not stated).
 _NCCL_H800_TEST = "https://github.com/NVIDIA/nccl/issues/1374"
@@ -324,6 +338,23 @@ _HBM3E = _share(4150, 4800, "an H200, triad 4,150 of 4,800 GB/s,", _AZURE_H200)
 _HBM_CDNA = _share(4090, 5300, "an MI300X, triad 4,090 of 5,300 GB/s,", _AZURE_MI300X)
 _HOPPER_GEMM = _share(794.5, 989.4, "an H100 SXM, 794.5 of 989.4 TFLOPS in bfloat16,", _MAMF)
 _BLACKWELL_GEMM = _share(1745.0, 2250, "a B200, 1,745.0 of 2,250 TFLOPS in bfloat16,", _MAMF)
+# The attention kernels' rates: measured, or the share of the datasheet's bfloat16 the
+# measured sibling of the same chip reaches.
+_A100_ATTENTION = Figure(
+    217, f"FlashAttention-2, causal, 8,192 tokens, A100 80GB PCIe: {_A100_ATTENTION_RUN}"
+)
+_AMPERE_ATTENTION = _share(
+    217, 312, "an A100 80GB PCIe's FlashAttention-2, 217 of 312 TFLOPS,", _A100_ATTENTION_RUN
+)
+_H200_ATTENTION = Figure(
+    675, f"FlashAttention-4, causal, 8,192 tokens, H200: {_H200_ATTENTION_RUN}"
+)
+_HOPPER_ATTENTION = _share(
+    675, 989.4, "an H200's FlashAttention-4, 675 of 989.4 TFLOPS,", _H200_ATTENTION_RUN
+)
+_SAME_GH100_ATTENTION = replace(
+    _H200_ATTENTION, source=f"as the H200, the same GH100: {_H200_ATTENTION.source}"
+)
 
 
 def _device(
@@ -340,12 +371,14 @@ def _device(
     collectives: Collectives | None = None,
     *,
     mma: Figure,
+    attention: Figure | None = None,
 ) -> DeviceSpec:
     """A spec from the vendor's units (GB, GB/s, TFLOPS, GB/s per direction) and the
     measured figures: `bandwidth` in GB/s, or a share of the datasheet (a value at most 1);
     `matmul` TFLOPS by dtype, or {"share": a share} for a device not measured; `mma` the
-    rows of its smallest tensor-core tile. A dtype not measured takes the datasheet peak
-    times bfloat16's measured share."""
+    rows of its smallest tensor-core tile; `attention` a 16-bit attention kernel's TFLOPS,
+    or a share of the datasheet's bfloat16 (None: not measured on its chip). A dtype not
+    measured takes the datasheet peak times bfloat16's measured share."""
     achieved_gbs = bandwidth.value * (bandwidth_gbs if bandwidth.value <= 1 else 1)
     if "share" in matmul:
         share, flops_source = matmul["share"].value, matmul["share"].source
@@ -357,6 +390,10 @@ def _device(
         if set(tflops) - set(matmul):
             flops_source += f"; other dtypes: the datasheet's times bfloat16's share {share:.2f}"
     achieved = {d: measured.get(d, v * share) for d, v in tflops.items()}
+    attention_tflops = 0.0
+    if attention is not None:
+        scale = tflops["bfloat16"] if attention.value <= 1 else 1
+        attention_tflops = attention.value * scale
     return DeviceSpec(
         name=name,
         title=title,
@@ -377,6 +414,8 @@ def _device(
         mma_source=mma.source,
         expert_rows=int(_EXPERT_TILES[mma].value) if mma in _EXPERT_TILES else 0,
         expert_source=_EXPERT_TILES[mma].source if mma in _EXPERT_TILES else "",
+        attention_flops=attention_tflops * _T,
+        attention_source=attention.source if attention is not None else "",
     )
 
 
@@ -462,6 +501,7 @@ _TABLE = (
         _H100_SXM.matmul,
         _H100_SXM.collectives,
         mma=_WGMMA,
+        attention=_SAME_GH100_ATTENTION,
     ),
     # The PCIe card's NVLink bridge joins two cards only: collectives among more go over
     # its PCIe Gen5 x16 slot, 128 GB/s both ways.
@@ -488,6 +528,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16"),
         mma=_WGMMA,
+        attention=_HOPPER_ATTENTION,
     ),
     _device(
         "h100-nvl",
@@ -502,6 +543,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
         mma=_WGMMA,
+        attention=_HOPPER_ATTENTION,
     ),
     _device(
         "h200",
@@ -521,6 +563,7 @@ _TABLE = (
         },
         _NCCL_H200,
         mma=_WGMMA,
+        attention=_H200_ATTENTION,
     ),
     # The H800: the H100 SXM5 (the same GH100, memory and clocks), its NVLink cut to 400 GB/s
     # both ways.
@@ -540,6 +583,7 @@ _TABLE = (
         },
         _NCCL_H800,
         mma=_WGMMA,
+        attention=_SAME_GH100_ATTENTION,
     ),
     # The H20: a Hopper with few tensor-core FLOP/s (148 TFLOPS dense in bfloat16) on HBM3.
     _device(
@@ -565,6 +609,7 @@ _TABLE = (
         },
         replace(_NCCL_H100, source=f"not measured: as the H100's NVLink 4, {_NCCL_H100.source}"),
         mma=_WGMMA,
+        attention=_H20_ATTENTION,
     ),
     # The GH200's Hopper GPU, 96 GB version: a single GPU here (its peers are reached over
     # the network or an NVLink switch system, not a node's NVSwitch): tensor parallelism is
@@ -588,6 +633,7 @@ _TABLE = (
             ),
         },
         mma=_WGMMA,
+        attention=_SAME_GH100_ATTENTION,
     ),
     _device(
         "h200-nvl",
@@ -602,6 +648,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
         mma=_WGMMA,
+        attention=_HOPPER_ATTENTION,
     ),
     _device(
         "a100-80gb",
@@ -616,6 +663,7 @@ _TABLE = (
         _A100_SXM.matmul,
         _A100_SXM.collectives,
         mma=_MMA_SYNC,
+        attention=_AMPERE_ATTENTION,
     ),
     # The A800: the A100 SXM4 80GB's GA100 and memory, its NVLink cut to 400 GB/s both ways.
     _device(
@@ -634,6 +682,7 @@ _TABLE = (
         },
         _NCCL_A800,
         mma=_MMA_SYNC,
+        attention=_AMPERE_ATTENTION,
     ),
     _device(
         "a100-40gb",
@@ -651,6 +700,7 @@ _TABLE = (
         _A100_SXM.matmul,
         _NCCL_A100,
         mma=_MMA_SYNC,
+        attention=_AMPERE_ATTENTION,
     ),
     _device(
         "a100-pcie-80gb",
@@ -665,6 +715,7 @@ _TABLE = (
         _A100_PCIE_GEMM,
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        attention=_A100_ATTENTION,
     ),
     _device(
         "a100-pcie-40gb",
@@ -679,6 +730,7 @@ _TABLE = (
         _A100_PCIE_GEMM,
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        attention=_AMPERE_ATTENTION,
     ),
     # The L40S datasheet gives dense | sparse; it has no NVLink.
     _device(

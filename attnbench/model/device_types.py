@@ -149,6 +149,11 @@ class DeviceSpec:
     #: up to mma_rows (expert_source); 0: mma_rows, as any matmul.
     expert_rows: int = 0
     expert_source: str = ""
+    #: The FLOP/s a 16-bit causal attention kernel's forward pass reaches (QK^T, softmax,
+    #: PV: a FlashAttention-style prefill), measured, which the attention core runs at
+    #: (attention_source); 0: not measured on the device or its chip, the matmul rate.
+    attention_flops: float = 0.0
+    attention_source: str = ""
 
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
@@ -161,6 +166,11 @@ class DeviceSpec:
         if self.mma_rows > 1:
             parts.append(
                 f"matmul tokens padded to multiples of {self.mma_rows} ({self.mma_source})"
+            )
+        if self.attention_flops:
+            parts.append(
+                f"attention TFLOPS {_tflops(self.attention_flops)} in 16 bits, at most the "
+                f"matmul's ({self.attention_source})"
             )
         if self.expert_rows:
             parts.append(

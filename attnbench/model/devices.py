@@ -54,6 +54,16 @@ def flops_for(device: DeviceSpec, dtype: str) -> float:
     return peak
 
 
+def attention_flops_for(device: DeviceSpec, dtype: str) -> float:
+    """The FLOP/s `device`'s attention core (QK^T and PV) runs at in `dtype`: a 16-bit
+    attention kernel's measured rate where there is one, at most the matmul's
+    (flops_for), else the matmul's."""
+    matmul = flops_for(device, dtype)
+    if device.attention_flops and peak_name(dtype) in ("bfloat16", "float16"):
+        return min(matmul, device.attention_flops)
+    return matmul
+
+
 def measured_device(environment: Mapping[str, Any]) -> DeviceSpec:
     """This machine as a run measured it: the copy bandwidth and the matmul FLOP/s per
     dtype of a results environment, named THIS_DEVICE, titled by the device the run

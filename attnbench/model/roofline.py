@@ -8,7 +8,7 @@ the attention core (QK^T, softmax, PV), which reads the KV cache:
     time = dense_bytes / (efficiency_bw * bandwidth)
          + dense_flops / (efficiency_flops * matmul_rate)
          + kv_bytes / (efficiency_kv * bandwidth)
-         + attention_flops / (efficiency_flops * core_rate)
+         + attention_flops / (efficiency_flops * core_rate)   (the kernel's: attention_rate)
          + overheads * overhead_s
          + kernels * launch_s
          + collectives
@@ -21,7 +21,9 @@ matmul rate is that of the weights' format where they quantise the activations t
 (float8's, nvfp4's float4: WeightFormat.matmul_dtype), else of the activations' dtype
 (weight-only int8, int4 and mxfp4 dequantise into it), the attention core's that of the
 activations, as is that of a head or an attention kept in their dtype beside quantised
-weights.
+weights; the attention kernel's own FLOPs (QK^T and PV) run at the rate a 16-bit attention
+kernel's forward pass reaches on the device, where one was measured (FlashAttention's on
+the A100s and the Hoppers: DeviceSpec.attention_flops), at most the matmul rate.
 Each kernel pays the device's launch cost, the gap between kernels a captured graph
 replays (LAYER_KERNELS per layer, STEP_KERNELS per step, and QUANTISE_KERNELS before each
 matmul whose input a float8 or nvfp4 format quantises); the collectives are below.
@@ -56,7 +58,7 @@ Far from the device's ridge one term dwarfs the other and the two bounds agree; 
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
 nearer bound: over the 1,070 published measurements of docs/validation.md the sum's
-median error is 14.5% (710 within 25%), the larger term's 20.8% (601) (both with the same
+median error is 14.1% (726 within 25%), the larger term's 20.0% (612) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -162,7 +164,7 @@ from .capacity import (
     state_bytes,
     token_layout,
 )
-from .devices import DeviceSpec, flops_for
+from .devices import DeviceSpec, attention_flops_for, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
 from .formulas import (
     attention_core_flops,
@@ -321,12 +323,16 @@ def predict(
     kv_bytes: int = 0,
     attention_flops: int = 0,
     core_peak_flops: float | None = None,
+    kernel_flops: int = 0,
+    kernel_peak_flops: float | None = None,
 ) -> Roofline:
     """The time of moving `bytes` and computing `flops` at `bandwidth` (bytes/s) and
     `peak_flops` (FLOP/s), paying model.overhead_s `overheads` times (a whole model: once
     per layer): `kv_bytes` of the bytes and `attention_flops` of the FLOPs are the
     attention core's, on a roofline of their own (see the module's notes), at
-    `core_peak_flops` (default peak_flops: float8 matmuls beside a 16-bit attention)."""
+    `core_peak_flops` (default peak_flops: float8 matmuls beside a 16-bit attention),
+    `kernel_flops` of them, the attention kernel's, at `kernel_peak_flops` (default
+    core_peak_flops)."""
     if bytes <= 0 or flops < 0 or not 0 <= kv_bytes <= bytes:
         raise ValueError(
             f"a step moves bytes > 0, kv_bytes of them, and computes flops >= 0, got "
@@ -334,8 +340,11 @@ def predict(
         )
     if not 0 <= attention_flops <= flops:
         raise ValueError(f"attention_flops {attention_flops} must be in [0, flops {flops}]")
+    if not 0 <= kernel_flops <= attention_flops:
+        raise ValueError(f"kernel_flops {kernel_flops} must be in [0, {attention_flops}]")
     core_peak_flops = core_peak_flops or peak_flops
-    if bandwidth <= 0 or peak_flops <= 0 or core_peak_flops <= 0:
+    kernel_peak_flops = kernel_peak_flops or core_peak_flops
+    if bandwidth <= 0 or min(peak_flops, core_peak_flops, kernel_peak_flops) <= 0:
         raise ValueError(f"bandwidth and peak_flops must be > 0, got {bandwidth}, {peak_flops}")
     flops_rate = model.efficiency_flops * peak_flops
     dense = (
@@ -344,7 +353,8 @@ def predict(
     )
     core = (
         kv_bytes / (model.kv_efficiency * bandwidth),
-        attention_flops / (model.efficiency_flops * core_peak_flops),
+        (attention_flops - kernel_flops) / (model.efficiency_flops * core_peak_flops)
+        + kernel_flops / (model.efficiency_flops * kernel_peak_flops),
     )
     longer = max(dense, core, key=max)
     return Roofline(
@@ -469,6 +479,9 @@ class ModelCounts:
     dequant_ops: int = 0
     #: The step's tensor-core matmuls, by the tokens each multiplies (tile padding).
     matmuls: tuple[Matmul, ...] = ()
+    #: Of attention_flops, the attention kernel's (QK^T and PV), at the device's attention
+    #: rate (devices.attention_flops_for).
+    attention_core_flops: int = 0
 
     @property
     def bytes(self) -> int:
@@ -678,6 +691,7 @@ def _attention_layer(
         + round(tokens * fmt.activation_quant_bytes(dtype) * inputs),
         flops=attention.flops + projection_flops,
         attention_flops=attention.core_flops,
+        attention_core_flops=attention.core_flops,
         allreduce_bytes=tokens * d * dtype_bytes(dtype),
         allreduces=1 if tp > 1 else 0,
         layers=1,
@@ -936,6 +950,7 @@ def step_counts(
         matmul_dtype=fmt.matmul_dtype(dtype),
         dequant_ops=fmt.dequant_ops * body,
         matmuls=tuple(matmuls),
+        attention_core_flops=attention.core_flops,
     )
 
 
@@ -1022,6 +1037,8 @@ def predict_counts(
         kv_bytes=counts.kv_bytes,
         attention_flops=counts.attention_flops,
         core_peak_flops=flops_for(device, dtype),
+        kernel_flops=counts.attention_core_flops,
+        kernel_peak_flops=attention_flops_for(device, dtype),
     )
     collectives = counts.allreduces * allreduce_s(counts.allreduce_bytes, tp, device)
     collectives += counts.gathers * allgather_s(counts.allreduce_bytes, tp, device)

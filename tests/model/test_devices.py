@@ -8,7 +8,14 @@ import dataclasses
 import pytest
 
 from attnbench.errors import FieldError
-from attnbench.model.devices import DEVICES, PEAK_DTYPES, DeviceSpec, device_spec, flops_for
+from attnbench.model.devices import (
+    DEVICES,
+    PEAK_DTYPES,
+    DeviceSpec,
+    attention_flops_for,
+    device_spec,
+    flops_for,
+)
 from attnbench.model.dtypes import MODEL_DTYPES
 
 REQUIRED = ("h100-sxm", "h100-pcie", "h200", "a100-80gb", "a100-40gb", "l40s", "l4", "mi300x")
@@ -28,10 +35,15 @@ def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
             "interconnect_bandwidth",
             "expert_rows",
             "expert_source",
+            "attention_flops",
+            "attention_source",
         ):
             assert getattr(spec, field.name) not in (None, "", ()), field.name
     if spec.expert_rows:
         assert spec.expert_rows < spec.mma_rows and "https://" in spec.expert_source
+    if spec.attention_flops:  # FLOP/s, under the datasheet's bfloat16, with its source
+        assert 1e13 <= spec.attention_flops <= spec.datasheet_flops["bfloat16"]
+        assert "https://" in spec.attention_source
     assert isinstance(spec.memory_bytes, int) and spec.memory_bytes >= 10**10
     assert spec.memory_bandwidth >= 1e11  # bytes/s, not GB/s
     assert 0 < spec.launch_s < 1e-4  # seconds, not microseconds
@@ -262,3 +274,24 @@ def test_the_h800_h20_a800_and_gh200_as_their_sources_give_them():
     gh200 = DEVICES["gh200"]
     assert gh200.collectives is None
     assert flops_for(gh200, "bfloat16") == pytest.approx(828.6e12)
+
+
+def test_attention_kernels_run_at_their_measured_rate_at_most_the_matmul_s():
+    """FlashAttention-2 on an A100 80GB PCIe: 217 TFLOPS, causal, 8,192 tokens (its siblings
+    at the same share of 312); FlashAttention-4 on an H200: 675 (the H100 SXM's GH100 the
+    same, the PCIe card at the share of its datasheet); FlashAttention-3 on an H20: 107.8.
+    Where none was measured on the chip (Ada, Blackwell, CDNA), the matmul's rate."""
+    assert attention_flops_for(DEVICES["a100-pcie-80gb"], "bfloat16") == 217e12
+    assert attention_flops_for(DEVICES["a100-80gb"], "float16") == pytest.approx(217e12)
+    assert attention_flops_for(DEVICES["h100-sxm"], "bfloat16") == 675e12
+    assert attention_flops_for(DEVICES["h100-pcie"], "bfloat16") == pytest.approx(
+        756e12 * 675 / 989.4
+    )
+    assert attention_flops_for(DEVICES["h20"], "bfloat16") == pytest.approx(107.8e12)
+    for name in ("l40s", "b200", "mi300x"):
+        spec = DEVICES[name]
+        assert attention_flops_for(spec, "bfloat16") == flops_for(spec, "bfloat16")
+    # float32 attention (a CPU's, a run's) keeps the matmul rate
+    h100 = DEVICES["h100-sxm"]
+    assert attention_flops_for(h100, "float32") == flops_for(h100, "float32")
+    assert "attention TFLOPS 675 in 16 bits" in h100.figures()

@@ -517,6 +517,28 @@ def test_a_model_s_attention_flops_are_its_layers_cores():
     assert counts.attention_flops == 32 * attention_core_flops(shape, 4, 1, 1001, True)
 
 
+def test_the_attention_kernel_s_flops_run_at_the_device_s_attention_rate():
+    """Of the core's FLOPs, QK^T and PV run at the attention kernel's measured rate (half
+    the matmul's here), a kept attention's projections at the matmul's."""
+    model = PerfModel(1.0, 1.0, 0.0, "test")
+    # 5e11 FLOPs at the core's rate, 4e11 of them the kernel's at 5e13: 1 + 8 ms
+    roof = predict(10**6, 5 * 10**11, 1e12, 1e14, model, 1, 0, 5 * 10**11, None, 4 * 10**11, 5e13)
+    assert roof.time_s == pytest.approx(1e-6 + 1e-3 + 8e-3)
+    with pytest.raises(ValueError, match="kernel_flops"):
+        predict(10**9, 10, 1e12, 1e14, model, attention_flops=5, kernel_flops=6)
+    spec = get_preset("llama-3-8b")
+    prefill = prefill_counts(spec, 1, 8192, "bfloat16")
+    assert prefill.attention_core_flops == prefill.attention_flops  # nothing kept
+    half = replace(DEVICE, attention_flops=5e13, attention_source="a test kernel")
+    slower = predict_counts(prefill, half, "bfloat16").time_s
+    assert slower - predict_counts(prefill, DEVICE, "bfloat16").time_s == pytest.approx(
+        prefill.attention_core_flops * (1 / 5e13 - 1 / 1e14)
+    )
+    kept = WeightFormat.of("float8_e4m3fn", keep_attention=True)
+    fp8 = prefill_counts(spec, 1, 8192, "bfloat16", weights=kept)
+    assert fp8.attention_core_flops == prefill.attention_core_flops < fp8.attention_flops
+
+
 def test_dequantising_needs_the_devices_float32_rate():
     no_float32 = replace(DEVICE, dense_flops={"bfloat16": 1e14})
     int4 = decode_counts(get_preset("llama-2-7b"), 1, 128, "bfloat16", weights=WeightFormat("int4"))

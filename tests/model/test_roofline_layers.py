@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnbench.model.devices import DEVICES, flops_for
+from attnbench.model.devices import DEVICES, attention_flops_for, flops_for
 from attnbench.model.model_params import part_params
 from attnbench.model.presets import get_preset
 from attnbench.model.roofline import (
@@ -146,10 +146,12 @@ def test_a_layer_s_float8_projections_run_at_the_float8_rate():
     # bytes): q, k and v read d (4096), o the attention's output (32 * 128), 2048 tokens
     assert fp8.activation_bytes - full.activation_bytes == 2048 * 3 * (4096 + 4096)
     device = DEVICES["h100-sxm"]
-    f8, f16 = flops_for(device, "float8_e4m3fn"), flops_for(device, "float16")
+    f8 = flops_for(device, "float8_e4m3fn")
     bw = device.memory_bandwidth
     dense = (fp8.bytes - fp8.kv_bytes) / bw + (fp8.flops - fp8.attention_flops) / f8
-    core = fp8.kv_bytes / bw + fp8.attention_flops / f16  # the core stays in float16
+    # the core stays in float16, at the attention kernel's rate
+    core = fp8.kv_bytes / bw + fp8.attention_flops / attention_flops_for(device, "float16")
+    assert fp8.attention_core_flops == fp8.attention_flops
     # and a kernel quantising the input of each of its two projections' matmuls
     assert fp8.kernels == full.kernels + 2 * QUANTISE_KERNELS
     expected = dense + core + (ATTENTION_KERNELS + 2 * QUANTISE_KERNELS) * device.launch_s

@@ -245,8 +245,9 @@ def _decode() -> SectionKind:
 
 
 def describe_predict(point: Any) -> str:
-    """'llama-2-7b on h100-sxm tp 1 batch 1 context 2048 float16 weights int8'."""
-    weights = f" weights {point.weights_dtype}" if point.weights_dtype else ""
+    """'llama-2-7b on h100-sxm tp 1 batch 1 context 2048 float16 weights int8 per channel':
+    the weights as the records name them, their options included."""
+    weights = f" weights {point.weights.describe()}" if point.weights_dtype else ""
     where = f"on {point.gpu} tp {point.tp} batch {point.batch} context {point.seq_len}"
     return f"{point_name(point)} {where} {point.dtype}{weights}"
 

@@ -76,7 +76,12 @@ def test_a_section_kind_names_its_points_and_says_what_it_holds():
     )
     predicted = replace(predicted, seq_len=2048, weights_dtype="int8")
     assert describe_task(Task("predict", 0, predicted)) == (
-        "predict d64 h4/1 on h100-sxm tp 1 batch 1 context 2048 float16 weights int8"
+        "predict d64 h4/1 on h100-sxm tp 1 batch 1 context 2048 float16 weights int8 per channel"
+    )
+    # two points that differ only in their weights' options are told apart
+    marlin = replace(predicted, weight_only_kernel="tensor-cores")
+    assert describe_task(Task("predict", 0, marlin)).endswith(
+        "weights int8 per channel, on the tensor cores"
     )
     asked = fit.FitPoint(model="llama-3-70b", reserve="5%", scale_dtype="float32")
     on_gpus = replace(asked, gpu="h100-sxm", gpus=8, seq_len=8192, tpot="50ms")

@@ -70,6 +70,21 @@ _A10_DATASHEET = (
 #: AWS's A10G (EC2 G5) has no datasheet of its own: AWS states its memory (24 GiB; the
 #: table keeps the A10 datasheet's 24 GB) and nothing of its rates.
 _AWS_G5 = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/accelerated-computing-instances.html"
+#: The A40's datasheet, as a reseller's copy of it gives it (48 GB of GDDR6 at 696 GB/s;
+#: dense 37.4 TFLOPS in FP32, 74.8 in TF32, 149.7 in BF16 and FP16 with FP32 accumulation,
+#: 299.3 in INT8; NVLink 112.5 GB/s both ways to one other card, PCIe Gen4 64 GB/s).
+_A40_DATASHEET = (
+    "https://www.ecer.com/corp/details-uuuedqa-p1bsay9-multi-display-setups-supported-by-"
+    "48gb-gddr6-ecc-memory-nvidia-a40-gpu-and-vga-outputs.html"
+)
+#: The L20 (AD102, 275 W): 48 GB of GDDR6 at 864 GB/s and 59.35 TFLOPS in FP32 (a
+#: database of GPU specifications), 119.5 TFLOPS dense in FP16 on its tensor cores (a
+#: GEMM study's stated peak: "113.76/119.5=95.19% TFLOPS utilization").
+_L20_SPECS = "https://technical.city/pl/video/L20"
+_L20_TENSOR = (
+    "https://github.com/xlite-dev/LeetCUDA/blob/5a9666734fb72d7e62f295b7cf68ca367a1084ca/"
+    "hgemm/README.md"
+)
 _ADA_WHITEPAPER = (
     "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
 )
@@ -145,6 +160,11 @@ _STREAM_A40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-strea
 #: A PyTorch matmul sweep (square sizes to 10,240) on a device that reports itself as an
 #: "NVIDIA A10G" (its notes' host line is the template's, naming an A100).
 _A10G_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/126"
+#: The same sweep's L4 (a physical machine), A40 and L20 runs: torch.mm of squares to
+#: 10,240, each dtype's best size.
+_L4_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/120"
+_A40_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/185"
+_L20_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/107"
 _MAMF = _ACCELERATORS + "#maximum-achievable-matmul-flops-comparison-table"
 #: A PyTorch matmul sweep's table (torch.mm of squares to 10,240, the best size's TFLOPS):
 #: its A800 and H20 rows.
@@ -826,6 +846,55 @@ _TABLE = (
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),
+    # The A40: GA102 (as the A10G), BF16 and FP16 at full rate with FP32 accumulation; its
+    # NVLink bridge joins two cards only: collectives among more go over PCIe.
+    _device(
+        "a40",
+        "NVIDIA A40 48GB",
+        48,
+        696,
+        {"float32": 37.4, "tfloat32": 74.8, "bfloat16": 149.7, "float16": 149.7, "int8": 299.3},
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_A40_DATASHEET,),
+        Figure(663, f"gpu-stream triad, A40: {_STREAM_A40}"),
+        {
+            "bfloat16": Figure(122.29, f"PyTorch matmul 10240^3, A40: {_A40_MATMUL}"),
+            "float16": Figure(119.18, f"PyTorch matmul 10240^3, A40: {_A40_MATMUL}"),
+            "tfloat32": Figure(59.52, f"PyTorch matmul 8192^3, A40: {_A40_MATMUL}"),
+            "float32": Figure(23.73, f"PyTorch matmul 8192^3, A40: {_A40_MATMUL}"),
+        },
+        _pcie(4, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
+    ),
+    # The L20: AD102 at 275 W. Its TF32 is half and its FP8 and INT8 twice the 16-bit rate,
+    # as Ada's tensor cores run them (the L40's datasheet).
+    _device(
+        "l20",
+        "NVIDIA L20 48GB",
+        48,
+        864,
+        {
+            "float32": 59.35,
+            "tfloat32": 119.5 / 2,
+            "bfloat16": 119.5,
+            "float16": 119.5,
+            "float8": 2 * 119.5,
+            "int8": 2 * 119.5,
+        },
+        "PCIe Gen4 x16",
+        64 / 2,
+        (_L20_SPECS, _L20_TENSOR, _L40_DATASHEET),
+        _GDDR6_ADA,
+        {
+            "bfloat16": Figure(114.14, f"PyTorch matmul 8192^3, L20: {_L20_MATMUL}"),
+            "float16": Figure(113.26, f"PyTorch matmul 4096^3, L20: {_L20_MATMUL}"),
+            "tfloat32": Figure(58.16, f"PyTorch matmul 10240^3, L20: {_L20_MATMUL}"),
+            "float32": Figure(37.27, f"PyTorch matmul 2048^3, L20: {_L20_MATMUL}"),
+        },
+        _pcie(4, "PCIe Gen4 x16"),
+        mma=_MMA_SYNC,
+    ),
     # The L4 datasheet gives the tensor-core figures with sparsity only: halved here.
     _device(
         "l4",
@@ -844,7 +913,12 @@ _TABLE = (
         64 / 2,
         (_L4_DATASHEET,),
         _GDDR6_ADA,
-        {"share": _HOPPER_GEMM},
+        {
+            "bfloat16": Figure(70.89, f"PyTorch matmul 2048^3, L4: {_L4_MATMUL}"),
+            "float16": Figure(68.83, f"PyTorch matmul 2048^3, L4: {_L4_MATMUL}"),
+            "tfloat32": Figure(31.88, f"PyTorch matmul 2048^3, L4: {_L4_MATMUL}"),
+            "float32": Figure(15.38, f"PyTorch matmul 2048^3, L4: {_L4_MATMUL}"),
+        },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
     ),

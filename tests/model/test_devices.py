@@ -295,3 +295,20 @@ def test_attention_kernels_run_at_their_measured_rate_at_most_the_matmul_s():
     h100 = DEVICES["h100-sxm"]
     assert attention_flops_for(h100, "float32") == flops_for(h100, "float32")
     assert "attention TFLOPS 675 in 16 bits" in h100.figures()
+
+
+def test_the_l4_a40_and_l20_take_their_measured_gemms():
+    """A PyTorch matmul sweep's runs on each card: the L4's 70.89 TFLOPS in bfloat16 (of its
+    datasheet's 121, at 72 W), the A40's 122.29 (of 149.7) and the L20's 114.14 (of 119.5);
+    their bandwidth the A40's triad, or the L40's share of its datasheet for the Ada cards."""
+    l4, a40, l20 = DEVICES["l4"], DEVICES["a40"], DEVICES["l20"]
+    assert flops_for(l4, "bfloat16") == pytest.approx(70.89e12)
+    assert flops_for(l4, "float8_e4m3fn") == pytest.approx(242.5e12 * 70.89 / 121)
+    assert (
+        flops_for(a40, "bfloat16") == pytest.approx(122.29e12) and "float8" not in a40.dense_flops
+    )
+    assert a40.memory_bandwidth == 663e9 and a40.datasheet_bandwidth == 696e9
+    assert l20.datasheet_flops["float8"] == 2 * l20.datasheet_flops["bfloat16"] == 239e12
+    assert flops_for(l20, "bfloat16") == pytest.approx(114.14e12)
+    assert l20.memory_bandwidth == pytest.approx(864e9 * 803 / 864)
+    assert (l4.mma_rows, a40.mma_rows, l20.mma_rows) == (16, 16, 16)

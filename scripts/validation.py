@@ -136,10 +136,14 @@ def predict_entry(entry: dict[str, Any]) -> float:
     spec = _model(entry["model"])
     weights = DTYPES.get(entry["weights"], entry["weights"])
     dtype = weights if weights in ("float16", "bfloat16") else served_dtype(spec.dtype)
-    vocab, head = entry.get("vocab", "split"), entry.get("quantize_head", False)
-    kept = entry.get("keep_attention", False)
-    kernel = entry.get("weight_only_kernel", "cuda-cores")
-    fmt = WeightFormat.of(weights, entry.get("group_size"), vocab, head, kept, kernel)
+    fmt = WeightFormat.of(
+        weights,
+        entry.get("group_size"),
+        vocab=entry.get("vocab", "split"),
+        quantize_head=entry.get("quantize_head", False),
+        keep_attention=entry.get("keep_attention", False),
+        weight_only_kernel=entry.get("weight_only_kernel", "cuda-cores"),
+    )
     kv = entry.get("kv_dtype")
     batch, output = int(entry["batch"]), _length(entry, "output") if entry.get("output") else 1
     tp, dp_attention = int(entry["tp"]), bool(entry.get("dp_attention", False))
@@ -175,8 +179,9 @@ def predict_entry(entry: dict[str, Any]) -> float:
         return found.ttft_s * 1e3
     if metric == "throughput_tokens_per_s":
         return found.output_tokens_per_s
-    if metric == "total_tokens_per_s":
-        return batch * (_prompt(entry) + output) / found.total_s
+    if metric == "total_tokens_per_s":  # the whole generation, its steps as above
+        total_s = found.ttft_s + (output - 1) * tpot_s
+        return batch * (_prompt(entry) + output) / total_s
     if metric == "latency_ms":
         return found.total_s * 1e3
     raise ValueError(f"{entry['id']}: unknown metric {metric!r}")

@@ -32,7 +32,7 @@ from ..model.calibration import (
     parse_calibration,
     usable,
 )
-from ..model.devices import THIS_DEVICE, DeviceSpec
+from ..model.devices import THIS_DEVICE, DeviceSpec, attention_peaks
 from ..model.formulas import attention_core_flops
 from ..model.roofline import DEFAULT_MODEL, ModelCounts, layer_counts
 from ..model.shapes import AttentionShape, shape_label
@@ -272,7 +272,9 @@ def check_run(
         device = fitted
     device = device or target_device(THIS_DEVICE, doc.get("environment"), name)
     model = calibration.model if calibration is not None else DEFAULT_MODEL
-    rows = check(samples, device.memory_bandwidth, device.dense_flops, model)
+    rows = check(
+        samples, device.memory_bandwidth, device.dense_flops, model, attention_peaks(device)
+    )
     return CheckReport(rows, model, device, min_time_s)
 
 
@@ -290,7 +292,14 @@ def calibrate_run(
     samples = samples_from_results(doc, name=name)
     device = device or target_device(THIS_DEVICE, environment, name)
     source = Path(name).name
-    model = calibrate(samples, device.memory_bandwidth, device.dense_flops, min_time_s, source)
+    model = calibrate(
+        samples,
+        device.memory_bandwidth,
+        device.dense_flops,
+        min_time_s,
+        source,
+        attention_peaks(device),
+    )
     calibration = Calibration(model, device, environment, name)
     try:
         parse_calibration(calibration_dict(calibration), name)

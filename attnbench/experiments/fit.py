@@ -543,10 +543,10 @@ def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
     return WeightFormat.of(
         dtype,
         point.weights_group,
-        point.vocab_layout,
-        point.quantize_head,
-        point.keep_attention,
-        point.weight_only_kernel,
+        vocab=point.vocab_layout,
+        quantize_head=point.quantize_head,
+        keep_attention=point.keep_attention,
+        weight_only_kernel=point.weight_only_kernel,
     )
 
 

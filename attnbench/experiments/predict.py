@@ -91,10 +91,10 @@ class PredictPoint:
         return WeightFormat.of(
             dtype,
             self.weights_group,
-            self.vocab_layout,
-            self.quantize_head,
-            self.keep_attention,
-            self.weight_only_kernel,
+            vocab=self.vocab_layout,
+            quantize_head=self.quantize_head,
+            keep_attention=self.keep_attention,
+            weight_only_kernel=self.weight_only_kernel,
         )
 
     @cached_property

@@ -92,6 +92,26 @@ def _peak(peaks: Mapping[str, float], sample: Sample) -> float:
     return peaks[dtype]
 
 
+def _attention_peak(
+    peaks: Mapping[str, float], attention: Mapping[str, float] | None, sample: Sample
+) -> float:
+    """The FLOP/s the sample's attention core runs at: the attention kernel's rate in its
+    dtype where given, else the matmul's."""
+    matmul = _peak(peaks, sample)
+    return (attention or {}).get(sample.dtype) or matmul
+
+
+def _flops_s(
+    sample: Sample, peaks: Mapping[str, float], attention: Mapping[str, float] | None
+) -> float:
+    """Seconds of the sample's FLOPs at full efficiency: the attention core's at the
+    attention rate, the rest at the matmul's."""
+    core = sample.attention_flops
+    return (sample.flops - core) / _peak(peaks, sample) + core / _attention_peak(
+        peaks, attention, sample
+    )
+
+
 def usable(samples: Sequence[Sample], min_time_s: float) -> list[Sample]:
     """The samples measured at `min_time_s` or more, and never under MIN_TIME_S."""
     floor = max(min_time_s, MIN_TIME_S)
@@ -109,10 +129,13 @@ def calibrate(
     peak_flops_by_dtype: Mapping[str, float],
     min_time_s: float = MIN_TIME_S,
     source: str = "the samples",
+    attention_flops_by_dtype: Mapping[str, float] | None = None,
 ) -> PerfModel:
     """The model that fits `samples` best in relative error (see the module's notes);
     UsageError when too few samples are left or the fit is degenerate. `source` names
-    where the samples came from (a file). Steps over a paged cache are no samples of it."""
+    where the samples came from (a file). Steps over a paged cache are no samples of it.
+    A sample's attention core computes at `attention_flops_by_dtype` (a device's attention
+    kernel's rate; default: the matmul's), as a prediction times it."""
     import numpy as np  # here: the commands that only read a calibration start without it
 
     kept = usable([s for s in samples if not s.paged], min_time_s)
@@ -121,11 +144,10 @@ def calibrate(
             f"{source}: calibration needs at least {MIN_SAMPLES} timed samples"
             f"{floor_text(min_time_s)}, got {len(kept)}"
         )
-    peaks = np.array([_peak(peak_flops_by_dtype, s) for s in kept])
     t = np.array([s.time_s for s in kept])
     dense = np.array([(s.bytes - s.kv_bytes) / bandwidth for s in kept])
     kv = np.array([s.kv_bytes / bandwidth for s in kept])
-    flops = np.array([s.flops for s in kept]) / peaks
+    flops = np.array([_flops_s(s, peak_flops_by_dtype, attention_flops_by_dtype) for s in kept])
     split = bool(kv.any()) and _rank([dense / t, kv / t]) == 2
     memory = [dense, kv] if split else [dense + kv]
     # FLOPs that rise and fall with the bytes cannot tell compute from bandwidth
@@ -219,8 +241,10 @@ def check(
     bandwidth: float,
     peak_flops_by_dtype: Mapping[str, float],
     model: PerfModel,
+    attention_flops_by_dtype: Mapping[str, float] | None = None,
 ) -> list[CheckRow]:
-    """The model's prediction for every sample, beside its measured time."""
+    """The model's prediction for every sample, beside its measured time; the attention
+    core at `attention_flops_by_dtype` where given (see calibrate)."""
     rows = []
     for s in samples:
         peak = _peak(peak_flops_by_dtype, s)
@@ -232,6 +256,8 @@ def check(
             model,
             kv_bytes=s.kv_bytes,
             attention_flops=s.attention_flops,
+            kernel_flops=s.attention_flops,
+            kernel_peak_flops=_attention_peak(peak_flops_by_dtype, attention_flops_by_dtype, s),
         )
         rows.append(CheckRow(s, roof.time_s, roof.bound))
     return rows

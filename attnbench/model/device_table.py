@@ -183,7 +183,8 @@ _ATTENTION_RUNS = (
 _A100_ATTENTION_RUN = _ATTENTION_RUNS + "a100/llama3.1_20260928_133751.csv"
 _H200_ATTENTION_RUN = _ATTENTION_RUNS + "h200/llama3.1_20260928_130009.csv"
 #: FlashAttention-3's benchmark on an H20, causal forward, head dim 128, 2,048 tokens: "Fav3:
-#: 0.319ms, 107.8 TFLOPS" (cuDNN the same); no longer run of it was found.
+#: 0.319ms, 107.8 TFLOPS" (cuDNN the same); the same issue's runs of 16,384 tokens were
+#: not read (the copy at hand stops before them).
 _H20_ATTENTION_RUN = "https://github.com/Dao-AILab/flash-attention/issues/1310"
 _H20_ATTENTION = Figure(107.8, f"FlashAttention-3, causal, 2,048 tokens, H20: {_H20_ATTENTION_RUN}")
 #: nccl-tests' all-reduce on one node of eight H800s: "the reported allreduce busBW is 215
@@ -640,8 +641,8 @@ _TABLE = (
         96,
         4000,
         _H100_SXM_TFLOPS,
-        "NVLink-C2C to its Grace CPU",
-        900 / 2,
+        "none to other GPUs here (NVLink-C2C joins it to its Grace CPU)",
+        None,
         (_ACCELERATORS, _GH200_C2C),
         _HBM3_HOPPER,
         {

@@ -64,6 +64,12 @@ def attention_flops_for(device: DeviceSpec, dtype: str) -> float:
     return matmul
 
 
+def attention_peaks(device: DeviceSpec) -> dict[str, float]:
+    """The attention core's FLOP/s in each dtype `device` has a matmul peak for
+    (attention_flops_for)."""
+    return {dtype: attention_flops_for(device, dtype) for dtype in device.dense_flops}
+
+
 def measured_device(environment: Mapping[str, Any]) -> DeviceSpec:
     """This machine as a run measured it: the copy bandwidth and the matmul FLOP/s per
     dtype of a results environment, named THIS_DEVICE, titled by the device the run

@@ -38,11 +38,10 @@ as the rest is. A MoE layer's fused expert kernel tiles each expert's tokens sma
 as the engines' MoE kernels do: the next power of two of the tokens an expert (the mean
 share of an expert touched) from DeviceSpec.expert_rows (16 on Hopper: the blocks of
 Triton's fused MoE; 8 on Blackwell: TensorRT-LLM's) up to the instruction's rows,
-whatever the engine on that device. Small batches' weight-only kernels
-multiply on the CUDA cores beside their dequantisation, untiled, or where
-WeightFormat.tensor_core_kernel says so (Marlin's, in vLLM and SGLang) on the tensor
-cores in tiles of WEIGHT_ONLY_TILE tokens, whatever the device's instruction. The efficiencies are
-shares of
+whatever the engine on that device. Small batches' weight-only kernels multiply on the
+CUDA cores beside their dequantisation, untiled, or where WeightFormat.tensor_core_kernel
+says so (Marlin's, in vLLM and SGLang) on the tensor cores in tiles of WEIGHT_ONLY_TILE
+tokens, experts' too, whatever the device's instruction. The efficiencies are shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
 runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
 sees (0 by default: the launches are counted). The cache streams at a share of its own,
@@ -345,7 +344,10 @@ def predict(
     core_peak_flops = core_peak_flops or peak_flops
     kernel_peak_flops = kernel_peak_flops or core_peak_flops
     if bandwidth <= 0 or min(peak_flops, core_peak_flops, kernel_peak_flops) <= 0:
-        raise ValueError(f"bandwidth and peak_flops must be > 0, got {bandwidth}, {peak_flops}")
+        raise ValueError(
+            f"bandwidth and the FLOP/s must be > 0, got {bandwidth}, {peak_flops}, "
+            f"{core_peak_flops}, {kernel_peak_flops}"
+        )
     flops_rate = model.efficiency_flops * peak_flops
     dense = (
         (bytes - kv_bytes) / (model.efficiency_bw * bandwidth),
@@ -422,14 +424,16 @@ class Matmul:
         instruction multiplies a tile of `rows` rows whatever the tokens fill of it (tile
         quantization). A grouped expert GEMM, where `expert_rows` is set, tiles each
         expert's tokens to the next power of two of their whole count from `expert_rows`
-        up to `rows`, as its kernel picks it."""
-        rows = self.tile or rows
-        if self.grouped and expert_rows:
+        up to `rows`, as its kernel picks it, unless the matmul has its own tile."""
+        if self.tile:
+            rows = self.tile
+        elif self.grouped and expert_rows:
             whole = 1 << max(int(self.tokens) - 1, 0).bit_length()  # the next power of two
             rows = min(rows, max(expert_rows, whole))
-        # a share computed in floats may land a hair above a whole number of tiles
-        padded = math.ceil(self.tokens / rows - 1e-9) * rows
-        return 2 * (padded - self.tokens) * self.weights
+        # a share computed in floats may land a hair above a whole number of tiles (16 tokens
+        # an expert as 16.000000161): tiles counted to a millionth
+        padded = math.ceil(round(self.tokens / rows, 6)) * rows
+        return 2 * max(padded - self.tokens, 0.0) * self.weights
 
 
 def experts_touched(experts: int, k: int, tokens: int) -> float:
@@ -490,8 +494,8 @@ class ModelCounts:
     def padding_flops(self, rows: int, dtype: str | None = None, expert_rows: int = 0) -> float:
         """FLOPs the tensor cores spend on the zero rows of the last tiles of the matmuls
         at the rate of `dtype` (None: those at the step's matmul dtype), with tiles of
-        `rows` tokens (0 for 1: no tile), a grouped expert GEMM's from `expert_rows`
-        (Matmul.padding_flops)."""
+        `rows` tokens (1: no tile) but where a matmul has its own, a grouped expert GEMM's
+        from `expert_rows` (Matmul.padding_flops)."""
         return sum(m.padding_flops(rows, expert_rows) for m in self.matmuls if m.dtype == dtype)
 
 

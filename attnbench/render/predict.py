@@ -286,7 +286,8 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
             "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "
-            "attention core, + launches + collectives + dequantisation + tile padding + "
+            "attention core (its QK^T and PV at the attention kernel's rate), + launches + "
+            "collectives + dequantisation + tile padding + "
             f"overhead, with {text}"
         )
     quantised = [r for r in records if r.get("weights")]
@@ -295,7 +296,8 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         peak = peak_name(stored.matmul_dtype(r["dtype"]))
         rate = f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of {peak}"
         if r.get("model"):
-            kept = f"the embeddings and the output head stay {r['dtype']}"
+            head = ", the head too" in r["weights"]  # quantised with the rest
+            kept = f"the embeddings{'' if head else ' and the output head'} stay {r['dtype']}"
             if KEPT_ATTENTION in r["weights"]:
                 kept += ", as do the attention's projections, at its rate"
             if ON_TENSOR_CORES in r["weights"]:

@@ -16,7 +16,7 @@ from ..experiments.context import Context
 from ..measure.devices import check_device_name, resolve_device
 from ..model.capacity import MAX_SEQUENCES, positive_int
 from ..model.dtypes import QUANTIZED_KV_DTYPES
-from ..model.weights import BLOCKS, GROUPED, QUANTIZED, WEIGHT_ONLY, WEIGHT_ONLY_KERNELS
+from ..model.weights import BLOCKS, GROUPED, QUANTIZED, WEIGHT_ONLY
 from .limits import MAX_POINTS
 from .schema import DEFAULT_SECTIONS, FIELDS, SECTIONS, SHAPE_FIELDS, above_maximum, fields_for
 from .sections import KINDS, SectionKind
@@ -406,8 +406,8 @@ def _unused_groups(
     quantised = frozenset().union(*(scaled(p) for p in points))
     errors: list[UsageError] = []
     for name, (fmt, dtype_field, dtypes) in SCALE_GROUPS.items():
-        # a switch or group set, or a weight-only kernel other than the default
-        given = [v for v in sec.listed(name) if v and v != WEIGHT_ONLY_KERNELS[0]]
+        # a switch or group set, or a choice other than the field's default
+        given = [v for v in sec.listed(name) if v and v != FIELDS[name].default]
         if not (sec.sets_itself(name) and given) or fmt in quantised:
             continue
         choices = f"{', '.join(dtypes[:-1])} or {dtypes[-1]}"

@@ -485,6 +485,7 @@ def resolve(
     check_vocab_use(resolved)
     check_head_use(resolved)
     check_kept_attention_use(resolved)
+    check_weight_only_kernel_use(resolved)
     check_dp_attention_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
     resolved = with_what_ifs(resolved)
@@ -609,6 +610,17 @@ def check_kept_attention_use(sec: Section) -> None:
         "has no effect: a layer shape's weights are all its attention's, only a model has others"
     )
     raise sec.locate(FieldError("keep_attention", True, reason))
+
+
+def check_weight_only_kernel_use(sec: Section) -> None:
+    """A weight-only kernel on the tensor cores where the section has no model: a layer
+    shape's times count no tile padding, so its tiles would change nothing."""
+    if not sec.sets_itself("weight_only_kernel") or sec.models:
+        return
+    if "tensor-cores" not in sec.listed("weight_only_kernel"):
+        return
+    reason = "has no effect: a layer shape's times count no tile padding, only a model's do"
+    raise sec.locate(FieldError("weight_only_kernel", "tensor-cores", reason))
 
 
 def _tied_head(spec: ModelSpec) -> bool:

@@ -63,6 +63,28 @@ def test_check_of_exact_samples_has_no_error():
     assert rows[0].measured_s == samples[0].time_s
 
 
+def test_the_attention_core_is_fitted_and_checked_at_the_attention_rate():
+    """Samples whose attention core ran at half the matmul rate (an attention kernel's, as
+    a named GPU's figures give it): told that rate, the fit recovers the truth and the
+    check has no error; at the matmul rate the core's time would be halved."""
+    attention = {"bfloat16": 5e13, "float32": 1.25e13}
+    samples = []
+    for i, size in enumerate(np.logspace(6, 9, 12)):
+        dtype = ("bfloat16", "float32")[i % 2]
+        for kind, intensity in ((STEP, 1 + i % 10), (PREFILL, 500 * (1 + i))):
+            b, f = int(size), int(size * intensity)
+            core = f // 4
+            t = predict(
+                b, f, BANDWIDTH, PEAKS[dtype], TRUE, 1, 0, core, None, core, attention[dtype]
+            ).time_s
+            samples.append(Sample(b, f, t, dtype, kind, attention_flops=core))
+    assert median_abs_error(check(samples, BANDWIDTH, PEAKS, TRUE, attention)) < 1e-12
+    assert median_abs_error(check(samples, BANDWIDTH, PEAKS, TRUE)) > 0.01
+    fit = calibrate(samples, BANDWIDTH, PEAKS, attention_flops_by_dtype=attention)
+    assert fit.efficiency_flops == pytest.approx(TRUE.efficiency_flops, rel=1e-6)
+    assert fit.efficiency_bw == pytest.approx(TRUE.efficiency_bw, rel=1e-6)
+
+
 def test_check_reports_the_relative_error():
     (row,) = check([Sample(10**9, 0, 2e-3, "bfloat16", STEP)], BANDWIDTH, PEAKS, TRUE)
     assert row.predicted_s == pytest.approx(1 / 0.7 * 1e-3 + 8e-6)

@@ -312,3 +312,14 @@ def test_the_l4_a40_and_l20_take_their_measured_gemms():
     assert flops_for(l20, "bfloat16") == pytest.approx(114.14e12)
     assert l20.memory_bandwidth == pytest.approx(864e9 * 803 / 864)
     assert (l4.mma_rows, a40.mma_rows, l20.mma_rows) == (16, 16, 16)
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_an_attention_rate_not_measured_on_the_card_is_its_chip_s_share(spec: DeviceSpec):
+    """A card whose attention kernel was not measured takes the share of its datasheet's
+    bfloat16 that its chip's measured card reaches: an H200's 675 of 989.4 for the
+    Hoppers, an A100 80GB PCIe's 217 of 312 for the A100s and the A800."""
+    if not spec.attention_source.startswith("not measured"):
+        return
+    share = 675 / 989.4 if spec.mma_rows == 64 else 217 / 312
+    assert spec.attention_flops == pytest.approx(spec.datasheet_flops["bfloat16"] * share)

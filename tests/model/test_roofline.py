@@ -698,3 +698,20 @@ def test_hopper_and_blackwell_tile_experts_smaller_than_their_instructions():
     share = 16 * 8 / experts_touched(256, 8, 16)
     assert len(experts) == 1 and experts[0].tokens == pytest.approx(share)
     assert step.padding_flops(64, None, 16) < step.padding_flops(64)
+
+
+def test_a_weight_only_kernel_s_own_tile_holds_for_experts_on_every_device():
+    """Marlin's 16-token tile holds for a MoE's experts too, whatever the device's expert
+    tile (8 on Blackwell); and an expert's share a hair above a whole tile (16 tokens an
+    expert at batch 64 of Mixtral, computed in floats) fills it, not two."""
+    spec = get_preset("mixtral-8x7b")
+    marlin = WeightFormat.of("int4", weight_only_kernel="tensor-cores")
+    one = decode_counts(spec, 1, 1, "bfloat16", weights=marlin)
+    experts = [m for m in one.matmuls if m.grouped]
+    assert [m.tile for m in experts] == [16]
+    # one token an expert: 15 rows of zeros, on a Blackwell's expert tile of 8 as on 64
+    assert experts[0].padding_flops(64, 8) == experts[0].padding_flops(64, 16)
+    assert experts[0].padding_flops(64, 8) == pytest.approx(2 * 15 * experts[0].weights)
+    full = decode_counts(spec, 64, 1, "bfloat16")  # 64 tokens x 2 routes over 8 experts
+    (grouped,) = [m for m in full.matmuls if m.grouped]
+    assert grouped.tokens == pytest.approx(16) and grouped.padding_flops(64, 16) == 0.0

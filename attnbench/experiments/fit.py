@@ -540,14 +540,7 @@ def _weights(point: FitPoint, spec: ModelSpec) -> WeightFormat:
     multiplied where weight_only_kernel says, the vocabulary laid out over the ranks as
     vocab_layout says."""
     dtype = point.weights_dtype or served_dtype(spec.dtype)
-    return WeightFormat.of(
-        dtype,
-        point.weights_group,
-        vocab=point.vocab_layout,
-        quantize_head=point.quantize_head,
-        keep_attention=point.keep_attention,
-        weight_only_kernel=point.weight_only_kernel,
-    )
+    return WeightFormat.of_point(dtype, point)
 
 
 def _kv(point: FitPoint, spec: ModelSpec) -> KvFormat:

@@ -88,14 +88,7 @@ class PredictPoint:
         keep_attention says so, multiplied where weight_only_kernel says, the vocabulary
         laid out over the ranks as vocab_layout says."""
         dtype = self.weights_dtype or self.dtype
-        return WeightFormat.of(
-            dtype,
-            self.weights_group,
-            vocab=self.vocab_layout,
-            quantize_head=self.quantize_head,
-            keep_attention=self.keep_attention,
-            weight_only_kernel=self.weight_only_kernel,
-        )
+        return WeightFormat.of_point(dtype, self)
 
     @cached_property
     def named_target(self) -> Target:

@@ -45,6 +45,7 @@ and the MLP).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import FieldError
 from .capacity import ceil_div, positive_int
@@ -162,6 +163,19 @@ class WeightFormat:
             quantize_head and quantized,
             keep_attention and quantized,
             weight_only_kernel == "tensor-cores" and dtype in WEIGHT_ONLY,
+        )
+
+    @classmethod
+    def of_point(cls, dtype: str, point: Any) -> WeightFormat:
+        """Weights in `dtype` with the weights options of a predict or fit point (its
+        weights_group, vocab_layout, quantize_head, keep_attention, weight_only_kernel)."""
+        return cls.of(
+            dtype,
+            point.weights_group,
+            vocab=point.vocab_layout,
+            quantize_head=point.quantize_head,
+            keep_attention=point.keep_attention,
+            weight_only_kernel=point.weight_only_kernel,
         )
 
     @property

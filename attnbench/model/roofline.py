@@ -424,8 +424,9 @@ class Matmul:
         instruction multiplies a tile of `rows` rows whatever the tokens fill of it (tile
         quantization). A grouped expert GEMM, where `expert_rows` is set, tiles each
         expert's tokens to the next power of two of their whole count from `expert_rows`
-        up to `rows`, as its kernel picks it, unless the matmul has its own tile."""
-        if self.tile:
+        up to `rows`, as its kernel picks it, unless the matmul has its own tile (on a
+        device with tensor cores: `rows` above 1)."""
+        if self.tile and rows > 1:
             rows = self.tile
         elif self.grouped and expert_rows:
             whole = 1 << max(int(self.tokens) - 1, 0).bit_length()  # the next power of two

@@ -712,6 +712,7 @@ def test_a_weight_only_kernel_s_own_tile_holds_for_experts_on_every_device():
     # one token an expert: 15 rows of zeros, on a Blackwell's expert tile of 8 as on 64
     assert experts[0].padding_flops(64, 8) == experts[0].padding_flops(64, 16)
     assert experts[0].padding_flops(64, 8) == pytest.approx(2 * 15 * experts[0].weights)
+    assert experts[0].padding_flops(1) == 0  # a device with no tensor cores: no tile
     full = decode_counts(spec, 64, 1, "bfloat16")  # 64 tokens x 2 routes over 8 experts
     (grouped,) = [m for m in full.matmuls if m.grouped]
     assert grouped.tokens == pytest.approx(16) and grouped.padding_flops(64, 16) == 0.0

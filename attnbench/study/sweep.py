@@ -613,11 +613,17 @@ def check_kept_attention_use(sec: Section) -> None:
 
 
 def check_weight_only_kernel_use(sec: Section) -> None:
-    """A weight-only kernel on the tensor cores where the section has no model: a layer
-    shape's times count no tile padding, so its tiles would change nothing."""
-    if not sec.sets_itself("weight_only_kernel") or sec.models:
+    """A weight-only kernel on the tensor cores where nothing it changes is timed: a layer
+    shape's times count no tile padding, and a fit with no time target times nothing."""
+    if not sec.sets_itself("weight_only_kernel"):
         return
     if "tensor-cores" not in sec.listed("weight_only_kernel"):
+        return
+    if sec.name == "fit" and not any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
+        reason = "has no effect without {tpot} or {ttft}: only they time the weights' kernels"
+        error = FieldError("weight_only_kernel", "tensor-cores", reason, ("tpot", "ttft"))
+        raise sec.locate(error)
+    if sec.models:
         return
     reason = "has no effect: a layer shape's times count no tile padding, only a model's do"
     raise sec.locate(FieldError("weight_only_kernel", "tensor-cores", reason))

@@ -162,3 +162,16 @@ def test_a_weight_only_kernel_on_the_tensor_cores_is_said_and_refused_without_on
         "error: --weight-only-kernel tensor-cores: has no effect: no weights are weight-only "
         "(set --weights-dtype to int8, int4 or mxfp4)"
     )
+
+
+def test_a_fit_with_no_time_target_refuses_a_weight_only_kernel():
+    """fit times the weights' kernels only against --tpot or --ttft."""
+    args = ["fit", "--model", "llama-2-7b", "--gpu", "h20", "--weights-dtype", "int4"]
+    args += ["--weight-only-kernel", "tensor-cores", "--seq-len", "4096"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "error: --weight-only-kernel tensor-cores: has no effect without --tpot or --ttft: "
+        "only they time the weights' kernels"
+    )
+    assert runner.invoke(app, [*args, "--tpot", "20ms"]).exit_code == 0

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..experiments.kvmem import KIND_RECORDS, LayerKindRecord
 from ..experiments.whole_model import PART_RECORDS, ModelPartRecord
 from ..model.shapes import shape_label, variant_label
+from ..model.weights import WeightFormat
 from ..model.what_if import OWN_MARK, is_own
 from ..records import ColumnSpec
 from .schema import DEFAULT_MAX_TIME_S
@@ -254,7 +255,8 @@ def describe_predict(point: Any) -> str:
 
 def describe_fit(point: Any) -> str:
     """'llama-3-70b on 8 x h100-sxm tp 8 context 8192 tpot 50ms', or with the memory
-    given: 'on 8 x 80GiB'; 'batch 64' where it asks for the longest context."""
+    given: 'on 8 x 80GiB'; 'batch 64' where it asks for the longest context; the weights
+    as the records name them where the point sets them ('weights int4 in groups of 128')."""
     device = point.memory or point.gpu
     count = f"{point.gpus} x " if point.gpus else ""
     on = f" on {count}{device}" if device else ""
@@ -263,7 +265,9 @@ def describe_fit(point: Any) -> str:
     targets = "".join(
         f" {name} {getattr(point, name)}" for name in ("tpot", "ttft") if getattr(point, name)
     )
-    return f"{point_name(point)}{on}{tp} {asked}{targets}"
+    dtype = point.weights_dtype
+    weights = f" weights {WeightFormat.of_point(dtype, point).describe()}" if dtype else ""
+    return f"{point_name(point)}{on}{tp} {asked}{targets}{weights}"
 
 
 def _fit() -> SectionKind:

@@ -88,6 +88,12 @@ def test_a_section_kind_names_its_points_and_says_what_it_holds():
     assert KINDS["fit"].describe(on_gpus) == "llama-3-70b on 8 x h100-sxm context 8192 tpot 50ms"
     in_memory = replace(asked, memory="80GiB", tp=4, batch=64)
     assert KINDS["fit"].describe(in_memory) == "llama-3-70b on 80GiB tp 4 batch 64"
+    quantised = replace(on_gpus, weights_dtype="int4", weight_only_kernel="tensor-cores")
+    assert (
+        KINDS["fit"]
+        .describe(quantised)
+        .endswith("tpot 50ms weights int4 in groups of 128, on the tensor cores")
+    )
     assert [command_of(n) for n in ("params", "decode")] == ["params", "decode-speed"]
     assert [title_of(n) for n in ("kvmem", "predict")] == ["KV-cache memory (K and V)", "predict"]
     assert [n for n in KINDS if sets_providers_side_by_side(n)] == ["decode"]

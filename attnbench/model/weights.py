@@ -79,6 +79,8 @@ SCALE_BITS = 16
 BLOCK_SCALE_BITS = 8
 #: How describe() says the attention is kept (a record's weights, as reports read them).
 KEPT_ATTENTION = ", the attention kept"
+#: How describe() says the head is quantised with the rest.
+QUANTIZED_HEAD = ", the head too"
 #: The peak a W4A4 matmul runs at (nvfp4 activations times nvfp4 weights).
 FLOAT4_PEAK = "float4"
 #: How tensor-parallel ranks hold the vocabulary: split over them, or whole on each.
@@ -254,7 +256,7 @@ class WeightFormat:
     def describe(self) -> str:
         if not self.quantized:
             return self.dtype
-        head = ", the head too" if self.quantized_head else ""
+        head = QUANTIZED_HEAD if self.quantized_head else ""
         head += KEPT_ATTENTION if self.kept_attention else ""
         head += ON_TENSOR_CORES if self.tensor_core_kernel else ""
         if self.dtype == "int4":

@@ -12,7 +12,7 @@ from ..model.calibration import CheckRow
 from ..model.devices import THIS_DEVICE, peak_name
 from ..model.roofline import STATE_FLOPS, WEIGHT_ONLY_TILE
 from ..model.units import format_bytes
-from ..model.weights import KEPT_ATTENTION, ON_TENSOR_CORES, WeightFormat
+from ..model.weights import KEPT_ATTENTION, ON_TENSOR_CORES, QUANTIZED_HEAD, WeightFormat
 from .columns import (
     fmt_4sig,
     fmt_int,
@@ -296,7 +296,7 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         peak = peak_name(stored.matmul_dtype(r["dtype"]))
         rate = f"matmuls at the {r['peak_tflops']:,.4g} TFLOP/s of {peak}"
         if r.get("model"):
-            head = ", the head too" in r["weights"]  # quantised with the rest
+            head = QUANTIZED_HEAD in r["weights"]  # quantised with the rest
             kept = f"the embeddings{'' if head else ' and the output head'} stay {r['dtype']}"
             if KEPT_ATTENTION in r["weights"]:
                 kept += ", as do the attention's projections, at its rate"

@@ -524,6 +524,12 @@ def check_calibration(sec: Section, base_dir: Path) -> None:
         raise sec.locate(exc) from None
 
 
+def _sets_a_time_target(sec: Section) -> bool:
+    """Whether a fit section sets a time target (tpot, ttft): the only use of its GPU's
+    peaks and of its kernels' rates."""
+    return any(sec.options.get(n) is not None for n in CALIBRATED["fit"])
+
+
 def check_gpu_use(sec: Section) -> None:
     """A fit's GPU named beside its memory, with no target to time: the memory given
     replaces the GPU's, and only the targets use its peaks, so it would change nothing but
@@ -531,7 +537,7 @@ def check_gpu_use(sec: Section) -> None:
     GPU the file sets for all its sections may serve another."""
     if sec.name != "fit" or not (sec.sets_itself("gpu") and sec.sets_itself("memory")):
         return
-    if any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
+    if _sets_a_time_target(sec):
         return
     reason = (
         "has no effect beside {memory}, which replaces its memory: only {tpot} and {ttft} "
@@ -619,7 +625,7 @@ def check_weight_only_kernel_use(sec: Section) -> None:
         return
     if "tensor-cores" not in sec.listed("weight_only_kernel"):
         return
-    if sec.name == "fit" and not any(sec.options.get(n) is not None for n in CALIBRATED["fit"]):
+    if sec.name == "fit" and not _sets_a_time_target(sec):
         reason = "has no effect without {tpot} or {ttft}: only they time the weights' kernels"
         error = FieldError("weight_only_kernel", "tensor-cores", reason, ("tpot", "ttft"))
         raise sec.locate(error)

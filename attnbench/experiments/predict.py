@@ -193,6 +193,10 @@ class PredictRecord:
     #: The model's decode step: the rows its matmuls compute as zeros to fill whole
     #: tensor-core tiles (ms), included in tpot_ms; None where there are none.
     padding_ms: float | None = info()
+    #: The model's decode step: what its weight-only kernel on the warp-level mma.sync
+    #: (Marlin's) takes beyond the matmul rate on a device whose full-rate instruction is
+    #: another (ms), included in tpot_ms; None elsewhere.
+    warp_mma_ms: float | None = info()
     #: Tokens each request generates after its prompt (None: no generation predicted).
     output_len: int | None = key(None)
     #: The batch's whole generation (ms): its prefill, then output_len - 1 decode steps
@@ -390,6 +394,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),
+        warp_mma_ms=_part_ms(found.get("step"), "warp_mma_s"),
         request_ttft_ms=_ms(found.get("request", found.get("prefill"))),
         **_generation(point, found, found_on),
         device_figures=device.figures(),
@@ -436,8 +441,8 @@ def _ms(found: ModelPrediction | None) -> float | None:
 
 
 def _part_ms(step: ModelPrediction | None, part: str) -> float | None:
-    """One part of the decode step's time (its dequantisation, its tiles' padding) in ms;
-    None for a layer shape or a step without it."""
+    """One part of the decode step's time (its dequantisation, its tiles' padding, its
+    warp-level kernels' surcharge) in ms; None for a layer shape or a step without it."""
     seconds = getattr(step, part) if step is not None else 0.0
     return seconds * 1e3 if seconds else None
 

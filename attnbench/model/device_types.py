@@ -154,6 +154,12 @@ class DeviceSpec:
     #: (attention_source); 0: not measured on the device or its chip, the matmul rate.
     attention_flops: float = 0.0
     attention_source: str = ""
+    #: The share of the matmul rate a kernel on the warp-level mma.sync reaches (Marlin's
+    #: weight-only kernels: Matmul.tile), where the device's full-rate instruction is
+    #: another (Hopper's wgmma), measured (warp_mma_source); 1: mma.sync is the full-rate
+    #: instruction (Ampere, Ada), or its rate was not measured on the chip.
+    warp_mma_share: float = 1.0
+    warp_mma_source: str = ""
 
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
@@ -171,6 +177,11 @@ class DeviceSpec:
             parts.append(
                 f"attention TFLOPS {_tflops(self.attention_flops)} in 16 bits, at most the "
                 f"matmul's ({self.attention_source})"
+            )
+        if self.warp_mma_share < 1:
+            parts.append(
+                f"a weight-only kernel on the warp-level mma.sync (Marlin's) at "
+                f"{self.warp_mma_share:.2f} of the matmul rate ({self.warp_mma_source})"
             )
         if self.expert_rows:
             parts.append(

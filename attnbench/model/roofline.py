@@ -14,6 +14,7 @@ the attention core (QK^T, softmax, PV), which reads the KV cache:
          + collectives
          + dequant_ops / float32_rate
          + padding_flops / (efficiency_flops * matmul_rate)
+         + own_tile_flops * (1 / warp_mma_share - 1) / (efficiency_flops * matmul_rate)
 
 `bandwidth` and the rates are what the device reaches in published microbenchmarks (a
 streaming kernel, a large GEMM: model/device_types.py), not its datasheet's peaks; the
@@ -41,7 +42,11 @@ Triton's fused MoE; 8 on Blackwell: TensorRT-LLM's) up to the instruction's rows
 whatever the engine on that device. Small batches' weight-only kernels multiply on the
 CUDA cores beside their dequantisation, untiled, or where WeightFormat.tensor_core_kernel
 says so (Marlin's, in vLLM and SGLang) on the tensor cores in tiles of WEIGHT_ONLY_TILE
-tokens, experts' too, whatever the device's instruction. The efficiencies are shares of
+tokens, experts' too, whatever the device's instruction, on Ampere's warp-level mma.sync:
+a Hopper runs all of that kernel's FLOPs, its tokens' and its zero rows'
+(own_tile_flops), at the share of its matmul rate a microbenchmark of mma.sync reaches
+against its wgmma (DeviceSpec.warp_mma_share; 1 where mma.sync is the full-rate
+instruction, or not measured). The efficiencies are shares of
 those figures, 1 by default (DEFAULT_MODEL), fitted by a calibration on a machine's own
 runs (model/calibration.py), as is `overhead_s`, a fixed cost per layer that no roofline
 sees (0 by default: the launches are counted). The cache streams at a share of its own,
@@ -57,7 +62,7 @@ Far from the device's ridge one term dwarfs the other and the two bounds agree; 
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
 nearer bound: over the 1,070 published measurements of docs/validation.md the sum's
-median error is 14.1% (726 within 25%), the larger term's 20.0% (612) (both with the same
+median error is 13.9% (732 within 25%), the larger term's 19.5% (622) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -418,6 +423,11 @@ class Matmul:
     #: device's): a weight-only kernel on the tensor cores, WEIGHT_ONLY_TILE.
     tile: int = 0
 
+    @property
+    def flops(self) -> float:
+        """The FLOPs of its tokens' rows: 2 per weight per token."""
+        return 2 * self.tokens * self.weights
+
     def padding_flops(self, rows: int, expert_rows: int = 0) -> float:
         """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`
         (the matmul's own `tile` where set): 2 per weight per padded row. A tensor-core
@@ -498,6 +508,16 @@ class ModelCounts:
         `rows` tokens (1: no tile) but where a matmul has its own, a grouped expert GEMM's
         from `expert_rows` (Matmul.padding_flops)."""
         return sum(m.padding_flops(rows, expert_rows) for m in self.matmuls if m.dtype == dtype)
+
+    def own_tile_flops(self, rows: int, dtype: str | None = None, expert_rows: int = 0) -> float:
+        """The FLOPs, their tokens' and their padding's, of the matmuls at the rate of
+        `dtype` whose kernel has its own tile (Matmul.tile: a weight-only kernel on the
+        tensor cores, Marlin's), on a device whose tensor cores tile `rows` tokens."""
+        return sum(
+            m.flops + m.padding_flops(rows, expert_rows)
+            for m in self.matmuls
+            if m.tile and m.dtype == dtype
+        )
 
 
 @dataclass(frozen=True)
@@ -1008,10 +1028,13 @@ class ModelPrediction:
     dequant_s: float = 0.0
     #: The tensor cores' work on the zero rows of the matmuls' last tiles.
     padding_s: float = 0.0
+    #: What a kernel on the warp-level mma.sync (Marlin's) takes beyond the matmul rate,
+    #: where the device's full-rate instruction is another (DeviceSpec.warp_mma_share).
+    warp_mma_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        parts = (self.allreduce_s, self.launch_s, self.dequant_s, self.padding_s)
+        parts = (self.allreduce_s, self.launch_s, self.dequant_s, self.padding_s, self.warp_mma_s)
         return self.roofline.time_s + sum(parts)
 
     @property
@@ -1058,11 +1081,20 @@ def predict_counts(
                 "gpu", device.name, "has no float32 rate to dequantise weight-only weights at"
             )
         dequant = counts.dequant_ops / rate
-    rates = {m.dtype for m in counts.matmuls}  # the step's (None), and any kept in dtype
+    # the matmuls' rates: the step's (None), and any kept in their dtype
+    rates = {
+        d: model.efficiency_flops * flops_for(device, d or counts.matmul_dtype or dtype)
+        for d in {m.dtype for m in counts.matmuls}
+    }
     padding = sum(
-        counts.padding_flops(device.mma_rows, d, device.expert_rows)
-        / (model.efficiency_flops * flops_for(device, d or counts.matmul_dtype or dtype))
-        for d in rates
+        counts.padding_flops(device.mma_rows, d, device.expert_rows) / rate
+        for d, rate in rates.items()
+    )
+    # a kernel of its own tile on the warp-level instruction: all its FLOPs at its share
+    slower = 1 / device.warp_mma_share - 1
+    warp_mma = slower * sum(
+        counts.own_tile_flops(device.mma_rows, d, device.expert_rows) / rate
+        for d, rate in rates.items()
     )
     launch = counts.kernels * device.launch_s
-    return ModelPrediction(counts, roof, collectives, launch, dequant, padding)
+    return ModelPrediction(counts, roof, collectives, launch, dequant, padding, warp_mma)

@@ -283,12 +283,19 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{r['gpu']}{_split(r)}: the rows its tensor cores compute as zeros, to fill whole "
             f"tiles, take {r['padding_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
+    warp = (r for r in records if r.get("warp_mma_ms"))
+    for r in {(r["gpu"], r["batch"], *map(r.get, splits)): r for r in warp}.values():
+        lines.append(
+            f"{r['gpu']}{_split(r)}: the weight-only kernel on the warp-level mma.sync, "
+            f"slower than the device's full-rate instruction, takes {r['warp_mma_ms']:.3g} ms "
+            f"more of each decode step at batch {r['batch']:,}"
+        )
+    surcharge = " + mma.sync's surcharge" if any(r.get("warp_mma_ms") for r in records) else ""
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
             "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "
             "attention core (its QK^T and PV at the attention kernel's rate), + launches + "
-            "collectives + dequantisation + tile padding + "
-            f"overhead, with {text}"
+            f"collectives + dequantisation + tile padding{surcharge} + overhead, with {text}"
         )
     quantised = [r for r in records if r.get("weights")]
     for r in {(r["weights"], bool(r.get("model"))): r for r in quantised}.values():

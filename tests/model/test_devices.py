@@ -29,7 +29,8 @@ def test_the_required_devices_are_there_by_their_own_names():
 @pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
 def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
     for field in dataclasses.fields(spec):
-        # no collectives: no peers; no expert tile: the instruction's is as small
+        # no collectives: no peers; no expert tile: the instruction's is as small; no
+        # warp-level share: mma.sync is the full-rate instruction, or not measured
         if field.name not in (
             "collectives",
             "interconnect_bandwidth",
@@ -37,6 +38,7 @@ def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
             "expert_source",
             "attention_flops",
             "attention_source",
+            "warp_mma_source",
         ):
             assert getattr(spec, field.name) not in (None, "", ()), field.name
     if spec.expert_rows:
@@ -243,6 +245,17 @@ def test_each_device_pads_matmuls_to_its_tensor_core_tile(spec: DeviceSpec):
     assert str(spec.mma_rows) == generation
     assert ("tcgen05" if blackwell else "wgmma" if generation == "64" else "") in spec.mma_source
     assert f"padded to multiples of {spec.mma_rows}" in spec.figures()
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_hoppers_run_the_warp_level_mma_sync_at_its_measured_share(spec: DeviceSpec):
+    """mma.sync is Ampere's and Ada's full-rate instruction; a Hopper runs it at the share
+    of wgmma an H100 SXM's microbenchmark measures, 668.332 of 901.924 TFLOPS. Blackwell's
+    is not measured, and CDNA has no mma.sync: the matmul rate."""
+    hopper = spec.mma_rows == 64 and "wgmma" in spec.mma_source
+    assert spec.warp_mma_share == (668.332 / 901.924 if hopper else 1.0)
+    said = "warp-level mma.sync (Marlin's) at 0.74 of the matmul rate" in spec.figures()
+    assert said == hopper and ("mma_m16n8k16.log" in spec.warp_mma_source) == hopper
 
 
 def test_the_h800_h20_a800_and_gh200_as_their_sources_give_them():

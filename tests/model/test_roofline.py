@@ -624,6 +624,28 @@ def test_weight_only_kernels_on_the_tensor_cores_pad_to_16_tokens_whatever_the_d
     )
 
 
+def test_a_weight_only_kernel_on_mma_sync_runs_at_the_devices_warp_level_share():
+    """Marlin multiplies with Ampere's warp-level mma.sync, which a Hopper runs at a share
+    of its full-rate wgmma: every FLOP of the kernel, its tokens' rows and its zero rows,
+    takes 1/share the time at the matmul rate. The rest of the step keeps the rate, as
+    does the kernel where the share is 1 (Ampere, Ada)."""
+    spec = get_preset("llama-2-7b")
+    body = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    marlin = WeightFormat.of("int4", weight_only_kernel="tensor-cores")
+    step = decode_counts(spec, 4, 128, "bfloat16", weights=marlin)
+    # 4 tokens' rows and 12 of zeros a weight; the head, kept in bfloat16, has no own tile
+    assert step.own_tile_flops(16) == pytest.approx(2 * 16 * body)
+    half = replace(TILED, warp_mma_share=0.5)
+    slow, full = (predict_counts(step, device, "bfloat16") for device in (half, TILED))
+    assert full.warp_mma_s == 0.0
+    assert slow.warp_mma_s == pytest.approx(2 * 16 * body / 1e14)  # as long again
+    assert slow.time_s - full.time_s == pytest.approx(slow.warp_mma_s)
+    gemv = decode_counts(spec, 4, 128, "bfloat16", weights=WeightFormat("int4"))
+    dense = decode_counts(spec, 4, 128, "bfloat16")
+    assert gemv.own_tile_flops(16) == dense.own_tile_flops(16) == 0
+    assert predict_counts(dense, half, "bfloat16").warp_mma_s == 0.0
+
+
 def test_a_weight_only_kernel_is_chosen_for_weight_only_weights_alone():
     assert WeightFormat.of("int8", weight_only_kernel="tensor-cores").tensor_core_kernel
     # a sweep's float8 and bfloat16 points keep their own tensor-core matmuls

@@ -94,6 +94,22 @@ def test_this_machine_is_named_so_with_its_probes_as_its_only_source(tmp_path):
     assert gpu_name("this") == "this machine" and gpu_name("h100-sxm") == "h100-sxm"
 
 
+def test_mma_syncs_surcharge_on_a_hopper_is_named_among_the_parts_of_a_step(tmp_path):
+    """Marlin's weight-only kernel on an H100 runs on mma.sync, slower than wgmma: the time
+    beyond the matmul rate is a part of the step, named; on an A100 it has none."""
+    out = tmp_path / "p.json"
+    args = ["predict", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--seq-len", "64"]
+    args += ["--weights-dtype", "int4", "--weight-only-kernel", "tensor-cores"]
+    assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
+    (record,) = json.loads(out.read_text())["records"]
+    assert 0 < record["warp_mma_ms"] < record["padding_ms"] < record["tpot_ms"]
+    assert any("warp-level mma.sync" in line for line in source_notes([record]))
+    args[4] = "a100-80gb"
+    assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
+    (ampere,) = json.loads(out.read_text())["records"]
+    assert ampere["warp_mma_ms"] is None and ampere["padding_ms"] > 0
+
+
 def test_the_tiles_padding_is_named_among_the_parts_of_a_step(tmp_path):
     """A decode step of one sequence on Hopper fills 64-row tiles: 63 rows of zeros a
     matmul, a part of the step named beside the launches and the collectives."""

@@ -272,16 +272,18 @@ _BLACKWELL_EXPERTS = Figure(
     "trtllm_gen_custom_ops.py",
 )
 _EXPERT_TILES = {_WGMMA: _HOPPER_EXPERTS, _TCGEN05: _BLACKWELL_EXPERTS}
-#: The share of a Hopper's matmul rate a kernel on Ampere's warp-level mma.sync reaches
-#: (Marlin's weight-only kernels): on an H100 SXM the instruction's microbenchmark, m16n8k16
-#: in 16 bits with float32 accumulation, reaches 668.332 TFLOPS over the whole kernel, and
-#: wgmma m64n256k16 with random operands 901.924 (the suite of arXiv 2402.13499, rerun on
-#: that card); vLLM's Machete kernel was written for it ("at best ~75% of peak" with mma).
-#: Blackwell's is not measured: its matmul rate.
 _HOPPER_MMA_RUNS = (
     "https://github.com/Johnsonms/NVIDIA-Hopper-Benchmark/blob/"
     "374a9f1622a84985b4cd970619189f688b66b4dd/reproduction/H100-dapperdingo/raw"
 )
+#: The share of a Hopper's matmul rate a kernel on Ampere's warp-level mma.sync reaches
+#: (Marlin's weight-only kernels): on an H100 SXM the instruction's microbenchmark, m16n8k16
+#: in 16 bits with float32 accumulation, reaches 668.332 TFLOPS over the whole kernel, and
+#: wgmma m64n256k16 with random operands 901.924 (the suite of arXiv 2402.13499, rerun on
+#: that card; its mma.sync operands are not zeros, so wgmma's are not taken at zero, where
+#: it reaches 976.599 and the share would be 0.684); vLLM's Machete kernel was written for
+#: it ("at best ~75% of peak" with mma).
+#: Blackwell's is not measured: its matmul rate.
 _HOPPER_WARP_MMA = Figure(
     668.332 / 901.924,
     f"mma.sync m16n8k16 668.332 TFLOPS over wgmma m64n256k16 901.924, both on an H100 SXM: "
@@ -290,6 +292,17 @@ _HOPPER_WARP_MMA = Figure(
     "https://github.com/vllm-project/vllm/pull/7174",
 )
 _WARP_MMA = {_WGMMA: _HOPPER_WARP_MMA}
+
+
+def _warp_mma_source(name: str, mma: Figure) -> str:
+    """The source of a device's mma.sync share: measured on the H100 SXM, the other
+    Hoppers' taken as its."""
+    if mma not in _WARP_MMA:
+        return ""
+    source = _WARP_MMA[mma].source
+    return source if name == "h100-sxm" else f"not measured: as the H100 SXM's, {source}"
+
+
 _MFMA = Figure(
     16,
     f"MFMA 16x16x16 (16-bit) and 16x16x32 (float8 on CDNA3), the smallest single-block "
@@ -456,7 +469,7 @@ def _device(
         attention_flops=attention_tflops * _T,
         attention_source=attention.source if attention is not None else "",
         warp_mma_share=_WARP_MMA[mma].value if mma in _WARP_MMA else 1.0,
-        warp_mma_source=_WARP_MMA[mma].source if mma in _WARP_MMA else "",
+        warp_mma_source=_warp_mma_source(name, mma),
     )
 
 

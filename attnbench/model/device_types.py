@@ -161,6 +161,10 @@ class DeviceSpec:
     warp_mma_share: float = 1.0
     warp_mma_source: str = ""
 
+    def __post_init__(self) -> None:
+        if not 0 < self.warp_mma_share <= 1:
+            raise ValueError(f"warp_mma_share must be in (0, 1], got {self.warp_mma_share}")
+
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
         flops = ", ".join(f"{d} {_tflops(v)}" for d, v in self.dense_flops.items())

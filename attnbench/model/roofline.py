@@ -422,11 +422,15 @@ class Matmul:
     #: The rows of the kernel's own tile, whatever the device's instruction (0: the
     #: device's): a weight-only kernel on the tensor cores, WEIGHT_ONLY_TILE.
     tile: int = 0
+    #: The FLOPs of its tokens' rows where they are not 2 per weight per token (0): the
+    #: busiest rank's experts under expert parallelism, whose routes are not the mean
+    #: share of the experts it holds that pads their tiles.
+    token_flops: float = 0.0
 
     @property
     def flops(self) -> float:
-        """The FLOPs of its tokens' rows: 2 per weight per token."""
-        return 2 * self.tokens * self.weights
+        """The FLOPs of its tokens' rows: 2 per weight per token, or token_flops."""
+        return self.token_flops or 2 * self.tokens * self.weights
 
     def padding_flops(self, rows: int, expert_rows: int = 0) -> float:
         """FLOPs on the zero rows that pad the tokens to a whole number of tiles of `rows`
@@ -892,7 +896,8 @@ def step_counts(
         # what one token goes through on this rank (ep > 1: on the busiest, its routes' mean)
         expert_weights = round(routes / tokens * per_expert)
         expert_flops = 2 * tokens * expert_weights
-        matmuls.append(Matmul(share, round(per_expert * touched), grouped=True))
+        held = round(per_expert * touched)  # the weights of the experts touched here
+        matmuls.append(Matmul(share, held, grouped=True, token_flops=expert_flops))
     # weight-only: on the CUDA cores, untiled, or on the tensor cores in the kernel's tiles
     tile = WEIGHT_ONLY_TILE if fmt.tensor_core_kernel else 0
     if fmt.dequant_ops:
@@ -1054,7 +1059,8 @@ def predict_counts(
     device's matmul rate for counts.matmul_dtype (default `dtype`), its attention core at
     the rate for `dtype`; each kernel pays the device's launch cost, each collective its
     latency and its bytes over the bus bandwidth; the zero rows that fill the matmuls'
-    last tiles of device.mma_rows tokens are computed at the matmul rate."""
+    last tiles of device.mma_rows tokens are computed at the matmul rate, and a kernel of
+    its own tile (Marlin's) on the warp-level mma.sync at device.warp_mma_share of it."""
     roof = predict(
         counts.bytes,
         counts.flops,

@@ -30,10 +30,11 @@ def gpu_name(gpu: object) -> str:
 
 
 def _split(record: Mapping[str, Any]) -> str:
-    """', ep 8, the attention data-parallel' as far as the record's experts are split
-    whole over ranks and its attention is data-parallel, else ''."""
+    """', tp 8, ep 8, the attention data-parallel' as far as the record's model is split
+    over ranks, its experts whole over them and its attention data-parallel, else ''."""
+    tp = f", tp {record['tp']}" if record.get("tp", 1) > 1 else ""
     ep = f", ep {record['ep']}" if record.get("ep") else ""
-    return ep + (f", the attention {record['attention']}" if record.get("attention") else "")
+    return tp + ep + (f", the attention {record['attention']}" if record.get("attention") else "")
 
 
 #: The table of `predict`: one row per point, part and phase (phase_rows).
@@ -270,7 +271,7 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     # the busiest rank's experts are more of them where they are split whole (ep)
     dequantised = (r for r in records if r.get("dequant_ms"))
-    splits = ("ep", "attention")
+    splits = ("tp", "ep", "attention")
     for r in {(r["gpu"], r["weights"], *map(r.get, splits)): r for r in dequantised}.values():
         lines.append(
             f"{r['gpu']}{_split(r)}: dequantising the weights ({r['weights']}) on the CUDA cores "

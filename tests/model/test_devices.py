@@ -256,6 +256,11 @@ def test_hoppers_run_the_warp_level_mma_sync_at_its_measured_share(spec: DeviceS
     assert spec.warp_mma_share == (668.332 / 901.924 if hopper else 1.0)
     said = "warp-level mma.sync (Marlin's) at 0.74 of the matmul rate" in spec.figures()
     assert said == hopper and ("mma_m16n8k16.log" in spec.warp_mma_source) == hopper
+    # measured on the H100 SXM alone: the other Hoppers say they take its figure
+    taken = spec.warp_mma_source.startswith("not measured: as the H100 SXM's")
+    assert taken == (hopper and spec.name != "h100-sxm")
+    with pytest.raises(ValueError, match="warp_mma_share"):
+        dataclasses.replace(spec, warp_mma_share=0.0)
 
 
 def test_the_h800_h20_a800_and_gh200_as_their_sources_give_them():

@@ -627,23 +627,45 @@ def test_weight_only_kernels_on_the_tensor_cores_pad_to_16_tokens_whatever_the_d
 def test_a_weight_only_kernel_on_mma_sync_runs_at_the_devices_warp_level_share():
     """Marlin multiplies with Ampere's warp-level mma.sync, which a Hopper runs at a share
     of its full-rate wgmma: every FLOP of the kernel, its tokens' rows and its zero rows,
-    takes 1/share the time at the matmul rate. The rest of the step keeps the rate, as
-    does the kernel where the share is 1 (Ampere, Ada)."""
+    takes 1/share the time at the matmul rate (its efficiency included). The rest of the
+    step keeps the rate, as does the kernel where the share is 1 (Ampere, Ada)."""
     spec = get_preset("llama-2-7b")
     body = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
-    marlin = WeightFormat.of("int4", weight_only_kernel="tensor-cores")
+    marlin = WeightFormat.of("int4", keep_attention=False, weight_only_kernel="tensor-cores")
     step = decode_counts(spec, 4, 128, "bfloat16", weights=marlin)
     # 4 tokens' rows and 12 of zeros a weight; the head, kept in bfloat16, has no own tile
     assert step.own_tile_flops(16) == pytest.approx(2 * 16 * body)
-    half = replace(TILED, warp_mma_share=0.5)
-    slow, full = (predict_counts(step, device, "bfloat16") for device in (half, TILED))
+    slower = replace(TILED, warp_mma_share=0.8)
+    slow, full = (predict_counts(step, device, "bfloat16") for device in (slower, TILED))
     assert full.warp_mma_s == 0.0
-    assert slow.warp_mma_s == pytest.approx(2 * 16 * body / 1e14)  # as long again
+    assert slow.warp_mma_s == pytest.approx(2 * 16 * body / 1e14 * (1 / 0.8 - 1))
     assert slow.time_s - full.time_s == pytest.approx(slow.warp_mma_s)
+    half = PerfModel(1.0, 0.5, 0.0, "test")  # at half the FLOP/s, twice the surcharge
+    assert predict_counts(step, slower, "bfloat16", model=half).warp_mma_s == pytest.approx(
+        2 * slow.warp_mma_s
+    )
+    # a head quantised with the rest is multiplied by the same kernel, in its tiles
+    head = WeightFormat.of("int4", quantize_head=True, weight_only_kernel="tensor-cores")
+    with_head = decode_counts(spec, 4, 128, "bfloat16", weights=head)
+    assert with_head.own_tile_flops(16) == pytest.approx(2 * 16 * (body + 32000 * 4096))
     gemv = decode_counts(spec, 4, 128, "bfloat16", weights=WeightFormat("int4"))
     dense = decode_counts(spec, 4, 128, "bfloat16")
     assert gemv.own_tile_flops(16) == dense.own_tile_flops(16) == 0
-    assert predict_counts(dense, half, "bfloat16").warp_mma_s == 0.0
+    assert predict_counts(dense, slower, "bfloat16").warp_mma_s == 0.0
+
+
+@pytest.mark.parametrize(("batch", "tp", "ep"), [(1, 1, 1), (8, 2, 1), (64, 2, 2), (8, 8, 8)])
+def test_a_weight_only_kernel_s_tokens_flops_are_those_the_step_counts(batch, tp, ep):
+    """The FLOPs of the tokens' rows of Marlin's matmuls, summed, are those the step counts
+    for its matmuls: a MoE's experts on the busiest rank under expert parallelism too,
+    whose routes are not the mean share of its experts that pads their tiles."""
+    spec = get_preset("mixtral-8x7b")
+    marlin = WeightFormat.of("int4", keep_attention=False, weight_only_kernel="tensor-cores")
+    step = decode_counts(spec, batch, 128, "bfloat16", None, tp, marlin, ep)
+    no_padding = sum(m.flops for m in step.matmuls if m.tile)
+    # all but the attention core (and the head, kept in bfloat16, untiled) is Marlin's
+    head = 2 * batch * 32000 * 4096 // tp
+    assert no_padding == pytest.approx(step.flops - step.attention_core_flops - head, rel=1e-6)
 
 
 def test_a_weight_only_kernel_is_chosen_for_weight_only_weights_alone():

@@ -103,11 +103,28 @@ def test_mma_syncs_surcharge_on_a_hopper_is_named_among_the_parts_of_a_step(tmp_
     assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
     (record,) = json.loads(out.read_text())["records"]
     assert 0 < record["warp_mma_ms"] < record["padding_ms"] < record["tpot_ms"]
-    assert any("warp-level mma.sync" in line for line in source_notes([record]))
+    notes = source_notes([record])
+    assert any("warp-level mma.sync" in line for line in notes)
+    assert any("tile padding + mma.sync's surcharge + overhead" in line for line in notes)
     args[4] = "a100-80gb"
     assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
     (ampere,) = json.loads(out.read_text())["records"]
     assert ampere["warp_mma_ms"] is None and ampere["padding_ms"] > 0
+    assert not any("surcharge" in line for line in source_notes([ampere]))
+
+
+def test_a_tp_sweep_names_each_degrees_parts_of_a_step(tmp_path):
+    """The parts of a step a note gives (dequantisation, tiles, mma.sync) differ with the
+    tensor-parallel degree: each degree's line is there, named."""
+    out = tmp_path / "p.json"
+    args = ["predict", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--seq-len", "64"]
+    args += ["--weights-dtype", "int4", "--weight-only-kernel", "tensor-cores", "--tp", "1,2"]
+    assert runner.invoke(app, [*args, "--json", str(out), "-q"]).exit_code == 0
+    records = json.loads(out.read_text())["records"]
+    notes = source_notes(records)
+    for part in ("dequantising", "compute as zeros", "warp-level mma.sync"):
+        lines = [line for line in notes if part in line]
+        assert len(lines) == 2 and sum("h100-sxm, tp 2:" in line for line in lines) == 1
 
 
 def test_the_tiles_padding_is_named_among_the_parts_of_a_step(tmp_path):

@@ -291,18 +291,10 @@ _HOPPER_WARP_MMA = Figure(
     "vLLM's Machete, at best ~75% of peak with mma: "
     "https://github.com/vllm-project/vllm/pull/7174",
 )
-_WARP_MMA = {_WGMMA: _HOPPER_WARP_MMA}
-
-
-def _warp_mma_source(name: str, mma: Figure) -> str:
-    """The source of a device's mma.sync share: measured on the H100 SXM, the other
-    Hoppers' taken as its."""
-    if mma not in _WARP_MMA:
-        return ""
-    source = _WARP_MMA[mma].source
-    return source if name == "h100-sxm" else f"not measured: as the H100 SXM's, {source}"
-
-
+#: The other Hoppers' share: the H100 SXM's, not measured on them.
+_HOPPER_WARP_MMA_TAKEN = replace(
+    _HOPPER_WARP_MMA, source=f"not measured: as the H100 SXM's, {_HOPPER_WARP_MMA.source}"
+)
 _MFMA = Figure(
     16,
     f"MFMA 16x16x16 (16-bit) and 16x16x32 (float8 on CDNA3), the smallest single-block "
@@ -424,13 +416,16 @@ def _device(
     *,
     mma: Figure,
     attention: Figure | None = None,
+    warp_mma: Figure | None = None,
 ) -> DeviceSpec:
     """A spec from the vendor's units (GB, GB/s, TFLOPS, GB/s per direction) and the
     measured figures: `bandwidth` in GB/s, or a share of the datasheet (a value at most 1);
     `matmul` TFLOPS by dtype, or {"share": a share} for a device not measured; `mma` the
     rows of its smallest tensor-core tile; `attention` a 16-bit attention kernel's TFLOPS,
-    or a share of the datasheet's bfloat16 (None: not measured on its chip). A dtype not
-    measured takes the datasheet peak times bfloat16's measured share."""
+    or a share of the datasheet's bfloat16 (None: not measured on its chip); `warp_mma`
+    the share of the matmul rate a kernel on mma.sync reaches where that is not the
+    device's full-rate instruction (None: it is, or not measured). A dtype not measured
+    takes the datasheet peak times bfloat16's measured share."""
     achieved_gbs = bandwidth.value * (bandwidth_gbs if bandwidth.value <= 1 else 1)
     if "share" in matmul:
         share, flops_source = matmul["share"].value, matmul["share"].source
@@ -468,8 +463,8 @@ def _device(
         expert_source=_EXPERT_TILES[mma].source if mma in _EXPERT_TILES else "",
         attention_flops=attention_tflops * _T,
         attention_source=attention.source if attention is not None else "",
-        warp_mma_share=_WARP_MMA[mma].value if mma in _WARP_MMA else 1.0,
-        warp_mma_source=_warp_mma_source(name, mma),
+        warp_mma_share=warp_mma.value if warp_mma is not None else 1.0,
+        warp_mma_source=warp_mma.source if warp_mma is not None else "",
     )
 
 
@@ -555,6 +550,7 @@ _TABLE = (
         _H100_SXM.matmul,
         _H100_SXM.collectives,
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA,
         attention=_SAME_GH100_ATTENTION,
     ),
     # The PCIe card's NVLink bridge joins two cards only: collectives among more go over
@@ -582,6 +578,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16"),
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_HOPPER_ATTENTION,
     ),
     _device(
@@ -597,6 +594,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_HOPPER_ATTENTION,
     ),
     _device(
@@ -617,6 +615,7 @@ _TABLE = (
         },
         _NCCL_H200,
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_H200_ATTENTION,
     ),
     # The H800: the H100 SXM5 (the same GH100, memory and clocks), its NVLink cut to 400 GB/s
@@ -637,6 +636,7 @@ _TABLE = (
         },
         _NCCL_H800,
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_SAME_GH100_ATTENTION,
     ),
     # The H20: a Hopper with few tensor-core FLOP/s (148 TFLOPS dense in bfloat16) on HBM3.
@@ -663,6 +663,7 @@ _TABLE = (
         },
         replace(_NCCL_H100, source=f"not measured: as the H100's NVLink 4, {_NCCL_H100.source}"),
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_H20_ATTENTION,
     ),
     # The GH200's Hopper GPU, 96 GB version: a single GPU here (its peers are reached over
@@ -687,6 +688,7 @@ _TABLE = (
             ),
         },
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_SAME_GH100_ATTENTION,
     ),
     _device(
@@ -702,6 +704,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
         mma=_WGMMA,
+        warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_HOPPER_ATTENTION,
     ),
     _device(

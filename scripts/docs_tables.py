@@ -360,6 +360,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "attention": ("", "`data-parallel` where each rank runs its own sequences' attention "
                           "with the whole attention; empty: split over the tp ranks"),
         "launch_ms": ("ms", "of the model's decode step, its kernels' launches"),
+        "memory_latency_ms": ("ms", "of the model's decode step, its kernels' waits for their "
+                                    "first bytes, one load latency from memory each"),
         "request_ttft_ms": ("ms", "the time to first token of one request prefilled alone, "
                                   "as `fit --ttft` counts it: ttft_ms at batch 1"),
         "dequant_ms": ("ms", "of the model's decode step, dequantising its weight-only int8 "
@@ -535,12 +537,12 @@ def devices_table() -> str:
     return table(header, rows)
 
 
-def _links(*texts: str) -> str:
-    """The URLs of `texts`, as numbered links; 'share' where a text says the figure was not
-    measured on the device."""
+def _links(*texts: str, taken: str = "share of") -> str:
+    """The URLs of `texts`, as numbered links; after `taken` where a text says the figure
+    was not measured on the device (a share of a sibling's, or its figure as it is)."""
     urls = dict.fromkeys(re.findall(r"https://[^\s);]+", " ".join(texts)))
     links = ", ".join(f"[{i}]({url})" for i, url in enumerate(urls, 1))
-    return f"share of {links}" if any(t.startswith("not measured") for t in texts) else links
+    return f"{taken} {links}" if any(t.startswith("not measured") for t in texts) else links
 
 
 def measured_table() -> str:
@@ -563,6 +565,8 @@ def measured_table() -> str:
                 if c
                 else "none known",
                 f"{d.launch_s * 1e6:.3g} us",
+                f"{d.memory_latency_s * 1e9:,.0f} ns "
+                f"({_links(d.memory_latency_source, taken='as')})",
             ]
         )
     header = [
@@ -574,6 +578,7 @@ def measured_table() -> str:
         "Attention",
         "All-reduce: latency, bus bandwidth",
         "Launch",
+        "Load latency",
     ]
     return table(header, rows)
 

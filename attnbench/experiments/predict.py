@@ -183,6 +183,9 @@ class PredictRecord:
     attention: str | None = key(None)
     #: The model's step: its kernels' launches (ms), included in tpot_ms and ttft_ms.
     launch_ms: float | None = info()
+    #: The model's step: its kernels' waits for their first bytes, one memory latency each
+    #: (ms), included in tpot_ms and ttft_ms; None where the device's is not counted.
+    memory_latency_ms: float | None = info()
     #: The time to first token of one request whose prompt is prefilled alone, as fit's
     #: time-to-first-token target counts it: ttft_ms at batch 1; at a larger batch,
     #: ttft_ms is the prefill of all its prompts in one pass.
@@ -392,6 +395,7 @@ def run(point: PredictPoint, context: Context | None = None) -> PredictRecord:
         ep=point.ep if point.ep > 1 else None,
         attention=DATA_PARALLEL if data_parallel(point.tp, point.dp_attention) else None,
         launch_ms=found["step"].launch_s * 1e3 if "step" in found else None,
+        memory_latency_ms=_part_ms(found.get("step"), "memory_latency_s"),
         dequant_ms=_part_ms(found.get("step"), "dequant_s"),
         padding_ms=_part_ms(found.get("step"), "padding_s"),
         warp_mma_ms=_part_ms(found.get("step"), "warp_mma_s"),
@@ -441,8 +445,9 @@ def _ms(found: ModelPrediction | None) -> float | None:
 
 
 def _part_ms(step: ModelPrediction | None, part: str) -> float | None:
-    """One part of the decode step's time (its dequantisation, its tiles' padding, its
-    warp-level kernels' surcharge) in ms; None for a layer shape or a step without it."""
+    """One part of the decode step's time (its kernels' waits for their first bytes, its
+    dequantisation, its tiles' padding, its warp-level kernels' surcharge) in ms; None for
+    a layer shape or a step without it."""
     seconds = getattr(step, part) if step is not None else 0.0
     return seconds * 1e3 if seconds else None
 

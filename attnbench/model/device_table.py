@@ -25,6 +25,8 @@ Measured figures, the ones the roofline uses (each names its source):
   (https://github.com/sgl-project/sglang/pull/2904), below the model's 15;
 - kernel launch: the gap between consecutive kernels replayed from a CUDA graph, as
   serving engines run decode steps;
+- memory latency: a pointer chase's load from memory past every cache (gpu-benches'
+  gpu-latency), which each kernel waits for its first bytes;
 - the tensor-core tile: not a measurement but the instruction set's, the rows (tokens)
   of the smallest tile the tensor or matrix cores multiply at their full rate (16 for
   Ampere's and Ada's mma.sync and CDNA's MFMA, 64 for Hopper's wgmma and Blackwell's
@@ -295,6 +297,74 @@ _HOPPER_WARP_MMA = Figure(
 _HOPPER_WARP_MMA_TAKEN = replace(
     _HOPPER_WARP_MMA, source=f"not measured: as the H100 SXM's, {_HOPPER_WARP_MMA.source}"
 )
+# Memory latency: a pointer chase, one thread loading a chain of addresses spread over a
+# buffer past every cache (gpu-benches' gpu-latency), at the largest buffer each run
+# measured (over a gigabyte, as a model's weights span): the run's time over its loads.
+_LATENCY_RUNS = (
+    "https://github.com/xxrjun/gpu-benches/blob/3be3ab1eb02f0ed51151db899b8e3ef7a834f108/"
+    "gpu-latency"
+)
+_LATENCY_RUNS_MI300X = (
+    "https://github.com/xxrjun/gpu-benches/blob/c1cad2a10b96c02e6f14333ca7b93fdeb17a2e48/"
+    "gpu-latency/mi300x.txt"
+)
+_LATENCY_B300 = (
+    "https://github.com/markdewing/AI_kernels/blob/ba553f450a2f1dc619c92119f17851cb70554d85/"
+    "latency/README.md"
+)
+
+
+def _chase(card: str, buffer_kb: float, ms: float, loads: int, run: str) -> Figure:
+    """A memory latency in ns: `card`'s pointer chase of `loads` loads over a buffer of
+    `buffer_kb` kB in `ms` ms, as its file `run` states them."""
+    return Figure(
+        ms * 1e6 / loads,
+        f"pointer chase past every cache, {card}: a buffer of {buffer_kb:,} kB, {ms:,} ms for "
+        f"{loads:,} loads: {run}",
+    )
+
+
+def _latency_as(figure: Figure, of: str) -> Figure:
+    """`figure` for a device not measured, of the same chip or memory as `of`."""
+    return replace(figure, source=f"not measured: as the {of}, {figure.source}")
+
+
+_TE42KYFO_RUNS = "https://github.com/te42kyfo/gpu-benches/blob"
+_A100_80_LATENCY = _chase("A100 80GB", 1178534, 3688.7, 9428272, f"{_LATENCY_RUNS}/a100_80.txt")
+_A100_40_LATENCY = _chase(
+    "A100 40GB",
+    1529075,
+    9970.5,
+    24465205,
+    f"{_TE42KYFO_RUNS}/2f9158840909a373a52a7ec7b0acddbc2ccf10b0/cuda-latency/a100_40.txt",
+)
+_A40_LATENCY = _chase("A40", 1178534, 3016.6, 9428272, f"{_LATENCY_RUNS}/a40.txt")
+_L40_LATENCY = _chase("L40", 2018581.2, 4040.6, 16148650, f"{_LATENCY_RUNS}/l40.txt")
+_H100_PCIE_LATENCY = _chase(
+    "H100 PCIe",
+    1529075,
+    9177.7,
+    24465205,
+    f"{_TE42KYFO_RUNS}/a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-latency/h100_pcie.txt",
+)
+_GH200_LATENCY = _chase("GH200", 2475235, 6786.4, 19801884, f"{_LATENCY_RUNS}/gh200.txt")
+_MI300X_LATENCY = _chase("MI300X", 2143794.6, 7434.8, 17150357, _LATENCY_RUNS_MI300X)
+_MI210_LATENCY = _chase(
+    "MI210",
+    1529075,
+    9570.5,
+    24465205,
+    f"{_TE42KYFO_RUNS}/a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-latency/mi210.txt",
+)
+#: Another chase, whose file gives cycles: 810 with the clocks locked at 2,032 MHz.
+_B300_LATENCY = Figure(
+    810 / 2.032,
+    f"pointer chase past every cache, B300: 810 cycles with its clocks locked at 2,032 MHz: "
+    f"{_LATENCY_B300}",
+)
+_HOPPER_LATENCY = _latency_as(_GH200_LATENCY, "GH200's (the same GH100)")
+_ADA_LATENCY = _latency_as(_L40_LATENCY, "L40's (Ada, GDDR6)")
+
 _MFMA = Figure(
     16,
     f"MFMA 16x16x16 (16-bit) and 16x16x32 (float8 on CDNA3), the smallest single-block "
@@ -417,6 +487,7 @@ def _device(
     mma: Figure,
     attention: Figure | None = None,
     warp_mma: Figure | None = None,
+    latency: Figure | None = None,
 ) -> DeviceSpec:
     """A spec from the vendor's units (GB, GB/s, TFLOPS, GB/s per direction) and the
     measured figures: `bandwidth` in GB/s, or a share of the datasheet (a value at most 1);
@@ -424,8 +495,9 @@ def _device(
     rows of its smallest tensor-core tile; `attention` a 16-bit attention kernel's TFLOPS,
     or a share of the datasheet's bfloat16 (None: not measured on its chip); `warp_mma`
     the share of the matmul rate a kernel on mma.sync reaches where that is not the
-    device's full-rate instruction (None: it is, or not measured). A dtype not measured
-    takes the datasheet peak times bfloat16's measured share."""
+    device's full-rate instruction (None: it is, or not measured); `latency` a load's
+    from memory past the last cache, in ns (None: not measured on its chip). A dtype not
+    measured takes the datasheet peak times bfloat16's measured share."""
     achieved_gbs = bandwidth.value * (bandwidth_gbs if bandwidth.value <= 1 else 1)
     if "share" in matmul:
         share, flops_source = matmul["share"].value, matmul["share"].source
@@ -465,6 +537,8 @@ def _device(
         attention_source=attention.source if attention is not None else "",
         warp_mma_share=warp_mma.value if warp_mma is not None else 1.0,
         warp_mma_source=warp_mma.source if warp_mma is not None else "",
+        memory_latency_s=latency.value * 1e-9 if latency is not None else 0.0,
+        memory_latency_source=latency.source if latency is not None else "",
     )
 
 
@@ -550,6 +624,7 @@ _TABLE = (
         _H100_SXM.matmul,
         _H100_SXM.collectives,
         mma=_WGMMA,
+        latency=_HOPPER_LATENCY,
         warp_mma=_HOPPER_WARP_MMA,
         attention=_SAME_GH100_ATTENTION,
     ),
@@ -578,6 +653,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16"),
         mma=_WGMMA,
+        latency=_H100_PCIE_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_HOPPER_ATTENTION,
     ),
@@ -594,6 +670,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two cards only)"),
         mma=_WGMMA,
+        latency=_HOPPER_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_HOPPER_ATTENTION,
     ),
@@ -615,6 +692,7 @@ _TABLE = (
         },
         _NCCL_H200,
         mma=_WGMMA,
+        latency=_HOPPER_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_H200_ATTENTION,
     ),
@@ -636,6 +714,7 @@ _TABLE = (
         },
         _NCCL_H800,
         mma=_WGMMA,
+        latency=_HOPPER_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_SAME_GH100_ATTENTION,
     ),
@@ -663,6 +742,7 @@ _TABLE = (
         },
         replace(_NCCL_H100, source=f"not measured: as the H100's NVLink 4, {_NCCL_H100.source}"),
         mma=_WGMMA,
+        latency=_HOPPER_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_H20_ATTENTION,
     ),
@@ -688,6 +768,7 @@ _TABLE = (
             ),
         },
         mma=_WGMMA,
+        latency=_GH200_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_SAME_GH100_ATTENTION,
     ),
@@ -704,6 +785,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(5, "PCIe Gen5 x16 (the NVLink bridge joins two or four cards)"),
         mma=_WGMMA,
+        latency=_HOPPER_LATENCY,
         warp_mma=_HOPPER_WARP_MMA_TAKEN,
         attention=_HOPPER_ATTENTION,
     ),
@@ -720,6 +802,7 @@ _TABLE = (
         _A100_SXM.matmul,
         _A100_SXM.collectives,
         mma=_MMA_SYNC,
+        latency=_A100_80_LATENCY,
         attention=_AMPERE_ATTENTION,
     ),
     # The A800: the A100 SXM4 80GB's GA100 and memory, its NVLink cut to 400 GB/s both ways.
@@ -739,6 +822,7 @@ _TABLE = (
         },
         _NCCL_A800,
         mma=_MMA_SYNC,
+        latency=_latency_as(_A100_80_LATENCY, "A100 80GB's (GA100, HBM2e)"),
         attention=_AMPERE_ATTENTION,
     ),
     _device(
@@ -757,6 +841,7 @@ _TABLE = (
         _A100_SXM.matmul,
         _NCCL_A100,
         mma=_MMA_SYNC,
+        latency=_A100_40_LATENCY,
         attention=_AMPERE_ATTENTION,
     ),
     _device(
@@ -772,6 +857,7 @@ _TABLE = (
         _A100_PCIE_GEMM,
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_latency_as(_A100_80_LATENCY, "A100 80GB's (GA100, HBM2e)"),
         attention=_A100_ATTENTION,
     ),
     _device(
@@ -787,6 +873,7 @@ _TABLE = (
         _A100_PCIE_GEMM,
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_latency_as(_A100_40_LATENCY, "A100 40GB's (GA100, HBM2)"),
         attention=_AMPERE_ATTENTION,
     ),
     # The L40S datasheet gives dense | sparse; it has no NVLink.
@@ -810,6 +897,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_ADA_LATENCY,
     ),
     _device(
         "l40",
@@ -827,6 +915,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_L40_LATENCY,
     ),
     # The RTX 6000 Ada is the AD102 of the L40 and L40S (142 SMs) at a 2,505 MHz boost.
     # Its datasheet gives 48 GB at 960 GB/s, 91.1 TFLOPS in FP32 and one tensor figure,
@@ -854,6 +943,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_ADA_LATENCY,
     ),
     # AWS's A10G: the A10's datasheet for its memory (24 GB at 600 GB/s, the same GDDR6),
     # its rates measured: the A10G's tensor cores reach about half the A10's datasheet
@@ -882,6 +972,7 @@ _TABLE = (
         },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_latency_as(_A40_LATENCY, "A40's (GA102, GDDR6)"),
     ),
     # The A40: GA102 (as the A10G), BF16 and FP16 at full rate with FP32 accumulation; its
     # NVLink bridge joins two cards only: collectives among more go over PCIe.
@@ -903,6 +994,7 @@ _TABLE = (
         },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_A40_LATENCY,
     ),
     # The L20: AD102 at 275 W. Its TF32 is half and its FP8 and INT8 twice the 16-bit rate,
     # as Ada's tensor cores run them (the L40's datasheet).
@@ -931,6 +1023,7 @@ _TABLE = (
         },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_ADA_LATENCY,
     ),
     # The L4 datasheet gives the tensor-core figures with sparsity only: halved here.
     _device(
@@ -958,6 +1051,7 @@ _TABLE = (
         },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_ADA_LATENCY,
     ),
     # The Ada whitepaper's GeForce RTX 4090 figures with FP32 accumulation (the GeForce
     # cards run FP16 and BF16 at half rate when they accumulate in FP32, as frameworks do).
@@ -981,6 +1075,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
+        latency=_latency_as(_L40_LATENCY, "L40's (AD102; its GDDR6X not measured)"),
     ),
     _device(
         "b200",
@@ -1006,6 +1101,7 @@ _TABLE = (
         },
         _NCCL_B200,
         mma=_TCGEN05,
+        latency=_latency_as(_B300_LATENCY, "B300's (Blackwell, HBM3e)"),
     ),
     # The B300 (Blackwell Ultra) on the B200's NVLink 5 platform: its float4 rate up by 56%,
     # its int8 cut to a thirtieth; nothing of it measured in a published microbenchmark.
@@ -1030,6 +1126,7 @@ _TABLE = (
         {"share": _BLACKWELL_GEMM},
         replace(_NCCL_B200, source=f"not measured: as the B200's NVLink 5, {_NCCL_B200.source}"),
         mma=_TCGEN05,
+        latency=_B300_LATENCY,
     ),
     # Dense figures of the MI300X datasheet. Seven Infinity Fabric links of 128 GB/s (both
     # ways) join each GPU to the seven others of a platform: 896 GB/s in all, 448 per
@@ -1057,6 +1154,7 @@ _TABLE = (
         },
         _RCCL_MI300X,
         mma=_MFMA,
+        latency=_MI300X_LATENCY,
     ),
     # The MI325X sits on the MI300X's platform: the same seven Infinity Fabric links.
     _device(
@@ -1079,6 +1177,7 @@ _TABLE = (
         {"bfloat16": Figure(784.9, f"maximum achievable matmul FLOPS: {_MAMF}")},
         replace(_RCCL_MI300X, source=f"not measured: as the MI300X's node, {_RCCL_MI300X.source}"),
         mma=_MFMA,
+        latency=_latency_as(_MI300X_LATENCY, "MI300X's (CDNA3; its HBM3e not measured)"),
     ),
     # One GCD of an MI250X, the device a framework sees: half the package's memory,
     # bandwidth and FLOP/s (128 GB, 3,276.8 GB/s, 383 TFLOPS bfloat16); no float8.
@@ -1094,6 +1193,7 @@ _TABLE = (
         _HBM_CDNA,
         {"bfloat16": Figure(147.0, f"maximum achievable matmul FLOPS, one GCD: {_MAMF}")},
         mma=_MFMA,
+        latency=_latency_as(_MI210_LATENCY, "MI210's (CDNA2, the same die)"),
     ),
 )
 

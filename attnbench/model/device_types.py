@@ -160,10 +160,18 @@ class DeviceSpec:
     #: instruction (Ampere, Ada), or its rate was not measured on the chip.
     warp_mma_share: float = 1.0
     warp_mma_source: str = ""
+    #: The latency of one load from the device's memory, past its last cache: a pointer
+    #: chase's, measured (memory_latency_source). Each kernel waits it for its first bytes,
+    #: which then stream at memory_bandwidth (the latency-bandwidth model of a transfer);
+    #: 0: not counted (this machine, whose overhead per layer holds it).
+    memory_latency_s: float = 0.0
+    memory_latency_source: str = ""
 
     def __post_init__(self) -> None:
         if not 0 < self.warp_mma_share <= 1:
             raise ValueError(f"warp_mma_share must be in (0, 1], got {self.warp_mma_share}")
+        if self.memory_latency_s < 0:
+            raise ValueError(f"memory_latency_s must be >= 0, got {self.memory_latency_s}")
 
     def figures(self) -> str:
         """The figures that set a prediction, each with its source, in one paragraph."""
@@ -173,6 +181,11 @@ class DeviceSpec:
             f"matmul TFLOPS {flops} ({self.flops_source})",
             f"launch {self.launch_s * 1e6:.3g} us per kernel ({self.launch_source})",
         ]
+        if self.memory_latency_s:
+            parts.append(
+                f"load latency {self.memory_latency_s * 1e9:,.0f} ns from memory, a kernel's "
+                f"wait for its first bytes ({self.memory_latency_source})"
+            )
         if self.mma_rows > 1:
             parts.append(
                 f"matmul tokens padded to multiples of {self.mma_rows} ({self.mma_source})"

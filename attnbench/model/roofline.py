@@ -11,6 +11,7 @@ the attention core (QK^T, softmax, PV), which reads the KV cache:
          + attention_flops / (efficiency_flops * core_rate)   (the kernel's: attention_rate)
          + overheads * overhead_s
          + kernels * launch_s
+         + kernels * memory_latency_s
          + collectives
          + dequant_ops / float32_rate
          + padding_flops / (efficiency_flops * matmul_rate)
@@ -27,7 +28,10 @@ kernel's forward pass reaches on the device, where one was measured (FlashAttent
 the A100s and the Hoppers: DeviceSpec.attention_flops), at most the matmul rate.
 Each kernel pays the device's launch cost, the gap between kernels a captured graph
 replays (LAYER_KERNELS per layer, STEP_KERNELS per step, and QUANTISE_KERNELS before each
-matmul whose input a float8 or nvfp4 format quantises); the collectives are below.
+matmul whose input a float8 or nvfp4 format quantises), and waits one memory latency (a
+pointer chase's past the last cache: DeviceSpec.memory_latency_s) for its first bytes,
+which then stream at the bandwidth, as the latency-bandwidth model times a transfer; the
+collectives are below.
 Weight-only weights are turned into the activations' dtype on the CUDA cores, not the
 tensor cores, each once per step (WeightFormat.dequant_ops per weight), at the device's
 float32 rate. A tensor-core matmul multiplies
@@ -1036,10 +1040,19 @@ class ModelPrediction:
     #: What a kernel on the warp-level mma.sync (Marlin's) takes beyond the matmul rate,
     #: where the device's full-rate instruction is another (DeviceSpec.warp_mma_share).
     warp_mma_s: float = 0.0
+    #: The kernels' waits for their first bytes: one memory latency each.
+    memory_latency_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        parts = (self.allreduce_s, self.launch_s, self.dequant_s, self.padding_s, self.warp_mma_s)
+        parts = (
+            self.allreduce_s,
+            self.launch_s,
+            self.memory_latency_s,
+            self.dequant_s,
+            self.padding_s,
+            self.warp_mma_s,
+        )
         return self.roofline.time_s + sum(parts)
 
     @property
@@ -1057,7 +1070,8 @@ def predict_counts(
 ) -> ModelPrediction:
     """The time of a step of `counts` (one rank's) on `device`: its dense matmuls at the
     device's matmul rate for counts.matmul_dtype (default `dtype`), its attention core at
-    the rate for `dtype`; each kernel pays the device's launch cost, each collective its
+    the rate for `dtype`; each kernel pays the device's launch cost and one memory
+    latency before its first bytes arrive, each collective its
     latency and its bytes over the bus bandwidth; the zero rows that fill the matmuls'
     last tiles of device.mma_rows tokens are computed at the matmul rate, and a kernel of
     its own tile (Marlin's) on the warp-level mma.sync at device.warp_mma_share of it."""
@@ -1103,4 +1117,5 @@ def predict_counts(
         for d, rate in rates.items()
     )
     launch = counts.kernels * device.launch_s
-    return ModelPrediction(counts, roof, collectives, launch, dequant, padding, warp_mma)
+    latency = counts.kernels * device.memory_latency_s
+    return ModelPrediction(counts, roof, collectives, launch, dequant, padding, warp_mma, latency)

@@ -266,8 +266,11 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"take {r['allreduce_ms']:.3g} ms of each decode step at batch {r['batch']:,}"
         )
     for r in {r["gpu"]: r for r in records if r.get("launch_ms")}.values():
+        first_ms = r.get("memory_latency_ms")
+        first = f", their waits for their first bytes {first_ms:.3g} ms" if first_ms else ""
         lines.append(
-            f"{r['gpu']}: the model's kernel launches take {r['launch_ms']:.3g} ms of each step"
+            f"{r['gpu']}: the model's kernel launches take {r['launch_ms']:.3g} ms of each "
+            f"step{first}"
         )
     # the busiest rank's experts are more of them where they are split whole (ep)
     dequantised = (r for r in records if r.get("dequant_ms"))
@@ -292,11 +295,13 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"more of each decode step at batch {r['batch']:,}"
         )
     surcharge = " + mma.sync's surcharge" if any(r.get("warp_mma_ms") for r in records) else ""
+    waits = " + first loads" if any(r.get("memory_latency_ms") for r in records) else ""
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
             "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "
-            "attention core (its QK^T and PV at the attention kernel's rate), + launches + "
-            f"collectives + dequantisation + tile padding{surcharge} + overhead, with {text}"
+            "attention core (its QK^T and PV at the attention kernel's rate), + launches"
+            f"{waits} + collectives + dequantisation + tile padding{surcharge} + overhead, "
+            f"with {text}"
         )
     quantised = [r for r in records if r.get("weights")]
     for r in {(r["weights"], bool(r.get("model"))): r for r in quantised}.values():

@@ -263,6 +263,26 @@ def test_hoppers_run_the_warp_level_mma_sync_at_its_measured_share(spec: DeviceS
         dataclasses.replace(spec, warp_mma_share=0.0)
 
 
+#: The devices whose own pointer chase past every cache was published.
+LATENCY_MEASURED = {"h100-pcie", "gh200", "a100-80gb", "a100-40gb", "a40", "l40", "b300", "mi300x"}
+
+
+@pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
+def test_every_gpu_waits_a_measured_memory_latency_for_a_kernel_s_first_bytes(spec: DeviceSpec):
+    """A pointer chase's load from memory past every cache: 250 ns (GDDR6 of an L40) to
+    434 (an MI300X's HBM3). A card with no run of its own takes the one of its chip or
+    memory, and says so."""
+    assert 250e-9 <= spec.memory_latency_s <= 434e-9
+    assert "pointer chase" in spec.memory_latency_source
+    assert "https://" in spec.memory_latency_source
+    taken = spec.memory_latency_source.startswith("not measured: as the ")
+    assert taken == (spec.name not in LATENCY_MEASURED)
+    ns = f"load latency {spec.memory_latency_s * 1e9:,.0f} ns from memory"
+    assert ns in spec.figures()
+    with pytest.raises(ValueError, match="memory_latency_s"):
+        dataclasses.replace(spec, memory_latency_s=-1e-9)
+
+
 def test_the_h800_h20_a800_and_gh200_as_their_sources_give_them():
     """The H800 is the H100 SXM with NVLink at 400 GB/s both ways (its all-reduce measured:
     215 GB/s); the H20 a Hopper of 148 dense bfloat16 TFLOPS (141.86 measured) on HBM3 at

@@ -654,6 +654,24 @@ def test_a_weight_only_kernel_on_mma_sync_runs_at_the_devices_warp_level_share()
     assert predict_counts(dense, slower, "bfloat16").warp_mma_s == 0.0
 
 
+def test_each_kernel_waits_the_device_s_memory_latency_for_its_first_bytes():
+    """The latency-bandwidth model of a transfer: a kernel's bytes stream at the bandwidth
+    once its first load has come back, one memory latency after it asked, whatever its
+    bytes, batch or dtype; a device whose latency is not counted adds nothing."""
+    spec = get_preset("llama-2-7b")
+    latent = replace(DEVICE, memory_latency_s=4e-7)
+    for counts in (
+        decode_counts(spec, 1, 128, "bfloat16"),
+        decode_counts(spec, 64, 4096, "bfloat16", weights=WeightFormat("float8_e4m3fn")),
+        prefill_counts(spec, 2, 512, "bfloat16"),
+    ):
+        waits, plain = (predict_counts(counts, d, "bfloat16") for d in (latent, DEVICE))
+        assert plain.memory_latency_s == 0.0
+        assert waits.memory_latency_s == pytest.approx(counts.kernels * 4e-7)
+        assert waits.time_s - plain.time_s == pytest.approx(waits.memory_latency_s)
+        assert waits.launch_s == plain.launch_s  # beside the launches, not in them
+
+
 @pytest.mark.parametrize(("batch", "tp", "ep"), [(1, 1, 1), (8, 2, 1), (64, 2, 2), (8, 8, 8)])
 def test_a_weight_only_kernel_s_tokens_flops_are_those_the_step_counts(batch, tp, ep):
     """The FLOPs of the tokens' rows of Marlin's matmuls, summed, are those the step counts

@@ -154,7 +154,9 @@ def test_a_layer_s_float8_projections_run_at_the_float8_rate():
     assert fp8.attention_core_flops == fp8.attention_flops
     # and a kernel quantising the input of each of its two projections' matmuls
     assert fp8.kernels == full.kernels + 2 * QUANTISE_KERNELS
-    expected = dense + core + (ATTENTION_KERNELS + 2 * QUANTISE_KERNELS) * device.launch_s
+    # each kernel launched, and waiting one memory latency for its first bytes
+    per_kernel = device.launch_s + device.memory_latency_s
+    expected = dense + core + (ATTENTION_KERNELS + 2 * QUANTISE_KERNELS) * per_kernel
     found = predict_counts(fp8, device, "float16")
     assert found.time_s == pytest.approx(expected)
     assert found.time_s < predict_counts(full, device, "float16").time_s

@@ -86,7 +86,8 @@ def test_every_figure_still_names_its_sources(tmp_path, args):
     for r in {r["gpu"]: r for r in records}.values():
         (shown,) = [f for device, f in printed.items() if device.startswith(f"  - {r['gpu']} (")]
         shown = [re.sub(r"\[(\d+)\]", lambda m: listed[m[1]], figure) for figure in shown]
-        for figure in ("memory", "matmul TFLOPS", "launch", "matmul tokens", "all-reduce"):
+        named = ("memory", "matmul TFLOPS", "launch", "load latency", "matmul tokens")
+        for figure in (*named, "all-reduce"):
             (text,) = [f for f in shown if f.startswith(figure)]
             start = r["device_figures"].index(f"; {figure}" if figure != "memory" else figure)
             source = r["device_figures"][start:].lstrip("; ")
@@ -97,7 +98,8 @@ def test_every_figure_still_names_its_sources(tmp_path, args):
 def test_the_notes_come_before_the_sources(tmp_path):
     lines, _ = predicted(tmp_path, "--model", "llama-2-7b", "--gpu", "h100-sxm")
     start = lines.index("sources:")
-    for note in ("kernel launches take", "compute as zeros", "time = bytes / bandwidth"):
+    notes = ("kernel launches take", "their first bytes", "compute as zeros", "+ first loads")
+    for note in notes:
         assert any(note in line for line in lines[:start]), note
     assert all(REFERENCE.match(line) for line in lines[start + 1 : -1])
     assert lines[-1].startswith("wrote ")

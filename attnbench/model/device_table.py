@@ -300,15 +300,16 @@ _HOPPER_WARP_MMA_TAKEN = replace(
 # Memory latency: a pointer chase, one thread loading a chain of addresses spread over a
 # buffer past every cache (gpu-benches' gpu-latency), at the largest buffer each run
 # measured (over a gigabyte, as a model's weights span): the run's time over its loads.
-_LATENCY_RUNS = (
+_XXRJUN_LATENCY = (
     "https://github.com/xxrjun/gpu-benches/blob/3be3ab1eb02f0ed51151db899b8e3ef7a834f108/"
     "gpu-latency"
 )
-_LATENCY_RUNS_MI300X = (
+_XXRJUN_MI300X_LATENCY = (
     "https://github.com/xxrjun/gpu-benches/blob/c1cad2a10b96c02e6f14333ca7b93fdeb17a2e48/"
     "gpu-latency/mi300x.txt"
 )
-_LATENCY_B300 = (
+#: Another chase's table, in cycles at unlocked clocks but for the B300's, locked.
+_MARKDEWING_LATENCY = (
     "https://github.com/markdewing/AI_kernels/blob/ba553f450a2f1dc619c92119f17851cb70554d85/"
     "latency/README.md"
 )
@@ -324,43 +325,46 @@ def _chase(card: str, buffer_kb: float, ms: float, loads: int, run: str) -> Figu
     )
 
 
-def _latency_as(figure: Figure, of: str) -> Figure:
-    """`figure` for a device not measured, of the same chip or memory as `of`."""
-    return replace(figure, source=f"not measured: as the {of}, {figure.source}")
+def _latency_as(figure: Figure, of: str, cycles: int = 0) -> Figure:
+    """`figure` for a device not measured in ns, of the same chip or memory as `of`; where
+    the other chase's table has the device's own run, its `cycles` at unlocked clocks (no
+    clock stated) are said beside it."""
+    own = ""
+    if cycles:
+        own = f"its own chase {cycles} cycles at an unstated clock ({_MARKDEWING_LATENCY}); "
+    return replace(figure, source=f"not measured in ns: {own}as the {of}, {figure.source}")
 
 
-_TE42KYFO_RUNS = "https://github.com/te42kyfo/gpu-benches/blob"
-_A100_80_LATENCY = _chase("A100 80GB", 1178534, 3688.7, 9428272, f"{_LATENCY_RUNS}/a100_80.txt")
+_A100_80_LATENCY = _chase("A100 80GB", 1178534, 3688.7, 9428272, f"{_XXRJUN_LATENCY}/a100_80.txt")
 _A100_40_LATENCY = _chase(
     "A100 40GB",
     1529075,
     9970.5,
     24465205,
-    f"{_TE42KYFO_RUNS}/2f9158840909a373a52a7ec7b0acddbc2ccf10b0/cuda-latency/a100_40.txt",
+    _GPU_BENCHES + "2f9158840909a373a52a7ec7b0acddbc2ccf10b0/cuda-latency/a100_40.txt",
 )
-_A40_LATENCY = _chase("A40", 1178534, 3016.6, 9428272, f"{_LATENCY_RUNS}/a40.txt")
-_L40_LATENCY = _chase("L40", 2018581.2, 4040.6, 16148650, f"{_LATENCY_RUNS}/l40.txt")
+_A40_LATENCY = _chase("A40", 1178534, 3016.6, 9428272, f"{_XXRJUN_LATENCY}/a40.txt")
+_L40_LATENCY = _chase("L40", 2018581.2, 4040.6, 16148650, f"{_XXRJUN_LATENCY}/l40.txt")
 _H100_PCIE_LATENCY = _chase(
     "H100 PCIe",
     1529075,
     9177.7,
     24465205,
-    f"{_TE42KYFO_RUNS}/a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-latency/h100_pcie.txt",
+    _GPU_BENCHES + "a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-latency/h100_pcie.txt",
 )
-_GH200_LATENCY = _chase("GH200", 2475235, 6786.4, 19801884, f"{_LATENCY_RUNS}/gh200.txt")
-_MI300X_LATENCY = _chase("MI300X", 2143794.6, 7434.8, 17150357, _LATENCY_RUNS_MI300X)
+_GH200_LATENCY = _chase("GH200", 2475235, 6786.4, 19801884, f"{_XXRJUN_LATENCY}/gh200.txt")
+_MI300X_LATENCY = _chase("MI300X", 2143794.6, 7434.8, 17150357, _XXRJUN_MI300X_LATENCY)
 _MI210_LATENCY = _chase(
     "MI210",
     1529075,
     9570.5,
     24465205,
-    f"{_TE42KYFO_RUNS}/a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-latency/mi210.txt",
+    _GPU_BENCHES + "a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-latency/mi210.txt",
 )
-#: Another chase, whose file gives cycles: 810 with the clocks locked at 2,032 MHz.
 _B300_LATENCY = Figure(
     810 / 2.032,
     f"pointer chase past every cache, B300: 810 cycles with its clocks locked at 2,032 MHz: "
-    f"{_LATENCY_B300}",
+    f"{_MARKDEWING_LATENCY}",
 )
 _HOPPER_LATENCY = _latency_as(_GH200_LATENCY, "GH200's (the same GH100)")
 _ADA_LATENCY = _latency_as(_L40_LATENCY, "L40's (Ada, GDDR6)")
@@ -624,7 +628,7 @@ _TABLE = (
         _H100_SXM.matmul,
         _H100_SXM.collectives,
         mma=_WGMMA,
-        latency=_HOPPER_LATENCY,
+        latency=_latency_as(_GH200_LATENCY, "GH200's (the same GH100)", cycles=700),
         warp_mma=_HOPPER_WARP_MMA,
         attention=_SAME_GH100_ATTENTION,
     ),
@@ -1075,7 +1079,7 @@ _TABLE = (
         {"share": _HOPPER_GEMM},
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
-        latency=_latency_as(_L40_LATENCY, "L40's (AD102; its GDDR6X not measured)"),
+        latency=_latency_as(_L40_LATENCY, "L40's (AD102)", cycles=636),
     ),
     _device(
         "b200",
@@ -1101,7 +1105,9 @@ _TABLE = (
         },
         _NCCL_B200,
         mma=_TCGEN05,
-        latency=_latency_as(_B300_LATENCY, "B300's (Blackwell, HBM3e)"),
+        latency=_latency_as(
+            _B300_LATENCY, "B300's (Blackwell, HBM3e; 848 cycles unlocked)", cycles=860
+        ),
     ),
     # The B300 (Blackwell Ultra) on the B200's NVLink 5 platform: its float4 rate up by 56%,
     # its int8 cut to a thirtieth; nothing of it measured in a published microbenchmark.

@@ -295,7 +295,8 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"more of each decode step at batch {r['batch']:,}"
         )
     surcharge = " + mma.sync's surcharge" if any(r.get("warp_mma_ms") for r in records) else ""
-    waits = " + first loads" if any(r.get("memory_latency_ms") for r in records) else ""
+    # a layer's row waits too, where the step that would say so is not predicted
+    waits = " + first loads" if any("load latency" in r["device_figures"] for r in records) else ""
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
             "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "

@@ -66,7 +66,7 @@ Far from the device's ridge one term dwarfs the other and the two bounds agree; 
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
 nearer bound: over the 1,070 published measurements of docs/validation.md the sum's
-median error is 13.9% (732 within 25%), the larger term's 19.5% (622) (both with the same
+median error is 13.8% (757 within 25%), the larger term's 18.7% (647) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that
@@ -1118,4 +1118,13 @@ def predict_counts(
     )
     launch = counts.kernels * device.launch_s
     latency = counts.kernels * device.memory_latency_s
-    return ModelPrediction(counts, roof, collectives, launch, dequant, padding, warp_mma, latency)
+    return ModelPrediction(
+        counts,
+        roof,
+        allreduce_s=collectives,
+        launch_s=launch,
+        dequant_s=dequant,
+        padding_s=padding,
+        warp_mma_s=warp_mma,
+        memory_latency_s=latency,
+    )

@@ -308,7 +308,8 @@ _XXRJUN_MI300X_LATENCY = (
     "https://github.com/xxrjun/gpu-benches/blob/c1cad2a10b96c02e6f14333ca7b93fdeb17a2e48/"
     "gpu-latency/mi300x.txt"
 )
-#: Another chase's table, in cycles at unlocked clocks but for the B300's, locked.
+#: Another chase's table: cycles at unlocked clocks, no clock stated, but for a B300 with
+#: its clocks locked.
 _MARKDEWING_LATENCY = (
     "https://github.com/markdewing/AI_kernels/blob/ba553f450a2f1dc619c92119f17851cb70554d85/"
     "latency/README.md"

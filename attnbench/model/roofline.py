@@ -883,7 +883,12 @@ def step_counts(
     # every token goes through the projections and the dense matmuls (MLA's projections
     # are in "attention" too), the head through the last token of each sequence
     dense_params = sum(parts.get(p, 0) for p in dense_parts)
-    matmuls = [Matmul(tokens, dense_params), Matmul(attn_tokens, attn_params - kept)]
+    matmuls = [Matmul(tokens, dense_params), Matmul(attn_tokens, attn_params - kept - routed_attn)]
+    if routed_attn:  # routed attention projections (JetMoE's): those of the experts touched
+        experts, k = traits.num_experts, traits.experts_per_token
+        touched = experts_touched(experts, k, attn_tokens)
+        held = round(routed_attn / experts * touched)
+        matmuls.append(Matmul(attn_tokens * k / touched, held, grouped=True))
     expert_flops, expert_weights = 0, 0
     routed_experts = bool(traits.num_experts and parts["experts"])
     if routed_experts:

@@ -166,6 +166,24 @@ def test_jetmoe_attention_experts_are_not_split_by_expert_parallelism(tmp_path) 
         decode_counts(spec, 2, 8, "float32", None, 2, ep=2)
 
 
+@pytest.mark.parametrize("batch", [1, 2, 64])
+def test_jetmoe_matmuls_hold_the_attention_experts_its_tokens_touch(tmp_path, batch) -> None:
+    """The matmuls whose tiles are padded (and, on Marlin's kernel, surcharged) hold the
+    attention experts a step's tokens touch, as the MLP's: their tokens' FLOPs add up to
+    the step's, and a single token's hold 2 of the 4 experts' weights, not all 4 (which
+    counted 24% more FLOPs than the step's)."""
+    spec = _loaded(JETMOE, tmp_path)
+    step = decode_counts(spec, batch, 8, "float32")
+    tokens_flops = sum(m.flops for m in step.matmuls)
+    assert tokens_flops == pytest.approx(step.flops - step.attention_core_flops, rel=1e-3)
+    routed = [m for m in step.matmuls if m.grouped]
+    assert len(routed) == 2  # the attention's experts and the MLP's
+    if batch == 1:  # one token: 2 of the 4 attention experts, each its whole token
+        experts_attention = 2 * 4 * 2 * (2 * 16) * 64  # layers, experts, in and out, kv, d
+        assert routed[0].tokens == pytest.approx(1)
+        assert routed[0].weights == experts_attention // 2
+
+
 def test_zamba2_shared_blocks_are_read_at_each_use(tmp_path) -> None:
     built = _built(ZAMBA2)
     spec = _loaded(ZAMBA2, tmp_path)

@@ -367,7 +367,9 @@ _B300_LATENCY = Figure(
     f"pointer chase past every cache, B300: 810 cycles with its clocks locked at 2,032 MHz: "
     f"{_MARKDEWING_LATENCY}",
 )
-_HOPPER_LATENCY = _latency_as(_GH200_LATENCY, "GH200's (the same GH100)")
+_GH100 = "GH200's (the same GH100)"
+_HOPPER_LATENCY = _latency_as(_GH200_LATENCY, _GH100)
+_A100_80_LATENCY_TAKEN = _latency_as(_A100_80_LATENCY, "A100 80GB's (GA100, HBM2e)")
 _ADA_LATENCY = _latency_as(_L40_LATENCY, "L40's (Ada, GDDR6)")
 
 _MFMA = Figure(
@@ -629,7 +631,7 @@ _TABLE = (
         _H100_SXM.matmul,
         _H100_SXM.collectives,
         mma=_WGMMA,
-        latency=_latency_as(_GH200_LATENCY, "GH200's (the same GH100)", cycles=700),
+        latency=_latency_as(_GH200_LATENCY, _GH100, cycles=700),
         warp_mma=_HOPPER_WARP_MMA,
         attention=_SAME_GH100_ATTENTION,
     ),
@@ -827,7 +829,7 @@ _TABLE = (
         },
         _NCCL_A800,
         mma=_MMA_SYNC,
-        latency=_latency_as(_A100_80_LATENCY, "A100 80GB's (GA100, HBM2e)"),
+        latency=_A100_80_LATENCY_TAKEN,
         attention=_AMPERE_ATTENTION,
     ),
     _device(
@@ -862,7 +864,7 @@ _TABLE = (
         _A100_PCIE_GEMM,
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
-        latency=_latency_as(_A100_80_LATENCY, "A100 80GB's (GA100, HBM2e)"),
+        latency=_A100_80_LATENCY_TAKEN,
         attention=_A100_ATTENTION,
     ),
     _device(

@@ -27,6 +27,9 @@ PEAK_DTYPES: tuple[str, ...] = (
 
 _T = 1e12  # tera
 _G = 1e9  # giga
+#: How figures() names a device's load latency from memory (notes read it to say the
+#: kernels' first loads are timed).
+LOAD_LATENCY = "load latency"
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ class DeviceSpec:
         ]
         if self.memory_latency_s:
             parts.append(
-                f"load latency {self.memory_latency_s * 1e9:,.0f} ns from memory, a kernel's "
+                f"{LOAD_LATENCY} {self.memory_latency_s * 1e9:,.0f} ns from memory, a kernel's "
                 f"wait for its first bytes ({self.memory_latency_source})"
             )
         if self.mma_rows > 1:

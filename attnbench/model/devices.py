@@ -9,10 +9,10 @@ from typing import Any
 
 from ..errors import FieldError, closest
 from .device_table import DEVICES
-from .device_types import PEAK_DTYPES, Collectives, DeviceSpec
+from .device_types import LOAD_LATENCY, PEAK_DTYPES, Collectives, DeviceSpec
 from .dtypes import canonical_dtype
 
-__all__ = ["DEVICES", "PEAK_DTYPES", "THIS_DEVICE", "Collectives", "DeviceSpec"]
+__all__ = ["DEVICES", "LOAD_LATENCY", "PEAK_DTYPES", "THIS_DEVICE", "Collectives", "DeviceSpec"]
 
 #: attnbench's dtypes whose peak goes by another name.
 _PEAK_NAME = {"float8_e4m3fn": "float8", "float8_e5m2": "float8"}

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..model.calibration import CheckRow
-from ..model.devices import THIS_DEVICE, peak_name
+from ..model.devices import LOAD_LATENCY, THIS_DEVICE, peak_name
 from ..model.roofline import STATE_FLOPS, WEIGHT_ONLY_TILE
 from ..model.units import format_bytes
 from ..model.weights import KEPT_ATTENTION, ON_TENSOR_CORES, QUANTIZED_HEAD, WeightFormat
@@ -296,7 +296,8 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         )
     surcharge = " + mma.sync's surcharge" if any(r.get("warp_mma_ms") for r in records) else ""
     # a layer's row waits too, where the step that would say so is not predicted
-    waits = " + first loads" if any("load latency" in r["device_figures"] for r in records) else ""
+    timed = any(LOAD_LATENCY in r["device_figures"] for r in records)
+    waits = " + first loads" if timed else ""
     for text in dict.fromkeys(r["perf_model"] for r in records):
         lines.append(
             "time = bytes / bandwidth + FLOPs / matmul rate, for the dense matmuls and the "

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -322,6 +322,7 @@ def plan_sections(
         found = _check_points(kind, sec, points)
         if not found and kind.scaled is not None:
             found = _unused_groups(kind.scaled, sec, points)
+            points = _distinct(kind, points) if not found else points
         problems.extend(found)
         ordered = kind.order(points, options.get(name)) if kind.order else points
         if points and not ordered:
@@ -422,6 +423,28 @@ def _unused_groups(
         reason += f" (set {{{dtype_field}}} to {choices})"
         errors.append(sec.locate(FieldError(name, sec.shown(name), reason, (dtype_field,))))
     return errors
+
+
+def _distinct(kind: SectionKind, points: list) -> list:
+    """Each point with the format options that none of its formats takes at their
+    defaults (SCALE_GROUPS), and each distinct point once, in order: a sweep that crosses
+    --weights-group 64,128 or --weight-only-kernel with bfloat16 and int4 weights gives
+    the bfloat16 weights one point, not two identical ones, each recorded with an option
+    it does not have."""
+    assert kind.scaled is not None
+    fields = kind.point.__dataclass_fields__
+    distinct: dict[Any, Any] = {}
+    for point in points:
+        formats = kind.scaled(point)
+        unused = {
+            name: FIELDS[name].default
+            for name, (fmt, _, _) in SCALE_GROUPS.items()
+            if name in fields and fmt not in formats
+        }
+        if any(getattr(point, name) != default for name, default in unused.items()):
+            point = replace(point, **unused)
+        distinct.setdefault(point, point)
+    return list(distinct.values())
 
 
 def _combination(sec: Section, point: Any, reason: str) -> UsageError:

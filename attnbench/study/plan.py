@@ -428,9 +428,9 @@ def _unused_groups(
 def _distinct(kind: SectionKind, points: list) -> list:
     """Each point with the format options that none of its formats takes at their
     defaults (SCALE_GROUPS), and each distinct point once, in order: a sweep that crosses
-    --weights-group 64,128 or --weight-only-kernel with bfloat16 and int4 weights gives
-    the bfloat16 weights one point, not two identical ones, each recorded with an option
-    it does not have."""
+    weights_group [64, 128] or both weight-only kernels with bfloat16 and int4 weights
+    gives the bfloat16 weights one point, not two identical ones, each recorded with an
+    option it does not have."""
     assert kind.scaled is not None
     fields = kind.point.__dataclass_fields__
     distinct: dict[Any, Any] = {}

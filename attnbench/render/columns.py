@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..measure.stats import MIN_SPREAD_SAMPLES
+from ..model.capacity import DEFAULT_SCALE_DTYPE
 from ..model.units import format_bytes
 from ..model.what_if import OWN_MARK, is_own
 from ..records import ColumnSpec, Status
@@ -306,12 +307,37 @@ def _uses_kv_dtype(r: Mapping[str, Any]) -> bool:
     return (kv_dtype is not None and kv_dtype != r.get("dtype")) or (r.get("scale_bytes") or 0) > 0
 
 
+def kv_format_text(row: Mapping[str, Any]) -> str:
+    """A cache's dtype with the scales a quantised one takes where they are not the
+    defaults (one float16 scale per head and token): 'int8, groups of 32, float32 scales',
+    so that the rows of a sweep over groups or scale dtypes are told apart."""
+    parts = [fmt_plain(row.get("kv_dtype"))]
+    if row.get("scale_dtype") is not None:  # a quantised cache: it has scales
+        if row.get("kv_scale_group") is not None:
+            parts.append(f"groups of {row['kv_scale_group']:,}")
+        if row["scale_dtype"] != DEFAULT_SCALE_DTYPE:
+            parts.append(f"{row['scale_dtype']} scales")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class KvFormatColumn(Column):
+    """The cache's format (kv_format_text), in its cells and, the same in every row, in
+    the title."""
+
+    def text(self, row: Mapping[str, Any]) -> str:
+        return kv_format_text(row)
+
+    def title_part(self, row: Mapping[str, Any]) -> str:
+        return f"kv cache {kv_format_text(row)}"
+
+
 #: Option columns of kvmem, each group shown when some row uses the option it describes.
 KVMEM_OPTIONS: list[tuple[Callable[[Mapping[str, Any]], bool], list[Column]]] = [
     (
         _uses_kv_dtype,
         [
-            _label("kv dtype", "kv_dtype", 5, setting=True, title_text=lambda v: f"kv cache {v}"),
+            KvFormatColumn("kv dtype", "kv_dtype", fmt_plain, rank=5, kind="label", setting=True),
             _bytes("scales", "scale_bytes", 27),
         ],
     ),

@@ -65,8 +65,8 @@ classic roofline takes the larger of the two, the bound of one that overlaps the
 Far from the device's ridge one term dwarfs the other and the two bounds agree; near it
 (a prefill of a few hundred tokens, a decode batch of a few hundred sequences) a GEMM
 streams its weight tiles in stages that only partly overlap its math, and the sum is the
-nearer bound: over the 1,163 published measurements of docs/validation.md the sum's
-median error is 13.0% (842 within 25%), the larger term's 17.6% (722) (both with the same
+nearer bound: over the 1,181 published measurements of docs/validation.md the sum's
+median error is 13.1% (853 within 25%), the larger term's 17.8% (732) (both with the same
 measured figures; no figure is set from them). An H200's own runs (docs/gpu.md) show the
 other side: one matmul of a decode step of 128 tokens overlaps the two. Of a single
 GEMM, the sum of an H100's figures gives 0.71 to 1.34 times the float8 GEMM times that

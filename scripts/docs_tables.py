@@ -254,6 +254,8 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
                     "16- or 32-bit weights"),
         "vocab": ("", "`replicated` where every rank holds the whole vocabulary; empty: split"),
         "kv_dtype": ("", "the cache's dtype"),
+        "kv": ("", "a quantised cache's format, as `int8 in groups of 32, float32 scales`; "
+               "empty: a 16- or 32-bit cache"),
         "page_size": ("tokens", "tokens per block of a paged cache"),
         "sliding_window": ("tokens", "window of the windowed layers"),
         "windowed_layers": ("layers", "layers with a window"),

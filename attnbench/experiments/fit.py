@@ -51,7 +51,7 @@ from ..model.capacity import (
 )
 from ..model.devices import DEVICES, DeviceSpec
 from ..model.dtypes import served_dtype
-from ..model.model_params import weight_bytes_per_rank
+from ..model.model_params import has_own_head, weight_bytes_per_rank
 from ..model.parallelism import (
     DATA_PARALLEL,
     attention_split,
@@ -296,6 +296,9 @@ class FitRecord:
     #: split over them.
     vocab: str | None = key(None)
     kv_dtype: str = key()
+    #: A quantised cache's format in words ("int8 in groups of 32, float32 scales");
+    #: None: a 16- or 32-bit cache.
+    kv: str | None = key(None)
     page_size: int | None = key()
     layer_pattern: str | None = key(None)
     sliding_window: int | None = key()
@@ -390,6 +393,7 @@ def _record(
         weights=plan.weights.describe() if plan.weights.quantized else None,
         vocab=vocab_key(plan.weights),
         kv_dtype=plan.kv.dtype,
+        kv=plan.kv.describe() if plan.kv.quantized else None,
         page_size=plan.page_size,
         layer_pattern=plan.layer_pattern,
         sliding_window=window,
@@ -558,7 +562,7 @@ def scaled(point: FitPoint) -> frozenset[str]:
     spec = point.spec
     assert spec is not None
     kv = frozenset({"kv"}) if _kv(point, spec).quantized else frozenset()
-    return _weights(point, spec).scaled() | kv
+    return _weights(point, spec).scaled(own_head=has_own_head(spec)) | kv
 
 
 def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:

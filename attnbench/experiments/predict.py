@@ -32,7 +32,7 @@ from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, prefill_side_by_side, serving_itl_s
-from ..model.model_params import weight_bytes_per_rank
+from ..model.model_params import has_own_head, weight_bytes_per_rank
 from ..model.parallelism import DATA_PARALLEL, attention_split, data_parallel
 from ..model.roofline import (
     ModelCounts,
@@ -266,9 +266,9 @@ def target_of(point: PredictPoint, context: Context | None) -> Target:
 
 
 def scaled(point: PredictPoint) -> frozenset[str]:
-    """The formats of the point that carry scales: its weights', where quantised, and
-    "weights group" where a scale group may be set on them."""
-    return point.weights.scaled()
+    """The formats of the point that carry scales: its weights', where quantised, with
+    its model's own head, and "weights group" where a scale group may be set on them."""
+    return point.weights.scaled(own_head=point.spec is not None and has_own_head(point.spec))
 
 
 def check(point: PredictPoint) -> None:

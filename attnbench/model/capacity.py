@@ -80,6 +80,19 @@ class KvFormat:
     def quantized(self) -> bool:
         return self.dtype in QUANTIZED_KV_DTYPES
 
+    def describe(self) -> str:
+        """The cache's format in words, naming a quantised one's scales where they are
+        not the defaults (one float16 scale per vector): 'int8 in groups of 32, float32
+        scales'; a 16- or 32-bit cache's is its dtype."""
+        if not self.quantized:
+            return self.dtype
+        words = self.dtype
+        if self.scale_group is not None:
+            words += f" in groups of {self.scale_group:,}"
+        if self.scale_dtype != DEFAULT_SCALE_DTYPE:
+            words += f", {self.scale_dtype} scales"
+        return words
+
     def value_bytes(self, width: int) -> int:
         """Bytes of one vector's values."""
         return packed_bytes(width, self.dtype)

@@ -116,6 +116,16 @@ class StepTraits:
     experts_per_token: int
 
 
+def has_own_head(spec: ModelSpec) -> bool:
+    """The model's output head is a matrix of its own, not its embeddings' table (tied),
+    so quantised weights can quantise it. A model whose traits cannot be read is taken to
+    have one (its points say why they cannot be counted)."""
+    try:
+        return not step_traits(spec).tied_embeddings
+    except UsageError:
+        return True
+
+
 def step_traits(spec: ModelSpec) -> StepTraits:
     if spec.body is not None:
         body, moe = spec.body, spec.body.moe

@@ -190,12 +190,15 @@ class WeightFormat:
         blocks."""
         return self.dtype in GROUPED
 
-    def scaled(self) -> frozenset[str]:
+    def scaled(self, own_head: bool = False) -> frozenset[str]:
         """What of these weights carries scales, as the sections' scaled() name it:
-        "weights" where quantised, "weights group" where a scale group may be set, and
-        "weight-only weights" where a weight-only kernel multiplies them."""
+        "weights" where quantised, "head" where they are and the model's output head is
+        its own (`own_head`: not tied to the embeddings, which stay in the activations'
+        dtype), "weights group" where a scale group may be set, and "weight-only
+        weights" where a weight-only kernel multiplies them."""
         named = {
             "weights": self.quantized,
+            "head": self.quantized and own_head,
             "weights group": self.takes_group,
             "weight-only weights": self.dtype in WEIGHT_ONLY,
         }

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..measure.stats import MIN_SPREAD_SAMPLES
-from ..model.capacity import DEFAULT_SCALE_DTYPE
+from ..model.capacity import DEFAULT_SCALE_DTYPE, KvFormat
 from ..model.units import format_bytes
 from ..model.what_if import OWN_MARK, is_own
 from ..records import ColumnSpec, Status
@@ -308,16 +308,12 @@ def _uses_kv_dtype(r: Mapping[str, Any]) -> bool:
 
 
 def kv_format_text(row: Mapping[str, Any]) -> str:
-    """A cache's dtype with the scales a quantised one takes where they are not the
-    defaults (one float16 scale per head and token): 'int8, groups of 32, float32 scales',
-    so that the rows of a sweep over groups or scale dtypes are told apart."""
-    parts = [fmt_plain(row.get("kv_dtype"))]
-    if row.get("scale_dtype") is not None:  # a quantised cache: it has scales
-        if row.get("kv_scale_group") is not None:
-            parts.append(f"groups of {row['kv_scale_group']:,}")
-        if row["scale_dtype"] != DEFAULT_SCALE_DTYPE:
-            parts.append(f"{row['scale_dtype']} scales")
-    return ", ".join(parts)
+    """A kvmem row's cache in words (KvFormat.describe): 'int8 in groups of 32, float32
+    scales', so that the rows of a sweep over groups or scale dtypes are told apart."""
+    if row.get("kv_dtype") is None:
+        return NONE_TEXT
+    scale_dtype = row.get("scale_dtype") or DEFAULT_SCALE_DTYPE  # None: not quantised
+    return KvFormat(row["kv_dtype"], row.get("kv_scale_group"), scale_dtype).describe()
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@ degree) with the batch, the memory's batch and the predicted times."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
 
@@ -122,30 +125,36 @@ def answer_line(record: FitRecord) -> str:
     return line
 
 
-#: What may tell one answer of `fit` from another of the same run, and how a label says
-#: it: the model, the GPU and its memory, the split, the dtypes, the cache's layout.
-LABELS = (
-    ("model", str),
-    ("gpu", str),
-    ("gpus", lambda v: f"{v:,} GPUs"),
-    ("memory_bytes_per_gpu", lambda v: f"{format_bytes(v)} each"),
-    ("tp", lambda v: f"tp {v}"),
-    ("ep", lambda v: f"ep {v or 1}"),
-    ("attention", lambda v: f"the attention {v or 'split'}"),
-    ("weights_dtype", lambda v: f"{v} weights"),
-    ("kv_dtype", lambda v: f"{v} KV cache"),
-    ("page_size", lambda v: "no pages" if v is None else f"pages of {v:,} tokens"),
-    ("sliding_window", lambda v: "no window" if v is None else f"window {v:,}"),
-    ("layer_pattern", lambda v: f"layers {v}"),
+def _field(name: str) -> Callable[[FitRecord], Any]:
+    return lambda record: getattr(record, name)
+
+
+#: What may tell one answer of `fit` from another of the same run, how to read it from a
+#: record, and how a label says it: the model, the GPU and its memory, the split, the
+#: weights and the cache (their formats in words where quantised: the group of int4's,
+#: a cache's scales), the cache's layout.
+LABELS: tuple[tuple[Callable[[FitRecord], Any], Callable[[Any], str]], ...] = (
+    (_field("model"), str),
+    (_field("gpu"), str),
+    (_field("gpus"), lambda v: f"{v:,} GPUs"),
+    (_field("memory_bytes_per_gpu"), lambda v: f"{format_bytes(v)} each"),
+    (_field("tp"), lambda v: f"tp {v}"),
+    (_field("ep"), lambda v: f"ep {v or 1}"),
+    (_field("attention"), lambda v: f"the attention {v or 'split'}"),
+    (lambda r: r.weights or r.weights_dtype, lambda v: f"{v} weights"),
+    (lambda r: r.kv or r.kv_dtype, lambda v: f"{v} KV cache"),
+    (_field("page_size"), lambda v: "no pages" if v is None else f"pages of {v:,} tokens"),
+    (_field("sliding_window"), lambda v: "no window" if v is None else f"window {v:,}"),
+    (_field("layer_pattern"), lambda v: f"layers {v}"),
 )
 
 
 def answer_labels(records: list[FitRecord]) -> list[str]:
     """Each answer's label: the settings (LABELS) in which the records differ, '' for
     all when there is one record or they differ in none of them ('float8_e4m3fn KV
-    cache', 'llama-3-8b, tp 2')."""
-    differ = [(f, fmt) for f, fmt in LABELS if len({getattr(r, f) for r in records}) > 1]
-    return [", ".join(fmt(getattr(r, f)) for f, fmt in differ) for r in records]
+    cache', 'llama-3-8b, tp 2', 'int4 in groups of 64 weights')."""
+    differ = [(value, fmt) for value, fmt in LABELS if len({value(r) for r in records}) > 1]
+    return [", ".join(fmt(value(r)) for value, fmt in differ) for r in records]
 
 
 def latency_answer(record: FitRecord, label: str = "") -> str:

@@ -390,7 +390,7 @@ def _check_points(kind: SectionKind, sec: Section, points: list) -> list[UsageEr
 #: that do.
 SCALE_GROUPS = {
     "weights_group": ("weights group", "weights_dtype", GROUPED),
-    "quantize_head": ("weights", "weights_dtype", QUANTIZED),
+    "quantize_head": ("head", "weights_dtype", QUANTIZED),
     "keep_attention": ("weights", "weights_dtype", QUANTIZED),
     "weight_only_kernel": ("weight-only weights", "weights_dtype", WEIGHT_ONLY),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
@@ -443,7 +443,9 @@ def _distinct(kind: SectionKind, points: list) -> list:
         }
         if any(getattr(point, name) != default for name, default in unused.items()):
             point = replace(point, **unused)
-        distinct.setdefault(point, point)
+        # the same fields of two models of one name (a preset and a config.json) are
+        # two points: a point's fields hold its model's name and attention shape only
+        distinct.setdefault((id(getattr(point, "spec", None)), point), point)
     return list(distinct.values())
 
 

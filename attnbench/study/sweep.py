@@ -42,7 +42,7 @@ from ..model.architecture import ModelSpec
 from ..model.capacity import parse_seq_lens
 from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
-from ..model.model_params import step_traits
+from ..model.model_params import has_own_head
 from ..model.presets import get_preset
 from ..model.what_if import kv_heads_count, kv_heads_meant, what_if_specs
 from ..modules.hf_fallback import with_layer_types, with_whole_model
@@ -593,7 +593,7 @@ def check_head_use(sec: Section) -> None:
     read is taken to have one (its points say why they cannot be counted)."""
     if not (sec.sets_itself("quantize_head") and any(sec.listed("quantize_head"))):
         return
-    if any(not _tied_head(spec) for spec in sec.models):
+    if any(has_own_head(spec) for spec in sec.models):
         return
     if sec.models:
         names = ", ".join(spec.name for spec in sec.models)
@@ -633,13 +633,6 @@ def check_weight_only_kernel_use(sec: Section) -> None:
         return
     reason = "has no effect: a layer shape's times count no tile padding, only a model's do"
     raise sec.locate(FieldError("weight_only_kernel", "tensor-cores", reason))
-
-
-def _tied_head(spec: ModelSpec) -> bool:
-    try:
-        return step_traits(spec).tied_embeddings
-    except UsageError:
-        return False
 
 
 def long_patterns(sec: Section) -> list[FieldError]:

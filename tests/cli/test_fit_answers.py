@@ -44,3 +44,15 @@ def test_under_a_latency_target_the_answer_comes_first():
     assert lines[0].startswith("Largest batch within the targets at 8,192 tokens: ")
     assert ", where memory alone allows " in lines[0]
     assert lines[1].startswith("Targets: time per output token <= 12 ms")
+
+
+def test_answers_that_differ_in_a_format_option_alone_are_told_apart():
+    """A sweep over int4's scale group, or a cache's, labelled its answers alike (the
+    dtype's name alone, or nothing): each label names the format in words."""
+    args = ["--model", "llama-2-7b", "--seq-len", "4096", "--gpu", "h100-sxm"]
+    lines = fit(*args, "--weights-dtype", "int4", "--weights-group", "64,128")
+    assert lines[0].endswith("(int4 in groups of 64 weights)")
+    assert lines[1].endswith("(int4 in groups of 128 weights)")
+    lines = fit(*args, "--kv-dtype", "int8", "--kv-scale-group", "32,64")
+    assert lines[0].endswith("(int8 in groups of 32 KV cache)")
+    assert lines[1].endswith("(int8 in groups of 64 KV cache)")

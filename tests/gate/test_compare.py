@@ -1505,6 +1505,7 @@ def test_only_inputs_are_key_fields():
         "part",  # model_parts: the name of a part of the model
         "kind",  # layer_kinds: the name of a kind of layer of the model
         "weights",  # predict: weights_dtype and weights_group in words
+        "kv",  # fit: kv_dtype, kv_scale_group and scale_dtype in words
         "vocab",  # fit, predict: vocab_layout where it is replicated
         "attention",  # predict: dp_attention where it is data-parallel
     }

@@ -496,8 +496,8 @@ def test_kvmem_option_columns_only_when_used_and_before_status():
 
 def test_kvmem_rows_of_a_sweep_over_scale_groups_and_dtypes_are_told_apart():
     """The cache's scale group and scale dtype, where a quantised one's are not the
-    defaults, read in its kv dtype cell (and in the title where every row shares them):
-    rows that differ only in them looked alike."""
+    defaults, read in its kv dtype cell (KvFormat.describe), and in the title where every
+    row shares them: rows that differ only in them looked alike."""
     rows = kvmem_rows()[:1]
     base = {**rows[0], "kv_dtype": "int8", "scale_bytes": 4096, "scale_dtype": "float16"}
     rows = [
@@ -510,11 +510,11 @@ def test_kvmem_rows_of_a_sweep_over_scale_groups_and_dtypes_are_told_apart():
     assert [column.text(r) for r in rows] == [
         "bfloat16",
         "int8",
-        "int8, groups of 32",
-        "int8, groups of 32, float32 scales",
+        "int8 in groups of 32",
+        "int8 in groups of 32, float32 scales",
     ]
     view = build_table("KV", rows[3:], kvmem_columns(rows[3:]), 300, hint=HINT)
-    assert "kv cache int8, groups of 32, float32 scales" in render(view, 300)
+    assert "kv cache int8 in groups of 32, float32 scales" in render(view, 300)
 
 
 # --- decode -------------------------------------------------------------------------------

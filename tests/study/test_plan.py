@@ -140,3 +140,43 @@ def test_a_scale_group_serves_the_quantised_points_of_a_sweep(tmp_path):
     own.write_text("kvmem: {models: [llama-2-7b], kv_scale_group: 32}\n")
     with pytest.raises(Problems, match=r"kvmem.kv_scale_group: 32 \(.*own.yaml\): has no effect"):
         planning.plan_command("kvmem", str(own), {})
+
+
+def test_a_sweep_keeps_each_distinct_point_once_and_every_model(tmp_path):
+    """Options a point's formats do not take are reset and its duplicates dropped: a head
+    tied to the embeddings is not quantised (gemma-7b), 16-bit weights keep no attention
+    apart; two models of one name (a preset and a config.json of another depth), whose
+    points hold the same fields, both run."""
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "predict: {models: [gemma-7b, llama-2-7b], gpu: h100-sxm, seq_len: 64, "
+        "weights_dtype: int4, quantize_head: [false, true]}\n"
+    )
+    points = [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
+    assert [(p.model, p.quantize_head) for p in points] == [
+        ("gemma-7b", False),
+        ("llama-2-7b", False),
+        ("llama-2-7b", True),
+    ]
+    study.write_text(
+        "predict: {models: [llama-2-7b], gpu: h100-sxm, seq_len: 64, "
+        "weights_dtype: [bfloat16, int4], keep_attention: [false, true]}\n"
+    )
+    points = [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
+    assert [(p.weights_dtype, p.keep_attention) for p in points] == [
+        ("bfloat16", False),
+        ("int4", False),
+        ("int4", True),
+    ]
+    own = tmp_path / "llama-2-7b"
+    own.mkdir()
+    (own / "config.json").write_text(
+        '{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, '
+        '"num_key_value_heads": 32, "num_hidden_layers": 16, "intermediate_size": 11008, '
+        '"vocab_size": 32000, "max_position_embeddings": 4096, "torch_dtype": "float16"}'
+    )
+    study.write_text(
+        "predict: {models: [llama-2-7b, llama-2-7b/config.json], gpu: h100-sxm, seq_len: 64}\n"
+    )
+    points = [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
+    assert [p.spec.num_layers for p in points] == [32, 16]

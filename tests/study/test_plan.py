@@ -148,22 +148,23 @@ def test_a_sweep_keeps_each_distinct_point_once_and_every_model(tmp_path):
     apart; two models of one name (a preset and a config.json of another depth), whose
     points hold the same fields, both run."""
     study = tmp_path / "study.yaml"
-    study.write_text(
-        "predict: {models: [gemma-7b, llama-2-7b], gpu: h100-sxm, seq_len: 64, "
-        "weights_dtype: int4, quantize_head: [false, true]}\n"
+
+    def points(section: str) -> list:
+        study.write_text(f"predict: {{gpu: h100-sxm, seq_len: 64, {section}}}\n")
+        return [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
+
+    found = points(
+        "models: [gemma-7b, llama-2-7b], weights_dtype: int4, quantize_head: [false, true]"
     )
-    points = [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
-    assert [(p.model, p.quantize_head) for p in points] == [
+    assert [(p.model, p.quantize_head) for p in found] == [
         ("gemma-7b", False),
         ("llama-2-7b", False),
         ("llama-2-7b", True),
     ]
-    study.write_text(
-        "predict: {models: [llama-2-7b], gpu: h100-sxm, seq_len: 64, "
-        "weights_dtype: [bfloat16, int4], keep_attention: [false, true]}\n"
+    found = points(
+        "models: [llama-2-7b], weights_dtype: [bfloat16, int4], keep_attention: [false, true]"
     )
-    points = [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
-    assert [(p.weights_dtype, p.keep_attention) for p in points] == [
+    assert [(p.weights_dtype, p.keep_attention) for p in found] == [
         ("bfloat16", False),
         ("int4", False),
         ("int4", True),
@@ -175,8 +176,5 @@ def test_a_sweep_keeps_each_distinct_point_once_and_every_model(tmp_path):
         '"num_key_value_heads": 32, "num_hidden_layers": 16, "intermediate_size": 11008, '
         '"vocab_size": 32000, "max_position_embeddings": 4096, "torch_dtype": "float16"}'
     )
-    study.write_text(
-        "predict: {models: [llama-2-7b, llama-2-7b/config.json], gpu: h100-sxm, seq_len: 64}\n"
-    )
-    points = [t.point for t in planning.plan_command("predict", str(study), {}).tasks]
-    assert [p.spec.num_layers for p in points] == [32, 16]
+    found = points("models: [llama-2-7b, llama-2-7b/config.json]")
+    assert [p.spec.num_layers for p in found] == [32, 16]

@@ -101,9 +101,11 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "ratio_vs_mha": ("fraction", "kv_bytes over an MHA cache (as many KV heads as query "
                                      "heads)"),
         "kv_dtype": ("", "the cache's dtype"),
-        "kv_scale_group": ("elements", "values per scale of a quantised cache; empty: one "
-                                       "scale per vector (a token of a head)"),
-        "scale_dtype": ("", "the scales' dtype (quantised caches)"),
+        "kv_scale_group": ("elements", "values per scale of a quantised cache, `vector` "
+                                       "(one per token of a head) or `tensor` (none in the "
+                                       "cache); empty: the dtype's default, `tensor` for "
+                                       "float8, `vector` for int8 and int4"),
+        "scale_dtype": ("", "the scales' dtype (quantised caches that store scales)"),
         "scale_bytes": (BYTES, "the scales' share of kv_bytes"),
         "sliding_window": ("tokens", "window of the windowed layers; empty: none"),
         "windowed_layers": ("layers", "layers with a window"),

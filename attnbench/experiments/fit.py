@@ -115,7 +115,7 @@ class FitPoint:
     keep_attention: bool = False
     weight_only_kernel: str = "cuda-cores"
     kv_dtype: str | None = None
-    kv_scale_group: int | None = None
+    kv_scale_group: int | str | None = None
     sliding_window: int | None = None
     layer_pattern: str | None = None
     page_size: int | None = None
@@ -561,8 +561,7 @@ def scaled(point: FitPoint) -> frozenset[str]:
     (a point that is checked already: it has its model)."""
     spec = point.spec
     assert spec is not None
-    kv = frozenset({"kv"}) if _kv(point, spec).quantized else frozenset()
-    return _weights(point, spec).scaled(own_head=has_own_head(spec)) | kv
+    return _weights(point, spec).scaled(own_head=has_own_head(spec)) | _kv(point, spec).scaled()
 
 
 def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:

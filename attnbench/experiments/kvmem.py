@@ -55,7 +55,7 @@ class KvmemPoint:
     tp: int = 1
     head_dim: int | None = None
     kv_dtype: str | None = None
-    kv_scale_group: int | None = None
+    kv_scale_group: int | str | None = None
     sliding_window: int | None = None
     layer_pattern: str | None = None
     page_size: int | None = None
@@ -90,7 +90,7 @@ class KvmemRecord:
     ratio_vs_mha: float | None = info()
     status: str = info()
     kv_dtype: str = key()
-    kv_scale_group: int | None = key()
+    kv_scale_group: int | str | None = key()
     scale_dtype: str | None = key()
     scale_bytes: int = exact()
     sliding_window: int | None = key()
@@ -161,7 +161,7 @@ def check_section(values: Mapping[str, list], options: object, given: set[str]) 
 
 def scaled(point: KvmemPoint) -> frozenset[str]:
     """The formats of the point that carry scales: its cache's, where quantised."""
-    return frozenset({"kv"}) if _format(point).quantized else frozenset()
+    return _format(point).scaled()
 
 
 def _format(point: KvmemPoint) -> KvFormat:
@@ -274,7 +274,7 @@ def run(
         status=status,
         kv_dtype=fmt.dtype,
         kv_scale_group=fmt.scale_group,
-        scale_dtype=fmt.scale_dtype if fmt.quantized else None,
+        scale_dtype=fmt.scale_dtype if "kv scales" in fmt.scaled() else None,
         scale_bytes=total.scales,
         sliding_window=window,
         layer_pattern=point.layer_pattern,

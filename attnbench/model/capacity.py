@@ -8,8 +8,11 @@ One layer caches, per token of each sequence, `vectors` vectors of `width` eleme
 - MLA: one latent, vectors = 1, width = kv_lora_rank + qk_rope_head_dim.
 
 A vector of n elements of b bits takes ceil(n * b / 8) bytes (int4 packs two per byte).
-A quantised vector (float8, int8, int4) also stores ceil(n / g) scales for a scale group of
-g elements (default g = n: one scale per token per head), in the scale dtype.
+A quantised vector stores its scales in the cache, ceil(n / g) of them in the scale dtype for
+a scale group of g elements (`vector`: g = n, one scale per token per head), or none: a
+per-tensor scale (`tensor`) is one static scale per layer's K and V, kept with the layer's
+weights as vLLM, SGLang and TensorRT-LLM keep their float8 caches' (k_scale, v_scale). By
+default float8 caches are per tensor, int8 and int4 ones per vector (LMDeploy's, KIVI's).
 
 A layer with a sliding window W keeps min(S, W) tokens of a sequence of S tokens. Paged
 allocation rounds every sequence's tokens in every layer up to whole blocks of P tokens:
@@ -40,6 +43,10 @@ from .dtypes import (
 )
 
 DEFAULT_SCALE_DTYPE = "float16"
+#: kv_scale_group's words: one static scale per layer's K and V, held with the weights; one
+#: scale per cached vector (a token's head, or its MLA latent).
+PER_TENSOR, PER_VECTOR = "tensor", "vector"
+SCALE_GROUP_WORDS = (PER_TENSOR, PER_VECTOR)
 
 #: Sequence lengths of one batch: a list of lengths, or {length: how many sequences}.
 SeqLens = Sequence[int] | Mapping[int, int]
@@ -64,32 +71,56 @@ def positive_int(field: str, value: object, minimum: int = 1) -> int:
 @dataclass(frozen=True)
 class KvFormat:
     """The cache's element type, and for quantised types their scales: one scale per
-    `scale_group` elements of a vector (None: one per vector), stored as `scale_dtype`."""
+    `scale_group` elements of a vector, or per vector (`vector`), or one static scale per
+    layer's K and V held outside the cache (`tensor`); None: the dtype's default (float8
+    per tensor, int8 and int4 per vector). Scales in the cache are `scale_dtype`."""
 
     dtype: str
-    scale_group: int | None = None
+    scale_group: int | str | None = None
     scale_dtype: str = DEFAULT_SCALE_DTYPE
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype, "kv_dtype", KV_DTYPES)
         check_dtype(self.scale_dtype, "scale_dtype", SCALE_DTYPES)
-        if self.scale_group is not None:
+        if self.scale_group is not None and self.scale_group not in SCALE_GROUP_WORDS:
             positive_int("kv_scale_group", self.scale_group)
 
     @property
     def quantized(self) -> bool:
         return self.dtype in QUANTIZED_KV_DTYPES
 
+    @property
+    def scaling(self) -> int | str:
+        """The scale group in force: an element count, `tensor` or `vector`."""
+        if self.scale_group is not None:
+            return self.scale_group
+        return PER_TENSOR if self.dtype.startswith("float8") else PER_VECTOR
+
+    @property
+    def per_tensor(self) -> bool:
+        """Whether a quantised cache's scale is one per layer's K and V, held outside it."""
+        return self.quantized and self.scaling == PER_TENSOR
+
+    def scaled(self) -> frozenset[str]:
+        """What of this cache carries scales, as the sections' scaled() name it: "kv"
+        where quantised, "kv scales" where its scales are in the cache (their dtype may
+        be set)."""
+        named = {"kv": self.quantized, "kv scales": self.quantized and not self.per_tensor}
+        return frozenset(name for name, carries in named.items() if carries)
+
     def describe(self) -> str:
         """The cache's format in words, naming a quantised one's scales where they are
-        not the defaults (one float16 scale per vector): 'int8 in groups of 32, float32
-        scales'; a 16- or 32-bit cache's is its dtype."""
+        not its dtype's defaults: 'int8 in groups of 32, float32 scales', 'float8_e4m3fn,
+        a scale per vector'; a 16- or 32-bit cache's is its dtype."""
         if not self.quantized:
             return self.dtype
         words = self.dtype
-        if self.scale_group is not None:
-            words += f" in groups of {self.scale_group:,}"
-        if self.scale_dtype != DEFAULT_SCALE_DTYPE:
+        group = self.scale_group
+        if isinstance(group, int):
+            words += f" in groups of {group:,}"
+        elif group is not None and group != KvFormat(self.dtype).scaling:
+            words += f", a scale per {group}"
+        if self.scale_dtype != DEFAULT_SCALE_DTYPE and not self.per_tensor:
             words += f", {self.scale_dtype} scales"
         return words
 
@@ -97,11 +128,15 @@ class KvFormat:
         """Bytes of one vector's values."""
         return packed_bytes(width, self.dtype)
 
+    def group(self, width: int) -> int:
+        """Elements per scale in a cached vector of `width` (a per-tensor scale's: all)."""
+        return self.scaling if isinstance(self.scaling, int) else width
+
     def scales_per_vector(self, width: int) -> int:
-        """ceil(width / scale_group) for quantised types, else 0."""
-        if not self.quantized:
+        """ceil(width / group) for quantised types that store their scales, else 0."""
+        if not self.quantized or self.per_tensor:
             return 0
-        group = self.scale_group or width
+        group = self.group(width)
         if group > width:
             raise FieldError(
                 "kv_scale_group",

@@ -1,6 +1,7 @@
 """A real, allocatable KV cache in any KV dtype: float8 as torch float8 tensors, int8, int4
-packed two values per byte, with per-group scales; K and V per head, or MLA latents; per
-layer windows; contiguous or as a pool of paged blocks. Used to measure what the formulas
+packed two values per byte, with per-group scales in the cache or one static scale per
+layer's K and V beside it (per tensor); K and V per head, or MLA latents; per layer windows;
+contiguous or as a pool of paged blocks. Used to measure what the formulas
 in capacity.py predict, byte for byte (see measure/memory.py).
 """
 
@@ -48,27 +49,47 @@ def _groups(x: torch.Tensor, group: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, pad)).unflatten(-1, (-1, group))
 
 
+def _code_max(fmt: KvFormat) -> float:
+    """The largest magnitude a code of `fmt` holds."""
+    return float(_INT_MAX.get(fmt.dtype) or torch.finfo(storage_dtype(fmt.dtype)).max)
+
+
+def _encode(scaled: torch.Tensor, fmt: KvFormat) -> torch.Tensor:
+    """Values already divided by their scales, as `fmt` stores them (clamped to its
+    codes: a per-tensor scale set on earlier tokens may not cover later ones)."""
+    code_max = _code_max(fmt)
+    scaled = scaled.clamp(-code_max, code_max)
+    if fmt.dtype not in _INT_MAX:
+        return scaled.to(storage_dtype(fmt.dtype))
+    codes = scaled.round().to(torch.int8)
+    return pack_int4(codes) if fmt.dtype == "int4" else codes
+
+
+def _decode(values: torch.Tensor, fmt: KvFormat, width: int) -> torch.Tensor:
+    """float32 codes of stored values (int4 unpacked)."""
+    return (unpack_int4(values, width) if fmt.dtype == "int4" else values).float()
+
+
+def tensor_scale(x: torch.Tensor, fmt: KvFormat) -> torch.Tensor:
+    """A per-tensor scale for `fmt` calibrated on x: absmax / (largest code), float32."""
+    return (x.float().abs().amax() / _code_max(fmt)).clamp_min(torch.finfo(torch.float32).tiny)
+
+
 def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Values of x (..., width) as stored in `fmt`, and their scales (..., groups) or None.
+    """Values of x (..., width) as stored in `fmt`, and their scales (..., groups) or None
+    (an unquantised or per-tensor format: see LayerStorage).
 
     Scales are absmax / (largest code) per group, rounded to the scale dtype first so that
     dequantising with the stored scale is exact up to the code's own rounding."""
-    store = storage_dtype(fmt.dtype)
-    if not fmt.quantized:
-        return x.to(store), None
+    if not fmt.quantized or fmt.per_tensor:
+        return x.to(storage_dtype(fmt.dtype)), None
     width = x.shape[-1]
-    groups = _groups(x.float(), fmt.scale_group or width)
-    code_max = float(_INT_MAX[fmt.dtype]) if fmt.dtype in _INT_MAX else torch.finfo(store).max
+    groups = _groups(x.float(), fmt.group(width))
     scale_dtype = storage_dtype(fmt.scale_dtype)
     absmax = groups.abs().amax(dim=-1, keepdim=True)
-    scales = (absmax / code_max).clamp_min(torch.finfo(scale_dtype).tiny).to(scale_dtype)
+    scales = (absmax / _code_max(fmt)).clamp_min(torch.finfo(scale_dtype).tiny).to(scale_dtype)
     scaled = (groups / scales.float()).flatten(-2)[..., :width]
-    if fmt.dtype in _INT_MAX:
-        codes = scaled.round().clamp(-code_max, code_max).to(torch.int8)
-        values = pack_int4(codes) if fmt.dtype == "int4" else codes
-    else:
-        values = scaled.to(store)
-    return values, scales.squeeze(-1)
+    return _encode(scaled, fmt), scales.squeeze(-1)
 
 
 def dequantize(
@@ -77,8 +98,7 @@ def dequantize(
     """float32 values back from what `quantize` stored."""
     if scales is None:
         return values.float()
-    codes = unpack_int4(values, width) if fmt.dtype == "int4" else values
-    groups = _groups(codes.float(), fmt.scale_group or width)
+    groups = _groups(_decode(values, fmt, width), fmt.group(width))
     return (groups * scales.float().unsqueeze(-1)).flatten(-2)[..., :width]
 
 
@@ -99,7 +119,8 @@ class LayerStorage:
         shape = (batch, layout.vectors, tokens)
         self.values = torch.empty((*shape, stored_width), dtype=store, device=device)
         self.scales = None
-        if fmt.quantized:
+        self.tensor_scale: torch.Tensor | None = None
+        if fmt.quantized and not fmt.per_tensor:
             self.scales = torch.empty(
                 (*shape, fmt.scales_per_vector(width)),
                 dtype=storage_dtype(fmt.scale_dtype),
@@ -115,17 +136,27 @@ class LayerStorage:
         return sum(t.untyped_storage().nbytes() for t in self.tensors())
 
     def write(self, start: int, x: torch.Tensor) -> None:
-        """Store x, shaped (batch, vectors, new_tokens, width), at token `start`."""
-        values, scales = quantize(x, self.layout.fmt)
-        end = start + x.shape[2]
+        """Store x, shaped (batch, vectors, new_tokens, width), at token `start`. A
+        per-tensor format's scale is calibrated on its first write and kept (an engine
+        takes it from the checkpoint), a float32 outside the cache's bytes."""
+        fmt, end = self.layout.fmt, start + x.shape[2]
+        if fmt.per_tensor:
+            if self.tensor_scale is None:
+                self.tensor_scale = tensor_scale(x, fmt)
+            self.values[:, :, start:end].copy_(_encode(x.float() / self.tensor_scale, fmt))
+            return
+        values, scales = quantize(x, fmt)
         self.values[:, :, start:end].copy_(values)
         if scales is not None:
             self.scales[:, :, start:end].copy_(scales)  # type: ignore[index]
 
     def read(self, end: int) -> torch.Tensor:
         """Tokens [0, end) of every vector, dequantised to float32."""
+        fmt, width = self.layout.fmt, self.layout.width
+        if self.tensor_scale is not None:
+            return _decode(self.values[:, :, :end], fmt, width) * self.tensor_scale
         scales = None if self.scales is None else self.scales[:, :, :end]
-        return dequantize(self.values[:, :, :end], scales, self.layout.fmt, self.layout.width)
+        return dequantize(self.values[:, :, :end], scales, fmt, width)
 
 
 def allocate_cache(

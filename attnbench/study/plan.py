@@ -394,8 +394,14 @@ SCALE_GROUPS = {
     "keep_attention": ("weights", "weights_dtype", QUANTIZED),
     "weight_only_kernel": ("weight-only weights", "weights_dtype", WEIGHT_ONLY),
     "kv_scale_group": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
-    "scale_dtype": ("kv", "kv_dtype", QUANTIZED_KV_DTYPES),
+    "scale_dtype": ("kv scales", "kv_dtype", QUANTIZED_KV_DTYPES),
 }
+
+
+NO_CACHED_SCALES = (
+    "has no effect: the cache stores no scales (a float8 cache's is one per tensor by "
+    "default; set {kv_scale_group} to vector or a group size)"
+)
 
 
 def _unused_groups(
@@ -417,6 +423,10 @@ def _unused_groups(
             reason = f"has no effect: {blocks} scale the blocks their formats fix"
         elif fmt == "weight-only weights":
             reason = "has no effect: no weights are weight-only"
+        elif fmt == "kv scales" and "kv" in quantised:
+            error = FieldError(name, sec.shown(name), NO_CACHED_SCALES, ("kv_scale_group",))
+            errors.append(sec.locate(error))
+            continue
         else:
             subject = "the cache is" if fmt == "kv" else "the weights are"
             reason = f"has no effect: {subject} not quantised"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES
+from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES, SCALE_GROUP_WORDS
 from ..model.devices import DEVICES, THIS_DEVICE
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES, canonical_dtype
 from ..model.limits import (
@@ -259,8 +259,11 @@ FIELDS: dict[str, Field] = {
     "kv_scale_group": Field(
         int,
         _CACHE,
-        "Elements per scale of quantised caches (default: a head).",
+        "Scales of quantised caches: elements per scale, vector (one per token per head) "
+        "or tensor (one per layer's K and V, none in the cache) (default: tensor for "
+        "float8, as vLLM, SGLang and TensorRT-LLM store it; vector for int8 and int4).",
         maximum=MAX_TOKENS,
+        words=SCALE_GROUP_WORDS,
     ),
     "scale_dtype": Field(
         str,

@@ -102,8 +102,12 @@ def test_reserve_replicas_and_tp():
     assert (error.value.field, error.value.value) == ("gpus", 3)
 
 
-def test_kv_dtype_halves_the_cache_plus_scales():
+def test_kv_dtype_halves_the_cache_plus_its_scales_in_the_cache():
     rec = largest_batch(plan(kv="float8_e4m3fn"), 1024)
+    per_seq = 1024 * 16384 // 2  # float8's scale is per tensor: none in the cache
+    assert rec.kv_bytes_per_sequence_per_gpu == per_seq
+    assert rec.batch == (GiB - WEIGHTS) // per_seq
+    rec = largest_batch(plan(kv="int8"), 1024)
     per_seq = 1024 * (16384 // 2 + 2 * 4 * 8 * 2)  # values, plus a float16 scale per head
     assert rec.kv_bytes_per_sequence_per_gpu == per_seq
     assert rec.batch == (GiB - WEIGHTS) // per_seq
@@ -237,16 +241,19 @@ def test_memory_sizes_parse_exactly():
     assert size.bytes == 80 * 10**9 and size.decimal and "80,000,000,000 bytes" in size.describe()
     assert parse_memory("1.5TiB", "memory").bytes == 3 * 2**39
     assert parse_memory("4096B", "memory").bytes == 4096
+    # a driver's total read in GiB: rounded down to whole bytes, 79.1 * 2**30 = ....4
+    assert parse_memory("79.1GiB", "memory").bytes == 84_932_978_278
+    assert parse_memory("0.1KiB", "memory").bytes == 102
     assert parse_share("4GiB", "reserve", GiB) == 4 * GiB
     for zero in ("0", "0B", "0GiB", "0.0 GB", "0%"):  # no reserve, in any unit
         assert parse_share(zero, "reserve", GiB) == 0
     assert parse_share("12.5%", "reserve", 1000) == 125
     assert parse_memory("1048576TiB", "memory").bytes == 2**60  # 1 EiB: the most
-    for bad in ("0.1KiB", "80XB", "GiB", "-1GiB", "0GiB", "80", "4096", "1048577TiB"):
+    for bad in ("0.5B", "80XB", "GiB", "-1GiB", "0GiB", "80", "4096", "1048577TiB"):
         with pytest.raises(FieldError) as error:
             parse_memory(bad, "memory")
         assert (error.value.field, error.value.value) == ("memory", bad)
-    for bad in ("100%", "x%", "0.5B", "-0GiB"):
+    for bad in ("100%", "x%", "-0GiB"):
         with pytest.raises(FieldError) as error:
             parse_share(bad, "reserve", GiB)
         assert (error.value.field, error.value.value) == ("reserve", bad)

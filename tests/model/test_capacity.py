@@ -88,9 +88,18 @@ def test_packed_bytes_by_hand():
     assert packed_bytes(5, "int4") == 3  # the last byte holds one value
 
 
-def test_scales_default_one_per_vector_and_groups():
+def test_scales_default_per_tensor_for_float8_per_vector_for_integers_and_groups():
     assert KvFormat("float16").scale_bytes(128) == 0  # unquantised: no scales
-    assert KvFormat("int8").scale_bytes(128) == 2  # one float16 scale per token per head
+    # float8 as vLLM, SGLang and TensorRT-LLM cache it: a static scale per layer's K and V,
+    # none in the cache; int8 and int4 one float16 scale per token per head
+    for dtype in ("float8_e4m3fn", "float8_e5m2"):
+        assert KvFormat(dtype).scale_bytes(128) == 0 and KvFormat(dtype).per_tensor
+        assert KvFormat(dtype, "vector").scale_bytes(128) == 2
+        assert KvFormat(dtype).scaled() == {"kv"}
+    assert KvFormat("int8").scale_bytes(128) == 2 and not KvFormat("int8").per_tensor
+    assert KvFormat("int8").scaled() == {"kv", "kv scales"}
+    assert KvFormat("int4", "tensor").scale_bytes(128) == 0
+    assert KvFormat("float16", "tensor").scaled() == frozenset()
     assert KvFormat("int8", 32).scale_bytes(128) == 4 * 2
     assert KvFormat("int4", 48, "float32").scale_bytes(128) == 3 * 4  # ceil(128 / 48) = 3
     with pytest.raises(FieldError, match="exceeds the 128 elements") as info:
@@ -108,6 +117,18 @@ def test_bad_formats_name_the_field():
     with pytest.raises(FieldError, match="must be an integer >= 1") as info:
         KvFormat("int8", 0)
     assert field_error(info) == ("kv_scale_group", 0)
+    with pytest.raises(FieldError, match="must be an integer >= 1") as info:
+        KvFormat("int8", "token")
+    assert field_error(info) == ("kv_scale_group", "token")
+
+
+def test_a_format_names_scales_other_than_its_dtypes_defaults():
+    assert KvFormat("float8_e4m3fn").describe() == "float8_e4m3fn"
+    assert KvFormat("float8_e4m3fn", "tensor").describe() == "float8_e4m3fn"
+    assert KvFormat("float8_e4m3fn", "vector").describe() == "float8_e4m3fn, a scale per vector"
+    assert KvFormat("int8", "vector", "float32").describe() == "int8, float32 scales"
+    assert KvFormat("int8", "tensor", "float32").describe() == "int8, a scale per tensor"
+    assert KvFormat("int4", 32).describe() == "int4 in groups of 32"
 
 
 def test_llama3_8b_token_bytes_per_dtype_by_hand():
@@ -116,7 +137,7 @@ def test_llama3_8b_token_bytes_per_dtype_by_hand():
     per_token = {
         "float32": 262144,
         "bfloat16": 131072,
-        "float8_e5m2": 65536 + 512 * 2,
+        "float8_e5m2": 65536,  # a scale per tensor, outside the cache
         "int8": 65536 + 512 * 2,
         "int4": 32768 + 512 * 2,
     }
@@ -149,6 +170,27 @@ def test_quantised_storage_round_trips(dtype):
         "float8_e5m2": 0.6,
     }[dtype]
     assert error <= bound
+
+
+@pytest.mark.parametrize("dtype", QUANTIZED_KV_DTYPES)
+def test_per_tensor_storage_keeps_its_first_scale_and_no_scales_in_the_cache(dtype):
+    fmt = KvFormat(dtype, "tensor")
+    storage = LayerStorage(2, 8, TokenLayout(4, 64, fmt))
+    assert storage.scales is None and storage.nbytes == storage.values.untyped_storage().nbytes()
+    prompt = torch.randn(2, 4, 6, 64)
+    storage.write(0, prompt)
+    scale = storage.tensor_scale
+    assert scale is not None and scale.item() > 0
+    # a later token twice the prompt's largest value: the scale stays, its codes saturate
+    late = torch.full((2, 4, 2, 64), 2 * prompt.abs().max().item())
+    storage.write(6, late)
+    assert storage.tensor_scale is scale
+    read = storage.read(8)
+    step = {"int8": 1 / 127, "int4": 1 / 7}.get(dtype, 0.13) * prompt.abs().max().item()
+    assert (read[:, :, :6] - prompt).abs().max().item() <= step
+    assert torch.allclose(
+        read[:, :, 6:], torch.full_like(late, prompt.abs().max().item()), rtol=0.07
+    )
 
 
 # --- tensor parallelism --------------------------------------------------------------------
@@ -307,8 +349,9 @@ OPTIONS = [
     {"tp": 2, "scale_dtype": "float32"},
 ]
 MEASURED_CASES = [(dtype, options) for dtype in KV_DTYPES for options in OPTIONS] + [
-    (dtype, {"kv_scale_group": 12})
-    for dtype in QUANTIZED_KV_DTYPES  # 32 = 12 + 12 + 8
+    (dtype, {"kv_scale_group": group})
+    for dtype in QUANTIZED_KV_DTYPES
+    for group in (12, "vector", "tensor")  # 32 = 12 + 12 + 8
 ]
 
 

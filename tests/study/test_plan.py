@@ -123,6 +123,25 @@ def test_a_scale_group_for_a_format_left_unquantised_is_refused(command, flags, 
     assert named in line and "not quantised" in line
 
 
+def test_a_scale_dtype_for_a_float8_cache_scaled_per_tensor_is_refused():
+    """float8's cache is scaled per tensor by default: it stores no scales, so their dtype
+    changes nothing unless a group puts scales in the cache."""
+    flags = ["--model", "llama-2-7b", "--kv-dtype", "fp8", "--scale-dtype", "float32"]
+    line = one_error(runner.invoke(app, ["kvmem", *flags]))
+    assert "--scale-dtype float32: has no effect: the cache stores no scales" in line
+    assert "set --kv-scale-group to vector" in line
+    vector = runner.invoke(app, ["kvmem", *flags, "--kv-scale-group", "vector", "--no-measure"])
+    assert vector.exit_code == 0, vector.output
+    planned = planning.plan_command(
+        "kvmem",
+        None,
+        {"kv_dtype": ["int8", "float8_e4m3fn"], "scale_dtype": ["float32"]},
+        ["llama-2-7b"],
+    )
+    # int8's scales are in its cache: the dtype serves it, float8's point keeps the default
+    assert [t.point.scale_dtype for t in planned.tasks] == ["float32", "float16"]
+
+
 def test_a_scale_group_serves_the_quantised_points_of_a_sweep(tmp_path):
     """One quantised dtype of a sweep takes the group; a group the file shares among its
     sections may serve another, and is not refused where it has no effect."""

@@ -31,6 +31,7 @@ from ..render.table import (
     DEFAULT_WIDTH,
     Column,
     build_table,
+    page_columns,
     plain_console,
     print_view,
     terminal_width,
@@ -43,12 +44,6 @@ from .options import field_flag
 
 if TYPE_CHECKING:
     from ..study.runner import Plan, RunResult
-
-
-def _columns() -> int | None:
-    """COLUMNS when it holds a positive whole number in ASCII digits, else None."""
-    text = os.environ.get("COLUMNS", "").strip()
-    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
 
 def drop_bad_terminal_size() -> None:
@@ -65,10 +60,11 @@ drop_bad_terminal_size()
 
 
 def _page_width() -> int | None:
-    """Off a terminal (pipes, CI logs): COLUMNS, else 120; on one, the terminal's."""
+    """On a terminal, the terminal's width (None: rich finds it); off one, the page's
+    (page_columns: a pipe into `less` in a terminal of 80 columns gets 80), else 120."""
     if sys.stdout.isatty():
         return None
-    return _columns() or DEFAULT_WIDTH
+    return page_columns() or DEFAULT_WIDTH
 
 
 #: Off a terminal, long lines (paths, findings) stay whole for the reader to wrap; on one,
@@ -92,10 +88,10 @@ BULLET = "  - "
 def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
     """Each item after `bullet`. On a terminal, wrapped between words to its width with a
     hanging indent: the later lines start under the item's text, not under the bullet.
-    Off one, the same at COLUMNS when it is set (a page of a given width), else each
+    Off one, the same at the page's width where it is known (page_columns), else each
     item on one line, whole, for the reader to wrap."""
     hang = " " * len(bullet)
-    whole = console.soft_wrap and _columns() is None
+    whole = console.soft_wrap and page_columns() is None
     for item in items:
         if whole:
             console.print(bullet + item, markup=False, highlight=False)

@@ -267,9 +267,9 @@ MaxPointsOpt = flag(
     str | None,
     "--max-points",
     metavar="INT",
-    help=f"Refuse a study of more points than this: 1 to {MAX_POINTS:,}, the "
-    "default (a run rewrites its results.json after every point: a larger study "
-    "takes days).",
+    help=f"Refuse a study of more points than this, 1 to {MAX_POINTS:,} (default "
+    f"{MAX_POINTS:,}: a run rewrites its results.json after every point, and a larger "
+    "study takes days).",
 )
 NprocOpt = flag(
     str | None,

@@ -85,8 +85,10 @@ def params_command(
                 show_table(title, variants, WHOLE_MODEL_WHAT_IF, wide)
             if spec.mla is not None:
                 console.print(
-                    f"{spec.name} uses MLA: the per-layer table above describes a GQA layer "
-                    "of its heads; the whole-model table counts its MLA projections."
+                    f"{spec.name} uses MLA: the per-layer table above is a plain attention "
+                    f"layer of its {spec.num_heads:,} heads and {spec.num_kv_heads:,} KV heads "
+                    f"of head_dim {spec.head_dim:,}, to set beside MHA, GQA and MQA, not its "
+                    "own layer; the whole-model table counts its MLA projections."
                 )
         model_notes(models)
     show_written(written, quiet)

@@ -18,6 +18,7 @@ from ..render.predict import (
     batch_prefill_note,
     check_rows,
     device_sources,
+    fit_notes,
     generation_note,
     phase_rows,
     source_notes,
@@ -91,14 +92,15 @@ def predict_command(
         rows = result.section_records("predict")
         phases = phase_rows(rows)
         show_table("Predicted", phases, aligned_columns(PHASE_COLUMNS, phases), wide)
+        print_items(fit_notes(rows))
+        if plan.sections["predict"].origins.get("seq_len") is None:  # the schema's default
+            print_items([f"context {rows[0]['seq_len']:,} tokens, the default: --seq-len sets it"])
         references = References()
         print_items(batch_prefill_note(rows) + generation_note(rows))
         for device, figures in device_sources(rows, references):
             print_items([device])
             print_items(figures, bullet=FIGURE_BULLET)
         print_items([references.cite(note) for note in source_notes(rows)])
-        if plan.sections["predict"].origins.get("seq_len") is None:  # the schema's default
-            print_items([f"context {rows[0]['seq_len']:,} tokens, the default: --seq-len sets it"])
         section = plan.sections["predict"]
         model_notes(section.models, [r["seq_len"] for r in rows])
         if section.origins.get("dtype") is None and any(not is_this(r["gpu"]) for r in rows):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import FieldError, closest
-from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec
+from ..model.architecture import MlaSpec, ModelBody, ModelSpec, MoeSpec, StoredWeights
 
 __all__ = ["PRESETS", "ModelSpec", "get_preset"]
 
@@ -89,7 +89,9 @@ PRESETS: dict[str, ModelSpec] = {p.name: p for p in (
           **_deepseek(102400, 12288, 160, 6, 1536, 2, 1, 1536, False)),
     _spec("deepseek-v3",  61, 7168, 128, 128, 128, "bfloat16",
           "deepseek-ai/DeepSeek-V3 config.json (MLA, 256 routed + 1 shared expert; "
-          "without the multi-token-prediction layer)",
+          "without the multi-token-prediction layer; weights stored in float8, blocks of "
+          "128 x 128, as its quantization_config says)",
+          stored_weights=StoredWeights("float8_e4m3fn"),
           **_deepseek(129280, 18432, 256, 8, 2048, 1, 3, 1536, True)),
     _spec("gpt3-175b",    96, 12288, 96, 96, 128, "float16",
           "Brown et al. 2020, Language Models are Few-Shot Learners, Table 2.1",

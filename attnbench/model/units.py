@@ -4,6 +4,7 @@ durations with their unit (us, ms, s), parsed exactly."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -41,10 +42,11 @@ class MemorySize:
 
 
 def parse_memory(text: str, field: str, zero: bool = False) -> MemorySize:
-    """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096B': exact, a whole number of bytes;
-    anything else is a FieldError for `field`, a number without a unit too ('80' is far
-    more often 80 GB with the unit forgotten than 80 bytes). A size of 0 is refused,
-    unless `zero` allows it (a reserve), in any unit."""
+    """'80GiB', '80GB' (= 80e9 bytes), '1.5TiB', '4096B': exact, rounded down to whole
+    bytes ('79.1GiB', as a driver's total is often read, is 84,932,978,278 bytes); anything
+    else is a FieldError for `field`, a number without a unit too ('80' is far more often
+    80 GB with the unit forgotten than 80 bytes). A size of 0 is refused, unless `zero`
+    allows it (a reserve), in any unit."""
     match = _SIZE.match(str(text))
     if match is None:
         raise FieldError(field, text, f"bad size; write a number and a unit, {UNITS_HINT}")
@@ -53,9 +55,7 @@ def parse_memory(text: str, field: str, zero: bool = False) -> MemorySize:
         raise FieldError(field, text, f"no unit; write {number}GiB, {number}GB or {number}B")
     if unit not in _UNITS:
         raise FieldError(field, text, f"unknown unit {unit!r}; the units are {', '.join(_UNITS)}")
-    value = Fraction(number) * _UNITS[unit]
-    if value.denominator != 1:
-        raise FieldError(field, text, "not a whole number of bytes")
+    value = math.floor(Fraction(number) * _UNITS[unit])
     if value == 0 and not zero:
         raise FieldError(field, text, "must be more than 0 bytes")
     if value > MAX_MEMORY_BYTES:

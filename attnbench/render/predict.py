@@ -29,6 +29,11 @@ def gpu_name(gpu: object) -> str:
     return "this machine" if gpu == THIS_DEVICE else fmt_plain(gpu)
 
 
+def gpu_title(gpu: object) -> str:
+    """A GPU as a title names it: 'GPU h200', or 'this machine' (its peaks measured)."""
+    return gpu_name(gpu) if gpu == THIS_DEVICE else f"GPU {gpu_name(gpu)}"
+
+
 def _split(record: Mapping[str, Any]) -> str:
     """', tp 8, ep 8, the attention data-parallel' as far as the record's model is split
     over ranks, its experts whole over them and its attention data-parallel, else ''."""
@@ -41,7 +46,7 @@ def _split(record: Mapping[str, Any]) -> str:
 PHASE_COLUMNS: list[Column] = [
     Column("Model", "name", fmt_plain, rank=0, kind="label", setting=True),
     Column("Variant", "variant", fmt_plain, rank=0, kind="label", setting=True, cell=variant_cell),
-    Column("GPU", "gpu", gpu_name, rank=0, kind="label", setting=True),
+    Column("GPU", "gpu", gpu_name, rank=0, kind="label", setting=True, title_text=gpu_title),
     Column("tp", "tp", fmt_int, rank=2, setting=True),
     Column("ep", "ep", fmt_int, rank=1, setting=True),
     Column("attention", "attention", fmt_plain, rank=1, kind="label", setting=True),
@@ -331,15 +336,6 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
         lines.append(
             f"weights: {r['weights']}, the layer's projections (scales counted{dequant}); {rate}"
         )
-    for r in records:
-        if r.get("fits_memory") is False:
-            needed = format_bytes(r["memory_bytes_needed_per_gpu"])
-            context = r["seq_len"] + (r.get("output_len") or 0)
-            lines.append(
-                f"{point_label(r)} does not fit on {r['gpu']}: {needed} of weights and KV "
-                f"cache per GPU at tp {r['tp']}, batch {r['batch']:,}, context "
-                f"{context:,} (see fit); predicted all the same"
-            )
     lines.append(
         "bytes and FLOPs: attnbench's counts (weights per rank, KV cache read and "
         "written, activations; a model's MLP or active experts, embeddings and head)"
@@ -351,6 +347,22 @@ def source_notes(records: Sequence[Mapping[str, Any]]) -> list[str]:
             f"{r['batch']:,} (in the cache's bytes), their recurrence at {STATE_FLOPS} FLOPs "
             "per element of the state per token"
         )
+    return lines
+
+
+def fit_notes(records: list[dict]) -> list[str]:
+    """What a reader must know before the table's times: the points whose weights and
+    KV cache do not fit on their GPUs, predicted all the same."""
+    lines = []
+    for r in records:
+        if r.get("fits_memory") is False:
+            needed = format_bytes(r["memory_bytes_needed_per_gpu"])
+            context = r["seq_len"] + (r.get("output_len") or 0)
+            lines.append(
+                f"{point_label(r)} does not fit on {r['gpu']}: {needed} of weights and KV "
+                f"cache per GPU at tp {r['tp']}, batch {r['batch']:,}, context "
+                f"{context:,} (see fit); predicted all the same"
+            )
     return lines
 
 

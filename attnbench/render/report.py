@@ -166,7 +166,9 @@ def _cache_label(record: dict, own: Sequence[str]) -> str:
 
 
 def _setting(field: str, value) -> str:
-    return f"{value} layers" if field == "num_layers" else str(value)
+    if field == "num_layers":
+        return f"{value} layer" if value == 1 else f"{value} layers"
+    return str(value)
 
 
 def _noise(rows: Sequence[dict]) -> str:

@@ -19,6 +19,7 @@ import dataclasses
 import io
 import os
 import re
+import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -502,16 +503,23 @@ def print_view(console: Console, view: TableView) -> None:
         console.print(footer, style="dim", highlight=False, markup=False, soft_wrap=False)
 
 
+def page_columns() -> int | None:
+    """The width of the page that output off a terminal goes to, where it is known:
+    $COLUMNS when it holds a positive whole number in ASCII digits, else the width of the
+    terminal standard error still goes to (a pipe into `less` or `head`); None in a log."""
+    text = os.environ.get("COLUMNS", "").strip()
+    if text.isascii() and text.isdigit() and int(text) > 0:
+        return int(text)
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns or None
+    except (AttributeError, OSError, ValueError):  # no file number (a capture), no terminal
+        return None
+
+
 def terminal_width(console: Console) -> int:
     """The width to fit tables to: the console's on a terminal; off one (a pipe, a log),
-    $COLUMNS when it holds a positive integer, else 120."""
-    if console.is_terminal:
-        return console.width
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        return DEFAULT_WIDTH
-    return columns if columns > 0 else DEFAULT_WIDTH
+    the page's (page_columns), else 120."""
+    return console.width if console.is_terminal else page_columns() or DEFAULT_WIDTH
 
 
 #: What Markdown (GitHub's, CommonMark) may read as markup inside a line: emphasis,

@@ -192,3 +192,26 @@ def test_a_flag_overrides_each_setting_the_checkpoint_gives(tmp_path):
         "predict", "--gpu", "h100-sxm", "--hf-config", awq, "--weights-group", "64", "--json", out
     )
     assert records(out)[0]["weights"] == "int4 in groups of 64"
+
+
+def test_deepseek_v3_is_served_as_its_float8_checkpoint_and_a_miss_of_memory_leads():
+    """DeepSeek-V3's preset stores its weights in float8, as its config.json's
+    quantization_config does: predict on a named GPU serves them so (on an A100, without
+    float8, weight-only), and a point that does not fit says so right under the table,
+    before the device's sources."""
+    assert get_preset("deepseek-v3").stored_weights == StoredWeights("float8_e4m3fn")
+    assert get_preset("deepseek-v2").stored_weights is None
+    served = model_defaults(get_preset("deepseek-v3"), {"gpu": "h200"})
+    assert served["weights_dtype"] == "float8_e4m3fn"
+    assert (
+        model_defaults(get_preset("deepseek-v3"), {"gpu": "a100-80gb"})["weights_dtype"] == "int8"
+    )
+    flags = ["predict", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8"]
+    lines = invoke(*flags).output.splitlines()
+    assert "weights float8_e4m3fn" in " ".join(lines[:4])
+    assert not any("does not fit" in line for line in lines)
+    lines = invoke(*flags, "--weights-dtype", "bfloat16").output.splitlines()
+    table_end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    assert "deepseek-v3 does not fit on h200" in lines[table_end + 1]
+    assert "the default: --seq-len sets it" in lines[table_end + 2]
+    assert lines[table_end + 3].lstrip().startswith("- h200 (NVIDIA H200")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -355,15 +357,16 @@ def test_narrow_params_table_hides_the_least_important_first():
     for kept in ("Variant", "total", "vs MHA"):
         assert kept in headers
     # first what reads the same in every row (q_proj, o_proj: every variant's), then by
-    # rank (kv heads, 45): k_proj and v_proj stay, the parameters GQA saves
-    assert view.hidden == ["q_proj", "o_proj", "kv heads"]
-    assert view.compacted == ["k_proj", "v_proj", "total", "module"]
+    # rank (module, 46: the check of total on a built module): k_proj and v_proj stay, the
+    # parameters GQA saves, and kv heads
+    assert view.hidden == ["q_proj", "o_proj", "module"]
+    assert view.compacted == ["k_proj", "v_proj", "total"]
     assert "16.8 M" in text and "524 k" in text and "34.6 M" in text
     # the title breaks between settings, never inside one
-    assert view.needed_width == 57
+    assert view.needed_width == 59
     lines = text.splitlines()
-    assert lines[0].rstrip() == "Attention parameters per layer · d_model 4,096 ·"
-    assert lines[1].rstrip() == "32 heads · head_dim 128 · no bias"
+    assert lines[0].rstrip() == "Attention parameters per layer · d_model 4,096 · 32 heads ·"
+    assert lines[1].rstrip() == "head_dim 128 · no bias"
     assert view.footer() in flat(text)
 
 
@@ -986,6 +989,31 @@ def test_terminal_width(monkeypatch):
     assert terminal_width(console) == 120
     terminal = Console(file=io.StringIO(), width=91, force_terminal=True)
     assert terminal_width(terminal) == 91
+
+
+def test_a_pipe_in_a_terminal_takes_the_width_of_the_terminal_errors_go_to(monkeypatch):
+    """`attnbench ... | less` in a terminal of 80 columns: standard error is still that
+    terminal, whose width the tables take; COLUMNS, where set, wins; in a log (no
+    terminal at all) they are 120 wide."""
+    console = Console(file=io.StringIO(), width=240)
+    stderr = open(os.devnull, "w")  # noqa: SIM115 (closed below)
+    terminals = {stderr.fileno(): os.terminal_size((80, 24))}
+
+    def terminal_size(fd: int) -> os.terminal_size:
+        if fd not in terminals:
+            raise OSError("not a terminal")
+        return terminals[fd]
+
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(os, "get_terminal_size", terminal_size)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert terminal_width(console) == 80
+    monkeypatch.setenv("COLUMNS", "100")
+    assert terminal_width(console) == 100
+    monkeypatch.delenv("COLUMNS")
+    terminals.clear()
+    assert terminal_width(console) == 120
+    stderr.close()
 
 
 @pytest.mark.parametrize("section", ["params", "fit"])

@@ -10,6 +10,7 @@ import threading
 
 
 def main() -> None:
+    open_closed_streams()
     replace_unencodable()
     signal.signal(signal.SIGINT, interrupt_outside_torch_import)
     try:
@@ -32,6 +33,15 @@ def interrupt_outside_torch_import(signum: int, frame: object) -> None:
         again.start()
         return
     raise KeyboardInterrupt
+
+
+def open_closed_streams() -> None:
+    """A standard stream the shell closed (`attnbench ... >&-`) writes to the null device:
+    the command runs, its files are written, and what it would print is dropped, where
+    Python leaves the stream None and the first print would stop it with a traceback."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
 
 
 def replace_unencodable() -> None:

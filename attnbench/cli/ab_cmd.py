@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..ab.sides import Side, default_cache_dir, directory_side, repository_root, revision_side
 from ..ab.workers import SIDES, existing_logs, log_path
-from ..errors import FieldError, UsageError
+from ..errors import FieldError, Problems, UsageError
 from ..gate.rules import Thresholds
 from ..model.capacity import positive_int
 from ..model.files import bad_name, refuse_empty, shown_path
 from ..study.output import write_json_atomic
+from ..study.schema import parse_number
 from .common import (
     check_writable,
     console,
@@ -62,6 +63,24 @@ ORDER = 90
 SHORT_HELP = {"ab": "Gate two revisions by timing them in turn, in one job"}
 
 
+def _as_visit_time(error: UsageError, visit_time: str) -> UsageError:
+    """A problem of the study's max_time, which ab sets from --visit-time, as that flag's
+    (its reason's 'repeats' is the study's field); any other as it is."""
+    if not isinstance(error, FieldError) or error.field != "max_time":
+        return error
+    reason = error.reason_with().replace("beside repeats", "beside the study's repeats")
+    return FieldError("visit_time", visit_time, reason)
+
+
+def _number(field: str, text: str, kind: type[int] | type[float]) -> Any:
+    """An integer or number flag's value, written as every flag's is (study.schema's
+    parse_number); FieldError naming the flag and what was typed otherwise."""
+    value = parse_number(text, kind)
+    if value is None:
+        raise FieldError(field, text, f"expected {'an integer' if kind is int else 'a number'}")
+    return value
+
+
 @app.command("ab")
 @handles_errors
 def ab_command(
@@ -69,8 +88,8 @@ def ab_command(
     base: BaseOpt,
     head: HeadOpt = None,
     head_dir: HeadDirOpt = None,
-    rounds: RoundsOpt = 5,
-    visit_time: VisitTimeOpt = 0.25,
+    rounds: RoundsOpt = "5",
+    visit_time: VisitTimeOpt = "0.25",
     threshold: ThresholdOpt = TIME_THRESHOLD,
     threads: ThreadsOpt = None,
     device: StudyDeviceOpt = None,
@@ -94,17 +113,21 @@ def ab_command(
     if head is not None and head_dir is not None:
         raise UsageError("--head and --head-dir: give one or the other, not both")
     check_format(fmt)
-    positive_int("rounds", rounds)
-    if rounds > MAX_ROUNDS:
+    rounds_n = positive_int("rounds", _number("rounds", rounds, int))
+    if rounds_n > MAX_ROUNDS:
         raise FieldError("rounds", rounds, f"must be at most {MAX_ROUNDS:,}")
+    visit_s = _number("visit_time", visit_time, float)
     if cache_dir is not None:
         check_cache_dir(cache_dir)
-    if threads is not None and (reason := check_value("threads", threads)):
+    threads_n = None if threads is None else _number("threads", threads, int)
+    if threads_n is not None and (reason := check_value("threads", threads_n)):
         raise FieldError("threads", threads, reason)
     thresholds = Thresholds(time=parse_percent("--threshold", threshold))
     check_writable({"json": json_path, "output": output}, {"study": study})
     try:
-        plan = plan_points(study, visit_time, device, threads)
+        plan = plan_points(study, visit_s, device, threads_n)
+    except Problems as exc:  # max_time is the visits' time, which --visit-time sets here
+        raise Problems([_as_visit_time(e, visit_time) for e in exc.errors], exc.limit) from None
     except FieldError as exc:  # the study is an argument here, not a flag
         raise (exc.located(study) if exc.field == "config" else exc) from None
     logs = Path(out) if out else timestamped_dir("ab-")
@@ -129,7 +152,7 @@ def ab_command(
     def progress(tasks: Sequence[Task]) -> Iterable[Task]:
         return progress_iter(tasks, lambda t: describe_decode(t.point), quiet)
 
-    result = run_ab(plan, *sides, rounds, logs, progress)
+    result = run_ab(plan, *sides, rounds_n, logs, progress)
     comparison = result.comparison(thresholds, fail_on_improvement)
     if json_path:
         _write_json(json_path, {**comparison.to_dict(), "ab": result.to_dict()})

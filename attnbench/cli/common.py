@@ -48,11 +48,12 @@ if TYPE_CHECKING:
 
 def drop_bad_terminal_size() -> None:
     """Unset COLUMNS and LINES when they hold no size: rich reads them with str.isdigit(),
-    which passes '²', and then fails to convert it. Such a value says nothing of the
-    terminal, so it is as good as unset."""
+    which passes '²', and then fails to convert it; and it prints nothing, errors
+    included, on a console 0 columns wide. Such a value says nothing of the terminal, so
+    it is as good as unset."""
     for name in ("COLUMNS", "LINES"):
         text = os.environ.get(name, "")
-        if text and not (text.isascii() and text.isdigit()):
+        if text and not (text.isascii() and text.isdigit() and int(text) > 0):
             del os.environ[name]
 
 
@@ -215,7 +216,13 @@ def run_section(
         if plan.sections[section].models:  # what the sets beside the records come from
             check_beside(csv_path, json_path, KINDS[section].beside, inputs)
 
-    return run_command(section, config, overrides, refs, csv_path, json_path, check=reads)
+    try:
+        return run_command(section, config, overrides, refs, csv_path, json_path, check=reads)
+    except FieldError as exc:
+        if model is None or exc.field != "hf_config":
+            raise
+        # a config.json given as --model: its problem named as the user gave it
+        raise FieldError("model", model, exc.reason_with()) from None
 
 
 def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
@@ -306,6 +313,9 @@ def check_writable(
     for field, path in [*outputs.items(), *reads]:
         refuse_empty(field, path)
     given = [(field, path) for field, path in outputs.items() if path]
+    for field, path in given:
+        if str(path).endswith(("/", os.sep)):  # Path() drops the slash: 'out/' would be 'out'
+            raise FieldError(field, path, "names a folder (it ends with /); give a file's name")
     for field, path in reads:
         problem = bad_name(path)
         if problem:

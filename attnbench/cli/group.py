@@ -3,6 +3,8 @@ and errors of every command in one form."""
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -38,18 +40,29 @@ class PlainArgument(TyperArgument):
 
 class OnceEach(TyperCommand):
     """A command that refuses an option given twice (`--d-model 64 --d-model 128`), where
-    the parser would keep the last value and drop the first without a word. A flag
-    (`-q`) may repeat, and an option that collects its values (multiple) is not one."""
+    the parser would keep the last value and drop the first without a word, and one given
+    empty (`--to ''`, a variable the shell found unset), which would read as left out. A
+    flag (`-q`) may repeat, and an option that collects its values (multiple) is not one."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+        values, _, order = self.make_parser(ctx).parse_args(args=list(args))
         given = Counter(
             p for p in order if isinstance(p, TyperOption) and not (p.is_flag or p.multiple)
         )
         for option, times in given.items():
+            name = max(option.opts, key=len)
             if times > 1:
-                name = max(option.opts, key=len)
                 raise click.UsageError(f"{name} given {times} times; give it once", ctx)
+            if isinstance(values.get(option.name), str) and not values[option.name].strip():
+                raise click.UsageError(f"{name} {values[option.name]!r}: empty; give a value", ctx)
+        for argument in self.params:
+            given_values = values.get(argument.name)
+            listed = given_values if isinstance(given_values, (list, tuple)) else [given_values]
+            if isinstance(argument, TyperArgument) and any(
+                isinstance(v, str) and not v.strip() for v in listed
+            ):
+                metavar = argument.metavar or (argument.name or "").upper()
+                raise click.UsageError(f"{metavar} '': empty; give a path", ctx)
         return super().parse_args(ctx, args)
 
 
@@ -119,6 +132,9 @@ class OneLineErrors(TyperGroup):
             return super().main(args, prog_name, complete_var, False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
+            sys.stdout.flush()  # what is still buffered: a reader gone, a full disk
+        except OSError as exc:
+            sys.exit(_output_failed(exc))
         except (typer.Abort, KeyboardInterrupt):
             print("error: interrupted", file=sys.stderr)
             sys.exit(130)
@@ -143,7 +159,40 @@ class OneLineErrors(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         with _interrupt_said():
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except OSError as exc:  # before the parser's own answer to a pipe's reader gone
+                raise typer.Exit(_output_failed(exc)) from None
+
+
+#: The exit status when the reader of the output has gone (`| head`): a shell's for a
+#: process SIGPIPE stopped (128 + 13), neither success nor compare's "regression" (1).
+EXIT_READER_GONE = 141
+#: Errors of a write that no room or device took: the output could not be written.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+def _output_failed(exc: OSError) -> int:
+    """The exit status for an error writing the command's standard output (the files it
+    writes report their own): 141 where its reader has gone, the rest dropped; 2, said on
+    one line, where the device took no more. Any other error is not the output's: raised."""
+    if not isinstance(exc, BrokenPipeError) and exc.errno not in WRITE_ERRNOS:
+        raise exc
+    _drop_the_rest()
+    if isinstance(exc, BrokenPipeError):
+        return EXIT_READER_GONE
+    print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+    return 2
+
+
+def _drop_the_rest() -> None:
+    """Standard output to the null device, what is still buffered included, so that the
+    interpreter's last flush fails no more (Python's advice for SIGPIPE)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no file number: nothing to flush there
+        pass
 
 
 @contextmanager

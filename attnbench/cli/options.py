@@ -229,14 +229,20 @@ HeadDirOpt = flag(
     help="A source tree to gate, as it is on disk (default: this working tree).",
 )
 RoundsOpt = flag(
-    int, "--rounds", help="Rounds of ABBA visits of each point (two pairs each; at most 10,000)."
+    str,
+    "--rounds",
+    metavar="INT",
+    help="Rounds of ABBA visits of each point (two pairs each; at most 10,000).",
 )
 VisitTimeOpt = flag(
-    float, "--visit-time", metavar="S", help="Seconds of sampling per visit at the most."
+    str, "--visit-time", metavar="S", help="Seconds of sampling per visit at the most."
 )
 ThresholdOpt = flag(str, "--threshold", metavar="PERCENT", help=TIME_HELP)
 ThreadsOpt = flag(
-    int | None, "--threads", help="torch threads of each side (default: the study's, or torch's)."
+    str | None,
+    "--threads",
+    metavar="INT",
+    help="torch threads of each side (default: the study's, or torch's).",
 )
 StudyDeviceOpt = device_flag("study")
 CacheDirOpt = flag(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -187,6 +187,29 @@ def _max_points(text: str | None) -> int:
     return int(digits)
 
 
+def _study_writes(name: str) -> bool:
+    """Whether a study (run, plot, report) may write a file of this name: its
+    results.json, report.md, CSVs and plots."""
+    from ..render.plots import PLOTS
+    from ..study.stores import RESULTS_FILE
+
+    return name in (RESULTS_FILE, "report.md", *PLOTS) or name.endswith(".csv")
+
+
+def _refuse_own_input(out_dir: Path, inputs: list[str], writes: Callable[[str], bool]) -> None:
+    """Refuse an input of the command that lies in `out_dir` under a name the command
+    writes there (`writes`): writing would replace it, whatever --force says."""
+    for given in inputs:
+        path = Path(given)
+        if writes(path.name) and same_file(path.parent, out_dir):
+            raise FieldError(
+                "out",
+                shown_path(out_dir),
+                f"would replace {shown_path(path)}, an input of this command, with a file "
+                "of the same name: write elsewhere, or rename the input",
+            )
+
+
 def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
     """Refuse, before anything is written, a --out directory holding files that are not
     a study's (study.stores.foreign_files): the study's results.json, CSVs, plots and
@@ -201,6 +224,7 @@ def check_out_dir(out_dir: Path, force: bool, sweep: str | None = None) -> None:
     try:
         if not stat.S_ISDIR(os.stat(out_dir).st_mode):
             raise FieldError("out", shown, "not a directory")
+        _refuse_own_input(out_dir, [sweep] if sweep else [], _study_writes)
         names = [n for n in foreign_files(out_dir) if not (sweep and same_file(out_dir / n, sweep))]
     except (FileNotFoundError, NotADirectoryError):
         return  # a new directory: made with the study (or refused then, under a file)
@@ -477,13 +501,22 @@ def _interrupted(
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-def _rerender(results: str, out: str | None, quiet: bool, force: bool, write) -> None:
+def _rerender(
+    results: str,
+    out: str | None,
+    quiet: bool,
+    force: bool,
+    write: Callable[[dict, Path], list[Path]],
+    writes: Callable[[str], bool],
+) -> None:
     """Re-write files from a saved results.json with `write(doc, out_dir)`, which returns
-    the paths it wrote; nothing is re-run. The directory of the results is the study's."""
+    the paths it wrote (files of names `writes` says); nothing is re-run. The directory of
+    the results is the study's."""
     from ..study.documents import load_results
 
     doc = load_results(results)
     out_dir = Path(out) if out else Path(results).parent
+    _refuse_own_input(out_dir, [results], writes)
     if not same_file(out_dir, Path(results).parent):
         check_out_dir(out_dir, force)
         _refuse_other_study(out_dir, doc, force)
@@ -505,9 +538,9 @@ def plot_command(
     force: RewriteForceOpt = False,
 ) -> None:
     """Re-draw a study's plots from its results.json; nothing is re-run."""
-    from ..render.plots import render_plots
+    from ..render.plots import PLOTS, render_plots
 
-    _rerender(results, out, quiet, force, render_plots)
+    _rerender(results, out, quiet, force, render_plots, lambda name: name in PLOTS)
 
 
 @app.command("report")
@@ -522,7 +555,14 @@ def report_command(
     it); nothing is re-run."""
     from ..render.report import write_report
 
-    _rerender(results, out, quiet, force, lambda doc, out_dir: [write_report(doc, out_dir)])
+    _rerender(
+        results,
+        out,
+        quiet,
+        force,
+        lambda doc, out_dir: [write_report(doc, out_dir)],
+        lambda name: name == "report.md",
+    )
 
 
 @app.command("merge")

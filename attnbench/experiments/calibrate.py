@@ -30,6 +30,7 @@ from ..model.calibration import (
     floor_text,
     load_calibration,
     parse_calibration,
+    peaks_of,
     usable,
 )
 from ..model.devices import THIS_DEVICE, DeviceSpec, attention_peaks
@@ -74,7 +75,7 @@ def check_results(
     loaded = load_calibration(calibration) if calibration else None
     fitted = loaded.device if loaded is not None else None
     if gpu is not None and is_this(gpu) and fitted is not None and not is_this(fitted.name):
-        reason = f"was fitted against {fitted.name}'s peaks, not {THIS_DEVICE}'s"
+        reason = f"was fitted against {peaks_of(fitted.name)}, not {peaks_of(THIS_DEVICE)}"
         raise FieldError("calibration", calibration, reason)
     return check_run(doc, loaded, _named(gpu or THIS_DEVICE), min_time_s, name)
 

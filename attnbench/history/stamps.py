@@ -125,15 +125,18 @@ def parse_date(text: str) -> str:
         pass
     try:
         moment = datetime.datetime.fromisoformat(text)
-        if moment.tzinfo is not None:
-            moment = moment.astimezone(datetime.timezone.utc)
-        return moment.isoformat()
     except ValueError:
         raise FieldError(
             "date",
             typed(text),
             "expected an ISO 8601 date, e.g. 2026-10-05 or 2026-10-05T12:00:00+00:00",
         ) from None
+    try:
+        if moment.tzinfo is not None:
+            moment = moment.astimezone(datetime.timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is in the year 0 in UTC
+        raise FieldError("date", typed(text), "is outside the years 1 to 9999 in UTC") from None
+    return moment.isoformat()
 
 
 def name_problem(field: str, text: object) -> str | None:

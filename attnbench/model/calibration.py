@@ -380,9 +380,15 @@ class Calibration:
             raise FieldError(
                 "calibration",
                 path,
-                f"was fitted against {self.device.name}'s peaks, not {device.name}'s",
+                f"was fitted against {peaks_of(self.device.name)}, not {peaks_of(device.name)}",
             )
         return self.model
+
+
+def peaks_of(device: str) -> str:
+    """Whose peaks a calibration was fitted against, in words: "h100-sxm's peaks", "this
+    machine's measured peaks"."""
+    return "this machine's measured peaks" if device.lower() == THIS_DEVICE else f"{device}'s peaks"
 
 
 def model_dict(model: PerfModel) -> dict[str, Any]:

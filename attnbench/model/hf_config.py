@@ -1251,6 +1251,12 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if quantised := _quantisation(cfg, where):
         said, stored = quantised
         notes.append(said)
+    if stored is not None and stored.group is not None and stored.group > spec.d_model:
+        raise UsageError(
+            f"{where}: field 'quantization_config.group_size': {stored.group:,} exceeds the "
+            f"{spec.d_model:,} inputs of a weight row (hidden_size; a scale group lies within "
+            "one row)"
+        )
     if not name:
         where = "folder" if path.stem == "config" and path.parent.name else "file"
         notes.append(f"named after its {where}: the config has no _name_or_path")

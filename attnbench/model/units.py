@@ -120,7 +120,9 @@ def duration_seconds(text: str, field: str, zero: bool = False) -> Fraction:
         raise FieldError(field, text, "must be a time above 0" if negative else TIME_HINT)
     number, unit = match.groups()
     approx = float(number) * TIME_UNITS[unit]  # inf for a huge exponent: no huge Fraction
-    if approx != 0 and not MIN_DURATION_S <= approx <= MAX_DURATION_S:
+    # 0 for a tiny one (1e-400s), which is no zero: its digits say so
+    nonzero = any(digit in "123456789" for digit in re.split("[eE]", number)[0])
+    if nonzero and not MIN_DURATION_S <= approx <= MAX_DURATION_S:
         raise FieldError(field, text, f"must be from {MIN_DURATION_S:g} s to {MAX_DURATION_S:g} s")
     seconds = Fraction(number) * TIME_UNITS[unit]
     if seconds == 0 and not zero:

@@ -320,11 +320,19 @@ def fit_note(text: str, width: int) -> list[str]:
     return [*lines[: NOTE_MAX_LINES - 1], last + NOTE_CUT]
 
 
+class _PlainConsole(Console):
+    """A console whose output's reader going (`| head`) raises BrokenPipeError for the
+    caller to answer, where rich's own exits with status 1, compare's "regression"."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("the output's reader has gone")
+
+
 def plain_console(**options: Any) -> Console:
     """A console that prints every text literally: user text (a model's name, a filter,
     a device) holding `[/]` or `:x:` is neither rich markup nor an emoji code, and
     no number or path gets coloured by highlighting. Style is given as Text or `style=`."""
-    return Console(markup=False, emoji=False, highlight=False, **options)
+    return _PlainConsole(markup=False, emoji=False, highlight=False, **options)
 
 
 _MEASURE = plain_console(file=io.StringIO(), width=DEFAULT_WIDTH)

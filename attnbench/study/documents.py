@@ -195,10 +195,17 @@ def _check_created(path: Path, created: Any) -> None:
     if created is None:
         return
     try:
-        datetime.datetime.fromisoformat(created)
+        moment = datetime.datetime.fromisoformat(created)
     except (TypeError, ValueError):
         raise UsageError(
             f"{path}: created: expected an ISO 8601 date and time, got {spelled(created)}"
+        ) from None
+    try:
+        if moment.tzinfo is not None:  # a history files runs by their time in UTC
+            moment.astimezone(datetime.timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is in the year 0 in UTC
+        raise UsageError(
+            f"{path}: created: {spelled(created)} is outside the years 1 to 9999 in UTC"
         ) from None
 
 

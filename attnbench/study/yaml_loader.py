@@ -108,6 +108,20 @@ BoundedSafeLoader.add_implicit_resolver(
 BoundedSafeLoader.add_constructor(_INT_TAG, _decimal_int)
 
 
+def _date_or_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> object:
+    """A date as YAML reads one, or its text where it names no day there is
+    (9999-99-99, a day 30 of February, an offset of 25 hours): the field it is given for
+    then says what it expected, at its key and line, where the calendar's own error
+    named neither."""
+    try:
+        return yaml.SafeLoader.construct_yaml_timestamp(loader, node)
+    except (ValueError, OverflowError):
+        return loader.construct_scalar(node)
+
+
+BoundedSafeLoader.add_constructor("tag:yaml.org,2002:timestamp", _date_or_text)
+
+
 def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
         return node.value

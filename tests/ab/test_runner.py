@@ -350,6 +350,10 @@ def test_a_bad_base_exits_2_with_one_line(scratch_repo, tmp_path, monkeypatch):
         (["--cache-dir", "afile"], "--cache-dir afile: is a file, not a directory"),
         (["--cache-dir", "afile/x"], "--cache-dir afile/x: lies under afile, a file, not a"),
         (["--rounds", "10001"], "--rounds 10001: must be at most 10,000"),
+        # each number flag echoed as typed, as every other command's
+        (["--rounds", "1e3"], "--rounds 1e3: expected an integer"),
+        (["--visit-time", "abc"], "--visit-time abc: expected a number"),
+        (["--threads", "x"], "--threads x: expected an integer"),
     ],
 )
 def test_a_cache_dir_that_is_a_file_and_endless_rounds_are_refused_first(

@@ -51,18 +51,33 @@ def test_a_status_line_is_never_wrapped(tmp_path, command):
 # --- values in other scripts' digits ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "device", ["cuda:²", "cuda:٣", "cuda:", "cuda:-1", "cuda:0x1", "gpu", "''"]
-)
+@pytest.mark.parametrize("device", ["cuda:²", "cuda:٣", "cuda:", "cuda:-1", "cuda:0x1", "gpu"])
 def test_a_device_other_than_auto_cpu_cuda_or_cuda_digits_is_named(device):
-    given = "" if device == "''" else device  # an empty name is not auto; shown quoted
-    args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", "--device", given]
+    args = ["kvmem", "--d-model", "8", "--heads", "2", "--no-measure", "-q", "--device", device]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert (
         result.stderr
         == f"error: --device {device}: unknown device; use auto, cpu, cuda or cuda:<index>\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["kvmem", "--d-model", "8", "--heads", "2", "--device", ""], "--device ''"),
+        (["baseline", "save", "results.json", "--to", ""], "--to ''"),  # not the default path
+        (["history", "show", "--where", " "], "--where ' '"),
+        (["plot", ""], "RESULTS ''"),  # not the current folder
+        (["compare", "base.json", ""], "CURRENT ''"),
+    ],
+)
+def test_a_value_given_empty_is_refused_not_read_as_left_out(args, named):
+    """An empty value (a variable the shell found unset) reads as the option left out, or
+    as the current folder: `baseline save --to ''` replaced the default baseline."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {named}: empty; give a ")
 
 
 @pytest.mark.parametrize(
@@ -176,4 +191,20 @@ def test_an_output_under_a_symlink_to_nothing_is_refused_naming_it(tmp_path):
 def test_an_empty_model_is_named_empty():
     result = runner.invoke(app, ["params", "--model", ""])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: --model '': empty; give a preset's name")
+    assert result.stderr.startswith("error: --model '': empty; give a value")
+
+
+def test_a_config_json_given_as_model_is_named_as_given():
+    """--model takes a path as well as a preset: its problem names --model, as typed."""
+    result = runner.invoke(app, ["params", "--model", "./no-such-model"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --model ./no-such-model: no such file")
+
+
+def test_an_output_ending_in_a_slash_is_a_folder_not_a_file(tmp_path):
+    """'out/' read as a path is 'out': a file of that name was written."""
+    out = f"{tmp_path}/out/"
+    result = runner.invoke(app, ["params", "--d-model", "64", "--heads", "4", "--json", out])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: --json {out}: names a folder (it ends with /)")
+    assert not (tmp_path / "out").exists()

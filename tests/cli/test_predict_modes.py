@@ -112,7 +112,11 @@ def test_check_with_another_gpu_than_the_calibration_is_refused(tmp_path):
     result = predict("--check", results(tmp_path), "--gpu", "a100-80gb", "--calibration", cal)
     one_error(result, f"--calibration {cal}: was fitted against h100-sxm's peaks, not a100-80gb's")
     result = predict("--check", results(tmp_path), "--gpu", "this", "--calibration", cal)
-    one_error(result, f"--calibration {cal}: was fitted against h100-sxm's peaks, not this's")
+    one_error(
+        result,
+        f"--calibration {cal}: was fitted against h100-sxm's peaks, "
+        "not this machine's measured peaks",
+    )
     assert predict("--check", results(tmp_path), "--calibration", cal).exit_code == 0
 
 

@@ -136,3 +136,39 @@ def test_the_same_study_is_merged_and_rerendered_where_its_results_are(study, tm
     for command in ("plot", "report"):
         assert cli(command, results, "-q").exit_code == 0
         assert cli(command, results, "--out", shared, "-q").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "name"), [("report", "report.md"), ("plot", "decode_latency.png")]
+)
+def test_a_rerender_never_writes_over_its_own_results(study, tmp_path, command, name):
+    """A results.json saved under a name the command writes (report.md, a plot's) would be
+    replaced by what is rendered from it: refused, --force or not, before anything."""
+    out = tmp_path / "out"
+    assert cli("run", study, "--out", out, "-q").exit_code == 0
+    renamed = tmp_path / "kept" / name
+    renamed.parent.mkdir()
+    renamed.write_bytes((out / "results.json").read_bytes())
+    before = renamed.read_bytes()
+    for force in ([], ["--force"]):
+        line = one_error(cli(command, renamed, *force))
+        assert f"would replace {renamed}, an input of this command" in line
+    assert renamed.read_bytes() == before
+    assert cli(command, renamed, "--out", out, "-q").exit_code == 0  # elsewhere: written
+
+
+def test_a_run_never_writes_over_its_own_sweep_file(tmp_path):
+    """A sweep file in --out under a name the study writes (report.md, results.json, a
+    CSV) would be replaced by the study's file: refused, --force or not."""
+    out = tmp_path / "out"
+    out.mkdir()
+    sweep = out / "report.md"
+    sweep.write_text(STUDY)
+    for force in ([], ["--force"]):
+        line = one_error(cli("run", sweep, "--out", out, *force))
+        assert "would replace" in line and "an input of this command" in line
+    assert sweep.read_text() == STUDY
+    kept = out / "study.yaml"  # under its own name it may lie there, as before
+    kept.write_text(STUDY)
+    sweep.unlink()
+    assert cli("run", kept, "--out", out, "-q").exit_code == 0 and kept.read_text() == STUDY

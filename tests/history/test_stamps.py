@@ -114,6 +114,12 @@ def test_a_date_is_read_in_the_extended_iso_form(text, iso):
     assert parse_date(text) == iso
 
 
+def test_a_date_outside_the_years_utc_holds_is_refused_not_a_traceback():
+    with pytest.raises(FieldError) as caught:
+        parse_date("0001-01-01T00:00:00+01:00")
+    assert caught.value.reason == "is outside the years 1 to 9999 in UTC"
+
+
 @pytest.mark.parametrize(
     ("text", "shown"), [("notadate", "notadate"), (" 2026-10-05", "' 2026-10-05'")]
 )

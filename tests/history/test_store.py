@@ -659,11 +659,11 @@ def test_plot_writes_the_format_its_extension_names_making_its_folder(kv_history
     ("flags", "message"),
     [
         (["--date", "notadate"], "--date notadate: expected an ISO 8601 date"),
-        (["--date", ""], "--date '': expected an ISO 8601 date"),
-        (["--commit", ""], "--commit '': empty; name the commit"),
+        (["--date", ""], "--date '': empty; give a value"),
+        (["--commit", ""], "--commit '': empty; give a value"),
         (["--commit", "  "], "--commit '  ': empty"),
         (["--commit", "a b"], "--commit a b: a commit is one word"),
-        (["--branch", ""], "--branch '': empty; name the branch"),
+        (["--branch", ""], "--branch '': empty; give a value"),
     ],
 )
 def test_add_refuses_a_bad_date_commit_or_branch_before_anything(

@@ -722,6 +722,18 @@ def test_params_of_a_config_whose_cache_is_refused_says_so(tmp_path):
     assert refused.exit_code == 2 and "num_kv_shared_layers" in refused.stderr
 
 
+def test_a_checkpoints_scale_group_longer_than_a_row_names_its_field(tmp_path):
+    """A group_size past hidden_size, which no weight row holds: the config's field named,
+    not a --weights-group the user never gave."""
+    quant = {"quant_method": "awq", "bits": 4, "group_size": 100_000}
+    path = write_config(tmp_path, {**LLAMA3_8B, "quantization_config": quant})
+    with pytest.raises(UsageError) as caught:
+        load_hf_config(path)
+    assert "field 'quantization_config.group_size': 100,000 exceeds the 4,096 inputs" in str(
+        caught.value
+    )
+
+
 def test_a_quantised_checkpoint_is_counted_as_stored_where_its_format_is_read(tmp_path):
     """quantization_config, where attnbench reads its format, sets how fit and predict
     count the weights (stored_weights), and the note says so; a format it cannot read

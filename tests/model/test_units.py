@@ -42,6 +42,15 @@ def test_a_time_without_its_unit_is_refused(bad):
     assert TIME_HINT == "expected a time with its unit: 50ms, 0.05s, 2s"
 
 
+@pytest.mark.parametrize("tiny", ["1e-400s", "1e-324s", "5e-330ms"])
+def test_a_time_too_small_for_a_float_is_below_the_range_not_zero(tiny):
+    """1e-400 s is 0.0 as a float, yet no zero: refused as out of range (bad input),
+    where it went on to a target no batch meets (fit's exit 1)."""
+    with pytest.raises(FieldError) as error:
+        parse_duration(tiny, "tpot")
+    assert error.value.reason == "must be from 1e-09 s to 1e+06 s"
+
+
 @pytest.mark.parametrize("bad", ["-50ms", " -0.5 s", "-1e3us"])
 def test_a_negative_time_is_refused_as_one(bad):
     with pytest.raises(FieldError) as error:

@@ -559,6 +559,16 @@ def test_a_results_file_s_date_is_an_iso_date(run_doc, tmp_path, created):
     assert f"{path}: created: expected an ISO 8601 date and time" in line
 
 
+@pytest.mark.parametrize("created", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_results_file_s_date_is_one_utc_holds(run_doc, tmp_path, created):
+    """A date whose time in UTC falls outside the years 1 to 9999 (a history files runs by
+    it): refused as the file is read, where `history add` stopped with a traceback."""
+    path = _write(tmp_path / RESULTS_FILE, {**copy.deepcopy(run_doc), "created": created})
+    for args in (["history", "add", path, "--db", str(tmp_path / "h.db")], ["compare", path, path]):
+        line = one_error(cli(*args))
+        assert f"{path}: created: '{created}' is outside the years 1 to 9999 in UTC" in line
+
+
 def test_compare_does_not_write_over_the_history_it_reads(run_doc, tmp_path):
     path, db = _write(tmp_path / "r.json", run_doc), str(tmp_path / "h.db")
     assert cli("history", "add", path, "--db", db, "--commit", "c1").exit_code == 0

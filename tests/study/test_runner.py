@@ -466,7 +466,7 @@ def test_out_with_results_needs_resume(tmp_path):
     assert result.exit_code == 2 and "no results.json there to resume" in result.stderr
     assert not (tmp_path / "empty").exists()  # refused before the directory is made
     result = run(config, "--out", "")
-    assert result.exit_code == 2 and "error: --out '': empty; give a file's name" in result.stderr
+    assert result.exit_code == 2 and "error: --out '': empty; give a value" in result.stderr
 
 
 @pytest.mark.usefixtures("no_plots")

@@ -1027,6 +1027,15 @@ def test_a_model_given_twice_is_refused(tmp_path, models, again):
             "defaults: {d_model: 2001-12-14, num_heads: 4}\nparams: {}\n",
             "study.yaml): expected an integer, got a date",
         ),
+        # no such day: the key and the text, where the calendar's error named neither
+        (
+            "defaults: {d_model: 9999-99-99, num_heads: 4}\nparams: {}\n",
+            "defaults.d_model: 9999-99-99 (",
+        ),
+        (
+            "defaults: {d_model: 2001-12-14 21:59:43.10 +25:00, num_heads: 4}\nparams: {}\n",
+            "expected an integer, got '2001-12-14 21:59:43.10 +25:00'",
+        ),
         ("defaults: {null: 3, d_model: 64, num_heads: 4}\nparams: {}\n", "unknown key null\n"),
         ("models: [null]\nparams: {}\n", "models: expected a list of names or paths, got [null]"),
         ("2001-01-01: {}\n", "unknown key 2001-01-01\n"),

@@ -184,8 +184,9 @@ HEADS_BY_DEFAULT = {
 }
 #: transformers' default num_key_value_heads of the model types read here whose
 #: configuration class gives a number, not None (which means one KV head per query head):
-#: a config.json that leaves the field out (or null) gets it, whatever its heads, as
-#: transformers builds it (its configuration classes, release 5.24).
+#: a config.json that leaves the field out gets it, whatever its heads, as transformers
+#: builds it (its configuration classes, release 5.24). One that writes it null gets one
+#: KV head per query head, as those classes read a None (or refuse it).
 KV_HEADS_BY_DEFAULT = {
     **dict.fromkeys(("qwen3_5_moe_text", "qwen3_next", "glm4", "starcoder2"), 2),
     **dict.fromkeys(("gemma2", "gemma3_text", "qwen3_5_text", "qwen3_moe", "smollm3"), 4),
@@ -213,7 +214,19 @@ KV_HEADS_BY_DEFAULT = {
 }
 #: transformers' default head_dim, for model types where it is not d_model / heads.
 HEAD_DIM_BY_DEFAULT = {
-    **dict.fromkeys(("gemma", "gemma2", "gemma3_text"), 256),
+    **dict.fromkeys(
+        (
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+            "qwen3_next",
+            "qwen3_5",
+            "qwen3_5_text",
+            "qwen3_5_moe",
+            "qwen3_5_moe_text",
+        ),
+        256,
+    ),
     **dict.fromkeys(("qwen3", "glm4", "llama4_text"), 128),
     "gpt_oss": 64,
 }
@@ -235,6 +248,8 @@ def _kv_heads(cfg: dict, num_heads: int, kind: str, where: str) -> int:
     # ChatGLM's groups (its own code, not transformers'): with multi_query_attention on
     if given is None and bool_field(cfg, "multi_query_attention", where, False):
         given = _given(cfg, ("multi_query_group_num",), where, MAX_HEADS, "KV-head ")
+    if given is None and any(k in cfg for k in KV_HEAD_KEYS):  # written null: one per head
+        return num_heads
     if given is None:  # the class's default: a number for some types, else one per head
         return KV_HEADS_BY_DEFAULT.get(kind, num_heads)
     return given[1]
@@ -453,7 +468,13 @@ def _unknown_kinds(cfg: dict, kind: str, where: str) -> str | None:
     declares other kinds (hf_layers.unknown_kinds), or a model type attnbench does not
     know sets a sliding window without saying which layers slide (its configuration
     class has a rule of its own: OLMo-3 windows three layers of four)."""
-    why = unknown_kinds(cfg, kind) or _per_layer_shapes(cfg, where) or _shared_caches(cfg, where)
+    why = (
+        unknown_kinds(cfg, kind)
+        or _per_layer_shapes(cfg, where)
+        or _shared_caches(cfg, where)
+        or _uneven_heads(cfg, where)
+        or _cross_attention(cfg)
+    )
     if why is not None or _windows_known(cfg, kind, where):
         return why
     return (
@@ -478,6 +499,48 @@ def _per_layer_shapes(cfg: dict, where: str) -> str | None:
     return (
         f"field 'per_layer_config' gives layers {', '.join(map(str, layers))} their own "
         f"{' and '.join(fields)}, which attnbench cannot size (it gives every layer one shape)"
+    )
+
+
+#: Fields that shape the sliding layers' attention apart from the others' (MiMo-V2's).
+SLIDING_SHAPE_FIELDS = ("swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
+
+
+def _uneven_heads(cfg: dict, where: str) -> str | None:
+    """Why a config whose values are cached narrower or wider than its keys (v_head_dim
+    beside head_dim, outside MLA), or whose sliding layers have heads of their own
+    (SLIDING_SHAPE_FIELDS), cannot be sized: attnbench caches K and V of one shape in
+    every layer (MiMo-V2-Flash: values of 128 beside keys of 192, twice the KV heads on
+    its sliding layers). None otherwise."""
+    own = next((f for f in SLIDING_SHAPE_FIELDS if cfg.get(f) is not None), None)
+    if own is not None:
+        return (
+            f"field {own!r} gives its sliding layers heads of their own, which attnbench "
+            "cannot size (it caches K and V of one shape in every layer)"
+        )
+    if cfg.get("kv_lora_rank") is not None or cfg.get("v_head_dim") is None:
+        return None
+    values = int_field(cfg, "v_head_dim", where, maximum=MAX_HEADS)
+    keys = cfg.get("head_dim")
+    if values is None or keys is None or values == keys:
+        return None
+    return (
+        f"field 'v_head_dim' ({values}) caches values of another width than the keys' "
+        f"head_dim ({keys}), which attnbench cannot size (it caches K and V of one width)"
+    )
+
+
+def _cross_attention(cfg: dict) -> str | None:
+    """Why a config whose layers of `cross_attention_layers` attend to an image's tokens
+    (Llama-3.2-Vision's, 8 of its 40) cannot be sized: they cache the image's K and V, not
+    the text's, which attnbench would count as every layer's. None without them."""
+    listed = cfg.get("cross_attention_layers")
+    if not listed:
+        return None
+    shown = brief(listed) if not isinstance(listed, list) else f"{len(listed)} layers"
+    return (
+        f"field 'cross_attention_layers' ({shown}) has layers attend to an image's tokens, "
+        "whose cache attnbench cannot size (it caches every layer's K and V per text token)"
     )
 
 
@@ -1040,12 +1103,13 @@ def _body(cfg: dict, kind: str, d_model: int, num_layers: int, where: str) -> Mo
 
 
 def _falcon_body(cfg: dict, d_model: int, vocab: int, tied: bool, where: str) -> ModelBody:
-    """Falcon: `bias` on every projection, LayerNorms with biases, one norm per layer for
-    the original parallel attention (two with new_decoder_architecture, or sequential)."""
+    """Falcon: `bias` on every projection, LayerNorms with biases; a sequential layer has
+    two norms, a parallel one num_ln_in_parallel_attn (default: two with
+    new_decoder_architecture, one without; Falcon2-11B writes one)."""
     bias = bool_field(cfg, "bias", where, False)
-    single_norm = bool_field(cfg, "parallel_attn", where, True) and not bool_field(
-        cfg, "new_decoder_architecture", where, False
-    )
+    new = bool_field(cfg, "new_decoder_architecture", where, False)
+    parallel_norms = int_field(cfg, "num_ln_in_parallel_attn", where, 2 if new else 1)
+    single_norm = bool_field(cfg, "parallel_attn", where, True) and parallel_norms != 2
     return ModelBody(
         vocab,
         int_field(cfg, "ffn_hidden_size", where, 4 * d_model),

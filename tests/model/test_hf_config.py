@@ -585,6 +585,21 @@ GEMMA4_LIKE = {
             {"num_kv_shared_layers": 2},
             "field 'num_kv_shared_layers' (2) has its last layers reuse earlier layers' K and V",
         ),
+        # MiMo-V2-Flash: values of 128 beside keys of 192, its sliding layers twice the KV
+        # heads: sized as one shape, its cache was 7% over at 4k tokens, 18% at 32k
+        (
+            {"v_head_dim": 8},
+            "field 'v_head_dim' (8) caches values of another width than the keys' head_dim (16)",
+        ),
+        (
+            {"swa_num_key_value_heads": 4},
+            "field 'swa_num_key_value_heads' gives its sliding layers heads of their own",
+        ),
+        # Llama-3.2-Vision: 8 of its 40 layers cache the image's tokens, not the text's
+        (
+            {"cross_attention_layers": [1, 3]},
+            "field 'cross_attention_layers' (2 layers) has layers attend to an image's tokens",
+        ),
     ],
 )
 def test_layers_shaped_or_cached_apart_are_refused_not_sized_as_the_others(extra, reason):
@@ -596,6 +611,46 @@ def test_layers_shaped_or_cached_apart_are_refused_not_sized_as_the_others(extra
         spec.require_kinds()
     plain = {**GEMMA4_LIKE, "per_layer_config": {"03": {}}, "num_kv_shared_layers": 0}
     assert spec_from_hf_config(plain, "m", "m.json").unknown_kinds is None
+    even = {**GEMMA4_LIKE, "v_head_dim": 16, "cross_attention_layers": []}
+    assert spec_from_hf_config(even, "m", "m.json").unknown_kinds is None
+
+
+def test_kv_heads_written_null_are_one_per_query_head_left_out_the_class_default():
+    """SmolLM3's class default is 4 KV heads; a config that writes null gets one per query
+    head, as transformers 5.24 builds it (its cache 4x the default's)."""
+    smollm3 = {
+        "model_type": "smollm3",
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 4,
+    }
+    assert spec_from_hf_config(smollm3, "m", "m.json").num_kv_heads == 4
+    null = {**smollm3, "num_key_value_heads": None}
+    assert spec_from_hf_config(null, "m", "m.json").num_kv_heads == 16
+
+
+@pytest.mark.parametrize("kind", ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"])
+def test_qwen3_next_and_3_5_without_head_dim_take_the_class_default_256(kind):
+    cfg = {"model_type": kind, "hidden_size": 2048, "num_attention_heads": 16}
+    cfg |= {"num_key_value_heads": 2, "num_hidden_layers": 4}
+    assert spec_from_hf_config(cfg, "m", "m.json").head_dim == 256
+
+
+@pytest.mark.parametrize(("norms", "expected"), [(None, 2), (2, 2), (1, 1)])
+def test_falcon_new_decoder_architecture_takes_its_parallel_norms(norms, expected):
+    """Falcon2-11B writes num_ln_in_parallel_attn 1: one LayerNorm a layer, not two."""
+    cfg = {
+        "model_type": "falcon",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_kv_heads": 2,
+        "num_hidden_layers": 2,
+        "new_decoder_architecture": True,
+        "num_ln_in_parallel_attn": norms,
+        "vocab_size": 100,
+    }
+    body = spec_from_hf_config(cfg, "m", "m.json").body
+    assert body is not None and body.norms_per_layer == expected
 
 
 def test_floats_transformers_tags_are_read_back_as_its_from_json_file_reads_them():

@@ -172,6 +172,12 @@ EXIT_READER_GONE = 141
 WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
+def standard_output_failed(exc: OSError) -> bool:
+    """Whether `exc` is standard output's own failure, not that of a file the command
+    writes: a broken pipe that names no file (its reader gone)."""
+    return isinstance(exc, BrokenPipeError) and exc.filename is None
+
+
 def _output_failed(exc: OSError) -> int:
     """The exit status for an error writing the command's standard output (the files it
     writes report their own): 141 where its reader has gone, the rest dropped; 2, said on

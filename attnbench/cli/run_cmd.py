@@ -30,7 +30,7 @@ from .common import (
     stop_notice,
     timestamped_dir,
 )
-from .group import app
+from .group import app, standard_output_failed
 from .options import (
     BesideOutOpt,
     ConfigArg,
@@ -478,9 +478,15 @@ def _ran(
         )
 
 
-def _unwritable(exc: OSError, out_dir: Path, store: DirectoryStore | None = None) -> UsageError:
+def _unwritable(
+    exc: OSError, out_dir: Path, store: DirectoryStore | None = None
+) -> UsageError | OSError:
     """A write into the results directory failed (a full disk): name the file; when the
-    study's results.json could not take the last points, keep them in a file elsewhere."""
+    study's results.json could not take the last points, keep them in a file elsewhere.
+    Standard output's own failure is not the directory's: `exc` itself, for the command
+    group to answer (its reader gone)."""
+    if standard_output_failed(exc):
+        return exc
     where = exc.filename or out_dir
     kept = ""
     if store is not None and store.document is not None and unsaved(store.path, store.document):

@@ -522,6 +522,9 @@ def _uneven_heads(cfg: dict, where: str) -> str | None:
         return None
     values = int_field(cfg, "v_head_dim", where, maximum=MAX_HEADS)
     keys = cfg.get("head_dim")
+    width, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if keys is None and _whole(width) and _whole(heads) and heads > 0:
+        keys = width // heads  # transformers' head_dim where the config gives none
     if values is None or keys is None or values == keys:
         return None
     return (

@@ -90,7 +90,8 @@ PRESETS: dict[str, ModelSpec] = {p.name: p for p in (
     _spec("deepseek-v3",  61, 7168, 128, 128, 128, "bfloat16",
           "deepseek-ai/DeepSeek-V3 config.json (MLA, 256 routed + 1 shared expert; "
           "without the multi-token-prediction layer; weights stored in float8, blocks of "
-          "128 x 128, as its quantization_config says)",
+          "128 x 128, as its quantization_config says, counted with a scale per output "
+          "channel)",
           stored_weights=StoredWeights("float8_e4m3fn"),
           **_deepseek(129280, 18432, 256, 8, 2048, 1, 3, 1536, True)),
     _spec("gpt3-175b",    96, 12288, 96, 96, 128, "float16",

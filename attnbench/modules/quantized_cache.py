@@ -70,9 +70,17 @@ def _decode(values: torch.Tensor, fmt: KvFormat, width: int) -> torch.Tensor:
     return (unpack_int4(values, width) if fmt.dtype == "int4" else values).float()
 
 
-def tensor_scale(x: torch.Tensor, fmt: KvFormat) -> torch.Tensor:
-    """A per-tensor scale for `fmt` calibrated on x: absmax / (largest code), float32."""
-    return (x.float().abs().amax() / _code_max(fmt)).clamp_min(torch.finfo(torch.float32).tiny)
+def tensor_scales(x: torch.Tensor, fmt: KvFormat) -> torch.Tensor:
+    """Per-tensor scales for `fmt` calibrated on x (batch, vectors, tokens, width): one for
+    K's heads and one for V's (the first and second half of the vectors), one for an MLA
+    latent (one vector), each absmax / (largest code) in float32, shaped (1, vectors, 1,
+    1) to scale x."""
+    batch, vectors, tokens, width = x.shape
+    parts = 2 if vectors > 1 else 1
+    halves = x.float().abs().reshape(batch, parts, vectors // parts, tokens, width)
+    scales = halves.amax(dim=(0, 2, 3, 4)) / _code_max(fmt)
+    scales = scales.clamp_min(torch.finfo(torch.float32).tiny)
+    return scales.repeat_interleave(vectors // parts).view(1, vectors, 1, 1)
 
 
 def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -142,7 +150,7 @@ class LayerStorage:
         fmt, end = self.layout.fmt, start + x.shape[2]
         if fmt.per_tensor:
             if self.tensor_scale is None:
-                self.tensor_scale = tensor_scale(x, fmt)
+                self.tensor_scale = tensor_scales(x, fmt)
             self.values[:, :, start:end].copy_(_encode(x.float() / self.tensor_scale, fmt))
             return
         values, scales = quantize(x, fmt)

@@ -16,9 +16,11 @@ padding on either side and one border, and the table one border more.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import os
 import re
+import stat
 import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -325,7 +327,7 @@ class _PlainConsole(Console):
     caller to answer, where rich's own exits with status 1, compare's "regression"."""
 
     def on_broken_pipe(self) -> None:
-        raise BrokenPipeError("the output's reader has gone")
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 def plain_console(**options: Any) -> Console:
@@ -513,12 +515,15 @@ def print_view(console: Console, view: TableView) -> None:
 
 def page_columns() -> int | None:
     """The width of the page that output off a terminal goes to, where it is known:
-    $COLUMNS when it holds a positive whole number in ASCII digits, else the width of the
-    terminal standard error still goes to (a pipe into `less` or `head`); None in a log."""
+    $COLUMNS when it holds a positive whole number in ASCII digits, else, for a pipe (into
+    `less` or `head`), the width of the terminal standard error still goes to; None for a
+    file or a log."""
     text = os.environ.get("COLUMNS", "").strip()
     if text.isascii() and text.isdigit() and int(text) > 0:
         return int(text)
     try:
+        if not stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode):
+            return None
         return os.get_terminal_size(sys.stderr.fileno()).columns or None
     except (AttributeError, OSError, ValueError):  # no file number (a capture), no terminal
         return None

@@ -399,8 +399,8 @@ SCALE_GROUPS = {
 
 
 NO_CACHED_SCALES = (
-    "has no effect: the cache stores no scales (a float8 cache's is one per tensor by "
-    "default; set {kv_scale_group} to vector or a group size)"
+    "has no effect: the cache stores no scales (its scale is one per tensor, float8's "
+    "default; {kv_scale_group} vector or a group size stores them)"
 )
 
 

@@ -75,3 +75,19 @@ def test_a_terminal_size_of_0_still_prints_the_error():
     """rich prints nothing, errors included, on a console 0 columns wide."""
     done = attnbench(BAD, stdout=subprocess.PIPE, env={"COLUMNS": "0"})
     assert done.returncode == 2 and done.stderr.startswith(BAD_LINE), done.stderr
+
+
+def test_a_study_whose_reader_has_gone_is_not_blamed_on_its_directory(tmp_path):
+    """`run ... | head -1`: the reader gone, not the --out directory ('cannot write:
+    None'); the points finished so far stay in its results.json."""
+    study = tmp_path / "study.yaml"
+    study.write_text("defaults: {d_model: 64, num_heads: 4}\nparams: {num_kv_heads: [4, 1]}\n")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = attnbench(["run", str(study), "--out", str(tmp_path / "out")], stdout=write)
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert "--out" not in done.stderr
+    assert (tmp_path / "out" / "results.json").is_file()

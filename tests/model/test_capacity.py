@@ -172,25 +172,38 @@ def test_quantised_storage_round_trips(dtype):
     assert error <= bound
 
 
+def test_a_record_names_a_scale_dtype_only_where_the_cache_stores_scales():
+    assert kvmem.run(point(kv_dtype="float8_e4m3fn")).scale_dtype is None  # per tensor
+    assert kvmem.run(point(kv_dtype="int8")).scale_dtype == "float16"
+    assert kvmem.run(point(kv_dtype="float8_e4m3fn", kv_scale_group="vector")).scale_dtype == (
+        "float16"
+    )
+
+
 @pytest.mark.parametrize("dtype", QUANTIZED_KV_DTYPES)
-def test_per_tensor_storage_keeps_its_first_scale_and_no_scales_in_the_cache(dtype):
+def test_per_tensor_storage_keeps_its_first_scales_and_none_in_the_cache(dtype):
+    """One static scale for K's heads and one for V's, calibrated on the first write and
+    kept outside the cache's bytes; a later value past them saturates."""
     fmt = KvFormat(dtype, "tensor")
-    storage = LayerStorage(2, 8, TokenLayout(4, 64, fmt))
+    storage = LayerStorage(2, 8, TokenLayout(4, 64, fmt))  # 2 K heads, then 2 V heads
     assert storage.scales is None and storage.nbytes == storage.values.untyped_storage().nbytes()
     prompt = torch.randn(2, 4, 6, 64)
+    prompt[:, 2:] *= 10  # V's values ten times K's: a scale each
     storage.write(0, prompt)
     scale = storage.tensor_scale
-    assert scale is not None and scale.item() > 0
-    # a later token twice the prompt's largest value: the scale stays, its codes saturate
-    late = torch.full((2, 4, 2, 64), 2 * prompt.abs().max().item())
+    assert scale is not None and scale.shape == (1, 4, 1, 1)
+    k_max, v_max = prompt[:, :2].abs().max().item(), prompt[:, 2:].abs().max().item()
+    ratio = v_max / k_max  # each half's scale is its own absmax over the largest code
+    assert torch.allclose(scale.flatten() / scale.flatten()[0], torch.tensor([1, 1, ratio, ratio]))
+    late = torch.full((2, 4, 2, 64), 2 * v_max)  # past both scales: saturates at each
     storage.write(6, late)
     assert storage.tensor_scale is scale
     read = storage.read(8)
-    step = {"int8": 1 / 127, "int4": 1 / 7}.get(dtype, 0.13) * prompt.abs().max().item()
-    assert (read[:, :, :6] - prompt).abs().max().item() <= step
-    assert torch.allclose(
-        read[:, :, 6:], torch.full_like(late, prompt.abs().max().item()), rtol=0.07
-    )
+    step = {"int8": 1 / 127, "int4": 1 / 7}.get(dtype, 0.13)
+    assert (read[:, :2, :6] - prompt[:, :2]).abs().max().item() <= step * k_max
+    assert (read[:, 2:, :6] - prompt[:, 2:]).abs().max().item() <= step * v_max
+    assert torch.allclose(read[:, :2, 6:], torch.full((2, 2, 2, 64), k_max), rtol=0.07)
+    assert torch.allclose(read[:, 2:, 6:], torch.full((2, 2, 2, 64), v_max), rtol=0.07)
 
 
 # --- tensor parallelism --------------------------------------------------------------------

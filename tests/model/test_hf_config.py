@@ -613,6 +613,10 @@ def test_layers_shaped_or_cached_apart_are_refused_not_sized_as_the_others(extra
     assert spec_from_hf_config(plain, "m", "m.json").unknown_kinds is None
     even = {**GEMMA4_LIKE, "v_head_dim": 16, "cross_attention_layers": []}
     assert spec_from_hf_config(even, "m", "m.json").unknown_kinds is None
+    # no head_dim: the keys are hidden_size / heads wide (16), the values 8
+    narrow = {k: v for k, v in GEMMA4_LIKE.items() if k != "head_dim"} | {"v_head_dim": 8}
+    why = spec_from_hf_config(narrow, "m", "m.json").unknown_kinds
+    assert why is not None and why.startswith("field 'v_head_dim' (8)")
 
 
 def test_kv_heads_written_null_are_one_per_query_head_left_out_the_class_default():

@@ -991,10 +991,10 @@ def test_terminal_width(monkeypatch):
     assert terminal_width(terminal) == 91
 
 
-def test_a_pipe_in_a_terminal_takes_the_width_of_the_terminal_errors_go_to(monkeypatch):
+def test_a_pipe_in_a_terminal_takes_the_width_of_the_terminal_errors_go_to(monkeypatch, tmp_path):
     """`attnbench ... | less` in a terminal of 80 columns: standard error is still that
-    terminal, whose width the tables take; COLUMNS, where set, wins; in a log (no
-    terminal at all) they are 120 wide."""
+    terminal, whose width the tables take; COLUMNS, where set, wins; into a file, or in a
+    log (no terminal at all), they are 120 wide."""
     console = Console(file=io.StringIO(), width=240)
     stderr = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     terminals = {stderr.fileno(): os.terminal_size((80, 24))}
@@ -1004,16 +1004,25 @@ def test_a_pipe_in_a_terminal_takes_the_width_of_the_terminal_errors_go_to(monke
             raise OSError("not a terminal")
         return terminals[fd]
 
+    read, write = os.pipe()
+    pipe = os.fdopen(write, "w")
     monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(sys, "stdout", pipe)
     monkeypatch.setattr(os, "get_terminal_size", terminal_size)
     monkeypatch.delenv("COLUMNS", raising=False)
     assert terminal_width(console) == 80
     monkeypatch.setenv("COLUMNS", "100")
     assert terminal_width(console) == 100
     monkeypatch.delenv("COLUMNS")
+    with open(tmp_path / "out.txt", "w") as file:  # `> out.txt`: the file's own width
+        monkeypatch.setattr(sys, "stdout", file)
+        assert terminal_width(console) == 120
+    monkeypatch.setattr(sys, "stdout", pipe)
     terminals.clear()
     assert terminal_width(console) == 120
-    stderr.close()
+    for stream in (stderr, pipe):
+        stream.close()
+    os.close(read)
 
 
 @pytest.mark.parametrize("section", ["params", "fit"])

@@ -129,7 +129,7 @@ def test_a_scale_dtype_for_a_float8_cache_scaled_per_tensor_is_refused():
     flags = ["--model", "llama-2-7b", "--kv-dtype", "fp8", "--scale-dtype", "float32"]
     line = one_error(runner.invoke(app, ["kvmem", *flags]))
     assert "--scale-dtype float32: has no effect: the cache stores no scales" in line
-    assert "set --kv-scale-group to vector" in line
+    assert "--kv-scale-group vector or a group size stores them" in line
     vector = runner.invoke(app, ["kvmem", *flags, "--kv-scale-group", "vector", "--no-measure"])
     assert vector.exit_code == 0, vector.output
     planned = planning.plan_command(

@@ -78,13 +78,15 @@ def parse_field(name: str, text: str) -> Any:
     from ..study.sweep import check_value  # the model configs' readers: yaml, transformers
 
     spec = FIELDS[name]
+    items = [t.strip() for t in str(text).split(",")] if spec.axis else [str(text).strip()]
+    if len(items) > 1 and "" in items:  # '8,,4', 'float16,': named as typed, not as ''
+        raise FieldError(name, text, "an empty item in the list; give a value between commas")
     if name == "seq_lens":
         lengths = parse_seq_lens(text)
         if lengths and check_value(name, max(lengths)):  # the first length that is too long
             first = next(n for n in lengths if check_value(name, n))
             raise FieldError(name, first, check_value(name, first))  # type: ignore[arg-type]
         return lengths
-    items = [t.strip() for t in str(text).split(",")] if spec.axis else [str(text).strip()]
     values: list[Any] = []
     for item in items:
         value: Any = canonical_value(name, item)

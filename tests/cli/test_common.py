@@ -208,3 +208,25 @@ def test_an_output_ending_in_a_slash_is_a_folder_not_a_file(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: --json {out}: names a folder (it ends with /)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "typed"),
+    [
+        (
+            ["kvmem", "--model", "llama-3-8b", "--dtype", "float16,,float32"],
+            "--dtype float16,,float32",
+        ),
+        (
+            ["fit", "--model", "llama-3-8b", "--seq-len", "1024", "--memory", "80GiB,"],
+            "--memory 80GiB,",
+        ),
+        (["kvmem", "--model", "llama-3-8b", "--kv-heads", "8,,4"], "--kv-heads 8,,4"),
+        (["kvmem", "--model", "llama-3-8b", "--seq-lens", "8x512,,"], "--seq-lens 8x512,,"),
+    ],
+)
+def test_an_empty_item_of_a_list_is_named_with_the_list_as_typed(args, typed):
+    """'--memory 80GiB,' was refused as "--memory '': bad size", the item for the list."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {typed}: an empty item in the list")

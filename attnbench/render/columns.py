@@ -244,13 +244,37 @@ class RewordedColumn(Column):
         return self.reword(row.get(self.field))
 
 
+@dataclass(frozen=True)
+class CachedShapeColumn(Column):
+    """A setting of the K and V a row caches (kv heads, head_dim), which an MLA row does
+    not cache (one latent a token): none there, so that neither its cell nor the title
+    gives DeepSeek-V3 '128 kv heads · head_dim 128'."""
+
+    def value(self, row: Mapping[str, Any]) -> Any:
+        return None if row.get("variant") == "MLA" else super().value(row)
+
+
 KVMEM: list[Column] = [
     _model(0),
     _variant(0),
     _setting_int("layers", "num_layers", 12, lambda v: f"{v:,} layer{'' if v == 1 else 's'}"),
     _heads(13),
-    _kv_heads(11),
-    _head_dim(14),
+    CachedShapeColumn(
+        "kv heads",
+        "num_kv_heads",
+        fmt_int,
+        rank=11,
+        setting=True,
+        title_text=lambda v: f"{v:,} kv heads",
+    ),
+    CachedShapeColumn(
+        "head_dim",
+        "head_dim",
+        fmt_int,
+        rank=14,
+        setting=True,
+        title_text=lambda v: f"head_dim {v:,}",
+    ),
     _batch(5),
     _setting_int("context", "seq_len", 3, lambda v: f"context {v:,}"),
     _dtype(16),

@@ -424,3 +424,14 @@ def test_bad_flags_exit_2(args, needle):
     assert result.output.startswith("error: ")
     assert needle in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_mla_cache_is_not_given_kv_heads_it_does_not_cache():
+    """DeepSeek-V3 caches one latent a token: its title said '128 kv heads · head_dim
+    128', the attention's shape, which is not what it caches."""
+    result = runner.invoke(app, ["kvmem", "--model", "deepseek-v3", "--no-measure"])
+    assert result.exit_code == 0, result.output
+    title = result.stdout.split("┏")[0]
+    assert "MLA" in result.stdout and "kv heads" not in title and "head_dim" not in title
+    plain = runner.invoke(app, ["kvmem", "--model", "llama-3-8b", "--no-measure"])
+    assert "8 kv heads · head_dim 128" in " ".join(plain.stdout.split("┏")[0].split())

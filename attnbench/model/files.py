@@ -8,7 +8,7 @@ import re
 import stat
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import FieldError, UsageError, brief
 from .units import binary_unit
@@ -67,6 +67,18 @@ def shown_path(path: str | Path) -> str | Path:
     return brief(text, 80)
 
 
+def _read_at_most(file: BinaryIO, size: int) -> bytes:
+    """Up to `size` bytes of `file`, read a MiB at a time: one read of `size` would
+    allocate all of it first (1 GiB for a results file of a few KiB), which a process
+    short of address space (`ulimit -v`) cannot."""
+    chunks: list[bytes] = []
+    left = size
+    while left > 0 and (chunk := file.read(min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
     """The text of a file the user named for `field`; every failure is a FieldError.
 
@@ -90,7 +102,7 @@ def read_user_file(path: Path, field: str, limit: int | None = None) -> str:
         with os.fdopen(fd, "rb") as file:
             # the path may have been replaced since the stat: check what was opened
             _check_regular(os.fstat(file.fileno()), field, shown, limit)
-            data = file.read() if limit is None else file.read(limit + 1)
+            data = file.read() if limit is None else _read_at_most(file, limit + 1)
     except FileNotFoundError:
         raise FieldError(field, shown, "no such file") from None
     except OSError as exc:

@@ -704,3 +704,12 @@ def test_a_config_without_attention_heads_says_what_it_gives_instead(tmp_path):
         (line,) = expect_error_lines(params(write_json(tmp_path, {**cfg, **extra})), said)
         assert "missing field 'num_attention_heads' or 'n_head' or 'n_heads'" in line
         assert "tie_heads" not in line
+
+
+def test_a_small_file_is_read_without_taking_its_limit_in_memory(tmp_path):
+    """A results file's limit is 1 GiB: one read of that many bytes allocated all of it
+    first, which failed (MemoryError) in a process short of address space."""
+    small = tmp_path / "small.json"
+    small.write_text('{"records": []}')
+    with memory_guard(extra=64 << 20):
+        assert read_user_file(small, "results", limit=1 << 30) == '{"records": []}'

@@ -48,6 +48,13 @@ DEFAULT_SCALE_DTYPE = "float16"
 PER_TENSOR, PER_VECTOR = "tensor", "vector"
 SCALE_GROUP_WORDS = (PER_TENSOR, PER_VECTOR)
 
+
+def default_scaling(dtype: str) -> str:
+    """A quantised cache's scales when no group is given: per tensor for float8 (the
+    engines' float8 caches), per vector for int8 and int4."""
+    return PER_TENSOR if dtype.startswith("float8") else PER_VECTOR
+
+
 #: Sequence lengths of one batch: a list of lengths, or {length: how many sequences}.
 SeqLens = Sequence[int] | Mapping[int, int]
 #: Each layer's window (None: global), or {window: how many layers}.
@@ -92,9 +99,7 @@ class KvFormat:
     @property
     def scaling(self) -> int | str:
         """The scale group in force: an element count, `tensor` or `vector`."""
-        if self.scale_group is not None:
-            return self.scale_group
-        return PER_TENSOR if self.dtype.startswith("float8") else PER_VECTOR
+        return self.scale_group if self.scale_group is not None else default_scaling(self.dtype)
 
     @property
     def per_tensor(self) -> bool:
@@ -118,7 +123,7 @@ class KvFormat:
         group = self.scale_group
         if isinstance(group, int):
             words += f" in groups of {group:,}"
-        elif group is not None and group != KvFormat(self.dtype).scaling:
+        elif group is not None and group != default_scaling(self.dtype):
             words += f", a scale per {group}"
         if self.scale_dtype != DEFAULT_SCALE_DTYPE and not self.per_tensor:
             words += f", {self.scale_dtype} scales"

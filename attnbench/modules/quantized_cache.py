@@ -83,14 +83,20 @@ def tensor_scales(x: torch.Tensor, fmt: KvFormat) -> torch.Tensor:
     return scales.repeat_interleave(vectors // parts).view(1, vectors, 1, 1)
 
 
-def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor | None]:
+def quantize(
+    x: torch.Tensor, fmt: KvFormat, tensor_scale: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Values of x (..., width) as stored in `fmt`, and their scales (..., groups) or None
-    (an unquantised or per-tensor format: see LayerStorage).
+    (an unquantised format, or a per-tensor one, whose `tensor_scale` divides x: see
+    tensor_scales).
 
     Scales are absmax / (largest code) per group, rounded to the scale dtype first so that
     dequantising with the stored scale is exact up to the code's own rounding."""
-    if not fmt.quantized or fmt.per_tensor:
+    if not fmt.quantized:
         return x.to(storage_dtype(fmt.dtype)), None
+    if fmt.per_tensor:
+        assert tensor_scale is not None, "a per-tensor format needs its scale"
+        return _encode(x.float() / tensor_scale, fmt), None
     width = x.shape[-1]
     groups = _groups(x.float(), fmt.group(width))
     scale_dtype = storage_dtype(fmt.scale_dtype)
@@ -101,9 +107,15 @@ def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor
 
 
 def dequantize(
-    values: torch.Tensor, scales: torch.Tensor | None, fmt: KvFormat, width: int
+    values: torch.Tensor,
+    scales: torch.Tensor | None,
+    fmt: KvFormat,
+    width: int,
+    tensor_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """float32 values back from what `quantize` stored."""
+    if tensor_scale is not None:
+        return _decode(values, fmt, width) * tensor_scale
     if scales is None:
         return values.float()
     groups = _groups(_decode(values, fmt, width), fmt.group(width))
@@ -148,23 +160,19 @@ class LayerStorage:
         per-tensor format's scale is calibrated on its first write and kept (an engine
         takes it from the checkpoint), a float32 outside the cache's bytes."""
         fmt, end = self.layout.fmt, start + x.shape[2]
-        if fmt.per_tensor:
-            if self.tensor_scale is None:
-                self.tensor_scale = tensor_scales(x, fmt)
-            self.values[:, :, start:end].copy_(_encode(x.float() / self.tensor_scale, fmt))
-            return
-        values, scales = quantize(x, fmt)
+        if fmt.per_tensor and self.tensor_scale is None:
+            self.tensor_scale = tensor_scales(x, fmt)
+        values, scales = quantize(x, fmt, self.tensor_scale)
         self.values[:, :, start:end].copy_(values)
         if scales is not None:
             self.scales[:, :, start:end].copy_(scales)  # type: ignore[index]
 
     def read(self, end: int) -> torch.Tensor:
         """Tokens [0, end) of every vector, dequantised to float32."""
-        fmt, width = self.layout.fmt, self.layout.width
-        if self.tensor_scale is not None:
-            return _decode(self.values[:, :, :end], fmt, width) * self.tensor_scale
         scales = None if self.scales is None else self.scales[:, :, :end]
-        return dequantize(self.values[:, :, :end], scales, fmt, width)
+        return dequantize(
+            self.values[:, :, :end], scales, self.layout.fmt, self.layout.width, self.tensor_scale
+        )
 
 
 def allocate_cache(

@@ -161,8 +161,14 @@ def _bytes(header: str, field: str, rank: int, **kw: Any) -> Column:
     return Column(header, field, format_bytes, rank=rank, **kw)
 
 
-def _setting_int(header: str, field: str, rank: int, title: Callable[[Any], str]) -> Column:
-    return Column(header, field, fmt_int, rank=rank, setting=True, title_text=title)
+def _setting_int(
+    header: str,
+    field: str,
+    rank: int,
+    title: Callable[[Any], str],
+    column: type[Column] = Column,
+) -> Column:
+    return column(header, field, fmt_int, rank=rank, setting=True, title_text=title)
 
 
 def _status(rank: int) -> Column:
@@ -196,12 +202,12 @@ def _heads(rank: int) -> Column:
     return _setting_int("heads", "num_heads", rank, lambda v: f"{v:,} heads")
 
 
-def _kv_heads(rank: int) -> Column:
-    return _setting_int("kv heads", "num_kv_heads", rank, lambda v: f"{v:,} kv heads")
+def _kv_heads(rank: int, column: type[Column] = Column) -> Column:
+    return _setting_int("kv heads", "num_kv_heads", rank, lambda v: f"{v:,} kv heads", column)
 
 
-def _head_dim(rank: int) -> Column:
-    return _setting_int("head_dim", "head_dim", rank, lambda v: f"head_dim {v:,}")
+def _head_dim(rank: int, column: type[Column] = Column) -> Column:
+    return _setting_int("head_dim", "head_dim", rank, lambda v: f"head_dim {v:,}", column)
 
 
 def _dtype(rank: int) -> Column:
@@ -259,22 +265,8 @@ KVMEM: list[Column] = [
     _variant(0),
     _setting_int("layers", "num_layers", 12, lambda v: f"{v:,} layer{'' if v == 1 else 's'}"),
     _heads(13),
-    CachedShapeColumn(
-        "kv heads",
-        "num_kv_heads",
-        fmt_int,
-        rank=11,
-        setting=True,
-        title_text=lambda v: f"{v:,} kv heads",
-    ),
-    CachedShapeColumn(
-        "head_dim",
-        "head_dim",
-        fmt_int,
-        rank=14,
-        setting=True,
-        title_text=lambda v: f"head_dim {v:,}",
-    ),
+    _kv_heads(11, CachedShapeColumn),
+    _head_dim(14, CachedShapeColumn),
     _batch(5),
     _setting_int("context", "seq_len", 3, lambda v: f"context {v:,}"),
     _dtype(16),

@@ -78,6 +78,9 @@ class Collectives:
     source: str
     step_s: float = 0.0
     protocols: tuple[Protocol, ...] = ()
+    #: The most ranks a collective joins: one node's GPUs, the 8 of the nodes every
+    #: figure was measured on. Past them a collective crosses the network between nodes.
+    node_gpus: int = 8
 
     def latency(self, steps: int) -> float:
         """The latency of a collective of `steps` ring steps."""

@@ -408,6 +408,13 @@ def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
     collectives = device.collectives
     if collectives is None:
         raise FieldError("tp", tp, f"needs a device with an interconnect, not {device.name}")
+    if tp > collectives.node_gpus:
+        reason = (
+            f"spans more than the {collectives.node_gpus} GPUs of one {device.name} node, "
+            "whose interconnect times the collectives; between nodes they cross the "
+            "network, which attnbench does not time"
+        )
+        raise FieldError("tp", tp, reason)
     return collectives.time_s(steps / tp * bytes, steps)
 
 
@@ -656,7 +663,10 @@ def layer_counts(
     # the projections' FLOPs are in forward_flops, with the core's
     params = attention_params(rank)
     kernels = ATTENTION_KERNELS, quantised_projections(None)
-    layer = _attention_layer(attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels)
+    inputs = _attention_inputs(shape.d_model, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
+    layer = _attention_layer(
+        attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels, inputs
+    )
     if tp > 1 and qk_norm_across_heads:
         statistics = norm_statistics_bytes(batch * q_len)
         return replace(layer, norm_allreduces=1, norm_allreduce_bytes=statistics)
@@ -685,7 +695,17 @@ def mla_layer_counts(
     flops = 2 * batch * q_len * params
     kernels = attention_kernels(spec), quantised_projections(spec)
     return _attention_layer(
-        attention, params, flops, shape, batch, q_len, dtype, tp, weights, kernels
+        attention,
+        params,
+        flops,
+        shape,
+        batch,
+        q_len,
+        dtype,
+        tp,
+        weights,
+        kernels,
+        attention_inputs(spec, tp),
     )
 
 
@@ -700,6 +720,7 @@ def _attention_layer(
     tp: int,
     weights: str | WeightFormat | None,
     kernels: tuple[int, int],
+    inputs: int,
 ) -> ModelCounts:
     """One attention layer's step from its attention's counts and its `params` projection
     weights (on this rank), stored in `weights` as step_counts stores a model's: packed
@@ -708,7 +729,8 @@ def _attention_layer(
     format keeps the attention; `projection_flops` beside the
     attention's FLOPs (0 where those hold them); `kernels`: those its attention launches
     (attention_kernels) and its projections whose inputs a quantising format quantises,
-    QUANTISE_KERNELS more each (quantised_projections)."""
+    QUANTISE_KERNELS more each (quantised_projections), `inputs` elements a token
+    (attention_inputs)."""
     fmt = weight_format(weights or dtype)
     if fmt.kept_attention:  # a layer's projections are its attention's: kept as they are
         fmt = weight_format(dtype)
@@ -716,7 +738,6 @@ def _attention_layer(
     if fmt.activation_quant_bytes(dtype) > 0:
         launched += QUANTISE_KERNELS * quantised
     tokens, d = batch * q_len, shape.d_model
-    inputs = _attention_inputs(d, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
     return ModelCounts(
         weight_bytes=fmt.bytes(params, d),
         kv_bytes=attention.kv_bytes,
@@ -753,9 +774,11 @@ def mla_counts(
     the latents themselves, so each query head scores every cached latent (2*(r + rope)
     FLOPs per key) and sums them (2*r), and the up-projections are applied to the query
     and the output instead of to the keys. A prefill (q_len > 1) expands the latents into
-    per-head keys and values (2*(r*(nope + v)) FLOPs per key and head, beside the
-    projections) and attends them: 2*(nope + rope) + 2*v FLOPs per visible pair and head.
-    The projections' FLOPs are 2 per weight per token, counted with the other weights."""
+    per-head keys and values and attends them: 2*(nope + rope) + 2*v FLOPs per visible
+    pair and head. The projections' FLOPs are 2 per weight per token, counted with the
+    other weights: the step's own tokens' expansion is their up-projection's; the
+    latents cached before them (kv_len - q_len) are expanded here, 2*r*(nope + v) FLOPs
+    per latent and head."""
     mla = spec.mla
     assert mla is not None
     for field, value in (("batch", batch), ("q_len", q_len), ("kv_len", kv_len)):
@@ -774,7 +797,10 @@ def mla_counts(
         expand = 0
     else:
         core = 2 * (qk + mla.v_head_dim) * heads * pairs
-        expand = 2 * batch * kv_len * r * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        # the step's own tokens' keys and values are its up-projection's output, counted
+        # with the projections; the latents cached before them are expanded again
+        cached = kv_len - q_len
+        expand = 2 * batch * cached * r * heads * (mla.qk_nope_head_dim + mla.v_head_dim)
     # x read, the query, the attention's output and the layer's output
     width = spec.d_model * 2 + heads * (qk + mla.v_head_dim)
     activations = L * batch * q_len * width * dtype_bytes(dtype)
@@ -800,15 +826,31 @@ def _matmul_inputs(
     attention: bool = True,
 ) -> int:
     """Elements one token feeds the dense matmuls of a step on one rank: each attention
-    layer's q, k, v projection reads d and its output projection the attention's output
-    (q_dim / tp), unless not `attention`; each layer's MLP reads d, and its down
-    projection I / tp (the MLP's weights over 3d, gated); the routed experts a token goes
-    to, the same."""
+    layer's matmuls what attention_inputs says, unless not `attention`; each layer's MLP
+    reads d, and its down projection I / tp (the MLP's weights over 3d, gated); the
+    routed experts a token goes to, the same; shared experts beside them read d again
+    (their gate/up matmul quantises its own input)."""
     d = spec.d_model
     inputs = spec.num_layers * d + (parts["mlp"] + expert_weights) // (3 * d)
+    moe = spec.body.moe if spec.body is not None else None
+    if moe is not None and moe.shared_width and expert_weights:
+        inputs += moe.moe_layers(spec.num_layers) * d
     if attention:
-        inputs += spec.kv_layers * _attention_inputs(d, spec.num_heads, spec.head_dim, tp)
+        inputs += spec.kv_layers * attention_inputs(spec, tp)
     return inputs
+
+
+def attention_inputs(spec: ModelSpec, tp: int) -> int:
+    """Elements one token feeds one attention layer's matmuls on one of `tp` ranks
+    (_attention_inputs); an MLA layer's (quantised_projections): its down-projections
+    read d (low-rank queries': one, fused with the latent's; else the queries' and the
+    latent's, 2d), its queries' up-projection the query latent (q_lora_rank), and its
+    output projection the attention's output, heads * v_head_dim / tp."""
+    d, mla = spec.d_model, spec.mla
+    if mla is None:
+        return _attention_inputs(d, spec.num_heads, spec.head_dim, tp)
+    down = d + mla.q_lora_rank if mla.q_lora_rank else 2 * d
+    return down + spec.num_heads * mla.v_head_dim // tp
 
 
 def _attention_inputs(d: int, heads: int, head_dim: int, tp: int) -> int:
@@ -951,7 +993,7 @@ def step_counts(
     # rank's own tokens where it is data-parallel
     inputs = tokens * _matmul_inputs(spec, parts, expert_weights, tp, not kept and not dp_attention)
     if dp_attention and not kept:
-        own = _attention_inputs(d, spec.num_heads, spec.head_dim, 1)
+        own = attention_inputs(spec, 1)
         inputs += attn_tokens * spec.kv_layers * own
     recurrent = sum(ceil_div(s.recurrent, tp) for s in spec.layer_states if s is not None)
     state_flops = STATE_FLOPS * tokens * recurrent

@@ -75,7 +75,7 @@ def test_an_mla_layer_s_weights_are_what_params_counts_of_its_attention():
     assert counts.weight_bytes == 2 * per_layer  # 356.9 MiB, not 4 * 7168 * 16384 * 2
 
 
-def test_an_mla_layer_s_prefill_expands_the_latents_by_hand():
+def test_an_mla_layer_s_prefill_up_projects_each_latent_once_by_hand():
     """DeepSeek-V2-Lite (d 2048, 16 heads, full-rank queries, kv_lora_rank 512), a prefill
     of 1,024 tokens."""
     spec = get_preset("deepseek-v2-lite")
@@ -89,9 +89,22 @@ def test_an_mla_layer_s_prefill_expands_the_latents_by_hand():
     # causal: 1024 * 1025 / 2 pairs, 2 * (192 + 128) FLOPs per pair and head
     core = 2 * (192 + 128) * 16 * (1024 * 1025 // 2)
     assert counts.attention_flops == core == 5_373_952_000
-    # the latents up-projected into keys and values: 2 * 1024 * 512 * 16 * (128 + 128)
-    expand = 2 * 1024 * 512 * 16 * 256
-    assert counts.flops == core + expand + 2 * 1024 * params == 37_855_690_752
+    # the prompt's keys and values are its up-projection's output (kv_b, in `params`),
+    # counted once per token with the projections: nothing cached is expanded again
+    assert counts.flops == core + 2 * 1024 * params == 33_560_723_456
+
+
+def test_an_mla_chunk_expands_its_cached_prefix_once_more():
+    """A prefill chunk of 512 tokens after 1,536 cached: its own keys and values come from
+    its up-projection; the 1,536 cached latents are up-projected again,
+    2 * 512 * 16 * (128 + 128) FLOPs each."""
+    spec = get_preset("deepseek-v2-lite")
+    chunk = mla_layer_counts(spec, 1, 512, 2048, "bfloat16")
+    params = 13_763_072
+    pairs = 512 * 1536 + 512 * 513 // 2
+    core = 2 * (192 + 128) * 16 * pairs
+    expand = 2 * 1536 * 512 * 16 * 256
+    assert chunk.flops == core + expand + 2 * 512 * params
 
 
 @pytest.mark.parametrize(("q_len", "kv_len"), [(1, 4097), (512, 512)])

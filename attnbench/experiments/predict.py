@@ -37,6 +37,7 @@ from ..model.parallelism import DATA_PARALLEL, attention_split, data_parallel
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
+    collectives_of,
     layer_counts,
     mla_layer_counts,
     predict_counts,
@@ -273,7 +274,8 @@ def scaled(point: PredictPoint) -> frozenset[str]:
 
 def check(point: PredictPoint) -> None:
     """Raise for a point that cannot be predicted, before anything runs: an unknown GPU,
-    a calibration file that cannot be read, a shape tp does not split, weights whose
+    a calibration file that cannot be read, a shape tp does not split, a tp the GPU's
+    interconnect does not join (none, or past one node), weights whose
     matmuls the GPU has no rate for, a scale group longer than a weight row."""
     if point.seq_len is None:
         raise FieldError("seq_len", None, "give the context to predict at, e.g. 8192")
@@ -281,6 +283,8 @@ def check(point: PredictPoint) -> None:
         point.spec.require_kinds()
     if not is_this(point.gpu):
         check_weights_rate(point, point.named_target.device)
+        if point.tp > 1:
+            collectives_of(point.named_target.device, point.tp)
     elif point.calibration is not None:
         load_calibration(point.calibration)  # this machine's peaks are measured later
     if point.tp > 1 and is_this(point.gpu):

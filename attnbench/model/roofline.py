@@ -172,7 +172,7 @@ from .capacity import (
     state_bytes,
     token_layout,
 )
-from .devices import DeviceSpec, attention_flops_for, flops_for
+from .devices import Collectives, DeviceSpec, attention_flops_for, flops_for
 from .dtypes import MODEL_DTYPES, check_dtype, dtype_bytes, packed_bytes
 from .formulas import (
     attention_core_flops,
@@ -405,6 +405,13 @@ def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
     positive_int("tp", tp)
     if tp == 1:
         return 0.0
+    return collectives_of(device, tp).time_s(steps / tp * bytes, steps)
+
+
+def collectives_of(device: DeviceSpec, tp: int) -> Collectives:
+    """The collectives that join `tp` ranks of `device`, or a FieldError naming tp: a
+    device without an interconnect, or more ranks than one node's GPUs (between nodes
+    the collectives cross the network, which is not timed)."""
     collectives = device.collectives
     if collectives is None:
         raise FieldError("tp", tp, f"needs a device with an interconnect, not {device.name}")
@@ -415,7 +422,7 @@ def _collective_s(bytes: int, tp: int, device: DeviceSpec, steps: int) -> float:
             "network, which attnbench does not time"
         )
         raise FieldError("tp", tp, reason)
-    return collectives.time_s(steps / tp * bytes, steps)
+    return collectives
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,15 @@ def test_fit_replicated_vocabulary_at_one_rank_beside_more_gpus_is_one_line():
     args = ["--memory", "80GB", "--model", "llama-3-8b", "--gpus", "8", "--tp", "1"]
     message = "--vocab-layout replicated: has no effect at --tp 1"
     one_error(fit(*args, "--vocab-layout", "replicated", "--seq-len", "1000"), message)
+
+
+def test_tp_past_one_node_is_refused_before_a_sweep_runs(tmp_path):
+    """The collectives are one node's (8 GPUs): predict --tp 16 is one line naming --tp,
+    and a sweep holding it is refused before its first point runs, nothing written."""
+    message = "--tp 16: spans more than the 8 GPUs of one h100-sxm node"
+    one_error(predict("--gpu", "h100-sxm", "--model", "llama-3-70b", "--tp", "16"), message)
+    study, out = tmp_path / "s.yaml", tmp_path / "out"
+    study.write_text("models: [llama-3-70b]\npredict:\n  gpu: h100-sxm\n  tp: [8, 16]\n")
+    result = runner.invoke(app, ["run", str(study), "--out", str(out), "-q"])
+    one_error(result, "predict.tp: 16")
+    assert not out.exists()

@@ -240,6 +240,28 @@ def test_each_quantised_input_moves_its_bytes(preset, per_token):
     assert counts.activation_bytes - plain.activation_bytes == 3 * per_token
 
 
+def test_an_mla_model_s_quantised_inputs_by_hand_at_tp_8():
+    """DeepSeek-V3 in float8 at TP 8, batch 8, 3 bytes an input element. A token feeds its
+    MLPs 61 * 7,168 (their input), 3 * 18,432 / 8 (the dense layers' down), 58 * 2,048 / 8
+    (the shared experts' down), 58 * 8 * 2,048 / 8 (its routed experts' down) and
+    58 * 7,168 (the shared experts' gate/up); its attention 7,168 + 1,536 + 128 * 128 / 8
+    a layer. With data-parallel attention each rank attends its own sequence with all 128
+    heads: 7,168 + 1,536 + 128 * 128 a layer, for 1 token of the 8. The layer row is one
+    MLA layer's attention at TP 8."""
+    spec, fp8 = get_preset("deepseek-v3"), "float8_e4m3fn"
+    mlp = 61 * 7168 + 3 * 18432 // 8 + 58 * 2048 // 8 + 58 * 8 * 2048 // 8 + 58 * 7168
+    for dp_attention, attention in ((False, 8 * (7168 + 1536 + 2048)), (True, 7168 + 1536 + 16384)):
+        plain = decode_counts(spec, 8, 1024, "bfloat16", tp=8, dp_attention=dp_attention)
+        counts = decode_counts(
+            spec, 8, 1024, "bfloat16", tp=8, weights=fp8, dp_attention=dp_attention
+        )
+        inputs = 8 * mlp + 61 * attention
+        assert counts.activation_bytes - plain.activation_bytes == 3 * inputs
+    layer = mla_layer_counts(spec, 1, 1, 1025, "bfloat16", tp=8, weights=fp8)
+    plain_layer = mla_layer_counts(spec, 1, 1, 1025, "bfloat16", tp=8)
+    assert layer.activation_bytes - plain_layer.activation_bytes == 3 * (7168 + 1536 + 2048)
+
+
 def test_an_mla_layer_without_low_rank_queries_launches_one_kernel_less():
     """DeepSeek-V2-Lite projects its queries whole: 10 kernels, where V3's take 11."""
     lite = mla_layer_counts(get_preset("deepseek-v2-lite"), 1, 1, 1025, "bfloat16")

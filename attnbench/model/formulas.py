@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..errors import FieldError
 from .batches import BatchSpec
 from .capacity import kv_cache_bytes
 from .dtypes import dtype_bytes
@@ -46,9 +47,12 @@ def attention_params(shape: AttentionShape) -> int:
 
 def visible_pairs(q_len: int, k_len: int, causal: bool) -> int:
     """(query, key) pairs attended. Causal masks are aligned bottom-right: query r of the
-    last q_len positions sees k_len - q_len + r + 1 keys."""
+    last q_len positions sees k_len - q_len + r + 1 keys, so a causal step holds at least
+    its own q_len keys (FieldError naming kv_len otherwise)."""
     if not causal:
         return q_len * k_len
+    if k_len < q_len:
+        raise FieldError("kv_len", k_len, f"fewer keys than the step's {q_len} causal queries")
     return q_len * (k_len - q_len) + q_len * (q_len + 1) // 2
 
 

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from attnbench.errors import FieldError
 from attnbench.model.batches import parse_batch
 from attnbench.model.capacity import KvFormat, kv_cache_bytes, token_layout
 from attnbench.model.dtypes import MODEL_DTYPES, dtype_bytes
@@ -353,3 +354,12 @@ def test_attention_shape_validation(args, kwargs, message):
 def test_attention_shape_head_dim_need_not_divide():
     # with head_dim given, num_heads need not divide d_model
     assert AttentionShape(100, 3, 3, head_dim=32).q_dim == 96
+
+
+def test_a_causal_step_with_fewer_keys_than_queries_is_refused():
+    """Query r of the last q_len sees k_len - q_len + r + 1 keys: fewer keys than queries
+    would count negative pairs (an MLA prefill's FLOPs below zero), so it is refused."""
+    assert visible_pairs(4, 4, True) == 10
+    with pytest.raises(FieldError, match="kv_len"):
+        visible_pairs(512, 256, True)
+    assert visible_pairs(512, 256, False) == 512 * 256

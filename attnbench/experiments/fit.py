@@ -152,6 +152,8 @@ class FitPlan:
     ep: int = 1
     #: Each rank runs (and caches) its own sequences' attention, whole.
     dp_attention: bool = False
+    #: Whether tp was given; else it is the GPUs given (gpus), named in refusals of it.
+    tp_given: bool = True
 
     def __post_init__(self) -> None:
         if self.gpus % self.tp:
@@ -533,6 +535,7 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         layer_pattern=point.layer_pattern,
         ep=point.ep,
         dp_attention=point.dp_attention,
+        tp_given=point.tp is not None,
     )
 
 
@@ -651,16 +654,21 @@ def _calibrated(path: str | None, device: DeviceSpec) -> PerfModel:
 
 
 @contextmanager
-def _roofline_errors(targets: Targets, weights: str, hint: str) -> Iterator[None]:
+def _roofline_errors(plan: FitPlan, targets: Targets, hint: str) -> Iterator[None]:
     """The roofline's refusals as errors of the fit's own fields: a dtype the device has
-    no matmul rate for is that of the `weights` dtype (with `hint`, where the checkpoint
-    stores them so: ModelSpec.stored_hint); a model it cannot time the target's."""
+    no matmul rate for is that of the plan's weights dtype (with `hint`, where the
+    checkpoint stores them so: ModelSpec.stored_hint); a tp the GPUs given stand for,
+    where none was given, theirs (as _check_tp_of_gpus names them); a model it cannot
+    time the target's."""
     try:
         yield
     except FieldError as exc:
+        if exc.field == "tp" and not plan.tp_given:
+            reason = f"split one model over them (tp, not given): {exc.reason}; give tp"
+            raise FieldError("gpus", plan.gpus, reason) from None
         if exc.field != "dtype":
             raise
-        raise FieldError("weights_dtype", weights, exc.reason + hint) from None
+        raise FieldError("weights_dtype", plan.weights.dtype, exc.reason + hint) from None
     except UsageError as exc:
         raise FieldError(*targets.named, str(exc)) from None
 
@@ -672,9 +680,7 @@ def _predict(
     of the plan's tp ranks: the weights' dtype for the step, the cache's for the cache,
     and the plan's layer windows, so the step reads the cache the plan holds."""
     spec = replace(plan.spec, windows=plan.windows)
-    with _roofline_errors(
-        targets, plan.weights.dtype, spec.stored_hint(plan.weights.dtype, plan.dtype)
-    ):
+    with _roofline_errors(plan, targets, spec.stored_hint(plan.weights.dtype, plan.dtype)):
         split = (plan.tp, plan.weights, plan.ep, plan.data_parallel)
         step = counts(spec, batch, seq_len, plan.dtype, plan.kv.dtype, *split)
         return predict_counts(step, targets.device, plan.dtype, plan.tp, targets.model)

@@ -171,3 +171,12 @@ def test_tp_past_one_node_is_refused_before_a_sweep_runs(tmp_path):
     result = runner.invoke(app, ["run", str(study), "--out", str(out), "-q"])
     one_error(result, "predict.tp: 16")
     assert not out.exists()
+
+
+def test_fit_names_gpus_when_they_stand_for_a_tp_past_one_node():
+    """fit --gpus 16 without --tp splits one model over the 16: refused naming --gpus, what
+    the user gave; --tp 8 beside it plans two replicas of eight."""
+    args = ["fit", "--model", "llama-3-70b", "--gpu", "h200", "--seq-len", "4096", "--tpot", "50ms"]
+    refused = runner.invoke(app, [*args, "--gpus", "16"])
+    one_error(refused, "--gpus 16: split one model over them (tp, not given): spans more than")
+    assert runner.invoke(app, [*args, "--gpus", "16", "--tp", "8"]).exit_code == 0

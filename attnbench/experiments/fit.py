@@ -154,6 +154,9 @@ class FitPlan:
     dp_attention: bool = False
     #: Whether tp was given; else it is the GPUs given (gpus), named in refusals of it.
     tp_given: bool = True
+    #: The most tp a hint may propose: where a step is timed, the GPUs one collective
+    #: joins (one node's; 1 without an interconnect); None where only memory is planned.
+    most_tp: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpus % self.tp:
@@ -255,7 +258,8 @@ class FitPlan:
     def _smallest_tp(self, weights: WeightFormat, first: int) -> tuple[int, int] | None:
         """The smallest tp from `first` on, a multiple of this one that model_layout
         allows, at which `weights` leave room, with their bytes a GPU; None if none does."""
-        for tp in range(first, self.spec.num_heads + 1, self.tp):
+        most = min(self.spec.num_heads, self.most_tp or self.spec.num_heads)
+        for tp in range(first, most + 1, self.tp):
             try:
                 model_layout(self.spec, self.kv, tp)
             except FieldError:
@@ -536,6 +540,7 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         ep=point.ep,
         dp_attention=point.dp_attention,
         tp_given=point.tp is not None,
+        most_tp=_most_tp(point, device),
     )
 
 
@@ -565,6 +570,15 @@ def scaled(point: FitPoint) -> frozenset[str]:
     spec = point.spec
     assert spec is not None
     return _weights(point, spec).scaled(own_head=has_own_head(spec)) | _kv(point, spec).scaled()
+
+
+def _most_tp(point: FitPoint, device: DeviceSpec | None) -> int | None:
+    """The most tp whose steps `device` can time where the point has a time target: one
+    node's GPUs (Collectives.node_gpus), 1 without an interconnect; None without a target
+    or a device (memory alone plans any tp)."""
+    if device is None or (point.tpot is None and point.ttft is None):
+        return None
+    return device.collectives.node_gpus if device.collectives is not None else 1
 
 
 def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:

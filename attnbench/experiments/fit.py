@@ -43,6 +43,7 @@ from ..model.capacity import (
     TokenLayout,
     cache_bytes,
     ceil_div,
+    check_tp_split,
     layer_windows,
     model_layout,
     positive_int,
@@ -63,6 +64,7 @@ from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
     PerfModel,
+    collectives_of,
     decode_counts,
     predict_counts,
     prefill_counts,
@@ -521,8 +523,8 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
     size = memory_of(point, device)
     tp = positive_int("tp", point.tp) if point.tp is not None else None
     gpus = positive_int("gpus", point.gpus) if point.gpus is not None else None
-    if tp is None and gpus is not None:
-        _check_tp_of_gpus(spec, gpus)
+    most_tp = _most_tp(point, device)
+    _check_split(spec, tp or gpus or 1, device, most_tp, tp_given=tp is not None)
     tp = tp or gpus or 1
     return FitPlan(
         spec=spec,
@@ -540,7 +542,7 @@ def plan_for(point: FitPoint, device: DeviceSpec | None = None) -> FitPlan:
         ep=point.ep,
         dp_attention=point.dp_attention,
         tp_given=point.tp is not None,
-        most_tp=_most_tp(point, device),
+        most_tp=most_tp,
     )
 
 
@@ -578,18 +580,31 @@ def _most_tp(point: FitPoint, device: DeviceSpec | None) -> int | None:
     or a device (memory alone plans any tp)."""
     if device is None or (point.tpot is None and point.ttft is None):
         return None
-    return device.collectives.node_gpus if device.collectives is not None else 1
+    return device.most_tp
 
 
-def _check_tp_of_gpus(spec: ModelSpec, gpus: int) -> None:
-    """Without tp, the GPUs are one tensor-parallel group: FieldError naming gpus (what
-    the user gave) when that split does not fit the heads."""
+def _check_split(
+    spec: ModelSpec, tp: int, device: DeviceSpec | None, most: int | None, tp_given: bool
+) -> None:
+    """FieldError where `device` times steps (`most`, _most_tp) but no collective of it
+    joins `tp` ranks, or where they cannot split the model's heads (the tps listed at
+    most `most`); without tp given, naming the GPUs it stands for (_as_gpus)."""
     try:
-        model_layout(spec, KvFormat(spec.dtype), gpus)
+        if device is not None and most is not None and tp > most:
+            collectives_of(device, tp)
+        check_tp_split(spec.num_heads, spec.num_kv_heads, tp, most)
+        model_layout(spec, KvFormat(spec.dtype), tp)
     except FieldError as exc:
-        raise FieldError(
-            "gpus", gpus, f"split one model over them (tp, not given): {exc.reason}; give tp"
-        ) from None
+        if tp_given:
+            raise
+        raise _as_gpus(tp, exc) from None
+
+
+def _as_gpus(gpus: int, exc: FieldError) -> FieldError:
+    """A refusal of the tp that `gpus` given without tp stand for (one model split over
+    them), as an error of the GPUs: what the user gave."""
+    reason = f"split one model over them ({{tp}}, not given): {exc.reason}; give {{tp}}"
+    return FieldError("gpus", gpus, reason, mentions=("tp",))
 
 
 @dataclass(frozen=True)
@@ -678,8 +693,7 @@ def _roofline_errors(plan: FitPlan, targets: Targets, hint: str) -> Iterator[Non
         yield
     except FieldError as exc:
         if exc.field == "tp" and not plan.tp_given:
-            reason = f"split one model over them (tp, not given): {exc.reason}; give tp"
-            raise FieldError("gpus", plan.gpus, reason) from None
+            raise _as_gpus(plan.gpus, exc) from None
         if exc.field != "dtype":
             raise
         raise FieldError("weights_dtype", plan.weights.dtype, exc.reason + hint) from None

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import FieldError
 from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
-from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
+from ..model.capacity import KvFormat, cache_bytes, check_tp_split, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, prefill_side_by_side, serving_itl_s
@@ -282,9 +282,12 @@ def check(point: PredictPoint) -> None:
     if point.spec is not None:
         point.spec.require_kinds()
     if not is_this(point.gpu):
-        check_weights_rate(point, point.named_target.device)
-        if point.tp > 1:
-            collectives_of(point.named_target.device, point.tp)
+        device = point.named_target.device
+        check_weights_rate(point, device)
+        if point.tp > 1:  # a tp its collectives join, then one that splits the heads
+            collectives_of(device, point.tp)
+            shape = point.shape
+            check_tp_split(shape.num_heads, shape.num_kv_heads, point.tp, device.most_tp)
     elif point.calibration is not None:
         load_calibration(point.calibration)  # this machine's peaks are measured later
     if point.tp > 1 and is_this(point.gpu):

@@ -180,26 +180,31 @@ class TokenLayout:
 def kv_heads_per_rank(num_heads: int, num_kv_heads: int, tp: int) -> int:
     """KV heads one of `tp` tensor-parallel ranks keeps: Hkv / tp, or one (replicated) when
     tp exceeds Hkv, as serving engines shard them. Query heads must split evenly, and
-    KV heads must split evenly or be replicated evenly."""
+    KV heads must split evenly or be replicated evenly (check_tp_split)."""
+    check_tp_split(num_heads, num_kv_heads, tp)
+    return max(num_kv_heads // tp, 1)
+
+
+def check_tp_split(num_heads: int, num_kv_heads: int, tp: int, most: int | None = None) -> None:
+    """FieldError naming tp where `tp` ranks cannot split `num_heads` query heads evenly or
+    `num_kv_heads` KV heads evenly or replicated evenly, listing every tp that can, up to
+    `most` where the caller can time no more (one node's GPUs)."""
     positive_int("tp", tp)
     if num_heads % tp:
         reason = f"does not divide the {num_heads} query heads"
-    elif tp <= num_kv_heads:
-        if not num_kv_heads % tp:
-            return num_kv_heads // tp
+    elif tp <= num_kv_heads and num_kv_heads % tp:
         reason = f"does not divide the {num_kv_heads} KV heads"
-    elif tp % num_kv_heads:
+    elif tp > num_kv_heads and tp % num_kv_heads:
         reason = f"is not a multiple of the {num_kv_heads} KV heads, so they cannot be replicated"
     else:
-        return 1
-    raise FieldError(
-        "tp", tp, f"{reason}; tp may be {_or_list(tensor_parallel_sizes(num_heads, num_kv_heads))}"
-    )
+        return
+    sizes = [t for t in tensor_parallel_sizes(num_heads, num_kv_heads) if most is None or t <= most]
+    raise FieldError("tp", tp, f"{reason}; tp may be {_or_list(sizes)}")
 
 
 def tensor_parallel_sizes(num_heads: int, num_kv_heads: int) -> list[int]:
     """Every tp that splits `num_heads` query heads evenly and `num_kv_heads` KV heads
-    evenly or replicates them evenly (kv_heads_per_rank)."""
+    evenly or replicates them evenly (check_tp_split)."""
     return [
         tp
         for tp in range(1, num_heads + 1)

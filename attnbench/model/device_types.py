@@ -173,6 +173,12 @@ class DeviceSpec:
     memory_latency_s: float = 0.0
     memory_latency_source: str = ""
 
+    @property
+    def most_tp(self) -> int:
+        """The most tensor-parallel ranks whose collectives this device's figures time: one
+        node's GPUs (Collectives.node_gpus), 1 without an interconnect."""
+        return self.collectives.node_gpus if self.collectives is not None else 1
+
     def __post_init__(self) -> None:
         if not 0 < self.warp_mma_share <= 1:
             raise ValueError(f"warp_mma_share must be in (0, 1], got {self.warp_mma_share}")

@@ -670,7 +670,7 @@ def layer_counts(
     # the projections' FLOPs are in forward_flops, with the core's
     params = attention_params(rank)
     kernels = ATTENTION_KERNELS, quantised_projections(None)
-    inputs = _attention_inputs(shape.d_model, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
+    inputs = _qkvo_inputs(shape.d_model, shape.num_heads, shape.head_dim, tp)  # type: ignore[arg-type]
     layer = _attention_layer(
         attention, params, 0, shape, batch, q_len, dtype, tp, weights, kernels, inputs
     )
@@ -840,7 +840,8 @@ def _matmul_inputs(
     d = spec.d_model
     inputs = spec.num_layers * d + (parts["mlp"] + expert_weights) // (3 * d)
     moe = spec.body.moe if spec.body is not None else None
-    if moe is not None and moe.shared_width and expert_weights:
+    routed = expert_weights > 0  # the step runs routed experts (step_counts)
+    if routed and moe is not None and moe.shared_width:
         inputs += moe.moe_layers(spec.num_layers) * d
     if attention:
         inputs += spec.kv_layers * attention_inputs(spec, tp)
@@ -849,18 +850,18 @@ def _matmul_inputs(
 
 def attention_inputs(spec: ModelSpec, tp: int) -> int:
     """Elements one token feeds one attention layer's matmuls on one of `tp` ranks
-    (_attention_inputs); an MLA layer's (quantised_projections): its down-projections
+    (_qkvo_inputs); an MLA layer's (quantised_projections): its down-projections
     read d (low-rank queries': one, fused with the latent's; else the queries' and the
     latent's, 2d), its queries' up-projection the query latent (q_lora_rank), and its
     output projection the attention's output, heads * v_head_dim / tp."""
     d, mla = spec.d_model, spec.mla
     if mla is None:
-        return _attention_inputs(d, spec.num_heads, spec.head_dim, tp)
+        return _qkvo_inputs(d, spec.num_heads, spec.head_dim, tp)
     down = d + mla.q_lora_rank if mla.q_lora_rank else 2 * d
     return down + spec.num_heads * mla.v_head_dim // tp
 
 
-def _attention_inputs(d: int, heads: int, head_dim: int, tp: int) -> int:
+def _qkvo_inputs(d: int, heads: int, head_dim: int, tp: int) -> int:
     """Elements one token feeds one attention layer's matmuls on one of `tp` ranks: its q,
     k and v projections read d, its output projection the attention's output, heads *
     head_dim / tp."""

@@ -302,9 +302,11 @@ FIELDS: dict[str, Field] = {
             f"(default {_ONE['kvmem']}).",
             "decode": "Tensor-parallel ranks: one value, as many as torchrun starts "
             f"(default {_ONE['decode']}).",
-            "fit": "Tensor-parallel ranks, comma-separated (default: {gpus}).",
+            "fit": "Tensor-parallel ranks, comma-separated, timed by {tpot} and {ttft} "
+            "within one node's 8 GPUs (default: {gpus}).",
             "predict": "Tensor-parallel ranks, comma-separated: the step of one rank, with "
-            "its all-reduces over the GPU's interconnect (default 1).",
+            "its all-reduces over the GPU's interconnect, within one node's 8 GPUs "
+            "(default 1).",
         },
     ),
     "ep": Field(

@@ -132,7 +132,8 @@ def test_fit_help_gives_its_own_meaning_of_batch_and_context():
     text = " ".join(help_of("fit").split())
     assert "--batch INT,... Batch sizes, comma-separated: the longest context that fits" in text
     assert "--seq-len INT,... Contexts, comma-separated: the largest batch that fits" in text
-    assert "--tp INT,... Tensor-parallel ranks, comma-separated (default: --gpus;" in text
+    assert "--tp INT,... Tensor-parallel ranks, comma-separated, timed by --tpot and" in text
+    assert "(default: --gpus; at most 1,000,000)" in text
 
 
 def test_history_add_help_is_like_the_others():

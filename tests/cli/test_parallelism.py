@@ -178,7 +178,7 @@ def test_fit_names_gpus_when_they_stand_for_a_tp_past_one_node():
     the user gave; --tp 8 beside it plans two replicas of eight."""
     args = ["fit", "--model", "llama-3-70b", "--gpu", "h200", "--seq-len", "4096", "--tpot", "50ms"]
     refused = runner.invoke(app, [*args, "--gpus", "16"])
-    one_error(refused, "--gpus 16: split one model over them (tp, not given): spans more than")
+    one_error(refused, "--gpus 16: split one model over them (--tp, not given): spans more than")
     assert runner.invoke(app, [*args, "--gpus", "16", "--tp", "8"]).exit_code == 0
 
 
@@ -191,3 +191,24 @@ def test_fit_proposes_no_tp_it_could_not_time():
     assert "tp 16 would leave room" in memory and "float8_e4m3fn weights at tp 8" in memory
     timed = runner.invoke(app, [*args, "--tpot", "50ms"]).stderr
     assert "tp 16" not in timed and "float8_e4m3fn weights at tp 8" in timed
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["predict"], "--tp 3: does not divide the 64 query heads; tp may be 1, 2, 4 or 8"),
+        (["fit", "--seq-len", "4096", "--tpot", "50ms"], "--tp 3: does not divide the 64 query"),
+    ],
+)
+def test_a_tp_that_splits_no_heads_lists_only_those_a_node_times(command, message):
+    """Llama-3-70B's 64 query heads split over 16, 32 and 64 ranks too, but one H200
+    node's collectives join 8 at most: the refusal of tp 3 lists 1 to 8 where steps are
+    timed, and every split where only memory is planned."""
+    args = [*command, "--model", "llama-3-70b", "--gpu", "h200", "--tp", "3"]
+    result = runner.invoke(app, args)
+    one_error(result, message)
+    assert "16" not in result.stderr
+    memory = runner.invoke(
+        app, ["fit", "--model", "llama-3-70b", "--gpu", "h200", "--gpus", "3", "--seq-len", "1"]
+    )
+    assert "tp may be 1, 2, 4, 8, 16, 32 or 64; give --tp" in memory.stderr

@@ -124,8 +124,8 @@ def test_a_collective_past_one_node_is_refused():
     assert allreduce_s(10**6, 8, DEVICE) > 0
     with pytest.raises(FieldError, match=r"tp.*16.*8 GPUs of one"):
         allreduce_s(10**6, 16, DEVICE)
+    counts = decode_counts(get_preset("llama-3-70b"), 1, 2048, "bfloat16", tp=16)
     with pytest.raises(FieldError, match="8 GPUs of one h100-sxm node"):
-        counts = decode_counts(get_preset("llama-3-70b"), 1, 2048, "bfloat16", tp=16)
         predict_counts(counts, device_spec("h100-sxm"), "bfloat16", tp=16)
 
 

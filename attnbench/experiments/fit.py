@@ -242,8 +242,9 @@ class FitPlan:
         splits the query and KV heads as model_layout allows) that leaves some, as '; tp N
         would leave room ...', and for 16- or 32-bit weights the smallest tp (this one or
         larger) at which float8 weights would; '' when none does. A GPU count given apart
-        from tp (replicas) must then be a multiple of N."""
-        found = self._smallest_tp(self.weights, 2 * self.tp)
+        from tp (replicas) must then be a multiple of N. Under a time target the tp stops
+        at most_tp; a larger one that would leave room is named as past it."""
+        found = self._smallest_tp(self.weights, 2 * self.tp, self.most_tp)
         hint = ""
         if found is not None:
             tp, weights = found
@@ -252,15 +253,23 @@ class FitPlan:
             hint = f"; tp {tp} would leave room for a KV cache ({weights_text})"
         if not self.weights.quantized:
             fp8_weights = replace(self.weights, dtype=FP8_WEIGHTS, group=None)
-            fp8 = self._smallest_tp(fp8_weights, self.tp)
+            fp8 = self._smallest_tp(fp8_weights, self.tp, self.most_tp)
             if fp8 is not None and (found is None or fp8[0] < found[0]):
                 hint += f"{' or' if hint else ';'} {FP8_WEIGHTS} weights at tp {fp8[0]}"
+        if found is None and self.most_tp is not None:
+            past = self._smallest_tp(self.weights, 2 * self.tp, None)
+            if past is not None:
+                gpus = "1 GPU" if self.most_tp == 1 else f"{self.most_tp} GPUs"
+                hint += f"; tp {past[0]} would leave room, but a timed step spans at most {gpus}"
         return hint
 
-    def _smallest_tp(self, weights: WeightFormat, first: int) -> tuple[int, int] | None:
-        """The smallest tp from `first` on, a multiple of this one that model_layout
-        allows, at which `weights` leave room, with their bytes a GPU; None if none does."""
-        most = min(self.spec.num_heads, self.most_tp or self.spec.num_heads)
+    def _smallest_tp(
+        self, weights: WeightFormat, first: int, most: int | None
+    ) -> tuple[int, int] | None:
+        """The smallest tp from `first` to `most` (None: the query heads), a multiple of
+        this one that model_layout allows, at which `weights` leave room, with their bytes
+        a GPU; None if none does."""
+        most = min(self.spec.num_heads, most or self.spec.num_heads)
         for tp in range(first, most + 1, self.tp):
             try:
                 model_layout(self.spec, self.kv, tp)

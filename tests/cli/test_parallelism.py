@@ -184,13 +184,18 @@ def test_fit_names_gpus_when_they_stand_for_a_tp_past_one_node():
 
 def test_fit_proposes_no_tp_it_could_not_time():
     """bfloat16 DeepSeek-V3 does not fit eight H200s: planning memory alone, tp 16 would
-    leave room; under a time target, whose steps one node's 8 GPUs time, only float8."""
+    leave room; under a time target, whose steps one node's 8 GPUs time, float8 would,
+    and tp 16 is named as past the node."""
     args = ["fit", "--model", "deepseek-v3", "--weights-dtype", "bfloat16", "--gpu", "h200"]
     args += ["--tp", "8", "--seq-len", "4096"]
     memory = runner.invoke(app, args).stderr
     assert "tp 16 would leave room" in memory and "float8_e4m3fn weights at tp 8" in memory
     timed = runner.invoke(app, [*args, "--tpot", "50ms"]).stderr
-    assert "tp 16" not in timed and "float8_e4m3fn weights at tp 8" in timed
+    assert "tp 16 would leave room for a KV cache" not in timed
+    assert timed.rstrip().endswith(
+        "float8_e4m3fn weights at tp 8; tp 16 would leave room, but a timed step spans at most "
+        "8 GPUs"
+    )
 
 
 @pytest.mark.parametrize(

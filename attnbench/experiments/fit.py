@@ -43,7 +43,6 @@ from ..model.capacity import (
     TokenLayout,
     cache_bytes,
     ceil_div,
-    check_tp_split,
     layer_windows,
     model_layout,
     positive_int,
@@ -64,7 +63,7 @@ from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
     PerfModel,
-    collectives_of,
+    check_timed_tp,
     decode_counts,
     predict_counts,
     prefill_counts,
@@ -595,13 +594,12 @@ def _most_tp(point: FitPoint, device: DeviceSpec | None) -> int | None:
 def _check_split(
     spec: ModelSpec, tp: int, device: DeviceSpec | None, most: int | None, tp_given: bool
 ) -> None:
-    """FieldError where `device` times steps (`most`, _most_tp) but no collective of it
-    joins `tp` ranks, or where they cannot split the model's heads (the tps listed at
-    most `most`); without tp given, naming the GPUs it stands for (_as_gpus)."""
+    """FieldError where `tp` ranks cannot split the model's heads, or, where `device`
+    times the steps (`most`, _most_tp), where it cannot time them (check_timed_tp);
+    without tp given, naming the GPUs it stands for (_as_gpus)."""
     try:
-        if device is not None and most is not None and tp > most:
-            collectives_of(device, tp)
-        check_tp_split(spec.num_heads, spec.num_kv_heads, tp, most)
+        if device is not None and most is not None:
+            check_timed_tp(device, tp, spec.num_heads, spec.num_kv_heads)
         model_layout(spec, KvFormat(spec.dtype), tp)
     except FieldError as exc:
         if tp_given:
@@ -696,7 +694,7 @@ def _roofline_errors(plan: FitPlan, targets: Targets, hint: str) -> Iterator[Non
     """The roofline's refusals as errors of the fit's own fields: a dtype the device has
     no matmul rate for is that of the plan's weights dtype (with `hint`, where the
     checkpoint stores them so: ModelSpec.stored_hint); a tp the GPUs given stand for,
-    where none was given, theirs (as _check_tp_of_gpus names them); a model it cannot
+    where none was given, theirs (_as_gpus, as _check_split names them); a model it cannot
     time the target's."""
     try:
         yield

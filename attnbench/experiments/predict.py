@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import FieldError
 from ..model.architecture import ModelSpec
 from ..model.calibration import load_calibration
-from ..model.capacity import KvFormat, cache_bytes, check_tp_split, model_layout, state_bytes
+from ..model.capacity import KvFormat, cache_bytes, model_layout, state_bytes
 from ..model.devices import THIS_DEVICE, DeviceSpec, flops_for
 from ..model.dtypes import MODEL_DTYPES, served_dtype
 from ..model.generation import generation, prefill_side_by_side, serving_itl_s
@@ -37,7 +37,7 @@ from ..model.parallelism import DATA_PARALLEL, attention_split, data_parallel
 from ..model.roofline import (
     ModelCounts,
     ModelPrediction,
-    collectives_of,
+    check_timed_tp,
     layer_counts,
     mla_layer_counts,
     predict_counts,
@@ -284,10 +284,7 @@ def check(point: PredictPoint) -> None:
     if not is_this(point.gpu):
         device = point.named_target.device
         check_weights_rate(point, device)
-        if point.tp > 1:  # a tp its collectives join, then one that splits the heads
-            collectives_of(device, point.tp)
-            shape = point.shape
-            check_tp_split(shape.num_heads, shape.num_kv_heads, point.tp, device.most_tp)
+        check_timed_tp(device, point.tp, point.shape.num_heads, point.shape.num_kv_heads)
     elif point.calibration is not None:
         load_calibration(point.calibration)  # this machine's peaks are measured later
     if point.tp > 1 and is_this(point.gpu):

@@ -164,6 +164,7 @@ from .capacity import (
     KvFormat,
     cache_bytes,
     ceil_div,
+    check_tp_split,
     kv_cache_bytes,
     kv_heads_per_rank,
     layer_tokens,
@@ -423,6 +424,15 @@ def collectives_of(device: DeviceSpec, tp: int) -> Collectives:
         )
         raise FieldError("tp", tp, reason)
     return collectives
+
+
+def check_timed_tp(device: DeviceSpec, tp: int, num_heads: int, num_kv_heads: int) -> None:
+    """FieldError naming tp where a step on `tp` ranks of `device` cannot be timed: no
+    collective of it joins them (collectives_of), or they do not split the heads, the tps
+    that do listed only as far as the device times them (check_tp_split at most_tp)."""
+    if tp > 1:
+        collectives_of(device, tp)
+    check_tp_split(num_heads, num_kv_heads, tp, device.most_tp)
 
 
 @dataclass(frozen=True)

@@ -79,20 +79,56 @@ def test_the_architectures_table_counts_both_sides_alike(monkeypatch):
 def test_the_validation_page_is_what_the_model_predicts_now_and_says_why_it_misses(
     monkeypatch,
 ):
-    """docs/validation.md's tables (the published set's and the later sources') are
-    regenerated from their files and the model: a change to either that leaves the page
-    stale fails here. And the page promises a reason wherever a prediction misses by more
-    than CLOSE: a row that a change of the model moves outside it must bring one (the rows
-    predicted once for both)."""
+    """docs/validation.md's tables (the published set's and the later sources') and the
+    docs' sentences that state their figures (CLAIMS) are regenerated from their files and
+    the model: a change to either that leaves a page stale fails here. And the page
+    promises a reason wherever a prediction misses by more than CLOSE: a row that a change
+    of the model moves outside it must bring one (the rows predicted once for both)."""
     validation = _load("validation", monkeypatch)
     found = {path: validation.rows(path) for path in validation.BLOCKS}
-    assert validation.page(found) == validation.PAGE.read_text()
+    now = validation.pages(found)
+    assert {path: path.read_text() for path in now} == now
     for rows in found.values():
         misses = [r.entry for r in rows if abs(r.error) > validation.CLOSE]
         assert misses  # the check is not empty
         assert [e["id"] for e in misses if not e.get("why")] == []
     ids = [r.entry["id"] for rows in found.values() for r in rows]
     assert len(ids) == len(set(ids))  # one figure, one id, across both files
+
+
+def test_a_claim_s_figures_are_kept_to_now_wherever_its_sentence_wraps(monkeypatch):
+    """A claim matches its sentence across any line breaks and rewrites only its figures;
+    one that matches no sentence, or names no figure, is an error, never passed over."""
+    validation = _load("validation", monkeypatch)
+    named = {"set.median": "13.1%", "set.within": "1,853"}
+    text = "Intro.\nThe median |error| is 9.9% (1,000\n  within 25%), the rest.\n"
+    template = "median |error| is {set.median} ({set.within} within 25%)"
+    assert validation.claimed(text, template, named) == (
+        "Intro.\nThe median |error| is 13.1% (1,853\n  within 25%), the rest.\n"
+    )
+    with pytest.raises(ValueError, match="0 sentences match"):
+        validation.claimed(text.replace("median", "mean"), template, named)
+    with pytest.raises(ValueError, match="2 sentences match"):
+        validation.claimed(text + text, template, named)
+    with pytest.raises(ValueError, match="no figure 'set.share'"):
+        validation.claimed(text, "is {set.share}", named)
+
+
+def test_a_set_s_figures_count_its_rows_as_the_docs_state_them(monkeypatch):
+    """figures() names each set's, subset's and source's figures: rows, median |error|,
+    rows within CLOSE, their share, the fast ones and those outside CLOSE."""
+    validation = _load("validation", monkeypatch)
+    rows = [
+        validation.Row({"source": src, "metric": "tpot_ms", "value": 10}, predicted)
+        for src, predicted in (("a", 5.0), ("a", 9.0), ("b", 11.0), ("b", 14.0))
+    ]
+    stats = validation._stats(rows)  # errors -50%, -10%, +10%, +40%
+    assert stats["rows"] == "4" and stats["sources"] == "2"
+    assert stats["median"] == "25.0%" and stats["within"] == "2" and stats["share"] == "50%"
+    assert stats["fast"] == "2" and stats["outside"] == "2" and stats["outside_slow"] == "1"
+    assert stats["range"] == "-50% to +40%"
+    by_source = validation._by_source(rows)
+    assert list(by_source) == ["a", "b"] and validation._stats(by_source["b"])["fast"] == "0"
 
 
 def test_a_range_ratio_draws_each_request_s_lengths_and_the_row_takes_their_mean(monkeypatch):

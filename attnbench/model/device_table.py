@@ -159,6 +159,17 @@ _STREAM_H100_PCIE = (
 _STREAM_A100_40 = _GPU_BENCHES + "a7dc559cc5a1d09e62b6b0fbb99ee165039acba4/gpu-stream/a100_40.txt"
 _STREAM_L40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-stream/l40.txt"
 _STREAM_A40 = _GPU_BENCHES + "0a45416b2118f4f355cef2af0daa2ec38fe25513/gpu-stream/a40.txt"
+#: A copy kernel on an RTX 4090 (float4 loads and stores, two buffers of 256 Mi + 2
+#: floats, read and written bytes over one launch's time): 921.85 GB/s.
+_COPY_RTX_4090 = (
+    "https://github.com/xytpai/nvbench/blob/017724fd497c56bc1b54b7050500a470d02d1934/README.md"
+)
+#: A STREAM-like triad in bfloat16 on a GB300 (Blackwell Ultra, as the B300, beside a Grace
+#: CPU): "7.140 TB/s (triad, BLOCK=2048, warps=8)".
+_TRIAD_GB300 = (
+    "https://github.com/meta-pytorch/KernelAgent/blob/"
+    "2d8ed0d518e2c5ec834a1acd1bc41607d7591a7f/oink/benchmarks/README.md"
+)
 #: A PyTorch matmul sweep (square sizes to 10,240) on a device that reports itself as an
 #: "NVIDIA A10G" (its notes' host line is the template's, naming an A100).
 _A10G_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/126"
@@ -169,10 +180,10 @@ _A40_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/185
 _L20_MATMUL = "https://github.com/zzc0721/torch-performance-test-data/issues/107"
 _MAMF = _ACCELERATORS + "#maximum-achievable-matmul-flops-comparison-table"
 #: A PyTorch matmul sweep's table (torch.mm of squares to 10,240, the best size's TFLOPS):
-#: its A800 and H20 rows.
+#: its A800, H20, L40S and RTX 4090 24GB rows (the 48GB cards, modified, left out).
 _TORCH_MATMULS = (
     "https://github.com/zzc0721/torch-performance-test-data/blob/"
-    "bbb8e247d5dc170e9a4a58062ede9bdbe6a17c21/database.md"
+    "078586871da31ad6aaaf6fa43bc4ec3f284b151d/database.md"
 )
 #: Attention kernels' forward pass, causal, bfloat16, head dim 128, 64 query and 8 KV heads,
 #: 8,192 tokens (cuDNN's attention benchmark, each backend's TFLOPS of the halved causal
@@ -458,7 +469,9 @@ _GDDR6_AMPERE = _share(663, 696, "an A40 (GA102), gpu-stream triad 663 of 696 GB
 _HBM3E = _share(4150, 4800, "an H200, triad 4,150 of 4,800 GB/s,", _AZURE_H200)
 _HBM_CDNA = _share(4090, 5300, "an MI300X, triad 4,090 of 5,300 GB/s,", _AZURE_MI300X)
 _HOPPER_GEMM = _share(794.5, 989.4, "an H100 SXM, 794.5 of 989.4 TFLOPS in bfloat16,", _MAMF)
-_BLACKWELL_GEMM = _share(1745.0, 2250, "a B200, 1,745.0 of 2,250 TFLOPS in bfloat16,", _MAMF)
+_BLACKWELL_ULTRA_HBM = _share(
+    7140, 8000, "a GB300, triad 7,140 of 8,000 GB/s (576 over 72 GPUs),", _TRIAD_GB300
+)
 # The attention kernels' rates: measured, or the share of the datasheet's bfloat16 the
 # measured sibling of the same chip reaches.
 _A100_ATTENTION = Figure(
@@ -901,7 +914,10 @@ _TABLE = (
         64 / 2,
         (_L40S_DATASHEET,),
         _GDDR6_ADA,
-        {"share": _HOPPER_GEMM},
+        {
+            "bfloat16": Figure(269.15, f"torch.mm, L40S (a container): {_TORCH_MATMULS}"),
+            "float16": Figure(264.02, f"torch.mm, L40S (a container): {_TORCH_MATMULS}"),
+        },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
         latency=_ADA_LATENCY,
@@ -1078,8 +1094,19 @@ _TABLE = (
         "PCIe Gen4 x16",
         64 / 2,
         (_ADA_WHITEPAPER,),
-        _GDDR6_ADA,
-        {"share": _HOPPER_GEMM},
+        Figure(921.85, f"copy kernel, RTX 4090: {_COPY_RTX_4090}"),
+        {
+            "bfloat16": Figure(
+                166.575,
+                "torch.mm, the median of four RTX 4090 24GB runs (170.06 and 173.31 on "
+                f"physical machines, 162.39 and 163.09 in containers): {_TORCH_MATMULS}",
+            ),
+            "float16": Figure(
+                166.44,
+                "torch.mm, the median of the same four (165.08, 171.06; 162.35, 167.80): "
+                f"{_TORCH_MATMULS}",
+            ),
+        },
         _pcie(4, "PCIe Gen4 x16"),
         mma=_MMA_SYNC,
         latency=_latency_as(_L40_LATENCY, "L40's (AD102)", cycles=636),
@@ -1113,7 +1140,7 @@ _TABLE = (
         ),
     ),
     # The B300 (Blackwell Ultra) on the B200's NVLink 5 platform: its float4 rate up by 56%,
-    # its int8 cut to a thirtieth; nothing of it measured in a published microbenchmark.
+    # its int8 cut to a thirtieth. Its memory is timed as a GB300's (the same chip).
     _device(
         "b300",
         "NVIDIA B300 288GB",
@@ -1131,8 +1158,11 @@ _TABLE = (
         "NVLink 5",
         1800 / 2,
         (_B300_DATASHEET, _B300_ROOFLINE, _B300_SPECS),
-        _HBM3E,
-        {"share": _BLACKWELL_GEMM},
+        _BLACKWELL_ULTRA_HBM,
+        {
+            "bfloat16": Figure(1769.0, f"maximum achievable matmul FLOPS: {_MAMF}"),
+            "float8": Figure(3353.3, f"maximum achievable matmul FLOPS: {_MAMF}"),
+        },
         replace(_NCCL_B200, source=f"not measured: as the B200's NVLink 5, {_NCCL_B200.source}"),
         mma=_TCGEN05,
         latency=_B300_LATENCY,

@@ -4,6 +4,7 @@ against figures of the vendors' datasheets."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import pytest
 
@@ -64,10 +65,13 @@ def test_every_field_is_filled_in_its_units(spec: DeviceSpec):
 
 @pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
 def test_measured_figures_sit_under_the_datasheet_s(spec: DeviceSpec):
-    """A microbenchmark reaches part of a peak (an MI300X's float8 GEMM the least: 44%)."""
+    """A microbenchmark reaches part of a peak (an MI300X's float8 GEMM the least: 44%),
+    or a little past it on a card that boosts beyond the clock its datasheet counts at (an
+    RTX 4090's torch.mm, 1.01 times its whitepaper's 165.2 TFLOPS at 2,520 MHz)."""
     assert 0.5 * spec.datasheet_bandwidth <= spec.memory_bandwidth <= spec.datasheet_bandwidth
+    boost = 1.05 if spec.name == "rtx-4090" else 1
     for dtype, peak in spec.datasheet_flops.items():
-        assert 0.4 * peak <= spec.dense_flops[dtype] <= peak, dtype
+        assert 0.4 * peak <= spec.dense_flops[dtype] <= boost * peak, dtype
 
 
 @pytest.mark.parametrize("spec", DEVICES.values(), ids=list(DEVICES))
@@ -124,20 +128,36 @@ def test_measured_figures_as_their_sources_state_them():
     assert DEVICES["mi250x"].collectives is None  # no interconnect figure found
 
 
-def test_the_b300_takes_its_datasheet_and_the_b200_s_measured_shares():
-    """Nothing of a B300 is measured in a published microbenchmark: its datasheet's figures
-    (288 GB, 7.75 TB/s, float4 up from the B200's 9,000 to 14,000 TFLOPS, int8 down to
-    153.5) at the shares an H200's triad and a B200's bfloat16 GEMM reach, on the B200's
-    NVLink 5 collectives."""
+def test_the_b300_takes_its_datasheet_its_measured_gemm_and_the_gb300_s_memory():
+    """The B300's datasheet figures (288 GB, 7.75 TB/s, float4 up from the B200's 9,000 to
+    14,000 TFLOPS, int8 down to 153.5); its bfloat16 and float8 GEMMs measured (1,769.0 and
+    3,353.3), its other dtypes at bfloat16's share; its memory at the share a GB300 (the
+    same chip) reaches, 7,140 of 8,000 GB/s; the B200's NVLink 5 collectives."""
     b300, b200 = DEVICES["b300"], DEVICES["b200"]
     assert (b300.memory_bytes, b300.datasheet_bandwidth) == (288 * 10**9, 7.75e12)
-    assert b300.memory_bandwidth == pytest.approx(7750e9 * 4150 / 4800)
+    assert b300.memory_bandwidth == pytest.approx(7750e9 * 7140 / 8000)
     assert b300.datasheet_flops["float4"] == 14000e12 and b300.datasheet_flops["int8"] == 153.5e12
-    assert flops_for(b300, "bfloat16") == pytest.approx(flops_for(b200, "bfloat16"))
-    assert flops_for(b300, "float4") == pytest.approx(14000e12 * 1745.0 / 2250)
+    assert flops_for(b300, "bfloat16") == pytest.approx(1769.0e12)
+    assert flops_for(b300, "float8") == pytest.approx(3353.3e12)
+    assert flops_for(b300, "float4") == pytest.approx(14000e12 * 1769.0 / 2250)
     assert b300.collectives.bus_bandwidth == b200.collectives.bus_bandwidth
     assert b300.collectives.source.startswith("not measured: as the B200's NVLink 5")
     assert (b300.mma_rows, b300.expert_rows) == (b200.mma_rows, b200.expert_rows)
+
+
+def test_the_ada_cards_matmuls_and_the_rtx_4090_s_memory_as_measured():
+    """The L40S's torch.mm run and the median of four RTX 4090 runs set their bfloat16 and
+    float16 rates, their other dtypes at bfloat16's share of the datasheet; the RTX 4090's
+    memory is a copy kernel's 921.85 GB/s."""
+    l40s, rtx = DEVICES["l40s"], DEVICES["rtx-4090"]
+    assert flops_for(l40s, "bfloat16") == pytest.approx(269.15e12)
+    assert flops_for(l40s, "float8") == pytest.approx(733e12 * 269.15 / 362.05)
+    assert flops_for(rtx, "bfloat16") == pytest.approx(
+        statistics.median([170.06, 173.31, 162.39, 163.09]) * 1e12
+    )
+    assert flops_for(rtx, "float16") == pytest.approx(166.44e12)
+    assert rtx.memory_bandwidth == pytest.approx(921.85e9)
+    assert "torch.mm" in l40s.flops_source and "copy kernel" in rtx.bandwidth_source
 
 
 def test_the_a10g_and_the_rtx_6000_ada_as_their_sources_give_them():

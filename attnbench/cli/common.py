@@ -235,9 +235,8 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
             console.print(f"note: {spec.name}: {spec.note}", markup=False)
         if spec.counted is not None:
             console.print(
-                f"note: {spec.name}: whole model counted by {spec.counted.source}, attnbench "
-                "having no formulas of its model_type; per tensor-parallel rank, its parts "
-                "split evenly",
+                f"note: {spec.name}: whole model counted by {spec.counted.source}, not by "
+                "attnbench's formulas; per tensor-parallel rank, its parts split evenly",
                 markup=False,
             )
         if spec.unknown_kinds is not None:  # params counts it; kvmem, predict and fit refuse
@@ -248,8 +247,8 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
         if any(s is not None and s.recurrent_dtype for s in spec.layer_states):
             console.print(
                 f"note: {spec.name}: the state layers' recurrent state is counted in float32, "
-                f"as transformers keeps it whatever the model's {spec.dtype} (a serving "
-                "engine may keep it in the model's dtype)",
+                "as transformers keeps it whatever the model's dtype (a serving engine may "
+                "keep it in the model's)",
                 markup=False,
             )
         limit = spec.max_position_embeddings

@@ -10,7 +10,7 @@ are counted beside it (state_bytes), and the two together are total_bytes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,6 @@ from ..model.capacity import (
     cache_bytes,
     counted,
     layer_windows,
-    model_layout,
     paging_report,
     positive_int,
     state_bytes,
@@ -310,13 +309,15 @@ KIND_RECORDS = "layer_kinds"
 class LayerKindRecord:
     """The layers of one kind of a model whose layers are not all alike (a hybrid, or
     windows on some layers): how many, the K/V bytes one token of one sequence takes in
-    all of them (growing with the context up to their window), and the state one sequence
-    keeps in all of them (fixed), in the model's dtype."""
+    all of them (growing with the context up to their window) in the cache's dtype, and
+    the state one sequence keeps in all of them (fixed) in the model's dtype, as the
+    section's points store them."""
 
     model: str = key()
     num_kv_heads: int = key()
     kind: str = key()
     dtype: str = key()
+    kv_dtype: str = key()
     layers: int = exact()
     window: int | None = exact()
     kv_bytes_per_token: int = exact()
@@ -325,46 +326,59 @@ class LayerKindRecord:
     state_shapes: str | None = info()
 
 
-def layer_kind_records(models: Sequence[ModelSpec]) -> list[LayerKindRecord]:
-    """A row per layer kind of each model whose layers are not all alike (the variants of
-    a what-if set but the model's own are left out: their kinds are the model's)."""
+def layer_kind_records(section: Any) -> list[LayerKindRecord]:
+    """A row per layer kind of each model whose layers are not all alike, for each dtype
+    and cache format the section's points store it in (the variants of a what-if set but
+    the model's own are left out: their kinds are the model's). `section`: a
+    study.sweep.Section of kvmem points."""
+    rows: list[LayerKindRecord] = []
+    seen = set()
+    for point in section.points():
+        spec = point.spec
+        if spec is None or is_what_if(spec.num_kv_heads, spec.published_kv_heads):
+            continue
+        if len(set(spec.layer_kinds())) == 1 and not spec.state_layers:
+            continue
+        stored = (spec.name, spec.num_kv_heads, point.dtype, _format(point))
+        if stored not in seen:
+            seen.add(stored)
+            rows.extend(_kind_rows(spec, point))
+    return rows
+
+
+def _kind_rows(spec: ModelSpec, point: KvmemPoint) -> list[LayerKindRecord]:
+    """The rows of `spec`'s layer kinds, its cache and state stored as `point` stores them."""
+    layout = _layout(point)
+    bounds = iter(spec.windows or (None,) * spec.kv_layers)
+    groups: dict[str, list] = {}
+    attends_of = spec.attends or (True,) * spec.num_layers
+    for kind, attends, state in zip(spec.layer_kinds(), attends_of, spec.layer_states, strict=True):
+        window = next(bounds) if attends else None
+        groups.setdefault(kind, []).append((attends, window, state))
     rows = []
-    for spec in models:
-        kinds = spec.layer_kinds()
-        if len(set(kinds)) == 1 and not spec.state_layers:
-            continue
-        if is_what_if(spec.num_kv_heads, spec.published_kv_heads):
-            continue
-        layout = model_layout(spec, KvFormat(spec.dtype))
-        bounds = iter(spec.windows or (None,) * spec.kv_layers)
-        groups: dict[str, list] = {}
-        for kind, attends, state in zip(
-            kinds, spec.attends or (True,) * spec.num_layers, spec.layer_states, strict=True
-        ):
-            window = next(bounds) if attends else None
-            groups.setdefault(kind, []).append((attends, window, state))
-        for kind, layers in groups.items():
-            states = [state for _, _, state in layers]
-            first = next((s for s in states if s is not None), None)
-            windows = [w for attends, w, _ in layers if attends and w is not None]
-            rows.append(
-                LayerKindRecord(
-                    model=spec.name,
-                    num_kv_heads=spec.num_kv_heads,
-                    kind=kind,
-                    dtype=spec.dtype,
-                    layers=len(layers),
-                    window=max(windows, default=None),
-                    kv_bytes_per_token=sum(a for a, _, _ in layers) * layout.bytes,
-                    state_bytes=state_bytes(states, spec.dtype),
-                    state_shapes=first.shapes if first is not None else None,
-                )
+    for kind, layers in groups.items():
+        states = [state for _, _, state in layers]
+        first = next((s for s in states if s is not None), None)
+        windows = [w for attends, w, _ in layers if attends and w is not None]
+        rows.append(
+            LayerKindRecord(
+                model=spec.name,
+                num_kv_heads=spec.num_kv_heads,
+                kind=kind,
+                dtype=point.dtype,
+                kv_dtype=_format(point).dtype,
+                layers=len(layers),
+                window=max(windows, default=None),
+                kv_bytes_per_token=sum(a for a, _, _ in layers) * layout.bytes,
+                state_bytes=state_bytes(states, point.dtype),
+                state_shapes=first.shapes if first is not None else None,
             )
+        )
     return rows
 
 
 #: The record sets kvmem writes beside its points' (study.sections.SectionKind.beside).
-BESIDE: dict[str, Callable[[Sequence[ModelSpec]], list]] = {KIND_RECORDS: layer_kind_records}
+BESIDE: dict[str, Callable[[Any], list]] = {KIND_RECORDS: layer_kind_records}
 
 
 def failed(point: KvmemPoint, status: str, context: Context | None = None) -> KvmemRecord:

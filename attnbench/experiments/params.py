@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..errors import FieldError, ModelMismatchError
 from ..model.architecture import ModelSpec
@@ -147,9 +148,9 @@ def run(point: ParamsPoint, context: Context | None = None) -> ParamsRecord:
 
 
 #: The record sets params writes beside its per-layer records, each made from the
-#: section's models: the whole-model parts of every model with a body.
-BESIDE: dict[str, Callable[[Sequence[ModelSpec]], list]] = {
-    whole_model.PART_RECORDS: whole_model.model_parts
+#: section: the whole-model parts of every model with a body.
+BESIDE: dict[str, Callable[[Any], list]] = {
+    whole_model.PART_RECORDS: lambda section: whole_model.model_parts(section.models)
 }
 
 

@@ -896,7 +896,9 @@ _TABLE = (
         latency=_latency_as(_A100_40_LATENCY, "A100 40GB's (GA100, HBM2)"),
         attention=_AMPERE_ATTENTION,
     ),
-    # The L40S datasheet gives dense | sparse; it has no NVLink.
+    # The L40S datasheet gives dense | sparse; it has no NVLink. Its memory takes the L40's
+    # share: the one L40S run found (gpu-benches' gpu-roofline, 690 GB/s: nalinipradash/
+    # gpu-benches e345d3d, L40S-48GB-unchangedfreq.txt) throttles to 420 MHz at 88 C.
     _device(
         "l40s",
         "NVIDIA L40S 48GB",

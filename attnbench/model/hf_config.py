@@ -262,9 +262,11 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     field where it has none."""
     if not isinstance(cfg, dict):
         raise UsageError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
-    note = None
+    note, tie_conflict = None, None
     if has_text_config(cfg, where):
+        tie_conflict = _tie_conflict(cfg, where)
         cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
+        note = f"{note}; {tie_conflict}" if tie_conflict else note
     kind = str_field(cfg, "model_type", where) or ""
     if bool_field(cfg, "is_encoder_decoder", where, False):
         raise UsageError(
@@ -318,7 +320,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         source=str(where),
         windows=_windows(cfg, num_layers, kind, where, plan),
         mla=mla,
-        body=_body(cfg, kind, d_model, num_layers, where),
+        body=None if tie_conflict else _body(cfg, kind, d_model, num_layers, where),
         max_position_embeddings=_context(cfg, kind, where),
         note=note,
         attends=None if plan is None else plan.attends,
@@ -604,6 +606,23 @@ def has_text_config(cfg: dict, where: str) -> bool:
     if not isinstance(text, dict):
         raise UsageError(f"{where}: field 'text_config': expected an object, got {spelled(text)}")
     return True
+
+
+def _tie_conflict(cfg: dict, where: str) -> str | None:
+    """Why a multimodal config's whole model is left to transformers to count: its top
+    level and its text_config each give tie_word_embeddings, differently. Which one ties
+    the head is its class's choice (LLaVA's ties where either says so, Llama-4's where its
+    text_config does); None where they agree or one is left out."""
+    top = bool_field(cfg, "tie_word_embeddings", where, False)
+    text = bool_field(cfg["text_config"], "tie_word_embeddings", where, False)
+    given = cfg.get("tie_word_embeddings") is not None
+    if not given or cfg["text_config"].get("tie_word_embeddings") is None or top == text:
+        return None
+    return (
+        f"tie_word_embeddings {str(top).lower()} at the top level and {str(text).lower()} in "
+        "text_config: whether the head is tied is the model class's choice, so the whole "
+        "model is left to transformers to count"
+    )
 
 
 def language_model(cfg: dict, where: str) -> dict:

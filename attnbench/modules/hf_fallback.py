@@ -83,6 +83,53 @@ def with_layer_types(spec: ModelSpec) -> ModelSpec:
     return replace(known, note="; ".join(filter(None, (spec.note, source))))
 
 
+#: The arguments of a transformers model's forward that hand it what earlier tokens left:
+#: a decoder's cache (attention's, a state layer's, Transformer-XL's and XLNet's memory).
+CACHE_ARGUMENTS = (
+    "cache",
+    "use_cache",
+    "past_key_values",
+    "past_key_value",
+    "cache_params",
+    "mems",
+    "state",
+)
+
+
+def caches_nothing(spec: ModelSpec) -> str | None:
+    """Why `spec`'s model keeps no cache, where transformers tells: its type unknown to
+    attnbench's formulas, built by transformers as no causal LM, and its base model's
+    forward takes no cache (ViT, wav2vec2, DeBERTa, CLIP's text tower: encoders). None
+    otherwise: a decoder, or a type that nothing tells of."""
+    if spec.body is not None or spec.config_path is None or not transformers_installed():
+        return None
+    import inspect
+
+    import transformers
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        MODEL_MAPPING_NAMES,
+    )
+
+    cfg = _read(spec.config_path)
+    kind = (cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg).get(
+        "model_type"
+    )
+    if (
+        kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        or kind in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    ):
+        return None
+    model = getattr(transformers, str(MODEL_MAPPING_NAMES.get(kind)), None)
+    if model is None or set(inspect.signature(model.forward).parameters) & set(CACHE_ARGUMENTS):
+        return None
+    return (
+        f"model_type {kind!r} keeps no cache: transformers' {model.__name__} takes none and it "
+        "builds no causal LM of it (an encoder); attnbench sizes decoders' caches"
+    )
+
+
 def derived_layer_types(cfg: dict[str, Any]) -> list[str] | None:
     """The layer types transformers' configuration class of `cfg`'s model type derives
     (its text config's, for a multimodal one); None when it derives none. UsageError when

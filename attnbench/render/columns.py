@@ -312,10 +312,17 @@ LAYER_KINDS: list[Column] = [
 
 
 def layer_kind_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
-    """LAYER_KINDS, without the state's columns when no layer keeps a state."""
-    if any(as_row(r).get("state_bytes") for r in rows):
-        return LAYER_KINDS
-    return [c for c in LAYER_KINDS if c.field not in ("state_bytes", "state_shapes")]
+    """LAYER_KINDS, without the state's columns when no layer keeps a state, with the
+    cache's dtype after the model's where a row's differs."""
+    records = [as_row(r) for r in rows]
+    columns = list(LAYER_KINDS)
+    if not any(r.get("state_bytes") for r in records):
+        columns = [c for c in columns if c.field not in ("state_bytes", "state_shapes")]
+    if any(r.get("kv_dtype") not in (None, r.get("dtype")) for r in records):
+        at = next(i for i, c in enumerate(columns) if c.field == "dtype") + 1
+        kv = Column("kv dtype", "kv_dtype", fmt_plain, rank=5, kind="label", setting=True)
+        columns.insert(at, kv)
+    return columns
 
 
 def _uses_kv_dtype(r: Mapping[str, Any]) -> bool:

@@ -342,10 +342,10 @@ def _failing_as_records(
 
 def _beside(plan: Plan, doc: dict, store: Store) -> dict[str, list]:
     """The record sets the sections write beside their points' (SectionKind.beside), made
-    from their models, put in the document (a key each) and written to a CSV each. A
+    from the sections, put in the document (a key each) and written to a CSV each. A
     resumed study makes them again, replacing its own: they are never kept twice."""
     made = {
-        name: make(section.models)
+        name: make(section)
         for section_name, section in plan.sections.items()
         for name, make in KINDS[section_name].beside.items()
     }

@@ -112,7 +112,8 @@ class SectionKind:
     resolved scalar options, once per section, with its device (None where it uses none):
     every `options` above is that object.
     `beside` makes, by name, the record sets the section writes beside its points'
-    records, each from the section's models (params: the whole-model parts).
+    records, each from the resolved section (params: its models' whole-model parts; kvmem:
+    its models' layer kinds, as its points store them).
     `wants_peaks(point)` says whether a point of a section that is not timed needs the
     peaks measured all the same (predict: on this machine). `whole_model`: the section
     counts its models whole (a type without formulas is counted by transformers).
@@ -151,7 +152,7 @@ class SectionKind:
     check_section: Callable[[dict, Any, set], None] | None = None
     pre_pass: Callable[[list, Any, torch.device], dict] | None = None
     options: Callable[[Mapping[str, Any], torch.device | None], Any] | None = None
-    beside: Mapping[str, Callable[[Sequence], list]] = field(default_factory=dict)
+    beside: Mapping[str, Callable[[Any], list]] = field(default_factory=dict)
     wants_peaks: Callable[[Any], bool] | None = None
     on_device: Callable[[Mapping[str, Any]], bool] | None = None
     describe: Callable[[Any], str] = point_name

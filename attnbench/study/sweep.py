@@ -45,7 +45,7 @@ from ..model.hf_config import load_hf_config
 from ..model.model_params import has_own_head
 from ..model.presets import get_preset
 from ..model.what_if import kv_heads_count, kv_heads_meant, what_if_specs
-from ..modules.hf_fallback import with_layer_types, with_whole_model
+from ..modules.hf_fallback import caches_nothing, with_layer_types, with_whole_model
 from .schema import (
     ALIASES,
     FIELDS,
@@ -488,6 +488,7 @@ def resolve(
     check_weight_only_kernel_use(resolved)
     check_dp_attention_use(resolved)
     resolved.models = [with_layer_types(spec) for spec in resolved.models]
+    check_decoders(resolved)
     resolved = with_what_ifs(resolved)
     problems = [resolved.locate(e) for e in long_patterns(resolved)]
     if problems:
@@ -584,6 +585,17 @@ def check_dp_attention_use(sec: Section) -> None:
         return
     reason = "has no effect at {tp} 1: a single rank runs every sequence's attention either way"
     raise sec.locate(FieldError("dp_attention", True, reason, ("tp",)))
+
+
+def check_decoders(sec: Section) -> None:
+    """An encoder's config where a section sizes a cache or times a decoder's steps (all
+    but params, which counts its attention layer): refused, naming the model, where
+    transformers tells that its type keeps no cache (hf_fallback.caches_nothing)."""
+    if sec.name == "params":
+        return
+    for spec in sec.models:
+        if (reason := caches_nothing(spec)) is not None:
+            raise sec.locate(FieldError("hf_config", spec.config_path, reason))
 
 
 def check_head_use(sec: Section) -> None:

@@ -47,6 +47,69 @@ def test_kvmem_counts_the_attention_layers_and_the_state_beside_them(tmp_path):
     assert kinds["full attention"]["layers"] == 12
 
 
+def test_kvmem_layer_kinds_store_as_the_records_do_in_each_dtype(tmp_path):
+    """The layer kinds' rows hold their cache and state in the dtypes the points store
+    them in, a row per dtype and cache format: a float8 cache is half a bfloat16 one, the
+    state's convolution in the asked dtype (its recurrent matrix float32 whatever it is)."""
+    doc = run_json(
+        tmp_path,
+        "kvmem",
+        "--hf-config",
+        str(QWEN3_NEXT),
+        "--seq-len",
+        "1024",
+        "--dtype",
+        "bfloat16,float32",
+        "--kv-dtype",
+        "float8_e4m3fn",
+        "--no-measure",
+    )
+    kinds = {(r["dtype"], r["kv_dtype"], r["kind"]): r for r in doc["layer_kinds"]}
+    assert set(kinds) == {
+        (dtype, "float8_e4m3fn", kind)
+        for dtype in ("bfloat16", "float32")
+        for kind in ("gated deltanet", "full attention")
+    }
+    for dtype in ("bfloat16", "float32"):
+        assert kinds[dtype, "float8_e4m3fn", "full attention"]["kv_bytes_per_token"] == (
+            KV_PER_TOKEN // 2
+        )
+    assert kinds["bfloat16", "float8_e4m3fn", "gated deltanet"]["state_bytes"] == STATE
+    conv = 36 * 8192 * 4
+    assert kinds["float32", "float8_e4m3fn", "gated deltanet"]["state_bytes"] == STATE + 2 * conv
+    records = {r["dtype"]: r for r in doc["records"]}
+    assert records["float32"]["state_bytes"] == STATE + 2 * conv
+
+
+def test_an_encoder_s_config_is_refused_where_a_cache_is_sized(tmp_path):
+    """An encoder (ViT, here) keeps no cache: kvmem refuses it in one line, naming the file,
+    where params still counts its attention layer."""
+    vit = tmp_path / "config.json"
+    vit.write_text(
+        json.dumps(
+            {
+                "model_type": "vit",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_hidden_layers": 2,
+            }
+        )
+    )
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(vit), "--no-measure"])
+    assert result.exit_code == 2
+    assert f"--hf-config {vit}: model_type 'vit' keeps no cache" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert runner.invoke(app, ["params", "--hf-config", str(vit)]).exit_code == 0
+    bert = {
+        "model_type": "bert",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+    }
+    vit.write_text(json.dumps(bert))  # a type that may decode: its cache is sized
+    assert runner.invoke(app, ["kvmem", "--hf-config", str(vit), "--no-measure"]).exit_code == 0
+
+
 def test_kvmem_table_names_the_layer_kinds():
     result = runner.invoke(
         app,

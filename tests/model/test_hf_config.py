@@ -682,21 +682,34 @@ def test_a_window_of_0_is_none_and_refused_only_where_layers_slide():
         spec_from_hf_config({**GEMMA4_LIKE, "sliding_window": 0}, "m", "m.json")
 
 
-def test_a_multimodal_config_ties_the_head_as_its_top_level_says():
-    """transformers ties the whole model's head by the top level's tie_word_embeddings
-    (MOSS's is true where its text_config says false): the head counted once."""
+def test_a_multimodal_config_ties_the_head_as_its_top_level_says_or_leaves_it_to_its_class():
+    """A multimodal config's head is tied as its top level's tie_word_embeddings says when
+    its text_config says nothing or the same. Where the two differ, the class decides
+    (LLaVA ties where either says so, Llama-4 where text_config does): the formulas count
+    no whole model, and the note says why."""
     text = {
         **GEMMA4_LIKE,
         "model_type": "qwen3",
         "vocab_size": 1000,
         "intermediate_size": 96,
-        "tie_word_embeddings": False,
     }
     del text["layer_types"], text["sliding_window"]
     top = {"model_type": "multimodal", "text_config": text}
     untied = spec_from_hf_config(top, "m", "m.json")
     tied = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
     assert (untied.body.tied_embeddings, tied.body.tied_embeddings) == (False, True)
+    agree = {
+        **top,
+        "tie_word_embeddings": True,
+        "text_config": {**text, "tie_word_embeddings": True},
+    }
+    assert spec_from_hf_config(agree, "m", "m.json").body.tied_embeddings
+    for outer, inner in ((True, False), (False, True)):
+        differ = {**top, "tie_word_embeddings": outer}
+        differ["text_config"] = {**text, "tie_word_embeddings": inner}
+        spec = spec_from_hf_config(differ, "m", "m.json")
+        assert spec.body is None
+        assert f"tie_word_embeddings {str(outer).lower()} at the top level" in spec.note
 
 
 def test_jetmoe_s_heads_are_kv_channels_wide():

@@ -201,11 +201,15 @@ def _build(cfg: dict[str, Any], auto: Any) -> tuple[nn.Module, Any]:
 
 def _first_line(error: Exception) -> str:
     """The first line of an error's message, and the next when the first is a heading
-    (ends in a colon, as huggingface_hub's validation errors do)."""
+    (ends in a colon, as huggingface_hub's validation errors do); an error other than a
+    refusal of a value (KeyError, TypeError: transformers' code failing on a field the
+    config leaves out or sets to null) named by its type, and said to be so."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    return " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
+    text = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]) if lines else ""
+    if isinstance(error, ValueError) and text:
+        return text
+    raised = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return f"its code raised {raised} (a field the config leaves out or sets to null, perhaps)"
 
 
 def _stored(module: nn.Module) -> dict[int, tuple[str, int]]:

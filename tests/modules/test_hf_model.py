@@ -346,3 +346,16 @@ def test_a_causal_lm_of_the_image_text_mapping_is_counted():
     small = {**BASE, **EXPERTS, **mla, "qk_rope_head_dim": 8, "v_head_dim": 16}
     count = transformers_parts({**config, **small, "n_routed_experts": 4}, "config.json")
     assert count.model_class == "Mistral4ForCausalLM" and count.parts["experts"] > 0
+
+
+def test_transformers_own_failures_are_named_by_type_and_said_to_be_its_code_s():
+    """A ValueError is transformers refusing a value, in its words; any other error is its
+    code failing (a KeyError on a layer type, a TypeError on a null field), said so."""
+    from attnbench.modules.hf_model import _first_line
+
+    assert _first_line(ValueError("heads: not a multiple\nmore")) == "heads: not a multiple"
+    assert _first_line(KeyError("full_attention")) == (
+        "its code raised KeyError: 'full_attention' (a field the config leaves out or sets "
+        "to null, perhaps)"
+    )
+    assert _first_line(TypeError()).startswith("its code raised TypeError (a field")

@@ -46,6 +46,7 @@ from .options import (
     ThreadsOpt,
     ThresholdOpt,
     VisitTimeOpt,
+    WideOpt,
 )
 
 #: The most rounds a comparison takes: at the default visit time, 10,000 rounds of four
@@ -101,6 +102,7 @@ def ab_command(
     fail_on_improvement: AbFailOnImprovementOpt = False,
     force: ReplaceLogsOpt = False,
     quiet: ReportQuietOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Time the decode steps of STUDY.yaml with two revisions in one job: each side in its
     own worktree and venv, in a long-lived worker; per point, rounds of visits in ABBA
@@ -156,7 +158,7 @@ def ab_command(
     comparison = result.comparison(thresholds, fail_on_improvement)
     if json_path:
         _write_json(json_path, {**comparison.to_dict(), "ab": result.to_dict()})
-    emit_comparison(comparison, fmt, False, output)
+    emit_comparison(comparison, fmt, False, output, wide)
     raise _exit(comparison.exit_code(), result)
 
 

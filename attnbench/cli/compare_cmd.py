@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
@@ -14,6 +14,7 @@ from ..gate.rules import Thresholds
 from ..render.gate import Spelling, print_table, report_text, summary_line
 from ..render.table import plain_console, terminal_width
 from ..study.documents import Document, load_document
+from ..study.output import replace_with
 from ..study.schema import parse_number
 from ..study.sections import KINDS
 from .common import check_writable, console, fail, handles_errors
@@ -40,6 +41,7 @@ from .options import (
     SavedResultsArg,
     ShowAllOpt,
     TimeThresholdOpt,
+    WideOpt,
 )
 
 if TYPE_CHECKING:
@@ -56,7 +58,7 @@ SHORT_HELP = {
 }
 
 #: The flags compare's report points to.
-SPELLING = Spelling(show_all="--all", other_formats="--format markdown or json")
+SPELLING = Spelling(show_all="--all", other_formats="--wide, or --format markdown or json")
 
 
 def history_baseline_of(db: str, head: Document) -> Document:
@@ -86,23 +88,29 @@ def parse_percent(flag: str, text: str) -> float:
     return value / 100
 
 
-def emit_comparison(result: Comparison, fmt: str, only_changed: bool, output: str | None) -> None:
-    """Print the report, or write it to `output` and say where it went."""
+def emit_comparison(
+    result: Comparison, fmt: str, only_changed: bool, output: str | None, wide: bool = False
+) -> None:
+    """Print the report (a table of every column where `wide`), or write it to `output`
+    and say where it went."""
     if output is None:
         if fmt == "table":
-            print_table(console, result, only_changed, terminal_width(console), SPELLING)
+            width = terminal_width(console)
+            print_table(console, result, only_changed, width, SPELLING, wide)
         else:
             typer.echo(report_text(result, fmt, only_changed, SPELLING), nl=False)
         return
     path = Path(output)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as fh:
-            if fmt == "table":
-                wide = plain_console(file=fh, width=200, color_system=None)
-                print_table(wide, result, only_changed, 200, SPELLING)
-            else:
-                fh.write(report_text(result, fmt, only_changed, SPELLING))
+
+    def write(fh: IO[Any]) -> None:
+        if fmt == "table":
+            wide = plain_console(file=fh, width=200, color_system=None)
+            print_table(wide, result, only_changed, 200, SPELLING)
+        else:
+            fh.write(report_text(result, fmt, only_changed, SPELLING))
+
+    try:  # through a file beside it: a failed write leaves the one there as it was
+        replace_with(path, write)
     except OSError as exc:
         raise FieldError("output", path, f"cannot write: {exc.strerror}") from None
     console.print(f"wrote {path}: {summary_line(result)}", highlight=False, markup=False)
@@ -161,6 +169,7 @@ def compare_command(
     allow_env_mismatch: AllowEnvMismatchOpt = False,
     show_all: ShowAllOpt = False,
     only_changed: OnlyChangedOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Gate CURRENT against BASELINE, or (--history DB) one results file against the
     recent runs of its environment. Lists what changed or did not pass, worst first, and
@@ -188,7 +197,7 @@ def compare_command(
     )
     # unchanged findings are counted, not listed, but with --all; json lists them all
     # unless --only-changed (as it did before the table left them out by default)
-    emit_comparison(result, fmt, only_changed if fmt == "json" else not show_all, output)
+    emit_comparison(result, fmt, only_changed if fmt == "json" else not show_all, output, wide)
     raise exit_with(result.exit_code())
 
 
@@ -214,7 +223,7 @@ def baseline_save_command(
         samples = sum(bool(r.get("samples_ms")) for r in records)
         counts.append(
             f"{name}: {len(records)} records"
-            + (f", {samples} with raw samples" if KINDS[name].timed else "")
+            + (f", {samples} with raw samples" if name in KINDS and KINDS[name].timed else "")
         )
     console.print(f"wrote {path}{replaced}: {'; '.join(counts)}", highlight=False, markup=False)
 

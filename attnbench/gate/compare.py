@@ -486,8 +486,9 @@ class Mismatch:
             effect = f"{times(ratio)} ({effect})"
         elif ratio is not None:
             effect = times(ratio)
-        why = " and ".join(d.text(1 + th.time) for d in moved)
-        reason = f"{effect}, {NOT_RESOLVED}: {why}, beyond {_threshold(th)}"
+        more = f" (and {len(moved) - 1} more, below)" if len(moved) > 1 else ""
+        held = "timings hold for neither moment"
+        reason = f"{effect}, {NOT_RESOLVED}: {moved[0].text(1 + th.time)}{more}: its {held}"
         return replace(judgement, verdict=Verdict.INCONCLUSIVE, reason=reason)
 
 

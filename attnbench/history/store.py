@@ -18,6 +18,7 @@ there, and refuses any other file rather than adding tables to it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -178,7 +179,7 @@ class SqliteHistory:
         one. FieldError (field `db`) for anything else that is not a history."""
         self.path = Path(path)
         self.shown = shown_path(path)  # in errors: as typed, unless too long or unprintable
-        self._check_file(create)  # before SQLite opens it: opening creates a missing file
+        new = self._check_file(create)  # before SQLite opens it: opening creates a file
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,22 +191,35 @@ class SqliteHistory:
             self.db.execute("PRAGMA foreign_keys = ON")
             self._migrate(create)
             self.db.execute("PRAGMA journal_mode = WAL")  # not within a transaction
+        except sqlite3.OperationalError as exc:  # a full disk, a file it may not write
+            self._close(new)
+            raise FieldError("db", self.shown, f"cannot write it: {exc}") from None
         except sqlite3.DatabaseError as exc:
-            self.db.close()
+            self._close(new)
             raise FieldError("db", self.shown, f"not an attnbench history ({exc})") from None
         except BaseException:
-            self.db.close()
+            self._close(new)
             raise
 
-    def _check_file(self, create: bool) -> None:
+    def _close(self, new: bool) -> None:
+        """Close the database; one this command created is removed, with SQLite's files
+        beside it, rather than left empty or half made."""
+        self.db.close()
+        if new:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(OSError):  # none there, or a name past the limit
+                    Path(f"{self.path}{suffix}").unlink()
+
+    def _check_file(self, create: bool) -> bool:
         """FieldError for a path that holds no history and must not become one: nothing
         there or an empty file (unless `create`), a directory, a device or a FIFO, a name
-        the system refuses (too long)."""
+        the system refuses (too long). True where nothing is there (`create`: SQLite will
+        make the file)."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
             if create:
-                return
+                return True
             default = " (the default database)" if self.path == DEFAULT_DB else ""
             raise FieldError(
                 "db",
@@ -224,6 +238,7 @@ class SqliteHistory:
                 self.shown,
                 "an empty file: it holds no history; `attnbench history add` fills one",
             )
+        return False
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

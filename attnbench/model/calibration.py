@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import FieldError, UsageError, closest, spelled, typed
 from .devices import THIS_DEVICE, DeviceSpec, device_spec, measured_device
-from .files import json_int, not_text, read_user_file, shown_path, unique_keys
+from .files import json_int, json_problem, not_text, read_user_file, shown_path, unique_keys
 from .roofline import (
     DEFAULT_MODEL,
     MAX_EFFICIENCY,
@@ -466,7 +466,7 @@ def _read(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, An
                 text, object_pairs_hook=lambda pairs: unique_keys(pairs, where), parse_int=json_int
             )
         except json.JSONDecodeError as exc:
-            reason = f"not valid JSON ({exc.msg} at line {exc.lineno})"
+            reason = f"not valid JSON ({json_problem(exc)})"
             raise FieldError("calibration", where, reason) from None
         except RecursionError:
             raise FieldError("calibration", where, "JSON nested too deeply") from None

@@ -3,6 +3,7 @@ most a given size, so a device, a FIFO or a huge file can neither block nor exha
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -196,6 +197,14 @@ def json_int(text: str) -> int:
     if digits > MAX_INT_DIGITS:
         raise ValueError(f"an integer of {digits:,} digits: {MAX_INT_DIGITS:,} at most")
     return int(text)
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """Where and why a text is not JSON: 'unterminated string at line 1, column 61'
+    (json's own message leaves its position to be appended: 'Unterminated string starting
+    at')."""
+    what = exc.msg.removesuffix(" at").removesuffix(" starting")
+    return f"{what[:1].lower()}{what[1:]} at line {exc.lineno}, column {exc.colno}"
 
 
 def unique_keys(pairs: list[tuple[str, Any]], where: str) -> dict:

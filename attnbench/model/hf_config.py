@@ -78,7 +78,7 @@ from .config_fields import (
     object_field,
     str_field,
 )
-from .files import json_int, not_text, read_user_file, shown_path, unique_keys
+from .files import json_int, json_problem, not_text, read_user_file, shown_path, unique_keys
 from .hf_layers import HYBRIDS, Dims, LayerPlan, unknown_kinds
 from .hf_layers import layer_plan as hybrid_plan
 from .limits import (
@@ -1260,7 +1260,7 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
             text, object_pairs_hook=lambda pairs: unique_keys(pairs, where), parse_int=json_int
         )
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        raise UsageError(f"{where}: invalid JSON: {json_problem(exc)}") from None
     except RecursionError:
         raise too_deep from None
     except ValueError as exc:  # an integer of too many digits (json_int)

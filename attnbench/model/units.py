@@ -13,8 +13,9 @@ from ..errors import FieldError
 from .limits import MAX_MEMORY_BYTES
 
 BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-#: Binary units from bytes up, as shown.
-BINARY_NAMES = ("B", *BINARY_UNITS)
+#: Binary units from bytes up, as shown (past the ones a size is given in: a cache of a
+#: billion sequences of a billion tokens shows in EiB, not as 15 digits of TiB).
+BINARY_NAMES = ("B", *BINARY_UNITS, "PiB", "EiB")
 DECIMAL_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS = {"B": 1, **BINARY_UNITS, **DECIMAL_UNITS}
 UNITS_HINT = "such as 80GiB, 80GB (= 80e9 bytes), 1.5TiB or 4096B"
@@ -93,7 +94,7 @@ def format_bytes(n: int | float | None) -> str:
     if n is None:
         return "-"
     divisor, unit = binary_unit(abs(float(n)))
-    return f"{int(n)} B" if unit == "B" else f"{n / divisor:.2f} {unit}"
+    return f"{int(n)} B" if unit == "B" else f"{n / divisor:,.2f} {unit}"
 
 
 #: Seconds per unit of a duration.

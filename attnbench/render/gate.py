@@ -239,12 +239,17 @@ def render_markdown(result: Comparison, only_changed: bool, spelling: Spelling) 
 
 
 def print_table(
-    out: Console, result: Comparison, only_changed: bool, width: int, spelling: Spelling
+    out: Console,
+    result: Comparison,
+    only_changed: bool,
+    width: int,
+    spelling: Spelling,
+    wide: bool = False,
 ) -> None:
-    """The findings as a table that fits `width`: when it is too narrow the interval goes
-    first, then the other columns, but never the verdict or its reason, which folds
-    (the other formats keep everything); then how many unchanged findings were
-    left out, and the summary."""
+    """The findings as a table that fits `width` (unless `wide`: every column): when it is
+    too narrow the interval goes first, then the other columns, but never the verdict or
+    its reason, which folds (the other formats keep everything); then how many unchanged
+    findings were left out, and the summary."""
     rows = [dict(zip(HEADERS, cells, strict=True)) for _, cells in _cells(result, only_changed)]
     if rows:
         columns = [
@@ -252,7 +257,7 @@ def print_table(
             for h, (kind, rank) in zip(HEADERS, CELLS, strict=True)
         ]
         title = f"attnbench compare: {result.baseline} -> {result.current}"
-        view = build_table(title, rows, columns, width, hint=spelling.other_formats)
+        view = build_table(title, rows, columns, width, wide, hint=spelling.other_formats)
         print_view(out, view)
     hidden = unchanged_line(result, only_changed, spelling)
     for line in [*([hidden] if hidden else []), *_context_lines(result), summary_line(result)]:

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import FieldError, UsageError, spelled
 from ..experiments.whole_model import PART_RECORDS
 from ..measure.environment import FIELD_TYPES
-from ..model.files import json_int, not_text, read_user_file
+from ..model.files import json_int, json_problem, not_text, read_user_file
 from ..records import (
     Kind,
     bounds,
@@ -97,7 +97,7 @@ def _json_document(path: Path, text: str) -> Document:
     try:
         doc = json.loads(text, parse_int=json_int)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UsageError(f"{path}: not valid JSON ({json_problem(exc)})") from None
     except RecursionError:
         raise UsageError(f"{path}: JSON nested too deeply") from None
     except ValueError as exc:  # an integer of too many digits (json_int)
@@ -517,11 +517,18 @@ def _cell(text: str) -> Any:
 def load_results(path: str | Path) -> dict:
     """A results.json written by `attnbench run`, validated; UsageError otherwise."""
     document = load_document(path)
-    if document.command != "run" or document.raw is None:
-        section = ", ".join(document.sections)
+    if document.raw is None:  # a CSV: one record set, of a study or of one command
+        study = Path(path).with_name("results.json")
+        beside = f" ({study} beside it)" if study.is_file() else ""
         raise UsageError(
-            f"{path}: written by `attnbench {document.command}`, not by `attnbench run`: "
-            f"a study runs its flags as a sweep file's {section} section"
+            f"{path}: a CSV holds one record set ({document.command}), not a study: give "
+            f"the results.json that `attnbench run` writes{beside}"
+        )
+    if document.command != "run":
+        section = ", ".join(s for s in document.sections if s in KINDS)
+        raise UsageError(
+            f"{path}: written by `attnbench {command_of(document.command)}`, not by "
+            f"`attnbench run`: a study runs its flags as a sweep file's {section} section"
         )
     return document.raw
 

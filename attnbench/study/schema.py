@@ -73,6 +73,9 @@ class Field:
     help: str
     axis: bool = True
     choices: tuple[str, ...] | None = None
+    #: The choices as an unknown value's error lists them, where not every section takes
+    #: every one (gpu: 'this' in predict alone); None: `choices`, joined.
+    choices_text: str | None = None
     #: The smallest value of an integer; a float must be above 0.
     minimum: int | None = 1
     #: The largest value (numbers), or a function giving it on this machine.
@@ -425,6 +428,8 @@ FIELDS: dict[str, Field] = {
         f"A named GPU ({', '.join(DEVICES)}), comma-separated, or {THIS_DEVICE}: the "
         "peaks this machine measures (predict).",
         choices=(*DEVICES, THIS_DEVICE),
+        choices_text=f"{', '.join(DEVICES)}; or, in predict, {THIS_DEVICE} (this machine's "
+        "measured peaks)",
         default={"predict": THIS_DEVICE},
         flag_help={
             "predict": f"Named GPUs, comma-separated: {', '.join(DEVICES)}; or "

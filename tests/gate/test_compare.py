@@ -1358,6 +1358,34 @@ def test_baseline_save_writes_a_validated_copy(tmp_path, monkeypatch):
     assert cli("compare", str(saved), src).exit_code == 0
 
 
+def test_baseline_save_counts_the_sets_written_beside_the_records(tmp_path):
+    """params --model writes its model's parts beside its records: saved, and counted,
+    as a study's are, where the summary looked a section up for them and raised."""
+    out = tmp_path / "pm.json"
+    assert cli("params", "--model", "llama-3-8b", "--json", str(out), "-q").exit_code == 0
+    result = cli("baseline", "save", str(out), "--to", str(tmp_path / "bl.json"))
+    assert result.exit_code == 0, result.output
+    assert "params: 1 records; model_parts: 8 records" in " ".join(result.stdout.split())
+
+
+def test_a_failed_report_leaves_the_file_there_as_it_was(tmp_path, monkeypatch):
+    """--output is written through a file beside it: a write that fails (a full disk)
+    leaves the old report whole, and no temporary file."""
+    base = write(tmp_path, "a.json", document("params", params_records()))
+    cur = write(tmp_path, "b.json", document("params", params_records()))
+    report = tmp_path / "out.md"
+    report.write_text("OLD\n")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("attnbench.cli.compare_cmd.report_text", full)
+    result = cli("compare", base, cur, "--format", "markdown", "--output", str(report))
+    assert result.exit_code == 2 and "cannot write: No space left on device" in result.stderr
+    assert report.read_text() == "OLD\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json", "out.md"]
+
+
 def test_baseline_save_refuses_csv_and_bad_json(tmp_path):
     csv_path = tmp_path / "r.csv"
     write_csv(csv_path, params_records(), ParamsRecord)

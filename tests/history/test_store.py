@@ -597,6 +597,24 @@ def test_a_file_that_is_not_a_history_is_refused_and_left_as_it_was(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kv.json", "noise.bin", "other.sqlite"]
 
 
+def test_a_history_add_cannot_write_leaves_no_file_behind(tmp_path, kvmem_run, monkeypatch):
+    """A new history that SQLite cannot write (a full disk) is refused as such, not as a
+    file that is no history, and the file it began is removed."""
+    from attnbench.history.store import SqliteHistory
+
+    def full(self, create):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(SqliteHistory, "_migrate", full)
+    kv = write(tmp_path / "kv.json", kvmem_run)
+    db = tmp_path / "new.sqlite"
+    one_error(
+        run_cli("history", "add", kv, "--db", str(db)),
+        f"--db {db}: cannot write it: database or disk is full",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv.json"]
+
+
 def test_an_empty_file_holds_no_history_but_add_makes_one_in_it(tmp_path, kvmem_run):
     db = tmp_path / "h.sqlite"
     db.touch()

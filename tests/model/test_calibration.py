@@ -282,7 +282,7 @@ def test_a_missing_or_unknown_field_is_refused(tmp_path):
         load_calibration({**doc, "efficiency_bws": 0.5})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(FieldError, match=r"^calibration: .*bad.json: not valid JSON \(Expecting"):
+    with pytest.raises(FieldError, match=r"^calibration: .*bad.json: not valid JSON \(expecting"):
         load_calibration(bad)
     bad.write_text("[1, 2]")
     with pytest.raises(UsageError, match="a JSON object"):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from attnbench.errors import FieldError, UsageError
-from attnbench.model.files import not_text, read_user_file
+from attnbench.model.files import json_problem, not_text, read_user_file
 from attnbench.model.hf_config import (
     BODY_TRAITS,
     GPT2_POSITIONS,
@@ -713,3 +713,19 @@ def test_a_small_file_is_read_without_taking_its_limit_in_memory(tmp_path):
     small.write_text('{"records": []}')
     with memory_guard(extra=64 << 20):
         assert read_user_file(small, "results", limit=1 << 30) == '{"records": []}'
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"a": "abc', "unterminated string at line 1, column 7"),
+        ('{"a":\n  }', "expecting value at line 2, column 3"),
+        ('{"a": 1,}', "expecting property name enclosed in double quotes at line 1, column 9"),
+    ],
+)
+def test_a_json_problem_says_where_and_what_in_one_phrase(text, problem):
+    """json's messages leave their position to be appended ('... starting at'): said once,
+    with the line and column."""
+    with pytest.raises(json.JSONDecodeError) as error:
+        json.loads(text)
+    assert json_problem(error.value) == problem

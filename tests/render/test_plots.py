@@ -151,6 +151,20 @@ def test_bad_results_file_is_one_line(command, tmp_path):
     other = runner.invoke(app, [command, str(kvmem)])
     assert other.exit_code == 2 and "not by `attnbench run`" in other.stderr
     assert "Traceback" not in other.output
+    # a command's whole-model parts beside its records are no section a sweep file takes
+    params = tmp_path / "params.json"
+    args = ["params", "--model", "llama-3-8b", "-q", "--json", str(params)]
+    assert runner.invoke(app, args).exit_code == 0
+    one = " ".join(runner.invoke(app, [command, str(params)]).stderr.split())
+    assert "a sweep file's params section" in one and "model_parts" not in one
+    # a study's CSV holds one of its record sets: the study's results.json is named
+    csv = tmp_path / "decode.csv"
+    args = ["kvmem", "--d-model", "64", "--heads", "4", "--no-measure", "-q", "--csv", str(csv)]
+    assert runner.invoke(app, args).exit_code == 0
+    (tmp_path / "results.json").write_text("{}")
+    one = " ".join(runner.invoke(app, [command, str(csv)]).stderr.split())
+    assert "a CSV holds one record set (kvmem), not a study" in one
+    assert f"({tmp_path / 'results.json'} beside it)" in one
 
 
 # ------------------------------------------------------------------ plots

@@ -275,7 +275,8 @@ def test_format_bytes_binary_units():
     assert format_bytes(1536) == "1.50 KiB"
     assert format_bytes(LLAMA3_70B_PER_TOKEN) == "320.00 KiB"
     assert format_bytes(LLAMA3_70B_PER_TOKEN * 131072) == "40.00 GiB"
-    assert format_bytes(3 * 1024**5) == "3072.00 TiB"
+    assert format_bytes(3 * 2**50) == "3.00 PiB"
+    assert format_bytes(2**70) == "1,024.00 EiB"  # the largest unit, its digits grouped
 
 
 def test_count_and_percent_formatters():

@@ -904,6 +904,14 @@ def test_a_replicated_vocabulary_on_one_rank_is_refused(tmp_path, command):
             ["--d-model", "64", "--heads", "2", "--layers", "2", "--layer-pattern", "LLG"],
             "--layer-pattern LLG: has 3 letters, more than the 2 attention layers",
         ),
+        (
+            ["--d-model", "64", "--heads", "2", "--layers", "1", "--layer-pattern", "LG"],
+            "--layer-pattern LG: has 2 letters, more than the 1 attention layer:",
+        ),
+        (  # letters it does not take are what is wrong, whatever its length
+            ["--d-model", "64", "--heads", "2", "--layers", "1", "--layer-pattern", "XYZ"],
+            "--layer-pattern XYZ: expected letters L (a sliding or chunked layer) and G",
+        ),
     ],
 )
 def test_a_layer_pattern_longer_than_the_layers_is_refused(args, message):

@@ -56,3 +56,12 @@ def test_answers_that_differ_in_a_format_option_alone_are_told_apart():
     lines = fit(*args, "--kv-dtype", "int8", "--kv-scale-group", "32,64")
     assert lines[0].endswith("(int8 in groups of 32 KV cache)")
     assert lines[1].endswith("(int8 in groups of 64 KV cache)")
+
+
+def test_fit_s_unknown_gpu_lists_this_as_predict_s_alone():
+    """'this' (the peaks this machine measures) is predict's: fit's error does not offer
+    it as one of fit's choices."""
+    result = runner.invoke(app, ["fit", "--model", "llama-3-8b", "--gpu", "h100"])
+    assert result.exit_code == 2
+    line = " ".join(result.stderr.split())
+    assert "mi250x; or, in predict, this (this machine's measured peaks)" in line

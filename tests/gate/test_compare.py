@@ -1800,3 +1800,14 @@ def test_a_signed_field_that_changes_sign_is_listed_first_as_regressed(tmp_path)
         result = runner.invoke(app, ["compare", str(tmp_path / first), str(tmp_path / second)])
         assert result.exit_code == 1 and "Traceback" not in result.output, result.output
         assert "regressed" in result.output and "free_bytes_per_gpu" in result.output
+
+
+def test_wide_shows_every_column_of_the_table_on_a_narrow_terminal(tmp_path):
+    """At 80 columns the values go first, and the hint names --wide, which keeps them."""
+    base = write(tmp_path, "a.json", document("decode-speed", decode_records()))
+    cur = write(tmp_path, "b.json", document("decode-speed", slowed(decode_records(), 1.5)))
+    narrow = runner.invoke(app, ["compare", base, cur], env={"COLUMNS": "80"})
+    line = " ".join(narrow.stdout.split())
+    assert "Baseline ┃" not in line and "Baseline, Interval): --wide, or --format" in line
+    wide = runner.invoke(app, ["compare", base, cur, "--wide"], env={"COLUMNS": "80"})
+    assert wide.exit_code == 1 and "Baseline ┃" in wide.stdout and "hidden" not in wide.stdout

@@ -227,9 +227,9 @@ def run_section(
 
 def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
     """What a model's counts leave out, once per model ('gemma-3-4b-it: the language
-    model of a multimodal config: its vision tower is not counted'), and the `contexts`
-    asked for past the positions it declares (computed all the same). The variants of a
-    what-if set share their model's notes."""
+    model of a multimodal config: its vision or audio encoder is not counted'), and the
+    `contexts` asked for past the positions it declares (computed all the same). The
+    variants of a what-if set share their model's notes."""
     for spec in {spec.name: spec for spec in models}.values():
         if spec.note:
             console.print(f"note: {spec.name}: {spec.note}", markup=False)

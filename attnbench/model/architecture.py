@@ -292,6 +292,10 @@ class ModelSpec:
     #: Why transformers did not count the whole model (not installed, or it does not
     #: build the model type); None when it did, or was not asked.
     uncounted: str | None = None
+    #: Why attnbench's formulas leave the whole model to transformers though they know its
+    #: type (a multimodal config's head tied one way at its top level, the other in its
+    #: text_config); None: they count it, or do not know its type.
+    formulas_decline: str | None = None
     #: Why the layers' kinds are not known (a model type attnbench does not read as a
     #: hybrid whose config declares layers other than attention): its cache is refused.
     unknown_kinds: str | None = None

@@ -203,6 +203,8 @@ def json_problem(exc: json.JSONDecodeError) -> str:
     """Where and why a text is not JSON: 'unterminated string at line 1, column 61'
     (json's own message leaves its position to be appended: 'Unterminated string starting
     at')."""
+    if exc.msg.startswith("Unexpected UTF-8 BOM"):
+        return "a byte-order mark before it: save the file as UTF-8 without one"
     what = exc.msg.removesuffix(" at").removesuffix(" starting")
     return f"{what[:1].lower()}{what[1:]} at line {exc.lineno}, column {exc.colno}"
 

@@ -266,7 +266,6 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if has_text_config(cfg, where):
         tie_conflict = _tie_conflict(cfg, where)
         cfg, note = language_model(cfg, where), MULTIMODAL_NOTE
-        note = f"{note}; {tie_conflict}" if tie_conflict else note
     kind = str_field(cfg, "model_type", where) or ""
     if bool_field(cfg, "is_encoder_decoder", where, False):
         raise UsageError(
@@ -328,6 +327,7 @@ def spec_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         chunked=kind in CHUNKED_TYPES,
         unknown_kinds=None if plan is not None else _unknown_kinds(cfg, kind, where),
         count_fix=_count_fix(cfg, kind, shape, plan, where),
+        formulas_decline=tie_conflict,
     )
 
 
@@ -593,7 +593,9 @@ def _head_dim(cfg: dict, kind: str, d_model: int, num_heads: int, where: str) ->
 
 
 #: What the counts of a multimodal config leave out.
-MULTIMODAL_NOTE = "the language model of a multimodal config: its vision tower is not counted"
+MULTIMODAL_NOTE = (
+    "the language model of a multimodal config: its vision or audio encoder is not counted"
+)
 
 
 def has_text_config(cfg: dict, where: str) -> bool:
@@ -610,18 +612,24 @@ def has_text_config(cfg: dict, where: str) -> bool:
 
 def _tie_conflict(cfg: dict, where: str) -> str | None:
     """Why a multimodal config's whole model is left to transformers to count: its top
-    level and its text_config each give tie_word_embeddings, differently. Which one ties
-    the head is its class's choice (LLaVA's ties where either says so, Llama-4's where its
-    text_config does); None where they agree or one is left out."""
-    top = bool_field(cfg, "tie_word_embeddings", where, False)
-    text = bool_field(cfg["text_config"], "tie_word_embeddings", where, False)
-    given = cfg.get("tie_word_embeddings") is not None
-    if not given or cfg["text_config"].get("tie_word_embeddings") is None or top == text:
+    level ties the head one way, its text_config (as given, or by its type's default in
+    transformers) the other. Which one ties it is its class's choice (LLaVA's ties where
+    either says so, Llama-4's where its text_config does); None where they agree, or the
+    top level or the text_config's type says nothing."""
+    if cfg.get("tie_word_embeddings") is None:
         return None
+    top = bool_field(cfg, "tie_word_embeddings", where, False)
+    text = cfg["text_config"]
+    kind = text.get("model_type") or f"{cfg.get('model_type')}_text"
+    inner = TIED_EMBEDDINGS_BY_DEFAULT.get(kind) if isinstance(kind, str) else None
+    if text.get("tie_word_embeddings") is not None:
+        inner = bool_field(text, "tie_word_embeddings", where, False)
+    if inner is None or inner == top:
+        return None
+    said = "says" if text.get("tie_word_embeddings") is not None else "defaults to"
     return (
-        f"tie_word_embeddings {str(top).lower()} at the top level and {str(text).lower()} in "
-        "text_config: whether the head is tied is the model class's choice, so the whole "
-        "model is left to transformers to count"
+        f"tie_word_embeddings {str(top).lower()} at the top level, where its text_config "
+        f"{said} {str(inner).lower()}: whether the head is tied is the model class's choice"
     )
 
 
@@ -1260,11 +1268,11 @@ def parse_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
             text, object_pairs_hook=lambda pairs: unique_keys(pairs, where), parse_int=json_int
         )
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: invalid JSON: {json_problem(exc)}") from None
+        raise UsageError(f"{where}: not valid JSON ({json_problem(exc)})") from None
     except RecursionError:
         raise too_deep from None
     except ValueError as exc:  # an integer of too many digits (json_int)
-        raise UsageError(f"{where}: invalid JSON: {exc}") from None
+        raise UsageError(f"{where}: not valid JSON ({exc})") from None
     if json_depth(data) > max_depth:
         raise too_deep
     if bad := not_text(data, text):

@@ -80,9 +80,10 @@ def require_body(spec: ModelSpec) -> ModelBody:
 def uncounted_reason(spec: ModelSpec) -> str:
     """Why the whole model is not known, and what would count it."""
     why = spec.uncounted or COUNT_HINT
+    formulas = spec.formulas_decline or "attnbench has no formulas of its model_type"
     return (
         "the whole model (vocabulary, MLP, norms) is not known, only its attention: "
-        f"attnbench has no formulas of its model_type; {why}"
+        f"{formulas}; {why}"
     )
 
 

@@ -83,50 +83,45 @@ def with_layer_types(spec: ModelSpec) -> ModelSpec:
     return replace(known, note="; ".join(filter(None, (spec.note, source))))
 
 
-#: The arguments of a transformers model's forward that hand it what earlier tokens left:
-#: a decoder's cache (attention's, a state layer's, Transformer-XL's and XLNet's memory).
-CACHE_ARGUMENTS = (
-    "cache",
-    "use_cache",
-    "past_key_values",
-    "past_key_value",
-    "cache_params",
-    "mems",
-    "state",
-)
+def _takes_a_cache(name: str) -> bool:
+    """Whether a forward argument hands a model what earlier tokens left: a cache
+    (`cache`, `past_key_values`, Mamba's `cache_params`, Mimi's `decoder_cache`,
+    `use_cache`), Transformer-XL's and XLNet's `mems`, RWKV's `state`."""
+    return "cache" in name or name.startswith("past_key_value") or name in ("mems", "state")
 
 
 def caches_nothing(spec: ModelSpec) -> str | None:
-    """Why `spec`'s model keeps no cache, where transformers tells: its type unknown to
-    attnbench's formulas, built by transformers as no causal LM, and its base model's
-    forward takes no cache (ViT, wav2vec2, DeBERTa, CLIP's text tower: encoders). None
-    otherwise: a decoder, or a type that nothing tells of."""
-    if spec.body is not None or spec.config_path is None or not transformers_installed():
+    """Why `spec`'s model keeps no cache, where transformers tells: a type neither the
+    formulas nor a hybrid's plan know, of which transformers builds no causal LM, whose
+    base model's forward takes no cache (ViT, wav2vec2, DeBERTa, CLIP's text tower).
+    None otherwise: a decoder, or a type that nothing tells of."""
+    if spec.body is not None or spec.states is not None or spec.config_path is None:
+        return None
+    if not transformers_installed():
         return None
     import inspect
 
     import transformers
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-        MODEL_MAPPING_NAMES,
-    )
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    from .hf_model import builds_generative  # torch: only for a type the formulas lack
 
     cfg = _read(spec.config_path)
-    kind = (cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg).get(
-        "model_type"
-    )
-    if (
-        kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-        or kind in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-    ):
+    text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    kind = text.get("model_type")
+    if builds_generative(cfg.get("model_type")) or builds_generative(kind):
         return None
-    model = getattr(transformers, str(MODEL_MAPPING_NAMES.get(kind)), None)
-    if model is None or set(inspect.signature(model.forward).parameters) & set(CACHE_ARGUMENTS):
+    # the text model's base model, else the whole config's (SigLIP's text tower has none)
+    names = [
+        MODEL_MAPPING_NAMES.get(k) for k in (kind, cfg.get("model_type")) if isinstance(k, str)
+    ]
+    name = next((n for n in names if isinstance(n, str)), None)
+    model = getattr(transformers, name, None) if name is not None else None
+    if model is None or any(map(_takes_a_cache, inspect.signature(model.forward).parameters)):
         return None
     return (
-        f"model_type {kind!r} keeps no cache: transformers' {model.__name__} takes none and it "
-        "builds no causal LM of it (an encoder); attnbench sizes decoders' caches"
+        f"model_type {kind!r} keeps no cache to size: transformers builds no causal LM of "
+        f"it, and its {model.__name__} takes none"
     )
 
 
@@ -159,8 +154,11 @@ def _read(path: str) -> dict[str, Any]:
 
 
 def with_whole_model(spec: ModelSpec) -> ModelSpec:
-    """`spec` counted whole by transformers when attnbench has no formulas of its type,
+    """`spec` counted whole by transformers when attnbench's formulas do not count it (no
+    formulas of its type, or they decline: ModelSpec.formulas_decline, _class_ties_nothing),
     it came from a config.json and transformers is installed; else `spec` as it is."""
+    if (declined := _class_ties_nothing(spec)) is not None:
+        spec = replace(spec, body=None, formulas_decline=declined)
     if spec.body is not None or spec.counted is not None or spec.config_path is None:
         return spec
     if not transformers_installed():
@@ -192,6 +190,60 @@ def with_whole_model(spec: ModelSpec) -> ModelSpec:
         qk_norm_across_heads=(count.q_norm_width or 0) > spec.head_dim,
     )
     return replace(spec, counted=counted)
+
+
+#: Multimodal model types whose class transformers builds declares its tied weights (the
+#: head tied as the flags say), so that their configs need not import it (seconds) to
+#: tell: the common ones, each checked against transformers by the tests.
+TIES_AS_FLAGS = frozenset(
+    (
+        "aya_vision",
+        "chameleon",
+        "cohere2_vision",
+        "deepseek_vl",
+        "gemma3",
+        "gemma3n",
+        "gemma4",
+        "glm4v",
+        "idefics3",
+        "internvl",
+        "janus",
+        "llama4",
+        "llava",
+        "llava_next",
+        "llava_onevision",
+        "mistral3",
+        "paligemma",
+        "qwen2_5_vl",
+        "qwen2_vl",
+        "qwen3_vl",
+        "qwen3_vl_moe",
+        "smolvlm",
+    )
+)
+
+
+def _class_ties_nothing(spec: ModelSpec) -> str | None:
+    """Why a multimodal config's head, which its tie_word_embeddings tie, is left to
+    transformers to count: its conditional generation class declares no tied weights
+    (Voxtral's, Qwen2-Audio's: their heads are their own whatever the flags say; Llama-4's
+    ties through its language model). None where the formulas' count stands."""
+    if spec.body is None or not spec.body.tied_embeddings or spec.config_path is None:
+        return None
+    if not transformers_installed():
+        return None
+    cfg = _read(spec.config_path)
+    if not isinstance(cfg.get("text_config"), dict) or cfg.get("model_type") in TIES_AS_FLAGS:
+        return None
+    from .hf_model import generative_class  # torch: only for a multimodal config
+
+    model = generative_class(cfg.get("model_type"))
+    if model is None or getattr(model, "_tied_weights_keys", None):
+        return None
+    return (
+        f"tie_word_embeddings ties the head, but {model.__name__} declares no tied weights "
+        "of its own: whether it ties is the class's choice"
+    )
 
 
 def _first(cfg: dict, keys: tuple[str, ...], nested: str, nested_key: str) -> int | None:

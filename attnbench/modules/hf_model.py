@@ -123,8 +123,8 @@ def _count(cfg_json: str) -> TransformersCount:
         stored = {key: value for key, value in stored.items() if key in kept}
         if left:
             note = (
-                f"{name}'s language model and output head, without its vision tower and "
-                f"projector ({left:,} parameters)"
+                f"{name}'s language model and output head, without its vision or audio "
+                f"encoder and projector ({left:,} parameters)"
             )
     elif getattr(config, "text_config", None) is not None:
         note = f"{name} of the text_config: the language model alone"
@@ -156,26 +156,53 @@ def _q_norm_width(model: nn.Module) -> int | None:
     return None
 
 
+#: The transformers mappings whose model of a type holds a language model to count, in the
+#: order tried, each with the Auto class that builds it: a causal LM, then the conditional
+#: generation models around one (image-text-to-text, then any multimodal one: audio too).
+_GENERATIVE = (
+    ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
+    ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "AutoModelForImageTextToText"),
+    ("MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES", "AutoModelForMultimodalLM"),
+)
+
+
 def _auto_class(model_type: Any) -> Any:
     """The transformers Auto class that builds a causal LM of `model_type`: for a
     multimodal model type, its ForConditionalGeneration model."""
     import transformers
+    from transformers.models.auto import modeling_auto
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-    )
 
     if model_type not in CONFIG_MAPPING:
         hint = closest(model_type, CONFIG_MAPPING.keys()) if isinstance(model_type, str) else ""
         raise UsageError(
             f"transformers {transformers.__version__} does not know model_type {model_type!r}{hint}"
         )
-    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return transformers.AutoModelForCausalLM
-    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
-        return transformers.AutoModelForImageTextToText
+    for mapping, auto in _GENERATIVE:
+        if model_type in getattr(modeling_auto, mapping, {}):
+            return getattr(transformers, auto)
     raise UsageError(f"transformers builds no causal LM of model_type {model_type!r}")
+
+
+def builds_generative(model_type: Any) -> bool:
+    """Whether transformers builds a model of `model_type` that _auto_class takes (by its
+    mappings' names: no model class imported)."""
+    from transformers.models.auto import modeling_auto
+
+    return any(model_type in getattr(modeling_auto, m, {}) for m, _ in _GENERATIVE)
+
+
+def generative_class(model_type: Any) -> type | None:
+    """The class that _auto_class's Auto class builds of `model_type`, imported, not
+    built; None where transformers builds none."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for mapping, _ in _GENERATIVE:
+        name = getattr(modeling_auto, mapping, {}).get(model_type)
+        if isinstance(name, str):
+            return getattr(transformers, name, None)
+    return None
 
 
 def _build(cfg: dict[str, Any], auto: Any) -> tuple[nn.Module, Any]:
@@ -199,6 +226,14 @@ def _build(cfg: dict[str, Any], auto: Any) -> tuple[nn.Module, Any]:
         transformers.logging.set_verbosity(verbosity)
 
 
+def _refuses_a_value(error: Exception) -> bool:
+    """Whether transformers refused a value of the config, in its words: a ValueError, or
+    the validation errors of its configuration dataclasses (huggingface_hub's)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return isinstance(error, (ValueError, StrictDataclassError))
+
+
 def _first_line(error: Exception) -> str:
     """The first line of an error's message, and the next when the first is a heading
     (ends in a colon, as huggingface_hub's validation errors do); an error other than a
@@ -206,7 +241,7 @@ def _first_line(error: Exception) -> str:
     config leaves out or sets to null) named by its type, and said to be so."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]) if lines else ""
-    if isinstance(error, ValueError) and text:
+    if _refuses_a_value(error) and text:
         return text
     raised = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return f"its code raised {raised} (a field the config leaves out or sets to null, perhaps)"

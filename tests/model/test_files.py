@@ -721,6 +721,7 @@ def test_a_small_file_is_read_without_taking_its_limit_in_memory(tmp_path):
         ('{"a": "abc', "unterminated string at line 1, column 7"),
         ('{"a":\n  }', "expecting value at line 2, column 3"),
         ('{"a": 1,}', "expecting property name enclosed in double quotes at line 1, column 9"),
+        ('\ufeff{"a": 1}', "a byte-order mark before it: save the file as UTF-8 without one"),
     ],
 )
 def test_a_json_problem_says_where_and_what_in_one_phrase(text, problem):

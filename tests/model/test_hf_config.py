@@ -489,12 +489,12 @@ def test_a_multimodal_config_is_read_through_its_language_model(tmp_path):
     spec = load_hf_config(write_config(tmp_path, gemma3))
     assert (spec.name, spec.d_model, spec.num_kv_heads, spec.dtype) == ("org/g3", 64, 1, "bfloat16")
     assert spec.windows == (32,) * 5 + (None,)  # gemma3_text: every 6th layer global
-    assert "vision tower is not counted" in spec.note
+    assert "vision or audio encoder is not counted" in spec.note
     result = runner.invoke(
         app, ["kvmem", "--hf-config", str(write_config(tmp_path, gemma3)), "--seq-len", "64"]
     )
     assert result.exit_code == 0, result.output
-    note = "note: org/g3: the language model of a multimodal config: its vision tower"
+    note = "note: org/g3: the language model of a multimodal config: its vision or audio encoder"
     assert f"{note} is not counted" in " ".join(result.output.split())
 
 
@@ -684,9 +684,9 @@ def test_a_window_of_0_is_none_and_refused_only_where_layers_slide():
 
 def test_a_multimodal_config_ties_the_head_as_its_top_level_says_or_leaves_it_to_its_class():
     """A multimodal config's head is tied as its top level's tie_word_embeddings says when
-    its text_config says nothing or the same. Where the two differ, the class decides
-    (LLaVA ties where either says so, Llama-4 where text_config does): the formulas count
-    no whole model, and the note says why."""
+    its text_config (as given, or by its type's default) says the same. Where the two
+    differ, the class decides (LLaVA ties where either says so, Llama-4 where text_config
+    does): the formulas count no whole model, and say why."""
     text = {
         **GEMMA4_LIKE,
         "model_type": "qwen3",
@@ -695,9 +695,8 @@ def test_a_multimodal_config_ties_the_head_as_its_top_level_says_or_leaves_it_to
     }
     del text["layer_types"], text["sliding_window"]
     top = {"model_type": "multimodal", "text_config": text}
-    untied = spec_from_hf_config(top, "m", "m.json")
-    tied = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
-    assert (untied.body.tied_embeddings, tied.body.tied_embeddings) == (False, True)
+    untied = spec_from_hf_config(top, "m", "m.json")  # qwen3's default: untied
+    assert untied.body is not None and not untied.body.tied_embeddings
     agree = {
         **top,
         "tie_word_embeddings": True,
@@ -709,7 +708,16 @@ def test_a_multimodal_config_ties_the_head_as_its_top_level_says_or_leaves_it_to
         differ["text_config"] = {**text, "tie_word_embeddings": inner}
         spec = spec_from_hf_config(differ, "m", "m.json")
         assert spec.body is None
-        assert f"tie_word_embeddings {str(outer).lower()} at the top level" in spec.note
+        assert f"tie_word_embeddings {str(outer).lower()} at the top level" in (
+            spec.formulas_decline
+        )
+    # the text_config's type's default counts as its word: Llama-4's text model is untied
+    llama4 = {"model_type": "llama4", "tie_word_embeddings": True}
+    llama4["text_config"] = {**text, "model_type": "llama4_text"}
+    spec = spec_from_hf_config(llama4, "m", "m.json")
+    assert spec.body is None and "its text_config defaults to false" in spec.formulas_decline
+    qwen3 = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
+    assert qwen3.body is None and "defaults to false" in qwen3.formulas_decline
 
 
 def test_jetmoe_s_heads_are_kv_channels_wide():

@@ -137,7 +137,7 @@ def test_an_unreadable_file_with_a_line_break_is_named_on_one_line(tmp_path, mon
     monkeypatch.chdir(tmp_path)  # a short path, shown whole
     path = Path("a\nb.json")
     path.write_text('{"model_type":')
-    expect_usage_error(path, "'a\\nb.json': invalid JSON")
+    expect_usage_error(path, "'a\\nb.json': not valid JSON")
 
 
 def test_a_plain_name_is_kept(tmp_path):

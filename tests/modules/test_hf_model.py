@@ -14,9 +14,10 @@ import sys
 import pytest
 
 from attnbench.errors import UsageError
-from attnbench.model.hf_config import spec_from_hf_config
+from attnbench.model.hf_config import load_hf_config, spec_from_hf_config
 from attnbench.model.model_params import part_params
-from attnbench.modules.hf_model import HF_PARTS, transformers_parts
+from attnbench.modules import hf_fallback
+from attnbench.modules.hf_model import HF_PARTS, generative_class, transformers_parts
 from tests.helpers import SMALL_CONFIG
 
 torch = pytest.importorskip("torch")
@@ -235,7 +236,8 @@ def test_transformers_messages_are_silenced(monkeypatch):
         ({"model_type": "lama"}, r"does not know model_type 'lama' \(did you mean 'llama'\?\)"),
         (
             {**BASE, "model_type": "llama", "num_attention_heads": 5},
-            r"cannot build 'llama': .*not a multiple of the number of attention heads",
+            r"cannot build 'llama': (?!its code raised).*not a multiple of the number of "
+            r"attention heads",
         ),
         ({"model_type": "vit"}, "builds no causal LM of model_type 'vit'"),
         (  # image to text, without a language model to count apart
@@ -359,3 +361,28 @@ def test_transformers_own_failures_are_named_by_type_and_said_to_be_its_code_s()
         "to null, perhaps)"
     )
     assert _first_line(TypeError()).startswith("its code raised TypeError (a field")
+
+
+@pytest.mark.parametrize("model_type", sorted(hf_fallback.TIES_AS_FLAGS))
+def test_the_types_taken_to_tie_as_their_flags_say_declare_their_tied_weights(model_type):
+    """TIES_AS_FLAGS spares their configs an import of the class: each of them does
+    declare its tied weights in the transformers installed."""
+    model = generative_class(model_type)
+    assert model is not None and model._tied_weights_keys, model_type
+
+
+def test_a_multimodal_class_that_ties_nothing_is_counted_as_transformers_builds_it(tmp_path):
+    """Qwen2-Audio's class declares no tied weights: its head is its own though both of
+    its config's flags say tied, as transformers builds it; the formulas, which would tie
+    it, decline and say why."""
+    text = {**BASE, "model_type": "qwen2", "tie_word_embeddings": True}
+    audio = {"model_type": "qwen2_audio_encoder", "d_model": 32, "encoder_layers": 1}
+    audio |= {"encoder_attention_heads": 2, "encoder_ffn_dim": 32, "num_mel_bins": 16}
+    config = {"model_type": "qwen2_audio", "tie_word_embeddings": True, "text_config": text}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "audio_config": audio}))
+    spec = hf_fallback.with_whole_model(load_hf_config(path))
+    assert spec.body is None and not spec.counted.tied_embeddings
+    parts = dict(spec.counted.parts)
+    assert parts["output head"] == parts["embeddings"] == 100 * 64
+    assert "Qwen2AudioForConditionalGeneration declares no tied weights" in spec.formulas_decline

@@ -318,6 +318,14 @@ class LayerKindRecord:
     kind: str = key()
     dtype: str = key()
     kv_dtype: str = key()
+    #: The cache's scales, where its dtype keeps them (KvmemPoint's).
+    kv_scale_group: int | str | None = key()
+    scale_dtype: str | None = key()
+    #: The windows of the point's layout, as its record gives them: the widest (None: no
+    #: layer keeps one), and its layer pattern; the layers that keep one.
+    sliding_window: int | None = key()
+    layer_pattern: str | None = key()
+    windowed_layers: int = exact()
     layers: int = exact()
     window: int | None = exact()
     kv_bytes_per_token: int = exact()
@@ -339,7 +347,8 @@ def layer_kind_records(section: Any) -> list[LayerKindRecord]:
             continue
         if len(set(spec.layer_kinds())) == 1 and not spec.state_layers:
             continue
-        stored = (spec.name, spec.num_kv_heads, point.dtype, _format(point))
+        layout = (_windows(point), point.layer_pattern)
+        stored = (spec.name, spec.num_kv_heads, point.dtype, _format(point), layout)
         if stored not in seen:
             seen.add(stored)
             rows.extend(_kind_rows(spec, point))
@@ -347,12 +356,16 @@ def layer_kind_records(section: Any) -> list[LayerKindRecord]:
 
 
 def _kind_rows(spec: ModelSpec, point: KvmemPoint) -> list[LayerKindRecord]:
-    """The rows of `spec`'s layer kinds, its cache and state stored as `point` stores them."""
-    layout = _layout(point)
-    bounds = iter(spec.windows or (None,) * spec.kv_layers)
+    """The rows of `spec`'s layer kinds, its cache and state stored as `point` stores them,
+    its windows as the point lays them out."""
+    layout, fmt = _layout(point), _format(point)
+    windows = _windows(point)
+    bounds = iter(windows)
     groups: dict[str, list] = {}
     attends_of = spec.attends or (True,) * spec.num_layers
-    for kind, attends, state in zip(spec.layer_kinds(), attends_of, spec.layer_states, strict=True):
+    kinds = spec.layer_kinds(windows)
+    widest, windowed = window_summary(windows)
+    for kind, attends, state in zip(kinds, attends_of, spec.layer_states, strict=True):
         window = next(bounds) if attends else None
         groups.setdefault(kind, []).append((attends, window, state))
     rows = []
@@ -366,7 +379,12 @@ def _kind_rows(spec: ModelSpec, point: KvmemPoint) -> list[LayerKindRecord]:
                 num_kv_heads=spec.num_kv_heads,
                 kind=kind,
                 dtype=point.dtype,
-                kv_dtype=_format(point).dtype,
+                kv_dtype=fmt.dtype,
+                kv_scale_group=point.kv_scale_group if fmt.quantized else None,
+                scale_dtype=fmt.scale_dtype if "kv scales" in fmt.scaled() else None,
+                sliding_window=widest,
+                windowed_layers=windowed,
+                layer_pattern=point.layer_pattern,
                 layers=len(layers),
                 window=max(windows, default=None),
                 kv_bytes_per_token=sum(a for a, _, _ in layers) * layout.bytes,

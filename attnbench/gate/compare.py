@@ -486,9 +486,11 @@ class Mismatch:
             effect = f"{times(ratio)} ({effect})"
         elif ratio is not None:
             effect = times(ratio)
-        more = f" (and {len(moved) - 1} more, below)" if len(moved) > 1 else ""
-        held = "timings hold for neither moment"
-        reason = f"{effect}, {NOT_RESOLVED}: {moved[0].text(1 + th.time)}{more}: its {held}"
+        more = f" (and {len(moved) - 1} more moves)" if len(moved) > 1 else ""
+        runs = {d.run for d in moved}
+        whose = "both runs'" if len(runs) > 1 else f"the {moved[0].run} run's"
+        held = f"{whose} timings hold for neither moment"
+        reason = f"{effect}, {NOT_RESOLVED}: {moved[0].text(1 + th.time)}{more}: {held}"
         return replace(judgement, verdict=Verdict.INCONCLUSIVE, reason=reason)
 
 

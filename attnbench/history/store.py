@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sqlite3
 import stat
 from collections.abc import Iterator, Sequence
@@ -183,6 +184,8 @@ class SqliteHistory:
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+            if new:  # made here, so that a failure removes only a file this process made
+                new = _made_here(self.path)
             self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         except (sqlite3.DatabaseError, OSError) as exc:
             raise FieldError("db", self.shown, f"cannot open it: {_why(exc)}") from None
@@ -192,7 +195,7 @@ class SqliteHistory:
             self._migrate(create)
             self.db.execute("PRAGMA journal_mode = WAL")  # not within a transaction
         except sqlite3.OperationalError as exc:  # a full disk, a file it may not write
-            self._close(new)
+            self._close(new and not _busy(exc))  # busy: another process has it now
             raise FieldError("db", self.shown, f"cannot write it: {exc}") from None
         except sqlite3.DatabaseError as exc:
             self._close(new)
@@ -201,14 +204,13 @@ class SqliteHistory:
             self._close(new)
             raise
 
-    def _close(self, new: bool) -> None:
-        """Close the database; one this command created is removed, with SQLite's files
-        beside it, rather than left empty or half made."""
+    def _close(self, made_here: bool) -> None:
+        """Close the database; a file this process made and nothing filled (a full disk
+        refused its first page) is removed rather than left empty."""
         self.db.close()
-        if new:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                with contextlib.suppress(OSError):  # none there, or a name past the limit
-                    Path(f"{self.path}{suffix}").unlink()
+        with contextlib.suppress(OSError):
+            if made_here and self.path.stat().st_size == 0:
+                self.path.unlink()
 
     def _check_file(self, create: bool) -> bool:
         """FieldError for a path that holds no history and must not become one: nothing
@@ -468,6 +470,21 @@ def database_failures(field: str, db: str | Path | None) -> Iterator[None]:
     except (sqlite3.Error, json.JSONDecodeError) as exc:
         shown = shown_path(str(db if db is not None else DEFAULT_DB))
         raise FieldError(field, shown, f"cannot use it: {exc}") from None
+
+
+def _made_here(path: Path) -> bool:
+    """Make the empty file at `path` for SQLite to fill: True where this process made it,
+    False where another made it since it was found missing."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite gave up waiting for another connection (locked, busy)."""
+    return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _why(exc: Exception) -> str:

@@ -301,6 +301,8 @@ def fmt_some_bytes(v: Any) -> str:
 #: The layer kinds of a model whose layers are not all alike (kvmem.LayerKindRecord).
 LAYER_KINDS: list[Column] = [
     _model(0),
+    _setting_int("sliding window", "sliding_window", 2, lambda v: f"sliding window {v:,}"),
+    _label("layer pattern", "layer_pattern", 2, setting=True, title_text="layer pattern {}".format),
     _label("Kind", "kind", 0),
     _dtype(6),
     Column("layers", "layers", fmt_int, rank=0),
@@ -320,8 +322,11 @@ def layer_kind_columns(rows: Sequence[Mapping[str, Any]]) -> list[Column]:
         columns = [c for c in columns if c.field not in ("state_bytes", "state_shapes")]
     if any(r.get("kv_dtype") not in (None, r.get("dtype")) for r in records):
         at = next(i for i, c in enumerate(columns) if c.field == "dtype") + 1
-        kv = Column("kv dtype", "kv_dtype", fmt_plain, rank=5, kind="label", setting=True)
-        columns.insert(at, kv)
+        columns[at:at] = [
+            _label("kv dtype", "kv_dtype", 5, setting=True, title_text="kv cache {}".format),
+            _label("scales", "kv_scale_group", 5, setting=True, title_text="scales {}".format),
+            _label("scale dtype", "scale_dtype", 5, setting=True, title_text="{} scales".format),
+        ]
     return columns
 
 

@@ -519,7 +519,7 @@ def load_results(path: str | Path) -> dict:
     document = load_document(path)
     if document.raw is None:  # a CSV: one record set, of a study or of one command
         study = Path(path).with_name("results.json")
-        beside = f" ({study} beside it)" if study.is_file() else ""
+        beside = f" ({study} beside it)" if _is_study(study) else ""
         raise UsageError(
             f"{path}: a CSV holds one record set ({document.command}), not a study: give "
             f"the results.json that `attnbench run` writes{beside}"
@@ -531,6 +531,14 @@ def load_results(path: str | Path) -> dict:
             f"`attnbench run`: a study runs its flags as a sweep file's {section} section"
         )
     return document.raw
+
+
+def _is_study(path: Path) -> bool:
+    """Whether `path` holds the results of `attnbench run`."""
+    try:
+        return path.is_file() and load_document(path).command == "run"
+    except UsageError:
+        return False
 
 
 def incomplete(doc: dict) -> list[tuple[str, dict]]:

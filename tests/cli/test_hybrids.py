@@ -81,6 +81,53 @@ def test_kvmem_layer_kinds_store_as_the_records_do_in_each_dtype(tmp_path):
     assert records["float32"]["state_bytes"] == STATE + 2 * conv
 
 
+GEMMA_2 = QWEN3_NEXT.with_name("gemma-2-9b.json")
+
+
+@pytest.mark.parametrize("layout", [["--sliding-window", "1024,0"], ["--layer-pattern", "LLLG,G"]])
+def test_kvmem_layer_kinds_lay_out_the_windows_as_each_point_does(tmp_path, layout):
+    """A point's own windows (a window of its own, none, a layer pattern) lay out its
+    kinds' rows: each point's rows, their layers at their windows, add up to its cache."""
+    doc = run_json(
+        tmp_path,
+        "kvmem",
+        "--hf-config",
+        str(GEMMA_2),
+        "--seq-len",
+        "8192",
+        *layout,
+        "--dtype",
+        "bfloat16",
+        "--no-measure",
+    )
+    field = layout[0].removeprefix("--").replace("-", "_")
+    for record in doc["records"]:
+        rows = [r for r in doc["layer_kinds"] if r[field] == record[field]]
+        cached = sum(r["kv_bytes_per_token"] * min(r["window"] or 8192, 8192) for r in rows)
+        assert rows and cached == record["kv_bytes"], record[field]
+
+
+def test_kvmem_layer_kinds_of_each_scale_group_are_told_apart(tmp_path):
+    """Two scale groups of an int8 cache give their rows each: their keys differ, and a
+    group of 32 keeps more scales a token than one a vector."""
+    doc = run_json(
+        tmp_path,
+        "kvmem",
+        "--hf-config",
+        str(GEMMA_2),
+        "--seq-len",
+        "1024",
+        "--no-measure",
+        "--kv-dtype",
+        "int8",
+        "--kv-scale-group",
+        "32,vector",
+    )
+    rows = {(r["kv_scale_group"], r["kind"]): r["kv_bytes_per_token"] for r in doc["layer_kinds"]}
+    assert len(rows) == len(doc["layer_kinds"]) == 4
+    assert rows[32, "full attention"] > rows["vector", "full attention"]
+
+
 def test_an_encoder_s_config_is_refused_where_a_cache_is_sized(tmp_path):
     """An encoder (ViT, here) keeps no cache: kvmem refuses it in one line, naming the file,
     where params still counts its attention layer."""

@@ -878,6 +878,19 @@ def timing_verdicts(tmp_path, base: dict, cur: dict, **kw) -> set[Verdict]:
     return {v for metric in TIMINGS for v in verdicts(tmp_path, base, cur, metric, **kw)}
 
 
+def test_a_timing_of_runs_that_both_moved_says_both_once_in_its_reason(tmp_path):
+    """Both runs' probes moved during them: each timing's reason names the largest move,
+    counts the others, and says that both runs' timings hold for neither moment."""
+    base = document("decode-speed", decode_records(seed=1), probed([14.5, 9.0]))
+    cur = document("decode-speed", decode_records(seed=2), probed([14.02, 6.9], [700.0, 400.0]))
+    report = json.loads(compare(tmp_path, base, cur, "--format", "json").stdout)
+    steps = [r for r in report["rows"] if r["metric"] in TIMINGS]
+    assert steps and {r["verdict"] for r in steps} == {"inconclusive"}
+    reason = steps[0]["reason"]
+    assert "not resolved: the current run's copy peak moved 2.03x" in reason
+    assert "(and 2 more moves): both runs' timings hold for neither moment" in reason
+
+
 def test_a_run_whose_probes_moved_during_it_calls_no_timing_unchanged(tmp_path):
     """The audit's case: peaks 1.03x apart between the runs, the current run's copy probes
     2.03x apart during it (its own summary: its timings hold for neither moment). Its

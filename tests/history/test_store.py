@@ -613,6 +613,14 @@ def test_a_history_add_cannot_write_leaves_no_file_behind(tmp_path, kvmem_run, m
         f"--db {db}: cannot write it: database or disk is full",
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kv.json"]
+    # a history that was there (another process's, made meanwhile) is never removed
+    assert run_cli("history", "add", kv, "--db", str(db), "-q").exit_code == 2
+    monkeypatch.undo()
+    assert run_cli("history", "add", kv, "--db", str(db), "-q").exit_code == 0
+    before = db.read_bytes()
+    monkeypatch.setattr(SqliteHistory, "_migrate", full)
+    one_error(run_cli("history", "add", kv, "--db", str(db)), "cannot write it")
+    assert db.read_bytes() == before
 
 
 def test_an_empty_file_holds_no_history_but_add_makes_one_in_it(tmp_path, kvmem_run):

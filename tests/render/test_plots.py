@@ -142,7 +142,7 @@ def test_report_numbers_come_from_the_records(saved, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["plot", "report"])
-def test_bad_results_file_is_one_line(command, tmp_path):
+def test_bad_results_file_is_one_line(command, tmp_path, saved):
     missing = runner.invoke(app, [command, str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "no such file" in missing.stderr
     kvmem = tmp_path / "kvmem.json"
@@ -161,10 +161,16 @@ def test_bad_results_file_is_one_line(command, tmp_path):
     csv = tmp_path / "decode.csv"
     args = ["kvmem", "--d-model", "64", "--heads", "4", "--no-measure", "-q", "--csv", str(csv)]
     assert runner.invoke(app, args).exit_code == 0
-    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "results.json").write_text("{}")  # no study's: not named
     one = " ".join(runner.invoke(app, [command, str(csv)]).stderr.split())
-    assert "a CSV holds one record set (kvmem), not a study" in one
+    assert "a CSV holds one record set (kvmem), not a study" in one and "beside it" not in one
+    _saved_copy(saved, tmp_path)
+    one = " ".join(runner.invoke(app, [command, str(csv)]).stderr.split())
     assert f"({tmp_path / 'results.json'} beside it)" in one
+    truncated = tmp_path / "cut.json"
+    truncated.write_text('{"command": "run", "records')
+    one = " ".join(runner.invoke(app, [command, str(truncated)]).stderr.split())
+    assert "not valid JSON (unterminated string at line 1, column 20)" in one
 
 
 # ------------------------------------------------------------------ plots

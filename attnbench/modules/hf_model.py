@@ -243,6 +243,8 @@ def _first_line(error: Exception) -> str:
     text = (" ".join(lines[:2]) if lines[0].endswith(":") else lines[0]) if lines else ""
     if _refuses_a_value(error) and text:
         return text
+    if isinstance(error, ImportError):  # a backbone from another package (timm)
+        return f"its code needs a package that is not installed ({text or type(error).__name__})"
     raised = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return f"its code raised {raised} (a field the config leaves out or sets to null, perhaps)"
 

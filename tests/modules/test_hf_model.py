@@ -361,6 +361,10 @@ def test_transformers_own_failures_are_named_by_type_and_said_to_be_its_code_s()
         "to null, perhaps)"
     )
     assert _first_line(TypeError()).startswith("its code raised TypeError (a field")
+    missing = ModuleNotFoundError("No module named 'timm'")
+    assert _first_line(missing) == (
+        "its code needs a package that is not installed (No module named 'timm')"
+    )
 
 
 @pytest.mark.parametrize("model_type", sorted(hf_fallback.TIES_AS_FLAGS))

@@ -188,6 +188,8 @@ class SqliteHistory:
                 new = _made_here(self.path)
             self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         except (sqlite3.DatabaseError, OSError) as exc:
+            if new:  # the empty file made here for it (a name SQLite cannot open)
+                self.path.unlink(missing_ok=True)
             raise FieldError("db", self.shown, f"cannot open it: {_why(exc)}") from None
         try:
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

@@ -610,39 +610,45 @@ def has_text_config(cfg: dict, where: str) -> bool:
     return True
 
 
+#: Multimodal model types whose head transformers ties as their text_config says (as
+#: given, or its type's default), whatever the top level says: Llama-4's text model is
+#: its own causal LM. Every other type ties as its top level says where it says.
+TIED_BY_TEXT_CONFIG = frozenset(("llama4",))
+
+
 def _tie_conflict(cfg: dict, where: str) -> str | None:
     """Why a multimodal config's whole model is left to transformers to count: its top
-    level ties the head one way, its text_config (as given, or by its type's default in
-    transformers) the other. Which one ties it is its class's choice (LLaVA's ties where
-    either says so, Llama-4's where its text_config does); None where they agree, or the
-    top level or the text_config's type says nothing."""
-    if cfg.get("tie_word_embeddings") is None:
+    level and its text_config each give tie_word_embeddings, differently. Which one ties
+    the head is its class's choice (LLaVA-OneVision's ties where either says so, Gemma-3's
+    where the top level does); None where they agree, one is left out, or the type is one
+    of TIED_BY_TEXT_CONFIG."""
+    text = cfg["text_config"]
+    if cfg.get("model_type") in TIED_BY_TEXT_CONFIG:
+        return None
+    if cfg.get("tie_word_embeddings") is None or text.get("tie_word_embeddings") is None:
         return None
     top = bool_field(cfg, "tie_word_embeddings", where, False)
-    text = cfg["text_config"]
-    kind = text.get("model_type") or f"{cfg.get('model_type')}_text"
-    inner = TIED_EMBEDDINGS_BY_DEFAULT.get(kind) if isinstance(kind, str) else None
-    if text.get("tie_word_embeddings") is not None:
-        inner = bool_field(text, "tie_word_embeddings", where, False)
-    if inner is None or inner == top:
+    inner = bool_field(text, "tie_word_embeddings", where, False)
+    if inner == top:
         return None
-    said = "says" if text.get("tie_word_embeddings") is not None else "defaults to"
     return (
-        f"tie_word_embeddings {str(top).lower()} at the top level, where its text_config "
-        f"{said} {str(inner).lower()}: whether the head is tied is the model class's choice"
+        f"tie_word_embeddings {str(top).lower()} at the top level and {str(inner).lower()} "
+        "in text_config: whether the head is tied is the model class's choice"
     )
 
 
 def language_model(cfg: dict, where: str) -> dict:
     """The language model of a multimodal config (Gemma-3, Llama-4, ...): its
     `text_config`, with the top level's dtype where it names none, the top level's
-    tie_word_embeddings where it gives one (it ties the whole model's head), and model_type
+    tie_word_embeddings where it gives one (it ties the whole model's head, but for
+    TIED_BY_TEXT_CONFIG's types), and model_type
     '<type>_text' where it names none (as Gemma3Config and Llama4Config default it)."""
     text = dict(cfg["text_config"])
     top_dtype = _dtype_given(cfg, where)
     if top_dtype is not None and all(text.get(k) is None for k in DTYPE_KEYS):
         text[top_dtype[0]] = top_dtype[1]
-    if cfg.get("tie_word_embeddings") is not None:  # the whole model's head: the top level's
+    own = cfg.get("model_type") in TIED_BY_TEXT_CONFIG  # its text model ties its own head
+    if cfg.get("tie_word_embeddings") is not None and not own:  # the top level's, else
         text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
     if text.get("model_type") is None:
         top = str_field(cfg, "model_type", where)

@@ -112,16 +112,15 @@ def caches_nothing(spec: ModelSpec) -> str | None:
     if builds_generative(cfg.get("model_type")) or builds_generative(kind):
         return None
     # the text model's base model, else the whole config's (SigLIP's text tower has none)
-    names = [
-        MODEL_MAPPING_NAMES.get(k) for k in (kind, cfg.get("model_type")) if isinstance(k, str)
-    ]
-    name = next((n for n in names if isinstance(n, str)), None)
-    model = getattr(transformers, name, None) if name is not None else None
+    kinds = [k for k in (kind, cfg.get("model_type")) if isinstance(k, str)]
+    named = ((k, MODEL_MAPPING_NAMES.get(k)) for k in kinds)
+    found = next(((k, name) for k, name in named if isinstance(name, str)), None)
+    model = getattr(transformers, found[1], None) if found is not None else None
     if model is None or any(map(_takes_a_cache, inspect.signature(model.forward).parameters)):
         return None
     return (
-        f"model_type {kind!r} keeps no cache to size: transformers builds no causal LM of "
-        f"it, and its {model.__name__} takes none"
+        f"model_type {found[0]!r} keeps no cache to size: transformers builds no causal LM "
+        f"of it, and its {model.__name__} takes none"
     )
 
 
@@ -211,6 +210,7 @@ TIES_AS_FLAGS = frozenset(
         "llama4",
         "llava",
         "llava_next",
+        "llava_next_video",
         "llava_onevision",
         "mistral3",
         "paligemma",
@@ -218,7 +218,10 @@ TIES_AS_FLAGS = frozenset(
         "qwen2_vl",
         "qwen3_vl",
         "qwen3_vl_moe",
+        "shieldgemma2",
         "smolvlm",
+        "video_llava",
+        "vipllava",
     )
 )
 

@@ -13,6 +13,7 @@ import pytest
 from attnbench.cli import app
 from attnbench.model.capacity import ceil_div
 from attnbench.model.devices import device_spec
+from attnbench.model.hf_config import load_hf_config
 from attnbench.modules import hf_fallback
 from tests.helpers import runner
 
@@ -155,6 +156,33 @@ def test_an_encoder_s_config_is_refused_where_a_cache_is_sized(tmp_path):
     }
     vit.write_text(json.dumps(bert))  # a type that may decode: its cache is sized
     assert runner.invoke(app, ["kvmem", "--hf-config", str(vit), "--no-measure"]).exit_code == 0
+    # a tower with no base model of its own is told by its whole config's (SigLIP's)
+    tower = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2}
+    vit.write_text(json.dumps({"model_type": "siglip", "text_config": tower}))
+    result = runner.invoke(app, ["kvmem", "--hf-config", str(vit), "--no-measure"])
+    assert result.exit_code == 2 and "model_type 'siglip' keeps no cache" in result.output
+
+
+def test_a_type_the_formulas_or_a_hybrid_s_plan_know_is_never_asked_of_transformers(
+    monkeypatch,
+):
+    """Telling an encoder costs transformers' import (seconds): a model the formulas count,
+    or a hybrid whose plan attnbench reads (Qwen3-Next), is a decoder without asking."""
+
+    def asked():
+        raise AssertionError("transformers asked")
+
+    monkeypatch.setattr(hf_fallback, "transformers_installed", asked)
+    hybrid = load_hf_config(QWEN3_NEXT)
+    assert hybrid.body is None and hybrid.states is not None
+    assert hf_fallback.caches_nothing(hybrid) is None
+    assert hf_fallback.caches_nothing(load_hf_config(GEMMA_2)) is None
+
+
+def test_forward_arguments_that_hand_a_model_a_cache():
+    names = ("cache", "use_cache", "past_key_values", "cache_params", "decoder_cache", "mems")
+    assert all(map(hf_fallback._takes_a_cache, (*names, "state")))
+    assert not any(map(hf_fallback._takes_a_cache, ("input_ids", "pixel_values", "kwargs")))
 
 
 def test_kvmem_table_names_the_layer_kinds():

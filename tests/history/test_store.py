@@ -623,6 +623,58 @@ def test_a_history_add_cannot_write_leaves_no_file_behind(tmp_path, kvmem_run, m
     assert db.read_bytes() == before
 
 
+def test_a_new_history_another_process_made_meanwhile_is_never_removed(
+    tmp_path, kvmem_run, monkeypatch
+):
+    """Found missing, then made by another process before this one makes it: a failure
+    after (SQLite busy, or any other) leaves that history whole. A file made here that
+    SQLite cannot open is removed; one it may be filling for another (busy) is left."""
+    from attnbench.history.store import SqliteHistory
+
+    kv = write(tmp_path / "kv.json", kvmem_run)
+    theirs = tmp_path / "theirs.sqlite"
+    assert run_cli("history", "add", kv, "--db", str(theirs), "-q").exit_code == 0
+    made = theirs.read_bytes()
+    db = tmp_path / "new.sqlite"
+
+    def meanwhile(self, create):  # found missing; another process makes it at once
+        db.write_bytes(made)
+        return True
+
+    def full(self, create):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(SqliteHistory, "_check_file", meanwhile)
+    monkeypatch.setattr(SqliteHistory, "_migrate", full)
+    one_error(run_cli("history", "add", kv, "--db", str(db)), "cannot write it")
+    assert db.read_bytes() == made
+    made = b""  # made, not yet filled: still theirs
+    db.unlink()
+    one_error(run_cli("history", "add", kv, "--db", str(db)), "cannot write it")
+    assert db.exists()
+    monkeypatch.undo()
+
+    busy = sqlite3.OperationalError("database is locked")
+    busy.sqlite_errorcode = sqlite3.SQLITE_BUSY
+
+    def locked(self, create):
+        raise busy
+
+    monkeypatch.setattr(SqliteHistory, "_migrate", locked)
+    db.unlink()
+    one_error(run_cli("history", "add", kv, "--db", str(db)), "database is locked")
+    assert db.exists()  # empty, but another process may be filling it
+    monkeypatch.undo()
+
+    def refused(*args, **kwargs):
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(sqlite3, "connect", refused)
+    db.unlink()
+    one_error(run_cli("history", "add", kv, "--db", str(db)), "cannot open it")
+    assert not db.exists()
+
+
 def test_an_empty_file_holds_no_history_but_add_makes_one_in_it(tmp_path, kvmem_run):
     db = tmp_path / "h.sqlite"
     db.touch()

@@ -711,13 +711,17 @@ def test_a_multimodal_config_ties_the_head_as_its_top_level_says_or_leaves_it_to
         assert f"tie_word_embeddings {str(outer).lower()} at the top level" in (
             spec.formulas_decline
         )
-    # the text_config's type's default counts as its word: Llama-4's text model is untied
+    # Llama-4's text model ties its own head, as its text_config says or defaults to
     llama4 = {"model_type": "llama4", "tie_word_embeddings": True}
     llama4["text_config"] = {**text, "model_type": "llama4_text"}
-    spec = spec_from_hf_config(llama4, "m", "m.json")
-    assert spec.body is None and "its text_config defaults to false" in spec.formulas_decline
-    qwen3 = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
-    assert qwen3.body is None and "defaults to false" in qwen3.formulas_decline
+    assert not spec_from_hf_config(llama4, "m", "m.json").body.tied_embeddings
+    llama4["text_config"]["tie_word_embeddings"] = True
+    assert spec_from_hf_config(
+        {**llama4, "tie_word_embeddings": False}, "m", "m.json"
+    ).body.tied_embeddings
+    # the top level says, where its text_config does not (Gemma-3's, LLaVA's)
+    said = spec_from_hf_config({**top, "tie_word_embeddings": True}, "m", "m.json")
+    assert said.body.tied_embeddings and said.formulas_decline is None
 
 
 def test_jetmoe_s_heads_are_kv_channels_wide():

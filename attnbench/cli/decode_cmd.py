@@ -79,6 +79,13 @@ def decode_speed_command(
         and any(t.point.dtype != "float32" for t in plan.tasks)
     ):
         err_console.print("warning: half precision on the CPU runs, but slowly")
+    counting = getattr(plan.options.get("decode"), "instructions", False)
+    if not quiet and counting and any(t.point.cached for t in plan.tasks):
+        err_console.print(  # one valgrind process counts them all before the first point
+            "note: counting instructions under valgrind first, every cached point in one "
+            "process: a minute or more with nothing shown",
+            markup=False,
+        )
 
     # The first Ctrl-C (or SIGTERM, SIGHUP) stops the run after the current group of
     # points, whose finished rows are then shown and written; a second one stops at once.

@@ -253,3 +253,24 @@ def test_no_valgrind_runs_for_its_version_when_no_point_was_counted(monkeypatch)
     result = run_study(plan_command("decode", None, values), command="decode-speed")
     assert [r.status for r in result.records["decode"]] == [instructions.NO_VALGRIND]
     assert asked == []
+
+
+def test_decode_speed_says_first_that_valgrind_counts_before_the_first_point(monkeypatch):
+    """The count runs before any point, silent for a minute or more: decode-speed says so
+    first, where a point is cached; not with --quiet."""
+    from attnbench.cli import app
+    from tests.helpers import runner
+
+    monkeypatch.setattr(
+        instructions, "count_instructions", lambda points, device: [1] * len(points)
+    )
+    monkeypatch.setattr(instructions, "valgrind_version", lambda: "valgrind-9.9.9")
+    args = ["decode-speed", "--d-model", "32", "--heads", "4", "--prompt-len", "4"]
+    args += ["--repeats", "1", "--no-prefill", "--reference", "none", "--instructions"]
+    result = runner.invoke(app, [*args, "--mode", "cache"])
+    assert result.exit_code == 0, result.output
+    assert "note: counting instructions under valgrind first" in result.stderr
+    quiet = runner.invoke(app, [*args, "--mode", "cache", "-q"])
+    assert "valgrind first" not in quiet.stderr
+    uncached = runner.invoke(app, [*args, "--mode", "no_cache"])
+    assert "valgrind first" not in uncached.stderr

@@ -33,6 +33,7 @@ from .options import (
     CurrentArg,
     ExactToOpt,
     FailOnImprovementOpt,
+    FailOnMissingOpt,
     FormatOpt,
     HistoryOpt,
     MemThresholdOpt,
@@ -166,6 +167,7 @@ def compare_command(
     fmt: FormatOpt = "table",
     output: OutputOpt = None,
     fail_on_improvement: FailOnImprovementOpt = False,
+    fail_on_missing: FailOnMissingOpt = False,
     allow_env_mismatch: AllowEnvMismatchOpt = False,
     show_all: ShowAllOpt = False,
     only_changed: OnlyChangedOpt = False,
@@ -194,6 +196,7 @@ def compare_command(
         thresholds,
         allow_env_mismatch=allow_env_mismatch,
         fail_on_improvement=fail_on_improvement,
+        fail_on_missing=fail_on_missing,
     )
     # unchanged findings are counted, not listed, but with --all; json lists them all
     # unless --only-changed (as it did before the table left them out by default)

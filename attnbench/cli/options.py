@@ -193,6 +193,11 @@ HistoryOpt = flag(
 FailOnImprovementOpt = flag(
     bool, "--fail-on-improvement", help="Fail on improvements too (refresh the baseline)."
 )
+FailOnMissingOpt = flag(
+    bool,
+    "--fail-on-missing",
+    help="Fail when a row of the baseline is missing from the current (a run cut short).",
+)
 AllowEnvMismatchOpt = flag(
     bool, "--allow-env-mismatch", help="Show timings from differing environments, ungated."
 )

@@ -506,6 +506,8 @@ class Comparison:
     thresholds: Thresholds
     fail_on_improvement: bool
     findings: list[Finding] = field(default_factory=list)
+    #: A row or metric only the baseline has fails too (a current run cut short).
+    fail_on_missing: bool = False
     env_differences: list[EnvDifference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: How far each run's own probes moved during it (RunDrift), largest first.
@@ -553,7 +555,10 @@ class Comparison:
     def failures(self) -> list[Finding]:
         """The findings that fail the gate."""
         failing = {Verdict.REGRESSED} | ({Verdict.IMPROVED} if self.fail_on_improvement else set())
-        return [f for f in self.findings if f.gating and f.verdict in failing]
+        missing = Verdict.MISSING if self.fail_on_missing else None
+        return [
+            f for f in self.findings if (f.gating and f.verdict in failing) or f.verdict is missing
+        ]
 
     def exit_code(self) -> int:
         """1 on a failure (it outranks 3: exact metrics gate whatever the environment),
@@ -576,6 +581,7 @@ class Comparison:
             "exit_code": self.exit_code(),
             "thresholds": asdict(self.thresholds),
             "fail_on_improvement": self.fail_on_improvement,
+            "fail_on_missing": self.fail_on_missing,
             "summary": {
                 "counts": self.counts(),
                 "failures": len(self.failures()),
@@ -639,6 +645,7 @@ def compare_documents(
     *,
     allow_env_mismatch: bool = False,
     fail_on_improvement: bool = False,
+    fail_on_missing: bool = False,
 ) -> Comparison:
     """Compare the sections both documents have; raise UsageError when they share none or
     no row matches (the files then come from different commands or sweeps)."""
@@ -650,7 +657,9 @@ def compare_documents(
         )
     for doc in (base, cur):
         check_measurements(doc)
-    result = Comparison(base.path, cur.path, thresholds, fail_on_improvement)
+    result = Comparison(
+        base.path, cur.path, thresholds, fail_on_improvement, fail_on_missing=fail_on_missing
+    )
     for doc in (base, cur):
         result.notes += [
             f"section {s} is only in {doc.path}; not compared"

@@ -1824,3 +1824,16 @@ def test_wide_shows_every_column_of_the_table_on_a_narrow_terminal(tmp_path):
     assert "Baseline ┃" not in line and "Baseline, Interval): --wide, or --format" in line
     wide = runner.invoke(app, ["compare", base, cur, "--wide"], env={"COLUMNS": "80"})
     assert wide.exit_code == 1 and "Baseline ┃" in wide.stdout and "hidden" not in wide.stdout
+
+
+def test_fail_on_missing_fails_a_current_run_that_lost_rows(tmp_path):
+    """A current run cut short passes as `missing` by default (its rows were not worse);
+    --fail-on-missing fails it, and the JSON report says the gate asked for that."""
+    base = document("decode-speed", decode_records())
+    cut = document("decode-speed", decode_records()[:-2])
+    assert compare(tmp_path, base, cut).exit_code == 0
+    strict = compare(tmp_path, base, cut, "--fail-on-missing", "--format", "json")
+    assert strict.exit_code == 1
+    report = json.loads(strict.stdout)
+    assert report["fail_on_missing"] is True and report["summary"]["failures"] > 0
+    assert compare(tmp_path, base, base, "--fail-on-missing").exit_code == 0

@@ -347,19 +347,20 @@ def layer_kind_records(section: Any) -> list[LayerKindRecord]:
             continue
         if len(set(spec.layer_kinds())) == 1 and not spec.state_layers:
             continue
-        layout = (_windows(point), point.layer_pattern)
-        stored = (spec.name, spec.num_kv_heads, point.dtype, _format(point), layout)
+        windows, fmt = _windows(point), _format(point)
+        stored = (spec.name, spec.num_kv_heads, point.dtype, fmt, windows, point.layer_pattern)
         if stored not in seen:
             seen.add(stored)
-            rows.extend(_kind_rows(spec, point))
+            rows.extend(_kind_rows(spec, point, windows, fmt))
     return rows
 
 
-def _kind_rows(spec: ModelSpec, point: KvmemPoint) -> list[LayerKindRecord]:
-    """The rows of `spec`'s layer kinds, its cache and state stored as `point` stores them,
-    its windows as the point lays them out."""
-    layout, fmt = _layout(point), _format(point)
-    windows = _windows(point)
+def _kind_rows(
+    spec: ModelSpec, point: KvmemPoint, windows: tuple[int | None, ...], fmt: KvFormat
+) -> list[LayerKindRecord]:
+    """The rows of `spec`'s layer kinds, its cache and state stored as `point` stores them
+    (in `fmt`), its layers' windows as the point lays them out (`windows`)."""
+    layout = _layout(point)
     bounds = iter(windows)
     groups: dict[str, list] = {}
     attends_of = spec.attends or (True,) * spec.num_layers

@@ -246,10 +246,15 @@ def model_layout(spec: ModelSpec, fmt: KvFormat, tp: int = 1) -> TokenLayout:
 PATTERN_LETTERS = "LG"
 
 
+def pattern_letters_wrong(pattern: str) -> bool:
+    """Whether `pattern` is empty or holds a letter other than PATTERN_LETTERS'."""
+    return not pattern or bool(set(pattern) - set(PATTERN_LETTERS))
+
+
 def pattern_bounded(pattern: str, num_layers: int) -> list[bool]:
     """Which layers are bounded under `pattern`, repeated over the layers: 'LLLG' bounds
     three layers of every four, from the first. FieldError for any other letter."""
-    if not pattern or set(pattern) - set(PATTERN_LETTERS):
+    if pattern_letters_wrong(pattern):
         raise FieldError(
             "layer_pattern",
             pattern,

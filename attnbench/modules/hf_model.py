@@ -170,7 +170,6 @@ def _auto_class(model_type: Any) -> Any:
     """The transformers Auto class that builds a causal LM of `model_type`: for a
     multimodal model type, its ForConditionalGeneration model."""
     import transformers
-    from transformers.models.auto import modeling_auto
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     if model_type not in CONFIG_MAPPING:
@@ -178,31 +177,36 @@ def _auto_class(model_type: Any) -> Any:
         raise UsageError(
             f"transformers {transformers.__version__} does not know model_type {model_type!r}{hint}"
         )
+    if (found := _generative(model_type)) is None:
+        raise UsageError(f"transformers builds no causal LM of model_type {model_type!r}")
+    return getattr(transformers, found[0])
+
+
+def _generative(model_type: Any) -> tuple[str, Any] | None:
+    """(the Auto class, the class its mapping names) of the first of _GENERATIVE's
+    mappings that has `model_type`, by their names: no model class imported; None where
+    none has it."""
+    from transformers.models.auto import modeling_auto
+
     for mapping, auto in _GENERATIVE:
-        if model_type in getattr(modeling_auto, mapping, {}):
-            return getattr(transformers, auto)
-    raise UsageError(f"transformers builds no causal LM of model_type {model_type!r}")
+        names = getattr(modeling_auto, mapping, {})
+        if model_type in names:
+            return auto, names[model_type]
+    return None
 
 
 def builds_generative(model_type: Any) -> bool:
-    """Whether transformers builds a model of `model_type` that _auto_class takes (by its
-    mappings' names: no model class imported)."""
-    from transformers.models.auto import modeling_auto
-
-    return any(model_type in getattr(modeling_auto, m, {}) for m, _ in _GENERATIVE)
+    """Whether transformers builds a model of `model_type` that _auto_class takes."""
+    return _generative(model_type) is not None
 
 
 def generative_class(model_type: Any) -> type | None:
     """The class that _auto_class's Auto class builds of `model_type`, imported, not
     built; None where transformers builds none."""
     import transformers
-    from transformers.models.auto import modeling_auto
 
-    for mapping, _ in _GENERATIVE:
-        name = getattr(modeling_auto, mapping, {}).get(model_type)
-        if isinstance(name, str):
-            return getattr(transformers, name, None)
-    return None
+    found = _generative(model_type)
+    return getattr(transformers, found[1], None) if found and isinstance(found[1], str) else None
 
 
 def _build(cfg: dict[str, Any], auto: Any) -> tuple[nn.Module, Any]:

@@ -39,7 +39,7 @@ from ..errors import (
     spelled,
 )
 from ..model.architecture import ModelSpec
-from ..model.capacity import PATTERN_LETTERS, parse_seq_lens, pattern_bounded
+from ..model.capacity import parse_seq_lens, pattern_bounded, pattern_letters_wrong
 from ..model.files import read_user_file, refuse_empty
 from ..model.hf_config import load_hf_config
 from ..model.model_params import has_own_head
@@ -552,7 +552,7 @@ def check_window_use(sec: Section) -> None:
     no layer would keep it, so it would change nothing."""
     windows = [w for w in sec.listed("sliding_window") if w]
     patterns = sec.listed("layer_pattern")
-    if any(set(str(p)) - set(PATTERN_LETTERS) for p in patterns):
+    if any(pattern_letters_wrong(str(p)) for p in patterns):
         return  # letters a pattern does not take: long_patterns says so, naming it
     if windows and patterns and not any("L" in str(p).upper() for p in patterns):
         reason = f"has no effect: {{layer_pattern}} {','.join(patterns)} has no L layer to bound"
@@ -657,7 +657,7 @@ def long_patterns(sec: Section) -> list[FieldError]:
         layers += [(n, "the") for n in sec.values.get("num_layers", [])]
     errors = []
     for pattern in sec.values.get("layer_pattern", []):
-        if pattern is not None and set(pattern) - set(PATTERN_LETTERS):
+        if pattern is not None and pattern_letters_wrong(pattern):
             try:  # its letters first: they are what is wrong
                 pattern_bounded(pattern, 1)
             except FieldError as exc:

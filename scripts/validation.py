@@ -105,6 +105,10 @@ CLAIMS = {
         "there the model does worse, a median |error| of {later.median} and {later.share} "
         "within 25%.",
         "of the {published.outside} rows outside 25%, all but {published.outside_slow} are faster",
+        "One factor per GPU brings {published.scaled_gpu.within} of the {published.rows} "
+        "published rows within 25%, one per source {published.scaled_source.within}, and one "
+        "per engine release {published.scaled_release.within} ({published.scaled_release.share}), "
+        "its median |error| {published.scaled_release.median}:",
         "They read a **median |error| of {later.median}, {later.within} of {later.rows} "
         "({later.share}) within 25%**, where the published set reads {published.median} and "
         "{published.share}; {later.fast} of the {later.rows} predictions are faster",
@@ -290,6 +294,67 @@ def _stats(found: list[Row]) -> dict[str, str]:
     }
 
 
+def _release(entry: dict[str, Any]) -> str:
+    """The engine and its version of a row, without the settings its framework adds in
+    parentheses ("SGLang 0.5.9 (launch_server ...)" is SGLang 0.5.9)."""
+    return entry["framework"].split(" (")[0]
+
+
+#: What the rows are scaled by, one factor each, after the fact (scaled()).
+SCALED_BY = {
+    "gpu": ("GPU", lambda e: e["gpu"]),
+    "source": ("source", lambda e: e["source"]),
+    "release": ("engine release", _release),
+}
+
+
+def _best_factor(ratios: list[float]) -> float:
+    """The factor k that brings the most of `ratios` (predicted over measured time)
+    within CLOSE of 1, the smallest median |k * ratio - 1| among those. A ratio is close
+    for k in [(1 - CLOSE) / ratio, (1 + CLOSE) / ratio], so the most close ones meet at
+    an end of one of these intervals: every end is tried (a hair inside its interval, so
+    that rounding keeps its own ratio close), and each 1 / ratio, for the median."""
+
+    def score(k: float) -> tuple[int, float]:
+        off = [abs(k * r - 1) for r in ratios]
+        return sum(e <= CLOSE for e in off), -statistics.median(off)
+
+    ends = {(1 + side * (1 - 1e-9)) / r for r in ratios for side in (-CLOSE, 0, CLOSE)}
+    return max(sorted(ends), key=score)
+
+
+def scaled(found: list[Row], key: str) -> list[Row]:
+    """The rows with each group's predictions scaled by the one factor that suits the
+    group best (_best_factor), the groups as SCALED_BY[key] names them: fitted to these
+    very figures, the best any correction of one factor a group could do on them. A
+    diagnostic of the page, never a parameter of the model."""
+    groups: dict[str, list[Row]] = {}
+    for r in found:
+        groups.setdefault(SCALED_BY[key][1](r.entry), []).append(r)
+    out: list[Row] = []
+    for of_group in groups.values():
+        k = _best_factor([1 + r.error for r in of_group])
+        for r in of_group:  # k scales the predicted time; a rate by its inverse
+            predicted = r.predicted / k if _is_rate(r.entry["metric"]) else r.predicted * k
+            out.append(Row(r.entry, predicted))
+    return out
+
+
+def _scaled_table(found: list[Row]) -> list[str]:
+    """The model's figures beside those of the rows scaled by one factor a group."""
+    tables = {"nothing (the model as it predicts)": (0, found)}
+    for key, (title, group) in SCALED_BY.items():
+        tables[title] = (len({group(r.entry) for r in found}), scaled(found, key))
+    lines = [
+        "| Scaled after the fact, one factor per | Factors | Median abs. error | Within 25% |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for title, (factors, rows_of) in tables.items():
+        s = _stats(rows_of)
+        lines.append(f"| {title} | {factors} | {s['median']} | {s['within']} of {s['rows']} |")
+    return lines
+
+
 def _by_source(found: list[Row]) -> dict[str, list[Row]]:
     """The rows of each source, the sources numbered (from 1) as the table numbers them:
     in the order they first appear."""
@@ -301,14 +366,17 @@ def _by_source(found: list[Row]) -> dict[str, list[Row]]:
 
 def figures(found: dict[Path, list[Row]]) -> dict[str, str]:
     """Every figure a claim may state: `set.stat` for a whole set (SETS), `set.subset.stat`
-    for its SUBSETS, `published.variant.stat` for the published set's VARIANTS; stats as
-    _stats names them."""
+    for its SUBSETS, `set.scaled_KEY.stat` for it scaled by one factor a group of
+    SCALED_BY, `published.variant.stat` for the published set's VARIANTS; stats as _stats
+    names them."""
     named: dict[str, str] = {}
     for name, path in SETS.items():
         groups = {name: found[path]}
         for subset, keep in SUBSETS.items():
             if kept := [r for r in found[path] if keep(r.entry)]:
                 groups[f"{name}.{subset}"] = kept
+        for key in SCALED_BY:
+            groups[f"{name}.scaled_{key}"] = scaled(found[path], key)
         if path == MEASUREMENTS:
             for variant, change in VARIANTS.items():
                 entries = [change(r.entry) for r in found[path]]
@@ -336,8 +404,8 @@ def _sources(found: list[Row]) -> list[str]:
     for n, (source, of_source) in enumerate(_by_source(found).items(), 1):
         s = _stats(of_source)
         # the engine and its version, without the settings each row's own cell gives
-        frameworks = {r.entry["framework"].split(" (")[0] for r in of_source}
-        framework = of_source[0].entry["framework"].split(" (")[0]
+        frameworks = {_release(r.entry) for r in of_source}
+        framework = _release(of_source[0].entry)
         framework += f" (and {len(frameworks) - 1} more)" if len(frameworks) > 1 else ""
         lines.append(
             f"| [{n}]({source}) | {framework} | {s['rows']} | {s['median']} | "
@@ -387,6 +455,8 @@ def table(found: list[Row]) -> str:
         *_groups(found),
         "",
         *_sources(found),
+        "",
+        *_scaled_table(found),
         "",
         "| Figure | Framework | GPU | Model | Weights | KV | TP | Batch | In | Out | Metric | "
         "Measured | attnbench | Error | Why it misses |",

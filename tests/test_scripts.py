@@ -131,6 +131,29 @@ def test_a_set_s_figures_count_its_rows_as_the_docs_state_them(monkeypatch):
     assert list(by_source) == ["a", "b"] and validation._stats(by_source["b"])["fast"] == "0"
 
 
+def test_a_group_scaled_after_the_fact_takes_the_factor_that_brings_most_rows_close(
+    monkeypatch,
+):
+    """scaled() multiplies each group's predicted times (a rate's inverse) by the one
+    factor that brings the most of its rows within CLOSE, the smallest median error among
+    those: for times of 0.5, 0.6 and 2.0 the measured, two can be brought within 25%,
+    the third not with them, and 1 / 0.6 does so with the smallest median; another
+    group's row takes its own factor."""
+    validation = _load("validation", monkeypatch)
+    group = [
+        validation.Row({"gpu": "a", "source": "s", "metric": "tpot_ms", "value": 10}, 5.0),
+        validation.Row(
+            {"gpu": "a", "source": "s", "metric": "decode_tokens_per_s", "value": 100}, 1 / 0.006
+        ),
+        validation.Row({"gpu": "a", "source": "s", "metric": "tpot_ms", "value": 10}, 20.0),
+    ]
+    other = [validation.Row({"gpu": "b", "source": "s", "metric": "tpot_ms", "value": 10}, 30.0)]
+    assert validation._best_factor([1 + r.error for r in group]) == pytest.approx(1 / 0.6)
+    errors = [r.error for r in validation.scaled(group + other, "gpu")]
+    assert errors == pytest.approx([0.5 / 0.6 - 1, 0, 2 / 0.6 - 1, 0], abs=1e-6)
+    assert validation._stats(validation.scaled(group + other, "gpu"))["within"] == "3"
+
+
 def test_a_range_ratio_draws_each_request_s_lengths_and_the_row_takes_their_mean(monkeypatch):
     """InferenceX's benchmark draws a length uniformly from the integers in
     [int(ratio * length), length]: 819 to 1,024 at 0.8, predicted at their mean (floored)

@@ -9,7 +9,12 @@ from typing import IO, TYPE_CHECKING, Any
 import typer
 
 from ..errors import FieldError, UsageError
-from ..gate.baseline import default_baseline_path, save_baseline, save_exact_baseline
+from ..gate.baseline import (
+    default_baseline_path,
+    load_baseline,
+    save_exact_baseline,
+    write_baseline,
+)
 from ..gate.rules import Thresholds
 from ..render.gate import Spelling, print_table, report_text, summary_line
 from ..render.table import plain_console, terminal_width
@@ -217,10 +222,11 @@ def baseline_save_command(
     to: BaselineToOpt = None,
 ) -> None:
     """Validate RESULTS.json and save it as a baseline, replacing any file there."""
-    dest = Path(to) if to else default_baseline_path(results)
-    check_writable({"to": str(dest)}, {})  # over the results file itself is harmless
-    replaced = " (replaced the previous baseline)" if dest.exists() else ""
-    path, doc = save_baseline(results, dest)
+    doc = load_baseline(results)
+    path = Path(to) if to else default_baseline_path(doc)
+    check_writable({"to": str(path)}, {})  # over the results file itself is harmless
+    replaced = " (replaced the previous baseline)" if path.exists() else ""
+    write_baseline(doc, path)
     counts = []
     for name, records in doc.sections.items():
         samples = sum(bool(r.get("samples_ms")) for r in records)

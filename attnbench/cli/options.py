@@ -215,7 +215,8 @@ BaselineToOpt = flag(
     str | None,
     "--to",
     metavar="PATH",
-    help=f"Where to write it (default {baseline.BASELINE_DIR}/<stem>.json).",
+    help=f"Where to write it (default {baseline.BASELINE_DIR}/<name>.json: a study's by "
+    "its sweep file, default.json for the default study; another file by its own name).",
 )
 ExactToOpt = flag(str, "--to", metavar="PATH", help="Where to write the baseline.")
 

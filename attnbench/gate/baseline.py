@@ -13,22 +13,31 @@ BASELINE_DIR = Path("results/baselines")
 EXACT_BASELINE = BASELINE_DIR / "cpu-exact.json"
 
 
-def default_baseline_path(results: str | Path) -> Path:
-    """results/baselines/<stem of the results file>.json"""
-    return BASELINE_DIR / f"{Path(results).stem}.json"
+def default_baseline_path(doc: Document) -> Path:
+    """results/baselines/<name>.json: a study's (`attnbench run`'s results.json, whatever
+    folder it was written to) by its sweep file, so that the baselines of two studies
+    never share a name and a study's new baseline replaces its old one; any other
+    document by its file's name."""
+    config = (doc.raw or {}).get("config")
+    source = config.get("source") if isinstance(config, dict) else None
+    name = Path(source).stem if doc.command == "run" and isinstance(source, str) else ""
+    return BASELINE_DIR / f"{name or Path(doc.path).stem}.json"
 
 
-def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[Path, Document]:
-    """Validate `results` (a command's JSON) and write it unchanged to `dest`, replacing any
-    file there. Only JSON will do: a CSV lacks the raw samples and the environment. The
-    validation is compare's own (study.documents.load_document): a baseline is a file
-    compare accepts."""
+def load_baseline(results: str | Path) -> Document:
+    """`results` (a command's JSON) validated as a baseline: a file compare accepts
+    (study.documents.load_document), JSON (a CSV lacks the raw samples and the
+    environment), with records to gate on."""
     doc = load_document(results)
     if doc.raw is None:
         raise UsageError(f"{results}: save the JSON a command wrote; a CSV has no samples")
     if not any(doc.sections.values()):
         raise UsageError(f"{results}: no records to gate on")
-    path = Path(dest) if dest else default_baseline_path(results)
+    return doc
+
+
+def write_baseline(doc: Document, path: Path) -> None:
+    """Write `doc` unchanged to `path`, replacing any file there."""
     try:
         write_json_atomic(path, doc.raw)
     except OSError as exc:
@@ -37,7 +46,6 @@ def save_baseline(results: str | Path, dest: str | Path | None = None) -> tuple[
         ) from None
     except ValueError as exc:
         raise UsageError(f"{path}: cannot write the baseline ({exc})") from None
-    return path, doc
 
 
 def exact_document(config_path: str | Path | None = None) -> dict:

@@ -1371,6 +1371,33 @@ def test_baseline_save_writes_a_validated_copy(tmp_path, monkeypatch):
     assert cli("compare", str(saved), src).exit_code == 0
 
 
+def test_a_study_s_baseline_is_named_after_its_sweep_file(tmp_path, monkeypatch):
+    """Every study writes results.json: without --to, each is saved under its sweep
+    file's name, where all of them were results/baselines/results.json, each replacing
+    the last; a study run again replaces its own."""
+    monkeypatch.chdir(tmp_path)
+
+    def study(config: str, folder: str) -> str:
+        run = document("run", [])
+        del run["records"]
+        run["config"] = {"source": config, "resolved_sha256": config}
+        run["sections"] = {"params": {"config": {}, "records": params_records()}}
+        (tmp_path / folder).mkdir()
+        return write(tmp_path, f"{folder}/results.json", run)
+
+    first = cli("baseline", "save", study("attnbench/configs/default.yaml", "a"))
+    other = cli("baseline", "save", study("sweeps/gqa-70b.yml", "b"))
+    again = cli("baseline", "save", study("sweeps/gqa-70b.yml", "c"))
+    saved = tmp_path / "results" / "baselines"
+    assert "wrote results/baselines/default.json: params" in first.stdout
+    assert "wrote results/baselines/gqa-70b.json: params" in other.stdout
+    assert "replaced the previous baseline" in " ".join(again.stdout.split())
+    assert sorted(p.name for p in saved.iterdir()) == ["default.json", "gqa-70b.json"]
+    assert json.loads((saved / "default.json").read_text())["config"]["source"].endswith(
+        "default.yaml"
+    )
+
+
 def test_baseline_save_counts_the_sets_written_beside_the_records(tmp_path):
     """params --model writes its model's parts beside its records: saved, and counted,
     as a study's are, where the summary looked a section up for them and raised."""

@@ -153,8 +153,9 @@ def _finish(doc: dict, out: Path, quiet: bool) -> None:
     # a set without records has no CSV (a section no share has run yet, when merged)
     files = [f"{name}.csv" for name, (records, _) in record_sets(doc).items() if records]
     files.append(RESULTS_FILE)
-    drawn = f"{len(plots)} plot" + "s" * (len(plots) != 1)
-    console.print(f"Wrote {', '.join(files)}, {drawn} and {report.name} in {out}/", markup=False)
+    if plots:
+        files.append(f"{len(plots)} plot" + "s" * (len(plots) != 1))
+    console.print(f"Wrote {', '.join(files)} and {report.name} in {out}/", markup=False)
 
 
 def _tensor_parallel(tp: int) -> str:

@@ -12,7 +12,7 @@ import typer
 
 from ..errors import FieldError, typed
 from ..history.series import all_changes, by_environment, find_changes, find_series
-from ..history.stamps import check_name, parse_date, stamps_of
+from ..history.stamps import check_name, named_elsewhere, parse_date, stamps_of
 from ..history.store import (
     DEFAULT_DB,
     Commit,
@@ -30,7 +30,7 @@ from ..render.history import (
 )
 from ..render.table import Column
 from ..study.documents import load_document
-from .common import check_writable, console, handles_errors, show_table
+from .common import check_writable, console, err_console, handles_errors, show_table
 from .group import app
 from .options import (
     HISTORY_FORMATS,
@@ -109,6 +109,9 @@ def add_command(
         )
         check_measurements(document)  # what compare --history would refuse to read back
     stamps = stamps_of(results, documents, commit, branch, date)
+    if commit is not None and not quiet and named_elsewhere(commit):
+        note = f"note: --commit {commit}: no branch, tag or commit of this checkout; "
+        err_console.print(note + "filed under that name as given", markup=False)
     history = open_history(db, create=True)
     try:
         for path, document, stamp in zip(results, documents, stamps, strict=True):

@@ -99,6 +99,14 @@ def stamps_of(
 _REVISION = re.compile(r"[~^]|@\{|^HEAD$")
 
 
+def named_elsewhere(commit: str) -> bool:
+    """Whether `commit` names nothing of the git checkout here, which there is, and is no
+    sha either: a label, or a branch's name mistyped, filed as it is (resolved)."""
+    in_checkout = _git("rev-parse", "--git-dir") is not None
+    hexadecimal = re.fullmatch(r"[0-9a-fA-F]{4,64}", commit) is not None
+    return in_checkout and not hexadecimal and resolved(commit) == commit
+
+
 def resolved(commit: str) -> str:
     """A commit given by name as the commit it names: a revision the checkout here resolves
     (HEAD~3, a branch, a tag, a short sha) as its full sha, else the text itself, a

@@ -899,3 +899,25 @@ def test_adding_a_stored_run_again_says_it_keeps_its_date_and_branch(tmp_path, k
     assert "its date stays 2024-01-01" in said and "its branch stays none, not other" in said
     plain = " ".join(run_cli(*first).output.split())
     assert "stays" not in plain
+
+
+def test_a_commit_that_names_nothing_here_is_filed_as_given_with_a_note(
+    tmp_path, decode_run, monkeypatch
+):
+    """In a git checkout, --commit mian (a branch mistyped) names no commit: it is filed
+    under that name, as a label from elsewhere is, and a note on stderr says so; a sha,
+    a revision of the checkout, or --quiet, no note."""
+    monkeypatch.chdir(tmp_path)
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    path = write(tmp_path / "d.json", decode_run)
+    note = "note: --commit mian: no branch, tag or commit of this checkout"
+    typo = run_cli("history", "add", path, "--db", "a.db", "--commit", "mian")
+    assert typo.exit_code == 0 and note in " ".join(typo.stderr.split())
+    assert "commit mian" in typo.stdout
+    for commit in ("main", "0123abcd", "a" * 40):
+        named = run_cli("history", "add", path, "--db", f"{commit}.db", "--commit", commit)
+        assert named.exit_code == 0 and named.stderr == "", (commit, named.stderr)
+    quiet = run_cli("history", "add", path, "--db", "q.db", "--commit", "mian", "-q")
+    assert quiet.exit_code == 0 and quiet.output == ""

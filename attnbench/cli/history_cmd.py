@@ -109,13 +109,16 @@ def add_command(
         )
         check_measurements(document)  # what compare --history would refuse to read back
     stamps = stamps_of(results, documents, commit, branch, date)
-    if commit is not None and not quiet and named_elsewhere(commit):
-        note = f"note: --commit {commit}: no branch, tag or commit of this checkout; "
-        err_console.print(note + "filed under that name as given", markup=False)
+    # a run stored before keeps its commit: the note is for one filed now
+    label = commit is not None and not quiet and named_elsewhere(commit)
     history = open_history(db, create=True)
     try:
         for path, document, stamp in zip(results, documents, stamps, strict=True):
             run_id, new = history.add(document, stamp)
+            if new and label:
+                note = f"note: --commit {commit}: no branch, tag or commit of this checkout; "
+                err_console.print(note + "filed under that name as given", markup=False)
+                label = False
             if not quiet:
                 said = _added(history, run_id, new, stamp, {"date": date, "branch": branch})
                 console.print(f"{path}: {said}", markup=False)

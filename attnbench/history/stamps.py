@@ -100,9 +100,10 @@ _REVISION = re.compile(r"[~^]|@\{|^HEAD$")
 
 
 def named_elsewhere(commit: str) -> bool:
-    """Whether `commit` names nothing of the git checkout here, which there is, and is no
-    sha either: a label, or a branch's name mistyped, filed as it is (resolved)."""
-    in_checkout = _git("rev-parse", "--git-dir") is not None
+    """Whether `commit` names nothing of the git checkout here, which there is (its HEAD
+    resolves), and is no sha either: a label, or a branch's name mistyped, filed as it is
+    (resolved)."""
+    in_checkout = _git("rev-parse", "HEAD") is not None
     hexadecimal = re.fullmatch(r"[0-9a-fA-F]{4,64}", commit) is not None
     return in_checkout and not hexadecimal and resolved(commit) == commit
 

@@ -921,3 +921,7 @@ def test_a_commit_that_names_nothing_here_is_filed_as_given_with_a_note(
         assert named.exit_code == 0 and named.stderr == "", (commit, named.stderr)
     quiet = run_cli("history", "add", path, "--db", "q.db", "--commit", "mian", "-q")
     assert quiet.exit_code == 0 and quiet.output == ""
+    # stored already, under the commit it was first filed under: no note contradicts that
+    stored = run_cli("history", "add", path, "--db", "main.db", "--commit", "mian")
+    assert stored.exit_code == 0 and stored.stderr == "", stored.stderr
+    assert "not mian" in stored.stdout

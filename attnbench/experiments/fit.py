@@ -218,68 +218,95 @@ class FitPlan:
         kv = cache_bytes(self.layout, self.windows, [seq_len], self.page_size).total
         return kv + self.state_bytes
 
-    def kv_budget(self) -> int:
-        """Bytes left for the KV cache on one GPU; CapacityError when there are none."""
+    def kv_budget(self, sequences: int = 1, seq_len: int = 1) -> int:
+        """Bytes left for the KV cache on one GPU; CapacityError when there are none, or
+        too few for a replica's `sequences` sequences of `seq_len` tokens (the question's
+        least: one sequence of its context, or its batch at one token)."""
         weights, memory, reserve = self.weights_bytes, self.memory_bytes, self.reserve_bytes
         where = f"on each of {self.gpus} GPU(s) with tp {self.tp}"
+        hint = self._tp_hint(sequences, seq_len)
         if weights > memory:
             raise CapacityError(
                 f"weights alone do not fit: {format_bytes(weights)} ({weights:,} bytes of "
                 f"{self.weights.describe()}) {where} > {format_bytes(memory)} ({memory:,} "
-                f"bytes){self._tp_hint()}"
+                f"bytes){hint}"
             )
         if weights + reserve >= memory:
             raise CapacityError(
                 f"no room for a KV cache: weights {format_bytes(weights)} + reserve "
                 f"{format_bytes(reserve)} {where} leave nothing of {format_bytes(memory)}"
-                f"{self._tp_hint()}"
+                f"{hint}"
             )
-        return memory - weights - reserve
+        budget = memory - weights - reserve
+        need = self.per_gpu(sequences) * self.sequence_bytes(seq_len)
+        if need > budget:
+            many = "one sequence" if sequences == 1 else f"{sequences:,} sequences per replica"
+            they = "it needs" if sequences == 1 else "they need"
+            need_text, left_text = format_bytes(need), format_bytes(budget)
+            if need_text == left_text:  # a few bytes apart
+                need_text, left_text = f"{need:,} bytes", f"{budget:,}"
+            raise CapacityError(
+                f"not even {many} of {seq_len:,} token{'s' * (seq_len > 1)} fits: {they} "
+                f"{need_text} of KV cache per GPU, {left_text} is left after weights and "
+                f"reserve{hint}"
+            )
+        return budget
 
-    def _tp_hint(self) -> str:
-        """Where weights leave no room: the smallest larger tp (a multiple of this one that
-        splits the query and KV heads as model_layout allows) that leaves some, as '; tp N
-        would leave room ...', and for 16- or 32-bit weights the smallest tp (this one or
-        larger) at which float8 weights would; '' when none does. A GPU count given apart
-        from tp (replicas) must then be a multiple of N. Under a time target the tp stops
-        at most_tp; a larger one that would leave room is named as past it."""
-        found = self._smallest_tp(self.weights, 2 * self.tp, self.most_tp)
+    def _tp_hint(self, sequences: int, seq_len: int) -> str:
+        """Where the memory leaves no room for `sequences` sequences of `seq_len` tokens a
+        replica: the smallest larger tp (a multiple of this one that splits the query
+        and KV heads as model_layout allows) that leaves it, as '; tp N would leave room
+        ...', and for 16- or 32-bit weights the smallest tp (this one or larger) at which
+        float8 weights would; '' when none does. A GPU count given apart from tp
+        (replicas) must then be a multiple of N. Under a time target the tp stops at
+        most_tp; a larger one that would leave room is named as past it."""
+        need = (sequences, seq_len)
+        found = self._smallest_tp(self.weights, 2 * self.tp, self.most_tp, need)
         hint = ""
         if found is not None:
             tp, weights = found
             gpus = f"; gpus a multiple of {tp}" if self.gpus != self.tp and self.gpus % tp else ""
             weights_text = f"{format_bytes(weights)} of weights a GPU{gpus}"
-            hint = f"; tp {tp} would leave room for a KV cache ({weights_text})"
+            hint = f"; tp {tp} would leave room for {_cache_of(*need)} ({weights_text})"
         if not self.weights.quantized:
             fp8_weights = replace(self.weights, dtype=FP8_WEIGHTS, group=None)
-            fp8 = self._smallest_tp(fp8_weights, self.tp, self.most_tp)
+            fp8 = self._smallest_tp(fp8_weights, self.tp, self.most_tp, need)
             if fp8 is not None and (found is None or fp8[0] < found[0]):
                 hint += f"{' or' if hint else ';'} {FP8_WEIGHTS} weights at tp {fp8[0]}"
         if found is None and self.most_tp is not None:
-            past = self._smallest_tp(self.weights, 2 * self.tp, None)
+            past = self._smallest_tp(self.weights, 2 * self.tp, None, need)
             if past is not None:
                 gpus = "1 GPU" if self.most_tp == 1 else f"{self.most_tp} GPUs"
                 hint += f"; tp {past[0]} would leave room, but a timed step spans at most {gpus}"
         return hint
 
     def _smallest_tp(
-        self, weights: WeightFormat, first: int, most: int | None
+        self, weights: WeightFormat, first: int, most: int | None, need: tuple[int, int]
     ) -> tuple[int, int] | None:
         """The smallest tp from `first` to `most` (None: the query heads), a multiple of
-        this one that model_layout allows, at which `weights` leave room, with their bytes
-        a GPU; None if none does."""
+        this one that model_layout allows, at which `weights`, the reserve and the cache
+        of `need` (a replica's sequences, their tokens) fit in a GPU's memory, with the
+        weights' bytes a GPU; None if none does."""
+        sequences, seq_len = need
         most = min(self.spec.num_heads, most or self.spec.num_heads)
         for tp in range(first, most + 1, self.tp):
             try:
-                model_layout(self.spec, self.kv, tp)
-            except FieldError:
+                at = replace(self, tp=tp, gpus=tp, weights=weights)
+            except FieldError:  # a tp the heads, the experts or the layout refuse
                 continue
-            weights_bytes = weight_bytes_per_rank(
-                self.spec, weights, tp, dp_attention=self.dp_attention
-            )
-            if weights_bytes + self.reserve_bytes < self.memory_bytes:
-                return tp, weights_bytes
+            cache = at.per_gpu(sequences) * at.sequence_bytes(seq_len)
+            if at.weights_bytes + self.reserve_bytes + cache <= self.memory_bytes:
+                return tp, at.weights_bytes
         return None
+
+
+def _cache_of(sequences: int, seq_len: int) -> str:
+    """What a tp hint leaves room for: 'a KV cache', 'a sequence of 131,072 tokens',
+    '8 sequences'."""
+    if seq_len > 1:
+        many = "a sequence" if sequences == 1 else f"{sequences:,} sequences"
+        return f"{many} of {seq_len:,} tokens"
+    return "a KV cache" if sequences == 1 else f"the cache of {sequences:,} sequences"
 
 
 @dataclass(kw_only=True)
@@ -434,15 +461,10 @@ def _record(
 
 def largest_batch(plan: FitPlan, seq_len: int) -> FitRecord:
     """The most sequences of `seq_len` tokens that fit, over all replicas."""
-    budget = plan.kv_budget()
+    budget = plan.kv_budget(1, seq_len)
     per_seq = plan.sequence_bytes(seq_len)
     # under data-parallel attention each of a replica's tp GPUs caches its own sequences
     per_replica = budget // per_seq * (plan.tp if plan.data_parallel else 1)
-    if per_replica == 0:
-        raise CapacityError(
-            f"not even one sequence fits: {seq_len:,} tokens need {format_bytes(per_seq)} of "
-            f"KV cache per GPU, {format_bytes(budget)} is left after weights and reserve"
-        )
     total = per_replica * plan.replicas
     record = _record(plan, "largest_batch", seq_len, per_replica, total, False, per_seq)
     return replace(record, memory_batch=total)
@@ -453,20 +475,13 @@ def longest_context(plan: FitPlan, batch: int) -> FitRecord:
 
     KV bytes grow with the context until every layer's window is full: when all layers
     have a window and the batch fits at the largest one, the context is unbounded."""
-    budget = plan.kv_budget()
     per_replica = ceil_div(batch, plan.replicas)
+    budget = plan.kv_budget(per_replica, 1)
     question = "longest_context"
 
     def fits(seq_len: int) -> bool:
         return plan.per_gpu(per_replica) * plan.sequence_bytes(seq_len) <= budget
 
-    if not fits(1):
-        per_gpu = plan.per_gpu(per_replica)
-        raise CapacityError(
-            f"not even one token per sequence fits: {per_replica:,} sequences per replica "
-            f"need {format_bytes(per_gpu * plan.sequence_bytes(1))} per GPU, "
-            f"{format_bytes(budget)} is left after weights and reserve"
-        )
     if all(w is not None for w in plan.windows):  # no attention layer: the state alone
         widest = max((w for w in plan.windows if w is not None), default=1)
         if fits(widest):

@@ -147,23 +147,70 @@ def test_impossible_requests():
         largest_batch(plan(memory=WEIGHTS - 1), 1024)
     with pytest.raises(CapacityError, match="no room for a KV cache"):
         largest_batch(plan(memory=WEIGHTS + 10, reserve=10), 1024)
-    with pytest.raises(CapacityError, match="not even one sequence fits"):
+    with pytest.raises(CapacityError, match="not even one sequence of 1,024 tokens fits"):
         largest_batch(plan(memory=WEIGHTS + 16 * 2**20 - 1), 1024)
 
 
 def test_weights_that_do_not_fit_name_the_smallest_tp_that_would_leave_room():
     # ROUND at tp 2 keeps half its attention and MLP, all of its norms and a half of the
     # embeddings and the head a rank: 27,272,192 parameters less 8,388,608 + 4,194,304 +
-    # 1,048,576 = 13,640,704, 27,281,408 bytes. 8 heads: tp 3 is skipped.
+    # 1,048,576 = 13,640,704, 27,281,408 bytes. 8 heads: tp 3 is skipped. The room is
+    # for the question's least: one sequence of its 1,024 tokens, half of its KV heads.
     half = 27_281_408
-    with pytest.raises(CapacityError, match=r"; tp 2 would leave room .*\(26\.02 MiB of w"):
-        largest_batch(plan(memory=half + 1), 1024)
+    room = half + replace(plan(), tp=2, gpus=2).sequence_bytes(1024)
+    assert room == half + 8 * 1024 * 2 * 8 * 64 * 2 // 2
+    tp2 = r"; tp 2 would leave room for a sequence of 1,024 tokens \(26\.02 MiB of w"
+    with pytest.raises(CapacityError, match=tp2):
+        largest_batch(plan(memory=room), 1024)
     with pytest.raises(CapacityError, match=r"; tp 4 would leave room"):
-        largest_batch(plan(memory=half), 1024)
+        largest_batch(plan(memory=room - 1), 1024)
     with pytest.raises(CapacityError, match=r"; tp 4 would leave room .*; gpus a multiple of 4\)"):
-        largest_batch(plan(memory=half, gpus=2), 1024)
+        largest_batch(plan(memory=room - 1, gpus=2), 1024)
     with pytest.raises(CapacityError, match=r"do not fit: [^;]*$"):  # not even at 8 heads
         largest_batch(plan(memory=2**20), 1024)
+
+
+@pytest.mark.parametrize(
+    "model, seq_len, weights",
+    [
+        ("llama-3-70b", 131072, "bfloat16"),
+        ("llama-3-70b", 131072, "float8_e4m3fn"),
+        ("llama-2-70b", 4096, "bfloat16"),
+        ("mixtral-8x7b", 32768, "bfloat16"),
+        ("deepseek-v3", 65536, "float8_e4m3fn"),
+    ],
+)
+def test_the_tp_a_refusal_names_holds_a_sequence_of_the_context_asked(model, seq_len, weights):
+    """The hint of a refusal is followed as given: at the tp it names, one sequence of
+    the context asked fits (Llama-3-70B at 131,072 tokens was sent to tp 2, where not one
+    fits), and at the tps below it none does."""
+    spec = PRESETS[model]
+    memory = 80 * 10**9
+
+    def at(tp: int) -> FitPlan:
+        return FitPlan(
+            spec,
+            memory,
+            tp,
+            tp,
+            WeightFormat(weights),
+            KvFormat("float8_e4m3fn"),
+            layer_windows(spec.num_layers, spec.windows, None),
+            None,
+            memory // 10,
+        )
+
+    with pytest.raises(CapacityError) as refused:
+        largest_batch(at(1), seq_len)
+    named = int(str(refused.value).split("; tp ")[1].split()[0])
+    assert largest_batch(at(named), seq_len).batch >= 1
+    for tp in range(2, named, 2):
+        try:
+            at(tp)
+        except FieldError:
+            continue
+        with pytest.raises(CapacityError):
+            largest_batch(at(tp), seq_len)
 
 
 def test_a_replicated_vocabulary_is_held_whole_by_each_rank():
@@ -303,8 +350,8 @@ def test_cli_weights_do_not_fit_exit_1():
     assert result.exit_code == 1
     assert "weights alone do not fit" in result.output and "131.42 GiB" in result.output
     assert (
-        "; tp 2 would leave room for a KV cache (65.71 GiB of weights a GPU) or float8_e4m3fn "
-        "weights at tp 1" in result.output
+        "; tp 2 would leave room for a sequence of 8,192 tokens (65.71 GiB of weights a GPU) "
+        "or float8_e4m3fn weights at tp 1" in result.output
     )
     quantised = ["--weights-dtype", "int4", "--memory", "20GiB"]
     result = runner.invoke(app, ["fit", "--model", "llama-3-70b", "--seq-len", "8192", *quantised])

@@ -372,13 +372,28 @@ def _layout(column: Column, index: int, rows: Sequence[Mapping[str, Any]], wide:
     return layout
 
 
+def _tells_rows_apart(lay: _Layout, shown: Sequence[_Layout]) -> bool:
+    """Whether `lay` is a setting (a swept key: tp, dtype) without which some rows would
+    read alike in every setting and label shown: hidden, they would look like
+    duplicates."""
+    if not lay.column.setting:
+        return False
+    keys = [other for other in shown if other.column.setting or other.column.kind == "label"]
+
+    def distinct(columns: Sequence[_Layout]) -> int:
+        return len(set(zip(*(c.full for c in columns), strict=True))) if columns else 1
+
+    return distinct([k for k in keys if k is not lay]) < distinct(keys)
+
+
 def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     """Compact, then hide, columns until the table fits `width`; return the hidden ones.
     Columns of numbers that read the same in every row go first, then the others from the
-    highest rank down. Columns to keep and statuses (but a column of 'ok' alone) are never
-    hidden: at its rank, a text column to keep folds onto more lines instead. Compact forms
-    that hiding made unnecessary are switched back to the full text, and text columns take
-    the room still left, to fold onto fewer lines."""
+    highest rank down, and last the settings that alone tell some rows apart. Columns to
+    keep and statuses (but a column of 'ok' alone) are never hidden: at its rank, a text
+    column to keep folds onto more lines instead. Compact forms that hiding made
+    unnecessary are switched back to the full text, and text columns take the room still
+    left, to fold onto fewer lines."""
 
     def total() -> int:
         return table_width([lay.width for lay in layouts])
@@ -401,11 +416,11 @@ def _fit(layouts: list[_Layout], width: int) -> list[_Layout]:
     # a text column to keep takes its turn at its rank: it folds onto more lines, as far as
     # the fit needs but never inside a word, instead of going
     turns = [lay for lay in layouts if lay.hideable or lay.column.kind == "text"]
-    for lay in sorted(
-        turns, key=lambda lay: (not lay.same_on_every_row, -lay.column.rank, -lay.index)
-    ):
-        if total() <= width or len(layouts) == 1:
-            break
+    turns.sort(key=lambda lay: (not lay.same_on_every_row, -lay.column.rank, -lay.index))
+    while turns and total() > width and len(layouts) > 1:
+        # a setting that alone tells some rows apart goes after every other column
+        lay = next((lay for lay in turns if not _tells_rows_apart(lay, layouts)), turns[0])
+        turns.remove(lay)
         if not lay.hideable:
             lay.fit_width = max(lay.floor_width, lay.fit_width - (total() - width))
             continue

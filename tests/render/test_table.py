@@ -521,6 +521,32 @@ def test_kvmem_rows_of_a_sweep_over_scale_groups_and_dtypes_are_told_apart():
     assert "kv cache int8 in groups of 32, float32 scales" in render(view, 300)
 
 
+def test_a_narrow_table_keeps_the_setting_that_alone_tells_its_rows_apart():
+    """A sweep over tp and weights at 80 columns: tp, less important than the numbers by
+    rank, was hidden first, and rows of tp 1 and 2 read alike. Now it goes last; a
+    setting another one already tells apart (kv heads beside the variant) goes at its
+    rank."""
+    columns = [
+        Column("Variant", "variant", str, rank=0, kind="label", setting=True),
+        Column("kv heads", "kv", str, rank=60, setting=True),
+        Column("tp", "tp", str, rank=70, setting=True),
+        Column("ms", "ms", str, rank=10),
+        Column("bytes", "bytes", str, rank=40),
+        Column("FLOPs", "flops", str, rank=50),
+    ]
+    rows = [
+        {"variant": v, "kv": kv, "tp": tp, "ms": ms, "bytes": f"{b} MiB", "flops": f"{b} G"}
+        for v, kv in (("MHA", "32"), ("MQA", "1"))
+        for tp, b, ms in (("1", 123456, "2.000"), ("2", 654321, "1.000"))
+    ]
+    whole = build_table("T", rows, columns, 200).needed_width
+    for width in range(10, whole):
+        hidden = build_table("T", rows, columns, width).hidden
+        if "tp" in hidden:  # only once every other column has gone
+            assert set(hidden) >= {"kv heads", "ms", "bytes", "FLOPs"}, (width, hidden)
+    assert build_table("T", rows, columns, whole - 1).hidden == ["kv heads"]
+
+
 # --- decode -------------------------------------------------------------------------------
 
 DECODE_TITLE = "Decode on Intel Xeon (cpu), peak copy bandwidth 45.7 GB/s"

@@ -45,8 +45,11 @@ from ..model.capacity import (
     ceil_div,
     layer_windows,
     model_layout,
+    or_list,
     positive_int,
     state_bytes,
+    tensor_parallel_sizes,
+    tp_split_problem,
     window_summary,
 )
 from ..model.devices import DEVICES, DeviceSpec
@@ -619,13 +622,21 @@ def _check_split(
     except FieldError as exc:
         if tp_given:
             raise
-        raise _as_gpus(tp, exc) from None
+        raise _as_gpus(spec, tp, exc, most) from None
 
 
-def _as_gpus(gpus: int, exc: FieldError) -> FieldError:
+def _as_gpus(spec: ModelSpec, gpus: int, exc: FieldError, most: int | None) -> FieldError:
     """A refusal of the tp that `gpus` given without tp stand for (one model split over
-    them), as an error of the GPUs: what the user gave."""
-    reason = f"split one model over them ({{tp}}, not given): {exc.reason}; give {{tp}}"
+    them), as an error of the GPUs: what the user gave. Where the heads refuse it, the
+    tps that split them and divide the GPUs (into replicas) are named."""
+    cause = tp_split_problem(spec.num_heads, spec.num_kv_heads, gpus)
+    if cause is None:
+        reason = exc.reason
+    else:
+        sizes = tensor_parallel_sizes(spec.num_heads, spec.num_kv_heads)
+        fitting = [t for t in sizes if gpus % t == 0 and (most is None or t <= most)]
+        reason = f"{cause}; on {gpus} GPUs {{tp}} may be {or_list(fitting)}"
+    reason = f"split one model over them ({{tp}}, not given): {reason}; give {{tp}}"
     return FieldError("gpus", gpus, reason, mentions=("tp",))
 
 
@@ -672,7 +683,8 @@ def targets_for(point: FitPoint) -> Targets | None:
     name, text = given[0]
     device = device_for(point)
     if device is None:
-        raise FieldError(name, text, "needs gpu: the named GPU whose peaks time the step")
+        reason = "needs {gpu}: the named GPU whose peaks time the step"
+        raise FieldError(name, text, reason, mentions=("gpu",))
     if point.batch is not None:
         raise FieldError(
             name,

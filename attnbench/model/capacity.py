@@ -190,16 +190,22 @@ def check_tp_split(num_heads: int, num_kv_heads: int, tp: int, most: int | None 
     `num_kv_heads` KV heads evenly or replicated evenly, listing every tp that can, up to
     `most` where the caller can time no more (one node's GPUs)."""
     positive_int("tp", tp)
-    if num_heads % tp:
-        reason = f"does not divide the {num_heads} query heads"
-    elif tp <= num_kv_heads and num_kv_heads % tp:
-        reason = f"does not divide the {num_kv_heads} KV heads"
-    elif tp > num_kv_heads and tp % num_kv_heads:
-        reason = f"is not a multiple of the {num_kv_heads} KV heads, so they cannot be replicated"
-    else:
+    reason = tp_split_problem(num_heads, num_kv_heads, tp)
+    if reason is None:
         return
     sizes = [t for t in tensor_parallel_sizes(num_heads, num_kv_heads) if most is None or t <= most]
-    raise FieldError("tp", tp, f"{reason}; tp may be {_or_list(sizes)}")
+    raise FieldError("tp", tp, f"{reason}; tp may be {or_list(sizes)}")
+
+
+def tp_split_problem(num_heads: int, num_kv_heads: int, tp: int) -> str | None:
+    """Why `tp` ranks cannot split the heads (check_tp_split), or None where they can."""
+    if num_heads % tp:
+        return f"does not divide the {num_heads} query heads"
+    if tp <= num_kv_heads and num_kv_heads % tp:
+        return f"does not divide the {num_kv_heads} KV heads"
+    if tp > num_kv_heads and tp % num_kv_heads:
+        return f"is not a multiple of the {num_kv_heads} KV heads, so they cannot be replicated"
+    return None
 
 
 def tensor_parallel_sizes(num_heads: int, num_kv_heads: int) -> list[int]:
@@ -212,7 +218,7 @@ def tensor_parallel_sizes(num_heads: int, num_kv_heads: int) -> list[int]:
     ]
 
 
-def _or_list(values: list[int]) -> str:
+def or_list(values: list[int]) -> str:
     """'1, 2, 4 or 8'."""
     shown = [f"{v:,}" for v in values]
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"

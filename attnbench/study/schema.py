@@ -400,9 +400,9 @@ FIELDS: dict[str, Field] = {
         str,
         ("fit", "predict"),
         "Weight-only weights (int8, int4, mxfp4): where their kernel multiplies at small "
-        "batches: on the CUDA cores, untiled, as a GEMV that dequantises as it reads "
-        "(gpt-fast, MLC, TensorRT-LLM's weight-only GEMV), or on the tensor cores in tiles "
-        "of 16 tokens, as Marlin does (vLLM's and SGLang's GPTQ and AWQ kernels).",
+        "batches: cuda-cores, untiled, as a GEMV that dequantises as it reads (gpt-fast, "
+        "MLC, TensorRT-LLM's weight-only GEMV), or tensor-cores, in tiles of 16 tokens, as "
+        "Marlin does (vLLM's and SGLang's GPTQ and AWQ kernels).",
         choices=WEIGHT_ONLY_KERNELS,
         default="cuda-cores",
     ),

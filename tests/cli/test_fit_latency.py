@@ -108,7 +108,7 @@ HINT = "expected a time with its unit: 50ms, 0.05s, 2s"
         (["--gpu", "h100-sxm", "--ttft", "0s"], "--ttft 0s: must be a time above 0"),
         (
             ["--memory", "80GB", "--tpot", "50ms"],
-            "--tpot 50ms: needs gpu: the named GPU whose peaks time the step",
+            "--tpot 50ms: needs --gpu: the named GPU whose peaks time the step",
         ),
         (
             ["--gpu", "h100-sxm", "--calibration", "missing.json", "--tpot", "50ms"],

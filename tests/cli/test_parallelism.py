@@ -216,4 +216,10 @@ def test_a_tp_that_splits_no_heads_lists_only_those_a_node_times(command, messag
     memory = runner.invoke(
         app, ["fit", "--model", "llama-3-70b", "--gpu", "h200", "--gpus", "3", "--seq-len", "1"]
     )
-    assert "tp may be 1, 2, 4, 8, 16, 32 or 64; give --tp" in memory.stderr
+    # the tps that split the heads and divide the 3 GPUs (into replicas): where only
+    # memory is planned, no node limits them; here, only 1 divides 3
+    assert "on 3 GPUs --tp may be 1; give --tp" in memory.stderr
+    six = runner.invoke(
+        app, ["fit", "--model", "llama-3-70b", "--gpu", "h200", "--gpus", "6", "--seq-len", "1"]
+    )
+    assert "on 6 GPUs --tp may be 1 or 2; give --tp" in six.stderr

@@ -231,7 +231,7 @@ def baseline_save_command(
     for name, records in doc.sections.items():
         samples = sum(bool(r.get("samples_ms")) for r in records)
         counts.append(
-            f"{name}: {len(records)} records"
+            f"{name}: {len(records)} record{'s' * (len(records) != 1)}"
             + (f", {samples} with raw samples" if name in KINDS and KINDS[name].timed else "")
         )
     console.print(f"wrote {path}{replaced}: {'; '.join(counts)}", highlight=False, markup=False)

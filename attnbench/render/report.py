@@ -393,7 +393,9 @@ def _noisy_count(noisy: Sequence[dict], timed: int) -> str:
     held_up = [r for r in noisy if not few_samples(r) and busy(r) is not None]
     wide = len(noisy) - len(few) - len(held_up)
     rule = f"p25 to p75 wider than {NOISY_IQR_FRACTION:.0%} of the median"
-    lead = f"{len(noisy)} of {timed} decode steps (each timed at a fixed context) are flagged noisy"
+    are = "is" if len(noisy) == 1 else "are"
+    lead = f"{len(noisy)} of {timed} decode steps (each timed at a fixed context) {are} flagged"
+    lead += " noisy"
     if not few and not held_up:
         return f"{lead}: {rule}."
     parts = [f"{wide} with {rule}"] * bool(wide)
@@ -683,6 +685,22 @@ def providers_markdown(records: Sequence[dict], environment: dict | None = None)
 # --- the document ------------------------------------------------------------------------
 
 
+def _study_source(source: object) -> str:
+    """The sweep file a study ran, as the report names it: the packaged default study by
+    that name, another file relative to the working directory where it lies under it
+    (the document keeps its absolute path)."""
+    from ..study.plan import DEFAULT_CONFIG
+
+    if not isinstance(source, str):
+        return markdown_code(str(source))
+    path = Path(source)
+    if path == DEFAULT_CONFIG:
+        return f"the default study ({markdown_code('attnbench/configs/default.yaml')})"
+    if path.is_relative_to(Path.cwd()):
+        path = path.relative_to(Path.cwd())
+    return markdown_code(str(path))
+
+
 def render_report(doc: dict, plots: Sequence[str]) -> str:
     """report.md: findings, environment, plots (file names beside the report), tables and
     the configuration file."""
@@ -690,7 +708,7 @@ def render_report(doc: dict, plots: Sequence[str]) -> str:
     lines = [
         "# attnbench study report",
         "",
-        f"Study {markdown_code(str(config.get('source')))}, created {doc['created']} with "
+        f"Study {_study_source(config.get('source'))}, created {doc['created']} with "
         f"attnbench {doc['attnbench_version']}.",
         "",
         "## Findings",

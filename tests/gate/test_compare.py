@@ -1405,7 +1405,7 @@ def test_baseline_save_counts_the_sets_written_beside_the_records(tmp_path):
     assert cli("params", "--model", "llama-3-8b", "--json", str(out), "-q").exit_code == 0
     result = cli("baseline", "save", str(out), "--to", str(tmp_path / "bl.json"))
     assert result.exit_code == 0, result.output
-    assert "params: 1 records; model_parts: 8 records" in " ".join(result.stdout.split())
+    assert "params: 1 record; model_parts: 8 records" in " ".join(result.stdout.split())
 
 
 def test_a_failed_report_leaves_the_file_there_as_it_was(tmp_path, monkeypatch):

@@ -98,3 +98,17 @@ def test_the_largest_caches_give_each_model_its_settings_in_one_parenthesis():
         "gemma-2-9b (GQA-8, 42 layers, "
         "bfloat16, a 4,096-token sliding window in 21 of its 42 layers)."
     )
+
+
+def test_the_report_names_its_study_as_the_user_knows_it(tmp_path, monkeypatch):
+    """The document keeps the sweep file's absolute path; the report names the packaged
+    default study as such, and a file under the working directory by its relative path."""
+    from attnbench.render.report import _study_source
+    from attnbench.study.plan import DEFAULT_CONFIG
+
+    monkeypatch.chdir(tmp_path)
+    assert _study_source(str(DEFAULT_CONFIG)) == (
+        "the default study (`attnbench/configs/default.yaml`)"
+    )
+    assert _study_source(str(tmp_path / "sweeps" / "gqa.yaml")) == "`sweeps/gqa.yaml`"
+    assert _study_source("/elsewhere/gqa.yaml") == "`/elsewhere/gqa.yaml`"

@@ -531,17 +531,22 @@ def print_view(console: Console, view: TableView) -> None:
 def page_columns() -> int | None:
     """The width of the page that output off a terminal goes to, where it is known:
     $COLUMNS when it holds a positive whole number in ASCII digits, else, for a pipe (into
-    `less` or `head`), the width of the terminal standard error still goes to; None for a
-    file or a log."""
+    `less` or `head`), the width of the terminal that standard error still goes to, or
+    (`2>&1 | less`) that standard input still reads from; None for a file or a log."""
     text = os.environ.get("COLUMNS", "").strip()
     if text.isascii() and text.isdigit() and int(text) > 0:
         return int(text)
     try:
         if not stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode):
             return None
-        return os.get_terminal_size(sys.stderr.fileno()).columns or None
-    except (AttributeError, OSError, ValueError):  # no file number (a capture), no terminal
+    except (AttributeError, OSError, ValueError):  # no file number (a capture)
         return None
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            return os.get_terminal_size(stream.fileno()).columns or None
+        except (AttributeError, OSError, ValueError):  # no terminal there
+            continue
+    return None
 
 
 def terminal_width(console: Console) -> int:

@@ -1020,8 +1020,8 @@ def test_terminal_width(monkeypatch):
 
 def test_a_pipe_in_a_terminal_takes_the_width_of_the_terminal_errors_go_to(monkeypatch, tmp_path):
     """`attnbench ... | less` in a terminal of 80 columns: standard error is still that
-    terminal, whose width the tables take; COLUMNS, where set, wins; into a file, or in a
-    log (no terminal at all), they are 120 wide."""
+    terminal, whose width the tables take (with `2>&1`, standard input's); COLUMNS, where
+    set, wins; into a file, or in a log (no terminal at all), they are 120 wide."""
     console = Console(file=io.StringIO(), width=240)
     stderr = open(os.devnull, "w")  # noqa: SIM115 (closed below)
     terminals = {stderr.fileno(): os.terminal_size((80, 24))}
@@ -1047,7 +1047,12 @@ def test_a_pipe_in_a_terminal_takes_the_width_of_the_terminal_errors_go_to(monke
     monkeypatch.setattr(sys, "stdout", pipe)
     terminals.clear()
     assert terminal_width(console) == 120
-    for stream in (stderr, pipe):
+    # `2>&1 | less`: standard error is the pipe too; standard input is still the terminal
+    stdin = open(os.devnull)  # noqa: SIM115 (closed below)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    terminals[stdin.fileno()] = os.terminal_size((72, 24))
+    assert terminal_width(console) == 72
+    for stream in (stderr, pipe, stdin):
         stream.close()
     os.close(read)
 

@@ -852,3 +852,23 @@ def test_fixed_calls_resolve_the_projection_path_once():
             torch.randn(2, 1, 32, dtype=torch.float64), KVCache(2, 2, 8, 8, torch.float64), 3
         )
     assert layer.projection_path == "torch"  # float64 has no packed path
+
+
+def test_a_copy_made_under_inference_mode_projects_as_the_layer_does():
+    """The copies a cold-cache step rotates over are made under inference mode. Their
+    weights were then inference tensors that still require grad, for which matmul does
+    not fold a (batch, tokens, d) input into one product: each projection copied its
+    transposed weight for a bmm (a bfloat16 step of d_model 4,096 took 30 times as long).
+    A copy's weights are parameters as the layer's, and its projections run no bmm."""
+    layer = GroupedQueryAttention(256, 4, 2, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        copy = layer.copied()
+        x = torch.randn(1, 1, 256, dtype=torch.bfloat16)
+        for weights in (layer, copy):
+            assert not weights.q_proj.weight.is_inference()
+            with torch.profiler.profile() as prof:
+                weights.q_proj(x)
+            ops = {event.key for event in prof.key_averages()}
+            assert "aten::bmm" not in ops and "aten::copy_" not in ops, ops
+    assert torch.equal(copy.q_proj.weight, layer.q_proj.weight)
+    assert copy.q_proj.weight.data_ptr() != layer.q_proj.weight.data_ptr()

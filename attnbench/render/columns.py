@@ -23,7 +23,7 @@ from ..model.capacity import DEFAULT_SCALE_DTYPE, KvFormat
 from ..model.units import format_bytes
 from ..model.what_if import OWN_MARK, is_own
 from ..records import ColumnSpec, Status
-from .table import Column, as_row
+from .table import UNRESOLVED, Column, as_row
 
 NONE_TEXT = "-"
 SI_UNITS = ("k", "M", "G", "T", "P")
@@ -434,6 +434,27 @@ def join_words(items: Sequence[str], apart: bool = False) -> str:
     return comma.join(items[:-1]) + " and " + items[-1]
 
 
+def ratio_cell(field: str, interval: str) -> Callable[[Mapping[str, Any]], str]:
+    """A cell maker for a ratio of two steps sampled in turn: fmt_x2 of `field`, marked
+    UNRESOLVED where its 95% interval (`interval`_ci_lo to _ci_hi, in either orientation)
+    spans 1: the two are as fast within it."""
+
+    def cell(row: Mapping[str, Any]) -> str:
+        text = fmt_x2(row.get(field))
+        low, high = row.get(f"{interval}_ci_lo"), row.get(f"{interval}_ci_hi")
+        spans = known(low) and known(high) and low <= 1 <= high
+        return text + UNRESOLVED if spans and row.get(field) is not None else text
+
+    return cell
+
+
+#: What a ratio's UNRESOLVED mark means, under the table.
+RATIO_LEGEND = (
+    f"{UNRESOLVED}: not resolved: the ratio's 95% interval spans 1x, the two as fast within "
+    "it (its bounds are in the CSV and the JSON)"
+)
+
+
 def fmt_x2(v: Any) -> str:
     """A speed-up between providers, which may differ by a few percent or by a thousand
     times: two decimals (1.1234 -> '1.12x'), two significant digits below 0.1
@@ -487,13 +508,34 @@ DECODE: list[Column] = [
     Column("all-reduce ms", "allreduce_ms_median", fmt_ms, rank=5),
     _bytes("KV/GPU", "kv_bytes_per_gpu", 6),
     Column("tok/s", "tokens_per_s", fmt_f1, rank=6, compact=fmt_f0),
-    Column(X_OF_NARROWEST, "x_of_narrowest_median", fmt_x2, rank=11),
+    Column(
+        X_OF_NARROWEST,
+        "x_of_narrowest_median",
+        fmt_x2,
+        rank=11,
+        cell=ratio_cell("x_of_narrowest_median", "x_of_narrowest"),
+        legend=RATIO_LEGEND,
+    ),
     Column("speed-up", "speedup_vs_no_cache", fmt_x, rank=7),
-    Column("x contiguous", "x_of_contiguous_median", fmt_x2, rank=7),
+    Column(
+        "x contiguous",
+        "x_of_contiguous_median",
+        fmt_x2,
+        rank=7,
+        cell=ratio_cell("x_of_contiguous_median", "x_of_contiguous"),
+        legend=RATIO_LEGEND,
+    ),
     Column("waste %", "kv_waste_pct", fmt_f1, rank=20),
     _bytes("prefill peak", "prefill_peak_bytes", 21),
     _bytes("scores", "score_matrix_bytes", 21),
-    Column(VS_BASELINE, "speedup_vs_baseline", fmt_x2, rank=8),
+    Column(
+        VS_BASELINE,
+        "speedup_vs_baseline",
+        fmt_x2,
+        rank=8,
+        cell=ratio_cell("speedup_vs_baseline", "x_of_baseline"),
+        legend=RATIO_LEGEND,
+    ),
     Column("% peak", "pct_of_peak_bw", fmt_f1, rank=9),
     Column(X_OF_REFERENCE, "x_of_reference_median", fmt_x2, rank=11),
     # the first word only: the reasons are long, and go under the table, by provider

@@ -54,6 +54,8 @@ NOTE_INDENT = "  "
 #: The status that says nothing the table does not: a status column that reads it in every
 #: row may be hidden for width like any other.
 OK = "ok"
+#: What ends the cell of a ratio whose 95% interval spans 1 (Column.legend says so).
+UNRESOLVED = "?"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Column:
         its row count ('(sdpa-efficient, 4 rows)'); without it, the count alone.
     noted_elsewhere: for a status column, the command prints the whole statuses itself
         (fit's notes name each variant): the table gives no notes.
+    legend: a note under the table where some cell ends with UNRESOLVED (a ratio whose
+        interval spans 1), saying what the mark means.
     """
 
     header: str
@@ -102,6 +106,7 @@ class Column:
     keep: bool = False
     reason_by: str | None = None
     noted_elsewhere: bool = False
+    legend: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -359,6 +364,8 @@ def _layout(column: Column, index: int, rows: Sequence[Mapping[str, Any]], wide:
     if column.kind == "status" and not column.noted_elsewhere:
         full, full_notes = with_reasons(column, full, rows)
         short, short_notes = with_reasons(column, short, rows)
+    if column.legend and any(cell.endswith(UNRESOLVED) for cell in full):
+        full_notes, short_notes = [column.legend], [column.legend]
     full_width = max(header, _longest(full))
     short_width = max(header, _longest(short))
     fit_width = full_width
@@ -488,7 +495,7 @@ def build_table(
         needed_width=needed,
         compacted=[lay.column.header for lay in layouts if lay.compact],
         hint=hint,
-        notes=[note for lay in layouts for note in lay.notes],
+        notes=list(dict.fromkeys(note for lay in layouts for note in lay.notes)),
         page_width=width,
     )
 

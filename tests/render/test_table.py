@@ -1304,3 +1304,35 @@ def test_a_title_breaks_between_its_parts_and_never_leaves_a_separator_alone():
     lines = wrap_title(f"metric · {wide}", ["branch main"], 20).splitlines()
     assert lines == ["metric ·", wide, "· branch main"]
     assert all(len(line) <= 20 for line in lines)
+
+
+def test_a_ratio_whose_interval_spans_1x_is_marked_and_its_legend_printed_once():
+    """vs baseline and x contiguous read '?' where their 95% interval spans 1x, and only
+    there; one note under the table says what the mark means, however many columns or
+    rows carry it."""
+    rows = decode_rows(PROVIDERS)
+    for r in rows:
+        if r["speedup_vs_baseline"] is None or r["provider"] == r["baseline_provider"]:
+            continue  # a run gives the baseline's own row no interval
+        ratio = r["speedup_vs_baseline"]
+        # MQA's ratios resolved (their interval narrow about them), every other's spans 1x
+        spans = r["variant"] != "MQA"
+        r["x_of_baseline_ci_lo"] = 0.97 if spans else ratio * 0.99
+        r["x_of_baseline_ci_hi"] = 1.03 if spans else ratio * 1.01
+        r["x_of_contiguous_median"] = 1.004
+        r["x_of_contiguous_ci_lo"], r["x_of_contiguous_ci_hi"] = 0.99, 1.02
+    view = build_table(DECODE_TITLE, rows, decode_columns(rows), 200, wide=True, hint=HINT)
+    text = render(view, 200)
+    legend = [n for n in view.notes if n.startswith("?:")]
+    assert len(legend) == 1 and "spans 1x" in legend[0]
+    column = next(c for c in decode_columns(rows) if c.field == "speedup_vs_baseline")
+    for r in rows:
+        if r["speedup_vs_baseline"] is not None:
+            cell = column.cell(r)
+            spans = r["variant"] != "MQA" and r["provider"] != r["baseline_provider"]
+            assert cell.endswith("?") == spans, (r["variant"], r["provider"], cell)
+            assert cell in text
+    assert "1.00x?" in text  # x contiguous, its interval 0.99-1.02
+    clear = decode_rows(PROVIDERS)  # no intervals: nothing marked, no legend
+    view = build_table(DECODE_TITLE, clear, decode_columns(clear), 200, wide=True, hint=HINT)
+    assert not any(n.startswith("?:") for n in view.notes) and "?" not in render(view, 200)

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-#: Series drawn in one panel at the most (the rest are named in a note).
-MAX_LINES = 8
+#: Series drawn in one panel at the most: as many as a legend beside it holds, each of a
+#: colour and marker of its own (plots.series_style); the title counts those left out.
+MAX_LINES = 20
 
 
 def _varying(series: Sequence[Series]) -> list[str]:
@@ -150,50 +151,63 @@ def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure
     """The figure `plot_series` writes."""
     from matplotlib.figure import Figure
 
+    from .plots import scaled_axis, series_style, wrapped
+
     by_env = by_environment(series)
-    fig = Figure(figsize=(9, 4.2 * len(by_env)), layout="constrained")
+    lines = max(min(len(members), MAX_LINES) for members in by_env.values())
+    panel = max(4.2, 1.2 + LEGEND_ENTRY_INCHES * lines)  # the legend beside it fits
+    fig = Figure(figsize=(9, panel * len(by_env)), layout="constrained")
     axes = fig.subplots(len(by_env), 1, squeeze=False)[:, 0]
     metric = series[0].metric
     fig.suptitle(f"{metric} over commits", fontsize=13, fontweight="bold")
     for ax, members in zip(axes, by_env.values(), strict=True):
+        drawn = members[:MAX_LINES]
         commits = list(dict.fromkeys(v.commit.sha for s in members for v in s.values))
         where = {sha: i for i, sha in enumerate(commits)}
         varying = _varying(members)
-        for s in members[:MAX_LINES]:
+        for index, s in enumerate(drawn):
             xs = [where[v.commit.sha] for v in s.values]
             label = legend_label(s.label(varying) or metric)
-            line = ax.plot(xs, [v.median for v in s.values], marker="o", ms=4, label=label)[0]
+            style = series_style(index)
+            ax.plot(xs, [v.median for v in s.values], **style, ms=4, label=label)
             ax.fill_between(
                 xs,
                 [v.p25 for v in s.values],
                 [v.p75 for v in s.values],
-                color=line.get_color(),
+                color=style["color"],
                 alpha=0.2,
                 linewidth=0,
             )
         at: dict[str, list[float]] = {}  # the changes drawn, by commit
         for c in changes:
-            if any(c.series is s for s in members[:MAX_LINES]):
+            if any(c.series is s for s in drawn):
                 at.setdefault(c.commit.sha, []).append(c.change_pct)
         marks = [(where[sha] - 0.5, sizes, sha) for sha, sizes in at.items()]  # between commits
         rows = _annotate_changes(ax, marks, len(commits))
-        more = len(members) - MAX_LINES
-        note = f" ({more} more series not drawn)" if more > 0 else ""
+        title = wrapped(environment_label(members[0]), PANEL_TITLE_WIDTH)
+        if len(members) > len(drawn):
+            title += f"\n{len(drawn)} of {len(members)} series drawn: choose with --where"
         # the changes' texts in rows of their own between the title and the axes
-        ax.set_title(
-            environment_label(members[0]) + note, fontsize=9, pad=6 + ANNOTATION_ROW * rows
-        )
+        ax.set_title(title, fontsize=9, pad=6 + ANNOTATION_ROW * rows)
         ax.set_xticks(
             range(len(commits)), [sha[:7] for sha in commits], rotation=45, fontsize=8, ha="right"
         )
         ax.set_xlabel("commit (oldest first)")
         ax.set_ylabel("ms" if members[0].kind == Kind.TIMING.value else metric)
-        ax.set_ylim(bottom=0)
+        values = [x for s in drawn for v in s.values for x in (v.p25, v.p75)]
+        scaled_axis(ax, "y", values)  # a log scale where they span a decade or more
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # on no line
     return fig
 
 
+#: The height a legend entry of 8 points takes, in inches.
+LEGEND_ENTRY_INCHES = 0.19
+#: Characters per line of a panel's title: what fits over the axes of the 9-inch figure,
+#: its legend beside them, at 9 points.
+PANEL_TITLE_WIDTH = 75
 #: The height of a row of change texts over a panel, in points.
 ANNOTATION_ROW = 12
 #: The share of a panel's commits one character of a change's text spans, about (8-point

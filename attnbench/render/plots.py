@@ -48,7 +48,7 @@ class PlainLogFormatter(LogFormatter):
         return f"{x:g}" if super().__call__(x, pos) else ""
 
 
-def _scale(ax: Axes, axis: str, values: Sequence[float]) -> None:
+def scaled_axis(ax: Axes, axis: str, values: Sequence[float]) -> None:
     """A log scale when the values span a decade or more; on x, ticks at the data."""
     values = [v for v in values if v is not None]
     log = bool(values) and min(values) > 0 and max(values) / min(values) >= 10
@@ -75,7 +75,7 @@ def literal_text():
 SUBTITLE_WIDTH = 90
 
 
-def _wrapped(text: str, width: int) -> str:
+def wrapped(text: str, width: int) -> str:
     """Each line of `text` wrapped to `width` characters, evenly (_balanced)."""
     return "\n".join(_balanced(line, width) for line in text.splitlines())
 
@@ -108,7 +108,7 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str) -> tuple[Figure
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     fig.suptitle(title, fontsize=13, fontweight="bold")
-    ax.set_title(_wrapped(subtitle, SUBTITLE_WIDTH), fontsize=9)
+    ax.set_title(wrapped(subtitle, SUBTITLE_WIDTH), fontsize=9)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="major", alpha=0.3)
@@ -273,8 +273,8 @@ def decode_latency(doc: dict) -> Figure | None:
     )
     bars = ("step_ms_p25", "step_ms_p75")
     _decode_lines(ax, records, "step_ms_median", bars, legend_title=BARS_IQR, unsure=unsteady)
-    _scale(ax, "x", [r["prompt_len"] for r in records])
-    _scale(ax, "y", [r["step_ms_p25"] for r in records] + [r["step_ms_p75"] for r in records])
+    scaled_axis(ax, "x", [r["prompt_len"] for r in records])
+    scaled_axis(ax, "y", [r["step_ms_p25"] for r in records] + [r["step_ms_p75"] for r in records])
     return fig
 
 
@@ -324,9 +324,9 @@ def _ratio_figure(
         unsure=_unresolved(stem, doc),
         unsure_label=UNRESOLVED_LABEL,
     )
-    _scale(ax, "x", [r["prompt_len"] for r in records])
+    scaled_axis(ax, "x", [r["prompt_len"] for r in records])
     shown = _bar_span([1.0, *(r[value] for r in records)], records, spread)
-    _scale(ax, "y", shown)
+    scaled_axis(ax, "y", shown)
     ax.set_ylim(shown[0] / BAR_MARGIN, shown[1] * BAR_MARGIN)
     return fig
 
@@ -419,8 +419,8 @@ def decode_bandwidth(doc: dict) -> Figure | None:
     )
     ax.axhline(100.0, color="grey", linewidth=1, linestyle=":", label="measured peak (100%)")
     _decode_lines(ax, records, "pct_of_peak_bw", unsure=unsteady)
-    _scale(ax, "x", [r["prompt_len"] for r in records])
-    _scale(ax, "y", [100.0, *(r["pct_of_peak_bw"] for r in records)])
+    scaled_axis(ax, "x", [r["prompt_len"] for r in records])
+    scaled_axis(ax, "y", [100.0, *(r["pct_of_peak_bw"] for r in records)])
     return fig
 
 
@@ -472,8 +472,8 @@ def decode_providers(doc: dict) -> Figure | None:
                 zorder=3 if base else 2,
                 label=legend_label(f"{name} (baseline)" if base else name),
             )
-        _scale(ax, "x", [r["prompt_len"] for r in records])
-        _scale(ax, "y", values)
+        scaled_axis(ax, "x", [r["prompt_len"] for r in records])
+        scaled_axis(ax, "y", values)
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
@@ -526,7 +526,7 @@ def _memory_lines(ax: Axes, lines: Sequence[tuple[str, list[dict]]], x: str) -> 
         if any(r.get("state_bytes") for r in rows):
             states = [(r.get("state_bytes") or 0) / divisor for r in rows]
             ax.plot(xs, states, linestyle="--", color=style["color"], label="its state alone")
-    _scale(ax, "y", [cache(r) / divisor for r in records])
+    scaled_axis(ax, "y", [cache(r) / divisor for r in records])
     _legend_beside(ax)
 
 
@@ -584,7 +584,7 @@ def kv_memory_vs_heads(doc: dict) -> Figure | None:
     )
     _memory_lines(ax, lines, "num_kv_heads")
     heads = sorted({r["num_kv_heads"] for r in longest})
-    _scale(ax, "x", heads)
+    scaled_axis(ax, "x", heads)
     ax.set_xticklabels(_heads_ticks(heads, longest))
     return fig
 
@@ -622,7 +622,7 @@ def kv_memory_vs_context(doc: dict) -> Figure | None:
         "",
     )
     _memory_lines(ax, lines, "seq_len")
-    _scale(ax, "x", [r["seq_len"] for r in records])
+    scaled_axis(ax, "x", [r["seq_len"] for r in records])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     return fig
 

@@ -70,3 +70,44 @@ def test_the_trend_plots_change_texts_and_legend_lie_where_no_line_does():
     assert not any(a.overlaps(b) for i, a in enumerate(texts) for b in texts[i + 1 :])
     assert ax.get_legend().get_window_extent().x0 > panel.x1
     assert ax.get_legend().get_window_extent().x1 <= fig.bbox.x1
+
+
+def many(count: int, spread: float) -> list:
+    """`count` series over 4 commits, the i-th's steps at (1 + i) ** spread ms."""
+    env = {"device_name": "Some CPU, with a long name", "torch_version": "2.4.0"}
+    commits = [Commit(f"{i:02d}abcdef0123", "main", f"2026-01-{i + 1:02d}") for i in range(4)]
+    drawn = []
+    for i in range(count):
+        s = Series("step_ms_median", "timing", "decode", "0123456789", env, {"prompt_len": i})
+        m = (1 + i) ** spread
+        s.values = [CommitValue(c, m, m * 0.98, m * 1.02, 3) for c in commits]
+        drawn.append(s)
+    return drawn
+
+
+def test_a_panel_draws_each_series_apart_says_how_many_it_left_out_and_scales_to_them():
+    """Up to MAX_LINES series, each of its own colour and marker, a log axis where they
+    span a decade (MQA's steps under MHA's would lie flat on a linear one), the title
+    whole inside the figure and, where series were left out, how many."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnbench.render.history import MAX_LINES, _trend_figure
+
+    fig = _trend_figure(many(MAX_LINES + 5, spread=1.0), [])
+    fig.draw(FigureCanvasAgg(fig).get_renderer())
+    (ax,) = fig.axes
+    assert len(ax.lines) == MAX_LINES
+    styles = {(line.get_color(), line.get_marker()) for line in ax.lines}
+    assert len(styles) == MAX_LINES
+    assert ax.get_yscale() == "log"
+    title = ax.title.get_window_extent()
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1  # not cut at the figure's edges
+    assert ax.title.get_text().endswith(
+        f"{MAX_LINES} of {MAX_LINES + 5} series drawn: choose with --where"
+    )
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y0 >= 0 and legend.y1 <= fig.bbox.y1  # every entry inside the figure
+    fig = _trend_figure(many(3, spread=0.5), [])  # 1 to 1.7 ms: a linear axis from 0
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    assert "drawn" not in ax.title.get_text() and len(ax.lines) == 3

@@ -116,9 +116,9 @@ def test_a_wrapped_subtitle_leaves_no_word_alone_on_a_line(presets):
         "layers 32, KV float16, batch 1,",
         "context 4,096 (the longest; the bytes grow in proportion to it)",
     ]
-    lines = plots._wrapped("a b " * 60, plots.SUBTITLE_WIDTH).splitlines()
+    lines = plots.wrapped("a b " * 60, plots.SUBTITLE_WIDTH).splitlines()
     assert len(lines) == 3 and min(map(len, lines)) >= max(map(len, lines)) - 4
-    assert plots._wrapped("llama-3-8b " * 12, 40).splitlines()[0].endswith("llama-3-8b")
+    assert plots.wrapped("llama-3-8b " * 12, 40).splitlines()[0].endswith("llama-3-8b")
 
 
 def test_every_subtitle_is_wrapped_line_by_line():

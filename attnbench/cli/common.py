@@ -82,8 +82,9 @@ def fit_console_to_page() -> None:
 
 err_console = plain_console(stderr=True)
 
-#: How a listed item (a finding) starts, and how its later lines are indented under it.
-BULLET = "  - "
+#: How a listed item (a finding) starts, and how its later lines are indented under it;
+#: and a note under a table or an answer.
+BULLET, NOTE = "  - ", "note: "
 
 
 def print_items(items: Sequence[str], bullet: str = BULLET) -> None:
@@ -230,37 +231,33 @@ def model_notes(models: Sequence, contexts: Sequence[int] = ()) -> None:
     model of a multimodal config: its vision or audio encoder is not counted'), and the
     `contexts` asked for past the positions it declares (computed all the same). The
     variants of a what-if set share their model's notes."""
+    notes = []
     for spec in {spec.name: spec for spec in models}.values():
         if spec.note:
-            console.print(f"note: {spec.name}: {spec.note}", markup=False)
+            notes.append(f"{spec.name}: {spec.note}")
         if spec.counted is not None:
-            console.print(
-                f"note: {spec.name}: whole model counted by {spec.counted.source}, not by "
-                "attnbench's formulas; per tensor-parallel rank, its parts split evenly",
-                markup=False,
+            notes.append(
+                f"{spec.name}: whole model counted by {spec.counted.source}, not by "
+                "attnbench's formulas; per tensor-parallel rank, its parts split evenly"
             )
         if spec.unknown_kinds is not None:  # params counts it; kvmem, predict and fit refuse
-            console.print(
-                f"note: {spec.name}: {spec.unknown_kinds}; its cache is not counted",
-                markup=False,
-            )
+            notes.append(f"{spec.name}: {spec.unknown_kinds}; its cache is not counted")
         if any(s is not None and s.recurrent_dtype for s in spec.layer_states):
-            console.print(
-                f"note: {spec.name}: the state layers' recurrent state is counted in float32, "
-                "as transformers keeps it whatever the model's dtype (a serving engine may "
-                "keep it in the model's)",
-                markup=False,
+            notes.append(
+                f"{spec.name}: the state layers' recurrent state is counted in float32, as "
+                "transformers keeps it whatever the model's dtype (a serving engine may "
+                "keep it in the model's)"
             )
         limit = spec.max_position_embeddings
         past = sorted({c for c in contexts if limit and c > limit})
         if past:
             listed = join_words([f"{c:,}" for c in past])
             what = f"context {listed} is" if len(past) == 1 else f"contexts {listed} are"
-            console.print(
-                f"note: {spec.name}: {what} past its {limit:,} positions "
-                "(max_position_embeddings); computed all the same",
-                markup=False,
+            notes.append(
+                f"{spec.name}: {what} past its {limit:,} positions "
+                "(max_position_embeddings); computed all the same"
             )
+    print_items(notes, bullet=NOTE)
 
 
 def served_notes(models: Sequence, done: str, fields: Sequence[str]) -> None:
@@ -268,18 +265,19 @@ def served_notes(models: Sequence, done: str, fields: Sequence[str]) -> None:
     (float32): `done` ('predicted on the named GPUs') in the dtype engines load it in, and
     the flags of `fields` that keep its own (weights_dtype none where the checkpoint's
     quantisation sets the weights)."""
+    notes = []
     for spec in {spec.name: spec for spec in models}.values():
         served = served_dtype(spec.dtype)
         if served == spec.dtype:
             continue
         kept = [f for f in fields if not (f == "weights_dtype" and spec.stored_weights)]
         keep = " ".join(f"{flag_of(f)} {spec.dtype}" for f in kept)
-        console.print(
-            f"note: {spec.name}: its checkpoint is {spec.dtype}; {done} in {served}, as "
+        notes.append(
+            f"{spec.name}: its checkpoint is {spec.dtype}; {done} in {served}, as "
             "serving engines load it (vLLM's --dtype auto)"
-            + (f"; {keep} keeps {spec.dtype}" if keep else ""),
-            markup=False,
+            + (f"; {keep} keeps {spec.dtype}" if keep else "")
         )
+    print_items(notes, bullet=NOTE)
 
 
 def show_table(

@@ -14,6 +14,7 @@ from ..records import as_dict, failed
 from ..render.columns import decode_columns
 from .common import (
     EXIT_INTERRUPTED,
+    NOTE,
     check_writable,
     console,
     err_console,
@@ -189,7 +190,7 @@ def show_results(rows: list[dict], env: dict, wide: bool) -> None:
                 "attention), not the whole model, and tok/s is that layer's; a whole "
                 "model's step: attnbench predict"
             ],
-            bullet="note: ",
+            bullet=NOTE,
         )
     show_providers(rows, env, wide)
 
@@ -204,7 +205,7 @@ def show_providers(rows: list[dict], env: dict | None = None, wide: bool = False
     if side.rows:
         console.print()
         show_table(side.title, side.rows, side.columns, wide, hint=None)
-        print_items(side.notes, bullet="note: ")
+        print_items(side.notes, bullet=NOTE)
 
 
 def warn_wrong(records: list[DecodeRecord]) -> None:

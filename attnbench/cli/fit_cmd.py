@@ -21,9 +21,11 @@ from ..render.fit import (
 )
 from ..render.what_if import fit_columns, fit_notes, what_if_set
 from .common import (
+    NOTE,
     console,
     fail,
     model_notes,
+    print_items,
     run_section,
     section_command,
     served_notes,
@@ -45,7 +47,7 @@ def memory_note(record: FitRecord, point: FitPoint) -> str:
     if not size.decimal:
         return ""
     whose = "" if point.memory is not None else f"{record.gpu}: "
-    return f"note: {whose}{size.describe()}"
+    return f"{whose}{size.describe()}"
 
 
 def show_answer(record: FitRecord, point: FitPoint, label: str = "") -> None:
@@ -94,9 +96,8 @@ def show_answers(plan, records: list[FitRecord], wide: bool) -> None:
             console.print(answer_line(record) + (f" ({label})" if label else ""), markup=False)
         else:
             console.print(f"{record.model} ({record.variant}): {record.status}", markup=False)
-    for note in dict.fromkeys(memory_note(record, point) for point, record in own):
-        if note:
-            console.print(note, markup=False)
+    notes = dict.fromkeys(memory_note(record, point) for point, record in own)
+    print_items([note for note in notes if note], bullet=NOTE)
     for (point, record), label in zip(own, labels, strict=True):
         if record.status == OK:
             show_answer(record, point, label)
@@ -104,8 +105,7 @@ def show_answers(plan, records: list[FitRecord], wide: bool) -> None:
         if variants:
             columns = fit_columns(record.question, variants)
             show_table("Per KV-head count", variants, columns, wide, hint=None)
-            for line in fit_notes(variants):
-                console.print(f"note: {line}", markup=False)
+            print_items(fit_notes(variants), bullet=NOTE)
 
 
 @section_command(app, "fit", before=("model", "hf_config", "config"))

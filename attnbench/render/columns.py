@@ -14,6 +14,7 @@ depend on its rows (kvmem, decode) has them made here (ROW_COLUMNS).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -227,13 +228,16 @@ NOT_ALLOCATED = "not allocated"
 
 
 def kvmem_status(status: Any) -> Any:
-    """'skipped: needs 40.00 GiB, 22.62 GiB free' -> 'not allocated: needs 40.00 GiB,
-    22.62 GiB free (the bytes are computed; only their check by allocation was skipped)';
-    any other status as it is."""
+    """'skipped: needs 40.00 GiB, 22.62 GiB free' -> 'not allocated: more than the 22.62
+    GiB free (the bytes are computed; only their check by allocation was skipped)': what
+    it needed is the row's bytes, so that the rows skipped at one free size share one
+    note; any other status as it is."""
     found = Status.of(status)
     if status is None or found.word != "skipped":
         return status
     reason = found.reason
+    if over := re.fullmatch(r"needs .+, (.+) free", reason):
+        reason = f"more than the {over[1]} free"
     return (
         f"{NOT_ALLOCATED}: {reason} (the bytes are computed; only their check by "
         "allocation was skipped)"

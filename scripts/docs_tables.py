@@ -212,9 +212,10 @@ FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "copies": ("", "the copies of its weights and cache its step rotates over, a call "
                        "on each in turn, so that it reads them from memory "
                        "(`--cold-cache`); 1: timed on one"),
-        "cpu_share": ("", "the share of the sampling's wall time this process ran on the "
-                          "CPU (one thread on the CPU; empty otherwise): under 0.8, another "
-                          "process held the CPU and the row is noisy"),
+        "cpu_share": ("", "the share of the CPU time its threads needed this process had "
+                          "while sampling (on the CPU; with several threads, from Linux's "
+                          "/proc/stat; empty otherwise): under 0.8, another process held "
+                          "the CPU and the row is noisy"),
         "projection_path": ("", "how the projections ran on the CPU: `onednn-packed` or "
                                 "`torch`"),
         "batch_spec": ("", "the batch sequence by sequence (`--batch-spec`, see "

@@ -310,8 +310,8 @@ class DecodeRecord:
     #: The copies of its weights and cache its step rotates over, a call on each in turn,
     #: so that it reads them from memory (experiments.interleave.copies_for).
     copies: int | None = info()
-    #: The share of the sampling's wall time this process ran on the CPU (one thread on
-    #: the CPU; None otherwise): under BUSY_CPU_SHARE, another process held the CPU.
+    #: The share of the CPU time its threads needed this process had while sampling (on
+    #: the CPU; measure.timing.CpuShare): under BUSY_CPU_SHARE, another process held it.
     cpu_share: float | None = info()
     narrowest_variant: str | None = info()
     x_of_narrowest: Sampled = comparison(against="narrowest_variant", names="variant")

@@ -36,8 +36,8 @@ Z_95 = 1.959963984540054
 #: Why sampling stopped: the interval reached its target, the time budget ran out, the
 #: most samples allowed were taken, or a fixed count was asked for.
 CONVERGED, OUT_OF_TIME, MOST_SAMPLES, FIXED = "target_ci", "max_time", "max_repeats", "repeats"
-#: The least share of the wall time a process sampling with one thread should run for
-#: (measure.timing.CpuShare): one that ran for less waited while another process held the
+#: The least share of the CPU time its threads needed a sampling process should have
+#: (measure.timing.CpuShare): one that had less waited while another process held the
 #: CPU, and its times are the host's as much as its own.
 BUSY_CPU_SHARE = 0.8
 #: Resamples of a bootstrap interval, and its seed (the same samples give the same interval).

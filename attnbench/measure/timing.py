@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -477,21 +478,65 @@ def _ci_rel(measurements: list[Measurement]) -> float:
 
 
 class CpuShare:
-    """How much of the wall time since it was made this process ran on the CPU (its CPU
-    time over the wall time, at most 1), while torch computes on one thread: the rest of
-    the time another process held the CPU (a busy neighbour, a hypervisor's steal).
-    `share()` is None with more threads, whose parallel regions leave some idle by design,
-    and on a GPU, where the host waits for the device."""
+    """How much of the CPU time its threads needed this process had, over the wall time
+    since it was made (at most 1); the rest another process held (a busy neighbour, a
+    hypervisor's steal), which slows every sample alike and so shows in no spread.
+
+    On one thread: the process's CPU time over the wall time. On more (Linux): the CPUs
+    the process may run on, less what other processes and the hypervisor took of them
+    (/proc/stat's busy and steal time, less this process's own), over what its threads
+    could use; a parallel region's idle threads count as the process's, since no other
+    process took their CPU. None on a GPU, where the host waits for the device, where
+    /proc/stat cannot be read, and over under MIN_WALL_S (its clock ticks 10 ms apart)."""
+
+    #: The shortest wall time a many-thread share is read over.
+    MIN_WALL_S = 0.5
 
     def __init__(self, device: torch.device) -> None:
-        self.counts = device.type == "cpu" and torch.get_num_threads() == 1
+        self.threads = torch.get_num_threads() if device.type == "cpu" else 0
+        self.cpus = _usable_cpus()
+        self.busy = _busy_seconds(self.cpus) if self.threads > 1 else None
         self.wall, self.cpu = time.perf_counter(), time.process_time()
 
     def share(self) -> float | None:
         wall = time.perf_counter() - self.wall
-        if not self.counts or wall <= 0:
+        own = time.process_time() - self.cpu
+        if self.threads == 1 and wall > 0:
+            return min(own / wall, 1.0)
+        busy = _busy_seconds(self.cpus) if self.busy is not None else None
+        if busy is None or self.busy is None or wall < self.MIN_WALL_S:
             return None
-        return min((time.process_time() - self.cpu) / wall, 1.0)
+        others = max(busy - self.busy - own, 0.0)
+        left = len(self.cpus) * wall - others
+        return min(max(left / (min(self.threads, len(self.cpus)) * wall), 0.0), 1.0)
+
+
+#: /proc/stat's fields after the CPU's name: user, nice, system, idle, iowait, irq,
+#: softirq, steal (then guest time, already in user). Busy: all but idle and iowait.
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def _usable_cpus() -> list[int]:
+    """The CPUs this process may run on (all of them where the OS cannot say)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def _busy_seconds(cpus: Sequence[int]) -> float | None:
+    """The seconds `cpus` have run anything since boot, steal included (/proc/stat), or
+    None where it cannot be read."""
+    wanted = {f"cpu{c}" for c in cpus}
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            lines = [fields for line in stat if (fields := line.split())[0] in wanted]
+        if len(lines) != len(wanted):  # a CPU it does not list: no share rather than 1
+            return None
+        ticks = sum(int(fields[1 + i]) for fields in lines for i in _BUSY_FIELDS)
+        return ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 #: Timed copies (and matmuls) of a peak probe: the first probe of a run, and each later

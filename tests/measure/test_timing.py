@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 from dataclasses import replace
 
@@ -318,3 +319,77 @@ def test_a_rotating_call_runs_each_copy_in_turn():
         call()
     assert ran == ["setup 0", "call 0", "setup 1", "call 1"]
     assert timing.rotating(plain[:1]) is plain[0]
+
+
+class Clock:
+    """Wall, process and host busy seconds a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.wall, self.own, self.busy = 100.0, 10.0, 1000.0
+
+    def run(self, wall: float, own: float, others: float) -> None:
+        self.wall, self.own, self.busy = self.wall + wall, self.own + own, self.busy + own + others
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock.wall)
+    monkeypatch.setattr(timing.time, "process_time", lambda: clock.own)
+    monkeypatch.setattr(timing, "_busy_seconds", lambda cpus: clock.busy)
+    monkeypatch.setattr(timing, "_usable_cpus", lambda: [0, 1])
+    return clock
+
+
+@pytest.mark.parametrize(
+    ("threads", "own", "others", "share"),
+    [
+        (2, 4.0, 0.0, 1.0),  # its two threads had both CPUs
+        (2, 3.0, 0.0, 1.0),  # a parallel region's idle thread: no other process took it
+        (2, 2.0, 2.0, 0.5),  # a neighbour held one CPU throughout
+        (2, 0.4, 3.6, 0.1),  # ... nearly both
+        (4, 4.0, 0.0, 1.0),  # more threads than CPUs: what two CPUs could give
+        (4, 2.0, 2.0, 0.5),
+        (2, 4.0, 0.3, 0.925),  # the hypervisor's steal, counted as busy, is another's
+        (1, 1.0, 2.0, 0.5),  # one thread: its own CPU time over the wall time, 1 of 2 s
+    ],
+)
+def test_the_cpu_share_of_many_threads_is_what_other_processes_left_them(
+    clock, threads, own, others, share
+):
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        probe = timing.CpuShare(torch.device("cpu"))
+    finally:
+        torch.set_num_threads(torch_threads)
+    clock.run(wall=2.0, own=own if threads > 1 else 1.0, others=others)
+    assert probe.share() == pytest.approx(share)
+
+
+def test_no_many_thread_share_over_a_short_wall_or_without_the_hosts_busy_time(clock, monkeypatch):
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        short = timing.CpuShare(torch.device("cpu"))
+        clock.run(wall=0.2, own=0.01, others=0.39)  # held nearly throughout, but 0.2 s
+        assert short.share() is None
+        monkeypatch.setattr(timing, "_busy_seconds", lambda cpus: None)
+        unread = timing.CpuShare(torch.device("cpu"))
+        clock.run(wall=2.0, own=0.1, others=3.9)
+        assert unread.share() is None
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert timing.CpuShare(torch.device("meta")).share() is None  # not a CPU
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc/stat")
+def test_the_hosts_busy_seconds_count_its_cpus_and_only_those():
+    cpus = timing._usable_cpus()
+    before = timing._busy_seconds(cpus)
+    deadline = time.perf_counter() + 0.1
+    while time.perf_counter() < deadline:
+        pass
+    after = timing._busy_seconds(cpus)
+    assert before is not None and after >= before + 0.05  # this loop's 0.1 s, 10 ms ticks
+    assert timing._busy_seconds([*cpus, 100_000]) is None  # a CPU /proc/stat lacks

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import FieldError, UsageError, spelled
+from ..errors import FieldError, UsageError, brief, spelled
 from ..experiments.whole_model import PART_RECORDS
 from ..measure.environment import FIELD_TYPES
-from ..model.files import json_int, json_problem, not_text, read_user_file
+from ..model.files import json_int, json_problem, not_text, read_user_file, unique_keys
 from ..records import (
     Kind,
     bounds,
@@ -31,7 +31,7 @@ from ..records import (
     signed_fields,
 )
 from .output import SCHEMA_VERSION
-from .schema import parse_number
+from .schema import FIELDS, parse_number
 from .sections import KINDS, RECORD_TYPES, command_of, record_type
 
 #: The commands whose JSON holds records, and the section each single command writes.
@@ -95,7 +95,9 @@ def load_document(path: str | Path) -> Document:
 
 def _json_document(path: Path, text: str) -> Document:
     try:
-        doc = json.loads(text, parse_int=json_int)
+        doc = json.loads(
+            text, parse_int=json_int, object_pairs_hook=lambda pairs: unique_keys(pairs, str(path))
+        )
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON ({json_problem(exc)})") from None
     except RecursionError:
@@ -265,33 +267,47 @@ class _Declared:
     (`positive`, ratios), the raw samples' fields, the statistics on either side of a
     median (records.bounds), the info field naming what a ratio was taken against
     (records.ratio_against), and the key fields a record cannot be made without, whose
-    type has no None (the rows are told apart, drawn and matched by them)."""
+    type has no None (the rows are told apart, drawn and matched by them); `sampled`:
+    each median's raw samples field; `choices`: the values a key field the sweep schema
+    restricts may take (a decode row's mode, provider, dtype)."""
 
     signed: set[str] = field(default_factory=set)
     positive: set[str] = field(default_factory=set)
     samples: set[str] = field(default_factory=set)
+    sampled: dict[str, str] = field(default_factory=dict)
     bounds: list[tuple[str, str, str]] = field(default_factory=list)
     against: dict[str, str] = field(default_factory=dict)
     required: list[str] = field(default_factory=list)
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rtype: type | None) -> _Declared:
+    def of(cls, section: str, rtype: type | None) -> _Declared:
         if rtype is None:
             return cls()
-        timings = gated_timing(rtype).values()
+        keys = [f for f in dataclasses.fields(rtype) if f.metadata["kind"] is Kind.KEY]
+        timings = gated_timing(rtype)
+        sampled = {
+            median: stats["samples"] for median, stats in timings.items() if "samples" in stats
+        }
         return cls(
             signed=signed_fields(rtype),
             positive=positive_fields(rtype),
-            samples={stats["samples"] for stats in timings if "samples" in stats},
+            samples=set(sampled.values()),
+            sampled=sampled,
             bounds=bounds(rtype),
             against=ratio_against(rtype),
             required=[
                 f.name
-                for f in dataclasses.fields(rtype)
-                if f.metadata["kind"] is Kind.KEY
-                and f.default is dataclasses.MISSING
-                and "None" not in _type_names(f)
+                for f in keys
+                if f.default is dataclasses.MISSING and "None" not in _type_names(f)
             ],
+            choices={
+                f.name: choices
+                for f in keys
+                if (sweep := FIELDS.get(f.name)) is not None
+                and section in sweep.sections
+                and (choices := sweep.choices) is not None
+            },
         )
 
 
@@ -304,7 +320,7 @@ def _check_records(path: Path, section: str, records: Any) -> list[dict]:
     kinds = kinds_of(section)
     rtype = record_type(section)
     types = declared_types(rtype)
-    declared = _Declared.of(rtype)
+    declared = _Declared.of(section, rtype)
     for i, rec in enumerate(records):
         where = f"{path}: {section} record {i}"
         if not isinstance(rec, dict):
@@ -339,11 +355,37 @@ def _check_related(where: str, rec: dict, declared: _Declared) -> None:
                     f"{where}: {low}: {a} is above {high} ({b}); a median's quartiles "
                     "and interval lie on either side of it"
                 )
+    for median, samples in declared.sampled.items():
+        _check_median_of(where, rec, median, samples)
+    for name, choices in declared.choices.items():
+        if isinstance(rec.get(name), str) and rec[name] not in choices:
+            listed = ", ".join(choices)
+            raise UsageError(f"{where}: {name}: {brief(rec[name])} is not one of {listed}")
+    heads, kv_heads = rec.get("num_heads"), rec.get("num_kv_heads")
+    counts = all(type(n) is int and n > 0 for n in (heads, kv_heads))
+    if counts and heads % kv_heads:
+        raise UsageError(f"{where}: num_kv_heads {kv_heads} does not divide num_heads {heads}")
     for name, against in declared.against.items():
         if rec.get(name) is not None and rec.get(against) is None:
             raise UsageError(
                 f"{where}: {name}: {rec[name]} is taken against {against}, which is null"
             )
+
+
+def _check_median_of(where: str, rec: dict, median: str, samples: str) -> None:
+    """A median lies among its raw samples (within float rounding): the gate judges the
+    samples, the tables show the median, and a file whose two disagree (samples scaled
+    a hundredfold beside their median) would pass a regression as unchanged."""
+    value, raw = rec.get(median), rec.get(samples)
+    if not is_number(value) or not raw:
+        return
+    least, most = min(raw), max(raw)
+    slack = 1e-9 * max(abs(least), abs(most))
+    if not least - slack <= value <= most + slack:
+        raise UsageError(
+            f"{where}: {median}: {value:g} is not among its samples ({samples}: "
+            f"{least:g} to {most:g}); a median lies among the samples it was taken of"
+        )
 
 
 #: The kinds of field that are measured or computed sizes, counts, times and ratios.

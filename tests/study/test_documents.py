@@ -591,7 +591,9 @@ def test_a_run_s_model_parts_are_validated_as_a_command_s(run_doc, tmp_path):
 def test_a_head_with_a_zero_median_fails_and_a_negative_one_is_rejected(run_doc, tmp_path):
     doc = copy.deepcopy(run_doc)
     base = _write(tmp_path / "base.json", doc)
-    doc["sections"]["decode"]["records"][0].update(step_ms_median=0.0, step_ms_p25=0.0)
+    record = doc["sections"]["decode"]["records"][0]
+    record.update(step_ms_median=0.0, step_ms_p25=0.0)
+    record["samples_ms"] = [0.0] * len(record["samples_ms"])  # a median among its samples
     zero = _write(tmp_path / "zero.json", doc)
     result = cli("compare", base, zero, "--format", "json")
     assert result.exit_code == 1, result.output

@@ -45,12 +45,14 @@ def _decode(**values):
     return edit
 
 
-def _scaled(field: str, median: str, factor: float):
-    """Decode record 1 with `field` at `factor` times its `median`."""
+def _scaled(field: str, median: str, factor: float | list[float]):
+    """Decode record 1 with `field` at `factor` times its `median` (a list: samples, each
+    at its factor times it)."""
 
     def edit(doc: dict) -> None:
         rec = doc["sections"]["decode"]["records"][1]
-        rec[field] = rec[median] * factor
+        scaled = [rec[median] * f for f in factor] if isinstance(factor, list) else None
+        rec[field] = scaled if scaled is not None else rec[median] * factor
 
     return edit
 
@@ -99,6 +101,21 @@ BAD = [
     (_decode(step_ci_pct=-1), "step_ci_pct: -1 is negative", ""),
     (_decode(speedup_vs_no_cache=-2), "speedup_vs_no_cache: -2 is negative", ""),
     (_decode(x_of_no_cache_ci_lo=-0.5), "x_of_no_cache_ci_lo: -0.5 is negative", ""),
+    # the samples the gate judges a hundredfold the median the tables show
+    (
+        _scaled("samples_ms", "step_ms_median", [100]),
+        "decode record 1: step_ms_median: ",
+        "is not among its samples (samples_ms: ",
+    ),
+    (
+        _scaled("x_of_narrowest_samples", "x_of_narrowest_median", [0.01]),
+        "decode record 1: x_of_narrowest_median: ",
+        "is not among its samples",
+    ),
+    (_decode(mode="bogus"), "decode record 1: mode: 'bogus' is not one of cache, no_cache", ""),
+    (_decode(provider="fast"), "decode record 1: provider: 'fast' is not one of attnbench", ""),
+    (_decode(dtype="float64"), "decode record 1: dtype: 'float64' is not one of float32", ""),
+    (_decode(num_kv_heads=3), "decode record 1: num_kv_heads 3 does not divide num_heads 2", ""),
 ]
 
 
@@ -190,3 +207,14 @@ def test_a_csv_number_may_have_a_sign_a_fraction_and_an_exponent(params_csv, tmp
     (records,) = load_document(path).sections.values()
     assert [r["ratio_vs_mha"] for r in records] == [1.0, 0.75, 0.625]
     assert [r["total_params"] for r in records] == [16384, 12288, 10240]
+
+
+def test_a_key_given_twice_is_refused_where_json_would_keep_the_last(study, tmp_path):
+    """A results file is read as strictly as a config.json: of a key given twice, json
+    keeps the last value, which compare would gate (a total_params of 999)."""
+    path = _bad_copy(study, tmp_path, lambda doc: None)
+    text = path.read_text()
+    path.write_text(text.replace('"command": "run"', '"command": "run", "command": "kvmem"', 1))
+    result = runner.invoke(app, ["compare", str(path), str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {path}: duplicate key 'command'\n"

@@ -207,7 +207,8 @@ def run_section(
     from ..study.runner import run_command
     from ..study.sections import KINDS
 
-    check_writable(outputs, {"config": config, "hf_config": hf_config})
+    # what is there is judged once the plan has named every input (`reads`)
+    check_writable(outputs, {"config": config, "hf_config": hf_config}, contents=False)
     refs = model_refs(model, hf_config)
     csv_path, json_path = (outputs.get("csv"), outputs.get("json")) if write else (None, None)
 
@@ -298,14 +299,17 @@ def show_table(
 
 
 def check_writable(
-    outputs: dict[str, str | None], inputs: Mapping[str, str | Sequence[str] | None]
+    outputs: dict[str, str | None],
+    inputs: Mapping[str, str | Sequence[str] | None],
+    contents: bool = True,
 ) -> None:
     """Fail before anything runs when an output cannot be written: a directory, a special
     file, a read-only file, a folder that is not a writable directory, one of the
-    command's own `inputs`, or the same file as another output; or when an input's name
-    can name no file (too long). Both map a field (csv, config...) to the path given for it
-    (an input, to its paths: "models", the config.json files a sweep file lists); errors
-    name the field's flag."""
+    command's own `inputs`, the same file as another output, or (with `contents`) a file
+    of another kind (_not_replaceable); or when an input's name can name no file (too
+    long). Both map a field (csv, config...) to the path given for it (an input, to its
+    paths: "models", the config.json files a sweep file lists); errors name the field's
+    flag."""
     reads = [(field, path) for field, paths in inputs.items() for path in as_paths(paths)]
     for field, path in [*outputs.items(), *reads]:
         refuse_empty(field, path)
@@ -326,8 +330,44 @@ def check_writable(
             reason += "output elsewhere"
         elif reason is None and earlier is not None:
             reason = f"is also the {flag_of(earlier)} output; give each output its own file"
+        if reason is None and contents:
+            reason = _not_replaceable(field, Path(path))
         if reason is not None:
             raise FieldError(field, shown_path(path), reason)
+
+
+#: The outputs that are JSON documents (results, a baseline, a calibration), and what
+#: starts an SQLite database (a history).
+JSON_OUTPUTS = ("json", "to")
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _not_replaceable(field: str, p: Path) -> str | None:
+    """Why the file at `p` must not be replaced by the `field` output, or None: a history
+    database, a binary file where text goes, or a file that is no JSON where a JSON
+    document goes (a sweep file, notes): what is there is not an earlier output of this
+    kind, and a slip of the path would lose it. A picture (history plot --out) or a
+    side's log may replace anything."""
+    if field not in (*JSON_OUTPUTS, "csv", "output"):
+        return None
+    try:
+        with open(p, "rb") as existing:
+            head = existing.read(4096)
+    except OSError:  # none yet, or the writer says why
+        return None
+    if not head.strip():
+        return None
+    if head.startswith(SQLITE_HEADER):
+        what = "an SQLite database (a history?)"
+    elif b"\x00" in head:
+        what = "a binary file"
+    elif field in JSON_OUTPUTS and not head.lstrip().startswith(b"{"):
+        what = "a file that is not JSON"
+    elif field == "csv" and b"," not in head.splitlines()[0]:
+        what = "a file that is not CSV"
+    else:
+        return None
+    return f"is {what}, not an earlier output of this kind; not replaced: give another path"
 
 
 def _what_reads(field: str) -> str:

@@ -230,3 +230,47 @@ def test_an_empty_item_of_a_list_is_named_with_the_list_as_typed(args, typed):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {typed}: an empty item in the list")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["baseline", "save", "RESULTS", "--to", "TARGET"], "--to"),
+        (["baseline", "exact", "--to", "TARGET"], "--to"),
+        (["compare", "RESULTS", "RESULTS", "--output", "TARGET"], "--output"),
+        (["params", "--d-model", "64", "--heads", "4", "--json", "TARGET"], "--json"),
+        (["params", "--d-model", "64", "--heads", "4", "--csv", "TARGET"], "--csv"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("name", "content", "what"),
+    [
+        ("history.db", b"SQLite format 3\x00" + bytes(100), "an SQLite database (a history?)"),
+        ("data.bin", b"\x89PNG\r\n\x1a\n\x00\x00", "a binary file"),
+        ("notes.txt", b"my notes\n", "a file that is not JSON"),
+    ],
+)
+def test_an_output_never_replaces_a_file_of_another_kind(tmp_path, args, flag, name, content, what):
+    """A history, a binary file, or text where a JSON document goes (notes, a sweep file)
+    is no earlier output of this kind: a slip of the path would lose it. Refused, the
+    file kept; an earlier output of the kind is replaced as ever."""
+    target = tmp_path / name
+    target.write_bytes(content)
+    results = params_json(tmp_path)
+    argv = [str(results) if a == "RESULTS" else str(target) if a == "TARGET" else a for a in args]
+    result = runner.invoke(app, argv)
+    text_ok = flag in ("--output", "--csv") and name == "notes.txt"
+    if text_ok and flag == "--output":  # a report is text: any text may be replaced
+        assert result.exit_code == 0, result.output
+        return
+    if text_ok:
+        what = "a file that is not CSV"
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: {flag} {target}: is {what}, not an earlier output of this kind; "
+        "not replaced: give another path\n"
+    )
+    assert target.read_bytes() == content
+    again = tmp_path / "again"
+    assert runner.invoke(app, [a.replace(str(target), str(again)) for a in argv]).exit_code == 0
+    assert runner.invoke(app, [a.replace(str(target), str(again)) for a in argv]).exit_code == 0

@@ -223,7 +223,7 @@ def test_json_config_records_the_flags(tmp_path):
 
 def test_json_written_atomically(tmp_path):
     path = tmp_path / "k.json"
-    path.write_text("old contents")
+    path.write_text('{"old": "contents"}')  # an earlier JSON output (anything else is kept)
     invoke_ok([*PARAMS_ARGS, "--json", path, "-q"])
     assert json.loads(path.read_text())["command"] == "params"
     assert [p.name for p in tmp_path.iterdir()] == ["k.json"]  # no temporary left behind

@@ -87,10 +87,11 @@ class MissingFields(UsageError):
 
 
 class Problems(UsageError):
-    """Every problem of a study at once, one line each (the first `limit` of them)."""
+    """Every problem of a study at once, one line each (the first `limit` of them); the
+    sections with nothing to run for want of the same fields, in one line."""
 
     def __init__(self, errors: list[UsageError], limit: int = 20) -> None:
-        self.errors = errors
+        self.errors = _merged_missing(errors)
         self.limit = limit
         super().__init__("\n".join(self.lines()))
 
@@ -185,3 +186,20 @@ class ModelMismatchError(RuntimeError):
     input. Exit code 1."""
 
     exit_code = 1
+
+
+def _merged_missing(errors: list[UsageError]) -> list[UsageError]:
+    """`errors` with the MissingFields of the same fields and file as one, in the first's
+    place ('nothing to run for params, kvmem and decode: give ...')."""
+    whats: dict[tuple, list[str]] = {}
+    for error in errors:
+        if isinstance(error, MissingFields):
+            whats.setdefault((repr(error.choices), error.source), []).append(error.what)
+    merged: list[UsageError] = []
+    for error in errors:
+        if not isinstance(error, MissingFields):
+            merged.append(error)
+        elif names := whats.pop((repr(error.choices), error.source), None):
+            what = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+            merged.append(MissingFields(what, error.choices, error.source))
+    return merged

@@ -197,3 +197,26 @@ def test_a_sweep_keeps_each_distinct_point_once_and_every_model(tmp_path):
     )
     found = points("models: [llama-2-7b, llama-2-7b/config.json]")
     assert [p.spec.num_layers for p in found] == [32, 16]
+
+
+@pytest.mark.parametrize(
+    ("text", "lines"),
+    [
+        ("", ["nothing to run for params, kvmem and decode: give d_model and num_heads or model"]),
+        (
+            "params: {}\nkvmem: {}\ndecode: {}\nfit: {}\n",
+            [
+                "nothing to run for params, kvmem and decode: give d_model and num_heads or model",
+                "nothing to run for fit: give model",
+            ],
+        ),
+    ],
+)
+def test_sections_with_nothing_to_run_for_want_of_the_same_fields_are_one_line(
+    tmp_path, text, lines
+):
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [f"error: {path}: {line}" for line in lines]

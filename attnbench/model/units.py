@@ -65,8 +65,8 @@ def parse_memory(text: str, field: str, zero: bool = False) -> MemorySize:
 
 
 def parse_share(text: str, field: str, of: int) -> int:
-    """'10%' of `of` bytes (rounded down), or a size ('4GiB'); 0 is allowed, bare or in
-    any unit ('0', '0GiB')."""
+    """'10%' of `of` bytes (rounded down), or a size ('4GiB') below it; 0 is allowed, bare
+    or in any unit ('0', '0GiB')."""
     stripped = str(text).strip()
     if stripped.endswith("%"):
         number = stripped[:-1].strip()
@@ -78,7 +78,10 @@ def parse_share(text: str, field: str, of: int) -> int:
         return int(of * pct / 100)
     if stripped == "0":
         return 0
-    return parse_memory(stripped, field, zero=True).bytes
+    size = parse_memory(stripped, field, zero=True).bytes
+    if size >= of:  # as 100% is: nothing would be left to use
+        raise FieldError(field, text, f"is not below the {format_bytes(of)} it is kept from")
+    return size
 
 
 def binary_unit(largest: float) -> tuple[float, str]:

@@ -291,7 +291,7 @@ def test_memory_sizes_parse_exactly():
     # a driver's total read in GiB: rounded down to whole bytes, 79.1 * 2**30 = ....4
     assert parse_memory("79.1GiB", "memory").bytes == 84_932_978_278
     assert parse_memory("0.1KiB", "memory").bytes == 102
-    assert parse_share("4GiB", "reserve", GiB) == 4 * GiB
+    assert parse_share("4GiB", "reserve", 8 * GiB) == 4 * GiB
     for zero in ("0", "0B", "0GiB", "0.0 GB", "0%"):  # no reserve, in any unit
         assert parse_share(zero, "reserve", GiB) == 0
     assert parse_share("12.5%", "reserve", 1000) == 125
@@ -380,6 +380,10 @@ def test_cli_weights_do_not_fit_exit_1():
         (
             ["--memory", "80GiB", "--seq-len", "1", "--reserve", "120%"],
             "--reserve 120%: a percentage must be in [0, 100)",
+        ),
+        (  # as 100% is: not a model that does not fit, but a reserve that leaves nothing
+            ["--memory", "80GiB", "--seq-len", "1", "--reserve", "80GiB"],
+            "--reserve 80GiB: is not below the 80.00 GiB it is kept from",
         ),
         (["--memory", "80GiB", "--seq-len", "0"], "--seq-len 0: must be >= 1"),
         (

@@ -98,6 +98,9 @@ def parse_field(name: str, text: str) -> Any:
         reason = check_value(name, value)
         if reason:
             raise FieldError(name, value, reason)
+        if value in values and (earlier := items[values.index(value)]) != item:
+            # two spellings of one value ('none,0', 'bf16,bfloat16'), named as typed
+            raise FieldError(name, text, f"{earlier} and {item} are one value, given twice")
         values.append(value)
     return values if spec.axis else values[0]
 

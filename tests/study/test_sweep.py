@@ -964,6 +964,9 @@ def test_a_study_is_refused_when_planned_in_the_files_terms(tmp_path, monkeypatc
         (["decode-speed", "--mode", "cache,cache"], "--mode cache,cache: cache is given twice"),
         (["decode-speed", "--prompt-len", "8,8"], "--prompt-len 8,8: 8 is given twice"),
         (["kvmem", "--kv-heads", "mqa,1"], "--kv-heads mqa,1: mqa and 1 are both 1 KV head here"),
+        # two spellings of one value, named as typed
+        (["kvmem", "--sliding-window", "none,0"], "--sliding-window none,0: none and 0 are one"),
+        (["kvmem", "--dtype", "bf16,bfloat16"], "--dtype bf16,bfloat16: bf16 and bfloat16 are"),
     ],
 )
 def test_a_value_given_twice_on_an_axis_is_refused_before_anything_runs(args, message):

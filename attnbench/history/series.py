@@ -18,7 +18,7 @@ from ..errors import FieldError, typed
 from ..measure.stats import Measurement
 from ..model.files import shown_path
 from ..records import Kind
-from .store import DEFAULT_DB, Commit, StoredPoint, open_history
+from .store import DEFAULT_DB, Commit, HistoryBackend, StoredPoint, open_history
 
 #: The environment of an exact metric's series: its values depend on the code alone.
 ANY_ENVIRONMENT = "any"
@@ -188,15 +188,21 @@ def find_series(db: str | None, metric: str, where: str | None) -> list[Series]:
     keys match `where` (parse_where); FieldError when there are none."""
     history = open_history(db)
     try:
-        kinds = history.metric_kinds()
-        if metric not in kinds:
-            known = ", ".join(k for k, kind in kinds.items() if kind in ("timing", "exact"))
-            raise FieldError(
-                "metric", typed(metric), f"not in the history; it holds {known or 'no runs'}"
-            )
-        found = build_series(metric, history.points(metric), parse_where(where))
+        return _series_of(history, history.metric_kinds(), metric, where)
     finally:
         history.close()
+
+
+def _series_of(
+    history: HistoryBackend, kinds: Mapping[str, str], metric: str, where: str | None
+) -> list[Series]:
+    """find_series in an open history, whose metrics are `kinds` (metric_kinds)."""
+    if metric not in kinds:
+        known = ", ".join(k for k, kind in kinds.items() if kind in ("timing", "exact"))
+        raise FieldError(
+            "metric", typed(metric), f"not in the history; it holds {known or 'no runs'}"
+        )
+    found = build_series(metric, history.points(metric), parse_where(where))
     if not found and where is None:
         raise FieldError("metric", typed(metric), "no run in the history has a value of it")
     if not found:
@@ -209,26 +215,32 @@ def find_changes(
 ) -> tuple[list[str], list[Change]]:
     """The metrics searched and the changes of their series matching `where`: of every
     metric in `metrics` (each must have a series), else of every followed one that has
-    some. FieldError when the history holds no runs, or `where` matches nothing."""
+    some. FieldError when the history holds no runs, or `where` matches nothing. The
+    history is opened once (each opening checks the whole file: SqliteHistory)."""
     history = open_history(db)
     try:
         kinds = history.metric_kinds()
+        if not kinds:
+            shown = shown_path(DEFAULT_DB if db is None else db)
+            raise FieldError("db", shown, "holds no runs; add some with `attnbench history add`")
+        wanted = list(metrics) or followed(kinds)
+        found: list[Series] = []
+        for name in wanted:  # every metric named; of the others, those with a series
+            if metrics:
+                found += _series_of(history, kinds, name, where)
+            else:
+                found += _series_or_none(history, kinds, name, where)
     finally:
         history.close()
-    if not kinds:
-        shown = shown_path(DEFAULT_DB if db is None else db)
-        raise FieldError("db", shown, "holds no runs; add some with `attnbench history add`")
-    wanted = list(metrics) or followed(kinds)
-    found: list[Series] = []
-    for name in wanted:  # every metric named; of the others, those with a series to search
-        found += find_series(db, name, where) if metrics else _series_or_none(db, name, where)
     if not found and where is not None:  # a where that matches nothing finds no change
         raise FieldError("where", typed(where), "no series of any metric matches")
     return wanted, all_changes(found)
 
 
-def _series_or_none(db: str | None, metric: str, where: str | None) -> list[Series]:
+def _series_or_none(
+    history: HistoryBackend, kinds: Mapping[str, str], metric: str, where: str | None
+) -> list[Series]:
     try:
-        return find_series(db, metric, where)
+        return _series_of(history, kinds, metric, where)
     except FieldError:
         return []

@@ -12,8 +12,10 @@ The schema is versioned (SQLite's `user_version`) and upgraded on open by the mi
 in MIGRATIONS, in order; a database newer than this code is refused. A history is told
 from other SQLite files by its `application_id` (set when it is created; one made by an
 earlier attnbench, which set none, by its tables and schema version, and gets the id when
-opened). Only `history add` creates a database; every other command needs one that is
-there, and refuses any other file rather than adding tables to it.
+written to). Only `history add` creates a database; every other command needs one that is
+there, and refuses any other file rather than adding tables to it. Those commands only
+read: they open it read-only. Every command checks the whole file as it opens it, and
+refuses a damaged one.
 """
 
 from __future__ import annotations
@@ -176,17 +178,29 @@ class SqliteHistory:
     """The history in one SQLite file (see the module docstring)."""
 
     def __init__(self, path: str, create: bool = False) -> None:
-        """Open the history at `path`; with `create`, a missing or empty file becomes a new
-        one. FieldError (field `db`) for anything else that is not a history."""
+        """Open the history at `path`: with `create` for writing (`history add`: a missing
+        or empty file becomes a new one), else read-only (_open_reader). FieldError
+        (field `db`) for anything else that is not a history, and for a damaged one."""
         self.path = Path(path)
         self.shown = shown_path(path)  # in errors: as typed, unless too long or unprintable
+        self._tidy = False  # whether closing removes the -wal and -shm a reader made
         new = self._check_file(create)  # before SQLite opens it: opening creates a file
+        if create:
+            self._open_writer(new, create)
+        else:
+            self._open_reader()
+
+    def _open_writer(self, new: bool, create: bool) -> None:
+        """Open the history for writing, its schema brought up to date (`new`: nothing was
+        at the path; `create`: an empty database becomes a history)."""
         try:
             if create:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             if new:  # made here, so that a failure removes only a file this process made
                 new = _made_here(self.path)
-            self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            self.db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
+            )
         except (sqlite3.DatabaseError, OSError) as exc:
             if new:  # the empty file made here for it (a name SQLite cannot open)
                 self.path.unlink(missing_ok=True)
@@ -194,17 +208,70 @@ class SqliteHistory:
         try:
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.db.execute("PRAGMA foreign_keys = ON")
+            self._check_integrity()  # before anything is written to it
             self._migrate(create)
             self.db.execute("PRAGMA journal_mode = WAL")  # not within a transaction
-        except sqlite3.OperationalError as exc:  # a full disk, a file it may not write
-            self._close(new and not _busy(exc))  # busy: another process has it now
-            raise FieldError("db", self.shown, f"cannot write it: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            self._close(new)
-            raise FieldError("db", self.shown, f"not an attnbench history ({exc})") from None
+        except sqlite3.DatabaseError as exc:  # OperationalError: a full disk, a read-only file
+            busy = isinstance(exc, sqlite3.OperationalError) and _busy(exc)
+            self._close(new and not busy)  # busy: another process has it now
+            raise FieldError("db", self.shown, _refusal(exc, "write")) from None
         except BaseException:
             self._close(new)
             raise
+
+    def _open_reader(self) -> None:
+        """Open the history read-only (SQLite's mode=ro), so that the commands that only
+        read it never write it, and read one they may not write. Where this process may
+        not write the file or its folder and no write-ahead log (-wal) is beside it, it is
+        opened immutable: no process with its rights can be writing it, and SQLite would
+        have to make -wal and -shm files beside it, which it could not, or would leave
+        there. A history of an older schema is upgraded first, where it can be written."""
+        logged = Path(f"{self.path}-wal").exists()
+        writable = _writable(self.path)
+        mode = "mode=ro" if logged or writable else "immutable=1"
+        try:
+            self.db = sqlite3.connect(
+                f"{self.path.absolute().as_uri()}?{mode}",
+                uri=True,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+            )
+        except sqlite3.DatabaseError as exc:
+            raise FieldError("db", self.shown, f"cannot open it: {_why(exc)}") from None
+        self._tidy = writable and not logged  # SQLite leaves those a reader makes
+        try:
+            self._check_integrity()
+            version = self._identify(create=False)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise FieldError("db", self.shown, _refusal(exc, "read")) from None
+        except BaseException:
+            self.close()
+            raise
+        if version < SCHEMA_VERSION:
+            self.close()
+            self._upgrade(version)
+
+    def _upgrade(self, version: int) -> None:
+        """Open a history of an older schema (`version`) for writing, which brings it up
+        to date; FieldError where this process may not write it."""
+        if not _writable(self.path):
+            raise FieldError(
+                "db",
+                self.shown,
+                f"a history of schema {version}, which must be upgraded to this "
+                f"attnbench's ({SCHEMA_VERSION}) to be read, and it may not be written "
+                "here; make it writable, and reading it upgrades it",
+            )
+        self._tidy = False
+        self._open_writer(new=False, create=False)
+
+    def _check_integrity(self) -> None:
+        """FieldError for a damaged file (pages overwritten), which SQLite otherwise reads
+        as far as it can: a query that misses the damaged pages would find a metric gone,
+        or no change, in place of saying so. SQLite's quick_check reads every page once."""
+        if self.db.execute("PRAGMA quick_check(1)").fetchone() != ("ok",):
+            raise FieldError("db", self.shown, "cannot use it: database disk image is malformed")
 
     def _close(self, made_here: bool) -> None:
         """Close the database; a file this process made and nothing filled (a full disk
@@ -257,41 +324,46 @@ class SqliteHistory:
         self.db.execute("COMMIT")
 
     def _migrate(self, create: bool) -> None:
-        """Check that the database is a history (or, with `create`, holds nothing yet: a
-        new file), then bring its schema up to date, in one transaction: a second process
-        creating the same history waits, then finds it made."""
+        """Check that the database is a history (_identify), then bring its schema up to
+        date and mark it as a history, in one transaction: a second process creating the
+        same history waits, then finds it made."""
         with self._transaction() as db:
-            app_id = db.execute("PRAGMA application_id").fetchone()[0]
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-            empty = app_id == 0 and version == 0 and not tables
-            older = app_id == 0 and version > 0 and tables >= CORE_TABLES  # no id set then
-            if empty and not create:
-                raise FieldError(
-                    "db",
-                    self.shown,
-                    "an empty database: it holds no history; `attnbench history add` fills one",
-                )
-            if not (empty or older or app_id == APPLICATION_ID):
-                raise FieldError(
-                    "db",
-                    self.shown,
-                    "an SQLite database, but not an attnbench history; give the path of one",
-                )
-            if version > SCHEMA_VERSION:
-                raise FieldError(
-                    "db",
-                    self.shown,
-                    f"a history of schema {version}, "
-                    f"newer than this attnbench's ({SCHEMA_VERSION}); upgrade "
-                    "attnbench",
-                )
+            version = self._identify(create)
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in filter(str.strip, script.split(";")):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
-            if app_id != APPLICATION_ID:
-                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    def _identify(self, create: bool) -> int:
+        """The schema version of the history; FieldError for a database that is no
+        history (an empty one is, with `create`: a new file), or is of a newer schema."""
+        app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master")}
+        empty = app_id == 0 and version == 0 and not tables
+        older = app_id == 0 and version > 0 and tables >= CORE_TABLES  # no id set then
+        if empty and not create:
+            raise FieldError(
+                "db",
+                self.shown,
+                "an empty database: it holds no history; `attnbench history add` fills one",
+            )
+        if not (empty or older or app_id == APPLICATION_ID):
+            raise FieldError(
+                "db",
+                self.shown,
+                "an SQLite database, but not an attnbench history; give the path of one",
+            )
+        if version > SCHEMA_VERSION:
+            raise FieldError(
+                "db",
+                self.shown,
+                f"a history of schema {version}, "
+                f"newer than this attnbench's ({SCHEMA_VERSION}); upgrade "
+                "attnbench",
+            )
+        return version
 
     def add(self, document: Document, commit: Commit) -> tuple[int, bool]:
         digest = content_hash(document)
@@ -405,6 +477,8 @@ class SqliteHistory:
 
     def close(self) -> None:
         self.db.close()
+        if self._tidy:
+            _remove_wal(self.path)
 
 
 _RUN_COLUMNS = (
@@ -491,3 +565,30 @@ def _busy(exc: sqlite3.Error) -> bool:
 
 def _why(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or str(exc)
+
+
+def _refusal(exc: sqlite3.DatabaseError, doing: str) -> str:
+    """Why a database SQLite failed on as it was opened (`doing`: read or write) is
+    refused: damaged, not to be read or written here (OperationalError), or no history."""
+    if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_CORRUPT:
+        return f"cannot use it: {exc}"
+    if isinstance(exc, sqlite3.OperationalError):
+        return f"cannot {doing} it: {exc}"
+    return f"not an attnbench history ({exc})"
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process may write the file at `path` and make files beside it."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _remove_wal(path: Path) -> None:
+    """Have SQLite remove the -wal and -shm files a read-only connection made beside the
+    history at `path` and left: the last connection that may write it removes them as it
+    closes (while one of another process is open, they are kept for it)."""
+    with contextlib.suppress(sqlite3.Error):
+        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        finally:
+            db.close()

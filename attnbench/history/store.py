@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import stat
@@ -440,35 +441,27 @@ class SqliteHistory:
             (metric,),
         ).fetchall()
         width = len(_RUN_COLUMNS.split(","))
-        return [
-            StoredPoint(
-                _run_info(row[:width]),
-                row[width],
-                _stored_json(row[width + 1], dict),
-                row[width + 2],
-                row[width + 3],
-                _stored_json(row[width + 4], list) if row[width + 4] else None,
-            )
-            for row in rows
-        ]
+        return [_point(metric, _run_info(row[:width]), *row[width:]) for row in rows]
 
     def run_records(self, run_id: int) -> list[tuple[str, dict]]:
         """(section, record) of every record of a run, in its order; a record stored
         before records were kept whole (schema 1) is its keys and metrics."""
         rows = self.db.execute(
-            "SELECT r.id, r.section, r.keys, r.record FROM records r WHERE r.run_id = ? "
-            "ORDER BY r.id",
+            "SELECT r.id, r.section, r.position, r.keys, r.record FROM records r "
+            "WHERE r.run_id = ? ORDER BY r.id",
             (run_id,),
         ).fetchall()
         found = []
-        for record_id, section, keys, whole in rows:
+        for record_id, section, position, keys, whole in rows:
             if whole is None:
                 metrics = self.db.execute(
                     "SELECT name, value FROM metrics WHERE record_id = ?", (record_id,)
                 ).fetchall()
-                found.append((section, {**_stored_json(keys, dict), **dict(metrics)}))
+                record = {**_stored_json(keys, dict), **dict(metrics)}
             else:
-                found.append((section, _stored_json(whole, dict)))
+                record = _stored_json(whole, dict)
+            _check_sampled(section, record, f"run {run_id}'s {section} record {position}")
+            found.append((section, record))
         return found
 
     def metric_kinds(self) -> dict[str, str]:
@@ -506,6 +499,63 @@ def _stored_json(text: Any, kind: type) -> Any:
     if not isinstance(value, kind):
         raise sqlite3.DatabaseError(f"a stored value is damaged: {brief(text)}")
     return value
+
+
+def _damaged(where: str, value: Any, what: str) -> sqlite3.DatabaseError:
+    """The error of a stored value that no results file holds (as _stored_json's)."""
+    return sqlite3.DatabaseError(
+        f"a stored value is damaged: {where}: {brief(value)} is not {what}"
+    )
+
+
+def _finite(value: Any) -> bool:
+    """Whether `value` is a finite number (not a boolean; nor an integer beyond a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _stored_numbers(values: list, where: str, signed: bool = False) -> None:
+    """DatabaseError (_damaged) for the first of `values` that is no finite number, or
+    is below 0 unless `signed`: a damaged file's, which the series' statistics would
+    fail on, or show as a time."""
+    for value in values:
+        if not (_finite(value) and (signed or value >= 0)):
+            raise _damaged(where, value, "a finite number" + " >= 0" * (not signed))
+
+
+def _point(
+    metric: str, run: RunInfo, section: str, keys: Any, kind: str, value: Any, samples: Any
+) -> StoredPoint:
+    """A stored point of `metric`, its value (below 0 only where not a timing) and raw
+    samples checked (_stored_numbers)."""
+    if value is not None:
+        _stored_numbers([value], f"run {run.id}'s {metric}", signed=kind != Kind.TIMING.value)
+    if samples:
+        samples = _stored_json(samples, list)
+        _stored_numbers(samples, f"run {run.id}'s samples of {metric}")
+    return StoredPoint(run, section, _stored_json(keys, dict), kind, value, samples or None)
+
+
+def _check_sampled(section: str, record: dict, where: str) -> None:
+    """DatabaseError (_damaged) for a stored record whose sampled metrics, which a
+    comparison against the history pools and gates (baseline.history_baseline), are not
+    as a results file holds them: a median or quartile null or a number >= 0, the samples
+    null or a list of such numbers."""
+    from ..study.sections import record_type
+
+    rtype = record_type(section)
+    for metric, stats in (gated_timing(rtype) if rtype else {}).items():
+        for name in (metric, *stats.values()):
+            value, many = record.get(name), name == stats.get("samples")
+            if value is None:
+                continue
+            if many != isinstance(value, list):
+                raise _damaged(f"{where}: {name}", value, "a list" if many else "a number")
+            _stored_numbers(value if many else [value], f"{where}: {name}")
 
 
 def _run_info(row: Sequence) -> RunInfo:

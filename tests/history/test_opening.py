@@ -4,7 +4,6 @@ its folder as it was."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -20,21 +19,11 @@ from attnbench.history.store import MIGRATIONS, SCHEMA_VERSION
 from tests.history.test_store import READERS, add, one_error, run_cli, write
 
 
-@pytest.fixture(scope="module")
-def exact_run(tmp_path_factory) -> Path:
-    """A kvmem results file (exact metrics of an MHA and an MQA point): made at once."""
-    out = tmp_path_factory.mktemp("opening") / "kv.json"
-    args = ["--d-model", "64", "--heads", "4", "--kv-heads", "4,1", "--no-measure"]
-    result = run_cli("kvmem", *args, "--json", str(out), "-q")
-    assert result.exit_code == 0, result.output
-    return out
-
-
 @pytest.fixture()
-def history(tmp_path, exact_run) -> Path:
+def history(tmp_path, kvmem_run) -> Path:
     """A history of three runs of the exact metrics, in a folder of its own."""
     db = tmp_path / "data" / "h.sqlite"
-    doc = json.loads(exact_run.read_text())
+    doc = dict(kvmem_run)
     for day in range(1, 4):
         doc["created"] = f"2026-10-{day:02d}T00:00:00+00:00"  # another run each time
         add(db, write(tmp_path / f"kv{day}.json", doc), f"{day}" * 40, day)

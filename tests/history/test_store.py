@@ -34,35 +34,6 @@ def run_cli(*args: str):
     return runner.invoke(app, list(args))
 
 
-@pytest.fixture(scope="module")
-def decode_run(tmp_path_factory) -> dict:
-    """A real decode-speed results document (four points, raw samples kept)."""
-    out = tmp_path_factory.mktemp("history") / "decode.json"
-    result = run_cli(
-        "decode-speed",
-        "--d-model",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        "4,1",
-        "--prompt-len",
-        "16",
-        "--repeats",
-        "20",
-        "--warmup",
-        "1",
-        "--no-prefill",
-        "--reference",
-        "none",
-        "--json",
-        str(out),
-        "-q",
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(out.read_text())
-
-
 def scaled(doc: dict, factor: float, seed: int) -> dict:
     """`doc` as another run of the same points (its content differs, so it is a new
     run): 20 step samples spread ±5% around its median times `factor`, seeded, taken
@@ -501,27 +472,6 @@ def test_archived_files_of_twelve_commits_show_the_step_at_the_eighth(
 
 
 # --- bad input: the database, the picture, the flags of add, --where --------------------
-
-
-@pytest.fixture(scope="module")
-def kvmem_run(tmp_path_factory) -> dict:
-    """A kvmem results document (exact metrics of an MHA and an MQA point): made at once."""
-    out = tmp_path_factory.mktemp("kvmem") / "kvmem.json"
-    result = run_cli(
-        "kvmem",
-        "--d-model",
-        "64",
-        "--heads",
-        "4",
-        "--kv-heads",
-        "4,1",
-        "--no-measure",
-        "--json",
-        str(out),
-        "-q",
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(out.read_text())
 
 
 @pytest.fixture()

@@ -11,12 +11,13 @@ from typing import Any
 import typer
 
 from ..errors import FieldError, typed
-from ..history.series import all_changes, by_environment, find_changes, find_series
+from ..history.series import Search, by_environment, find_changes, find_series, search_changes
 from ..history.stamps import check_name, named_elsewhere, parse_date, stamps_of
 from ..history.store import (
     DEFAULT_DB,
     Commit,
     HistoryBackend,
+    check_timings,
     database_failures,
     open_history,
 )
@@ -28,9 +29,17 @@ from ..render.history import (
     plot_series,
     series_rows,
 )
-from ..render.table import Column
+from ..render.table import Column, markdown_text
 from ..study.documents import load_document
-from .common import check_writable, console, err_console, handles_errors, show_table
+from .common import (
+    NOTE,
+    check_writable,
+    console,
+    err_console,
+    handles_errors,
+    print_items,
+    show_table,
+)
 from .group import app
 from .options import (
     HISTORY_FORMATS,
@@ -108,6 +117,7 @@ def add_command(
             "JSON the command writes with --json"
         )
         check_measurements(document)  # what compare --history would refuse to read back
+        check_timings(document)  # what the search for changes could not search
     stamps = stamps_of(results, documents, commit, branch, date)
     # a run stored before keeps its commit: the note is for one filed now
     label = commit is not None and not quiet and named_elsewhere(commit)
@@ -197,13 +207,14 @@ def plot_command(
     change points marked. Series of several environments get one panel each."""
     path = _picture(out, db)
     series = find_series(db, metric, where)
-    changes = all_changes(series)
+    search = search_changes(series)
     try:
-        plot_series(series, changes, path)
+        plot_series(series, search.changes, path)
     except OSError as exc:
         raise FieldError("out", shown_path(out), f"cannot write it: {exc.strerror}") from None
     if not quiet:
         console.print(f"wrote {typed(out)}", markup=False)
+        print_items(search.notes(), bullet=NOTE)
 
 
 def _picture(out: str, db: str | None) -> Path:
@@ -245,11 +256,19 @@ def changes_command(
     environment at a time), and every change of an exact metric (a formula changed)."""
     if fmt not in HISTORY_FORMATS:
         raise FieldError("format", fmt, f"unknown value; choose from {', '.join(HISTORY_FORMATS)}")
-    wanted, changes = find_changes(db, metric, where)
+    wanted, search = find_changes(db, metric, where)
     if fmt == "markdown":
-        console.print(changes_markdown(changes), markup=False, soft_wrap=True)
+        console.print(_markdown(search), markup=False, soft_wrap=True)
         return
-    if not changes:
+    if not search.changes:
         console.print(f"No change found in {len(wanted)} metric(s).", markup=False)
-        return
-    show_table("Changes over commits", changes_rows(changes), CHANGE_COLUMNS, wide, hint=None)
+    else:
+        rows = changes_rows(search.changes)
+        show_table("Changes over commits", rows, CHANGE_COLUMNS, wide, hint=None)
+    print_items(search.notes(), bullet=NOTE)
+
+
+def _markdown(search: Search) -> str:
+    """The changes as Markdown (a CI job's summary), then what the search left out."""
+    notes = "".join(f"\n\nNote: {markdown_text(note)}" for note in search.notes())
+    return changes_markdown(search.changes) + notes

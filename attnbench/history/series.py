@@ -125,23 +125,53 @@ def _commit_value(points: list[StoredPoint]) -> CommitValue:
     return CommitValue(commit, measured.median_ms, measured.p25_ms, measured.p75_ms, len(points))
 
 
-def series_changes(series: Series, **options: float) -> list[Change]:
-    """The changes of one series: change points of a timing (`options` go to
-    change_points), every change of an exact metric; none for other kinds."""
-    values = series.values
-    if series.kind == Kind.EXACT.value:
-        steps = zip(values, values[1:], strict=False)
-        return [
-            Change(series, now.commit, before.median, now.median, _pct(before.median, now.median))
-            for before, now in steps
-            if now.median != before.median
-        ]
-    if series.kind != Kind.TIMING.value or any(v.median <= 0 for v in values):
-        return []
+@dataclass
+class Search:
+    """What searching some series found: their changes, and what it left out, in notes."""
+
+    changes: list[Change] = field(default_factory=list)
+    #: The commits of each timing metric whose median is 0, left out of its search.
+    zeros: dict[str, list[Commit]] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """What the search left out, a line each, for under its findings."""
+        return [_zeros_note(metric, commits) for metric, commits in self.zeros.items()]
+
+
+def search_changes(series: Sequence[Series]) -> Search:
+    """The changes of every one of `series`, series by series: change points of a timing
+    (_search_timing), every change of an exact metric; none for other kinds."""
+    found = Search()
+    for s in series:
+        if s.kind == Kind.EXACT.value:
+            found.changes += _exact_changes(s)
+        elif s.kind == Kind.TIMING.value:
+            _search_timing(s, found)
+    return found
+
+
+def _exact_changes(series: Series) -> list[Change]:
+    """Every commit where an exact metric differs from the commit before."""
+    steps = zip(series.values, series.values[1:], strict=False)
+    return [
+        Change(series, now.commit, before.median, now.median, _pct(before.median, now.median))
+        for before, now in steps
+        if now.median != before.median
+    ]
+
+
+def _search_timing(series: Series, found: Search) -> None:
+    """The change points of a timing series, added to `found`. The search runs on the
+    logarithms of the medians, which a median of 0 (an earlier attnbench stored some)
+    has none of: such a commit is left out, and `found` keeps it for a note, rather than
+    the whole series going unsearched without a word."""
     from .changepoints import change_points  # here: numpy, which only this search needs
 
-    found = change_points([v.median for v in values], **options)  # type: ignore[arg-type]
-    return [
+    values = [v for v in series.values if v.median > 0]
+    if len(values) < len(series.values):
+        zeros = [v.commit for v in series.values if v.median <= 0]
+        found.zeros.setdefault(series.metric, []).extend(zeros)
+    found.changes += [
         Change(
             series,
             values[c.index].commit,
@@ -151,13 +181,18 @@ def series_changes(series: Series, **options: float) -> list[Change]:
             c.ci_low_pct,
             c.ci_high_pct,
         )
-        for c in found
+        for c in change_points([v.median for v in values])
     ]
 
 
-def all_changes(series: Sequence[Series]) -> list[Change]:
-    """The changes of every one of `series` (series_changes), series by series."""
-    return [c for s in series for c in series_changes(s)]
+def _zeros_note(metric: str, commits: Sequence[Commit]) -> str:
+    """The note of the commits of `metric` left out of its search (_search_timing)."""
+    shas = list(dict.fromkeys(c.sha[:10] for c in commits))
+    listed = ", ".join(shas[:3]) + (f" and {len(shas) - 3} more" if len(shas) > 3 else "")
+    return (
+        f"{metric}: {len(commits)} point(s) of 0 ms left out of the search for changes, "
+        f"which compares timings by their ratios (commit {listed})"
+    )
 
 
 def _pct(before: float, after: float) -> float:
@@ -212,8 +247,8 @@ def _series_of(
 
 def find_changes(
     db: str | None, metrics: Sequence[str], where: str | None
-) -> tuple[list[str], list[Change]]:
-    """The metrics searched and the changes of their series matching `where`: of every
+) -> tuple[list[str], Search]:
+    """The metrics searched and the search of their series matching `where`: of every
     metric in `metrics` (each must have a series), else of every followed one that has
     some. FieldError when the history holds no runs, or `where` matches nothing. The
     history is opened once (each opening checks the whole file: SqliteHistory)."""
@@ -234,7 +269,7 @@ def find_changes(
         history.close()
     if not found and where is not None:  # a where that matches nothing finds no change
         raise FieldError("where", typed(where), "no series of any metric matches")
-    return wanted, all_changes(found)
+    return wanted, search_changes(found)
 
 
 def _series_or_none(

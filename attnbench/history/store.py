@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import FieldError, brief
+from ..errors import FieldError, UsageError, brief
 from ..gate.rules import GATING_ENV_FIELDS
 from ..model.files import shown_path
 from ..records import Kind, gated_timing
@@ -173,6 +173,34 @@ def content_hash(document: Document) -> str:
     raw = document.raw if document.raw is not None else {"sections": document.sections}
     text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_timings(document: Document) -> None:
+    """UsageError naming the file, record and field of a timing of 0 ms (a median, a
+    quartile, a sample; one below 0 was refused as the file was read): the history finds
+    changes in a series by the ratios of its timings, which 0 has none of."""
+    from ..study.documents import kinds_of
+
+    for section, records in document.sections.items():
+        timings = [name for name, kind in kinds_of(section).items() if kind is Kind.TIMING]
+        for i, record in enumerate(records):
+            if at := _zero_timing(record, timings):
+                raise UsageError(
+                    f"{document.path}: {section} record {i}: {at}: 0 ms: the history "
+                    "takes timings above 0, as it finds a change by their ratios"
+                )
+
+
+def _zero_timing(record: dict, timings: Sequence[str]) -> str | None:
+    """Where `record` holds a timing of 0 ('samples_ms[3]', 'step_ms_median'), if anywhere:
+    its fields `timings` hold a number, or a list of them."""
+    for name in timings:
+        value = record.get(name)
+        values = value if isinstance(value, list) else [value]
+        for j, item in enumerate(values):
+            if _finite(item) and item <= 0:
+                return f"{name}[{j}]" if isinstance(value, list) else name
+    return None
 
 
 class SqliteHistory:

@@ -9,10 +9,10 @@ from attnbench.history.series import (
     ANY_ENVIRONMENT,
     CommitValue,
     Series,
-    all_changes,
     by_environment,
     find_changes,
     followed,
+    search_changes,
 )
 from attnbench.history.store import Commit, open_history
 
@@ -46,7 +46,7 @@ def test_the_gated_timings_and_every_exact_metric_are_followed():
 def test_the_changes_of_every_series_in_turn():
     first = series(ANY_ENVIRONMENT, "exact", (1.0, 1.0, 2.0))
     second = series(ANY_ENVIRONMENT, "exact", (5.0, 4.0))
-    found = all_changes([first, second, series("a", "measured", (1.0, 9.0))])
+    found = search_changes([first, second, series("a", "measured", (1.0, 9.0))]).changes
     assert [(c.series, c.before, c.after) for c in found] == [(first, 1.0, 2.0), (second, 5.0, 4.0)]
     assert found[0].commit == first.values[2].commit
 

@@ -39,6 +39,7 @@ that change (each segment resampled on its own). Deterministic for a given seed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,9 @@ from ..measure.stats import bootstrap_bounds
 
 #: Bootstrap resamples behind each change point's interval.
 BOOTSTRAP = 2000
+#: The test's defaults: the p-value a split must reach, the fewest values either side of
+#: it, and the permutations that estimate its p-value (see the module docstring).
+ALPHA, MIN_SIZE, PERMUTATIONS = 0.01, 3, 999
 #: Most float64 elements one block of permuted distance matrices may hold.
 _BLOCK = 250_000
 
@@ -68,9 +72,9 @@ class ChangePoint:
 def change_points(
     values: Sequence[float],
     *,
-    alpha: float = 0.01,
-    min_size: int = 3,
-    permutations: int = 999,
+    alpha: float = ALPHA,
+    min_size: int = MIN_SIZE,
+    permutations: int = PERMUTATIONS,
     seed: int = 0,
 ) -> list[ChangePoint]:
     """Change points of `values` (one per commit, oldest first), sorted by index."""
@@ -106,6 +110,20 @@ def change_points(
         p_values[split] = p
         bounds = sorted([*bounds, split])
     return _describe(array, bounds, p_values, bootstrap_seed)
+
+
+def fewest_values(alpha: float = ALPHA, min_size: int = MIN_SIZE) -> int:
+    """The fewest values in which the test can find a change at p < `alpha`, however large
+    the change. The statistic of a split depends on which values lie on either side of it,
+    not on their order, and not on which side is which: a permutation that puts the same
+    values on either side, or the two sides' values swapped, reaches it. So the p-value
+    of a split of n values at k is at least 2 / C(n, k), at the least 2 / C(n, n // 2);
+    in fewer values than this, that is `alpha` or more (with the defaults, 10: at 9 values
+    it is 2/126 = 0.016)."""
+    n = 2 * min_size
+    while 2 / math.comb(n, n // 2) >= alpha:
+        n += 1
+    return n
 
 
 def _validated(values: Sequence[float]) -> np.ndarray:

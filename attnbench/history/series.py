@@ -132,10 +132,20 @@ class Search:
     changes: list[Change] = field(default_factory=list)
     #: The commits of each timing metric whose median is 0, left out of its search.
     zeros: dict[str, list[Commit]] = field(default_factory=dict)
+    #: Timing series of too few commits for the test to find a change in.
+    short: int = 0
 
     def notes(self) -> list[str]:
         """What the search left out, a line each, for under its findings."""
-        return [_zeros_note(metric, commits) for metric, commits in self.zeros.items()]
+        notes = [_zeros_note(metric, commits) for metric, commits in self.zeros.items()]
+        if self.short:
+            from .changepoints import ALPHA, fewest_values  # numpy, as the search had
+
+            notes.append(
+                f"{self.short} series of under {fewest_values()} commits: too few to find "
+                f"a change in at p < {ALPHA:g}"
+            )
+        return notes
 
 
 def search_changes(series: Sequence[Series]) -> Search:
@@ -164,13 +174,18 @@ def _search_timing(series: Series, found: Search) -> None:
     """The change points of a timing series, added to `found`. The search runs on the
     logarithms of the medians, which a median of 0 (an earlier attnbench stored some)
     has none of: such a commit is left out, and `found` keeps it for a note, rather than
-    the whole series going unsearched without a word."""
-    from .changepoints import change_points  # here: numpy, which only this search needs
+    the whole series going unsearched without a word. A series of fewer commits than the
+    test can find a change in (changepoints.fewest_values) is not searched: `found`
+    counts it for a note, where "no change" would read as none there."""
+    from .changepoints import change_points, fewest_values  # numpy: only the search needs it
 
     values = [v for v in series.values if v.median > 0]
     if len(values) < len(series.values):
         zeros = [v.commit for v in series.values if v.median <= 0]
         found.zeros.setdefault(series.metric, []).extend(zeros)
+    if len(values) < fewest_values():
+        found.short += 1
+        return
     found.changes += [
         Change(
             series,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 
-from attnbench.history.changepoints import change_points
+from attnbench.history.changepoints import _statistics, change_points, fewest_values
 
 
 def noisy(levels: np.ndarray, sigma: float = 0.01, seed: int = 1) -> list[float]:
@@ -97,3 +98,29 @@ def test_non_positive_or_non_finite_value_named_by_position(bad):
 def test_invalid_options_rejected(options):
     with pytest.raises(ValueError):
         change_points([1.0] * 10, **options)
+
+
+@pytest.mark.parametrize(("alpha", "min_size"), [(0.01, 3), (0.05, 3), (0.01, 2), (0.002, 4)])
+def test_the_fewest_values_a_change_can_be_found_in_bound_every_splits_p_value(alpha, min_size):
+    """Counted over every arrangement of a perfect step of n values at k (each as likely
+    under the permutation test): the exact p-value of the best split reaches `alpha` at
+    fewest_values, and never below it."""
+    fewest = fewest_values(alpha, min_size)
+    assert fewest_values() == 10  # the defaults: 0.01 and 3
+
+    def least_p(n: int) -> float:
+        return min(exact_p(n, k, min_size) for k in range(min_size, n - min_size + 1))
+
+    assert least_p(fewest - 1) >= alpha > least_p(fewest)
+
+
+def exact_p(n: int, k: int, min_size: int) -> float:
+    """The permutation p-value of k values of 0 then n - k of 1, from every arrangement."""
+    arrangements = []
+    for low in itertools.combinations(range(n), k):
+        row = np.ones(n)
+        row[list(low)] = 0.0
+        arrangements.append(row)
+    maxima = _statistics(np.array(arrangements), min_size).max(axis=1)
+    observed = _statistics(np.where(np.arange(n) < k, 0.0, 1.0)[None, :], min_size).max()
+    return float(np.mean(maxima >= observed - 1e-9))

@@ -14,6 +14,7 @@ from tests.history.test_store import add, one_error, run_cli, scaled, write
 
 def stepped(folder: Path, decode_run: dict, commits: int, at: int) -> Path:
     """A history of `commits` commits whose steps take 50% longer from commit `at` on."""
+    folder.mkdir(exist_ok=True)
     db = folder / "h.sqlite"
     for i in range(commits):
         doc = scaled(decode_run, 1.5 if i >= at else 1.0, i)
@@ -69,3 +70,15 @@ def test_a_stored_timing_of_0_is_left_out_of_the_search_with_a_note(tmp_path, de
     assert "Note: step_ms_median: 2 point(s) of 0 ms left out" in changes(
         db, "--format", "markdown"
     )
+
+
+def test_a_series_too_short_to_find_a_change_in_is_said_to_be(tmp_path, decode_run):
+    """9 commits, a 50% step after the 5th: the test cannot reach p < 0.01 in so few,
+    and "No change found" alone read as if there were none. At 10 it finds the step."""
+    short = stepped(tmp_path / "short", decode_run, commits=9, at=5)
+    said = changes(short)
+    assert said.startswith("No change found in 1 metric(s).")
+    assert "note: 4 series of under 10 commits: too few to find a change in at p < 0.01" in said
+    assert "too few" in changes(short, "--format", "markdown")
+    enough = changes(stepped(tmp_path / "enough", decode_run, commits=10, at=5))
+    assert enough.count("05ffffffff") == 4 and "too few" not in enough

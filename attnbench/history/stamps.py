@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import FieldError, UsageError, spelled, typed
+from ..errors import BRIEF_WIDTH, FieldError, UsageError, brief, spelled, typed
 from .store import Commit
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def stamps_of(
         if (
             commit is None
             and named not in (None, "")
-            and (problem := name_problem("commit", named))
+            and (problem := name_problem("commit", named) or commit_problem(named))
         ):
             raise UsageError(f"{path}: environment.git_commit {spelled(named)}: {problem}")
         stamp = stamp_of(document, head, commit, branch, date)
@@ -97,6 +97,9 @@ def stamps_of(
 #: What makes a name a git revision rather than a commit's own name: HEAD, ancestry
 #: (HEAD~3, v1^2) and reflogs (@{1}).
 _REVISION = re.compile(r"[~^]|@\{|^HEAD$")
+#: The characters git takes in no branch or tag name (git check-ref-format): ASCII
+#: control characters, space, ~ ^ : ? * [ and backslash.
+_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 
 
 def named_elsewhere(commit: str) -> bool:
@@ -112,7 +115,8 @@ def resolved(commit: str) -> str:
     """A commit given by name as the commit it names: a revision the checkout here resolves
     (HEAD~3, a branch, a tag, a short sha) as its full sha, else the text itself, a
     commit named from elsewhere (another checkout's sha, a label); FieldError for a
-    revision that resolves to nothing here, rather than filing runs under 'HEAD~3'."""
+    revision that resolves to nothing here, rather than filing runs under 'HEAD~3', and
+    for a name no commit has (commit_problem: 'HEAD:README.md' names a file's blob)."""
     found = None if commit.startswith("-") else _git("rev-parse", f"{commit}^{{commit}}")
     # a commit's sha, not what rev-parse echoes of an argument it cannot parse ('[^')
     sha = found if found and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", found) else None
@@ -120,8 +124,48 @@ def resolved(commit: str) -> str:
         return sha
     if _REVISION.search(commit):
         reason = "names no commit of a git checkout here; give the commit's sha"
-        raise FieldError("commit", commit, reason)
+        raise FieldError("commit", _shown(commit), reason)
+    if problem := commit_problem(commit):
+        raise FieldError("commit", _shown(commit), problem)
     return commit
+
+
+def commit_problem(name: str) -> str | None:
+    """Why `name`, a commit named as it is (no revision of a checkout here), names none:
+    a sha has 4 to 64 hexadecimal digits, and any other name is one git takes for a
+    branch or tag (git check-ref-format, a name of one part allowed). None when it may
+    name one."""
+    if _long_sha(name):
+        return f"{len(name):,} hexadecimal digits: a sha has 4 to 64"
+    if problem := _ref_problem(name):
+        return f"not a name of a commit: {problem}; give the commit's sha, a branch or a tag"
+    return None
+
+
+def _long_sha(name: str) -> bool:
+    return len(name) > 64 and re.fullmatch(r"[0-9a-fA-F]+", name) is not None
+
+
+def _ref_problem(name: str) -> str | None:
+    """Why git takes `name` for no branch or tag (git check-ref-format's rules), or None."""
+    if found := _REF_FORBIDDEN.search(name):
+        return f"it holds {found.group()!r}"
+    parts = name.split("/")
+    rules = {
+        "it holds '..'": ".." in name,
+        "it holds '@{'": "@{" in name,
+        "it is '@'": name == "@",
+        "it ends with '.'": name.endswith("."),
+        "it has an empty part (a '/' first, last or doubled)": "" in parts,
+        "a part of it begins with '.'": any(part.startswith(".") for part in parts),
+        "a part of it ends with '.lock'": any(part.endswith(".lock") for part in parts),
+    }
+    return next((why for why, broken in rules.items() if broken), None)
+
+
+def _shown(text: str) -> str:
+    """`text` in an error message: as typed (errors.typed), cut where it is long."""
+    return typed(text) if len(text) <= BRIEF_WIDTH else brief(text)
 
 
 def parse_date(text: str) -> str:
@@ -163,4 +207,4 @@ def name_problem(field: str, text: object) -> str | None:
 def check_name(field: str, text: str | None) -> None:
     """A commit or a branch (`field`) given by its flag is named by one word."""
     if text is not None and (problem := name_problem(field, text)):
-        raise FieldError(field, typed(text), problem)
+        raise FieldError(field, _shown(text), problem)

@@ -205,6 +205,8 @@ stamps = st.one_of(
             "HEAD~1",
             "HEAD~99999",
             "a~b",
+            "HEAD:README.md",
+            "v1.lock",
             "a b",
             "\t",
             *MARKUP,
@@ -222,6 +224,16 @@ def _git_resolves(revision: str) -> bool:
     return done.returncode == 0 and not revision.startswith("-")
 
 
+def _git_takes_as_a_name(name: str) -> bool:
+    """Whether git takes `name` for a branch or tag (git check-ref-format): given whole,
+    but under refs/heads/ where it begins with '-', which git would read as an option."""
+    given = f"refs/heads/{name}" if name.startswith("-") else name
+    done = subprocess.run(
+        ["git", "check-ref-format", "--allow-onelevel", given], capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
 @given(st.sampled_from(["--date", "--commit", "--branch"]), stamps)
 def test_add_takes_a_date_commit_or_branch_or_names_it(world, flag, value):
     """The history already holds this file: a valid add changes nothing."""
@@ -231,8 +243,9 @@ def test_add_takes_a_date_commit_or_branch_or_names_it(world, flag, value):
         valid = _iso(value)
     else:
         valid = bool(value) and value.isprintable() and " " not in value
-        if flag == "--commit" and valid and re.search(r"[~^]|@\{|^HEAD$", value):
-            valid = _git_resolves(value)  # a revision names a commit of this checkout
+        if flag == "--commit" and valid:  # a commit of this checkout, or a name git takes
+            revision = re.search(r"[~^]|@\{|^HEAD$", value)
+            valid = _git_resolves(value) or (not revision and _git_takes_as_a_name(value))
     assert (result.exit_code == 0) == valid, result.output
     if not valid:
         assert result.stderr.startswith(f"error: {flag} "), result.stderr

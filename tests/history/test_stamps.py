@@ -163,3 +163,59 @@ def test_a_files_commit_is_checked_as_the_flag_is(monkeypatch, named, problem):
         stamps_of(["a.json"], [document(named)])
     assert str(caught.value) == f"a.json: environment.git_commit {problem}"
     assert stamps_of(["a.json"], [document(named)], commit="c" * 40)[0].sha == "c" * 40
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("a" * 65, "65 hexadecimal digits: a sha has 4 to 64"),
+        ("HEAD:README.md", "not a name of a commit: it holds ':'"),
+        ("a..b", "it holds '..'"),
+        ("v1@{x", "it holds '@{'"),
+        ("@", "it is '@'"),
+        ("v1.", "it ends with '.'"),
+        ("/main", "it has an empty part"),
+        ("a//b", "it has an empty part"),
+        ("x/.hidden", "a part of it begins with '.'"),
+        ("main.lock", "a part of it ends with '.lock'"),
+        ("a*b", "it holds '*'"),
+        ("a\\b", "it holds '\\\\'"),
+    ],
+)
+def test_a_name_no_commit_has_is_refused(name, problem):
+    assert problem in (stamps.commit_problem(name) or "")
+
+
+@pytest.mark.parametrize("name", ["a" * 64, "a" * 40, "0123", "v1.0", "feature/x", "mian", "c1"])
+def test_a_sha_a_branch_or_a_label_may_name_a_commit(name):
+    assert stamps.commit_problem(name) is None
+
+
+def test_a_commit_named_as_no_commit_is_refused_by_add_in_one_short_line(
+    tmp_path, kvmem_run, monkeypatch
+):
+    """In a checkout, HEAD:README.md (a file's blob) names no commit, and was filed under
+    that label; a 100,000-digit hexadecimal string was filed as a sha. Outside one too."""
+    from tests.history.test_store import one_error, run_cli, write
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.chdir(tmp_path)
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "README.md").write_text("x")
+    git(tmp_path, "add", "README.md")
+    git(tmp_path, "commit", "-q", "-m", "one")
+    path = write(tmp_path / "kv.json", kvmem_run)
+    long = "a" * 100_000
+    refused = [
+        ("HEAD:README.md", "--commit HEAD:README.md: not a name of a commit: it holds ':'"),
+        (long, f"--commit '{'a' * 56}...: 100,000 hexadecimal digits: a sha has 4 to 64"),
+    ]
+    for commit, message in refused:
+        result = run_cli("history", "add", path, "--db", "h.db", "--commit", commit)
+        one_error(result, message)
+        assert len(result.output) < 200 and not (tmp_path / "h.db").exists()
+    named = {**kvmem_run, "environment": {**kvmem_run["environment"], "git_commit": "v1:x"}}
+    one_error(
+        run_cli("history", "add", write(tmp_path / "n.json", named), "--db", "h.db"),
+        "n.json: environment.git_commit 'v1:x': not a name of a commit: it holds ':'",
+    )

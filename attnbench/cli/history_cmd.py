@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from ..errors import FieldError, typed
+from ..errors import FieldError, UsageError, typed
 from ..history.series import Search, by_environment, find_changes, find_series, search_changes
 from ..history.stamps import check_name, named_elsewhere, parse_date, stamps_of
 from ..history.store import (
@@ -112,6 +112,8 @@ def add_command(
     date = parse_date(date) if date is not None else None
     documents = [load_document(path) for path in results]  # every file checked first
     for document in documents:
+        if not any(document.sections.values()):  # a run of nothing would read as one
+            raise UsageError(f"{document.path}: no records to store")
         document.require_environment(
             "and the history files timings by environment; add the "
             "JSON the command writes with --json"

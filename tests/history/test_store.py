@@ -435,6 +435,17 @@ def test_a_file_with_no_environment_is_refused_and_nothing_is_stored(tmp_path, d
     assert gated.exit_code == 2 and f"error: {csv_path}: names no environment" in gated.output
 
 
+def test_a_file_of_no_records_is_refused_and_nothing_is_stored(tmp_path, decode_run):
+    """An empty run was stored, and counted in the history, where baseline save refuses
+    one ("no records to gate on")."""
+    good = write(tmp_path / "good.json", decode_run)
+    empty = write(tmp_path / "empty.json", {**decode_run, "records": []})
+    db = tmp_path / "h.sqlite"
+    result = run_cli("history", "add", good, empty, "--db", str(db), "--commit", "a" * 40)
+    one_error(result, f"{empty}: no records to store")
+    assert not db.exists()
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [

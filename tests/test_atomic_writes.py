@@ -74,7 +74,7 @@ def one_plot(monkeypatch):
 @pytest.fixture
 def small_trend(monkeypatch):
     """The history's trend figure reduced to a small one; SVG and PDF made reproducible."""
-    monkeypatch.setattr(history, "_trend_figure", lambda series, changes: small_figure())
+    monkeypatch.setattr(history, "_trend_figure", lambda series, changes, choose="": small_figure())
     monkeypatch.setitem(matplotlib.rcParams, "svg.hashsalt", "attnbench")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
 

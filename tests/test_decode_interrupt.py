@@ -120,12 +120,12 @@ def test_the_files_read_back_as_results(monkeypatch, tmp_path):
 def test_a_second_ctrl_c_stops_at_once_and_writes_nothing(monkeypatch, tmp_path):
     ctrl_c_in_group(monkeypatch, times=2)
     csv_path = tmp_path / "d.csv"
-    csv_path.write_text("an earlier run's rows\n")
+    csv_path.write_text("variant,step_ms_median\nMHA,1.5\n")
     result = decode_speed("--csv", csv_path)
     assert result.exit_code == 130
     assert NOTICE in flat(result.stderr)
     assert "wrote" not in result.stdout
-    assert csv_path.read_text() == "an earlier run's rows\n"
+    assert csv_path.read_text() == "variant,step_ms_median\nMHA,1.5\n"
 
 
 def test_ctrl_c_before_any_point_writes_no_file(monkeypatch, tmp_path):
@@ -138,7 +138,7 @@ def test_ctrl_c_before_any_point_writes_no_file(monkeypatch, tmp_path):
 
     monkeypatch.setattr(timing, "measure_peak_gbps", probe)
     csv_path, json_path = tmp_path / "d.csv", tmp_path / "d.json"
-    csv_path.write_text("an earlier run's rows\n")
+    csv_path.write_text("variant,step_ms_median\nMHA,1.5\n")
     result = decode_speed("--csv", csv_path, "--json", json_path)
     assert result.exit_code == 130, result.output
     assert ran == []
@@ -146,7 +146,7 @@ def test_ctrl_c_before_any_point_writes_no_file(monkeypatch, tmp_path):
     assert NOTICE in err
     assert err.endswith("interrupted: 0 of 4 points finished; no file written")
     assert "wrote" not in result.stdout
-    assert csv_path.read_text() == "an earlier run's rows\n"
+    assert csv_path.read_text() == "variant,step_ms_median\nMHA,1.5\n"
     assert not json_path.exists()
 
 

@@ -26,6 +26,7 @@ from ..render.history import (
     changes_markdown,
     changes_rows,
     environment_label,
+    left_out,
     plot_series,
     series_rows,
 )
@@ -195,6 +196,10 @@ def show_command(
         show_table(title, series_rows(members), SHOW_COLUMNS, wide, hint=None)
 
 
+#: How to pick the series a panel of history plot leaves out.
+CHOOSE = "choose with --where"
+
+
 @history_app.command("plot")
 @handles_errors
 @database_errors
@@ -211,12 +216,12 @@ def plot_command(
     series = find_series(db, metric, where)
     search = search_changes(series)
     try:
-        plot_series(series, search.changes, path)
+        plot_series(series, search.changes, path, choose=CHOOSE)
     except OSError as exc:
         raise FieldError("out", shown_path(out), f"cannot write it: {exc.strerror}") from None
     if not quiet:
         console.print(f"wrote {typed(out)}", markup=False)
-        print_items(search.notes(), bullet=NOTE)
+        print_items([f"{n}: {CHOOSE}" for n in left_out(series)] + search.notes(), bullet=NOTE)
 
 
 def _picture(out: str, db: str | None) -> Path:

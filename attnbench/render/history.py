@@ -136,18 +136,32 @@ def changes_markdown(changes: Sequence[Change]) -> str:
     return "\n".join(lines)
 
 
-def plot_series(series: Sequence[Series], changes: Sequence[Change], out: Path) -> Path:
+def plot_series(
+    series: Sequence[Series], changes: Sequence[Change], out: Path, choose: str = ""
+) -> Path:
     """Each series' median per commit with its p25..p75 band, change points marked with
-    a dashed line and their size; one panel per environment. Writes `out` (its folder
-    made if need be), in the format its extension names; every text drawn as written."""
+    a dashed line and their size; one panel per environment, of MAX_LINES series at the
+    most, its title saying how many it drew where it left some out, and `choose` (how to
+    pick them). Writes `out` (its folder made if need be), in the format its extension
+    names; every text drawn as written."""
     from .plots import literal_text, write_figure  # matplotlib
 
     with literal_text():
-        write_figure(_trend_figure(series, changes), out)
+        write_figure(_trend_figure(series, changes, choose), out)
     return out
 
 
-def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure:
+def left_out(series: Sequence[Series]) -> list[str]:
+    """Per panel that cannot draw all its series, how many it draws: '20 of 32 series
+    drawn' (environment 0123456789)."""
+    return [
+        f"{MAX_LINES} of {len(members)} series drawn ({environment_label(members[0])})"
+        for members in by_environment(series).values()
+        if len(members) > MAX_LINES
+    ]
+
+
+def _trend_figure(series: Sequence[Series], changes: Sequence[Change], choose: str = "") -> Figure:
     """The figure `plot_series` writes."""
     from matplotlib.figure import Figure
 
@@ -186,7 +200,9 @@ def _trend_figure(series: Sequence[Series], changes: Sequence[Change]) -> Figure
         rows = _annotate_changes(ax, marks, len(commits))
         title = wrapped(environment_label(members[0]), PANEL_TITLE_WIDTH)
         if len(members) > len(drawn):
-            title += f"\n{len(drawn)} of {len(members)} series drawn: choose with --where"
+            title += f"\n{len(drawn)} of {len(members)} series drawn" + (
+                f": {choose}" if choose else ""
+            )
         # the changes' texts in rows of their own between the title and the axes
         ax.set_title(title, fontsize=9, pad=6 + ANNOTATION_ROW * rows)
         ax.set_xticks(

@@ -93,7 +93,7 @@ def test_a_panel_draws_each_series_apart_says_how_many_it_left_out_and_scales_to
 
     from attnbench.render.history import MAX_LINES, _trend_figure
 
-    fig = _trend_figure(many(MAX_LINES + 5, spread=1.0), [])
+    fig = _trend_figure(many(MAX_LINES + 5, spread=1.0), [], choose="choose with --where")
     fig.draw(FigureCanvasAgg(fig).get_renderer())
     (ax,) = fig.axes
     assert len(ax.lines) == MAX_LINES

@@ -914,9 +914,11 @@ def run(
 def held_cpu(record: DecodeRecord, share: float | None) -> None:
     """The share of its sampling time the point's process ran for, into its record: under
     BUSY_CPU_SHARE, a point whose spread was steady is noisy all the same (BUSY), since
-    a host that ran it at a fraction of its speed throughout spreads nothing."""
+    a host that ran it at a fraction of its speed throughout spreads nothing; and one
+    noisy for its spread or its few samples says the cause, BUSY, instead."""
     record.cpu_share = share
-    if share is not None and share < BUSY_CPU_SHARE and record.status == OK:
+    timed = record.status in (OK, WIDE, FEW_SAMPLES)
+    if share is not None and share < BUSY_CPU_SHARE and timed:
         record.status, record.noisy = BUSY, True
 
 

@@ -110,6 +110,11 @@ def test_a_group_sampled_while_another_process_held_the_cpu_is_noisy(monkeypatch
     assert (steady.cpu_share, steady.status, steady.noisy) == (0.5, BUSY, True)
     held_cpu(quiet := failed(point(), OK), 0.9)
     assert (quiet.status, quiet.noisy) == (OK, None)
+    for status in (decode.WIDE, decode.FEW_SAMPLES):  # noisy all the same: the cause said
+        held_cpu(spread := failed(point(), status), 0.5)
+        assert (spread.status, spread.noisy) == (BUSY, True)
+        held_cpu(alone := failed(point(), status), 0.9)
+        assert alone.status == status
 
 
 def test_comparisons_are_the_per_round_ratios_with_a_bootstrap_interval():

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import FieldError, UsageError, brief, spelled
 from ..experiments.whole_model import PART_RECORDS
+from ..measure.devices import DEVICE_NAME
 from ..measure.environment import FIELD_TYPES
 from ..model.files import json_int, json_problem, not_text, read_user_file, unique_keys
 from ..records import (
@@ -269,7 +270,8 @@ class _Declared:
     (records.ratio_against), and the key fields a record cannot be made without, whose
     type has no None (the rows are told apart, drawn and matched by them); `sampled`:
     each median's raw samples field; `choices`: the values a key field the sweep schema
-    restricts may take (a decode row's mode, provider, dtype)."""
+    restricts may take (a decode row's mode, provider, dtype), and `least` the smallest
+    value of an integer one (a context of 0 tokens is no point a run makes)."""
 
     signed: set[str] = field(default_factory=set)
     positive: set[str] = field(default_factory=set)
@@ -279,6 +281,7 @@ class _Declared:
     against: dict[str, str] = field(default_factory=dict)
     required: list[str] = field(default_factory=list)
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    least: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, section: str, rtype: type | None) -> _Declared:
@@ -307,6 +310,14 @@ class _Declared:
                 if (sweep := FIELDS.get(f.name)) is not None
                 and section in sweep.sections
                 and (choices := sweep.choices) is not None
+            },
+            least={
+                f.name: least
+                for f in keys
+                if (sweep := FIELDS.get(f.name)) is not None
+                and section in sweep.sections
+                and sweep.type is int
+                and (least := sweep.minimum) is not None
             },
         )
 
@@ -361,6 +372,14 @@ def _check_related(where: str, rec: dict, declared: _Declared) -> None:
         if isinstance(rec.get(name), str) and rec[name] not in choices:
             listed = ", ".join(choices)
             raise UsageError(f"{where}: {name}: {brief(rec[name])} is not one of {listed}")
+    for name, least in declared.least.items():
+        if type(rec.get(name)) is int and rec[name] < least:
+            raise UsageError(f"{where}: {name}: {rec[name]} is below {least}, the least it takes")
+    device = rec.get("device")
+    if isinstance(device, str) and (device == "auto" or not DEVICE_NAME.fullmatch(device)):
+        raise UsageError(
+            f"{where}: device: {brief(device)} is no device a run records (cpu, cuda:i)"
+        )
     heads, kv_heads = rec.get("num_heads"), rec.get("num_kv_heads")
     counts = all(type(n) is int and n > 0 for n in (heads, kv_heads))
     if counts and heads % kv_heads:

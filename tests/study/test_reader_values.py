@@ -116,6 +116,9 @@ BAD = [
     (_decode(provider="fast"), "decode record 1: provider: 'fast' is not one of attnbench", ""),
     (_decode(dtype="float64"), "decode record 1: dtype: 'float64' is not one of float32", ""),
     (_decode(num_kv_heads=3), "decode record 1: num_kv_heads 3 does not divide num_heads 2", ""),
+    (_decode(prompt_len=0), "decode record 1: prompt_len: 0 is below 1, the least it takes", ""),
+    (_decode(device="tpu"), "decode record 1: device: 'tpu' is no device a run records", ""),
+    (_decode(device="auto"), "decode record 1: device: 'auto' is no device a run records", ""),
 ]
 
 

@@ -163,6 +163,25 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
             for v in values
             if (reason := check_value(name, v))
         )
+        if twice := _spelled_twice(name, values):
+            listed = ",".join(one_line(show_value(v)) for v in values)
+            problems.append(f"{section}.{name}: {listed} ({source}): {twice}")
+
+
+def _spelled_twice(name: str, values: list) -> str | None:
+    """Why two of `values` are one value written two ways ('none and 0 are one value,
+    given twice': sliding_window's none is 0), or None: the values are made canonical
+    before the grid checks them for repeats, and would be named in their canonical
+    spelling there, not as written."""
+    seen: dict = {}
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            continue
+        canonical = canonical_value(name, value)
+        earlier = seen.setdefault(canonical, value)
+        if earlier != value:
+            return f"{show_value(earlier)} and {show_value(value)} are one value, given twice"
+    return None
 
 
 @dataclass

@@ -1102,3 +1102,23 @@ def test_a_format_option_crossed_with_formats_it_does_not_apply_to_runs_each_poi
     value: identical rows, each recorded with an option it does not have."""
     records = run_json(tmp_path, command, "--model", "llama-2-7b", *args)
     assert [r[field] for r in records] == expected
+
+
+@pytest.mark.parametrize(
+    ("field", "values", "message"),
+    [
+        ("sliding_window", "[none, 0]", "kvmem.sliding_window: none,0 ({}): none and 0 are one"),
+        ("dtype", "[bf16, float32, bfloat16]", "kvmem.dtype: bf16,float32,bfloat16 ({}): bf16 and"),
+    ],
+)
+def test_a_sweep_files_two_spellings_of_one_value_are_named_as_written(
+    tmp_path, field, values, message
+):
+    """As a flag's are: the grid's own check for repeats sees the values made canonical
+    ('0,0: 0 is given twice'), which is not what the file says."""
+    path = tmp_path / "study.yaml"
+    path.write_text(f"kvmem: {{d_model: 64, num_heads: 4, measure: false, {field}: {values}}}\n")
+    result = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: " + message.format(path)), line

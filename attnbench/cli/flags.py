@@ -16,7 +16,7 @@ from ..errors import (
     show_value,
 )
 from ..model.capacity import parse_seq_lens
-from ..study.schema import FIELDS, canonical_value, parse_number
+from ..study.schema import FIELDS, canonical_value, parse_number, spelled_twice
 
 #: Fields whose flag is not the field's name.
 FLAG_NAMES = {"num_heads": "--heads", "num_kv_heads": "--kv-heads", "num_layers": "--layers"}
@@ -98,10 +98,9 @@ def parse_field(name: str, text: str) -> Any:
         reason = check_value(name, value)
         if reason:
             raise FieldError(name, value, reason)
-        if value in values and (earlier := items[values.index(value)]) != item:
-            # two spellings of one value ('none,0', 'bf16,bfloat16'), named as typed
-            raise FieldError(name, text, f"{earlier} and {item} are one value, given twice")
         values.append(value)
+    if twice := spelled_twice(items, values):  # 'none,0', 'bf16,bfloat16': named as typed
+        raise FieldError(name, text, twice)
     return values if spec.axis else values[0]
 
 

@@ -100,6 +100,8 @@ _REVISION = re.compile(r"[~^]|@\{|^HEAD$")
 #: The characters git takes in no branch or tag name (git check-ref-format): ASCII
 #: control characters, space, ~ ^ : ? * [ and backslash.
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+#: Hexadecimal digits: a sha, of 4 to 64 of them.
+_HEX = re.compile(r"[0-9a-fA-F]+")
 
 
 def named_elsewhere(commit: str) -> bool:
@@ -107,8 +109,8 @@ def named_elsewhere(commit: str) -> bool:
     resolves), and is no sha either: a label, or a branch's name mistyped, filed as it is
     (resolved)."""
     in_checkout = _git("rev-parse", "HEAD") is not None
-    hexadecimal = re.fullmatch(r"[0-9a-fA-F]{4,64}", commit) is not None
-    return in_checkout and not hexadecimal and resolved(commit) == commit
+    sha = _HEX.fullmatch(commit) is not None and 4 <= len(commit) <= 64
+    return in_checkout and not sha and resolved(commit) == commit
 
 
 def resolved(commit: str) -> str:
@@ -143,7 +145,7 @@ def commit_problem(name: str) -> str | None:
 
 
 def _long_sha(name: str) -> bool:
-    return len(name) > 64 and re.fullmatch(r"[0-9a-fA-F]+", name) is not None
+    return len(name) > 64 and _HEX.fullmatch(name) is not None
 
 
 def _ref_problem(name: str) -> str | None:

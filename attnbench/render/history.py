@@ -153,12 +153,17 @@ def plot_series(
 
 def left_out(series: Sequence[Series]) -> list[str]:
     """Per panel that cannot draw all its series, how many it draws: '20 of 32 series
-    drawn' (environment 0123456789)."""
+    drawn (environment 0123456789 ...)'."""
     return [
-        f"{MAX_LINES} of {len(members)} series drawn ({environment_label(members[0])})"
+        f"{_drawn(members)} ({environment_label(members[0])})"
         for members in by_environment(series).values()
         if len(members) > MAX_LINES
     ]
+
+
+def _drawn(members: Sequence[Series]) -> str:
+    """How many of a panel's series it draws: '20 of 32 series drawn'."""
+    return f"{min(len(members), MAX_LINES)} of {len(members)} series drawn"
 
 
 def _trend_figure(series: Sequence[Series], changes: Sequence[Change], choose: str = "") -> Figure:
@@ -200,9 +205,7 @@ def _trend_figure(series: Sequence[Series], changes: Sequence[Change], choose: s
         rows = _annotate_changes(ax, marks, len(commits))
         title = wrapped(environment_label(members[0]), PANEL_TITLE_WIDTH)
         if len(members) > len(drawn):
-            title += f"\n{len(drawn)} of {len(members)} series drawn" + (
-                f": {choose}" if choose else ""
-            )
+            title += f"\n{_drawn(members)}" + (f": {choose}" if choose else "")
         # the changes' texts in rows of their own between the title and the axes
         ax.set_title(title, fontsize=9, pad=6 + ANNOTATION_ROW * rows)
         ax.set_xticks(

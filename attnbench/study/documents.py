@@ -288,6 +288,11 @@ class _Declared:
         if rtype is None:
             return cls()
         keys = [f for f in dataclasses.fields(rtype) if f.metadata["kind"] is Kind.KEY]
+        swept = {  # the key fields the sweep schema declares for this section
+            f.name: sweep
+            for f in keys
+            if (sweep := FIELDS.get(f.name)) is not None and section in sweep.sections
+        }
         timings = gated_timing(rtype)
         sampled = {
             median: stats["samples"] for median, stats in timings.items() if "samples" in stats
@@ -304,20 +309,11 @@ class _Declared:
                 for f in keys
                 if f.default is dataclasses.MISSING and "None" not in _type_names(f)
             ],
-            choices={
-                f.name: choices
-                for f in keys
-                if (sweep := FIELDS.get(f.name)) is not None
-                and section in sweep.sections
-                and (choices := sweep.choices) is not None
-            },
+            choices={name: f.choices for name, f in swept.items() if f.choices is not None},
             least={
-                f.name: least
-                for f in keys
-                if (sweep := FIELDS.get(f.name)) is not None
-                and section in sweep.sections
-                and sweep.type is int
-                and (least := sweep.minimum) is not None
+                name: f.minimum
+                for name, f in swept.items()
+                if f.type is int and f.minimum is not None
             },
         )
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import show_value
 from ..model.capacity import DEFAULT_SCALE_DTYPE, MAX_SEQUENCES, SCALE_GROUP_WORDS
 from ..model.devices import DEVICES, THIS_DEVICE
 from ..model.dtypes import KV_DTYPES, MODEL_DTYPES, SCALE_DTYPES, canonical_dtype
@@ -671,6 +672,19 @@ def canonical_value(name: str, value: Any) -> Any:
     if (dtype := canonical_dtype(word)) in spec.choices:
         return dtype
     return next((c for c in spec.choices if c.lower() == word), value)
+
+
+def spelled_twice(written: Sequence[Any], meant: Sequence[Any]) -> str | None:
+    """Why two of the values `written` are one value spelled two ways, as `meant` (each
+    one's canonical value, in order) shows ('none and 0 are one value, given twice':
+    sliding_window's none is 0), or None: a check for repeats sees the values made
+    canonical, and would name them so, not as the user wrote them."""
+    seen: dict = {}
+    for value, canonical in zip(written, meant, strict=True):
+        earlier = seen.setdefault(canonical, value)
+        if earlier != value:
+            return f"{show_value(earlier)} and {show_value(value)} are one value, given twice"
+    return None
 
 
 def with_default(help: str, default: Any) -> str:

@@ -55,6 +55,7 @@ from .schema import (
     above_maximum,
     canonical_value,
     fields_for,
+    spelled_twice,
 )
 from .sections import KINDS
 from .yaml_loader import YamlInputError, load_yaml
@@ -163,25 +164,10 @@ def validate_section(section: str, body: Any, problems: list[str], source: str) 
             for v in values
             if (reason := check_value(name, v))
         )
-        if twice := _spelled_twice(name, values):
+        scalars = [v for v in values if isinstance(v, (str, int, float)) and type(v) is not bool]
+        if twice := spelled_twice(scalars, [canonical_value(name, v) for v in scalars]):
             listed = ",".join(one_line(show_value(v)) for v in values)
             problems.append(f"{section}.{name}: {listed} ({source}): {twice}")
-
-
-def _spelled_twice(name: str, values: list) -> str | None:
-    """Why two of `values` are one value written two ways ('none and 0 are one value,
-    given twice': sliding_window's none is 0), or None: the values are made canonical
-    before the grid checks them for repeats, and would be named in their canonical
-    spelling there, not as written."""
-    seen: dict = {}
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            continue
-        canonical = canonical_value(name, value)
-        earlier = seen.setdefault(canonical, value)
-        if earlier != value:
-            return f"{show_value(earlier)} and {show_value(value)} are one value, given twice"
-    return None
 
 
 @dataclass
